@@ -1,0 +1,1 @@
+//! The typed Rust client (the context). Filled in by issue #4.

@@ -1,0 +1,239 @@
+//! Status codes of the protocol (protocol.md) and the library's error type.
+//!
+//! On the wire and at the C boundary a status is an `i32`: `>= 0` success, `< 0` a negative
+//! Linux errno or a negative `E_XCE_*` value. Inside Rust the same information is an [`Error`].
+
+use std::sync::OnceLock;
+
+/// Standby; the primary's address is attached.
+pub const E_XCE_REDIRECT: i32 = 2001;
+/// Standby; no primary known.
+pub const E_XCE_NOMASTER: i32 = 2002;
+/// Initialising or electing; also the client's "cluster not ready".
+pub const E_XCE_NOT_READY: i32 = 2003;
+/// Primary-only op sent to a standby (address attached when known).
+pub const E_XCE_STANDBY: i32 = 2004;
+/// Job id already exists.
+pub const E_XCE_DUP_JOB: i32 = 2005;
+/// Malformed, oversized or unexpected message; version mismatch.
+pub const E_XCE_PROTO: i32 = 2006;
+/// Authentication failed, or the op needs a joined session.
+pub const E_XCE_AUTH: i32 = 2007;
+/// TLS handshake or certificate verification failed.
+pub const E_XCE_TLS: i32 = 2008;
+/// A library bug caught at the C boundary (a panic).
+pub const E_XCE_INTERNAL: i32 = 2009;
+
+/// Every `E_XCE_*` code with its name, for tables and tests.
+pub const XCE_CODES: [(i32, &str); 9] = [
+    (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
+    (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
+    (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
+    (E_XCE_STANDBY, "E_XCE_STANDBY"),
+    (E_XCE_DUP_JOB, "E_XCE_DUP_JOB"),
+    (E_XCE_PROTO, "E_XCE_PROTO"),
+    (E_XCE_AUTH, "E_XCE_AUTH"),
+    (E_XCE_TLS, "E_XCE_TLS"),
+    (E_XCE_INTERNAL, "E_XCE_INTERNAL"),
+];
+
+/// A failed status, typed. `Errno` holds a positive Linux errno value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Error {
+    #[error("standby: primary is elsewhere")]
+    Redirect,
+    #[error("standby: no primary known")]
+    NoMaster,
+    #[error("cluster not ready")]
+    NotReady,
+    #[error("standby: operation needs the primary")]
+    Standby,
+    #[error("job id already exists")]
+    DupJob,
+    #[error("protocol error: malformed, oversized or unexpected message")]
+    Proto,
+    #[error("not authorised: authentication failed or no joined session")]
+    Auth,
+    #[error("TLS handshake or certificate verification failed")]
+    Tls,
+    #[error("internal library error")]
+    Internal,
+    #[error("{}", errno_text(*.0))]
+    Errno(i32),
+}
+
+impl Error {
+    /// The positive code: an errno value or an `E_XCE_*` value.
+    pub fn code(self) -> i32 {
+        match self {
+            Error::Redirect => E_XCE_REDIRECT,
+            Error::NoMaster => E_XCE_NOMASTER,
+            Error::NotReady => E_XCE_NOT_READY,
+            Error::Standby => E_XCE_STANDBY,
+            Error::DupJob => E_XCE_DUP_JOB,
+            Error::Proto => E_XCE_PROTO,
+            Error::Auth => E_XCE_AUTH,
+            Error::Tls => E_XCE_TLS,
+            Error::Internal => E_XCE_INTERNAL,
+            Error::Errno(e) => e,
+        }
+    }
+
+    /// The negative status as sent on the wire and returned through the C API.
+    pub fn status(self) -> i32 {
+        -self.code()
+    }
+
+    /// The error a code stands for, taking either sign. `0` (success) has none.
+    pub fn from_code(code: i32) -> Option<Error> {
+        let c = code.checked_abs().unwrap_or(i32::MAX);
+        Some(match c {
+            0 => return None,
+            E_XCE_REDIRECT => Error::Redirect,
+            E_XCE_NOMASTER => Error::NoMaster,
+            E_XCE_NOT_READY => Error::NotReady,
+            E_XCE_STANDBY => Error::Standby,
+            E_XCE_DUP_JOB => Error::DupJob,
+            E_XCE_PROTO => Error::Proto,
+            E_XCE_AUTH => Error::Auth,
+            E_XCE_TLS => Error::Tls,
+            E_XCE_INTERNAL => Error::Internal,
+            e => Error::Errno(e),
+        })
+    }
+
+    /// A status from the wire: `>= 0` is success, `< 0` an error.
+    pub fn from_status(status: i32) -> Result<i32, Error> {
+        if status >= 0 {
+            Ok(status)
+        } else {
+            Err(Error::from_code(status).unwrap_or(Error::Internal))
+        }
+    }
+
+    /// The typed error of an I/O failure (its errno when it has one).
+    pub fn from_io(e: &std::io::Error) -> Error {
+        use std::io::ErrorKind as K;
+        if let Some(code) = e.raw_os_error() {
+            return Error::Errno(code);
+        }
+        Error::Errno(match e.kind() {
+            K::ConnectionRefused => libc::ECONNREFUSED,
+            K::ConnectionReset => libc::ECONNRESET,
+            K::ConnectionAborted => libc::ECONNABORTED,
+            K::BrokenPipe => libc::EPIPE,
+            K::TimedOut | K::WouldBlock => libc::ETIMEDOUT,
+            K::UnexpectedEof => libc::ECONNRESET,
+            K::Interrupted => libc::EINTR,
+            K::AddrNotAvailable => libc::EADDRNOTAVAIL,
+            K::InvalidInput => libc::EINVAL,
+            K::InvalidData => return Error::Proto,
+            _ => libc::EIO,
+        })
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::from_io(&e)
+    }
+}
+
+/// Text of any status or code, either sign, as a static string: `E_XCE_*` texts for ours,
+/// the C library's text for errno values (`E_XCE_NOT_READY` → "cluster not ready").
+pub fn strerror(code: i32) -> &'static str {
+    let c = code.checked_abs().unwrap_or(i32::MAX);
+    match c {
+        0 => "success",
+        E_XCE_REDIRECT => "standby: primary is elsewhere",
+        E_XCE_NOMASTER => "standby: no primary known",
+        E_XCE_NOT_READY => "cluster not ready",
+        E_XCE_STANDBY => "standby: operation needs the primary",
+        E_XCE_DUP_JOB => "job id already exists",
+        E_XCE_PROTO => "protocol error: malformed, oversized or unexpected message",
+        E_XCE_AUTH => "not authorised: authentication failed or no joined session",
+        E_XCE_TLS => "TLS handshake or certificate verification failed",
+        E_XCE_INTERNAL => "internal library error",
+        e => errno_text(e),
+    }
+}
+
+/// Highest errno we keep a text for (Linux's are all below this).
+const ERRNO_TABLE_LEN: usize = 134;
+
+/// Errno texts, read once from the C library (`strerror_r` is thread-safe, `strerror` is not)
+/// and kept for the life of the process so callers get `&'static str`.
+fn errno_text(e: i32) -> &'static str {
+    static TABLE: OnceLock<Vec<String>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        (0..ERRNO_TABLE_LEN as i32)
+            .map(|n| {
+                let mut buf = [0 as libc::c_char; 128];
+                // SAFETY: buf is writable for its full length; the XSI strerror_r that libc
+                // exports writes a NUL-terminated string into it (truncated if needed).
+                let rc = unsafe { libc::strerror_r(n, buf.as_mut_ptr(), buf.len()) };
+                if rc != 0 {
+                    return format!("unknown error {n}");
+                }
+                // SAFETY: strerror_r succeeded, so buf holds a NUL-terminated string.
+                unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect()
+    });
+    usize::try_from(e)
+        .ok()
+        .and_then(|i| table.get(i))
+        .map(String::as_str)
+        .unwrap_or("unknown error")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_have_the_values_of_protocol_md() {
+        let expected = [2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009];
+        for ((code, _), want) in XCE_CODES.iter().zip(expected) {
+            assert_eq!(*code, want);
+        }
+    }
+
+    #[test]
+    fn every_code_round_trips_through_status() {
+        for (code, name) in XCE_CODES {
+            let e = Error::from_code(code).unwrap();
+            assert_eq!(e.code(), code, "{name}");
+            assert_eq!(Error::from_code(-code), Some(e), "{name}");
+            assert_eq!(Error::from_status(e.status()), Err(e), "{name}");
+            assert_eq!(strerror(code), strerror(-code));
+            assert_eq!(e.to_string(), strerror(code), "{name}");
+        }
+        assert_eq!(Error::from_status(0), Ok(0));
+        assert_eq!(Error::from_status(7), Ok(7));
+        assert_eq!(Error::from_code(0), None);
+        assert_eq!(Error::from_code(i32::MIN), Some(Error::Errno(i32::MAX)));
+    }
+
+    #[test]
+    fn texts() {
+        assert_eq!(strerror(-E_XCE_NOT_READY), "cluster not ready");
+        assert_eq!(Error::NotReady.to_string(), "cluster not ready");
+        assert_eq!(strerror(-libc::ECONNREFUSED), "Connection refused");
+        assert_eq!(strerror(libc::EINVAL), "Invalid argument");
+        assert_eq!(Error::Errno(libc::EINTR).to_string(), "Interrupted system call");
+        assert_eq!(strerror(0), "success");
+        assert_eq!(strerror(99_999), "unknown error");
+        assert_eq!(strerror(i32::MIN), "unknown error");
+    }
+
+    #[test]
+    fn io_errors_map_to_errno() {
+        let e = std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert_eq!(Error::from(e), Error::Errno(libc::ECONNREFUSED));
+        let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "eof");
+        assert_eq!(Error::from(e), Error::Errno(libc::ECONNRESET));
+    }
+}

@@ -1,0 +1,382 @@
+//! Typed Rust messages: one type per op and per reply payload of protocol.md.
+//!
+//! These are plain owned values. `codec.rs` converts them to and from the Cap'n Proto
+//! builders/readers generated from `schema/controller.capnp`; `frame.rs` puts them on a stream.
+
+/// Protocol version sent in `hello` (mirrors the schema's `protocolVersion` constant).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Length of the per-context client id carried by every request (F16).
+pub const CLIENT_ID_LEN: usize = 16;
+
+/// A client context's identity for exactly-once writes.
+pub type ClientId = [u8; CLIENT_ID_LEN];
+
+/// The request envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Echoed by the reply; the client drops any reply whose seq is not the awaited one (F9).
+    pub seq: u64,
+    pub client_id: ClientId,
+    /// Per-context write counter, the same on every re-send of one call; 0 for reads (F16).
+    pub request_id: u64,
+    /// Fire-and-forget: the controller sends no reply.
+    pub no_reply: bool,
+    pub op: Op,
+}
+
+/// How the client's failover loop treats an op (failover.md, "Op categories").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// Reply-bearing read: full failover, `is_write = false`.
+    Read,
+    /// Reply-bearing write: full failover with a stable request id, `is_write = true`.
+    Write,
+    /// No reply: F12 (reconnect once if known dead, send once).
+    FireAndForget,
+    /// `waitPrimary`: any node answers; used by the loop itself while in backoff (F18).
+    Probe,
+}
+
+/// One operation of protocol.md with its parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    Hello(Hello),
+    Join(Join),
+    JobList(JobFilter),
+    JobInfo { job_id: u64 },
+    JobSubmit(JobSpec),
+    JobDispatch { job_id: u64, host: String },
+    JobCtrl { job_id: u64, action: JobAction },
+    QueueCtrl { queue: String, action: QueueAction },
+    HostCtrl { host: String, action: HostAction },
+    ResList,
+    WorkerList,
+    ClusterConf,
+    ResVal { host: String },
+    UpdateResvals { host: String, resvals: Vec<ResVal> },
+    UpdateJusage { job_id: u64, usage: Usage },
+    RunTask { host: String, command: String },
+    SetPendReason { job_id: u64, reason: String },
+    ClearReason { job_id: u64 },
+    Notify(Notify),
+    Heartbeat { host: String },
+    Nop,
+    WaitPrimary { timeout_ms: u32 },
+}
+
+impl Op {
+    /// The op's category: each op is declared read, write or fire-and-forget exactly here.
+    pub fn kind(&self) -> OpKind {
+        use Op::*;
+        match self {
+            Hello(_) | JobList(_) | JobInfo { .. } | ResList | WorkerList | ClusterConf
+            | ResVal { .. } => OpKind::Read,
+            Join(_) | JobSubmit(_) | JobDispatch { .. } | JobCtrl { .. } | QueueCtrl { .. }
+            | HostCtrl { .. } | UpdateResvals { .. } | UpdateJusage { .. } | RunTask { .. }
+            | SetPendReason { .. } | ClearReason { .. } => OpKind::Write,
+            Notify(_) | Heartbeat { .. } | Nop => OpKind::FireAndForget,
+            WaitPrimary { .. } => OpKind::Probe,
+        }
+    }
+
+    /// The op's name as in protocol.md (for logs and error reports).
+    pub fn name(&self) -> &'static str {
+        use Op::*;
+        match self {
+            Hello(_) => "hello",
+            Join(_) => "join",
+            JobList(_) => "joblist",
+            JobInfo { .. } => "jobinfo",
+            JobSubmit(_) => "jobsubmit",
+            JobDispatch { .. } => "jobdispatch",
+            JobCtrl { .. } => "jobctrl",
+            QueueCtrl { .. } => "queuectrl",
+            HostCtrl { .. } => "hostctrl",
+            ResList => "reslist",
+            WorkerList => "workerlist",
+            ClusterConf => "clusterconf",
+            ResVal { .. } => "resval",
+            UpdateResvals { .. } => "update_resvals",
+            UpdateJusage { .. } => "update_jusage",
+            RunTask { .. } => "runtask",
+            SetPendReason { .. } => "set_pend_reason",
+            ClearReason { .. } => "clear_reason",
+            Notify(_) => "notify",
+            Heartbeat { .. } => "heartbeat",
+            Nop => "nop",
+            WaitPrimary { .. } => "waitPrimary",
+        }
+    }
+}
+
+/// The reply envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub seq: u64,
+    /// 0 (or a positive count) on success; a negative errno or `-E_XCE_*` otherwise.
+    pub status: i32,
+    /// REDIRECT / STANDBY: the primary's client address when known (empty host / port 0: none).
+    pub redirect_host: String,
+    pub redirect_port: u16,
+    pub data: ReplyData,
+}
+
+impl Reply {
+    /// A reply carrying only a status.
+    pub fn status(seq: u64, status: i32) -> Reply {
+        Reply { seq, status, redirect_host: String::new(), redirect_port: 0, data: ReplyData::None }
+    }
+
+    /// A successful reply with data.
+    pub fn ok(seq: u64, data: ReplyData) -> Reply {
+        Reply { seq, status: 0, redirect_host: String::new(), redirect_port: 0, data }
+    }
+
+    /// The redirect hint, if the reply names a usable address (non-empty host, port > 0).
+    pub fn redirect(&self) -> Option<(&str, u16)> {
+        (!self.redirect_host.is_empty() && self.redirect_port != 0)
+            .then_some((self.redirect_host.as_str(), self.redirect_port))
+    }
+}
+
+/// The reply payload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ReplyData {
+    #[default]
+    None,
+    CtrlInfo(ControllerInfo),
+    Jobs(Vec<Job>),
+    Job(Job),
+    JobId(u64),
+    Hosts(Vec<Host>),
+    Resources(Vec<Resource>),
+    ResVals(Vec<ResVal>),
+    ClusterConf(ClusterConf),
+    TaskId(u64),
+    SessionId(u64),
+}
+
+// ---------------------------------------------------------------------------------------
+// Op parameters
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hello {
+    pub client_name: String,
+    pub protocol_version: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionRole {
+    Worker,
+    Scheduler,
+    ApiServer,
+    Client,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Join {
+    pub role: SessionRole,
+    pub host: String,
+    pub ncpus: u32,
+    pub mem_mb: u64,
+    pub attrs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobFilter {
+    /// Empty: any user.
+    pub user: String,
+    /// Empty: any queue.
+    pub queue: String,
+    /// Bit `1 << (JobState as u32)`; 0: any state.
+    pub state_mask: u32,
+    /// 0: no limit.
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobSpec {
+    /// Generated by the submitting client, never reused.
+    pub job_id: u64,
+    pub name: String,
+    pub user: String,
+    /// Empty: "normal".
+    pub queue: String,
+    pub command: String,
+    pub ncpus: u32,
+    pub mem_mb: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobAction {
+    Kill,
+    Suspend,
+    Resume,
+    Requeue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueueAction {
+    Open,
+    Close,
+    Activate,
+    Inactivate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostAction {
+    Open,
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotifyKind {
+    JobStart,
+    JobFinish,
+    JobFail,
+    JobStop,
+    JobChkpt,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notify {
+    pub kind: NotifyKind,
+    pub job_id: u64,
+    pub exit_code: i32,
+}
+
+// ---------------------------------------------------------------------------------------
+// Domain model
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum JobState {
+    #[default]
+    Pend,
+    Run,
+    Susp,
+    Done,
+    Exit,
+}
+
+impl JobState {
+    /// The bit of this state in `JobFilter::state_mask`.
+    pub fn mask_bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub cpu_ms: u64,
+    pub mem_kb: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Job {
+    pub job_id: u64,
+    pub name: String,
+    pub user: String,
+    pub queue: String,
+    pub command: String,
+    pub ncpus: u32,
+    pub mem_mb: u64,
+    pub state: JobState,
+    pub pend_reason: String,
+    pub exec_host: String,
+    /// Unix ms; 0 = not yet.
+    pub submit_time: i64,
+    pub start_time: i64,
+    pub end_time: i64,
+    pub exit_code: i32,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HostState {
+    #[default]
+    Ok,
+    Closed,
+    Unavail,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Host {
+    pub name: String,
+    pub state: HostState,
+    pub ncpus: u32,
+    pub mem_mb: u64,
+    pub attrs: Vec<KeyValue>,
+    pub njobs: u32,
+    /// Unix ms.
+    pub last_heartbeat: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Queue {
+    pub name: String,
+    /// OPEN / CLOSED: accepts submissions.
+    pub open: bool,
+    /// ACTIVE / INACTIVE: jobs may be dispatched.
+    pub active: bool,
+    pub priority: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Resource {
+    pub name: String,
+    /// "numeric", "string", "boolean".
+    pub kind: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResVal {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ControllerRole {
+    Primary,
+    Standby,
+    Candidate,
+    #[default]
+    Initializing,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ControllerInfo {
+    pub id: u32,
+    pub role: ControllerRole,
+    pub term: u64,
+    /// 0: none known.
+    pub primary_id: u32,
+    pub primary_host: String,
+    pub primary_port: u16,
+    pub version: String,
+    pub protocol_version: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ControllerEntry {
+    pub id: u32,
+    pub host: String,
+    pub port: u16,
+    pub role: ControllerRole,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterConf {
+    pub cluster_name: String,
+    pub controllers: Vec<ControllerEntry>,
+    pub primary_id: u32,
+    pub term: u64,
+    pub queues: Vec<Queue>,
+}

@@ -1,0 +1,287 @@
+//! A local cluster of real `xce-controller` processes on loopback, for scenarios, benchmarks
+//! and the demo: start N nodes, find the primary, kill -9 / SIGSTOP / SIGCONT / restart one,
+//! and clean everything up when dropped (also when a test panics).
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
+
+/// One controller node of a [`Cluster`].
+pub struct Node {
+    pub id: u32,
+    pub client: SocketAddr,
+    pub raft: SocketAddr,
+    child: Option<Child>,
+    stopped: bool,
+}
+
+impl Node {
+    /// The node's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+/// Extra arguments for every node (timing knobs, TLS files).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterOpts {
+    pub extra_args: Vec<String>,
+    /// Where node logs go; `None` discards them.
+    pub log_dir: Option<PathBuf>,
+}
+
+/// N real controller processes on loopback, each with its own data directory.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    dir: PathBuf,
+    opts: ClusterOpts,
+}
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+/// The `xce-controller` binary: `$XCE_CONTROLLER`, else next to the running executable's
+/// target directory (`target/<profile>/xce-controller`), preferring the same profile.
+pub fn controller_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("XCE_CONTROLLER") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/test-xxxx or target/<profile>/example → target/<profile>
+    let mut dirs: Vec<PathBuf> = exe.ancestors().skip(1).take(3).map(Path::to_path_buf).collect();
+    if let Some(target) = dirs.iter().find(|d| d.ends_with("target")).cloned() {
+        dirs.push(target.join("release"));
+        dirs.push(target.join("debug"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("xce-controller"))
+        .find(|p| p.is_file())
+        .expect("xce-controller binary not found: run `cargo build -p xce-controller` or set XCE_CONTROLLER")
+}
+
+/// Free loopback ports, held until the returned listeners are dropped.
+fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+impl Cluster {
+    /// Start `n` nodes and return without waiting for an election.
+    pub fn start(n: usize, opts: ClusterOpts) -> io::Result<Cluster> {
+        let k = UNIQUE.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("xce-cluster-{}-{k}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let ports = free_ports(2 * n);
+        let nodes = (0..n)
+            .map(|i| Node {
+                id: i as u32 + 1,
+                client: SocketAddr::from(([127, 0, 0, 1], ports[i])),
+                raft: SocketAddr::from(([127, 0, 0, 1], ports[n + i])),
+                child: None,
+                stopped: false,
+            })
+            .collect();
+        let mut c = Cluster { nodes, dir, opts };
+        for id in 1..=n as u32 {
+            c.spawn(id)?;
+        }
+        Ok(c)
+    }
+
+    /// `1=client/raft,2=…` as `xce-controller run --cluster` takes it.
+    pub fn spec(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}={}/{}", n.id, n.client, n.raft))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `host:port,host:port,…` as the library's master list.
+    pub fn masters(&self) -> String {
+        self.nodes.iter().map(|n| n.client.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn node(&self, id: u32) -> &Node {
+        &self.nodes[id as usize - 1]
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn spawn(&mut self, id: u32) -> io::Result<()> {
+        let spec = self.spec();
+        let data = self.dir.join(format!("node-{id}"));
+        std::fs::create_dir_all(&data)?;
+        let stderr = match &self.opts.log_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(d.join(format!("node-{id}.log")))?,
+                )
+            }
+            None => Stdio::null(),
+        };
+        let child = Command::new(controller_bin())
+            .args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
+            .arg(&data)
+            .args(&self.opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()?;
+        let node = &mut self.nodes[id as usize - 1];
+        node.child = Some(child);
+        node.stopped = false;
+        Ok(())
+    }
+
+    /// The id of the node that answers `hello` as primary, polling until `timeout`.
+    pub fn wait_primary(&self, timeout: Duration) -> Option<u32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(id) = self.primary_now() {
+                return Some(id);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The node answering as primary right now, if any (one probe per running node).
+    pub fn primary_now(&self) -> Option<u32> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && !n.stopped)
+            .find(|n| matches!(probe(n.client, Duration::from_millis(300)), Ok(Some(ControllerRole::Primary))))
+            .map(|n| n.id)
+    }
+
+    /// A primary other than `old`, polling until `timeout`.
+    pub fn wait_new_primary(&self, old: u32, timeout: Duration) -> Option<u32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.primary_now() {
+                Some(id) if id != old => return Some(id),
+                _ => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+        None
+    }
+
+    /// `kill -9` the node and reap it.
+    pub fn kill(&mut self, id: u32) {
+        let node = &mut self.nodes[id as usize - 1];
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        node.stopped = false;
+    }
+
+    /// SIGSTOP: the node is alive but silent (a hung primary, F8 / S4).
+    pub fn pause(&mut self, id: u32) {
+        self.signal(id, libc::SIGSTOP);
+        self.nodes[id as usize - 1].stopped = true;
+    }
+
+    /// SIGCONT after [`Cluster::pause`].
+    pub fn resume(&mut self, id: u32) {
+        self.signal(id, libc::SIGCONT);
+        self.nodes[id as usize - 1].stopped = false;
+    }
+
+    fn signal(&self, id: u32, sig: libc::c_int) {
+        if let Some(pid) = self.node(id).pid() {
+            // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        }
+    }
+
+    /// Start a killed node again from its data directory.
+    pub fn restart(&mut self, id: u32) -> io::Result<()> {
+        self.kill(id);
+        self.spawn(id)
+    }
+
+    /// Kill every node (the data directory stays until drop).
+    pub fn kill_all(&mut self) {
+        for id in 1..=self.nodes.len() as u32 {
+            self.kill(id);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut child) = n.child.take() {
+                if n.stopped {
+                    // SAFETY: as in `signal`; a stopped process must be continued to die cleanly.
+                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+static PROBE_SEQ: AtomicU64 = AtomicU64::new(1);
+
+/// One raw `hello` to one controller, without the library's loop: the role it answers with
+/// (`Primary` when it serves, the role from its info otherwise), or `None` for a status
+/// without info. Transport failures are `Err`.
+pub fn probe(addr: SocketAddr, timeout: Duration) -> io::Result<Option<ControllerRole>> {
+    let reply = raw_call(
+        addr,
+        Op::Hello(Hello { client_name: "probe".into(), protocol_version: wire::PROTOCOL_VERSION }),
+        timeout,
+    )?;
+    Ok(match reply.data {
+        ReplyData::CtrlInfo(info) if reply.status >= 0 => Some(info.role),
+        _ if reply.status >= 0 => Some(ControllerRole::Primary),
+        _ => None,
+    })
+}
+
+/// Send one request on a fresh connection and read its reply (no retry, no failover).
+pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let seq = PROBE_SEQ.fetch_add(1, Ordering::Relaxed);
+    let req = Request { seq, client_id: [0; 16], request_id: 0, no_reply: false, op };
+    let mut buf = Vec::new();
+    wire::encode_request(&req, &mut buf);
+    s.write_all(&buf)?;
+    let limits = Limits::default();
+    wire::read_frame(&mut s, &limits, &mut buf).map_err(to_io)?;
+    wire::decode_reply(&buf, &limits).map_err(to_io)
+}
+
+fn to_io(e: xce::Error) -> io::Error {
+    match e {
+        xce::Error::Errno(n) => io::Error::from_raw_os_error(n),
+        other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+    }
+}

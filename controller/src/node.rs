@@ -51,7 +51,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     };
     let db = store::open_db(&args.data)?;
     let log = LogStore::new(db.clone());
-    let sm = StateMachineStore::open(db).map_err(|e| format!("state machine: {e}"))?;
+    let sm = StateMachineStore::open(id, db).map_err(|e| format!("state machine: {e}"))?;
     let applied = sm.applied.clone();
 
     let me = args.spec.nodes[&id].clone();

@@ -252,13 +252,14 @@ struct StoredSnapshot {
 
 /// The state machine: the in-memory [`Applied`] state plus its persisted snapshot.
 pub struct StateMachineStore {
+    id: u64,
     db: Arc<Database>,
     pub applied: SharedApplied,
 }
 
 impl StateMachineStore {
     /// Restores the state from the stored snapshot, if any.
-    pub fn open(db: Arc<Database>) -> Result<StateMachineStore, StorageError> {
+    pub fn open(id: u64, db: Arc<Database>) -> Result<StateMachineStore, StorageError> {
         let mut applied = Applied::default();
         if let Some(snap) = meta_get::<StoredSnapshot>(&db, K_SNAPSHOT)? {
             applied.state = serde_json::from_str(&snap.data).map_err(read_err)?;
@@ -266,6 +267,7 @@ impl StateMachineStore {
             applied.membership = snap.meta.last_membership.clone();
         }
         Ok(StateMachineStore {
+            id,
             db,
             applied: Arc::new(RwLock::new(applied)),
         })
@@ -365,6 +367,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         a.state = state;
         a.last_applied = meta.last_log_id;
         a.membership = meta.last_membership.clone();
+        eprintln!("node {}: installed snapshot {}", self.id, meta.snapshot_id);
         Ok(())
     }
 

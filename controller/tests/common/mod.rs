@@ -157,6 +157,27 @@ impl Ctrl {
         self.wait_primary_among(&ids, timeout)
     }
 
+    /// Waits for a primary and for every other running node to follow it (a fresh node is
+    /// NOT_READY until the primary's first append reaches it).
+    pub fn wait_settled(&self, timeout: Duration) -> u64 {
+        let p = self.wait_primary(timeout);
+        let paddr = self.clients[&p].clone();
+        for s in self.running().into_iter().filter(|&s| s != p) {
+            self.wait_until(&format!("node {s} follows {p}"), timeout, || {
+                let Some(mut c) =
+                    Client::try_connect(&self.clients[&s], Duration::from_millis(500))
+                else {
+                    return false;
+                };
+                c.try_call(Op::ResList).is_ok_and(|r| {
+                    r.status == -xce::error::E_XCE_STANDBY
+                        && r.redirect_host.clone() + ":" + &r.redirect_port.to_string() == paddr
+                })
+            });
+        }
+        p
+    }
+
     /// Waits until `f` holds, or fails the test with the nodes' logs.
     pub fn wait_until(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
         let deadline = Instant::now() + timeout;

@@ -220,8 +220,9 @@ impl Client {
     }
 
     /// F13: makes the call blocked on this client (in backoff, connecting or awaiting a reply)
-    /// return `EINTR` promptly. With no call in progress the wake is kept for the next wait,
-    /// so a wake racing with the start of a call is not lost.
+    /// return `EINTR` promptly. A wake is never lost: with no call in progress (or one that
+    /// finishes without blocking again) it is kept, and the next call returns `EINTR` at once —
+    /// what a daemon shutting down wants when its wake races with the start of a call.
     pub fn wakeup(&self) {
         self.waker.wake();
     }
@@ -308,6 +309,10 @@ impl Client {
     /// F1: the one entry every op goes through. Returns the successful reply.
     pub fn call(&self, op: Op) -> Result<Reply, Error> {
         let guard = self.link.lock();
+        if self.waker.take() {
+            // F13: a wake kept from before this call.
+            return Err(Error::Errno(libc::EINTR));
+        }
         self.active_calls.fetch_add(1, Ordering::SeqCst);
         let run_hook = || self.run_reconnect_hook();
         let env = CallEnv {

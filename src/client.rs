@@ -136,7 +136,9 @@ pub fn new_job_id() -> u64 {
 
 /// F10: called after every successful reconnect, before the interrupted op is re-sent, on the
 /// calling thread. Ops it makes on the same client run as single attempts on the new
-/// connection. A negative return is a failed attempt, classified like a status.
+/// connection. A negative return is a failed attempt, classified like a status. The hook runs
+/// while the client is reserved for the calling thread: it must not wait for another thread
+/// that uses the same client.
 pub type ReconnectHook = Box<dyn FnMut(&Client) -> i32 + Send>;
 
 /// One client context.

@@ -708,3 +708,25 @@ fn mutual_tls_presents_the_client_certificate() {
     );
     assert_eq!(a.ops(), vec!["hello"]);
 }
+
+#[test]
+fn a_transport_failure_inside_the_hook_counts_as_transport_not_as_a_status() {
+    let a = FakeController::start(vec![Step::Close]);
+    let b = FakeController::start(vec![Step::Close]); // drops the hook's join
+    let cc = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
+    c.set_reconnect_handler(Some(Box::new(|cl: &Client| {
+        let join = Join {
+            role: SessionRole::Scheduler,
+            host: "s".into(),
+            ncpus: 1,
+            mem_mb: 1,
+            attrs: vec![],
+        };
+        cl.join(join).map_or_else(|e| e.status(), |_| 0)
+    })));
+    // -ECONNRESET returned by the hook would be TERMINAL as a status; as transport it rotates.
+    c.clear_reason(9).unwrap();
+    assert_eq!(b.ops(), vec!["join"]);
+    assert_eq!(cc.ops(), vec!["join", "clear_reason"]);
+}

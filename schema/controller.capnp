@@ -191,6 +191,11 @@ struct Notify {
 
 struct WaitPrimary {
   timeoutMs @0 :UInt32;    # answer as soon as a primary is known, or after this long
+  # A primary the client just failed to reach (its client address): a standby may still
+  # believe it leads until the election timeout, so "known" means known and not this one.
+  # Empty host / port 0: any primary.
+  excludeHost @1 :Text;
+  excludePort @2 :UInt16;
 }
 
 # ---------------------------------------------------------------------------------------

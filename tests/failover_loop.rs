@@ -469,9 +469,67 @@ fn wait_primary_in_backoff_reaches_the_new_primary_at_once() {
     assert!(took < Duration::from_millis(1000), "{took:?}");
     assert_eq!(a.ops(), vec!["hello", "waitPrimary"]);
     assert!(
-        matches!(a.requests()[1].op, Op::WaitPrimary { timeout_ms } if (2000..=4000).contains(&timeout_ms))
+        matches!(a.requests()[1].op, Op::WaitPrimary { timeout_ms, .. } if (2000..=4000).contains(&timeout_ms))
     );
     assert_eq!(b.ops(), vec!["hello"]);
+}
+
+/// Regression: right after a primary dies, standbys still name it as primary until their
+/// election timeout. A `waitPrimary` answer naming the master that just failed is no news: the
+/// loop must ask for a primary other than it (the exclusion) and, if still told the dead one,
+/// sleep out the delay so each unit of budget costs its time (F7) — not burn the whole budget
+/// in milliseconds and report "cluster not ready" while the election is still running.
+#[test]
+fn wait_primary_naming_the_dead_primary_does_not_burn_the_budget() {
+    let dead = refused_endpoint();
+    // Masters [s1, dead, s2]: each cycle s1 answers STANDBY, the dead primary refuses, s2
+    // answers STANDBY and is then asked `waitPrimary` — and names the dead primary again, as a
+    // controller without the exclusion would.
+    let s1 = FakeController::start(vec![Step::Standby(None); 8]);
+    let mut script = Vec::new();
+    for _ in 0..8 {
+        script.push(Step::Standby(None));
+        script.push(Step::Primary(dead.clone()));
+    }
+    let standby = FakeController::start(script);
+    let retry = RetryConfig {
+        max_retries: 3,
+        initial_retry_ms: 100,
+        max_retry_ms: 100,
+        backoff_multiplier: 1.0,
+    };
+    let opts = Options {
+        wait_primary: true,
+        ..fast_options()
+    };
+    let c = client(
+        &[s1.endpoint(), dead.clone(), standby.endpoint()],
+        opts,
+        retry,
+    );
+    let t = Instant::now();
+    assert_eq!(c.hello(), Err(Error::NotReady));
+    let took = t.elapsed();
+    println!("budget of 3 sleeps of 50-100 ms lasted {took:?}");
+    // Equal jitter: each of the 3 sleeps is at least half of 100 ms.
+    assert!(
+        took >= Duration::from_millis(150),
+        "budget burnt in {took:?}"
+    );
+    let waits: Vec<Request> = standby
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.op, Op::WaitPrimary { .. }))
+        .collect();
+    assert!(!waits.is_empty(), "waitPrimary was used");
+    for w in waits {
+        assert!(
+            matches!(&w.op, Op::WaitPrimary { exclude_host, exclude_port, .. }
+                if *exclude_host == dead.host && *exclude_port == dead.port),
+            "waitPrimary must exclude the unreachable primary: {:?}",
+            w.op
+        );
+    }
 }
 
 #[test]

@@ -144,7 +144,11 @@ async fn probe(addr: &str) -> Option<ControllerInfo> {
             client_id: [0; 16],
             request_id: 0,
             no_reply: false,
-            op: Op::WaitPrimary { timeout_ms: 0 },
+            op: Op::WaitPrimary {
+                timeout_ms: 0,
+                exclude_host: String::new(),
+                exclude_port: 0,
+            },
         };
         let mut out = Vec::new();
         wire::encode_request(&req, &mut out);

@@ -423,10 +423,17 @@ async fn handle(ctx: &Ctx, session: &mut Option<Session>, req: Request) -> Optio
 async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Reply {
     let seq = req.seq;
     // Answered by any node, whatever its role.
-    if let Op::WaitPrimary { timeout_ms } = req.op {
+    if let Op::WaitPrimary {
+        timeout_ms,
+        exclude_host,
+        exclude_port,
+    } = &req.op
+    {
+        let exclude = (!exclude_host.is_empty() && *exclude_port != 0)
+            .then(|| (exclude_host.as_str(), *exclude_port));
         return Reply::ok(
             seq,
-            ReplyData::CtrlInfo(wait_primary(ctx, timeout_ms).await),
+            ReplyData::CtrlInfo(wait_primary(ctx, *timeout_ms, exclude).await),
         );
     }
     // C2: only the primary serves anything else.
@@ -532,14 +539,22 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
 }
 
 /// `waitPrimary`: answers as soon as a primary is known (this node's metrics watch channel,
-/// no polling), or at the timeout with `primary_id = 0`.
-async fn wait_primary(ctx: &Ctx, timeout_ms: u32) -> ControllerInfo {
+/// no polling) whose client address is not `exclude` — the one the client just failed to
+/// reach, which a follower still believes leads until its election timeout — or at the
+/// timeout with `primary_id = 0`.
+async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) -> ControllerInfo {
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(timeout_ms as u64).min(MAX_WAIT_PRIMARY);
     let mut rx = ctx.raft.metrics();
     loop {
-        if rx.borrow_and_update().current_leader.is_some() {
-            return ctx.info();
+        let leader = rx.borrow_and_update().current_leader;
+        if let Some(l) = leader {
+            let addr = ctx.node(l).and_then(|n| split_addr(&n.client));
+            let excluded =
+                matches!((&addr, exclude), (Some((h, p)), Some((xh, xp))) if h == xh && *p == xp);
+            if !excluded {
+                return ctx.info();
+            }
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) => continue,

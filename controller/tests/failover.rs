@@ -53,7 +53,11 @@ fn standbys_redirect_failover_rejoin_and_exactly_once() {
         );
         assert_eq!(info(&r).role, ControllerRole::Standby);
         // waitPrimary is answered by any node.
-        let r = c.call(Op::WaitPrimary { timeout_ms: 2000 });
+        let r = c.call(Op::WaitPrimary {
+            timeout_ms: 2000,
+            exclude_host: String::new(),
+            exclude_port: 0,
+        });
         assert_eq!(r.status, 0);
         assert_eq!(info(&r).primary_id as u64, p);
     }

@@ -62,8 +62,26 @@ fn every_op_on_real_state() {
         }
         other => panic!("{other:?}"),
     }
-    let wp = info(&c.call(Op::WaitPrimary { timeout_ms: 1000 }));
+    let wp = info(&c.call(Op::WaitPrimary {
+        timeout_ms: 1000,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    }));
     assert_eq!(wp.primary_id, 1);
+    // F18 exclusion: asking for a primary other than the only one waits out the timeout and
+    // names none (a standby that still believes a dead primary leads must not name it).
+    let t = std::time::Instant::now();
+    let wp = info(&c.call(Op::WaitPrimary {
+        timeout_ms: 200,
+        exclude_host: wp.primary_host.clone(),
+        exclude_port: wp.primary_port,
+    }));
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(190),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!((wp.primary_id, wp.primary_port), (0, 0));
     assert!(hosts(&mut c).is_empty());
 
     // Sessions: worker/scheduler ops need the matching session on this connection.

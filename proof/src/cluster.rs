@@ -56,7 +56,12 @@ pub fn controller_bin() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/test-xxxx or target/<profile>/example → target/<profile>
-    let mut dirs: Vec<PathBuf> = exe.ancestors().skip(1).take(3).map(Path::to_path_buf).collect();
+    let mut dirs: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(3)
+        .map(Path::to_path_buf)
+        .collect();
     if let Some(target) = dirs.iter().find(|d| d.ends_with("target")).cloned() {
         dirs.push(target.join("release"));
         dirs.push(target.join("debug"));
@@ -110,7 +115,11 @@ impl Cluster {
 
     /// `host:port,host:port,…` as the library's master list.
     pub fn masters(&self) -> String {
-        self.nodes.iter().map(|n| n.client.to_string()).collect::<Vec<_>>().join(",")
+        self.nodes
+            .iter()
+            .map(|n| n.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     pub fn node(&self, id: u32) -> &Node {
@@ -170,7 +179,12 @@ impl Cluster {
         self.nodes
             .iter()
             .filter(|n| n.is_running() && !n.stopped)
-            .find(|n| matches!(probe(n.client, Duration::from_millis(300)), Ok(Some(ControllerRole::Primary))))
+            .find(|n| {
+                matches!(
+                    probe(n.client, Duration::from_millis(300)),
+                    Ok(Some(ControllerRole::Primary))
+                )
+            })
             .map(|n| n.id)
     }
 
@@ -253,7 +267,10 @@ static PROBE_SEQ: AtomicU64 = AtomicU64::new(1);
 pub fn probe(addr: SocketAddr, timeout: Duration) -> io::Result<Option<ControllerRole>> {
     let reply = raw_call(
         addr,
-        Op::Hello(Hello { client_name: "probe".into(), protocol_version: wire::PROTOCOL_VERSION }),
+        Op::Hello(Hello {
+            client_name: "probe".into(),
+            protocol_version: wire::PROTOCOL_VERSION,
+        }),
         timeout,
     )?;
     Ok(match reply.data {
@@ -270,7 +287,13 @@ pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     let seq = PROBE_SEQ.fetch_add(1, Ordering::Relaxed);
-    let req = Request { seq, client_id: [0; 16], request_id: 0, no_reply: false, op };
+    let req = Request {
+        seq,
+        client_id: [0; 16],
+        request_id: 0,
+        no_reply: false,
+        op,
+    };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);
     s.write_all(&buf)?;

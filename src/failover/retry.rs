@@ -373,6 +373,9 @@ struct Call<'a, 'e> {
     sends: u32,
     attempts: u32,
     per_master: Vec<Option<AttemptOutcome>>,
+    /// The master that most recently failed by transport (a dead or hung primary): excluded
+    /// from `waitPrimary`, since standbys may still believe it leads (F18).
+    last_unreachable: Option<usize>,
     may_have_been_applied: bool,
 }
 
@@ -397,6 +400,7 @@ impl<'a, 'e> Call<'a, 'e> {
             sends: 0,
             attempts: 0,
             per_master: vec![None; n],
+            last_unreachable: None,
             may_have_been_applied: false,
         })
     }
@@ -500,6 +504,9 @@ impl<'a, 'e> Call<'a, 'e> {
         let master = link.rotator.current_master();
         if let Some(i) = master {
             self.per_master[i] = Some(outcome);
+            if matches!(outcome, AttemptOutcome::Transport(_)) {
+                self.last_unreachable = Some(i);
+            }
         }
         if link.failing_since.is_none() {
             link.failing_since = Some(Instant::now());
@@ -578,8 +585,13 @@ impl<'a, 'e> Call<'a, 'e> {
         if let (true, Some(i)) = (usable, master) {
             let wait_ms = d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
             let slack = WAIT_PRIMARY_SLACK.min(link.options.reply_timeout);
+            let exclude = self
+                .last_unreachable
+                .map(|u| link.rotator.masters()[u].clone());
             let op = Op::WaitPrimary {
                 timeout_ms: wait_ms,
+                exclude_host: exclude.as_ref().map(|e| e.host.clone()).unwrap_or_default(),
+                exclude_port: exclude.as_ref().map_or(0, |e| e.port),
             };
             let (result, _) = link.exchange(waker, &op, 0, d + slack, self.deadline);
             match result {
@@ -597,7 +609,25 @@ impl<'a, 'e> Call<'a, 'e> {
                 }
                 Ok(r) => {
                     if let ReplyData::CtrlInfo(info) = &r.data {
-                        if info.primary_port != 0 && !info.primary_host.is_empty() {
+                        let named = link.rotator.find_master(
+                            &info.primary_host,
+                            info.primary_port,
+                            &resolve_system,
+                        );
+                        let unreachable = named.is_some_and(|m| {
+                            matches!(self.per_master[m], Some(AttemptOutcome::Transport(_)))
+                        });
+                        if unreachable {
+                            // F7: a controller without the exclusion still names the primary
+                            // that just failed; that is no news, so the wait goes on as a sleep
+                            // and this unit of budget costs its time.
+                            xlog!(
+                                Level::Debug,
+                                "waitPrimary named {}:{}, which just failed; sleeping",
+                                info.primary_host,
+                                info.primary_port
+                            );
+                        } else if info.primary_port != 0 && !info.primary_host.is_empty() {
                             let verdict = link.rotator.offer_hint(
                                 &info.primary_host,
                                 info.primary_port,

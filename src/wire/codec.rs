@@ -406,7 +406,16 @@ fn put_request(req: &Request, mut b: cp::request::Builder<'_>) {
             set_text!(x, set_host, host);
         }
         Op::Nop => o.set_nop(()),
-        Op::WaitPrimary { timeout_ms } => o.init_wait_primary().set_timeout_ms(*timeout_ms),
+        Op::WaitPrimary {
+            timeout_ms,
+            exclude_host,
+            exclude_port,
+        } => {
+            let mut x = o.init_wait_primary();
+            x.set_timeout_ms(*timeout_ms);
+            set_text!(x, set_exclude_host, exclude_host);
+            x.set_exclude_port(*exclude_port);
+        }
     }
 }
 
@@ -657,9 +666,14 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
             host: text(x.proto()?.get_host())?,
         },
         W::Nop(()) => Op::Nop,
-        W::WaitPrimary(x) => Op::WaitPrimary {
-            timeout_ms: x.proto()?.get_timeout_ms(),
-        },
+        W::WaitPrimary(x) => {
+            let x = x.proto()?;
+            Op::WaitPrimary {
+                timeout_ms: x.get_timeout_ms(),
+                exclude_host: text(x.get_exclude_host())?,
+                exclude_port: x.get_exclude_port(),
+            }
+        }
     };
     Ok(Request {
         seq: r.get_seq(),

@@ -44,25 +44,63 @@ pub enum Op {
     Hello(Hello),
     Join(Join),
     JobList(JobFilter),
-    JobInfo { job_id: u64 },
+    JobInfo {
+        job_id: u64,
+    },
     JobSubmit(JobSpec),
-    JobDispatch { job_id: u64, host: String },
-    JobCtrl { job_id: u64, action: JobAction },
-    QueueCtrl { queue: String, action: QueueAction },
-    HostCtrl { host: String, action: HostAction },
+    JobDispatch {
+        job_id: u64,
+        host: String,
+    },
+    JobCtrl {
+        job_id: u64,
+        action: JobAction,
+    },
+    QueueCtrl {
+        queue: String,
+        action: QueueAction,
+    },
+    HostCtrl {
+        host: String,
+        action: HostAction,
+    },
     ResList,
     WorkerList,
     ClusterConf,
-    ResVal { host: String },
-    UpdateResvals { host: String, resvals: Vec<ResVal> },
-    UpdateJusage { job_id: u64, usage: Usage },
-    RunTask { host: String, command: String },
-    SetPendReason { job_id: u64, reason: String },
-    ClearReason { job_id: u64 },
+    ResVal {
+        host: String,
+    },
+    UpdateResvals {
+        host: String,
+        resvals: Vec<ResVal>,
+    },
+    UpdateJusage {
+        job_id: u64,
+        usage: Usage,
+    },
+    RunTask {
+        host: String,
+        command: String,
+    },
+    SetPendReason {
+        job_id: u64,
+        reason: String,
+    },
+    ClearReason {
+        job_id: u64,
+    },
     Notify(Notify),
-    Heartbeat { host: String },
+    Heartbeat {
+        host: String,
+    },
     Nop,
-    WaitPrimary { timeout_ms: u32 },
+    /// Answer as soon as a primary other than `exclude_host:exclude_port` is known (F18).
+    WaitPrimary {
+        timeout_ms: u32,
+        /// The primary the client just failed to reach; empty / 0: none excluded.
+        exclude_host: String,
+        exclude_port: u16,
+    },
 }
 
 impl Op {
@@ -70,11 +108,24 @@ impl Op {
     pub fn kind(&self) -> OpKind {
         use Op::*;
         match self {
-            Hello(_) | JobList(_) | JobInfo { .. } | ResList | WorkerList | ClusterConf
+            Hello(_)
+            | JobList(_)
+            | JobInfo { .. }
+            | ResList
+            | WorkerList
+            | ClusterConf
             | ResVal { .. } => OpKind::Read,
-            Join(_) | JobSubmit(_) | JobDispatch { .. } | JobCtrl { .. } | QueueCtrl { .. }
-            | HostCtrl { .. } | UpdateResvals { .. } | UpdateJusage { .. } | RunTask { .. }
-            | SetPendReason { .. } | ClearReason { .. } => OpKind::Write,
+            Join(_)
+            | JobSubmit(_)
+            | JobDispatch { .. }
+            | JobCtrl { .. }
+            | QueueCtrl { .. }
+            | HostCtrl { .. }
+            | UpdateResvals { .. }
+            | UpdateJusage { .. }
+            | RunTask { .. }
+            | SetPendReason { .. }
+            | ClearReason { .. } => OpKind::Write,
             Notify(_) | Heartbeat { .. } | Nop => OpKind::FireAndForget,
             WaitPrimary { .. } => OpKind::Probe,
         }
@@ -125,12 +176,24 @@ pub struct Reply {
 impl Reply {
     /// A reply carrying only a status.
     pub fn status(seq: u64, status: i32) -> Reply {
-        Reply { seq, status, redirect_host: String::new(), redirect_port: 0, data: ReplyData::None }
+        Reply {
+            seq,
+            status,
+            redirect_host: String::new(),
+            redirect_port: 0,
+            data: ReplyData::None,
+        }
     }
 
     /// A successful reply with data.
     pub fn ok(seq: u64, data: ReplyData) -> Reply {
-        Reply { seq, status: 0, redirect_host: String::new(), redirect_port: 0, data }
+        Reply {
+            seq,
+            status: 0,
+            redirect_host: String::new(),
+            redirect_port: 0,
+            data,
+        }
     }
 
     /// The redirect hint, if the reply names a usable address (non-empty host, port > 0).

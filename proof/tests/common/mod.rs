@@ -1,0 +1,71 @@
+//! Shared pieces of the scenario tests: a cluster with an elected primary, clients with
+//! given budgets, and job bookkeeping.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use xce::client::{parse_masters, Client, Config};
+use xce::failover::backoff::RetryConfig;
+use xce::wire::{JobFilter, JobSpec};
+use xce_proof::{Cluster, ClusterOpts};
+
+/// How long any scenario waits for an election before failing (generous: 2 loaded cores).
+pub const ELECTION_WAIT: Duration = Duration::from_secs(15);
+
+/// Long versions (hundreds of kill trials) run when XCE_LONG is set.
+pub fn long() -> bool {
+    std::env::var_os("XCE_LONG").is_some_and(|v| v != "0")
+}
+
+/// A started cluster of `n` nodes with an elected primary.
+pub fn cluster(n: usize) -> (Cluster, u32) {
+    cluster_with(n, ClusterOpts::default())
+}
+
+pub fn cluster_with(n: usize, opts: ClusterOpts) -> (Cluster, u32) {
+    let c = Cluster::start(n, opts).expect("start cluster");
+    let p = c.wait_primary(ELECTION_WAIT).expect("no primary elected");
+    (c, p)
+}
+
+/// A client over the cluster's masters with the default budget.
+pub fn client(c: &Cluster) -> Client {
+    client_for(&c.masters())
+}
+
+pub fn client_for(masters: &str) -> Client {
+    let mut cfg = Config::new(parse_masters(masters).expect("masters"));
+    cfg.client_name = "scenario".into();
+    Client::start(cfg).expect("client start")
+}
+
+/// A budget far shorter than an election: 2 sleeps of 10–20 ms.
+pub fn short_budget() -> RetryConfig {
+    RetryConfig {
+        max_retries: 2,
+        initial_retry_ms: 10,
+        max_retry_ms: 20,
+        backoff_multiplier: 2.0,
+    }
+}
+
+pub fn spec(name: &str) -> JobSpec {
+    JobSpec {
+        job_id: xce::client::new_job_id(),
+        name: name.into(),
+        user: "alice".into(),
+        queue: String::new(),
+        command: "sleep 1".into(),
+        ncpus: 1,
+        mem_mb: 64,
+    }
+}
+
+/// Every job id the cluster lists, with duplicates kept (so a test can count them).
+pub fn all_job_ids(cl: &Client) -> Vec<u64> {
+    cl.joblist(JobFilter::default())
+        .expect("joblist")
+        .into_iter()
+        .map(|j| j.job_id)
+        .collect()
+}

@@ -261,7 +261,11 @@ impl Client {
         self.with_link(|l| l.options).unwrap_or_default()
     }
 
-    /// F10: installs (or with `None` removes) the reconnect hook.
+    /// F10: installs (or with `None` removes) the reconnect hook. It runs on the calling thread
+    /// after a reconnect, once the new connection is confirmed to reach the primary (one
+    /// `hello`; a standby's answer just rotates on), and before the interrupted op is re-sent:
+    /// once per failover. Ops it makes on this client are single attempts on that connection; a
+    /// negative return is a failed attempt, classified like a status.
     pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) {
         *self.hook.lock() = hook;
     }
@@ -330,6 +334,7 @@ impl Client {
             waker: &self.waker,
             observer: &self.observer,
             run_hook: &run_hook,
+            has_hook: self.hook.lock().is_some(),
         };
         retry::run(&env, op)
     }

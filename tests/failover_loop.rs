@@ -301,20 +301,44 @@ fn reconnect_hook_runs_once_per_reconnect_before_the_resend_and_can_join() {
     })));
     c.hello().unwrap(); // A, no reconnect
     assert_eq!(calls.load(Ordering::SeqCst), 0);
-    c.joblist(JobFilter::default()).unwrap(); // A closes; B: hook (join), then the re-send
+    // A closes; B: hello confirms the primary, the hook joins, then the re-send.
+    c.joblist(JobFilter::default()).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    assert_eq!(b.ops(), vec!["join", "joblist"]);
+    assert_eq!(b.ops(), vec!["hello", "join", "joblist"]);
     c.joblist(JobFilter::default()).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1, "no reconnect, no hook");
     // The hook's join was a write with its own request id.
     let rb = b.requests();
-    assert_ne!(rb[0].request_id, 0);
+    assert_ne!(rb[1].request_id, 0);
+}
+
+/// S6 at the loop level: reconnecting to a standby on the way to the new primary does not run
+/// the hook (its join could only be redirected); it runs once, on the primary, before the
+/// re-send.
+#[test]
+fn reconnect_hook_skips_standbys_on_the_way_to_the_primary() {
+    let a = FakeController::start(vec![Step::Ok, Step::Close]);
+    let standby = FakeController::start(vec![Step::Standby(None)]);
+    let b = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &standby, &b]), fast_options(), fast_retry(5));
+    let calls = Arc::new(AtomicU32::new(0));
+    let n = calls.clone();
+    c.set_reconnect_handler(Some(Box::new(move |cl: &Client| {
+        n.fetch_add(1, Ordering::SeqCst);
+        cl.hello().map_or_else(|e| e.status(), |_| 0)
+    })));
+    c.hello().unwrap();
+    c.joblist(JobFilter::default()).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "once per failover");
+    assert_eq!(standby.ops(), vec!["hello"], "no hook on the standby");
+    assert_eq!(b.ops(), vec!["hello", "hello", "joblist"]);
 }
 
 #[test]
 fn a_failing_hook_is_a_failed_attempt() {
     let a = FakeController::start(vec![Step::Close]);
-    let b = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY)]);
+    // B: the primary check passes, then the hook's own hello gets NOT_READY.
+    let b = FakeController::start(vec![Step::Ok, Step::Status(-E_XCE_NOT_READY)]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
     let calls = Arc::new(AtomicU32::new(0));
     let n = calls.clone();
@@ -770,7 +794,7 @@ fn mutual_tls_presents_the_client_certificate() {
 #[test]
 fn a_transport_failure_inside_the_hook_counts_as_transport_not_as_a_status() {
     let a = FakeController::start(vec![Step::Close]);
-    let b = FakeController::start(vec![Step::Close]); // drops the hook's join
+    let b = FakeController::start(vec![Step::Ok, Step::Close]); // drops the hook's join
     let cc = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
     c.set_reconnect_handler(Some(Box::new(|cl: &Client| {
@@ -785,6 +809,6 @@ fn a_transport_failure_inside_the_hook_counts_as_transport_not_as_a_status() {
     })));
     // -ECONNRESET returned by the hook would be TERMINAL as a status; as transport it rotates.
     c.clear_reason(9).unwrap();
-    assert_eq!(b.ops(), vec!["join"]);
-    assert_eq!(cc.ops(), vec!["join", "clear_reason"]);
+    assert_eq!(b.ops(), vec!["hello", "join"]);
+    assert_eq!(cc.ops(), vec!["hello", "join", "clear_reason"]);
 }

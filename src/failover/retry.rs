@@ -20,7 +20,9 @@ use super::report::{CallReport, Event, MasterOutcome, Observer};
 use super::rotate::{resolve_system, Endpoint, HintVerdict, Rotator, Target};
 use crate::error::{strerror, Error};
 use crate::transport::{Connection, Waker};
-use crate::wire::{ClientId, Limits, Op, OpKind, Reply, ReplyData, Request};
+use crate::wire::{
+    ClientId, Hello, Limits, Op, OpKind, Reply, ReplyData, Request, PROTOCOL_VERSION,
+};
 
 /// Extra time granted to a `waitPrimary` reply beyond the wait itself (F18), capped by the
 /// reply timeout: the controller answers at the end of the wait, one round trip later.
@@ -171,6 +173,9 @@ pub struct CallEnv<'a> {
     pub observer: &'a Observer,
     /// Runs the reconnect hook (F10); `None` when none is installed.
     pub run_hook: &'a dyn Fn() -> Option<i32>,
+    /// Whether a reconnect hook is installed (then a new connection is first confirmed to
+    /// lead to the primary, so the hook runs once per failover, not once per standby tried).
+    pub has_hook: bool,
 }
 
 impl CallEnv<'_> {
@@ -439,6 +444,23 @@ impl<'a, 'e> Call<'a, 'e> {
                 .map_err(AttemptOutcome::Transport)?;
             let ep = link.current_endpoint();
             self.env.observer.update(|s| s.current_master = Some(ep));
+        }
+        if link.hook_pending && self.env.has_hook {
+            // F10: the hook re-joins the primary; on a standby it could only be redirected.
+            // One `hello` tells: a non-primary answer (with its redirect hint) is this
+            // attempt's outcome, and the hook waits for the connection that reaches the
+            // primary — so it runs once per failover, just before the re-send.
+            let probe = Op::Hello(Hello {
+                client_name: String::new(),
+                protocol_version: PROTOCOL_VERSION,
+            });
+            let timeout = link.options.reply_timeout;
+            let (result, _) = link.exchange(self.env.waker, &probe, 0, timeout, self.deadline);
+            match result {
+                Err(e) => return Err(AttemptOutcome::Transport(e)),
+                Ok(reply) if reply.status < 0 => return Ok(reply),
+                Ok(_) => {}
+            }
         }
         if link.hook_pending {
             drop(link);

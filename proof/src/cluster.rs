@@ -174,6 +174,21 @@ impl Cluster {
         }
     }
 
+    /// Waits until every running node accepts TCP connections on its client port (for TLS
+    /// clusters, where the plaintext role probe cannot be used). False at the timeout.
+    pub fn wait_listening(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        self.nodes.iter().filter(|n| n.is_running()).all(|n| loop {
+            if TcpStream::connect_timeout(&n.client, Duration::from_millis(200)).is_ok() {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        })
+    }
+
     /// The node answering as primary right now, if any (one probe per running node).
     pub fn primary_now(&self) -> Option<u32> {
         self.nodes

@@ -360,6 +360,9 @@ impl TestPki {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &ca).unwrap();
         std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        // The server identity as files too, for a real controller (--tls-cert/--tls-key).
+        std::fs::write(dir.join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
         let client_params = rcgen::CertificateParams::new(vec!["xce-client".to_string()]).unwrap();
         let client_key = rcgen::KeyPair::generate().unwrap();
         let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
@@ -397,6 +400,14 @@ impl TestPki {
 
     pub fn ca_file(&self) -> std::path::PathBuf {
         self.dir.join("ca.pem")
+    }
+
+    pub fn server_cert(&self) -> std::path::PathBuf {
+        self.dir.join("server.pem")
+    }
+
+    pub fn server_key(&self) -> std::path::PathBuf {
+        self.dir.join("server.key")
     }
 
     pub fn client_cert(&self) -> std::path::PathBuf {

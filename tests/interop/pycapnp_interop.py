@@ -64,7 +64,10 @@ def write_requests(s, out):
     msgs.append(r)
 
     r = s.Request.new_message(seq=16, clientId=CLIENT_ID)
-    r.op.init("waitPrimary").timeoutMs = 30000
+    wp = r.op.init("waitPrimary")
+    wp.timeoutMs = 30000
+    wp.excludeHost = "10.1.2.3"
+    wp.excludePort = 9991
     msgs.append(r)
 
     r = s.Request.new_message(seq=17, clientId=CLIENT_ID)

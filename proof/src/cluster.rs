@@ -250,6 +250,35 @@ impl Cluster {
         self.spawn(id)
     }
 
+    /// Stop every node cleanly: SIGTERM, then SIGKILL for any still running after `grace`.
+    pub fn stop_all(&mut self, grace: Duration) {
+        for n in &self.nodes {
+            if let Some(pid) = n.pid() {
+                let sig = if n.stopped {
+                    libc::SIGCONT
+                } else {
+                    libc::SIGTERM
+                };
+                // SAFETY: kill(2) on children we spawned and have not reaped.
+                unsafe { libc::kill(pid as libc::pid_t, sig) };
+                if n.stopped {
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                }
+            }
+        }
+        let deadline = Instant::now() + grace;
+        for n in &mut self.nodes {
+            if let Some(mut child) = n.child.take() {
+                while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            n.stopped = false;
+        }
+    }
+
     /// Kill every node (the data directory stays until drop).
     pub fn kill_all(&mut self) {
         for id in 1..=self.nodes.len() as u32 {

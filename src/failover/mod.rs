@@ -5,6 +5,7 @@
 //! - [`budget`]: when a call rotates, sleeps or gives up, and with which error (F7).
 //! - [`rotate`]: redirect hint first, else the next master; sticky current master (F3, F5).
 //! - [`log`]: the replaceable log sink (F14).
+//! - [`options`], [`report`]: the knobs (F8, F15), counters, events and last-error report (F17, F19).
 //! - [`retry`]: the loop — the one place with sockets, sleeps and callbacks.
 
 pub mod backoff;
@@ -17,3 +18,9 @@ pub use backoff::{Backoff, RetryConfig, XCE_RETRY_DEFAULTS};
 pub use budget::{RetryBudget, RetryDecision};
 pub use classify::{classify, AttemptOutcome, Classification};
 pub use rotate::{Endpoint, HintPolicy, HintVerdict, Rotator, Target};
+pub mod options;
+pub mod report;
+pub mod retry;
+
+pub use options::{ClientOption, Options};
+pub use report::{CallReport, Event, EventHandler, Stats};

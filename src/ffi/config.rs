@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn retry_defaults_match_the_client() {
-        let d = client::XCE_RETRY_DEFAULTS;
+        let d = crate::failover::XCE_RETRY_DEFAULTS;
         assert_eq!(d.max_retries, XCE_RETRY_DEFAULT_MAX_RETRIES);
         assert_eq!(d.initial_retry_ms, XCE_RETRY_DEFAULT_INITIAL_MS);
         assert_eq!(d.max_retry_ms, XCE_RETRY_DEFAULT_MAX_MS);

@@ -23,11 +23,14 @@
 
 pub(crate) mod cast;
 pub(crate) mod panic;
-mod stub;
 
 /// The Rust API the C surface is built on, in one place (client, failover knobs, log sink).
 pub(crate) mod client {
-    pub use super::stub::*;
+    pub use crate::client::*;
+    pub use crate::failover::classify::AttemptOutcome;
+    pub use crate::failover::log;
+    pub use crate::failover::{ClientOption, Endpoint, RetryConfig};
+    pub use crate::failover::{Event, EventHandler};
 }
 
 pub mod config;

@@ -14,8 +14,6 @@ pub const DEFAULT_CALL_DEADLINE_MS: u32 = 0;
 pub const DEFAULT_WAIT_PRIMARY: bool = true;
 /// Spread applied before following a primary announced by `waitPrimary` (F18).
 pub const WAIT_PRIMARY_SPREAD: Duration = Duration::from_millis(5);
-/// Replies with a wrong `seq` tolerated on one connection before it counts as broken (F9).
-pub const MAX_STRAY_REPLIES: u32 = 16;
 
 /// One knob, as set through `xcecli_set_option` (F15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -836,8 +836,9 @@ int xcecli_set_option(xcecli_ctx_t ctx, int opt, int64_t value);
 /**
  * Sets (or with `cb` NULL, removes) the reconnect handler of `ctx` (F10). `arg` is passed
  * back to `cb` unchanged and must stay valid until the handler is replaced or the context
- * stopped; `cb` runs on the thread of the call that reconnected. Returns 0, or -EINVAL for a
- * NULL ctx. Thread-safe.
+ * stopped; `cb` runs on the thread of the call that reconnected, while the context is
+ * reserved for that thread: it may call ops on `ctx` itself, but must not wait for another
+ * thread that uses the same ctx. Returns 0, or -EINVAL for a NULL ctx. Thread-safe.
  */
 int xcecli_set_reconnect_handler(xcecli_ctx_t ctx, xcecli_reconnect_cb cb, void *arg);
 

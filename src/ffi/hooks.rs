@@ -55,8 +55,9 @@ pub type xcecli_reconnect_cb = Option<extern "C" fn(ctx: xcecli_ctx_t, arg: *mut
 
 /// Sets (or with `cb` NULL, removes) the reconnect handler of `ctx` (F10). `arg` is passed
 /// back to `cb` unchanged and must stay valid until the handler is replaced or the context
-/// stopped; `cb` runs on the thread of the call that reconnected. Returns 0, or -EINVAL for a
-/// NULL ctx. Thread-safe.
+/// stopped; `cb` runs on the thread of the call that reconnected, while the context is
+/// reserved for that thread: it may call ops on `ctx` itself, but must not wait for another
+/// thread that uses the same ctx. Returns 0, or -EINVAL for a NULL ctx. Thread-safe.
 #[no_mangle]
 pub extern "C" fn xcecli_set_reconnect_handler(
     ctx: xcecli_ctx_t,

@@ -1,0 +1,183 @@
+//! `xce-controller run`: one controller node — Raft, its RPC listener, the client server,
+//! self-initialisation of a brand-new cluster and the role-change log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{Config, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+
+use crate::config::RunArgs;
+use crate::net::NetFactory;
+use crate::server::{self, Ctx};
+use crate::store::{self, LogStore, StateMachineStore};
+use crate::types::{NodeId, Raft};
+use crate::{net, tls};
+
+/// Delay between members trying to initialise a brand-new cluster, by rank of id: the lowest
+/// id tries at once, the next one only if the cluster is still uninitialised after this, …
+pub const INIT_STAGGER: Duration = Duration::from_millis(500);
+
+pub fn run(args: RunArgs) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("node {}: runtime: {e}", args.id);
+            return 1;
+        }
+    };
+    let id = args.id;
+    match rt.block_on(run_node(args)) {
+        Ok(()) => {
+            rt.shutdown_timeout(Duration::from_secs(1));
+            0
+        }
+        Err(e) => {
+            eprintln!("node {id}: {e}");
+            1
+        }
+    }
+}
+
+async fn run_node(args: RunArgs) -> Result<(), String> {
+    let id = args.id;
+    let tls = match (&args.opts.tls_cert, &args.opts.tls_key) {
+        (Some(c), Some(k)) => Some(tls::acceptor(c, k, args.opts.tls_client_ca.as_deref())?),
+        _ => None,
+    };
+    let db = store::open_db(&args.data)?;
+    let log = LogStore::new(db.clone());
+    let sm = StateMachineStore::open(id, db).map_err(|e| format!("state machine: {e}"))?;
+    let applied = sm.applied.clone();
+
+    let me = args.spec.nodes[&id].clone();
+    let client_l = TcpListener::bind(&me.client)
+        .await
+        .map_err(|e| format!("bind {}: {e}", me.client))?;
+    let raft_l = TcpListener::bind(&me.raft)
+        .await
+        .map_err(|e| format!("bind {}: {e}", me.raft))?;
+
+    let o = &args.opts;
+    let config = Config {
+        cluster_name: o.cluster_name.clone(),
+        heartbeat_interval: o.heartbeat_ms,
+        election_timeout_min: o.election_min_ms,
+        election_timeout_max: o.election_max_ms,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
+        max_in_snapshot_log_to_keep: o.snapshot_logs,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| format!("raft config: {e}"))?;
+    let raft = Raft::new(id, Arc::new(config), NetFactory, log, sm)
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
+
+    tokio::spawn(net::serve(raft_l, raft.clone(), id));
+    tokio::spawn(log_roles(raft.clone(), id));
+    tokio::spawn(initialize(raft.clone(), args.clone()));
+    let ctx = Arc::new(Ctx {
+        id,
+        raft: raft.clone(),
+        applied,
+        spec: args.spec.clone(),
+        opts: args.opts.clone(),
+        limits: xce::wire::Limits::default(),
+    });
+    tokio::spawn(server::serve(client_l, ctx, tls));
+    eprintln!(
+        "node {id}: serving clients on {}{} (raft {})",
+        me.client,
+        if args.opts.tls_cert.is_some() {
+            " with TLS"
+        } else {
+            ""
+        },
+        me.raft
+    );
+
+    wait_for_signal().await;
+    eprintln!("node {id}: shutting down");
+    let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers the node runs until killed.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// C1: a brand-new cluster initialises itself once. Every member whose store is empty tries,
+/// staggered by rank so the lowest id normally wins; a later try finds the cluster initialised
+/// (it has a vote or a log by then) and openraft refuses it harmlessly. Identical membership
+/// in every try keeps even a simultaneous double initialisation consistent.
+async fn initialize(raft: Raft, args: RunArgs) {
+    let rank = args
+        .spec
+        .nodes
+        .keys()
+        .position(|&n| n == args.id)
+        .unwrap_or(0) as u32;
+    tokio::time::sleep(INIT_STAGGER * rank).await;
+    match raft.is_initialized().await {
+        Ok(false) => {}
+        _ => return,
+    }
+    match raft.initialize(args.spec.nodes.clone()).await {
+        Ok(()) => eprintln!(
+            "node {}: initialised a new cluster of {} nodes",
+            args.id,
+            args.spec.nodes.len()
+        ),
+        Err(e) => eprintln!("node {}: initialise skipped: {e}", args.id),
+    }
+}
+
+fn role_name(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "primary",
+        ServerState::Follower => "standby",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// C8: one stderr line per change of role, term or leader.
+async fn log_roles(raft: Raft, id: NodeId) {
+    let mut rx = raft.metrics();
+    let mut last = None;
+    loop {
+        let now = {
+            let m = rx.borrow_and_update();
+            (m.state, m.current_term, m.current_leader)
+        };
+        if last != Some(now) {
+            let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
+            eprintln!(
+                "node {id}: role={} term={} leader={leader}",
+                role_name(now.0),
+                now.1
+            );
+            last = Some(now);
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! The client protocol server (protocol.md): framed Cap'n Proto requests over TCP or TLS,
+//! answered in order on each connection, with sessions bound to the connection.
+//!
+//! Role → status (C2), reads through a read index and writes through the log (C3), sessions
+//! and AUTH (protocol.md "Sessions"), bad input and resource limits (C9).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::ServerState;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+use xce::error::{E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
+
+use crate::config::{ClusterSpec, NodeOpts};
+use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
+use crate::store::SharedApplied;
+use crate::types::{CtrlNode, NodeId, Raft};
+
+/// Longest a `waitPrimary` is held, whatever the client asks.
+pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
+/// Longest a read waits for its read index, or a write for its commit, before the client gets
+/// NOT_READY (a write may still commit: the client re-sends it with the same request id).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A frame that started arriving must be complete within this time (slow-loris guard, C9).
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read chunk size.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Everything a connection needs, shared by all of them.
+pub struct Ctx {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub applied: SharedApplied,
+    pub spec: ClusterSpec,
+    pub opts: NodeOpts,
+    pub limits: wire::Limits,
+}
+
+/// A joined session: bound to the connection it was made on, never replicated.
+#[derive(Debug, Clone)]
+struct Session {
+    role: Role,
+    #[allow(dead_code)]
+    host: String,
+    #[allow(dead_code)]
+    id: u64,
+}
+
+/// Accepts client connections up to the connection limit; each is served by its own task.
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor>) {
+    let slots = Arc::new(Semaphore::new(ctx.opts.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("node {}: accept: {e}", ctx.id);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            eprintln!("node {}: connection limit reached, closing {peer}", ctx.id);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tls {
+                None => serve_conn(&ctx, stream, peer).await,
+                Some(acc) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
+                        Ok(Ok(s)) => serve_conn(&ctx, s, peer).await,
+                        Ok(Err(e)) => {
+                            eprintln!("node {}: {peer}: TLS handshake failed: {e}", ctx.id)
+                        }
+                        Err(_) => eprintln!("node {}: {peer}: TLS handshake timed out", ctx.id),
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer: SocketAddr) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut session: Option<Session> = None;
+    let mut out = Vec::new();
+    loop {
+        // Serve every complete frame already received, in order.
+        loop {
+            let n = match wire::frame_len(&buf, &ctx.limits) {
+                Ok(Some(n)) if n <= buf.len() => n,
+                Ok(_) => break,
+                Err(e) => {
+                    eprintln!("node {}: {peer}: bad frame ({e}), closing", ctx.id);
+                    return;
+                }
+            };
+            let req = match wire::decode_request(&buf[..n], &ctx.limits) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("node {}: {peer}: malformed request ({e}), closing", ctx.id);
+                    return;
+                }
+            };
+            buf.drain(..n);
+            if let Some(reply) = handle(ctx, &mut session, req).await {
+                out.clear();
+                wire::encode_reply(&reply, &mut out);
+                if let Err(e) = s.write_all(&out).await.and(s.flush().await) {
+                    eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
+                    return;
+                }
+            }
+        }
+        let wait = if buf.is_empty() {
+            ctx.opts.idle_timeout
+        } else {
+            ctx.opts.idle_timeout.min(FRAME_TIMEOUT)
+        };
+        match tokio::time::timeout(wait, s.read(&mut chunk)).await {
+            Err(_) if buf.is_empty() => {
+                eprintln!("node {}: {peer}: idle for {wait:?}, closing", ctx.id);
+                return;
+            }
+            Err(_) => {
+                eprintln!(
+                    "node {}: {peer}: half-sent frame ({} bytes) timed out, closing",
+                    ctx.id,
+                    buf.len()
+                );
+                return;
+            }
+            Ok(Ok(0)) => {
+                if !buf.is_empty() {
+                    eprintln!(
+                        "node {}: {peer}: closed mid-frame ({} bytes), dropping",
+                        ctx.id,
+                        buf.len()
+                    );
+                }
+                return;
+            }
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+            Ok(Err(e)) => {
+                if e.kind() != std::io::ErrorKind::ConnectionReset {
+                    eprintln!("node {}: {peer}: read failed: {e}", ctx.id);
+                }
+                return;
+            }
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    crate::now_ms()
+}
+
+fn role_of(state: ServerState, initialized: bool) -> ControllerRole {
+    match state {
+        _ if !initialized => ControllerRole::Initializing,
+        ServerState::Leader => ControllerRole::Primary,
+        ServerState::Follower => ControllerRole::Standby,
+        ServerState::Candidate => ControllerRole::Candidate,
+        ServerState::Learner | ServerState::Shutdown => ControllerRole::Initializing,
+    }
+}
+
+impl Ctx {
+    fn node(&self, id: NodeId) -> Option<&CtrlNode> {
+        self.spec.nodes.get(&id)
+    }
+
+    /// This controller's view of the cluster (C8): its role, the term, the primary.
+    pub fn info(&self) -> ControllerInfo {
+        let m = self.raft.metrics().borrow().clone();
+        let initialized = m.membership_config.membership().nodes().next().is_some();
+        let mut info = ControllerInfo {
+            id: self.id as u32,
+            role: role_of(m.state, initialized),
+            term: m.current_term,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol_version: wire::PROTOCOL_VERSION,
+            ..Default::default()
+        };
+        if let Some(l) = m.current_leader {
+            info.primary_id = l as u32;
+            if let Some((h, p)) = self.node(l).and_then(|n| split_addr(&n.client)) {
+                info.primary_host = h;
+                info.primary_port = p;
+            }
+        }
+        info
+    }
+
+    /// The reply of a node that cannot serve `op` itself (C2). `leader_hint` is a leader
+    /// named by a failed read/write, if any.
+    fn not_primary(&self, seq: u64, op: &Op, leader_hint: Option<NodeId>) -> Reply {
+        let m = self.raft.metrics().borrow().clone();
+        let initialized = m.membership_config.membership().nodes().next().is_some();
+        let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
+        let status = match (initialized, m.state, leader) {
+            (false, _, _) => E_XCE_NOT_READY,
+            (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
+            (_, _, Some(_)) => E_XCE_STANDBY,
+            (_, ServerState::Follower | ServerState::Learner, None) => E_XCE_NOMASTER,
+            // Candidate, or a leader that cannot reach a quorum: an election is (about to be) on.
+            _ => E_XCE_NOT_READY,
+        };
+        let mut r = Reply::status(seq, -status);
+        if let Some((h, p)) = leader
+            .and_then(|l| self.node(l))
+            .and_then(|n| split_addr(&n.client))
+        {
+            r.redirect_host = h;
+            r.redirect_port = p;
+        }
+        r
+    }
+
+    /// C3 read barrier: returns `None` when this node may answer from its applied state.
+    async fn read_barrier(&self, seq: u64, op: &Op) -> Option<Reply> {
+        match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Some(self.forward_reply(seq, op, &f))
+            }
+            Ok(Err(_)) | Err(_) => Some(self.not_primary_busy(seq, op)),
+        }
+    }
+
+    fn forward_reply(&self, seq: u64, op: &Op, f: &ForwardToLeader<NodeId, CtrlNode>) -> Reply {
+        self.not_primary(seq, op, f.leader_id)
+    }
+
+    /// A leader that could not confirm its leadership or commit in time: NOT_READY, unless it
+    /// has meanwhile learnt of another leader.
+    fn not_primary_busy(&self, seq: u64, op: &Op) -> Reply {
+        let r = self.not_primary(seq, op, None);
+        if r.status == -E_XCE_STANDBY || r.status == -E_XCE_REDIRECT {
+            r
+        } else {
+            Reply::status(seq, -E_XCE_NOT_READY)
+        }
+    }
+
+    /// C3 write: commit through the log, then answer with the applied outcome.
+    async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
+        let p = Proposal {
+            client_id: req.client_id,
+            request_id: req.request_id,
+            now_ms: now_ms(),
+            cmd,
+        };
+        match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.client_write(p)).await {
+            Ok(Ok(resp)) => Ok(resp.data),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(self.forward_reply(req.seq, &req.op, &f))
+            }
+            Ok(Err(_)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
+        }
+    }
+
+    fn host_timeout_ms(&self) -> i64 {
+        self.opts.host_timeout.as_millis() as i64
+    }
+}
+
+/// `host:port` → (host, port).
+pub fn split_addr(a: &str) -> Option<(String, u16)> {
+    let (h, p) = a.rsplit_once(':')?;
+    Some((h.to_string(), p.parse().ok()?))
+}
+
+fn outcome_reply(seq: u64, o: Outcome) -> Reply {
+    let data = match o.data {
+        OutData::None => ReplyData::None,
+        OutData::JobId(id) => ReplyData::JobId(id),
+        OutData::TaskId(id) => ReplyData::TaskId(id),
+        OutData::SessionId(id) => ReplyData::SessionId(id),
+    };
+    Reply {
+        seq,
+        status: o.status,
+        redirect_host: String::new(),
+        redirect_port: 0,
+        data,
+    }
+}
+
+fn role_from_wire(r: wire::SessionRole) -> Role {
+    match r {
+        wire::SessionRole::Worker => Role::Worker,
+        wire::SessionRole::Scheduler => Role::Scheduler,
+        wire::SessionRole::ApiServer => Role::ApiServer,
+        wire::SessionRole::Client => Role::Client,
+    }
+}
+
+/// The session role an op needs on its connection, if any (protocol.md "Sessions").
+fn required_role(op: &Op) -> Option<Role> {
+    match op {
+        Op::Heartbeat { .. }
+        | Op::Notify(_)
+        | Op::UpdateResvals { .. }
+        | Op::UpdateJusage { .. } => Some(Role::Worker),
+        Op::JobDispatch { .. } | Op::SetPendReason { .. } | Op::ClearReason { .. } => {
+            Some(Role::Scheduler)
+        }
+        _ => None,
+    }
+}
+
+/// The replicated command of a write op (`None` for reads and local ops).
+fn command_of(op: &Op) -> Option<Cmd> {
+    Some(match op {
+        Op::Join(j) => Cmd::Join {
+            role: role_from_wire(j.role),
+            host: j.host.clone(),
+            ncpus: j.ncpus,
+            mem_mb: j.mem_mb,
+            attrs: j
+                .attrs
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
+        },
+        Op::JobSubmit(spec) => Cmd::JobSubmit(state::job_from_spec(spec)),
+        Op::JobDispatch { job_id, host } => Cmd::JobDispatch {
+            job_id: *job_id,
+            host: host.clone(),
+        },
+        Op::JobCtrl { job_id, action } => Cmd::JobCtrl {
+            job_id: *job_id,
+            action: match action {
+                wire::JobAction::Kill => state::JobAction::Kill,
+                wire::JobAction::Suspend => state::JobAction::Suspend,
+                wire::JobAction::Resume => state::JobAction::Resume,
+                wire::JobAction::Requeue => state::JobAction::Requeue,
+            },
+        },
+        Op::QueueCtrl { queue, action } => Cmd::QueueCtrl {
+            queue: queue.clone(),
+            action: match action {
+                wire::QueueAction::Open => state::QueueAction::Open,
+                wire::QueueAction::Close => state::QueueAction::Close,
+                wire::QueueAction::Activate => state::QueueAction::Activate,
+                wire::QueueAction::Inactivate => state::QueueAction::Inactivate,
+            },
+        },
+        Op::HostCtrl { host, action } => Cmd::HostCtrl {
+            host: host.clone(),
+            open: *action == wire::HostAction::Open,
+        },
+        Op::UpdateResvals { host, resvals } => Cmd::UpdateResvals {
+            host: host.clone(),
+            resvals: resvals
+                .iter()
+                .map(|r| (r.name.clone(), r.value.clone()))
+                .collect(),
+        },
+        Op::UpdateJusage { job_id, usage } => Cmd::UpdateJusage {
+            job_id: *job_id,
+            cpu_ms: usage.cpu_ms,
+            mem_kb: usage.mem_kb,
+        },
+        Op::RunTask { host, command } => Cmd::RunTask {
+            host: host.clone(),
+            command: command.clone(),
+        },
+        Op::SetPendReason { job_id, reason } => Cmd::SetPendReason {
+            job_id: *job_id,
+            reason: reason.clone(),
+        },
+        Op::ClearReason { job_id } => Cmd::ClearReason { job_id: *job_id },
+        Op::Notify(n) => Cmd::Notify {
+            kind: match n.kind {
+                wire::NotifyKind::JobStart => state::NotifyKind::JobStart,
+                wire::NotifyKind::JobFinish => state::NotifyKind::JobFinish,
+                wire::NotifyKind::JobFail => state::NotifyKind::JobFail,
+                wire::NotifyKind::JobStop => state::NotifyKind::JobStop,
+                wire::NotifyKind::JobChkpt => state::NotifyKind::JobChkpt,
+            },
+            job_id: n.job_id,
+            exit_code: n.exit_code,
+        },
+        Op::Heartbeat { host } => Cmd::Heartbeat { host: host.clone() },
+        _ => return None,
+    })
+}
+
+/// Serves one request; `None` when no reply is to be sent (`noReply`).
+async fn handle(ctx: &Ctx, session: &mut Option<Session>, req: Request) -> Option<Reply> {
+    let reply = answer(ctx, session, &req).await;
+    if req.no_reply {
+        if reply.status < 0 {
+            eprintln!(
+                "node {}: fire-and-forget {} (seq {}) dropped: status {}",
+                ctx.id,
+                req.op.name(),
+                req.seq,
+                reply.status
+            );
+        }
+        None
+    } else {
+        Some(reply)
+    }
+}
+
+async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Reply {
+    let seq = req.seq;
+    // Answered by any node, whatever its role.
+    if let Op::WaitPrimary { timeout_ms } = req.op {
+        return Reply::ok(
+            seq,
+            ReplyData::CtrlInfo(wait_primary(ctx, timeout_ms).await),
+        );
+    }
+    // C2: only the primary serves anything else.
+    let is_leader = ctx.raft.metrics().borrow().state == ServerState::Leader;
+    if !is_leader {
+        let mut r = ctx.not_primary(seq, &req.op, None);
+        if matches!(req.op, Op::Hello(_)) {
+            r.data = ReplyData::CtrlInfo(ctx.info());
+        }
+        return r;
+    }
+    if let Some(need) = required_role(&req.op) {
+        if session.as_ref().map(|s| s.role) != Some(need) {
+            return Reply::status(seq, -E_XCE_AUTH);
+        }
+    }
+    if let Some(cmd) = command_of(&req.op) {
+        return match ctx.write(req, cmd).await {
+            Ok(o) => {
+                if let (Op::Join(j), OutData::SessionId(id)) = (&req.op, &o.data) {
+                    if o.status == 0 {
+                        *session = Some(Session {
+                            role: role_from_wire(j.role),
+                            host: j.host.clone(),
+                            id: *id,
+                        });
+                    }
+                }
+                outcome_reply(seq, o)
+            }
+            Err(r) => r,
+        };
+    }
+    if matches!(req.op, Op::Nop) {
+        return Reply::status(seq, 0);
+    }
+    // Reads: confirm leadership and wait for the read index to be applied (C3).
+    if let Some(r) = ctx.read_barrier(seq, &req.op).await {
+        return r;
+    }
+    read(ctx, req)
+}
+
+fn read(ctx: &Ctx, req: &Request) -> Reply {
+    let seq = req.seq;
+    let a = ctx.applied.read().expect("state lock");
+    let st = &a.state;
+    let enoent = || Reply::status(seq, -libc::ENOENT);
+    match &req.op {
+        Op::Hello(_) => Reply::ok(seq, ReplyData::CtrlInfo(ctx.info())),
+        Op::JobList(f) => Reply::ok(seq, ReplyData::Jobs(st.jobs(f))),
+        Op::JobInfo { job_id } => st
+            .job(*job_id)
+            .map_or_else(enoent, |j| Reply::ok(seq, ReplyData::Job(j))),
+        Op::ResList => Reply::ok(seq, ReplyData::Resources(st.resources())),
+        Op::WorkerList => Reply::ok(
+            seq,
+            ReplyData::Hosts(st.hosts(now_ms(), ctx.host_timeout_ms())),
+        ),
+        Op::ResVal { host } => st
+            .resvals(host)
+            .map_or_else(enoent, |r| Reply::ok(seq, ReplyData::ResVals(r))),
+        Op::ClusterConf => {
+            let info = ctx.info();
+            let controllers = ctx
+                .spec
+                .nodes
+                .iter()
+                .map(|(&id, n)| {
+                    let (host, port) = split_addr(&n.client).unwrap_or_default();
+                    wire::ControllerEntry {
+                        id: id as u32,
+                        host,
+                        port,
+                        role: if id as u32 == info.primary_id {
+                            ControllerRole::Primary
+                        } else {
+                            ControllerRole::Standby
+                        },
+                    }
+                })
+                .collect();
+            Reply::ok(
+                seq,
+                ReplyData::ClusterConf(wire::ClusterConf {
+                    cluster_name: ctx.opts.cluster_name.clone(),
+                    controllers,
+                    primary_id: info.primary_id,
+                    term: info.term,
+                    queues: st.queues(),
+                }),
+            )
+        }
+        other => {
+            eprintln!(
+                "node {}: unexpected op {} in read path",
+                ctx.id,
+                other.name()
+            );
+            Reply::status(seq, -libc::EINVAL)
+        }
+    }
+}
+
+/// `waitPrimary`: answers as soon as a primary is known (this node's metrics watch channel,
+/// no polling), or at the timeout with `primary_id = 0`.
+async fn wait_primary(ctx: &Ctx, timeout_ms: u32) -> ControllerInfo {
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(timeout_ms as u64).min(MAX_WAIT_PRIMARY);
+    let mut rx = ctx.raft.metrics();
+    loop {
+        if rx.borrow_and_update().current_leader.is_some() {
+            return ctx.info();
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) | Err(_) => break,
+        }
+    }
+    let mut info = ctx.info();
+    info.primary_id = 0;
+    info.primary_host.clear();
+    info.primary_port = 0;
+    info
+}

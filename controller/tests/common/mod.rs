@@ -1,0 +1,394 @@
+//! Test harness: real `xce-controller` processes on loopback, a small blocking client made of
+//! std `TcpStream` + the wire API, deadlines on every wait, and cleanup in `Drop` (children
+//! are killed — after SIGCONT, in case a test stopped one — even when a test panics).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_xce-controller");
+/// Upper bound for a fresh cluster to elect and serve.
+pub const STARTUP: Duration = Duration::from_secs(20);
+/// Per-request socket timeout of the test client.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `n` currently free loopback ports (bound once to find them, then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// A controller cluster of real processes; every node's stderr goes to `DIR/node-N.log`.
+pub struct Ctrl {
+    pub dir: tempfile::TempDir,
+    pub spec: String,
+    pub clients: BTreeMap<u64, String>,
+    pub extra: Vec<String>,
+    procs: BTreeMap<u64, Child>,
+}
+
+impl Ctrl {
+    /// Starts `n` nodes with extra `run` flags.
+    pub fn start(n: u64, extra: &[&str]) -> Ctrl {
+        let ports = free_ports(2 * n as usize);
+        let mut clients = BTreeMap::new();
+        let mut spec = Vec::new();
+        for i in 0..n as usize {
+            let c = format!("127.0.0.1:{}", ports[2 * i]);
+            let r = format!("127.0.0.1:{}", ports[2 * i + 1]);
+            spec.push(format!("{}={c}/{r}", i + 1));
+            clients.insert(i as u64 + 1, c);
+        }
+        let mut ctrl = Ctrl {
+            dir: tempfile::tempdir().unwrap(),
+            spec: spec.join(","),
+            clients,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            procs: BTreeMap::new(),
+        };
+        for id in 1..=n {
+            ctrl.start_node(id);
+        }
+        ctrl
+    }
+
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    pub fn start_node(&mut self, id: u64) {
+        assert!(!self.procs.contains_key(&id), "node {id} already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("run")
+            .args(["--id", &id.to_string(), "--cluster", &self.spec])
+            .arg("--data")
+            .arg(self.dir.path().join(format!("data-{id}")))
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.procs.insert(id, child);
+    }
+
+    pub fn pid(&self, id: u64) -> i32 {
+        self.procs[&id].id() as i32
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&mut self, id: u64) {
+        if let Some(mut c) = self.procs.remove(&id) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn signal(&self, id: u64, sig: i32) {
+        // SAFETY: kill(2) on our own, not yet reaped child.
+        unsafe { libc::kill(self.pid(id), sig) };
+    }
+
+    pub fn running(&self) -> Vec<u64> {
+        self.procs.keys().copied().collect()
+    }
+
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
+    }
+
+    pub fn all_logs(&self) -> String {
+        self.clients
+            .keys()
+            .map(|&id| format!("--- node {id}\n{}", self.log(id)))
+            .collect()
+    }
+
+    pub fn client(&self, id: u64) -> Client {
+        Client::connect(&self.clients[&id])
+    }
+
+    /// The node (among `candidates`) that answers `hello` as primary with status 0, waiting
+    /// up to `timeout`.
+    pub fn wait_primary_among(&self, candidates: &[u64], timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for &id in candidates {
+                if let Some(mut c) =
+                    Client::try_connect(&self.clients[&id], Duration::from_millis(500))
+                {
+                    c.set_timeout(Duration::from_secs(2));
+                    if let Ok(r) = c.try_call(hello()) {
+                        if r.status == 0 {
+                            if let ReplyData::CtrlInfo(i) = &r.data {
+                                if i.role == ControllerRole::Primary {
+                                    return id;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no primary within {timeout:?}\n{}",
+                self.all_logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn wait_primary(&self, timeout: Duration) -> u64 {
+        let ids = self.running();
+        self.wait_primary_among(&ids, timeout)
+    }
+
+    /// Waits for a primary and for every other running node to follow it (a fresh node is
+    /// NOT_READY until the primary's first append reaches it).
+    pub fn wait_settled(&self, timeout: Duration) -> u64 {
+        let p = self.wait_primary(timeout);
+        let paddr = self.clients[&p].clone();
+        for s in self.running().into_iter().filter(|&s| s != p) {
+            self.wait_until(&format!("node {s} follows {p}"), timeout, || {
+                let Some(mut c) =
+                    Client::try_connect(&self.clients[&s], Duration::from_millis(500))
+                else {
+                    return false;
+                };
+                c.try_call(Op::ResList).is_ok_and(|r| {
+                    r.status == -xce::error::E_XCE_STANDBY
+                        && r.redirect_host.clone() + ":" + &r.redirect_port.to_string() == paddr
+                })
+            });
+        }
+        p
+    }
+
+    /// Waits until `f` holds, or fails the test with the nodes' logs.
+    pub fn wait_until(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !f() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.all_logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Ctrl {
+    fn drop(&mut self) {
+        for (_, c) in self.procs.iter_mut() {
+            // A SIGSTOPped child still dies of SIGKILL; SIGCONT first anyway so nothing lingers.
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.all_logs());
+        }
+    }
+}
+
+pub trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+/// A blocking client: one request in flight, replies matched by `seq`.
+pub struct Client {
+    pub stream: Box<dyn Stream>,
+    tcp: TcpStream,
+    pub seq: u64,
+    pub client_id: [u8; 16],
+    pub next_request_id: u64,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: &str) -> Client {
+        Client::try_connect(addr, IO_TIMEOUT).unwrap_or_else(|| panic!("connect {addr}"))
+    }
+
+    pub fn try_connect(addr: &str, timeout: Duration) -> Option<Client> {
+        let tcp = TcpStream::connect_timeout(&addr.parse().unwrap(), timeout).ok()?;
+        Some(Client::over(Box::new(tcp.try_clone().ok()?), tcp))
+    }
+
+    pub fn over(stream: Box<dyn Stream>, tcp: TcpStream) -> Client {
+        tcp.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        tcp.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut client_id = [0u8; 16];
+        client_id[..8].copy_from_slice(&rand_u64().to_le_bytes());
+        client_id[8..].copy_from_slice(&rand_u64().to_le_bytes());
+        Client {
+            stream,
+            tcp,
+            seq: 0,
+            client_id,
+            next_request_id: 1,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.tcp.set_read_timeout(Some(t)).unwrap();
+    }
+
+    /// The request for `op`: writes get the next request id.
+    pub fn request(&mut self, op: Op) -> Request {
+        self.seq += 1;
+        let request_id = if op.kind() == wire::OpKind::Write {
+            self.next_request_id += 1;
+            self.next_request_id - 1
+        } else {
+            0
+        };
+        Request {
+            seq: self.seq,
+            client_id: self.client_id,
+            request_id,
+            no_reply: false,
+            op,
+        }
+    }
+
+    pub fn send(&mut self, req: &Request) -> std::io::Result<()> {
+        let mut out = Vec::new();
+        wire::encode_request(req, &mut out);
+        self.stream.write_all(&out)?;
+        self.stream.flush()
+    }
+
+    pub fn recv(&mut self) -> Result<Reply, xce::Error> {
+        wire::read_frame(&mut self.stream, &wire::Limits::default(), &mut self.buf)?;
+        wire::decode_reply(&self.buf, &wire::Limits::default())
+    }
+
+    /// Sends `req` and returns its reply (checking the echoed seq).
+    pub fn try_send_recv(&mut self, req: &Request) -> Result<Reply, xce::Error> {
+        self.send(req).map_err(|e| xce::Error::from_io(&e))?;
+        let r = self.recv()?;
+        assert_eq!(r.seq, req.seq, "reply seq");
+        Ok(r)
+    }
+
+    pub fn try_call(&mut self, op: Op) -> Result<Reply, xce::Error> {
+        let req = self.request(op);
+        self.try_send_recv(&req)
+    }
+
+    pub fn call(&mut self, op: Op) -> Reply {
+        let name = op.name();
+        self.try_call(op).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    /// Calls and asserts success.
+    pub fn ok(&mut self, op: Op) -> ReplyData {
+        let name = op.name();
+        let r = self.call(op);
+        assert_eq!(r.status, 0, "{name} failed: {r:?}");
+        r.data
+    }
+
+    /// Fire-and-forget: `noReply` set, nothing read.
+    pub fn fire(&mut self, op: Op) {
+        let mut req = self.request(op);
+        req.no_reply = true;
+        self.send(&req).unwrap();
+    }
+
+    /// True once the server has closed this connection (EOF or reset within `timeout`).
+    pub fn closed_within(&mut self, timeout: Duration) -> bool {
+        self.set_timeout(timeout);
+        let mut b = [0u8; 64];
+        match self.stream.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
+    }
+}
+
+pub fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos() ^ std::process::id() as u128);
+    h.finish()
+}
+
+pub fn hello() -> Op {
+    Op::Hello(wire::Hello {
+        client_name: "test".into(),
+        protocol_version: wire::PROTOCOL_VERSION,
+    })
+}
+
+pub fn info(r: &Reply) -> ControllerInfo {
+    match &r.data {
+        ReplyData::CtrlInfo(i) => i.clone(),
+        other => panic!("expected ctrlInfo, got {other:?}"),
+    }
+}
+
+pub fn submit(job_id: u64, user: &str, queue: &str) -> Op {
+    Op::JobSubmit(wire::JobSpec {
+        job_id,
+        name: format!("job{job_id}"),
+        user: user.into(),
+        queue: queue.into(),
+        command: "sleep 1".into(),
+        ncpus: 1,
+        mem_mb: 64,
+    })
+}
+
+pub fn job(r: ReplyData) -> wire::Job {
+    match r {
+        ReplyData::Job(j) => j,
+        other => panic!("expected job, got {other:?}"),
+    }
+}
+
+pub fn join(role: wire::SessionRole, host: &str) -> Op {
+    Op::Join(wire::Join {
+        role,
+        host: host.into(),
+        ncpus: 4,
+        mem_mb: 8192,
+        attrs: vec![wire::KeyValue {
+            key: "arch".into(),
+            value: "x86_64".into(),
+        }],
+    })
+}
+
+/// `host:port` of a redirect hint.
+pub fn hint(r: &Reply) -> String {
+    format!("{}:{}", r.redirect_host, r.redirect_port)
+}
+
+pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}

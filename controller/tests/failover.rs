@@ -1,0 +1,222 @@
+//! Three real controller processes: roles and redirects (C2), failover on `kill -9`, restart
+//! from the data directory, durability of acknowledged writes, exactly-once re-sends (C4),
+//! no stale reads from a deposed primary (C3), snapshot catch-up.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce::wire::{ControllerRole, JobAction, JobFilter, JobState, Op, ReplyData, SessionRole};
+
+/// Default election timeout is 300–600 ms; allow for detection, the vote round, the first
+/// commit and a loaded debug build.
+const FAILOVER_BOUND: Duration = Duration::from_secs(5);
+
+fn others(ids: &[u64], not: u64) -> Vec<u64> {
+    ids.iter().copied().filter(|&i| i != not).collect()
+}
+
+#[test]
+fn standbys_redirect_failover_rejoin_and_exactly_once() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let paddr = ctrl.clients[&p].clone();
+
+    // C2: each standby redirects `join` and refuses other ops with the primary's address.
+    for s in others(&[1, 2, 3], p) {
+        let mut c = ctrl.client(s);
+        let r = c.call(join(SessionRole::Worker, "h1"));
+        assert_eq!(
+            (r.status, hint(&r)),
+            (-E_XCE_REDIRECT, paddr.clone()),
+            "join on standby {s}"
+        );
+        let r = c.call(Op::JobInfo { job_id: 1 });
+        assert_eq!(
+            (r.status, hint(&r)),
+            (-E_XCE_STANDBY, paddr.clone()),
+            "jobinfo on standby {s}"
+        );
+        let r = c.call(submit(1, "u", ""));
+        assert_eq!(
+            (r.status, hint(&r)),
+            (-E_XCE_STANDBY, paddr.clone()),
+            "jobsubmit on standby {s}"
+        );
+        let r = c.call(hello());
+        assert_eq!(
+            (r.status, hint(&r)),
+            (-E_XCE_STANDBY, paddr.clone()),
+            "hello on standby {s}"
+        );
+        assert_eq!(info(&r).role, ControllerRole::Standby);
+        // waitPrimary is answered by any node.
+        let r = c.call(Op::WaitPrimary { timeout_ms: 2000 });
+        assert_eq!(r.status, 0);
+        assert_eq!(info(&r).primary_id as u64, p);
+    }
+
+    // Writes acknowledged before the kill.
+    let mut c = ctrl.client(p);
+    let submit_req = c.request(submit(1, "u", ""));
+    assert_eq!(
+        c.try_send_recv(&submit_req).unwrap().data,
+        ReplyData::JobId(1)
+    );
+    c.ok(join(SessionRole::Worker, "h1"));
+    let task_req = c.request(Op::RunTask {
+        host: "h1".into(),
+        command: "true".into(),
+    });
+    let task = c.try_send_recv(&task_req).unwrap().data;
+    assert!(matches!(task, ReplyData::TaskId(_)));
+    let term_before = info(&c.call(hello())).term;
+
+    // kill -9 the primary: a new one within the bound.
+    let killed_at = Instant::now();
+    ctrl.kill9(p);
+    let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), FAILOVER_BOUND);
+    let took = killed_at.elapsed();
+    eprintln!("failover: node {p} killed, node {q} primary after {took:?}");
+    assert!(took < FAILOVER_BOUND);
+
+    let mut c2 = ctrl.client(q);
+    // Same client, same request ids: the first replies, nothing changed.
+    c2.client_id = c.client_id;
+    assert!(info(&c2.call(hello())).term > term_before);
+    let j = job(c2.ok(Op::JobInfo { job_id: 1 }));
+    assert_eq!(j.state, JobState::Pend);
+    let mut resend = submit_req.clone();
+    resend.seq = 1000;
+    let r = c2.try_send_recv(&resend).unwrap();
+    assert_eq!(
+        (r.status, r.data),
+        (0, ReplyData::JobId(1)),
+        "re-sent submit returns its first reply"
+    );
+    let mut resend = task_req.clone();
+    resend.seq = 1001;
+    assert_eq!(
+        c2.try_send_recv(&resend).unwrap().data,
+        task,
+        "re-sent runtask returns the same task id"
+    );
+    match c2.ok(Op::JobList(JobFilter::default())) {
+        ReplyData::Jobs(j) => assert_eq!(j.len(), 1),
+        other => panic!("{other:?}"),
+    }
+
+    // The killed node restarts from its data dir and rejoins as a standby of q.
+    ctrl.start_node(p);
+    let qaddr = ctrl.clients[&q].clone();
+    ctrl.wait_until(
+        "restarted node is a standby of the new primary",
+        STARTUP,
+        || {
+            let Some(mut c) = Client::try_connect(&ctrl.clients[&p], Duration::from_millis(500))
+            else {
+                return false;
+            };
+            match c.try_call(Op::JobInfo { job_id: 1 }) {
+                Ok(r) => r.status == -E_XCE_STANDBY && hint(&r) == qaddr,
+                Err(_) => false,
+            }
+        },
+    );
+    // And it serves the acknowledged state when it becomes primary: make it so by killing q.
+    ctrl.kill9(q);
+    let r = ctrl.wait_primary_among(&others(&[1, 2, 3], q), FAILOVER_BOUND * 2);
+    let mut c3 = ctrl.client(r);
+    assert_eq!(job(c3.ok(Op::JobInfo { job_id: 1 })).user, "u");
+}
+
+#[test]
+fn deposed_primary_never_answers_stale_reads() {
+    let ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_primary(STARTUP);
+    let mut old = ctrl.client(p);
+    old.ok(submit(5, "u", ""));
+    assert_eq!(job(old.ok(Op::JobInfo { job_id: 5 })).state, JobState::Pend);
+
+    ctrl.signal(p, libc::SIGSTOP);
+    let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), STARTUP);
+    let mut new = ctrl.client(q);
+    new.ok(Op::JobCtrl {
+        job_id: 5,
+        action: JobAction::Kill,
+    });
+    assert_eq!(job(new.ok(Op::JobInfo { job_id: 5 })).state, JobState::Exit);
+
+    // The read is queued while the old primary is stopped: it is the first thing it sees.
+    let req = old.request(Op::JobInfo { job_id: 5 });
+    old.send(&req).unwrap();
+    ctrl.signal(p, libc::SIGCONT);
+    for round in 0..2 {
+        let r = if round == 0 {
+            old.recv().unwrap()
+        } else {
+            old.call(Op::JobInfo { job_id: 5 })
+        };
+        eprintln!(
+            "deposed primary {p}, read {round}: status {} hint {}",
+            r.status,
+            hint(&r)
+        );
+        match r.status {
+            0 => assert_eq!(
+                job(r.data).state,
+                JobState::Exit,
+                "stale read from a deposed primary"
+            ),
+            s => assert!(
+                [
+                    -E_XCE_STANDBY,
+                    -E_XCE_NOT_READY,
+                    -E_XCE_NOMASTER,
+                    -E_XCE_REDIRECT
+                ]
+                .contains(&s),
+                "unexpected status {s}"
+            ),
+        }
+    }
+    let h = old.call(hello());
+    assert!(h.status != 0 || info(&h).role != ControllerRole::Primary || info(&h).id as u64 != p);
+}
+
+#[test]
+fn restarted_node_catches_up_from_a_snapshot() {
+    let mut ctrl = Ctrl::start(3, &["--snapshot-logs", "10"]);
+    let p = ctrl.wait_primary(STARTUP);
+    let s = others(&[1, 2, 3], p)[0];
+    ctrl.kill9(s);
+    let mut c = ctrl.client(p);
+    for id in 1..=40 {
+        c.ok(submit(id, "u", ""));
+    }
+    ctrl.start_node(s);
+    ctrl.wait_until("snapshot installed on the restarted node", STARTUP, || {
+        ctrl.log(s)
+            .contains(&format!("node {s}: installed snapshot"))
+    });
+    // The restarted node now holds everything: make it serve by killing the primary.
+    ctrl.kill9(p);
+    let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), STARTUP);
+    let mut c = ctrl.client(q);
+    match c.ok(Op::JobList(JobFilter::default())) {
+        ReplyData::Jobs(j) => assert_eq!(j.len(), 40),
+        other => panic!("{other:?}"),
+    }
+    // The old primary restarts from its own snapshot + log and rejoins.
+    ctrl.start_node(p);
+    let qaddr = ctrl.clients[&q].clone();
+    ctrl.wait_until("old primary rejoins", STARTUP, || {
+        let Some(mut c) = Client::try_connect(&ctrl.clients[&p], Duration::from_millis(500)) else {
+            return false;
+        };
+        c.try_call(Op::ResList)
+            .is_ok_and(|r| r.status == -E_XCE_STANDBY && hint(&r) == qaddr)
+    });
+}

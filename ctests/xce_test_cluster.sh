@@ -11,6 +11,12 @@ port=$(free_port); raft=$(free_port)
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
+# Wait (bounded) until the node accepts connections.
+for _ in $(seq 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || { echo "controller exited"; cat "$dir/log"; exit 1; }
+  sleep 0.1
+done
 script="set masters 127.0.0.1:$port
 set retry 40
 client

@@ -36,18 +36,29 @@ func controllerPath(t *testing.T) string {
 	return p
 }
 
+// freeBasePort picks a base port below Linux's ephemeral range (32768+) whose client ports
+// base..base+2 and raft ports base+1000..base+1002 (the cluster command's layout) are free.
 func freeBasePort(t *testing.T) int {
-	// The cluster takes base..base+5 (client and raft ports); probe a free one.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	seed := os.Getpid()*7919 + int(time.Now().UnixNano()%100000)
+	for try := 0; try < 200; try++ {
+		base := 20000 + (seed+try*131)%10000
+		ok := true
+		for i := 0; i < 3 && ok; i++ {
+			for _, p := range []int{base + i, base + 1000 + i} {
+				l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+				if err != nil {
+					ok = false
+					break
+				}
+				l.Close()
+			}
+		}
+		if ok {
+			return base
+		}
 	}
-	p := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	if p > 60000 {
-		p -= 10000
-	}
-	return p
+	t.Fatal("no free port range for the cluster")
+	return 0
 }
 
 var (
@@ -169,7 +180,7 @@ func TestSixteenGoroutinesThroughPrimaryKill(t *testing.T) {
 				}
 				if err != nil {
 					mu.Lock()
-					errs = append(errs, fmt.Errorf("goroutine %d call %d: %w", w, i, err))
+					errs = append(errs, fmt.Errorf("goroutine %d call %d: %w [%s]", w, i, err, c.LastError()))
 					mu.Unlock()
 				}
 			}

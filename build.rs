@@ -2,6 +2,11 @@
 //! Needs the `capnp` compiler (Debian: `capnproto`); the README's commands install it.
 
 fn main() {
+    // The shared library's soname: C programs link against libxce.so.0 and keep working
+    // across compatible (0.x) rebuilds; scripts/install.sh creates the symlinks.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libxce.so.0");
+    }
     println!("cargo:rerun-if-changed=schema/controller.capnp");
     capnpc::CompilerCommand::new()
         .src_prefix("schema")

@@ -1,1 +1,172 @@
-//! The C ABI (`extern "C"`), the only unsafe boundary. Filled in by issue #5.
+//! The C ABI (`extern "C"`), the library's only `unsafe` boundary (c-api.md).
+//!
+//! Every export is a plain `#[no_mangle] pub extern "C" fn` whose body sits inside
+//! [`panic::ffi_panic_boundary!`] (a test in `tests/ffi_boundary.rs` checks this), so
+//! cbindgen sees each function as written and no panic reaches C.
+//!
+//! Conventions (the header repeats them):
+//! - `int` results: `>= 0` success (a count for list ops), `< 0` a negative errno or `-E_XCE_*`.
+//! - Handle first, then inputs, then outputs; a buffer is followed by its length.
+//! - A NULL handle or required pointer is `-EINVAL` and nothing is touched; out-parameters are
+//!   written only on success; `(NULL, 0)` is an empty array.
+//! - The library starts no threads, installs no signal handler and no global logger; callbacks
+//!   run on the thread that called into the library.
+//!
+//! Modules: `panic` (boundary), `cast` (handles, NULL checks), `types` (C structs and frees),
+//! `config` (configuration and lifecycle), `ops` (one export per op), `hooks` (callbacks,
+//! logging, stats, last error).
+
+#![allow(non_camel_case_types)]
+// Exports take raw pointers from C by design; their contract is documented on each function
+// (and in the header). Marking them `unsafe fn` would change nothing for C callers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub(crate) mod cast;
+pub(crate) mod panic;
+
+/// The Rust API the C surface is built on, in one place (client, failover knobs, log sink).
+pub(crate) mod client {
+    pub use crate::client::*;
+    pub use crate::failover::classify::AttemptOutcome;
+    pub use crate::failover::log;
+    pub use crate::failover::{ClientOption, Endpoint, RetryConfig};
+    pub use crate::failover::{Event, EventHandler};
+}
+
+pub mod config;
+pub mod hooks;
+pub mod log;
+pub mod ops;
+pub mod types;
+
+use std::os::raw::{c_char, c_int};
+
+use panic::ffi_panic_boundary;
+
+// The header's numeric defines. cbindgen reads literals only, so the values are repeated
+// here and tied to their source of truth by the const assertions below.
+
+/// Library version, major (checked against Cargo.toml by a test).
+pub const XCE_VERSION_MAJOR: u32 = 0;
+/// Library version, minor.
+pub const XCE_VERSION_MINOR: u32 = 1;
+/// Library version, patch.
+pub const XCE_VERSION_PATCH: u32 = 0;
+
+/// Standby; primary address attached (protocol.md).
+pub const E_XCE_REDIRECT: c_int = 2001;
+/// Standby; no primary known.
+pub const E_XCE_NOMASTER: c_int = 2002;
+/// Initialising or electing; also the client's "cluster not ready".
+pub const E_XCE_NOT_READY: c_int = 2003;
+/// Primary-only op sent to a standby.
+pub const E_XCE_STANDBY: c_int = 2004;
+/// Job id already exists.
+pub const E_XCE_DUP_JOB: c_int = 2005;
+/// Malformed, oversized or unexpected message; version mismatch.
+pub const E_XCE_PROTO: c_int = 2006;
+/// Authentication failed, or the op needs a joined session.
+pub const E_XCE_AUTH: c_int = 2007;
+/// TLS handshake or certificate verification failed.
+pub const E_XCE_TLS: c_int = 2008;
+/// A library bug caught at the C boundary (a panic).
+pub const E_XCE_INTERNAL: c_int = 2009;
+
+const _: () = {
+    use crate::error as e;
+    assert!(E_XCE_REDIRECT == e::E_XCE_REDIRECT);
+    assert!(E_XCE_NOMASTER == e::E_XCE_NOMASTER);
+    assert!(E_XCE_NOT_READY == e::E_XCE_NOT_READY);
+    assert!(E_XCE_STANDBY == e::E_XCE_STANDBY);
+    assert!(E_XCE_DUP_JOB == e::E_XCE_DUP_JOB);
+    assert!(E_XCE_PROTO == e::E_XCE_PROTO);
+    assert!(E_XCE_AUTH == e::E_XCE_AUTH);
+    assert!(E_XCE_TLS == e::E_XCE_TLS);
+    assert!(E_XCE_INTERNAL == e::E_XCE_INTERNAL);
+};
+
+/// The context: one connection to the cluster with its failover state. Opaque to C.
+pub struct xcecli_ctx {
+    _private: [u8; 0],
+}
+
+/// Handle of a client context, created by `xcecli_start` and destroyed by `xcecli_stop`.
+/// Shareable between threads: ops on one context are serialised (F11).
+pub type xcecli_ctx_t = *mut xcecli_ctx;
+
+impl cast::Castable for xcecli_ctx {
+    type Ownership = cast::OwnershipBox;
+    type RustType = hooks::Ctx;
+}
+
+/// Returns the static text of any status or code, either sign: errno texts for errno values,
+/// the protocol's texts for `E_XCE_*` (`E_XCE_NOT_READY` → "cluster not ready"), "success"
+/// for 0. Never NULL; the string is static (do not free). Thread-safe.
+#[no_mangle]
+pub extern "C" fn xce_strerror(code: c_int) -> *const c_char {
+    ffi_panic_boundary! { "xce_strerror",
+        strerror_static(code)
+    }
+}
+
+/// `strerror` texts as static C strings, interned once per distinct text.
+fn strerror_static(code: c_int) -> *const c_char {
+    use std::collections::HashMap;
+    use std::ffi::CString;
+    use std::sync::{Mutex, OnceLock};
+    static TEXTS: OnceLock<Mutex<HashMap<&'static str, &'static std::ffi::CStr>>> = OnceLock::new();
+    let text = crate::strerror(code);
+    let map = TEXTS.get_or_init(Default::default);
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    // Bounded: strerror has a fixed, finite set of texts; each is leaked at most once.
+    map.entry(text)
+        .or_insert_with(|| {
+            let c = CString::new(text).unwrap_or_else(|_| c"unknown error".into());
+            Box::leak(c.into_boxed_c_str())
+        })
+        .as_ptr()
+}
+
+/// Returns the library version as a static string ("MAJOR.MINOR.PATCH"). Never NULL; do not
+/// free. Thread-safe.
+#[no_mangle]
+pub extern "C" fn xce_version() -> *const c_char {
+    ffi_panic_boundary! { "xce_version",
+        concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn version_defines_match_cargo_toml() {
+        let v = |s: &str| s.parse::<u32>().unwrap();
+        assert_eq!(XCE_VERSION_MAJOR, v(env!("CARGO_PKG_VERSION_MAJOR")));
+        assert_eq!(XCE_VERSION_MINOR, v(env!("CARGO_PKG_VERSION_MINOR")));
+        assert_eq!(XCE_VERSION_PATCH, v(env!("CARGO_PKG_VERSION_PATCH")));
+        // SAFETY: static NUL-terminated string.
+        let s = unsafe { CStr::from_ptr(xce_version()) };
+        assert_eq!(s.to_str(), Ok(env!("CARGO_PKG_VERSION")));
+    }
+
+    #[test]
+    fn strerror_either_sign_and_stable_pointer() {
+        for (code, _) in crate::error::XCE_CODES {
+            assert_eq!(xce_strerror(code), xce_strerror(-code));
+        }
+        // SAFETY: static NUL-terminated strings.
+        unsafe {
+            assert_eq!(
+                CStr::from_ptr(xce_strerror(-E_XCE_NOT_READY)).to_str(),
+                Ok("cluster not ready")
+            );
+            assert_eq!(
+                CStr::from_ptr(xce_strerror(-libc::ECONNREFUSED)).to_str(),
+                Ok("Connection refused")
+            );
+        }
+    }
+}

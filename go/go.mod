@@ -1,0 +1,3 @@
+module xce
+
+go 1.19

@@ -1,0 +1,452 @@
+//! One export per op of protocol.md. Reply-bearing ops run the full failover loop of the
+//! client (F1); fire-and-forget ops follow F12; wakeups are local (F13).
+//!
+//! Common contract (not repeated on each function): `ctx` comes from `xcecli_start`; a NULL
+//! ctx or required pointer, an unknown `XCE_*` integer or a string that is not UTF-8 is
+//! -EINVAL with nothing sent; out-parameters are written only on success; any number of
+//! threads may call ops on one ctx (they are serialised, F11); the call blocks at most for
+//! the retry budget / deadline of the ctx and returns -EINTR after `xcecli_wakeup`. Failures
+//! after the budget: -E_XCE_NOT_READY ("cluster not ready") when no primary was found, else
+//! the last transport error.
+
+use std::os::raw::{c_char, c_int};
+
+use super::cast::{try_ctx, try_mut, try_ref, try_slice, try_str};
+use super::panic::ffi_panic_boundary;
+use super::types::*;
+use super::xcecli_ctx_t;
+use crate::wire::msg;
+
+/// `Ok(())` → 0, `Err(e)` → its negative status.
+fn done(r: Result<(), crate::Error>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.status(),
+    }
+}
+
+/// Returns -EINVAL from the export when a checked conversion failed.
+macro_rules! try_arg {
+    ($opt:expr) => {
+        match $opt {
+            Some(v) => v,
+            None => return -::libc::EINVAL,
+        }
+    };
+}
+
+/// Returns the negative status from the export when the op failed.
+macro_rules! try_op {
+    ($res:expr) => {
+        match $res {
+            Ok(v) => v,
+            Err(e) => return crate::Error::status(e),
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------
+// Reply-bearing reads.
+
+/// `hello`: identifies the client and learns who answered. On success writes a new
+/// `xce_controller_info_t` to `*info_out` (free it with `xce_free_controller_info`); returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_hello(
+    ctx: xcecli_ctx_t,
+    info_out: *mut *mut xce_controller_info_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_hello",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(info_out);
+        let info = try_op!(c.client.hello());
+        *out = Box::into_raw(Box::new(ctrl_info_to_c(&info)));
+        0
+    }
+}
+
+/// `joblist`: jobs matching `filter` (NULL: all jobs). On success writes an array to
+/// `*jobs_out` (NULL when empty) and returns its count; free it with
+/// `xce_free_jobs(jobs, count)`. A `state_mask` with bits other than `1 << XCE_JOB_*` is
+/// -EINVAL.
+#[no_mangle]
+pub extern "C" fn xcecli_joblist(
+    ctx: xcecli_ctx_t,
+    filter: *const xce_job_filter_t,
+    jobs_out: *mut *mut xce_job_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_joblist",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(jobs_out);
+        // SAFETY: filter is NULL or valid for the call (documented).
+        let filter = try_arg!(filter_from_c(unsafe { filter.as_ref() }));
+        let jobs = try_op!(c.client.joblist(filter));
+        out_list(&jobs, job_to_c, out)
+    }
+}
+
+/// `jobinfo`: one job. On success writes a new `xce_job_t` to `*job_out` (free it with
+/// `xce_free_job`); returns 0. An unknown job is -ENOENT.
+#[no_mangle]
+pub extern "C" fn xcecli_jobinfo(
+    ctx: xcecli_ctx_t,
+    jobid: u64,
+    job_out: *mut *mut xce_job_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_jobinfo",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(job_out);
+        let job = try_op!(c.client.jobinfo(jobid));
+        *out = Box::into_raw(Box::new(job_to_c(&job)));
+        0
+    }
+}
+
+/// `reslist`: resource definitions. On success writes an array to `*res_out` (NULL when
+/// empty) and returns its count; free it with `xce_free_resources(res, count)`.
+#[no_mangle]
+pub extern "C" fn xcecli_reslist(ctx: xcecli_ctx_t, res_out: *mut *mut xce_resource_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_reslist",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(res_out);
+        let res = try_op!(c.client.reslist());
+        out_list(&res, resource_to_c, out)
+    }
+}
+
+/// `workerlist`: worker hosts. On success writes an array to `*hosts_out` (NULL when empty)
+/// and returns its count; free it with `xce_free_hosts(hosts, count)`.
+#[no_mangle]
+pub extern "C" fn xcecli_workerlist(ctx: xcecli_ctx_t, hosts_out: *mut *mut xce_host_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_workerlist",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(hosts_out);
+        let hosts = try_op!(c.client.workerlist());
+        out_list(&hosts, host_to_c, out)
+    }
+}
+
+/// `clusterconf`: the cluster's controllers, primary, term and queues. On success writes a
+/// new `xce_cluster_conf_t` to `*conf_out` (free it with `xce_free_cluster_conf`); returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_clusterconf(
+    ctx: xcecli_ctx_t,
+    conf_out: *mut *mut xce_cluster_conf_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_clusterconf",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(conf_out);
+        let conf = try_op!(c.client.clusterconf());
+        *out = Box::into_raw(Box::new(cluster_conf_to_c(&conf)));
+        0
+    }
+}
+
+/// `resval`: resource values of `host`. On success writes an array to `*resvals_out` (NULL
+/// when empty) and returns its count; free it with `xce_free_resvals(resvals, count)`.
+#[no_mangle]
+pub extern "C" fn xcecli_resval(
+    ctx: xcecli_ctx_t,
+    host: *const c_char,
+    resvals_out: *mut *mut xce_resval_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_resval",
+        let c = try_ctx!(ctx);
+        let host = try_str!(host);
+        let out = try_mut!(resvals_out);
+        let rv = try_op!(c.client.resval(host));
+        out_list(&rv, resval_to_c, out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reply-bearing writes (exactly-once across re-sends, F16).
+
+/// `join`: binds a session (role, host) to this ctx's connection. Sessions do not survive a
+/// failover: re-join from the reconnect handler (F10). `join` is borrowed for the call. On
+/// success returns 0 and, when `session_out` is not NULL, writes the session id there.
+#[no_mangle]
+pub extern "C" fn xcecli_join(
+    ctx: xcecli_ctx_t,
+    join: *const xce_join_t,
+    session_out: *mut u64,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_join",
+        let c = try_ctx!(ctx);
+        let join = try_arg!(join_from_c(try_ref!(join)));
+        let session = try_op!(c.client.join(join));
+        // SAFETY: session_out is NULL or writable (documented).
+        if let Some(out) = unsafe { session_out.as_mut() } {
+            *out = session;
+        }
+        0
+    }
+}
+
+/// `jobsubmit`: submits `spec` (borrowed for the call; `name` and `command` required). A
+/// `spec->jobid` of 0 makes the library generate one (`xce_new_jobid`). On success returns 0
+/// and, when `jobid_out` is not NULL, writes the job's id there. A re-send after a failover
+/// that finds the job already applied is success (F4); a genuine duplicate id is
+/// -E_XCE_DUP_JOB.
+#[no_mangle]
+pub extern "C" fn xcecli_jobsubmit(
+    ctx: xcecli_ctx_t,
+    spec: *const xce_job_spec_t,
+    jobid_out: *mut u64,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_jobsubmit",
+        let c = try_ctx!(ctx);
+        let mut spec = try_arg!(spec_from_c(try_ref!(spec)));
+        if spec.job_id == 0 {
+            spec.job_id = super::client::new_job_id();
+        }
+        let id = try_op!(c.client.jobsubmit(spec));
+        // SAFETY: jobid_out is NULL or writable (documented).
+        if let Some(out) = unsafe { jobid_out.as_mut() } {
+            *out = id;
+        }
+        0
+    }
+}
+
+/// `jobdispatch`: starts job `jobid` on `host` (needs a SCHEDULER session). Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_jobdispatch(ctx: xcecli_ctx_t, jobid: u64, host: *const c_char) -> c_int {
+    ffi_panic_boundary! { "xcecli_jobdispatch",
+        let c = try_ctx!(ctx);
+        let host = try_str!(host);
+        done(c.client.jobdispatch(jobid, host))
+    }
+}
+
+/// `jobctrl`: `action` is `XCE_JOBCTRL_KILL`, `_SUSPEND`, `_RESUME` or `_REQUEUE`. Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_jobctrl(ctx: xcecli_ctx_t, jobid: u64, action: c_int) -> c_int {
+    ffi_panic_boundary! { "xcecli_jobctrl",
+        let c = try_ctx!(ctx);
+        let action = try_arg!(job_action(action));
+        done(c.client.jobctrl(jobid, action))
+    }
+}
+
+/// `queuectrl`: `action` is `XCE_QUEUE_OPEN`, `_CLOSE`, `_ACTIVATE` or `_INACTIVATE`.
+/// Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_queuectrl(
+    ctx: xcecli_ctx_t,
+    queue: *const c_char,
+    action: c_int,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_queuectrl",
+        let c = try_ctx!(ctx);
+        let queue = try_str!(queue);
+        let action = try_arg!(queue_action(action));
+        done(c.client.queuectrl(queue, action))
+    }
+}
+
+/// `hostctrl`: `action` is `XCE_HOSTCTRL_OPEN` or `XCE_HOSTCTRL_CLOSE`. Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_hostctrl(ctx: xcecli_ctx_t, host: *const c_char, action: c_int) -> c_int {
+    ffi_panic_boundary! { "xcecli_hostctrl",
+        let c = try_ctx!(ctx);
+        let host = try_str!(host);
+        let action = try_arg!(host_action(action));
+        done(c.client.hostctrl(host, action))
+    }
+}
+
+/// `update_resvals`: stores `nresvals` values for `host` (needs a WORKER session). The array
+/// is borrowed for the call; `(NULL, 0)` sends an empty list. Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_update_resvals(
+    ctx: xcecli_ctx_t,
+    host: *const c_char,
+    resvals: *const xce_resval_t,
+    nresvals: usize,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_update_resvals",
+        let c = try_ctx!(ctx);
+        let host = try_str!(host);
+        let rv = try_arg!(resvals_from_c(try_slice!(resvals, nresvals)));
+        done(c.client.update_resvals(host, rv))
+    }
+}
+
+/// `update_jusage`: stores the usage of job `jobid` (needs a WORKER session). `usage` is
+/// borrowed for the call. Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_update_jusage(
+    ctx: xcecli_ctx_t,
+    jobid: u64,
+    usage: *const xce_usage_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_update_jusage",
+        let c = try_ctx!(ctx);
+        let u = try_ref!(usage);
+        done(c.client.update_jusage(jobid, msg::Usage { cpu_ms: u.cpu_ms, mem_kb: u.mem_kb }))
+    }
+}
+
+/// `runtask`: runs `command` on `host`. On success returns 0 and, when `taskid_out` is not
+/// NULL, writes the task id there.
+#[no_mangle]
+pub extern "C" fn xcecli_runtask(
+    ctx: xcecli_ctx_t,
+    host: *const c_char,
+    command: *const c_char,
+    taskid_out: *mut u64,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_runtask",
+        let c = try_ctx!(ctx);
+        let host = try_str!(host);
+        let command = try_str!(command);
+        let id = try_op!(c.client.runtask(host, command));
+        // SAFETY: taskid_out is NULL or writable (documented).
+        if let Some(out) = unsafe { taskid_out.as_mut() } {
+            *out = id;
+        }
+        0
+    }
+}
+
+/// `set_pend_reason`: sets the pending reason text of job `jobid` (needs a SCHEDULER
+/// session). Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_set_pend_reason(
+    ctx: xcecli_ctx_t,
+    jobid: u64,
+    reason: *const c_char,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_set_pend_reason",
+        let c = try_ctx!(ctx);
+        let reason = try_str!(reason);
+        done(c.client.set_pend_reason(jobid, reason))
+    }
+}
+
+/// `clear_reason`: clears the pending reason of job `jobid` (needs a SCHEDULER session).
+/// Returns 0.
+#[no_mangle]
+pub extern "C" fn xcecli_clear_reason(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
+    ffi_panic_boundary! { "xcecli_clear_reason",
+        let c = try_ctx!(ctx);
+        done(c.client.clear_reason(jobid))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fire-and-forget (F12): no reply; the result is the send's. Never blocks on the budget.
+
+fn notify(ctx: xcecli_ctx_t, kind: msg::NotifyKind, jobid: u64, exit_code: c_int) -> c_int {
+    let c = try_ctx!(ctx);
+    done(c.client.notify(msg::Notify {
+        kind,
+        job_id: jobid,
+        exit_code,
+    }))
+}
+
+/// `notify`: tells the controller about job `jobid` (needs a WORKER session, else the
+/// controller drops it). `kind` is `XCE_NOTIFY_*`; `exit_code` is meaningful for FINISH/FAIL.
+/// Returns 0 when sent.
+#[no_mangle]
+pub extern "C" fn xcecli_notify(
+    ctx: xcecli_ctx_t,
+    kind: c_int,
+    jobid: u64,
+    exit_code: c_int,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_notify",
+        let kind = try_arg!(notify_kind(kind));
+        notify(ctx, kind, jobid, exit_code)
+    }
+}
+
+/// `notify` JOBSTART for `jobid`. As `xcecli_notify`.
+#[no_mangle]
+pub extern "C" fn xcecli_notify_jobstart(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
+    ffi_panic_boundary! { "xcecli_notify_jobstart",
+        notify(ctx, msg::NotifyKind::JobStart, jobid, 0)
+    }
+}
+
+/// `notify` JOBFINISH for `jobid` with its `exit_code`. As `xcecli_notify`.
+#[no_mangle]
+pub extern "C" fn xcecli_notify_jobfinish(
+    ctx: xcecli_ctx_t,
+    jobid: u64,
+    exit_code: c_int,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_notify_jobfinish",
+        notify(ctx, msg::NotifyKind::JobFinish, jobid, exit_code)
+    }
+}
+
+/// `notify` JOBFAIL for `jobid` with its `exit_code`. As `xcecli_notify`.
+#[no_mangle]
+pub extern "C" fn xcecli_notify_jobfail(ctx: xcecli_ctx_t, jobid: u64, exit_code: c_int) -> c_int {
+    ffi_panic_boundary! { "xcecli_notify_jobfail",
+        notify(ctx, msg::NotifyKind::JobFail, jobid, exit_code)
+    }
+}
+
+/// `notify` JOBSTOP for `jobid`. As `xcecli_notify`.
+#[no_mangle]
+pub extern "C" fn xcecli_notify_jobstop(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
+    ffi_panic_boundary! { "xcecli_notify_jobstop",
+        notify(ctx, msg::NotifyKind::JobStop, jobid, 0)
+    }
+}
+
+/// `notify` JOBCHKPT for `jobid`. As `xcecli_notify`.
+#[no_mangle]
+pub extern "C" fn xcecli_notify_jobchkpt(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
+    ffi_panic_boundary! { "xcecli_notify_jobchkpt",
+        notify(ctx, msg::NotifyKind::JobChkpt, jobid, 0)
+    }
+}
+
+/// `heartbeat` of worker `host` (needs a WORKER session). Returns 0 when sent.
+#[no_mangle]
+pub extern "C" fn xcecli_heartbeat(ctx: xcecli_ctx_t, host: *const c_char) -> c_int {
+    ffi_panic_boundary! { "xcecli_heartbeat",
+        let c = try_ctx!(ctx);
+        let host = try_str!(host);
+        done(c.client.heartbeat(host))
+    }
+}
+
+/// `nop`: sends a no-op (keeps the connection warm). Returns 0 when sent.
+#[no_mangle]
+pub extern "C" fn xcecli_nop(ctx: xcecli_ctx_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_nop",
+        let c = try_ctx!(ctx);
+        done(c.client.nop())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Local (F13).
+
+/// Makes an op blocked on `ctx` (in backoff or waiting for a reply) return -EINTR promptly.
+/// If none is blocked, the next op to block returns -EINTR instead. Returns 0, or -EINVAL for
+/// a NULL ctx. Safe from any thread, never blocks; not async-signal-safe.
+#[no_mangle]
+pub extern "C" fn xcecli_wakeup(ctx: xcecli_ctx_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_wakeup",
+        let c = try_ctx!(ctx);
+        c.client.wakeup();
+        0
+    }
+}
+
+/// Non-blocking variant of `xcecli_wakeup`: wakes an op blocked on `ctx` only if there is
+/// one. Returns 1 when an op was woken, 0 when none was blocked (nothing pending afterwards),
+/// -EINVAL for a NULL ctx. Safe from any thread, never blocks.
+#[no_mangle]
+pub extern "C" fn xcecli_try_wakeup(ctx: xcecli_ctx_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_try_wakeup",
+        let c = try_ctx!(ctx);
+        c_int::from(c.client.try_wakeup())
+    }
+}

@@ -44,7 +44,8 @@ macro_rules! reply_list {
 
 /// Most masters a configuration may list (`N_MAX_MASTERS`).
 pub const N_MAX_MASTERS: usize = 8;
-/// Longest master host name (`XCE_MAXHOSTNAME_LEN`, bytes, without the NUL).
+/// Size of a master host name buffer in the C struct (`XCE_MAXHOSTNAME_LEN`, NUL included):
+/// host names are at most `XCE_MAXHOSTNAME_LEN - 1` bytes.
 pub const XCE_MAXHOSTNAME_LEN: usize = 256;
 
 /// TLS files of a configuration; without them the client speaks plain TCP.
@@ -77,14 +78,14 @@ impl Config {
         }
     }
 
-    /// `EINVAL` unless there are 1..=N_MAX_MASTERS masters with non-empty host names of at
-    /// most XCE_MAXHOSTNAME_LEN bytes and non-zero ports.
+    /// `EINVAL` unless there are 1..=N_MAX_MASTERS masters with non-empty host names shorter
+    /// than XCE_MAXHOSTNAME_LEN bytes (they fit the C struct with their NUL) and non-zero ports.
     pub fn validate(&self) -> Result<(), Error> {
         let ok = (1..=N_MAX_MASTERS).contains(&self.masters.len())
             && self
                 .masters
                 .iter()
-                .all(|m| !m.host.is_empty() && m.host.len() <= XCE_MAXHOSTNAME_LEN && m.port != 0);
+                .all(|m| !m.host.is_empty() && m.host.len() < XCE_MAXHOSTNAME_LEN && m.port != 0);
         if ok {
             Ok(())
         } else {
@@ -93,20 +94,34 @@ impl Config {
     }
 }
 
-/// Parses the `set masters` syntax: `host:port,host:port,…` (`[v6addr]:port` for IPv6).
-/// Spaces around entries are ignored; an empty list, an empty entry, a bad port or more than
-/// `N_MAX_MASTERS` entries is `EINVAL`.
+/// Parses the `set masters` syntax: `host:port,host:port,…` — the one parser, used by the C
+/// layer too. Spaces around elements are ignored; an IPv6 address is written in brackets
+/// (`[::1]:7000`). `EINVAL` for: an empty list or element, a missing or empty host, a host with
+/// whitespace or control bytes, an unbracketed `:` in the host (`a:1:2`), a missing,
+/// non-numeric, zero or too large port, a host of `XCE_MAXHOSTNAME_LEN` bytes or more (it
+/// must fit the C struct with its NUL), more than `N_MAX_MASTERS` elements.
 pub fn parse_masters(s: &str) -> Result<Vec<Endpoint>, Error> {
     let einval = Error::Errno(libc::EINVAL);
     let masters = s
         .split(',')
-        .map(|part| {
-            let part = part.trim();
-            let (host, port) = part.rsplit_once(':').ok_or(einval)?;
-            let host = host
-                .strip_prefix('[')
-                .and_then(|h| h.strip_suffix(']'))
-                .unwrap_or(host);
+        .map(|elem| {
+            let elem = elem.trim();
+            let (host, port) = if let Some(rest) = elem.strip_prefix('[') {
+                let (host, after) = rest.split_once(']').ok_or(einval)?;
+                (host, after.strip_prefix(':').ok_or(einval)?)
+            } else {
+                let (host, port) = elem.rsplit_once(':').ok_or(einval)?;
+                if host.contains(':') {
+                    return Err(einval); // an unbracketed IPv6 address is ambiguous
+                }
+                (host, port)
+            };
+            let bad_host = host
+                .bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control());
+            if bad_host || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(einval);
+            }
             let port: u16 = port.parse().map_err(|_| einval)?;
             Ok(Endpoint::new(host, port))
         })

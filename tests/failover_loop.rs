@@ -498,6 +498,28 @@ fn wait_primary_in_backoff_reaches_the_new_primary_at_once() {
     assert_eq!(b.ops(), vec!["hello"]);
 }
 
+/// During an election window a standby's hint still names the dead primary. Following it again
+/// after it just failed would bounce standby → dead primary → standby and never reach the
+/// master that is actually up: a hint naming a master that just failed by transport is ignored.
+#[test]
+fn a_hint_naming_a_master_that_just_failed_gives_way_to_untried_masters() {
+    let dead = refused_endpoint();
+    let standby = FakeController::start(vec![Step::Standby(Some(dead.clone())); 10]);
+    let primary = FakeController::start(vec![]);
+    let c = client(
+        &[dead.clone(), standby.endpoint(), primary.endpoint()],
+        fast_options(),
+        fast_retry(3),
+    );
+    c.hello().expect("reaches the live primary");
+    assert_eq!(primary.ops(), vec!["hello"]);
+    assert_eq!(
+        c.stats().backoff_ms,
+        0,
+        "found within the first cycle, no sleep"
+    );
+}
+
 /// Regression: right after a primary dies, standbys still name it as primary until their
 /// election timeout. A `waitPrimary` answer naming the master that just failed is no news: the
 /// loop must ask for a primary other than it (the exclusion) and, if still told the dead one,

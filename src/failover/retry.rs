@@ -545,7 +545,20 @@ impl<'a, 'e> Call<'a, 'e> {
         }
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
             let policy = link.options.hint_policy;
-            if link.rotator.offer_hint(host, port, policy, &resolve_system) == HintVerdict::Refused
+            let stale = link
+                .rotator
+                .find_master(host, port, &resolve_system)
+                .is_some_and(|m| self.just_failed(m));
+            if stale {
+                // F5: the hint is advisory. A standby names the dead primary until its election
+                // timeout; following it again would bounce between the two and never reach the
+                // masters not yet tried, so rotation goes on instead.
+                xlog!(
+                    Level::Debug,
+                    "ignoring redirect hint {host}:{port}: it just failed"
+                );
+            } else if link.rotator.offer_hint(host, port, policy, &resolve_system)
+                == HintVerdict::Refused
             {
                 xlog!(
                     Level::Warn,
@@ -636,9 +649,7 @@ impl<'a, 'e> Call<'a, 'e> {
                             info.primary_port,
                             &resolve_system,
                         );
-                        let unreachable = named.is_some_and(|m| {
-                            matches!(self.per_master[m], Some(AttemptOutcome::Transport(_)))
-                        });
+                        let unreachable = named.is_some_and(|m| self.just_failed(m));
                         if unreachable {
                             // F7: a controller without the exclusion still names the primary
                             // that just failed; that is no news, so the wait goes on as a sleep
@@ -678,6 +689,12 @@ impl<'a, 'e> Call<'a, 'e> {
             }
         }
         waker.sleep(end.saturating_duration_since(Instant::now()))
+    }
+
+    /// Whether master `m`'s last attempt in this call failed by transport (dead or hung): a
+    /// redirect hint or `waitPrimary` answer naming it is stale news (F5, F18).
+    fn just_failed(&self, m: usize) -> bool {
+        matches!(self.per_master[m], Some(AttemptOutcome::Transport(_)))
     }
 
     /// Records the F19 report of a failed call and returns its error.

@@ -13,6 +13,12 @@ use super::{xcecli_ctx, xcecli_ctx_t};
 pub const N_MAX_MASTERS: usize = 8;
 /// Size of a host-name field, NUL included (host names are at most 255 bytes).
 pub const XCE_MAXHOSTNAME_LEN: usize = 256;
+
+// The header needs literal values (cbindgen); they must be the client's.
+const _: () = assert!(
+    N_MAX_MASTERS == crate::client::N_MAX_MASTERS
+        && XCE_MAXHOSTNAME_LEN == crate::client::XCE_MAXHOSTNAME_LEN
+);
 /// Size of a file-path field, NUL included.
 pub const XCE_MAXPATH_LEN: usize = 4096;
 
@@ -56,38 +62,12 @@ pub extern "C" fn xce_client_config_init(conf: *mut xce_client_config_t) -> c_in
 /// One parsed `host:port` element.
 pub(crate) type Master = (String, u16);
 
-/// Parses `"host:port,host:port,…"` (the `set masters` syntax). Spaces around elements are
-/// ignored; an IPv6 address is written in brackets (`[::1]:7000`). Bad forms: empty list or
-/// element, missing or empty host, missing, non-numeric, zero or too large port, a host too
-/// long for `XCE_MAXHOSTNAME_LEN`, more than `N_MAX_MASTERS` elements.
+/// Parses `"host:port,host:port,…"` with the library's one parser (`client::parse_masters`);
+/// `None` for any bad form.
 pub(crate) fn parse_masters(list: &str) -> Option<Vec<Master>> {
-    let mut out = Vec::new();
-    for elem in list.split(',') {
-        let elem = elem.trim();
-        let (host, port) = if let Some(rest) = elem.strip_prefix('[') {
-            let (host, after) = rest.split_once(']')?;
-            (host, after.strip_prefix(':')?)
-        } else {
-            let (host, port) = elem.rsplit_once(':')?;
-            if host.contains(':') {
-                return None; // unbracketed IPv6: ambiguous
-            }
-            (host, port)
-        };
-        if host.is_empty()
-            || host.len() >= XCE_MAXHOSTNAME_LEN
-            || host
-                .bytes()
-                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-            || port.is_empty()
-            || !port.bytes().all(|b| b.is_ascii_digit())
-        {
-            return None;
-        }
-        let port: u16 = port.parse().ok().filter(|&p| p != 0)?;
-        out.push((host.to_owned(), port));
-    }
-    (out.len() <= N_MAX_MASTERS).then_some(out)
+    crate::client::parse_masters(list)
+        .ok()
+        .map(|v| v.into_iter().map(|e| (e.host, e.port)).collect())
 }
 
 /// Parses `list` ("host:port,host:port,…") into `conf`'s masters, ports and nmasters.

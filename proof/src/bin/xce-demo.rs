@@ -65,6 +65,10 @@ fn main() {
 }
 
 fn run(kills: usize) -> Result<(), String> {
+    // The timeline shows what the library did; its own WARN lines only with XCE_LOG set.
+    if std::env::var_os("XCE_LOG").is_none() {
+        xce::failover::log::set_level(xce::failover::log::Level::Error);
+    }
     let log_dir = std::env::temp_dir().join(format!("xce-demo-logs-{}", std::process::id()));
     println!("== libxce failover demo: 3 controllers on loopback, clients through libxce ==\n");
     let t0 = Instant::now();
@@ -113,6 +117,9 @@ fn run(kills: usize) -> Result<(), String> {
         }))
         .map_err(|e| e.to_string())?;
     for (who, cl) in [("patient", &patient), ("hasty", &hasty)] {
+        // Find the primary first (a client may have started on a standby): the timeline is
+        // about the kill, not about the first redirect.
+        cl.hello().map_err(|e| format!("{who}: hello: {e}"))?;
         let tl = tl.clone();
         // Every give-up is counted in the summary; the timeline shows the first in a row.
         let gave_up = AtomicBool::new(false);
@@ -359,7 +366,8 @@ fn print_timeline(tl: &Timeline) {
             continue;
         }
         if let Some((who, n)) = last_rotations.take() {
-            println!("{:>8} {:<8} ({n} rotations between masters)", "", who);
+            let s = if n == 1 { "" } else { "s" };
+            println!("{:>8} {:<8} ({n} rotation{s} between masters)", "", who);
         }
         println!(
             "{:>8} {:<8} {}",

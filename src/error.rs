@@ -223,7 +223,10 @@ mod tests {
         assert_eq!(Error::NotReady.to_string(), "cluster not ready");
         assert_eq!(strerror(-libc::ECONNREFUSED), "Connection refused");
         assert_eq!(strerror(libc::EINVAL), "Invalid argument");
-        assert_eq!(Error::Errno(libc::EINTR).to_string(), "Interrupted system call");
+        assert_eq!(
+            Error::Errno(libc::EINTR).to_string(),
+            "Interrupted system call"
+        );
         assert_eq!(strerror(0), "success");
         assert_eq!(strerror(99_999), "unknown error");
         assert_eq!(strerror(i32::MIN), "unknown error");

@@ -130,11 +130,16 @@ fn expected_requests() -> Vec<Request> {
                 action: JobAction::Requeue,
             },
         ),
-        req(16, 0, false, Op::WaitPrimary {
+        req(
+            16,
+            0,
+            false,
+            Op::WaitPrimary {
                 timeout_ms: 30_000,
                 exclude_host: "10.1.2.3".into(),
                 exclude_port: 9991,
-            }),
+            },
+        ),
         req(17, 0, false, Op::Nop),
         req(
             18,

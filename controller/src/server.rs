@@ -457,7 +457,7 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
     } = &req.op
     {
         let exclude = (!exclude_host.is_empty() && *exclude_port != 0)
-            .then(|| (exclude_host.as_str(), *exclude_port));
+            .then_some((exclude_host.as_str(), *exclude_port));
         return Reply::ok(
             seq,
             ReplyData::CtrlInfo(wait_primary(ctx, *timeout_ms, exclude).await),

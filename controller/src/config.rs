@@ -7,11 +7,11 @@ use std::time::Duration;
 use crate::types::{CtrlNode, NodeId};
 
 /// Leader heartbeat interval (ms). See README for how the timing defaults were measured.
-pub const DEFAULT_HEARTBEAT_MS: u64 = 50;
+pub const DEFAULT_HEARTBEAT_MS: u64 = 30;
 /// Election timeout range (ms): a follower that hears no leader for a random time in this
 /// range starts an election.
-pub const DEFAULT_ELECTION_MIN_MS: u64 = 300;
-pub const DEFAULT_ELECTION_MAX_MS: u64 = 600;
+pub const DEFAULT_ELECTION_MIN_MS: u64 = 150;
+pub const DEFAULT_ELECTION_MAX_MS: u64 = 300;
 /// A worker silent for longer than this is reported UNAVAIL (C5).
 pub const DEFAULT_HOST_TIMEOUT_MS: u64 = 30_000;
 /// A client connection silent for longer than this is closed (C9).

@@ -6,114 +6,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 
+#include "cluster.h"
 #include "util.h"
-
-struct cluster {
-    pid_t pid;                 /* the `xce-controller cluster` supervisor */
-    FILE *out;                 /* its stdout */
-    char masters[256];         /* "h:p,h:p,h:p" */
-    int node_pid[4];           /* by node id 1..3 */
-    int primary;               /* node id */
-    char dir[64];
-};
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Can `port` be bound on loopback right now? */
-static int port_free(unsigned port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0) close(fd);
-    return ok;
-}
-
-/* A base port below Linux's ephemeral range (32768+) whose client ports base..base+2 and raft
- * ports base+1000..base+1002 (the cluster command's layout) are all free. */
-static unsigned pick_base_port(void) {
-    unsigned seed = (unsigned)getpid() * 7919u + (unsigned)time(NULL);
-    for (int tries = 0; tries < 200; tries++) {
-        unsigned base = 20000 + (seed + (unsigned)tries * 131u) % 10000;
-        int ok = 1;
-        for (unsigned i = 0; i < 3 && ok; i++) ok = port_free(base + i) && port_free(base + 1000 + i);
-        if (ok) return base;
-    }
-    return 0;
-}
-
-/* Reads the supervisor's lines until nodes and a primary are known. */
-static int cluster_start(struct cluster *c, const char *controller) {
-    int pipefd[2];
-    unsigned base = pick_base_port();
-    if (!base) return -1;
-    snprintf(c->dir, sizeof c->dir, "/tmp/xce-ctest-%d", (int)getpid());
-    if (pipe(pipefd) != 0) return -1;
-    c->pid = fork();
-    if (c->pid == 0) {
-        char portbuf[16];
-        snprintf(portbuf, sizeof portbuf, "%u", base);
-        dup2(pipefd[1], 1);
-        close(pipefd[0]);
-        close(pipefd[1]);
-        execl(controller, controller, "cluster", "--nodes", "3", "--base-port", portbuf,
-              "--data", c->dir, (char *)NULL);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    c->out = fdopen(pipefd[0], "r");
-    c->masters[0] = 0;
-    c->primary = 0;
-    char line[512];
-    int nodes = 0;
-    double deadline = now_s() + 60;
-    while (now_s() < deadline && fgets(line, sizeof line, c->out)) {
-        unsigned id, pid, term;
-        char addr[128];
-        printf("cluster: %s", line);
-        if (sscanf(line, "node %u client=%127s pid=%u", &id, addr, &pid) == 3 && id >= 1 &&
-            id <= 3) {
-            c->node_pid[id] = (int)pid;
-            if (c->masters[0]) strcat(c->masters, ",");
-            strcat(c->masters, addr);
-            nodes++;
-        } else if (strstr(line, " exited")) {
-            return -1; /* a node died at start (e.g. its port was taken) */
-        } else if (sscanf(line, "primary %u term %u", &id, &term) == 2) {
-            c->primary = (int)id;
-        }
-        if (nodes == 3 && c->primary) return 0;
-    }
-    return -1;
-}
-
-static void cluster_stop(struct cluster *c) {
-    if (c->pid > 0) {
-        kill(c->pid, SIGINT);
-        for (int i = 0; i < 100 && waitpid(c->pid, NULL, WNOHANG) == 0; i++) {
-            struct timespec ts = {0, 50000000L};
-            nanosleep(&ts, NULL);
-        }
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, NULL, 0);
-        for (int id = 1; id <= 3; id++)
-            if (c->node_pid[id] > 0) kill(c->node_pid[id], SIGKILL);
-    }
-    if (c->out) fclose(c->out);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", c->dir);
-}
 
 /* What the handler saw. */
 struct rejoin {
@@ -159,16 +54,8 @@ int main(int argc, char **argv) {
         return 77;
     }
     struct cluster c;
-    memset(&c, 0, sizeof c);
-    int up = -1;
-    for (int attempt = 0; attempt < 3 && up != 0; attempt++) {
-        if (attempt) cluster_stop(&c);
-        memset(&c, 0, sizeof c);
-        up = cluster_start(&c, argv[1]);
-    }
-    if (up != 0) {
+    if (cluster_start_retry(&c, argv[1], 3) != 0) {
         fprintf(stderr, "cluster did not come up\n");
-        cluster_stop(&c);
         return 1;
     }
     xce_client_config_t conf;

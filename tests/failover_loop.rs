@@ -30,7 +30,8 @@ fn not_ready_k_times_then_success() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(a.ops(), vec!["joblist"; 4]);
     let s = c.stats();
-    assert_eq!((s.requests, s.retries, s.failovers), (1, 3, 1));
+    // No master had served this fresh client yet: finding one is not a failover (F17).
+    assert_eq!((s.requests, s.retries, s.failovers), (1, 3, 0));
     assert!(s.backoff_ms >= 3 * 5, "{s:?}");
     assert_eq!(
         a.connections(),
@@ -110,9 +111,10 @@ fn redirect_to_an_unconfigured_host_is_ignored() {
 
 #[test]
 fn standby_then_success_on_the_next_master_with_events() {
-    let a = FakeController::start(vec![Step::Standby(None)]);
+    let a = FakeController::start(vec![Step::Ok, Step::Standby(None)]);
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    c.hello().unwrap(); // A serves: losing it later is a failover
     let events = Arc::new(Mutex::new(vec![]));
     let ev = events.clone();
     c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
@@ -131,6 +133,58 @@ fn standby_then_success_on_the_next_master_with_events() {
         (s.rotations, s.failovers, s.current_master.clone()),
         (1, 1, Some(b.endpoint()))
     );
+}
+
+/// F17: a fresh client that starts on a standby and is redirected to the primary has found its
+/// master; no failover is counted or announced (only the rotation).
+#[test]
+fn discovery_on_a_fresh_client_is_not_a_failover() {
+    let a = FakeController::start(vec![Step::Standby(None)]);
+    let b = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    let events = Arc::new(Mutex::new(vec![]));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    c.hello().unwrap();
+    let ev = events.lock();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(matches!(&ev[0], Event::Rotation { .. }));
+    let s = c.stats();
+    assert_eq!((s.rotations, s.failovers), (1, 0));
+}
+
+/// F17: when waitPrimary names the master the context is already on (it was just elected),
+/// the loop stays put: no ROTATION event, no rotation counted, the connection kept.
+#[test]
+fn staying_on_the_same_master_is_not_a_rotation() {
+    let a = FakeController::start(vec![]);
+    a.push([
+        Step::Ok,
+        Step::Status(-E_XCE_NOT_READY),
+        Step::Primary(a.endpoint()),
+    ]);
+    let retry = RetryConfig {
+        max_retries: 3,
+        initial_retry_ms: 2000,
+        max_retry_ms: 2000,
+        backoff_multiplier: 1.0,
+    };
+    let opts = Options {
+        wait_primary: true,
+        ..fast_options()
+    };
+    let c = client(&[a.endpoint()], opts, retry);
+    let events = Arc::new(Mutex::new(vec![]));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    c.hello().unwrap();
+    c.hello().unwrap(); // NOT_READY, waitPrimary names A itself, then served by A
+    assert_eq!(a.ops(), vec!["hello", "hello", "waitPrimary", "hello"]);
+    assert!(!events
+        .lock()
+        .iter()
+        .any(|e| matches!(e, Event::Rotation { .. })));
+    assert_eq!((c.stats().rotations, a.connections()), (0, 1));
 }
 
 #[test]

@@ -53,6 +53,9 @@ pub struct Link {
     pub no_wait_primary: Vec<bool>,
     /// Start of the failover in progress, if one is (F17).
     pub failing_since: Option<Instant>,
+    /// A master has served this context: only then is losing one a failover (F17). Before
+    /// that, a standby met on the way to the primary is discovery, not a failover.
+    pub has_served: bool,
 }
 
 impl Link {
@@ -79,6 +82,7 @@ impl Link {
             hook_pending: false,
             no_wait_primary: vec![false; n],
             failing_since: None,
+            has_served: false,
         }
     }
 
@@ -349,6 +353,10 @@ fn rotate(link: &mut Link, observer: &Observer, cause: AttemptOutcome) {
     if to_target != from_target || !link.conn_alive() {
         link.conn = None;
     }
+    if to_target == from_target {
+        // F17: staying put (e.g. waitPrimary named the master we are on) is no rotation.
+        return;
+    }
     xlog!(
         Level::Info,
         "rotating from {from} to {to}: {}",
@@ -494,6 +502,7 @@ impl<'a, 'e> Call<'a, 'e> {
         reply.status = reply.status.max(0);
         let mut link = self.env.link.borrow_mut();
         let ep = link.current_endpoint();
+        link.has_served = true;
         if let Some(since) = link.failing_since.take() {
             let duration = since.elapsed();
             xlog!(
@@ -530,7 +539,7 @@ impl<'a, 'e> Call<'a, 'e> {
                 self.last_unreachable = Some(i);
             }
         }
-        if link.failing_since.is_none() {
+        if link.failing_since.is_none() && link.has_served {
             link.failing_since = Some(Instant::now());
             let from = link.current_endpoint();
             xlog!(

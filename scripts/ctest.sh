@@ -26,12 +26,11 @@ step() {
 }
 
 build() {
-  cargo build --release --quiet --lib || return 1
+  # The whole workspace, so dependency features resolve as in scripts/test.sh's release build
+  # (building `--lib` alone resolves them differently and recompiles the library).
+  cargo build --release --quiet --workspace || return 1
   # Programs linked with -lxce load libxce.so.0 (the soname): make it resolvable in place.
   ln -sfn libxce.so target/release/libxce.so.0
-  if [ -f controller/src/cluster.rs ]; then
-    cargo build --release --quiet -p xce-controller || return 1
-  fi
 }
 
 controller=$root/target/release/xce-controller

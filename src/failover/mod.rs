@@ -1,1 +1,26 @@
-//! Failover layer: classify, backoff, rotate, and the one retry loop (F1-F19). Filled in by issue #4.
+//! Failover layer (failover.md F1–F19): pure decisions, and the one retry loop that applies them.
+//!
+//! - [`classify`]: an attempt's outcome → success / retry now / retry after backoff / terminal (F4).
+//! - [`backoff`]: the jittered exponential schedule and `XCE_RETRY_DEFAULTS` (F6).
+//! - [`budget`]: when a call rotates, sleeps or gives up, and with which error (F7).
+//! - [`rotate`]: redirect hint first, else the next master; sticky current master (F3, F5).
+//! - [`log`]: the replaceable log sink (F14).
+//! - [`options`], [`report`]: the knobs (F8, F15), counters, events and last-error report (F17, F19).
+//! - [`retry`]: the loop — the one place with sockets, sleeps and callbacks.
+
+pub mod backoff;
+pub mod budget;
+pub mod classify;
+pub mod log;
+pub mod rotate;
+
+pub use backoff::{Backoff, RetryConfig, XCE_RETRY_DEFAULTS};
+pub use budget::{RetryBudget, RetryDecision};
+pub use classify::{classify, AttemptOutcome, Classification};
+pub use rotate::{Endpoint, HintPolicy, HintVerdict, Rotator, Target};
+pub mod options;
+pub mod report;
+pub mod retry;
+
+pub use options::{ClientOption, Options};
+pub use report::{CallReport, Event, EventHandler, Stats};

@@ -1,0 +1,137 @@
+//! F14: the library's log lines, through a sink the caller can replace.
+//!
+//! No global logger crate and nothing installed behind the caller's back (style.md): the state
+//! is created lazily on first use, the level is read from `XCE_LOG` at that moment
+//! (`error`, `warn`, `info`, `debug`, `off`; default `warn`), and the default sink writes one
+//! line to stderr. `set_sink` may be called any number of times (rustls-ffi #22).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+
+/// Severity of a log line; `Off` as a threshold silences everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Level {
+    Off = 0,
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+}
+
+/// Threshold when `XCE_LOG` is unset or unparsable.
+pub const DEFAULT_LOG_LEVEL: Level = Level::Warn;
+
+impl Level {
+    /// Parses a level name (case-insensitive).
+    pub fn parse(s: &str) -> Option<Level> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Level::Off,
+            "error" => Level::Error,
+            "warn" | "warning" => Level::Warn,
+            "info" => Level::Info,
+            "debug" | "trace" => Level::Debug,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Off => "OFF",
+            Level::Error => "ERROR",
+            Level::Warn => "WARN",
+            Level::Info => "INFO",
+            Level::Debug => "DEBUG",
+        }
+    }
+
+    fn from_u8(v: u8) -> Level {
+        match v {
+            0 => Level::Off,
+            1 => Level::Error,
+            2 => Level::Warn,
+            3 => Level::Info,
+            _ => Level::Debug,
+        }
+    }
+}
+
+/// A log sink: receives the level and one formatted line (no trailing newline).
+pub type LogSink = Arc<dyn Fn(Level, &str) + Send + Sync>;
+
+struct LogState {
+    level: AtomicU8,
+    sink: RwLock<Option<LogSink>>,
+}
+
+fn state() -> &'static LogState {
+    static STATE: OnceLock<LogState> = OnceLock::new();
+    STATE.get_or_init(|| {
+        let level = std::env::var("XCE_LOG")
+            .ok()
+            .and_then(|v| Level::parse(&v))
+            .unwrap_or(DEFAULT_LOG_LEVEL);
+        LogState {
+            level: AtomicU8::new(level as u8),
+            sink: RwLock::new(None),
+        }
+    })
+}
+
+/// Replaces the sink; `None` restores the stderr sink.
+pub fn set_sink(sink: Option<LogSink>) {
+    *state().sink.write() = sink;
+}
+
+/// Sets the threshold (overrides `XCE_LOG`).
+pub fn set_level(level: Level) {
+    state().level.store(level as u8, Ordering::Relaxed);
+}
+
+pub fn level() -> Level {
+    Level::from_u8(state().level.load(Ordering::Relaxed))
+}
+
+pub fn enabled(level: Level) -> bool {
+    level != Level::Off && level <= self::level()
+}
+
+/// Emits one line at `level` if enabled. The sink runs on the calling thread.
+pub fn log(level: Level, args: fmt::Arguments<'_>) {
+    if !enabled(level) {
+        return;
+    }
+    let line = fmt::format(args);
+    // Clone the sink out so a sink that replaces the sink cannot deadlock.
+    let sink = state().sink.read().clone();
+    match sink {
+        Some(s) => s(level, &line),
+        None => eprintln!("libxce {}: {}", level.as_str(), line),
+    }
+}
+
+macro_rules! xlog {
+    ($lvl:expr, $($arg:tt)+) => {
+        $crate::failover::log::log($lvl, format_args!($($arg)+))
+    };
+}
+pub(crate) use xlog;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_levels() {
+        assert_eq!(Level::parse("INFO"), Some(Level::Info));
+        assert_eq!(Level::parse(" warn "), Some(Level::Warn));
+        assert_eq!(Level::parse("off"), Some(Level::Off));
+        assert_eq!(Level::parse("loud"), None);
+        assert!(Level::Error < Level::Warn && Level::Warn < Level::Info);
+    }
+    // The sink itself is process-global; it is exercised by tests/failover_loop.rs, which owns
+    // its process.
+}

@@ -1,0 +1,210 @@
+//! F17 and F19: per-context counters, the event callback, and the report of the last failed
+//! call. Kept outside the context lock so they can be read while a call is failing over.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::classify::AttemptOutcome;
+use super::rotate::Endpoint;
+use crate::error::{strerror, Error};
+
+/// F17 counters of one context.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Calls made (every op, fire-and-forget included).
+    pub requests: u64,
+    /// Attempts beyond the first of a call.
+    pub retries: u64,
+    /// Moves from one controller to another (or the same one, reconnecting).
+    pub rotations: u64,
+    /// Failovers finished: a success after a run of failed attempts.
+    pub failovers: u64,
+    /// Total time spent sleeping or waiting for a primary in backoff, in ms.
+    pub backoff_ms: u64,
+    /// Duration of the last finished failover (first failure → success), in ms.
+    pub last_failover_ms: u64,
+    /// The controller in use, if connected.
+    pub current_master: Option<Endpoint>,
+}
+
+/// An F17 event, delivered on the calling thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The loop leaves `from` for `to` because of `cause`.
+    Rotation {
+        from: Endpoint,
+        to: Endpoint,
+        cause: AttemptOutcome,
+    },
+    /// The first failure after a success: a failover begins.
+    FailoverStarted {
+        from: Endpoint,
+        cause: AttemptOutcome,
+    },
+    /// A success ends the failover.
+    FailoverFinished { to: Endpoint, duration: Duration },
+    /// A call gave up (F7) with this error.
+    NotReady {
+        error: Error,
+        attempts: u32,
+        elapsed: Duration,
+    },
+}
+
+/// The event callback. It runs with the context lock held: it may read `stats()` and
+/// `last_error()`, but an op on the same context from inside it fails with `EDEADLK`.
+pub type EventHandler = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// A master's last outcome during one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MasterOutcome {
+    pub endpoint: Endpoint,
+    /// `None`: not tried during the call.
+    pub last: Option<AttemptOutcome>,
+}
+
+/// F19: what happened during the last failed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallReport {
+    /// The op's name (protocol.md).
+    pub op: &'static str,
+    pub error: Error,
+    /// Attempts made (sends, connects and reconnect-hook runs that failed count alike).
+    pub attempts: u32,
+    pub elapsed: Duration,
+    /// Every configured master and its last outcome in the call.
+    pub masters: Vec<MasterOutcome>,
+    pub is_write: bool,
+    /// For a write: it was sent at least once and no reply came back, so the controller may have
+    /// applied it.
+    pub may_have_been_applied: bool,
+}
+
+fn outcome_text(o: &AttemptOutcome) -> String {
+    match o {
+        AttemptOutcome::Status(s) => format!("answered \"{}\"", strerror(*s)),
+        AttemptOutcome::Transport(e) => format!("transport: {e}"),
+    }
+}
+
+impl fmt::Display for CallReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failed: {} after {} attempt{} in {:.3} s",
+            self.op,
+            self.error,
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.elapsed.as_secs_f64()
+        )?;
+        for m in &self.masters {
+            match &m.last {
+                Some(o) => write!(f, "; {} {}", m.endpoint, outcome_text(o))?,
+                None => write!(f, "; {} not tried", m.endpoint)?,
+            }
+        }
+        if self.is_write {
+            if self.may_have_been_applied {
+                write!(
+                    f,
+                    "; the write was sent without reply and may have been applied"
+                )?;
+            } else {
+                write!(f, "; the write was not applied")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The observable side of a context: counters, events, last error. Each field has its own
+/// small lock, never held across I/O.
+#[derive(Default)]
+pub struct Observer {
+    stats: Mutex<Stats>,
+    handler: RwLock<Option<EventHandler>>,
+    last_error: Mutex<Option<CallReport>>,
+}
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer")
+            .field("stats", &*self.stats.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    pub fn stats(&self) -> Stats {
+        self.stats.lock().clone()
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut Stats)) {
+        f(&mut self.stats.lock())
+    }
+
+    pub fn set_handler(&self, h: Option<EventHandler>) {
+        *self.handler.write() = h;
+    }
+
+    /// Delivers an event; the handler is cloned out first so it may replace itself.
+    pub fn emit(&self, e: Event) {
+        let h = self.handler.read().clone();
+        if let Some(h) = h {
+            h(&e);
+        }
+    }
+
+    pub fn last_error(&self) -> Option<CallReport> {
+        self.last_error.lock().clone()
+    }
+
+    pub fn set_last_error(&self, r: CallReport) {
+        *self.last_error.lock() = Some(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::E_XCE_NOT_READY;
+
+    #[test]
+    fn report_names_the_cluster_state_and_each_master() {
+        let r = CallReport {
+            op: "jobsubmit",
+            error: Error::NotReady,
+            attempts: 5,
+            elapsed: Duration::from_millis(1500),
+            masters: vec![
+                MasterOutcome {
+                    endpoint: Endpoint::new("a", 1),
+                    last: Some(AttemptOutcome::Status(-E_XCE_NOT_READY)),
+                },
+                MasterOutcome {
+                    endpoint: Endpoint::new("b", 2),
+                    last: Some(AttemptOutcome::Transport(Error::Errno(libc::ECONNREFUSED))),
+                },
+                MasterOutcome {
+                    endpoint: Endpoint::new("c", 3),
+                    last: None,
+                },
+            ],
+            is_write: true,
+            may_have_been_applied: true,
+        };
+        let s = r.to_string();
+        assert!(
+            s.starts_with("jobsubmit failed: cluster not ready after 5 attempts in 1.500 s"),
+            "{s}"
+        );
+        assert!(s.contains("a:1 answered \"cluster not ready\""), "{s}");
+        assert!(s.contains("b:2 transport: Connection refused"), "{s}");
+        assert!(s.contains("c:3 not tried"), "{s}");
+        assert!(s.contains("may have been applied"), "{s}");
+    }
+}

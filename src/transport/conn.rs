@@ -1,0 +1,400 @@
+//! One connection to one controller: non-blocking TCP (optionally TLS 1.3), wire framing, and
+//! deadline- and wake-bounded waits (F8, F9, F13).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::pki_types::ServerName;
+
+use super::waker::{Wait, Waker};
+use crate::error::Error;
+use crate::wire::{complete_frame_len, decode_reply, encode_request, Limits, Reply, Request};
+
+/// Bytes read from the socket per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Replies with a wrong `seq` tolerated on one connection before it counts as broken (F9):
+/// a stale reply or two after a timeout is normal, a stream of them is not.
+pub const MAX_STRAY_REPLIES: u32 = 16;
+
+/// An established connection.
+pub struct Connection {
+    sock: TcpStream,
+    tls: Option<Box<rustls::ClientConnection>>,
+    /// Received plaintext not yet consumed as replies; reused for the connection's life.
+    rbuf: Vec<u8>,
+    /// The encoded request being sent; reused likewise.
+    wbuf: Vec<u8>,
+    limits: Limits,
+    dead: bool,
+    /// Wrong-seq replies dropped so far.
+    strays: u32,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.sock.peer_addr().ok())
+            .field("tls", &self.tls.is_some())
+            .field("dead", &self.dead)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to `host:port` (every resolved address in turn) and, with `tls`, completes a
+    /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all
+    /// (F8); a wake ends it with `EINTR`. A failed certificate check is `Error::Tls`; there is
+    /// no plaintext fallback.
+    pub fn connect(
+        host: &str,
+        port: u16,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        limits: Limits,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Connection, Error> {
+        let addrs: Vec<SocketAddr> = (host, port)
+            .to_socket_addrs()
+            .map_err(|_| Error::Errno(libc::EHOSTUNREACH))?
+            .collect();
+        let mut last = Error::Errno(libc::EHOSTUNREACH);
+        let mut sock = None;
+        for addr in addrs {
+            match connect_socket(addr, deadline, waker) {
+                Ok(s) => {
+                    sock = Some(s);
+                    break;
+                }
+                Err(e) if e == Error::Errno(libc::EINTR) => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        let sock = sock.ok_or(last)?;
+        // Requests are small and latency-bound: never wait for Nagle.
+        sock.set_nodelay(true).map_err(|e| Error::from_io(&e))?;
+        let mut conn = Connection {
+            sock,
+            tls: None,
+            rbuf: Vec::with_capacity(READ_CHUNK),
+            wbuf: Vec::new(),
+            limits,
+            dead: false,
+            strays: 0,
+        };
+        if let Some(cfg) = tls {
+            let name = ServerName::try_from(host.to_string()).map_err(|_| Error::Tls)?;
+            let tls = rustls::ClientConnection::new(cfg.clone(), name).map_err(|_| Error::Tls)?;
+            conn.tls = Some(Box::new(tls));
+            conn.handshake(deadline, waker)?;
+        }
+        Ok(conn)
+    }
+
+    /// Sends one request. An I/O failure marks the connection dead.
+    pub fn send(&mut self, req: &Request, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        self.wbuf.clear();
+        encode_request(req, &mut self.wbuf);
+        let r = self.write_wbuf(deadline, waker);
+        self.note(r)
+    }
+
+    /// Waits for the reply whose `seq` is `expected_seq`, dropping others (F9). The deadline
+    /// is the reply timeout (F8): passing it is `ETIMEDOUT` and kills the connection, as do EOF,
+    /// an undecodable reply (`E_XCE_PROTO`) and more than [`MAX_STRAY_REPLIES`] stray replies.
+    /// A wake returns `EINTR` and leaves the connection usable.
+    pub fn recv(
+        &mut self,
+        expected_seq: u64,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Reply, Error> {
+        let r = self.recv_inner(expected_seq, deadline, waker);
+        self.note(r)
+    }
+
+    /// F12: whether the connection is known unusable — a past failure, or the peer closed or
+    /// reset it (checked now, without blocking).
+    pub fn is_dead(&mut self) -> bool {
+        if !self.dead {
+            let ev = poll_now(self.sock.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP);
+            if ev & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP | libc::POLLNVAL) != 0 {
+                self.dead = true;
+            }
+        }
+        self.dead
+    }
+
+    /// Declares the connection unusable (the loop is about to drop it).
+    pub fn mark_dead(&mut self) {
+        self.dead = true;
+    }
+
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Any error but a wake leaves the connection unusable.
+    fn note<T>(&mut self, r: Result<T, Error>) -> Result<T, Error> {
+        if let Err(e) = &r {
+            if *e != Error::Errno(libc::EINTR) {
+                self.dead = true;
+            }
+        }
+        r
+    }
+
+    fn wait(&self, events: i16, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        match waker.wait(Some(self.fd()), events, Some(deadline))? {
+            Wait::Ready(_) => Ok(()),
+            Wait::TimedOut => Err(Error::Errno(libc::ETIMEDOUT)),
+        }
+    }
+
+    fn handshake(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        loop {
+            self.flush_tls(deadline, waker)?;
+            let tls = self.tls.as_mut().expect("handshake without TLS");
+            if !tls.is_handshaking() {
+                return Ok(());
+            }
+            self.read_tls_records(deadline, waker)?;
+        }
+    }
+
+    /// Reads TLS records from the socket (waiting if none) and processes them. A protocol or
+    /// certificate failure is `Error::Tls`, after the alert was sent on a best-effort basis.
+    fn read_tls_records(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        loop {
+            let tls = self.tls.as_mut().expect("TLS read without TLS");
+            match tls.read_tls(&mut self.sock) {
+                Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
+                Ok(_) => {
+                    if tls.process_new_packets().is_err() {
+                        let _ = tls.write_tls(&mut self.sock);
+                        return Err(Error::Tls);
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLIN, deadline, waker)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::from_io(&e)),
+            }
+        }
+    }
+
+    /// Writes out whatever TLS records rustls has queued.
+    fn flush_tls(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        while let Some(tls) = self.tls.as_mut().filter(|t| t.wants_write()) {
+            match tls.write_tls(&mut self.sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLOUT, deadline, waker)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::from_io(&e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_wbuf(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        let mut off = 0;
+        while off < self.wbuf.len() {
+            let r = match self.tls.as_mut() {
+                Some(tls) => tls.writer().write(&self.wbuf[off..]),
+                None => self.sock.write(&self.wbuf[off..]),
+            };
+            match r {
+                // rustls' plaintext buffer is full: push records out first.
+                Ok(0) if self.tls.is_some() => {}
+                Ok(0) => return Err(Error::Errno(libc::EPIPE)),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLOUT, deadline, waker)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::from_io(&e)),
+            }
+            self.flush_tls(deadline, waker)?;
+        }
+        Ok(())
+    }
+
+    fn recv_inner(
+        &mut self,
+        expected_seq: u64,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Reply, Error> {
+        loop {
+            if let Some(n) = complete_frame_len(&self.rbuf, &self.limits)? {
+                let reply = decode_reply(&self.rbuf[..n], &self.limits);
+                self.rbuf.drain(..n);
+                let reply = reply?;
+                if reply.seq == expected_seq {
+                    return Ok(reply);
+                }
+                // F9: a late reply to an earlier request; never handed to this one.
+                self.strays += 1;
+                if self.strays > MAX_STRAY_REPLIES {
+                    return Err(Error::Proto);
+                }
+                continue;
+            }
+            self.fill(deadline, waker)?;
+        }
+    }
+
+    /// Appends at least one byte of plaintext to `rbuf`, waiting until `deadline`.
+    fn fill(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        let len = self.rbuf.len();
+        self.rbuf.resize(len + READ_CHUNK, 0);
+        let r = self.fill_into(len, deadline, waker);
+        let n = *r.as_ref().unwrap_or(&0);
+        self.rbuf.truncate(len + n);
+        r.map(drop)
+    }
+
+    fn fill_into(&mut self, at: usize, deadline: Instant, waker: &Waker) -> Result<usize, Error> {
+        loop {
+            let r = match self.tls.as_mut() {
+                Some(tls) => tls.reader().read(&mut self.rbuf[at..]),
+                None => self.sock.read(&mut self.rbuf[at..]),
+            };
+            match r {
+                // EOF (or a TLS close_notify) before the awaited reply: the peer went away.
+                Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.tls.is_some() {
+                        self.read_tls_records(deadline, waker)?;
+                        self.flush_tls(deadline, waker)?;
+                    } else {
+                        self.wait(libc::POLLIN, deadline, waker)?;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::from_io(&e)),
+            }
+        }
+    }
+}
+
+/// poll(2) one fd without waiting; returns its revents (0 if nothing).
+fn poll_now(fd: RawFd, events: i16) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: p is a live pollfd; timeout 0 never blocks.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    if n > 0 {
+        p.revents
+    } else {
+        0
+    }
+}
+
+/// A non-blocking connect that a wake can interrupt and `deadline` bounds (F8, F13).
+fn connect_socket(addr: SocketAddr, deadline: Instant, waker: &Waker) -> Result<TcpStream, Error> {
+    let last_os = || Error::from_io(&io::Error::last_os_error());
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket(2) takes no pointers; a non-negative return is a new fd we own.
+    let fd = unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(last_os());
+    }
+    // SAFETY: fd was just created and is owned by nothing else; OwnedFd closes it on any error.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let (storage, len) = sockaddr_of(addr);
+    // SAFETY: storage is a sockaddr_storage holding a sockaddr_in/in6 of `len` bytes.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(Error::from_io(&e));
+        }
+        match waker.wait(Some(fd.as_raw_fd()), libc::POLLOUT, Some(deadline))? {
+            Wait::TimedOut => return Err(Error::Errno(libc::ETIMEDOUT)),
+            Wait::Ready(_) => {}
+        }
+        let mut err: libc::c_int = 0;
+        let mut err_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: err and err_len are live and sized for SO_ERROR's c_int result.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut err_len,
+            )
+        };
+        if rc != 0 {
+            return Err(last_os());
+        }
+        if err != 0 {
+            return Err(Error::Errno(err));
+        }
+    }
+    Ok(TcpStream::from(fd))
+}
+
+/// The C socket address of `addr`.
+fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid (AF_UNSPEC) value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}

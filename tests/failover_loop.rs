@@ -1,0 +1,602 @@
+//! The retry loop against scripted fake controllers (failover.md F1–F19).
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use support::*;
+use xce::client::{Client, Config, TlsFiles};
+use xce::error::*;
+use xce::failover::{ClientOption, Endpoint, Event, Options, RetryConfig};
+use xce::wire::*;
+use xce::Error;
+
+fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
+    Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")
+}
+
+fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
+    fakes.iter().map(|f| f.endpoint()).collect()
+}
+
+#[test]
+fn not_ready_k_times_then_success() {
+    let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 3]);
+    let c = client(&eps(&[&a]), fast_options(), fast_retry(5));
+    let jobs = c.joblist(JobFilter::default()).unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(a.ops(), vec!["joblist"; 4]);
+    let s = c.stats();
+    assert_eq!((s.requests, s.retries, s.failovers), (1, 3, 1));
+    assert!(s.backoff_ms >= 3 * 5, "{s:?}");
+    assert_eq!(
+        a.connections(),
+        1,
+        "a single master answering statuses keeps its connection"
+    );
+}
+
+#[test]
+fn not_ready_until_the_budget_is_spent_is_cluster_not_ready() {
+    let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 50]);
+    let b = FakeController::start(vec![Step::Status(-E_XCE_NOMASTER); 50]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(3));
+    let events = Arc::new(Mutex::new(vec![]));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    assert_eq!(c.hello(), Err(Error::NotReady));
+    let report = c.last_error().unwrap();
+    assert_eq!(report.attempts, 4, "{report}");
+    let text = report.to_string();
+    assert!(
+        text.starts_with("hello failed: cluster not ready after 4 attempts"),
+        "{text}"
+    );
+    assert!(
+        text.contains("answered \"cluster not ready\"")
+            && text.contains("standby: no primary known"),
+        "{text}"
+    );
+    assert!(matches!(
+        events.lock().last(),
+        Some(Event::NotReady {
+            error: Error::NotReady,
+            attempts: 4,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn redirect_with_address_goes_straight_to_the_named_master() {
+    let (b, cc) = (FakeController::start(vec![]), FakeController::start(vec![]));
+    let a = FakeController::start(vec![Step::Redirect(Some(cc.endpoint()))]);
+    let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
+    c.hello().unwrap();
+    assert_eq!(b.requests().len(), 0, "B skipped: the hint goes first");
+    assert_eq!(cc.ops(), vec!["hello"]);
+    assert_eq!(c.stats().current_master, Some(cc.endpoint()));
+    // F3: sticky — the next call goes to C directly.
+    c.hello().unwrap();
+    assert_eq!((a.requests().len(), cc.requests().len()), (1, 2));
+}
+
+#[test]
+fn redirect_without_address_rotates_to_the_next_master() {
+    let (b, cc) = (FakeController::start(vec![]), FakeController::start(vec![]));
+    let a = FakeController::start(vec![Step::Redirect(None)]);
+    let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
+    c.hello().unwrap();
+    assert_eq!((b.ops(), cc.requests().len()), (vec!["hello"], 0));
+}
+
+#[test]
+fn redirect_to_an_unconfigured_host_is_ignored() {
+    let stranger = FakeController::start(vec![]);
+    let b = FakeController::start(vec![]);
+    let a = FakeController::start(vec![Step::Redirect(Some(stranger.endpoint()))]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    c.hello().unwrap();
+    assert_eq!((stranger.requests().len(), b.requests().len()), (0, 1));
+    // Opted in: followed.
+    c.set_option(ClientOption::RedirectAnyHost(true)).unwrap();
+    b.push([Step::Redirect(Some(stranger.endpoint()))]);
+    c.hello().unwrap();
+    assert_eq!(stranger.ops(), vec!["hello"]);
+}
+
+#[test]
+fn standby_then_success_on_the_next_master_with_events() {
+    let a = FakeController::start(vec![Step::Standby(None)]);
+    let b = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    let events = Arc::new(Mutex::new(vec![]));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    c.jobctrl(5, JobAction::Kill).unwrap();
+    assert_eq!(b.ops(), vec!["jobctrl"]);
+    let ev = events.lock();
+    assert!(
+        matches!(ev[0], Event::FailoverStarted { cause: xce::failover::AttemptOutcome::Status(s), .. } if s == -E_XCE_STANDBY)
+    );
+    assert!(
+        matches!(&ev[1], Event::Rotation { from, to, .. } if *from == a.endpoint() && *to == b.endpoint())
+    );
+    assert!(matches!(&ev[2], Event::FailoverFinished { to, .. } if *to == b.endpoint()));
+    let s = c.stats();
+    assert_eq!(
+        (s.rotations, s.failovers, s.current_master.clone()),
+        (1, 1, Some(b.endpoint()))
+    );
+}
+
+#[test]
+fn connection_closed_mid_reply_rotates_and_the_write_keeps_its_request_id() {
+    let a = FakeController::start(vec![Step::CloseMidReply]);
+    let b = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    let id = c
+        .jobsubmit(JobSpec {
+            name: "j".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    let (ra, rb) = (a.requests(), b.requests());
+    assert_eq!((ra.len(), rb.len()), (1, 1));
+    // F16: the re-send is the same write.
+    assert_ne!(ra[0].request_id, 0);
+    assert_eq!(ra[0].request_id, rb[0].request_id);
+    assert_eq!(ra[0].client_id, rb[0].client_id);
+    assert_eq!(ra[0].client_id, c.client_id());
+    assert_ne!(ra[0].seq, rb[0].seq);
+    assert!(matches!(&rb[0].op, Op::JobSubmit(s) if s.job_id == id && id != 0));
+    // The next write gets a new id.
+    c.jobsubmit(JobSpec::default()).unwrap();
+    assert_eq!(b.requests()[1].request_id, rb[0].request_id + 1);
+    // Reads carry 0.
+    c.hello().unwrap();
+    assert_eq!(b.requests()[2].request_id, 0);
+}
+
+#[test]
+fn dup_on_a_resent_write_is_success_and_on_a_first_send_is_terminal() {
+    let a = FakeController::start(vec![Step::CloseMidReply]);
+    let b = FakeController::start(vec![
+        Step::Status(-E_XCE_DUP_JOB),
+        Step::Status(-E_XCE_DUP_JOB),
+    ]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    let id = c
+        .jobsubmit(JobSpec {
+            job_id: 42,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(id, 42);
+    assert_eq!(
+        c.jobsubmit(JobSpec {
+            job_id: 42,
+            ..Default::default()
+        }),
+        Err(Error::DupJob)
+    );
+    assert!(!c.last_error().unwrap().may_have_been_applied);
+}
+
+#[test]
+fn silent_server_is_detected_by_the_reply_timeout() {
+    let a = FakeController::start(vec![Step::Silent]);
+    let b = FakeController::start(vec![]);
+    let opts = Options {
+        reply_timeout: Duration::from_millis(150),
+        ..fast_options()
+    };
+    let c = client(&eps(&[&a, &b]), opts, fast_retry(5));
+    let t = Instant::now();
+    c.hello().unwrap();
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+    assert_eq!(b.ops(), vec!["hello"]);
+}
+
+#[test]
+fn a_reply_with_the_wrong_seq_is_dropped() {
+    let a = FakeController::start(vec![Step::WrongSeqFirst]);
+    let c = client(&eps(&[&a]), fast_options(), fast_retry(5));
+    c.hello().unwrap();
+    assert_eq!(c.stats().retries, 0);
+    // A flood of stray replies breaks the connection (F9 bound) and the loop moves on.
+    let b = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    a.push([Step::WrongSeqs(17)]);
+    c.hello().unwrap();
+    assert_eq!(b.ops(), vec!["hello"]);
+}
+
+#[test]
+fn all_masters_down_ends_with_the_transport_error_while_mostly_sleeping() {
+    let a = FakeController::start(vec![]);
+    let masters = vec![a.endpoint(), refused_endpoint(), refused_endpoint()];
+    let retry = RetryConfig {
+        max_retries: 6,
+        initial_retry_ms: 40,
+        max_retry_ms: 200,
+        backoff_multiplier: 2.0,
+    };
+    let c = client(&masters, fast_options(), retry);
+    drop(a); // the primary dies; nothing listens anywhere
+    let (wall0, cpu0) = (Instant::now(), thread_cpu_time());
+    let r = c.hello();
+    let (wall, cpu) = (wall0.elapsed(), thread_cpu_time() - cpu0);
+    assert_eq!(r, Err(Error::Errno(libc::ECONNREFUSED)));
+    println!(
+        "all masters down: wall {wall:?}, cpu {cpu:?} ({:.1}%)",
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
+    );
+    assert!(
+        wall >= Duration::from_millis(200),
+        "slept the backoff: {wall:?}"
+    );
+    assert!(
+        cpu.as_secs_f64() < 0.2 * wall.as_secs_f64(),
+        "cpu {cpu:?} of wall {wall:?}: spinning"
+    );
+    let report = c.last_error().unwrap();
+    assert_eq!(report.attempts, 21, "7 cycles of 3 masters: {report}");
+    assert!(report.masters.iter().all(|m| m.last.is_some()));
+    assert!(
+        report.to_string().contains("transport: Connection refused"),
+        "{report}"
+    );
+}
+
+#[test]
+fn start_connects_to_the_first_reachable_master_in_list_order() {
+    let b = FakeController::start(vec![]);
+    let cc = FakeController::start(vec![]);
+    let c = client(
+        &[refused_endpoint(), b.endpoint(), cc.endpoint()],
+        fast_options(),
+        fast_retry(1),
+    );
+    assert_eq!(c.stats().current_master, Some(b.endpoint()));
+    c.hello().unwrap();
+    assert_eq!((b.requests().len(), cc.requests().len()), (1, 0));
+    let none = Client::start_with(
+        Config::new(vec![refused_endpoint(), refused_endpoint()]),
+        fast_options(),
+        fast_retry(1),
+    );
+    assert_eq!(none.err(), Some(Error::Errno(libc::ECONNREFUSED)));
+    let bad = Client::start_with(Config::new(vec![]), fast_options(), fast_retry(1));
+    assert_eq!(bad.err(), Some(Error::Errno(libc::EINVAL)));
+}
+
+#[test]
+fn reconnect_hook_runs_once_per_reconnect_before_the_resend_and_can_join() {
+    let a = FakeController::start(vec![Step::Ok, Step::Close]);
+    let b = FakeController::start(vec![]);
+    let c = Arc::new(client(&eps(&[&a, &b]), fast_options(), fast_retry(5)));
+    let calls = Arc::new(AtomicU32::new(0));
+    let n = calls.clone();
+    c.set_reconnect_handler(Some(Box::new(move |cl: &Client| {
+        n.fetch_add(1, Ordering::SeqCst);
+        let join = Join {
+            role: SessionRole::Worker,
+            host: "w1".into(),
+            ncpus: 4,
+            mem_mb: 1024,
+            attrs: vec![],
+        };
+        match cl.join(join) {
+            Ok(_) => 0,
+            Err(e) => e.status(),
+        }
+    })));
+    c.hello().unwrap(); // A, no reconnect
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    c.joblist(JobFilter::default()).unwrap(); // A closes; B: hook (join), then the re-send
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(b.ops(), vec!["join", "joblist"]);
+    c.joblist(JobFilter::default()).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no reconnect, no hook");
+    // The hook's join was a write with its own request id.
+    let rb = b.requests();
+    assert_ne!(rb[0].request_id, 0);
+}
+
+#[test]
+fn a_failing_hook_is_a_failed_attempt() {
+    let a = FakeController::start(vec![Step::Close]);
+    let b = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY)]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    let calls = Arc::new(AtomicU32::new(0));
+    let n = calls.clone();
+    c.set_reconnect_handler(Some(Box::new(move |cl: &Client| {
+        n.fetch_add(1, Ordering::SeqCst);
+        cl.hello().map_or_else(|e| e.status(), |_| 0)
+    })));
+    // A closes → B: hook's hello gets NOT_READY → backoff → A is gone (refused? no: A listens
+    // but closed the conn) → ... eventually the hook succeeds and the op runs.
+    c.hostctrl("h", HostAction::Close).unwrap();
+    assert!(calls.load(Ordering::SeqCst) >= 2);
+    let ops: Vec<_> = a.ops().into_iter().chain(b.ops()).collect();
+    assert_eq!(
+        ops.iter().filter(|o| **o == "hostctrl").count(),
+        2,
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn fifty_threads_share_one_client_across_a_failover() {
+    let mut script = vec![Step::Ok; 150];
+    script.push(Step::Close);
+    let a = FakeController::start(script);
+    let b = FakeController::start(vec![]);
+    let c = Arc::new(client(&eps(&[&a, &b]), fast_options(), fast_retry(5)));
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for j in 0..8 {
+                    if (i + j) % 2 == 0 {
+                        c.jobinfo(i * 100 + j).unwrap();
+                    } else {
+                        c.jobsubmit(JobSpec::default()).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = c.stats();
+    assert_eq!(s.requests, 400);
+    assert_eq!(s.failovers, 1);
+    assert_eq!(a.requests().len() + b.requests().len(), 401); // one re-send
+                                                              // Every write id distinct except the re-sent one.
+    let mut ids: Vec<u64> = a
+        .requests()
+        .iter()
+        .chain(b.requests().iter())
+        .map(|r| r.request_id)
+        .filter(|&r| r != 0)
+        .collect();
+    let total = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert!(total - ids.len() <= 1);
+}
+
+#[test]
+fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
+    let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
+    let retry = RetryConfig {
+        max_retries: 5,
+        initial_retry_ms: 5000,
+        max_retry_ms: 5000,
+        backoff_multiplier: 2.0,
+    };
+    let c = Arc::new(client(&eps(&[&a]), fast_options(), retry));
+    assert!(!c.try_wakeup(), "no call in progress");
+    let waker = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(c.try_wakeup(), "a call is in progress");
+            Instant::now()
+        })
+    };
+    let r = c.hello();
+    let returned = Instant::now();
+    let woke = waker.join().unwrap();
+    let latency = returned.saturating_duration_since(woke);
+    println!("wakeup → EINTR latency: {latency:?}");
+    assert_eq!(r, Err(Error::Errno(libc::EINTR)));
+    assert!(latency < Duration::from_millis(100), "{latency:?}");
+    // The client is usable afterwards.
+    a.push([]);
+    let b = FakeController::start(vec![]);
+    drop(b);
+}
+
+#[test]
+fn wakeup_ends_a_reply_wait_and_the_client_recovers() {
+    let a = FakeController::start(vec![Step::Silent]);
+    let opts = Options {
+        reply_timeout: Duration::from_secs(10),
+        ..fast_options()
+    };
+    let c = Arc::new(client(&eps(&[&a]), opts, fast_retry(5)));
+    let c2 = c.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        c2.wakeup();
+    });
+    let t0 = Instant::now();
+    assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    t.join().unwrap();
+    c.hello().unwrap();
+    // A wake with no call in progress is kept for the next wait (never lost).
+    c.wakeup();
+    assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
+    c.hello().unwrap();
+}
+
+#[test]
+fn garbage_and_oversized_replies_give_a_clear_error_and_a_usable_client() {
+    let a = FakeController::start(vec![Step::Garbage, Step::Oversized]);
+    let c = client(&eps(&[&a]), fast_options(), fast_retry(1));
+    assert_eq!(c.hello(), Err(Error::Proto));
+    let text = c.last_error().unwrap().to_string();
+    assert!(text.contains("protocol error"), "{text}");
+    assert_eq!(a.connections(), 2, "each bad reply dropped its connection");
+    c.hello().unwrap();
+    assert_eq!(c.joblist(JobFilter::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn wait_primary_in_backoff_reaches_the_new_primary_at_once() {
+    let b = FakeController::start(vec![]);
+    let a = FakeController::start(vec![
+        Step::Status(-E_XCE_NOT_READY),
+        Step::Primary(b.endpoint()),
+    ]);
+    let retry = RetryConfig {
+        max_retries: 5,
+        initial_retry_ms: 4000,
+        max_retry_ms: 4000,
+        backoff_multiplier: 2.0,
+    };
+    let opts = Options {
+        wait_primary: true,
+        ..fast_options()
+    };
+    let c = client(&eps(&[&a, &b]), opts, retry);
+    let t = Instant::now();
+    c.hello().unwrap();
+    let took = t.elapsed();
+    println!("waitPrimary failover: {took:?}");
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    assert_eq!(a.ops(), vec!["hello", "waitPrimary"]);
+    assert!(
+        matches!(a.requests()[1].op, Op::WaitPrimary { timeout_ms } if (2000..=4000).contains(&timeout_ms))
+    );
+    assert_eq!(b.ops(), vec!["hello"]);
+}
+
+#[test]
+fn wait_primary_unsupported_falls_back_to_plain_sleeps() {
+    let a = FakeController::start(vec![
+        Step::Status(-E_XCE_NOT_READY),
+        Step::Status(-libc::EINVAL), // waitPrimary unknown here
+        Step::Status(-E_XCE_NOT_READY),
+    ]);
+    let retry = RetryConfig {
+        max_retries: 5,
+        initial_retry_ms: 60,
+        max_retry_ms: 60,
+        backoff_multiplier: 1.0,
+    };
+    let c = client(
+        &eps(&[&a]),
+        Options {
+            wait_primary: true,
+            ..fast_options()
+        },
+        retry,
+    );
+    let t = Instant::now();
+    c.hello().unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(60),
+        "slept twice at >= 30 ms"
+    );
+    assert_eq!(a.ops(), vec!["hello", "waitPrimary", "hello", "hello"]);
+}
+
+#[test]
+fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
+    let a = FakeController::start(vec![]);
+    let b = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
+    c.heartbeat("w1").unwrap();
+    assert!(a.wait_requests(1, Duration::from_secs(2)));
+    drop(a);
+    std::thread::sleep(Duration::from_millis(20));
+    c.notify(Notify {
+        kind: NotifyKind::JobFinish,
+        job_id: 3,
+        exit_code: 0,
+    })
+    .unwrap();
+    assert!(b.wait_requests(1, Duration::from_secs(2)));
+    assert_eq!(b.ops(), vec!["notify"]);
+    assert!(b.requests()[0].no_reply);
+    c.nop().unwrap();
+    assert!(b.wait_requests(2, Duration::from_secs(2)));
+    // Nobody anywhere: the send result is the error, at once.
+    drop(b);
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    assert!(c.nop().is_err());
+    assert!(t.elapsed() < Duration::from_millis(500));
+}
+
+#[test]
+fn overall_deadline_bounds_the_call() {
+    let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 100]);
+    let retry = RetryConfig {
+        max_retries: 20,
+        initial_retry_ms: 50,
+        max_retry_ms: 50,
+        backoff_multiplier: 1.0,
+    };
+    let c = client(&eps(&[&a]), fast_options(), retry);
+    c.set_option(ClientOption::CallDeadlineMs(200)).unwrap();
+    let t = Instant::now();
+    assert_eq!(c.hello(), Err(Error::NotReady));
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_millis(600),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn tls_round_trip_and_verification_failure() {
+    let pki = TestPki::new("ok");
+    let a = FakeController::start_tls(vec![Step::Standby(None)], pki.server.clone());
+    let b = FakeController::start_tls(vec![], pki.server.clone());
+    let masters = vec![
+        Endpoint::new("localhost", a.endpoint().port),
+        Endpoint::new("127.0.0.1", b.endpoint().port),
+    ];
+    let tls = TlsFiles {
+        ca_file: pki.ca_file(),
+        cert_file: None,
+        key_file: None,
+    };
+    let config = Config {
+        masters: masters.clone(),
+        tls: Some(tls),
+        client_name: "t".into(),
+    };
+    let c = Client::start_with(config, fast_options(), fast_retry(3)).unwrap();
+    c.hello().unwrap();
+    assert_eq!(b.ops(), vec!["hello"]);
+    assert_eq!(
+        c.jobsubmit(JobSpec {
+            job_id: 77,
+            ..Default::default()
+        }),
+        Ok(77)
+    );
+
+    // A CA that did not sign the servers' certificates: Error::Tls, never plaintext.
+    let other = TestPki::new("other");
+    let tls = TlsFiles {
+        ca_file: other.ca_file(),
+        cert_file: None,
+        key_file: None,
+    };
+    let config = Config {
+        masters,
+        tls: Some(tls),
+        client_name: "t".into(),
+    };
+    assert_eq!(
+        Client::start_with(config, fast_options(), fast_retry(1)).err(),
+        Some(Error::Tls)
+    );
+    assert_eq!(a.requests().len(), 1, "nothing sent in clear");
+}

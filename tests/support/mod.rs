@@ -1,0 +1,379 @@
+//! Scripted fake controllers for the failover tests, reusable by later suites.
+//!
+//! A [`FakeController`] listens on 127.0.0.1:0 (one thread per connection, ended when the fake
+//! is dropped), records every request it decodes, and answers each reply-bearing request with
+//! the next [`Step`] of its script (default: success with the payload the op expects).
+//! Fire-and-forget requests are recorded and consume no step.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use xce::error::*;
+use xce::failover::{Endpoint, Options, RetryConfig};
+use xce::wire::*;
+
+/// How the fake answers one request.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Success with the payload the op expects.
+    Ok,
+    /// A bare status (e.g. `-E_XCE_NOT_READY`).
+    Status(i32),
+    /// `E_XCE_REDIRECT`, with the primary's address or none.
+    Redirect(Option<Endpoint>),
+    /// `E_XCE_STANDBY`, with the primary's address or none.
+    Standby(Option<Endpoint>),
+    /// A `waitPrimary` answer naming this primary.
+    Primary(Endpoint),
+    /// Half of a reply, then the connection is closed.
+    CloseMidReply,
+    /// The connection is closed without a reply.
+    Close,
+    /// No reply at all; the connection stays open.
+    Silent,
+    /// First a reply with a wrong seq, then the right one (success).
+    WrongSeqFirst,
+    /// `n` replies with wrong seqs, then nothing.
+    WrongSeqs(usize),
+    /// A frame whose body is not a Cap'n Proto reply.
+    Garbage,
+    /// A segment table announcing far more than the client's limit.
+    Oversized,
+    /// Waits, then performs the step.
+    After(Duration, Box<Step>),
+}
+
+/// TLS server side of a fake.
+pub type ServerTls = Arc<rustls::ServerConfig>;
+
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
+struct Shared {
+    script: Mutex<VecDeque<Step>>,
+    log: Mutex<Vec<Request>>,
+    connections: AtomicUsize,
+    stop: AtomicBool,
+    sockets: Mutex<Vec<TcpStream>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A scripted controller on loopback.
+pub struct FakeController {
+    port: u16,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl FakeController {
+    pub fn start(script: Vec<Step>) -> FakeController {
+        FakeController::start_inner(script, None)
+    }
+
+    pub fn start_tls(script: Vec<Step>, tls: ServerTls) -> FakeController {
+        FakeController::start_inner(script, Some(tls))
+    }
+
+    fn start_inner(script: Vec<Step>, tls: Option<ServerTls>) -> FakeController {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared {
+            script: Mutex::new(script.into()),
+            log: Mutex::new(vec![]),
+            connections: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            sockets: Mutex::new(vec![]),
+            threads: Mutex::new(vec![]),
+        });
+        let sh = shared.clone();
+        let acceptor = std::thread::spawn(move || {
+            for sock in listener.incoming() {
+                if sh.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(sock) = sock else { continue };
+                sh.connections.fetch_add(1, Ordering::SeqCst);
+                sh.sockets.lock().push(sock.try_clone().unwrap());
+                let sh2 = sh.clone();
+                let tls = tls.clone();
+                let t = std::thread::spawn(move || serve(sock, tls, &sh2));
+                sh.threads.lock().push(t);
+            }
+        });
+        FakeController {
+            port,
+            shared,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new("127.0.0.1", self.port)
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.log.lock().clone()
+    }
+
+    /// Names of the ops received so far.
+    pub fn ops(&self) -> Vec<&'static str> {
+        self.shared.log.lock().iter().map(|r| r.op.name()).collect()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Appends steps to the script.
+    pub fn push(&self, steps: impl IntoIterator<Item = Step>) {
+        self.shared.script.lock().extend(steps);
+    }
+
+    /// Waits until `n` requests were received (fire-and-forget arrive asynchronously).
+    pub fn wait_requests(&self, n: usize, within: Duration) -> bool {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if self.shared.log.lock().len() >= n {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+}
+
+impl Drop for FakeController {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port)); // unblocks accept
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for s in self.shared.sockets.lock().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        let threads: Vec<_> = self.shared.threads.lock().drain(..).collect();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(sock: TcpStream, tls: Option<ServerTls>, sh: &Shared) {
+    let raw = sock.try_clone().unwrap();
+    let mut stream: Box<dyn Stream> = match tls {
+        Some(cfg) => Box::new(rustls::StreamOwned::new(
+            rustls::ServerConnection::new(cfg).unwrap(),
+            sock,
+        )),
+        None => Box::new(sock),
+    };
+    let limits = Limits::default();
+    let mut buf = Vec::new();
+    loop {
+        if read_frame(&mut stream, &limits, &mut buf).is_err() {
+            return;
+        }
+        let Ok(req) = decode_request(&buf, &limits) else {
+            return;
+        };
+        sh.log.lock().push(req.clone());
+        if req.no_reply {
+            continue;
+        }
+        let step = sh.script.lock().pop_front().unwrap_or(Step::Ok);
+        if !act(&mut stream, &raw, &req, step) {
+            return;
+        }
+    }
+}
+
+/// Performs one step; false when the connection is to be dropped.
+fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step) -> bool {
+    let mut out = Vec::new();
+    let hint = |status: i32, e: Option<Endpoint>| {
+        let mut r = Reply::status(req.seq, status);
+        if let Some(e) = e {
+            r.redirect_host = e.host;
+            r.redirect_port = e.port;
+        }
+        r
+    };
+    match step {
+        Step::Ok => encode_reply(&ok_reply(req), &mut out),
+        Step::Status(s) => encode_reply(&Reply::status(req.seq, s), &mut out),
+        Step::Redirect(e) => encode_reply(&hint(-E_XCE_REDIRECT, e), &mut out),
+        Step::Standby(e) => encode_reply(&hint(-E_XCE_STANDBY, e), &mut out),
+        Step::Primary(e) => {
+            let info = ControllerInfo {
+                primary_host: e.host,
+                primary_port: e.port,
+                ..Default::default()
+            };
+            encode_reply(&Reply::ok(req.seq, ReplyData::CtrlInfo(info)), &mut out)
+        }
+        Step::CloseMidReply => {
+            encode_reply(&ok_reply(req), &mut out);
+            out.truncate(out.len() / 2);
+            let _ = stream.write_all(&out);
+            let _ = stream.flush();
+            let _ = raw.shutdown(Shutdown::Both);
+            return false;
+        }
+        Step::Close => {
+            let _ = raw.shutdown(Shutdown::Both);
+            return false;
+        }
+        Step::Silent => return true,
+        Step::WrongSeqFirst => {
+            encode_reply(
+                &Reply::status(req.seq.wrapping_sub(1), -libc::EINVAL),
+                &mut out,
+            );
+            encode_reply(&ok_reply(req), &mut out);
+        }
+        Step::WrongSeqs(n) => {
+            for i in 0..n {
+                encode_reply(&Reply::status(req.seq + 1000 + i as u64, 0), &mut out);
+            }
+        }
+        Step::Garbage => {
+            // A valid one-segment table of 2 words, then bytes no decoder accepts as a Reply.
+            out.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0]);
+            out.extend_from_slice(&[0xFF; 16]);
+        }
+        Step::Oversized => out.extend_from_slice(&[0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0x0F]),
+        Step::After(d, s) => {
+            std::thread::sleep(d);
+            return act(stream, raw, req, *s);
+        }
+    }
+    stream.write_all(&out).is_ok() && stream.flush().is_ok()
+}
+
+/// Success with the payload the op expects.
+pub fn ok_reply(req: &Request) -> Reply {
+    let data = match &req.op {
+        Op::Hello(_) | Op::WaitPrimary { .. } => ReplyData::CtrlInfo(ControllerInfo {
+            role: ControllerRole::Primary,
+            ..Default::default()
+        }),
+        Op::Join(_) => ReplyData::SessionId(7),
+        Op::JobList(_) => ReplyData::Jobs(vec![Job {
+            job_id: 1,
+            ..Default::default()
+        }]),
+        Op::JobInfo { job_id } => ReplyData::Job(Job {
+            job_id: *job_id,
+            ..Default::default()
+        }),
+        Op::JobSubmit(spec) => ReplyData::JobId(spec.job_id),
+        Op::RunTask { .. } => ReplyData::TaskId(9),
+        Op::ResList => ReplyData::Resources(vec![]),
+        Op::WorkerList => ReplyData::Hosts(vec![]),
+        Op::ClusterConf => ReplyData::ClusterConf(ClusterConf::default()),
+        Op::ResVal { .. } => ReplyData::ResVals(vec![]),
+        _ => ReplyData::None,
+    };
+    Reply::ok(req.seq, data)
+}
+
+/// A port on which nothing listens (connect: ECONNREFUSED).
+pub fn refused_endpoint() -> Endpoint {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    Endpoint::new("127.0.0.1", port)
+}
+
+/// Short timeouts for tests; waitPrimary off unless a test turns it on.
+pub fn fast_options() -> Options {
+    Options {
+        connect_timeout: Duration::from_millis(500),
+        reply_timeout: Duration::from_millis(1000),
+        call_deadline: None,
+        hint_policy: Default::default(),
+        wait_primary: false,
+    }
+}
+
+/// A small, quick budget: sleeps of 5–40 ms, `max_retries` of them.
+pub fn fast_retry(max_retries: u32) -> RetryConfig {
+    RetryConfig {
+        max_retries,
+        initial_retry_ms: 10,
+        max_retry_ms: 40,
+        backoff_multiplier: 2.0,
+    }
+}
+
+/// CPU time (user + system) consumed by the calling thread so far.
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: getrusage writes one rusage into the live, zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is Linux-specific and reports the calling thread only.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    assert_eq!(rc, 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A CA, and a server identity for "localhost" / 127.0.0.1 signed by it, as PEM files in a
+/// fresh directory. Returns (dir, server TLS config).
+pub struct TestPki {
+    pub dir: std::path::PathBuf,
+    pub server: ServerTls,
+}
+
+impl TestPki {
+    pub fn new(tag: &str) -> TestPki {
+        let dir = std::env::temp_dir().join(format!("xce-pki-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("xce test CA {tag}"));
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+        let params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        TestPki {
+            dir,
+            server: Arc::new(server),
+        }
+    }
+
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.join("ca.pem")
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,127 @@
+//! P7: encode + decode of a `joblist` reply of 10, 1,000 and 10,000 jobs, in process.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use xce::wire::{self, Job, JobState, Limits, Reply, ReplyData, Usage};
+
+use super::table::{num, Table, Verdict};
+use super::{BenchOpts, Summary};
+
+/// Job counts measured; the verdict compares the per-job cost of the last two.
+const SIZES: [usize; 3] = [10, 1_000, 10_000];
+/// Per-job cost at 10,000 jobs may exceed the cost at 1,000 by this factor and still count
+/// as linear (caches: 10,000 jobs no longer fit in L2).
+const LINEAR_TOLERANCE: f64 = 1.25;
+
+/// A job as the controller reports it, with strings of typical length.
+pub fn sample_job(i: usize) -> Job {
+    Job {
+        job_id: 0x0001_0000_0000 + i as u64,
+        name: format!("job-{i:06}"),
+        user: format!("user{:02}", i % 50),
+        queue: "normal".into(),
+        command: format!("/usr/bin/simulate --input /data/in/{i:06}.dat --steps 1000"),
+        ncpus: 1 + (i % 8) as u32,
+        mem_mb: 512 * (1 + (i % 4) as u64),
+        state: if i % 3 == 0 { JobState::Run } else { JobState::Pend },
+        pend_reason: if i % 3 == 0 { String::new() } else { "no free slot".into() },
+        exec_host: if i % 3 == 0 { format!("node{:03}", i % 200) } else { String::new() },
+        submit_time: 1_700_000_000_000 + i as i64,
+        start_time: if i % 3 == 0 { 1_700_000_100_000 } else { 0 },
+        end_time: 0,
+        exit_code: 0,
+        usage: Usage { cpu_ms: i as u64 * 10, mem_kb: 4096 },
+    }
+}
+
+/// The reply of a `joblist` returning `n` jobs.
+pub fn joblist_reply(n: usize) -> Reply {
+    Reply::ok(7, ReplyData::Jobs((0..n).map(sample_job).collect()))
+}
+
+struct Row {
+    jobs: usize,
+    bytes: usize,
+    per_iter: Summary,
+}
+
+/// Times `encode_reply` + `decode_reply` of one reply, repeated in batches for at least
+/// `budget`; returns the frame size and the per-iteration times (µs) of each batch.
+fn measure(reply: &Reply, budget: Duration, min_batches: usize) -> (usize, Summary) {
+    let limits = Limits::default();
+    let mut buf = Vec::new();
+    wire::encode_reply(reply, &mut buf);
+    let bytes = buf.len();
+    // Batches of about 2 ms so that the clock's cost is negligible even for 10 jobs.
+    let t = Instant::now();
+    let mut k = 0u32;
+    while t.elapsed() < Duration::from_millis(2) || k == 0 {
+        buf.clear();
+        wire::encode_reply(black_box(reply), &mut buf);
+        black_box(wire::decode_reply(&buf, &limits).expect("decode"));
+        k += 1;
+    }
+    let batch = k.max(1);
+    let mut per_iter = Vec::new();
+    let start = Instant::now();
+    while (start.elapsed() < budget || per_iter.len() < min_batches) && per_iter.len() < 100_000 {
+        let t = Instant::now();
+        for _ in 0..batch {
+            buf.clear();
+            wire::encode_reply(black_box(reply), &mut buf);
+            black_box(wire::decode_reply(&buf, &limits).expect("decode"));
+        }
+        per_iter.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(batch));
+    }
+    (bytes, Summary::of(&per_iter).expect("non-empty"))
+}
+
+pub fn run(opts: &BenchOpts) -> Table {
+    let budget = Duration::from_millis(opts.pick(300, 1500));
+    let mut rows = Vec::new();
+    for &n in &SIZES {
+        let reply = joblist_reply(n);
+        let (bytes, per_iter) = measure(&reply, budget, 20);
+        rows.push(Row { jobs: n, bytes, per_iter });
+    }
+    let mut t = Table::new("P7", "codec: encode + decode of a joblist reply (in process)");
+    t.note(format!(
+        "method: wire::encode_reply + wire::decode_reply of the same reply, batches of ~2 ms \
+         for {} ms per size; time per encode+decode from the batch means",
+        budget.as_millis()
+    ));
+    t.header = ["jobs", "frame bytes", "p50 µs", "p90 µs", "max µs", "MB/s (p50)", "ns/job (p50)", "batches"]
+        .map(String::from)
+        .to_vec();
+    for r in &rows {
+        let mbps = r.bytes as f64 / r.per_iter.p50; // bytes per µs == MB/s
+        t.row(vec![
+            r.jobs.to_string(),
+            r.bytes.to_string(),
+            num(r.per_iter.p50),
+            num(r.per_iter.p90),
+            num(r.per_iter.max),
+            num(mbps),
+            num(r.per_iter.p50 * 1e3 / r.jobs as f64),
+            r.per_iter.n.to_string(),
+        ]);
+    }
+    let per_job = |r: &Row| r.per_iter.p50 / r.jobs as f64;
+    let (mid, big) = (&rows[1], &rows[2]);
+    let growth = per_job(big) / per_job(mid);
+    t.result(format!(
+        "per-job cost 10,000 vs 1,000 jobs: {growth:.2}× (1.00× = perfectly linear); \
+         10,000 jobs: {:.0} MB/s, {:.2} ms per encode+decode",
+        big.bytes as f64 / big.per_iter.p50,
+        big.per_iter.p50 / 1e3
+    ));
+    t.target(
+        format!("MB/s reported, linear in job count (per-job cost at 10,000 ≤ {LINEAR_TOLERANCE}× that at 1,000)"),
+        Verdict::from(
+            growth <= LINEAR_TOLERANCE,
+            format!("{growth:.2}× per-job cost; {:.0} MB/s at 10,000 jobs", big.bytes as f64 / big.per_iter.p50),
+        ),
+    );
+    t
+}

@@ -12,7 +12,7 @@ use openraft::error::{
     Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError,
     Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
@@ -26,6 +26,9 @@ use crate::types::{CtrlNode, NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, V
 pub const MAX_RPC_BYTES: usize = 256 << 20;
 /// Upper bound on connecting to a peer, whatever openraft's TTL.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Pause before retrying an unreachable peer (openraft's default is 500 ms): short, so that a
+/// restarted node gets the log, and can vote sensibly, soon after it is back.
+pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(100);
 /// A peer connection idle for this long is closed by the receiving side.
 pub const RPC_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -182,6 +185,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             RpcReply::Vote(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
             _ => Err(RPCError::Network(NetworkError::new(&unexpected()))),
         }
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(UNREACHABLE_BACKOFF))
     }
 
     /// The whole snapshot in one message (`generic-snapshot-data`): the job store is small.

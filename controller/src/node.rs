@@ -169,10 +169,13 @@ async fn log_roles(raft: Raft, id: NodeId) {
         };
         if last != Some(now) {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
+            let ms = crate::now_ms();
             eprintln!(
-                "node {id}: role={} term={} leader={leader}",
+                "node {id}: role={} term={} leader={leader} at={}.{:03}",
                 role_name(now.0),
-                now.1
+                now.1,
+                ms / 1000,
+                ms % 1000
             );
             last = Some(now);
         }

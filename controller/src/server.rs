@@ -29,6 +29,8 @@ pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A frame that started arriving must be complete within this time (slow-loris guard, C9).
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often `waitPrimary` re-checks a standby's silent leader.
+pub const STALE_LEADER_RECHECK: Duration = Duration::from_millis(25);
 /// Bound on the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read chunk size.
@@ -185,6 +187,12 @@ impl Ctx {
 
     /// This controller's view of the cluster (C8): its role, the term, the primary.
     pub fn info(&self) -> ControllerInfo {
+        let leader = self.raft.metrics().borrow().current_leader;
+        self.info_with_primary(leader)
+    }
+
+    /// [`Ctx::info`] naming `primary` (None: no primary known).
+    fn info_with_primary(&self, primary: Option<NodeId>) -> ControllerInfo {
         let m = self.raft.metrics().borrow().clone();
         let initialized = m.membership_config.membership().nodes().next().is_some();
         let mut info = ControllerInfo {
@@ -195,7 +203,7 @@ impl Ctx {
             protocol_version: wire::PROTOCOL_VERSION,
             ..Default::default()
         };
-        if let Some(l) = m.current_leader {
+        if let Some(l) = primary {
             info.primary_id = l as u32;
             if let Some((h, p)) = self.node(l).and_then(|n| split_addr(&n.client)) {
                 info.primary_host = h;
@@ -271,6 +279,25 @@ impl Ctx {
             }
             Ok(Err(_)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
         }
+    }
+
+    /// The leader this node can vouch for right now: itself when it leads, or — on a standby —
+    /// the leader of its committed vote if that leader's appends refreshed the vote within
+    /// the minimum election timeout. Read in one step from openraft's state, so the leader
+    /// and its freshness always belong together.
+    async fn fresh_leader(&self) -> Option<NodeId> {
+        let window = Duration::from_millis(self.opts.election_min_ms);
+        let me = self.id;
+        let found = self.raft.with_raft_state(move |st| {
+            let v = st.vote_ref();
+            let l = v.leader_id().voted_for().filter(|_| v.is_committed())?;
+            if l == me {
+                return Some(l);
+            }
+            let t = st.vote_last_modified()?;
+            (tokio::time::Instant::now().saturating_duration_since(t) < window).then_some(l)
+        });
+        found.await.ok().flatten()
     }
 
     fn host_timeout_ms(&self) -> i64 {
@@ -531,24 +558,32 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
     }
 }
 
-/// `waitPrimary`: answers as soon as a primary is known (this node's metrics watch channel,
-/// no polling), or at the timeout with `primary_id = 0`.
+/// `waitPrimary`: answers as soon as a primary is known, or at the timeout with
+/// `primary_id = 0`. Wakes on this node's metrics watch channel (no polling) — except that a
+/// standby whose leader has gone silent (no append for an election timeout, e.g. it was just
+/// killed) does not report it: it re-checks every [`STALE_LEADER_RECHECK`] until a fresh or a
+/// new leader appears, so F18 clients are not sent to a dead primary.
 async fn wait_primary(ctx: &Ctx, timeout_ms: u32) -> ControllerInfo {
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(timeout_ms as u64).min(MAX_WAIT_PRIMARY);
     let mut rx = ctx.raft.metrics();
     loop {
-        if rx.borrow_and_update().current_leader.is_some() {
-            return ctx.info();
+        let leader = rx.borrow_and_update().current_leader;
+        if leader.is_some() {
+            if let Some(l) = ctx.fresh_leader().await {
+                return ctx.info_with_primary(Some(l));
+            }
         }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
+        let until = match leader {
+            Some(_) => (tokio::time::Instant::now() + STALE_LEADER_RECHECK).min(deadline),
+            None => deadline,
+        };
+        match tokio::time::timeout_at(until, rx.changed()).await {
             Ok(Ok(())) => continue,
-            Ok(Err(_)) | Err(_) => break,
+            Ok(Err(_)) => break,
+            Err(_) if tokio::time::Instant::now() >= deadline => break,
+            Err(_) => continue,
         }
     }
-    let mut info = ctx.info();
-    info.primary_id = 0;
-    info.primary_host.clear();
-    info.primary_port = 0;
-    info
+    ctx.info_with_primary(None)
 }

@@ -220,3 +220,46 @@ fn restarted_node_catches_up_from_a_snapshot() {
             .is_ok_and(|r| r.status == -E_XCE_STANDBY && hint(&r) == qaddr)
     });
 }
+
+#[test]
+fn wait_primary_on_a_standby_skips_a_dead_primary() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let s = others(&[1, 2, 3], p)[0];
+    let mut w = ctrl.client(s);
+    assert_eq!(
+        info(&w.call(Op::WaitPrimary { timeout_ms: 0 })).primary_id as u64,
+        p
+    );
+    ctrl.kill9(p);
+    // Once the primary has been silent for an election timeout (300 ms by default), a standby
+    // no longer names it: waitPrimary waits for the new one (F18).
+    std::thread::sleep(Duration::from_millis(400));
+    let asked = Instant::now();
+    let wi = info(&w.call(Op::WaitPrimary { timeout_ms: 5000 }));
+    eprintln!(
+        "waitPrimary on {s} after kill of {p}: primary {} after {:?}",
+        wi.primary_id,
+        asked.elapsed()
+    );
+    assert!(
+        wi.primary_id != 0 && wi.primary_id as u64 != p,
+        "waitPrimary named {}",
+        wi.primary_id
+    );
+    // With no quorum left, waitPrimary returns at its timeout with no primary.
+    let q = wi.primary_id as u64;
+    ctrl.kill9(q);
+    let t = others(&[1, 2, 3], p).into_iter().find(|&i| i != q).unwrap();
+    let mut w = ctrl.client(t);
+    std::thread::sleep(Duration::from_millis(400));
+    let asked = Instant::now();
+    let wi = info(&w.call(Op::WaitPrimary { timeout_ms: 1000 }));
+    assert_eq!(wi.primary_id, 0);
+    assert!(asked.elapsed() >= Duration::from_millis(900));
+    let r = w.call(Op::ResList);
+    assert!(
+        [-E_XCE_NOT_READY, -E_XCE_NOMASTER, -E_XCE_STANDBY].contains(&r.status),
+        "{r:?}"
+    );
+}

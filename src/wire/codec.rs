@@ -2,10 +2,11 @@
 //! (schema/controller.capnp; protocol.md "Transport" and "Envelope").
 //!
 //! Encoding builds the message with capnp's generated builders and appends the standard stream
-//! framing to the caller's buffer. Small messages (every request but a huge `update_resvals`,
-//! most replies) are built in a stack scratch segment, so the steady path allocates nothing
-//! but the growth of the caller's reused `out`. Larger ones get one heap segment sized from an
-//! upper-bound estimate, so they stay single-segment.
+//! framing to the caller's buffer. Messages up to 2 KiB (requests, status replies, most small
+//! replies) are built in a stack scratch segment: the only heap allocation left is capnp's
+//! internal segment list (one small `Vec` per `message::Builder`, which capnp cannot reuse),
+//! plus any growth of the caller's `out` (tests/wire_alloc.rs). Larger messages get one heap
+//! segment sized from an upper-bound estimate, so they stay single-segment.
 //!
 //! Decoding is strict: anything the schema does not define (unknown union member or enum
 //! value), non-UTF-8 text, a `clientId` that is not exactly 16 bytes, a frame that is not

@@ -136,7 +136,9 @@ pub fn new_job_id() -> u64 {
 
 /// F10: called after every successful reconnect, before the interrupted op is re-sent, on the
 /// calling thread. Ops it makes on the same client run as single attempts on the new
-/// connection. A negative return is a failed attempt, classified like a status.
+/// connection. A negative return is a failed attempt, classified like a status. The hook runs
+/// while the client is reserved for the calling thread: it must not wait for another thread
+/// that uses the same client.
 pub type ReconnectHook = Box<dyn FnMut(&Client) -> i32 + Send>;
 
 /// One client context.
@@ -295,7 +297,7 @@ impl Client {
     }
 
     /// Runs the reconnect hook, if one is installed; `None` otherwise. The hook is taken out of
-    /// its slot while it runs, so it may replace itself.
+    /// its slot while it runs, so it may replace itself (a hook that panics is dropped).
     fn run_reconnect_hook(&self) -> Option<i32> {
         let mut hook = self.hook.lock().take()?;
         let rc = hook(self);
@@ -313,7 +315,15 @@ impl Client {
             // F13: a wake kept from before this call.
             return Err(Error::Errno(libc::EINTR));
         }
+        /// Counts the call as active until it returns or unwinds (a panicking callback).
+        struct Active<'a>(&'a AtomicUsize);
+        impl Drop for Active<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
         self.active_calls.fetch_add(1, Ordering::SeqCst);
+        let _active = Active(&self.active_calls);
         let run_hook = || self.run_reconnect_hook();
         let env = CallEnv {
             link: &guard,
@@ -321,9 +331,7 @@ impl Client {
             observer: &self.observer,
             run_hook: &run_hook,
         };
-        let result = retry::run(&env, op);
-        self.active_calls.fetch_sub(1, Ordering::SeqCst);
-        result
+        retry::run(&env, op)
     }
 
     // ---------------------------------------------------------------------------------------

@@ -600,3 +600,133 @@ fn tls_round_trip_and_verification_failure() {
     );
     assert_eq!(a.requests().len(), 1, "nothing sent in clear");
 }
+
+#[test]
+fn an_op_from_inside_an_event_callback_fails_with_edeadlk_instead_of_deadlocking() {
+    let a = FakeController::start(vec![Step::Standby(None)]);
+    let b = FakeController::start(vec![]);
+    let c = Arc::new(client(&eps(&[&a, &b]), fast_options(), fast_retry(5)));
+    let seen = Arc::new(Mutex::new(vec![]));
+    let (weak, s) = (Arc::downgrade(&c), seen.clone());
+    c.set_event_handler(Some(Arc::new(move |_e: &Event| {
+        if let Some(c) = weak.upgrade() {
+            s.lock().push((c.hello().err(), c.stats().requests));
+        }
+    })));
+    c.hello().unwrap();
+    let seen = seen.lock();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter()
+            .all(|(e, _)| *e == Some(Error::Errno(libc::EDEADLK))),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn config_from_the_masters_syntax_and_client_name_in_hello() {
+    let a = FakeController::start(vec![]);
+    let masters = xce::client::parse_masters(&format!("127.0.0.1:{}", a.endpoint().port)).unwrap();
+    let config = Config {
+        masters,
+        tls: None,
+        client_name: "xce_test".into(),
+    };
+    let c = Client::start_with(config, fast_options(), fast_retry(1)).unwrap();
+    c.hello().unwrap();
+    assert!(
+        matches!(&a.requests()[0].op, Op::Hello(h) if h.client_name == "xce_test" && h.protocol_version == PROTOCOL_VERSION)
+    );
+    assert_eq!(
+        c.set_retry_config(Some(RetryConfig {
+            backoff_multiplier: 0.0,
+            ..fast_retry(1)
+        })),
+        Err(Error::Errno(libc::EINVAL))
+    );
+    c.set_retry_config(None).unwrap();
+    assert_eq!(c.retry_config(), xce::failover::XCE_RETRY_DEFAULTS);
+    assert_eq!(
+        c.set_option(ClientOption::ReplyTimeoutMs(0)),
+        Err(Error::Errno(libc::EINVAL))
+    );
+}
+
+#[test]
+fn mutual_tls_presents_the_client_certificate() {
+    let pki = TestPki::mutual("mtls");
+    let a = FakeController::start_tls(vec![], pki.server.clone());
+    let masters = vec![Endpoint::new("localhost", a.endpoint().port)];
+    let with_cert = TlsFiles {
+        ca_file: pki.ca_file(),
+        cert_file: Some(pki.client_cert()),
+        key_file: Some(pki.client_key()),
+    };
+    let config = Config {
+        masters: masters.clone(),
+        tls: Some(with_cert),
+        client_name: "t".into(),
+    };
+    let c = Client::start_with(config, fast_options(), fast_retry(1)).unwrap();
+    c.hello().unwrap();
+    assert_eq!(a.ops(), vec!["hello"]);
+
+    // Half an identity is a configuration error.
+    let half = TlsFiles {
+        ca_file: pki.ca_file(),
+        cert_file: Some(pki.client_cert()),
+        key_file: None,
+    };
+    let config = Config {
+        masters: masters.clone(),
+        tls: Some(half),
+        client_name: "t".into(),
+    };
+    assert_eq!(
+        Client::start_with(config, fast_options(), fast_retry(1)).err(),
+        Some(Error::Errno(libc::EINVAL))
+    );
+
+    // No client certificate: the server refuses the session; nothing is ever served. (TLS 1.3
+    // finishes the client's handshake first, so the refusal shows as the server's alert (Tls)
+    // or, if its close overtakes the alert, as a reset.)
+    let without = TlsFiles {
+        ca_file: pki.ca_file(),
+        cert_file: None,
+        key_file: None,
+    };
+    let config = Config {
+        masters,
+        tls: Some(without),
+        client_name: "t".into(),
+    };
+    let r =
+        Client::start_with(config, fast_options(), fast_retry(1)).and_then(|c| c.hello().map(drop));
+    assert!(
+        matches!(r, Err(Error::Tls) | Err(Error::Errno(libc::ECONNRESET))),
+        "{r:?}"
+    );
+    assert_eq!(a.ops(), vec!["hello"]);
+}
+
+#[test]
+fn a_transport_failure_inside_the_hook_counts_as_transport_not_as_a_status() {
+    let a = FakeController::start(vec![Step::Close]);
+    let b = FakeController::start(vec![Step::Close]); // drops the hook's join
+    let cc = FakeController::start(vec![]);
+    let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
+    c.set_reconnect_handler(Some(Box::new(|cl: &Client| {
+        let join = Join {
+            role: SessionRole::Scheduler,
+            host: "s".into(),
+            ncpus: 1,
+            mem_mb: 1,
+            attrs: vec![],
+        };
+        cl.join(join).map_or_else(|e| e.status(), |_| 0)
+    })));
+    // -ECONNRESET returned by the hook would be TERMINAL as a status; as transport it rotates.
+    c.clear_reason(9).unwrap();
+    assert_eq!(b.ops(), vec!["join"]);
+    assert_eq!(cc.ops(), vec!["join", "clear_reason"]);
+}

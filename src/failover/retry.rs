@@ -514,7 +514,6 @@ impl<'a, 'e> Call<'a, 'e> {
                 cause: outcome,
             });
         }
-        env.observer.update(|s| s.retries += 1);
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
             let policy = link.options.hint_policy;
             if link.rotator.offer_hint(host, port, policy, &resolve_system) == HintVerdict::Refused
@@ -554,6 +553,7 @@ impl<'a, 'e> Call<'a, 'e> {
                 return Err(e);
             }
         }
+        env.observer.update(|s| s.retries += 1);
         rotate(&mut link, env.observer, outcome);
         Ok(())
     }

@@ -327,8 +327,9 @@ pub fn thread_cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// A CA, and a server identity for "localhost" / 127.0.0.1 signed by it, as PEM files in a
-/// fresh directory. Returns (dir, server TLS config).
+/// A CA, a server identity for "localhost" / 127.0.0.1 and a client identity, both signed by
+/// it, as PEM files in a fresh directory, and the server's TLS config (client certificates
+/// required when `mutual`).
 pub struct TestPki {
     pub dir: std::path::PathBuf,
     pub server: ServerTls,
@@ -336,6 +337,14 @@ pub struct TestPki {
 
 impl TestPki {
     pub fn new(tag: &str) -> TestPki {
+        TestPki::build(tag, false)
+    }
+
+    pub fn mutual(tag: &str) -> TestPki {
+        TestPki::build(tag, true)
+    }
+
+    fn build(tag: &str, mutual: bool) -> TestPki {
         let dir = std::env::temp_dir().join(format!("xce-pki-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -351,11 +360,30 @@ impl TestPki {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &ca).unwrap();
         std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        let client_params = rcgen::CertificateParams::new(vec!["xce-client".to_string()]).unwrap();
+        let client_key = rcgen::KeyPair::generate().unwrap();
+        let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
+        std::fs::write(dir.join("client.pem"), client_cert.pem()).unwrap();
+        std::fs::write(dir.join("client.key"), client_key.serialize_pem()).unwrap();
+
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_no_client_auth()
+            .unwrap();
+        let builder = if mutual {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(ca.der().clone()).unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let server = builder
             .with_single_cert(
                 vec![cert.der().clone()],
                 rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
@@ -369,6 +397,14 @@ impl TestPki {
 
     pub fn ca_file(&self) -> std::path::PathBuf {
         self.dir.join("ca.pem")
+    }
+
+    pub fn client_cert(&self) -> std::path::PathBuf {
+        self.dir.join("client.pem")
+    }
+
+    pub fn client_key(&self) -> std::path::PathBuf {
+        self.dir.join("client.key")
     }
 }
 

@@ -1,0 +1,62 @@
+//! F14: the replaceable log sink (its own test binary: the sink is process-wide).
+
+mod support;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use support::*;
+use xce::client::{Client, Config};
+use xce::error::*;
+use xce::failover::log::{self, Level};
+use xce::Error;
+
+#[test]
+fn rotations_log_at_info_and_exhaustion_at_warn_through_the_installed_sink() {
+    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::new(Mutex::new(vec![]));
+    let l = lines.clone();
+    log::set_level(Level::Info);
+    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
+        l.lock().push((lvl, line.to_string()))
+    })));
+    // Installing again is harmless (idempotent, no global logger init).
+    let l2 = lines.clone();
+    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
+        l2.lock().push((lvl, line.to_string()))
+    })));
+
+    let a = FakeController::start(vec![Step::Standby(None), Step::Status(-E_XCE_NOT_READY)]);
+    let b = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
+    let c = Client::start_with(
+        Config::new(vec![a.endpoint(), b.endpoint()]),
+        fast_options(),
+        fast_retry(2),
+    )
+    .unwrap();
+    assert_eq!(c.hello(), Err(Error::NotReady));
+
+    let lines = lines.lock().clone();
+    let info: Vec<_> = lines
+        .iter()
+        .filter(|(l, s)| *l == Level::Info && s.starts_with("rotating from"))
+        .collect();
+    assert!(!info.is_empty(), "{lines:?}");
+    let first = &info[0].1;
+    assert!(
+        first.contains(&a.endpoint().to_string()) && first.contains(&b.endpoint().to_string()),
+        "{first}"
+    );
+    assert!(first.contains("standby"), "why: {first}");
+    let warn: Vec<_> = lines.iter().filter(|(l, _)| *l == Level::Warn).collect();
+    assert_eq!(warn.len(), 1, "{lines:?}");
+    assert!(
+        warn[0].1.contains("gave up after") && warn[0].1.contains("cluster not ready"),
+        "{:?}",
+        warn[0]
+    );
+
+    // Off silences; None restores the default sink.
+    log::set_level(Level::Off);
+    assert!(!log::enabled(Level::Error));
+    log::set_sink(None);
+}

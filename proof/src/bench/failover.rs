@@ -32,6 +32,10 @@ const ARM_TIMEOUT: Duration = Duration::from_secs(60);
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 const DONE_TIMEOUT: Duration = Duration::from_secs(45);
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause after a restarted node rejoined, before the next kill: the controller's README
+/// measured that a node killed before the last victim caught up makes the next election
+/// slow (1.8–3.6 s instead of ~1.1 s), which would measure the cluster, not the client.
+pub const STEADY_PAUSE: Duration = Duration::from_millis(1500);
 /// Stack of a client thread: the library needs little, and P6 runs a thousand of them.
 const CLIENT_STACK: usize = 256 * 1024;
 
@@ -180,6 +184,11 @@ pub struct CallRecord {
     pub start: Instant,
     pub end: Instant,
     pub error: Option<String>,
+    /// F17 counters of the context during this call: attempts beyond the first, rotations,
+    /// time spent sleeping or in waitPrimary (ms).
+    pub retries: u64,
+    pub rotations: u64,
+    pub backoff_ms: u64,
 }
 
 /// `(when, from port, to port)` of every rotation of a group of contexts (F17 events).
@@ -329,15 +338,25 @@ fn client_loop(ctx: &Client, policy: Policy, sh: &RigShared) {
                 sh.report_cv.notify_one();
             }
             Cmd::Go => {
+                let before = ctx.stats();
                 let start = Instant::now();
                 let r = ctx.hello();
                 let end = Instant::now();
+                let after = ctx.stats();
                 let error = r.err().map(|e| match ctx.last_error() {
                     Some(rep) => rep.to_string(),
                     None => e.to_string(),
                 });
                 let mut st = sh.st.lock().expect("rig lock");
-                st.done.push(CallRecord { policy, start, end, error });
+                st.done.push(CallRecord {
+                    policy,
+                    start,
+                    end,
+                    error,
+                    retries: after.retries - before.retries,
+                    rotations: after.rotations - before.rotations,
+                    backoff_ms: after.backoff_ms - before.backoff_ms,
+                });
                 sh.report_cv.notify_one();
             }
         }
@@ -388,8 +407,7 @@ pub fn restart_and_rejoin(cluster: &mut Cluster, id: u32) -> Result<(), String> 
     let until = Instant::now() + REJOIN_TIMEOUT;
     while Instant::now() < until {
         if knows_primary(addr) {
-            // A little time to catch up on the log before it may be needed in an election.
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(STEADY_PAUSE);
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -96,7 +96,7 @@ pub fn render(tl: &Timeline) -> String {
         if let Some(w) = worst_after_ready {
             let _ = writeln!(
                 s,
-                r#"<text x="{}" y="{}" text-anchor="end" fill="{color}">every client served {:.0} ms after the new primary was ready</text>"#,
+                r#"<text x="{}" y="{}" text-anchor="end" fill="{color}">last client's first success: {:.0} ms after the new primary was ready</text>"#,
                 W - RIGHT,
                 top - 8.0,
                 w
@@ -132,7 +132,7 @@ pub fn render(tl: &Timeline) -> String {
         }
         let _ = writeln!(
             s,
-            r#"<text x="{}" y="{}" text-anchor="middle">time since the kill (ms); each request drawn at its end, long ones with a bar from their start</text>"#,
+            r#"<text x="{}" y="{}" text-anchor="middle">time since the kill (ms); each request drawn at its end (• success, × error returned), long ones with a bar from their start</text>"#,
             LEFT + plot_w / 2.0,
             bottom + 34.0
         );

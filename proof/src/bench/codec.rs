@@ -16,6 +16,9 @@ const LINEAR_TOLERANCE: f64 = 1.25;
 
 /// A job as the controller reports it, with strings of typical length.
 pub fn sample_job(i: usize) -> Job {
+    // One job in three runs; the others pend.
+    let phase = i % 3;
+    let running = phase == 0;
     Job {
         job_id: 0x0001_0000_0000 + i as u64,
         name: format!("job-{i:06}"),
@@ -24,11 +27,11 @@ pub fn sample_job(i: usize) -> Job {
         command: format!("/usr/bin/simulate --input /data/in/{i:06}.dat --steps 1000"),
         ncpus: 1 + (i % 8) as u32,
         mem_mb: 512 * (1 + (i % 4) as u64),
-        state: if i % 3 == 0 { JobState::Run } else { JobState::Pend },
-        pend_reason: if i % 3 == 0 { String::new() } else { "no free slot".into() },
-        exec_host: if i % 3 == 0 { format!("node{:03}", i % 200) } else { String::new() },
+        state: if running { JobState::Run } else { JobState::Pend },
+        pend_reason: if running { String::new() } else { "no free slot".into() },
+        exec_host: if running { format!("node{:03}", i % 200) } else { String::new() },
         submit_time: 1_700_000_000_000 + i as i64,
-        start_time: if i % 3 == 0 { 1_700_000_100_000 } else { 0 },
+        start_time: if running { 1_700_000_100_000 } else { 0 },
         end_time: 0,
         exit_code: 0,
         usage: Usage { cpu_ms: i as u64 * 10, mem_kb: 4096 },

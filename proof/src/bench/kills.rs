@@ -122,7 +122,7 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     let mut errors = Vec::new();
 
     // 1 client of each policy per kill, side by side.
-    let kills = opts.pick(5, P4_MIN_KILLS);
+    let kills = opts.pick(5, 2 * P4_MIN_KILLS);
     let (mut ours, mut base) = (Group::default(), Group::default());
     let (mut election, mut reap) = (Vec::new(), Vec::new());
     let mut rounds_done = 0;
@@ -162,7 +162,7 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     }
 
     // 200 clients sharing a failover.
-    let crowd_kills = opts.pick(1, 3);
+    let crowd_kills = opts.pick(1, 5);
     let mut crowd = Group::default();
     if want_crowd && errors.is_empty() {
         let rig = Rig::new(CROWD, Policy::Ours, &masters, false)?;
@@ -181,9 +181,10 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     }
 
     // 1000 contexts: the herd.
-    let herd_kills = opts.pick(1, 2);
+    let herd_kills = opts.pick(1, 3);
     let mut herd_rows = Vec::new();
     let mut herd_worst_share = 0.0f64;
+    let mut herd_worst_after = 0.0f64;
     let mut herd = Group::default();
     if want_herd && errors.is_empty() {
         let rig = Rig::new(HERD, Policy::Ours, &masters, true)?;
@@ -200,6 +201,13 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                         .collect();
                     let n_connects = connects.len();
                     let (max_c, at) = max_in_window(&mut connects, HERD_WINDOW);
+                    let mut after_ready: Vec<Instant> = match r.ready {
+                        Some(rd) => connects.iter().copied().filter(|&t| t >= rd.sent).collect(),
+                        None => Vec::new(),
+                    };
+                    let n_after = after_ready.len();
+                    let (max_after, at_after) = max_in_window(&mut after_ready, HERD_WINDOW);
+                    herd_worst_after = herd_worst_after.max(max_after as f64 / HERD as f64);
                     let mut firsts: Vec<Instant> = r.calls[0].iter().filter(|c| c.error.is_none()).map(|c| c.end).collect();
                     let (max_s, _) = max_in_window(&mut firsts, HERD_WINDOW);
                     let ok = r.calls[0].iter().filter(|c| c.error.is_none()).count();
@@ -212,9 +220,9 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                     herd_rows.push(vec![
                         format!("kill {}", k + 1),
                         format!("{ok}/{HERD}"),
-                        n_connects.to_string(),
-                        format!("{max_c} ({:.1}%)", share * 100.0),
-                        rel(at),
+                        format!("{n_connects} / {n_after}"),
+                        format!("{max_c} ({:.1}%) at {}", share * 100.0, rel(at)),
+                        format!("{max_after} ({:.1}%) at {}", max_after as f64 / HERD as f64 * 100.0, rel(at_after)),
                         format!("{max_s} ({:.1}%)", max_s as f64 / HERD as f64 * 100.0),
                         r.calls[0]
                             .iter()
@@ -235,7 +243,7 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
 
     let quick_note = |n: usize, full: usize| {
         if n < full {
-            format!(" — only {n} kill(s){}", if opts.quick { " (quick mode)" } else { "" })
+            format!(" — only {n} kill(s) measured{}", if opts.quick { " (quick mode)" } else { "" })
         } else {
             String::new()
         }
@@ -253,8 +261,8 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
         t.note(format!(
             "1 client: {} kill(s){}, a baseline client failing over beside it (P5); {CROWD} clients: {} kill(s), \
          one context per thread; negative = served within the probe resolution",
-            ours.added.len(),
-            quick_note(ours.added.len(), P4_MIN_KILLS),
+            rounds_done,
+            quick_note(rounds_done, P4_MIN_KILLS),
             crowd_kills
         ));
         t.dist_header("clients", "ms");
@@ -300,7 +308,8 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
         if let Some(p) = ours.problems() {
             t.result(p);
         }
-        let what = format!("median ≤ 1.0 s over ≥ {P4_MIN_KILLS} kills{}", quick_note(ours.total.len(), P4_MIN_KILLS));
+        t.note(format!("{rounds_done} kill(s), {} successful first calls", ours.total.len()));
+        let what = format!("median ≤ 1.0 s over ≥ {P4_MIN_KILLS} kills{}", quick_note(rounds_done, P4_MIN_KILLS));
         match Summary::of(&ours.total) {
             Some(s) => t.target(what, ours.verdict_le(s.p50, 1000.0, " ms")),
             None => t.target(
@@ -368,14 +377,15 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
         t.note(
             "connect attempts counted on the client side: every F17 Rotation event whose target is the new primary \
              (the loop connects right after rotating; a context already connected to that node when it is elected \
-             re-sends on its connection and needs no connect); windows are sliding 10 ms windows",
+             re-sends on its connection and needs no connect); windows are sliding 10 ms windows; the verdict counts \
+             every connect to the node that becomes primary from the kill on (stricter than after-ready only)",
         );
         t.header = [
             "kill",
             "succeeded",
-            "connects to new primary",
-            "max connects in 10 ms",
-            "window starts (after ready)",
+            "connects to the new primary: from kill / after ready",
+            "max in 10 ms, from kill (window start − ready)",
+            "max in 10 ms, after ready",
             "max first successes in 10 ms",
             "last success (after ready)",
         ]
@@ -400,7 +410,7 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
             t.target("no 10 ms window above 20%; all succeed", Verdict::NotMeasured("no kill measured".into()));
         } else {
             t.target(
-                "no 10 ms window above 20% of the contexts",
+                "no 10 ms window above 20% of the contexts (connects from the kill on)",
                 Verdict::from(
                     herd_worst_share <= HERD_MAX_SHARE,
                     format!("worst window {:.1}%{}", herd_worst_share * 100.0, if herd_worst_share > HERD_MAX_SHARE {
@@ -408,6 +418,13 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                     } else {
                         String::new()
                     }),
+                ),
+            );
+            t.target(
+                "the same, counting only connects after the new primary was ready (the looser reading)",
+                Verdict::from(
+                    herd_worst_after <= HERD_MAX_SHARE,
+                    format!("worst window {:.1}%", herd_worst_after * 100.0),
                 ),
             );
             t.target(

@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -283,130 +284,188 @@ pub fn p1(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     Ok(t)
 }
 
-/// A fake controller for the P2 diagnostic: answers every request with `template` (its `seq`
-/// replaced), on up to `conns` connections, each in its own thread. Work per request is the
-/// same for every client, so a difference between two clients is theirs.
-fn spawn_canned(template: Reply, conns: usize) -> Result<(SocketAddr, Vec<JoinHandle<()>>), String> {
+/// A fake controller for the P2 diagnostic: one thread that accepts `conns` connections and
+/// answers every request on any of them with `template` (its `seq` replaced). The same thread
+/// and the same work serve every client, so a difference between two clients is theirs.
+fn spawn_canned(template: Reply, conns: usize) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
     let h = std::thread::spawn(move || {
-        let mut hs = Vec::new();
+        let mut socks: Vec<TcpStream> = Vec::new();
         let until = Instant::now() + IO_TIMEOUT;
-        while hs.len() < conns && Instant::now() < until {
+        while socks.len() < conns && Instant::now() < until {
             match l.accept() {
-                Ok((mut s, _)) => {
-                    let tpl = template.clone();
-                    hs.push(std::thread::spawn(move || {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_nodelay(true);
-                        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-                        let limits = Limits::default();
-                        let (mut inb, mut out) = (Vec::new(), Vec::new());
-                        while wire::read_frame(&mut s, &limits, &mut inb).is_ok() {
-                            let Ok(req) = wire::decode_request(&inb, &limits) else { break };
-                            let mut r = tpl.clone();
-                            r.seq = req.seq;
-                            out.clear();
-                            wire::encode_reply(&r, &mut out);
-                            if s.write_all(&out).is_err() {
-                                break;
-                            }
-                        }
-                    }));
+                Ok((s, _)) => {
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_nodelay(true);
+                    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+                    socks.push(s);
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
         }
-        for h in hs {
-            let _ = h.join();
+        let limits = Limits::default();
+        let (mut inb, mut out) = (Vec::new(), Vec::new());
+        let mut idle_since = Instant::now();
+        while !socks.is_empty() && idle_since.elapsed() < IO_TIMEOUT {
+            let mut fds: Vec<libc::pollfd> = socks
+                .iter()
+                .map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+                .collect();
+            // SAFETY: poll(2) on a live array of pollfd of the given length.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+            if n <= 0 {
+                continue;
+            }
+            idle_since = Instant::now();
+            let mut closed = Vec::new();
+            for (i, fd) in fds.iter().enumerate() {
+                if fd.revents == 0 {
+                    continue;
+                }
+                let s = &mut socks[i];
+                let ok = wire::read_frame(s, &limits, &mut inb).is_ok()
+                    && match wire::decode_request(&inb, &limits) {
+                        Ok(req) => {
+                            let mut r = template.clone();
+                            r.seq = req.seq;
+                            out.clear();
+                            wire::encode_reply(&r, &mut out);
+                            s.write_all(&out).is_ok()
+                        }
+                        Err(_) => false,
+                    };
+                if !ok {
+                    closed.push(i);
+                }
+            }
+            for i in closed.into_iter().rev() {
+                socks.remove(i);
+            }
         }
     });
-    Ok((addr, vec![h]))
+    Ok((addr, h))
 }
 
-/// Interleaved pairs (alternating which goes first) of the loop and the bare attempt.
-fn pairs(
+/// Connection sets P2 cycles through, so that a per-connection bias of the server (which
+/// worker thread a connection's task landed on) averages out.
+const P2_SETS: usize = 4;
+
+/// `n` interleaved triples — through the loop, bare, bare again on other connections (the A/A
+/// control) — rotating which goes first; `k` picks the connection set.
+#[allow(clippy::type_complexity)]
+fn triples(
     n: usize,
     budget: Duration,
-    mut with_loop: impl FnMut() -> Result<Duration, String>,
-    mut bare: impl FnMut() -> Result<Duration, String>,
-) -> Result<(Vec<Duration>, Vec<Duration>), String> {
-    let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    f: &mut [&mut dyn FnMut(usize) -> Result<Duration, String>; 3],
+) -> Result<[Vec<Duration>; 3], String> {
+    let mut out: [Vec<Duration>; 3] = Default::default();
     let until = Instant::now() + budget;
     for i in 0..n {
         if Instant::now() > until {
             break;
         }
-        if i % 2 == 0 {
-            a.push(with_loop()?);
-            b.push(bare()?);
-        } else {
-            b.push(bare()?);
-            a.push(with_loop()?);
+        for j in 0..3 {
+            let which = (i + j) % 3;
+            out[which].push((f[which])(i % P2_SETS)?);
         }
     }
-    Ok((a, b))
+    Ok(out)
 }
 
-fn overhead_pct(a: &Summary, b: &Summary) -> f64 {
-    (a.p50 - b.p50) / b.p50 * 100.0
+/// One op measured three ways on `P2_SETS` sets of connections.
+struct P2Op {
+    with_loop: Summary,
+    bare: Summary,
+    control: Summary,
+}
+
+impl P2Op {
+    fn overhead_pct(&self) -> f64 {
+        (self.with_loop.p50 - self.bare.p50) / self.bare.p50 * 100.0
+    }
+
+    fn aa_pct(&self) -> f64 {
+        (self.control.p50 - self.bare.p50) / self.bare.p50 * 100.0
+    }
+}
+
+fn measure_p2(
+    clients: &[Client],
+    addr: SocketAddr,
+    joblist: bool,
+    n: usize,
+    budget: Duration,
+) -> Result<P2Op, String> {
+    let mut bare: Vec<Direct> = (0..P2_SETS).map(|_| Direct::connect(addr)).collect::<Result<_, _>>()?;
+    let mut control: Vec<Direct> = (0..P2_SETS).map(|_| Direct::connect(addr)).collect::<Result<_, _>>()?;
+    let mut a = |k: usize| timed(|| if joblist { lib_joblist(&clients[k]) } else { lib_hello(&clients[k]) });
+    let mut b = |k: usize| timed(|| if joblist { direct_joblist(&mut bare[k]) } else { direct_hello(&mut bare[k]) });
+    let mut c = |k: usize| {
+        timed(|| if joblist { direct_joblist(&mut control[k]) } else { direct_hello(&mut control[k]) })
+    };
+    let mut fs: [&mut dyn FnMut(usize) -> Result<Duration, String>; 3] = [&mut a, &mut b, &mut c];
+    triples(200, budget, &mut fs)?; // warm-up
+    let [x, y, z] = triples(n, budget, &mut fs)?;
+    let s = |v: &[Duration]| Summary::of_us(v).ok_or_else(|| "no samples".to_string());
+    Ok(P2Op { with_loop: s(&x)?, bare: s(&y)?, control: s(&z)? })
 }
 
 /// P2.
 pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
-    let client = lib_client(&steady.cluster.masters())?;
-    let mut direct = Direct::connect(steady.primary)?;
+    let clients: Vec<Client> =
+        (0..P2_SETS).map(|_| lib_client(&steady.cluster.masters())).collect::<Result<_, _>>()?;
     let n = opts.pick(2_000, 10_000);
     let budget = Duration::from_secs(opts.pick(20, 60));
-    // Warm-up.
-    pairs(200, budget, || timed(|| lib_hello(&client)), || timed(|| direct_hello(&mut direct)))?;
-    let (lh, dh) = pairs(n, budget, || timed(|| lib_hello(&client)), || timed(|| direct_hello(&mut direct)))?;
-    let (lj, dj) = pairs(n, budget, || timed(|| lib_joblist(&client)), || timed(|| direct_joblist(&mut direct)))?;
+    let hello = measure_p2(&clients, steady.primary, false, n, budget)?;
+    let jl = measure_p2(&clients, steady.primary, true, n, budget)?;
+    drop(clients);
 
-    // Diagnostic: the same comparison against a canned-reply server in this process, where
-    // the server's work is small and equal for both, so the loop's own cost shows.
-    let info = match reply_frame(steady.primary, &request_frame(hello_op())) {
-        Ok(f) => wire::decode_reply(&f, &Limits::default()).map_err(|e| e.to_string())?,
-        Err(e) => return Err(e),
-    };
-    let (faddr, fh) = spawn_canned(info, 2)?;
-    let fake = {
-        let mut cfg = Config::new(vec![Endpoint::new("127.0.0.1", faddr.port())]);
-        cfg.client_name = CLIENT_NAME.into();
-        Client::start_with(cfg, Options::default(), XCE_RETRY_DEFAULTS).map_err(|e| e.to_string())?
-    };
-    let mut fdirect = Direct::connect(faddr)?;
-    pairs(500, budget, || timed(|| lib_hello(&fake)), || timed(|| direct_hello(&mut fdirect)))?;
-    let (lf, df) = pairs(n, budget, || timed(|| lib_hello(&fake)), || timed(|| direct_hello(&mut fdirect)))?;
-    drop((fake, fdirect));
-    for h in fh {
-        let _ = h.join();
-    }
+    // Diagnostic: the same against a canned-reply server in this process, where the server's
+    // work is small and equal for all, so the loop's own cost shows.
+    let info = wire::decode_reply(&reply_frame(steady.primary, &request_frame(hello_op()))?, &Limits::default())
+        .map_err(|e| e.to_string())?;
+    let (faddr, fh) = spawn_canned(info, 3 * P2_SETS)?;
+    let fakes: Vec<Client> = (0..P2_SETS)
+        .map(|_| {
+            let mut cfg = Config::new(vec![Endpoint::new("127.0.0.1", faddr.port())]);
+            cfg.client_name = CLIENT_NAME.into();
+            Client::start_with(cfg, Options::default(), XCE_RETRY_DEFAULTS).map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let canned = measure_p2(&fakes, faddr, false, n, budget)?;
+    drop(fakes);
+    let _ = fh.join();
 
-    let s = |v: &[Duration]| Summary::of_us(v).ok_or_else(|| "no samples".to_string());
-    let (slh, sdh, slj, sdj, slf, sdf) = (s(&lh)?, s(&dh)?, s(&lj)?, s(&dj)?, s(&lf)?, s(&df)?);
     let mut t = Table::new("P2", "cost of the failover loop on the happy path");
     t.note(
-        "with loop = Client::hello / Client::joblist; without = the same request on the library's own \
-         transport::Connection (send + recv + decode, one kept-alive connection), no loop",
+        "with loop = Client::hello / Client::joblist; bare = the same request on the library's own \
+         transport::Connection (send + recv + decode on a kept-alive connection), no loop; \
+         control = bare again on other connections (an A/A test: the resolution of this measurement)",
     );
     t.note(format!(
-        "pairs interleaved one by one, alternating which goes first; {} pairs per op after warm-up",
-        slh.n
+        "triples interleaved one by one, rotating which goes first, over {P2_SETS} sets of connections \
+         (cancels a per-connection bias of the server); {} triples per op after warm-up",
+        hello.with_loop.n
     ));
     t.dist_header("op", "µs");
-    t.dist_row("hello, through the loop", Some(slh));
-    t.dist_row("hello, single attempt without the loop", Some(sdh));
-    t.dist_row(format!("joblist({JOBLIST_JOBS}), through the loop"), Some(slj));
-    t.dist_row(format!("joblist({JOBLIST_JOBS}), single attempt without the loop"), Some(sdj));
-    t.dist_row("  diag: hello to an in-process canned server, through the loop", Some(slf));
-    t.dist_row("  diag: hello to an in-process canned server, without the loop", Some(sdf));
-    let (oh, oj, of) = (overhead_pct(&slh, &sdh), overhead_pct(&slj, &sdj), overhead_pct(&slf, &sdf));
+    for (name, m) in [("hello", &hello), (&format!("joblist({JOBLIST_JOBS})") as &str, &jl), ("  diag: hello, in-process canned server", &canned)] {
+        t.dist_row(format!("{name}: through the loop"), Some(m.with_loop));
+        t.dist_row(format!("{name}: bare attempt, no loop"), Some(m.bare));
+        t.dist_row(format!("{name}: control (bare, other connections)"), Some(m.control));
+    }
+    let (oh, oj, of) = (hello.overhead_pct(), jl.overhead_pct(), canned.overhead_pct());
     t.result(format!(
-        "overhead of the loop (p50 with / p50 without − 1): hello {oh:+.2}%, joblist {oj:+.2}% \
-         (real controller); canned server: {of:+.2}% = {} µs per call",
-        num(slf.p50 - sdf.p50)
+        "loop overhead (p50 loop / p50 bare − 1): hello {oh:+.2}%, joblist {oj:+.2}% (real controller); \
+         A/A control: hello {:+.2}%, joblist {:+.2}%",
+        hello.aa_pct(),
+        jl.aa_pct()
+    ));
+    t.result(format!(
+        "canned server: loop {of:+.2}% = {} µs per call (A/A {:+.2}%)",
+        num(canned.with_loop.p50 - canned.bare.p50),
+        canned.aa_pct()
     ));
     let worst = oh.max(oj);
     t.target(

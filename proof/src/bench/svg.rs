@@ -110,7 +110,7 @@ pub fn render(tl: &Timeline) -> String {
         );
         for d in d_lo..=d_hi {
             let yy = y(10f64.powi(d));
-            let label = if d >= 0 { format!("{}", 10f64.powi(d)) } else { format!("{}", 10f64.powi(d)) };
+            let label = 10f64.powi(d);
             let _ = writeln!(
                 s,
                 r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,

@@ -49,49 +49,72 @@ struct Row {
     per_iter: Summary,
 }
 
-/// Times `encode_reply` + `decode_reply` of one reply, repeated in batches for at least
-/// `budget`; returns the frame size and the per-iteration times (µs) of each batch.
-fn measure(reply: &Reply, budget: Duration, min_batches: usize) -> (usize, Summary) {
-    let limits = Limits::default();
-    let mut buf = Vec::new();
-    wire::encode_reply(reply, &mut buf);
-    let bytes = buf.len();
-    // Batches of about 2 ms so that the clock's cost is negligible even for 10 jobs.
-    let t = Instant::now();
-    let mut k = 0u32;
-    while t.elapsed() < Duration::from_millis(2) || k == 0 {
-        buf.clear();
-        wire::encode_reply(black_box(reply), &mut buf);
-        black_box(wire::decode_reply(&buf, &limits).expect("decode"));
-        k += 1;
-    }
-    let batch = k.max(1);
-    let mut per_iter = Vec::new();
-    let start = Instant::now();
-    while (start.elapsed() < budget || per_iter.len() < min_batches) && per_iter.len() < 100_000 {
+/// One size under measurement: its reply, a reusable buffer, and the batch length.
+struct Case {
+    reply: Reply,
+    buf: Vec<u8>,
+    batch: u32,
+    per_iter: Vec<f64>,
+}
+
+impl Case {
+    fn new(n: usize) -> Case {
+        let reply = joblist_reply(n);
+        let mut c = Case { reply, buf: Vec::new(), batch: 1, per_iter: Vec::new() };
+        // Batches of about 2 ms so that the clock's cost is negligible even for 10 jobs.
         let t = Instant::now();
-        for _ in 0..batch {
-            buf.clear();
-            wire::encode_reply(black_box(reply), &mut buf);
-            black_box(wire::decode_reply(&buf, &limits).expect("decode"));
+        let mut k = 0u32;
+        while t.elapsed() < Duration::from_millis(2) || k == 0 {
+            c.once();
+            k += 1;
         }
-        per_iter.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(batch));
+        c.batch = k.max(1);
+        c
     }
-    (bytes, Summary::of(&per_iter).expect("non-empty"))
+
+    fn once(&mut self) {
+        let limits = Limits::default();
+        self.buf.clear();
+        wire::encode_reply(black_box(&self.reply), &mut self.buf);
+        black_box(wire::decode_reply(&self.buf, &limits).expect("decode"));
+    }
+
+    fn batch(&mut self) {
+        let t = Instant::now();
+        for _ in 0..self.batch {
+            self.once();
+        }
+        self.per_iter.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(self.batch));
+    }
+}
+
+/// Times `encode_reply` + `decode_reply` of each size in batches, one batch of each size in
+/// turn (so that load from other processes hits every size alike), for about `budget` per size.
+fn measure(budget: Duration, min_batches: usize) -> Vec<Row> {
+    let mut cases: Vec<Case> = SIZES.iter().map(|&n| Case::new(n)).collect();
+    let start = Instant::now();
+    let total = budget * SIZES.len() as u32;
+    let mut rounds = 0;
+    while (start.elapsed() < total || rounds < min_batches) && rounds < 100_000 {
+        for c in &mut cases {
+            c.batch();
+        }
+        rounds += 1;
+    }
+    cases
+        .into_iter()
+        .zip(SIZES)
+        .map(|(c, jobs)| Row { jobs, bytes: c.buf.len(), per_iter: Summary::of(&c.per_iter).expect("non-empty") })
+        .collect()
 }
 
 pub fn run(opts: &BenchOpts) -> Table {
     let budget = Duration::from_millis(opts.pick(300, 1500));
-    let mut rows = Vec::new();
-    for &n in &SIZES {
-        let reply = joblist_reply(n);
-        let (bytes, per_iter) = measure(&reply, budget, 20);
-        rows.push(Row { jobs: n, bytes, per_iter });
-    }
+    let rows = measure(budget, 20);
     let mut t = Table::new("P7", "codec: encode + decode of a joblist reply (in process)");
     t.note(format!(
-        "method: wire::encode_reply + wire::decode_reply of the same reply, batches of ~2 ms \
-         for {} ms per size; time per encode+decode from the batch means",
+        "method: wire::encode_reply + wire::decode_reply of the same reply, in batches of ~2 ms, \
+         the sizes taking turns batch by batch for ~{} ms each; time per encode+decode from the batch means",
         budget.as_millis()
     ));
     t.header = ["jobs", "frame bytes", "p50 µs", "p90 µs", "max µs", "MB/s (p50)", "ns/job (p50)", "batches"]

@@ -123,9 +123,10 @@ pub fn render(tl: &Timeline) -> String {
         let mut tick = (x_min / step).ceil() * step;
         while tick <= x_max {
             let xx = x(tick);
+            let tick_label = tick + 0.0; // no "-0"
             let _ = writeln!(
                 s,
-                r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{bottom}" stroke="#eee"/><text x="{xx:.1}" y="{}" text-anchor="middle">{tick:.0}</text>"##,
+                r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{bottom}" stroke="#eee"/><text x="{xx:.1}" y="{}" text-anchor="middle">{tick_label:.0}</text>"##,
                 bottom + 16.0
             );
             tick += step;

@@ -352,23 +352,50 @@ fn spawn_canned(template: Reply, conns: usize) -> Result<(SocketAddr, JoinHandle
 /// worker thread a connection's task landed on) averages out.
 const P2_SETS: usize = 4;
 
+/// Triples thrown away because one of their calls failed; beyond this P2 gives up.
+const P2_MAX_DISCARDS: usize = 100;
+
 /// `n` interleaved triples — through the loop, bare, bare again on other connections (the A/A
-/// control) — rotating which goes first; `k` picks the connection set.
+/// control) — rotating which goes first; `k` picks the connection set. A triple in which a
+/// call fails (a bare attempt has no retry: a controller answering NOT_READY under load ends
+/// it) is discarded and counted, with the first error kept.
 #[allow(clippy::type_complexity)]
 fn triples(
     n: usize,
     budget: Duration,
     f: &mut [&mut dyn FnMut(usize) -> Result<Duration, String>; 3],
+    discarded: &mut Vec<String>,
 ) -> Result<[Vec<Duration>; 3], String> {
     let mut out: [Vec<Duration>; 3] = Default::default();
     let until = Instant::now() + budget;
-    for i in 0..n {
-        if Instant::now() > until {
-            break;
-        }
+    let mut i = 0;
+    while out[0].len() < n && Instant::now() < until {
+        let mut got = [Duration::ZERO; 3];
+        let mut failed = None;
         for j in 0..3 {
             let which = (i + j) % 3;
-            out[which].push((f[which])(i % P2_SETS)?);
+            match (f[which])(i % P2_SETS) {
+                Ok(d) => got[which] = d,
+                Err(e) => {
+                    failed = Some(format!("{}: {e}", ["through the loop", "bare", "control"][which]));
+                    break;
+                }
+            }
+        }
+        i += 1;
+        match failed {
+            None => {
+                for (v, d) in out.iter_mut().zip(got) {
+                    v.push(d);
+                }
+            }
+            Some(e) => {
+                discarded.push(e);
+                if discarded.len() > P2_MAX_DISCARDS {
+                    return Err(format!("more than {P2_MAX_DISCARDS} failed calls, last: {}", discarded.join("; ")));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
     Ok(out)
@@ -376,6 +403,8 @@ fn triples(
 
 /// One op measured three ways on `P2_SETS` sets of connections.
 struct P2Op {
+    /// Calls that failed (their triple was discarded).
+    discarded: Vec<String>,
     with_loop: Summary,
     bare: Summary,
     control: Summary,
@@ -406,10 +435,11 @@ fn measure_p2(
         timed(|| if joblist { direct_joblist(&mut control[k]) } else { direct_hello(&mut control[k]) })
     };
     let mut fs: [&mut dyn FnMut(usize) -> Result<Duration, String>; 3] = [&mut a, &mut b, &mut c];
-    triples(200, budget, &mut fs)?; // warm-up
-    let [x, y, z] = triples(n, budget, &mut fs)?;
+    let mut discarded = Vec::new();
+    triples(200, budget, &mut fs, &mut discarded)?; // warm-up
+    let [x, y, z] = triples(n, budget, &mut fs, &mut discarded)?;
     let s = |v: &[Duration]| Summary::of_us(v).ok_or_else(|| "no samples".to_string());
-    Ok(P2Op { with_loop: s(&x)?, bare: s(&y)?, control: s(&z)? })
+    Ok(P2Op { discarded, with_loop: s(&x)?, bare: s(&y)?, control: s(&z)? })
 }
 
 /// P2.
@@ -454,6 +484,14 @@ pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         t.dist_row(format!("{name}: through the loop"), Some(m.with_loop));
         t.dist_row(format!("{name}: bare attempt, no loop"), Some(m.bare));
         t.dist_row(format!("{name}: control (bare, other connections)"), Some(m.control));
+    }
+    for (name, m) in [("hello", &hello), ("joblist", &jl), ("canned", &canned)] {
+        if let Some(first) = m.discarded.first() {
+            t.result(format!(
+                "{name}: {} triple(s) discarded because a call failed; first: {first}",
+                m.discarded.len()
+            ));
+        }
     }
     let (oh, oj, of) = (hello.overhead_pct(), jl.overhead_pct(), canned.overhead_pct());
     t.result(format!(

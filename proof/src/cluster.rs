@@ -3,10 +3,11 @@
 //! and clean everything up when dropped (also when a test panics).
 
 use std::io::{self, Write};
+use std::os::unix::process::CommandExt;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
@@ -47,6 +48,18 @@ pub struct Cluster {
 }
 
 static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+/// See [`kill_nodes_with_this_process`].
+static DIE_WITH_PARENT: AtomicBool = AtomicBool::new(false);
+
+/// Nodes spawned from now on get `PR_SET_PDEATHSIG = SIGKILL`: they die with the process that
+/// started them even when it is killed without running destructors (a benchmark stopped by
+/// `timeout` or SIGTERM). Linux ties the signal to the *thread* that spawned the node, so turn
+/// this on only when every start/restart happens on a thread that outlives the cluster (the
+/// bench's main thread).
+pub fn kill_nodes_with_this_process(on: bool) {
+    DIE_WITH_PARENT.store(on, Ordering::Relaxed);
+}
 
 /// The `xce-controller` binary: `$XCE_CONTROLLER`, else next to the running executable's
 /// target directory (`target/<profile>/xce-controller`), preferring the same profile.
@@ -146,14 +159,25 @@ impl Cluster {
             }
             None => Stdio::null(),
         };
-        let child = Command::new(controller_bin())
-            .args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
+        let mut cmd = Command::new(controller_bin());
+        cmd.args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
             .arg(&data)
             .args(&self.opts.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()?;
+            .stderr(stderr);
+        if DIE_WITH_PARENT.load(Ordering::Relaxed) {
+            // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn()?;
         let node = &mut self.nodes[id as usize - 1];
         node.child = Some(child);
         node.stopped = false;

@@ -1,6 +1,7 @@
 //! The proof of libxce: a harness of real controller processes on loopback, used by the
 //! failover scenarios (S1–S10, `tests/`), the benchmark command (P1–P8) and the demo.
 
+pub mod bench;
 pub mod cluster;
 
 pub use cluster::{controller_bin, Cluster, ClusterOpts};

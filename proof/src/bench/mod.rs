@@ -1,0 +1,59 @@
+//! The benchmark command `xce-bench` (acceptance.md P1–P8): each benchmark runs against real
+//! `xce-controller` processes on loopback and returns one [`Table`] with its verdict.
+//!
+//! - [`roundtrip`]: P1 (library vs raw TCP ping-pong) and P2 (the loop vs one bare attempt).
+//! - [`failover`]: P3, P4, P5, P6 (kill -9 the primary under armed clients) and the SVG data.
+//! - [`codec`]: P7; [`footprint`]: P8 (with the counting allocator of [`alloc`]).
+//! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
+
+pub mod alloc;
+pub mod codec;
+pub mod failover;
+pub mod footprint;
+pub mod kills;
+pub mod roundtrip;
+pub mod stats;
+pub mod svg;
+pub mod table;
+
+use std::path::PathBuf;
+
+pub use stats::Summary;
+pub use table::Table;
+
+/// What the command line asked for.
+#[derive(Debug, Clone, Default)]
+pub struct BenchOpts {
+    /// Fewer samples and kills: the whole run in about three minutes.
+    pub quick: bool,
+    /// Only these benchmarks (`P1`…`P8`); empty: all.
+    pub only: Vec<String>,
+    /// Draw one failover (both policies) to this file.
+    pub svg: Option<PathBuf>,
+    /// Where the controllers write their logs.
+    pub log_dir: Option<PathBuf>,
+}
+
+impl BenchOpts {
+    /// Whether benchmark `id` (`"P3"`) was selected.
+    pub fn wants(&self, id: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o.eq_ignore_ascii_case(id))
+    }
+
+    /// `quick` or `full`, whichever applies.
+    pub fn pick<T>(&self, quick: T, full: T) -> T {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+
+    /// Options for a benchmark cluster: default timing knobs, logs to `log_dir`.
+    pub fn cluster_opts(&self) -> crate::ClusterOpts {
+        crate::ClusterOpts {
+            extra_args: Vec::new(),
+            log_dir: self.log_dir.clone(),
+        }
+    }
+}

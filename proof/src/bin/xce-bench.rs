@@ -1,0 +1,200 @@
+//! `xce-bench`: the benchmarks P1–P8 of acceptance.md against real `xce-controller` processes
+//! on loopback, one table per benchmark. See proof/BENCH.md.
+//!
+//! ```text
+//! cargo run --release -p xce-proof --bin xce-bench -- [--quick] [--only P1,P3] [--svg out.svg]
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use xce_proof::bench::alloc::CountingAlloc;
+use xce_proof::bench::{codec, footprint, kills, roundtrip, BenchOpts, Table};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+const USAGE: &str = "usage: xce-bench [--quick] [--only P1,P3,…] [--svg FILE] [--no-build]
+  --quick     fewer samples and kills (about 3 minutes instead of about 15)
+  --only      run only these benchmarks (P1 … P8)
+  --svg FILE  also draw one failover (both policies) to FILE
+  --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
+
+struct Args {
+    opts: BenchOpts,
+    build: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut opts = BenchOpts::default();
+    let mut build = true;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => opts.quick = true,
+            "--no-build" => build = false,
+            "--only" => {
+                let v = it.next().ok_or("--only needs a list, e.g. P1,P3")?;
+                for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let ok = id.len() == 2
+                        && id[..1].eq_ignore_ascii_case("p")
+                        && matches!(id.as_bytes()[1], b'1'..=b'8');
+                    if !ok {
+                        return Err(format!("--only: unknown benchmark {id:?} (P1 … P8)"));
+                    }
+                    opts.only.push(id.to_ascii_uppercase());
+                }
+            }
+            "--svg" => opts.svg = Some(PathBuf::from(it.next().ok_or("--svg needs a file name")?)),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Args { opts, build })
+}
+
+/// Builds the controller in this binary's profile so that the bench never measures a stale one.
+fn build_controller() -> Result<(), String> {
+    if std::env::var_os("XCE_CONTROLLER").is_some() {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(root).args(["build", "--quiet", "-p", "xce-controller"]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().map_err(|e| format!("cargo build -p xce-controller: {e}"))?;
+    if !st.success() {
+        return Err(format!("cargo build -p xce-controller: {st}"));
+    }
+    Ok(())
+}
+
+/// P6 holds a thousand contexts (two fds each) plus their reconnects.
+fn raise_nofile(want: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a pointer to a live, properly typed struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+fn print(t: &Table, all: &mut Vec<Table>) {
+    println!("{t}");
+    all.push(t.clone());
+}
+
+fn fail(id: &'static str, e: String, all: &mut Vec<Table>) {
+    let mut t = Table::new(id, "could not be measured");
+    t.target("see above", xce_proof::bench::table::Verdict::NotMeasured(e));
+    print(&t, all);
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("xce-bench: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut opts = args.opts;
+    if args.build {
+        if let Err(e) = build_controller() {
+            eprintln!("xce-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let logs = std::env::temp_dir().join(format!("xce-bench-logs-{}", std::process::id()));
+    opts.log_dir = Some(logs.clone());
+    xce_proof::cluster::kill_nodes_with_this_process(true);
+    // A thousand failing-over contexts would each log; failures are in the tables. XCE_LOG wins.
+    if std::env::var_os("XCE_LOG").is_none() {
+        xce::failover::log::set_level(xce::failover::log::Level::Error);
+    }
+    raise_nofile(8192);
+    let started = Instant::now();
+    println!(
+        "xce-bench {} mode; controller {}; {} CPUs; controller logs in {}{}\n",
+        if opts.quick { "quick" } else { "full" },
+        xce_proof::controller_bin().display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        logs.display(),
+        if cfg!(debug_assertions) { "; WARNING: debug build, numbers are not representative" } else { "" }
+    );
+    let mut all = Vec::new();
+
+    if opts.wants("P7") {
+        eprintln!("P7 …");
+        print(&codec::run(&opts), &mut all);
+    }
+    if opts.wants("P1") || opts.wants("P2") || opts.wants("P8") {
+        match roundtrip::start_steady(&opts) {
+            Ok(steady) => {
+                // P8 first: the allocator counts every thread, so nothing else may run.
+                if opts.wants("P8") {
+                    eprintln!("P8 …");
+                    match footprint::run(&steady, &opts) {
+                        Ok(t) => print(&t, &mut all),
+                        Err(e) => fail("P8", e, &mut all),
+                    }
+                }
+                if opts.wants("P1") {
+                    eprintln!("P1 …");
+                    match roundtrip::p1(&steady, &opts) {
+                        Ok(t) => print(&t, &mut all),
+                        Err(e) => fail("P1", e, &mut all),
+                    }
+                }
+                if opts.wants("P2") {
+                    eprintln!("P2 …");
+                    match roundtrip::p2(&steady, &opts) {
+                        Ok(t) => print(&t, &mut all),
+                        Err(e) => fail("P2", e, &mut all),
+                    }
+                }
+            }
+            Err(e) => {
+                for id in ["P8", "P1", "P2"] {
+                    if opts.wants(id) {
+                        fail(id, e.clone(), &mut all);
+                    }
+                }
+            }
+        }
+    }
+    if ["P3", "P4", "P5", "P6"].iter().any(|id| opts.wants(id)) || opts.svg.is_some() {
+        eprintln!("P3–P6 (kills) …");
+        match kills::run(&opts) {
+            Ok(ts) => {
+                for t in &ts {
+                    print(t, &mut all);
+                }
+            }
+            Err(e) => fail("P3-P6", e, &mut all),
+        }
+    }
+
+    all.sort_by_key(|t| t.id);
+    println!("== summary ({:.0} s) ==", started.elapsed().as_secs_f64());
+    for t in &all {
+        for (what, v) in &t.targets {
+            let word = match v {
+                xce_proof::bench::table::Verdict::Met(_) => "MET",
+                xce_proof::bench::table::Verdict::NotMet(_) => "NOT MET",
+                xce_proof::bench::table::Verdict::NotMeasured(_) => "NOT MEASURED",
+            };
+            println!("  {:<3} {word:<12} {what}", t.id);
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -3,8 +3,8 @@
 //! and clean everything up when dropped (also when a test panics).
 
 use std::io::{self, Write};
-use std::os::unix::process::CommandExt;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -97,21 +97,22 @@ pub struct Backoff {
     /// Nominal delay of the next sleep, in ms (before jitter).
     nominal_ms: f64,
     sleeps_taken: u32,
-    rng: StdRng,
+    /// Seeded from the OS on first use: a call that succeeds at once never pays for it (P2).
+    rng: Option<StdRng>,
 }
 
 impl Backoff {
     /// A schedule seeded from the OS: every client jitters differently.
     pub fn new(config: RetryConfig) -> Backoff {
-        Backoff::with_rng(config, StdRng::from_entropy())
+        Backoff::with_rng(config, None)
     }
 
     /// A reproducible schedule, for tests.
     pub fn seeded(config: RetryConfig, seed: u64) -> Backoff {
-        Backoff::with_rng(config, StdRng::seed_from_u64(seed))
+        Backoff::with_rng(config, Some(StdRng::seed_from_u64(seed)))
     }
 
-    fn with_rng(config: RetryConfig, rng: StdRng) -> Backoff {
+    fn with_rng(config: RetryConfig, rng: Option<StdRng>) -> Backoff {
         let config = if config.validate().is_ok() {
             config
         } else {
@@ -136,14 +137,18 @@ impl Backoff {
             (nominal * self.config.backoff_multiplier).min(f64::from(self.config.max_retry_ms));
         // Equal jitter: [nominal/2, nominal]; at least 1 ms so a full cycle never spins.
         let half = nominal / 2.0;
-        let ms = half + self.rng.gen_range(0.0..=half);
+        let ms = half + self.rng().gen_range(0.0..=half);
         Some(Duration::from_secs_f64(ms.max(1.0) / 1000.0))
     }
 
     /// A small random spread (0..=max) used before following a primary announced by
     /// `waitPrimary` (F18), so a crowd of clients does not arrive in the same millisecond.
     pub fn spread(&mut self, max: Duration) -> Duration {
-        Duration::from_micros(self.rng.gen_range(0..=max.as_micros() as u64))
+        Duration::from_micros(self.rng().gen_range(0..=max.as_micros() as u64))
+    }
+
+    fn rng(&mut self) -> &mut StdRng {
+        self.rng.get_or_insert_with(StdRng::from_entropy)
     }
 
     /// Sleeps taken so far.

@@ -21,7 +21,7 @@ use super::rotate::{resolve_system, Endpoint, HintVerdict, Rotator, Target};
 use crate::error::{strerror, Error};
 use crate::transport::{Connection, Waker};
 use crate::wire::{
-    ClientId, Hello, Limits, Op, OpKind, Reply, ReplyData, Request, PROTOCOL_VERSION,
+    ClientId, Hello, Limits, Op, OpKind, Reply, ReplyData, RequestHead, PROTOCOL_VERSION,
 };
 
 /// Extra time granted to a `waitPrimary` reply beyond the wait itself (F18), capped by the
@@ -132,32 +132,35 @@ impl Link {
             return (Err(Error::Errno(libc::ENOTCONN)), false);
         };
         self.seq += 1;
-        let req = Request {
+        let head = RequestHead {
             seq: self.seq,
             client_id: self.client_id,
             request_id,
             no_reply: false,
-            op: op.clone(),
         };
         let until = cap(Instant::now() + reply_timeout, deadline);
-        if let Err(e) = conn.send(&req, until, waker) {
+        if let Err(e) = conn.send_op(&head, op, until, waker) {
             return (Err(e), false);
         }
-        (conn.recv(req.seq, until, waker), true)
+        (conn.recv(head.seq, until, waker), true)
     }
 
     /// Sends a fire-and-forget request (F12).
     fn send_no_reply(&mut self, waker: &Waker, op: &Op) -> Result<(), Error> {
         let conn = self.conn.as_mut().ok_or(Error::Errno(libc::ENOTCONN))?;
         self.seq += 1;
-        let req = Request {
+        let head = RequestHead {
             seq: self.seq,
             client_id: self.client_id,
             request_id: 0,
             no_reply: true,
-            op: op.clone(),
         };
-        conn.send(&req, Instant::now() + self.options.reply_timeout, waker)
+        conn.send_op(
+            &head,
+            op,
+            Instant::now() + self.options.reply_timeout,
+            waker,
+        )
     }
 
     fn next_request_id(&mut self, kind: OpKind) -> u64 {
@@ -501,9 +504,9 @@ impl<'a, 'e> Call<'a, 'e> {
         // F4: a DUP on a re-sent write is the first send's success.
         reply.status = reply.status.max(0);
         let mut link = self.env.link.borrow_mut();
-        let ep = link.current_endpoint();
         link.has_served = true;
         if let Some(since) = link.failing_since.take() {
+            let ep = link.current_endpoint();
             let duration = since.elapsed();
             xlog!(
                 Level::Info,
@@ -514,12 +517,17 @@ impl<'a, 'e> Call<'a, 'e> {
                 s.failovers += 1;
                 s.last_failover_ms = duration.as_millis() as u64;
             });
-            self.env.observer.emit(Event::FailoverFinished {
-                to: ep.clone(),
-                duration,
-            });
+            self.env
+                .observer
+                .emit(Event::FailoverFinished { to: ep, duration });
         }
-        self.env.observer.update(|s| s.current_master = Some(ep));
+        // The steady path clones nothing: the stats copy the endpoint only when it changed (P2).
+        let ep = link.rotator.endpoint(link.rotator.current());
+        self.env.observer.update(|s| {
+            if s.current_master.as_ref() != Some(ep) {
+                s.current_master = Some(ep.clone());
+            }
+        });
         reply
     }
 

@@ -11,7 +11,10 @@ use rustls::pki_types::ServerName;
 
 use super::waker::{Wait, Waker};
 use crate::error::Error;
-use crate::wire::{complete_frame_len, decode_reply, encode_request, Limits, Reply, Request};
+use crate::wire::{
+    complete_frame_len, decode_reply, encode_request, encode_request_parts, Limits, Op, Reply,
+    Request, RequestHead,
+};
 
 /// Bytes read from the socket per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
@@ -98,6 +101,20 @@ impl Connection {
     pub fn send(&mut self, req: &Request, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         self.wbuf.clear();
         encode_request(req, &mut self.wbuf);
+        let r = self.write_wbuf(deadline, waker);
+        self.note(r)
+    }
+
+    /// [`Connection::send`] from the envelope fields and a borrowed op (no clone per re-send).
+    pub fn send_op(
+        &mut self,
+        head: &RequestHead,
+        op: &Op,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<(), Error> {
+        self.wbuf.clear();
+        encode_request_parts(head, op, &mut self.wbuf);
         let r = self.write_wbuf(deadline, waker);
         self.note(r)
     }

@@ -37,8 +37,20 @@ const MAX_FIRST_SEGMENT_WORDS: usize = 1 << 28;
 ///
 /// Encoding never fails; a message larger than the peer's limit is refused by the peer (Proto).
 pub fn encode_request(req: &Request, out: &mut Vec<u8>) {
-    encode_with(est_request(req), out, |root| {
-        put_request(req, root.init_as())
+    let head = RequestHead {
+        seq: req.seq,
+        client_id: req.client_id,
+        request_id: req.request_id,
+        no_reply: req.no_reply,
+    };
+    encode_request_parts(&head, &req.op, out);
+}
+
+/// [`encode_request`] from the envelope fields and a borrowed op: the client's loop re-sends
+/// one op under new `seq`s without cloning it.
+pub fn encode_request_parts(head: &RequestHead, op: &Op, out: &mut Vec<u8>) {
+    encode_with(est_request(op), out, |root| {
+        put_request(head, op, root.init_as())
     });
 }
 
@@ -198,8 +210,8 @@ fn est_job_ptrs(j: &Job) -> usize {
         + tw(&j.exec_host)
 }
 
-fn est_request(req: &Request) -> usize {
-    let op = match &req.op {
+fn est_request(op: &Op) -> usize {
+    let op = match op {
         Op::Hello(h) => sw::<cp::hello::Builder>() + tw(&h.client_name),
         Op::Join(j) => sw::<cp::join::Builder>() + tw(&j.host) + est_kvs(&j.attrs),
         Op::JobList(f) => sw::<cp::job_filter::Builder>() + tw(&f.user) + tw(&f.queue),
@@ -306,13 +318,13 @@ fn en<T: WireEnum>(r: Result<T::Wire, capnp::NotInSchema>) -> Result<T, Error> {
 // ---------------------------------------------------------------------------------------
 // Encoding
 
-fn put_request(req: &Request, mut b: cp::request::Builder<'_>) {
-    b.set_seq(req.seq);
-    b.set_client_id(&req.client_id);
-    b.set_request_id(req.request_id);
-    b.set_no_reply(req.no_reply);
+fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
+    b.set_seq(head.seq);
+    b.set_client_id(&head.client_id);
+    b.set_request_id(head.request_id);
+    b.set_no_reply(head.no_reply);
     let mut o = b.init_op();
-    match &req.op {
+    match op {
         Op::Hello(h) => {
             let mut x = o.init_hello();
             set_text!(x, set_client_name, h.client_name);

@@ -25,6 +25,15 @@ pub struct Request {
     pub op: Op,
 }
 
+/// The envelope fields of a [`Request`] without its op (see `codec::encode_request_parts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHead {
+    pub seq: u64,
+    pub client_id: ClientId,
+    pub request_id: u64,
+    pub no_reply: bool,
+}
+
 /// How the client's failover loop treats an op (failover.md, "Op categories").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OpKind {

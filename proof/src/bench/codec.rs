@@ -27,14 +27,29 @@ pub fn sample_job(i: usize) -> Job {
         command: format!("/usr/bin/simulate --input /data/in/{i:06}.dat --steps 1000"),
         ncpus: 1 + (i % 8) as u32,
         mem_mb: 512 * (1 + (i % 4) as u64),
-        state: if running { JobState::Run } else { JobState::Pend },
-        pend_reason: if running { String::new() } else { "no free slot".into() },
-        exec_host: if running { format!("node{:03}", i % 200) } else { String::new() },
+        state: if running {
+            JobState::Run
+        } else {
+            JobState::Pend
+        },
+        pend_reason: if running {
+            String::new()
+        } else {
+            "no free slot".into()
+        },
+        exec_host: if running {
+            format!("node{:03}", i % 200)
+        } else {
+            String::new()
+        },
         submit_time: 1_700_000_000_000 + i as i64,
         start_time: if running { 1_700_000_100_000 } else { 0 },
         end_time: 0,
         exit_code: 0,
-        usage: Usage { cpu_ms: i as u64 * 10, mem_kb: 4096 },
+        usage: Usage {
+            cpu_ms: i as u64 * 10,
+            mem_kb: 4096,
+        },
     }
 }
 
@@ -60,7 +75,12 @@ struct Case {
 impl Case {
     fn new(n: usize) -> Case {
         let reply = joblist_reply(n);
-        let mut c = Case { reply, buf: Vec::new(), batch: 1, per_iter: Vec::new() };
+        let mut c = Case {
+            reply,
+            buf: Vec::new(),
+            batch: 1,
+            per_iter: Vec::new(),
+        };
         // Batches of about 2 ms so that the clock's cost is negligible even for 10 jobs.
         let t = Instant::now();
         let mut k = 0u32;
@@ -84,7 +104,8 @@ impl Case {
         for _ in 0..self.batch {
             self.once();
         }
-        self.per_iter.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(self.batch));
+        self.per_iter
+            .push(t.elapsed().as_secs_f64() * 1e6 / f64::from(self.batch));
     }
 }
 
@@ -104,22 +125,38 @@ fn measure(budget: Duration, min_batches: usize) -> Vec<Row> {
     cases
         .into_iter()
         .zip(SIZES)
-        .map(|(c, jobs)| Row { jobs, bytes: c.buf.len(), per_iter: Summary::of(&c.per_iter).expect("non-empty") })
+        .map(|(c, jobs)| Row {
+            jobs,
+            bytes: c.buf.len(),
+            per_iter: Summary::of(&c.per_iter).expect("non-empty"),
+        })
         .collect()
 }
 
 pub fn run(opts: &BenchOpts) -> Table {
     let budget = Duration::from_millis(opts.pick(300, 1500));
     let rows = measure(budget, 20);
-    let mut t = Table::new("P7", "codec: encode + decode of a joblist reply (in process)");
+    let mut t = Table::new(
+        "P7",
+        "codec: encode + decode of a joblist reply (in process)",
+    );
     t.note(format!(
         "method: wire::encode_reply + wire::decode_reply of the same reply, in batches of ~2 ms, \
          the sizes taking turns batch by batch for ~{} ms each; time per encode+decode from the batch means",
         budget.as_millis()
     ));
-    t.header = ["jobs", "frame bytes", "p50 µs", "p90 µs", "max µs", "MB/s (p50)", "ns/job (p50)", "batches"]
-        .map(String::from)
-        .to_vec();
+    t.header = [
+        "jobs",
+        "frame bytes",
+        "p50 µs",
+        "p90 µs",
+        "max µs",
+        "MB/s (p50)",
+        "ns/job (p50)",
+        "batches",
+    ]
+    .map(String::from)
+    .to_vec();
     for r in &rows {
         let mbps = r.bytes as f64 / r.per_iter.p50; // bytes per µs == MB/s
         t.row(vec![

@@ -58,9 +58,11 @@ impl Policy {
 
     pub fn options(self) -> Options {
         let mut o = Options::default();
-        o.apply(ClientOption::CallDeadlineMs(CALL_SAFETY_DEADLINE_MS)).expect("valid option");
+        o.apply(ClientOption::CallDeadlineMs(CALL_SAFETY_DEADLINE_MS))
+            .expect("valid option");
         if self == Policy::Baseline {
-            o.apply(ClientOption::WaitPrimary(false)).expect("valid option");
+            o.apply(ClientOption::WaitPrimary(false))
+                .expect("valid option");
         }
         o
     }
@@ -70,7 +72,8 @@ impl Policy {
         let m = xce::client::parse_masters(masters).map_err(|e| format!("masters: {e}"))?;
         let mut cfg = Config::new(m);
         cfg.client_name = CLIENT_NAME.into();
-        Client::start_with(cfg, self.options(), XCE_RETRY_DEFAULTS).map_err(|e| format!("start client: {e}"))
+        Client::start_with(cfg, self.options(), XCE_RETRY_DEFAULTS)
+            .map_err(|e| format!("start client: {e}"))
     }
 }
 
@@ -106,14 +109,20 @@ impl Prober {
                 std::thread::spawn(move || probe_loop(id, addr, &stop, &found))
             })
             .collect();
-        Prober { stop, found, threads }
+        Prober {
+            stop,
+            found,
+            threads,
+        }
     }
 
     /// Waits for the first served probe, at most `timeout`.
     pub fn wait(&self, timeout: Duration) -> Option<Ready> {
         let (m, cv) = &*self.found;
         let g = m.lock().expect("prober lock");
-        let (g, _) = cv.wait_timeout_while(g, timeout, |r| r.is_none()).expect("prober lock");
+        let (g, _) = cv
+            .wait_timeout_while(g, timeout, |r| r.is_none())
+            .expect("prober lock");
         *g
     }
 
@@ -125,7 +134,12 @@ impl Prober {
     }
 }
 
-fn probe_loop(id: u32, addr: SocketAddr, stop: &AtomicBool, found: &(Mutex<Option<Ready>>, Condvar)) {
+fn probe_loop(
+    id: u32,
+    addr: SocketAddr,
+    stop: &AtomicBool,
+    found: &(Mutex<Option<Ready>>, Condvar),
+) {
     let limits = Limits::default();
     let until = Instant::now() + READY_TIMEOUT + Duration::from_secs(5);
     let mut conn: Option<TcpStream> = None;
@@ -147,7 +161,13 @@ fn probe_loop(id: u32, addr: SocketAddr, stop: &AtomicBool, found: &(Mutex<Optio
         if let Some(s) = conn.as_mut() {
             seq += 1;
             out.clear();
-            let req = Request { seq, client_id: [9; 16], request_id: 0, no_reply: false, op: hello_op() };
+            let req = Request {
+                seq,
+                client_id: [9; 16],
+                request_id: 0,
+                no_reply: false,
+                op: hello_op(),
+            };
             wire::encode_request(&req, &mut out);
             let sent = Instant::now();
             let served = s
@@ -156,12 +176,20 @@ fn probe_loop(id: u32, addr: SocketAddr, stop: &AtomicBool, found: &(Mutex<Optio
                 .and_then(|()| wire::read_frame(s, &limits, &mut inb).map_err(|e| e.to_string()))
                 .and_then(|()| wire::decode_reply(&inb, &limits).map_err(|e| e.to_string()));
             match served {
-                Ok(r) if r.seq == seq && r.status >= 0 && matches!(r.data, ReplyData::CtrlInfo(_)) => {
+                Ok(r)
+                    if r.seq == seq
+                        && r.status >= 0
+                        && matches!(r.data, ReplyData::CtrlInfo(_)) =>
+                {
                     let answered = Instant::now();
                     let (m, cv) = found;
                     let mut g = m.lock().expect("prober lock");
                     if g.is_none() {
-                        *g = Some(Ready { node: id, sent, answered });
+                        *g = Some(Ready {
+                            node: id,
+                            sent,
+                            answered,
+                        });
                     }
                     cv.notify_all();
                     return;
@@ -228,21 +256,42 @@ pub struct Rig {
 
 impl Rig {
     /// Creates `n` contexts of `policy` (connected by `start`) and their threads.
-    pub fn new(n: usize, policy: Policy, masters: &str, record_rotations: bool) -> Result<Rig, String> {
+    pub fn new(
+        n: usize,
+        policy: Policy,
+        masters: &str,
+        record_rotations: bool,
+    ) -> Result<Rig, String> {
         let shared = Arc::new(RigShared {
-            st: Mutex::new(RigState { cmd: Cmd::Quit, gen: 0, armed: 0, arm_errors: Vec::new(), done: Vec::new() }),
+            st: Mutex::new(RigState {
+                cmd: Cmd::Quit,
+                gen: 0,
+                armed: 0,
+                arm_errors: Vec::new(),
+                done: Vec::new(),
+            }),
             cmd_cv: Condvar::new(),
             report_cv: Condvar::new(),
         });
-        let rotations: Option<RotationLog> = record_rotations.then(|| Arc::new(Mutex::new(Vec::new())));
-        let mut rig = Rig { shared: shared.clone(), threads: Vec::with_capacity(n), n, rotations: rotations.clone() };
+        let rotations: Option<RotationLog> =
+            record_rotations.then(|| Arc::new(Mutex::new(Vec::new())));
+        let mut rig = Rig {
+            shared: shared.clone(),
+            threads: Vec::with_capacity(n),
+            n,
+            rotations: rotations.clone(),
+        };
         for i in 0..n {
             let ctx = policy.client(masters)?;
             if let Some(log) = &rotations {
                 let log = log.clone();
                 ctx.set_event_handler(Some(Arc::new(move |e: &Event| {
                     if let Event::Rotation { from, to, .. } = e {
-                        log.lock().expect("rotation log").push((Instant::now(), from.port, to.port));
+                        log.lock().expect("rotation log").push((
+                            Instant::now(),
+                            from.port,
+                            to.port,
+                        ));
                     }
                 })));
             }
@@ -279,10 +328,17 @@ impl Rig {
             .wait_timeout_while(st, ARM_TIMEOUT, |s| s.armed + s.arm_errors.len() < self.n)
             .expect("rig lock");
         if to.timed_out() {
-            return Err(format!("arming: only {} of {} clients ready after {ARM_TIMEOUT:?}", st.armed, self.n));
+            return Err(format!(
+                "arming: only {} of {} clients ready after {ARM_TIMEOUT:?}",
+                st.armed, self.n
+            ));
         }
         match st.arm_errors.first() {
-            Some(e) => Err(format!("arming: {} of {} clients failed, e.g. {e}", st.arm_errors.len(), self.n)),
+            Some(e) => Err(format!(
+                "arming: {} of {} clients failed, e.g. {e}",
+                st.arm_errors.len(),
+                self.n
+            )),
             None => Ok(()),
         }
     }
@@ -322,7 +378,10 @@ fn client_loop(ctx: &Client, policy: Policy, sh: &RigShared) {
     loop {
         let cmd = {
             let st = sh.st.lock().expect("rig lock");
-            let st = sh.cmd_cv.wait_while(st, |s| s.gen == seen).expect("rig lock");
+            let st = sh
+                .cmd_cv
+                .wait_while(st, |s| s.gen == seen)
+                .expect("rig lock");
             seen = st.gen;
             st.cmd
         };
@@ -402,7 +461,9 @@ fn knows_primary(addr: SocketAddr) -> bool {
 
 /// Restarts `id` and waits until it answers knowing the primary.
 pub fn restart_and_rejoin(cluster: &mut Cluster, id: u32) -> Result<(), String> {
-    cluster.restart(id).map_err(|e| format!("restart node {id}: {e}"))?;
+    cluster
+        .restart(id)
+        .map_err(|e| format!("restart node {id}: {e}"))?;
     let addr = cluster.node(id).client;
     let until = Instant::now() + REJOIN_TIMEOUT;
     while Instant::now() < until {
@@ -412,17 +473,25 @@ pub fn restart_and_rejoin(cluster: &mut Cluster, id: u32) -> Result<(), String> 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(format!("node {id} did not rejoin within {REJOIN_TIMEOUT:?}"))
+    Err(format!(
+        "node {id} did not rejoin within {REJOIN_TIMEOUT:?}"
+    ))
 }
 
 /// One kill of the primary under `rigs` (armed, then released at the kill).
 pub fn kill_round(cluster: &mut Cluster, rigs: &[&Rig]) -> Result<Round, String> {
-    let old = cluster.wait_primary(READY_TIMEOUT).ok_or("no primary before the kill")?;
+    let old = cluster
+        .wait_primary(READY_TIMEOUT)
+        .ok_or("no primary before the kill")?;
     for r in rigs {
         r.arm()?;
     }
-    let survivors: Vec<(u32, SocketAddr)> =
-        cluster.nodes.iter().filter(|n| n.id != old && n.is_running()).map(|n| (n.id, n.client)).collect();
+    let survivors: Vec<(u32, SocketAddr)> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.id != old && n.is_running())
+        .map(|n| (n.id, n.client))
+        .collect();
     let prober = Prober::start(&survivors);
     // Let the probers connect before the kill.
     std::thread::sleep(Duration::from_millis(20));
@@ -437,7 +506,14 @@ pub fn kill_round(cluster: &mut Cluster, rigs: &[&Rig]) -> Result<Round, String>
     prober.stop();
     let new_primary_port = ready.map(|r| cluster.node(r.node).client.port());
     restart_and_rejoin(cluster, old)?;
-    Ok(Round { killed: old, t_kill, t_dead, ready, new_primary_port, calls })
+    Ok(Round {
+        killed: old,
+        t_kill,
+        t_dead,
+        ready,
+        new_primary_port,
+        calls,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,8 +541,14 @@ pub struct Timeline {
 
 /// `per_policy` clients of each policy call `hello` every `pace` from 400 ms before the kill
 /// until 400 ms after every one of them succeeded after the election (bounded).
-pub fn timeline_round(cluster: &mut Cluster, per_policy: usize, pace: Duration) -> Result<Timeline, String> {
-    let old = cluster.wait_primary(READY_TIMEOUT).ok_or("no primary before the kill")?;
+pub fn timeline_round(
+    cluster: &mut Cluster,
+    per_policy: usize,
+    pace: Duration,
+) -> Result<Timeline, String> {
+    let old = cluster
+        .wait_primary(READY_TIMEOUT)
+        .ok_or("no primary before the kill")?;
     let masters = cluster.masters();
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
@@ -482,7 +564,13 @@ pub fn timeline_round(cluster: &mut Cluster, per_policy: usize, pace: Duration) 
                     let start = Instant::now();
                     let ok = ctx.hello().is_ok();
                     let end = Instant::now();
-                    samples.lock().expect("samples").push(Sample { policy, client, start, end, ok });
+                    samples.lock().expect("samples").push(Sample {
+                        policy,
+                        client,
+                        start,
+                        end,
+                        ok,
+                    });
                     std::thread::sleep(pace);
                 }
             }));
@@ -495,8 +583,12 @@ pub fn timeline_round(cluster: &mut Cluster, per_policy: usize, pace: Duration) 
         }
     };
     std::thread::sleep(Duration::from_millis(400));
-    let survivors: Vec<(u32, SocketAddr)> =
-        cluster.nodes.iter().filter(|n| n.id != old).map(|n| (n.id, n.client)).collect();
+    let survivors: Vec<(u32, SocketAddr)> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.id != old)
+        .map(|n| (n.id, n.client))
+        .collect();
     let prober = Prober::start(&survivors);
     std::thread::sleep(Duration::from_millis(20));
     let t_kill = Instant::now();
@@ -520,5 +612,11 @@ pub fn timeline_round(cluster: &mut Cluster, per_policy: usize, pace: Duration) 
     finish(threads);
     restart_and_rejoin(cluster, old)?;
     let samples = std::mem::take(&mut *samples.lock().expect("samples"));
-    Ok(Timeline { t_kill, ready, samples, clients_per_policy: per_policy, pace })
+    Ok(Timeline {
+        t_kill,
+        ready,
+        samples,
+        clients_per_policy: per_policy,
+        pace,
+    })
 }

@@ -11,7 +11,9 @@ const MAX_HEAP_PER_CTX: f64 = 64.0 * 1024.0;
 const MAX_FDS_PER_CTX: f64 = 1.0;
 
 fn count_dir(path: &str) -> Result<usize, String> {
-    Ok(std::fs::read_dir(path).map_err(|e| format!("{path}: {e}"))?.count())
+    Ok(std::fs::read_dir(path)
+        .map_err(|e| format!("{path}: {e}"))?
+        .count())
 }
 
 pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
@@ -21,14 +23,22 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     let warm = lib_client(&masters)?;
     warm.hello().map_err(|e| format!("hello: {e}"))?;
     let mut ctxs = Vec::with_capacity(n);
-    let (heap0, fds0, thr0) = (live_bytes(), count_dir("/proc/self/fd")?, count_dir("/proc/self/task")?);
+    let (heap0, fds0, thr0) = (
+        live_bytes(),
+        count_dir("/proc/self/fd")?,
+        count_dir("/proc/self/task")?,
+    );
     for _ in 0..n {
         let c = lib_client(&masters)?;
         // Connected to the primary and used once, then idle.
         c.hello().map_err(|e| format!("hello: {e}"))?;
         ctxs.push(c);
     }
-    let (heap1, fds1, thr1) = (live_bytes(), count_dir("/proc/self/fd")?, count_dir("/proc/self/task")?);
+    let (heap1, fds1, thr1) = (
+        live_bytes(),
+        count_dir("/proc/self/fd")?,
+        count_dir("/proc/self/task")?,
+    );
     drop(ctxs);
     let (heap2, fds2) = (live_bytes(), count_dir("/proc/self/fd")?);
     drop(warm);
@@ -38,7 +48,9 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         "{n} contexts created with Client::start (3 masters), one hello each, then idle; \
          heap = live bytes of a counting #[global_allocator]; fds = /proc/self/fd; threads = /proc/self/task"
     ));
-    t.header = ["quantity", "before", "after", "per context", "after drop"].map(String::from).to_vec();
+    t.header = ["quantity", "before", "after", "per context", "after drop"]
+        .map(String::from)
+        .to_vec();
     let per = |a: f64, b: f64| (b - a) / n as f64;
     let heap_per = match (heap0, heap1) {
         (Some(a), Some(b)) => Some(per(a as f64, b as f64)),
@@ -49,13 +61,27 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         "heap bytes".into(),
         show(heap0),
         show(heap1),
-        heap_per.map_or("n/a (counting allocator not installed)".into(), |h| format!("{h:.0} B = {:.1} KiB", h / 1024.0)),
+        heap_per.map_or("n/a (counting allocator not installed)".into(), |h| {
+            format!("{h:.0} B = {:.1} KiB", h / 1024.0)
+        }),
         show(heap2),
     ]);
     let fds_per = per(fds0 as f64, fds1 as f64);
-    t.row(vec!["open fds".into(), fds0.to_string(), fds1.to_string(), format!("{fds_per:.2}"), fds2.to_string()]);
+    t.row(vec![
+        "open fds".into(),
+        fds0.to_string(),
+        fds1.to_string(),
+        format!("{fds_per:.2}"),
+        fds2.to_string(),
+    ]);
     let thr = thr1 as i64 - thr0 as i64;
-    t.row(vec!["threads".into(), thr0.to_string(), thr1.to_string(), format!("{thr} started in total"), "-".into()]);
+    t.row(vec![
+        "threads".into(),
+        thr0.to_string(),
+        thr1.to_string(),
+        format!("{thr} started in total"),
+        "-".into(),
+    ]);
     if fds_per > MAX_FDS_PER_CTX {
         t.result(format!(
             "fds: each context holds its socket and its waker eventfd (transport::Waker, F13): {fds_per:.0} per context"
@@ -66,12 +92,18 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
             "heap ≤ 64 KiB per idle context",
             Verdict::from(
                 h <= MAX_HEAP_PER_CTX,
-                format!("{:.1} KiB, {:.0}% of the limit", h / 1024.0, h / MAX_HEAP_PER_CTX * 100.0),
+                format!(
+                    "{:.1} KiB, {:.0}% of the limit",
+                    h / 1024.0,
+                    h / MAX_HEAP_PER_CTX * 100.0
+                ),
             ),
         ),
         None => t.target(
             "heap ≤ 64 KiB per idle context",
-            super::table::Verdict::NotMeasured("run through xce-bench: the counting allocator is installed there".into()),
+            super::table::Verdict::NotMeasured(
+                "run through xce-bench: the counting allocator is installed there".into(),
+            ),
         ),
     }
     t.target(
@@ -85,6 +117,9 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
             },
         ),
     );
-    t.target("0 threads started by the library", Verdict::from(thr <= 0, format!("{thr}")));
+    t.target(
+        "0 threads started by the library",
+        Verdict::from(thr <= 0, format!("{thr}")),
+    );
     Ok(t)
 }

@@ -66,7 +66,10 @@ impl Group {
     fn verdict_le(&self, value: f64, limit: f64, unit: &str) -> Verdict {
         match self.problems() {
             None => verdict_le(value, limit, unit),
-            Some(p) => Verdict::NotMet(format!("{}{unit} over the calls that succeeded, but {p}", num(value))),
+            Some(p) => Verdict::NotMet(format!(
+                "{}{unit} over the calls that succeeded, but {p}",
+                num(value)
+            )),
         }
     }
 
@@ -78,7 +81,9 @@ impl Group {
             "{} call(s) failed, {} still blocked after the round's bound{}",
             self.failed.len(),
             self.missing,
-            self.failed.first().map_or(String::new(), |e| format!("; first error: {e}"))
+            self.failed
+                .first()
+                .map_or(String::new(), |e| format!("; first error: {e}"))
         ))
     }
 }
@@ -115,8 +120,11 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     let want_one = opts.wants("P3") || opts.wants("P4") || opts.wants("P5");
     let want_crowd = opts.wants("P3");
     let want_herd = opts.wants("P6");
-    let mut cluster = Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
-    cluster.wait_primary(Duration::from_secs(20)).ok_or("no primary elected within 20 s")?;
+    let mut cluster =
+        Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
+    cluster
+        .wait_primary(Duration::from_secs(20))
+        .ok_or("no primary elected within 20 s")?;
     let masters = cluster.masters();
     let mut tables = Vec::new();
     let mut errors = Vec::new();
@@ -140,8 +148,14 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                     reap.push(Round::ms(r.t_kill, r.t_dead));
                     rounds_done += 1;
                     let show = |c: &[CallRecord]| match c.first() {
-                        Some(CallRecord { error: None, end, .. }) => format!("{} ms", num(Round::ms(r.t_kill, *end))),
-                        Some(CallRecord { error: Some(_), end, .. }) => format!("FAILED at {} ms", num(Round::ms(r.t_kill, *end))),
+                        Some(CallRecord {
+                            error: None, end, ..
+                        }) => format!("{} ms", num(Round::ms(r.t_kill, *end))),
+                        Some(CallRecord {
+                            error: Some(_),
+                            end,
+                            ..
+                        }) => format!("FAILED at {} ms", num(Round::ms(r.t_kill, *end))),
                         None => "still blocked".into(),
                     };
                     eprintln!(
@@ -192,7 +206,13 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
             match kill_round(&mut cluster, &[&rig]) {
                 Ok(r) => {
                     herd.add(&r, &r.calls[0], HERD);
-                    let log = rig.rotations.as_ref().expect("recorded").lock().expect("log").clone();
+                    let log = rig
+                        .rotations
+                        .as_ref()
+                        .expect("recorded")
+                        .lock()
+                        .expect("log")
+                        .clone();
                     let port = r.new_primary_port;
                     let mut connects: Vec<Instant> = log
                         .iter()
@@ -208,7 +228,11 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                     let n_after = after_ready.len();
                     let (max_after, at_after) = max_in_window(&mut after_ready, HERD_WINDOW);
                     herd_worst_after = herd_worst_after.max(max_after as f64 / HERD as f64);
-                    let mut firsts: Vec<Instant> = r.calls[0].iter().filter(|c| c.error.is_none()).map(|c| c.end).collect();
+                    let mut firsts: Vec<Instant> = r.calls[0]
+                        .iter()
+                        .filter(|c| c.error.is_none())
+                        .map(|c| c.end)
+                        .collect();
                     let (max_s, _) = max_in_window(&mut firsts, HERD_WINDOW);
                     let ok = r.calls[0].iter().filter(|c| c.error.is_none()).count();
                     let share = max_c as f64 / HERD as f64;
@@ -222,7 +246,11 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                         format!("{ok}/{HERD}"),
                         format!("{n_connects} / {n_after}"),
                         format!("{max_c} ({:.1}%) at {}", share * 100.0, rel(at)),
-                        format!("{max_after} ({:.1}%) at {}", max_after as f64 / HERD as f64 * 100.0, rel(at_after)),
+                        format!(
+                            "{max_after} ({:.1}%) at {}",
+                            max_after as f64 / HERD as f64 * 100.0,
+                            rel(at_after)
+                        ),
                         format!("{max_s} ({:.1}%)", max_s as f64 / HERD as f64 * 100.0),
                         r.calls[0]
                             .iter()
@@ -243,7 +271,10 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
 
     let quick_note = |n: usize, full: usize| {
         if n < full {
-            format!(" — only {n} kill(s) measured{}", if opts.quick { " (quick mode)" } else { "" })
+            format!(
+                " — only {n} kill(s) measured{}",
+                if opts.quick { " (quick mode)" } else { "" }
+            )
         } else {
             String::new()
         }
@@ -256,7 +287,10 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     );
 
     if opts.wants("P3") {
-        let mut t = Table::new("P3", "client-added failover latency: first success − new primary ready");
+        let mut t = Table::new(
+            "P3",
+            "client-added failover latency: first success − new primary ready",
+        );
         t.note(method.clone());
         t.note(format!(
             "1 client: {} kill(s){}, a baseline client failing over beside it (P5); {CROWD} clients: {} kill(s), \
@@ -285,15 +319,28 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
             Some(s) => {
                 t.target("p50 ≤ 5 ms (1 client)", ours.verdict_le(s.p50, 5.0, " ms"));
                 t.target(
-                    format!("p99 ≤ 50 ms (1 client){}", if s.n < 100 { " [p99 of fewer than 100 samples = max]" } else { "" }),
+                    format!(
+                        "p99 ≤ 50 ms (1 client){}",
+                        if s.n < 100 {
+                            " [p99 of fewer than 100 samples = max]"
+                        } else {
+                            ""
+                        }
+                    ),
                     ours.verdict_le(s.p99, 50.0, " ms"),
                 );
             }
             None => t.target("p50 ≤ 5 ms, p99 ≤ 50 ms (1 client)", no_success(&ours)),
         }
         match s200 {
-            Some(s) => t.target(format!("p99 ≤ 250 ms ({CROWD} clients)"), crowd.verdict_le(s.p99, 250.0, " ms")),
-            None => t.target(format!("p99 ≤ 250 ms ({CROWD} clients)"), no_success(&crowd)),
+            Some(s) => t.target(
+                format!("p99 ≤ 250 ms ({CROWD} clients)"),
+                crowd.verdict_le(s.p99, 250.0, " ms"),
+            ),
+            None => t.target(
+                format!("p99 ≤ 250 ms ({CROWD} clients)"),
+                no_success(&crowd),
+            ),
         }
         tables.push(t);
     }
@@ -302,14 +349,29 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
         let mut t = Table::new("P4", "total unavailability: kill → first success");
         t.note(method.clone());
         t.dist_header("interval", "ms");
-        t.dist_row("kill → first success (ours, 1 client)", Summary::of(&ours.total));
-        t.dist_row("  of which kill → new primary ready (the cluster's election)", Summary::of(&election));
-        t.dist_row("  of which kill → killed process reaped", Summary::of(&reap));
+        t.dist_row(
+            "kill → first success (ours, 1 client)",
+            Summary::of(&ours.total),
+        );
+        t.dist_row(
+            "  of which kill → new primary ready (the cluster's election)",
+            Summary::of(&election),
+        );
+        t.dist_row(
+            "  of which kill → killed process reaped",
+            Summary::of(&reap),
+        );
         if let Some(p) = ours.problems() {
             t.result(p);
         }
-        t.note(format!("{rounds_done} kill(s), {} successful first calls", ours.total.len()));
-        let what = format!("median ≤ 1.0 s over ≥ {P4_MIN_KILLS} kills{}", quick_note(rounds_done, P4_MIN_KILLS));
+        t.note(format!(
+            "{rounds_done} kill(s), {} successful first calls",
+            ours.total.len()
+        ));
+        let what = format!(
+            "median ≤ 1.0 s over ≥ {P4_MIN_KILLS} kills{}",
+            quick_note(rounds_done, P4_MIN_KILLS)
+        );
         match Summary::of(&ours.total) {
             Some(s) => t.target(what, ours.verdict_le(s.p50, 1000.0, " ms")),
             None => t.target(
@@ -324,13 +386,18 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     }
 
     if opts.wants("P5") {
-        let mut t = Table::new("P5", "baseline policy in the same run (same kills, side by side)");
+        let mut t = Table::new(
+            "P5",
+            "baseline policy in the same run (same kills, side by side)",
+        );
         t.note(
             "baseline = XCE_RETRY_DEFAULTS (50 ms × 2 up to 5 s, 20 sleeps) with waitPrimary off, through the same loop: \
              it still rotates through all masters without sleeping on refused/redirect and jitters its sleeps, which \
              the seeds' single-endpoint primitive did not (that one could not leave a killed primary at all)",
         );
-        t.note(format!("{rounds_done} kill(s); one client of each policy released together at each kill"));
+        t.note(format!(
+            "{rounds_done} kill(s); one client of each policy released together at each kill"
+        ));
         t.dist_header("policy / interval", "ms");
         t.dist_row("ours: first success − ready", Summary::of(&ours.added));
         t.dist_row("baseline: first success − ready", Summary::of(&base.added));
@@ -354,14 +421,25 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
                 let what = "ours ≥ 10× better (p50 of first success − ready)";
                 match ours.problems() {
                     None => t.target(what, Verdict::from(r50 >= 10.0, format!("{r50:.1}×"))),
-                    Some(p) => t.target(what, Verdict::NotMet(format!("{r50:.1}× over the calls that succeeded, but ours: {p}"))),
+                    Some(p) => t.target(
+                        what,
+                        Verdict::NotMet(format!(
+                            "{r50:.1}× over the calls that succeeded, but ours: {p}"
+                        )),
+                    ),
                 }
             }
             (None, _) if ours.problems().is_some() => t.target(
                 "ours ≥ 10× better",
-                Verdict::NotMet(format!("ours never succeeded: {}", ours.problems().unwrap_or_default())),
+                Verdict::NotMet(format!(
+                    "ours never succeeded: {}",
+                    ours.problems().unwrap_or_default()
+                )),
             ),
-            _ => t.target("ours ≥ 10× better", Verdict::NotMeasured("no kill measured".into())),
+            _ => t.target(
+                "ours ≥ 10× better",
+                Verdict::NotMeasured("no kill measured".into()),
+            ),
         }
         tables.push(t);
     }
@@ -407,17 +485,27 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
             t.result(p);
         }
         if herd_rows.is_empty() {
-            t.target("no 10 ms window above 20%; all succeed", Verdict::NotMeasured("no kill measured".into()));
+            t.target(
+                "no 10 ms window above 20%; all succeed",
+                Verdict::NotMeasured("no kill measured".into()),
+            );
         } else {
             t.target(
                 "no 10 ms window above 20% of the contexts (connects from the kill on)",
                 Verdict::from(
                     herd_worst_share <= HERD_MAX_SHARE,
-                    format!("worst window {:.1}%{}", herd_worst_share * 100.0, if herd_worst_share > HERD_MAX_SHARE {
-                        format!(", {:.1} points over", (herd_worst_share - HERD_MAX_SHARE) * 100.0)
-                    } else {
-                        String::new()
-                    }),
+                    format!(
+                        "worst window {:.1}%{}",
+                        herd_worst_share * 100.0,
+                        if herd_worst_share > HERD_MAX_SHARE {
+                            format!(
+                                ", {:.1} points over",
+                                (herd_worst_share - HERD_MAX_SHARE) * 100.0
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
                 ),
             );
             t.target(
@@ -429,7 +517,11 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
             );
             t.target(
                 "all succeed",
-                Verdict::from(herd.problems().is_none(), herd.problems().unwrap_or_else(|| format!("{} calls", herd.total.len()))),
+                Verdict::from(
+                    herd.problems().is_none(),
+                    herd.problems()
+                        .unwrap_or_else(|| format!("{} calls", herd.total.len())),
+                ),
             );
         }
         tables.push(t);

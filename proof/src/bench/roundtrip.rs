@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use xce::client::{Client, Config};
 use xce::failover::{Endpoint, Options, XCE_RETRY_DEFAULTS};
 use xce::transport::{Connection, Waker};
-use xce::wire::{self, Hello, JobFilter, JobSpec, Limits, Op, Reply, ReplyData, Request, PROTOCOL_VERSION};
+use xce::wire::{
+    self, Hello, JobFilter, JobSpec, Limits, Op, Reply, ReplyData, Request, PROTOCOL_VERSION,
+};
 
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};
@@ -32,7 +34,8 @@ pub struct Steady {
 
 /// Starts 3 controllers, waits for a primary, submits [`JOBLIST_JOBS`] jobs.
 pub fn start_steady(opts: &BenchOpts) -> Result<Steady, String> {
-    let cluster = Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
+    let cluster =
+        Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
     let id = cluster
         .wait_primary(Duration::from_secs(20))
         .ok_or("no primary elected within 20 s")?;
@@ -57,11 +60,15 @@ pub fn lib_client(masters: &str) -> Result<Client, String> {
     let masters = xce::client::parse_masters(masters).map_err(|e| format!("masters: {e}"))?;
     let mut cfg = Config::new(masters);
     cfg.client_name = CLIENT_NAME.into();
-    Client::start_with(cfg, Options::default(), XCE_RETRY_DEFAULTS).map_err(|e| format!("start client: {e}"))
+    Client::start_with(cfg, Options::default(), XCE_RETRY_DEFAULTS)
+        .map_err(|e| format!("start client: {e}"))
 }
 
 pub fn hello_op() -> Op {
-    Op::Hello(Hello { client_name: CLIENT_NAME.into(), protocol_version: PROTOCOL_VERSION })
+    Op::Hello(Hello {
+        client_name: CLIENT_NAME.into(),
+        protocol_version: PROTOCOL_VERSION,
+    })
 }
 
 pub fn joblist_op() -> Op {
@@ -70,7 +77,13 @@ pub fn joblist_op() -> Op {
 
 /// The framed request the library sends for `op` (a read: request id 0).
 fn request_frame(op: Op) -> Vec<u8> {
-    let req = Request { seq: 1, client_id: [7; 16], request_id: 0, no_reply: false, op };
+    let req = Request {
+        seq: 1,
+        client_id: [7; 16],
+        request_id: 0,
+        no_reply: false,
+        op,
+    };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);
     buf
@@ -79,7 +92,8 @@ fn request_frame(op: Op) -> Vec<u8> {
 /// Sends `frame` to `addr` raw and returns the reply frame as received.
 fn reply_frame(addr: SocketAddr, frame: &[u8]) -> Result<Vec<u8>, String> {
     let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
     s.write_all(frame).map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     wire::read_frame(&mut s, &Limits::default(), &mut buf).map_err(|e| e.to_string())?;
@@ -120,14 +134,21 @@ impl Ping {
     fn connect(addr: SocketAddr, req_len: usize, rep_len: usize) -> Result<Ping, String> {
         let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
-        Ok(Ping { s, req: vec![0xa5; req_len], rep: vec![0; rep_len] })
+        s.set_read_timeout(Some(IO_TIMEOUT))
+            .map_err(|e| e.to_string())?;
+        Ok(Ping {
+            s,
+            req: vec![0xa5; req_len],
+            rep: vec![0; rep_len],
+        })
     }
 
     fn round(&mut self) -> Result<Duration, String> {
         let t = Instant::now();
         self.s.write_all(&self.req).map_err(|e| e.to_string())?;
-        self.s.read_exact(&mut self.rep).map_err(|e| e.to_string())?;
+        self.s
+            .read_exact(&mut self.rep)
+            .map_err(|e| e.to_string())?;
         Ok(t.elapsed())
     }
 }
@@ -151,16 +172,31 @@ impl Direct {
             &waker,
         )
         .map_err(|e| e.to_string())?;
-        Ok(Direct { conn, waker, seq: 0 })
+        Ok(Direct {
+            conn,
+            waker,
+            seq: 0,
+        })
     }
 
     /// send + recv of `op`; the reply must be a success.
     pub fn call(&mut self, op: Op) -> Result<Reply, String> {
         self.seq += 1;
-        let req = Request { seq: self.seq, client_id: [7; 16], request_id: 0, no_reply: false, op };
+        let req = Request {
+            seq: self.seq,
+            client_id: [7; 16],
+            request_id: 0,
+            no_reply: false,
+            op,
+        };
         let until = Instant::now() + IO_TIMEOUT;
-        self.conn.send(&req, until, &self.waker).map_err(|e| e.to_string())?;
-        let r = self.conn.recv(self.seq, until, &self.waker).map_err(|e| e.to_string())?;
+        self.conn
+            .send(&req, until, &self.waker)
+            .map_err(|e| e.to_string())?;
+        let r = self
+            .conn
+            .recv(self.seq, until, &self.waker)
+            .map_err(|e| e.to_string())?;
         if r.status < 0 {
             return Err(format!("status {}", r.status));
         }
@@ -181,7 +217,10 @@ fn lib_hello(c: &Client) -> Result<(), String> {
 fn lib_joblist(c: &Client) -> Result<(), String> {
     match c.joblist(JobFilter::default()) {
         Ok(v) if v.len() == JOBLIST_JOBS => Ok(()),
-        Ok(v) => Err(format!("joblist returned {} jobs, want {JOBLIST_JOBS}", v.len())),
+        Ok(v) => Err(format!(
+            "joblist returned {} jobs, want {JOBLIST_JOBS}",
+            v.len()
+        )),
         Err(e) => Err(format!("joblist: {e}")),
     }
 }
@@ -241,7 +280,10 @@ pub fn p1(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     let sum: Vec<Option<Summary>> = s.iter().map(|v| Summary::of_us(v)).collect();
     let p50 = |i: usize| sum[i].map_or(f64::NAN, |s| s.p50);
 
-    let mut t = Table::new("P1", "small round trip: library vs raw TCP ping-pong of the same byte sizes");
+    let mut t = Table::new(
+        "P1",
+        "small round trip: library vs raw TCP ping-pong of the same byte sizes",
+    );
     t.note(format!(
         "3 controllers (default timing), loopback; {} interleaved iterations after {warm} warm-up; \
          each iteration runs all six rows once, in order",
@@ -253,14 +295,28 @@ pub fn p1(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     ));
     t.dist_header("round trip", "µs");
     t.dist_row("hello via libxce (Client::hello)", sum[0]);
-    t.dist_row(format!("raw ping-pong {hello_req} B → {hello_rep} B"), sum[1]);
-    t.dist_row(format!("joblist({JOBLIST_JOBS}) via libxce (Client::joblist)"), sum[2]);
+    t.dist_row(
+        format!("raw ping-pong {hello_req} B → {hello_rep} B"),
+        sum[1],
+    );
+    t.dist_row(
+        format!("joblist({JOBLIST_JOBS}) via libxce (Client::joblist)"),
+        sum[2],
+    );
     t.dist_row(format!("raw ping-pong {jl_req} B → {jl_rep} B"), sum[3]);
-    t.dist_row("  diag: hello frame to the controller, no library loop", sum[4]);
-    t.dist_row("  diag: joblist frame to the controller, no library loop", sum[5]);
+    t.dist_row(
+        "  diag: hello frame to the controller, no library loop",
+        sum[4],
+    );
+    t.dist_row(
+        "  diag: joblist frame to the controller, no library loop",
+        sum[5],
+    );
     let rh = p50(0) / p50(1);
     let rj = p50(2) / p50(3);
-    t.result(format!("ratio (p50 library / p50 ping-pong): hello {rh:.2}×, joblist {rj:.2}×"));
+    t.result(format!(
+        "ratio (p50 library / p50 ping-pong): hello {rh:.2}×, joblist {rj:.2}×"
+    ));
     t.result(format!(
         "where the time goes (p50): controller work ≈ diag − ping-pong = hello {} µs, joblist {} µs; \
          library ≈ libxce − diag = hello {} µs, joblist {} µs",
@@ -275,9 +331,15 @@ pub fn p1(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         Verdict::from(
             worst <= 1.5,
             if worst <= 1.5 {
-                format!("worst {worst:.2}×, {:.0}% under the limit", (1.5 - worst) / 1.5 * 100.0)
+                format!(
+                    "worst {worst:.2}×, {:.0}% under the limit",
+                    (1.5 - worst) / 1.5 * 100.0
+                )
             } else {
-                format!("worst {worst:.2}×, {:.0}% over the 1.5× limit", (worst - 1.5) / 1.5 * 100.0)
+                format!(
+                    "worst {worst:.2}×, {:.0}% over the 1.5× limit",
+                    (worst - 1.5) / 1.5 * 100.0
+                )
             },
         ),
     );
@@ -311,7 +373,11 @@ fn spawn_canned(template: Reply, conns: usize) -> Result<(SocketAddr, JoinHandle
         while !socks.is_empty() && idle_since.elapsed() < IO_TIMEOUT {
             let mut fds: Vec<libc::pollfd> = socks
                 .iter()
-                .map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+                .map(|s| libc::pollfd {
+                    fd: s.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
                 .collect();
             // SAFETY: poll(2) on a live array of pollfd of the given length.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
@@ -377,7 +443,10 @@ fn triples(
             match (f[which])(i % P2_SETS) {
                 Ok(d) => got[which] = d,
                 Err(e) => {
-                    failed = Some(format!("{}: {e}", ["through the loop", "bare", "control"][which]));
+                    failed = Some(format!(
+                        "{}: {e}",
+                        ["through the loop", "bare", "control"][which]
+                    ));
                     break;
                 }
             }
@@ -392,7 +461,10 @@ fn triples(
             Some(e) => {
                 discarded.push(e);
                 if discarded.len() > P2_MAX_DISCARDS {
-                    return Err(format!("more than {P2_MAX_DISCARDS} failed calls, last: {}", discarded.join("; ")));
+                    return Err(format!(
+                        "more than {P2_MAX_DISCARDS} failed calls, last: {}",
+                        discarded.join("; ")
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -427,25 +499,57 @@ fn measure_p2(
     n: usize,
     budget: Duration,
 ) -> Result<P2Op, String> {
-    let mut bare: Vec<Direct> = (0..P2_SETS).map(|_| Direct::connect(addr)).collect::<Result<_, _>>()?;
-    let mut control: Vec<Direct> = (0..P2_SETS).map(|_| Direct::connect(addr)).collect::<Result<_, _>>()?;
-    let mut a = |k: usize| timed(|| if joblist { lib_joblist(&clients[k]) } else { lib_hello(&clients[k]) });
-    let mut b = |k: usize| timed(|| if joblist { direct_joblist(&mut bare[k]) } else { direct_hello(&mut bare[k]) });
+    let mut bare: Vec<Direct> = (0..P2_SETS)
+        .map(|_| Direct::connect(addr))
+        .collect::<Result<_, _>>()?;
+    let mut control: Vec<Direct> = (0..P2_SETS)
+        .map(|_| Direct::connect(addr))
+        .collect::<Result<_, _>>()?;
+    let mut a = |k: usize| {
+        timed(|| {
+            if joblist {
+                lib_joblist(&clients[k])
+            } else {
+                lib_hello(&clients[k])
+            }
+        })
+    };
+    let mut b = |k: usize| {
+        timed(|| {
+            if joblist {
+                direct_joblist(&mut bare[k])
+            } else {
+                direct_hello(&mut bare[k])
+            }
+        })
+    };
     let mut c = |k: usize| {
-        timed(|| if joblist { direct_joblist(&mut control[k]) } else { direct_hello(&mut control[k]) })
+        timed(|| {
+            if joblist {
+                direct_joblist(&mut control[k])
+            } else {
+                direct_hello(&mut control[k])
+            }
+        })
     };
     let mut fs: [&mut dyn FnMut(usize) -> Result<Duration, String>; 3] = [&mut a, &mut b, &mut c];
     let mut discarded = Vec::new();
     triples(200, budget, &mut fs, &mut discarded)?; // warm-up
     let [x, y, z] = triples(n, budget, &mut fs, &mut discarded)?;
     let s = |v: &[Duration]| Summary::of_us(v).ok_or_else(|| "no samples".to_string());
-    Ok(P2Op { discarded, with_loop: s(&x)?, bare: s(&y)?, control: s(&z)? })
+    Ok(P2Op {
+        discarded,
+        with_loop: s(&x)?,
+        bare: s(&y)?,
+        control: s(&z)?,
+    })
 }
 
 /// P2.
 pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
-    let clients: Vec<Client> =
-        (0..P2_SETS).map(|_| lib_client(&steady.cluster.masters())).collect::<Result<_, _>>()?;
+    let clients: Vec<Client> = (0..P2_SETS)
+        .map(|_| lib_client(&steady.cluster.masters()))
+        .collect::<Result<_, _>>()?;
     let n = opts.pick(2_000, 10_000);
     let budget = Duration::from_secs(opts.pick(20, 60));
     let hello = measure_p2(&clients, steady.primary, false, n, budget)?;
@@ -454,14 +558,18 @@ pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
 
     // Diagnostic: the same against a canned-reply server in this process, where the server's
     // work is small and equal for all, so the loop's own cost shows.
-    let info = wire::decode_reply(&reply_frame(steady.primary, &request_frame(hello_op()))?, &Limits::default())
-        .map_err(|e| e.to_string())?;
+    let info = wire::decode_reply(
+        &reply_frame(steady.primary, &request_frame(hello_op()))?,
+        &Limits::default(),
+    )
+    .map_err(|e| e.to_string())?;
     let (faddr, fh) = spawn_canned(info, 3 * P2_SETS)?;
     let fakes: Vec<Client> = (0..P2_SETS)
         .map(|_| {
             let mut cfg = Config::new(vec![Endpoint::new("127.0.0.1", faddr.port())]);
             cfg.client_name = CLIENT_NAME.into();
-            Client::start_with(cfg, Options::default(), XCE_RETRY_DEFAULTS).map_err(|e| e.to_string())
+            Client::start_with(cfg, Options::default(), XCE_RETRY_DEFAULTS)
+                .map_err(|e| e.to_string())
         })
         .collect::<Result<_, _>>()?;
     let canned = measure_p2(&fakes, faddr, false, n, budget)?;
@@ -480,10 +588,17 @@ pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         hello.with_loop.n
     ));
     t.dist_header("op", "µs");
-    for (name, m) in [("hello", &hello), (&format!("joblist({JOBLIST_JOBS})") as &str, &jl), ("  diag: hello, in-process canned server", &canned)] {
+    for (name, m) in [
+        ("hello", &hello),
+        (&format!("joblist({JOBLIST_JOBS})") as &str, &jl),
+        ("  diag: hello, in-process canned server", &canned),
+    ] {
         t.dist_row(format!("{name}: through the loop"), Some(m.with_loop));
         t.dist_row(format!("{name}: bare attempt, no loop"), Some(m.bare));
-        t.dist_row(format!("{name}: control (bare, other connections)"), Some(m.control));
+        t.dist_row(
+            format!("{name}: control (bare, other connections)"),
+            Some(m.control),
+        );
     }
     for (name, m) in [("hello", &hello), ("joblist", &jl), ("canned", &canned)] {
         if let Some(first) = m.discarded.first() {
@@ -493,7 +608,11 @@ pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
             ));
         }
     }
-    let (oh, oj, of) = (hello.overhead_pct(), jl.overhead_pct(), canned.overhead_pct());
+    let (oh, oj, of) = (
+        hello.overhead_pct(),
+        jl.overhead_pct(),
+        canned.overhead_pct(),
+    );
     t.result(format!(
         "loop overhead (p50 loop / p50 bare − 1): hello {oh:+.2}%, joblist {oj:+.2}% (real controller); \
          A/A control: hello {:+.2}%, joblist {:+.2}%",
@@ -510,7 +629,11 @@ pub fn p2(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         "≤ 2% against the real controller (hello and joblist)",
         Verdict::from(
             worst <= 2.0,
-            format!("worst {worst:+.2}% ({} by {:.2} points)", if worst <= 2.0 { "under" } else { "over" }, (worst - 2.0).abs()),
+            format!(
+                "worst {worst:+.2}% ({} by {:.2} points)",
+                if worst <= 2.0 { "under" } else { "over" },
+                (worst - 2.0).abs()
+            ),
         ),
     );
     Ok(t)

@@ -55,7 +55,10 @@ mod tests {
     fn nearest_rank() {
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
         let s = Summary::of(&v).unwrap();
-        assert_eq!((s.n, s.min, s.p50, s.p90, s.p99, s.max), (100, 1.0, 50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (s.n, s.min, s.p50, s.p90, s.p99, s.max),
+            (100, 1.0, 50.0, 90.0, 99.0, 100.0)
+        );
         let one = Summary::of(&[7.0]).unwrap();
         assert_eq!((one.p50, one.p99), (7.0, 7.0));
         assert!(Summary::of(&[]).is_none());

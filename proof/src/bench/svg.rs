@@ -16,7 +16,9 @@ const GAP: f64 = 70.0;
 const LONG_MS: f64 = 20.0;
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Writes the picture of `tl` to `path`.
@@ -38,11 +40,21 @@ pub fn render(tl: &Timeline) -> String {
         .collect();
     // Time axis: from 300 ms before the kill to a little after the last request, in whole 100s.
     let x_min = -300.0;
-    let last = pts.iter().map(|p| p.2).fold(ready_ms.unwrap_or(0.0), f64::max);
+    let last = pts
+        .iter()
+        .map(|p| p.2)
+        .fold(ready_ms.unwrap_or(0.0), f64::max);
     let x_max = ((last + 150.0) / 100.0).ceil() * 100.0;
-    let lat_min = pts.iter().map(|p| p.3).fold(f64::INFINITY, f64::min).max(1e-3);
+    let lat_min = pts
+        .iter()
+        .map(|p| p.3)
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-3);
     let lat_max = pts.iter().map(|p| p.3).fold(1.0, f64::max);
-    let (d_lo, d_hi) = (lat_min.log10().floor() as i32, lat_max.log10().ceil().max(1.0) as i32);
+    let (d_lo, d_hi) = (
+        lat_min.log10().floor() as i32,
+        lat_max.log10().ceil().max(1.0) as i32,
+    );
     let plot_w = W - LEFT - RIGHT;
     let x = |ms: f64| LEFT + (ms - x_min) / (x_max - x_min) * plot_w;
     let h = TOP + 2.0 * PANEL_H + GAP + 60.0;
@@ -73,7 +85,11 @@ pub fn render(tl: &Timeline) -> String {
             let f = (lat.log10() - f64::from(d_lo)) / f64::from(d_hi - d_lo);
             bottom - f * (bottom - top)
         };
-        let color = if policy == Policy::Ours { "#1f66b4" } else { "#c8322a" };
+        let color = if policy == Policy::Ours {
+            "#1f66b4"
+        } else {
+            "#c8322a"
+        };
         let mine: Vec<_> = pts.iter().filter(|p| p.0 == policy).collect();
         // Client-added delay: the latest first success after ready, over this policy's clients.
         let worst_after_ready = ready_ms.and_then(|r| {
@@ -85,7 +101,11 @@ pub fn render(tl: &Timeline) -> String {
                     *e = e.min(end);
                 }
             }
-            by_client.values().copied().fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v)))).map(|v| v - r)
+            by_client
+                .values()
+                .copied()
+                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
+                .map(|v| v - r)
         });
         let _ = writeln!(
             s,
@@ -175,7 +195,10 @@ pub fn render(tl: &Timeline) -> String {
                 );
             }
             if ok {
-                let _ = writeln!(s, r#"<circle cx="{xe:.1}" cy="{yy:.1}" r="2.2" fill="{color}"/>"#);
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{xe:.1}" cy="{yy:.1}" r="2.2" fill="{color}"/>"#
+                );
             } else {
                 let _ = writeln!(
                     s,
@@ -192,7 +215,9 @@ pub fn render(tl: &Timeline) -> String {
 
 /// A round tick step giving 6–12 ticks over `span`.
 fn nice_step(span: f64) -> f64 {
-    for s in [50.0, 100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0] {
+    for s in [
+        50.0, 100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+    ] {
         if span / s <= 12.0 {
             return s;
         }

@@ -62,11 +62,14 @@ fn build_controller() -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let mut cmd = std::process::Command::new(cargo);
-    cmd.current_dir(root).args(["build", "--quiet", "-p", "xce-controller"]);
+    cmd.current_dir(root)
+        .args(["build", "--quiet", "-p", "xce-controller"]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
-    let st = cmd.status().map_err(|e| format!("cargo build -p xce-controller: {e}"))?;
+    let st = cmd
+        .status()
+        .map_err(|e| format!("cargo build -p xce-controller: {e}"))?;
     if !st.success() {
         return Err(format!("cargo build -p xce-controller: {st}"));
     }
@@ -75,7 +78,10 @@ fn build_controller() -> Result<(), String> {
 
 /// P6 holds a thousand contexts (two fds each) plus their reconnects.
 fn raise_nofile(want: u64) {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit with a pointer to a live, properly typed struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
@@ -92,7 +98,10 @@ fn print(t: &Table, all: &mut Vec<Table>) {
 
 fn fail(id: &'static str, e: String, all: &mut Vec<Table>) {
     let mut t = Table::new(id, "could not be measured");
-    t.target("see above", xce_proof::bench::table::Verdict::NotMeasured(e));
+    t.target(
+        "see above",
+        xce_proof::bench::table::Verdict::NotMeasured(e),
+    );
     print(&t, all);
 }
 
@@ -129,7 +138,11 @@ fn main() -> ExitCode {
         xce_proof::controller_bin().display(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         logs.display(),
-        if cfg!(debug_assertions) { "; WARNING: debug build, numbers are not representative" } else { "" }
+        if cfg!(debug_assertions) {
+            "; WARNING: debug build, numbers are not representative"
+        } else {
+            ""
+        }
     );
     let mut all = Vec::new();
 

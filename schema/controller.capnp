@@ -290,6 +290,8 @@ struct ControllerInfo {
   primaryPort @5 :UInt16;
   version @6 :Text;
   protocolVersion @7 :UInt32;
+  waiters @8 :UInt32;      # waitPrimary answers: clients waiting on this node right now. A
+                           # crowd told of a new primary at once spreads its reconnects by it.
 }
 
 struct ControllerEntry {

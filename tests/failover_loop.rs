@@ -632,6 +632,35 @@ fn wait_primary_naming_the_dead_primary_does_not_burn_the_budget() {
     }
 }
 
+/// F18 for a client whose cycle ended on the dead primary: instead of sleeping blind for its
+/// whole backoff delay, it reconnects to the controller that last answered and waits there,
+/// so it learns of the new primary at the election, not a delay later.
+#[test]
+fn backoff_after_a_dead_master_waits_on_the_last_controller_that_answered() {
+    let dead = refused_endpoint();
+    let s = FakeController::start(vec![Step::Standby(None)]);
+    let b = FakeController::start(vec![]);
+    // b: a standby now; asked to wait, it announces itself (just elected).
+    b.push([Step::Standby(None), Step::Primary(b.endpoint())]);
+    let retry = RetryConfig {
+        max_retries: 3,
+        initial_retry_ms: 4000,
+        max_retry_ms: 4000,
+        backoff_multiplier: 1.0,
+    };
+    let opts = Options {
+        wait_primary: true,
+        ..fast_options()
+    };
+    let c = client(&[s.endpoint(), b.endpoint(), dead], opts, retry);
+    let t = Instant::now();
+    c.hello().unwrap();
+    let took = t.elapsed();
+    println!("witness wait: {took:?} (a blind sleep would be 2-4 s)");
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    assert_eq!(b.ops(), vec!["hello", "waitPrimary", "hello"]);
+}
+
 #[test]
 fn wait_primary_unsupported_falls_back_to_plain_sleeps() {
     let a = FakeController::start(vec![

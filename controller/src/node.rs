@@ -88,6 +88,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         spec: args.spec.clone(),
         opts: args.opts.clone(),
         limits: xce::wire::Limits::default(),
+        primary_waiters: Default::default(),
     });
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(

@@ -44,6 +44,8 @@ pub struct Ctx {
     pub spec: ClusterSpec,
     pub opts: NodeOpts,
     pub limits: wire::Limits,
+    /// Clients currently held in `waitPrimary` here (reported to them: herd spread, F18).
+    pub primary_waiters: std::sync::atomic::AtomicU32,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -572,6 +574,21 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
 /// [`STALE_LEADER_RECHECK`] until a fresh or a new leader appears — and a leader whose client
 /// address is `exclude` (the one the client just failed to reach) is not reported either.
 async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) -> ControllerInfo {
+    use std::sync::atomic::Ordering::Relaxed;
+    /// Counts this waiter in `ctx.primary_waiters` until it answers (or is dropped).
+    struct Waiting<'a>(&'a std::sync::atomic::AtomicU32);
+    impl Drop for Waiting<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Relaxed);
+        }
+    }
+    ctx.primary_waiters.fetch_add(1, Relaxed);
+    let _waiting = Waiting(&ctx.primary_waiters);
+    let answer = |primary| {
+        let mut info = ctx.info_with_primary(primary);
+        info.waiters = ctx.primary_waiters.load(Relaxed);
+        info
+    };
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(timeout_ms as u64).min(MAX_WAIT_PRIMARY);
     let mut rx = ctx.raft.metrics();
@@ -583,7 +600,7 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
                 let excluded = matches!((&addr, exclude),
                     (Some((h, p)), Some((xh, xp))) if h == xh && *p == xp);
                 if !excluded {
-                    return ctx.info_with_primary(Some(l));
+                    return answer(Some(l));
                 }
             }
         }
@@ -598,5 +615,5 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
             Err(_) => continue,
         }
     }
-    ctx.info_with_primary(None)
+    answer(None)
 }

@@ -68,6 +68,10 @@ fn every_op_on_real_state() {
         exclude_port: 0,
     }));
     assert_eq!(wp.primary_id, 1);
+    assert_eq!(
+        wp.waiters, 1,
+        "the waitPrimary answer counts its own waiter (herd spread)"
+    );
     // F18 exclusion: asking for a primary other than the only one waits out the timeout and
     // names none (a standby that still believes a dead primary leads must not name it).
     let t = std::time::Instant::now();

@@ -12,8 +12,13 @@ pub const DEFAULT_REPLY_TIMEOUT_MS: u32 = 2000;
 pub const DEFAULT_CALL_DEADLINE_MS: u32 = 0;
 /// Ask a reachable standby to announce the new primary while backing off (F18).
 pub const DEFAULT_WAIT_PRIMARY: bool = true;
-/// Spread applied before following a primary announced by `waitPrimary` (F18).
+/// Least spread applied before following a primary announced by `waitPrimary` (F18).
 pub const WAIT_PRIMARY_SPREAD: Duration = Duration::from_millis(5);
+/// Spread per client the announcing controller was holding: 1000 waiters spread over 100 ms,
+/// so no 10 ms window sees more than about a tenth of them (P6).
+pub const HERD_SPREAD_PER_WAITER: Duration = Duration::from_micros(100);
+/// Most spread, whatever the crowd.
+pub const MAX_HERD_SPREAD: Duration = Duration::from_millis(200);
 
 /// One knob, as set through `xcecli_set_option` (F15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use super::classify::{
     classify, is_interrupt, is_no_primary_status, AttemptOutcome, Classification,
 };
 use super::log::{xlog, Level};
-use super::options::{Options, WAIT_PRIMARY_SPREAD};
+use super::options::{Options, HERD_SPREAD_PER_WAITER, MAX_HERD_SPREAD, WAIT_PRIMARY_SPREAD};
 use super::report::{CallReport, Event, MasterOutcome, Observer};
 use super::rotate::{resolve_system, Endpoint, HintVerdict, Rotator, Target};
 use crate::error::{strerror, Error};
@@ -192,6 +192,14 @@ impl CallEnv<'_> {
             .try_borrow_mut()
             .map_err(|_| Error::Errno(libc::EDEADLK))
     }
+}
+
+/// F18 jitter after `waitPrimary` names the new primary: every client the controller was
+/// holding is told at once, so each spreads its reconnect at random over a window that grows
+/// with that crowd (`waiters` × [`HERD_SPREAD_PER_WAITER`], within [`WAIT_PRIMARY_SPREAD`] ..=
+/// [`MAX_HERD_SPREAD`]): a lone client goes within a few ms, a thousand arrive over ~100 ms.
+fn herd_spread(waiters: u32) -> Duration {
+    (HERD_SPREAD_PER_WAITER * waiters).clamp(WAIT_PRIMARY_SPREAD, MAX_HERD_SPREAD)
 }
 
 fn cap(t: Instant, deadline: Option<Instant>) -> Instant {
@@ -392,6 +400,9 @@ struct Call<'a, 'e> {
     /// The master that most recently failed by transport (a dead or hung primary): excluded
     /// from `waitPrimary`, since standbys may still believe it leads (F18).
     last_unreachable: Option<usize>,
+    /// The master that most recently answered with a status: a live controller to ask for
+    /// the primary when the attempt before a backoff hit a dead one (F18).
+    last_answered: Option<usize>,
     may_have_been_applied: bool,
 }
 
@@ -417,6 +428,7 @@ impl<'a, 'e> Call<'a, 'e> {
             attempts: 0,
             per_master: vec![None; n],
             last_unreachable: None,
+            last_answered: None,
             may_have_been_applied: false,
         })
     }
@@ -543,8 +555,9 @@ impl<'a, 'e> Call<'a, 'e> {
         let master = link.rotator.current_master();
         if let Some(i) = master {
             self.per_master[i] = Some(outcome);
-            if matches!(outcome, AttemptOutcome::Transport(_)) {
-                self.last_unreachable = Some(i);
+            match outcome {
+                AttemptOutcome::Transport(_) => self.last_unreachable = Some(i),
+                AttemptOutcome::Status(_) => self.last_answered = Some(i),
             }
         }
         if link.failing_since.is_none() && link.has_served {
@@ -629,9 +642,26 @@ impl<'a, 'e> Call<'a, 'e> {
         let start = Instant::now();
         let end = start + d;
         let waker = self.env.waker;
+        // F18 for every client: when the attempt before this backoff hit a dead or hung master,
+        // move to the controller that last answered in this call and wait there, instead of
+        // sleeping blind (and waking up to a whole delay after the election).
+        let mut witness_ready = false;
+        if link.options.wait_primary && !controller_answered {
+            if let Some(w) = self
+                .last_answered
+                .filter(|&w| !link.no_wait_primary[w] && Some(w) != link.rotator.current_master())
+            {
+                link.rotator.set_current(w);
+                match link.connect_current(waker, Some(cap(end, self.deadline))) {
+                    Ok(()) => witness_ready = true,
+                    Err(e) if is_interrupt(e) => return Err(e),
+                    Err(_) => link.conn = None,
+                }
+            }
+        }
         let master = link.rotator.current_master();
         let usable = link.options.wait_primary
-            && controller_answered
+            && (controller_answered || witness_ready)
             && master.is_some_and(|i| !link.no_wait_primary[i])
             && link.conn_alive();
         if let (true, Some(i)) = (usable, master) {
@@ -691,7 +721,8 @@ impl<'a, 'e> Call<'a, 'e> {
                                     info.primary_host,
                                     info.primary_port
                                 );
-                                let spread = self.budget.backoff_mut().spread(WAIT_PRIMARY_SPREAD);
+                                let spread = herd_spread(info.waiters);
+                                let spread = self.budget.backoff_mut().spread(spread);
                                 return waker.sleep(spread);
                             }
                             xlog!(
@@ -738,5 +769,27 @@ impl<'a, 'e> Call<'a, 'e> {
             may_have_been_applied: self.may_have_been_applied,
         });
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn herd_spread_grows_with_the_crowd_within_bounds() {
+        let ms = |w| herd_spread(w).as_millis();
+        let table = [
+            (0, 5),
+            (1, 5),
+            (50, 5),
+            (200, 20),
+            (1000, 100),
+            (2000, 200),
+            (100_000, 200),
+        ];
+        for (waiters, want) in table {
+            assert_eq!(ms(waiters), want, "{waiters} waiters");
+        }
     }
 }

@@ -493,6 +493,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             x.set_primary_port(c.primary_port);
             set_text!(x, set_version, c.version);
             x.set_protocol_version(c.protocol_version);
+            x.set_waiters(c.waiters);
         }
         ReplyData::Jobs(v) => {
             let mut l = d.init_jobs(list_len(v.len()));
@@ -777,6 +778,7 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 primary_port: x.get_primary_port(),
                 version: text(x.get_version())?,
                 protocol_version: x.get_protocol_version(),
+                waiters: x.get_waiters(),
             })
         }
         W::Jobs(l) => ReplyData::Jobs(get_list(l, get_job)?),

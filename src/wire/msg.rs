@@ -434,6 +434,8 @@ pub struct ControllerInfo {
     pub primary_port: u16,
     pub version: String,
     pub protocol_version: u32,
+    /// `waitPrimary` answers: how many clients were waiting on this node (herd spread, F18).
+    pub waiters: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

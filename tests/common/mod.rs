@@ -195,6 +195,7 @@ pub fn sample_datas() -> Vec<ReplyData> {
             primary_port: 7070,
             version: "xce-controller 0.1.0".into(),
             protocol_version: PROTOCOL_VERSION,
+            waiters: 12,
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -585,6 +586,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         any::<u16>(),
         text(),
         any::<u32>(),
+        any::<u32>(),
     )
         .prop_map(
             |(
@@ -596,6 +598,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 primary_port,
                 version,
                 protocol_version,
+                waiters,
             )| {
                 ControllerInfo {
                     id,
@@ -606,6 +609,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     primary_port,
                     version,
                     protocol_version,
+                    waiters,
                 }
             },
         );

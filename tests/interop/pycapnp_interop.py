@@ -158,7 +158,7 @@ def expected_replies():
         env(2, {"which": "ctrlInfo", "ctrlInfo": {
             "id": 2, "role": "standby", "term": 17, "primaryId": 3,
             "primaryHost": "ctl3.example", "primaryPort": 7070,
-            "version": "xce-controller 0.1.0", "protocolVersion": 1}}),
+            "version": "xce-controller 0.1.0", "protocolVersion": 1, "waiters": 12}}),
         env(3, {"which": "jobs", "jobs": [job(1), job(2), EMPTY_JOB]}),
         env(4, {"which": "job", "job": job(3)}),
         env(5, {"which": "jobId", "jobId": 0xDEADBEEF00000001}),

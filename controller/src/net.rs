@@ -75,8 +75,47 @@ async fn read_msg<R: AsyncRead + Unpin, T: for<'a> Deserialize<'a>>(r: &mut R) -
 // ---------------------------------------------------------------------------------------
 // Client side
 
+/// The leader's record of which followers accepted its appends, stamped with the instant the
+/// append was SENT (C3 lease reads). A follower that accepts an append from a committed vote
+/// refuses to vote for anyone else for openraft's leader lease (= election-max) after it
+/// received it, and campaigns itself only later still; so while a quorum has accepted appends
+/// sent within a window well inside that lease, no other primary can exist and the leader may
+/// answer reads from its applied state without a read-index round.
+#[derive(Default)]
+pub struct LeaseClock {
+    acks: std::sync::Mutex<std::collections::HashMap<NodeId, (Vote, std::time::Instant)>>,
+}
+
+impl LeaseClock {
+    fn record(&self, target: NodeId, vote: Vote, sent: std::time::Instant) {
+        let mut acks = self.acks.lock().expect("lease clock");
+        let e = acks.entry(target).or_insert((vote, sent));
+        if e.0 != vote || e.1 < sent {
+            *e = (vote, sent);
+        }
+    }
+
+    /// How many of `peers` accepted an append of `vote` sent less than `window` ago.
+    pub fn fresh_acks(
+        &self,
+        vote: &Vote,
+        peers: impl Iterator<Item = NodeId>,
+        window: Duration,
+    ) -> usize {
+        let acks = self.acks.lock().expect("lease clock");
+        peers
+            .filter(|p| {
+                acks.get(p)
+                    .is_some_and(|(v, t)| v == vote && t.elapsed() < window)
+            })
+            .count()
+    }
+}
+
 /// Creates one [`PeerClient`] per target for openraft.
-pub struct NetFactory;
+pub struct NetFactory {
+    pub lease: std::sync::Arc<LeaseClock>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for NetFactory {
     type Network = PeerClient;
@@ -86,6 +125,7 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
             target,
             addr: node.raft.clone(),
             conn: None,
+            lease: self.lease.clone(),
         }
     }
 }
@@ -94,6 +134,7 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     conn: Option<TcpStream>,
+    lease: std::sync::Arc<LeaseClock>,
 }
 
 /// Why a call failed: the peer could not be reached at all, or the exchange broke.
@@ -158,12 +199,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
+        let (vote, sent) = (rpc.vote, std::time::Instant::now());
         match self
             .call(&RpcRequest::Append(rpc), option.hard_ttl())
             .await
             .map_err(rpc_err)?
         {
-            RpcReply::Append(Ok(r)) => Ok(r),
+            RpcReply::Append(Ok(r)) => {
+                // Every answer but HigherVote means the follower took our vote (and its lease).
+                if vote.is_committed() && !matches!(r, AppendEntriesResponse::HigherVote(_)) {
+                    self.lease.record(self.target, vote, sent);
+                }
+                Ok(r)
+            }
             RpcReply::Append(Err(e)) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
@@ -268,5 +316,39 @@ async fn serve_peer(mut stream: TcpStream, raft: Raft) -> io::Result<()> {
             }
         };
         write_msg(&mut stream, &reply).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn committed(term: u64, leader: NodeId) -> Vote {
+        let mut v = Vote::new(term, leader);
+        v.commit();
+        v
+    }
+
+    #[test]
+    fn lease_counts_only_fresh_acks_of_the_same_vote() {
+        let clock = LeaseClock::default();
+        let v = committed(3, 1);
+        let window = Duration::from_millis(75);
+        let now = Instant::now();
+        clock.record(2, v, now);
+        clock.record(3, v, now - Duration::from_millis(200)); // too old
+        assert_eq!(clock.fresh_acks(&v, [2, 3].into_iter(), window), 1);
+        // An ack of another (older) vote does not count for this one.
+        clock.record(3, committed(2, 1), now);
+        assert_eq!(clock.fresh_acks(&v, [2, 3].into_iter(), window), 1);
+        // The newest send wins; a late reply to an older send does not move the clock back.
+        clock.record(3, v, now);
+        clock.record(3, v, now - Duration::from_millis(500));
+        assert_eq!(clock.fresh_acks(&v, [2, 3].into_iter(), window), 2);
+        assert_eq!(
+            clock.fresh_acks(&committed(4, 2), [2, 3].into_iter(), window),
+            0
+        );
     }
 }

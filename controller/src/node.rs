@@ -8,7 +8,7 @@ use openraft::{Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::config::RunArgs;
-use crate::net::NetFactory;
+use crate::net::{LeaseClock, NetFactory};
 use crate::server::{self, Ctx};
 use crate::store::{self, LogStore, StateMachineStore};
 use crate::types::{NodeId, Raft};
@@ -74,7 +74,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     }
     .validate()
     .map_err(|e| format!("raft config: {e}"))?;
-    let raft = Raft::new(id, Arc::new(config), NetFactory, log, sm)
+    let lease = Arc::new(LeaseClock::default());
+    let net = NetFactory {
+        lease: lease.clone(),
+    };
+    let raft = Raft::new(id, Arc::new(config), net, log, sm)
         .await
         .map_err(|e| format!("raft: {e}"))?;
 
@@ -89,6 +93,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         opts: args.opts.clone(),
         limits: xce::wire::Limits::default(),
         primary_waiters: Default::default(),
+        lease,
     });
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(

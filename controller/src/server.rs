@@ -46,6 +46,8 @@ pub struct Ctx {
     pub limits: wire::Limits,
     /// Clients currently held in `waitPrimary` here (reported to them: herd spread, F18).
     pub primary_waiters: std::sync::atomic::AtomicU32,
+    /// Followers' acceptance of this node's appends, for lease reads (C3).
+    pub lease: Arc<crate::net::LeaseClock>,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -242,6 +244,9 @@ impl Ctx {
 
     /// C3 read barrier: returns `None` when this node may answer from its applied state.
     async fn read_barrier(&self, seq: u64, op: &Op) -> Option<Reply> {
+        if self.lease_valid() {
+            return None;
+        }
         match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable()).await {
             Ok(Ok(_)) => None,
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
@@ -249,6 +254,27 @@ impl Ctx {
             }
             Ok(Err(_)) | Err(_) => Some(self.not_primary_busy(seq, op)),
         }
+    }
+
+    /// C3 without a round trip: this node leads, has applied an entry of its own term (so
+    /// everything earlier leaders committed is in its state), and a quorum accepted appends it
+    /// sent within half the minimum election timeout — far inside the leader lease (election-max)
+    /// during which those followers vote for no one else. A paused or deposed leader's acks are
+    /// old, so it falls back to the read index, which fails over to STANDBY/NOT_READY.
+    fn lease_valid(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader
+            || m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
+        {
+            return false;
+        }
+        let membership = m.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let peers = voters.iter().copied().filter(|&v| v != self.id);
+        let window = Duration::from_millis(self.opts.election_min_ms / 2);
+        let acks = self.lease.fresh_acks(&m.vote, peers, window);
+        let me = usize::from(voters.contains(&self.id));
+        2 * (acks + me) > voters.len()
     }
 
     fn forward_reply(&self, seq: u64, op: &Op, f: &ForwardToLeader<NodeId, CtrlNode>) -> Reply {

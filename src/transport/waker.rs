@@ -1,19 +1,72 @@
 //! F13: an interruptible wait without a thread of our own.
 //!
-//! A [`Waker`] is an eventfd. Every blocking point of the library (connect, write, reply wait,
-//! backoff sleep) is a `poll(2)` on the socket *and* this eventfd, so another thread can end the
-//! wait by writing to it. A wake stays pending (the eventfd counter stays non-zero) until a wait
-//! consumes it, so a wake racing with the start of a wait is never lost.
+//! Every blocking point of the library (connect, write, reply wait, backoff sleep) is a
+//! `poll(2)` on the socket *and* an eventfd, so another thread can end the wait by writing to
+//! it. The eventfd is not the context's own: a wait borrows one from a process-wide pool for its
+//! duration (P8: an idle context holds its socket only). The wake itself is a per-context
+//! flag, set before the lent eventfd (if any) is written; a wait publishes its eventfd before
+//! it checks the flag (both sequentially consistent), so a wake racing with the start of a wait
+//! is never lost, and a wake with no wait in progress stays pending for the next one.
+//!
+//! A wake may write to an eventfd that its wait has just given back and another context's
+//! wait has borrowed: that wait sees a spurious readiness, drains it, finds its own flag clear
+//! and waits on. Pooled eventfds are never closed, so such a late write never reaches an fd
+//! number that was reused for something else.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use crate::error::Error;
+
+/// Eventfds not lent to any wait right now. Grows to the most waits ever in progress at once
+/// (about the number of threads calling into the library), never shrinks.
+static POOL: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+
+fn lend() -> Result<RawFd, Error> {
+    if let Some(fd) = POOL.lock().pop() {
+        return Ok(fd);
+    }
+    // SAFETY: eventfd(2) takes no pointers; a non-negative return is a new fd, which the pool
+    // owns from now on (it is never closed, see the module doc).
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::from_io(&std::io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
+/// Empties an eventfd's counter; returns whether it was non-zero.
+fn drain(fd: RawFd) -> bool {
+    let mut n: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live u64 from a pooled non-blocking eventfd; EAGAIN
+    // (nothing pending) is the only expected failure.
+    let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+    r == 8 && n > 0
+}
+
+/// The eventfd a wait holds, published in its waker while it is lent; given back on drop.
+struct Lent<'a> {
+    fd: RawFd,
+    slot: &'a AtomicI32,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        self.slot.store(-1, SeqCst);
+        POOL.lock().push(self.fd);
+    }
+}
 
 /// The wake channel of one client context.
 #[derive(Debug)]
 pub struct Waker {
-    efd: OwnedFd,
+    /// A wake not yet consumed by a wait.
+    pending: AtomicBool,
+    /// The eventfd lent to the wait in progress, -1 when none.
+    lent: AtomicI32,
 }
 
 /// What ended a wait.
@@ -26,33 +79,30 @@ pub enum Wait {
 }
 
 impl Waker {
+    /// A waker holding no file descriptor.
     pub fn new() -> Result<Waker, Error> {
-        // SAFETY: eventfd(2) takes no pointers; a non-negative return is a new fd we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::from_io(&std::io::Error::last_os_error()));
-        }
-        // SAFETY: fd is a freshly created, valid descriptor owned by nobody else.
         Ok(Waker {
-            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+            pending: AtomicBool::new(false),
+            lent: AtomicI32::new(-1),
         })
     }
 
     /// Ends the current wait on this waker, or the next one if none is in progress.
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd. It can only fail with EAGAIN
-        // when the counter is near u64::MAX, in which case a wake is pending anyway.
-        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.pending.store(true, SeqCst);
+        let fd = self.lent.load(SeqCst);
+        if fd >= 0 {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to a pooled eventfd (never closed, so the
+            // number is still an eventfd even if its wait just ended). It can only fail with
+            // EAGAIN when the counter is near u64::MAX, when a wake is pending anyway.
+            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        }
     }
 
-    /// Consumes pending wakes; returns whether there was one.
+    /// Consumes a pending wake; returns whether there was one.
     pub fn take(&self) -> bool {
-        let mut n: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64 from our non-blocking eventfd; EAGAIN
-        // (nothing pending) is the only expected failure.
-        let r = unsafe { libc::read(self.efd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
-        r == 8 && n > 0
+        self.pending.swap(false, SeqCst)
     }
 
     /// Waits until `fd` reports one of `events`, the deadline passes, or a wake arrives
@@ -63,7 +113,18 @@ impl Waker {
         events: i16,
         deadline: Option<Instant>,
     ) -> Result<Wait, Error> {
+        let efd = lend()?;
+        self.lent.store(efd, SeqCst);
+        let _lent = Lent {
+            fd: efd,
+            slot: &self.lent,
+        };
         loop {
+            // After publishing the eventfd: a wake either set the flag before this check or
+            // writes the eventfd after it.
+            if self.take() {
+                return Err(Error::Errno(libc::EINTR));
+            }
             let timeout_ms = match deadline {
                 None => -1,
                 Some(d) => {
@@ -79,7 +140,7 @@ impl Waker {
             };
             let mut fds = [
                 libc::pollfd {
-                    fd: self.efd.as_raw_fd(),
+                    fd: efd,
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -98,8 +159,13 @@ impl Waker {
                 }
                 return Err(Error::from_io(&e));
             }
-            if fds[0].revents != 0 && self.take() {
-                return Err(Error::Errno(libc::EINTR));
+            if fds[0].revents != 0 {
+                // Ours or a late one meant for the eventfd's previous borrower: the flag
+                // decides (checked at the top of the loop).
+                drain(efd);
+                if self.pending.load(SeqCst) {
+                    continue;
+                }
             }
             if fds[1].revents != 0 {
                 return Ok(Wait::Ready(fds[1].revents));
@@ -152,6 +218,39 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(2));
         h.join().unwrap();
         assert!(!w.take(), "the wake was consumed");
+    }
+
+    #[test]
+    fn an_idle_waker_holds_no_fd_and_waits_share_pooled_ones() {
+        let count = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let before = count();
+        // Other tests run in parallel and open fds too: a margin far below the 50 that one
+        // eventfd per waker would add.
+        let wakers: Vec<Waker> = (0..50).map(|_| Waker::new().unwrap()).collect();
+        assert!(count() < before + 10, "50 idle wakers hold no fd");
+        for w in &wakers {
+            w.sleep(Duration::from_millis(1)).unwrap();
+        }
+        assert!(
+            count() < before + 10,
+            "sequential waits reuse pooled eventfds"
+        );
+    }
+
+    #[test]
+    fn a_late_wake_on_a_reused_eventfd_does_not_end_another_wait() {
+        // A's wait lends an eventfd; a wake of A lands after A's wait ended, when B's wait
+        // holds the same eventfd: B must sleep on.
+        let a = Waker::new().unwrap();
+        a.sleep(Duration::from_millis(1)).unwrap();
+        let fd = lend().unwrap();
+        // SAFETY: writes 8 bytes from a live u64 to a pooled eventfd.
+        unsafe { libc::write(fd, (&1u64 as *const u64).cast(), 8) };
+        POOL.lock().push(fd);
+        let b = Waker::new().unwrap();
+        let t = Instant::now();
+        b.sleep(Duration::from_millis(30)).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]

@@ -93,6 +93,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         opts: args.opts.clone(),
         limits: xce::wire::Limits::default(),
         primary_waiters: Default::default(),
+        crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
     });
     tokio::spawn(server::serve(client_l, ctx, tls));

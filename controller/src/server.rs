@@ -22,6 +22,9 @@ use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
 use crate::store::SharedApplied;
 use crate::types::{CtrlNode, NodeId, Raft};
 
+/// How long the crowd of a failover episode is remembered after its last arrival.
+const CROWD_MEMORY: Duration = Duration::from_secs(1);
+
 /// Longest a `waitPrimary` is held, whatever the client asks.
 pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
 /// Longest a read waits for its read index, or a write for its commit, before the client gets
@@ -44,8 +47,12 @@ pub struct Ctx {
     pub spec: ClusterSpec,
     pub opts: NodeOpts,
     pub limits: wire::Limits,
-    /// Clients currently held in `waitPrimary` here (reported to them: herd spread, F18).
+    /// Clients currently held in `waitPrimary` here.
     pub primary_waiters: std::sync::atomic::AtomicU32,
+    /// The crowd of the current failover episode: the most clients held at once, and when one
+    /// last arrived. Reported to every waiter (herd spread, F18), so stragglers that arrive just
+    /// after the election spread as widely as the crowd they belong to.
+    pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
     /// Followers' acceptance of this node's appends, for lease reads (C3).
     pub lease: Arc<crate::net::LeaseClock>,
 }
@@ -608,11 +615,22 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
             self.0.fetch_sub(1, Relaxed);
         }
     }
-    ctx.primary_waiters.fetch_add(1, Relaxed);
+    let now_waiting = ctx.primary_waiters.fetch_add(1, Relaxed) + 1;
     let _waiting = Waiting(&ctx.primary_waiters);
+    {
+        let mut crowd = ctx.crowd.lock().expect("crowd");
+        // An episode ends when no waiter has arrived for CROWD_MEMORY.
+        let peak = if crowd.0.elapsed() > CROWD_MEMORY {
+            0
+        } else {
+            crowd.1
+        };
+        *crowd = (std::time::Instant::now(), peak.max(now_waiting));
+    }
     let answer = |primary| {
         let mut info = ctx.info_with_primary(primary);
-        info.waiters = ctx.primary_waiters.load(Relaxed);
+        let crowd = *ctx.crowd.lock().expect("crowd");
+        info.waiters = crowd.1.max(ctx.primary_waiters.load(Relaxed));
         info
     };
     let deadline = tokio::time::Instant::now()

@@ -462,7 +462,9 @@ impl<'a, 'e> Call<'a, 'e> {
     /// One attempt: (re)connect if needed, run the hook after a reconnect (F10), send, await.
     fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
         let mut link = self.env.borrow().map_err(AttemptOutcome::Transport)?;
-        if !link.conn_alive() {
+        // No liveness syscall on the happy path (P2): a kept connection that the peer closed
+        // meanwhile fails the exchange, which is a transport failure like any other (F5).
+        if !link.conn.as_ref().is_some_and(|c| !c.known_dead()) {
             link.connect_current(self.env.waker, self.deadline)
                 .map_err(AttemptOutcome::Transport)?;
             let ep = link.current_endpoint();

@@ -133,6 +133,11 @@ impl Connection {
         self.note(r)
     }
 
+    /// Whether a past failure made the connection unusable (no syscall: the happy path).
+    pub fn known_dead(&self) -> bool {
+        self.dead
+    }
+
     /// F12: whether the connection is known unusable — a past failure, or the peer closed or
     /// reset it (checked now, without blocking).
     pub fn is_dead(&mut self) -> bool {

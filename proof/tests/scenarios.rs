@@ -429,6 +429,70 @@ fn s7_sixteen_threads_share_one_context() {
     assert!(cl.stats().failovers >= 1);
 }
 
+/// S7 with a crowd: many contexts (100; 1,000 in the long version, on 50 threads) fail over
+/// together after one kill: every call succeeds, none hangs.
+#[test]
+fn s7_a_crowd_of_contexts_fails_over_together() {
+    let (contexts, threads) = if long() { (1000, 50) } else { (100, 10) };
+    raise_fd_limit(contexts as u64 + 256);
+    let (mut c, primary) = cluster(3);
+    let masters = c.masters();
+    let per_thread = contexts / threads;
+    let ready = Arc::new(std::sync::Barrier::new(threads + 1));
+    let go = Arc::new(std::sync::Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (masters, ready, go) = (masters.clone(), ready.clone(), go.clone());
+            std::thread::spawn(move || {
+                let clients: Vec<_> = (0..per_thread).map(|_| client_for(&masters)).collect();
+                for cl in &clients {
+                    cl.hello().expect("hello before the kill");
+                }
+                ready.wait();
+                go.wait();
+                let mut slowest = Duration::ZERO;
+                for cl in &clients {
+                    let t = Instant::now();
+                    cl.joblist(JobFilter {
+                        limit: 5,
+                        ..Default::default()
+                    })
+                    .expect("joblist across the failover");
+                    slowest = slowest.max(t.elapsed());
+                }
+                slowest
+            })
+        })
+        .collect();
+    ready.wait();
+    c.kill(primary);
+    let t = Instant::now();
+    go.wait();
+    let slowest = workers
+        .into_iter()
+        .map(|w| w.join().expect("worker"))
+        .max()
+        .unwrap();
+    eprintln!(
+        "S7 crowd: {contexts} contexts failed over, all done {:?} after the kill, slowest call {slowest:?}",
+        t.elapsed()
+    );
+}
+
+fn raise_fd_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the rlimit we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// S8: a call blocked in backoff returns EINTR promptly after `wakeup` — both when sleeping
 /// (every controller down) and when waiting on a standby's `waitPrimary` (no quorum).
 #[test]

@@ -3,5 +3,6 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod sys;
 
 pub use cluster::{controller_bin, Cluster, ClusterOpts};

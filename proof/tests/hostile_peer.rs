@@ -65,11 +65,6 @@ fn s9_hostile_answers_fail_over_and_leave_the_context_usable() {
             r.is_ok(),
             "{what}: expected failover to the good master, got {r:?}"
         );
-        assert_ne!(
-            r.as_ref().err(),
-            Some(&Error::Errno(libc::EINVAL)),
-            "{what}"
-        );
         // Usable afterwards: more calls succeed.
         cl.hello()
             .unwrap_or_else(|e| panic!("{what}: context unusable after: {e}"));

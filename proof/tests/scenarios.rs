@@ -14,6 +14,7 @@ use xce::wire::JobFilter;
 use xce::Error;
 #[allow(unused_imports)]
 use xce_proof as _;
+use xce_proof::sys::{raise_fd_limit, thread_cpu_time};
 
 /// S1, the brief's reproduction: jobs submitted and listed; kill -9 the primary; a client with
 /// a budget shorter than the election gets "cluster not ready"; a default-budget client blocks
@@ -299,11 +300,11 @@ fn s5_whole_cluster_down_then_back() {
     .unwrap();
 
     c.kill_all();
-    let (cpu0, t0) = (thread_cpu(), Instant::now());
+    let (cpu0, t0) = (thread_cpu_time(), Instant::now());
     let err = cl
         .joblist(JobFilter::default())
         .expect_err("cluster is down");
-    let (cpu, wall) = (thread_cpu() - cpu0, t0.elapsed());
+    let (cpu, wall) = (thread_cpu_time() - cpu0, t0.elapsed());
     eprintln!("S5: {err} after {wall:?}, CPU {cpu:?}");
     assert_eq!(
         err,
@@ -327,14 +328,6 @@ fn s5_whole_cluster_down_then_back() {
         vec![id],
         "same context, state kept across the restart"
     );
-}
-
-fn thread_cpu() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the rusage we own.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(us(ru.ru_utime) + us(ru.ru_stime))
 }
 
 /// S6: a daemon registers a reconnect handler that joins again; after a failover the handler
@@ -390,7 +383,6 @@ fn s6_reconnect_handler_rejoins_before_resend() {
 fn s7_sixteen_threads_share_one_context() {
     let (mut c, primary) = cluster(3);
     let cl = Arc::new(client(&c));
-    let kill_at = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..16)
         .map(|t| {
             let cl = cl.clone();
@@ -413,7 +405,6 @@ fn s7_sixteen_threads_share_one_context() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(60));
-    kill_at.store(1, Ordering::Relaxed);
     c.kill(primary);
     let mut acked = Vec::new();
     for t in threads {
@@ -477,20 +468,6 @@ fn s7_a_crowd_of_contexts_fails_over_together() {
         "S7 crowd: {contexts} contexts failed over, all done {:?} after the kill, slowest call {slowest:?}",
         t.elapsed()
     );
-}
-
-fn raise_fd_limit(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit read and write the rlimit we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
 }
 
 /// S8: a call blocked in backoff returns EINTR promptly after `wakeup` — both when sleeping

@@ -76,21 +76,6 @@ fn build_controller() -> Result<(), String> {
     Ok(())
 }
 
-/// P6 holds a thousand contexts (two fds each) plus their reconnects.
-fn raise_nofile(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a pointer to a live, properly typed struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
-
 fn print(t: &Table, all: &mut Vec<Table>) {
     println!("{t}");
     all.push(t.clone());
@@ -130,7 +115,8 @@ fn main() -> ExitCode {
     if std::env::var_os("XCE_LOG").is_none() {
         xce::failover::log::set_level(xce::failover::log::Level::Error);
     }
-    raise_nofile(8192);
+    // P6 holds a thousand contexts plus their reconnects.
+    xce_proof::sys::raise_fd_limit(8192);
     let started = Instant::now();
     println!(
         "xce-bench {} mode; controller {}; {} CPUs; controller logs in {}{}\n",

@@ -239,18 +239,34 @@ mod tests {
 
     #[test]
     fn a_late_wake_on_a_reused_eventfd_does_not_end_another_wait() {
-        // A's wait lends an eventfd; a wake of A lands after A's wait ended, when B's wait
-        // holds the same eventfd: B must sleep on.
-        let a = Waker::new().unwrap();
-        a.sleep(Duration::from_millis(1)).unwrap();
-        let fd = lend().unwrap();
-        // SAFETY: writes 8 bytes from a live u64 to a pooled eventfd.
+        // B sleeps on a pooled eventfd. A write to that very fd with B's flag clear is what a
+        // wake meant for the fd's previous borrower looks like: B must sleep on.
+        let b = Arc::new(Waker::new().unwrap());
+        let b2 = b.clone();
+        let h = std::thread::spawn(move || {
+            let t = Instant::now();
+            (b2.sleep(Duration::from_millis(100)), t.elapsed())
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let fd = loop {
+            let fd = b.lent.load(SeqCst);
+            if fd >= 0 {
+                break fd;
+            }
+            assert!(Instant::now() < deadline, "B never started waiting");
+            std::thread::yield_now();
+        };
+        // SAFETY: writes 8 bytes from a live u64 to the pooled eventfd B holds.
         unsafe { libc::write(fd, (&1u64 as *const u64).cast(), 8) };
-        POOL.lock().push(fd);
-        let b = Waker::new().unwrap();
-        let t = Instant::now();
-        b.sleep(Duration::from_millis(30)).unwrap();
-        assert!(t.elapsed() >= Duration::from_millis(30));
+        let (r, took) = h.join().unwrap();
+        assert_eq!(r, Ok(()), "a stray write is not a wake");
+        assert!(took >= Duration::from_millis(100), "{took:?}");
+        // A real wake still works on the same waker.
+        b.wake();
+        assert_eq!(
+            b.sleep(Duration::from_secs(5)),
+            Err(Error::Errno(libc::EINTR))
+        );
     }
 
     #[test]

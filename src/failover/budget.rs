@@ -24,8 +24,11 @@ pub enum RetryDecision {
 #[derive(Debug, Clone)]
 pub struct RetryBudget {
     backoff: Backoff,
-    /// Configured masters failed since the last sleep (F7: "every master tried once").
-    tried_since_sleep: Vec<bool>,
+    /// Configured masters failed since the last sleep, one bit each (F7: "every master tried
+    /// once"); a bitmask, so a call allocates nothing for its budget.
+    tried_since_sleep: u64,
+    /// Number of configured masters (1..=64; configurations hold at most 8).
+    n_masters: usize,
     /// Failed attempts since the last sleep, hints to unlisted hosts included.
     attempts_since_sleep: usize,
     saw_no_primary: bool,
@@ -38,7 +41,8 @@ impl RetryBudget {
     pub fn new(n_masters: usize, backoff: Backoff, deadline: Option<Instant>) -> RetryBudget {
         RetryBudget {
             backoff,
-            tried_since_sleep: vec![false; n_masters.max(1)],
+            tried_since_sleep: 0,
+            n_masters: n_masters.clamp(1, 64),
             attempts_since_sleep: 0,
             saw_no_primary: false,
             last_transport: None,
@@ -65,8 +69,8 @@ impl RetryBudget {
             AttemptOutcome::Status(_) => {}
             AttemptOutcome::Transport(e) => self.last_transport = Some(e),
         }
-        if let Some(slot) = master.and_then(|i| self.tried_since_sleep.get_mut(i)) {
-            *slot = true;
+        if let Some(i) = master.filter(|&i| i < self.n_masters) {
+            self.tried_since_sleep |= 1 << i;
         }
         self.attempts_since_sleep += 1;
 
@@ -74,16 +78,17 @@ impl RetryBudget {
             Some(d) if d.is_zero() => return RetryDecision::Exhausted(self.exhaustion_error()),
             r => r,
         };
-        let full_cycle = self.tried_since_sleep.iter().all(|&t| t)
+        let all = u64::MAX >> (64 - self.n_masters);
+        let full_cycle = self.tried_since_sleep == all
             // Two standbys naming each other as primary must not ping-pong without sleeping.
-            || self.attempts_since_sleep >= 2 * self.tried_since_sleep.len();
+            || self.attempts_since_sleep >= 2 * self.n_masters;
         if class == Classification::RetryNow && !full_cycle {
             return RetryDecision::RotateNow;
         }
         match self.backoff.next_delay() {
             None => RetryDecision::Exhausted(self.exhaustion_error()),
             Some(d) => {
-                self.tried_since_sleep.iter_mut().for_each(|t| *t = false);
+                self.tried_since_sleep = 0;
                 self.attempts_since_sleep = 0;
                 RetryDecision::Sleep(remaining.map_or(d, |r| d.min(r)))
             }

@@ -426,7 +426,7 @@ impl<'a, 'e> Call<'a, 'e> {
             budget: RetryBudget::new(n, Backoff::new(link.retry), deadline),
             sends: 0,
             attempts: 0,
-            per_master: vec![None; n],
+            per_master: Vec::new(),
             last_unreachable: None,
             last_answered: None,
             may_have_been_applied: false,
@@ -556,6 +556,10 @@ impl<'a, 'e> Call<'a, 'e> {
         let mut link = env.borrow()?;
         let master = link.rotator.current_master();
         if let Some(i) = master {
+            // Filled on the first failure: a call that succeeds at once allocates nothing.
+            if self.per_master.is_empty() {
+                self.per_master = vec![None; link.rotator.masters().len()];
+            }
             self.per_master[i] = Some(outcome);
             match outcome {
                 AttemptOutcome::Transport(_) => self.last_unreachable = Some(i),
@@ -744,7 +748,10 @@ impl<'a, 'e> Call<'a, 'e> {
     /// Whether master `m`'s last attempt in this call failed by transport (dead or hung): a
     /// redirect hint or `waitPrimary` answer naming it is stale news (F5, F18).
     fn just_failed(&self, m: usize) -> bool {
-        matches!(self.per_master[m], Some(AttemptOutcome::Transport(_)))
+        matches!(
+            self.per_master.get(m),
+            Some(Some(AttemptOutcome::Transport(_)))
+        )
     }
 
     /// Records the F19 report of a failed call and returns its error.
@@ -754,10 +761,10 @@ impl<'a, 'e> Call<'a, 'e> {
             .rotator
             .masters()
             .iter()
-            .zip(&self.per_master)
-            .map(|(ep, last)| MasterOutcome {
+            .enumerate()
+            .map(|(i, ep)| MasterOutcome {
                 endpoint: ep.clone(),
-                last: *last,
+                last: self.per_master.get(i).copied().flatten(),
             })
             .collect();
         drop(link);

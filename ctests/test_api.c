@@ -9,7 +9,8 @@
 
 static const int all_codes[] = {E_XCE_REDIRECT, E_XCE_NOMASTER, E_XCE_NOT_READY,
                                 E_XCE_STANDBY,  E_XCE_DUP_JOB,  E_XCE_PROTO,
-                                E_XCE_AUTH,     E_XCE_TLS,      E_XCE_INTERNAL};
+                                E_XCE_AUTH,     E_XCE_TLS,      E_XCE_INTERNAL,
+                                E_XCE_CLOSED};
 
 static void test_codes(void) {
     /* protocol.md's values */
@@ -22,6 +23,7 @@ static void test_codes(void) {
     CHECK_EQ(E_XCE_AUTH, 2007);
     CHECK_EQ(E_XCE_TLS, 2008);
     CHECK_EQ(E_XCE_INTERNAL, 2009);
+    CHECK_EQ(E_XCE_CLOSED, 2010);
 }
 
 static void test_strerror(void) {

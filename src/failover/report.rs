@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use super::classify::AttemptOutcome;
 use super::rotate::Endpoint;
@@ -54,8 +54,9 @@ pub enum Event {
     },
 }
 
-/// The event callback. It runs with the context lock held: it may read `stats()` and
-/// `last_error()`, but an op on the same context from inside it fails with `EDEADLK`.
+/// The event callback. It runs on the thread of the call that caused the event, while that call
+/// owns the context: it may read `stats()` and `last_error()`, but an op on the same context
+/// from inside it fails with `EDEADLK`.
 pub type EventHandler = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// A master's last outcome during one call.
@@ -121,12 +122,11 @@ impl fmt::Display for CallReport {
     }
 }
 
-/// The observable side of a context: counters, events, last error. Each field has its own
-/// small lock, never held across I/O.
+/// The observable side of a context: counters and last error. Each field has its own small
+/// lock, never held across I/O; readers never wait for a call in progress.
 #[derive(Default)]
 pub struct Observer {
     stats: Mutex<Stats>,
-    handler: RwLock<Option<EventHandler>>,
     last_error: Mutex<Option<CallReport>>,
 }
 
@@ -145,18 +145,6 @@ impl Observer {
 
     pub fn update(&self, f: impl FnOnce(&mut Stats)) {
         f(&mut self.stats.lock())
-    }
-
-    pub fn set_handler(&self, h: Option<EventHandler>) {
-        *self.handler.write() = h;
-    }
-
-    /// Delivers an event; the handler is cloned out first so it may replace itself.
-    pub fn emit(&self, e: Event) {
-        let h = self.handler.read().clone();
-        if let Some(h) = h {
-            h(&e);
-        }
     }
 
     pub fn last_error(&self) -> Option<CallReport> {

@@ -147,11 +147,15 @@ pub fn new_job_id() -> u64 {
 /// run as single attempts on the new connection. A negative return is a failed attempt,
 /// classified like a status. The hook runs while the context is reserved for the calling
 /// thread: it must not wait for another thread that uses the same context.
-pub type ReconnectHook = Arc<dyn Fn(&Client) -> i32 + Send + Sync>;
+pub type ReconnectHook = Arc<HookFn>;
+/// What a reconnect hook is.
+pub type HookFn = dyn Fn(&Client) -> i32 + Send + Sync;
 
 /// An event callback that also receives the handle of the call that caused the event (the C
 /// layer passes that handle back to C).
-pub type EventHandlerWithHandle = Arc<dyn Fn(&Client, &Event) + Send + Sync>;
+pub type EventHandlerWithHandle = Arc<EventFn>;
+/// What an event callback with the call's handle is.
+pub type EventFn = dyn Fn(&Client, &Event) + Send + Sync;
 
 /// Serial numbers of contexts, for log lines (`name#serial`).
 static SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -167,8 +171,8 @@ struct Context {
     /// Read when a call starts; setters never wait for a call in progress (F15).
     settings: Mutex<Settings>,
     observer: Observer,
-    hook: CallbackSlot<dyn Fn(&Client) -> i32 + Send + Sync>,
-    events: CallbackSlot<dyn Fn(&Client, &Event) + Send + Sync>,
+    hook: CallbackSlot<HookFn>,
+    events: CallbackSlot<EventFn>,
     client_id: ClientId,
     client_name: String,
     masters: Vec<Endpoint>,

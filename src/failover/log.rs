@@ -60,12 +60,14 @@ impl Level {
     }
 }
 
-/// A log sink: receives the level and one formatted line (no trailing newline).
-pub type LogSink = Arc<dyn Fn(Level, &str) + Send + Sync>;
+/// What a log sink is: it receives the level and one formatted line (no trailing newline).
+pub type SinkFn = dyn Fn(Level, &str) + Send + Sync;
+/// A log sink.
+pub type LogSink = Arc<SinkFn>;
 
 struct LogState {
     level: AtomicU8,
-    sink: CallbackSlot<dyn Fn(Level, &str) + Send + Sync>,
+    sink: CallbackSlot<SinkFn>,
 }
 
 fn state() -> &'static LogState {

@@ -292,7 +292,8 @@ mod tests {
         use HintRefusal::*;
         use HintVerdict::*;
         let stranger = Target::Unlisted(Endpoint::new("stranger", 4));
-        let table: Vec<(usize, u64, (&str, u16), HintPolicy, HintVerdict)> = vec![
+        type Row<'a> = (usize, u64, (&'a str, u16), HintPolicy, HintVerdict);
+        let table: Vec<Row> = vec![
             (
                 0,
                 0b001,

@@ -224,13 +224,14 @@ mod tests {
         let nine = names(9);
         let l_nr = [Some(REFUSED), Some(NOT_READY), None];
         // (reply, the master it names, last outcomes, followed-then-refused, verdict)
-        let table: Vec<(
-            &Reply,
+        type Row<'a> = (
+            &'a Reply,
             Option<usize>,
-            &[Option<AttemptOutcome>],
+            &'a [Option<AttemptOutcome>],
             u64,
             Verdict,
-        )> = vec![
+        );
+        let table: Vec<Row> = vec![
             (&nine, Some(2), &l_nr, 0, follow(2)),
             (&nine, Some(1), &l_nr, 0, follow(1)), // refused once, elected since: news
             (&nine, Some(1), &l_nr, 0b010, Verdict::DeadEnd), // followed, refused again

@@ -10,6 +10,7 @@
 //!   of a call that started before the bump ends with `EINTR` — all of them, not just one (F13);
 //! - the context being **closed** ([`WakeState::close`], `xcecli_stop`): `E_XCE_CLOSED` (F20);
 //! - the call's own **cancel token** ([`CancelToken`], per-call handles): `ECANCELED`.
+//!
 //! The waker publishes its eventfd before it checks the flags (both sequentially consistent),
 //! so a wake racing with the start of a wait is never lost. A write that reaches an eventfd
 //! after its wait ended (and another context's wait borrowed it) is a spurious readiness there:

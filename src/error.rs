@@ -23,9 +23,11 @@ pub const E_XCE_AUTH: i32 = 2007;
 pub const E_XCE_TLS: i32 = 2008;
 /// A library bug caught at the C boundary (a panic).
 pub const E_XCE_INTERNAL: i32 = 2009;
+/// A controller's host name could not be resolved (F23). Client-side only: never on the wire.
+pub const E_XCE_LOOKUP: i32 = 2011;
 
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 9] = [
+pub const XCE_CODES: [(i32, &str); 10] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -35,6 +37,7 @@ pub const XCE_CODES: [(i32, &str); 9] = [
     (E_XCE_AUTH, "E_XCE_AUTH"),
     (E_XCE_TLS, "E_XCE_TLS"),
     (E_XCE_INTERNAL, "E_XCE_INTERNAL"),
+    (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
 ];
 
 /// A failed status, typed. `Errno` holds a positive Linux errno value.
@@ -58,6 +61,10 @@ pub enum Error {
     Tls,
     #[error("internal library error")]
     Internal,
+    /// F23: getaddrinfo failed for a master's or a hint's name (its own cause is in
+    /// `transport::resolve::LookupFailure`). A lookup that runs out of time is `ETIMEDOUT`.
+    #[error("name lookup failed")]
+    Lookup,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -75,6 +82,7 @@ impl Error {
             Error::Auth => E_XCE_AUTH,
             Error::Tls => E_XCE_TLS,
             Error::Internal => E_XCE_INTERNAL,
+            Error::Lookup => E_XCE_LOOKUP,
             Error::Errno(e) => e,
         }
     }
@@ -98,6 +106,7 @@ impl Error {
             E_XCE_AUTH => Error::Auth,
             E_XCE_TLS => Error::Tls,
             E_XCE_INTERNAL => Error::Internal,
+            E_XCE_LOOKUP => Error::Lookup,
             e => Error::Errno(e),
         })
     }
@@ -154,6 +163,7 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_AUTH => "not authorised: authentication failed or no joined session",
         E_XCE_TLS => "TLS handshake or certificate verification failed",
         E_XCE_INTERNAL => "internal library error",
+        E_XCE_LOOKUP => "name lookup failed",
         e => errno_text(e),
     }
 }
@@ -195,7 +205,7 @@ mod tests {
 
     #[test]
     fn codes_have_the_values_of_protocol_md() {
-        let expected = [2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009];
+        let expected = [2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2011];
         for ((code, _), want) in XCE_CODES.iter().zip(expected) {
             assert_eq!(*code, want);
         }
@@ -227,6 +237,8 @@ mod tests {
             Error::Errno(libc::EINTR).to_string(),
             "Interrupted system call"
         );
+        assert_eq!(strerror(-E_XCE_LOOKUP), "name lookup failed");
+        assert_eq!(Error::Lookup.status(), -2011);
         assert_eq!(strerror(0), "success");
         assert_eq!(strerror(99_999), "unknown error");
         assert_eq!(strerror(i32::MIN), "unknown error");

@@ -383,8 +383,9 @@ fn a_bad_master_name_is_a_lookup_failure_not_an_unreachable_host() {
         || {
             let masters = vec![Endpoint::new("x.bad.test", 7000)];
             let r = Client::start_with(Config::new(masters), fast_options(), fast_retry(1));
-            let e = r.err().expect("start must fail");
-            assert_eq!(e.code(), 2011, "{e}");
+            let e = r.expect_err("start must fail");
+            assert_eq!(e, Error::Lookup, "{e}");
+            assert_eq!(e.status(), -xce::error::E_XCE_LOOKUP);
             assert_eq!(e.to_string(), "name lookup failed");
         },
     );

@@ -219,6 +219,30 @@ fn lookup_threads() -> usize {
         .count()
 }
 
+/// The blocked-signal masks (`SigBlk` of /proc) of this process's threads named `name`.
+fn blocked_signals(name: &str) -> Vec<u64> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            if comm.trim_end() != name {
+                return None;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("SigBlk:"))?;
+            u64::from_str_radix(line["SigBlk:".len()..].trim(), 16).ok()
+        })
+        .collect()
+}
+
+/// Every classic signal that can be blocked (all of 1..=31 but SIGKILL and SIGSTOP).
+fn all_blockable() -> u64 {
+    (1..=31)
+        .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+        .fold(0, |m, s| m | 1 << (s - 1))
+}
+
 /// Open eventfds of this process (the wake pool's and any lookup's).
 fn eventfds() -> usize {
     std::fs::read_dir("/proc/self/fd")
@@ -272,6 +296,9 @@ fn a_hung_master_lookup_obeys_the_call_deadline_and_its_late_answer_is_cached() 
             let (c, _b) = client_failing_over_to(name, opts, 3);
             let fds = eventfds();
             assert_eq!(lookup_threads(), 0);
+            let main_comm = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
+            let main_comm = main_comm.trim_end().to_string();
+            let main_mask = blocked_signals(&main_comm);
 
             let t = Instant::now();
             let r = c.hello();
@@ -284,6 +311,16 @@ fn a_hung_master_lookup_obeys_the_call_deadline_and_its_late_answer_is_cached() 
             // The lookup goes on alone: one helper thread, one eventfd for its completion.
             assert_eq!(lookup_threads(), 1);
             assert_eq!(eventfds(), fds + 1);
+            // The helper takes no signal; the caller's own mask is what it was.
+            let helper = blocked_signals("xce-resolve");
+            assert_eq!(helper.len(), 1);
+            assert_eq!(
+                helper[0] & all_blockable(),
+                all_blockable(),
+                "{:x}",
+                helper[0]
+            );
+            assert_eq!(blocked_signals(&main_comm), main_mask);
             // A second call joins it instead of starting another lookup of the same name.
             let r = c.hello();
             assert!(r.is_err(), "{r:?}");
@@ -410,4 +447,49 @@ fn numeric_masters_start_no_lookup_thread() {
         assert_eq!(eventfds(), fds);
         assert_eq!(std::fs::read(shim_dir().join("calls")).ok(), None);
     });
+}
+
+#[test]
+fn a_forked_child_does_not_wait_for_its_parents_lookups() {
+    in_child(
+        "a_forked_child_does_not_wait_for_its_parents_lookups",
+        &[],
+        || {
+            use xce::transport::resolve::{resolve, ResolveError};
+            use xce::transport::{LookupFailure, Waker};
+            let w = Waker::new().unwrap();
+            let soon = |ms| Instant::now() + Duration::from_millis(ms);
+            // A lookup hangs in this process's helper thread.
+            assert_eq!(
+                resolve("k.gate.test", 1, soon(100), &w),
+                Err(ResolveError::Lookup(LookupFailure::TimedOut))
+            );
+            assert_eq!(lookup_threads(), 1);
+            // SAFETY: fork(2); the child only resolves a name and leaves with _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // The child has no copy of the parent's helper thread: it must look the name
+                // up itself rather than wait for a lookup that will never end here.
+                open_gate();
+                let r = resolve("k.gate.test", 7, soon(10_000), &w);
+                let ok = matches!(&r, Ok(a) if a.iter().all(|a| a.port() == 7));
+                // SAFETY: ends the forked child without running the parent's destructors.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child forked above; status is a live c_int.
+            let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert_eq!(rc, pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the forked child could not resolve (status {status:#x})"
+            );
+            // The gate is open for the parent's lookup too.
+            wait_until("the parent's lookup ends", Duration::from_secs(20), || {
+                lookup_threads() == 0
+            });
+            assert!(resolve("k.gate.test", 1, soon(0), &w).is_ok());
+        },
+    );
 }

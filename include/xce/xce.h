@@ -9,8 +9,9 @@
  *    written only on success. (NULL, 0) is an empty array. Strings are NUL-terminated UTF-8.
  *  - Memory the library returns is released with its xce_free_* function, never free().
  *  - No Rust panic crosses the boundary: it becomes -E_XCE_INTERNAL and a log line.
- *  - The library starts no threads and installs no signal handler: callbacks (reconnect,
- *    event, log) run on the thread that called into the library.
+ *  - The library installs no signal handler, and callbacks (reconnect, event, log) run on the
+ *    thread that called into the library. Its only threads are short-lived getaddrinfo helpers
+ *    for host names (F23): all signals blocked, no callback, gone when the lookup ends.
  */
 
 #ifndef XCE_H
@@ -88,6 +89,12 @@
  * The context is stopped or being stopped (`xcecli_stop`): the call was not made.
  */
 #define E_XCE_CLOSED 2010
+
+/**
+ * A controller's host name could not be resolved (F23; the last error has getaddrinfo's
+ * reason). A lookup that runs out of time is `-ETIMEDOUT`.
+ */
+#define E_XCE_LOOKUP 2011
 
 /**
  * Most masters a configuration holds.

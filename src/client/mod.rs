@@ -32,7 +32,7 @@ use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
 use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, Link, Settings};
 use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
-use crate::transport::{tls, CancelToken, WakeState};
+use crate::transport::{resolve, tls, CancelToken, WakeState};
 use crate::wire::*;
 
 /// Most masters a configuration may list (`N_MAX_MASTERS`).
@@ -298,6 +298,10 @@ impl Client {
             config.client_name.as_str()
         };
         let tag = format!("{name}#{}", SERIAL.fetch_add(1, Ordering::Relaxed));
+        // F23: every master's name is being looked up while the first one is tried.
+        for m in &config.masters {
+            resolve::prefetch(&m.host);
+        }
         let settings = Settings { retry, options };
         let ctx = Context {
             gate: Gate::new(),
@@ -306,6 +310,7 @@ impl Client {
                 Rotator::new(config.masters.clone()),
                 client_id,
                 tls,
+                tag.clone(),
             ))),
             settings: Mutex::new(settings),
             observer: Observer::default(),
@@ -344,6 +349,16 @@ impl Client {
                 ctx.events.set(None);
             }
             Close::AlreadyClosing => {}
+        }
+    }
+
+    /// Closes the connection if no call is using it (the next call reconnects); does nothing
+    /// while a call is in progress. For tools and tests; failover never needs it.
+    pub fn disconnect(&self) {
+        if let Some(guard) = self.ctx.link.try_lock() {
+            if let Ok(mut link) = guard.try_borrow_mut() {
+                link.close();
+            }
         }
     }
 

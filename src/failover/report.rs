@@ -65,6 +65,9 @@ pub struct MasterOutcome {
     pub endpoint: Endpoint,
     /// `None`: not tried during the call.
     pub last: Option<AttemptOutcome>,
+    /// What the outcome alone does not say: a name lookup's failure (F23), or what was wrong
+    /// with an answer found after the loop (F24).
+    pub note: Option<String>,
 }
 
 /// F19: what happened during the last failed call.
@@ -103,9 +106,10 @@ impl fmt::Display for CallReport {
             self.elapsed.as_secs_f64()
         )?;
         for m in &self.masters {
-            match &m.last {
-                Some(o) => write!(f, "; {} {}", m.endpoint, outcome_text(o))?,
-                None => write!(f, "; {} not tried", m.endpoint)?,
+            match (&m.note, &m.last) {
+                (Some(note), _) => write!(f, "; {} {note}", m.endpoint)?,
+                (None, Some(o)) => write!(f, "; {} {}", m.endpoint, outcome_text(o))?,
+                (None, None) => write!(f, "; {} not tried", m.endpoint)?,
             }
         }
         if self.is_write {
@@ -172,14 +176,24 @@ mod tests {
                 MasterOutcome {
                     endpoint: Endpoint::new("a", 1),
                     last: Some(AttemptOutcome::Status(-E_XCE_NOT_READY)),
+                    note: None,
                 },
                 MasterOutcome {
                     endpoint: Endpoint::new("b", 2),
                     last: Some(AttemptOutcome::Transport(Error::Errno(libc::ECONNREFUSED))),
+                    note: None,
                 },
                 MasterOutcome {
                     endpoint: Endpoint::new("c", 3),
                     last: None,
+                    note: None,
+                },
+                MasterOutcome {
+                    endpoint: Endpoint::new("db7.example", 4),
+                    last: Some(AttemptOutcome::Transport(Error::Lookup)),
+                    note: Some(
+                        "name lookup of db7.example failed: Name or service not known".into(),
+                    ),
                 },
             ],
             is_write: true,
@@ -193,6 +207,12 @@ mod tests {
         assert!(s.contains("a:1 answered \"cluster not ready\""), "{s}");
         assert!(s.contains("b:2 transport: Connection refused"), "{s}");
         assert!(s.contains("c:3 not tried"), "{s}");
+        assert!(
+            s.contains(
+                "db7.example:4 name lookup of db7.example failed: Name or service not known"
+            ),
+            "{s}"
+        );
         assert!(s.contains("may have been applied"), "{s}");
     }
 }

@@ -18,10 +18,11 @@ use super::classify::{classify, is_interrupt, AttemptOutcome, Classification};
 use super::log::{xlog, Level};
 use super::options::Options;
 use super::report::{CallReport, Event, MasterOutcome, Observer};
-use super::rotate::{resolve_system, Endpoint, HintRefusal, HintVerdict, Rotator};
+use super::rotate::{Endpoint, HintRefusal, HintVerdict, Rotator};
 use super::wait_primary::{self, Verdict, Witnesses};
 use crate::error::{strerror, Error};
-use crate::transport::{Connection, Waker};
+use crate::transport::resolve;
+use crate::transport::{Connection, LookupFailure, Waker};
 use crate::wire::{ClientId, Hello, Limits, Op, OpKind, Reply, RequestHead, PROTOCOL_VERSION};
 
 /// Extra time granted to a `waitPrimary` reply beyond the wait itself (F18), capped by the
@@ -64,6 +65,10 @@ pub struct Link {
     /// A master has served this context: only then is losing one a failover (F17). Before
     /// that, a standby met on the way to the primary is discovery, not a failover.
     pub has_served: bool,
+    /// Why the last connect found no address (F23), for the report of the attempt.
+    pub lookup_failure: Option<LookupFailure>,
+    /// Names the context in log lines.
+    pub tag: String,
 }
 
 impl Link {
@@ -71,6 +76,7 @@ impl Link {
         rotator: Rotator,
         client_id: ClientId,
         tls: Option<Arc<rustls::ClientConfig>>,
+        tag: String,
     ) -> Link {
         Link {
             rotator,
@@ -86,6 +92,8 @@ impl Link {
             no_wait_primary: 0,
             failing_since: None,
             has_served: false,
+            lookup_failure: None,
+            tag,
         }
     }
 
@@ -109,7 +117,7 @@ impl Link {
     }
 
     /// Connects to the current target, replacing any old connection (F5: the old one is closed
-    /// first). The connect timeout is capped by `deadline`.
+    /// first). The connect timeout, name lookup included (F23), is capped by `deadline`.
     fn connect_current(
         &mut self,
         waker: &Waker,
@@ -117,11 +125,19 @@ impl Link {
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
         self.conn = None;
+        self.lookup_failure = None;
         let ep = self.current_endpoint();
         let until = cap(Instant::now() + connect_timeout, deadline);
-        let conn = Connection::connect(
+        let addrs = resolve::resolve(&ep.host, ep.port, until, waker).map_err(|e| {
+            if let Some(f) = e.lookup_failure() {
+                xlog!(Level::Warn, "{}: {}", self.tag, f.describe(&ep.host));
+                self.lookup_failure = Some(f);
+            }
+            e.error()
+        })?;
+        let conn = Connection::connect_addrs(
             &ep.host,
-            ep.port,
+            &addrs,
             self.tls.as_ref(),
             self.limits,
             until,
@@ -231,6 +247,17 @@ macro_rules! clog {
     };
 }
 
+/// Name resolution for hints and `waitPrimary` answers (F23): bounded by the connect timeout
+/// and the call's deadline, ended by a wake (then no address: the hint is not followed, and the
+/// wait that follows reports the wake).
+fn bounded_resolver<'a>(
+    env: &'a CallEnv<'_>,
+    deadline: Option<Instant>,
+) -> impl Fn(&str, u16) -> Vec<std::net::SocketAddr> + 'a {
+    let until = cap(Instant::now() + env.options().connect_timeout, deadline);
+    move |host: &str, port: u16| resolve::resolve(host, port, until, &env.waker).unwrap_or_default()
+}
+
 fn cap(t: Instant, deadline: Option<Instant>) -> Instant {
     deadline.map_or(t, |d| t.min(d))
 }
@@ -269,6 +296,7 @@ impl CallTrace {
                 .map(|(i, ep)| MasterOutcome {
                     endpoint: ep.clone(),
                     last: (Some(i) == self.master).then_some(AttemptOutcome::Status(0)),
+                    note: (Some(i) == self.master).then(|| format!("its answer: {error}")),
                 })
                 .collect(),
             is_write: self.is_write,
@@ -487,6 +515,8 @@ struct Call<'a, 'e> {
     /// Each configured master's last outcome in this call (F19, F24); filled on the first
     /// failure, so a call that succeeds at once allocates nothing.
     per_master: Vec<Option<AttemptOutcome>>,
+    /// Why a master's last connect found no address (F23), beside `per_master`.
+    lookups: Vec<Option<LookupFailure>>,
     /// The master that most recently failed by transport (a dead or hung primary): excluded
     /// from `waitPrimary`, since standbys may still believe it leads (F18).
     last_unreachable: Option<usize>,
@@ -524,6 +554,7 @@ impl<'a, 'e> Call<'a, 'e> {
             budget: RetryBudget::new(n, Backoff::new(env.settings.retry), deadline),
             attempts: 0,
             per_master: Vec::new(),
+            lookups: Vec::new(),
             last_unreachable: None,
             last_answered: None,
             may_have_been_applied: false,
@@ -613,14 +644,17 @@ impl<'a, 'e> Call<'a, 'e> {
         if matches!(outcome, AttemptOutcome::Transport(e) if is_interrupt(e)) {
             return;
         }
-        let link = self.env.link.borrow();
+        let mut link = self.env.link.borrow_mut();
+        let lookup = link.lookup_failure.take();
         let Some(i) = link.rotator.current_master() else {
             return;
         };
         if self.per_master.is_empty() {
             self.per_master = vec![None; link.rotator.masters().len()];
+            self.lookups = vec![None; link.rotator.masters().len()];
         }
         self.per_master[i] = Some(outcome);
+        self.lookups[i] = lookup;
         match outcome {
             AttemptOutcome::Transport(_) => self.last_unreachable = Some(i),
             AttemptOutcome::Status(_) => self.last_answered = Some(i),
@@ -707,10 +741,8 @@ impl<'a, 'e> Call<'a, 'e> {
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
             let policy = env.options().hint_policy;
             let tried = self.budget.tried_since_sleep();
-            match link
-                .rotator
-                .offer_hint(host, port, policy, tried, &resolve_system)
-            {
+            let resolve = bounded_resolver(env, self.deadline);
+            match link.rotator.offer_hint(host, port, policy, tried, &resolve) {
                 HintVerdict::Accepted(_) => {}
                 HintVerdict::Refused(HintRefusal::NotConfigured) => clog!(
                     env,
@@ -861,10 +893,11 @@ impl<'a, 'e> Call<'a, 'e> {
             Err(_) => return Ok(None), // the connection is gone; sleep what is left
             Ok(r) => r,
         };
+        let resolve = bounded_resolver(env, self.deadline);
         let named = match &reply.data {
             crate::wire::ReplyData::CtrlInfo(info) if wait_primary::names_someone(info) => link
                 .rotator
-                .find_master(&info.primary_host, info.primary_port, &resolve_system),
+                .find_master(&info.primary_host, info.primary_port, &resolve),
             _ => None,
         };
         let seen = Witnesses {
@@ -938,6 +971,12 @@ impl<'a, 'e> Call<'a, 'e> {
             .map(|(i, ep)| MasterOutcome {
                 endpoint: ep.clone(),
                 last: self.per_master.get(i).copied().flatten(),
+                note: self
+                    .lookups
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map(|f| f.describe(&ep.host)),
             })
             .collect();
         drop(link);

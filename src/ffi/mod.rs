@@ -9,8 +9,9 @@
 //! - Handle first, then inputs, then outputs; a buffer is followed by its length.
 //! - A NULL handle or required pointer is `-EINVAL` and nothing is touched; out-parameters are
 //!   written only on success; `(NULL, 0)` is an empty array.
-//! - The library starts no threads, installs no signal handler and no global logger; callbacks
-//!   run on the thread that called into the library.
+//! - The library installs no signal handler and no global logger; callbacks run on the thread
+//!   that called into the library. Its only threads are short-lived getaddrinfo helpers for host
+//!   names (F23, `transport::resolve`): all signals blocked, no callback, no log.
 //!
 //! Modules: `panic` (boundary), `cast` (handles, NULL checks), `types` (C structs and frees),
 //! `config` (configuration and lifecycle), `ops` (one export per op), `hooks` (callbacks,
@@ -73,6 +74,9 @@ pub const E_XCE_TLS: c_int = 2008;
 pub const E_XCE_INTERNAL: c_int = 2009;
 /// The context is stopped or being stopped (`xcecli_stop`): the call was not made.
 pub const E_XCE_CLOSED: c_int = 2010;
+/// A controller's host name could not be resolved (F23; the last error has getaddrinfo's
+/// reason). A lookup that runs out of time is `-ETIMEDOUT`.
+pub const E_XCE_LOOKUP: c_int = 2011;
 
 const _: () = {
     use crate::error as e;
@@ -86,6 +90,7 @@ const _: () = {
     assert!(E_XCE_TLS == e::E_XCE_TLS);
     assert!(E_XCE_INTERNAL == e::E_XCE_INTERNAL);
     assert!(E_XCE_CLOSED == e::E_XCE_CLOSED);
+    assert!(E_XCE_LOOKUP == e::E_XCE_LOOKUP);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C.

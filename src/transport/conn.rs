@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,6 +11,7 @@ use std::time::Instant;
 use rustls::pki_types::ServerName;
 
 use super::fdcheck::FdIdent;
+use super::resolve;
 use super::waker::{Wait, Waker};
 use crate::error::Error;
 use crate::wire::{
@@ -55,9 +56,11 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Connects to `host:port` (every resolved address in turn) and, with `tls`, completes a
-    /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all
-    /// (F8); a wake ends it with `EINTR`. A failed certificate check is `Error::Tls`; there is
-    /// no plaintext fallback.
+    /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all,
+    /// the name lookup included (F8, F23); a wake ends it with `EINTR`. A lookup failure is
+    /// `Error::Lookup` (its cause is dropped here: callers that report it resolve with
+    /// [`resolve::resolve`] and call [`Connection::connect_addrs`]). A failed certificate check
+    /// is `Error::Tls`; there is no plaintext fallback.
     pub fn connect(
         host: &str,
         port: u16,
@@ -66,19 +69,31 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<Connection, Error> {
-        let addrs: Vec<SocketAddr> = (host, port)
-            .to_socket_addrs()
-            .map_err(|_| Error::Errno(libc::EHOSTUNREACH))?
-            .collect();
-        let mut last = Error::Errno(libc::EHOSTUNREACH);
+        let addrs = resolve::resolve(host, port, deadline, waker)?;
+        Connection::connect_addrs(host, &addrs, tls, limits, deadline, waker)
+    }
+
+    /// [`Connection::connect`] to addresses already resolved for `host` (which TLS verifies).
+    pub fn connect_addrs(
+        host: &str,
+        addrs: &[SocketAddr],
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        limits: Limits,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Connection, Error> {
+        let mut last = Error::Lookup; // no address at all
         let mut sock = None;
-        for addr in addrs {
+        for &addr in addrs {
             match connect_socket(addr, deadline, waker) {
                 Ok(s) => {
                     sock = Some(s);
                     break;
                 }
-                Err(e) if e == Error::Errno(libc::EINTR) => return Err(e),
+                // Woken, cancelled, stopped: the caller's decision, not the address's fault.
+                Err(e @ (Error::Closed | Error::Errno(libc::EINTR | libc::ECANCELED))) => {
+                    return Err(e)
+                }
                 Err(e) => last = e,
             }
         }

@@ -23,4 +23,4 @@ pub mod client;
 
 pub mod ffi;
 
-pub use error::{strerror, Error};
+pub use error::{strerror, Error, TlsCause};

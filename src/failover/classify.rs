@@ -118,7 +118,12 @@ mod tests {
             (t(Error::Errno(libc::ETIMEDOUT)), 0, false, RetryNow),
             (t(Error::Errno(libc::EHOSTUNREACH)), 0, false, RetryNow),
             (t(Error::Errno(libc::ENETUNREACH)), 0, false, RetryNow),
-            (t(Error::Tls), 0, false, RetryNow),
+            (
+                t(Error::Tls(crate::error::TlsCause::UnknownCa)),
+                0,
+                false,
+                RetryNow,
+            ),
             // undecodable replies count as transport
             (t(Error::Proto), 0, false, RetryNow),
             (t(Error::Proto), 4, true, RetryNow),

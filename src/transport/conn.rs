@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use rustls::pki_types::ServerName;
 
+use super::tls::cause_of;
 use super::waker::{Wait, Waker};
-use crate::error::Error;
+use crate::error::{Error, TlsCause};
 use crate::wire::{
     complete_frame_len, decode_reply, encode_request, encode_request_parts, Limits, Op, Reply,
     Request, RequestHead,
@@ -50,8 +51,9 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Connects to `host:port` (every resolved address in turn) and, with `tls`, completes a
     /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all
-    /// (F8); a wake ends it with `EINTR`. A failed certificate check is `Error::Tls`; there is
-    /// no plaintext fallback.
+    /// (F8); a wake ends it with `EINTR`. A failed handshake is `Error::Tls` with its cause (a
+    /// handshake that outlives the deadline: `TlsCause::HandshakeTimeout`); there is no
+    /// plaintext fallback.
     pub fn connect(
         host: &str,
         port: u16,
@@ -89,10 +91,16 @@ impl Connection {
             strays: 0,
         };
         if let Some(cfg) = tls {
-            let name = ServerName::try_from(host.to_string()).map_err(|_| Error::Tls)?;
-            let tls = rustls::ClientConnection::new(cfg.clone(), name).map_err(|_| Error::Tls)?;
+            // A host that is neither a DNS name nor an address cannot be verified.
+            let name = ServerName::try_from(host.to_string())
+                .map_err(|_| Error::Tls(TlsCause::NameMismatch))?;
+            let tls = rustls::ClientConnection::new(cfg.clone(), name)
+                .map_err(|e| Error::Tls(cause_of(&e)))?;
             conn.tls = Some(Box::new(tls));
-            conn.handshake(deadline, waker)?;
+            conn.handshake(deadline, waker).map_err(|e| match e {
+                Error::Errno(libc::ETIMEDOUT) => Error::Tls(TlsCause::HandshakeTimeout),
+                e => e,
+            })?;
         }
         Ok(conn)
     }
@@ -188,16 +196,17 @@ impl Connection {
     }
 
     /// Reads TLS records from the socket (waiting if none) and processes them. A protocol or
-    /// certificate failure is `Error::Tls`, after the alert was sent on a best-effort basis.
+    /// certificate failure is `Error::Tls` naming its cause, after the alert was sent on a
+    /// best-effort basis.
     fn read_tls_records(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         loop {
             let tls = self.tls.as_mut().expect("TLS read without TLS");
             match tls.read_tls(&mut self.sock) {
                 Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
                 Ok(_) => {
-                    if tls.process_new_packets().is_err() {
+                    if let Err(e) = tls.process_new_packets() {
                         let _ = tls.write_tls(&mut self.sock);
-                        return Err(Error::Tls);
+                        return Err(Error::Tls(cause_of(&e)));
                     }
                     return Ok(());
                 }

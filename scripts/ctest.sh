@@ -5,7 +5,10 @@
 #   3. meson: C tests + xce_test (+ cluster tests when the controller is built)
 #   4. meson with -Db_sanitize=address,undefined (instrumentation verified by a test)
 #   5. valgrind: 1,000 start/stop cycles, the API and lifecycle tests, no leaks, no errors
-#   6. go vet + go test in go/ (16 goroutines through a kill -9 failover when the controller
+#   6. install: scripts/install.sh into a relative prefix from elsewhere; the exports equal the
+#      header's functions, all XCE_0.1; examples/ built with pkg-config (dynamic, static) and
+#      run; DESTDIR; uninstall leaves nothing (ctests/install_test.sh)
+#   7. go vet + go test in go/ (16 goroutines through a kill -9 failover when the controller
 #      is built)
 # Every step runs even when one fails; prints a summary; exits non-zero on any failure.
 set -uo pipefail
@@ -66,6 +69,7 @@ step header    scripts/check-header.sh
 step meson     meson_run build/c
 step asan      meson_run build/c-asan -Db_sanitize=address,undefined -Db_lundef=false
 step valgrind  valgrind_run
+step install   ctests/install_test.sh "$controller"
 step go        go_test
 
 echo

@@ -15,6 +15,8 @@ declare -A APT=(
   [go]=golang-go             # the Go package over the header (cgo)
   [valgrind]=valgrind        # leak check of the C surface
   [cc]=gcc
+  [c++]=g++                  # C++ header test and examples/jobs.cpp
+  [objcopy]=binutils         # scripts/install.sh: split debug info, strip; check-exports.sh
   [pkg-config]=pkg-config
 )
 missing=()

@@ -1,7 +1,8 @@
 /*
  * libxce — C API of the job-scheduler client library with transparent controller failover.
  *
- * Conventions (c-api.md):
+ * Conventions (docs/c-api.md; the codes in docs/errors.md; ids such as F10 name the
+ * requirements of docs/failover.md, all in the source repository):
  *  - Functions return int: >= 0 success (a count for list ops), < 0 a negative errno or a
  *    negative E_XCE_* value. xce_strerror() names any of them.
  *  - Handle first, then inputs, then outputs; a buffer is followed by its length.
@@ -41,7 +42,7 @@
 #define XCE_VERSION_PATCH 0
 
 /**
- * Standby; primary address attached (protocol.md).
+ * Standby; primary address attached (docs/protocol.md).
  */
 #define E_XCE_REDIRECT 2001
 

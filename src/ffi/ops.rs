@@ -1,4 +1,4 @@
-//! One export per op of protocol.md. Reply-bearing ops run the full failover loop of the
+//! One export per op of docs/protocol.md. Reply-bearing ops run the full failover loop of the
 //! client (F1); fire-and-forget ops follow F12; wakeups are local (F13).
 //!
 //! Common contract (not repeated on each function): `ctx` comes from `xcecli_start`; a NULL

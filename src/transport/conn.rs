@@ -12,8 +12,9 @@ use rustls::pki_types::ServerName;
 
 use super::fdcheck::FdIdent;
 use super::resolve;
+use super::tls::cause_of;
 use super::waker::{Wait, Waker};
-use crate::error::Error;
+use crate::error::{Error, TlsCause};
 use crate::wire::{
     complete_frame_len, decode_reply, encode_request, encode_request_parts, Limits, Op, Reply,
     Request, RequestHead,
@@ -59,8 +60,9 @@ impl Connection {
     /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all,
     /// the name lookup included (F8, F23); a wake ends it with `EINTR`. A lookup failure is
     /// `Error::Lookup` (its cause is dropped here: callers that report it resolve with
-    /// [`resolve::resolve`] and call [`Connection::connect_addrs`]). A failed certificate check
-    /// is `Error::Tls`; there is no plaintext fallback.
+    /// [`resolve::resolve`] and call [`Connection::connect_addrs`]). A failed handshake is
+    /// `Error::Tls` with its cause (a handshake that outlives the deadline:
+    /// `TlsCause::HandshakeTimeout`); there is no plaintext fallback.
     pub fn connect(
         host: &str,
         port: u16,
@@ -112,10 +114,16 @@ impl Connection {
             strays: 0,
         };
         if let Some(cfg) = tls {
-            let name = ServerName::try_from(host.to_string()).map_err(|_| Error::Tls)?;
-            let tls = rustls::ClientConnection::new(cfg.clone(), name).map_err(|_| Error::Tls)?;
+            // A host that is neither a DNS name nor an address cannot be verified.
+            let name = ServerName::try_from(host.to_string())
+                .map_err(|_| Error::Tls(TlsCause::NameMismatch))?;
+            let tls = rustls::ClientConnection::new(cfg.clone(), name)
+                .map_err(|e| Error::Tls(cause_of(&e)))?;
             conn.tls = Some(Box::new(tls));
-            conn.handshake(deadline, waker)?;
+            conn.handshake(deadline, waker).map_err(|e| match e {
+                Error::Errno(libc::ETIMEDOUT) => Error::Tls(TlsCause::HandshakeTimeout),
+                e => e,
+            })?;
         }
         Ok(conn)
     }
@@ -230,16 +238,17 @@ impl Connection {
     }
 
     /// Reads TLS records from the socket (waiting if none) and processes them. A protocol or
-    /// certificate failure is `Error::Tls`, after the alert was sent on a best-effort basis.
+    /// certificate failure is `Error::Tls` naming its cause, after the alert was sent on a
+    /// best-effort basis.
     fn read_tls_records(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         loop {
             let tls = self.tls.as_mut().expect("TLS read without TLS");
             match tls.read_tls(&mut *self.sock) {
                 Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
                 Ok(_) => {
-                    if tls.process_new_packets().is_err() {
+                    if let Err(e) = tls.process_new_packets() {
                         let _ = tls.write_tls(&mut *self.sock);
-                        return Err(Error::Tls);
+                        return Err(Error::Tls(cause_of(&e)));
                     }
                     return Ok(());
                 }

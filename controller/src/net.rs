@@ -197,6 +197,37 @@ impl LeaseClock {
         })
     }
 
+    /// Whether a quorum of `configs` (counting `me`) answered appends of `vote` less than
+    /// `window` before `now`.
+    pub fn quorum_heard(
+        &self,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        Self::heard_in(&st, vote, configs, me, window, now)
+    }
+
+    fn heard_in(
+        st: &LeaseState,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        joint_quorum(configs, |id| {
+            id == me
+                || st
+                    .acks
+                    .get(&id)
+                    .is_some_and(|a| a.vote == *vote && now.since(a.heard) < window)
+        })
+    }
+
     /// C10: whether this node, leading with `vote` for longer than `window`, has heard from
     /// no quorum of `configs` (counting `me`) within `window` before `now`. A leader that has
     /// not sent anything yet for `vote` is not cut off (it was just elected).
@@ -213,13 +244,7 @@ impl LeaseClock {
             Some((v, since)) if v == *vote && now.since(since) >= window => {}
             _ => return false,
         }
-        !joint_quorum(configs, |id| {
-            id == me
-                || st
-                    .acks
-                    .get(&id)
-                    .is_some_and(|a| a.vote == *vote && now.since(a.heard) < window)
-        })
+        !Self::heard_in(&st, vote, configs, me, window, now)
     }
 }
 
@@ -586,6 +611,9 @@ mod tests {
         // Uncommitted votes are never "leading".
         clock.sending(Vote::new(9, 1), t0.add(ms(900)));
         assert!(clock.cut_off(&v2, &members, 1, w, t0.add(ms(950))));
+        // quorum_heard: the same answers, any window.
+        assert!(clock.quorum_heard(&v, &members, 1, ms(100), t0.add(ms(350))));
+        assert!(!clock.quorum_heard(&v, &members, 1, ms(50), t0.add(ms(350))));
         // A single-node cluster is never cut off.
         assert!(!clock.cut_off(&v2, &[set(&[1])], 1, w, t0.add(ms(5000))));
     }

@@ -365,8 +365,8 @@ impl Ctx {
         }
     }
 
-    /// The leader this node can vouch for right now: itself when it leads and hears from a
-    /// quorum (C10), or — on a standby —
+    /// The leader this node can vouch for right now: itself when it leads and has heard from a
+    /// quorum within half the minimum election timeout (C10), or — on a standby —
     /// the leader of its committed vote if that leader's appends refreshed the vote within
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
@@ -383,8 +383,24 @@ impl Ctx {
             (tokio::time::Instant::now().saturating_duration_since(t) < window).then_some(l)
         });
         let found = found.await.ok().flatten();
-        // C10: a leader cut off from its quorum does not vouch for itself.
-        found.filter(|&l| l != me || !self.leader_cut_off())
+        found.filter(|&l| l != me || self.vouches_for_itself())
+    }
+
+    /// A leader names itself in `waitPrimary` only while a quorum answers it, as a standby
+    /// names its leader only while appends arrive: once the lease has lapsed (reads fail over
+    /// to a read index that cannot complete), a leader cut off from its peers must not send
+    /// clients back to itself in the time before it knows it is cut off (C10). A healthy
+    /// leader hears from its quorum every heartbeat; a lapse only delays the answer until the
+    /// next re-check.
+    fn vouches_for_itself(&self) -> bool {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        m.state == ServerState::Leader && {
+            let configs = m.membership_config.membership().get_joint_config();
+            let window = Duration::from_millis(self.opts.election_min_ms / 2);
+            self.lease
+                .quorum_heard(&m.vote, configs, self.id, window, BootInstant::now())
+        }
     }
 
     fn host_timeout_ms(&self) -> i64 {

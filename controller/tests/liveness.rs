@@ -52,6 +52,21 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     let pending = w.request(submit(2, "u", ""));
     w.send(&pending).unwrap();
 
+    // Past the 75 ms lease, before or after it knows it is cut off: reads fail over to a read
+    // index that cannot complete, so waitPrimary must not send clients back to this node.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut wp = ctrl.client(p);
+    let wi = info(&wp.call(wait_primary_op(100)));
+    eprintln!(
+        "waitPrimary on the leader {:?} after its followers stopped: primary {}",
+        stopped_at.elapsed(),
+        wi.primary_id
+    );
+    assert_eq!(
+        wi.primary_id, 0,
+        "a leader without its quorum named itself: {wi:?}"
+    );
+
     // Within about an election timeout the leader knows it is cut off. (Until then a read
     // whose read index fails gets NOT_READY: "cannot confirm leadership right now".)
     ctrl.wait_until(

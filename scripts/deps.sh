@@ -16,6 +16,7 @@ declare -A APT=(
   [valgrind]=valgrind        # leak check of the C surface
   [cc]=gcc
   [pkg-config]=pkg-config
+  [ip]=iproute2              # network namespaces of the S11 network-fault tests (run as root)
 )
 missing=()
 for cmd in "${!APT[@]}"; do

@@ -18,6 +18,7 @@ declare -A APT=(
   [c++]=g++                  # C++ header test and examples/jobs.cpp
   [objcopy]=binutils         # scripts/install.sh: split debug info, strip; check-exports.sh
   [pkg-config]=pkg-config
+  [ip]=iproute2              # network namespaces of the S11 network-fault tests (run as root)
 )
 missing=()
 for cmd in "${!APT[@]}"; do

@@ -12,8 +12,17 @@
 //! value), non-UTF-8 text, a `clientId` that is not exactly 16 bytes, a frame that is not
 //! exactly one message, or anything over [`Limits`] is `Error::Proto`. It never panics.
 //!
+//! Decoding is bounded by the bytes that arrived (F22): each frame gets a traversal limit and
+//! an output budget proportional to its own length ([`Limits::reader_options_for`],
+//! [`Limits::output_budget`]), and every list and text is charged against the budget before
+//! it is allocated. A message that claims more (zero-size elements, a byte list read as a
+//! struct list, many pointers sharing one text or list) is `Error::Proto`, found in time
+//! proportional to the frame.
+//!
 //! Empty texts and all-zero `usage` are left as null pointers when encoding: Cap'n Proto reads
 //! a null pointer as the default ("" / zeros), so this only saves space.
+
+use std::cell::Cell;
 
 use capnp::message::{Builder, HeapAllocator, ScratchSpaceHeapAllocator};
 use capnp::traits::HasStructSize;
@@ -65,12 +74,16 @@ pub fn encode_reply(rep: &Reply, out: &mut Vec<u8>) {
 /// An empty or absent `clientId` is Proto too: every request carries its context's id (F16),
 /// and a shared all-zero id would let two clients' writes collide in the request-id table.
 pub fn decode_request(frame: &[u8], limits: &Limits) -> Result<Request, Error> {
-    with_root(frame, limits, |root| get_request(root.get_as().proto()?))
+    with_root(frame, limits, |b, root| {
+        get_request(b, root.get_as().proto()?)
+    })
 }
 
 /// Decode one framed reply; see [`decode_request`].
 pub fn decode_reply(frame: &[u8], limits: &Limits) -> Result<Reply, Error> {
-    with_root(frame, limits, |root| get_reply(root.get_as().proto()?))
+    with_root(frame, limits, |b, root| {
+        get_reply(b, root.get_as().proto()?)
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -114,22 +127,25 @@ fn append_framed(segments: &[&[u8]], out: &mut Vec<u8>) {
     }
 }
 
-/// Checks that `frame` is exactly one message within `limits`, then reads its root.
+/// Checks that `frame` is exactly one message within `limits`, then reads its root with the
+/// frame's own bounds (F22): a traversal limit and an output [`Budget`], both proportional to
+/// `frame.len()`.
 fn with_root<T>(
     frame: &[u8],
     limits: &Limits,
-    read: impl for<'a> FnOnce(capnp::any_pointer::Reader<'a>) -> Result<T, Error>,
+    read: impl for<'a> FnOnce(&Budget, capnp::any_pointer::Reader<'a>) -> Result<T, Error>,
 ) -> Result<T, Error> {
     // Exactly one whole frame: no truncation, no trailing bytes (protocol.md "Transport").
     if frame_len(frame, limits)? != Some(frame.len()) {
         return Err(Error::Proto);
     }
-    let opts = limits.reader_options();
+    let opts = limits.reader_options_for(frame.len());
+    let budget = Budget(Cell::new(Limits::output_budget(frame.len())));
     if frame.as_ptr().align_offset(8) == 0 {
         let mut slice = frame;
         let msg =
             capnp::serialize::read_message_from_flat_slice_no_alloc(&mut slice, opts).proto()?;
-        read(msg.get_root().proto()?)
+        read(&budget, msg.get_root().proto()?)
     } else {
         // capnp (without its "unaligned" feature) reads words in place and needs 8-byte
         // alignment; a frame cut from an arbitrary offset is copied once into words.
@@ -138,7 +154,7 @@ fn with_root<T>(
         let mut slice = Word::words_to_bytes(&words);
         let msg =
             capnp::serialize::read_message_from_flat_slice_no_alloc(&mut slice, opts).proto()?;
-        read(msg.get_root().proto()?)
+        read(&budget, msg.get_root().proto()?)
     }
 }
 
@@ -153,8 +169,25 @@ impl<T, E> OrProto<T> for Result<T, E> {
     }
 }
 
-fn text(r: capnp::Result<capnp::text::Reader<'_>>) -> Result<String, Error> {
-    Ok(r.proto()?.to_str().proto()?.to_owned())
+/// What one frame may decode into (F22): bytes of Rust values that a decoded message owns on
+/// the heap (list elements by their `size_of`, texts by their length), charged before each
+/// allocation. It starts at [`Limits::output_budget`] for the frame's size, so whatever a
+/// hostile message claims (zero-size elements, texts shared by many pointers), decoding it
+/// allocates at most a small constant times the bytes that arrived.
+struct Budget(Cell<usize>);
+
+impl Budget {
+    fn charge(&self, bytes: usize) -> Result<(), Error> {
+        let left = self.0.get().checked_sub(bytes).ok_or(Error::Proto)?;
+        self.0.set(left);
+        Ok(())
+    }
+}
+
+fn text(b: &Budget, r: capnp::Result<capnp::text::Reader<'_>>) -> Result<String, Error> {
+    let s = r.proto()?.to_str().proto()?;
+    b.charge(s.len())?;
+    Ok(s.to_owned())
 }
 
 /// Leaves empty texts null (read back as "").
@@ -558,14 +591,14 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
 // ---------------------------------------------------------------------------------------
 // Decoding
 
-fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
+fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error> {
     use cp::request::op::Which as W;
     let client_id: ClientId = r.get_client_id().proto()?.try_into().proto()?;
     let op = match r.get_op().which().proto()? {
         W::Hello(x) => {
             let x = x.proto()?;
             Op::Hello(Hello {
-                client_name: text(x.get_client_name())?,
+                client_name: text(b, x.get_client_name())?,
                 protocol_version: x.get_protocol_version(),
             })
         }
@@ -573,17 +606,17 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
             let x = x.proto()?;
             Op::Join(Join {
                 role: en(x.get_role())?,
-                host: text(x.get_host())?,
+                host: text(b, x.get_host())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
-                attrs: get_kvs(x.get_attrs())?,
+                attrs: get_kvs(b, x.get_attrs())?,
             })
         }
         W::Joblist(x) => {
             let x = x.proto()?;
             Op::JobList(JobFilter {
-                user: text(x.get_user())?,
-                queue: text(x.get_queue())?,
+                user: text(b, x.get_user())?,
+                queue: text(b, x.get_queue())?,
                 state_mask: x.get_state_mask(),
                 limit: x.get_limit(),
             })
@@ -595,10 +628,10 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
             let x = x.proto()?;
             Op::JobSubmit(JobSpec {
                 job_id: x.get_job_id(),
-                name: text(x.get_name())?,
-                user: text(x.get_user())?,
-                queue: text(x.get_queue())?,
-                command: text(x.get_command())?,
+                name: text(b, x.get_name())?,
+                user: text(b, x.get_user())?,
+                queue: text(b, x.get_queue())?,
+                command: text(b, x.get_command())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
             })
@@ -607,7 +640,7 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
             let x = x.proto()?;
             Op::JobDispatch {
                 job_id: x.get_job_id(),
-                host: text(x.get_host())?,
+                host: text(b, x.get_host())?,
             }
         }
         W::Jobctrl(x) => {
@@ -620,14 +653,14 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
         W::Queuectrl(x) => {
             let x = x.proto()?;
             Op::QueueCtrl {
-                queue: text(x.get_queue())?,
+                queue: text(b, x.get_queue())?,
                 action: en(x.get_action())?,
             }
         }
         W::Hostctrl(x) => {
             let x = x.proto()?;
             Op::HostCtrl {
-                host: text(x.get_host())?,
+                host: text(b, x.get_host())?,
                 action: en(x.get_action())?,
             }
         }
@@ -635,13 +668,13 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
         W::Workerlist(()) => Op::WorkerList,
         W::Clusterconf(()) => Op::ClusterConf,
         W::Resval(x) => Op::ResVal {
-            host: text(x.proto()?.get_host())?,
+            host: text(b, x.proto()?.get_host())?,
         },
         W::UpdateResvals(x) => {
             let x = x.proto()?;
             Op::UpdateResvals {
-                host: text(x.get_host())?,
-                resvals: get_resvals(x.get_resvals())?,
+                host: text(b, x.get_host())?,
+                resvals: get_resvals(b, x.get_resvals())?,
             }
         }
         W::UpdateJusage(x) => {
@@ -654,15 +687,15 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
         W::Runtask(x) => {
             let x = x.proto()?;
             Op::RunTask {
-                host: text(x.get_host())?,
-                command: text(x.get_command())?,
+                host: text(b, x.get_host())?,
+                command: text(b, x.get_command())?,
             }
         }
         W::SetPendReason(x) => {
             let x = x.proto()?;
             Op::SetPendReason {
                 job_id: x.get_job_id(),
-                reason: text(x.get_reason())?,
+                reason: text(b, x.get_reason())?,
             }
         }
         W::ClearReason(x) => Op::ClearReason {
@@ -677,14 +710,14 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
             })
         }
         W::Heartbeat(x) => Op::Heartbeat {
-            host: text(x.proto()?.get_host())?,
+            host: text(b, x.proto()?.get_host())?,
         },
         W::Nop(()) => Op::Nop,
         W::WaitPrimary(x) => {
             let x = x.proto()?;
             Op::WaitPrimary {
                 timeout_ms: x.get_timeout_ms(),
-                exclude_host: text(x.get_exclude_host())?,
+                exclude_host: text(b, x.get_exclude_host())?,
                 exclude_port: x.get_exclude_port(),
             }
         }
@@ -701,6 +734,7 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
 type ListReader<'a, T> = capnp::Result<capnp::struct_list::Reader<'a, T>>;
 
 fn get_list<'a, T, U>(
+    b: &Budget,
     l: ListReader<'a, T>,
     each: impl Fn(T::Reader<'a>) -> Result<U, Error>,
 ) -> Result<Vec<U>, Error>
@@ -708,29 +742,32 @@ where
     T: capnp::traits::OwnedStruct,
 {
     let l = l.proto()?;
-    // Capacity from the list's length is safe: the reader has checked that the elements are
-    // inside the (limited) message.
-    let mut v = Vec::with_capacity(l.len() as usize);
+    // The reader only checked that the elements' *words* are inside the message: zero-size
+    // elements (or a byte list read as structs) take none or one byte each. The Vec's bytes
+    // are charged before it is allocated, so the count cannot exceed what the frame pays for.
+    let n = l.len() as usize;
+    b.charge(n.saturating_mul(std::mem::size_of::<U>()))?;
+    let mut v = Vec::with_capacity(n);
     for x in l.iter() {
         v.push(each(x)?);
     }
     Ok(v)
 }
 
-fn get_kvs(l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
-    get_list(l, |x| {
+fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
+    get_list(b, l, |x| {
         Ok(KeyValue {
-            key: text(x.get_key())?,
-            value: text(x.get_value())?,
+            key: text(b, x.get_key())?,
+            value: text(b, x.get_value())?,
         })
     })
 }
 
-fn get_resvals(l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
-    get_list(l, |x| {
+fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
+    get_list(b, l, |x| {
         Ok(ResVal {
-            name: text(x.get_name())?,
-            value: text(x.get_value())?,
+            name: text(b, x.get_name())?,
+            value: text(b, x.get_value())?,
         })
     })
 }
@@ -743,18 +780,18 @@ fn get_usage(u: capnp::Result<cp::usage::Reader<'_>>) -> Result<Usage, Error> {
     })
 }
 
-fn get_job(x: cp::job::Reader<'_>) -> Result<Job, Error> {
+fn get_job(b: &Budget, x: cp::job::Reader<'_>) -> Result<Job, Error> {
     Ok(Job {
         job_id: x.get_job_id(),
-        name: text(x.get_name())?,
-        user: text(x.get_user())?,
-        queue: text(x.get_queue())?,
-        command: text(x.get_command())?,
+        name: text(b, x.get_name())?,
+        user: text(b, x.get_user())?,
+        queue: text(b, x.get_queue())?,
+        command: text(b, x.get_command())?,
         ncpus: x.get_ncpus(),
         mem_mb: x.get_mem_mb(),
         state: en(x.get_state())?,
-        pend_reason: text(x.get_pend_reason())?,
-        exec_host: text(x.get_exec_host())?,
+        pend_reason: text(b, x.get_pend_reason())?,
+        exec_host: text(b, x.get_exec_host())?,
         submit_time: x.get_submit_time(),
         start_time: x.get_start_time(),
         end_time: x.get_end_time(),
@@ -763,7 +800,7 @@ fn get_job(x: cp::job::Reader<'_>) -> Result<Job, Error> {
     })
 }
 
-fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
+fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
     use cp::reply::data::Which as W;
     let data = match r.get_data().which().proto()? {
         W::None(()) => ReplyData::None,
@@ -774,52 +811,52 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 role: en(x.get_role())?,
                 term: x.get_term(),
                 primary_id: x.get_primary_id(),
-                primary_host: text(x.get_primary_host())?,
+                primary_host: text(b, x.get_primary_host())?,
                 primary_port: x.get_primary_port(),
-                version: text(x.get_version())?,
+                version: text(b, x.get_version())?,
                 protocol_version: x.get_protocol_version(),
                 waiters: x.get_waiters(),
             })
         }
-        W::Jobs(l) => ReplyData::Jobs(get_list(l, get_job)?),
-        W::Job(x) => ReplyData::Job(get_job(x.proto()?)?),
+        W::Jobs(l) => ReplyData::Jobs(get_list(b, l, |x| get_job(b, x))?),
+        W::Job(x) => ReplyData::Job(get_job(b, x.proto()?)?),
         W::JobId(id) => ReplyData::JobId(id),
-        W::Hosts(l) => ReplyData::Hosts(get_list(l, |x| {
+        W::Hosts(l) => ReplyData::Hosts(get_list(b, l, |x| {
             Ok(Host {
-                name: text(x.get_name())?,
+                name: text(b, x.get_name())?,
                 state: en(x.get_state())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
-                attrs: get_kvs(x.get_attrs())?,
+                attrs: get_kvs(b, x.get_attrs())?,
                 njobs: x.get_njobs(),
                 last_heartbeat: x.get_last_heartbeat(),
             })
         })?),
-        W::Resources(l) => ReplyData::Resources(get_list(l, |x| {
+        W::Resources(l) => ReplyData::Resources(get_list(b, l, |x| {
             Ok(Resource {
-                name: text(x.get_name())?,
-                kind: text(x.get_type())?,
-                description: text(x.get_description())?,
+                name: text(b, x.get_name())?,
+                kind: text(b, x.get_type())?,
+                description: text(b, x.get_description())?,
             })
         })?),
-        W::Resvals(l) => ReplyData::ResVals(get_resvals(l)?),
+        W::Resvals(l) => ReplyData::ResVals(get_resvals(b, l)?),
         W::ClusterConf(x) => {
             let x = x.proto()?;
             ReplyData::ClusterConf(ClusterConf {
-                cluster_name: text(x.get_cluster_name())?,
-                controllers: get_list(x.get_controllers(), |y| {
+                cluster_name: text(b, x.get_cluster_name())?,
+                controllers: get_list(b, x.get_controllers(), |y| {
                     Ok(ControllerEntry {
                         id: y.get_id(),
-                        host: text(y.get_host())?,
+                        host: text(b, y.get_host())?,
                         port: y.get_port(),
                         role: en(y.get_role())?,
                     })
                 })?,
                 primary_id: x.get_primary_id(),
                 term: x.get_term(),
-                queues: get_list(x.get_queues(), |y| {
+                queues: get_list(b, x.get_queues(), |y| {
                     Ok(Queue {
-                        name: text(y.get_name())?,
+                        name: text(b, y.get_name())?,
                         open: y.get_open(),
                         active: y.get_active(),
                         priority: y.get_priority(),
@@ -833,7 +870,7 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
     Ok(Reply {
         seq: r.get_seq(),
         status: r.get_status(),
-        redirect_host: text(r.get_redirect_host())?,
+        redirect_host: text(b, r.get_redirect_host())?,
         redirect_port: r.get_redirect_port(),
         data,
     })
@@ -842,6 +879,70 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::frame::OUTPUT_BYTES_PER_FRAME_BYTE;
+
+    /// F22's budget never refuses a legitimate message: each decoded list element is at most
+    /// `OUTPUT_BYTES_PER_FRAME_BYTE` times the bytes its struct takes on the wire (texts are
+    /// at most their own size), so the whole is at most that many times the frame.
+    #[test]
+    fn every_decoded_list_element_fits_the_output_ratio() {
+        fn check<T, W: HasStructSize>(name: &str) {
+            let wire = sw::<W>() * 8;
+            let rust = std::mem::size_of::<T>();
+            assert!(
+                rust <= OUTPUT_BYTES_PER_FRAME_BYTE * wire,
+                "{name}: {rust} B in Rust for {wire} B on the wire"
+            );
+        }
+        check::<Job, cp::job::Builder>("Job");
+        check::<Host, cp::host::Builder>("Host");
+        check::<KeyValue, cp::key_value::Builder>("KeyValue");
+        check::<Resource, cp::resource::Builder>("Resource");
+        check::<ResVal, cp::res_val::Builder>("ResVal");
+        check::<ControllerEntry, cp::controller_entry::Builder>("ControllerEntry");
+        check::<Queue, cp::queue::Builder>("Queue");
+    }
+
+    /// The densest legitimate replies (empty key/values, empty resvals) decode whole; the same
+    /// claims without the bytes behind them do not.
+    #[test]
+    fn dense_legitimate_lists_decode_and_their_hostile_twins_do_not() {
+        let l = Limits::default();
+        let empty_kvs = vec![KeyValue::default(); 2000];
+        let hosts = (0..50)
+            .map(|_| Host {
+                attrs: empty_kvs.clone(),
+                ..Host::default()
+            })
+            .collect();
+        for data in [
+            ReplyData::Hosts(hosts),
+            ReplyData::ResVals(vec![ResVal::default(); 100_000]),
+            ReplyData::Jobs(vec![Job::default(); 10_000]),
+            ReplyData::ClusterConf(ClusterConf {
+                controllers: vec![ControllerEntry::default(); 10_000],
+                queues: vec![Queue::default(); 10_000],
+                ..ClusterConf::default()
+            }),
+        ] {
+            let rep = Reply::ok(1, data);
+            let mut out = Vec::new();
+            encode_reply(&rep, &mut out);
+            assert_eq!(decode_reply(&out, &l), Ok(rep));
+        }
+        // A job list of 1,000 zero-size elements: one tag word, no bytes behind the claim.
+        let mut out = Vec::new();
+        encode_reply(&Reply::ok(1, ReplyData::Jobs(vec![])), &mut out);
+        let tag_at = out.len() - 8;
+        let tag = u64::from_le_bytes(out[tag_at..].try_into().unwrap());
+        assert_eq!(tag & 3, 0, "the empty list's tag is the last word");
+        out[tag_at..].copy_from_slice(&(1000u64 << 2).to_le_bytes());
+        assert_eq!(decode_reply(&out, &l), Err(Error::Proto));
+        // The same with 10 elements stays inside the slack.
+        out[tag_at..].copy_from_slice(&(10u64 << 2).to_le_bytes());
+        let rep = decode_reply(&out, &l).unwrap();
+        assert_eq!(rep.data, ReplyData::Jobs(vec![Job::default(); 10]));
+    }
 
     #[test]
     fn smoke_round_trip() {

@@ -4,7 +4,8 @@
 #   2. header check: include/xce/xce.h == what the pinned cbindgen generates
 #   3. meson: C tests + xce_test (+ cluster tests when the controller is built)
 #   4. meson with -Db_sanitize=address,undefined (instrumentation verified by a test)
-#   5. valgrind: 1,000 start/stop cycles and the API tests, no leaks, no errors
+#   5. valgrind: 1,000 start/stop cycles, the API tests and the old caller's joblist, no leaks,
+#      no errors
 #   6. go vet + go test in go/ (16 goroutines through a kill -9 failover when the controller
 #      is built)
 # Every step runs even when one fails; prints a summary; exits non-zero on any failure.
@@ -51,6 +52,10 @@ valgrind_run() {
             --errors-for-leak-kinds=definite,indirect --error-exitcode=9)
   "${vg[@]}" build/c/test_cycles 1000 || return 1
   "${vg[@]}" build/c/test_api all >/dev/null || return 1
+  # The seeds' joblist shape against a real cluster (77: no controller built, skipped).
+  "${vg[@]}" build/c/test_oldcaller "$controller" >/dev/null
+  local rc=$?
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] || return 1
   echo "valgrind: no leaks, no errors"
 }
 

@@ -503,11 +503,18 @@ fn rust_op(c: &Client, kind: Kind) -> Result<usize, Error> {
 fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
     match kind {
         Kind::Jobs => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_joblist(ctx, std::ptr::null(), &mut out);
+            // Both shapes: the seeds' NULL-terminated array and the filtered flat array.
+            let mut all = std::ptr::null_mut();
+            let n = xcecli_joblist(ctx, &mut all);
             if n >= 0 {
-                xce_free_jobs(out, n as usize);
+                xce_free_joblist(all);
             }
+            let mut flat = std::ptr::null_mut();
+            let m = xcecli_joblist_filter(ctx, std::ptr::null(), &mut flat);
+            if m >= 0 {
+                xce_free_jobs(flat, m as usize);
+            }
+            assert_eq!(n.signum(), m.signum(), "both shapes agree");
             n
         }
         Kind::Hosts => {
@@ -580,6 +587,11 @@ fn hostile_cases() -> Vec<(String, Kind, Msg)> {
         "Jobs: 64 jobs x 6 texts aliasing one 64 KiB text".into(),
         Kind::Jobs,
         shared_text_jobs(64, 64 << 10),
+    ));
+    v.push((
+        "Jobs: 64 jobs x 6 texts aliasing one 15-byte text (fits)".into(),
+        Kind::Jobs,
+        shared_text_jobs(64, 15),
     ));
     v.push((
         "Jobs: 2^29-1 declared, none sent".into(),
@@ -685,21 +697,41 @@ fn a_16mib_frame_of_real_jobs_decodes_within_the_bound_and_leaves_no_large_buffe
     assert_eq!(c.joblist(JobFilter::default()).map(|v| v.len()), Ok(n));
 
     let ctx = c_ctx(&server.endpoint());
+    let check_last = |last: &xce_job_t| {
+        assert_eq!(last.jobid, n as u64);
+        // SAFETY: a library string, NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr(last.name) };
+        assert_eq!(name.to_str().unwrap(), format!("job-{:07}", n - 1));
+    };
     let (rc, peak, _) = measure(|| {
         let mut out = std::ptr::null_mut();
-        let rc = xcecli_joblist(ctx, std::ptr::null(), &mut out);
+        let rc = xcecli_joblist(ctx, &mut out);
         if rc > 0 {
-            // SAFETY: out holds rc jobs; the last one is checked.
-            let last = unsafe { &*out.add(rc as usize - 1) };
-            assert_eq!(last.jobid, n as u64);
-            // SAFETY: a library string, NUL-terminated.
-            let name = unsafe { std::ffi::CStr::from_ptr(last.name) };
-            assert_eq!(name.to_str().unwrap(), format!("job-{:07}", n - 1));
+            // SAFETY: out holds rc + 1 pointers, the last NULL.
+            unsafe {
+                assert!((*out.add(rc as usize)).is_null());
+                check_last(&**out.add(rc as usize - 1));
+            }
+            xce_free_joblist(out);
+        }
+        rc
+    });
+    eprintln!("F22 C    | 16 MiB of real jobs ({n}), xcecli_joblist | frame {f} B | peak {peak} B");
+    assert_eq!(rc, n as i32);
+    assert!(peak <= bound(f), "peak {peak} B > bound {} B", bound(f));
+    let (rc, peak, _) = measure(|| {
+        let mut out = std::ptr::null_mut();
+        let rc = xcecli_joblist_filter(ctx, std::ptr::null(), &mut out);
+        if rc > 0 {
+            // SAFETY: out holds rc jobs.
+            check_last(unsafe { &*out.add(rc as usize - 1) });
             xce_free_jobs(out, rc as usize);
         }
         rc
     });
-    eprintln!("F22 C    | 16 MiB of real jobs ({n}) | frame {f} B | peak {peak} B");
+    eprintln!(
+        "F22 C    | 16 MiB of real jobs ({n}), xcecli_joblist_filter | frame {f} B | peak {peak} B"
+    );
     assert_eq!(rc, n as i32);
     assert!(peak <= bound(f), "peak {peak} B > bound {} B", bound(f));
     let (_, _, left) = measure(|| {
@@ -771,10 +803,10 @@ fn child_four_million_zero_size_jobs_under_rlimit_as() {
     let ctx = c_ctx(&server.endpoint());
     let t = Instant::now();
     let mut out = std::ptr::null_mut();
-    let rc = xcecli_joblist(ctx, std::ptr::null(), &mut out);
+    let rc = xcecli_joblist(ctx, &mut out);
     println!("C joblist: rc {rc} after {:?}", t.elapsed());
     if rc >= 0 {
-        xce_free_jobs(out, rc as usize);
+        xce_free_joblist(out);
     }
     xcecli_stop(ctx);
     let c = rust_client(server.endpoint());

@@ -14,10 +14,11 @@
 //!
 //! Decoding is bounded by the bytes that arrived (F22): each frame gets a traversal limit and
 //! an output budget proportional to its own length ([`Limits::reader_options_for`],
-//! [`Limits::output_budget`]), and every list and text is charged against the budget before
-//! it is allocated. A message that claims more (zero-size elements, a byte list read as a
-//! struct list, many pointers sharing one text or list) is `Error::Proto`, found in time
-//! proportional to the frame.
+//! [`Limits::output_budget`]): every list is charged against the budget before it is
+//! allocated, every text against the traversal limit (by capnp) before it is copied. A
+//! message that claims more (zero-size elements, a byte list read as a struct list, many
+//! pointers sharing one text or list) is `Error::Proto`, found in time proportional to the
+//! frame.
 //!
 //! Empty texts and all-zero `usage` are left as null pointers when encoding: Cap'n Proto reads
 //! a null pointer as the default ("" / zeros), so this only saves space.
@@ -169,11 +170,12 @@ impl<T, E> OrProto<T> for Result<T, E> {
     }
 }
 
-/// What one frame may decode into (F22): bytes of Rust values that a decoded message owns on
-/// the heap (list elements by their `size_of`, texts by their length), charged before each
-/// allocation. It starts at [`Limits::output_budget`] for the frame's size, so whatever a
-/// hostile message claims (zero-size elements, texts shared by many pointers), decoding it
-/// allocates at most a small constant times the bytes that arrived.
+/// What one frame may decode into (F22): bytes of list elements (`count * size_of`),
+/// charged before each list is allocated. It starts at [`Limits::output_budget`] for the
+/// frame's size, so a list of zero-size elements (or a byte list read as a struct list)
+/// cannot claim more elements than the frame pays for. Texts need no charge: capnp charges
+/// each text read to the frame's traversal limit before we copy it, so all texts together
+/// are at most about twice the frame (even when many pointers share one text).
 struct Budget(Cell<usize>);
 
 impl Budget {
@@ -184,10 +186,8 @@ impl Budget {
     }
 }
 
-fn text(b: &Budget, r: capnp::Result<capnp::text::Reader<'_>>) -> Result<String, Error> {
-    let s = r.proto()?.to_str().proto()?;
-    b.charge(s.len())?;
-    Ok(s.to_owned())
+fn text(r: capnp::Result<capnp::text::Reader<'_>>) -> Result<String, Error> {
+    Ok(r.proto()?.to_str().proto()?.to_owned())
 }
 
 /// Leaves empty texts null (read back as "").
@@ -598,7 +598,7 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         W::Hello(x) => {
             let x = x.proto()?;
             Op::Hello(Hello {
-                client_name: text(b, x.get_client_name())?,
+                client_name: text(x.get_client_name())?,
                 protocol_version: x.get_protocol_version(),
             })
         }
@@ -606,7 +606,7 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
             let x = x.proto()?;
             Op::Join(Join {
                 role: en(x.get_role())?,
-                host: text(b, x.get_host())?,
+                host: text(x.get_host())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
                 attrs: get_kvs(b, x.get_attrs())?,
@@ -615,8 +615,8 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         W::Joblist(x) => {
             let x = x.proto()?;
             Op::JobList(JobFilter {
-                user: text(b, x.get_user())?,
-                queue: text(b, x.get_queue())?,
+                user: text(x.get_user())?,
+                queue: text(x.get_queue())?,
                 state_mask: x.get_state_mask(),
                 limit: x.get_limit(),
             })
@@ -628,10 +628,10 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
             let x = x.proto()?;
             Op::JobSubmit(JobSpec {
                 job_id: x.get_job_id(),
-                name: text(b, x.get_name())?,
-                user: text(b, x.get_user())?,
-                queue: text(b, x.get_queue())?,
-                command: text(b, x.get_command())?,
+                name: text(x.get_name())?,
+                user: text(x.get_user())?,
+                queue: text(x.get_queue())?,
+                command: text(x.get_command())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
             })
@@ -640,7 +640,7 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
             let x = x.proto()?;
             Op::JobDispatch {
                 job_id: x.get_job_id(),
-                host: text(b, x.get_host())?,
+                host: text(x.get_host())?,
             }
         }
         W::Jobctrl(x) => {
@@ -653,14 +653,14 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         W::Queuectrl(x) => {
             let x = x.proto()?;
             Op::QueueCtrl {
-                queue: text(b, x.get_queue())?,
+                queue: text(x.get_queue())?,
                 action: en(x.get_action())?,
             }
         }
         W::Hostctrl(x) => {
             let x = x.proto()?;
             Op::HostCtrl {
-                host: text(b, x.get_host())?,
+                host: text(x.get_host())?,
                 action: en(x.get_action())?,
             }
         }
@@ -668,12 +668,12 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         W::Workerlist(()) => Op::WorkerList,
         W::Clusterconf(()) => Op::ClusterConf,
         W::Resval(x) => Op::ResVal {
-            host: text(b, x.proto()?.get_host())?,
+            host: text(x.proto()?.get_host())?,
         },
         W::UpdateResvals(x) => {
             let x = x.proto()?;
             Op::UpdateResvals {
-                host: text(b, x.get_host())?,
+                host: text(x.get_host())?,
                 resvals: get_resvals(b, x.get_resvals())?,
             }
         }
@@ -687,15 +687,15 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         W::Runtask(x) => {
             let x = x.proto()?;
             Op::RunTask {
-                host: text(b, x.get_host())?,
-                command: text(b, x.get_command())?,
+                host: text(x.get_host())?,
+                command: text(x.get_command())?,
             }
         }
         W::SetPendReason(x) => {
             let x = x.proto()?;
             Op::SetPendReason {
                 job_id: x.get_job_id(),
-                reason: text(b, x.get_reason())?,
+                reason: text(x.get_reason())?,
             }
         }
         W::ClearReason(x) => Op::ClearReason {
@@ -710,14 +710,14 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
             })
         }
         W::Heartbeat(x) => Op::Heartbeat {
-            host: text(b, x.proto()?.get_host())?,
+            host: text(x.proto()?.get_host())?,
         },
         W::Nop(()) => Op::Nop,
         W::WaitPrimary(x) => {
             let x = x.proto()?;
             Op::WaitPrimary {
                 timeout_ms: x.get_timeout_ms(),
-                exclude_host: text(b, x.get_exclude_host())?,
+                exclude_host: text(x.get_exclude_host())?,
                 exclude_port: x.get_exclude_port(),
             }
         }
@@ -757,8 +757,8 @@ where
 fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
     get_list(b, l, |x| {
         Ok(KeyValue {
-            key: text(b, x.get_key())?,
-            value: text(b, x.get_value())?,
+            key: text(x.get_key())?,
+            value: text(x.get_value())?,
         })
     })
 }
@@ -766,8 +766,8 @@ fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<Ke
 fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
     get_list(b, l, |x| {
         Ok(ResVal {
-            name: text(b, x.get_name())?,
-            value: text(b, x.get_value())?,
+            name: text(x.get_name())?,
+            value: text(x.get_value())?,
         })
     })
 }
@@ -780,18 +780,18 @@ fn get_usage(u: capnp::Result<cp::usage::Reader<'_>>) -> Result<Usage, Error> {
     })
 }
 
-fn get_job(b: &Budget, x: cp::job::Reader<'_>) -> Result<Job, Error> {
+fn get_job(x: cp::job::Reader<'_>) -> Result<Job, Error> {
     Ok(Job {
         job_id: x.get_job_id(),
-        name: text(b, x.get_name())?,
-        user: text(b, x.get_user())?,
-        queue: text(b, x.get_queue())?,
-        command: text(b, x.get_command())?,
+        name: text(x.get_name())?,
+        user: text(x.get_user())?,
+        queue: text(x.get_queue())?,
+        command: text(x.get_command())?,
         ncpus: x.get_ncpus(),
         mem_mb: x.get_mem_mb(),
         state: en(x.get_state())?,
-        pend_reason: text(b, x.get_pend_reason())?,
-        exec_host: text(b, x.get_exec_host())?,
+        pend_reason: text(x.get_pend_reason())?,
+        exec_host: text(x.get_exec_host())?,
         submit_time: x.get_submit_time(),
         start_time: x.get_start_time(),
         end_time: x.get_end_time(),
@@ -811,19 +811,19 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 role: en(x.get_role())?,
                 term: x.get_term(),
                 primary_id: x.get_primary_id(),
-                primary_host: text(b, x.get_primary_host())?,
+                primary_host: text(x.get_primary_host())?,
                 primary_port: x.get_primary_port(),
-                version: text(b, x.get_version())?,
+                version: text(x.get_version())?,
                 protocol_version: x.get_protocol_version(),
                 waiters: x.get_waiters(),
             })
         }
-        W::Jobs(l) => ReplyData::Jobs(get_list(b, l, |x| get_job(b, x))?),
-        W::Job(x) => ReplyData::Job(get_job(b, x.proto()?)?),
+        W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),
+        W::Job(x) => ReplyData::Job(get_job(x.proto()?)?),
         W::JobId(id) => ReplyData::JobId(id),
         W::Hosts(l) => ReplyData::Hosts(get_list(b, l, |x| {
             Ok(Host {
-                name: text(b, x.get_name())?,
+                name: text(x.get_name())?,
                 state: en(x.get_state())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
@@ -834,20 +834,20 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
         })?),
         W::Resources(l) => ReplyData::Resources(get_list(b, l, |x| {
             Ok(Resource {
-                name: text(b, x.get_name())?,
-                kind: text(b, x.get_type())?,
-                description: text(b, x.get_description())?,
+                name: text(x.get_name())?,
+                kind: text(x.get_type())?,
+                description: text(x.get_description())?,
             })
         })?),
         W::Resvals(l) => ReplyData::ResVals(get_resvals(b, l)?),
         W::ClusterConf(x) => {
             let x = x.proto()?;
             ReplyData::ClusterConf(ClusterConf {
-                cluster_name: text(b, x.get_cluster_name())?,
+                cluster_name: text(x.get_cluster_name())?,
                 controllers: get_list(b, x.get_controllers(), |y| {
                     Ok(ControllerEntry {
                         id: y.get_id(),
-                        host: text(b, y.get_host())?,
+                        host: text(y.get_host())?,
                         port: y.get_port(),
                         role: en(y.get_role())?,
                     })
@@ -856,7 +856,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 term: x.get_term(),
                 queues: get_list(b, x.get_queues(), |y| {
                     Ok(Queue {
-                        name: text(b, y.get_name())?,
+                        name: text(y.get_name())?,
                         open: y.get_open(),
                         active: y.get_active(),
                         priority: y.get_priority(),
@@ -870,7 +870,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
     Ok(Reply {
         seq: r.get_seq(),
         status: r.get_status(),
-        redirect_host: text(b, r.get_redirect_host())?,
+        redirect_host: text(r.get_redirect_host())?,
         redirect_port: r.get_redirect_port(),
         data,
     })
@@ -882,8 +882,8 @@ mod tests {
     use crate::wire::frame::OUTPUT_BYTES_PER_FRAME_BYTE;
 
     /// F22's budget never refuses a legitimate message: each decoded list element is at most
-    /// `OUTPUT_BYTES_PER_FRAME_BYTE` times the bytes its struct takes on the wire (texts are
-    /// at most their own size), so the whole is at most that many times the frame.
+    /// `OUTPUT_BYTES_PER_FRAME_BYTE` times the bytes its struct takes on the wire, so all the
+    /// lists together are at most that many times the frame.
     #[test]
     fn every_decoded_list_element_fits_the_output_ratio() {
         fn check<T, W: HasStructSize>(name: &str) {

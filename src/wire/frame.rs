@@ -22,10 +22,10 @@ pub const MAX_SEGMENTS: usize = 512;
 /// Bytes per Cap'n Proto word.
 const WORD: usize = 8;
 
-/// Decoded bytes allowed per frame byte (F22; see [`Limits::output_budget`]).
+/// Bytes of decoded list elements allowed per frame byte (F22; see [`Limits::output_budget`]).
 pub const OUTPUT_BYTES_PER_FRAME_BYTE: usize = 4;
 
-/// Decoded bytes every frame may produce beyond the proportional part.
+/// Bytes of decoded list elements every frame may produce beyond the proportional part.
 pub const OUTPUT_SLACK_BYTES: usize = 4096;
 
 /// Traversal words every frame gets beyond twice its own words.
@@ -64,10 +64,11 @@ impl Limits {
             .min(self.traversal_limit_words)
     }
 
-    /// Bytes of decoded Rust values one frame of `frame_bytes` may produce (F22):
-    /// [`OUTPUT_BYTES_PER_FRAME_BYTE`] per byte, plus [`OUTPUT_SLACK_BYTES`]. Every decoded
-    /// type is at most that many times its own Cap'n Proto size (a test in codec.rs checks
-    /// each), so a legitimate message always fits.
+    /// Bytes of decoded list elements (`count * size_of`) one frame of `frame_bytes` may
+    /// produce (F22): [`OUTPUT_BYTES_PER_FRAME_BYTE`] per byte, plus [`OUTPUT_SLACK_BYTES`].
+    /// Every decoded element type is at most that many times its own Cap'n Proto size (a test
+    /// in codec.rs checks each), so a legitimate message always fits. Texts are bounded by
+    /// the traversal limit instead: together at most about twice the frame.
     pub const fn output_budget(frame_bytes: usize) -> usize {
         frame_bytes
             .saturating_mul(OUTPUT_BYTES_PER_FRAME_BYTE)

@@ -747,7 +747,10 @@ where
     // are charged before it is allocated, so the count cannot exceed what the frame pays for.
     let n = l.len() as usize;
     b.charge(n.saturating_mul(std::mem::size_of::<U>()))?;
-    let mut v = Vec::with_capacity(n);
+    // Even a bounded list can meet a process out of memory: that is an error, not an abort.
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::Errno(libc::ENOMEM))?;
     for x in l.iter() {
         v.push(each(x)?);
     }

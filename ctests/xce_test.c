@@ -289,19 +289,19 @@ static void cmd_jobsub(char *args) {
 }
 
 static void cmd_joblist(void) {
-    xce_job_t *jobs;
+    xce_job_t **jobs;
     if (!need_ctx("joblist")) return;
-    int n = xcecli_joblist(g_ctx, NULL, &jobs);
+    int n = xcecli_joblist(g_ctx, &jobs);
     if (n < 0) {
         fail("joblist", n);
         return;
     }
     for (int i = 0; i < n; i++) {
-        remember(jobs[i].jobid);
-        print_job(&jobs[i]);
+        remember(jobs[i]->jobid);
+        print_job(jobs[i]);
     }
     printf("%d job%s\n", n, n == 1 ? "" : "s");
-    xce_free_jobs(jobs, (size_t)n);
+    xce_free_joblist(jobs);
 }
 
 static void cmd_jobinfo(char *args) {

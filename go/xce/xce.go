@@ -373,7 +373,7 @@ func (c *Client) JobList(f JobFilter) ([]Job, error) {
 	cf := C.xce_job_filter_t{user: cs.add(f.User), queue: cs.add(f.Queue),
 		state_mask: C.uint32_t(f.StateMask), limit: C.uint32_t(f.Limit)}
 	var jobs *C.xce_job_t
-	n := C.xcecli_joblist(c.ctx, &cf, &jobs)
+	n := C.xcecli_joblist_filter(c.ctx, &cf, &jobs)
 	if err := check("joblist", n); err != nil {
 		return nil, err
 	}

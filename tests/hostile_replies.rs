@@ -457,6 +457,7 @@ fn options() -> Options {
         call_deadline: None,
         hint_policy: Default::default(),
         wait_primary: false,
+        suspicion: false,
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`wait_primary`]: where to ask for the primary while backing off, and whether to follow
 //!   the answer (F18, F25).
 //! - [`slot`]: callbacks whose replacement is final (F20).
+//! - [`suspicion`]: when a reply is late (F25).
 //! - [`retry`]: the loop — the one place with sockets, sleeps and callbacks.
 
 pub mod backoff;
@@ -25,6 +26,7 @@ pub mod options;
 pub mod report;
 pub mod retry;
 pub mod slot;
+pub mod suspicion;
 pub mod wait_primary;
 
 pub use options::{ClientOption, Options};

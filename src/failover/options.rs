@@ -12,6 +12,8 @@ pub const DEFAULT_REPLY_TIMEOUT_MS: u32 = 2000;
 pub const DEFAULT_CALL_DEADLINE_MS: u32 = 0;
 /// Ask a reachable standby to announce the new primary while backing off (F18).
 pub const DEFAULT_WAIT_PRIMARY: bool = true;
+/// Ask another controller whether the primary changed when a reply is late (F25).
+pub const DEFAULT_SUSPICION: bool = true;
 /// Least spread applied before following a primary announced by `waitPrimary` (F18).
 pub const WAIT_PRIMARY_SPREAD: Duration = Duration::from_millis(5);
 /// Spread per client the announcing controller was holding: 1000 waiters spread over 100 ms,
@@ -33,6 +35,8 @@ pub enum ClientOption {
     RedirectAnyHost(bool),
     /// Use `waitPrimary` while backing off (F18).
     WaitPrimary(bool),
+    /// Suspect a late reply: ask another controller whether the primary changed (F25).
+    Suspicion(bool),
 }
 
 /// The knobs of one context.
@@ -44,6 +48,7 @@ pub struct Options {
     pub call_deadline: Option<Duration>,
     pub hint_policy: HintPolicy,
     pub wait_primary: bool,
+    pub suspicion: bool,
 }
 
 impl Default for Options {
@@ -54,6 +59,7 @@ impl Default for Options {
             call_deadline: None,
             hint_policy: HintPolicy::ConfiguredOnly,
             wait_primary: DEFAULT_WAIT_PRIMARY,
+            suspicion: DEFAULT_SUSPICION,
         }
     }
 }
@@ -80,6 +86,7 @@ impl Options {
                 }
             }
             ClientOption::WaitPrimary(on) => self.wait_primary = on,
+            ClientOption::Suspicion(on) => self.suspicion = on,
         }
         Ok(())
     }
@@ -138,19 +145,23 @@ impl Options {
         set("XCE_WAIT_PRIMARY", EnvKind::Flag, |v| {
             ClientOption::WaitPrimary(v != 0)
         });
+        set("XCE_SUSPICION", EnvKind::Flag, |v| {
+            ClientOption::Suspicion(v != 0)
+        });
         (o, bad)
     }
 }
 
 /// Every environment variable the library reads (F15, F14). docs/c-api.md has the table of
 /// their defaults and precedence; a test keeps the two in step.
-pub const ENV_VARS: [&str; 10] = [
+pub const ENV_VARS: [&str; 11] = [
     "XCE_LOG",
     "XCE_CONNECT_TIMEOUT_MS",
     "XCE_REPLY_TIMEOUT_MS",
     "XCE_CALL_DEADLINE_MS",
     "XCE_REDIRECT_ANY_HOST",
     "XCE_WAIT_PRIMARY",
+    "XCE_SUSPICION",
     "XCE_MAX_RETRIES",
     "XCE_INITIAL_RETRY_MS",
     "XCE_MAX_RETRY_MS",

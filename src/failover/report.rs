@@ -28,6 +28,10 @@ pub struct Stats {
     pub last_failover_ms: u64,
     /// The controller in use, if connected.
     pub current_master: Option<Endpoint>,
+    /// Late replies that made the loop ask another controller about the primary (F25).
+    pub suspicions: u64,
+    /// Of those, the ones where another primary was named and the request re-sent there.
+    pub suspicion_failovers: u64,
 }
 
 /// An F17 event, delivered on the calling thread.

@@ -19,6 +19,7 @@ use super::log::{xlog, Level};
 use super::options::Options;
 use super::report::{CallReport, Event, MasterOutcome, Observer};
 use super::rotate::{Endpoint, HintRefusal, HintVerdict, Rotator};
+use super::suspicion::RoundTrips;
 use super::wait_primary::{self, Verdict, Witnesses};
 use crate::error::{strerror, Error};
 use crate::transport::resolve;
@@ -28,6 +29,10 @@ use crate::wire::{ClientId, Hello, Limits, Op, OpKind, Reply, RequestHead, PROTO
 /// Extra time granted to a `waitPrimary` reply beyond the wait itself (F18), capped by the
 /// reply timeout: the controller answers at the end of the wait, one round trip later.
 const WAIT_PRIMARY_SLACK: Duration = Duration::from_millis(250);
+
+/// How long a connect runs alone before the next master is tried beside it (F2, F25): far
+/// above a connect's time on a working network, far below the connect timeout.
+pub const RACE_STAGGER: Duration = Duration::from_millis(200);
 
 /// The knobs a call runs with, copied when it starts: a setter never waits for a call in
 /// progress and changes only the calls that start after it (F15).
@@ -67,6 +72,8 @@ pub struct Link {
     pub has_served: bool,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
+    /// Recent round trips per op: when a reply is late (F25).
+    pub round_trips: RoundTrips,
     /// Names the context in log lines.
     pub tag: String,
 }
@@ -93,6 +100,7 @@ impl Link {
             failing_since: None,
             has_served: false,
             lookup_failure: None,
+            round_trips: RoundTrips::default(),
             tag,
         }
     }
@@ -118,11 +126,17 @@ impl Link {
 
     /// Connects to the current target, replacing any old connection (F5: the old one is closed
     /// first). The connect timeout, name lookup included (F23), is capped by `deadline`.
+    ///
+    /// With `race`, a target that does not answer within [`RACE_STAGGER`] gets company: the
+    /// other configured masters not in `avoid` (those already tried; in rotation order, names
+    /// already resolved) are tried beside it, and the first to connect becomes the current one
+    /// — a silent master costs the stagger, not the connect timeout (F25, issue 12).
     fn connect_current(
         &mut self,
         waker: &Waker,
         connect_timeout: Duration,
         deadline: Option<Instant>,
+        race: Option<u64>,
     ) -> Result<(), Error> {
         self.conn = None;
         self.lookup_failure = None;
@@ -135,14 +149,59 @@ impl Link {
             }
             e.error()
         })?;
-        let conn = Connection::connect_addrs(
-            &ep.host,
-            &addrs,
-            self.tls.as_ref(),
-            self.limits,
-            until,
-            waker,
-        )?;
+        let others: Vec<(usize, Vec<std::net::SocketAddr>)> =
+            match (self.rotator.current_master(), race) {
+                (Some(c), Some(avoid)) => {
+                    let n = self.rotator.masters().len();
+                    (1..n)
+                        .map(|k| (c + k) % n)
+                        .filter(|&i| i >= 64 || avoid & (1 << i) == 0)
+                        .filter_map(|i| {
+                            let m = &self.rotator.masters()[i];
+                            resolve::cached(&m.host, m.port).map(|a| (i, a))
+                        })
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+        let conn = if others.is_empty() {
+            Connection::connect_addrs(
+                &ep.host,
+                &addrs,
+                self.tls.as_ref(),
+                self.limits,
+                until,
+                waker,
+            )?
+        } else {
+            let masters = self.rotator.masters();
+            let mut hosts: Vec<(&str, &[std::net::SocketAddr])> = vec![(&ep.host, &addrs)];
+            hosts.extend(
+                others
+                    .iter()
+                    .map(|(i, a)| (masters[*i].host.as_str(), a.as_slice())),
+            );
+            let (k, conn) = Connection::connect_race(
+                &hosts,
+                RACE_STAGGER,
+                self.tls.as_ref(),
+                self.limits,
+                until,
+                waker,
+            )?;
+            if k > 0 {
+                let winner = others[k - 1].0;
+                xlog!(
+                    Level::Info,
+                    "{}: {} did not answer; connected to {} instead",
+                    self.tag,
+                    ep,
+                    self.rotator.masters()[winner]
+                );
+                self.rotator.set_current(winner);
+            }
+            conn
+        };
         self.conn = Some(conn);
         self.hook_pending = true;
         Ok(())
@@ -317,7 +376,7 @@ pub fn connect_first(
     let mut last = Error::Errno(libc::ECONNREFUSED);
     for i in 0..link.rotator.masters().len() {
         link.rotator.set_current(i);
-        match link.connect_current(waker, settings.options.connect_timeout, None) {
+        match link.connect_current(waker, settings.options.connect_timeout, None, Some(0)) {
             Ok(()) => {
                 // The first connection is not a reconnect: no hook for it (F10).
                 link.hook_pending = false;
@@ -410,7 +469,7 @@ fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
                 let cause = AttemptOutcome::Transport(result.err().unwrap_or(Error::Internal));
                 rotate(&mut link, env, cause, 0);
             }
-            result = link.connect_current(&env.waker, env.options().connect_timeout, None);
+            result = link.connect_current(&env.waker, env.options().connect_timeout, None, None);
             match result {
                 Ok(()) => break,
                 Err(e) if is_interrupt(e) => return Err(e),
@@ -600,8 +659,14 @@ impl<'a, 'e> Call<'a, 'e> {
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
         if !link.conn_usable() {
-            link.connect_current(&env.waker, env.options().connect_timeout, self.deadline)
-                .map_err(AttemptOutcome::Transport)?;
+            let avoid = self.budget.avoid_mask();
+            link.connect_current(
+                &env.waker,
+                env.options().connect_timeout,
+                self.deadline,
+                Some(avoid),
+            )
+            .map_err(AttemptOutcome::Transport)?;
             let ep = link.current_endpoint();
             env.observer.update(|s| s.current_master = Some(ep));
         }
@@ -627,7 +692,7 @@ impl<'a, 'e> Call<'a, 'e> {
             run_hook(env)?;
             link = env.borrow().map_err(AttemptOutcome::Transport)?;
         }
-        let (result, sent) = link.exchange(&env.waker, self.op, self.request_id, reply_until());
+        let (result, sent) = self.exchange_watchful(&mut link, reply_until());
         match result {
             Ok(reply) => Ok(reply),
             Err(e) => {
@@ -636,6 +701,165 @@ impl<'a, 'e> Call<'a, 'e> {
                 Err(AttemptOutcome::Transport(e))
             }
         }
+    }
+
+    /// The call's request on the current connection (F25): a reply later than the op's
+    /// threshold makes the loop ask another controller, while it waits on, whether the primary
+    /// changed; when one names another primary, the late request is abandoned (the connection
+    /// dropped) and the loop goes there next. Returns the reply or the transport error, and
+    /// whether the request left.
+    fn exchange_watchful(
+        &mut self,
+        link: &mut Link,
+        until: Instant,
+    ) -> (Result<Reply, Error>, bool) {
+        let env = self.env;
+        let watch = env.options().suspicion
+            && link.rotator.masters().len() > 1
+            && link.rotator.current_master().is_some();
+        if !watch {
+            return link.exchange(&env.waker, self.op, self.request_id, until);
+        }
+        let Some(conn) = link.conn.as_mut() else {
+            return (Err(Error::Errno(libc::ENOTCONN)), false);
+        };
+        link.seq += 1;
+        let head = RequestHead {
+            seq: link.seq,
+            client_id: link.client_id,
+            request_id: self.request_id,
+            no_reply: false,
+        };
+        let sent_at = Instant::now();
+        if let Err(e) = conn.send_op(&head, self.op, until, &env.waker) {
+            return (Err(e), false);
+        }
+        let suspect_at = (sent_at + link.round_trips.threshold(self.op)).min(until);
+        let early = match conn.recv_by(head.seq, suspect_at, &env.waker) {
+            Ok(None) if Instant::now() < until => None,
+            Ok(None) => Some(Err(Error::Errno(libc::ETIMEDOUT))),
+            Ok(Some(reply)) => Some(Ok(reply)),
+            Err(e) => Some(Err(e)),
+        };
+        let result = match early {
+            Some(r) => r,
+            None => {
+                let late_fd = conn.raw_fd();
+                env.observer.update(|s| s.suspicions += 1);
+                match self.probe(link, late_fd, until) {
+                    Some(m) => {
+                        // F25: another controller names a new primary: the late request is
+                        // abandoned (a reply to it would now be a stray) and re-sent there.
+                        clog!(
+                            env,
+                            Level::Info,
+                            "{} late on {} after {} ms; the primary is now {}: re-sending there",
+                            self.op.name(),
+                            link.current_endpoint(),
+                            sent_at.elapsed().as_millis(),
+                            link.rotator.masters()[m]
+                        );
+                        env.observer.update(|s| s.suspicion_failovers += 1);
+                        link.rotator.aim_at(m);
+                        if let Some(c) = link.conn.as_mut() {
+                            c.mark_dead();
+                        }
+                        return (Err(Error::Errno(libc::ETIMEDOUT)), true);
+                    }
+                    None => match link.conn.as_mut() {
+                        Some(c) => c.recv(head.seq, until, &env.waker),
+                        None => Err(Error::Errno(libc::ENOTCONN)),
+                    },
+                }
+            }
+        };
+        if result.is_ok() {
+            link.round_trips.observe(self.op, sent_at.elapsed());
+        } else if let Err(Error::Errno(libc::ETIMEDOUT)) = result {
+            if let Some(c) = link.conn.as_mut() {
+                c.mark_dead();
+            }
+        }
+        (result, true)
+    }
+
+    /// F25: asks another controller whether the primary changed, while the reply on `late_fd`
+    /// may still arrive (its arrival ends the probe). The other configured masters are raced
+    /// (a silent one costs nothing), the first to connect gets `waitPrimary` excluding the
+    /// current master, until the reply's own deadline. `Some(m)`: configured master `m`, not
+    /// the current one, is the primary now.
+    fn probe(
+        &mut self,
+        link: &mut Link,
+        late_fd: std::os::fd::RawFd,
+        until: Instant,
+    ) -> Option<usize> {
+        let env = self.env;
+        let current = link.rotator.current_master()?;
+        let masters = link.rotator.masters();
+        let n = masters.len();
+        let others: Vec<(usize, Vec<std::net::SocketAddr>)> = (1..n)
+            .map(|k| (current + k) % n)
+            .filter_map(|i| {
+                let m = &masters[i];
+                resolve::cached(&m.host, m.port).map(|a| (i, a))
+            })
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        let hosts: Vec<(&str, &[std::net::SocketAddr])> = others
+            .iter()
+            .map(|(i, a)| (masters[*i].host.as_str(), a.as_slice()))
+            .collect();
+        let waker = env.waker.watching(late_fd);
+        let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
+        let (k, mut conn) = Connection::connect_race(
+            &hosts,
+            Duration::ZERO,
+            link.tls.as_ref(),
+            link.limits,
+            connect_until,
+            &waker,
+        )
+        .ok()?;
+        let witness = others[k].0;
+        let p = &masters[current];
+        let wait_ms = until
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .clamp(1, u128::from(u32::MAX)) as u32;
+        let op = Op::WaitPrimary {
+            timeout_ms: wait_ms,
+            exclude_host: p.host.clone(),
+            exclude_port: p.port,
+        };
+        let head = RequestHead {
+            seq: 1,
+            client_id: link.client_id,
+            request_id: 0,
+            no_reply: false,
+        };
+        conn.send_op(&head, &op, until, &waker).ok()?;
+        let reply = conn.recv(1, until, &waker).ok()?;
+        let crate::wire::ReplyData::CtrlInfo(info) = &reply.data else {
+            return None;
+        };
+        if reply.status < 0 || !wait_primary::names_someone(info) {
+            return None;
+        }
+        let resolve = bounded_resolver(env, self.deadline);
+        let named = link
+            .rotator
+            .find_master(&info.primary_host, info.primary_port, &resolve)?;
+        clog!(
+            env,
+            Level::Debug,
+            "asked {} about the primary: {}",
+            link.rotator.masters()[witness],
+            link.rotator.masters()[named]
+        );
+        (named != current).then_some(named)
     }
 
     /// Notes the outcome of the attempt just made on the current master (F19, F24). Being
@@ -857,6 +1081,7 @@ impl<'a, 'e> Call<'a, 'e> {
                     &self.env.waker,
                     self.env.options().connect_timeout,
                     Some(until),
+                    None,
                 )
                 .is_err()
             {

@@ -325,6 +325,10 @@ pub const XCE_OPT_DEADLINE_MS: c_int = 3;
 pub const XCE_OPT_REDIRECT_POLICY: c_int = 4;
 /// Option: ask standbys to `waitPrimary` while backing off: 1 on (default), 0 off (F18).
 pub const XCE_OPT_WAIT_PRIMARY: c_int = 5;
+/// Option: when a reply is later than this context's recent round trips suggest, ask another
+/// controller whether the primary changed, and re-send there if it did: 1 on (default), 0 off
+/// (only the reply timeout ends a wait) (F25).
+pub const XCE_OPT_SUSPICION: c_int = 6;
 
 /// Redirect policy: follow a hint only when it names a configured master (default).
 pub const XCE_REDIRECT_CONFIGURED: i64 = 0;
@@ -355,6 +359,11 @@ pub(crate) fn option_from_c(opt: c_int, value: i64) -> Option<client::ClientOpti
         XCE_OPT_WAIT_PRIMARY => match value {
             0 => O::WaitPrimary(false),
             1 => O::WaitPrimary(true),
+            _ => return None,
+        },
+        XCE_OPT_SUSPICION => match value {
+            0 => O::Suspicion(false),
+            1 => O::Suspicion(true),
             _ => return None,
         },
         _ => return None,
@@ -421,6 +430,8 @@ mod tests {
         assert!(option_from_c(XCE_OPT_REDIRECT_POLICY, 2).is_none());
         assert!(option_from_c(XCE_OPT_WAIT_PRIMARY, 1).is_some());
         assert!(option_from_c(XCE_OPT_WAIT_PRIMARY, 2).is_none());
+        assert!(option_from_c(XCE_OPT_SUSPICION, 0).is_some());
+        assert!(option_from_c(XCE_OPT_SUSPICION, 2).is_none());
         assert!(option_from_c(0, 0).is_none());
         assert!(option_from_c(99, 0).is_none());
     }

@@ -98,13 +98,123 @@ impl Connection {
                     break;
                 }
                 // Woken, cancelled, stopped: the caller's decision, not the address's fault.
-                Err(e @ (Error::Closed | Error::Errno(libc::EINTR | libc::ECANCELED))) => {
-                    return Err(e)
-                }
+                Err(e) if is_stop(e) => return Err(e),
                 Err(e) => last = e,
             }
         }
         let sock = sock.ok_or(last)?;
+        Connection::established(host, sock, tls, limits, deadline, waker)
+    }
+
+    /// Races connects to several hosts (each with its addresses, in order): the first attempt
+    /// runs alone for `stagger`, then the next one starts beside it, and so on (an attempt that
+    /// fails at once lets the next start at once; a zero `stagger` starts them all together).
+    /// The first socket to connect wins and the others are closed, so a silent host costs
+    /// nothing while another answers (F25, issue 12). Returns the winner's index in `hosts`
+    /// and its connection (TLS completed); else the last error, or `ETIMEDOUT` at `deadline`.
+    pub fn connect_race(
+        hosts: &[(&str, &[SocketAddr])],
+        stagger: std::time::Duration,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        limits: Limits,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<(usize, Connection), Error> {
+        use super::waker::MAX_WAIT_FDS;
+        let attempts: Vec<(usize, SocketAddr)> = hosts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, addrs))| addrs.iter().map(move |a| (i, *a)))
+            .collect();
+        let mut last = Error::Lookup;
+        let mut pending: Vec<(usize, OwnedFd)> = Vec::new();
+        let mut next = 0;
+        let mut next_start = Instant::now();
+        loop {
+            // Start the attempts that are due (or all remaining ones if none is pending).
+            while next < attempts.len()
+                && pending.len() < MAX_WAIT_FDS
+                && (pending.is_empty() || Instant::now() >= next_start)
+            {
+                let (i, addr) = attempts[next];
+                next += 1;
+                match start_connect(addr) {
+                    Ok((fd, true)) => {
+                        let sock = TcpStream::from(fd);
+                        let conn = Connection::established(
+                            hosts[i].0, sock, tls, limits, deadline, waker,
+                        )?;
+                        return Ok((i, conn));
+                    }
+                    Ok((fd, false)) => {
+                        pending.push((i, fd));
+                        next_start = Instant::now() + stagger;
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            if pending.is_empty() {
+                return Err(last);
+            }
+            let until = if next < attempts.len() {
+                next_start.min(deadline)
+            } else {
+                deadline
+            };
+            let mut fds: Vec<libc::pollfd> = pending
+                .iter()
+                .map(|(_, fd)| libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                })
+                .collect();
+            let ready = waker.wait_fds(&mut fds, Some(until))?;
+            if !ready {
+                if Instant::now() >= deadline || next >= attempts.len() || waker.watch_fired() {
+                    return Err(Error::Errno(libc::ETIMEDOUT));
+                }
+                continue; // time to start the next attempt
+            }
+            // The first ready attempt in host order that connected wins.
+            let mut done: Vec<usize> = (0..pending.len())
+                .filter(|&k| fds[k].revents != 0)
+                .collect();
+            done.sort_by_key(|&k| pending[k].0);
+            let mut winner = None;
+            for &k in &done {
+                match so_error(&pending[k].1) {
+                    Ok(()) if winner.is_none() => winner = Some(k),
+                    Ok(()) => {}
+                    Err(e) => last = e,
+                }
+            }
+            if let Some(k) = winner {
+                let (i, fd) = pending.swap_remove(k);
+                drop(pending); // the losers are closed
+                let sock = TcpStream::from(fd);
+                let conn = Connection::established(hosts[i].0, sock, tls, limits, deadline, waker)?;
+                return Ok((i, conn));
+            }
+            let failed: Vec<usize> = done;
+            let mut k = 0;
+            pending.retain(|_| {
+                let keep = !failed.contains(&k);
+                k += 1;
+                keep
+            });
+        }
+    }
+
+    /// The connection over a connected socket: Nagle off, TLS handshake when configured.
+    fn established(
+        host: &str,
+        sock: TcpStream,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        limits: Limits,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Connection, Error> {
         // Requests are small and latency-bound: never wait for Nagle.
         sock.set_nodelay(true).map_err(|e| Error::from_io(&e))?;
         let ident = FdIdent::of(sock.as_raw_fd()).ok_or(Error::Errno(libc::EBADF))?;
@@ -119,7 +229,6 @@ impl Connection {
             strays: 0,
         };
         if let Some(cfg) = tls {
-            // A host that is neither a DNS name nor an address cannot be verified.
             let name = ServerName::try_from(host.to_string())
                 .map_err(|_| Error::Tls(TlsCause::NameMismatch))?;
             let tls = rustls::ClientConnection::new(cfg.clone(), name)
@@ -176,6 +285,26 @@ impl Connection {
     ) -> Result<Reply, Error> {
         let r = self.recv_inner(expected_seq, deadline, waker);
         self.note(r)
+    }
+
+    /// [`Connection::recv`] with a soft deadline: `Ok(None)` when it passes first, and the
+    /// connection stays usable (what arrived so far stays buffered). F25: the loop waits this
+    /// way up to the suspicion threshold, then asks another controller while waiting on.
+    pub fn recv_by(
+        &mut self,
+        expected_seq: u64,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Option<Reply>, Error> {
+        match self.recv_inner(expected_seq, deadline, waker) {
+            Err(Error::Errno(libc::ETIMEDOUT)) => Ok(None),
+            r => self.note(r).map(Some),
+        }
+    }
+
+    /// The socket's descriptor, for a wait that must end when a reply arrives on it (F25).
+    pub fn raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
     }
 
     /// Whether the connection may be used for the next request: no past failure, and its
@@ -410,9 +539,16 @@ fn poll_now(fd: RawFd, events: i16) -> i16 {
     }
 }
 
-/// A non-blocking connect that a wake can interrupt and `deadline` bounds (F8, F13).
-fn connect_socket(addr: SocketAddr, deadline: Instant, waker: &Waker) -> Result<TcpStream, Error> {
-    let last_os = || Error::from_io(&io::Error::last_os_error());
+/// Errors that stop a call rather than describe a peer: woken, cancelled, context stopped.
+fn is_stop(e: Error) -> bool {
+    matches!(
+        e,
+        Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
+    )
+}
+
+/// Starts a non-blocking connect; the socket and whether it is already connected.
+fn start_connect(addr: SocketAddr) -> Result<(OwnedFd, bool), Error> {
     let domain = if addr.is_ipv4() {
         libc::AF_INET
     } else {
@@ -427,7 +563,7 @@ fn connect_socket(addr: SocketAddr, deadline: Instant, waker: &Waker) -> Result<
         )
     };
     if fd < 0 {
-        return Err(last_os());
+        return Err(Error::from_io(&io::Error::last_os_error()));
     }
     // SAFETY: fd was just created and is owned by nothing else; OwnedFd closes it on any error.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -440,33 +576,48 @@ fn connect_socket(addr: SocketAddr, deadline: Instant, waker: &Waker) -> Result<
             len,
         )
     };
+    if rc == 0 {
+        return Ok((fd, true));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINPROGRESS) {
+        return Err(Error::from_io(&e));
+    }
+    Ok((fd, false))
+}
+
+/// The outcome of a non-blocking connect that poll reported done.
+fn so_error(fd: &OwnedFd) -> Result<(), Error> {
+    let mut err: libc::c_int = 0;
+    let mut err_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: err and err_len are live and sized for SO_ERROR's c_int result.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut err as *mut libc::c_int).cast(),
+            &mut err_len,
+        )
+    };
     if rc != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINPROGRESS) {
-            return Err(Error::from_io(&e));
-        }
+        return Err(Error::from_io(&io::Error::last_os_error()));
+    }
+    if err != 0 {
+        return Err(Error::Errno(err));
+    }
+    Ok(())
+}
+
+/// A non-blocking connect that a wake can interrupt and `deadline` bounds (F8, F13).
+fn connect_socket(addr: SocketAddr, deadline: Instant, waker: &Waker) -> Result<TcpStream, Error> {
+    let (fd, done) = start_connect(addr)?;
+    if !done {
         match waker.wait(Some(fd.as_raw_fd()), libc::POLLOUT, Some(deadline))? {
             Wait::TimedOut => return Err(Error::Errno(libc::ETIMEDOUT)),
             Wait::Ready(_) => {}
         }
-        let mut err: libc::c_int = 0;
-        let mut err_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: err and err_len are live and sized for SO_ERROR's c_int result.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut err_len,
-            )
-        };
-        if rc != 0 {
-            return Err(last_os());
-        }
-        if err != 0 {
-            return Err(Error::Errno(err));
-        }
+        so_error(&fd)?;
     }
     Ok(TcpStream::from(fd))
 }

@@ -38,6 +38,9 @@ static POOL: Mutex<Vec<(RawFd, FdIdent)>> = Mutex::new(Vec::new());
 /// Live [`WakeState`]s (one per context): the pool is kept only while this is not zero.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// Most descriptors one wait polls (besides the eventfd and a watched one).
+pub const MAX_WAIT_FDS: usize = 16;
+
 /// Closes `fd` only if it still names `id` (a number the caller reused is left alone).
 fn close_if_ours(fd: RawFd, id: &FdIdent) {
     if id.same_file(fd) {
@@ -174,6 +177,7 @@ impl WakeState {
             state: self,
             since,
             token,
+            watch: None,
         }
     }
 
@@ -222,6 +226,9 @@ pub struct Waker<'a> {
     state: &'a WakeState,
     since: u64,
     token: Option<&'a CancelToken>,
+    /// A descriptor whose readiness ends every wait as if its deadline had passed (F25: a
+    /// probe of another controller gives way to the late reply it was started for).
+    watch: Option<RawFd>,
 }
 
 /// What ended a wait.
@@ -247,7 +254,7 @@ impl Drop for Lent<'_> {
     }
 }
 
-impl Waker<'_> {
+impl<'a> Waker<'a> {
     /// `Err` when the call must stop: the context is closed (`E_XCE_CLOSED`), the call was
     /// cancelled (`ECANCELED`), or woken (`EINTR`).
     pub fn check(&self) -> Result<(), Error> {
@@ -262,6 +269,28 @@ impl Waker<'_> {
         }
     }
 
+    /// This waker, whose waits also end (as timed out) when `fd` becomes readable or fails.
+    pub fn watching(self, fd: RawFd) -> Waker<'a> {
+        Waker {
+            watch: Some(fd),
+            ..self
+        }
+    }
+
+    /// Whether the watched descriptor (if any) is readable or failed right now.
+    pub fn watch_fired(&self) -> bool {
+        let Some(fd) = self.watch else {
+            return false;
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: p is a live pollfd; timeout 0 never blocks.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents != 0 }
+    }
+
     /// Waits until `fd` reports one of `events`, the deadline passes, or the call is woken,
     /// cancelled or its context closed (the `Err` of [`check`](Self::check)). `fd = None` is an
     /// interruptible sleep.
@@ -271,6 +300,30 @@ impl Waker<'_> {
         events: i16,
         deadline: Option<Instant>,
     ) -> Result<Wait, Error> {
+        let mut fds = [libc::pollfd {
+            fd: fd.unwrap_or(-1),
+            events,
+            revents: 0,
+        }];
+        if self.wait_fds(&mut fds, deadline)? {
+            Ok(Wait::Ready(fds[0].revents))
+        } else {
+            Ok(Wait::TimedOut)
+        }
+    }
+
+    /// Waits until one of `fds` (at most [`MAX_WAIT_FDS`]) reports one of its events (their
+    /// `revents` are set; `Ok(true)`), the deadline passes or the watched descriptor is ready
+    /// (`Ok(false)`), or the call must stop (the `Err` of [`check`](Self::check)). A negative
+    /// fd entry is ignored.
+    pub fn wait_fds(
+        &self,
+        fds: &mut [libc::pollfd],
+        deadline: Option<Instant>,
+    ) -> Result<bool, Error> {
+        if fds.len() > MAX_WAIT_FDS {
+            return Err(Error::Errno(libc::EINVAL));
+        }
         self.check()?;
         let (efd, id) = lend()?;
         self.state.lent.store(efd, SeqCst);
@@ -279,6 +332,23 @@ impl Waker<'_> {
             id,
             slot: &self.state.lent,
         };
+        let none = libc::pollfd {
+            fd: -1,
+            events: 0,
+            revents: 0,
+        };
+        let mut all = [none; MAX_WAIT_FDS + 2];
+        all[0] = libc::pollfd {
+            fd: efd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        all[1] = libc::pollfd {
+            fd: self.watch.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = fds.len() + 2;
         loop {
             // After publishing the eventfd: a wake either changed the flags before this check
             // or writes the eventfd after it.
@@ -296,38 +366,34 @@ impl Waker<'_> {
                     }
                 }
             };
-            let mut fds = [
-                libc::pollfd {
-                    fd: efd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: fd.unwrap_or(-1),
-                    events,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: fds is a live array of 2 pollfd; a negative fd entry is ignored by poll(2).
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-            if n < 0 {
+            for (slot, f) in all[2..n].iter_mut().zip(fds.iter()) {
+                *slot = libc::pollfd { revents: 0, ..*f };
+            }
+            all[0].revents = 0;
+            all[1].revents = 0;
+            // SAFETY: `all` is a live array of at least n pollfd; negative fds are ignored.
+            let rc = unsafe { libc::poll(all.as_mut_ptr(), n as libc::nfds_t, timeout_ms) };
+            if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EINTR) {
                     continue; // a signal, not a wake: recompute the timeout and wait again
                 }
                 return Err(Error::from_io(&e));
             }
-            if fds[0].revents != 0 {
+            if all[0].revents != 0 {
                 // Ours or a late one meant for the eventfd's previous borrower: the flags
                 // decide (checked at the top of the loop).
                 drain(efd);
                 continue;
             }
-            if fds[1].revents != 0 {
-                return Ok(Wait::Ready(fds[1].revents));
+            if all[2..n].iter().any(|p| p.revents != 0) {
+                for (f, p) in fds.iter_mut().zip(&all[2..n]) {
+                    f.revents = p.revents;
+                }
+                return Ok(true);
             }
-            if timeout_ms == 0 {
-                return Ok(Wait::TimedOut);
+            if all[1].revents != 0 || timeout_ms == 0 {
+                return Ok(false);
             }
         }
     }

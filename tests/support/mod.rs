@@ -315,7 +315,7 @@ pub fn refused_endpoint() -> Endpoint {
     Endpoint::new("127.0.0.1", port)
 }
 
-/// Short timeouts for tests; waitPrimary off unless a test turns it on.
+/// Short timeouts for tests; waitPrimary and suspicion (F25) off unless a test turns them on.
 pub fn fast_options() -> Options {
     Options {
         connect_timeout: Duration::from_millis(500),
@@ -323,6 +323,7 @@ pub fn fast_options() -> Options {
         call_deadline: None,
         hint_policy: Default::default(),
         wait_primary: false,
+        suspicion: false,
     }
 }
 

@@ -1,0 +1,196 @@
+//! F25: suspicion before timeout, against scripted fake controllers. A late reply makes the
+//! loop ask another controller whether the primary changed; only a new primary, named by a
+//! controller that answered, abandons the late request.
+
+mod support;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::*;
+use xce::client::{Client, Config};
+use xce::failover::{Endpoint, Options};
+use xce::transport::{Connection, WakeState};
+use xce::wire::*;
+
+fn watchful() -> Options {
+    Options {
+        reply_timeout: Duration::from_secs(5),
+        suspicion: true,
+        ..fast_options()
+    }
+}
+
+fn client(masters: &[Endpoint], options: Options) -> Client {
+    Client::start_with(Config::new(masters.to_vec()), options, fast_retry(3)).expect("start")
+}
+
+/// The primary goes silent (a blackhole: no RST); another controller names the new primary:
+/// the call is re-sent there long before the 5 s reply timeout, and a write keeps its request
+/// id (exactly once, F16).
+#[test]
+fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
+    let p = FakeController::start(vec![Step::Silent; 10]);
+    let n = FakeController::start(vec![]);
+    let s = FakeController::start(vec![]);
+    // The standby holds waitPrimary a little (an election), then names n.
+    let names_n = Step::Split(
+        Box::new(Step::After(
+            Duration::from_millis(200),
+            Box::new(Step::Primary(n.endpoint())),
+        )),
+        Box::new(Step::Standby(Some(n.endpoint()))),
+    );
+    s.push(vec![names_n; 10]);
+    n.push(vec![Step::wait_names(n.endpoint(), Step::Ok); 10]);
+    let c = client(&[p.endpoint(), s.endpoint(), n.endpoint()], watchful());
+    let t = Instant::now();
+    let id = c
+        .jobsubmit(JobSpec {
+            name: "j".into(),
+            command: "true".into(),
+            ..Default::default()
+        })
+        .expect("re-sent to the new primary");
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let st = c.stats();
+    assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
+    let on_p = p.requests();
+    let on_n: Vec<Request> = n
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.op, Op::JobSubmit(_)))
+        .collect();
+    assert_eq!(on_p.len(), 1);
+    assert_eq!(on_n.len(), 1);
+    assert_eq!(on_p[0].request_id, on_n[0].request_id, "same request id");
+    assert!(matches!(&on_n[0].op, Op::JobSubmit(j) if j.job_id == id));
+    // The next call stays on the new primary.
+    c.hello().unwrap();
+    assert_eq!(p.requests().len(), 1);
+}
+
+/// A slow but healthy primary: the probe of the standby finds no other primary, and the reply
+/// is read as soon as it arrives — no failover, no extra delay.
+#[test]
+fn a_slow_healthy_primary_is_not_left() {
+    let p = FakeController::start(vec![Step::After(
+        Duration::from_millis(900),
+        Box::new(Step::Ok),
+    )]);
+    let s = FakeController::start(vec![]);
+    // The standby knows no primary other than p: it holds waitPrimary (past the reply).
+    s.push(vec![Step::Split(
+        Box::new(Step::After(
+            Duration::from_secs(3),
+            Box::new(Step::Primary(p.endpoint())),
+        )),
+        Box::new(Step::Ok),
+    )]);
+    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    let t = Instant::now();
+    c.hello().expect("the slow reply");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+    let st = c.stats();
+    assert_eq!((st.suspicions, st.suspicion_failovers), (1, 0), "{st:?}");
+    assert_eq!(st.rotations, 0);
+}
+
+/// Replies on time cost nothing: no probe, no connection to another controller.
+#[test]
+fn no_probe_while_replies_are_on_time() {
+    let p = FakeController::start(vec![]);
+    let s = FakeController::start(vec![]);
+    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    for _ in 0..50 {
+        c.hello().unwrap();
+        c.joblist(JobFilter::default()).unwrap();
+    }
+    assert_eq!(c.stats().suspicions, 0);
+    assert_eq!(s.connections(), 0);
+}
+
+/// A host whose connect never completes: a listener whose accept queue is full (the kernel
+/// drops further SYNs, as a blackholed host would).
+struct Unanswering {
+    listener: TcpListener,
+    _queued: Vec<TcpStream>,
+}
+
+impl Unanswering {
+    fn new() -> Unanswering {
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // SAFETY: listen(2) on a socket we own, backlog 0.
+        unsafe { libc::listen(listener.as_raw_fd(), 0) };
+        let addr = listener.local_addr().unwrap();
+        let mut queued = vec![];
+        for _ in 0..4 {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+                Ok(s) => queued.push(s),
+                Err(_) => break,
+            }
+        }
+        Unanswering {
+            listener,
+            _queued: queued,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap()
+    }
+}
+
+/// Racing connects: a silent host first in the list costs nothing when the next one answers.
+#[test]
+fn a_connect_race_does_not_wait_for_a_silent_host() {
+    let silent = Unanswering::new();
+    let good = TcpListener::bind("127.0.0.1:0").unwrap();
+    let wake = WakeState::new();
+    let (sa, ga) = ([silent.addr()], [good.local_addr().unwrap()]);
+    let hosts: [(&str, &[SocketAddr]); 2] = [("127.0.0.1", &sa), ("127.0.0.1", &ga)];
+    let t = Instant::now();
+    let (winner, _conn) = Connection::connect_race(
+        &hosts,
+        Duration::from_millis(100),
+        None,
+        Limits::default(),
+        Instant::now() + Duration::from_secs(10),
+        &wake.waker_now(),
+    )
+    .expect("the answering host");
+    assert_eq!(winner, 1);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // Alone, the silent host runs into the deadline.
+    let r = Connection::connect_race(
+        &hosts[..1],
+        Duration::ZERO,
+        None,
+        Limits::default(),
+        Instant::now() + Duration::from_millis(300),
+        &wake.waker_now(),
+    );
+    assert_eq!(r.err(), Some(xce::Error::Errno(libc::ETIMEDOUT)));
+}
+
+/// Only another primary counts: a standby that names the late primary itself is no news.
+#[test]
+fn a_probe_naming_the_late_primary_is_no_news() {
+    let p = FakeController::start(vec![Step::After(
+        Duration::from_millis(700),
+        Box::new(Step::Ok),
+    )]);
+    let s = FakeController::start(vec![]);
+    s.push(vec![Step::wait_names(p.endpoint(), Step::Ok); 4]);
+    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    c.hello().expect("the late reply");
+    let st = c.stats();
+    assert_eq!((st.suspicions, st.suspicion_failovers), (1, 0), "{st:?}");
+}

@@ -158,6 +158,13 @@
 #define XCE_OPT_WAIT_PRIMARY 5
 
 /**
+ * Option: when a reply is later than this context's recent round trips suggest, ask another
+ * controller whether the primary changed, and re-send there if it did: 1 on (default), 0 off
+ * (only the reply timeout ends a wait) (F25).
+ */
+#define XCE_OPT_SUSPICION 6
+
+/**
  * Redirect policy: follow a hint only when it names a configured master (default).
  */
 #define XCE_REDIRECT_CONFIGURED 0

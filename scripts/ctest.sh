@@ -56,7 +56,9 @@ valgrind_run() {
 
 go_test() {
   command -v go >/dev/null || { echo "go not installed"; return 1; }
+  # The package links through pkg-config: meson wrote build/c/xce-uninstalled.pc.
   ( cd go && export GOTOOLCHAIN=local GOPROXY=off GOFLAGS= XCE_CONTROLLER="$controller" \
+      PKG_CONFIG_PATH="$root/build/c${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
     && go vet ./... && go test -count=1 -timeout 300s ./... )
 }
 

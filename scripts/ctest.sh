@@ -5,8 +5,9 @@
 #   3. meson: C tests + xce_test (+ cluster tests when the controller is built)
 #   4. meson with -Db_sanitize=address,undefined (instrumentation verified by a test)
 #   5. valgrind: 1,000 start/stop cycles and the API tests, no leaks, no errors
-#   6. go vet + go test in go/ (16 goroutines through a kill -9 failover when the controller
-#      is built)
+#   6. go vet + go test -race in go/ (the package) and daemons/ (the apiserver)
+#   7. the whole-system failover test (daemons/systest; XCE_LONG=1 for the long version)
+#   8. a Go program outside the repository, against an installed prefix, through a kill -9
 # Every step runs even when one fails; prints a summary; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,9 +58,18 @@ valgrind_run() {
 go_test() {
   command -v go >/dev/null || { echo "go not installed"; return 1; }
   # The package links through pkg-config: meson wrote build/c/xce-uninstalled.pc.
-  ( cd go && export GOTOOLCHAIN=local GOPROXY=off GOFLAGS= XCE_CONTROLLER="$controller" \
-      PKG_CONFIG_PATH="$root/build/c${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
-    && go vet ./... && go test -count=1 -timeout 300s ./... )
+  local d
+  for d in go daemons; do
+    ( cd "$d" && export GOTOOLCHAIN=local GOPROXY=off GOFLAGS= XCE_CONTROLLER="$controller" \
+        PKG_CONFIG_PATH="$root/build/c${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
+      && go vet ./... && go test -race -count=1 -timeout 300s ./... ) || return 1
+  done
+}
+
+system_test() {
+  daemons/build.sh || return 1
+  build/go/xce-systest --controller "$controller" --worker build/c/daemons/xce-worker \
+    --scheduler build/c/daemons/xce-scheduler --apiserver build/go/xce-apiserver
 }
 
 step build     build
@@ -68,6 +78,8 @@ step meson     meson_run build/c
 step asan      meson_run build/c-asan -Db_sanitize=address,undefined -Db_lundef=false
 step valgrind  valgrind_run
 step go        go_test
+step system    system_test
+step go-outside go/testdata/outside/check.sh "$controller"
 
 echo
 echo "ctest passed: ${passed[*]:-none}"

@@ -15,6 +15,9 @@
 //	require github.com/xce-project/libxce/go v0.1.0
 //	replace github.com/xce-project/libxce/go => /path/to/libxce/go
 //
+// Go's build cache does not notice a changed .pc file (golang/go#24544): after switching
+// between a build tree and an installed library, run `go clean -cache` (or build with -a).
+//
 // The library starts no threads and installs no signal handlers, so it is safe under the Go
 // runtime. A call blocks its goroutine's OS thread until it ends: at the latest when the
 // context's retry budget is spent, when its context.Context is cancelled or reaches its

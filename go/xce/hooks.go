@@ -36,7 +36,10 @@ func (hs *hookState) release() {
 // ReconnectFunc is a reconnect handler (F10). h is the reconnecting client as seen from inside
 // the handler: ops on it run as single attempts on the new connection (typically Join), with
 // no cancellation; it must not be kept after the handler returns, nor closed. A non-nil error
-// fails the attempt (the interrupted call then retries according to its budget).
+// fails the attempt, classified like a status a controller answered (F4): an *Error with
+// ErrNotReady's code makes the call back off and try again, most other codes end the call
+// with that error, and any other error ends it with EIO. When an op inside the handler fails
+// on the transport (the new primary died too), the call moves on to the next master.
 type ReconnectFunc func(h *Client) error
 
 // EventKind is XCE_EVENT_*.

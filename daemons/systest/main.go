@@ -61,7 +61,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	mu      sync.Mutex
-	summary string   // its "summary …" line
+	summary string      // its "summary …" line
 	listen  chan string // apiserver: the address it listens on
 	onLine  func(p *proc, line string)
 	logPath string

@@ -14,8 +14,9 @@
  *     started yet as a real process: `/bin/sh -c COMMAND` with the worker's environment plus
  *     XCE_JOBID, XCE_JOB_NAME, XCE_JOB_USER, XCE_JOB_QUEUE and XCE_EXEC_HOST; its output goes
  *     to DIR/output/JOBID.out;
- *   - reports notify_jobstart, then update_jusage (CPU time, max RSS) and notify_jobfinish
- *     (exit code 0) or notify_jobfail (any other code; 128+N for a signal N);
+ *   - reports notify_jobstart, and as soon as the job ends notify_jobfinish (exit code 0) or
+ *     notify_jobfail (any other code; 128+N for a signal N) followed by update_jusage (CPU
+ *     time, max RSS);
  *   - follows job control: a job the controller shows SUSP is stopped (SIGSTOP) and resumed
  *     (SIGCONT) when RUN again; a job that is no longer RUN/SUSP on this host (killed,
  *     requeued) is killed.
@@ -428,20 +429,34 @@ static int on_reconnect(xcecli_ctx_t ctx, void *arg) {
     return 0;
 }
 
-/* Reports a finished job: usage, then finish/fail. Re-sent until the controller shows it. */
+/* Reports a finished job: finish/fail, then its usage; re-sent until the controller shows it.
+ * The notify goes first, as soon as the outcome is known: it is fire-and-forget (F12), so if
+ * the primary is dying it is lost silently, and the reply-bearing update_jusage right behind it
+ * is what notices the failure and fails over; the re-send after --confirm-ms makes up for the
+ * loss. (The controller records usage on a finished job too.) */
 static void report(struct worker *w, struct job *j, int64_t now) {
-    xce_usage_t u = {j->cpu_ms, j->mem_kb};
-    int rc = xcecli_update_jusage(w->ctx, j->id, &u);
-    if (rc < 0 && rc != -ENOENT && rc != -EINVAL)
-        logf_("job %" PRIu64 " update_jusage: %s", j->id, xce_strerror(rc));
-    rc = j->exit_code == 0 ? xcecli_notify_jobfinish(w->ctx, j->id, 0)
-                           : xcecli_notify_jobfail(w->ctx, j->id, j->exit_code);
+    int rc = j->exit_code == 0 ? xcecli_notify_jobfinish(w->ctx, j->id, 0)
+                               : xcecli_notify_jobfail(w->ctx, j->id, j->exit_code);
     j->last_notify_ms = now;
     j->notifies++;
     if (rc < 0)
         logf_("job %" PRIu64 " notify not sent: %s", j->id, xce_strerror(rc));
     else if (j->notifies > 1)
-        logf_("job %" PRIu64 " notify re-sent (%u)", j->id, j->notifies);
+        logf_("job %" PRIu64 " notify re-sent (%u): the controller still shows it running", j->id,
+              j->notifies);
+    xce_usage_t u = {j->cpu_ms, j->mem_kb};
+    rc = xcecli_update_jusage(w->ctx, j->id, &u);
+    if (rc < 0 && rc != -ENOENT && rc != -EINVAL)
+        logf_("job %" PRIu64 " update_jusage: %s", j->id, xce_strerror(rc));
+}
+
+/* The runner of j is gone: read its outcome and, when the job finished, report it at once. */
+static void runner_gone(struct worker *w, struct job *j) {
+    uint64_t id = j->id;
+    size_t before = w->njobs;
+    read_outcome(w, j);
+    if (w->njobs == before && j->phase == FINISHED && j->last_notify_ms == 0 && j->id == id)
+        report(w, j, mono_ms());
 }
 
 static void reap(struct worker *w) {
@@ -456,7 +471,7 @@ static void reap(struct worker *w) {
                 if (j->phase == DROPPED)
                     forget_job(w, j);
                 else
-                    read_outcome(w, j);
+                    runner_gone(w, j);
                 break;
             }
         }
@@ -487,7 +502,7 @@ static int round_(struct worker *w, const sigset_t *orig_mask) {
                 i--;
             } else {
                 size_t before = w->njobs;
-                read_outcome(w, j);
+                runner_gone(w, j);
                 if (w->njobs < before)
                     i--;
             }

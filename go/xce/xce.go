@@ -173,7 +173,7 @@ type Client struct {
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when calls drops to 0
 	closed  bool
-	calls   int                           // Go calls inside the library
+	calls   int                         // Go calls inside the library
 	handles map[C.xcecli_ctx_t]struct{} // per-call handles in use (cancelled by Close)
 
 	hooks *hookState // reconnect and event handlers (hooks.go)

@@ -137,7 +137,7 @@ static int round_(struct sched *s) {
         if (nslots == 0)
             snprintf(reason, sizeof reason, "no OK worker (%d known)", nh);
         else
-            snprintf(reason, sizeof reason, "no OK worker has %ld free CPUs", need);
+            snprintf(reason, sizeof reason, "no OK worker has enough free CPUs (needs %ld)", need);
         if (!job->pend_reason || strcmp(job->pend_reason, reason) != 0) {
             int r = xcecli_set_pend_reason(s->ctx, job->jobid, reason);
             if (r == 0) {

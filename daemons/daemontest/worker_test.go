@@ -1,6 +1,6 @@
-// Package workertest drives the C worker (build/c/daemons/xce-worker) against a real cluster
+// Package daemontest drives the C daemons (build/c/daemons/) against a real cluster
 // in situations the whole-system test meets only by chance.
-package workertest
+package daemontest
 
 import (
 	"context"

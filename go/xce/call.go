@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"context"
+	"time"
 )
 
 // INTERIM: the library has no per-call handles yet (xcecli_call_new / xcecli_call_cancel are
@@ -48,9 +49,15 @@ func (c *Client) leave(h C.xcecli_ctx_t) bool {
 	return c.closed
 }
 
-// cancelAll ends the calls in progress (c.mu held).
-func (c *Client) cancelAll() {
-	if c.calls > 0 {
+// stop ends the calls in progress and frees the context (c.closed is set: no call begins).
+func (c *Client) stop() {
+	c.mu.Lock()
+	for c.calls > 0 {
 		C.xcecli_wakeup(c.ctx)
+		c.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		c.mu.Lock()
 	}
+	c.mu.Unlock()
+	C.xcecli_stop(c.ctx)
 }

@@ -170,11 +170,11 @@ type Client struct {
 	ctx C.xcecli_ctx_t
 	raw C.xcecli_ctx_t
 
-	mu      sync.Mutex
-	idle    *sync.Cond // signalled when calls drops to 0
-	closed  bool
-	calls   int                         // Go calls inside the library
-	handles map[C.xcecli_ctx_t]struct{} // per-call handles in use (cancelled by Close)
+	mu     sync.Mutex
+	idle   *sync.Cond // signalled when calls or locals drop to 0
+	closed bool
+	calls  int // ops in progress (on call handles)
+	locals int // non-blocking calls on the context itself (setters, stats)
 
 	hooks *hookState // reconnect and event handlers (hooks.go)
 }
@@ -232,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 		if r.rc < 0 {
 			return nil, &Error{Op: "start", Code: int(-r.rc)}
 		}
-		c := &Client{ctx: r.ctx, handles: map[C.xcecli_ctx_t]struct{}{}}
+		c := &Client{ctx: r.ctx}
 		c.idle = sync.NewCond(&c.mu)
 		return c, nil
 	case <-ctx.Done():
@@ -252,6 +252,9 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 // ctxError is the error of a call that its context ended.
 func ctxError(op string, ctx context.Context) error {
 	err := ctx.Err()
+	if err == nil {
+		err = context.DeadlineExceeded // past the deadline, before Go's timer fired
+	}
 	code := syscall.ECANCELED
 	if errors.Is(err, context.DeadlineExceeded) {
 		code = syscall.ETIMEDOUT
@@ -306,13 +309,35 @@ func (c *Client) do(ctx context.Context, op string, f func(h C.xcecli_ctx_t) C.i
 		return int(rc), nil
 	}
 	switch {
-	case ctx.Err() != nil && (rc == -C.ECANCELED || rc == -C.ETIMEDOUT || rc == -C.EINTR ||
-		rc == -C.E_XCE_NOT_READY):
-		return 0, ctxError(op, ctx)
 	case closed && (rc == -C.ECANCELED || rc == -C.EINTR || rc == -CodeClosed):
 		return 0, &Error{Op: op, Code: CodeClosed}
+	case ended(ctx) && !definitive(int(-rc)):
+		// Cancelled, or the deadline ended the call (as a timeout, a transport error or
+		// "cluster not ready"): the context's error says why.
+		return 0, ctxError(op, ctx)
 	}
 	return 0, &Error{Op: op, Code: int(-rc)}
+}
+
+// definitive: a status that is the op's own answer, not a consequence of the call being cut
+// short.
+func definitive(code int) bool {
+	switch code {
+	case int(C.ENOENT), int(C.EINVAL), int(C.EACCES), int(C.EEXIST), CodeDupJob, CodeAuth,
+		CodeProto, CodeTLS, CodeInternal:
+		return true
+	}
+	return false
+}
+
+// ended: ctx is done, or its deadline has passed (the library's deadline may fire a moment
+// before Go's timer marks the context).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // check runs a call that returns only a status.
@@ -333,14 +358,12 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		return &Error{Op: "close", Code: CodeClosed}
 	}
-	c.closed = true
-	c.cancelAll()
-	for c.calls > 0 {
+	c.closed = true // no call begins on the context from here
+	for c.locals > 0 {
 		c.idle.Wait()
 	}
 	c.mu.Unlock()
-	C.xcecli_stop(c.ctx)
-	c.ctx = nil
+	c.stop() // call.go: ends the calls in progress and queued, frees the context
 	c.hooks.release()
 	return nil
 }
@@ -405,10 +428,10 @@ func (c *Client) local(op string, f func(h C.xcecli_ctx_t) C.int) error {
 			c.mu.Unlock()
 			return &Error{Op: op, Code: CodeClosed}
 		}
-		c.calls++
+		c.locals++
+		h = c.ctx
 		c.mu.Unlock()
 		defer c.leaveLocal()
-		h = c.ctx
 	}
 	if rc := f(h); rc < 0 {
 		return &Error{Op: op, Code: int(-rc)}
@@ -418,8 +441,8 @@ func (c *Client) local(op string, f func(h C.xcecli_ctx_t) C.int) error {
 
 func (c *Client) leaveLocal() {
 	c.mu.Lock()
-	c.calls--
-	if c.calls == 0 {
+	c.locals--
+	if c.locals == 0 {
 		c.idle.Broadcast()
 	}
 	c.mu.Unlock()

@@ -26,7 +26,8 @@
  * every --confirm-ms until the controller no longer lists the job RUN/SUSP, and it keeps its
  * promises in DIR, fsynced, so that a restarted worker neither runs a job again nor forgets
  * to report it:
- *   job-ID.claim  written (with the runner's pid) after fork, before the runner may exec;
+ *   job-ID.claim  written (with the runner's pid) once the runner holds its lock, before the
+ *                 runner may exec;
  *   job-ID.lock   flock-ed by the runner for its whole life (free = the runner is gone);
  *   job-ID.out    written by the runner at the end: "exit CODE CPU_MS MEM_KB", or "norun"
  *                 when the worker died before it gave the go.
@@ -52,6 +53,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <sys/time.h>
@@ -218,7 +220,8 @@ static void forget_job(struct worker *w, struct job *j) {
 
 /* ---------------------------------------------------------------- the runner (a child) */
 
-/* Runs in the forked child: waits for the go byte, runs the job, records the outcome. */
+/* Runs in the forked child: takes the job's lock, says ready, waits for the go byte, runs the
+ * job, records the outcome. `go_fd` is its end of a socketpair with the worker. */
 static void runner(struct worker *w, const xce_job_t *job, int go_fd, const sigset_t *orig_mask) {
     setsid(); /* its own session and process group: the worker signals the job as -pid */
     /* Keep only stderr and the go pipe: the library's socket must not stay open here. */
@@ -239,8 +242,12 @@ static void runner(struct worker *w, const xce_job_t *job, int go_fd, const sigs
     /* Blocks while a runner of a previous worker still holds it (it then writes "norun"). */
     while (lock >= 0 && flock(lock, LOCK_EX) < 0 && errno == EINTR) {
     }
-    char go = 0;
+    /* Ready: the lock is held, so from the claim on "lock free" means "runner gone". */
     ssize_t n;
+    do
+        n = send(go_fd, "r", 1, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    char go = 0;
     do
         n = read(go_fd, &go, 1);
     while (n < 0 && errno == EINTR);
@@ -291,10 +298,11 @@ static void runner(struct worker *w, const xce_job_t *job, int go_fd, const sigs
     _exit(0);
 }
 
-/* Starts job j: fork the runner, record the claim durably, then let it run. */
+/* Starts job j: fork the runner, wait until it holds the job's lock, record the claim
+ * durably, then let it run. */
 static int start_job(struct worker *w, const xce_job_t *job, const sigset_t *orig_mask) {
     int go[2];
-    if (pipe2(go, O_CLOEXEC) < 0)
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0)
         return -errno;
     fflush(stderr);
     pid_t pid = fork();
@@ -310,11 +318,15 @@ static int start_job(struct worker *w, const xce_job_t *job, const sigset_t *ori
         _exit(0);
     }
     close(go[0]);
-    char name[64], text[32];
+    char name[64], text[32], ready = 0;
+    ssize_t n;
+    do
+        n = read(go[1], &ready, 1);
+    while (n < 0 && errno == EINTR);
     job_file(name, sizeof name, job->jobid, "claim");
     snprintf(text, sizeof text, "%d\n", (int)pid);
-    int rc = write_atomic(w->dirfd, name, text);
-    struct job *j = add_job(w, job->jobid);
+    int rc = n == 1 && ready == 'r' ? write_atomic(w->dirfd, name, text) : -EPIPE;
+    struct job *j = rc == 0 ? add_job(w, job->jobid) : NULL;
     if (rc < 0 || !j) {
         /* No durable claim: do not run (the runner sees EOF and records "norun"). */
         close(go[1]);
@@ -323,8 +335,6 @@ static int start_job(struct worker *w, const xce_job_t *job, const sigset_t *ori
         unlinkat(w->dirfd, name, 0);
         job_file(name, sizeof name, job->jobid, "out");
         unlinkat(w->dirfd, name, 0);
-        if (j)
-            w->njobs--;
         logf_("job %" PRIu64 " not started: claim: %s", job->jobid, strerror(rc < 0 ? -rc : ENOMEM));
         return rc < 0 ? rc : -ENOMEM;
     }
@@ -332,9 +342,8 @@ static int start_job(struct worker *w, const xce_job_t *job, const sigset_t *ori
     j->own = 1;
     j->phase = RUNNING;
     j->seen = 1;
-    ssize_t n;
     do
-        n = write(go[1], "g", 1);
+        n = send(go[1], "g", 1, MSG_NOSIGNAL); /* no SIGPIPE if the runner is gone */
     while (n < 0 && errno == EINTR);
     close(go[1]);
     w->started++;

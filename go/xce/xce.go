@@ -268,11 +268,13 @@ func deadlineMs(ctx context.Context) (int64, bool) {
 	if !ok {
 		return 0, true
 	}
-	ms := time.Until(dl).Milliseconds()
-	if ms <= 0 {
+	d := time.Until(dl)
+	if d <= 0 {
 		return 0, false
 	}
-	return ms, true
+	// Rounded up: the library's deadline must not fire before the context's (the call then
+	// returns the context's error).
+	return int64((d + time.Millisecond - 1) / time.Millisecond), true
 }
 
 // do runs one library call f for the op named op, on a per-call handle of c bound to ctx:

@@ -9,7 +9,8 @@
 
 static const int all_codes[] = {E_XCE_REDIRECT, E_XCE_NOMASTER, E_XCE_NOT_READY,
                                 E_XCE_STANDBY,  E_XCE_DUP_JOB,  E_XCE_PROTO,
-                                E_XCE_AUTH,     E_XCE_TLS,      E_XCE_INTERNAL};
+                                E_XCE_AUTH,     E_XCE_TLS,      E_XCE_INTERNAL,
+                                E_XCE_CLOSED,   E_XCE_LOOKUP};
 
 static void test_codes(void) {
     /* protocol.md's values */
@@ -22,6 +23,8 @@ static void test_codes(void) {
     CHECK_EQ(E_XCE_AUTH, 2007);
     CHECK_EQ(E_XCE_TLS, 2008);
     CHECK_EQ(E_XCE_INTERNAL, 2009);
+    CHECK_EQ(E_XCE_CLOSED, 2010);
+    CHECK_EQ(E_XCE_LOOKUP, 2011);
 }
 
 static void test_strerror(void) {
@@ -36,6 +39,7 @@ static void test_strerror(void) {
     }
     CHECK_STR(xce_strerror(-E_XCE_NOT_READY), "cluster not ready");
     CHECK_STR(xce_strerror(E_XCE_NOT_READY), "cluster not ready");
+    CHECK_STR(xce_strerror(-E_XCE_LOOKUP), "name lookup failed");
     CHECK_STR(xce_strerror(-ECONNREFUSED), strerror(ECONNREFUSED));
     CHECK_STR(xce_strerror(EINVAL), strerror(EINVAL));
     CHECK_STR(xce_strerror(-EINTR), strerror(EINTR));

@@ -4,8 +4,8 @@
 #   2. header check: include/xce/xce.h == what the pinned cbindgen generates
 #   3. meson: C tests + xce_test (+ cluster tests when the controller is built)
 #   4. meson with -Db_sanitize=address,undefined (instrumentation verified by a test)
-#   5. valgrind: 1,000 start/stop cycles and the API tests, no leaks, no errors
-#   6. go vet + go test -race in go/ (the package) and daemons/ (the apiserver)
+#   5. valgrind: 1,000 start/stop cycles, the API and lifecycle tests, no leaks, no errors
+#   6. go vet + go test -race in go/ (the package) and daemons/ (the apiserver, the daemons)
 #   7. the whole-system failover test (daemons/systest; XCE_LONG=1 for the long version)
 #   8. a Go program outside the repository, against an installed prefix, through a kill -9
 # Every step runs even when one fails; prints a summary; exits non-zero on any failure.
@@ -52,6 +52,7 @@ valgrind_run() {
             --errors-for-leak-kinds=definite,indirect --error-exitcode=9)
   "${vg[@]}" build/c/test_cycles 1000 || return 1
   "${vg[@]}" build/c/test_api all >/dev/null || return 1
+  "${vg[@]}" build/c/test_lifecycle all || return 1
   echo "valgrind: no leaks, no errors"
 }
 

@@ -23,9 +23,13 @@ pub const E_XCE_AUTH: i32 = 2007;
 pub const E_XCE_TLS: i32 = 2008;
 /// A library bug caught at the C boundary (a panic).
 pub const E_XCE_INTERNAL: i32 = 2009;
+/// The context is stopped (or being stopped): the call was not made (F20).
+pub const E_XCE_CLOSED: i32 = 2010;
+/// A controller's host name could not be resolved (F23). Client-side only: never on the wire.
+pub const E_XCE_LOOKUP: i32 = 2011;
 
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 9] = [
+pub const XCE_CODES: [(i32, &str); 11] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -35,6 +39,8 @@ pub const XCE_CODES: [(i32, &str); 9] = [
     (E_XCE_AUTH, "E_XCE_AUTH"),
     (E_XCE_TLS, "E_XCE_TLS"),
     (E_XCE_INTERNAL, "E_XCE_INTERNAL"),
+    (E_XCE_CLOSED, "E_XCE_CLOSED"),
+    (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
 ];
 
 /// A failed status, typed. `Errno` holds a positive Linux errno value.
@@ -58,6 +64,12 @@ pub enum Error {
     Tls,
     #[error("internal library error")]
     Internal,
+    #[error("context is stopped")]
+    Closed,
+    /// F23: getaddrinfo failed for a master's or a hint's name (its own cause is in
+    /// `transport::resolve::LookupFailure`). A lookup that runs out of time is `ETIMEDOUT`.
+    #[error("name lookup failed")]
+    Lookup,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -75,6 +87,8 @@ impl Error {
             Error::Auth => E_XCE_AUTH,
             Error::Tls => E_XCE_TLS,
             Error::Internal => E_XCE_INTERNAL,
+            Error::Closed => E_XCE_CLOSED,
+            Error::Lookup => E_XCE_LOOKUP,
             Error::Errno(e) => e,
         }
     }
@@ -98,6 +112,8 @@ impl Error {
             E_XCE_AUTH => Error::Auth,
             E_XCE_TLS => Error::Tls,
             E_XCE_INTERNAL => Error::Internal,
+            E_XCE_CLOSED => Error::Closed,
+            E_XCE_LOOKUP => Error::Lookup,
             e => Error::Errno(e),
         })
     }
@@ -154,6 +170,8 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_AUTH => "not authorised: authentication failed or no joined session",
         E_XCE_TLS => "TLS handshake or certificate verification failed",
         E_XCE_INTERNAL => "internal library error",
+        E_XCE_CLOSED => "context is stopped",
+        E_XCE_LOOKUP => "name lookup failed",
         e => errno_text(e),
     }
 }
@@ -195,7 +213,9 @@ mod tests {
 
     #[test]
     fn codes_have_the_values_of_protocol_md() {
-        let expected = [2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009];
+        let expected = [
+            2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010, 2011,
+        ];
         for ((code, _), want) in XCE_CODES.iter().zip(expected) {
             assert_eq!(*code, want);
         }
@@ -227,6 +247,8 @@ mod tests {
             Error::Errno(libc::EINTR).to_string(),
             "Interrupted system call"
         );
+        assert_eq!(strerror(-E_XCE_LOOKUP), "name lookup failed");
+        assert_eq!(Error::Lookup.status(), -2011);
         assert_eq!(strerror(0), "success");
         assert_eq!(strerror(99_999), "unknown error");
         assert_eq!(strerror(i32::MIN), "unknown error");

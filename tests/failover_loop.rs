@@ -339,7 +339,7 @@ fn reconnect_hook_runs_once_per_reconnect_before_the_resend_and_can_join() {
     let c = Arc::new(client(&eps(&[&a, &b]), fast_options(), fast_retry(5)));
     let calls = Arc::new(AtomicU32::new(0));
     let n = calls.clone();
-    c.set_reconnect_handler(Some(Box::new(move |cl: &Client| {
+    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
         n.fetch_add(1, Ordering::SeqCst);
         let join = Join {
             role: SessionRole::Worker,
@@ -377,7 +377,7 @@ fn reconnect_hook_skips_standbys_on_the_way_to_the_primary() {
     let c = client(&eps(&[&a, &standby, &b]), fast_options(), fast_retry(5));
     let calls = Arc::new(AtomicU32::new(0));
     let n = calls.clone();
-    c.set_reconnect_handler(Some(Box::new(move |cl: &Client| {
+    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
         n.fetch_add(1, Ordering::SeqCst);
         cl.hello().map_or_else(|e| e.status(), |_| 0)
     })));
@@ -396,7 +396,7 @@ fn a_failing_hook_is_a_failed_attempt() {
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
     let calls = Arc::new(AtomicU32::new(0));
     let n = calls.clone();
-    c.set_reconnect_handler(Some(Box::new(move |cl: &Client| {
+    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
         n.fetch_add(1, Ordering::SeqCst);
         cl.hello().map_or_else(|e| e.status(), |_| 0)
     })));
@@ -902,7 +902,7 @@ fn a_transport_failure_inside_the_hook_counts_as_transport_not_as_a_status() {
     let b = FakeController::start(vec![Step::Ok, Step::Close]); // drops the hook's join
     let cc = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
-    c.set_reconnect_handler(Some(Box::new(|cl: &Client| {
+    c.set_reconnect_handler(Some(Arc::new(|cl: &Client| {
         let join = Join {
             role: SessionRole::Scheduler,
             host: "s".into(),

@@ -38,9 +38,14 @@ fn rotations_log_at_info_and_exhaustion_at_warn_through_the_installed_sink() {
     let lines = lines.lock().clone();
     let info: Vec<_> = lines
         .iter()
-        .filter(|(l, s)| *l == Level::Info && s.starts_with("rotating from"))
+        .filter(|(l, s)| *l == Level::Info && s.contains("rotating from"))
         .collect();
     assert!(!info.is_empty(), "{lines:?}");
+    // Every line names the context it is about: the client name and the context's serial.
+    assert!(
+        lines.iter().all(|(_, s)| s.starts_with("libxce#")),
+        "{lines:?}"
+    );
     let first = &info[0].1;
     assert!(
         first.contains(&a.endpoint().to_string()) && first.contains(&b.endpoint().to_string()),

@@ -9,8 +9,9 @@
  *    written only on success. (NULL, 0) is an empty array. Strings are NUL-terminated UTF-8.
  *  - Memory the library returns is released with its xce_free_* function, never free().
  *  - No Rust panic crosses the boundary: it becomes -E_XCE_INTERNAL and a log line.
- *  - The library starts no threads and installs no signal handler: callbacks (reconnect,
- *    event, log) run on the thread that called into the library.
+ *  - The library installs no signal handler, and callbacks (reconnect, event, log) run on the
+ *    thread that called into the library. Its only threads are short-lived getaddrinfo helpers
+ *    for host names (F23): all signals blocked, no callback, gone when the lookup ends.
  */
 
 #ifndef XCE_H
@@ -83,6 +84,17 @@
  * A library bug caught at the C boundary (a panic).
  */
 #define E_XCE_INTERNAL 2009
+
+/**
+ * The context is stopped or being stopped (`xcecli_stop`): the call was not made.
+ */
+#define E_XCE_CLOSED 2010
+
+/**
+ * A controller's host name could not be resolved (F23; the last error has getaddrinfo's
+ * reason). A lookup that runs out of time is `-ETIMEDOUT`.
+ */
+#define E_XCE_LOOKUP 2011
 
 /**
  * Most masters a configuration holds.
@@ -397,7 +409,8 @@ typedef struct xce_client_config_t {
 } xce_client_config_t;
 
 /**
- * Handle of a client context, created by `xcecli_start` and destroyed by `xcecli_stop`.
+ * Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`; or a
+ * call handle of a context, created by `xcecli_call_new` and released by `xcecli_call_free`.
  * Shareable between threads: ops on one context are serialised (F11).
  */
 typedef struct xcecli_ctx *xcecli_ctx_t;
@@ -426,9 +439,9 @@ typedef struct xce_retry_config_t {
 
 /**
  * Called after every successful reconnect, before the interrupted op is re-sent (F10).
- * `ctx` is the context reconnecting; ops on it from inside the callback run as single
- * attempts on the new connection (typically `xcecli_join`). Return >= 0 to continue, < 0 to
- * fail the attempt (classified like a status).
+ * `ctx` is the handle of the call that reconnected; ops on it from inside the callback run as
+ * single attempts on the new connection (typically `xcecli_join`). Return >= 0 to continue,
+ * < 0 to fail the attempt (classified like a status).
  */
 typedef int (*xcecli_reconnect_cb)(xcecli_ctx_t ctx, void *arg);
 
@@ -812,11 +825,49 @@ int xce_client_config_parse_masters(struct xce_client_config_t *conf, const char
 int xcecli_start(const struct xce_client_config_t *conf, xcecli_ctx_t *ctx_out);
 
 /**
- * Closes the connection and frees the context. NULL is a no-op. After this call `ctx` is
- * invalid: no other thread may be using it (wake blocked callers with `xcecli_wakeup` and
- * let them return first). Callbacks registered on it are never called again.
+ * Stops the context and releases its handle (F20). NULL is a no-op.
+ *
+ * Safe while other threads are inside calls on the context and from inside a callback of it:
+ * every blocked or queued call returns -E_XCE_CLOSED at once, calls that begin while the stop
+ * is in progress fail with -E_XCE_CLOSED, and `xcecli_stop` returns once no call is in flight
+ * — then the connection is closed, no callback of the context runs again, and the context
+ * holds no fd. Called from inside a callback of the context, it returns at once and the call
+ * that ran the callback finishes the stop when it returns (with -E_XCE_CLOSED). Call handles
+ * of the context (`xcecli_call_new`) still must be released with `xcecli_call_free`; ops on
+ * them return -E_XCE_CLOSED. On a call handle, `xcecli_stop` only releases that handle.
+ * After it returns, `ctx` is invalid: a call that *begins* after that is a use after free.
+ * It waits for a callback running on another thread to return.
  */
 void xcecli_stop(xcecli_ctx_t ctx);
+
+/**
+ * Creates a call handle of the context of `ctx` and writes it to `*call_out` (F20, for
+ * callers that cancel calls one by one, such as Go's `context.Context`).
+ *
+ * Ops made through the call handle run on the context of `ctx` — same connection, lock,
+ * counters, callbacks, options — and in addition: `xcecli_call_cancel(call)` ends those in
+ * progress, queued or made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them
+ * (the shorter of it and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's).
+ * Release it with `xcecli_call_free`; it keeps the context's memory (not its connection)
+ * alive until then. Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or
+ * -E_XCE_CLOSED when the context is stopped. Thread-safe.
+ */
+int xcecli_call_new(xcecli_ctx_t ctx, int64_t deadline_ms, xcecli_ctx_t *call_out);
+
+/**
+ * Cancels the call handle `call`: ops made through it that are in progress or queued return
+ * -ECANCELED promptly, and later ones at once. Other handles of the context are not
+ * affected. Returns 0, or -EINVAL for NULL or a handle that is not a call handle. Never
+ * blocks; thread-safe (may race with an op on `call`, not with `xcecli_call_free(call)`).
+ */
+int xcecli_call_cancel(xcecli_ctx_t call);
+
+/**
+ * Releases a call handle made by `xcecli_call_new`. NULL is a no-op; a context handle is left
+ * alone (that is `xcecli_stop`'s) and an error is logged. No op on `call` may be in progress
+ * or begin after this.
+ */
+void xcecli_call_free(xcecli_ctx_t call);
 
 /**
  * Sets the retry policy of `ctx` for the calls that start after this one. `cfg` NULL
@@ -834,20 +885,26 @@ int xcecli_set_retry_config(xcecli_ctx_t ctx, const struct xce_retry_config_t *c
 int xcecli_set_option(xcecli_ctx_t ctx, int opt, int64_t value);
 
 /**
- * Sets (or with `cb` NULL, removes) the reconnect handler of `ctx` (F10). `arg` is passed
- * back to `cb` unchanged and must stay valid until the handler is replaced or the context
- * stopped; `cb` runs on the thread of the call that reconnected, while the context is
- * reserved for that thread: it may call ops on `ctx` itself, but must not wait for another
- * thread that uses the same ctx. Returns 0, or -EINVAL for a NULL ctx. Thread-safe.
+ * Sets (or with `cb` NULL, removes) the reconnect handler of the context of `ctx` (F10).
+ * `arg` is passed back to `cb` unchanged. `cb` runs on the thread of the call that
+ * reconnected, while the context is reserved for that thread: it may call ops on the `ctx`
+ * it receives, `xcecli_set_reconnect_handler` (a handler that removes itself stays removed)
+ * and `xcecli_stop`, but must not wait for another thread that uses the same context.
+ * F20: when this returns, the previous handler is not running on any other thread and is
+ * never called again, so its `arg` may be freed; called from inside the handler itself, it
+ * does not wait for that invocation. Returns 0, or -EINVAL for a NULL ctx. Thread-safe; it
+ * waits for a handler running on another thread to return.
  */
 int xcecli_set_reconnect_handler(xcecli_ctx_t ctx, xcecli_reconnect_cb cb, void *arg);
 
 /**
- * Sets (or with `cb` NULL, removes) the event handler of `ctx` (F17). `arg` as for
- * `xcecli_set_reconnect_handler`. The callback runs with the context's lock held: it may call
- * `xcecli_get_stats` and `xcecli_last_error`, but an op on the same ctx from inside it fails
- * with -EDEADLK; it must not block for long. Returns 0, or -EINVAL for a NULL ctx.
- * Thread-safe.
+ * Sets (or with `cb` NULL, removes) the event handler of the context of `ctx` (F17). `arg`
+ * as for `xcecli_set_reconnect_handler`. The callback runs on the thread of the call that
+ * caused the event, with that call's handle, while the call owns the context: it may call
+ * `xcecli_get_stats`, `xcecli_last_error`, the setters and `xcecli_stop`, but an op on the
+ * same context from inside it fails with -EDEADLK; it must not block for long. F20: final
+ * when it returns, as for `xcecli_set_reconnect_handler`. Returns 0, or -EINVAL for a NULL
+ * ctx. Thread-safe.
  */
 int xcecli_set_event_handler(xcecli_ctx_t ctx, xcecli_event_cb cb, void *arg);
 

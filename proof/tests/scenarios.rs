@@ -347,13 +347,15 @@ fn s6_reconnect_handler_rejoins_before_resend() {
     };
     let hook_runs = Arc::new(AtomicU64::new(0));
     let (runs, j) = (hook_runs.clone(), join.clone());
-    cl.set_reconnect_handler(Some(Box::new(move |cl: &xce::client::Client| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        match cl.join(j.clone()) {
-            Ok(_) => 0,
-            Err(e) => e.status(),
-        }
-    })));
+    cl.set_reconnect_handler(Some(std::sync::Arc::new(
+        move |cl: &xce::client::Client| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            match cl.join(j.clone()) {
+                Ok(_) => 0,
+                Err(e) => e.status(),
+            }
+        },
+    )));
     cl.join(join).expect("first join");
     let load = |v: &str| {
         vec![ResVal {

@@ -1,46 +1,39 @@
-//! The typed Rust client: one [`Client`] is one context (`xcecli_ctx_t`).
+//! The typed Rust client: a [`Client`] is a handle to one context (`xcecli_ctx_t`).
 //!
 //! Every op is a one-liner that builds an [`Op`] and hands it to the one retry loop
 //! (`failover::retry`, F1); the op's category comes from [`Op::kind`]. A `Client` is
-//! `Send + Sync`: the C layer keeps it in an `Arc` and calls it from many threads, and calls on
-//! one context are serialized for the whole loop (F11). Different clients share no lock.
+//! `Send + Sync` and cheap to clone: clones share the context (connection, lock, counters,
+//! callbacks). Calls on one context are serialized for the whole loop (F11, [`gate`]);
+//! different contexts share no lock.
+//!
+//! Lifecycle (F20): [`Client::close`] stops the context for every handle — it wakes every call,
+//! makes queued and later calls fail at once with [`Error::Closed`], waits for the calls in
+//! flight (or, called from inside one of them, lets the last one finish the stop), then drops
+//! the connection and the callbacks. A *call handle* ([`Client::call_handle`]) shares the
+//! context but carries its own deadline and cancel token ([`Client::cancel`]: its calls end
+//! with `ECANCELED`), for callers such as Go's `context.Context`.
+
+mod gate;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, ReentrantMutex};
 use rand::RngCore;
 
+use self::gate::{Close, Gate, Leave};
 use crate::error::Error;
+use crate::failover::log::{xlog, Level};
 use crate::failover::options::{ClientOption, Options};
-use crate::failover::report::{CallReport, EventHandler, Observer, Stats};
-use crate::failover::retry::{self, CallEnv, Link};
+use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
+use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, Link, Settings};
+use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
-use crate::transport::{tls, Waker};
+use crate::transport::{resolve, tls, CancelToken, WakeState};
 use crate::wire::*;
-
-/// Takes the expected payload out of a successful reply; any other payload is `E_XCE_PROTO`.
-macro_rules! reply_data {
-    ($reply:expr, $pat:pat => $v:expr) => {
-        match $reply.data {
-            $pat => Ok($v),
-            _ => Err(Error::Proto),
-        }
-    };
-}
-/// Like `reply_data!`, with an absent payload read as an empty list.
-macro_rules! reply_list {
-    ($reply:expr, $pat:pat => $v:expr) => {
-        match $reply.data {
-            $pat => Ok($v),
-            ReplyData::None => Ok(Vec::new()),
-            _ => Err(Error::Proto),
-        }
-    };
-}
 
 /// Most masters a configuration may list (`N_MAX_MASTERS`).
 pub const N_MAX_MASTERS: usize = 8;
@@ -150,30 +143,123 @@ pub fn new_job_id() -> u64 {
 }
 
 /// F10: called after every successful reconnect, before the interrupted op is re-sent, on the
-/// calling thread. Ops it makes on the same client run as single attempts on the new
-/// connection. A negative return is a failed attempt, classified like a status. The hook runs
-/// while the client is reserved for the calling thread: it must not wait for another thread
-/// that uses the same client.
-pub type ReconnectHook = Box<dyn FnMut(&Client) -> i32 + Send>;
+/// calling thread, with the handle of the call that reconnected. Ops it makes on that handle
+/// run as single attempts on the new connection. A negative return is a failed attempt,
+/// classified like a status. The hook runs while the context is reserved for the calling
+/// thread: it must not wait for another thread that uses the same context.
+pub type ReconnectHook = Arc<HookFn>;
+/// What a reconnect hook is.
+pub type HookFn = dyn Fn(&Client) -> i32 + Send + Sync;
 
-/// One client context.
-pub struct Client {
-    /// Everything the loop mutates. Reentrant so the reconnect hook's nested calls on the same
-    /// thread get in (F10); the RefCell is never borrowed across the hook.
+/// An event callback that also receives the handle of the call that caused the event (the C
+/// layer passes that handle back to C).
+pub type EventHandlerWithHandle = Arc<EventFn>;
+/// What an event callback with the call's handle is.
+pub type EventFn = dyn Fn(&Client, &Event) + Send + Sync;
+
+/// Serial numbers of contexts, for log lines (`name#serial`).
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// One context, shared by its handles.
+struct Context {
+    gate: Gate,
+    wake: WakeState,
+    /// Everything the loop mutates. Only the thread that owns the context (the gate) locks it,
+    /// so the lock is never contended; reentrant for the reconnect hook's nested calls (F10).
+    /// The RefCell is never borrowed across the hook.
     link: ReentrantMutex<RefCell<Link>>,
-    waker: Waker,
-    /// Calls inside the loop right now, for `try_wakeup`.
-    active_calls: AtomicUsize,
+    /// Read when a call starts; setters never wait for a call in progress (F15).
+    settings: Mutex<Settings>,
     observer: Observer,
-    hook: Mutex<Option<ReconnectHook>>,
+    hook: CallbackSlot<HookFn>,
+    events: CallbackSlot<EventFn>,
+    client_id: ClientId,
     client_name: String,
+    masters: Vec<Endpoint>,
+    /// Names the context in log lines.
+    tag: String,
+}
+
+impl Context {
+    /// The end of a stop (F20): no connection, no callbacks.
+    fn finish_close(&self) {
+        self.link.lock().borrow_mut().close();
+        self.hook.set(None);
+        self.events.set(None);
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        self.link.get_mut().get_mut().close();
+    }
+}
+
+/// What distinguishes one handle of a context from another.
+#[derive(Clone, Default)]
+struct CallOpts {
+    /// Set on call handles only: cancels the calls made through this handle.
+    token: Option<Arc<CancelToken>>,
+    /// A deadline per call for this handle, on top of the context's own (the shorter wins).
+    deadline: Option<Duration>,
+    /// An opaque id the C layer gives the handle, passed back to callbacks.
+    handle_id: usize,
+}
+
+/// A handle to one client context (see the module doc).
+#[derive(Clone)]
+pub struct Client {
+    ctx: Arc<Context>,
+    call: CallOpts,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("client_name", &self.client_name)
+            .field("context", &self.ctx.tag)
+            .field("call_handle", &self.call.token.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// The callbacks of one call, as the loop sees them: they receive the call's handle.
+struct CallCallbacks<'a>(&'a Client);
+
+impl Callbacks for CallCallbacks<'_> {
+    fn has_reconnect_hook(&self) -> bool {
+        self.0.ctx.hook.is_set()
+    }
+
+    fn run_reconnect_hook(&self) -> Option<i32> {
+        self.0.ctx.hook.call(|h| h(self.0))
+    }
+
+    fn emit(&self, event: Event) {
+        self.0.ctx.events.call(|h| h(self.0, &event));
+    }
+}
+
+/// Leaves the gate when a call ends, however it ends; the last call out of a context stopped
+/// from inside a call finishes the stop (F20).
+struct Entered<'a> {
+    ctx: &'a Context,
+    claimed_wake: bool,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if self.ctx.gate.leave(self.claimed_wake) == Leave::FinishClose {
+            self.ctx.finish_close();
+        }
+    }
+}
+
+/// Gives the context back to the next queued call, however the call ends.
+struct Owned<'a>(&'a Gate);
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 
@@ -206,152 +292,254 @@ impl Client {
         };
         let mut client_id = [0u8; CLIENT_ID_LEN];
         rand::thread_rng().fill_bytes(&mut client_id);
-        let client = Client {
+        let name = if config.client_name.is_empty() {
+            "libxce"
+        } else {
+            config.client_name.as_str()
+        };
+        let tag = format!("{name}#{}", SERIAL.fetch_add(1, Ordering::Relaxed));
+        // F23: every master's name is being looked up while the first one is tried.
+        for m in &config.masters {
+            resolve::prefetch(&m.host);
+        }
+        let settings = Settings { retry, options };
+        let ctx = Context {
+            gate: Gate::new(),
+            wake: WakeState::new(),
             link: ReentrantMutex::new(RefCell::new(Link::new(
-                Rotator::new(config.masters),
+                Rotator::new(config.masters.clone()),
                 client_id,
-                retry,
-                options,
                 tls,
+                tag.clone(),
             ))),
-            waker: Waker::new()?,
-            active_calls: AtomicUsize::new(0),
+            settings: Mutex::new(settings),
             observer: Observer::default(),
-            hook: Mutex::new(None),
+            hook: CallbackSlot::new(),
+            events: CallbackSlot::new(),
+            client_id,
             client_name: config.client_name,
+            masters: config.masters,
+            tag,
         };
         {
-            let guard = client.link.lock();
+            let guard = ctx.link.lock();
             let mut link = guard.borrow_mut();
-            retry::connect_first(&mut link, &client.waker, &client.observer)?;
+            let waker = ctx.wake.waker_now();
+            retry::connect_first(&mut link, &waker, &ctx.observer, &settings, &ctx.tag)?;
         }
-        Ok(client)
+        Ok(Client {
+            ctx: Arc::new(ctx),
+            call: CallOpts::default(),
+        })
     }
 
-    /// Closes the connection (the next call reconnects). Dropping the client does the same.
+    /// F20: stops the context, for every handle of it. Wakes every call (they return
+    /// `E_XCE_CLOSED`), makes later calls fail at once with it, and waits until no call is in
+    /// flight; then the connection is closed and no callback of the context runs again.
+    /// Called from inside a call of this context (a callback), it returns at once and the
+    /// last call to leave finishes the stop. Idempotent.
     pub fn close(&self) {
-        let guard = self.link.lock();
-        if let Ok(mut link) = guard.try_borrow_mut() {
-            link.close();
-        };
-    }
-
-    /// F13: makes the call blocked on this client (in backoff, connecting or awaiting a reply)
-    /// return `EINTR` promptly. A wake is never lost: with no call in progress (or one that
-    /// finishes without blocking again) it is kept, and the next call returns `EINTR` at once —
-    /// what a daemon shutting down wants when its wake races with the start of a call.
-    pub fn wakeup(&self) {
-        self.waker.wake();
-    }
-
-    /// F13, non-blocking and without a kept wake: wakes the call in progress, if any, and says
-    /// whether there was one.
-    pub fn try_wakeup(&self) -> bool {
-        if self.active_calls.load(Ordering::SeqCst) > 0 {
-            self.waker.wake();
-            true
-        } else {
-            false
+        let ctx = &*self.ctx;
+        match ctx.gate.close(&ctx.wake) {
+            Close::Drained => ctx.finish_close(),
+            Close::Deferred => {
+                // This thread runs a callback of the context: the other threads run none (only
+                // the owner does), and this one returns to a loop that runs no more (F20).
+                ctx.hook.set(None);
+                ctx.events.set(None);
+            }
+            Close::AlreadyClosing => {}
         }
     }
 
-    /// F15: `None` restores `XCE_RETRY_DEFAULTS`; an invalid config is `EINVAL`. Waits for the
-    /// call in progress, if any.
+    /// Closes the connection if no call is using it (the next call reconnects); does nothing
+    /// while a call is in progress. For tools and tests; failover never needs it.
+    pub fn disconnect(&self) {
+        if let Some(guard) = self.ctx.link.try_lock() {
+            if let Ok(mut link) = guard.try_borrow_mut() {
+                link.close();
+            }
+        }
+    }
+
+    /// Whether the context is stopped (or stopping).
+    pub fn is_closed(&self) -> bool {
+        self.ctx.wake.is_closed()
+    }
+
+    /// A new handle to this context for calls that must be cancellable on their own
+    /// ([`Client::cancel`]) or bounded by their own deadline (`None`: the context's).
+    pub fn call_handle(&self, deadline: Option<Duration>) -> Client {
+        Client {
+            ctx: self.ctx.clone(),
+            call: CallOpts {
+                token: Some(Arc::new(CancelToken::new())),
+                deadline,
+                handle_id: 0,
+            },
+        }
+    }
+
+    /// Whether this is a call handle (made by [`Client::call_handle`]).
+    pub fn is_call_handle(&self) -> bool {
+        self.call.token.is_some()
+    }
+
+    /// Cancels this call handle: its calls in progress, queued or later end with `ECANCELED`
+    /// at once. `false` (nothing done) on a handle that is not a call handle. Never blocks.
+    pub fn cancel(&self) -> bool {
+        let Some(token) = &self.call.token else {
+            return false;
+        };
+        token.cancel();
+        self.ctx.gate.cancelled(&self.ctx.wake);
+        true
+    }
+
+    /// This handle with an opaque id that callbacks get back ([`Client::handle_id`]).
+    pub fn with_handle_id(mut self, id: usize) -> Client {
+        self.call.handle_id = id;
+        self
+    }
+
+    /// The id given by [`Client::with_handle_id`] (0 when none).
+    pub fn handle_id(&self) -> usize {
+        self.call.handle_id
+    }
+
+    /// F13: makes every call on this context that is blocked or queued right now return
+    /// `EINTR` promptly. A wake is never lost: with no call in progress (or if those in
+    /// progress finish without noticing it) it is kept, and the next call returns `EINTR` at
+    /// once — what a daemon shutting down wants when its wake races with the start of a call.
+    pub fn wakeup(&self) {
+        self.ctx.gate.wake_all(&self.ctx.wake, true);
+    }
+
+    /// F13, non-blocking and without a kept wake: wakes the calls in progress, if any, and
+    /// says whether there were any.
+    pub fn try_wakeup(&self) -> bool {
+        self.ctx.gate.wake_all(&self.ctx.wake, false)
+    }
+
+    /// F15: `None` restores `XCE_RETRY_DEFAULTS`; an invalid config is `EINVAL`. For the calls
+    /// that start after this one; never waits for a call in progress.
     pub fn set_retry_config(&self, cfg: Option<RetryConfig>) -> Result<(), Error> {
         let cfg = cfg.unwrap_or(XCE_RETRY_DEFAULTS);
         cfg.validate()?;
-        self.with_link(|l| l.retry = cfg)
+        self.ctx.settings.lock().retry = cfg;
+        Ok(())
     }
 
     pub fn retry_config(&self) -> RetryConfig {
-        self.with_link(|l| l.retry).unwrap_or(XCE_RETRY_DEFAULTS)
+        self.ctx.settings.lock().retry
     }
 
-    /// F15: sets one knob (timeouts, deadline, hint policy, waitPrimary).
+    /// F15: sets one knob (timeouts, deadline, hint policy, waitPrimary), for the calls that
+    /// start after this one; never waits for a call in progress.
     pub fn set_option(&self, opt: ClientOption) -> Result<(), Error> {
-        self.with_link(|l| l.options.apply(opt))?
+        self.ctx.settings.lock().options.apply(opt)
     }
 
     pub fn options(&self) -> Options {
-        self.with_link(|l| l.options).unwrap_or_default()
+        self.ctx.settings.lock().options
     }
 
-    /// F10: installs (or with `None` removes) the reconnect hook. It runs on the calling thread
-    /// after a reconnect, once the new connection is confirmed to reach the primary (one
-    /// `hello`; a standby's answer just rotates on), and before the interrupted op is re-sent:
-    /// once per failover. Ops it makes on this client are single attempts on that connection; a
-    /// negative return is a failed attempt, classified like a status.
+    /// F10, F20: installs (or with `None` removes) the reconnect hook. It runs on the calling
+    /// thread after a reconnect, once the new connection is confirmed to reach the primary
+    /// (one `hello`; a standby's answer just rotates on), and before the interrupted op is
+    /// re-sent: once per failover. Ops it makes on the handle it gets are single attempts on
+    /// that connection; a negative return is a failed attempt, classified like a status.
+    /// When this returns, the old hook is not running on another thread and never runs again.
     pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) {
-        *self.hook.lock() = hook;
+        self.ctx.hook.set(hook);
     }
 
-    /// F17: installs (or removes) the event callback.
+    /// F17, F20: installs (or removes) the event callback; final when it returns, like
+    /// [`Client::set_reconnect_handler`].
     pub fn set_event_handler(&self, handler: Option<EventHandler>) {
-        self.observer.set_handler(handler);
+        let h = handler.map(|h| {
+            Arc::new(move |_: &Client, e: &Event| h(e))
+                as Arc<dyn Fn(&Client, &Event) + Send + Sync>
+        });
+        self.ctx.events.set(h);
+    }
+
+    /// As [`Client::set_event_handler`], with the handle of the call that caused each event.
+    pub fn set_event_handler_with_handle(&self, handler: Option<EventHandlerWithHandle>) {
+        self.ctx.events.set(handler);
     }
 
     /// F17 counters; never waits for a call in progress.
     pub fn stats(&self) -> Stats {
-        self.observer.stats()
+        self.ctx.observer.stats()
     }
 
-    /// F19: the report of the last failed call on this client; never waits.
+    /// F19: the report of the last failed call on this context; never waits.
     pub fn last_error(&self) -> Option<CallReport> {
-        self.observer.last_error()
+        self.ctx.observer.last_error()
     }
 
     /// The random id carried by this client's writes (F16).
     pub fn client_id(&self) -> ClientId {
-        self.with_link(|l| l.client_id).unwrap_or_default()
+        self.ctx.client_id
     }
 
-    /// Runs `f` on the link under the context lock; `EDEADLK` from inside an event or log
-    /// callback that fired during a call on this client.
-    fn with_link<T>(&self, f: impl FnOnce(&mut Link) -> T) -> Result<T, Error> {
-        let guard = self.link.lock();
-        let mut link = guard
-            .try_borrow_mut()
-            .map_err(|_| Error::Errno(libc::EDEADLK))?;
-        Ok(f(&mut link))
-    }
-
-    /// Runs the reconnect hook, if one is installed; `None` otherwise. The hook is taken out of
-    /// its slot while it runs, so it may replace itself (a hook that panics is dropped).
-    fn run_reconnect_hook(&self) -> Option<i32> {
-        let mut hook = self.hook.lock().take()?;
-        let rc = hook(self);
-        let mut slot = self.hook.lock();
-        if slot.is_none() {
-            *slot = Some(hook);
-        }
-        Some(rc)
+    /// The configured masters, in order.
+    pub fn masters(&self) -> &[Endpoint] {
+        &self.ctx.masters
     }
 
     /// F1: the one entry every op goes through. Returns the successful reply.
     pub fn call(&self, op: Op) -> Result<Reply, Error> {
-        let guard = self.link.lock();
-        if self.waker.take() {
-            // F13: a wake kept from before this call.
-            return Err(Error::Errno(libc::EINTR));
-        }
-        /// Counts the call as active until it returns or unwinds (a panicking callback).
-        struct Active<'a>(&'a AtomicUsize);
-        impl Drop for Active<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
-        self.active_calls.fetch_add(1, Ordering::SeqCst);
-        let _active = Active(&self.active_calls);
-        let run_hook = || self.run_reconnect_hook();
-        let env = CallEnv {
-            link: &guard,
-            waker: &self.waker,
-            observer: &self.observer,
-            run_hook: &run_hook,
-            has_hook: self.hook.lock().is_some(),
+        self.call_traced(&op).map(|(reply, _)| reply)
+    }
+
+    /// [`Client::call`], with who answered (to report a failure found in the answer, F24).
+    fn call_traced(&self, op: &Op) -> Result<(Reply, CallTrace), Error> {
+        let ctx = &*self.ctx;
+        let token = self.call.token.as_deref();
+        let entry = ctx.gate.enter(&ctx.wake)?;
+        let mut entered = Entered {
+            ctx,
+            claimed_wake: false,
         };
-        retry::run(&env, op)
+        let result = (|| {
+            ctx.gate.acquire(&entry, &ctx.wake, token)?;
+            let _owned = Owned(&ctx.gate);
+            let guard = ctx.link.lock();
+            let settings = *ctx.settings.lock();
+            let deadline = match (settings.options.call_deadline, self.call.deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let env = CallEnv {
+                link: &guard,
+                waker: ctx.wake.waker(entry.since, token),
+                observer: &ctx.observer,
+                callbacks: &CallCallbacks(self),
+                settings,
+                deadline,
+                tag: &ctx.tag,
+            };
+            retry::run(&env, op)
+        })();
+        entered.claimed_wake = result.as_ref().err() == Some(&Error::Errno(libc::EINTR));
+        result
+    }
+
+    /// Runs `op` and takes the payload out of its reply with `take`; a reply without the
+    /// payload the op expects is `E_XCE_PROTO`, reported as the call's failure (F24).
+    fn call_for<T>(&self, op: Op, take: impl FnOnce(ReplyData) -> Option<T>) -> Result<T, Error> {
+        let (reply, trace) = self.call_traced(&op)?;
+        take(reply.data).ok_or_else(|| self.failed_after_loop(trace, Error::Proto))
+    }
+
+    /// F24: a failure found in the answer of a call that the loop saw succeed.
+    fn failed_after_loop(&self, trace: CallTrace, e: Error) -> Error {
+        let report = trace.report(e, &self.ctx.masters);
+        xlog!(Level::Warn, "{}: {report}", self.ctx.tag);
+        self.ctx.observer.set_last_error(report);
+        e
     }
 
     // ---------------------------------------------------------------------------------------
@@ -359,34 +547,59 @@ impl Client {
 
     pub fn hello(&self) -> Result<ControllerInfo, Error> {
         let op = Op::Hello(Hello {
-            client_name: self.client_name.clone(),
+            client_name: self.ctx.client_name.clone(),
             protocol_version: PROTOCOL_VERSION,
         });
-        reply_data!(self.call(op)?, ReplyData::CtrlInfo(i) => i)
+        self.call_for(op, |d| match d {
+            ReplyData::CtrlInfo(i) => Some(i),
+            _ => None,
+        })
     }
 
     pub fn joblist(&self, filter: JobFilter) -> Result<Vec<Job>, Error> {
-        reply_list!(self.call(Op::JobList(filter))?, ReplyData::Jobs(v) => v)
+        self.call_for(Op::JobList(filter), |d| match d {
+            ReplyData::Jobs(v) => Some(v),
+            ReplyData::None => Some(Vec::new()),
+            _ => None,
+        })
     }
 
     pub fn jobinfo(&self, job_id: u64) -> Result<Job, Error> {
-        reply_data!(self.call(Op::JobInfo { job_id })?, ReplyData::Job(j) => j)
+        self.call_for(Op::JobInfo { job_id }, |d| match d {
+            ReplyData::Job(j) => Some(j),
+            _ => None,
+        })
     }
 
     pub fn reslist(&self) -> Result<Vec<Resource>, Error> {
-        reply_list!(self.call(Op::ResList)?, ReplyData::Resources(v) => v)
+        self.call_for(Op::ResList, |d| match d {
+            ReplyData::Resources(v) => Some(v),
+            ReplyData::None => Some(Vec::new()),
+            _ => None,
+        })
     }
 
     pub fn workerlist(&self) -> Result<Vec<Host>, Error> {
-        reply_list!(self.call(Op::WorkerList)?, ReplyData::Hosts(v) => v)
+        self.call_for(Op::WorkerList, |d| match d {
+            ReplyData::Hosts(v) => Some(v),
+            ReplyData::None => Some(Vec::new()),
+            _ => None,
+        })
     }
 
     pub fn clusterconf(&self) -> Result<ClusterConf, Error> {
-        reply_data!(self.call(Op::ClusterConf)?, ReplyData::ClusterConf(c) => c)
+        self.call_for(Op::ClusterConf, |d| match d {
+            ReplyData::ClusterConf(c) => Some(c),
+            _ => None,
+        })
     }
 
     pub fn resval(&self, host: &str) -> Result<Vec<ResVal>, Error> {
-        reply_list!(self.call(Op::ResVal { host: host.into() })?, ReplyData::ResVals(v) => v)
+        self.call_for(Op::ResVal { host: host.into() }, |d| match d {
+            ReplyData::ResVals(v) => Some(v),
+            ReplyData::None => Some(Vec::new()),
+            _ => None,
+        })
     }
 
     // ---------------------------------------------------------------------------------------
@@ -395,7 +608,10 @@ impl Client {
 
     /// Returns the session id.
     pub fn join(&self, join: Join) -> Result<u64, Error> {
-        reply_data!(self.call(Op::Join(join))?, ReplyData::SessionId(id) => id)
+        self.call_for(Op::Join(join), |d| match d {
+            ReplyData::SessionId(id) => Some(id),
+            _ => None,
+        })
     }
 
     /// Submits a job; a `job_id` of 0 is replaced by [`new_job_id`]. Returns the job id.
@@ -405,10 +621,10 @@ impl Client {
         }
         let job_id = spec.job_id;
         // A DUP on a re-send (F4) carries no data: the id we sent is the answer.
-        match self.call(Op::JobSubmit(spec))?.data {
-            ReplyData::JobId(id) => Ok(id),
-            _ => Ok(job_id),
-        }
+        self.call_for(Op::JobSubmit(spec), |d| match d {
+            ReplyData::JobId(id) => Some(id),
+            _ => Some(job_id),
+        })
     }
 
     pub fn jobdispatch(&self, job_id: u64, host: &str) -> Result<(), Error> {
@@ -453,7 +669,14 @@ impl Client {
 
     /// Returns the task id.
     pub fn runtask(&self, host: &str, command: &str) -> Result<u64, Error> {
-        reply_data!(self.call(Op::RunTask { host: host.into(), command: command.into() })?, ReplyData::TaskId(t) => t)
+        let op = Op::RunTask {
+            host: host.into(),
+            command: command.into(),
+        };
+        self.call_for(op, |d| match d {
+            ReplyData::TaskId(t) => Some(t),
+            _ => None,
+        })
     }
 
     pub fn set_pend_reason(&self, job_id: u64, reason: &str) -> Result<(), Error> {
@@ -484,17 +707,10 @@ impl Client {
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.link.get_mut().get_mut().close();
-    }
-}
-
-/// Keeps `Arc<Client>` usable from many threads (c-api.md, F11).
+/// Keeps `Client` usable from many threads (c-api.md, F11).
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Client>();
-    assert_send_sync::<Arc<Client>>();
 };
 
 #[cfg(test)]

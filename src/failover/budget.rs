@@ -27,6 +27,9 @@ pub struct RetryBudget {
     /// Configured masters failed since the last sleep, one bit each (F7: "every master tried
     /// once"); a bitmask, so a call allocates nothing for its budget.
     tried_since_sleep: u64,
+    /// Configured masters failed during the whole call (F5: each gets its turn before the
+    /// budget can end).
+    tried_in_call: u64,
     /// Number of configured masters (1..=64; configurations hold at most 8).
     n_masters: usize,
     /// Failed attempts since the last sleep, hints to unlisted hosts included.
@@ -42,6 +45,7 @@ impl RetryBudget {
         RetryBudget {
             backoff,
             tried_since_sleep: 0,
+            tried_in_call: 0,
             n_masters: n_masters.clamp(1, 64),
             attempts_since_sleep: 0,
             saw_no_primary: false,
@@ -71,6 +75,7 @@ impl RetryBudget {
         }
         if let Some(i) = master.filter(|&i| i < self.n_masters) {
             self.tried_since_sleep |= 1 << i;
+            self.tried_in_call |= 1 << i;
         }
         self.attempts_since_sleep += 1;
 
@@ -78,7 +83,7 @@ impl RetryBudget {
             Some(d) if d.is_zero() => return RetryDecision::Exhausted(self.exhaustion_error()),
             r => r,
         };
-        let all = u64::MAX >> (64 - self.n_masters);
+        let all = self.all();
         let full_cycle = self.tried_since_sleep == all
             // Two standbys naming each other as primary must not ping-pong without sleeping.
             || self.attempts_since_sleep >= 2 * self.n_masters;
@@ -86,6 +91,9 @@ impl RetryBudget {
             return RetryDecision::RotateNow;
         }
         match self.backoff.next_delay() {
+            // F5: hints can never starve a configured master; one that has not had its turn
+            // in this call gets it before the budget ends (the deadline still ends it above).
+            None if self.tried_in_call != all => RetryDecision::RotateNow,
             None => RetryDecision::Exhausted(self.exhaustion_error()),
             Some(d) => {
                 self.tried_since_sleep = 0;
@@ -93,6 +101,25 @@ impl RetryBudget {
                 RetryDecision::Sleep(remaining.map_or(d, |r| d.min(r)))
             }
         }
+    }
+
+    fn all(&self) -> u64 {
+        u64::MAX >> (64 - self.n_masters)
+    }
+
+    /// The masters rotation should avoid next (F5): those tried since the last sleep, and,
+    /// while some master has not had its turn in this call, every master tried in it.
+    pub fn avoid_mask(&self) -> u64 {
+        if self.tried_in_call == self.all() {
+            self.tried_since_sleep
+        } else {
+            self.tried_in_call | self.tried_since_sleep
+        }
+    }
+
+    /// Masters failed since the last sleep (hints naming them are not followed, F5).
+    pub fn tried_since_sleep(&self) -> u64 {
+        self.tried_since_sleep
     }
 
     /// F7: "cluster not ready" if any controller said it is not the primary during the call,
@@ -185,6 +212,40 @@ mod tests {
         assert_eq!(
             b.on_failure(RetryBackoff, nr, Some(1), now),
             Exhausted(Error::NotReady)
+        );
+    }
+
+    #[test]
+    fn every_master_gets_its_turn_before_the_budget_ends() {
+        // Answers that keep the call on master 0 (a standby steering it to itself) must not end
+        // the budget before masters 1 and 2 were tried (F5): the spent budget turns into one
+        // rotation per untried master, which rotation is told to prefer.
+        let now = Instant::now();
+        let mut b = budget(3, 1);
+        let nr = AttemptOutcome::Status(-E_XCE_NOT_READY);
+        assert!(is_sleep(b.on_failure(RetryBackoff, nr, Some(0), now)));
+        assert_eq!(b.on_failure(RetryBackoff, nr, Some(0), now), RotateNow);
+        assert_eq!(b.avoid_mask(), 0b001);
+        assert_eq!(b.on_failure(RetryBackoff, nr, Some(1), now), RotateNow);
+        assert_eq!(b.avoid_mask(), 0b011);
+        assert_eq!(
+            b.on_failure(RetryBackoff, nr, Some(2), now),
+            Exhausted(Error::NotReady)
+        );
+    }
+
+    #[test]
+    fn the_deadline_ends_the_call_even_with_untried_masters() {
+        let start = Instant::now();
+        let mut b = RetryBudget::new(
+            3,
+            Backoff::seeded(XCE_RETRY_DEFAULTS, 1),
+            Some(start + Duration::from_millis(10)),
+        );
+        let later = start + Duration::from_millis(10);
+        assert_eq!(
+            b.on_failure(RetryNow, REFUSED, Some(0), later),
+            Exhausted(Error::Errno(libc::ECONNREFUSED))
         );
     }
 

@@ -30,16 +30,22 @@ pub enum Classification {
     Terminal,
 }
 
-/// Classifies one attempt. `attempt` is 0 for the first send of a call and > 0 for a re-send;
-/// `is_write` says whether the op mutates (failover.md, "Op categories").
-pub fn classify(outcome: AttemptOutcome, attempt: u32, is_write: bool) -> Classification {
+/// Classifies one attempt. `may_have_been_applied`: an earlier send of the same call left and
+/// its outcome is unknown (no reply came back), so the controller may have applied it (F16);
+/// a send that was answered with any status was not applied. `is_write` says whether the op
+/// mutates (failover.md, "Op categories").
+pub fn classify(
+    outcome: AttemptOutcome,
+    may_have_been_applied: bool,
+    is_write: bool,
+) -> Classification {
     match outcome {
-        AttemptOutcome::Status(s) => classify_status(s, attempt, is_write),
+        AttemptOutcome::Status(s) => classify_status(s, may_have_been_applied, is_write),
         AttemptOutcome::Transport(e) => classify_transport(e),
     }
 }
 
-fn classify_status(status: i32, attempt: u32, is_write: bool) -> Classification {
+fn classify_status(status: i32, may_have_been_applied: bool, is_write: bool) -> Classification {
     if status >= 0 {
         return Classification::Success;
     }
@@ -47,23 +53,30 @@ fn classify_status(status: i32, attempt: u32, is_write: bool) -> Classification 
     match status.checked_neg().unwrap_or(0) {
         E_XCE_REDIRECT | E_XCE_STANDBY => Classification::RetryNow,
         E_XCE_NOMASTER | E_XCE_NOT_READY => Classification::RetryBackoff,
-        // F16: a re-sent write that finds its own effect was applied by the first send.
-        E_XCE_DUP_JOB | libc::EEXIST if is_write && attempt > 0 => Classification::Success,
+        // F16: a re-sent write that finds the effect of an earlier send whose outcome was
+        // unknown. After sends that were answered (a redirect, say) it is a genuine duplicate.
+        E_XCE_DUP_JOB | libc::EEXIST if is_write && may_have_been_applied => {
+            Classification::Success
+        }
         _ => Classification::Terminal,
     }
 }
 
 fn classify_transport(e: Error) -> Classification {
     if is_interrupt(e) {
-        // F13: the caller asked the op to stop; never retried.
+        // F13, F20: the caller asked the op to stop; never retried.
         return Classification::Terminal;
     }
     Classification::RetryNow
 }
 
-/// F13: the error a woken call returns.
+/// F13, F20: the errors of a call that must stop now — woken (`EINTR`), cancelled through its
+/// call handle (`ECANCELED`), or its context stopped (`E_XCE_CLOSED`).
 pub fn is_interrupt(e: Error) -> bool {
-    e == Error::Errno(libc::EINTR)
+    matches!(
+        e,
+        Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
+    )
 }
 
 /// Statuses by which a controller says "I am not the primary" (redirect, standby, no master,
@@ -92,59 +105,62 @@ mod tests {
     /// failover.md's table, row by row: (outcome, attempt, is_write, expected).
     #[test]
     fn status_table() {
-        let table: &[(AttemptOutcome, u32, bool, Classification)] = &[
+        // (outcome, an earlier send may have been applied, is_write, expected)
+        let table: &[(AttemptOutcome, bool, bool, Classification)] = &[
             // done
-            (s(0), 0, false, Success),
-            (s(0), 3, true, Success),
-            (s(17), 0, false, Success), // a positive count
+            (s(0), false, false, Success),
+            (s(0), true, true, Success),
+            (s(17), false, false, Success), // a positive count
             // standby answers
-            (s(-E_XCE_REDIRECT), 0, false, RetryNow),
-            (s(-E_XCE_REDIRECT), 2, true, RetryNow),
-            (s(-E_XCE_STANDBY), 0, true, RetryNow),
-            (s(-E_XCE_NOMASTER), 0, false, RetryBackoff),
-            (s(-E_XCE_NOMASTER), 5, true, RetryBackoff),
-            (s(-E_XCE_NOT_READY), 0, false, RetryBackoff),
-            (s(-E_XCE_NOT_READY), 1, true, RetryBackoff),
-            // both DUP cases, and EEXIST alike
-            (s(-E_XCE_DUP_JOB), 1, true, Success),
-            (s(-E_XCE_DUP_JOB), 0, true, Terminal),
-            (s(-libc::EEXIST), 2, true, Success),
-            (s(-libc::EEXIST), 0, true, Terminal),
-            (s(-E_XCE_DUP_JOB), 1, false, Terminal), // a read never "was applied"
+            (s(-E_XCE_REDIRECT), false, false, RetryNow),
+            (s(-E_XCE_REDIRECT), true, true, RetryNow),
+            (s(-E_XCE_STANDBY), false, true, RetryNow),
+            (s(-E_XCE_NOMASTER), false, false, RetryBackoff),
+            (s(-E_XCE_NOMASTER), true, true, RetryBackoff),
+            (s(-E_XCE_NOT_READY), false, false, RetryBackoff),
+            (s(-E_XCE_NOT_READY), true, true, RetryBackoff),
+            // F16: DUP is the earlier send's success only when that send's outcome is unknown;
+            // after answered sends (e.g. a redirect) it is a genuine duplicate. EEXIST alike.
+            (s(-E_XCE_DUP_JOB), true, true, Success),
+            (s(-E_XCE_DUP_JOB), false, true, Terminal),
+            (s(-libc::EEXIST), true, true, Success),
+            (s(-libc::EEXIST), false, true, Terminal),
+            (s(-E_XCE_DUP_JOB), true, false, Terminal), // a read never "was applied"
             // transport failures
-            (t(Error::Errno(libc::ECONNREFUSED)), 0, false, RetryNow),
-            (t(Error::Errno(libc::ECONNRESET)), 1, true, RetryNow),
-            (t(Error::Errno(libc::EPIPE)), 0, true, RetryNow),
-            (t(Error::Errno(libc::ETIMEDOUT)), 0, false, RetryNow),
-            (t(Error::Errno(libc::EHOSTUNREACH)), 0, false, RetryNow),
-            (t(Error::Errno(libc::ENETUNREACH)), 0, false, RetryNow),
-            (t(Error::Tls), 0, false, RetryNow),
+            (t(Error::Errno(libc::ECONNREFUSED)), false, false, RetryNow),
+            (t(Error::Errno(libc::ECONNRESET)), true, true, RetryNow),
+            (t(Error::Errno(libc::EPIPE)), false, true, RetryNow),
+            (t(Error::Errno(libc::ETIMEDOUT)), false, false, RetryNow),
+            (t(Error::Errno(libc::EHOSTUNREACH)), false, false, RetryNow),
+            (t(Error::Errno(libc::ENETUNREACH)), false, false, RetryNow),
+            (t(Error::Tls), false, false, RetryNow),
             // undecodable replies count as transport
-            (t(Error::Proto), 0, false, RetryNow),
-            (t(Error::Proto), 4, true, RetryNow),
-            // a wakeup ends the call
-            (t(Error::Errno(libc::EINTR)), 0, false, Terminal),
+            (t(Error::Proto), false, false, RetryNow),
+            (t(Error::Proto), true, true, RetryNow),
+            // the caller stops the call: woken, cancelled, context stopped
+            (t(Error::Errno(libc::EINTR)), false, false, Terminal),
+            (t(Error::Errno(libc::ECANCELED)), true, true, Terminal),
+            (t(Error::Closed), false, true, Terminal),
             // anything else a controller says is final
-            (s(-libc::EINVAL), 0, false, Terminal),
-            (s(-libc::ENOENT), 1, false, Terminal),
-            (s(-libc::EPERM), 0, true, Terminal),
-            (s(-libc::EACCES), 0, true, Terminal),
-            (s(-E_XCE_AUTH), 2, true, Terminal),
-            (s(-E_XCE_PROTO), 0, false, Terminal), // PROTO sent as a status
-            (s(-E_XCE_TLS), 0, false, Terminal),
-            (s(-E_XCE_INTERNAL), 0, false, Terminal),
-            (s(-libc::ECONNREFUSED), 0, false, Terminal), // an errno *status* is not transport
-            (s(i32::MIN), 0, false, Terminal),
+            (s(-libc::EINVAL), false, false, Terminal),
+            (s(-libc::ENOENT), true, false, Terminal),
+            (s(-libc::EPERM), false, true, Terminal),
+            (s(-libc::EACCES), false, true, Terminal),
+            (s(-E_XCE_AUTH), true, true, Terminal),
+            (s(-E_XCE_PROTO), false, false, Terminal), // PROTO sent as a status
+            (s(-E_XCE_TLS), false, false, Terminal),
+            (s(-E_XCE_INTERNAL), false, false, Terminal),
+            (s(-libc::ECONNREFUSED), false, false, Terminal), // an errno *status* is not transport
+            (s(i32::MIN), false, false, Terminal),
         ];
-        for (i, &(outcome, attempt, is_write, want)) in table.iter().enumerate() {
+        for (i, &(outcome, applied, is_write, want)) in table.iter().enumerate() {
             assert_eq!(
-                classify(outcome, attempt, is_write),
+                classify(outcome, applied, is_write),
                 want,
-                "row {i}: {outcome:?} attempt={attempt} write={is_write}"
+                "row {i}: {outcome:?} may_have_been_applied={applied} write={is_write}"
             );
         }
     }
-
     #[test]
     fn no_primary_statuses_are_never_success() {
         for code in [
@@ -154,9 +170,9 @@ mod tests {
             E_XCE_NOT_READY,
         ] {
             assert!(is_no_primary_status(-code));
-            for attempt in 0..3 {
+            for applied in [false, true] {
                 for w in [false, true] {
-                    assert_ne!(classify(s(-code), attempt, w), Success);
+                    assert_ne!(classify(s(-code), applied, w), Success);
                 }
             }
         }

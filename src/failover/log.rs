@@ -3,13 +3,14 @@
 //! No global logger crate and nothing installed behind the caller's back (style.md): the state
 //! is created lazily on first use, the level is read from `XCE_LOG` at that moment
 //! (`error`, `warn`, `info`, `debug`, `off`; default `warn`), and the default sink writes one
-//! line to stderr. `set_sink` may be called any number of times (rustls-ffi #22).
+//! line to stderr. `set_sink` may be called any number of times (rustls-ffi #22), and is final
+//! when it returns (F20): the old sink is not running on another thread and never runs again.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use super::slot::CallbackSlot;
 
 /// Severity of a log line; `Off` as a threshold silences everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,12 +60,14 @@ impl Level {
     }
 }
 
-/// A log sink: receives the level and one formatted line (no trailing newline).
-pub type LogSink = Arc<dyn Fn(Level, &str) + Send + Sync>;
+/// What a log sink is: it receives the level and one formatted line (no trailing newline).
+pub type SinkFn = dyn Fn(Level, &str) + Send + Sync;
+/// A log sink.
+pub type LogSink = Arc<SinkFn>;
 
 struct LogState {
     level: AtomicU8,
-    sink: RwLock<Option<LogSink>>,
+    sink: CallbackSlot<SinkFn>,
 }
 
 fn state() -> &'static LogState {
@@ -76,14 +79,15 @@ fn state() -> &'static LogState {
             .unwrap_or(DEFAULT_LOG_LEVEL);
         LogState {
             level: AtomicU8::new(level as u8),
-            sink: RwLock::new(None),
+            sink: CallbackSlot::new(),
         }
     })
 }
 
-/// Replaces the sink; `None` restores the stderr sink.
+/// Replaces the sink; `None` restores the stderr sink. When it returns, the old sink is not
+/// running on another thread and is never called again (a sink may replace itself).
 pub fn set_sink(sink: Option<LogSink>) {
-    *state().sink.write() = sink;
+    state().sink.set(sink);
 }
 
 /// Sets the threshold (overrides `XCE_LOG`).
@@ -105,11 +109,8 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
         return;
     }
     let line = fmt::format(args);
-    // Clone the sink out so a sink that replaces the sink cannot deadlock.
-    let sink = state().sink.read().clone();
-    match sink {
-        Some(s) => s(level, &line),
-        None => eprintln!("libxce {}: {}", level.as_str(), line),
+    if state().sink.call(|s| s(level, &line)).is_none() {
+        eprintln!("libxce {}: {}", level.as_str(), line);
     }
 }
 

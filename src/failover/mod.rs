@@ -6,6 +6,9 @@
 //! - [`rotate`]: redirect hint first, else the next master; sticky current master (F3, F5).
 //! - [`log`]: the replaceable log sink (F14).
 //! - [`options`], [`report`]: the knobs (F8, F15), counters, events and last-error report (F17, F19).
+//! - [`wait_primary`]: where to ask for the primary while backing off, and whether to follow
+//!   the answer (F18, F25).
+//! - [`slot`]: callbacks whose replacement is final (F20).
 //! - [`retry`]: the loop — the one place with sockets, sleeps and callbacks.
 
 pub mod backoff;
@@ -17,10 +20,12 @@ pub mod rotate;
 pub use backoff::{Backoff, RetryConfig, XCE_RETRY_DEFAULTS};
 pub use budget::{RetryBudget, RetryDecision};
 pub use classify::{classify, AttemptOutcome, Classification};
-pub use rotate::{Endpoint, HintPolicy, HintVerdict, Rotator, Target};
+pub use rotate::{Endpoint, HintPolicy, HintRefusal, HintVerdict, Rotator, Target};
 pub mod options;
 pub mod report;
 pub mod retry;
+pub mod slot;
+pub mod wait_primary;
 
 pub use options::{ClientOption, Options};
 pub use report::{CallReport, Event, EventHandler, Stats};

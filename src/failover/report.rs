@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use super::classify::AttemptOutcome;
 use super::rotate::Endpoint;
@@ -54,8 +54,9 @@ pub enum Event {
     },
 }
 
-/// The event callback. It runs with the context lock held: it may read `stats()` and
-/// `last_error()`, but an op on the same context from inside it fails with `EDEADLK`.
+/// The event callback. It runs on the thread of the call that caused the event, while that call
+/// owns the context: it may read `stats()` and `last_error()`, but an op on the same context
+/// from inside it fails with `EDEADLK`.
 pub type EventHandler = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// A master's last outcome during one call.
@@ -64,6 +65,9 @@ pub struct MasterOutcome {
     pub endpoint: Endpoint,
     /// `None`: not tried during the call.
     pub last: Option<AttemptOutcome>,
+    /// What the outcome alone does not say: a name lookup's failure (F23), or what was wrong
+    /// with an answer found after the loop (F24).
+    pub note: Option<String>,
 }
 
 /// F19: what happened during the last failed call.
@@ -102,9 +106,10 @@ impl fmt::Display for CallReport {
             self.elapsed.as_secs_f64()
         )?;
         for m in &self.masters {
-            match &m.last {
-                Some(o) => write!(f, "; {} {}", m.endpoint, outcome_text(o))?,
-                None => write!(f, "; {} not tried", m.endpoint)?,
+            match (&m.note, &m.last) {
+                (Some(note), _) => write!(f, "; {} {note}", m.endpoint)?,
+                (None, Some(o)) => write!(f, "; {} {}", m.endpoint, outcome_text(o))?,
+                (None, None) => write!(f, "; {} not tried", m.endpoint)?,
             }
         }
         if self.is_write {
@@ -121,12 +126,11 @@ impl fmt::Display for CallReport {
     }
 }
 
-/// The observable side of a context: counters, events, last error. Each field has its own
-/// small lock, never held across I/O.
+/// The observable side of a context: counters and last error. Each field has its own small
+/// lock, never held across I/O; readers never wait for a call in progress.
 #[derive(Default)]
 pub struct Observer {
     stats: Mutex<Stats>,
-    handler: RwLock<Option<EventHandler>>,
     last_error: Mutex<Option<CallReport>>,
 }
 
@@ -145,18 +149,6 @@ impl Observer {
 
     pub fn update(&self, f: impl FnOnce(&mut Stats)) {
         f(&mut self.stats.lock())
-    }
-
-    pub fn set_handler(&self, h: Option<EventHandler>) {
-        *self.handler.write() = h;
-    }
-
-    /// Delivers an event; the handler is cloned out first so it may replace itself.
-    pub fn emit(&self, e: Event) {
-        let h = self.handler.read().clone();
-        if let Some(h) = h {
-            h(&e);
-        }
     }
 
     pub fn last_error(&self) -> Option<CallReport> {
@@ -184,14 +176,24 @@ mod tests {
                 MasterOutcome {
                     endpoint: Endpoint::new("a", 1),
                     last: Some(AttemptOutcome::Status(-E_XCE_NOT_READY)),
+                    note: None,
                 },
                 MasterOutcome {
                     endpoint: Endpoint::new("b", 2),
                     last: Some(AttemptOutcome::Transport(Error::Errno(libc::ECONNREFUSED))),
+                    note: None,
                 },
                 MasterOutcome {
                     endpoint: Endpoint::new("c", 3),
                     last: None,
+                    note: None,
+                },
+                MasterOutcome {
+                    endpoint: Endpoint::new("db7.example", 4),
+                    last: Some(AttemptOutcome::Transport(Error::Lookup)),
+                    note: Some(
+                        "name lookup of db7.example failed: Name or service not known".into(),
+                    ),
                 },
             ],
             is_write: true,
@@ -205,6 +207,12 @@ mod tests {
         assert!(s.contains("a:1 answered \"cluster not ready\""), "{s}");
         assert!(s.contains("b:2 transport: Connection refused"), "{s}");
         assert!(s.contains("c:3 not tried"), "{s}");
+        assert!(
+            s.contains(
+                "db7.example:4 name lookup of db7.example failed: Name or service not known"
+            ),
+            "{s}"
+        );
         assert!(s.contains("may have been applied"), "{s}");
     }
 }

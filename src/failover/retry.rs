@@ -1,9 +1,12 @@
-//! THE retry loop (F1): the one place where the pure decisions (classify, budget, rotate) meet
-//! sockets, sleeps and callbacks.
+//! THE retry loop (F1): the one place where the pure decisions (classify, budget, rotate,
+//! wait_primary) meet sockets, sleeps and callbacks.
 //!
-//! A call runs with the context lock held (F11). The loop's state lives in a [`Link`] inside a
-//! `RefCell`; the borrow is released only around the reconnect hook, so the hook's nested calls
-//! on the same thread (reentrant lock) find `in_hook` set and run as single attempts (F10).
+//! A call runs while its thread owns the context (the client's gate, F11). The loop's state
+//! lives in a [`Link`] inside a `RefCell`; the borrow is released only around the reconnect
+//! hook, so the hook's nested calls on the same thread find `in_hook` set and run as single
+//! attempts (F10). Every wait goes through the call's [`Waker`], so a wake, a cancellation or
+//! the context being stopped ends the call at once (F13, F20); no callback runs once the
+//! context is stopped.
 
 use std::cell::{RefCell, RefMut};
 use std::sync::Arc;
@@ -11,30 +14,35 @@ use std::time::{Duration, Instant};
 
 use super::backoff::{Backoff, RetryConfig};
 use super::budget::{RetryBudget, RetryDecision};
-use super::classify::{
-    classify, is_interrupt, is_no_primary_status, AttemptOutcome, Classification,
-};
+use super::classify::{classify, is_interrupt, AttemptOutcome, Classification};
 use super::log::{xlog, Level};
-use super::options::{Options, HERD_SPREAD_PER_WAITER, MAX_HERD_SPREAD, WAIT_PRIMARY_SPREAD};
+use super::options::Options;
 use super::report::{CallReport, Event, MasterOutcome, Observer};
-use super::rotate::{resolve_system, Endpoint, HintVerdict, Rotator, Target};
+use super::rotate::{Endpoint, HintRefusal, HintVerdict, Rotator};
+use super::wait_primary::{self, Verdict, Witnesses};
 use crate::error::{strerror, Error};
-use crate::transport::{Connection, Waker};
-use crate::wire::{
-    ClientId, Hello, Limits, Op, OpKind, Reply, ReplyData, RequestHead, PROTOCOL_VERSION,
-};
+use crate::transport::resolve;
+use crate::transport::{Connection, LookupFailure, Waker};
+use crate::wire::{ClientId, Hello, Limits, Op, OpKind, Reply, RequestHead, PROTOCOL_VERSION};
 
 /// Extra time granted to a `waitPrimary` reply beyond the wait itself (F18), capped by the
 /// reply timeout: the controller answers at the end of the wait, one round trip later.
 const WAIT_PRIMARY_SLACK: Duration = Duration::from_millis(250);
 
-/// The state of one context that the loop mutates, kept under the context lock (F11).
+/// The knobs a call runs with, copied when it starts: a setter never waits for a call in
+/// progress and changes only the calls that start after it (F15).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    pub retry: RetryConfig,
+    pub options: Options,
+}
+
+/// The state of one context that the loop mutates, used only by the thread that owns the
+/// context (F11).
 pub struct Link {
     pub rotator: Rotator,
     pub conn: Option<Connection>,
     pub client_id: ClientId,
-    pub retry: RetryConfig,
-    pub options: Options,
     pub tls: Option<Arc<rustls::ClientConfig>>,
     pub limits: Limits,
     /// Last `seq` sent; a reply must echo the awaited one (F9).
@@ -49,30 +57,31 @@ pub struct Link {
     /// A reconnect happened and the hook has not yet succeeded on it (F10): it runs before the
     /// next send, even when the loop comes back to the same connection after a backoff.
     pub hook_pending: bool,
-    /// Configured masters that answered `waitPrimary` with an error: plain sleeps there (F18).
-    pub no_wait_primary: Vec<bool>,
+    /// Configured masters that answered `waitPrimary` with an error, one bit each: plain
+    /// sleeps there (F18).
+    pub no_wait_primary: u64,
     /// Start of the failover in progress, if one is (F17).
     pub failing_since: Option<Instant>,
     /// A master has served this context: only then is losing one a failover (F17). Before
     /// that, a standby met on the way to the primary is discovery, not a failover.
     pub has_served: bool,
+    /// Why the last connect found no address (F23), for the report of the attempt.
+    pub lookup_failure: Option<LookupFailure>,
+    /// Names the context in log lines.
+    pub tag: String,
 }
 
 impl Link {
     pub fn new(
         rotator: Rotator,
         client_id: ClientId,
-        retry: RetryConfig,
-        options: Options,
         tls: Option<Arc<rustls::ClientConfig>>,
+        tag: String,
     ) -> Link {
-        let n = rotator.masters().len();
         Link {
             rotator,
             conn: None,
             client_id,
-            retry,
-            options,
             tls,
             limits: Limits::default(),
             seq: 0,
@@ -80,9 +89,11 @@ impl Link {
             in_hook: false,
             hook_transport_error: None,
             hook_pending: false,
-            no_wait_primary: vec![false; n],
+            no_wait_primary: 0,
             failing_since: None,
             has_served: false,
+            lookup_failure: None,
+            tag,
         }
     }
 
@@ -95,19 +106,38 @@ impl Link {
         self.rotator.endpoint(self.rotator.current()).clone()
     }
 
+    /// Whether the kept connection can carry the next request (F21: still our socket).
+    fn conn_usable(&mut self) -> bool {
+        self.conn.as_mut().is_some_and(Connection::usable)
+    }
+
+    /// F12: whether the kept connection is alive, asking the socket.
     fn conn_alive(&mut self) -> bool {
         self.conn.as_mut().is_some_and(|c| !c.is_dead())
     }
 
     /// Connects to the current target, replacing any old connection (F5: the old one is closed
-    /// first). The connect timeout is capped by the call's deadline.
-    fn connect_current(&mut self, waker: &Waker, deadline: Option<Instant>) -> Result<(), Error> {
+    /// first). The connect timeout, name lookup included (F23), is capped by `deadline`.
+    fn connect_current(
+        &mut self,
+        waker: &Waker,
+        connect_timeout: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<(), Error> {
         self.conn = None;
+        self.lookup_failure = None;
         let ep = self.current_endpoint();
-        let until = cap(Instant::now() + self.options.connect_timeout, deadline);
-        let conn = Connection::connect(
+        let until = cap(Instant::now() + connect_timeout, deadline);
+        let addrs = resolve::resolve(&ep.host, ep.port, until, waker).map_err(|e| {
+            if let Some(f) = e.lookup_failure() {
+                xlog!(Level::Warn, "{}: {}", self.tag, f.describe(&ep.host));
+                self.lookup_failure = Some(f);
+            }
+            e.error()
+        })?;
+        let conn = Connection::connect_addrs(
             &ep.host,
-            ep.port,
+            &addrs,
             self.tls.as_ref(),
             self.limits,
             until,
@@ -125,8 +155,7 @@ impl Link {
         waker: &Waker,
         op: &Op,
         request_id: u64,
-        reply_timeout: Duration,
-        deadline: Option<Instant>,
+        until: Instant,
     ) -> (Result<Reply, Error>, bool) {
         let Some(conn) = self.conn.as_mut() else {
             return (Err(Error::Errno(libc::ENOTCONN)), false);
@@ -138,7 +167,6 @@ impl Link {
             request_id,
             no_reply: false,
         };
-        let until = cap(Instant::now() + reply_timeout, deadline);
         if let Err(e) = conn.send_op(&head, op, until, waker) {
             return (Err(e), false);
         }
@@ -146,7 +174,7 @@ impl Link {
     }
 
     /// Sends a fire-and-forget request (F12).
-    fn send_no_reply(&mut self, waker: &Waker, op: &Op) -> Result<(), Error> {
+    fn send_no_reply(&mut self, waker: &Waker, op: &Op, until: Instant) -> Result<(), Error> {
         let conn = self.conn.as_mut().ok_or(Error::Errno(libc::ENOTCONN))?;
         self.seq += 1;
         let head = RequestHead {
@@ -155,12 +183,7 @@ impl Link {
             request_id: 0,
             no_reply: true,
         };
-        conn.send_op(
-            &head,
-            op,
-            Instant::now() + self.options.reply_timeout,
-            waker,
-        )
+        conn.send_op(&head, op, until, waker)
     }
 
     fn next_request_id(&mut self, kind: OpKind) -> u64 {
@@ -173,16 +196,28 @@ impl Link {
     }
 }
 
-/// What one call borrows from its client.
+/// The callbacks of a context, as the loop sees them (F10, F17).
+pub trait Callbacks {
+    /// Whether a reconnect hook is installed.
+    fn has_reconnect_hook(&self) -> bool;
+    /// Runs the reconnect hook; `None` when none is installed.
+    fn run_reconnect_hook(&self) -> Option<i32>;
+    /// Delivers an event to the event handler, if one is installed.
+    fn emit(&self, event: Event);
+}
+
+/// What one call borrows from its context.
 pub struct CallEnv<'a> {
     pub link: &'a RefCell<Link>,
-    pub waker: &'a Waker,
+    /// Ends the call's waits: a wake, its call handle's cancellation, the context's stop.
+    pub waker: Waker<'a>,
     pub observer: &'a Observer,
-    /// Runs the reconnect hook (F10); `None` when none is installed.
-    pub run_hook: &'a dyn Fn() -> Option<i32>,
-    /// Whether a reconnect hook is installed (then a new connection is first confirmed to
-    /// lead to the primary, so the hook runs once per failover, not once per standby tried).
-    pub has_hook: bool,
+    pub callbacks: &'a dyn Callbacks,
+    pub settings: Settings,
+    /// The call's own deadline (the context's option, or a shorter one of its call handle).
+    pub deadline: Option<Duration>,
+    /// Names the context in log lines (`name#serial`).
+    pub tag: &'a str,
 }
 
 impl CallEnv<'_> {
@@ -192,26 +227,97 @@ impl CallEnv<'_> {
             .try_borrow_mut()
             .map_err(|_| Error::Errno(libc::EDEADLK))
     }
+
+    /// F17 events; none once the context is stopped (F20).
+    fn emit(&self, event: Event) {
+        if self.waker.check() != Err(Error::Closed) {
+            self.callbacks.emit(event);
+        }
+    }
+
+    fn options(&self) -> &Options {
+        &self.settings.options
+    }
 }
 
-/// F18 jitter after `waitPrimary` names the new primary: every client the controller was
-/// holding is told at once, so each spreads its reconnect at random over a window that grows
-/// with that crowd (`waiters` × [`HERD_SPREAD_PER_WAITER`], within [`WAIT_PRIMARY_SPREAD`] ..=
-/// [`MAX_HERD_SPREAD`]): a lone client goes within a few ms, a thousand arrive over ~100 ms.
-fn herd_spread(waiters: u32) -> Duration {
-    (HERD_SPREAD_PER_WAITER * waiters).clamp(WAIT_PRIMARY_SPREAD, MAX_HERD_SPREAD)
+/// Log lines of a call name its context (F14).
+macro_rules! clog {
+    ($env:expr, $lvl:expr, $($arg:tt)+) => {
+        xlog!($lvl, "{}: {}", $env.tag, format_args!($($arg)+))
+    };
+}
+
+/// Name resolution for hints and `waitPrimary` answers (F23): bounded by the connect timeout
+/// and the call's deadline, ended by a wake (then no address: the hint is not followed, and the
+/// wait that follows reports the wake).
+fn bounded_resolver<'a>(
+    env: &'a CallEnv<'_>,
+    deadline: Option<Instant>,
+) -> impl Fn(&str, u16) -> Vec<std::net::SocketAddr> + 'a {
+    let until = cap(Instant::now() + env.options().connect_timeout, deadline);
+    move |host: &str, port: u16| resolve::resolve(host, port, until, &env.waker).unwrap_or_default()
 }
 
 fn cap(t: Instant, deadline: Option<Instant>) -> Instant {
     deadline.map_or(t, |d| t.min(d))
 }
 
+fn bit(m: usize) -> u64 {
+    if m < 64 {
+        1 << m
+    } else {
+        0
+    }
+}
+
+/// What a successful call leaves for the caller: who answered, to report a failure found after
+/// the loop (a payload that does not match the op, F24). Plain values: nothing allocated.
+#[derive(Debug, Clone, Copy)]
+pub struct CallTrace {
+    pub op: &'static str,
+    /// The configured master that answered (`None`: an unlisted host reached through a hint).
+    pub master: Option<usize>,
+    pub attempts: u32,
+    pub started: Instant,
+    pub is_write: bool,
+}
+
+impl CallTrace {
+    /// The F19 report of `error`, found in the answer of the call this trace describes.
+    pub fn report(&self, error: Error, masters: &[Endpoint]) -> CallReport {
+        CallReport {
+            op: self.op,
+            error,
+            attempts: self.attempts,
+            elapsed: self.started.elapsed(),
+            masters: masters
+                .iter()
+                .enumerate()
+                .map(|(i, ep)| MasterOutcome {
+                    endpoint: ep.clone(),
+                    last: (Some(i) == self.master).then_some(AttemptOutcome::Status(0)),
+                    note: (Some(i) == self.master).then(|| format!("its answer: {error}")),
+                })
+                .collect(),
+            is_write: self.is_write,
+            // The write was answered: applied, even though its answer was unusable.
+            may_have_been_applied: self.is_write,
+        }
+    }
+}
+
 /// F2: connects to the first reachable master in list order; none: the last transport error.
-pub fn connect_first(link: &mut Link, waker: &Waker, observer: &Observer) -> Result<(), Error> {
+pub fn connect_first(
+    link: &mut Link,
+    waker: &Waker,
+    observer: &Observer,
+    settings: &Settings,
+    tag: &str,
+) -> Result<(), Error> {
     let mut last = Error::Errno(libc::ECONNREFUSED);
     for i in 0..link.rotator.masters().len() {
         link.rotator.set_current(i);
-        match link.connect_current(waker, None) {
+        match link.connect_current(waker, settings.options.connect_timeout, None) {
             Ok(()) => {
                 // The first connection is not a reconnect: no hook for it (F10).
                 link.hook_pending = false;
@@ -223,7 +329,7 @@ pub fn connect_first(link: &mut Link, waker: &Waker, observer: &Observer) -> Res
             Err(e) => {
                 xlog!(
                     Level::Info,
-                    "start: {} unreachable ({e})",
+                    "{tag}: start: {} unreachable ({e})",
                     link.current_endpoint()
                 );
                 last = e;
@@ -233,26 +339,36 @@ pub fn connect_first(link: &mut Link, waker: &Waker, observer: &Observer) -> Res
     link.rotator.set_current(0);
     xlog!(
         Level::Warn,
-        "start: no master reachable; last error: {last}"
+        "{tag}: start: no master reachable; last error: {last}"
     );
     Err(last)
 }
 
 /// F1: runs `op` to success, a terminal error, or budget exhaustion.
-pub fn run(env: &CallEnv<'_>, op: Op) -> Result<Reply, Error> {
+pub fn run(env: &CallEnv<'_>, op: &Op) -> Result<(Reply, CallTrace), Error> {
     let mut link = env.borrow()?;
     env.observer.update(|s| s.requests += 1);
     let kind = op.kind();
+    let trace = |master, attempts| CallTrace {
+        op: op.name(),
+        master,
+        attempts,
+        started: Instant::now(),
+        is_write: kind == OpKind::Write,
+    };
     if link.in_hook || kind == OpKind::Probe {
         // F10: inside the hook, one attempt on the new connection, no nested failover.
-        return single_attempt(&mut link, env, &op, kind);
+        let reply = single_attempt(&mut link, env, op, kind)?;
+        return Ok((reply, trace(link.rotator.current_master(), 1)));
     }
     if kind == OpKind::FireAndForget {
         drop(link);
-        return fire_and_forget(env, &op);
+        let reply = fire_and_forget(env, op)?;
+        let master = env.link.borrow().rotator.current_master();
+        return Ok((reply, trace(master, 1)));
     }
     drop(link);
-    Call::new(env, &op)?.run()
+    Call::new(env, op)?.run()
 }
 
 /// A call in the F10 hook (or a probe): one exchange on the current connection.
@@ -262,13 +378,13 @@ fn single_attempt(
     op: &Op,
     kind: OpKind,
 ) -> Result<Reply, Error> {
+    let until = Instant::now() + env.options().reply_timeout;
     let result = if kind == OpKind::FireAndForget {
-        link.send_no_reply(env.waker, op)
+        link.send_no_reply(&env.waker, op, until)
             .map(|()| Reply::status(link.seq, 0))
     } else {
         let rid = link.next_request_id(kind);
-        let timeout = link.options.reply_timeout;
-        link.exchange(env.waker, op, rid, timeout, None).0
+        link.exchange(&env.waker, op, rid, until).0
     };
     match result {
         Ok(r) if r.status >= 0 => Ok(r),
@@ -291,13 +407,10 @@ fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
         let mut result = Err(Error::Errno(libc::ENOTCONN));
         for i in 0..n {
             if i > 0 {
-                rotate(
-                    &mut link,
-                    env.observer,
-                    AttemptOutcome::Transport(result.err().unwrap_or(Error::Internal)),
-                );
+                let cause = AttemptOutcome::Transport(result.err().unwrap_or(Error::Internal));
+                rotate(&mut link, env, cause, 0);
             }
-            result = link.connect_current(env.waker, None);
+            result = link.connect_current(&env.waker, env.options().connect_timeout, None);
             match result {
                 Ok(()) => break,
                 Err(e) if is_interrupt(e) => return Err(e),
@@ -319,11 +432,13 @@ fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
         link = env.borrow()?;
     }
     let seq = link.seq + 1;
-    link.send_no_reply(env.waker, op)
+    let until = Instant::now() + env.options().reply_timeout;
+    link.send_no_reply(&env.waker, op, until)
         .map(|()| Reply::status(seq, 0))
 }
 
-/// F10: runs the hook with the link released and `in_hook` set. `Err` is the failed attempt.
+/// F10: runs the hook with the link released and `in_hook` set. `Err` is the failed attempt;
+/// a context stopped from inside the hook ends the call here (F20).
 fn run_hook(env: &CallEnv<'_>) -> Result<(), AttemptOutcome> {
     /// Clears `in_hook` even if the hook unwinds.
     struct InHook<'a>(&'a RefCell<Link>);
@@ -340,8 +455,9 @@ fn run_hook(env: &CallEnv<'_>) -> Result<(), AttemptOutcome> {
         l.hook_transport_error = None;
     }
     let guard = InHook(env.link);
-    let rc = (env.run_hook)();
+    let rc = env.callbacks.run_reconnect_hook();
     drop(guard);
+    env.waker.check().map_err(AttemptOutcome::Transport)?;
     let transport = env.link.borrow_mut().hook_transport_error.take();
     match rc {
         Some(rc) if rc < 0 => {
@@ -354,12 +470,13 @@ fn run_hook(env: &CallEnv<'_>) -> Result<(), AttemptOutcome> {
     }
 }
 
-/// Moves to the next target (hint first, F5), logs it and counts it (F14, F17). The old
-/// connection is kept only when the target is unchanged and the connection still works.
-fn rotate(link: &mut Link, observer: &Observer, cause: AttemptOutcome) {
+/// Moves to the next target (hint first, then masters not in `avoid`, F5), logs it and
+/// counts it (F14, F17). The old connection is kept only when the target is unchanged and the
+/// connection still works.
+fn rotate(link: &mut Link, env: &CallEnv<'_>, cause: AttemptOutcome, avoid: u64) {
     let from_target = link.rotator.current().clone();
     let from = link.current_endpoint();
-    let to_target = link.rotator.advance();
+    let to_target = link.rotator.advance(avoid);
     let to = link.current_endpoint();
     if to_target != from_target || !link.conn_alive() {
         link.conn = None;
@@ -368,13 +485,14 @@ fn rotate(link: &mut Link, observer: &Observer, cause: AttemptOutcome) {
         // F17: staying put (e.g. waitPrimary named the master we are on) is no rotation.
         return;
     }
-    xlog!(
+    clog!(
+        env,
         Level::Info,
         "rotating from {from} to {to}: {}",
         cause_text(&cause)
     );
-    observer.update(|s| s.rotations += 1);
-    observer.emit(Event::Rotation { from, to, cause });
+    env.observer.update(|s| s.rotations += 1);
+    env.emit(Event::Rotation { from, to, cause });
 }
 
 fn cause_text(o: &AttemptOutcome) -> String {
@@ -393,17 +511,27 @@ struct Call<'a, 'e> {
     started: Instant,
     deadline: Option<Instant>,
     budget: RetryBudget,
-    /// Times the request left for a controller: the F4 "attempt number" (a re-send is > 0).
-    sends: u32,
     attempts: u32,
+    /// Each configured master's last outcome in this call (F19, F24); filled on the first
+    /// failure, so a call that succeeds at once allocates nothing.
     per_master: Vec<Option<AttemptOutcome>>,
+    /// Why a master's last connect found no address (F23), beside `per_master`.
+    lookups: Vec<Option<LookupFailure>>,
     /// The master that most recently failed by transport (a dead or hung primary): excluded
     /// from `waitPrimary`, since standbys may still believe it leads (F18).
     last_unreachable: Option<usize>,
     /// The master that most recently answered with a status: a live controller to ask for
     /// the primary when the attempt before a backoff hit a dead one (F18).
     last_answered: Option<usize>,
+    /// F16: a send of this call left and got no answer, so it may have been applied.
     may_have_been_applied: bool,
+    /// Witnesses whose `waitPrimary` answer was a dead end (F25), one bit each.
+    misleading: u64,
+    /// Masters a `waitPrimary` answer sent us to that then refused (F25), one bit each.
+    followed_then_refused: u64,
+    /// The master a `waitPrimary` answer sent us to, and the end of the backoff unit it cut
+    /// short: if that master refuses, the rest of the unit is still slept (F7).
+    following: Option<(usize, Instant)>,
 }
 
 impl<'a, 'e> Call<'a, 'e> {
@@ -412,7 +540,7 @@ impl<'a, 'e> Call<'a, 'e> {
         let started = Instant::now();
         let kind = op.kind();
         let request_id = link.next_request_id(kind);
-        let deadline = link.options.call_deadline.map(|d| started + d);
+        let deadline = env.deadline.map(|d| started + d);
         let n = link.rotator.masters().len();
         // A hint left over from an earlier call is stale.
         link.rotator.clear_hint();
@@ -423,27 +551,33 @@ impl<'a, 'e> Call<'a, 'e> {
             request_id,
             started,
             deadline,
-            budget: RetryBudget::new(n, Backoff::new(link.retry), deadline),
-            sends: 0,
+            budget: RetryBudget::new(n, Backoff::new(env.settings.retry), deadline),
             attempts: 0,
             per_master: Vec::new(),
+            lookups: Vec::new(),
             last_unreachable: None,
             last_answered: None,
             may_have_been_applied: false,
+            misleading: 0,
+            followed_then_refused: 0,
+            following: None,
         })
     }
 
-    fn run(mut self) -> Result<Reply, Error> {
+    fn run(mut self) -> Result<(Reply, CallTrace), Error> {
         loop {
             let (outcome, reply) = match self.attempt() {
                 Ok(reply) => (AttemptOutcome::Status(reply.status), Some(reply)),
                 Err(outcome) => (outcome, None),
             };
             self.attempts += 1;
-            let class = classify(outcome, self.sends.saturating_sub(1), self.is_write);
+            // F16: for an answered attempt, the flag says whether an *earlier* send may have
+            // been applied (this one was answered, so it was not).
+            let class = classify(outcome, self.may_have_been_applied, self.is_write);
             match class {
                 Classification::Success => return Ok(self.succeed(reply)),
                 Classification::Terminal => {
+                    self.record(outcome);
                     let e = match outcome {
                         AttemptOutcome::Status(s) => Error::from_code(s).unwrap_or(Error::Internal),
                         AttemptOutcome::Transport(e) => e,
@@ -461,16 +595,18 @@ impl<'a, 'e> Call<'a, 'e> {
 
     /// One attempt: (re)connect if needed, run the hook after a reconnect (F10), send, await.
     fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
-        let mut link = self.env.borrow().map_err(AttemptOutcome::Transport)?;
+        let env = self.env;
+        let mut link = env.borrow().map_err(AttemptOutcome::Transport)?;
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
-        if !link.conn.as_ref().is_some_and(|c| !c.known_dead()) {
-            link.connect_current(self.env.waker, self.deadline)
+        if !link.conn_usable() {
+            link.connect_current(&env.waker, env.options().connect_timeout, self.deadline)
                 .map_err(AttemptOutcome::Transport)?;
             let ep = link.current_endpoint();
-            self.env.observer.update(|s| s.current_master = Some(ep));
+            env.observer.update(|s| s.current_master = Some(ep));
         }
-        if link.hook_pending && self.env.has_hook {
+        let reply_until = || cap(Instant::now() + env.options().reply_timeout, self.deadline);
+        if link.hook_pending && env.callbacks.has_reconnect_hook() {
             // F10: the hook re-joins the primary; on a standby it could only be redirected.
             // One `hello` tells: a non-primary answer (with its redirect hint) is this
             // attempt's outcome, and the hook waits for the connection that reaches the
@@ -479,8 +615,7 @@ impl<'a, 'e> Call<'a, 'e> {
                 client_name: String::new(),
                 protocol_version: PROTOCOL_VERSION,
             });
-            let timeout = link.options.reply_timeout;
-            let (result, _) = link.exchange(self.env.waker, &probe, 0, timeout, self.deadline);
+            let (result, _) = link.exchange(&env.waker, &probe, 0, reply_until());
             match result {
                 Err(e) => return Err(AttemptOutcome::Transport(e)),
                 Ok(reply) if reply.status < 0 => return Ok(reply),
@@ -489,60 +624,81 @@ impl<'a, 'e> Call<'a, 'e> {
         }
         if link.hook_pending {
             drop(link);
-            run_hook(self.env)?;
-            link = self.env.borrow().map_err(AttemptOutcome::Transport)?;
+            run_hook(env)?;
+            link = env.borrow().map_err(AttemptOutcome::Transport)?;
         }
-        let timeout = link.options.reply_timeout;
-        let (result, sent) = link.exchange(
-            self.env.waker,
-            self.op,
-            self.request_id,
-            timeout,
-            self.deadline,
-        );
-        if sent {
-            self.sends += 1;
-        }
+        let (result, sent) = link.exchange(&env.waker, self.op, self.request_id, reply_until());
         match result {
             Ok(reply) => Ok(reply),
             Err(e) => {
-                // F19: the write left and no answer came back.
+                // F16, F19: the write left and no answer came back.
                 self.may_have_been_applied |= sent && self.is_write;
                 Err(AttemptOutcome::Transport(e))
             }
         }
     }
 
-    fn succeed(&mut self, reply: Option<Reply>) -> Reply {
+    /// Notes the outcome of the attempt just made on the current master (F19, F24). Being
+    /// woken or stopped says nothing about the master.
+    fn record(&mut self, outcome: AttemptOutcome) {
+        if matches!(outcome, AttemptOutcome::Transport(e) if is_interrupt(e)) {
+            return;
+        }
+        let mut link = self.env.link.borrow_mut();
+        let lookup = link.lookup_failure.take();
+        let Some(i) = link.rotator.current_master() else {
+            return;
+        };
+        if self.per_master.is_empty() {
+            self.per_master = vec![None; link.rotator.masters().len()];
+            self.lookups = vec![None; link.rotator.masters().len()];
+        }
+        self.per_master[i] = Some(outcome);
+        self.lookups[i] = lookup;
+        match outcome {
+            AttemptOutcome::Transport(_) => self.last_unreachable = Some(i),
+            AttemptOutcome::Status(_) => self.last_answered = Some(i),
+        }
+    }
+
+    fn succeed(&mut self, reply: Option<Reply>) -> (Reply, CallTrace) {
+        let env = self.env;
         let mut reply = reply.unwrap_or_else(|| Reply::status(0, 0));
         // F4: a DUP on a re-sent write is the first send's success.
         reply.status = reply.status.max(0);
-        let mut link = self.env.link.borrow_mut();
+        let mut link = env.link.borrow_mut();
         link.has_served = true;
         if let Some(since) = link.failing_since.take() {
             let ep = link.current_endpoint();
             let duration = since.elapsed();
-            xlog!(
+            clog!(
+                env,
                 Level::Info,
                 "failover finished on {ep} after {} ms",
                 duration.as_millis()
             );
-            self.env.observer.update(|s| {
+            env.observer.update(|s| {
                 s.failovers += 1;
                 s.last_failover_ms = duration.as_millis() as u64;
             });
-            self.env
-                .observer
-                .emit(Event::FailoverFinished { to: ep, duration });
+            env.emit(Event::FailoverFinished { to: ep, duration });
         }
         // The steady path clones nothing: the stats copy the endpoint only when it changed (P2).
+        let master = link.rotator.current_master();
         let ep = link.rotator.endpoint(link.rotator.current());
-        self.env.observer.update(|s| {
+        env.observer.update(|s| {
             if s.current_master.as_ref() != Some(ep) {
                 s.current_master = Some(ep.clone());
             }
         });
-        reply
+        let trace = CallTrace {
+            op: self.op.name(),
+            master,
+            attempts: self.attempts,
+            started: self.started,
+            is_write: self.is_write,
+        };
+        (reply, trace)
     }
 
     /// After a retriable failure: record it, offer the hint, then rotate, sleep or give up.
@@ -553,77 +709,87 @@ impl<'a, 'e> Call<'a, 'e> {
         reply: Option<&Reply>,
     ) -> Result<(), Error> {
         let env = self.env;
+        self.record(outcome);
         let mut link = env.borrow()?;
         let master = link.rotator.current_master();
-        if let Some(i) = master {
-            // Filled on the first failure: a call that succeeds at once allocates nothing.
-            if self.per_master.is_empty() {
-                self.per_master = vec![None; link.rotator.masters().len()];
-            }
-            self.per_master[i] = Some(outcome);
-            match outcome {
-                AttemptOutcome::Transport(_) => self.last_unreachable = Some(i),
-                AttemptOutcome::Status(_) => self.last_answered = Some(i),
-            }
-        }
         if link.failing_since.is_none() && link.has_served {
             link.failing_since = Some(Instant::now());
             let from = link.current_endpoint();
-            xlog!(
+            clog!(
+                env,
                 Level::Info,
                 "failover started: {from} {}",
                 cause_text(&outcome)
             );
-            env.observer.emit(Event::FailoverStarted {
+            env.emit(Event::FailoverStarted {
                 from,
                 cause: outcome,
             });
         }
+        // F25: the master a waitPrimary answer sent us to refused; the unit it cut short is
+        // still owed (F7), and it is not followed again in this call.
+        let owed = match self.following.take() {
+            Some((m, until)) if master == Some(m) => {
+                self.followed_then_refused |= bit(m);
+                Some(until)
+            }
+            _ => None,
+        };
+        let decision = self
+            .budget
+            .on_failure(class, outcome, master, Instant::now());
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
-            let policy = link.options.hint_policy;
-            let stale = link
-                .rotator
-                .find_master(host, port, &resolve_system)
-                .is_some_and(|m| self.just_failed(m));
-            if stale {
-                // F5: the hint is advisory. A standby names the dead primary until its election
-                // timeout; following it again would bounce between the two and never reach the
-                // masters not yet tried, so rotation goes on instead.
-                xlog!(
-                    Level::Debug,
-                    "ignoring redirect hint {host}:{port}: it just failed"
-                );
-            } else if link.rotator.offer_hint(host, port, policy, &resolve_system)
-                == HintVerdict::Refused
-            {
-                xlog!(
+            let policy = env.options().hint_policy;
+            let tried = self.budget.tried_since_sleep();
+            let resolve = bounded_resolver(env, self.deadline);
+            match link.rotator.offer_hint(host, port, policy, tried, &resolve) {
+                HintVerdict::Accepted(_) => {}
+                HintVerdict::Refused(HintRefusal::NotConfigured) => clog!(
+                    env,
                     Level::Warn,
                     "ignoring redirect hint {host}:{port}: not a configured master"
-                );
+                ),
+                // F5: the hint is advisory. A standby names the dead primary until its election
+                // timeout, names itself, or two name each other: following would bounce and
+                // never reach the masters not yet tried, so rotation goes on instead.
+                HintVerdict::Refused(why) => clog!(
+                    env,
+                    Level::Debug,
+                    "ignoring redirect hint {host}:{port}: {}",
+                    match why {
+                        HintRefusal::NamesCurrent => "it names the master that just refused",
+                        _ => "that master already failed since the last backoff",
+                    }
+                ),
             }
         }
-        match self
-            .budget
-            .on_failure(class, outcome, master, Instant::now())
-        {
+        if let Some(until) = owed {
+            self.sleep_until(until)?;
+        }
+        match decision {
             RetryDecision::RotateNow => {}
             RetryDecision::Sleep(d) => {
                 let t0 = Instant::now();
-                let waited = self.backoff_wait(&mut link, d, reply.is_some());
+                let waited = self.backoff_wait(&mut link, d);
                 let spent = t0.elapsed().as_millis() as u64;
                 env.observer.update(|s| s.backoff_ms += spent);
                 waited?;
             }
             RetryDecision::Exhausted(e) => {
+                // F7: the next call must not start on the master that just failed (a hung
+                // one would cost it its whole deadline again).
+                let avoid = self.budget.avoid_mask();
+                rotate(&mut link, env, outcome, avoid);
                 let last = cause_text(&outcome);
-                xlog!(
+                clog!(
+                    env,
                     Level::Warn,
                     "{} gave up after {} attempts in {} ms: {e} (last: {last})",
                     self.op.name(),
                     self.attempts,
                     self.started.elapsed().as_millis()
                 );
-                env.observer.emit(Event::NotReady {
+                env.emit(Event::NotReady {
                     error: e,
                     attempts: self.attempts,
                     elapsed: self.started.elapsed(),
@@ -632,126 +798,166 @@ impl<'a, 'e> Call<'a, 'e> {
             }
         }
         env.observer.update(|s| s.retries += 1);
-        rotate(&mut link, env.observer, outcome);
+        let avoid = self.budget.avoid_mask();
+        rotate(&mut link, env, outcome, avoid);
         Ok(())
     }
 
-    /// F6/F18: the backoff wait. With a controller that just answered and supports it, ask it
-    /// for the primary (`waitPrimary`) instead of sleeping blindly; follow a configured primary
-    /// it names after a small spread. Otherwise, or for what is left, an interruptible sleep.
-    fn backoff_wait(
-        &mut self,
-        link: &mut Link,
-        d: Duration,
-        controller_answered: bool,
-    ) -> Result<(), Error> {
-        let start = Instant::now();
-        let end = start + d;
-        let waker = self.env.waker;
-        // F18 for every client: when the attempt before this backoff hit a dead or hung master,
-        // move to the controller that last answered in this call and wait there, instead of
-        // sleeping blind (and waking up to a whole delay after the election).
-        let mut witness_ready = false;
-        if link.options.wait_primary && !controller_answered {
-            if let Some(w) = self
-                .last_answered
-                .filter(|&w| !link.no_wait_primary[w] && Some(w) != link.rotator.current_master())
-            {
-                link.rotator.set_current(w);
-                match link.connect_current(waker, Some(cap(end, self.deadline))) {
-                    Ok(()) => witness_ready = true,
-                    Err(e) if is_interrupt(e) => return Err(e),
-                    Err(_) => link.conn = None,
-                }
-            }
+    /// Sleeps until `until` (interruptibly), counting it as backoff time.
+    fn sleep_until(&mut self, until: Instant) -> Result<(), Error> {
+        let d = cap(until, self.deadline).saturating_duration_since(Instant::now());
+        if d.is_zero() {
+            return Ok(());
         }
-        let master = link.rotator.current_master();
-        let usable = link.options.wait_primary
-            && (controller_answered || witness_ready)
-            && master.is_some_and(|i| !link.no_wait_primary[i])
-            && link.conn_alive();
-        if let (true, Some(i)) = (usable, master) {
-            let wait_ms = d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
-            let slack = WAIT_PRIMARY_SLACK.min(link.options.reply_timeout);
-            let exclude = self
-                .last_unreachable
-                .map(|u| link.rotator.masters()[u].clone());
-            let op = Op::WaitPrimary {
-                timeout_ms: wait_ms,
-                exclude_host: exclude.as_ref().map(|e| e.host.clone()).unwrap_or_default(),
-                exclude_port: exclude.as_ref().map_or(0, |e| e.port),
-            };
-            let (result, _) = link.exchange(waker, &op, 0, d + slack, self.deadline);
-            match result {
-                Err(e) if is_interrupt(e) => return Err(e),
-                Err(_) => {} // the connection is gone; sleep what is left
-                Ok(r) if r.status < 0 && !is_no_primary_status(r.status) => {
-                    // The controller lacks the op: plain sleeps for this master from now on.
-                    xlog!(
-                        Level::Info,
-                        "{} does not support waitPrimary ({}); plain backoff",
-                        link.current_endpoint(),
-                        strerror(r.status)
-                    );
-                    link.no_wait_primary[i] = true;
-                }
-                Ok(r) => {
-                    if let ReplyData::CtrlInfo(info) = &r.data {
-                        let named = link.rotator.find_master(
-                            &info.primary_host,
-                            info.primary_port,
-                            &resolve_system,
-                        );
-                        let unreachable = named.is_some_and(|m| self.just_failed(m));
-                        if unreachable {
-                            // F7: a controller without the exclusion still names the primary
-                            // that just failed; that is no news, so the wait goes on as a sleep
-                            // and this unit of budget costs its time.
-                            xlog!(
-                                Level::Debug,
-                                "waitPrimary named {}:{}, which just failed; sleeping",
-                                info.primary_host,
-                                info.primary_port
-                            );
-                        } else if info.primary_port != 0 && !info.primary_host.is_empty() {
-                            let verdict = link.rotator.offer_hint(
-                                &info.primary_host,
-                                info.primary_port,
-                                super::rotate::HintPolicy::ConfiguredOnly,
-                                &resolve_system,
-                            );
-                            if let HintVerdict::Accepted(Target::Master(_)) = verdict {
-                                xlog!(
-                                    Level::Info,
-                                    "waitPrimary: primary is {}:{}",
-                                    info.primary_host,
-                                    info.primary_port
-                                );
-                                let spread = herd_spread(info.waiters);
-                                let spread = self.budget.backoff_mut().spread(spread);
-                                return waker.sleep(spread);
-                            }
-                            xlog!(
-                                Level::Warn,
-                                "waitPrimary named {}:{}: not a configured master",
-                                info.primary_host,
-                                info.primary_port
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        waker.sleep(end.saturating_duration_since(Instant::now()))
+        let t0 = Instant::now();
+        let r = self.env.waker.sleep(d);
+        let spent = t0.elapsed().as_millis() as u64;
+        self.env.observer.update(|s| s.backoff_ms += spent);
+        r
     }
 
-    /// Whether master `m`'s last attempt in this call failed by transport (dead or hung): a
-    /// redirect hint or `waitPrimary` answer naming it is stale news (F5, F18).
-    fn just_failed(&self, m: usize) -> bool {
-        matches!(
-            self.per_master.get(m),
-            Some(Some(AttemptOutcome::Transport(_)))
-        )
+    /// F6/F18: one backoff unit of `d`. With a live controller that supports it, ask it for
+    /// the primary (`waitPrimary`) instead of sleeping blindly, and follow a primary it names
+    /// ([`wait_primary::judge`]) after a small spread. Otherwise, or for what is left, an
+    /// interruptible sleep.
+    fn backoff_wait(&mut self, link: &mut Link, d: Duration) -> Result<(), Error> {
+        let env = self.env;
+        let end = cap(Instant::now() + d, self.deadline);
+        if env.options().wait_primary {
+            if let Some(w) = self.witness(link) {
+                if let Some(spread) = self.ask_witness(link, w, d, end)? {
+                    return env.waker.sleep(spread);
+                }
+            }
+        }
+        env.waker
+            .sleep(end.saturating_duration_since(Instant::now()))
+    }
+
+    /// The controller to ask during this unit, connected (F18).
+    fn witness(&self, link: &mut Link) -> Option<usize> {
+        let current_alive = link.conn_usable();
+        let seen = Witnesses {
+            last: &self.per_master,
+            current: link.rotator.current_master(),
+            current_alive,
+            last_answered: self.last_answered,
+            unsupported: link.no_wait_primary,
+            misleading: self.misleading,
+        };
+        let w = seen.choose()?;
+        if Some(w) != link.rotator.current_master() || !current_alive {
+            link.rotator.set_current(w);
+            let until = cap(
+                Instant::now() + self.env.options().connect_timeout,
+                self.deadline,
+            );
+            if link
+                .connect_current(
+                    &self.env.waker,
+                    self.env.options().connect_timeout,
+                    Some(until),
+                )
+                .is_err()
+            {
+                link.conn = None;
+                return None;
+            }
+        }
+        Some(w)
+    }
+
+    /// Asks witness `w` for the primary; `Some(spread)` when its answer is followed.
+    fn ask_witness(
+        &mut self,
+        link: &mut Link,
+        w: usize,
+        d: Duration,
+        end: Instant,
+    ) -> Result<Option<Duration>, Error> {
+        let env = self.env;
+        let wait_ms = d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
+        let slack = WAIT_PRIMARY_SLACK.min(env.options().reply_timeout);
+        let exclude = self
+            .last_unreachable
+            .map(|u| link.rotator.masters()[u].clone());
+        let op = Op::WaitPrimary {
+            timeout_ms: wait_ms,
+            exclude_host: exclude.as_ref().map(|e| e.host.clone()).unwrap_or_default(),
+            exclude_port: exclude.as_ref().map_or(0, |e| e.port),
+        };
+        let until = cap(Instant::now() + d + slack, self.deadline);
+        let (result, _) = link.exchange(&env.waker, &op, 0, until);
+        let reply = match result {
+            Err(e) if is_interrupt(e) => return Err(e),
+            Err(_) => return Ok(None), // the connection is gone; sleep what is left
+            Ok(r) => r,
+        };
+        let resolve = bounded_resolver(env, self.deadline);
+        let named = match &reply.data {
+            crate::wire::ReplyData::CtrlInfo(info) if wait_primary::names_someone(info) => link
+                .rotator
+                .find_master(&info.primary_host, info.primary_port, &resolve),
+            _ => None,
+        };
+        let seen = Witnesses {
+            last: &self.per_master,
+            current: link.rotator.current_master(),
+            current_alive: true,
+            last_answered: self.last_answered,
+            unsupported: link.no_wait_primary,
+            misleading: self.misleading,
+        };
+        let named_text = || match &reply.data {
+            crate::wire::ReplyData::CtrlInfo(i) => format!("{}:{}", i.primary_host, i.primary_port),
+            _ => String::new(),
+        };
+        match wait_primary::judge(&reply, named, &seen, self.followed_then_refused) {
+            Verdict::Follow { master, spread } => {
+                clog!(
+                    env,
+                    Level::Info,
+                    "waitPrimary: primary is {}",
+                    link.rotator.masters()[master]
+                );
+                link.rotator.aim_at(master);
+                self.following = Some((master, end));
+                let spread = self.budget.backoff_mut().spread(spread);
+                Ok(Some(spread))
+            }
+            Verdict::NoNews => Ok(None),
+            Verdict::DeadEnd => {
+                clog!(
+                    env,
+                    Level::Info,
+                    "waitPrimary at {} named {}, which refuses: not followed",
+                    link.rotator.masters()[w],
+                    named_text()
+                );
+                self.misleading |= bit(w);
+                Ok(None)
+            }
+            Verdict::NotConfigured => {
+                clog!(
+                    env,
+                    Level::Warn,
+                    "waitPrimary named {}: not a configured master",
+                    named_text()
+                );
+                Ok(None)
+            }
+            Verdict::Unsupported => {
+                clog!(
+                    env,
+                    Level::Info,
+                    "{} does not support waitPrimary ({}); plain backoff",
+                    link.rotator.masters()[w],
+                    strerror(reply.status)
+                );
+                link.no_wait_primary |= bit(w);
+                Ok(None)
+            }
+        }
     }
 
     /// Records the F19 report of a failed call and returns its error.
@@ -765,6 +971,12 @@ impl<'a, 'e> Call<'a, 'e> {
             .map(|(i, ep)| MasterOutcome {
                 endpoint: ep.clone(),
                 last: self.per_master.get(i).copied().flatten(),
+                note: self
+                    .lookups
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map(|f| f.describe(&ep.host)),
             })
             .collect();
         drop(link);
@@ -778,27 +990,5 @@ impl<'a, 'e> Call<'a, 'e> {
             may_have_been_applied: self.may_have_been_applied,
         });
         e
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn herd_spread_grows_with_the_crowd_within_bounds() {
-        let ms = |w| herd_spread(w).as_millis();
-        let table = [
-            (0, 5),
-            (1, 5),
-            (50, 5),
-            (200, 20),
-            (1000, 100),
-            (2000, 200),
-            (100_000, 200),
-        ];
-        for (waiters, want) in table {
-            assert_eq!(ms(waiters), want, "{waiters} waiters");
-        }
     }
 }

@@ -56,8 +56,20 @@ pub enum HintPolicy {
 pub enum HintVerdict {
     /// It will be the next target.
     Accepted(Target),
-    /// It names no configured master; ignored (the loop logs this at WARN).
-    Refused,
+    /// Ignored; plain rotation stays in force (the loop logs why).
+    Refused(HintRefusal),
+}
+
+/// Why a hint was not followed (F5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintRefusal {
+    /// It names no configured master (and the policy is [`HintPolicy::ConfiguredOnly`]).
+    NotConfigured,
+    /// It names the master the context is on, which just answered "not the primary".
+    NamesCurrent,
+    /// It names a master that already failed since the last sleep: following it again would
+    /// bounce between standbys (or back to a dead primary) and starve the untried masters.
+    AlreadyTried,
 }
 
 /// Resolves a host and port to addresses (the system resolver, or a table in tests).
@@ -142,22 +154,43 @@ impl Rotator {
             .position(|m| resolve(&m.host, m.port).iter().any(|a| wanted.contains(a)))
     }
 
-    /// Offers the redirect hint of the last reply (F5). An accepted hint is the next target,
-    /// used once; a refused one leaves plain rotation in force.
+    /// Offers the redirect hint of the last reply (F5). `tried` holds one bit per configured
+    /// master that failed since the last sleep (the current one included). An accepted hint is
+    /// the next target, used once; a refused one leaves plain rotation in force.
     pub fn offer_hint(
         &mut self,
         host: &str,
         port: u16,
         policy: HintPolicy,
+        tried: u64,
         resolve: Resolve<'_>,
     ) -> HintVerdict {
         let target = match (self.find_master(host, port, resolve), policy) {
+            (Some(i), _) if self.current == Target::Master(i) => {
+                return HintVerdict::Refused(HintRefusal::NamesCurrent)
+            }
+            (Some(i), _) if i < 64 && tried & (1 << i) != 0 => {
+                return HintVerdict::Refused(HintRefusal::AlreadyTried)
+            }
             (Some(i), _) => Target::Master(i),
-            (None, HintPolicy::AnyHost) => Target::Unlisted(Endpoint::new(host, port)),
-            (None, HintPolicy::ConfiguredOnly) => return HintVerdict::Refused,
+            (None, HintPolicy::AnyHost) => {
+                let t = Target::Unlisted(Endpoint::new(host, port));
+                if self.current == t {
+                    return HintVerdict::Refused(HintRefusal::NamesCurrent);
+                }
+                t
+            }
+            (None, HintPolicy::ConfiguredOnly) => {
+                return HintVerdict::Refused(HintRefusal::NotConfigured)
+            }
         };
         self.hint = Some(target.clone());
         HintVerdict::Accepted(target)
+    }
+
+    /// Makes configured master `i` the next target (a primary that `waitPrimary` named).
+    pub fn aim_at(&mut self, i: usize) {
+        self.hint = Some(Target::Master(i % self.masters.len()));
     }
 
     /// Whether a hint is pending.
@@ -170,11 +203,19 @@ impl Rotator {
         self.hint = None;
     }
 
-    /// Moves to the next target: the pending hint (consumed), else the master after the cursor.
-    pub fn advance(&mut self) -> Target {
+    /// Moves to the next target: the pending hint (consumed), else the first master after the
+    /// cursor, wrapping, whose bit is clear in `avoid` (the masters already tried: so every
+    /// master gets its turn before any gets a second one, F5), else simply the next one.
+    pub fn advance(&mut self, avoid: u64) -> Target {
+        let n = self.masters.len();
         let next = match self.hint.take() {
             Some(t) => t,
-            None => Target::Master((self.cursor + 1) % self.masters.len()),
+            None => {
+                let untried = (1..=n)
+                    .map(|k| (self.cursor + k) % n)
+                    .find(|&i| i >= 64 || avoid & (1 << i) == 0);
+                Target::Master(untried.unwrap_or((self.cursor + 1) % n))
+            }
         };
         if let Target::Master(i) = next {
             self.cursor = i;
@@ -197,7 +238,7 @@ mod tests {
     }
 
     /// A fake DNS: a, alias-of-b and b resolve; everything else does not.
-    fn table(host: &str, port: u16) -> Vec<SocketAddr> {
+    fn table_dns(host: &str, port: u16) -> Vec<SocketAddr> {
         let ip = match host {
             "a" => "10.0.0.1",
             "b" | "alias-of-b" => "10.0.0.2",
@@ -212,86 +253,155 @@ mod tests {
     fn rotates_in_list_order_and_wraps() {
         let mut r = three();
         assert_eq!(r.current(), &Target::Master(0));
-        let order: Vec<Target> = (0..5).map(|_| r.advance()).collect();
+        let order: Vec<Target> = (0..5).map(|_| r.advance(0)).collect();
         use Target::Master as M;
         assert_eq!(order, vec![M(1), M(2), M(0), M(1), M(2)]);
         assert_eq!(r.current_master(), Some(2));
     }
 
     #[test]
+    fn rotation_skips_masters_already_tried() {
+        use Target::Master as M;
+        // (cursor, tried bits, expected next): untried first, wrapping; all tried: the next.
+        let table = [
+            (0, 0b000, M(1)),
+            (0, 0b011, M(2)),
+            (0, 0b110, M(0)),
+            (1, 0b101, M(1)), // only the current one is untried: stay there
+            (2, 0b111, M(0)),
+            (0, 0b111, M(1)),
+        ];
+        for (cursor, tried, want) in table {
+            let mut r = three();
+            r.set_current(cursor);
+            assert_eq!(r.advance(tried), want, "cursor {cursor} tried {tried:03b}");
+        }
+    }
+
+    #[test]
     fn single_master_rotates_onto_itself() {
         let mut r = Rotator::new(vec![Endpoint::new("only", 9)]);
-        assert_eq!(r.advance(), Target::Master(0));
-        assert_eq!(r.advance(), Target::Master(0));
+        assert_eq!(r.advance(0), Target::Master(0));
+        assert_eq!(r.advance(1), Target::Master(0));
+    }
+
+    /// F5's rules for hints, one row each: (current master, tried bits, hint, policy, verdict).
+    #[test]
+    fn hint_acceptance_table() {
+        use HintPolicy::*;
+        use HintRefusal::*;
+        use HintVerdict::*;
+        let stranger = Target::Unlisted(Endpoint::new("stranger", 4));
+        type Row<'a> = (usize, u64, (&'a str, u16), HintPolicy, HintVerdict);
+        let table: Vec<Row> = vec![
+            (
+                0,
+                0b001,
+                ("c", 3),
+                ConfiguredOnly,
+                Accepted(Target::Master(2)),
+            ),
+            (
+                0,
+                0b001,
+                ("alias-of-b", 2),
+                ConfiguredOnly,
+                Accepted(Target::Master(1)),
+            ),
+            (
+                0,
+                0b001,
+                ("B", 2),
+                ConfiguredOnly,
+                Accepted(Target::Master(1)),
+            ),
+            // a standby naming itself
+            (1, 0b010, ("b", 2), ConfiguredOnly, Refused(NamesCurrent)),
+            (1, 0b010, ("alias-of-b", 2), AnyHost, Refused(NamesCurrent)),
+            // two standbys naming each other: the second hint goes back to a tried one
+            (1, 0b011, ("a", 1), ConfiguredOnly, Refused(AlreadyTried)),
+            (2, 0b101, ("a", 1), AnyHost, Refused(AlreadyTried)),
+            // after a sleep nothing is "tried" any more
+            (
+                1,
+                0b000,
+                ("a", 1),
+                ConfiguredOnly,
+                Accepted(Target::Master(0)),
+            ),
+            // not configured
+            (
+                0,
+                0b001,
+                ("stranger", 4),
+                ConfiguredOnly,
+                Refused(NotConfigured),
+            ),
+            (
+                0,
+                0b001,
+                ("nowhere", 4),
+                ConfiguredOnly,
+                Refused(NotConfigured),
+            ),
+            (
+                0,
+                0b001,
+                ("alias-of-b", 7),
+                ConfiguredOnly,
+                Refused(NotConfigured),
+            ),
+            (
+                0,
+                0b001,
+                ("stranger", 4),
+                AnyHost,
+                Accepted(stranger.clone()),
+            ),
+        ];
+        for (i, (cur, tried, (host, port), policy, want)) in table.into_iter().enumerate() {
+            let mut r = three();
+            r.set_current(cur);
+            let got = r.offer_hint(host, port, policy, tried, &table_dns);
+            assert_eq!(got, want, "row {i}: on {cur}, hint {host}:{port}");
+            assert_eq!(r.has_hint(), matches!(want, Accepted(_)), "row {i}");
+        }
     }
 
     #[test]
     fn hint_goes_first_once_then_rotation_continues_from_it() {
         let mut r = three();
-        assert_eq!(
-            r.offer_hint("c", 3, HintPolicy::ConfiguredOnly, &table),
-            HintVerdict::Accepted(Target::Master(2))
-        );
-        assert!(r.has_hint());
-        assert_eq!(r.advance(), Target::Master(2), "hint first");
+        r.offer_hint("c", 3, HintPolicy::ConfiguredOnly, 0b001, &table_dns);
+        assert_eq!(r.advance(0b001), Target::Master(2), "hint first");
         assert!(!r.has_hint(), "consumed");
         assert_eq!(
-            r.advance(),
+            r.advance(0),
             Target::Master(0),
             "rotation continues after the hinted master"
         );
     }
 
     #[test]
-    fn hint_matches_by_resolved_address() {
+    fn an_unlisted_target_leaves_the_cursor_alone() {
         let mut r = three();
-        assert_eq!(
-            r.offer_hint("alias-of-b", 2, HintPolicy::ConfiguredOnly, &table),
-            HintVerdict::Accepted(Target::Master(1))
-        );
-        assert_eq!(
-            r.offer_hint("B", 2, HintPolicy::ConfiguredOnly, &|_, _| vec![]),
-            HintVerdict::Accepted(Target::Master(1))
-        );
-        // Same address, other port: not that master.
-        assert_eq!(
-            r.offer_hint("alias-of-b", 7, HintPolicy::ConfiguredOnly, &table),
-            HintVerdict::Refused
-        );
-    }
-
-    #[test]
-    fn hint_naming_no_configured_master_is_refused_unless_opted_in() {
-        let mut r = three();
-        assert_eq!(
-            r.offer_hint("stranger", 4, HintPolicy::ConfiguredOnly, &table),
-            HintVerdict::Refused
-        );
-        assert_eq!(
-            r.offer_hint("nowhere", 4, HintPolicy::ConfiguredOnly, &table),
-            HintVerdict::Refused
-        );
-        assert!(!r.has_hint());
-        assert_eq!(r.advance(), Target::Master(1), "plain rotation");
-
+        r.advance(0);
         let stranger = Target::Unlisted(Endpoint::new("stranger", 4));
-        assert_eq!(
-            r.offer_hint("stranger", 4, HintPolicy::AnyHost, &table),
-            HintVerdict::Accepted(stranger.clone())
-        );
-        assert_eq!(r.advance(), stranger);
+        r.offer_hint("stranger", 4, HintPolicy::AnyHost, 0, &table_dns);
+        assert_eq!(r.advance(0), stranger);
         assert_eq!(r.current_master(), None);
         assert_eq!(r.endpoint(&stranger).to_string(), "stranger:4");
-        // The cursor did not move: rotation resumes after master 1.
-        assert_eq!(r.advance(), Target::Master(2));
+        // Rotation resumes after master 1.
+        assert_eq!(r.advance(0), Target::Master(2));
     }
 
     #[test]
-    fn cleared_hint_is_not_used() {
+    fn cleared_hint_is_not_used_and_aim_at_sets_one() {
         let mut r = three();
-        r.offer_hint("c", 3, HintPolicy::ConfiguredOnly, &table);
+        r.offer_hint("c", 3, HintPolicy::ConfiguredOnly, 0, &table_dns);
         r.clear_hint();
-        assert_eq!(r.advance(), Target::Master(1));
+        assert_eq!(r.advance(0), Target::Master(1));
+        r.aim_at(0);
+        assert_eq!(r.advance(0b111), Target::Master(0));
     }
 
     #[test]
@@ -299,7 +409,7 @@ mod tests {
         let mut r = three();
         r.set_current(2);
         assert_eq!(r.current(), &Target::Master(2));
-        assert_eq!(r.advance(), Target::Master(0));
+        assert_eq!(r.advance(0), Target::Master(0));
         assert_eq!(Endpoint::new("::1", 5).to_string(), "[::1]:5");
     }
 }

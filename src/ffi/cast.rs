@@ -4,11 +4,12 @@
 //! The helpers below only exist for the matching ownership, so converting a borrowed handle
 //! into a `Box`, or freeing something C merely borrows, does not compile.
 //!
-//! The context (`xcecli_ctx_t`) is a **Box**: `xcecli_start` creates it and hands C the only
-//! owning pointer; every other call borrows it for the duration of the call (shared `&`, since
-//! the client is `Send + Sync` and serialises its own ops, F11); `xcecli_stop` takes it back
-//! and drops it. We chose Box over Arc because C has exactly one owner and no call clones the
-//! handle: an Arc would add a refcount nobody can observe from C.
+//! A context handle (`xcecli_ctx_t`) is a **Box** holding a [`Client`](crate::client::Client),
+//! itself a handle to the Arc-shared context. `xcecli_start` and `xcecli_call_new` create one
+//! and hand C the only owning pointer; `xcecli_stop` / `xcecli_call_free` take it back. Every
+//! other export starts by cloning the `Client` out of the Box (`try_ctx!`): the call then holds
+//! its own reference to the context, so a handle freed while the call runs (by `xcecli_stop`
+//! from a callback, F20) never leaves the call with a dangling context.
 
 use std::os::raw::c_char;
 
@@ -152,12 +153,14 @@ macro_rules! try_slice {
     };
 }
 
-/// Borrows the client behind a context handle, or returns `-EINVAL` for NULL.
+/// The client behind a context handle, cloned for the duration of the export (it holds its own
+/// reference to the context, and knows its handle for callbacks); `-EINVAL` for NULL.
 macro_rules! try_ctx {
     ($ctx:expr) => {
-        // SAFETY: a non-NULL ctx comes from xcecli_start and is not stopped (documented).
+        // SAFETY: a non-NULL ctx comes from xcecli_start or xcecli_call_new and was not freed
+        // before this call began (documented).
         match unsafe { $crate::ffi::cast::try_from::<$crate::ffi::xcecli_ctx>($ctx) } {
-            Some(c) => c,
+            Some(c) => c.clone().with_handle_id($ctx as usize),
             None => return -::libc::EINVAL,
         }
     };

@@ -5,7 +5,6 @@ use std::os::raw::{c_char, c_int};
 
 use super::cast::{self, fixed_str, set_fixed_str, try_ctx, try_mut, try_ref, try_str};
 use super::client;
-use super::hooks::Ctx;
 use super::panic::ffi_panic_boundary;
 use super::{xcecli_ctx, xcecli_ctx_t};
 
@@ -162,10 +161,9 @@ pub extern "C" fn xcecli_start(
         let Some(config) = config_from_c(conf) else {
             return -libc::EINVAL;
         };
-        let masters = config.masters.clone();
         match client::Client::start(config) {
             Ok(client) => {
-                *ctx_out = cast::to_boxed_mut_ptr::<xcecli_ctx>(Ctx::new(client, masters));
+                *ctx_out = cast::to_boxed_mut_ptr::<xcecli_ctx>(client);
                 0
             }
             Err(e) => e.status(),
@@ -173,14 +171,93 @@ pub extern "C" fn xcecli_start(
     }
 }
 
-/// Closes the connection and frees the context. NULL is a no-op. After this call `ctx` is
-/// invalid: no other thread may be using it (wake blocked callers with `xcecli_wakeup` and
-/// let them return first). Callbacks registered on it are never called again.
+/// Stops the context and releases its handle (F20). NULL is a no-op.
+///
+/// Safe while other threads are inside calls on the context and from inside a callback of it:
+/// every blocked or queued call returns -E_XCE_CLOSED at once, calls that begin while the stop
+/// is in progress fail with -E_XCE_CLOSED, and `xcecli_stop` returns once no call is in flight
+/// — then the connection is closed, no callback of the context runs again, and the context
+/// holds no fd. Called from inside a callback of the context, it returns at once and the call
+/// that ran the callback finishes the stop when it returns (with -E_XCE_CLOSED). Call handles
+/// of the context (`xcecli_call_new`) still must be released with `xcecli_call_free`; ops on
+/// them return -E_XCE_CLOSED. On a call handle, `xcecli_stop` only releases that handle.
+/// After it returns, `ctx` is invalid: a call that *begins* after that is a use after free.
+/// It waits for a callback running on another thread to return.
 #[no_mangle]
 pub extern "C" fn xcecli_stop(ctx: xcecli_ctx_t) {
     ffi_panic_boundary! { "xcecli_stop",
-        // SAFETY: ctx is NULL or came from xcecli_start and is stopped once (documented).
-        unsafe { cast::free_box(ctx) }
+        if ctx.is_null() {
+            return;
+        }
+        // SAFETY: ctx came from xcecli_start/xcecli_call_new and is released once (documented).
+        // The Box is taken back at once: calls in flight hold their own clone of the client.
+        let handle = unsafe { Box::from_raw(ctx.cast::<client::Client>()) };
+        if !handle.is_call_handle() {
+            handle.close();
+        }
+        drop(handle);
+    }
+}
+
+/// Creates a call handle of the context of `ctx` and writes it to `*call_out` (F20, for
+/// callers that cancel calls one by one, such as Go's `context.Context`).
+///
+/// Ops made through the call handle run on the context of `ctx` — same connection, lock,
+/// counters, callbacks, options — and in addition: `xcecli_call_cancel(call)` ends those in
+/// progress, queued or made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them
+/// (the shorter of it and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's).
+/// Release it with `xcecli_call_free`; it keeps the context's memory (not its connection)
+/// alive until then. Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or
+/// -E_XCE_CLOSED when the context is stopped. Thread-safe.
+#[no_mangle]
+pub extern "C" fn xcecli_call_new(
+    ctx: xcecli_ctx_t,
+    deadline_ms: i64,
+    call_out: *mut xcecli_ctx_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_call_new",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(call_out);
+        if !(0..=MAX_OPTION_MS).contains(&deadline_ms) {
+            return -libc::EINVAL;
+        }
+        if c.is_closed() {
+            return crate::Error::Closed.status();
+        }
+        let deadline = (deadline_ms > 0)
+            .then(|| std::time::Duration::from_millis(deadline_ms as u64));
+        *out = cast::to_boxed_mut_ptr::<xcecli_ctx>(c.call_handle(deadline).with_handle_id(0));
+        0
+    }
+}
+
+/// Cancels the call handle `call`: ops made through it that are in progress or queued return
+/// -ECANCELED promptly, and later ones at once. Other handles of the context are not
+/// affected. Returns 0, or -EINVAL for NULL or a handle that is not a call handle. Never
+/// blocks; thread-safe (may race with an op on `call`, not with `xcecli_call_free(call)`).
+#[no_mangle]
+pub extern "C" fn xcecli_call_cancel(call: xcecli_ctx_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_call_cancel",
+        let c = try_ctx!(call);
+        if c.cancel() { 0 } else { -libc::EINVAL }
+    }
+}
+
+/// Releases a call handle made by `xcecli_call_new`. NULL is a no-op; a context handle is left
+/// alone (that is `xcecli_stop`'s) and an error is logged. No op on `call` may be in progress
+/// or begin after this.
+#[no_mangle]
+pub extern "C" fn xcecli_call_free(call: xcecli_ctx_t) {
+    ffi_panic_boundary! { "xcecli_call_free",
+        // SAFETY: call is NULL or a live handle (documented).
+        match unsafe { cast::try_from::<xcecli_ctx>(call) } {
+            None => {}
+            Some(c) if !c.is_call_handle() => {
+                super::log::error("xcecli_call_free: not a call handle (use xcecli_stop)");
+            }
+            // SAFETY: a call handle from xcecli_call_new, released once (documented).
+            Some(_) => unsafe { cast::free_box(call) },
+        }
     }
 }
 
@@ -231,7 +308,7 @@ pub extern "C" fn xcecli_set_retry_config(
         let ctx = try_ctx!(ctx);
         // SAFETY: cfg is NULL or a valid struct for the call (documented).
         let cfg = unsafe { cfg.as_ref() }.map(client::RetryConfig::from);
-        match ctx.client.set_retry_config(cfg) {
+        match ctx.set_retry_config(cfg) {
             Ok(()) => 0,
             Err(e) => e.status(),
         }
@@ -294,7 +371,7 @@ pub extern "C" fn xcecli_set_option(ctx: xcecli_ctx_t, opt: c_int, value: i64) -
         let Some(option) = option_from_c(opt, value) else {
             return -libc::EINVAL;
         };
-        match ctx.client.set_option(option) {
+        match ctx.set_option(option) {
             Ok(()) => 0,
             Err(e) => e.status(),
         }

@@ -1,9 +1,11 @@
 //! The context behind `xcecli_ctx_t`, callbacks into C (reconnect F10, events F17), stats
 //! (F17), the last error report (F19) and the job-id generator.
 //!
-//! Callbacks run on the thread that called into the library (the library has no threads).
-//! Their `void *arg` is the caller's: the library stores it, never dereferences it, and
-//! passes it back unchanged.
+//! Callbacks run on the thread that called into the library (the library has no threads), with
+//! the handle that call was made on. Their `void *arg` is the caller's: the library stores it,
+//! never dereferences it, and passes it back unchanged. Replacing or removing a callback is
+//! final when the setter returns (F20): the old one is not running on another thread and never
+//! runs again, so the caller may free its `arg` right away.
 
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
@@ -14,26 +16,13 @@ use super::config::{N_MAX_MASTERS, XCE_MAXHOSTNAME_LEN};
 use super::panic::ffi_panic_boundary;
 use super::xcecli_ctx_t;
 
-/// What `xcecli_ctx_t` points to: the Rust client. A struct of its own so that FFI-only state
-/// can be added without touching the client.
-pub struct Ctx {
-    pub(crate) client: client::Client,
-    /// The configured masters, to report the current one as an index (`xce_stats_t`).
-    masters: Vec<client::Endpoint>,
-}
-
-impl Ctx {
-    pub(crate) fn new(client: client::Client, masters: Vec<client::Endpoint>) -> Ctx {
-        Ctx { client, masters }
-    }
-
-    fn master_index(&self, e: &client::Endpoint) -> i32 {
-        self.masters
-            .iter()
-            .position(|m| m == e)
-            .and_then(|i| i32::try_from(i).ok())
-            .unwrap_or(-1)
-    }
+/// The index of `e` among the context's configured masters, -1 when it is not one.
+fn master_index(c: &client::Client, e: &client::Endpoint) -> i32 {
+    c.masters()
+        .iter()
+        .position(|m| m == e)
+        .and_then(|i| i32::try_from(i).ok())
+        .unwrap_or(-1)
 }
 
 /// A C callback's opaque argument.
@@ -48,16 +37,20 @@ unsafe impl Send for UserData {}
 unsafe impl Sync for UserData {}
 
 /// Called after every successful reconnect, before the interrupted op is re-sent (F10).
-/// `ctx` is the context reconnecting; ops on it from inside the callback run as single
-/// attempts on the new connection (typically `xcecli_join`). Return >= 0 to continue, < 0 to
-/// fail the attempt (classified like a status).
+/// `ctx` is the handle of the call that reconnected; ops on it from inside the callback run as
+/// single attempts on the new connection (typically `xcecli_join`). Return >= 0 to continue,
+/// < 0 to fail the attempt (classified like a status).
 pub type xcecli_reconnect_cb = Option<extern "C" fn(ctx: xcecli_ctx_t, arg: *mut c_void) -> c_int>;
 
-/// Sets (or with `cb` NULL, removes) the reconnect handler of `ctx` (F10). `arg` is passed
-/// back to `cb` unchanged and must stay valid until the handler is replaced or the context
-/// stopped; `cb` runs on the thread of the call that reconnected, while the context is
-/// reserved for that thread: it may call ops on `ctx` itself, but must not wait for another
-/// thread that uses the same ctx. Returns 0, or -EINVAL for a NULL ctx. Thread-safe.
+/// Sets (or with `cb` NULL, removes) the reconnect handler of the context of `ctx` (F10).
+/// `arg` is passed back to `cb` unchanged. `cb` runs on the thread of the call that
+/// reconnected, while the context is reserved for that thread: it may call ops on the `ctx`
+/// it receives, `xcecli_set_reconnect_handler` (a handler that removes itself stays removed)
+/// and `xcecli_stop`, but must not wait for another thread that uses the same context.
+/// F20: when this returns, the previous handler is not running on any other thread and is
+/// never called again, so its `arg` may be freed; called from inside the handler itself, it
+/// does not wait for that invocation. Returns 0, or -EINVAL for a NULL ctx. Thread-safe; it
+/// waits for a handler running on another thread to return.
 #[no_mangle]
 pub extern "C" fn xcecli_set_reconnect_handler(
     ctx: xcecli_ctx_t,
@@ -67,15 +60,14 @@ pub extern "C" fn xcecli_set_reconnect_handler(
     ffi_panic_boundary! { "xcecli_set_reconnect_handler",
         let c = try_ctx!(ctx);
         let hook: Option<client::ReconnectHook> = cb.map(|cb| {
-            // The handle value is stable for the life of the context (it is the Box address).
-            let handle = ctx as usize;
             let arg = UserData(arg);
-            Box::new(move |_: &client::Client| {
+            // The callback gets the handle of the call that reconnected: alive for that call.
+            std::sync::Arc::new(move |call: &client::Client| {
                 let arg = arg;
-                cb(handle as xcecli_ctx_t, arg.0)
+                cb(call.handle_id() as xcecli_ctx_t, arg.0)
             }) as client::ReconnectHook
         });
-        c.client.set_reconnect_handler(hook);
+        c.set_reconnect_handler(hook);
         0
     }
 }
@@ -114,11 +106,13 @@ pub struct xce_event_t {
 pub type xcecli_event_cb =
     Option<extern "C" fn(ctx: xcecli_ctx_t, event: *const xce_event_t, arg: *mut c_void)>;
 
-/// Sets (or with `cb` NULL, removes) the event handler of `ctx` (F17). `arg` as for
-/// `xcecli_set_reconnect_handler`. The callback runs with the context's lock held: it may call
-/// `xcecli_get_stats` and `xcecli_last_error`, but an op on the same ctx from inside it fails
-/// with -EDEADLK; it must not block for long. Returns 0, or -EINVAL for a NULL ctx.
-/// Thread-safe.
+/// Sets (or with `cb` NULL, removes) the event handler of the context of `ctx` (F17). `arg`
+/// as for `xcecli_set_reconnect_handler`. The callback runs on the thread of the call that
+/// caused the event, with that call's handle, while the call owns the context: it may call
+/// `xcecli_get_stats`, `xcecli_last_error`, the setters and `xcecli_stop`, but an op on the
+/// same context from inside it fails with -EDEADLK; it must not block for long. F20: final
+/// when it returns, as for `xcecli_set_reconnect_handler`. Returns 0, or -EINVAL for a NULL
+/// ctx. Thread-safe.
 #[no_mangle]
 pub extern "C" fn xcecli_set_event_handler(
     ctx: xcecli_ctx_t,
@@ -127,15 +121,14 @@ pub extern "C" fn xcecli_set_event_handler(
 ) -> c_int {
     ffi_panic_boundary! { "xcecli_set_event_handler",
         let c = try_ctx!(ctx);
-        let handler: Option<client::EventHandler> = cb.map(|cb| {
-            let handle = ctx as usize;
+        let handler: Option<client::EventHandlerWithHandle> = cb.map(|cb| {
             let arg = UserData(arg);
-            std::sync::Arc::new(move |ev: &client::Event| {
+            std::sync::Arc::new(move |call: &client::Client, ev: &client::Event| {
                 let arg = arg;
-                deliver_event(ev, |e| cb(handle as xcecli_ctx_t, e, arg.0));
-            }) as client::EventHandler
+                deliver_event(ev, |e| cb(call.handle_id() as xcecli_ctx_t, e, arg.0));
+            }) as client::EventHandlerWithHandle
         });
-        c.client.set_event_handler(handler);
+        c.set_event_handler_with_handle(handler);
         0
     }
 }
@@ -241,7 +234,7 @@ pub extern "C" fn xcecli_get_stats(ctx: xcecli_ctx_t, stats: *mut xce_stats_t) -
     ffi_panic_boundary! { "xcecli_get_stats",
         let c = try_ctx!(ctx);
         let out = try_mut!(stats);
-        let s = c.client.stats();
+        let s = c.stats();
         let mut st = xce_stats_t {
             requests: s.requests,
             retries: s.retries,
@@ -254,7 +247,7 @@ pub extern "C" fn xcecli_get_stats(ctx: xcecli_ctx_t, stats: *mut xce_stats_t) -
             current_master_host: [0; XCE_MAXHOSTNAME_LEN],
         };
         if let Some(m) = &s.current_master {
-            st.current_master = c.master_index(m);
+            st.current_master = master_index(&c, m);
             st.current_master_port = m.port;
             // A host too long for the field is left "" (cannot happen for configured masters).
             set_fixed_str(&mut st.current_master_host, &m.host);
@@ -291,7 +284,7 @@ pub extern "C" fn xcecli_last_error(ctx: xcecli_ctx_t, out: *mut xce_last_error_
     ffi_panic_boundary! { "xcecli_last_error",
         let c = try_ctx!(ctx);
         let out = try_mut!(out);
-        let Some(e) = c.client.last_error() else {
+        let Some(e) = c.last_error() else {
             return -libc::ENOENT;
         };
         let mut le = xce_last_error_t {
@@ -327,7 +320,7 @@ pub extern "C" fn xcecli_last_error_text(
         if buf.is_null() && buflen > 0 {
             return -libc::EINVAL;
         }
-        let Some(e) = c.client.last_error() else {
+        let Some(e) = c.last_error() else {
             return -libc::ENOENT;
         };
         let text = e.to_string();

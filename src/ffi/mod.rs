@@ -9,8 +9,9 @@
 //! - Handle first, then inputs, then outputs; a buffer is followed by its length.
 //! - A NULL handle or required pointer is `-EINVAL` and nothing is touched; out-parameters are
 //!   written only on success; `(NULL, 0)` is an empty array.
-//! - The library starts no threads, installs no signal handler and no global logger; callbacks
-//!   run on the thread that called into the library.
+//! - The library installs no signal handler and no global logger; callbacks run on the thread
+//!   that called into the library. Its only threads are short-lived getaddrinfo helpers for host
+//!   names (F23, `transport::resolve`): all signals blocked, no callback, no log.
 //!
 //! Modules: `panic` (boundary), `cast` (handles, NULL checks), `types` (C structs and frees),
 //! `config` (configuration and lifecycle), `ops` (one export per op), `hooks` (callbacks,
@@ -29,8 +30,8 @@ pub(crate) mod client {
     pub use crate::client::*;
     pub use crate::failover::classify::AttemptOutcome;
     pub use crate::failover::log;
+    pub use crate::failover::Event;
     pub use crate::failover::{ClientOption, Endpoint, RetryConfig};
-    pub use crate::failover::{Event, EventHandler};
 }
 
 pub mod config;
@@ -71,6 +72,11 @@ pub const E_XCE_AUTH: c_int = 2007;
 pub const E_XCE_TLS: c_int = 2008;
 /// A library bug caught at the C boundary (a panic).
 pub const E_XCE_INTERNAL: c_int = 2009;
+/// The context is stopped or being stopped (`xcecli_stop`): the call was not made.
+pub const E_XCE_CLOSED: c_int = 2010;
+/// A controller's host name could not be resolved (F23; the last error has getaddrinfo's
+/// reason). A lookup that runs out of time is `-ETIMEDOUT`.
+pub const E_XCE_LOOKUP: c_int = 2011;
 
 const _: () = {
     use crate::error as e;
@@ -83,6 +89,8 @@ const _: () = {
     assert!(E_XCE_AUTH == e::E_XCE_AUTH);
     assert!(E_XCE_TLS == e::E_XCE_TLS);
     assert!(E_XCE_INTERNAL == e::E_XCE_INTERNAL);
+    assert!(E_XCE_CLOSED == e::E_XCE_CLOSED);
+    assert!(E_XCE_LOOKUP == e::E_XCE_LOOKUP);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C.
@@ -90,13 +98,14 @@ pub struct xcecli_ctx {
     _private: [u8; 0],
 }
 
-/// Handle of a client context, created by `xcecli_start` and destroyed by `xcecli_stop`.
+/// Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`; or a
+/// call handle of a context, created by `xcecli_call_new` and released by `xcecli_call_free`.
 /// Shareable between threads: ops on one context are serialised (F11).
 pub type xcecli_ctx_t = *mut xcecli_ctx;
 
 impl cast::Castable for xcecli_ctx {
     type Ownership = cast::OwnershipBox;
-    type RustType = hooks::Ctx;
+    type RustType = client::Client;
 }
 
 /// Returns the static text of any status or code, either sign: errno texts for errno values,

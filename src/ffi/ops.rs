@@ -58,7 +58,7 @@ pub extern "C" fn xcecli_hello(
     ffi_panic_boundary! { "xcecli_hello",
         let c = try_ctx!(ctx);
         let out = try_mut!(info_out);
-        let info = try_op!(c.client.hello());
+        let info = try_op!(c.hello());
         *out = Box::into_raw(Box::new(ctrl_info_to_c(&info)));
         0
     }
@@ -79,7 +79,7 @@ pub extern "C" fn xcecli_joblist(
         let out = try_mut!(jobs_out);
         // SAFETY: filter is NULL or valid for the call (documented).
         let filter = try_arg!(filter_from_c(unsafe { filter.as_ref() }));
-        let jobs = try_op!(c.client.joblist(filter));
+        let jobs = try_op!(c.joblist(filter));
         out_list(&jobs, job_to_c, out)
     }
 }
@@ -95,7 +95,7 @@ pub extern "C" fn xcecli_jobinfo(
     ffi_panic_boundary! { "xcecli_jobinfo",
         let c = try_ctx!(ctx);
         let out = try_mut!(job_out);
-        let job = try_op!(c.client.jobinfo(jobid));
+        let job = try_op!(c.jobinfo(jobid));
         *out = Box::into_raw(Box::new(job_to_c(&job)));
         0
     }
@@ -108,7 +108,7 @@ pub extern "C" fn xcecli_reslist(ctx: xcecli_ctx_t, res_out: *mut *mut xce_resou
     ffi_panic_boundary! { "xcecli_reslist",
         let c = try_ctx!(ctx);
         let out = try_mut!(res_out);
-        let res = try_op!(c.client.reslist());
+        let res = try_op!(c.reslist());
         out_list(&res, resource_to_c, out)
     }
 }
@@ -120,7 +120,7 @@ pub extern "C" fn xcecli_workerlist(ctx: xcecli_ctx_t, hosts_out: *mut *mut xce_
     ffi_panic_boundary! { "xcecli_workerlist",
         let c = try_ctx!(ctx);
         let out = try_mut!(hosts_out);
-        let hosts = try_op!(c.client.workerlist());
+        let hosts = try_op!(c.workerlist());
         out_list(&hosts, host_to_c, out)
     }
 }
@@ -135,7 +135,7 @@ pub extern "C" fn xcecli_clusterconf(
     ffi_panic_boundary! { "xcecli_clusterconf",
         let c = try_ctx!(ctx);
         let out = try_mut!(conf_out);
-        let conf = try_op!(c.client.clusterconf());
+        let conf = try_op!(c.clusterconf());
         *out = Box::into_raw(Box::new(cluster_conf_to_c(&conf)));
         0
     }
@@ -153,7 +153,7 @@ pub extern "C" fn xcecli_resval(
         let c = try_ctx!(ctx);
         let host = try_str!(host);
         let out = try_mut!(resvals_out);
-        let rv = try_op!(c.client.resval(host));
+        let rv = try_op!(c.resval(host));
         out_list(&rv, resval_to_c, out)
     }
 }
@@ -173,7 +173,7 @@ pub extern "C" fn xcecli_join(
     ffi_panic_boundary! { "xcecli_join",
         let c = try_ctx!(ctx);
         let join = try_arg!(join_from_c(try_ref!(join)));
-        let session = try_op!(c.client.join(join));
+        let session = try_op!(c.join(join));
         // SAFETY: session_out is NULL or writable (documented).
         if let Some(out) = unsafe { session_out.as_mut() } {
             *out = session;
@@ -199,7 +199,7 @@ pub extern "C" fn xcecli_jobsubmit(
         if spec.job_id == 0 {
             spec.job_id = super::client::new_job_id();
         }
-        let id = try_op!(c.client.jobsubmit(spec));
+        let id = try_op!(c.jobsubmit(spec));
         // SAFETY: jobid_out is NULL or writable (documented).
         if let Some(out) = unsafe { jobid_out.as_mut() } {
             *out = id;
@@ -214,7 +214,7 @@ pub extern "C" fn xcecli_jobdispatch(ctx: xcecli_ctx_t, jobid: u64, host: *const
     ffi_panic_boundary! { "xcecli_jobdispatch",
         let c = try_ctx!(ctx);
         let host = try_str!(host);
-        done(c.client.jobdispatch(jobid, host))
+        done(c.jobdispatch(jobid, host))
     }
 }
 
@@ -224,7 +224,7 @@ pub extern "C" fn xcecli_jobctrl(ctx: xcecli_ctx_t, jobid: u64, action: c_int) -
     ffi_panic_boundary! { "xcecli_jobctrl",
         let c = try_ctx!(ctx);
         let action = try_arg!(job_action(action));
-        done(c.client.jobctrl(jobid, action))
+        done(c.jobctrl(jobid, action))
     }
 }
 
@@ -240,7 +240,7 @@ pub extern "C" fn xcecli_queuectrl(
         let c = try_ctx!(ctx);
         let queue = try_str!(queue);
         let action = try_arg!(queue_action(action));
-        done(c.client.queuectrl(queue, action))
+        done(c.queuectrl(queue, action))
     }
 }
 
@@ -251,7 +251,7 @@ pub extern "C" fn xcecli_hostctrl(ctx: xcecli_ctx_t, host: *const c_char, action
         let c = try_ctx!(ctx);
         let host = try_str!(host);
         let action = try_arg!(host_action(action));
-        done(c.client.hostctrl(host, action))
+        done(c.hostctrl(host, action))
     }
 }
 
@@ -268,7 +268,7 @@ pub extern "C" fn xcecli_update_resvals(
         let c = try_ctx!(ctx);
         let host = try_str!(host);
         let rv = try_arg!(resvals_from_c(try_slice!(resvals, nresvals)));
-        done(c.client.update_resvals(host, rv))
+        done(c.update_resvals(host, rv))
     }
 }
 
@@ -283,7 +283,7 @@ pub extern "C" fn xcecli_update_jusage(
     ffi_panic_boundary! { "xcecli_update_jusage",
         let c = try_ctx!(ctx);
         let u = try_ref!(usage);
-        done(c.client.update_jusage(jobid, msg::Usage { cpu_ms: u.cpu_ms, mem_kb: u.mem_kb }))
+        done(c.update_jusage(jobid, msg::Usage { cpu_ms: u.cpu_ms, mem_kb: u.mem_kb }))
     }
 }
 
@@ -300,7 +300,7 @@ pub extern "C" fn xcecli_runtask(
         let c = try_ctx!(ctx);
         let host = try_str!(host);
         let command = try_str!(command);
-        let id = try_op!(c.client.runtask(host, command));
+        let id = try_op!(c.runtask(host, command));
         // SAFETY: taskid_out is NULL or writable (documented).
         if let Some(out) = unsafe { taskid_out.as_mut() } {
             *out = id;
@@ -320,7 +320,7 @@ pub extern "C" fn xcecli_set_pend_reason(
     ffi_panic_boundary! { "xcecli_set_pend_reason",
         let c = try_ctx!(ctx);
         let reason = try_str!(reason);
-        done(c.client.set_pend_reason(jobid, reason))
+        done(c.set_pend_reason(jobid, reason))
     }
 }
 
@@ -330,7 +330,7 @@ pub extern "C" fn xcecli_set_pend_reason(
 pub extern "C" fn xcecli_clear_reason(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
     ffi_panic_boundary! { "xcecli_clear_reason",
         let c = try_ctx!(ctx);
-        done(c.client.clear_reason(jobid))
+        done(c.clear_reason(jobid))
     }
 }
 
@@ -339,7 +339,7 @@ pub extern "C" fn xcecli_clear_reason(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
 
 fn notify(ctx: xcecli_ctx_t, kind: msg::NotifyKind, jobid: u64, exit_code: c_int) -> c_int {
     let c = try_ctx!(ctx);
-    done(c.client.notify(msg::Notify {
+    done(c.notify(msg::Notify {
         kind,
         job_id: jobid,
         exit_code,
@@ -412,7 +412,7 @@ pub extern "C" fn xcecli_heartbeat(ctx: xcecli_ctx_t, host: *const c_char) -> c_
     ffi_panic_boundary! { "xcecli_heartbeat",
         let c = try_ctx!(ctx);
         let host = try_str!(host);
-        done(c.client.heartbeat(host))
+        done(c.heartbeat(host))
     }
 }
 
@@ -421,7 +421,7 @@ pub extern "C" fn xcecli_heartbeat(ctx: xcecli_ctx_t, host: *const c_char) -> c_
 pub extern "C" fn xcecli_nop(ctx: xcecli_ctx_t) -> c_int {
     ffi_panic_boundary! { "xcecli_nop",
         let c = try_ctx!(ctx);
-        done(c.client.nop())
+        done(c.nop())
     }
 }
 
@@ -435,7 +435,7 @@ pub extern "C" fn xcecli_nop(ctx: xcecli_ctx_t) -> c_int {
 pub extern "C" fn xcecli_wakeup(ctx: xcecli_ctx_t) -> c_int {
     ffi_panic_boundary! { "xcecli_wakeup",
         let c = try_ctx!(ctx);
-        c.client.wakeup();
+        c.wakeup();
         0
     }
 }
@@ -447,6 +447,6 @@ pub extern "C" fn xcecli_wakeup(ctx: xcecli_ctx_t) -> c_int {
 pub extern "C" fn xcecli_try_wakeup(ctx: xcecli_ctx_t) -> c_int {
     ffi_panic_boundary! { "xcecli_try_wakeup",
         let c = try_ctx!(ctx);
-        c_int::from(c.client.try_wakeup())
+        c_int::from(c.try_wakeup())
     }
 }

@@ -2,13 +2,16 @@
 //! deadline- and wake-bounded waits (F8, F9, F13).
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::mem::ManuallyDrop;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
 use rustls::pki_types::ServerName;
 
+use super::fdcheck::FdIdent;
+use super::resolve;
 use super::waker::{Wait, Waker};
 use crate::error::Error;
 use crate::wire::{
@@ -25,7 +28,11 @@ pub const MAX_STRAY_REPLIES: u32 = 16;
 
 /// An established connection.
 pub struct Connection {
-    sock: TcpStream,
+    /// Closed on drop only while the number still names this socket (F21): a caller that
+    /// closed it and reused the number keeps its file.
+    sock: ManuallyDrop<TcpStream>,
+    /// What the socket's number named when we opened it (F21).
+    ident: FdIdent,
     tls: Option<Box<rustls::ClientConnection>>,
     /// Received plaintext not yet consumed as replies; reused for the connection's life.
     rbuf: Vec<u8>,
@@ -49,9 +56,11 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Connects to `host:port` (every resolved address in turn) and, with `tls`, completes a
-    /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all
-    /// (F8); a wake ends it with `EINTR`. A failed certificate check is `Error::Tls`; there is
-    /// no plaintext fallback.
+    /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all,
+    /// the name lookup included (F8, F23); a wake ends it with `EINTR`. A lookup failure is
+    /// `Error::Lookup` (its cause is dropped here: callers that report it resolve with
+    /// [`resolve::resolve`] and call [`Connection::connect_addrs`]). A failed certificate check
+    /// is `Error::Tls`; there is no plaintext fallback.
     pub fn connect(
         host: &str,
         port: u16,
@@ -60,27 +69,41 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<Connection, Error> {
-        let addrs: Vec<SocketAddr> = (host, port)
-            .to_socket_addrs()
-            .map_err(|_| Error::Errno(libc::EHOSTUNREACH))?
-            .collect();
-        let mut last = Error::Errno(libc::EHOSTUNREACH);
+        let addrs = resolve::resolve(host, port, deadline, waker)?;
+        Connection::connect_addrs(host, &addrs, tls, limits, deadline, waker)
+    }
+
+    /// [`Connection::connect`] to addresses already resolved for `host` (which TLS verifies).
+    pub fn connect_addrs(
+        host: &str,
+        addrs: &[SocketAddr],
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        limits: Limits,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Connection, Error> {
+        let mut last = Error::Lookup; // no address at all
         let mut sock = None;
-        for addr in addrs {
+        for &addr in addrs {
             match connect_socket(addr, deadline, waker) {
                 Ok(s) => {
                     sock = Some(s);
                     break;
                 }
-                Err(e) if e == Error::Errno(libc::EINTR) => return Err(e),
+                // Woken, cancelled, stopped: the caller's decision, not the address's fault.
+                Err(e @ (Error::Closed | Error::Errno(libc::EINTR | libc::ECANCELED))) => {
+                    return Err(e)
+                }
                 Err(e) => last = e,
             }
         }
         let sock = sock.ok_or(last)?;
         // Requests are small and latency-bound: never wait for Nagle.
         sock.set_nodelay(true).map_err(|e| Error::from_io(&e))?;
+        let ident = FdIdent::of(sock.as_raw_fd()).ok_or(Error::Errno(libc::EBADF))?;
         let mut conn = Connection {
-            sock,
+            sock: ManuallyDrop::new(sock),
+            ident,
             tls: None,
             rbuf: Vec::with_capacity(READ_CHUNK),
             wbuf: Vec::new(),
@@ -133,15 +156,20 @@ impl Connection {
         self.note(r)
     }
 
-    /// Whether a past failure made the connection unusable (no syscall: the happy path).
-    pub fn known_dead(&self) -> bool {
-        self.dead
+    /// Whether the connection may be used for the next request: no past failure, and its
+    /// number still names our socket in this process (F21: not closed and reused by the
+    /// caller, not inherited through `fork`). One `fstat`, no I/O.
+    pub fn usable(&mut self) -> bool {
+        if !self.dead && !self.ident.still_ours(self.sock.as_raw_fd()) {
+            self.dead = true;
+        }
+        !self.dead
     }
 
-    /// F12: whether the connection is known unusable — a past failure, or the peer closed or
-    /// reset it (checked now, without blocking).
+    /// F12: whether the connection is known unusable — a past failure, a number that is not
+    /// ours any more, or the peer closed or reset it (checked now, without blocking).
     pub fn is_dead(&mut self) -> bool {
-        if !self.dead {
+        if self.usable() {
             let ev = poll_now(self.sock.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP);
             if ev & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP | libc::POLLNVAL) != 0 {
                 self.dead = true;
@@ -158,7 +186,21 @@ impl Connection {
     fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }
+}
 
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if self.ident.same_file(self.sock.as_raw_fd()) {
+            // SAFETY: dropped exactly once, here; the number still names our socket (in a
+            // forked child, its own copy of it), so closing it closes nothing of the caller's.
+            unsafe { ManuallyDrop::drop(&mut self.sock) };
+        }
+        // Otherwise the caller closed our socket and the number now names one of its files:
+        // forget it (F21).
+    }
+}
+
+impl Connection {
     /// Any error but a wake leaves the connection unusable.
     fn note<T>(&mut self, r: Result<T, Error>) -> Result<T, Error> {
         if let Err(e) = &r {
@@ -192,11 +234,11 @@ impl Connection {
     fn read_tls_records(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         loop {
             let tls = self.tls.as_mut().expect("TLS read without TLS");
-            match tls.read_tls(&mut self.sock) {
+            match tls.read_tls(&mut *self.sock) {
                 Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
                 Ok(_) => {
                     if tls.process_new_packets().is_err() {
-                        let _ = tls.write_tls(&mut self.sock);
+                        let _ = tls.write_tls(&mut *self.sock);
                         return Err(Error::Tls);
                     }
                     return Ok(());
@@ -213,7 +255,7 @@ impl Connection {
     /// Writes out whatever TLS records rustls has queued.
     fn flush_tls(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         while let Some(tls) = self.tls.as_mut().filter(|t| t.wants_write()) {
-            match tls.write_tls(&mut self.sock) {
+            match tls.write_tls(&mut *self.sock) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline, waker)?

@@ -49,6 +49,17 @@ pub enum Step {
     Oversized,
     /// Waits, then performs the step.
     After(Duration, Box<Step>),
+    /// Success carrying this payload, whatever the op expects.
+    Payload(ReplyData),
+    /// The first step for a `waitPrimary`, the second for any other op.
+    Split(Box<Step>, Box<Step>),
+}
+
+impl Step {
+    /// Answers `waitPrimary` naming `primary`, every other op with `other`.
+    pub fn wait_names(primary: Endpoint, other: Step) -> Step {
+        Step::Split(Box::new(Step::Primary(primary)), Box::new(other))
+    }
 }
 
 /// TLS server side of a fake.
@@ -255,6 +266,15 @@ fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step)
         Step::After(d, s) => {
             std::thread::sleep(d);
             return act(stream, raw, req, *s);
+        }
+        Step::Payload(data) => encode_reply(&Reply::ok(req.seq, data), &mut out),
+        Step::Split(wait_primary, other) => {
+            let step = if matches!(req.op, Op::WaitPrimary { .. }) {
+                wait_primary
+            } else {
+                other
+            };
+            return act(stream, raw, req, *step);
         }
     }
     stream.write_all(&out).is_ok() && stream.flush().is_ok()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
 use xce::failover::{Endpoint, Options, XCE_RETRY_DEFAULTS};
-use xce::transport::{Connection, Waker};
+use xce::transport::{Connection, WakeState};
 use xce::wire::{
     self, Hello, JobFilter, JobSpec, Limits, Op, Reply, ReplyData, Request, PROTOCOL_VERSION,
 };
@@ -153,30 +153,27 @@ impl Ping {
     }
 }
 
-/// One single attempt without the loop: the library's own transport connection, used directly.
+/// One single attempt without the loop: the library's own transport connection, used directly
+/// (with the descriptor check every attempt makes, F21: it is transport hygiene, not failover).
 pub struct Direct {
     conn: Connection,
-    waker: Waker,
+    wake: WakeState,
     seq: u64,
 }
 
 impl Direct {
     pub fn connect(addr: SocketAddr) -> Result<Direct, String> {
-        let waker = Waker::new().map_err(|e| e.to_string())?;
+        let wake = WakeState::new();
         let conn = Connection::connect(
             &addr.ip().to_string(),
             addr.port(),
             None,
             Limits::default(),
             Instant::now() + IO_TIMEOUT,
-            &waker,
+            &wake.waker_now(),
         )
         .map_err(|e| e.to_string())?;
-        Ok(Direct {
-            conn,
-            waker,
-            seq: 0,
-        })
+        Ok(Direct { conn, wake, seq: 0 })
     }
 
     /// send + recv of `op`; the reply must be a success.
@@ -190,12 +187,16 @@ impl Direct {
             op,
         };
         let until = Instant::now() + IO_TIMEOUT;
+        if !self.conn.usable() {
+            return Err("connection unusable".into());
+        }
+        let waker = self.wake.waker_now();
         self.conn
-            .send(&req, until, &self.waker)
+            .send(&req, until, &waker)
             .map_err(|e| e.to_string())?;
         let r = self
             .conn
-            .recv(self.seq, until, &self.waker)
+            .recv(self.seq, until, &waker)
             .map_err(|e| e.to_string())?;
         if r.status < 0 {
             return Err(format!("status {}", r.status));

@@ -1,0 +1,367 @@
+/* F20 and F13 at the C boundary: xcecli_stop while other threads are inside calls and from
+ * inside a callback of the context, callback setters that are final when they return, one
+ * wakeup that ends every blocked call, and call handles cancelled one by one. Run plain, under
+ * ASan/UBSan and under valgrind (scripts/ctest.sh): a use after free is a failure there.
+ * No controller needed: silent listeners accept connections and never answer.
+ * Usage: test_lifecycle NAME | all */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "util.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A context over two silent masters, replies timing out after reply_ms. */
+struct rig {
+    struct silent_server a, b;
+    xcecli_ctx_t ctx;
+};
+
+static int rig_start(struct rig *r, long reply_ms) {
+    memset(r, 0, sizeof *r);
+    if (silent_server_start(&r->a) != 0 || silent_server_start(&r->b) != 0) return -1;
+    xce_client_config_t conf;
+    char list[64];
+    xce_client_config_init(&conf);
+    snprintf(list, sizeof list, "127.0.0.1:%u,127.0.0.1:%u", (unsigned)r->a.port,
+             (unsigned)r->b.port);
+    CHECK_EQ(xce_client_config_parse_masters(&conf, list), 2);
+    int rc = xcecli_start(&conf, &r->ctx);
+    CHECK_EQ(rc, 0);
+    if (rc != 0) return -1;
+    CHECK_EQ(xcecli_set_option(r->ctx, XCE_OPT_REPLY_TIMEOUT_MS, reply_ms), 0);
+    CHECK_EQ(xcecli_set_option(r->ctx, XCE_OPT_WAIT_PRIMARY, 0), 0);
+    return 0;
+}
+
+static void rig_stop_servers(struct rig *r) {
+    silent_server_stop(&r->a);
+    silent_server_stop(&r->b);
+}
+
+/* ---- a call in another thread ------------------------------------------------------- */
+
+struct caller {
+    pthread_t thread;
+    xcecli_ctx_t ctx;
+    atomic_int started;
+    int rc;
+    double ended;
+};
+
+static void *caller_main(void *p) {
+    struct caller *c = (struct caller *)p;
+    xce_controller_info_t *info = NULL;
+    atomic_store(&c->started, 1);
+    c->rc = xcecli_hello(c->ctx, &info);
+    c->ended = now_s();
+    if (c->rc == 0) xce_free_controller_info(info);
+    return NULL;
+}
+
+static void callers_start(struct caller *cs, int n, xcecli_ctx_t ctx) {
+    for (int i = 0; i < n; i++) {
+        memset(&cs[i], 0, sizeof cs[i]);
+        cs[i].ctx = ctx;
+        pthread_create(&cs[i].thread, NULL, caller_main, &cs[i]);
+    }
+    for (int i = 0; i < n; i++)
+        while (!atomic_load(&cs[i].started)) sleep_ms(1);
+    sleep_ms(200); /* all inside: one waiting for a reply, the others queued */
+}
+
+/* ---- stop while calling --------------------------------------------------------------- */
+
+/* Four threads are blocked on one context (a reply wait of 10 s, and three queued behind it)
+ * when the main thread stops it: every call returns -E_XCE_CLOSED at once, and xcecli_stop
+ * returns only after they all left. */
+static void test_stop_while_calling(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    struct caller cs[4];
+    callers_start(cs, 4, r.ctx);
+    double t0 = now_s();
+    xcecli_stop(r.ctx);
+    double stopped = now_s();
+    for (int i = 0; i < 4; i++) {
+        pthread_join(cs[i].thread, NULL);
+        CHECK_EQ(cs[i].rc, -E_XCE_CLOSED);
+        CHECK(cs[i].ended <= stopped); /* left before xcecli_stop returned */
+    }
+    CHECK(stopped - t0 < 5.0);
+    rig_stop_servers(&r);
+}
+
+/* ---- stop from an event callback ------------------------------------------------------ */
+
+static atomic_int g_events_after_stop;
+static atomic_int g_stopped_in_cb;
+
+static void stop_on_rotation(xcecli_ctx_t ctx, const xce_event_t *ev, void *arg) {
+    (void)arg;
+    if (atomic_load(&g_stopped_in_cb)) {
+        atomic_fetch_add(&g_events_after_stop, 1);
+        return;
+    }
+    if (ev->kind == XCE_EVENT_ROTATION) {
+        atomic_store(&g_stopped_in_cb, 1);
+        xcecli_stop(ctx); /* the context of the running call */
+    }
+}
+
+/* The event handler stops its own context in the middle of a call: the call ends with
+ * -E_XCE_CLOSED, no callback runs afterwards, nothing is touched after it was freed. */
+static void test_stop_from_event_callback(void) {
+    struct rig r;
+    if (rig_start(&r, 100) != 0) return;
+    atomic_store(&g_events_after_stop, 0);
+    atomic_store(&g_stopped_in_cb, 0);
+    CHECK_EQ(xcecli_set_event_handler(r.ctx, stop_on_rotation, NULL), 0);
+    xce_controller_info_t *info = NULL;
+    int rc = xcecli_hello(r.ctx, &info);
+    CHECK_EQ(rc, -E_XCE_CLOSED);
+    CHECK(info == NULL);
+    CHECK_EQ(atomic_load(&g_stopped_in_cb), 1);
+    CHECK_EQ(atomic_load(&g_events_after_stop), 0);
+    /* ctx is freed: not used again */
+    rig_stop_servers(&r);
+}
+
+/* ---- stop from the log sink ----------------------------------------------------------- */
+
+static xcecli_ctx_t g_log_ctx;
+static atomic_int g_log_stops;
+
+static void stop_on_log(int level, const char *msg, void *arg) {
+    (void)level;
+    (void)arg;
+    if (strstr(msg, "rotating") && atomic_fetch_add(&g_log_stops, 1) == 0)
+        xcecli_stop(g_log_ctx);
+}
+
+/* A log sink stops the context whose call logged: same guarantees as from an event. */
+static void test_stop_from_log_sink(void) {
+    struct rig r;
+    if (rig_start(&r, 100) != 0) return;
+    g_log_ctx = r.ctx;
+    atomic_store(&g_log_stops, 0);
+    int old = xce_set_log_level(XCE_LOG_INFO);
+    CHECK_EQ(xce_set_log_handler(stop_on_log, NULL), 0);
+    xce_controller_info_t *info = NULL;
+    CHECK_EQ(xcecli_hello(r.ctx, &info), -E_XCE_CLOSED);
+    CHECK_EQ(xce_set_log_handler(NULL, NULL), 0);
+    xce_set_log_level(old);
+    CHECK_EQ(atomic_load(&g_log_stops), 1);
+    rig_stop_servers(&r);
+}
+
+/* ---- setters are final ---------------------------------------------------------------- */
+
+struct slow_arg {
+    unsigned magic;
+    atomic_int entered;
+    atomic_int finished;
+};
+#define SLOW_MAGIC 0x5ca1ab1eu
+
+static void slow_event(xcecli_ctx_t ctx, const xce_event_t *ev, void *arg) {
+    (void)ctx;
+    (void)ev;
+    struct slow_arg *a = (struct slow_arg *)arg;
+    atomic_store(&a->entered, 1);
+    sleep_ms(300);
+    CHECK_EQ(a->magic, SLOW_MAGIC); /* use after free on a setter that does not wait */
+    atomic_store(&a->finished, 1);
+}
+
+/* While a call runs the event handler on another thread, removing the handler waits for that
+ * invocation: when the setter returns the caller frees the handler's arg, safely. */
+static void test_set_event_handler_waits(void) {
+    struct rig r;
+    if (rig_start(&r, 100) != 0) return;
+    struct slow_arg *a = calloc(1, sizeof *a);
+    a->magic = SLOW_MAGIC;
+    CHECK_EQ(xcecli_set_event_handler(r.ctx, slow_event, a), 0);
+    struct caller c;
+    memset(&c, 0, sizeof c);
+    c.ctx = r.ctx;
+    pthread_create(&c.thread, NULL, caller_main, &c);
+    double deadline = now_s() + 10;
+    while (!atomic_load(&a->entered) && now_s() < deadline) sleep_ms(1);
+    CHECK(atomic_load(&a->entered));
+    CHECK_EQ(xcecli_set_event_handler(r.ctx, NULL, NULL), 0);
+    CHECK_EQ(atomic_load(&a->finished), 1);
+    a->magic = 0;
+    free(a);
+    xcecli_wakeup(r.ctx);
+    pthread_join(c.thread, NULL);
+    xcecli_stop(r.ctx);
+    rig_stop_servers(&r);
+}
+
+static void slow_log(int level, const char *msg, void *arg) {
+    (void)level;
+    (void)msg;
+    struct slow_arg *a = (struct slow_arg *)arg;
+    atomic_store(&a->entered, 1);
+    sleep_ms(300);
+    CHECK_EQ(a->magic, SLOW_MAGIC);
+    atomic_store(&a->finished, 1);
+}
+
+/* The same for the process-wide log sink. */
+static void test_set_log_handler_waits(void) {
+    struct rig r;
+    if (rig_start(&r, 100) != 0) return;
+    struct slow_arg *a = calloc(1, sizeof *a);
+    a->magic = SLOW_MAGIC;
+    int old = xce_set_log_level(XCE_LOG_INFO);
+    CHECK_EQ(xce_set_log_handler(slow_log, a), 0);
+    struct caller c;
+    memset(&c, 0, sizeof c);
+    c.ctx = r.ctx;
+    pthread_create(&c.thread, NULL, caller_main, &c);
+    double deadline = now_s() + 10;
+    while (!atomic_load(&a->entered) && now_s() < deadline) sleep_ms(1);
+    CHECK(atomic_load(&a->entered));
+    CHECK_EQ(xce_set_log_handler(NULL, NULL), 0);
+    CHECK_EQ(atomic_load(&a->finished), 1);
+    a->magic = 0;
+    free(a);
+    xce_set_log_level(old);
+    xcecli_wakeup(r.ctx);
+    pthread_join(c.thread, NULL);
+    xcecli_stop(r.ctx);
+    rig_stop_servers(&r);
+}
+
+/* ---- one wakeup ends every call ------------------------------------------------------- */
+
+/* Four threads blocked on one context (10 s reply timeout): one xcecli_wakeup ends all four
+ * with -EINTR, promptly; the context stays usable. */
+static void test_wakeup_ends_every_blocked_call(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    struct caller cs[4];
+    callers_start(cs, 4, r.ctx);
+    double t0 = now_s();
+    CHECK_EQ(xcecli_wakeup(r.ctx), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(cs[i].thread, NULL);
+        CHECK_EQ(cs[i].rc, -EINTR);
+        CHECK(cs[i].ended - t0 < 2.0);
+    }
+    xcecli_stop(r.ctx);
+    rig_stop_servers(&r);
+}
+
+/* ---- call handles ---------------------------------------------------------------------- */
+
+/* Cancelling a call handle ends the call made through it (blocked in a reply wait, or queued)
+ * with -ECANCELED, and only that call; later calls through it fail at once. */
+static void test_call_handles_cancel_one_call(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    xcecli_ctx_t h1 = NULL, h2 = NULL;
+    CHECK_EQ(xcecli_call_new(r.ctx, 0, &h1), 0);
+    CHECK_EQ(xcecli_call_new(r.ctx, 0, &h2), 0);
+    CHECK_EQ(xcecli_call_new(r.ctx, -1, &h2), -EINVAL);
+    CHECK_EQ(xcecli_call_cancel(r.ctx), -EINVAL); /* not a call handle */
+    struct caller c1, c2, c3;
+    memset(&c1, 0, sizeof c1);
+    memset(&c2, 0, sizeof c2);
+    memset(&c3, 0, sizeof c3);
+    c1.ctx = h1; /* blocked in the reply wait (first in) */
+    pthread_create(&c1.thread, NULL, caller_main, &c1);
+    sleep_ms(100);
+    c2.ctx = h2; /* queued behind it */
+    pthread_create(&c2.thread, NULL, caller_main, &c2);
+    c3.ctx = r.ctx; /* queued too, on the context's own handle */
+    pthread_create(&c3.thread, NULL, caller_main, &c3);
+    sleep_ms(200);
+    double t0 = now_s();
+    CHECK_EQ(xcecli_call_cancel(h2), 0); /* the queued one */
+    pthread_join(c2.thread, NULL);
+    CHECK_EQ(c2.rc, -ECANCELED);
+    CHECK(c2.ended - t0 < 2.0);
+    t0 = now_s();
+    CHECK_EQ(xcecli_call_cancel(h1), 0); /* the one in the reply wait */
+    pthread_join(c1.thread, NULL);
+    CHECK_EQ(c1.rc, -ECANCELED);
+    CHECK(c1.ended - t0 < 2.0);
+    xce_controller_info_t *info = NULL;
+    CHECK_EQ(xcecli_hello(h1, &info), -ECANCELED); /* spent */
+    /* c3 is not affected: still blocked until the stop */
+    sleep_ms(100);
+    CHECK(c3.ended == 0);
+    xcecli_call_free(h1);
+    xcecli_call_free(h2);
+    xcecli_call_free(r.ctx); /* not a call handle: left alone (logged) */
+    xcecli_stop(r.ctx);
+    pthread_join(c3.thread, NULL);
+    CHECK_EQ(c3.rc, -E_XCE_CLOSED);
+    rig_stop_servers(&r);
+}
+
+/* A call handle's deadline bounds its calls; a handle of a stopped context fails at once. */
+static void test_call_handle_deadline_and_closed_context(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    xcecli_ctx_t h = NULL;
+    CHECK_EQ(xcecli_call_new(r.ctx, 300, &h), 0);
+    xce_controller_info_t *info = NULL;
+    double t0 = now_s();
+    int rc = xcecli_hello(h, &info);
+    CHECK(rc < 0 && rc != -EINVAL && rc != -E_XCE_CLOSED);
+    CHECK(now_s() - t0 < 5.0);
+    xcecli_stop(r.ctx);
+    CHECK_EQ(xcecli_hello(h, &info), -E_XCE_CLOSED);
+    xcecli_stop(h); /* on a call handle: releases the handle only */
+    rig_stop_servers(&r);
+}
+
+struct named_test {
+    const char *name;
+    void (*fn)(void);
+};
+
+static const struct named_test tests[] = {
+    {"stop_while_calling", test_stop_while_calling},
+    {"stop_from_event_callback", test_stop_from_event_callback},
+    {"stop_from_log_sink", test_stop_from_log_sink},
+    {"set_event_handler_waits", test_set_event_handler_waits},
+    {"set_log_handler_waits", test_set_log_handler_waits},
+    {"wakeup_ends_every_blocked_call", test_wakeup_ends_every_blocked_call},
+    {"call_handles_cancel_one_call", test_call_handles_cancel_one_call},
+    {"call_handle_deadline_and_closed_context", test_call_handle_deadline_and_closed_context},
+};
+
+int main(int argc, char **argv) {
+    const char *which = argc > 1 ? argv[1] : "all";
+    int ran = 0;
+    if (getenv("XCE_LOG") == NULL) xce_set_log_level(XCE_LOG_OFF);
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        if (strcmp(which, "all") == 0 || strcmp(which, tests[i].name) == 0) {
+            int before = g_failures;
+            tests[i].fn();
+            fprintf(stderr, "%s: %s\n", tests[i].name, g_failures == before ? "ok" : "FAILED");
+            ran++;
+        }
+    }
+    if (ran == 0) {
+        fprintf(stderr, "unknown test %s\n", which);
+        return 2;
+    }
+    return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,238 @@
+//! F11, F13, F20: who may run a call on a context, and when calls must stop.
+//!
+//! Calls on one context run one at a time for their whole loop (F11), in arrival order. The
+//! owner's thread may enter again (the reconnect hook's nested calls, F10). A queued call waits
+//! parked, and leaves the queue at once when it is woken (`xcecli_wakeup`: every call in
+//! progress or queued, F13), cancelled (its call handle), or the context is closing
+//! (`xcecli_stop`, F20). Closing also waits for every call to leave, unless the closing thread
+//! is itself inside a call: then the last call to leave finishes the stop.
+//!
+//! The gate's mutex guards only this bookkeeping and is never held across I/O or callbacks.
+
+use std::collections::VecDeque;
+use std::thread::{self, Thread, ThreadId};
+
+use parking_lot::Mutex;
+
+use crate::error::Error;
+use crate::transport::{CancelToken, WakeState};
+
+struct Queued {
+    ticket: u64,
+    thread: Thread,
+}
+
+#[derive(Default)]
+struct State {
+    owner: Option<ThreadId>,
+    /// Nesting of the owner's calls (the hook's calls run inside the outer one).
+    depth: u32,
+    queue: VecDeque<Queued>,
+    next_ticket: u64,
+    /// Calls between `enter` and `leave`: queued, running, nested.
+    entered: u32,
+    /// A wake that found no call in progress: the next call returns `EINTR` at once (F13).
+    pending_wake: bool,
+    /// A wake hit calls in progress and none of them has returned `EINTR` for it yet: if none
+    /// does before the last one leaves, it is kept for the next call (F13: never lost).
+    unclaimed_wake: bool,
+    closing: bool,
+    /// The thread waiting in `close` for the calls to leave.
+    closer: Option<Thread>,
+    /// `close` was called from inside a call: the last call to leave finishes the stop.
+    finish_on_leave: bool,
+}
+
+/// The admission of calls to one context (see the module doc).
+pub(crate) struct Gate {
+    state: Mutex<State>,
+}
+
+/// A call that entered the gate. It must be given back with [`Gate::leave`].
+pub(crate) struct Entry {
+    /// The wake generation when the call entered: a later wake ends it.
+    pub since: u64,
+}
+
+/// What the last call to leave must do.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Leave {
+    Done,
+    /// The context was closed from inside a call and this was the last one: release the
+    /// context's resources now (F20).
+    FinishClose,
+}
+
+/// How `close` went.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Close {
+    /// Every call has left: the caller releases the context's resources.
+    Drained,
+    /// Called from inside a call of this context: the last call to leave will finish.
+    Deferred,
+    /// Already closing.
+    AlreadyClosing,
+}
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate {
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Registers a call. `Err(Closed)` when the context is closing, `Err(EINTR)` for a wake
+    /// that was waiting for the next call.
+    pub fn enter(&self, wake: &WakeState) -> Result<Entry, Error> {
+        let mut st = self.state.lock();
+        if st.closing {
+            return Err(Error::Closed);
+        }
+        if st.pending_wake {
+            st.pending_wake = false;
+            return Err(Error::Errno(libc::EINTR));
+        }
+        st.entered += 1;
+        Ok(Entry {
+            since: wake.generation(),
+        })
+    }
+
+    /// Unregisters a call (after `release` if it acquired). `claimed_wake`: it returns
+    /// `EINTR`. A wake that no call claimed is kept for the next call once the last call has
+    /// left (F13: a wake is never lost).
+    pub fn leave(&self, claimed_wake: bool) -> Leave {
+        let mut st = self.state.lock();
+        st.entered -= 1;
+        if claimed_wake {
+            st.unclaimed_wake = false;
+        }
+        if st.entered > 0 {
+            return Leave::Done;
+        }
+        if std::mem::take(&mut st.unclaimed_wake) && !st.closing {
+            st.pending_wake = true;
+        }
+        if let Some(t) = st.closer.take() {
+            t.unpark();
+        }
+        if std::mem::take(&mut st.finish_on_leave) {
+            Leave::FinishClose
+        } else {
+            Leave::Done
+        }
+    }
+
+    /// Waits for the turn of the call `entry`: returns when this thread owns the context, or
+    /// with the error that stopped the call (closing, its token cancelled, a wake).
+    pub fn acquire(
+        &self,
+        entry: &Entry,
+        wake: &WakeState,
+        token: Option<&CancelToken>,
+    ) -> Result<(), Error> {
+        let me = thread::current().id();
+        let check = || wake.waker(entry.since, token).check();
+        let mut st = self.state.lock();
+        check()?;
+        if st.owner == Some(me) || (st.owner.is_none() && st.queue.is_empty()) {
+            st.owner = Some(me);
+            st.depth += 1;
+            return Ok(());
+        }
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.queue.push_back(Queued {
+            ticket,
+            thread: thread::current(),
+        });
+        loop {
+            drop(st);
+            thread::park();
+            st = self.state.lock();
+            if let Err(e) = check() {
+                st.queue.retain(|q| q.ticket != ticket);
+                // The call behind may be next now.
+                if st.owner.is_none() {
+                    if let Some(front) = st.queue.front() {
+                        front.thread.unpark();
+                    }
+                }
+                return Err(e);
+            }
+            if st.owner.is_none() && st.queue.front().is_some_and(|q| q.ticket == ticket) {
+                st.queue.pop_front();
+                st.owner = Some(me);
+                st.depth = 1;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Gives back what `acquire` took; hands the context to the next queued call.
+    pub fn release(&self) {
+        let mut st = self.state.lock();
+        st.depth -= 1;
+        if st.depth == 0 {
+            st.owner = None;
+            if let Some(front) = st.queue.front() {
+                front.thread.unpark();
+            }
+        }
+    }
+
+    /// F13: wakes every call in progress or queued. `keep`: a wake that no call takes (none
+    /// in progress, or all of them finish without noticing it) is kept for the next call.
+    /// Returns whether any call was in progress.
+    pub fn wake_all(&self, wake: &WakeState, keep: bool) -> bool {
+        let mut st = self.state.lock();
+        let busy = st.entered > 0;
+        if busy {
+            wake.interrupt();
+            unpark_all(&st);
+            st.unclaimed_wake |= keep;
+        } else if keep {
+            st.pending_wake = true;
+        }
+        busy
+    }
+
+    /// Makes a queued call re-check its cancel token (the token is already set).
+    pub fn cancelled(&self, wake: &WakeState) {
+        let st = self.state.lock();
+        wake.nudge();
+        unpark_all(&st);
+    }
+
+    /// F20: marks the context closing (later calls fail with `E_XCE_CLOSED`), wakes every call,
+    /// and waits until all have left — unless this thread is inside one of them.
+    pub fn close(&self, wake: &WakeState) -> Close {
+        let me = thread::current().id();
+        let mut st = self.state.lock();
+        if st.closing {
+            return Close::AlreadyClosing;
+        }
+        st.closing = true;
+        st.pending_wake = false;
+        st.unclaimed_wake = false;
+        wake.close();
+        unpark_all(&st);
+        if st.owner == Some(me) {
+            st.finish_on_leave = true;
+            return Close::Deferred;
+        }
+        while st.entered > 0 {
+            st.closer = Some(thread::current());
+            drop(st);
+            thread::park();
+            st = self.state.lock();
+        }
+        Close::Drained
+    }
+}
+
+fn unpark_all(st: &State) {
+    for q in &st.queue {
+        q.thread.unpark();
+    }
+}

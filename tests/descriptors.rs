@@ -1,0 +1,174 @@
+//! F21: the library's descriptors are its own. Each scenario runs in a child process (this test
+//! binary, re-executed for one test) so that it can close every fd or fork without harming the
+//! test harness; the fake controller stays in the parent.
+
+mod support;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+use xce::client::{Client, Config};
+use xce::error::*;
+use xce::failover::{Endpoint, Options};
+use xce::Error;
+
+const CHILD: &str = "XCE_FD_TEST_CHILD";
+const PORT: &str = "XCE_FD_TEST_PORT";
+
+/// Runs test `name` of this binary in a child process with the fake's port; its exit status.
+fn in_child(name: &str, port: u16) -> bool {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env(PORT, port.to_string())
+        .output()
+        .expect("re-exec the test binary");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    println!("--- child {name}:\n{text}");
+    out.status.success() && text.contains("CHILD OK")
+}
+
+fn is_child() -> Option<u16> {
+    std::env::var(CHILD).ok()?;
+    std::env::var(PORT).ok()?.parse().ok()
+}
+
+fn open_fds() -> Vec<i32> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+fn child_client(port: u16) -> Client {
+    let opts = Options {
+        wait_primary: false,
+        ..fast_options()
+    };
+    Client::start_with(
+        Config::new(vec![Endpoint::new("127.0.0.1", port)]),
+        opts,
+        fast_retry(3),
+    )
+    .expect("start")
+}
+
+/// The library holds no fd once no context exists: the socket and the pooled eventfds (a wait
+/// borrowed one during the backoff) are closed with the last context.
+#[test]
+fn no_fd_is_held_once_no_context_exists() {
+    if let Some(port) = is_child() {
+        let before = open_fds();
+        let c = child_client(port);
+        c.hello().unwrap(); // NOT_READY, a backoff (a pooled eventfd is lent), then success
+        drop(c);
+        let after = open_fds();
+        assert_eq!(before, after, "fds left behind");
+        println!("CHILD OK");
+        return;
+    }
+    let fake = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY)]);
+    assert!(in_child(
+        "no_fd_is_held_once_no_context_exists",
+        fake.endpoint().port
+    ));
+}
+
+/// A daemon closes every fd above 2 after using the library (as daemonizing code does) and
+/// opens its own files, which get the library's old numbers. The library must never read or
+/// write those files (not a byte, not the file offset), and its next calls work on fresh fds.
+#[test]
+fn closefrom_then_the_daemons_own_files() {
+    if let Some(port) = is_child() {
+        let c = child_client(port);
+        // A call that waits (backoff: a pooled eventfd is lent) and one that succeeds.
+        assert!(c.hello().is_ok());
+        assert!(c.hello().is_ok());
+        let ours = open_fds();
+        let highest = *ours.iter().max().unwrap();
+        // SAFETY: closes every fd from 3 up; this process is the child of this test only.
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+        // The daemon's log files take the freed numbers (the lowest first).
+        let dir = std::env::temp_dir().join(format!("xce-fd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut logs = vec![];
+        for i in 0..(highest - 2) {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(true)
+                .open(dir.join(format!("log{i}")))
+                .unwrap();
+            f.write_all(b"daemon log line\n").unwrap();
+            logs.push(f);
+        }
+        assert!(logs.iter().any(|f| f.as_raw_fd() == highest));
+        // A kept wake, then calls that wait and reconnect.
+        c.wakeup();
+        assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
+        for _ in 0..3 {
+            assert!(c.hello().is_ok(), "the library rebuilt its descriptors");
+        }
+        c.wakeup();
+        for f in &mut logs {
+            let pos = f.stream_position().unwrap();
+            assert_eq!(pos, 16, "file offset moved: the library read or wrote it");
+            f.seek(SeekFrom::Start(0)).unwrap();
+            let mut s = String::new();
+            f.read_to_string(&mut s).unwrap();
+            assert_eq!(s, "daemon log line\n");
+        }
+        drop(c);
+        std::fs::remove_dir_all(&dir).unwrap();
+        println!("CHILD OK");
+        return;
+    }
+    let fake = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY)]);
+    assert!(in_child(
+        "closefrom_then_the_daemons_own_files",
+        fake.endpoint().port
+    ));
+    // The child's calls after closefrom came on new connections.
+    assert!(fake.connections() >= 2, "{}", fake.connections());
+}
+
+/// After fork, a child that uses a context it inherited gets its own connection: it never
+/// talks on (or reads from) its parent's socket, and the parent's connection keeps working.
+#[test]
+fn a_forked_child_gets_its_own_connection() {
+    if let Some(port) = is_child() {
+        let c = child_client(port);
+        c.hello().unwrap();
+        // SAFETY: the child of fork only runs the library's calls and _exit (the harness runs
+        // this test alone, --test-threads=1; the fake is in another process).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = c.hello().is_ok() && c.jobinfo(7).is_ok();
+            // SAFETY: leaves the forked child without running the parent's destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        c.hello().unwrap();
+        println!("CHILD OK");
+        return;
+    }
+    let fake = FakeController::start(vec![]);
+    assert!(in_child(
+        "a_forked_child_gets_its_own_connection",
+        fake.endpoint().port
+    ));
+    assert_eq!(
+        fake.connections(),
+        2,
+        "the grandchild reconnected on its own"
+    );
+    std::thread::sleep(Duration::from_millis(10));
+}

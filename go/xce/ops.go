@@ -562,9 +562,9 @@ func (c *Client) Nop(ctx context.Context) error {
 	return c.check(ctx, "nop", func(h C.xcecli_ctx_t) C.int { return C.xcecli_nop(h) })
 }
 
-// Wakeup makes the call blocked on this client (whichever goroutine made it) return EINTR;
-// with none blocked, the next one to block does (F13). To end one goroutine's call, cancel
-// its context instead.
+// Wakeup makes the calls blocked on this client (whichever goroutines made them) return
+// EINTR; with none blocked, the next one to block does (F13). To end one goroutine's call,
+// cancel its context instead.
 func (c *Client) Wakeup() error {
 	return c.local("wakeup", func(h C.xcecli_ctx_t) C.int { return C.xcecli_wakeup(h) })
 }

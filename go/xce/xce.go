@@ -18,8 +18,8 @@
 // Go's build cache does not notice a changed .pc file (golang/go#24544): after switching
 // between a build tree and an installed library, run `go clean -cache` (or build with -a).
 //
-// The library starts no threads and installs no signal handlers, so it is safe under the Go
-// runtime. A call blocks its goroutine's OS thread until it ends: at the latest when the
+// The library installs no signal handlers and starts no threads of its own beyond
+// short-lived, signal-blocking getaddrinfo helpers, so it is safe under the Go runtime. A call blocks its goroutine's OS thread until it ends: at the latest when the
 // context's retry budget is spent, when its context.Context is cancelled or reaches its
 // deadline, or when the Client is closed.
 package xce
@@ -52,8 +52,10 @@ const (
 	CodeAuth     = C.E_XCE_AUTH
 	CodeTLS      = C.E_XCE_TLS
 	CodeInternal = C.E_XCE_INTERNAL
-	// CodeClosed: the context is stopped (E_XCE_CLOSED).
-	CodeClosed = 2010
+	// CodeClosed: the context is stopped (E_XCE_CLOSED): the Client was closed.
+	CodeClosed = C.E_XCE_CLOSED
+	// CodeLookup: a master's host name could not be resolved (E_XCE_LOOKUP).
+	CodeLookup = C.E_XCE_LOOKUP
 )
 
 // Error is a failed call: the op and the library's status (a positive errno or E_XCE_* code).
@@ -70,8 +72,6 @@ func (e *Error) Error() string {
 	switch {
 	case e.Ctx != nil:
 		text = e.Ctx.Error()
-	case e.Code == CodeClosed:
-		text = "client closed"
 	default:
 		text = Strerror(e.Code)
 	}
@@ -118,6 +118,8 @@ var (
 	ErrNotFound = &Error{Code: int(syscall.ENOENT)}
 	// ErrClosed: the Client was closed (before or during the call).
 	ErrClosed = &Error{Code: CodeClosed}
+	// ErrLookup: a master's host name could not be resolved.
+	ErrLookup = &Error{Code: CodeLookup}
 )
 
 // Strerror is xce_strerror: the text of any status or code, either sign.

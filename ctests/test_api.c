@@ -185,7 +185,9 @@ static void test_null_ctx(void) {
     CHECK_EQ(xcecli_last_error(NULL, &le), -EINVAL);
     CHECK_EQ(xcecli_last_error_text(NULL, buf, sizeof buf), -EINVAL);
     CHECK_EQ(xcecli_hello(NULL, &info), -EINVAL);
-    CHECK_EQ(xcecli_joblist(NULL, NULL, &jobs), -EINVAL);
+    xce_job_t **all = NULL;
+    CHECK_EQ(xcecli_joblist(NULL, &all), -EINVAL);
+    CHECK_EQ(xcecli_joblist_filter(NULL, NULL, &jobs), -EINVAL);
     CHECK_EQ(xcecli_jobinfo(NULL, 1, &jobs), -EINVAL);
     CHECK_EQ(xcecli_reslist(NULL, &res), -EINVAL);
     CHECK_EQ(xcecli_workerlist(NULL, &hosts), -EINVAL);
@@ -215,9 +217,11 @@ static void test_null_ctx(void) {
     CHECK_EQ(xce_new_jobid(NULL), -EINVAL);
     /* nothing written */
     CHECK(info == NULL && jobs == NULL && hosts == NULL && res == NULL && rv == NULL && cc == NULL);
+    CHECK(all == NULL);
 }
 
 static void test_free_null(void) {
+    xce_free_joblist(NULL);
     xce_free_jobs(NULL, 0);
     xce_free_jobs(NULL, 5);
     xce_free_job(NULL);
@@ -305,7 +309,8 @@ static void test_ctx_bad_args(void) {
     CHECK_EQ(xcecli_set_option(ctx, 12345, 1), -EINVAL);
     /* NULL out-pointers and inputs */
     CHECK_EQ(xcecli_hello(ctx, NULL), -EINVAL);
-    CHECK_EQ(xcecli_joblist(ctx, NULL, NULL), -EINVAL);
+    CHECK_EQ(xcecli_joblist(ctx, NULL), -EINVAL);
+    CHECK_EQ(xcecli_joblist_filter(ctx, NULL, NULL), -EINVAL);
     CHECK_EQ(xcecli_jobinfo(ctx, 1, NULL), -EINVAL);
     CHECK_EQ(xcecli_reslist(ctx, NULL), -EINVAL);
     CHECK_EQ(xcecli_workerlist(ctx, NULL), -EINVAL);
@@ -346,10 +351,10 @@ static void test_ctx_bad_args(void) {
     CHECK_EQ(xcecli_join(ctx, &j, NULL), -EINVAL);
     xce_job_filter_t f = {NULL, NULL, 1u << 5, 0};
     xce_job_t *jobs = NULL;
-    CHECK_EQ(xcecli_joblist(ctx, &f, &jobs), -EINVAL);
+    CHECK_EQ(xcecli_joblist_filter(ctx, &f, &jobs), -EINVAL);
     f.state_mask = 0;
     f.user = "\xc3\x28"; /* invalid UTF-8 */
-    CHECK_EQ(xcecli_joblist(ctx, &f, &jobs), -EINVAL);
+    CHECK_EQ(xcecli_joblist_filter(ctx, &f, &jobs), -EINVAL);
     CHECK(jobs == NULL);
     xce_job_spec_t spec = {0, NULL, NULL, NULL, "true", 1, 1};
     uint64_t id = 77;
@@ -400,11 +405,11 @@ static void test_ops_silent_controller(void) {
     CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_REPLY_TIMEOUT_MS, 50), 0);
     CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_CONNECT_TIMEOUT_MS, 50), 0);
     CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_DEADLINE_MS, 1000), 0);
-    xce_job_t *jobs = (xce_job_t *)(uintptr_t)0x1;
-    int rc = xcecli_joblist(ctx, NULL, &jobs);
+    xce_job_t **jobs = (xce_job_t **)(uintptr_t)0x1;
+    int rc = xcecli_joblist(ctx, &jobs);
     CHECK(rc < 0);
     CHECK(rc != -EINVAL && rc != -E_XCE_INTERNAL);
-    CHECK(jobs == (xce_job_t *)(uintptr_t)0x1);
+    CHECK(jobs == (xce_job_t **)(uintptr_t)0x1);
     xce_last_error_t le;
     CHECK_EQ(xcecli_last_error(ctx, &le), 0);
     CHECK_EQ(le.status, rc);

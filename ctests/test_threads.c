@@ -1,7 +1,8 @@
 /* S7 in C: 16 POSIX threads share ONE xcecli_ctx_t while the primary of a real 3-node
  * `xce-controller cluster` is killed with SIGKILL. Half the threads submit jobs (ids from
- * xce_new_jobid), half list jobs (freed with xce_free_jobs), a fixed number of calls each with a
- * short sleep between them; the main thread kills the primary shortly after they start.
+ * xce_new_jobid), half list jobs (xcecli_joblist_filter, freed with xce_free_jobs), a fixed
+ * number of calls each with a short sleep between them; the main thread kills the primary
+ * shortly after they start.
  * Also prints the ctx's events (F17) to explain the counters.
  * Checks: every call succeeds (>= 0; never -EINVAL), nothing hangs (a SIGALRM watchdog bounds
  * the run), each listing holds every job acknowledged before it started (reads are
@@ -105,7 +106,7 @@ static void print_events(double t_kill) {
 
 struct worker {
     int idx;
-    int submitter; /* 1: xcecli_jobsubmit, 0: xcecli_joblist */
+    int submitter; /* 1: xcecli_jobsubmit, 0: xcecli_joblist_filter */
     xcecli_ctx_t ctx;
     int calls, ok, failures;
     double slowest_s;
@@ -166,7 +167,7 @@ static void do_list(struct worker *w, int call) {
 
     xce_job_t *jobs = NULL;
     double t0 = now_s();
-    int rc = xcecli_joblist(w->ctx, NULL, &jobs);
+    int rc = xcecli_joblist_filter(w->ctx, NULL, &jobs);
     double dt = now_s() - t0;
     w->calls++;
     if (dt > w->slowest_s) {
@@ -174,7 +175,7 @@ static void do_list(struct worker *w, int call) {
         w->slowest_call = call;
     }
     if (rc < 0) {
-        worker_fail(w, call, "xcecli_joblist", rc);
+        worker_fail(w, call, "xcecli_joblist_filter", rc);
         return;
     }
     w->ok++;
@@ -244,7 +245,7 @@ int main(int argc, char **argv) {
     CHECK_EQ(xcecli_set_event_handler(ctx, on_event, NULL), 0);
     /* Warm up: the ctx reaches the primary, and the fresh cluster has no jobs. */
     xce_job_t *jobs = NULL;
-    int n = xcecli_joblist(ctx, NULL, &jobs);
+    int n = xcecli_joblist_filter(ctx, NULL, &jobs);
     CHECK_EQ(n, 0);
     if (n > 0) xce_free_jobs(jobs, (size_t)n);
     xce_stats_t st0;
@@ -294,7 +295,7 @@ int main(int argc, char **argv) {
 
     /* Afterwards the new primary lists exactly the acknowledged ids, each once. */
     jobs = NULL;
-    n = xcecli_joblist(ctx, NULL, &jobs);
+    n = xcecli_joblist_filter(ctx, NULL, &jobs);
     if (n < 0) fprintf(stderr, "final joblist: %d (%s)\n", n, xce_strerror(n));
     CHECK_EQ(n, g_nacked);
     for (int i = 0; i < g_nacked && n >= 0; i++) {

@@ -1,12 +1,13 @@
-/* xce_test: a small C tool over libxce, the way the cluster's C daemons and tools use it.
- * Reads commands from a script file (argument) or stdin (with a prompt on a terminal):
+/* xce_test: a command-line tool over libxce, the way the cluster's C daemons and tools use it.
+ * Installed by scripts/install.sh; its manual is docs/man/xce_test.1 and `xce_test --help`.
  *
- *   set masters h:p,h:p,h:p   set retry N   set option NAME VALUE   client   hello
- *   jobsub NAME CMD...        joblist       jobinfo ID   jobctrl ID kill|suspend|resume|requeue
- *   workerlist   clusterconf   stats   lasterror   sleep MS   stop   quit
+ *   xce_test [-e] [-m MASTERS] [-c "CMD; CMD..."] [SCRIPT | -]
  *
- * Results go to stdout; an error prints "CMD: <xce_strerror text>" (e.g. "joblist: cluster
- * not ready"). Exit status: 0 when every command succeeded, 1 otherwise. */
+ * Commands come from -c, else from SCRIPT, else from stdin (with a prompt on a terminal).
+ * Results go to stdout; a failed command prints "CMD[ ARG]: <why>" (e.g. "joblist: cluster not
+ * ready", "jobinfo 42: no such job") and the tool goes on, unless -e.
+ * Exit status: 0 every command succeeded, 1 a command failed, 2 usage error (bad option,
+ * unreadable script). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -18,16 +19,88 @@
 
 #include <xce/xce.h>
 
+#define EXIT_USAGE 2
+
+static const char USAGE[] =
+    "usage: xce_test [-e] [-m MASTERS] [-c \"CMD; CMD...\"] [SCRIPT | -]\n"
+    "       xce_test --help | --version\n"
+    "\n"
+    "Talks to an xce cluster through libxce. Reads one command per line from SCRIPT, from\n"
+    "stdin (\"-\" or no SCRIPT; a prompt when it is a terminal), or from -c (commands\n"
+    "separated by \";\"). Blank lines and lines starting with # are skipped.\n"
+    "\n"
+    "options:\n"
+    "  -m, --masters LIST   set masters LIST and connect (like \"set masters LIST\" + \"client\")\n"
+    "  -c, --command CMDS   run these commands instead of reading a script\n"
+    "  -e, --errexit        stop at the first command that fails\n"
+    "  -h, --help           this text\n"
+    "  -V, --version        the tool's and the library's version\n"
+    "\n"
+    "exit status: 0 every command succeeded, 1 a command failed, 2 usage error\n"
+    "\n";
+
+static const char COMMANDS[] =
+    "commands:\n"
+    "  set masters H:P,H:P,...   controllers to use (up to 8), in the order tried\n"
+    "  set retry N               retry budget: N backoff sleeps before \"cluster not ready\"\n"
+    "  set option NAME VALUE     connect_timeout_ms | reply_timeout_ms | deadline_ms |\n"
+    "                            redirect_any (0/1) | wait_primary (0/1)\n"
+    "  client                    connect (to the first reachable master)\n"
+    "  hello                     who answered, and who is primary\n"
+    "  jobsub NAME CMD...        submit a job; prints its id and a short form %N\n"
+    "  joblist                   every job\n"
+    "  jobinfo JOB               one job\n"
+    "  jobctrl JOB ACTION        ACTION: kill | suspend | resume | requeue\n"
+    "  workerlist                the workers and their state\n"
+    "  clusterconf               controllers, roles, queues\n"
+    "  stats                     this client's failover counters\n"
+    "  lasterror                 what the last failed call did (attempts, masters, time)\n"
+    "  sleep MS                  pause\n"
+    "  stop                      disconnect\n"
+    "  help                      this list\n"
+    "  quit | exit               end (also end of input)\n"
+    "JOB is a job id, a unique prefix of an id this session printed, %N (the N-th job\n"
+    "submitted in this session) or %% (the last one).\n";
+
 static xce_client_config_t g_conf;
 static xce_retry_config_t g_retry = XCE_RETRY_DEFAULTS;
 static int g_retry_set;
 static xcecli_ctx_t g_ctx;
 static int g_errors;
 
+/* Job ids this session printed, for prefixes and %N (submitted ones, in order). */
+#define MAX_SEEN 4096
+static uint64_t g_seen[MAX_SEEN];
+static size_t g_nseen;
+static uint64_t g_submitted[MAX_SEEN];
+static size_t g_nsubmitted;
+
+static void remember(uint64_t id) {
+    for (size_t i = 0; i < g_nseen; i++)
+        if (g_seen[i] == id) return;
+    if (g_nseen < MAX_SEEN) g_seen[g_nseen++] = id;
+}
+
 static int fail(const char *cmd, int rc) {
     printf("%s: %s\n", cmd, xce_strerror(rc));
     g_errors++;
     return rc;
+}
+
+/* A failure about one object ("jobinfo 42: no such job"): the op's own words for the statuses
+ * whose errno text would mislead ("No such file or directory"). */
+static int fail_on(const char *cmd, const char *arg, int rc) {
+    const char *why = xce_strerror(rc);
+    if (rc == -ENOENT && strncmp(cmd, "job", 3) == 0) why = "no such job";
+    if (rc == -ENOENT && strcmp(cmd, "resval") == 0) why = "no such host";
+    printf("%s %s: %s\n", cmd, arg, why);
+    g_errors++;
+    return rc;
+}
+
+static void usage_of(const char *cmd, const char *synopsis) {
+    printf("%s: usage: %s\n", cmd, synopsis);
+    g_errors++;
 }
 
 static int need_ctx(const char *cmd) {
@@ -64,11 +137,55 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
+/* Resolves a JOB argument (see COMMANDS). Returns 0, or -1 after printing why. */
+static int parse_job(const char *cmd, const char *arg, uint64_t *out) {
+    if (!arg || !*arg) return -1;
+    if (arg[0] == '%') {
+        uint64_t n = 0;
+        if (strcmp(arg, "%%") == 0 || strcmp(arg, "%") == 0) n = g_nsubmitted;
+        else if (parse_u64(arg + 1, &n) != 0) n = 0;
+        if (n == 0 || n > g_nsubmitted) {
+            printf("%s %s: no such job in this session (%zu submitted)\n", cmd, arg, g_nsubmitted);
+            g_errors++;
+            return -2;
+        }
+        *out = g_submitted[n - 1];
+        return 0;
+    }
+    uint64_t id;
+    if (parse_u64(arg, &id) != 0) return -1;
+    size_t len = strlen(arg), matches = 0;
+    uint64_t match = 0;
+    char buf[32];
+    for (size_t i = 0; i < g_nseen; i++) {
+        snprintf(buf, sizeof buf, "%" PRIu64, g_seen[i]);
+        if (strcmp(buf, arg) == 0) { /* an exact id wins over prefixes */
+            *out = g_seen[i];
+            return 0;
+        }
+        if (strncmp(buf, arg, len) == 0) {
+            matches++;
+            match = g_seen[i];
+        }
+    }
+    if (matches > 1) {
+        printf("%s %s: ambiguous: a prefix of %zu job ids\n", cmd, arg, matches);
+        g_errors++;
+        return -2;
+    }
+    *out = matches == 1 ? match : id;
+    return 0;
+}
+
 static void cmd_set(char *args) {
     char *what = strtok(args, " \t");
     char *val = strtok(NULL, "");
     if (what && strcmp(what, "masters") == 0) {
         int rc = xce_client_config_parse_masters(&g_conf, val ? val : "");
+        if (rc == -EINVAL) {
+            usage_of("set masters", "set masters HOST:PORT[,HOST:PORT...] (up to 8)");
+            return;
+        }
         if (rc < 0) {
             fail("set masters", rc);
             return;
@@ -77,7 +194,7 @@ static void cmd_set(char *args) {
     } else if (what && strcmp(what, "retry") == 0) {
         uint64_t n;
         if (parse_u64(val, &n) != 0 || n > UINT32_MAX) {
-            fail("set retry", -EINVAL);
+            usage_of("set retry", "set retry N");
             return;
         }
         g_retry.max_retries = (uint32_t)n;
@@ -113,9 +230,10 @@ static void cmd_set(char *args) {
                 return;
             }
         }
-        fail("set option", -EINVAL);
+        usage_of("set option", "set option connect_timeout_ms|reply_timeout_ms|deadline_ms|"
+                               "redirect_any|wait_primary VALUE");
     } else {
-        fail("set", -EINVAL);
+        usage_of("set", "set masters LIST | set retry N | set option NAME VALUE");
     }
 }
 
@@ -155,7 +273,7 @@ static void cmd_jobsub(char *args) {
     char *command = strtok(NULL, "");
     if (!need_ctx("jobsub")) return;
     if (!name || !command) {
-        fail("jobsub", -EINVAL);
+        usage_of("jobsub", "jobsub NAME COMMAND...");
         return;
     }
     xce_job_spec_t spec = {0, name, NULL, NULL, command, 1, 0};
@@ -165,35 +283,41 @@ static void cmd_jobsub(char *args) {
         fail("jobsub", rc);
         return;
     }
-    printf("job %" PRIu64 " submitted\n", id);
+    remember(id);
+    if (g_nsubmitted < MAX_SEEN) g_submitted[g_nsubmitted++] = id;
+    printf("job %" PRIu64 " submitted (%%%zu)\n", id, g_nsubmitted);
 }
 
 static void cmd_joblist(void) {
-    xce_job_t *jobs;
+    xce_job_t **jobs;
     if (!need_ctx("joblist")) return;
-    int n = xcecli_joblist(g_ctx, NULL, &jobs);
+    int n = xcecli_joblist(g_ctx, &jobs);
     if (n < 0) {
         fail("joblist", n);
         return;
     }
-    for (int i = 0; i < n; i++) print_job(&jobs[i]);
+    for (int i = 0; i < n; i++) {
+        remember(jobs[i]->jobid);
+        print_job(jobs[i]);
+    }
     printf("%d job%s\n", n, n == 1 ? "" : "s");
-    xce_free_jobs(jobs, (size_t)n);
+    xce_free_joblist(jobs);
 }
 
 static void cmd_jobinfo(char *args) {
     uint64_t id;
     xce_job_t *job;
+    char *arg = strtok(args, " \t");
     if (!need_ctx("jobinfo")) return;
-    if (parse_u64(strtok(args, " \t"), &id) != 0) {
-        fail("jobinfo", -EINVAL);
-        return;
-    }
+    int p = parse_job("jobinfo", arg, &id);
+    if (p == -1) usage_of("jobinfo", "jobinfo JOB");
+    if (p < 0) return;
     int rc = xcecli_jobinfo(g_ctx, id, &job);
     if (rc < 0) {
-        fail("jobinfo", rc);
+        fail_on("jobinfo", arg, rc);
         return;
     }
+    remember(job->jobid);
     print_job(job);
     xce_free_job(job);
 }
@@ -213,13 +337,16 @@ static void cmd_jobctrl(char *args) {
     if (!need_ctx("jobctrl")) return;
     for (size_t i = 0; act && i < sizeof actions / sizeof actions[0]; i++)
         if (strcmp(act, actions[i].name) == 0) action = actions[i].action;
-    if (parse_u64(ids, &id) != 0 || action < 0) {
-        fail("jobctrl", -EINVAL);
+    if (action < 0) {
+        usage_of("jobctrl", "jobctrl JOB kill|suspend|resume|requeue");
         return;
     }
+    int p = parse_job("jobctrl", ids, &id);
+    if (p == -1) usage_of("jobctrl", "jobctrl JOB kill|suspend|resume|requeue");
+    if (p < 0) return;
     int rc = xcecli_jobctrl(g_ctx, id, action);
     if (rc < 0) {
-        fail("jobctrl", rc);
+        fail_on("jobctrl", ids, rc);
         return;
     }
     printf("job %" PRIu64 " %s: ok\n", id, act);
@@ -335,36 +462,101 @@ static int run(char *line) {
             struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         } else {
-            fail("sleep", -EINVAL);
+            usage_of("sleep", "sleep MS");
         }
+    } else if (strcmp(cmd, "help") == 0 || strcmp(cmd, "?") == 0) {
+        fputs(COMMANDS, stdout);
     } else {
-        printf("%s: unknown command\n", cmd);
+        printf("%s: unknown command (\"help\" lists them)\n", cmd);
         g_errors++;
     }
     fflush(stdout);
     return 0;
 }
 
+/* Runs the commands of one string, separated by ';' (the -c form). Returns 1 on quit. */
+static int run_string(const char *cmds, int errexit) {
+    char *copy = strdup(cmds), *save = NULL;
+    int quit = 0;
+    if (!copy) return 1;
+    for (char *c = strtok_r(copy, ";", &save); c && !quit; c = strtok_r(NULL, ";", &save)) {
+        char line[4096];
+        snprintf(line, sizeof line, "%s", c);
+        int before = g_errors;
+        quit = run(line);
+        if (errexit && g_errors > before) quit = 1;
+    }
+    free(copy);
+    return quit;
+}
+
+static int bad_usage(const char *what) {
+    fprintf(stderr, "xce_test: %s\n%s", what, USAGE);
+    return EXIT_USAGE;
+}
+
 int main(int argc, char **argv) {
-    FILE *in = stdin;
-    if (argc > 2) {
-        fprintf(stderr, "usage: %s [SCRIPT]\n", argv[0]);
-        return 2;
-    }
-    if (argc == 2 && !(in = fopen(argv[1], "r"))) {
-        perror(argv[1]);
-        return 2;
-    }
-    int prompt = in == stdin && isatty(0);
-    char line[4096];
-    xce_client_config_init(&g_conf);
-    for (;;) {
-        if (prompt) {
-            printf("xce> ");
-            fflush(stdout);
+    const char *masters = NULL, *commands = NULL, *script = NULL;
+    int errexit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE, stdout);
+            fputs(COMMANDS, stdout);
+            return 0;
+        } else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+            printf("xce_test (libxce %s)\n", xce_version());
+            return 0;
+        } else if (strcmp(a, "-e") == 0 || strcmp(a, "--errexit") == 0) {
+            errexit = 1;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--masters") == 0) {
+            if (++i == argc) return bad_usage("-m needs a list of masters");
+            masters = argv[i];
+        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--command") == 0) {
+            if (++i == argc) return bad_usage("-c needs commands");
+            commands = argv[i];
+        } else if (a[0] == '-' && a[1] != 0) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "unknown option %s", a);
+            return bad_usage(msg);
+        } else if (script) {
+            return bad_usage("more than one script");
+        } else {
+            script = a;
         }
-        if (!fgets(line, sizeof line, in)) break;
-        if (run(line)) break;
+    }
+    if (commands && script) return bad_usage("-c and a script do not go together");
+    FILE *in = stdin;
+    if (script && strcmp(script, "-") != 0 && !(in = fopen(script, "r"))) {
+        fprintf(stderr, "xce_test: cannot read script %s: %s\n", script, strerror(errno));
+        return EXIT_USAGE;
+    }
+    xce_client_config_init(&g_conf);
+    int quit = 0;
+    if (masters) {
+        char line[4096];
+        snprintf(line, sizeof line, "set masters %s", masters);
+        quit = run(line) || g_errors;
+        if (!quit) {
+            snprintf(line, sizeof line, "client");
+            quit = run(line) || g_errors;
+        }
+    }
+    if (!quit && commands) {
+        run_string(commands, errexit);
+    } else if (!quit) {
+        int prompt = in == stdin && isatty(0);
+        char line[4096];
+        for (;;) {
+            if (prompt) {
+                printf("xce> ");
+                fflush(stdout);
+            }
+            if (!fgets(line, sizeof line, in)) break;
+            int before = g_errors;
+            if (run(line)) break;
+            if (errexit && g_errors > before) break;
+        }
     }
     xcecli_stop(g_ctx);
     if (in != stdin) fclose(in);

@@ -31,11 +31,30 @@ quit"
 out=$(printf '%s\n' "$script" | timeout 60 "$xce_test"); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || { echo "xce_test exited $rc"; cat "$dir/log" | tail -20; exit 1; }
-id=$(sed -n 's/^job \([0-9]*\) submitted$/\1/p' <<<"$out")
+id=$(sed -n 's/^job \([0-9]*\) submitted (%1)$/\1/p' <<<"$out")
 [ -n "$id" ] || { echo "no job id"; exit 1; }
 grep -q "^$id ctest PEND" <<<"$out" || { echo "job $id not listed as PEND"; exit 1; }
-out2=$(printf '%s\n' "set masters 127.0.0.1:$port" client "jobinfo $id" "jobctrl $id kill" "jobinfo $id" "jobinfo 1" quit | timeout 60 "$xce_test")
+# Job ids by short form and by prefix (of ids this session printed); an unknown id in words.
+# The prefix of the first job is one digit longer than what it shares with the second (ids
+# made a moment apart share leading digits).
+out2=$(printf '%s\n' "set masters 127.0.0.1:$port" client "jobsub second sleep 1" "jobinfo %1" \
+  "jobctrl %% kill" joblist quit | timeout 60 "$xce_test"); rc=$?
 echo "$out2"
-grep -q "^job $id kill: ok$" <<<"$out2" || { echo "jobctrl failed"; exit 1; }
-grep -q "^jobinfo: " <<<"$out2" || { echo "unknown job id did not report an error"; exit 1; }
+[ $rc -eq 0 ] || { echo "xce_test exited $rc"; exit 1; }
+id2=$(sed -n 's/^job \([0-9]*\) submitted (%1)$/\1/p' <<<"$out2")
+[ -n "$id2" ] || { echo "no second job id"; exit 1; }
+grep -q "^$id2 second PEND" <<<"$out2" || { echo "%1 did not name job $id2"; exit 1; }
+grep -q "^job $id2 kill: ok$" <<<"$out2" || { echo "jobctrl %% failed"; exit 1; }
+n=0; while [ "${id:$n:1}" = "${id2:$n:1}" ]; do n=$((n + 1)); done
+prefix=${id:0:$((n + 1))}; common=${id:0:$n}
+out2=$(printf '%s\n' "set masters 127.0.0.1:$port" client joblist "jobinfo $prefix" \
+  "jobinfo $common" "jobinfo %9" "jobinfo 42" "jobctrl 42 kill" quit | timeout 60 "$xce_test"); rc=$?
+echo "$out2"
+[ $rc -eq 1 ] || { echo "a failed command must exit 1, got $rc"; exit 1; }
+[ "$(grep -c "^$id ctest" <<<"$out2")" = 2 ] || { echo "prefix $prefix did not name job $id"; exit 1; }
+[ -z "$common" ] || grep -qxF "jobinfo $common: ambiguous: a prefix of 2 job ids" <<<"$out2" \
+  || { echo "an ambiguous prefix was not refused"; exit 1; }
+grep -qxF "jobinfo %9: no such job in this session (0 submitted)" <<<"$out2" || { echo "bad %9 text"; exit 1; }
+grep -qxF "jobinfo 42: no such job" <<<"$out2" || { echo "unknown job id not reported as such"; exit 1; }
+grep -qxF "jobctrl 42: no such job" <<<"$out2" || { echo "jobctrl on an unknown id not reported as such"; exit 1; }
 echo "xce_test cluster: ok"

@@ -4,10 +4,14 @@
 #   2. header check: include/xce/xce.h == what the pinned cbindgen generates
 #   3. meson: C tests + xce_test (+ cluster tests when the controller is built)
 #   4. meson with -Db_sanitize=address,undefined (instrumentation verified by a test)
-#   5. valgrind: 1,000 start/stop cycles, the API and lifecycle tests, no leaks, no errors
-#   6. go vet + go test -race in go/ (the package) and daemons/ (the apiserver, the daemons)
-#   7. the whole-system failover test (daemons/systest; XCE_LONG=1 for the long version)
-#   8. a Go program outside the repository, against an installed prefix, through a kill -9
+#   5. valgrind: 1,000 start/stop cycles, the API and lifecycle tests and the old caller's
+#      joblist, no leaks, no errors
+#   6. install: scripts/install.sh into a relative prefix from elsewhere; the exports equal the
+#      header's functions, all XCE_0.1; examples/ built with pkg-config (dynamic, static) and
+#      run; DESTDIR; uninstall leaves nothing (ctests/install_test.sh)
+#   7. go vet + go test -race in go/ (the package) and daemons/ (the apiserver, the daemons)
+#   8. the whole-system failover test (daemons/systest; XCE_LONG=1 for the long version)
+#   9. a Go program outside the repository, against an installed prefix, through a kill -9
 # Every step runs even when one fails; prints a summary; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +57,10 @@ valgrind_run() {
   "${vg[@]}" build/c/test_cycles 1000 || return 1
   "${vg[@]}" build/c/test_api all >/dev/null || return 1
   "${vg[@]}" build/c/test_lifecycle all || return 1
+  # The seeds' joblist shape against a real cluster (77: no controller built, skipped).
+  "${vg[@]}" build/c/test_oldcaller "$controller" >/dev/null
+  local rc=$?
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] || return 1
   echo "valgrind: no leaks, no errors"
 }
 
@@ -78,6 +86,7 @@ step header    scripts/check-header.sh
 step meson     meson_run build/c
 step asan      meson_run build/c-asan -Db_sanitize=address,undefined -Db_lundef=false
 step valgrind  valgrind_run
+step install   ctests/install_test.sh "$controller"
 step go        go_test
 step system    system_test
 step go-outside go/testdata/outside/check.sh "$controller"

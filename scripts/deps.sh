@@ -15,7 +15,10 @@ declare -A APT=(
   [go]=golang-go             # the Go package over the header (cgo)
   [valgrind]=valgrind        # leak check of the C surface
   [cc]=gcc
+  [c++]=g++                  # C++ header test and examples/jobs.cpp
+  [objcopy]=binutils         # scripts/install.sh: split debug info, strip; check-exports.sh
   [pkg-config]=pkg-config
+  [ip]=iproute2              # network namespaces of the S11 network-fault tests (run as root)
 )
 missing=()
 for cmd in "${!APT[@]}"; do

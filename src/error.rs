@@ -43,6 +43,82 @@ pub const XCE_CODES: [(i32, &str); 11] = [
     (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
 ];
 
+/// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
+/// see [`Error::code`]); the cause travels in the text of the last error and of the log, as
+/// rustls-ffi names its certificate errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TlsCause {
+    /// The controller's chain does not lead to the configured CA.
+    UnknownCa,
+    /// The controller's certificate is past its end of validity.
+    Expired,
+    /// The controller's certificate is not valid yet (a clock, or a certificate from the future).
+    NotYetValid,
+    /// The certificate is valid but not for the host name or address the client dialled.
+    NameMismatch,
+    /// Any other certificate defect: bad signature or encoding, wrong purpose, revoked.
+    BadCertificate,
+    /// The controller aborted the handshake with an alert: typically it wants a client
+    /// certificate, or does not trust the one it got.
+    RefusedByPeer,
+    /// The peer does not speak TLS 1.3 (plaintext, another protocol, an older TLS).
+    NotTls,
+    /// The handshake did not finish within the connect timeout.
+    HandshakeTimeout,
+    /// The local TLS files: a CA file without certificates, an unusable certificate or key.
+    LocalConfig,
+    /// The code alone (`E_XCE_TLS` from a status), with no cause known.
+    Unspecified,
+}
+
+impl TlsCause {
+    /// Every cause, for tables and tests.
+    pub const ALL: [TlsCause; 10] = [
+        TlsCause::UnknownCa,
+        TlsCause::Expired,
+        TlsCause::NotYetValid,
+        TlsCause::NameMismatch,
+        TlsCause::BadCertificate,
+        TlsCause::RefusedByPeer,
+        TlsCause::NotTls,
+        TlsCause::HandshakeTimeout,
+        TlsCause::LocalConfig,
+        TlsCause::Unspecified,
+    ];
+
+    /// The text of the cause: what a user reads in the last error and the log.
+    pub fn text(self) -> &'static str {
+        match self {
+            TlsCause::UnknownCa => {
+                "TLS: the controller's certificate is not signed by the configured CA (unknown CA)"
+            }
+            TlsCause::Expired => "TLS: the controller's certificate has expired",
+            TlsCause::NotYetValid => {
+                "TLS: the controller's certificate is not valid yet (check the clocks)"
+            }
+            TlsCause::NameMismatch => {
+                "TLS: the controller's certificate does not match the host name dialled"
+            }
+            TlsCause::BadCertificate => "TLS: the controller's certificate is invalid",
+            TlsCause::RefusedByPeer => {
+                "TLS: the controller refused the handshake (client certificate missing or not trusted?)"
+            }
+            TlsCause::NotTls => "TLS: the peer does not speak TLS 1.3",
+            TlsCause::HandshakeTimeout => "TLS: handshake timed out",
+            TlsCause::LocalConfig => {
+                "TLS: unusable local CA, certificate or key file"
+            }
+            TlsCause::Unspecified => "TLS handshake or certificate verification failed",
+        }
+    }
+}
+
+impl std::fmt::Display for TlsCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
 /// A failed status, typed. `Errno` holds a positive Linux errno value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Error {
@@ -60,8 +136,9 @@ pub enum Error {
     Proto,
     #[error("not authorised: authentication failed or no joined session")]
     Auth,
-    #[error("TLS handshake or certificate verification failed")]
-    Tls,
+    /// `E_XCE_TLS`, with what went wrong; its text names the cause (last error, log lines).
+    #[error("{0}")]
+    Tls(TlsCause),
     #[error("internal library error")]
     Internal,
     #[error("context is stopped")]
@@ -85,7 +162,10 @@ impl Error {
             Error::DupJob => E_XCE_DUP_JOB,
             Error::Proto => E_XCE_PROTO,
             Error::Auth => E_XCE_AUTH,
-            Error::Tls => E_XCE_TLS,
+            // A handshake that outlived the connect timeout is a timeout like any other (F8: a
+            // hung controller is a transport failure); only its text says it was TLS.
+            Error::Tls(TlsCause::HandshakeTimeout) => libc::ETIMEDOUT,
+            Error::Tls(_) => E_XCE_TLS,
             Error::Internal => E_XCE_INTERNAL,
             Error::Closed => E_XCE_CLOSED,
             Error::Lookup => E_XCE_LOOKUP,
@@ -110,7 +190,7 @@ impl Error {
             E_XCE_DUP_JOB => Error::DupJob,
             E_XCE_PROTO => Error::Proto,
             E_XCE_AUTH => Error::Auth,
-            E_XCE_TLS => Error::Tls,
+            E_XCE_TLS => Error::Tls(TlsCause::Unspecified),
             E_XCE_INTERNAL => Error::Internal,
             E_XCE_CLOSED => Error::Closed,
             E_XCE_LOOKUP => Error::Lookup,
@@ -231,6 +311,15 @@ mod tests {
             assert_eq!(strerror(code), strerror(-code));
             assert_eq!(e.to_string(), strerror(code), "{name}");
         }
+        // A TLS error keeps its code whatever the cause (a handshake timeout is a timeout).
+        for cause in TlsCause::ALL {
+            let want = if cause == TlsCause::HandshakeTimeout {
+                libc::ETIMEDOUT
+            } else {
+                E_XCE_TLS
+            };
+            assert_eq!(Error::Tls(cause).code(), want, "{cause:?}");
+        }
         assert_eq!(Error::from_status(0), Ok(0));
         assert_eq!(Error::from_status(7), Ok(7));
         assert_eq!(Error::from_code(0), None);
@@ -252,6 +341,19 @@ mod tests {
         assert_eq!(strerror(0), "success");
         assert_eq!(strerror(99_999), "unknown error");
         assert_eq!(strerror(i32::MIN), "unknown error");
+    }
+
+    #[test]
+    fn every_tls_cause_has_its_own_text() {
+        let texts: std::collections::HashSet<_> = TlsCause::ALL
+            .iter()
+            .map(|c| Error::Tls(*c).to_string())
+            .collect();
+        assert_eq!(texts.len(), TlsCause::ALL.len());
+        assert_eq!(
+            Error::Tls(TlsCause::Unspecified).to_string(),
+            strerror(E_XCE_TLS)
+        );
     }
 
     #[test]

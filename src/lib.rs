@@ -1,5 +1,5 @@
 //! libxce: the client library of the job-scheduler cluster, with transparent controller
-//! failover. See ARCHITECTURE.md for the layers and ../shared/spec/ for the contract.
+//! failover. See ARCHITECTURE.md for the layers and docs/ for the contract.
 //!
 //! Layers, each importing only the ones before it:
 //! `wire` → `transport` → `failover` → `client` → `ffi` (the only `unsafe` boundary).
@@ -23,4 +23,4 @@ pub mod client;
 
 pub mod ffi;
 
-pub use error::{strerror, Error};
+pub use error::{strerror, Error, TlsCause};

@@ -769,7 +769,7 @@ fn tls_round_trip_and_verification_failure() {
         Ok(77)
     );
 
-    // A CA that did not sign the servers' certificates: Error::Tls, never plaintext.
+    // A CA that did not sign the servers' certificates: unknown CA, never plaintext.
     let other = TestPki::new("other");
     let tls = TlsFiles {
         ca_file: other.ca_file(),
@@ -783,7 +783,7 @@ fn tls_round_trip_and_verification_failure() {
     };
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
-        Some(Error::Tls)
+        Some(Error::Tls(TlsCause::UnknownCa))
     );
     assert_eq!(a.requests().len(), 1, "nothing sent in clear");
 }
@@ -890,7 +890,10 @@ fn mutual_tls_presents_the_client_certificate() {
     let r =
         Client::start_with(config, fast_options(), fast_retry(1)).and_then(|c| c.hello().map(drop));
     assert!(
-        matches!(r, Err(Error::Tls) | Err(Error::Errno(libc::ECONNRESET))),
+        matches!(
+            r,
+            Err(Error::Tls(TlsCause::RefusedByPeer)) | Err(Error::Errno(libc::ECONNRESET))
+        ),
         "{r:?}"
     );
     assert_eq!(a.ops(), vec!["hello"]);

@@ -3,13 +3,8 @@
 //! A real 3-node (1..8) controller on openraft: the Raft leader is the primary; the job store
 //! is the replicated state machine.
 //!
-//! ```text
-//! xce-controller run --id N --cluster SPEC --data DIR [--tls-cert F --tls-key F [--tls-client-ca F]]
-//!                    [--heartbeat-ms H --election-min-ms A --election-max-ms B]
-//!                    [--host-timeout-ms T --idle-timeout-ms T --max-connections N --snapshot-logs N]
-//! xce-controller cluster [--nodes 3] [--base-port 9991] --data DIR [node knobs…]
-//! ```
-//! SPEC is `1=127.0.0.1:9991/127.0.0.1:10991,2=…` (client address / raft address).
+//! `xce-controller run …` runs one node, `xce-controller cluster …` a loopback cluster;
+//! `xce-controller --help` and `COMMAND --help` print the options (the texts below).
 
 mod cluster;
 mod config;
@@ -29,33 +24,89 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-const USAGE: &str = "usage:
-  xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [--tls-cert F --tls-key F [--tls-client-ca F]]
-                     [--heartbeat-ms H] [--election-min-ms A] [--election-max-ms B] [--host-timeout-ms T]
-                     [--idle-timeout-ms T] [--max-connections N] [--snapshot-logs N] [--cluster-name NAME]
-  xce-controller cluster [--nodes 3] [--base-port 9991] --data DIR [node knobs as for run]";
+const USAGE: &str = "\
+usage: xce-controller COMMAND [OPTIONS]
+
+The reference HA controller of libxce (docs/controller.md).
+
+commands:
+  run       run one node of a cluster
+  cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
+  help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
+
+exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
+
+const RUN_USAGE: &str = "\
+usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]
+
+Runs node N of the cluster described by --cluster. Its state (raft log, vote, snapshot) lives
+in DIR, so a killed node restarts and rejoins. SIGTERM or SIGINT stops it.
+
+required:
+  --id N                 this node's id (a member of --cluster)
+  --cluster SPEC         every member: ID=CLIENT_ADDR/RAFT_ADDR, comma-separated (1..8 nodes),
+                         e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992
+  --data DIR             this node's data directory (created if missing)
+TLS (optional; the client port only):
+  --tls-cert FILE        server certificate chain (PEM); needs --tls-key
+  --tls-key FILE         its private key (PEM)
+  --tls-client-ca FILE   require client certificates signed by this CA (mutual TLS)
+timing and limits:
+  --heartbeat-ms N       leader heartbeat interval (default 30)
+  --election-min-ms N    election timeout, lower bound (default 150; > heartbeat)
+  --election-max-ms N    election timeout, upper bound (default 300; > election-min)
+  --host-timeout-ms N    a worker silent this long is UNAVAIL (default 30000)
+  --idle-timeout-ms N    an idle client connection is closed after this (default 600000)
+  --max-connections N    concurrent client connections (default 1024)
+  --snapshot-logs N      snapshot after this many applied entries (default 1000)
+  --cluster-name NAME    reported by clusterconf (default xce)
+Options take their value as the next argument or as --flag=value.";
+
+const CLUSTER_USAGE: &str = "\
+usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [node options]
+
+Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1 and for
+raft on P+i-1+1000 (default P 9991), each with its data in DIR/node-i. Prints each node's
+address and which one is primary; Ctrl-C (or SIGTERM) stops them all.
+Node options are those of `xce-controller run --help` except --id, --cluster and the --tls-*
+options (use run for TLS).";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let wants_help = |rest: &[String]| rest.iter().any(|a| a == "-h" || a == "--help");
     let code = match args.first().map(String::as_str) {
+        Some("run") if wants_help(&args[1..]) => help(RUN_USAGE),
+        Some("cluster") if wants_help(&args[1..]) => help(CLUSTER_USAGE),
         Some("run") => match config::RunArgs::parse(&args[1..]) {
             Ok(a) => node::run(a),
-            Err(e) => usage_error(&e),
+            Err(e) => usage_error(&e, RUN_USAGE),
         },
         Some("cluster") => match config::ClusterArgs::parse(&args[1..]) {
             Ok(a) => cluster::cluster(a),
-            Err(e) => usage_error(&e),
+            Err(e) => usage_error(&e, CLUSTER_USAGE),
         },
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
+        Some("-h" | "--help" | "help") => match args.get(1).map(String::as_str) {
+            None => help(USAGE),
+            Some("run") => help(RUN_USAGE),
+            Some("cluster") => help(CLUSTER_USAGE),
+            Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
+        },
+        Some("-V" | "--version" | "version") => {
+            println!("xce-controller {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        _ => usage_error("missing command"),
+        Some(other) => usage_error(&format!("unknown command {other:?}"), USAGE),
+        None => usage_error("missing command", USAGE),
     };
     std::process::exit(code);
 }
 
-fn usage_error(e: &str) -> i32 {
-    eprintln!("xce-controller: {e}\n{USAGE}");
+fn help(text: &str) -> i32 {
+    println!("{text}");
+    0
+}
+
+fn usage_error(e: &str, usage: &str) -> i32 {
+    eprintln!("xce-controller: {e}\n{usage}");
     2
 }

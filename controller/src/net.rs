@@ -4,6 +4,7 @@
 //! SIGSTOPped peer never stalls the leader: the call fails, the connection is dropped and the
 //! next call reconnects.
 
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::io;
 use std::time::Duration;
@@ -75,40 +76,196 @@ async fn read_msg<R: AsyncRead + Unpin, T: for<'a> Deserialize<'a>>(r: &mut R) -
 // ---------------------------------------------------------------------------------------
 // Client side
 
-/// The leader's record of which followers accepted its appends, stamped with the instant the
-/// append was SENT (C3 lease reads). A follower that accepts an append from a committed vote
-/// refuses to vote for anyone else for openraft's leader lease (= election-max) after it
-/// received it, and campaigns itself only later still; so while a quorum has accepted appends
-/// sent within a window well inside that lease, no other primary can exist and the leader may
-/// answer reads from its applied state without a read-index round.
+/// An instant on `CLOCK_BOOTTIME`: unlike `CLOCK_MONOTONIC` (std and tokio `Instant`) it
+/// keeps counting while the host is suspended, so a lease measured with it expires during a
+/// suspend as it does for the rest of the cluster (C11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BootInstant(Duration);
+
+impl BootInstant {
+    pub fn now() -> BootInstant {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes one timespec we own; CLOCK_BOOTTIME exists on every
+        // Linux since 2.6.39, so it cannot fail with valid arguments.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME)");
+        BootInstant(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn since(self, earlier: BootInstant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    pub fn add(self, d: Duration) -> BootInstant {
+        BootInstant(self.0 + d)
+    }
+}
+
+/// Whether `ok` holds for a majority of every config of a (possibly joint) membership — the
+/// quorum rule openraft applies to its `get_joint_config()` (its `QuorumSet` is not public).
+/// Counting over the union of voter ids instead would accept, during a joint change, a
+/// majority of the union that is a minority of one config.
+pub fn joint_quorum(configs: &[BTreeSet<NodeId>], ok: impl Fn(NodeId) -> bool) -> bool {
+    !configs.is_empty()
+        && configs
+            .iter()
+            .all(|c| 2 * c.iter().filter(|&&id| ok(id)).count() > c.len())
+}
+
+/// One follower's acceptance of this node's appends.
+#[derive(Debug, Clone, Copy)]
+struct Ack {
+    vote: Vote,
+    /// When the newest accepted append was sent.
+    sent: BootInstant,
+    /// When an answer last came.
+    heard: BootInstant,
+}
+
+#[derive(Default)]
+struct LeaseState {
+    acks: HashMap<NodeId, Ack>,
+    /// The committed vote this node last sent appends with, and when it first did.
+    leading: Option<(Vote, BootInstant)>,
+}
+
+/// The leader's record of which followers accepted its appends, on `CLOCK_BOOTTIME`.
+///
+/// Lease reads (C3, C11): an append is stamped with the instant it was SENT. A follower that
+/// accepts an append from a committed vote refuses to vote for anyone else for openraft's
+/// leader lease (= election-max) after it received it (and, restarted, for election-max after
+/// boot: [`VoteGuard`]); so while a quorum of the membership has accepted appends sent within a
+/// window well inside that lease, no other primary can exist and the leader may answer reads
+/// from its applied state without a read-index round.
+///
+/// Liveness (C10): a leader that has led for longer than the election timeout and has heard
+/// from no quorum within it is cut off — the rest of the cluster may be electing another.
 #[derive(Default)]
 pub struct LeaseClock {
-    acks: std::sync::Mutex<std::collections::HashMap<NodeId, (Vote, std::time::Instant)>>,
+    state: std::sync::Mutex<LeaseState>,
 }
 
 impl LeaseClock {
-    fn record(&self, target: NodeId, vote: Vote, sent: std::time::Instant) {
-        let mut acks = self.acks.lock().expect("lease clock");
-        let e = acks.entry(target).or_insert((vote, sent));
-        if e.0 != vote || e.1 < sent {
-            *e = (vote, sent);
+    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseState> {
+        self.state.lock().expect("lease clock")
+    }
+
+    /// An append of `vote` is about to be sent at `now`.
+    fn sending(&self, vote: Vote, now: BootInstant) {
+        if !vote.is_committed() {
+            return;
+        }
+        let mut st = self.lock();
+        if st.leading.map(|(v, _)| v) != Some(vote) {
+            st.leading = Some((vote, now));
         }
     }
 
-    /// How many of `peers` accepted an append of `vote` sent less than `window` ago.
-    pub fn fresh_acks(
+    /// `target` accepted an append of `vote` sent at `sent`; its answer came at `heard`.
+    fn record(&self, target: NodeId, vote: Vote, sent: BootInstant, heard: BootInstant) {
+        let mut st = self.lock();
+        let e = st.acks.entry(target).or_insert(Ack { vote, sent, heard });
+        if e.vote != vote {
+            *e = Ack { vote, sent, heard };
+        } else {
+            e.sent = e.sent.max(sent);
+            e.heard = e.heard.max(heard);
+        }
+    }
+
+    /// C3: whether a quorum of `configs` (counting `me`) accepted appends of `vote` sent less
+    /// than `window` before `now`.
+    pub fn lease_holds(
         &self,
         vote: &Vote,
-        peers: impl Iterator<Item = NodeId>,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
         window: Duration,
-    ) -> usize {
-        let acks = self.acks.lock().expect("lease clock");
-        peers
-            .filter(|p| {
-                acks.get(p)
-                    .is_some_and(|(v, t)| v == vote && t.elapsed() < window)
-            })
-            .count()
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        joint_quorum(configs, |id| {
+            id == me
+                || st
+                    .acks
+                    .get(&id)
+                    .is_some_and(|a| a.vote == *vote && now.since(a.sent) < window)
+        })
+    }
+
+    /// Whether a quorum of `configs` (counting `me`) answered appends of `vote` less than
+    /// `window` before `now`.
+    pub fn quorum_heard(
+        &self,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        Self::heard_in(&st, vote, configs, me, window, now)
+    }
+
+    fn heard_in(
+        st: &LeaseState,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        joint_quorum(configs, |id| {
+            id == me
+                || st
+                    .acks
+                    .get(&id)
+                    .is_some_and(|a| a.vote == *vote && now.since(a.heard) < window)
+        })
+    }
+
+    /// C10: whether this node, leading with `vote` for longer than `window`, has heard from
+    /// no quorum of `configs` (counting `me`) within `window` before `now`. A leader that has
+    /// not sent anything yet for `vote` is not cut off (it was just elected).
+    pub fn cut_off(
+        &self,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        match st.leading {
+            Some((v, since)) if v == *vote && now.since(since) >= window => {}
+            _ => return false,
+        }
+        !Self::heard_in(&st, vote, configs, me, window, now)
+    }
+}
+
+/// C11: a restarted node refuses every vote for election-max after it booted, whatever vote it
+/// had stored, so that a leader's lease resting on this node's ack from just before a crash
+/// cannot overlap a leader elected with this node's vote. (openraft 0.9 also stamps a stored
+/// committed vote with the boot time; this guard does not depend on that detail.)
+#[derive(Debug, Clone, Copy)]
+pub struct VoteGuard {
+    until: BootInstant,
+}
+
+impl VoteGuard {
+    pub fn from_boot(lease: Duration) -> VoteGuard {
+        VoteGuard {
+            until: BootInstant::now().add(lease),
+        }
+    }
+
+    fn refuses(&self) -> bool {
+        BootInstant::now() < self.until
     }
 }
 
@@ -199,7 +356,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
-        let (vote, sent) = (rpc.vote, std::time::Instant::now());
+        let (vote, sent) = (rpc.vote, BootInstant::now());
+        self.lease.sending(vote, sent);
         match self
             .call(&RpcRequest::Append(rpc), option.hard_ttl())
             .await
@@ -208,7 +366,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             RpcReply::Append(Ok(r)) => {
                 // Every answer but HigherVote means the follower took our vote (and its lease).
                 if vote.is_committed() && !matches!(r, AppendEntriesResponse::HigherVote(_)) {
-                    self.lease.record(self.target, vote, sent);
+                    self.lease
+                        .record(self.target, vote, sent, BootInstant::now());
                 }
                 Ok(r)
             }
@@ -275,7 +434,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 // Server side
 
 /// Accepts peer connections on the raft address and hands each RPC to the local Raft.
-pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId) {
+pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId, guard: VoteGuard) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -288,7 +447,7 @@ pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId) {
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_peer(stream, raft).await {
+            if let Err(e) = serve_peer(stream, raft, guard).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     eprintln!("node {node_id}: raft peer {peer}: {e}");
                 }
@@ -297,7 +456,7 @@ pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId) {
     }
 }
 
-async fn serve_peer(mut stream: TcpStream, raft: Raft) -> io::Result<()> {
+async fn serve_peer(mut stream: TcpStream, raft: Raft, guard: VoteGuard) -> io::Result<()> {
     loop {
         let req: RpcRequest =
             match tokio::time::timeout(RPC_IDLE_TIMEOUT, read_msg(&mut stream)).await {
@@ -306,6 +465,7 @@ async fn serve_peer(mut stream: TcpStream, raft: Raft) -> io::Result<()> {
             };
         let reply = match req {
             RpcRequest::Append(r) => RpcReply::Append(raft.append_entries(r).await),
+            RpcRequest::Vote(_) if guard.refuses() => RpcReply::Vote(Ok(refuse_vote(&raft))),
             RpcRequest::Vote(r) => RpcReply::Vote(raft.vote(r).await),
             RpcRequest::Snapshot { vote, meta, data } => {
                 let snapshot = Snapshot {
@@ -319,10 +479,17 @@ async fn serve_peer(mut stream: TcpStream, raft: Raft) -> io::Result<()> {
     }
 }
 
+/// A refusal carrying this node's vote, as openraft refuses during a lease. (No last log id:
+/// openraft's log-state reader is not public, and a candidate only uses it to delay its next
+/// campaign behind a longer log.)
+fn refuse_vote(raft: &Raft) -> VoteResponse<NodeId> {
+    let vote = raft.metrics().borrow().vote;
+    VoteResponse::new(vote, None, false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     fn committed(term: u64, leader: NodeId) -> Vote {
         let mut v = Vote::new(term, leader);
@@ -330,25 +497,124 @@ mod tests {
         v
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn set(ids: &[NodeId]) -> BTreeSet<NodeId> {
+        ids.iter().copied().collect()
+    }
+
     #[test]
     fn lease_counts_only_fresh_acks_of_the_same_vote() {
         let clock = LeaseClock::default();
         let v = committed(3, 1);
-        let window = Duration::from_millis(75);
-        let now = Instant::now();
-        clock.record(2, v, now);
-        clock.record(3, v, now - Duration::from_millis(200)); // too old
-        assert_eq!(clock.fresh_acks(&v, [2, 3].into_iter(), window), 1);
+        let members = [set(&[1, 2, 3])];
+        let t0 = BootInstant(Duration::from_secs(100));
+        let now = t0.add(ms(200));
+        let holds = |c: &LeaseClock, v: &Vote| c.lease_holds(v, &members, 1, ms(75), now);
+        clock.record(3, v, t0, t0); // sent 200 ms ago: too old
+        assert!(!holds(&clock, &v));
+        clock.record(2, v, now, now);
+        assert!(holds(&clock, &v), "me + node 2 of 3");
         // An ack of another (older) vote does not count for this one.
-        clock.record(3, committed(2, 1), now);
-        assert_eq!(clock.fresh_acks(&v, [2, 3].into_iter(), window), 1);
+        let mut c2 = LeaseClock::default();
+        c2.record(2, committed(2, 1), now, now);
+        assert!(!holds(&c2, &v));
         // The newest send wins; a late reply to an older send does not move the clock back.
-        clock.record(3, v, now);
-        clock.record(3, v, now - Duration::from_millis(500));
-        assert_eq!(clock.fresh_acks(&v, [2, 3].into_iter(), window), 2);
+        c2 = LeaseClock::default();
+        c2.record(2, v, now, now);
+        c2.record(2, v, t0, now);
+        assert!(holds(&c2, &v));
+        assert!(!holds(&c2, &committed(4, 2)));
+    }
+
+    /// C11: acks stamped before a suspend of the leader's host are as old as the suspend
+    /// (CLOCK_BOOTTIME keeps counting), so the lease is gone when the host wakes up.
+    #[test]
+    fn lease_is_gone_after_a_suspend() {
+        let clock = LeaseClock::default();
+        let v = committed(3, 1);
+        let members = [set(&[1, 2, 3])];
+        let sent = BootInstant::now();
+        clock.record(2, v, sent, sent);
+        assert!(clock.lease_holds(&v, &members, 1, ms(75), sent.add(ms(10))));
+        let after_suspend = sent.add(Duration::from_secs(10));
+        assert!(!clock.lease_holds(&v, &members, 1, ms(75), after_suspend));
+    }
+
+    #[test]
+    fn boot_instant_is_boottime() {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: as in BootInstant::now.
         assert_eq!(
-            clock.fresh_acks(&committed(4, 2), [2, 3].into_iter(), window),
+            unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) },
             0
         );
+        let boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        let now = BootInstant::now().0;
+        assert!(now >= boot && now - boot < Duration::from_secs(1));
+    }
+
+    /// C11: joint membership needs a majority of EACH config; the union would be wrong.
+    #[test]
+    fn joint_quorum_needs_a_majority_of_every_config() {
+        let uniform = [set(&[1, 2, 3])];
+        assert!(joint_quorum(&uniform, |id| id == 1 || id == 2));
+        assert!(!joint_quorum(&uniform, |id| id == 1));
+        // {1,2,3} -> {3,4,5}: 1, 2 and 4 are a majority of the union of 5, but only one of
+        // {3,4,5}.
+        let joint = [set(&[1, 2, 3]), set(&[3, 4, 5])];
+        assert!(!joint_quorum(&joint, |id| [1, 2, 4].contains(&id)));
+        assert!(joint_quorum(&joint, |id| [1, 3, 4].contains(&id)));
+        assert!(!joint_quorum(&[], |_| true));
+        // Through the lease clock: me = 1, acks from 2 and 4.
+        let clock = LeaseClock::default();
+        let v = committed(7, 1);
+        let now = BootInstant(Duration::from_secs(50));
+        clock.record(2, v, now, now);
+        clock.record(4, v, now, now);
+        assert!(!clock.lease_holds(&v, &joint, 1, ms(75), now));
+        clock.record(3, v, now, now);
+        assert!(clock.lease_holds(&v, &joint, 1, ms(75), now));
+        // A single-node cluster leads alone.
+        assert!(clock.lease_holds(&v, &[set(&[1])], 1, ms(75), now));
+    }
+
+    /// C10: cut off once no quorum has answered for the window, after leading that long.
+    #[test]
+    fn cut_off_after_a_window_without_a_quorum() {
+        let clock = LeaseClock::default();
+        let v = committed(5, 1);
+        let members = [set(&[1, 2, 3])];
+        let w = ms(300);
+        let t0 = BootInstant(Duration::from_secs(1000));
+        let cut = |now: BootInstant| clock.cut_off(&v, &members, 1, w, now);
+        // Nothing sent yet for this vote: just elected, not cut off.
+        assert!(!cut(t0.add(ms(5000))));
+        clock.sending(v, t0);
+        assert!(!cut(t0.add(ms(100))), "leading for less than the window");
+        assert!(cut(t0.add(ms(300))), "led 300 ms, nobody answered");
+        clock.record(3, v, t0.add(ms(250)), t0.add(ms(290)));
+        assert!(!cut(t0.add(ms(500))), "node 3 answered 210 ms ago");
+        assert!(cut(t0.add(ms(590))));
+        // Answers to another vote do not count; a new vote restarts the grace period.
+        let v2 = committed(6, 1);
+        clock.record(2, committed(4, 1), t0.add(ms(580)), t0.add(ms(585)));
+        assert!(cut(t0.add(ms(600))));
+        clock.sending(v2, t0.add(ms(600)));
+        assert!(!clock.cut_off(&v2, &members, 1, w, t0.add(ms(700))));
+        assert!(clock.cut_off(&v2, &members, 1, w, t0.add(ms(900))));
+        // Uncommitted votes are never "leading".
+        clock.sending(Vote::new(9, 1), t0.add(ms(900)));
+        assert!(clock.cut_off(&v2, &members, 1, w, t0.add(ms(950))));
+        // quorum_heard: the same answers, any window.
+        assert!(clock.quorum_heard(&v, &members, 1, ms(100), t0.add(ms(350))));
+        assert!(!clock.quorum_heard(&v, &members, 1, ms(50), t0.add(ms(350))));
+        // A single-node cluster is never cut off.
+        assert!(!clock.cut_off(&v2, &[set(&[1])], 1, w, t0.add(ms(5000))));
     }
 }

@@ -8,7 +8,7 @@ use openraft::{Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::config::RunArgs;
-use crate::net::{LeaseClock, NetFactory};
+use crate::net::{LeaseClock, NetFactory, VoteGuard};
 use crate::server::{self, Ctx};
 use crate::store::{self, LogStore, StateMachineStore};
 use crate::types::{NodeId, Raft};
@@ -82,7 +82,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("raft: {e}"))?;
 
-    tokio::spawn(net::serve(raft_l, raft.clone(), id));
+    // C11: no vote for election-max after boot (a lease may still rest on our last ack).
+    let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
+    tokio::spawn(net::serve(raft_l, raft.clone(), id, guard));
     tokio::spawn(log_roles(raft.clone(), id));
     tokio::spawn(initialize(raft.clone(), args.clone()));
     let ctx = Arc::new(Ctx {
@@ -96,6 +98,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
     });
+    tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {})",
@@ -188,6 +191,36 @@ async fn log_roles(raft: Raft, id: NodeId) {
         }
         if rx.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+/// C8/C10: one stderr line when this leader loses touch with its quorum and stops presenting
+/// itself as primary, and one when a quorum answers again.
+async fn log_cut_off(ctx: Arc<Ctx>) {
+    let mut was = false;
+    loop {
+        tokio::time::sleep(server::STALE_LEADER_RECHECK).await;
+        let now = ctx.leader_cut_off();
+        if now != was {
+            let ms = crate::now_ms();
+            if now {
+                eprintln!(
+                    "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
+                    ctx.id,
+                    ctx.opts.election_max_ms,
+                    ms / 1000,
+                    ms % 1000
+                );
+            } else {
+                eprintln!(
+                    "node {}: a quorum answers again (or another leader took over) at={}.{:03}",
+                    ctx.id,
+                    ms / 1000,
+                    ms % 1000
+                );
+            }
+            was = now;
         }
     }
 }

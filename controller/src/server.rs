@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
-use openraft::ServerState;
+use openraft::{RaftMetrics, ServerState};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -18,6 +18,7 @@ use xce::error::{E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
 use crate::config::{ClusterSpec, NodeOpts};
+use crate::net::BootInstant;
 use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
 use crate::store::SharedApplied;
 use crate::types::{CtrlNode, NodeId, Raft};
@@ -199,16 +200,21 @@ impl Ctx {
     /// This controller's view of the cluster (C8): its role, the term, the primary.
     pub fn info(&self) -> ControllerInfo {
         let leader = self.raft.metrics().borrow().current_leader;
-        self.info_with_primary(leader)
+        let cut_off = leader == Some(self.id) && self.leader_cut_off();
+        self.info_with_primary(leader.filter(|_| !cut_off))
     }
 
     /// [`Ctx::info`] naming `primary` (None: no primary known).
     fn info_with_primary(&self, primary: Option<NodeId>) -> ControllerInfo {
         let m = self.raft.metrics().borrow().clone();
         let initialized = m.membership_config.membership().nodes().next().is_some();
+        let mut role = role_of(m.state, initialized);
+        if role == ControllerRole::Primary && self.leader_cut_off() {
+            role = ControllerRole::Standby; // C10: a standby that knows no primary
+        }
         let mut info = ControllerInfo {
             id: self.id as u32,
-            role: role_of(m.state, initialized),
+            role,
             term: m.current_term,
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol_version: wire::PROTOCOL_VERSION,
@@ -235,6 +241,8 @@ impl Ctx {
             (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
             (_, _, Some(_)) => E_XCE_STANDBY,
             (_, ServerState::Follower | ServerState::Learner, None) => E_XCE_NOMASTER,
+            // C10: a leader cut off from its quorum knows no usable primary.
+            (_, ServerState::Leader, None) if self.leader_cut_off() => E_XCE_NOMASTER,
             // Candidate, or a leader that cannot reach a quorum: an election is (about to be) on.
             _ => E_XCE_NOT_READY,
         };
@@ -254,7 +262,11 @@ impl Ctx {
         if self.lease_valid() {
             return None;
         }
-        match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable()).await {
+        let res = tokio::select! {
+            r = tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable()) => r,
+            () = self.until_cut_off() => return Some(self.not_primary(seq, op, None)),
+        };
+        match res {
             Ok(Ok(_)) => None,
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
                 Some(self.forward_reply(seq, op, &f))
@@ -269,19 +281,52 @@ impl Ctx {
     /// during which those followers vote for no one else. A paused or deposed leader's acks are
     /// old, so it falls back to the read index, which fails over to STANDBY/NOT_READY.
     fn lease_valid(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
         if m.state != ServerState::Leader
             || m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
         {
             return false;
         }
-        let membership = m.membership_config.membership();
-        let voters: Vec<NodeId> = membership.voter_ids().collect();
-        let peers = voters.iter().copied().filter(|&v| v != self.id);
+        let configs = m.membership_config.membership().get_joint_config();
         let window = Duration::from_millis(self.opts.election_min_ms / 2);
-        let acks = self.lease.fresh_acks(&m.vote, peers, window);
-        let me = usize::from(voters.contains(&self.id));
-        2 * (acks + me) > voters.len()
+        self.lease
+            .lease_holds(&m.vote, configs, self.id, window, BootInstant::now())
+    }
+
+    /// C10: this node leads but has heard from no quorum for an election timeout
+    /// (election-max): the others may be electing a new leader, so it must not present itself
+    /// as primary. Ends when a quorum answers again (or another leader deposes it).
+    pub fn leader_cut_off(&self) -> bool {
+        self.cut_off_in(&self.raft.metrics().borrow())
+    }
+
+    fn cut_off_in(&self, m: &RaftMetrics<NodeId, CtrlNode>) -> bool {
+        if m.state != ServerState::Leader {
+            return false;
+        }
+        let configs = m.membership_config.membership().get_joint_config();
+        let window = Duration::from_millis(self.opts.election_max_ms);
+        self.lease
+            .cut_off(&m.vote, configs, self.id, window, BootInstant::now())
+    }
+
+    /// A leader that serves right now (C2, C10).
+    fn serving_leader(&self) -> bool {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        m.state == ServerState::Leader && !self.cut_off_in(&m)
+    }
+
+    /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
+    /// a quorum which is not answering.
+    async fn until_cut_off(&self) {
+        loop {
+            tokio::time::sleep(STALE_LEADER_RECHECK).await;
+            if self.leader_cut_off() {
+                return;
+            }
+        }
     }
 
     fn forward_reply(&self, seq: u64, op: &Op, f: &ForwardToLeader<NodeId, CtrlNode>) -> Reply {
@@ -307,7 +352,11 @@ impl Ctx {
             now_ms: now_ms(),
             cmd,
         };
-        match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.client_write(p)).await {
+        let res = tokio::select! {
+            r = tokio::time::timeout(COMMIT_TIMEOUT, self.raft.client_write(p)) => r,
+            () = self.until_cut_off() => return Err(self.not_primary(req.seq, &req.op, None)),
+        };
+        match res {
             Ok(Ok(resp)) => Ok(resp.data),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(self.forward_reply(req.seq, &req.op, &f))
@@ -316,7 +365,8 @@ impl Ctx {
         }
     }
 
-    /// The leader this node can vouch for right now: itself when it leads, or — on a standby —
+    /// The leader this node can vouch for right now: itself when it leads and has heard from a
+    /// quorum within half the minimum election timeout (C10), or — on a standby —
     /// the leader of its committed vote if that leader's appends refreshed the vote within
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
@@ -332,7 +382,25 @@ impl Ctx {
             let t = st.vote_last_modified()?;
             (tokio::time::Instant::now().saturating_duration_since(t) < window).then_some(l)
         });
-        found.await.ok().flatten()
+        let found = found.await.ok().flatten();
+        found.filter(|&l| l != me || self.vouches_for_itself())
+    }
+
+    /// A leader names itself in `waitPrimary` only while a quorum answers it, as a standby
+    /// names its leader only while appends arrive: once the lease has lapsed (reads fail over
+    /// to a read index that cannot complete), a leader cut off from its peers must not send
+    /// clients back to itself in the time before it knows it is cut off (C10). A healthy
+    /// leader hears from its quorum every heartbeat; a lapse only delays the answer until the
+    /// next re-check.
+    fn vouches_for_itself(&self) -> bool {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        m.state == ServerState::Leader && {
+            let configs = m.membership_config.membership().get_joint_config();
+            let window = Duration::from_millis(self.opts.election_min_ms / 2);
+            self.lease
+                .quorum_heard(&m.vote, configs, self.id, window, BootInstant::now())
+        }
     }
 
     fn host_timeout_ms(&self) -> i64 {
@@ -498,9 +566,8 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
             ReplyData::CtrlInfo(wait_primary(ctx, *timeout_ms, exclude).await),
         );
     }
-    // C2: only the primary serves anything else.
-    let is_leader = ctx.raft.metrics().borrow().state == ServerState::Leader;
-    if !is_leader {
+    // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
+    if !ctx.serving_leader() {
         let mut r = ctx.not_primary(seq, &req.op, None);
         if matches!(req.op, Op::Hello(_)) {
             r.data = ReplyData::CtrlInfo(ctx.info());

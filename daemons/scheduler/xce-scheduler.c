@@ -28,8 +28,8 @@
 
 #include <xce/xce.h>
 
-/* The filtered job list, in one place (the export's name changes with the library version). */
-#define XCE_JOBLIST_FILTERED xcecli_joblist
+/* The filtered, flat job list (xcecli_joblist is the seeds' NULL-terminated form). */
+#define XCE_JOBLIST_FILTERED xcecli_joblist_filter
 
 struct sched {
     const char *name;

@@ -4,9 +4,9 @@ package xce
 #include <stdlib.h>
 #include <xce/xce.h>
 
-// The filtered job list, in one place: the only line to change when the export is renamed.
+// The filtered, flat job list (xcecli_joblist is the seeds' NULL-terminated form).
 static int xce_go_joblist(xcecli_ctx_t h, const xce_job_filter_t *f, xce_job_t **out) {
-	return xcecli_joblist(h, f, out);
+	return xcecli_joblist_filter(h, f, out);
 }
 */
 import "C"

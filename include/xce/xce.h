@@ -1,7 +1,8 @@
 /*
  * libxce — C API of the job-scheduler client library with transparent controller failover.
  *
- * Conventions (c-api.md):
+ * Conventions (docs/c-api.md; the codes in docs/errors.md; ids such as F10 name the
+ * requirements of docs/failover.md, all in the source repository):
  *  - Functions return int: >= 0 success (a count for list ops), < 0 a negative errno or a
  *    negative E_XCE_* value. xce_strerror() names any of them.
  *  - Handle first, then inputs, then outputs; a buffer is followed by its length.
@@ -41,7 +42,7 @@
 #define XCE_VERSION_PATCH 0
 
 /**
- * Standby; primary address attached (protocol.md).
+ * Standby; primary address attached (docs/protocol.md).
  */
 #define E_XCE_REDIRECT 2001
 
@@ -584,28 +585,6 @@ typedef struct xce_controller_info_t {
 } xce_controller_info_t;
 
 /**
- * Filter of `xcecli_joblist`. NULL strings and zero values mean "any".
- */
-typedef struct xce_job_filter_t {
-    /**
-     * NULL or "": any user.
-     */
-    const char *user;
-    /**
-     * NULL or "": any queue.
-     */
-    const char *queue;
-    /**
-     * Bits `1 << XCE_JOB_*`; 0: any state. Other bits → -EINVAL.
-     */
-    uint32_t state_mask;
-    /**
-     * 0: no limit.
-     */
-    uint32_t limit;
-} xce_job_filter_t;
-
-/**
  * Resource usage of a job (`xce_job_t.usage`, `xcecli_update_jusage`).
  */
 typedef struct xce_usage_t {
@@ -614,8 +593,8 @@ typedef struct xce_usage_t {
 } xce_usage_t;
 
 /**
- * A job as the controller reports it. Freed with `xce_free_job` (single) or
- * `xce_free_jobs` (array).
+ * A job as the controller reports it. Freed with its list (`xce_free_joblist`,
+ * `xce_free_jobs`) or, from `xcecli_jobinfo`, with `xce_free_job`.
  */
 typedef struct xce_job_t {
     uint64_t jobid;
@@ -640,6 +619,28 @@ typedef struct xce_job_t {
     int32_t exit_code;
     struct xce_usage_t usage;
 } xce_job_t;
+
+/**
+ * Filter of `xcecli_joblist_filter`. NULL strings and zero values mean "any".
+ */
+typedef struct xce_job_filter_t {
+    /**
+     * NULL or "": any user.
+     */
+    const char *user;
+    /**
+     * NULL or "": any queue.
+     */
+    const char *queue;
+    /**
+     * Bits `1 << XCE_JOB_*`; 0: any state. Other bits → -EINVAL.
+     */
+    uint32_t state_mask;
+    /**
+     * 0: no limit.
+     */
+    uint32_t limit;
+} xce_job_filter_t;
 
 /**
  * A resource definition. Freed with `xce_free_resources`.
@@ -958,14 +959,24 @@ int xce_set_log_level(int level);
 int xcecli_hello(xcecli_ctx_t ctx, struct xce_controller_info_t **info_out);
 
 /**
- * `joblist`: jobs matching `filter` (NULL: all jobs). On success writes an array to
- * `*jobs_out` (NULL when empty) and returns its count; free it with
+ * `joblist`: all jobs, in the seeds' shape (fixed ABI, c-api.md). On success writes to
+ * `*out` an array of `count + 1` job pointers, the last one NULL (the array is never NULL,
+ * also for 0 jobs), and returns `count`. Free it with `xce_free_joblist(*out)`, also when
+ * `count` is 0: that frees the jobs and their strings too — they were allocated with the
+ * array, so they cannot be freed one by one (never with `xce_free_job`) nor outlive it.
+ * For a filtered listing see `xcecli_joblist_filter`.
+ */
+int xcecli_joblist(xcecli_ctx_t ctx, struct xce_job_t ***out);
+
+/**
+ * `joblist` with a filter: jobs matching `filter` (NULL: all jobs). On success writes a flat
+ * array to `*jobs_out` (NULL when empty) and returns its count; free it with
  * `xce_free_jobs(jobs, count)`. A `state_mask` with bits other than `1 << XCE_JOB_*` is
  * -EINVAL.
  */
-int xcecli_joblist(xcecli_ctx_t ctx,
-                   const struct xce_job_filter_t *filter,
-                   struct xce_job_t **jobs_out);
+int xcecli_joblist_filter(xcecli_ctx_t ctx,
+                          const struct xce_job_filter_t *filter,
+                          struct xce_job_t **jobs_out);
 
 /**
  * `jobinfo`: one job. On success writes a new `xce_job_t` to `*job_out` (free it with
@@ -1124,13 +1135,22 @@ int xcecli_wakeup(xcecli_ctx_t ctx);
 int xcecli_try_wakeup(xcecli_ctx_t ctx);
 
 /**
- * Frees the array `xcecli_joblist` returned. `njobs` must be the count it returned.
+ * Frees the array `xcecli_joblist` returned: the pointer array and every job in it, with
+ * their strings. The jobs were allocated together with the array: they cannot be freed one
+ * by one (never pass an element to `xce_free_job`), nor outlive this call. NULL is a no-op.
+ * Thread-safe for distinct arrays.
+ */
+void xce_free_joblist(struct xce_job_t **jobs);
+
+/**
+ * Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned.
  * `(NULL, any)` is a no-op. Thread-safe for distinct arrays.
  */
 void xce_free_jobs(struct xce_job_t *jobs, size_t njobs);
 
 /**
- * Frees the job `xcecli_jobinfo` returned. NULL is a no-op.
+ * Frees the job `xcecli_jobinfo` returned. NULL is a no-op. Only for `xcecli_jobinfo`'s
+ * job, never for an element of a list.
  */
 void xce_free_job(struct xce_job_t *job);
 

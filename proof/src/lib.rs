@@ -3,6 +3,9 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod linearizable;
+pub mod netfaults;
+pub mod netns;
 pub mod sys;
 
 pub use cluster::{controller_bin, Cluster, ClusterOpts};

@@ -11,7 +11,7 @@ use support::TestPki;
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::failover::RetryConfig;
 use xce::wire::{JobFilter, JobSpec};
-use xce::Error;
+use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
 
 fn tls_client(c: &Cluster, ca: std::path::PathBuf) -> Result<Client, Error> {
@@ -101,7 +101,7 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
     let r = tls_client(&c, other.ca_file());
     assert_eq!(
         r.err(),
-        Some(Error::Tls),
+        Some(Error::Tls(TlsCause::UnknownCa)),
         "wrong CA must fail the handshake"
     );
     assert!(t.elapsed() < Duration::from_secs(10));

@@ -10,6 +10,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::options::{env_value, warn_bad_env, BadEnv, EnvKind};
 use crate::error::Error;
 
 /// The retry knobs of one context (`xce_retry_config_t`).
@@ -62,30 +63,72 @@ impl RetryConfig {
     }
 
     /// The defaults overridden by `XCE_MAX_RETRIES`, `XCE_INITIAL_RETRY_MS`, `XCE_MAX_RETRY_MS`,
-    /// `XCE_BACKOFF_MULTIPLIER` (F15, for tools). Unparsable or invalid values are ignored.
+    /// `XCE_BACKOFF_MULTIPLIER` (F15). Read by every `xcecli_start`, so they apply to every
+    /// context of the process until `xcecli_set_retry_config` replaces them. Values that
+    /// cannot be used (unparsable, or together an invalid config) keep the defaults and are
+    /// logged at WARN once per process.
     pub fn with_env_overrides(self) -> RetryConfig {
-        self.with_overrides_from(|k| std::env::var(k).ok())
+        let (c, bad) = self.checked_overrides_from(|k| std::env::var(k).ok());
+        warn_bad_env(&bad);
+        c
     }
 
+    #[cfg(test)]
     pub(crate) fn with_overrides_from(self, get: impl Fn(&str) -> Option<String>) -> RetryConfig {
+        self.checked_overrides_from(get).0
+    }
+
+    /// The overrides, and the variables whose values were not used.
+    pub(crate) fn checked_overrides_from(
+        self,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> (RetryConfig, Vec<BadEnv>) {
         let mut c = self;
-        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u32>().ok());
-        if let Some(v) = num("XCE_MAX_RETRIES") {
+        let mut bad = Vec::new();
+        let mut used = Vec::new();
+        let mut num = |name: &'static str, kind: EnvKind| {
+            let v = env_value(&get, name)?;
+            match kind.parse(&v) {
+                Ok(n) => {
+                    used.push((name, v));
+                    Some(n)
+                }
+                Err(why) => {
+                    bad.push(BadEnv::new(name, v, why));
+                    None
+                }
+            }
+        };
+        if let Some(v) = num("XCE_MAX_RETRIES", EnvKind::Count) {
             c.max_retries = v;
         }
-        if let Some(v) = num("XCE_INITIAL_RETRY_MS") {
+        if let Some(v) = num("XCE_INITIAL_RETRY_MS", EnvKind::Millis) {
             c.initial_retry_ms = v;
         }
-        if let Some(v) = num("XCE_MAX_RETRY_MS") {
+        if let Some(v) = num("XCE_MAX_RETRY_MS", EnvKind::Millis) {
             c.max_retry_ms = v;
         }
-        if let Some(v) = get("XCE_BACKOFF_MULTIPLIER").and_then(|v| v.trim().parse::<f64>().ok()) {
-            c.backoff_multiplier = v;
+        if let Some(v) = env_value(&get, "XCE_BACKOFF_MULTIPLIER") {
+            match v.trim().parse::<f64>() {
+                Ok(m) => {
+                    c.backoff_multiplier = m;
+                    used.push(("XCE_BACKOFF_MULTIPLIER", v));
+                }
+                Err(_) => bad.push(BadEnv::new("XCE_BACKOFF_MULTIPLIER", v, "not a number")),
+            }
         }
         if c.validate().is_ok() {
-            c
+            (c, bad)
         } else {
-            self
+            // Parsable, but together not a usable schedule: none of them applies.
+            bad.extend(used.into_iter().map(|(name, v)| {
+                BadEnv::new(
+                    name,
+                    v,
+                    "gives an invalid retry config (need initial > 0, max >= initial, multiplier 1..=1000)",
+                )
+            }));
+            (self, bad)
         }
     }
 }
@@ -325,6 +368,24 @@ mod tests {
         assert_eq!(
             XCE_RETRY_DEFAULTS.with_overrides_from(bad),
             XCE_RETRY_DEFAULTS
+        );
+        // Every variable that was not used is named, with why.
+        let env = |k: &str| match k {
+            "XCE_MAX_RETRIES" => Some("three".to_string()),
+            "XCE_INITIAL_RETRY_MS" => Some("100".to_string()),
+            "XCE_MAX_RETRY_MS" => Some("10".to_string()), // below the initial delay
+            _ => None,
+        };
+        let (c, bad) = XCE_RETRY_DEFAULTS.checked_overrides_from(env);
+        assert_eq!(c, XCE_RETRY_DEFAULTS);
+        let names: Vec<_> = bad.iter().map(|b| b.name).collect();
+        assert_eq!(
+            names,
+            [
+                "XCE_MAX_RETRIES",
+                "XCE_INITIAL_RETRY_MS",
+                "XCE_MAX_RETRY_MS"
+            ]
         );
     }
 }

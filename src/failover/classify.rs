@@ -133,7 +133,12 @@ mod tests {
             (t(Error::Errno(libc::ETIMEDOUT)), false, false, RetryNow),
             (t(Error::Errno(libc::EHOSTUNREACH)), false, false, RetryNow),
             (t(Error::Errno(libc::ENETUNREACH)), false, false, RetryNow),
-            (t(Error::Tls), false, false, RetryNow),
+            (
+                t(Error::Tls(crate::error::TlsCause::UnknownCa)),
+                false,
+                false,
+                RetryNow,
+            ),
             // undecodable replies count as transport
             (t(Error::Proto), false, false, RetryNow),
             (t(Error::Proto), true, true, RetryNow),

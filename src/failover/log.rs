@@ -72,16 +72,42 @@ struct LogState {
 
 fn state() -> &'static LogState {
     static STATE: OnceLock<LogState> = OnceLock::new();
-    STATE.get_or_init(|| {
-        let level = std::env::var("XCE_LOG")
-            .ok()
-            .and_then(|v| Level::parse(&v))
-            .unwrap_or(DEFAULT_LOG_LEVEL);
+    if let Some(s) = STATE.get() {
+        return s;
+    }
+    let mut bad = None;
+    let s = STATE.get_or_init(|| {
+        let (level, b) = level_from_env(std::env::var("XCE_LOG").ok());
+        bad = b;
         LogState {
             level: AtomicU8::new(level as u8),
             sink: CallbackSlot::new(),
         }
-    })
+    });
+    // Said once, by the thread that read it, after the state exists (logging from inside
+    // `get_or_init` would re-enter it).
+    if let Some(b) = bad {
+        super::options::warn_bad_env(&[b]);
+    }
+    s
+}
+
+/// The threshold `XCE_LOG` asks for; an unknown value keeps the default and is reported.
+fn level_from_env(v: Option<String>) -> (Level, Option<super::options::BadEnv>) {
+    match v.filter(|v| !v.trim().is_empty()) {
+        None => (DEFAULT_LOG_LEVEL, None),
+        Some(v) => match Level::parse(&v) {
+            Some(l) => (l, None),
+            None => (
+                DEFAULT_LOG_LEVEL,
+                Some(super::options::BadEnv::new(
+                    "XCE_LOG",
+                    v,
+                    "not one of off, error, warn, info, debug",
+                )),
+            ),
+        },
+    }
 }
 
 /// Replaces the sink; `None` restores the stderr sink. When it returns, the old sink is not
@@ -124,6 +150,19 @@ pub(crate) use xlog;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_xce_log_value_is_reported() {
+        assert_eq!(level_from_env(None), (DEFAULT_LOG_LEVEL, None));
+        assert_eq!(level_from_env(Some("".into())), (DEFAULT_LOG_LEVEL, None));
+        assert_eq!(level_from_env(Some("INFO".into())), (Level::Info, None));
+        let (l, bad) = level_from_env(Some("verbose".into()));
+        assert_eq!(l, DEFAULT_LOG_LEVEL);
+        assert_eq!(
+            bad.map(|b| (b.name, b.value)),
+            Some(("XCE_LOG", "verbose".into()))
+        );
+    }
 
     #[test]
     fn parses_levels() {

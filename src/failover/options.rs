@@ -85,27 +85,142 @@ impl Options {
     }
 
     /// These options overridden by `XCE_CONNECT_TIMEOUT_MS`, `XCE_REPLY_TIMEOUT_MS`,
-    /// `XCE_CALL_DEADLINE_MS`, `XCE_REDIRECT_ANY_HOST` (0/1), `XCE_WAIT_PRIMARY` (0/1) — F15, for
-    /// tools. Unparsable or invalid values are ignored.
+    /// `XCE_CALL_DEADLINE_MS`, `XCE_REDIRECT_ANY_HOST` (0/1), `XCE_WAIT_PRIMARY` (0/1) — F15.
+    /// Read by every `xcecli_start`, so they apply to every context of the process until
+    /// `xcecli_set_option` changes one. A value that cannot be used keeps the default and is
+    /// logged at WARN once per process (`warn_bad_env`).
     pub fn with_env_overrides(self) -> Options {
-        self.with_overrides_from(|k| std::env::var(k).ok())
+        let (o, bad) = self.checked_overrides_from(|k| std::env::var(k).ok());
+        warn_bad_env(&bad);
+        o
     }
 
+    #[cfg(test)]
     pub(crate) fn with_overrides_from(self, get: impl Fn(&str) -> Option<String>) -> Options {
+        self.checked_overrides_from(get).0
+    }
+
+    /// The overrides, and the variables whose values were not used.
+    pub(crate) fn checked_overrides_from(
+        self,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> (Options, Vec<BadEnv>) {
         let mut o = self;
-        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u32>().ok());
-        let flag = |k: &str| num(k).map(|v| v != 0);
-        let knobs = [
-            num("XCE_CONNECT_TIMEOUT_MS").map(ClientOption::ConnectTimeoutMs),
-            num("XCE_REPLY_TIMEOUT_MS").map(ClientOption::ReplyTimeoutMs),
-            num("XCE_CALL_DEADLINE_MS").map(ClientOption::CallDeadlineMs),
-            flag("XCE_REDIRECT_ANY_HOST").map(ClientOption::RedirectAnyHost),
-            flag("XCE_WAIT_PRIMARY").map(ClientOption::WaitPrimary),
-        ];
-        for k in knobs.into_iter().flatten() {
-            let _ = o.apply(k);
+        let mut bad = Vec::new();
+        let mut set = |name: &'static str, kind: EnvKind, make: fn(u32) -> ClientOption| {
+            let Some(v) = env_value(&get, name) else {
+                return;
+            };
+            match kind.parse(&v) {
+                Ok(n) if o.apply(make(n)).is_ok() => {}
+                Ok(_) => bad.push(BadEnv::new(name, v, "must be greater than 0")),
+                Err(why) => bad.push(BadEnv::new(name, v, why)),
+            }
+        };
+        set(
+            "XCE_CONNECT_TIMEOUT_MS",
+            EnvKind::Millis,
+            ClientOption::ConnectTimeoutMs,
+        );
+        set(
+            "XCE_REPLY_TIMEOUT_MS",
+            EnvKind::Millis,
+            ClientOption::ReplyTimeoutMs,
+        );
+        set(
+            "XCE_CALL_DEADLINE_MS",
+            EnvKind::Millis,
+            ClientOption::CallDeadlineMs,
+        );
+        set("XCE_REDIRECT_ANY_HOST", EnvKind::Flag, |v| {
+            ClientOption::RedirectAnyHost(v != 0)
+        });
+        set("XCE_WAIT_PRIMARY", EnvKind::Flag, |v| {
+            ClientOption::WaitPrimary(v != 0)
+        });
+        (o, bad)
+    }
+}
+
+/// Every environment variable the library reads (F15, F14). docs/c-api.md has the table of
+/// their defaults and precedence; a test keeps the two in step.
+pub const ENV_VARS: [&str; 10] = [
+    "XCE_LOG",
+    "XCE_CONNECT_TIMEOUT_MS",
+    "XCE_REPLY_TIMEOUT_MS",
+    "XCE_CALL_DEADLINE_MS",
+    "XCE_REDIRECT_ANY_HOST",
+    "XCE_WAIT_PRIMARY",
+    "XCE_MAX_RETRIES",
+    "XCE_INITIAL_RETRY_MS",
+    "XCE_MAX_RETRY_MS",
+    "XCE_BACKOFF_MULTIPLIER",
+];
+
+/// A value of an `XCE_*` variable the library did not use (the default stays in force).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadEnv {
+    pub name: &'static str,
+    pub value: String,
+    pub why: &'static str,
+}
+
+impl BadEnv {
+    pub(crate) fn new(name: &'static str, value: String, why: &'static str) -> BadEnv {
+        BadEnv { name, value, why }
+    }
+}
+
+/// How an `XCE_*` number is spelled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EnvKind {
+    /// A whole number of milliseconds.
+    Millis,
+    /// A whole number (a count).
+    Count,
+    /// `0` or `1`.
+    Flag,
+}
+
+impl EnvKind {
+    pub(crate) fn parse(self, v: &str) -> Result<u32, &'static str> {
+        let n = v.trim().parse::<u32>();
+        match (self, n) {
+            (EnvKind::Flag, Ok(n @ (0 | 1))) => Ok(n),
+            (EnvKind::Flag, _) => Err("must be 0 or 1"),
+            (_, Ok(n)) => Ok(n),
+            (EnvKind::Millis, Err(_)) => Err("not a whole number of milliseconds"),
+            (EnvKind::Count, Err(_)) => Err("not a whole number"),
         }
-        o
+    }
+}
+
+/// The variable's value; unset or empty (`XCE_X=`) both mean "not set".
+pub(crate) fn env_value(get: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    get(name).filter(|v| !v.trim().is_empty())
+}
+
+/// Logs each bad value at WARN, once per variable for the life of the process: every
+/// `xcecli_start` reads the environment again, and one line says it.
+pub(crate) fn warn_bad_env(bad: &[BadEnv]) {
+    static WARNED: parking_lot::Mutex<Vec<&'static str>> = parking_lot::const_mutex(Vec::new());
+    for b in bad {
+        let first = {
+            let mut w = WARNED.lock();
+            !w.contains(&b.name) && {
+                w.push(b.name);
+                true
+            }
+        };
+        if first {
+            super::log::xlog!(
+                super::log::Level::Warn,
+                "ignoring {}={:?}: {}; the default stays in force",
+                b.name,
+                b.value,
+                b.why
+            );
+        }
     }
 }
 
@@ -144,5 +259,32 @@ mod tests {
         assert_eq!(o.connect_timeout, Duration::from_millis(250));
         assert_eq!(o.reply_timeout, Duration::from_secs(2));
         assert!(!o.wait_primary);
+    }
+
+    #[test]
+    fn bad_env_values_are_named_and_keep_the_default() {
+        let env = |k: &str| match k {
+            "XCE_CONNECT_TIMEOUT_MS" => Some("1s".to_string()),
+            "XCE_REPLY_TIMEOUT_MS" => Some("0".to_string()),
+            "XCE_CALL_DEADLINE_MS" => Some("".to_string()), // empty: unset, no complaint
+            "XCE_REDIRECT_ANY_HOST" => Some("yes".to_string()),
+            "XCE_WAIT_PRIMARY" => Some(" 0 ".to_string()),
+            _ => None,
+        };
+        let (o, bad) = Options::default().checked_overrides_from(env);
+        assert_eq!(o.connect_timeout, Duration::from_secs(1));
+        assert_eq!(o.reply_timeout, Duration::from_secs(2));
+        assert_eq!(o.hint_policy, HintPolicy::ConfiguredOnly);
+        assert!(!o.wait_primary);
+        let names: Vec<_> = bad.iter().map(|b| (b.name, b.value.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("XCE_CONNECT_TIMEOUT_MS", "1s"),
+                ("XCE_REPLY_TIMEOUT_MS", "0"),
+                ("XCE_REDIRECT_ANY_HOST", "yes")
+            ]
+        );
+        assert_eq!(EnvKind::Flag.parse("2"), Err("must be 0 or 1"));
     }
 }

@@ -60,7 +60,7 @@ where
 }
 
 /// A borrowed slice from a C pointer and a count: `(NULL, 0)` and `(p, 0)` are empty,
-/// `(NULL, n > 0)` is an error (`None`). Never calls `from_raw_parts` with NULL (style.md).
+/// `(NULL, n > 0)` is an error (`None`). Never calls `from_raw_parts` with NULL (quiche #1914, hyper #4033).
 ///
 /// # Safety
 /// When `ptr` is not NULL it points to `len` initialised `T`s that outlive `'a`.

@@ -1,4 +1,4 @@
-//! The C ABI (`extern "C"`), the library's only `unsafe` boundary (c-api.md).
+//! The C ABI (`extern "C"`), the library's only `unsafe` boundary (docs/c-api.md).
 //!
 //! Every export is a plain `#[no_mangle] pub extern "C" fn` whose body sits inside
 //! [`panic::ffi_panic_boundary!`] (a test in `tests/ffi_boundary.rs` checks this), so
@@ -54,7 +54,7 @@ pub const XCE_VERSION_MINOR: u32 = 1;
 /// Library version, patch.
 pub const XCE_VERSION_PATCH: u32 = 0;
 
-/// Standby; primary address attached (protocol.md).
+/// Standby; primary address attached (docs/protocol.md).
 pub const E_XCE_REDIRECT: c_int = 2001;
 /// Standby; no primary known.
 pub const E_XCE_NOMASTER: c_int = 2002;

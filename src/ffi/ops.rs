@@ -1,4 +1,4 @@
-//! One export per op of protocol.md. Reply-bearing ops run the full failover loop of the
+//! One export per op of docs/protocol.md. Reply-bearing ops run the full failover loop of the
 //! client (F1); fire-and-forget ops follow F12; wakeups are local (F13).
 //!
 //! Common contract (not repeated on each function): `ctx` comes from `xcecli_start`; a NULL
@@ -7,7 +7,9 @@
 //! threads may call ops on one ctx (they are serialised, F11); the call blocks at most for
 //! the retry budget / deadline of the ctx and returns -EINTR after `xcecli_wakeup`. Failures
 //! after the budget: -E_XCE_NOT_READY ("cluster not ready") when no primary was found, else
-//! the last transport error.
+//! the last transport error. An op that returns memory returns -ENOMEM (nothing written)
+//! when it cannot be allocated; what it returns is one allocation per call, released whole by
+//! the documented free function (F22).
 
 use std::os::raw::{c_char, c_int};
 
@@ -59,28 +61,43 @@ pub extern "C" fn xcecli_hello(
         let c = try_ctx!(ctx);
         let out = try_mut!(info_out);
         let info = try_op!(c.hello());
-        *out = Box::into_raw(Box::new(ctrl_info_to_c(&info)));
-        0
+        out_one(&info, ctrl_info_fill, out)
     }
 }
 
-/// `joblist`: jobs matching `filter` (NULL: all jobs). On success writes an array to
-/// `*jobs_out` (NULL when empty) and returns its count; free it with
+/// `joblist`: all jobs, in the seeds' shape (fixed ABI, c-api.md). On success writes to
+/// `*out` an array of `count + 1` job pointers, the last one NULL (the array is never NULL,
+/// also for 0 jobs), and returns `count`. Free it with `xce_free_joblist(*out)`, also when
+/// `count` is 0: that frees the jobs and their strings too — they were allocated with the
+/// array, so they cannot be freed one by one (never with `xce_free_job`) nor outlive it.
+/// For a filtered listing see `xcecli_joblist_filter`.
+#[no_mangle]
+pub extern "C" fn xcecli_joblist(ctx: xcecli_ctx_t, out: *mut *mut *mut xce_job_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_joblist",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(out);
+        let jobs = try_op!(c.joblist(msg::JobFilter::default()));
+        out_job_ptrs(&jobs, out)
+    }
+}
+
+/// `joblist` with a filter: jobs matching `filter` (NULL: all jobs). On success writes a flat
+/// array to `*jobs_out` (NULL when empty) and returns its count; free it with
 /// `xce_free_jobs(jobs, count)`. A `state_mask` with bits other than `1 << XCE_JOB_*` is
 /// -EINVAL.
 #[no_mangle]
-pub extern "C" fn xcecli_joblist(
+pub extern "C" fn xcecli_joblist_filter(
     ctx: xcecli_ctx_t,
     filter: *const xce_job_filter_t,
     jobs_out: *mut *mut xce_job_t,
 ) -> c_int {
-    ffi_panic_boundary! { "xcecli_joblist",
+    ffi_panic_boundary! { "xcecli_joblist_filter",
         let c = try_ctx!(ctx);
         let out = try_mut!(jobs_out);
         // SAFETY: filter is NULL or valid for the call (documented).
         let filter = try_arg!(filter_from_c(unsafe { filter.as_ref() }));
         let jobs = try_op!(c.joblist(filter));
-        out_list(&jobs, job_to_c, out)
+        out_list(&jobs, job_fill, out)
     }
 }
 
@@ -96,8 +113,7 @@ pub extern "C" fn xcecli_jobinfo(
         let c = try_ctx!(ctx);
         let out = try_mut!(job_out);
         let job = try_op!(c.jobinfo(jobid));
-        *out = Box::into_raw(Box::new(job_to_c(&job)));
-        0
+        out_one(&job, job_fill, out)
     }
 }
 
@@ -109,7 +125,7 @@ pub extern "C" fn xcecli_reslist(ctx: xcecli_ctx_t, res_out: *mut *mut xce_resou
         let c = try_ctx!(ctx);
         let out = try_mut!(res_out);
         let res = try_op!(c.reslist());
-        out_list(&res, resource_to_c, out)
+        out_list(&res, resource_fill, out)
     }
 }
 
@@ -121,7 +137,7 @@ pub extern "C" fn xcecli_workerlist(ctx: xcecli_ctx_t, hosts_out: *mut *mut xce_
         let c = try_ctx!(ctx);
         let out = try_mut!(hosts_out);
         let hosts = try_op!(c.workerlist());
-        out_list(&hosts, host_to_c, out)
+        out_list(&hosts, host_fill, out)
     }
 }
 
@@ -136,8 +152,7 @@ pub extern "C" fn xcecli_clusterconf(
         let c = try_ctx!(ctx);
         let out = try_mut!(conf_out);
         let conf = try_op!(c.clusterconf());
-        *out = Box::into_raw(Box::new(cluster_conf_to_c(&conf)));
-        0
+        out_one(&conf, cluster_conf_fill, out)
     }
 }
 
@@ -154,7 +169,7 @@ pub extern "C" fn xcecli_resval(
         let host = try_str!(host);
         let out = try_mut!(resvals_out);
         let rv = try_op!(c.resval(host));
-        out_list(&rv, resval_to_c, out)
+        out_list(&rv, resval_fill, out)
     }
 }
 

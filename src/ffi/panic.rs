@@ -1,4 +1,4 @@
-//! The panic boundary: no Rust panic ever unwinds into C (c-api.md, "Conventions").
+//! The panic boundary: no Rust panic ever unwinds into C (docs/c-api.md, "Calls and return values").
 //!
 //! Unwinding out of an `extern "C" fn` aborts the whole process (a C daemon, or the Go
 //! apiserver), so every export wraps its body in [`ffi_panic_boundary!`]. A caught panic is

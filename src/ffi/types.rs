@@ -4,12 +4,14 @@
 //! Ownership rule for everything returned: every `const char *` inside a returned struct and
 //! every returned array belongs to the library until the matching `xce_free_*` call; C reads
 //! it, never writes or `free()`s it. Strings in returned structs are never NULL (an absent
-//! value is `""`). An empty list is returned as `(NULL, 0)`.
+//! value is `""`). An empty list is returned as `(NULL, 0)` (except `xcecli_joblist`'s
+//! NULL-terminated array, which is never NULL). What one call returns is one allocation
+//! (F22): the matching free function releases all of it; parts cannot be freed separately.
 //!
 //! Enumerated values are plain integers (`XCE_JOB_*`, `XCE_ROLE_*`…): a value C passes in is
 //! checked and an unknown one is `-EINVAL`, never transmuted into a Rust enum.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
 use super::panic::ffi_panic_boundary;
@@ -174,46 +176,198 @@ fn ctrl_role(r: msg::ControllerRole) -> i32 {
 }
 
 // ---------------------------------------------------------------------------------------
-// Owned strings and arrays handed to C.
+// Memory handed to C (F22): one block per returned object.
+//
+// Everything one call returns — a list with its elements, their nested arrays (host
+// attributes, controllers, queues) and all their strings, or one struct with its strings — is
+// a single allocation laid out as `[header][the object][nested arrays][strings]`. Its size is
+// summed first, by a dry run of the very conversion that fills it, so the memory is
+// proportional to the Rust values (themselves bounded by the frame, see wire::codec), nothing
+// is allocated per string (an empty string is a static ""), and an allocation failure is
+// `-ENOMEM` instead of an abort. The matching free function releases the whole block; the
+// header holds its size.
 
-/// A library-owned C string (never NULL). Text after an interior NUL cannot be represented
-/// in C and is dropped.
-fn out_str(s: &str) -> *const c_char {
-    let bytes = s.as_bytes();
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    CString::new(&bytes[..end])
-        .map(CString::into_raw)
-        .unwrap_or(std::ptr::null_mut())
+/// Bytes before the object: the block's total size, padded to the block's alignment.
+const HEADER: usize = 16;
+/// Alignment of every block (>= that of every returned struct and of the header).
+const BLOCK_ALIGN: usize = 16;
+const _: () = assert!(HEADER >= std::mem::size_of::<usize>() && HEADER % BLOCK_ALIGN == 0);
+
+/// The block could not be sized or allocated: the export returns -ENOMEM.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct NoMem;
+
+/// A bump cursor over a block being filled, or (`base` NULL) over nothing while sizing it.
+pub(crate) struct Bump {
+    base: *mut u8,
+    len: usize,
+    cap: usize,
 }
 
-/// Frees a string made by `out_str`. NULL is a no-op.
-fn free_str(p: *const c_char) {
-    if !p.is_null() {
-        // SAFETY: p came from CString::into_raw in out_str and is freed once (free contract).
-        drop(unsafe { CString::from_raw(p.cast_mut()) });
+impl Bump {
+    fn writing(&self) -> bool {
+        !self.base.is_null()
+    }
+
+    /// Room for `n` `T`s, aligned. While sizing: a dangling pointer, never written through.
+    fn array<T>(&mut self, n: usize) -> Result<*mut T, NoMem> {
+        debug_assert!(std::mem::align_of::<T>() <= BLOCK_ALIGN);
+        let start = self
+            .len
+            .checked_next_multiple_of(std::mem::align_of::<T>())
+            .ok_or(NoMem)?;
+        let end = n
+            .checked_mul(std::mem::size_of::<T>())
+            .and_then(|b| b.checked_add(start))
+            .ok_or(NoMem)?;
+        if end > self.cap {
+            return Err(NoMem);
+        }
+        self.len = end;
+        if !self.writing() {
+            return Ok(std::ptr::NonNull::dangling().as_ptr());
+        }
+        // SAFETY: start <= end <= cap: inside the block's allocation, aligned for T (the block
+        // is BLOCK_ALIGN-aligned and start is a multiple of align_of::<T>()).
+        Ok(unsafe { self.base.add(start) }.cast())
+    }
+
+    /// Writes `v` as element `i` of `arr` (from `array`, with `i` in range); no-op while sizing.
+    fn put<T>(&self, arr: *mut T, i: usize, v: T) {
+        if self.writing() {
+            // SAFETY: arr came from self.array(n) on this block with i < n.
+            unsafe { arr.add(i).write(v) }
+        }
+    }
+
+    /// A library-owned C string (never NULL). Text after an interior NUL cannot be represented
+    /// in C and is dropped; an empty string is a static "" and takes no room.
+    fn str(&mut self, s: &str) -> Result<*const c_char, NoMem> {
+        let bytes = s.as_bytes();
+        let bytes = &bytes[..bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len())];
+        if bytes.is_empty() {
+            return Ok(c"".as_ptr());
+        }
+        let p = self.array::<u8>(bytes.len() + 1)?;
+        if self.writing() {
+            // SAFETY: p has room for bytes.len() + 1 bytes inside the block.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+                p.add(bytes.len()).write(0);
+            }
+        }
+        Ok(p.cast_const().cast())
     }
 }
 
-/// A library-owned array: `(NULL, 0)` when empty.
-pub(crate) fn out_array<T>(items: Vec<T>) -> (*mut T, usize) {
-    if items.is_empty() {
-        return (std::ptr::null_mut(), 0);
+/// One block whose object is `n` `T`s (n >= 1), filled by `fill`; returns the object.
+/// `fill` runs twice: once to size the block, once to fill it, so it must do the same both
+/// times (it only reads the values it converts).
+fn build<T>(
+    n: usize,
+    fill: impl Fn(&mut Bump, *mut T) -> Result<(), NoMem>,
+) -> Result<*mut T, NoMem> {
+    let mut sizing = Bump {
+        base: std::ptr::null_mut(),
+        len: 0,
+        cap: usize::MAX,
+    };
+    let first = sizing.array::<T>(n)?;
+    fill(&mut sizing, first)?;
+    let total = sizing.len.checked_add(HEADER).ok_or(NoMem)?;
+    let layout = std::alloc::Layout::from_size_align(total, BLOCK_ALIGN).map_err(|_| NoMem)?;
+    // SAFETY: total >= HEADER > 0.
+    let base = unsafe { std::alloc::alloc(layout) };
+    if base.is_null() {
+        return Err(NoMem);
     }
-    let len = items.len();
-    (Box::into_raw(items.into_boxed_slice()).cast::<T>(), len)
+    // SAFETY: the block is at least HEADER bytes, aligned for usize.
+    unsafe { base.cast::<usize>().write(total) };
+    let mut bump = Bump {
+        // SAFETY: HEADER <= total.
+        base: unsafe { base.add(HEADER) },
+        len: 0,
+        cap: sizing.len,
+    };
+    let filled = bump
+        .array::<T>(n)
+        .and_then(|obj| fill(&mut bump, obj).map(|()| obj));
+    if filled.is_err() {
+        // Cannot happen (same conversion, same values); never leak or return a partial block.
+        // SAFETY: allocated just above with this layout.
+        unsafe { std::alloc::dealloc(base, layout) };
+    }
+    filled
 }
 
-/// Takes back an array made by `out_array`, running `drop_fields` on each element.
+/// Frees a block made by `build`, given its object. NULL is a no-op.
 ///
 /// # Safety
-/// `(ptr, len)` is exactly what `out_array` returned (or NULL), freed once.
-unsafe fn free_array<T>(ptr: *mut T, len: usize, drop_fields: impl Fn(&T)) {
-    if ptr.is_null() || len == 0 {
+/// `obj` is NULL or the object of a live block from `build`, freed once.
+unsafe fn free_block<T>(obj: *mut T) {
+    if obj.is_null() {
         return;
     }
-    // SAFETY: by contract this is the Box<[T]> out_array leaked, with its original length.
-    let items = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) };
-    items.iter().for_each(drop_fields);
+    // SAFETY: by contract obj is HEADER bytes into a block whose first word is its size, and
+    // the block was allocated with exactly that size and BLOCK_ALIGN.
+    unsafe {
+        let base = obj.cast::<u8>().sub(HEADER);
+        let total = base.cast::<usize>().read();
+        std::alloc::dealloc(
+            base,
+            std::alloc::Layout::from_size_align_unchecked(total, BLOCK_ALIGN),
+        );
+    }
+}
+
+/// Hands a list to C as one block: writes `*out` (NULL when empty) and returns the count;
+/// `-EOVERFLOW` when the count does not fit the `int` return, `-ENOMEM` when the block
+/// cannot be allocated (nothing written then).
+pub(crate) fn out_list<T, C>(
+    items: &[T],
+    fill: impl Fn(&mut Bump, &T) -> Result<C, NoMem>,
+    out: &mut *mut C,
+) -> c_int {
+    let Ok(n) = c_int::try_from(items.len()) else {
+        return -libc::EOVERFLOW;
+    };
+    if items.is_empty() {
+        *out = std::ptr::null_mut();
+        return 0;
+    }
+    let block = build::<C>(items.len(), |b, arr| {
+        for (i, x) in items.iter().enumerate() {
+            let c = fill(b, x)?;
+            b.put(arr, i, c);
+        }
+        Ok(())
+    });
+    match block {
+        Ok(p) => {
+            *out = p;
+            n
+        }
+        Err(NoMem) => -libc::ENOMEM,
+    }
+}
+
+/// Hands one struct to C as one block: writes `*out` and returns 0, or `-ENOMEM`.
+pub(crate) fn out_one<T, C>(
+    x: &T,
+    fill: impl Fn(&mut Bump, &T) -> Result<C, NoMem>,
+    out: &mut *mut C,
+) -> c_int {
+    match build::<C>(1, |b, obj| {
+        let c = fill(b, x)?;
+        b.put(obj, 0, c);
+        Ok(())
+    }) {
+        Ok(p) => {
+            *out = p;
+            0
+        }
+        Err(NoMem) => -libc::ENOMEM,
+    }
 }
 
 /// Reads a C string field of an input struct: NULL or invalid UTF-8 → None.
@@ -263,7 +417,7 @@ pub struct xce_resval_t {
     pub value: *const c_char,
 }
 
-/// Filter of `xcecli_joblist`. NULL strings and zero values mean "any".
+/// Filter of `xcecli_joblist_filter`. NULL strings and zero values mean "any".
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct xce_job_filter_t {
@@ -391,8 +545,8 @@ pub(crate) fn resvals_from_c(rv: &[xce_resval_t]) -> Option<Vec<msg::ResVal>> {
 // ---------------------------------------------------------------------------------------
 // Output structs.
 
-/// A job as the controller reports it. Freed with `xce_free_job` (single) or
-/// `xce_free_jobs` (array).
+/// A job as the controller reports it. Freed with its list (`xce_free_joblist`,
+/// `xce_free_jobs`) or, from `xcecli_jobinfo`, with `xce_free_job`.
 #[repr(C)]
 #[derive(Debug)]
 pub struct xce_job_t {
@@ -494,30 +648,28 @@ pub struct xce_cluster_conf_t {
     pub nqueues: usize,
 }
 
-fn kv_to_c(kv: &msg::KeyValue) -> xce_kv_t {
-    xce_kv_t {
-        key: out_str(&kv.key),
-        value: out_str(&kv.value),
-    }
+// Conversions into a block (see `build`): each writes the strings and nested arrays of one
+// value and returns its struct.
+
+fn kv_fill(b: &mut Bump, kv: &msg::KeyValue) -> Result<xce_kv_t, NoMem> {
+    Ok(xce_kv_t {
+        key: b.str(&kv.key)?,
+        value: b.str(&kv.value)?,
+    })
 }
 
-fn kv_free(kv: &xce_kv_t) {
-    free_str(kv.key);
-    free_str(kv.value);
-}
-
-pub(crate) fn job_to_c(j: &msg::Job) -> xce_job_t {
-    xce_job_t {
+pub(crate) fn job_fill(b: &mut Bump, j: &msg::Job) -> Result<xce_job_t, NoMem> {
+    Ok(xce_job_t {
         jobid: j.job_id,
-        name: out_str(&j.name),
-        user: out_str(&j.user),
-        queue: out_str(&j.queue),
-        command: out_str(&j.command),
+        name: b.str(&j.name)?,
+        user: b.str(&j.user)?,
+        queue: b.str(&j.queue)?,
+        command: b.str(&j.command)?,
         ncpus: j.ncpus,
         mem_mb: j.mem_mb,
         state: job_state(j.state),
-        pend_reason: out_str(&j.pend_reason),
-        exec_host: out_str(&j.exec_host),
+        pend_reason: b.str(&j.pend_reason)?,
+        exec_host: b.str(&j.exec_host)?,
         submit_time: j.submit_time,
         start_time: j.start_time,
         end_time: j.end_time,
@@ -526,26 +678,30 @@ pub(crate) fn job_to_c(j: &msg::Job) -> xce_job_t {
             cpu_ms: j.usage.cpu_ms,
             mem_kb: j.usage.mem_kb,
         },
-    }
+    })
 }
 
-fn job_free_fields(j: &xce_job_t) {
-    for s in [
-        j.name,
-        j.user,
-        j.queue,
-        j.command,
-        j.pend_reason,
-        j.exec_host,
-    ] {
-        free_str(s);
+/// A nested array inside a block: `(NULL, 0)` when empty.
+fn nested<T, C>(
+    b: &mut Bump,
+    items: &[T],
+    fill: impl Fn(&mut Bump, &T) -> Result<C, NoMem>,
+) -> Result<(*const C, usize), NoMem> {
+    if items.is_empty() {
+        return Ok((std::ptr::null(), 0));
     }
+    let arr = b.array::<C>(items.len())?;
+    for (i, x) in items.iter().enumerate() {
+        let c = fill(b, x)?;
+        b.put(arr, i, c);
+    }
+    Ok((arr.cast_const(), items.len()))
 }
 
-pub(crate) fn host_to_c(h: &msg::Host) -> xce_host_t {
-    let (attrs, nattrs) = out_array(h.attrs.iter().map(kv_to_c).collect());
-    xce_host_t {
-        name: out_str(&h.name),
+pub(crate) fn host_fill(b: &mut Bump, h: &msg::Host) -> Result<xce_host_t, NoMem> {
+    let (attrs, nattrs) = nested(b, &h.attrs, kv_fill)?;
+    Ok(xce_host_t {
+        name: b.str(&h.name)?,
         state: host_state(h.state),
         ncpus: h.ncpus,
         mem_mb: h.mem_mb,
@@ -553,121 +709,132 @@ pub(crate) fn host_to_c(h: &msg::Host) -> xce_host_t {
         nattrs,
         njobs: h.njobs,
         last_heartbeat: h.last_heartbeat,
-    }
+    })
 }
 
-fn host_free_fields(h: &xce_host_t) {
-    free_str(h.name);
-    // SAFETY: attrs/nattrs were made by out_array in host_out.
-    unsafe { free_array(h.attrs.cast_mut(), h.nattrs, kv_free) };
+pub(crate) fn resource_fill(b: &mut Bump, r: &msg::Resource) -> Result<xce_resource_t, NoMem> {
+    Ok(xce_resource_t {
+        name: b.str(&r.name)?,
+        kind: b.str(&r.kind)?,
+        description: b.str(&r.description)?,
+    })
 }
 
-pub(crate) fn resource_to_c(r: &msg::Resource) -> xce_resource_t {
-    xce_resource_t {
-        name: out_str(&r.name),
-        kind: out_str(&r.kind),
-        description: out_str(&r.description),
-    }
+pub(crate) fn resval_fill(b: &mut Bump, r: &msg::ResVal) -> Result<xce_resval_t, NoMem> {
+    Ok(xce_resval_t {
+        name: b.str(&r.name)?,
+        value: b.str(&r.value)?,
+    })
 }
 
-fn resource_free_fields(r: &xce_resource_t) {
-    for s in [r.name, r.kind, r.description] {
-        free_str(s);
-    }
-}
-
-pub(crate) fn resval_to_c(r: &msg::ResVal) -> xce_resval_t {
-    xce_resval_t {
-        name: out_str(&r.name),
-        value: out_str(&r.value),
-    }
-}
-
-fn resval_free_fields(r: &xce_resval_t) {
-    free_str(r.name);
-    free_str(r.value);
-}
-
-pub(crate) fn ctrl_info_to_c(c: &msg::ControllerInfo) -> xce_controller_info_t {
-    xce_controller_info_t {
+pub(crate) fn ctrl_info_fill(
+    b: &mut Bump,
+    c: &msg::ControllerInfo,
+) -> Result<xce_controller_info_t, NoMem> {
+    Ok(xce_controller_info_t {
         id: c.id,
         role: ctrl_role(c.role),
         term: c.term,
         primary_id: c.primary_id,
-        primary_host: out_str(&c.primary_host),
+        primary_host: b.str(&c.primary_host)?,
         primary_port: c.primary_port,
-        version: out_str(&c.version),
+        version: b.str(&c.version)?,
         protocol_version: c.protocol_version,
-    }
+    })
 }
 
-pub(crate) fn cluster_conf_to_c(c: &msg::ClusterConf) -> xce_cluster_conf_t {
-    let (controllers, ncontrollers) = out_array(
-        c.controllers
-            .iter()
-            .map(|e| xce_controller_entry_t {
-                id: e.id,
-                host: out_str(&e.host),
-                port: e.port,
-                role: ctrl_role(e.role),
-            })
-            .collect(),
-    );
-    let (queues, nqueues) = out_array(
-        c.queues
-            .iter()
-            .map(|q| xce_queue_t {
-                name: out_str(&q.name),
-                open: i32::from(q.open),
-                active: i32::from(q.active),
-                priority: q.priority,
-            })
-            .collect(),
-    );
-    xce_cluster_conf_t {
-        cluster_name: out_str(&c.cluster_name),
+pub(crate) fn cluster_conf_fill(
+    b: &mut Bump,
+    c: &msg::ClusterConf,
+) -> Result<xce_cluster_conf_t, NoMem> {
+    let (controllers, ncontrollers) = nested(b, &c.controllers, |b, e| {
+        Ok(xce_controller_entry_t {
+            id: e.id,
+            host: b.str(&e.host)?,
+            port: e.port,
+            role: ctrl_role(e.role),
+        })
+    })?;
+    let (queues, nqueues) = nested(b, &c.queues, |b, q| {
+        Ok(xce_queue_t {
+            name: b.str(&q.name)?,
+            open: i32::from(q.open),
+            active: i32::from(q.active),
+            priority: q.priority,
+        })
+    })?;
+    Ok(xce_cluster_conf_t {
+        cluster_name: b.str(&c.cluster_name)?,
         controllers,
         ncontrollers,
         primary_id: c.primary_id,
         term: c.term,
         queues,
         nqueues,
+    })
+}
+
+/// The seeds' joblist shape (`xce_job_t ***out`): one block holding `n + 1` pointers (the
+/// last NULL), the `n` jobs they point to and all their strings. Writes `*out` (never NULL,
+/// also for 0 jobs) and returns the count, or `-EOVERFLOW` / `-ENOMEM` (nothing written).
+/// Independent of how the list arrived: any slice of jobs.
+pub(crate) fn out_job_ptrs(jobs: &[msg::Job], out: &mut *mut *mut xce_job_t) -> c_int {
+    let Ok(n) = c_int::try_from(jobs.len()) else {
+        return -libc::EOVERFLOW;
+    };
+    let block = build::<*mut xce_job_t>(jobs.len() + 1, |b, ptrs| {
+        let arr = b.array::<xce_job_t>(jobs.len())?;
+        for (i, j) in jobs.iter().enumerate() {
+            let c = job_fill(b, j)?;
+            b.put(arr, i, c);
+            b.put(ptrs, i, arr.wrapping_add(i));
+        }
+        b.put(ptrs, jobs.len(), std::ptr::null_mut());
+        Ok(())
+    });
+    match block {
+        Ok(p) => {
+            *out = p;
+            n
+        }
+        Err(NoMem) => -libc::ENOMEM,
     }
 }
 
-/// Hands a list to C: writes `*out` and returns the count, or `-EOVERFLOW` when the count
-/// does not fit the `int` return (nothing written then).
-pub(crate) fn out_list<T, U>(items: &[T], conv: impl Fn(&T) -> U, out: &mut *mut U) -> c_int {
-    let Ok(n) = c_int::try_from(items.len()) else {
-        return -libc::EOVERFLOW;
-    };
-    let (ptr, _) = out_array(items.iter().map(conv).collect());
-    *out = ptr;
-    n
+// ---------------------------------------------------------------------------------------
+// Free functions (one per returned type). Each releases the whole block of one call: the
+// object, its nested arrays and its strings.
+
+/// Frees the array `xcecli_joblist` returned: the pointer array and every job in it, with
+/// their strings. The jobs were allocated together with the array: they cannot be freed one
+/// by one (never pass an element to `xce_free_job`), nor outlive this call. NULL is a no-op.
+/// Thread-safe for distinct arrays.
+#[no_mangle]
+pub extern "C" fn xce_free_joblist(jobs: *mut *mut xce_job_t) {
+    ffi_panic_boundary! { "xce_free_joblist",
+        // SAFETY: jobs is NULL or came from xcecli_joblist, freed once (documented contract).
+        unsafe { free_block(jobs) }
+    }
 }
 
-// ---------------------------------------------------------------------------------------
-// Free functions (one per returned type).
-
-/// Frees the array `xcecli_joblist` returned. `njobs` must be the count it returned.
+/// Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned.
 /// `(NULL, any)` is a no-op. Thread-safe for distinct arrays.
 #[no_mangle]
 pub extern "C" fn xce_free_jobs(jobs: *mut xce_job_t, njobs: usize) {
     ffi_panic_boundary! { "xce_free_jobs",
-        // SAFETY: (jobs, njobs) came from xcecli_joblist (documented contract).
-        unsafe { free_array(jobs, njobs, job_free_fields) }
+        let _ = njobs;
+        // SAFETY: jobs is NULL or came from xcecli_joblist_filter (documented contract).
+        unsafe { free_block(jobs) }
     }
 }
 
-/// Frees the job `xcecli_jobinfo` returned. NULL is a no-op.
+/// Frees the job `xcecli_jobinfo` returned. NULL is a no-op. Only for `xcecli_jobinfo`'s
+/// job, never for an element of a list.
 #[no_mangle]
 pub extern "C" fn xce_free_job(job: *mut xce_job_t) {
     ffi_panic_boundary! { "xce_free_job",
-        if !job.is_null() {
-            // SAFETY: job came from Box::into_raw in xcecli_jobinfo, freed once.
-            let job = unsafe { Box::from_raw(job) };
-            job_free_fields(&job);
-        }
+        // SAFETY: job is NULL or came from xcecli_jobinfo, freed once (documented contract).
+        unsafe { free_block(job) }
     }
 }
 
@@ -676,8 +843,9 @@ pub extern "C" fn xce_free_job(job: *mut xce_job_t) {
 #[no_mangle]
 pub extern "C" fn xce_free_hosts(hosts: *mut xce_host_t, nhosts: usize) {
     ffi_panic_boundary! { "xce_free_hosts",
-        // SAFETY: (hosts, nhosts) came from xcecli_workerlist (documented contract).
-        unsafe { free_array(hosts, nhosts, host_free_fields) }
+        let _ = nhosts;
+        // SAFETY: hosts is NULL or came from xcecli_workerlist (documented contract).
+        unsafe { free_block(hosts) }
     }
 }
 
@@ -685,8 +853,9 @@ pub extern "C" fn xce_free_hosts(hosts: *mut xce_host_t, nhosts: usize) {
 #[no_mangle]
 pub extern "C" fn xce_free_resources(res: *mut xce_resource_t, nres: usize) {
     ffi_panic_boundary! { "xce_free_resources",
-        // SAFETY: (res, nres) came from xcecli_reslist (documented contract).
-        unsafe { free_array(res, nres, resource_free_fields) }
+        let _ = nres;
+        // SAFETY: res is NULL or came from xcecli_reslist (documented contract).
+        unsafe { free_block(res) }
     }
 }
 
@@ -695,8 +864,9 @@ pub extern "C" fn xce_free_resources(res: *mut xce_resource_t, nres: usize) {
 #[no_mangle]
 pub extern "C" fn xce_free_resvals(resvals: *mut xce_resval_t, nresvals: usize) {
     ffi_panic_boundary! { "xce_free_resvals",
-        // SAFETY: (resvals, nresvals) came from xcecli_resval (documented contract).
-        unsafe { free_array(resvals, nresvals, resval_free_fields) }
+        let _ = nresvals;
+        // SAFETY: resvals is NULL or came from xcecli_resval (documented contract).
+        unsafe { free_block(resvals) }
     }
 }
 
@@ -704,12 +874,8 @@ pub extern "C" fn xce_free_resvals(resvals: *mut xce_resval_t, nresvals: usize) 
 #[no_mangle]
 pub extern "C" fn xce_free_controller_info(info: *mut xce_controller_info_t) {
     ffi_panic_boundary! { "xce_free_controller_info",
-        if !info.is_null() {
-            // SAFETY: info came from Box::into_raw in xcecli_hello, freed once.
-            let info = unsafe { Box::from_raw(info) };
-            free_str(info.primary_host);
-            free_str(info.version);
-        }
+        // SAFETY: info is NULL or came from xcecli_hello, freed once (documented contract).
+        unsafe { free_block(info) }
     }
 }
 
@@ -718,17 +884,8 @@ pub extern "C" fn xce_free_controller_info(info: *mut xce_controller_info_t) {
 #[no_mangle]
 pub extern "C" fn xce_free_cluster_conf(conf: *mut xce_cluster_conf_t) {
     ffi_panic_boundary! { "xce_free_cluster_conf",
-        if conf.is_null() {
-            return;
-        }
-        // SAFETY: conf came from Box::into_raw in xcecli_clusterconf, freed once; its arrays
-        // were made by out_array in cluster_conf_out.
-        unsafe {
-            let conf = Box::from_raw(conf);
-            free_str(conf.cluster_name);
-            free_array(conf.controllers.cast_mut(), conf.ncontrollers, |e| free_str(e.host));
-            free_array(conf.queues.cast_mut(), conf.nqueues, |q| free_str(q.name));
-        }
+        // SAFETY: conf is NULL or came from xcecli_clusterconf, freed once (documented).
+        unsafe { free_block(conf) }
     }
 }
 
@@ -751,42 +908,111 @@ mod tests {
         }
     }
 
+    fn cstr<'a>(p: *const c_char) -> &'a str {
+        assert!(!p.is_null());
+        // SAFETY: library strings are NUL-terminated and live until their block is freed.
+        unsafe { CStr::from_ptr(p) }.to_str().unwrap()
+    }
+
     #[test]
     fn jobs_round_trip_and_free() {
         let jobs = vec![sample_job(), sample_job()];
         let mut out = std::ptr::null_mut();
-        assert_eq!(out_list(&jobs, job_to_c, &mut out), 2);
+        assert_eq!(out_list(&jobs, job_fill, &mut out), 2);
         // SAFETY: out holds 2 jobs made just above.
-        let first = unsafe { &*out };
+        let (first, second) = unsafe { (&*out, &*out.add(1)) };
         assert_eq!(first.jobid, 42);
         assert_eq!(first.state, XCE_JOB_RUN);
         assert_eq!(first.usage.mem_kb, 6);
-        // SAFETY: strings are NUL-terminated library strings.
-        unsafe {
-            assert_eq!(CStr::from_ptr(first.command).to_str(), Ok("sleep 1"));
-            assert_eq!(CStr::from_ptr(first.pend_reason).to_str(), Ok("a"));
-            assert_eq!(CStr::from_ptr(first.user).to_str(), Ok(""));
-        }
+        assert_eq!(cstr(first.command), "sleep 1");
+        assert_eq!(cstr(first.pend_reason), "a");
+        assert_eq!(cstr(first.user), "");
+        assert_eq!(cstr(second.name), "n");
+        // Distinct strings, each inside the one block.
+        assert_ne!(first.command, second.command);
         xce_free_jobs(out, 2);
         let mut out = std::ptr::null_mut::<xce_job_t>();
-        assert_eq!(out_list(&[], job_to_c, &mut out), 0);
+        assert_eq!(out_list(&[], job_fill, &mut out), 0);
         assert!(out.is_null());
         xce_free_jobs(out, 0);
+    }
+
+    #[test]
+    fn the_seeds_joblist_is_null_terminated_and_never_null() {
+        let jobs: Vec<msg::Job> = (0..5)
+            .map(|i| msg::Job {
+                job_id: i,
+                name: format!("job{i}"),
+                ..Default::default()
+            })
+            .collect();
+        let mut out = std::ptr::null_mut();
+        assert_eq!(out_job_ptrs(&jobs, &mut out), 5);
+        for i in 0..5 {
+            // SAFETY: out holds 6 pointers, the first 5 to live jobs.
+            let j = unsafe { &**out.add(i) };
+            assert_eq!(j.jobid, i as u64);
+            assert_eq!(cstr(j.name), format!("job{i}"));
+        }
+        // SAFETY: as above.
+        assert!(unsafe { *out.add(5) }.is_null());
+        xce_free_joblist(out);
+        let mut out = std::ptr::null_mut();
+        assert_eq!(out_job_ptrs(&[], &mut out), 0);
+        assert!(!out.is_null());
+        // SAFETY: a one-entry array.
+        assert!(unsafe { *out }.is_null());
+        xce_free_joblist(out);
+        xce_free_joblist(std::ptr::null_mut());
+    }
+
+    /// One block per call whatever the shape: sized exactly by the dry run, with empty
+    /// strings costing nothing.
+    #[test]
+    fn one_block_sized_by_the_dry_run() {
+        let empty = vec![msg::Job::default(); 1000];
+        let mut out = std::ptr::null_mut();
+        assert_eq!(out_list(&empty, job_fill, &mut out), 1000);
+        // SAFETY: out is the object of a live block; its header holds the total size.
+        let total = unsafe { out.cast::<u8>().sub(HEADER).cast::<usize>().read() };
+        assert_eq!(total, HEADER + 1000 * std::mem::size_of::<xce_job_t>());
+        // SAFETY: as above.
+        assert_eq!(cstr(unsafe { (*out.add(999)).queue }), "");
+        xce_free_jobs(out, 1000);
     }
 
     #[test]
     fn hosts_and_conf_free_everything() {
         let h = msg::Host {
             name: "w1".into(),
-            attrs: vec![msg::KeyValue {
-                key: "k".into(),
-                value: "v".into(),
-            }],
+            attrs: vec![
+                msg::KeyValue {
+                    key: "k".into(),
+                    value: "v".into(),
+                },
+                msg::KeyValue {
+                    key: "gpu".into(),
+                    value: String::new(),
+                },
+            ],
             ..Default::default()
         };
         let mut out = std::ptr::null_mut();
-        assert_eq!(out_list(&[h], host_to_c, &mut out), 1);
-        xce_free_hosts(out, 1);
+        assert_eq!(
+            out_list(&[h.clone(), msg::Host::default()], host_fill, &mut out),
+            2
+        );
+        // SAFETY: out holds 2 hosts; the first has 2 attributes.
+        unsafe {
+            let first = &*out;
+            assert_eq!(cstr(first.name), "w1");
+            assert_eq!(first.nattrs, 2);
+            assert_eq!(cstr((*first.attrs.add(1)).key), "gpu");
+            assert_eq!(cstr((*first.attrs.add(1)).value), "");
+            let second = &*out.add(1);
+            assert!(second.attrs.is_null() && second.nattrs == 0);
+        }
+        xce_free_hosts(out, 2);
         let conf = msg::ClusterConf {
             cluster_name: "c".into(),
             controllers: vec![msg::ControllerEntry::default(); 3],
@@ -797,14 +1023,43 @@ mod tests {
             }],
             ..Default::default()
         };
-        let c = Box::into_raw(Box::new(cluster_conf_to_c(&conf)));
+        let mut c = std::ptr::null_mut();
+        assert_eq!(out_one(&conf, cluster_conf_fill, &mut c), 0);
         // SAFETY: c is live.
         unsafe {
             assert_eq!((*c).ncontrollers, 3);
             assert_eq!((*(*c).queues).open, 1);
+            assert_eq!(cstr((*(*c).queues).name), "normal");
+            assert_eq!(cstr((*c).cluster_name), "c");
         }
         xce_free_cluster_conf(c);
         xce_free_cluster_conf(std::ptr::null_mut());
+        let mut info = std::ptr::null_mut();
+        let ci = msg::ControllerInfo {
+            version: "0.1.0".into(),
+            ..Default::default()
+        };
+        assert_eq!(out_one(&ci, ctrl_info_fill, &mut info), 0);
+        // SAFETY: info is live.
+        assert_eq!(cstr(unsafe { (*info).version }), "0.1.0");
+        xce_free_controller_info(info);
+        let mut j = std::ptr::null_mut();
+        assert_eq!(out_one(&sample_job(), job_fill, &mut j), 0);
+        xce_free_job(j);
+        let mut r = std::ptr::null_mut();
+        let rs = [msg::Resource {
+            name: "mem".into(),
+            ..Default::default()
+        }];
+        assert_eq!(out_list(&rs, resource_fill, &mut r), 1);
+        xce_free_resources(r, 1);
+        let mut v = std::ptr::null_mut();
+        let vs = [msg::ResVal {
+            name: "load".into(),
+            value: "0.5".into(),
+        }];
+        assert_eq!(out_list(&vs, resval_fill, &mut v), 1);
+        xce_free_resvals(v, 1);
     }
 
     #[test]

@@ -12,15 +12,21 @@ use rustls::pki_types::ServerName;
 
 use super::fdcheck::FdIdent;
 use super::resolve;
+use super::tls::cause_of;
 use super::waker::{Wait, Waker};
-use crate::error::Error;
+use crate::error::{Error, TlsCause};
 use crate::wire::{
-    complete_frame_len, decode_reply, encode_request, encode_request_parts, Limits, Op, Reply,
-    Request, RequestHead,
+    decode_reply, encode_request, encode_request_parts, frame_len, Limits, Op, Reply, Request,
+    RequestHead,
 };
 
 /// Bytes read from the socket per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Capacity a connection's read or write buffer may keep between messages (F22). A buffer
+/// grown past it for one large message is given back once that message is consumed (or
+/// sent), so a single 16 MiB reply does not stay resident for the life of the connection.
+const KEEP_BUFFER: usize = 64 * 1024;
 
 /// Replies with a wrong `seq` tolerated on one connection before it counts as broken (F9):
 /// a stale reply or two after a timeout is normal, a stream of them is not.
@@ -59,8 +65,9 @@ impl Connection {
     /// TLS 1.3 handshake verifying the certificate against `host`. `deadline` bounds it all,
     /// the name lookup included (F8, F23); a wake ends it with `EINTR`. A lookup failure is
     /// `Error::Lookup` (its cause is dropped here: callers that report it resolve with
-    /// [`resolve::resolve`] and call [`Connection::connect_addrs`]). A failed certificate check
-    /// is `Error::Tls`; there is no plaintext fallback.
+    /// [`resolve::resolve`] and call [`Connection::connect_addrs`]). A failed handshake is
+    /// `Error::Tls` with its cause (a handshake that outlives the deadline:
+    /// `TlsCause::HandshakeTimeout`); there is no plaintext fallback.
     pub fn connect(
         host: &str,
         port: u16,
@@ -112,10 +119,16 @@ impl Connection {
             strays: 0,
         };
         if let Some(cfg) = tls {
-            let name = ServerName::try_from(host.to_string()).map_err(|_| Error::Tls)?;
-            let tls = rustls::ClientConnection::new(cfg.clone(), name).map_err(|_| Error::Tls)?;
+            // A host that is neither a DNS name nor an address cannot be verified.
+            let name = ServerName::try_from(host.to_string())
+                .map_err(|_| Error::Tls(TlsCause::NameMismatch))?;
+            let tls = rustls::ClientConnection::new(cfg.clone(), name)
+                .map_err(|e| Error::Tls(cause_of(&e)))?;
             conn.tls = Some(Box::new(tls));
-            conn.handshake(deadline, waker)?;
+            conn.handshake(deadline, waker).map_err(|e| match e {
+                Error::Errno(libc::ETIMEDOUT) => Error::Tls(TlsCause::HandshakeTimeout),
+                e => e,
+            })?;
         }
         Ok(conn)
     }
@@ -125,6 +138,7 @@ impl Connection {
         self.wbuf.clear();
         encode_request(req, &mut self.wbuf);
         let r = self.write_wbuf(deadline, waker);
+        self.trim_wbuf();
         self.note(r)
     }
 
@@ -139,7 +153,15 @@ impl Connection {
         self.wbuf.clear();
         encode_request_parts(head, op, &mut self.wbuf);
         let r = self.write_wbuf(deadline, waker);
+        self.trim_wbuf();
         self.note(r)
+    }
+
+    /// Gives back a write buffer that one large request grew (F22).
+    fn trim_wbuf(&mut self) {
+        if self.wbuf.capacity() > KEEP_BUFFER {
+            self.wbuf = Vec::new();
+        }
     }
 
     /// Waits for the reply whose `seq` is `expected_seq`, dropping others (F9). The deadline
@@ -230,16 +252,17 @@ impl Connection {
     }
 
     /// Reads TLS records from the socket (waiting if none) and processes them. A protocol or
-    /// certificate failure is `Error::Tls`, after the alert was sent on a best-effort basis.
+    /// certificate failure is `Error::Tls` naming its cause, after the alert was sent on a
+    /// best-effort basis.
     fn read_tls_records(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         loop {
             let tls = self.tls.as_mut().expect("TLS read without TLS");
             match tls.read_tls(&mut *self.sock) {
                 Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
                 Ok(_) => {
-                    if tls.process_new_packets().is_err() {
+                    if let Err(e) = tls.process_new_packets() {
                         let _ = tls.write_tls(&mut *self.sock);
-                        return Err(Error::Tls);
+                        return Err(Error::Tls(cause_of(&e)));
                     }
                     return Ok(());
                 }
@@ -297,9 +320,15 @@ impl Connection {
         waker: &Waker,
     ) -> Result<Reply, Error> {
         loop {
-            if let Some(n) = complete_frame_len(&self.rbuf, &self.limits)? {
+            // The first frame's length, once its segment table is in (checked against the
+            // limits; the body may still be arriving).
+            let total = frame_len(&self.rbuf, &self.limits)?;
+            if let Some(n) = total.filter(|&n| n <= self.rbuf.len()) {
                 let reply = decode_reply(&self.rbuf[..n], &self.limits);
                 self.rbuf.drain(..n);
+                if self.rbuf.capacity() > KEEP_BUFFER {
+                    self.rbuf.shrink_to(READ_CHUNK.max(self.rbuf.len()));
+                }
                 let reply = reply?;
                 if reply.seq == expected_seq {
                     return Ok(reply);
@@ -311,13 +340,28 @@ impl Connection {
                 }
                 continue;
             }
-            self.fill(deadline, waker)?;
+            self.fill(total, deadline, waker)?;
         }
     }
 
-    /// Appends at least one byte of plaintext to `rbuf`, waiting until `deadline`.
-    fn fill(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+    /// Appends at least one byte of plaintext to `rbuf`, waiting until `deadline`. The buffer
+    /// grows geometrically as bytes arrive, but never past the frame being received
+    /// (`frame_total`, when its table is in) plus one read: memory follows what arrived, not
+    /// what a length prefix claims, and a 16 MiB reply is not given a 32 MiB buffer.
+    fn fill(
+        &mut self,
+        frame_total: Option<usize>,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<(), Error> {
         let len = self.rbuf.len();
+        if self.rbuf.capacity() < len + READ_CHUNK {
+            let mut cap = (self.rbuf.capacity() * 2).max(len + READ_CHUNK);
+            if let Some(total) = frame_total {
+                cap = cap.min(total.max(len + READ_CHUNK));
+            }
+            self.rbuf.reserve_exact(cap - len);
+        }
         self.rbuf.resize(len + READ_CHUNK, 0);
         let r = self.fill_into(len, deadline, waker);
         let n = *r.as_ref().unwrap_or(&0);

@@ -12,8 +12,18 @@
 //! value), non-UTF-8 text, a `clientId` that is not exactly 16 bytes, a frame that is not
 //! exactly one message, or anything over [`Limits`] is `Error::Proto`. It never panics.
 //!
+//! Decoding is bounded by the bytes that arrived (F22): each frame gets a traversal limit and
+//! an output budget proportional to its own length ([`Limits::reader_options_for`],
+//! [`Limits::output_budget`]): every list is charged against the budget before it is
+//! allocated, every text against the traversal limit (by capnp) before it is copied. A
+//! message that claims more (zero-size elements, a byte list read as a struct list, many
+//! pointers sharing one text or list) is `Error::Proto`, found in time proportional to the
+//! frame.
+//!
 //! Empty texts and all-zero `usage` are left as null pointers when encoding: Cap'n Proto reads
 //! a null pointer as the default ("" / zeros), so this only saves space.
+
+use std::cell::Cell;
 
 use capnp::message::{Builder, HeapAllocator, ScratchSpaceHeapAllocator};
 use capnp::traits::HasStructSize;
@@ -65,12 +75,16 @@ pub fn encode_reply(rep: &Reply, out: &mut Vec<u8>) {
 /// An empty or absent `clientId` is Proto too: every request carries its context's id (F16),
 /// and a shared all-zero id would let two clients' writes collide in the request-id table.
 pub fn decode_request(frame: &[u8], limits: &Limits) -> Result<Request, Error> {
-    with_root(frame, limits, |root| get_request(root.get_as().proto()?))
+    with_root(frame, limits, |b, root| {
+        get_request(b, root.get_as().proto()?)
+    })
 }
 
 /// Decode one framed reply; see [`decode_request`].
 pub fn decode_reply(frame: &[u8], limits: &Limits) -> Result<Reply, Error> {
-    with_root(frame, limits, |root| get_reply(root.get_as().proto()?))
+    with_root(frame, limits, |b, root| {
+        get_reply(b, root.get_as().proto()?)
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -114,22 +128,25 @@ fn append_framed(segments: &[&[u8]], out: &mut Vec<u8>) {
     }
 }
 
-/// Checks that `frame` is exactly one message within `limits`, then reads its root.
+/// Checks that `frame` is exactly one message within `limits`, then reads its root with the
+/// frame's own bounds (F22): a traversal limit and an output [`Budget`], both proportional to
+/// `frame.len()`.
 fn with_root<T>(
     frame: &[u8],
     limits: &Limits,
-    read: impl for<'a> FnOnce(capnp::any_pointer::Reader<'a>) -> Result<T, Error>,
+    read: impl for<'a> FnOnce(&Budget, capnp::any_pointer::Reader<'a>) -> Result<T, Error>,
 ) -> Result<T, Error> {
     // Exactly one whole frame: no truncation, no trailing bytes (protocol.md "Transport").
     if frame_len(frame, limits)? != Some(frame.len()) {
         return Err(Error::Proto);
     }
-    let opts = limits.reader_options();
+    let opts = limits.reader_options_for(frame.len());
+    let budget = Budget(Cell::new(Limits::output_budget(frame.len())));
     if frame.as_ptr().align_offset(8) == 0 {
         let mut slice = frame;
         let msg =
             capnp::serialize::read_message_from_flat_slice_no_alloc(&mut slice, opts).proto()?;
-        read(msg.get_root().proto()?)
+        read(&budget, msg.get_root().proto()?)
     } else {
         // capnp (without its "unaligned" feature) reads words in place and needs 8-byte
         // alignment; a frame cut from an arbitrary offset is copied once into words.
@@ -138,7 +155,7 @@ fn with_root<T>(
         let mut slice = Word::words_to_bytes(&words);
         let msg =
             capnp::serialize::read_message_from_flat_slice_no_alloc(&mut slice, opts).proto()?;
-        read(msg.get_root().proto()?)
+        read(&budget, msg.get_root().proto()?)
     }
 }
 
@@ -150,6 +167,22 @@ trait OrProto<T> {
 impl<T, E> OrProto<T> for Result<T, E> {
     fn proto(self) -> Result<T, Error> {
         self.map_err(|_| Error::Proto)
+    }
+}
+
+/// What one frame may decode into (F22): bytes of list elements (`count * size_of`),
+/// charged before each list is allocated. It starts at [`Limits::output_budget`] for the
+/// frame's size, so a list of zero-size elements (or a byte list read as a struct list)
+/// cannot claim more elements than the frame pays for. Texts need no charge: capnp charges
+/// each text read to the frame's traversal limit before we copy it, so all texts together
+/// are at most about twice the frame (even when many pointers share one text).
+struct Budget(Cell<usize>);
+
+impl Budget {
+    fn charge(&self, bytes: usize) -> Result<(), Error> {
+        let left = self.0.get().checked_sub(bytes).ok_or(Error::Proto)?;
+        self.0.set(left);
+        Ok(())
     }
 }
 
@@ -558,7 +591,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
 // ---------------------------------------------------------------------------------------
 // Decoding
 
-fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
+fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error> {
     use cp::request::op::Which as W;
     let client_id: ClientId = r.get_client_id().proto()?.try_into().proto()?;
     let op = match r.get_op().which().proto()? {
@@ -576,7 +609,7 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
                 host: text(x.get_host())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
-                attrs: get_kvs(x.get_attrs())?,
+                attrs: get_kvs(b, x.get_attrs())?,
             })
         }
         W::Joblist(x) => {
@@ -641,7 +674,7 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
             let x = x.proto()?;
             Op::UpdateResvals {
                 host: text(x.get_host())?,
-                resvals: get_resvals(x.get_resvals())?,
+                resvals: get_resvals(b, x.get_resvals())?,
             }
         }
         W::UpdateJusage(x) => {
@@ -701,6 +734,7 @@ fn get_request(r: cp::request::Reader<'_>) -> Result<Request, Error> {
 type ListReader<'a, T> = capnp::Result<capnp::struct_list::Reader<'a, T>>;
 
 fn get_list<'a, T, U>(
+    b: &Budget,
     l: ListReader<'a, T>,
     each: impl Fn(T::Reader<'a>) -> Result<U, Error>,
 ) -> Result<Vec<U>, Error>
@@ -708,17 +742,23 @@ where
     T: capnp::traits::OwnedStruct,
 {
     let l = l.proto()?;
-    // Capacity from the list's length is safe: the reader has checked that the elements are
-    // inside the (limited) message.
-    let mut v = Vec::with_capacity(l.len() as usize);
+    // The reader only checked that the elements' *words* are inside the message: zero-size
+    // elements (or a byte list read as structs) take none or one byte each. The Vec's bytes
+    // are charged before it is allocated, so the count cannot exceed what the frame pays for.
+    let n = l.len() as usize;
+    b.charge(n.saturating_mul(std::mem::size_of::<U>()))?;
+    // Even a bounded list can meet a process out of memory: that is an error, not an abort.
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::Errno(libc::ENOMEM))?;
     for x in l.iter() {
         v.push(each(x)?);
     }
     Ok(v)
 }
 
-fn get_kvs(l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
-    get_list(l, |x| {
+fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
+    get_list(b, l, |x| {
         Ok(KeyValue {
             key: text(x.get_key())?,
             value: text(x.get_value())?,
@@ -726,8 +766,8 @@ fn get_kvs(l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Err
     })
 }
 
-fn get_resvals(l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
-    get_list(l, |x| {
+fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
+    get_list(b, l, |x| {
         Ok(ResVal {
             name: text(x.get_name())?,
             value: text(x.get_value())?,
@@ -763,7 +803,7 @@ fn get_job(x: cp::job::Reader<'_>) -> Result<Job, Error> {
     })
 }
 
-fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
+fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
     use cp::reply::data::Which as W;
     let data = match r.get_data().which().proto()? {
         W::None(()) => ReplyData::None,
@@ -781,33 +821,33 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 waiters: x.get_waiters(),
             })
         }
-        W::Jobs(l) => ReplyData::Jobs(get_list(l, get_job)?),
+        W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),
         W::Job(x) => ReplyData::Job(get_job(x.proto()?)?),
         W::JobId(id) => ReplyData::JobId(id),
-        W::Hosts(l) => ReplyData::Hosts(get_list(l, |x| {
+        W::Hosts(l) => ReplyData::Hosts(get_list(b, l, |x| {
             Ok(Host {
                 name: text(x.get_name())?,
                 state: en(x.get_state())?,
                 ncpus: x.get_ncpus(),
                 mem_mb: x.get_mem_mb(),
-                attrs: get_kvs(x.get_attrs())?,
+                attrs: get_kvs(b, x.get_attrs())?,
                 njobs: x.get_njobs(),
                 last_heartbeat: x.get_last_heartbeat(),
             })
         })?),
-        W::Resources(l) => ReplyData::Resources(get_list(l, |x| {
+        W::Resources(l) => ReplyData::Resources(get_list(b, l, |x| {
             Ok(Resource {
                 name: text(x.get_name())?,
                 kind: text(x.get_type())?,
                 description: text(x.get_description())?,
             })
         })?),
-        W::Resvals(l) => ReplyData::ResVals(get_resvals(l)?),
+        W::Resvals(l) => ReplyData::ResVals(get_resvals(b, l)?),
         W::ClusterConf(x) => {
             let x = x.proto()?;
             ReplyData::ClusterConf(ClusterConf {
                 cluster_name: text(x.get_cluster_name())?,
-                controllers: get_list(x.get_controllers(), |y| {
+                controllers: get_list(b, x.get_controllers(), |y| {
                     Ok(ControllerEntry {
                         id: y.get_id(),
                         host: text(y.get_host())?,
@@ -817,7 +857,7 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 })?,
                 primary_id: x.get_primary_id(),
                 term: x.get_term(),
-                queues: get_list(x.get_queues(), |y| {
+                queues: get_list(b, x.get_queues(), |y| {
                     Ok(Queue {
                         name: text(y.get_name())?,
                         open: y.get_open(),
@@ -842,6 +882,70 @@ fn get_reply(r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::frame::OUTPUT_BYTES_PER_FRAME_BYTE;
+
+    /// F22's budget never refuses a legitimate message: each decoded list element is at most
+    /// `OUTPUT_BYTES_PER_FRAME_BYTE` times the bytes its struct takes on the wire, so all the
+    /// lists together are at most that many times the frame.
+    #[test]
+    fn every_decoded_list_element_fits_the_output_ratio() {
+        fn check<T, W: HasStructSize>(name: &str) {
+            let wire = sw::<W>() * 8;
+            let rust = std::mem::size_of::<T>();
+            assert!(
+                rust <= OUTPUT_BYTES_PER_FRAME_BYTE * wire,
+                "{name}: {rust} B in Rust for {wire} B on the wire"
+            );
+        }
+        check::<Job, cp::job::Builder>("Job");
+        check::<Host, cp::host::Builder>("Host");
+        check::<KeyValue, cp::key_value::Builder>("KeyValue");
+        check::<Resource, cp::resource::Builder>("Resource");
+        check::<ResVal, cp::res_val::Builder>("ResVal");
+        check::<ControllerEntry, cp::controller_entry::Builder>("ControllerEntry");
+        check::<Queue, cp::queue::Builder>("Queue");
+    }
+
+    /// The densest legitimate replies (empty key/values, empty resvals) decode whole; the same
+    /// claims without the bytes behind them do not.
+    #[test]
+    fn dense_legitimate_lists_decode_and_their_hostile_twins_do_not() {
+        let l = Limits::default();
+        let empty_kvs = vec![KeyValue::default(); 2000];
+        let hosts = (0..50)
+            .map(|_| Host {
+                attrs: empty_kvs.clone(),
+                ..Host::default()
+            })
+            .collect();
+        for data in [
+            ReplyData::Hosts(hosts),
+            ReplyData::ResVals(vec![ResVal::default(); 100_000]),
+            ReplyData::Jobs(vec![Job::default(); 10_000]),
+            ReplyData::ClusterConf(ClusterConf {
+                controllers: vec![ControllerEntry::default(); 10_000],
+                queues: vec![Queue::default(); 10_000],
+                ..ClusterConf::default()
+            }),
+        ] {
+            let rep = Reply::ok(1, data);
+            let mut out = Vec::new();
+            encode_reply(&rep, &mut out);
+            assert_eq!(decode_reply(&out, &l), Ok(rep));
+        }
+        // A job list of 1,000 zero-size elements: one tag word, no bytes behind the claim.
+        let mut out = Vec::new();
+        encode_reply(&Reply::ok(1, ReplyData::Jobs(vec![])), &mut out);
+        let tag_at = out.len() - 8;
+        let tag = u64::from_le_bytes(out[tag_at..].try_into().unwrap());
+        assert_eq!(tag & 3, 0, "the empty list's tag is the last word");
+        out[tag_at..].copy_from_slice(&(1000u64 << 2).to_le_bytes());
+        assert_eq!(decode_reply(&out, &l), Err(Error::Proto));
+        // The same with 10 elements stays inside the slack.
+        out[tag_at..].copy_from_slice(&(10u64 << 2).to_le_bytes());
+        let rep = decode_reply(&out, &l).unwrap();
+        assert_eq!(rep.data, ReplyData::Jobs(vec![Job::default(); 10]));
+    }
 
     #[test]
     fn smoke_round_trip() {

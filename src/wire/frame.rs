@@ -22,13 +22,23 @@ pub const MAX_SEGMENTS: usize = 512;
 /// Bytes per Cap'n Proto word.
 const WORD: usize = 8;
 
+/// Bytes of decoded list elements allowed per frame byte (F22; see [`Limits::output_budget`]).
+pub const OUTPUT_BYTES_PER_FRAME_BYTE: usize = 4;
+
+/// Bytes of decoded list elements every frame may produce beyond the proportional part.
+pub const OUTPUT_SLACK_BYTES: usize = 4096;
+
+/// Traversal words every frame gets beyond twice its own words.
+const TRAVERSAL_SLACK_WORDS: usize = 64;
+
 /// Size limits every reader enforces (protocol.md "Transport").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest framed message accepted, segment table included.
     pub max_message_bytes: usize,
     /// Cap'n Proto traversal limit, in 8-byte words: bounds the work a decoder does on one
-    /// message even when pointers alias the same data (the amplification attack).
+    /// message even when pointers alias the same data (the amplification attack). Each frame
+    /// gets the smaller of this and [`Limits::traversal_for`] its length.
     pub traversal_limit_words: usize,
 }
 
@@ -43,10 +53,32 @@ impl Limits {
         }
     }
 
-    /// The `capnp` reader options for these limits.
-    pub(crate) fn reader_options(&self) -> capnp::message::ReaderOptions {
+    /// Traversal limit for one frame of `frame_bytes` (F22): twice its words, plus a little,
+    /// and never above `traversal_limit_words`. Our decoder reads each object of a legitimate
+    /// message once, so it always fits; what it bounds is the work on claims that cost no
+    /// bytes (zero-size list elements, pointers sharing one text or list).
+    pub fn traversal_for(&self, frame_bytes: usize) -> usize {
+        (frame_bytes / WORD)
+            .saturating_mul(2)
+            .saturating_add(TRAVERSAL_SLACK_WORDS)
+            .min(self.traversal_limit_words)
+    }
+
+    /// Bytes of decoded list elements (`count * size_of`) one frame of `frame_bytes` may
+    /// produce (F22): [`OUTPUT_BYTES_PER_FRAME_BYTE`] per byte, plus [`OUTPUT_SLACK_BYTES`].
+    /// Every decoded element type is at most that many times its own Cap'n Proto size (a test
+    /// in codec.rs checks each), so a legitimate message always fits. Texts are bounded by
+    /// the traversal limit instead: together at most about twice the frame.
+    pub const fn output_budget(frame_bytes: usize) -> usize {
+        frame_bytes
+            .saturating_mul(OUTPUT_BYTES_PER_FRAME_BYTE)
+            .saturating_add(OUTPUT_SLACK_BYTES)
+    }
+
+    /// The `capnp` reader options for one frame of `frame_bytes`.
+    pub(crate) fn reader_options_for(&self, frame_bytes: usize) -> capnp::message::ReaderOptions {
         let mut o = capnp::message::ReaderOptions::new();
-        o.traversal_limit_in_words(Some(self.traversal_limit_words));
+        o.traversal_limit_in_words(Some(self.traversal_for(frame_bytes)));
         // Our schema nests at most 5 deep (Reply > data > List(Host) > Host > attrs); leave room
         // for evolution but stop hostile recursion early.
         o.nesting_limit(32);

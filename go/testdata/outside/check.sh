@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 prefix=$tmp/prefix
-"$root/scripts/install.sh" "$prefix" >/dev/null
+"$root/scripts/install.sh" --no-tools "$prefix" >/dev/null
 echo "installed into $prefix"
 
 mkdir "$tmp/app"

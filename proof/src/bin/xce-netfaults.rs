@@ -1,0 +1,155 @@
+//! `xce-netfaults`: the P9 table of acceptance.md — network faults in network namespaces
+//! (a blackholed primary, a primary cut off from its peers, a standby silent to clients then
+//! the primary blackholed), concurrent writers and readers through the library, each round's
+//! history checked for linearizability. Needs root and `ip` (iproute2).
+//!
+//! ```text
+//! cargo run --release -p xce-proof --bin xce-netfaults -- [--rounds 5] [--fault-secs 5]
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use xce_proof::netfaults::{self, describe, Plan, Scenario};
+
+const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only blackhole,isolate,silent] [--no-build]
+  --rounds N      rounds per fault (default 5; a round where the silent standby won the election
+                  is repeated, at most N extra times)
+  --fault-secs S  how long each fault lasts (default 5)
+  --only LIST     only these faults
+  --no-build      do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
+
+struct Args {
+    rounds: usize,
+    fault_for: Duration,
+    scenarios: Vec<Scenario>,
+    build: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        rounds: 5,
+        fault_for: Duration::from_secs(5),
+        scenarios: Scenario::ALL.to_vec(),
+        build: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
+        match arg.as_str() {
+            "--rounds" => {
+                a.rounds = value("a number")?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or("--rounds: a positive number")?
+            }
+            "--fault-secs" => {
+                let s: f64 = value("seconds")?
+                    .parse()
+                    .ok()
+                    .filter(|&s: &f64| s > 0.0 && s < 3600.0)
+                    .ok_or("--fault-secs: seconds, > 0")?;
+                a.fault_for = Duration::from_secs_f64(s);
+            }
+            "--only" => {
+                a.scenarios = value("a list")?
+                    .split(',')
+                    .map(|s| match s.trim() {
+                        "blackhole" => Ok(Scenario::BlackholedPrimary),
+                        "isolate" => Ok(Scenario::IsolatedPrimary),
+                        "silent" => Ok(Scenario::SilentStandbyThenBlackhole),
+                        other => Err(format!("--only: unknown fault {other:?}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--no-build" => a.build = false,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(a)
+}
+
+/// Builds the controller in this binary's profile so that a stale one is never measured.
+fn build_controller() -> Result<(), String> {
+    if std::env::var_os("XCE_CONTROLLER").is_some() {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args(["build", "--quiet", "-p", "xce-controller"]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    match cmd.status() {
+        Ok(st) if st.success() => Ok(()),
+        Ok(st) => Err(format!("cargo build -p xce-controller: {st}")),
+        Err(e) => Err(format!("cargo build -p xce-controller: {e}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("xce-netfaults: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(why) = xce_proof::netns::unavailable() {
+        eprintln!("xce-netfaults: network namespaces unavailable: {why}");
+        return ExitCode::FAILURE;
+    }
+    if args.build {
+        if let Err(e) = build_controller() {
+            eprintln!("xce-netfaults: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if std::env::var_os("XCE_LOG").is_none() {
+        xce::failover::log::set_level(xce::failover::log::Level::Error);
+    }
+    let logs = std::env::temp_dir().join(format!("xce-netfaults-logs-{}", std::process::id()));
+    let plan = Plan {
+        fault_for: args.fault_for,
+        log_dir: Some(logs.clone()),
+        ..Plan::default()
+    };
+    println!(
+        "xce-netfaults: {} rounds per fault; controller {}; {} CPUs; controller logs in {}{}\n",
+        args.rounds,
+        xce_proof::controller_bin().display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        logs.display(),
+        if cfg!(debug_assertions) {
+            "; WARNING: debug build, numbers are not representative"
+        } else {
+            ""
+        }
+    );
+    let started = Instant::now();
+    let results = match netfaults::run(&args.scenarios, args.rounds, &plan, |r| {
+        eprintln!("  {}", describe(r))
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", netfaults::table(&results, &plan));
+    println!("({:.0} s)", started.elapsed().as_secs_f64());
+    if results.iter().all(|r| r.correct() && r.recovered()) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "xce-netfaults: a history was not linearizable or a client was never served again"
+        );
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,600 @@
+//! Network-fault rounds (S11, P9): a 3-node cluster in network namespaces ([`crate::netns`]),
+//! concurrent writers (`jobsubmit` of fresh ids) and readers (`joblist`) through the library's
+//! [`Client`] in the client namespace, one fault per round; the history is checked for
+//! linearizability ([`crate::linearizable`]) and every acknowledged write must be listed
+//! exactly once at the end. Each round measures how long the clients went without service.
+//!
+//! Used by `tests/netfaults.rs` (pass/fail) and the `xce-netfaults` command (the P9 table).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use xce::client::{new_job_id, parse_masters, Client, Config};
+use xce::wire::{JobFilter, JobSpec};
+use xce::Error;
+
+use crate::bench::table::{num, Table, Verdict};
+use crate::bench::Summary;
+use crate::linearizable::{self, History, Read, Violation, Write};
+use crate::netns::{self, Fault, NetCluster};
+
+/// What goes wrong in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// The primary's links go down: its packets vanish both ways, no RST.
+    BlackholedPrimary,
+    /// The primary loses its peers; clients still reach it.
+    IsolatedPrimary,
+    /// The standby after the primary in the master list drops clients' packets; 1 s later the
+    /// primary is blackholed (the loop may try the silent standby first).
+    SilentStandbyThenBlackhole,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 3] = [
+        Scenario::BlackholedPrimary,
+        Scenario::IsolatedPrimary,
+        Scenario::SilentStandbyThenBlackhole,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::BlackholedPrimary => "primary blackholed",
+            Scenario::IsolatedPrimary => "primary cut off from its peers",
+            Scenario::SilentStandbyThenBlackhole => {
+                "standby silent to clients, then primary blackholed"
+            }
+        }
+    }
+}
+
+/// How a round runs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// How long the fault lasts.
+    pub fault_for: Duration,
+    /// Service before the fault.
+    pub warmup: Duration,
+    pub writers: usize,
+    pub readers: usize,
+    /// Pause between one thread's calls.
+    pub pace: Duration,
+    /// Controller logs (`node-N.log`, appended round after round); `None`: discarded.
+    pub log_dir: Option<PathBuf>,
+    /// Extra `xce-controller run` flags.
+    pub controller_args: Vec<String>,
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan {
+            fault_for: Duration::from_secs(5),
+            warmup: Duration::from_secs(1),
+            writers: 3,
+            readers: 3,
+            pace: Duration::from_millis(20),
+            log_dir: None,
+            controller_args: Vec::new(),
+        }
+    }
+}
+
+/// How long anything (election, recovery after the heal) may take before the round fails.
+pub const ROUND_BOUND: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Writer,
+    Reader,
+}
+
+/// One call of one thread; times from the round's origin.
+#[derive(Debug, Clone)]
+struct Call {
+    invoked: Duration,
+    completed: Duration,
+    /// Writes: the id; reads: unused.
+    id: u64,
+    result: Result<Vec<u64>, Error>,
+}
+
+/// What one client thread saw in a round.
+#[derive(Debug, Clone)]
+pub struct ThreadResult {
+    pub kind: Kind,
+    /// Longest time between two successive successes, among gaps that end after the fault.
+    pub unavailable: Duration,
+    /// Fault → the success that ended that gap.
+    pub served_again: Duration,
+    /// Calls that returned `E_XCE_NOT_READY` to the caller after the fault.
+    pub not_ready: usize,
+    /// Calls that returned any other error after the fault.
+    pub other_errors: Vec<Error>,
+    /// It succeeded after the fault was healed.
+    pub recovered: bool,
+}
+
+/// One round's outcome.
+#[derive(Debug, Clone)]
+pub struct RoundResult {
+    pub scenario: Scenario,
+    pub old_primary: u32,
+    /// The node that answered `hello` as primary after the fault, and when (from the fault).
+    pub new_primary: Option<(u32, Duration)>,
+    /// The silent standby became primary: clients cannot reach it until the heal (such a round
+    /// measures something else; the runner repeats it).
+    pub silent_elected: bool,
+    pub threads: Vec<ThreadResult>,
+    pub writes_acked: usize,
+    pub writes_failed: usize,
+    pub reads: usize,
+    /// Linearizability of the whole history, including the final listing.
+    pub history: Result<(), Vec<Violation>>,
+}
+
+impl RoundResult {
+    /// Whether the history was linearizable and every acknowledged write listed exactly once.
+    pub fn correct(&self) -> bool {
+        self.history.is_ok()
+    }
+
+    /// Whether every client thread was served again after the heal.
+    pub fn recovered(&self) -> bool {
+        self.threads.iter().all(|t| t.recovered)
+    }
+}
+
+fn client_in_ns(masters: &str) -> Result<Client, Error> {
+    let mut cfg = Config::new(parse_masters(masters)?);
+    cfg.client_name = "netfaults".into();
+    Client::start(cfg)
+}
+
+fn spec(job_id: u64) -> JobSpec {
+    JobSpec {
+        job_id,
+        name: "nf".into(),
+        user: "nf".into(),
+        queue: String::new(),
+        command: "true".into(),
+        ncpus: 1,
+        mem_mb: 1,
+    }
+}
+
+fn ids(r: Result<Vec<xce::wire::Job>, Error>) -> Result<Vec<u64>, Error> {
+    r.map(|jobs| jobs.into_iter().map(|j| j.job_id).collect())
+}
+
+/// A client thread: enters the client namespace, then calls until `stop`.
+fn client_thread(
+    ns: String,
+    masters: String,
+    kind: Kind,
+    origin: Instant,
+    pace: Duration,
+    stop: Arc<AtomicBool>,
+    last_ok: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Result<Vec<Call>, String>> {
+    std::thread::spawn(move || {
+        netns::enter(&ns).map_err(|e| format!("enter {ns}: {e}"))?;
+        let client = client_in_ns(&masters).map_err(|e| format!("client start: {e}"))?;
+        let mut calls = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let invoked = origin.elapsed();
+            let (id, result) = match kind {
+                Kind::Writer => {
+                    let id = new_job_id();
+                    (id, client.jobsubmit(spec(id)).map(|_| Vec::new()))
+                }
+                Kind::Reader => (0, ids(client.joblist(JobFilter::default()))),
+            };
+            let completed = origin.elapsed();
+            if result.is_ok() {
+                last_ok.store(completed.as_nanos() as u64, Ordering::Relaxed);
+            }
+            calls.push(Call {
+                invoked,
+                completed,
+                id,
+                result,
+            });
+            std::thread::sleep(pace);
+        }
+        Ok(calls)
+    })
+}
+
+/// The thread's longest gap between successes that ends after `fault`: (length, end).
+fn longest_gap(calls: &[Call], start: Duration, fault: Duration) -> Option<(Duration, Duration)> {
+    let mut last = start;
+    let mut best: Option<(Duration, Duration)> = None;
+    for c in calls.iter().filter(|c| c.result.is_ok()) {
+        if c.completed > fault {
+            let gap = c.completed.saturating_sub(last);
+            if best.is_none_or(|(g, _)| gap > g) {
+                best = Some((gap, c.completed));
+            }
+        }
+        last = last.max(c.completed);
+    }
+    best
+}
+
+/// Runs one round of `scenario` on a fresh cluster.
+pub fn round(scenario: Scenario, plan: &Plan) -> Result<RoundResult, String> {
+    let cluster = NetCluster::start(3, &plan.controller_args, plan.log_dir.clone())
+        .map_err(|e| format!("namespaces/cluster: {e}"))?;
+    let p = cluster
+        .wait_primary(None, ROUND_BOUND)
+        .ok_or("no primary elected")?;
+    let masters = cluster.masters();
+    let origin = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let kinds: Vec<Kind> = std::iter::repeat_n(Kind::Writer, plan.writers)
+        .chain(std::iter::repeat_n(Kind::Reader, plan.readers))
+        .collect();
+    let last_ok: Vec<Arc<AtomicU64>> = kinds.iter().map(|_| Arc::default()).collect();
+    let handles: Vec<_> = kinds
+        .iter()
+        .zip(&last_ok)
+        .map(|(&k, last)| {
+            client_thread(
+                cluster.client_ns.clone(),
+                masters.clone(),
+                k,
+                origin,
+                plan.pace,
+                stop.clone(),
+                last.clone(),
+            )
+        })
+        .collect();
+    let outcome = run_fault(&cluster, scenario, p, plan, origin, &last_ok);
+    stop.store(true, Ordering::Relaxed);
+    let mut per_thread = Vec::new();
+    for h in handles {
+        per_thread.push(h.join().map_err(|_| "client thread panicked")??);
+    }
+    let (t_fault, t_healed, new_primary, silent) = outcome?;
+
+    // The final listing, after every call has completed, is the history's last read.
+    let final_read = {
+        let masters = masters.clone();
+        netns::in_ns(&cluster.client_ns, move || {
+            let c = client_in_ns(&masters)?;
+            let invoked = origin.elapsed();
+            let ids = ids(c.joblist(JobFilter::default()))?;
+            Ok::<_, Error>(Read {
+                invoked,
+                completed: origin.elapsed(),
+                ids,
+            })
+        })
+        .map_err(|e| format!("final listing: {e}"))?
+        .map_err(|e| format!("final listing: {e}"))?
+    };
+
+    let mut history = History::default();
+    let mut threads = Vec::new();
+    for (calls, &kind) in per_thread.iter().zip(&kinds) {
+        for c in calls {
+            match kind {
+                Kind::Writer => history.writes.push(Write {
+                    id: c.id,
+                    invoked: c.invoked,
+                    completed: c.completed,
+                    acked: c.result.is_ok(),
+                }),
+                Kind::Reader => {
+                    if let Ok(ids) = &c.result {
+                        history.reads.push(Read {
+                            invoked: c.invoked,
+                            completed: c.completed,
+                            ids: ids.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let after: Vec<&Call> = calls.iter().filter(|c| c.completed > t_fault).collect();
+        let (unavailable, end) = longest_gap(calls, plan.warmup / 2, t_fault)
+            .ok_or_else(|| format!("a {kind:?} thread never succeeded after the fault"))?;
+        threads.push(ThreadResult {
+            kind,
+            unavailable,
+            served_again: end.saturating_sub(t_fault),
+            not_ready: after
+                .iter()
+                .filter(|c| c.result.as_ref().err() == Some(&Error::NotReady))
+                .count(),
+            other_errors: after
+                .iter()
+                .filter_map(|c| c.result.as_ref().err().copied())
+                .filter(|e| *e != Error::NotReady)
+                .collect(),
+            recovered: calls
+                .iter()
+                .any(|c| c.result.is_ok() && c.completed > t_healed),
+        });
+    }
+    let writes_acked = history.writes.iter().filter(|w| w.acked).count();
+    let writes_failed = history.writes.len() - writes_acked;
+    let reads = history.reads.len();
+    history.reads.push(final_read);
+    let checked = linearizable::check(&history);
+    Ok(RoundResult {
+        scenario,
+        old_primary: p,
+        new_primary,
+        silent_elected: silent,
+        threads,
+        writes_acked,
+        writes_failed,
+        reads,
+        history: checked,
+    })
+}
+
+type FaultTimes = (Duration, Duration, Option<(u32, Duration)>, bool);
+
+/// Warm-up, fault, heal, and waiting for every thread to be served again. Returns the fault
+/// and heal instants (from `origin`), the new primary and whether it is the silent standby.
+fn run_fault(
+    cluster: &NetCluster,
+    scenario: Scenario,
+    p: u32,
+    plan: &Plan,
+    origin: Instant,
+    last_ok: &[Arc<AtomicU64>],
+) -> Result<FaultTimes, String> {
+    std::thread::sleep(plan.warmup);
+    let n = cluster.nodes.len() as u32;
+    let silent = p % n + 1; // the master after the primary in list order
+    let (faults, prelude) = match scenario {
+        Scenario::BlackholedPrimary => (vec![Fault::Blackhole(p)], None),
+        Scenario::IsolatedPrimary => (vec![Fault::CutFromPeers(p)], None),
+        Scenario::SilentStandbyThenBlackhole => (
+            vec![Fault::Blackhole(p)],
+            Some(Fault::SilentToClients(silent)),
+        ),
+    };
+    let err = |e: std::io::Error| format!("fault: {e}");
+    if let Some(f) = prelude {
+        cluster.fault(f, true).map_err(err)?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let t_fault = origin.elapsed();
+    for &f in &faults {
+        cluster.fault(f, true).map_err(err)?;
+    }
+    // Which node takes over, probed (from the client namespace) while the fault lasts. The
+    // silent standby cannot be probed by clients: seen as "nobody" then.
+    let fault_end = Instant::now() + plan.fault_for;
+    let new_primary = cluster
+        .wait_primary(Some(p), plan.fault_for)
+        .map(|id| (id, origin.elapsed().saturating_sub(t_fault)));
+    std::thread::sleep(fault_end.saturating_duration_since(Instant::now()));
+    for &f in faults.iter().chain(prelude.iter()) {
+        cluster.fault(f, false).map_err(err)?;
+    }
+    let t_healed = origin.elapsed();
+    let silent_elected = scenario == Scenario::SilentStandbyThenBlackhole
+        && new_primary.is_none()
+        && cluster.wait_primary(Some(p), Duration::from_secs(5)) == Some(silent);
+    // Every thread served after the heal (bounded), then a little steady service.
+    let deadline = Instant::now() + ROUND_BOUND;
+    while Instant::now() < deadline
+        && last_ok
+            .iter()
+            .any(|t| Duration::from_nanos(t.load(Ordering::Relaxed)) <= t_healed)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    Ok((t_fault, t_healed, new_primary, silent_elected))
+}
+
+/// Rounds of each scenario; a round where the silent standby was elected is repeated (up to
+/// as many extra rounds as asked for). `progress` is told about each round.
+pub fn run(
+    scenarios: &[Scenario],
+    rounds: usize,
+    plan: &Plan,
+    mut progress: impl FnMut(&RoundResult),
+) -> Result<Vec<RoundResult>, String> {
+    let mut all = Vec::new();
+    for &s in scenarios {
+        let (mut valid, mut tries) = (0, 0);
+        while valid < rounds && tries < 2 * rounds {
+            tries += 1;
+            let r = round(s, plan)?;
+            progress(&r);
+            if !r.silent_elected {
+                valid += 1;
+            }
+            all.push(r);
+        }
+    }
+    Ok(all)
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The P9 table over `results`.
+pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
+    let mut t = Table::new("P9", "network faults: fault → clients served again");
+    t.note(format!(
+        "3 controllers, each in its own network namespace (client and peer networks on two \
+         bridges), {} writers (jobsubmit) + {} readers (joblist) through xce::client::Client in \
+         a client namespace, default budget, {} ms between calls; fault lasts {:.1} s; a fresh \
+         cluster per round",
+        plan.writers,
+        plan.readers,
+        plan.pace.as_millis(),
+        secs(plan.fault_for)
+    ));
+    t.note(
+        "unavailability: a thread's longest time between two successes (ending after the fault); \
+         served again: fault → the success ending it",
+    );
+    t.header = [
+        "fault",
+        "rounds",
+        "new primary s (median)",
+        "served again s: writers median",
+        "readers median",
+        "unavail. s: median",
+        "max",
+        "NOT_READY",
+        "other errors",
+        "linearizable",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut targets_ok = true;
+    let mut target_detail = Vec::new();
+    let mut no_not_ready = true;
+    for s in Scenario::ALL {
+        let rs: Vec<&RoundResult> = results
+            .iter()
+            .filter(|r| r.scenario == s && !r.silent_elected)
+            .collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let med = |v: Vec<f64>| Summary::of(&v).map_or("-".to_string(), |s| num(s.p50));
+        let elected: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.new_primary.map(|(_, d)| secs(d)))
+            .collect();
+        let served = |k: Kind| -> Vec<f64> {
+            rs.iter()
+                .flat_map(|r| &r.threads)
+                .filter(|t| t.kind == k)
+                .map(|t| secs(t.served_again))
+                .collect()
+        };
+        let unavail: Vec<f64> = rs
+            .iter()
+            .flat_map(|r| &r.threads)
+            .map(|t| secs(t.unavailable))
+            .collect();
+        let u = Summary::of(&unavail);
+        let not_ready: usize = rs
+            .iter()
+            .flat_map(|r| &r.threads)
+            .map(|t| t.not_ready)
+            .sum();
+        let other: usize = rs
+            .iter()
+            .flat_map(|r| &r.threads)
+            .map(|t| t.other_errors.len())
+            .sum();
+        let lin = rs.iter().filter(|r| r.correct()).count();
+        let repeated = results
+            .iter()
+            .filter(|r| r.scenario == s && r.silent_elected)
+            .count();
+        t.row(vec![
+            s.name().to_string(),
+            if repeated > 0 {
+                format!("{} (+{repeated} silent standby elected)", rs.len())
+            } else {
+                rs.len().to_string()
+            },
+            med(elected),
+            med(served(Kind::Writer)),
+            med(served(Kind::Reader)),
+            u.map_or("-".into(), |u| num(u.p50)),
+            u.map_or("-".into(), |u| num(u.max)),
+            not_ready.to_string(),
+            other.to_string(),
+            format!("{lin}/{}", rs.len()),
+        ]);
+        if s != Scenario::SilentStandbyThenBlackhole {
+            if let Some(u) = u {
+                targets_ok &= u.p50 <= 1.0 && u.max <= 1.5;
+                target_detail.push(format!("{}: {} / {} s", s.name(), num(u.p50), num(u.max)));
+            }
+        }
+        if s == Scenario::IsolatedPrimary {
+            no_not_ready = not_ready == 0;
+        }
+    }
+    let acked: usize = results.iter().map(|r| r.writes_acked).sum();
+    let failed: usize = results.iter().map(|r| r.writes_failed).sum();
+    let reads: usize = results.iter().map(|r| r.reads).sum();
+    let bad: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.history.as_ref().err())
+        .flatten()
+        .take(5)
+        .map(ToString::to_string)
+        .collect();
+    t.result(format!(
+        "history: {acked} acknowledged writes (all listed exactly once at the end: {}), {failed} \
+         failed writes (outcome unknown), {reads} reads; violations: {}",
+        if bad.is_empty() { "yes" } else { "NO" },
+        if bad.is_empty() {
+            "none".to_string()
+        } else {
+            bad.join("; ")
+        }
+    ));
+    t.target(
+        "per-thread unavailability ≤ 1.0 s median, ≤ 1.5 s max (blackholed, isolated primary)",
+        Verdict::from(targets_ok, target_detail.join("; ")),
+    );
+    t.target(
+        "no E_XCE_NOT_READY returned during an isolated-primary round",
+        Verdict::from(no_not_ready, "default budget".into()),
+    );
+    t.target(
+        "every history linearizable, every acknowledged write present exactly once",
+        Verdict::from(bad.is_empty(), format!("{} rounds", results.len())),
+    );
+    t
+}
+
+/// One line per round, for progress output.
+pub fn describe(r: &RoundResult) -> String {
+    let worst = r
+        .threads
+        .iter()
+        .map(|t| t.unavailable)
+        .max()
+        .unwrap_or_default();
+    let med = {
+        let mut v: Vec<Duration> = r.threads.iter().map(|t| t.unavailable).collect();
+        v.sort();
+        v.get(v.len() / 2).copied().unwrap_or_default()
+    };
+    format!(
+        "{}: primary {} → {}; unavailability median {:.2} s max {:.2} s; NOT_READY {}; {} acked, {} failed writes, {} reads; {}",
+        r.scenario.name(),
+        r.old_primary,
+        match r.new_primary {
+            Some((id, d)) => format!("{id} after {:.2} s", secs(d)),
+            None if r.silent_elected => "the silent standby (round repeated)".into(),
+            None => "none seen during the fault".into(),
+        },
+        secs(med),
+        secs(worst),
+        r.threads.iter().map(|t| t.not_ready).sum::<usize>(),
+        r.writes_acked,
+        r.writes_failed,
+        r.reads,
+        match &r.history {
+            Ok(()) => "linearizable".to_string(),
+            Err(v) => format!(
+                "NOT LINEARIZABLE: {}",
+                v.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+            ),
+        }
+    )
+}

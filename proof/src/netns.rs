@@ -1,0 +1,512 @@
+//! Network namespaces for the network-fault scenarios (S11, P9): each controller in its own
+//! namespace, clients in another, joined by two bridges in the root namespace — a *client*
+//! network and a *peer* (raft) network — so that every fault is a bridge port going down:
+//!
+//! ```text
+//!   ns client ──eth0── [bridge C] ──eth0── ns node1 ──eth1── [bridge R] ──eth1── ns node2 …
+//! ```
+//! - blackholed node (no RST, packets vanish): both its ports down;
+//! - node cut off from its peers but reachable by clients: its peer port down;
+//! - node silent to clients (SYNs vanish): its client port down.
+//!
+//! Needs root and `ip` (iproute2). Everything made is named `xcenf-<pid>-<n>-…` (namespaces)
+//! or `xn<pid base36><n>…` (links), removed when the [`Lab`] is dropped (also on panic), and
+//! removed at the next [`Lab::new`] when the process that made it is gone.
+
+use std::fs::File;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use xce::wire::ControllerRole;
+
+use crate::cluster::{controller_bin, probe};
+
+const NS_PREFIX: &str = "xcenf-";
+const LINK_PREFIX: &str = "xn";
+/// The client network (`10.201.1.0/24`) and the peer network (`10.201.2.0/24`). Every lab has
+/// its own bridges and namespaces, so labs running at once may use the same addresses.
+const CLIENT_NET: [u8; 3] = [10, 201, 1];
+const PEER_NET: [u8; 3] = [10, 201, 2];
+const CLIENT_PORT: u16 = 7000;
+const RAFT_PORT: u16 = 7100;
+
+static LABS: AtomicU32 = AtomicU32::new(0);
+
+/// Why namespaces cannot be used here, if they cannot (not root, no `ip`, no kernel support).
+pub fn unavailable() -> Option<String> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (network namespaces need CAP_NET_ADMIN)".into());
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => {}
+        _ => return Some("`ip` (iproute2) not found".into()),
+    }
+    let name = format!("{NS_PREFIX}{}-probe", std::process::id());
+    match ip(&["netns", "add", &name]) {
+        Ok(()) => {
+            let _ = ip(&["netns", "del", &name]);
+            None
+        }
+        Err(e) => Some(format!("cannot create a network namespace: {e}")),
+    }
+}
+
+/// Runs `ip ARGS`; an error carries its stderr.
+pub fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+fn ip_output(args: &[&str]) -> io::Result<String> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn base36(mut n: u32, width: usize) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut s = Vec::new();
+    loop {
+        s.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    while s.len() < width {
+        s.push(b'0');
+    }
+    s.reverse();
+    String::from_utf8(s).expect("ascii")
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes namespaces and bridges left by labs of processes that no longer exist (a run
+/// killed before its destructors ran). Processes still inside such a namespace are killed.
+pub fn clean_stale() {
+    let Ok(list) = ip_output(&["netns", "list"]) else {
+        return;
+    };
+    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(rest) = name.strip_prefix(NS_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        if let Ok(pids) = ip_output(&["netns", "pids", name]) {
+            for p in pids
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                // SAFETY: kill(2); the process is inside a namespace only our labs create.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+        }
+        let _ = ip(&["netns", "del", name]);
+    }
+    let Ok(links) = ip_output(&["-o", "link", "show", "type", "bridge"]) else {
+        return;
+    };
+    for l in links.lines() {
+        // "12: xn0abcd1C: <BROADCAST,…"
+        let Some(name) = l.split(':').nth(1).map(str::trim) else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(LINK_PREFIX) else {
+            continue;
+        };
+        let pid = rest.get(..5).and_then(|p| u32::from_str_radix(p, 36).ok());
+        if pid.is_some_and(|p| !pid_alive(p)) {
+            let _ = ip(&["link", "del", name]);
+        }
+    }
+}
+
+/// A set of namespaces and bridges owned by this process, removed on drop.
+pub struct Lab {
+    /// `xcenf-<pid>-<n>`
+    tag: String,
+    /// `xn<pid base36, 5><n base36>` (interface names are at most 15 bytes)
+    short: String,
+    namespaces: Vec<String>,
+    bridges: Vec<String>,
+}
+
+impl Lab {
+    /// A new, empty lab; first removes what dead processes left behind.
+    pub fn new() -> io::Result<Lab> {
+        clean_stale();
+        let pid = std::process::id();
+        let n = LABS.fetch_add(1, Ordering::Relaxed);
+        Ok(Lab {
+            tag: format!("{NS_PREFIX}{pid}-{n}"),
+            short: format!("{LINK_PREFIX}{}{}", base36(pid, 5), base36(n, 1)),
+            namespaces: Vec::new(),
+            bridges: Vec::new(),
+        })
+    }
+
+    /// A namespace `…-<role>` with its loopback up.
+    pub fn add_ns(&mut self, role: &str) -> io::Result<String> {
+        let name = format!("{}-{role}", self.tag);
+        ip(&["netns", "add", &name])?;
+        self.namespaces.push(name.clone());
+        ip(&["-n", &name, "link", "set", "lo", "up"])?;
+        Ok(name)
+    }
+
+    /// A bridge `<short><suffix>` in the root namespace, up, with no address.
+    pub fn add_bridge(&mut self, suffix: &str) -> io::Result<String> {
+        let name = format!("{}{suffix}", self.short);
+        ip(&["link", "add", &name, "type", "bridge"])?;
+        self.bridges.push(name.clone());
+        ip(&["link", "set", &name, "up"])?;
+        Ok(name)
+    }
+
+    /// A veth pair: `dev` with address `addr/24` inside `ns`, its peer `<short><suffix>` a port
+    /// of `bridge`. Returns the port's name (the handle for faults).
+    pub fn plug(
+        &mut self,
+        ns: &str,
+        dev: &str,
+        addr: Ipv4Addr,
+        bridge: &str,
+        suffix: &str,
+    ) -> io::Result<String> {
+        let port = format!("{}{suffix}", self.short);
+        ip(&[
+            "link", "add", &port, "type", "veth", "peer", "name", dev, "netns", ns,
+        ])?;
+        ip(&["link", "set", &port, "master", bridge])?;
+        ip(&["link", "set", &port, "up"])?;
+        ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+        ip(&["-n", ns, "link", "set", dev, "up"])?;
+        Ok(port)
+    }
+
+    /// The prefix of every namespace this lab makes (`xcenf-<pid>-<n>`).
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Sets a bridge port (from [`Lab::plug`]) up or down.
+    pub fn set_port(&self, port: &str, up: bool) -> io::Result<()> {
+        ip(&["link", "set", port, if up { "up" } else { "down" }])
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in self.namespaces.drain(..) {
+            if let Ok(pids) = ip_output(&["netns", "pids", &ns]) {
+                for p in pids
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                {
+                    // SAFETY: kill(2) on a process inside our own namespace.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+            }
+            if let Err(e) = ip(&["netns", "del", &ns]) {
+                eprintln!("netns: {e}");
+            }
+        }
+        for b in self.bridges.drain(..) {
+            if let Err(e) = ip(&["link", "del", &b]) {
+                eprintln!("netns: {e}");
+            }
+        }
+    }
+}
+
+/// Moves the calling thread into namespace `ns` (only this thread: network namespaces are
+/// per thread). Sockets it creates from now on live there.
+pub fn enter(ns: &str) -> io::Result<()> {
+    let f = File::open(Path::new("/var/run/netns").join(ns))?;
+    // SAFETY: setns(2) with a namespace fd we hold open; CLONE_NEWNET affects only the calling
+    // thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread inside namespace `ns` and returns its result.
+pub fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> io::Result<T> {
+        enter(&ns)?;
+        Ok(f())
+    })
+    .join()
+    .map_err(|_| io::Error::other("thread in namespace panicked"))?
+}
+
+/// One controller of a [`NetCluster`].
+pub struct NetNode {
+    pub id: u32,
+    pub ns: String,
+    /// Reached from the client namespace.
+    pub client: SocketAddr,
+    /// Reached from the other controllers.
+    pub raft: SocketAddr,
+    /// Bridge ports: the client network's and the peer network's.
+    pub client_port: String,
+    pub peer_port: String,
+    child: Option<Child>,
+}
+
+/// A fault, set and cleared by [`NetCluster::fault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Both ports down: nothing reaches the node, nothing leaves it, no RST.
+    Blackhole(u32),
+    /// Peer port down: the node is cut off from the other controllers; clients still reach it.
+    CutFromPeers(u32),
+    /// Client port down: clients' packets vanish; the node still talks to its peers.
+    SilentToClients(u32),
+}
+
+/// `n` controllers, each in its own namespace, and a client namespace.
+pub struct NetCluster {
+    pub nodes: Vec<NetNode>,
+    /// Where clients must run ([`enter`], [`in_ns`]).
+    pub client_ns: String,
+    dir: PathBuf,
+    log_dir: Option<PathBuf>,
+    extra_args: Vec<String>,
+    // Dropped last: the processes are killed first (in `Drop`).
+    lab: Lab,
+}
+
+impl NetCluster {
+    /// Creates the namespaces and starts `n` controllers (default timing unless `extra_args`).
+    /// Node logs go to `log_dir/node-N.log` when given.
+    pub fn start(
+        n: usize,
+        extra_args: &[String],
+        log_dir: Option<PathBuf>,
+    ) -> io::Result<NetCluster> {
+        let mut lab = Lab::new()?;
+        let cbr = lab.add_bridge("C")?;
+        let rbr = lab.add_bridge("R")?;
+        let client_ns = lab.add_ns("client")?;
+        lab.plug(
+            &client_ns,
+            "eth0",
+            Ipv4Addr::from([CLIENT_NET[0], CLIENT_NET[1], CLIENT_NET[2], 100]),
+            &cbr,
+            "k",
+        )?;
+        let mut nodes = Vec::new();
+        for i in 1..=n as u8 {
+            let ns = lab.add_ns(&format!("node{i}"))?;
+            let caddr = Ipv4Addr::from([CLIENT_NET[0], CLIENT_NET[1], CLIENT_NET[2], 10 + i]);
+            let raddr = Ipv4Addr::from([PEER_NET[0], PEER_NET[1], PEER_NET[2], 10 + i]);
+            let client_port = lab.plug(&ns, "eth0", caddr, &cbr, &format!("c{i}"))?;
+            let peer_port = lab.plug(&ns, "eth1", raddr, &rbr, &format!("r{i}"))?;
+            nodes.push(NetNode {
+                id: i as u32,
+                ns,
+                client: SocketAddr::from((caddr, CLIENT_PORT)),
+                raft: SocketAddr::from((raddr, RAFT_PORT)),
+                client_port,
+                peer_port,
+                child: None,
+            });
+        }
+        let dir = std::env::temp_dir().join(&lab.tag);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let mut c = NetCluster {
+            nodes,
+            client_ns,
+            dir,
+            log_dir,
+            extra_args: extra_args.to_vec(),
+            lab,
+        };
+        for id in 1..=n as u32 {
+            c.spawn(id)?;
+        }
+        Ok(c)
+    }
+
+    /// `1=client/raft,…` for `xce-controller run --cluster`.
+    pub fn spec(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}={}/{}", n.id, n.client, n.raft))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The library's master list, in node order.
+    pub fn masters(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn node(&self, id: u32) -> &NetNode {
+        &self.nodes[id as usize - 1]
+    }
+
+    fn spawn(&mut self, id: u32) -> io::Result<()> {
+        let spec = self.spec();
+        let data = self.dir.join(format!("node-{id}"));
+        std::fs::create_dir_all(&data)?;
+        let stderr = match &self.log_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(d.join(format!("node-{id}.log")))?,
+                )
+            }
+            None => Stdio::null(),
+        };
+        let ns = File::open(Path::new("/var/run/netns").join(&self.nodes[id as usize - 1].ns))?;
+        let nsfd = ns.as_raw_fd();
+        let mut cmd = Command::new(controller_bin());
+        cmd.args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
+            .arg(&data)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        // SAFETY: between fork and exec only async-signal-safe syscalls: setns(2) into the
+        // node's namespace (the fd stays open in the parent until spawn returns) and prctl(2)
+        // so that the node dies with this process.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(nsfd, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        drop(ns);
+        self.nodes[id as usize - 1].child = Some(child);
+        Ok(())
+    }
+
+    /// The node answering `hello` as primary, probing from the client namespace; `except`
+    /// is not probed. Polls until `timeout`.
+    pub fn wait_primary(&self, except: Option<u32>, timeout: Duration) -> Option<u32> {
+        let targets: Vec<(u32, SocketAddr)> = self
+            .nodes
+            .iter()
+            .filter(|n| Some(n.id) != except)
+            .map(|n| (n.id, n.client))
+            .collect();
+        in_ns(&self.client_ns, move || {
+            let deadline = Instant::now() + timeout;
+            loop {
+                for &(id, addr) in &targets {
+                    if matches!(
+                        probe(addr, Duration::from_millis(300)),
+                        Ok(Some(ControllerRole::Primary))
+                    ) {
+                        return Some(id);
+                    }
+                }
+                if Instant::now() >= deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// Sets (`on`) or clears a fault.
+    pub fn fault(&self, f: Fault, on: bool) -> io::Result<()> {
+        let up = !on;
+        match f {
+            Fault::Blackhole(id) => {
+                self.lab.set_port(&self.node(id).client_port, up)?;
+                self.lab.set_port(&self.node(id).peer_port, up)
+            }
+            Fault::CutFromPeers(id) => self.lab.set_port(&self.node(id).peer_port, up),
+            Fault::SilentToClients(id) => self.lab.set_port(&self.node(id).client_port, up),
+        }
+    }
+
+    /// The prefix of this cluster's namespaces.
+    pub fn tag(&self) -> &str {
+        self.lab.tag()
+    }
+
+    /// Where the nodes keep their data.
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for NetCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        // `self.lab` drops next: namespaces, then bridges.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_interface_limits() {
+        assert_eq!(base36(0, 5), "00000");
+        assert_eq!(base36(4_194_304, 5), "2hwcg"); // pid_max on 64-bit
+        assert_eq!(u32::from_str_radix("2hwcg", 36).unwrap(), 4_194_304);
+        assert_eq!(base36(35, 1), "z");
+        assert_eq!(base36(36, 1), "10");
+        // xn + 5 + lab number + the longest suffix ("c8", "r8") stays within IFNAMSIZ - 1.
+        let longest = format!("{LINK_PREFIX}{}{}r8", base36(4_194_304, 5), base36(1295, 1));
+        assert!(longest.len() <= 15, "{longest}");
+    }
+}

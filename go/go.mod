@@ -1,3 +1,3 @@
-module xce
+module github.com/xce-project/libxce/go
 
 go 1.19

@@ -9,8 +9,9 @@
 #   6. install: scripts/install.sh into a relative prefix from elsewhere; the exports equal the
 #      header's functions, all XCE_0.1; examples/ built with pkg-config (dynamic, static) and
 #      run; DESTDIR; uninstall leaves nothing (ctests/install_test.sh)
-#   7. go vet + go test in go/ (16 goroutines through a kill -9 failover when the controller
-#      is built)
+#   7. go vet + go test -race in go/ (the package) and daemons/ (the apiserver, the daemons)
+#   8. the whole-system failover test (daemons/systest; XCE_LONG=1 for the long version)
+#   9. a Go program outside the repository, against an installed prefix, through a kill -9
 # Every step runs even when one fails; prints a summary; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,8 +66,19 @@ valgrind_run() {
 
 go_test() {
   command -v go >/dev/null || { echo "go not installed"; return 1; }
-  ( cd go && export GOTOOLCHAIN=local GOPROXY=off GOFLAGS= XCE_CONTROLLER="$controller" \
-    && go vet ./... && go test -count=1 -timeout 300s ./... )
+  # The package links through pkg-config: meson wrote build/c/xce-uninstalled.pc.
+  local d
+  for d in go daemons; do
+    ( cd "$d" && export GOTOOLCHAIN=local GOPROXY=off GOFLAGS= XCE_CONTROLLER="$controller" \
+        PKG_CONFIG_PATH="$root/build/c${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
+      && go vet ./... && go test -race -count=1 -timeout 300s ./... ) || return 1
+  done
+}
+
+system_test() {
+  daemons/build.sh || return 1
+  build/go/xce-systest --controller "$controller" --worker build/c/daemons/xce-worker \
+    --scheduler build/c/daemons/xce-scheduler --apiserver build/go/xce-apiserver
 }
 
 step build     build
@@ -76,6 +88,8 @@ step asan      meson_run build/c-asan -Db_sanitize=address,undefined -Db_lundef=
 step valgrind  valgrind_run
 step install   ctests/install_test.sh "$controller"
 step go        go_test
+step system    system_test
+step go-outside go/testdata/outside/check.sh "$controller"
 
 echo
 echo "ctest passed: ${passed[*]:-none}"

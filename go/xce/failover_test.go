@@ -137,7 +137,7 @@ func (c *cluster) stop() {
 func TestSixteenGoroutinesThroughPrimaryKill(t *testing.T) {
 	controller := controllerPath(t)
 	cl := startCluster(t, controller)
-	c, err := Start(Config{Masters: cl.masters, ClientName: "go-failover-test"})
+	c, err := Start(bg, Config{Masters: cl.masters, ClientName: "go-failover-test"})
 	if err != nil {
 		t.Fatalf("Start(%s): %v", cl.masters, err)
 	}
@@ -164,19 +164,19 @@ func TestSixteenGoroutinesThroughPrimaryKill(t *testing.T) {
 					killOnce.Do(func() { close(killAt) })
 				}
 				name := fmt.Sprintf("g%d-%d", w, i)
-				id, err := c.JobSubmit(JobSpec{Name: name, Command: "sleep 1", NCPUs: 1})
+				id, err := c.JobSubmit(bg, JobSpec{Name: name, Command: "sleep 1", NCPUs: 1})
 				if err == nil {
 					mu.Lock()
 					submitted[id] = name
 					mu.Unlock()
 					var j Job
-					j, err = c.JobInfo(id)
+					j, err = c.JobInfo(bg, id)
 					if err == nil && j.Name != name {
 						err = fmt.Errorf("jobinfo %d: name %q, want %q", id, j.Name, name)
 					}
 				}
 				if err == nil && i%4 == 0 {
-					_, err = c.JobList(JobFilter{Limit: 5})
+					_, err = c.JobList(bg, JobFilter{Limit: 5})
 				}
 				if err != nil {
 					mu.Lock()
@@ -215,7 +215,7 @@ func TestSixteenGoroutinesThroughPrimaryKill(t *testing.T) {
 		t.Fatalf("%d jobs acknowledged, want %d", len(submitted), workers*perWorker)
 	}
 	// Every acknowledged job exists exactly once on the new primary.
-	jobs, err := c.JobList(JobFilter{})
+	jobs, err := c.JobList(bg, JobFilter{})
 	if err != nil {
 		t.Fatalf("final joblist: %v", err)
 	}

@@ -1,26 +1,43 @@
-// Package xce is the Go binding of libxce (include/xce/xce.h) through cgo, as the apiserver
-// uses it: one *Client shared by many goroutines, errors comparable with errors.Is.
+// Package xce is the Go binding of libxce (the C API in <xce/xce.h>) through cgo: one *Client
+// shared by many goroutines, a context.Context on every call, errors comparable with
+// errors.Is (errors.Is(err, xce.ErrNotReady) is "cluster not ready").
 //
-// It links against the library cargo built in target/release (libxce.so.0 must be there:
-// scripts/ctest.sh creates the soname link). The library starts no threads and installs no
-// signal handlers, so it is safe under the Go runtime; a call blocks its goroutine's OS
-// thread for at most the context's retry budget.
+// Import path and building:
+//
+//	import "github.com/xce-project/libxce/go/xce"
+//
+// The package links libxce through pkg-config (`#cgo pkg-config: xce`), so it builds against an
+// installed library (scripts/install.sh PREFIX writes PREFIX/lib/pkgconfig/xce.pc; add that
+// directory to PKG_CONFIG_PATH unless it is a system one) or against a build tree (the test
+// command writes an xce-uninstalled.pc there). From a checkout instead of a published version,
+// point your go.mod at it:
+//
+//	require github.com/xce-project/libxce/go v0.1.0
+//	replace github.com/xce-project/libxce/go => /path/to/libxce/go
+//
+// Go's build cache does not notice a changed .pc file (golang/go#24544): after switching
+// between a build tree and an installed library, run `go clean -cache` (or build with -a).
+//
+// The library installs no signal handlers and starts no threads of its own beyond
+// short-lived, signal-blocking getaddrinfo helpers, so it is safe under the Go runtime. A call blocks its goroutine's OS thread until it ends: at the latest when the
+// context's retry budget is spent, when its context.Context is cancelled or reaches its
+// deadline, or when the Client is closed.
 package xce
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -L${SRCDIR}/../../target/release -lxce -Wl,-rpath,${SRCDIR}/../../target/release
+#cgo pkg-config: xce
+#include <errno.h>
 #include <stdlib.h>
 #include <xce/xce.h>
 */
 import "C"
 
 import (
+	"context"
 	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -35,16 +52,29 @@ const (
 	CodeAuth     = C.E_XCE_AUTH
 	CodeTLS      = C.E_XCE_TLS
 	CodeInternal = C.E_XCE_INTERNAL
+	// CodeClosed: the context is stopped (E_XCE_CLOSED): the Client was closed.
+	CodeClosed = C.E_XCE_CLOSED
+	// CodeLookup: a master's host name could not be resolved (E_XCE_LOOKUP).
+	CodeLookup = C.E_XCE_LOOKUP
 )
 
 // Error is a failed call: the op and the library's status (a positive errno or E_XCE_* code).
+// A call ended by its context.Context carries the context's error too.
 type Error struct {
 	Op   string
 	Code int
+	// Ctx is context.Canceled or context.DeadlineExceeded when the call's context ended it.
+	Ctx error
 }
 
 func (e *Error) Error() string {
-	text := Strerror(e.Code)
+	var text string
+	switch {
+	case e.Ctx != nil:
+		text = e.Ctx.Error()
+	default:
+		text = Strerror(e.Code)
+	}
 	if e.Op == "" {
 		return "xce: " + text
 	}
@@ -58,9 +88,12 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
-// Unwrap exposes errno values as syscall.Errno, so errors.Is(err, syscall.ECONNREFUSED)
-// works too.
+// Unwrap exposes the context's error for a call its context ended (errors.Is(err,
+// context.Canceled)), and errno values as syscall.Errno (errors.Is(err, syscall.ECONNREFUSED)).
 func (e *Error) Unwrap() error {
+	if e.Ctx != nil {
+		return e.Ctx
+	}
 	if e.Code > 0 && e.Code < 2000 {
 		return syscall.Errno(e.Code)
 	}
@@ -81,17 +114,13 @@ var (
 	ErrInternal = &Error{Code: CodeInternal}
 	// ErrInvalid: a bad argument (EINVAL).
 	ErrInvalid = &Error{Code: int(syscall.EINVAL)}
-	// ErrClosed: the Client was closed.
-	ErrClosed = errors.New("xce: client closed")
+	// ErrNotFound: no such job, host or queue (ENOENT).
+	ErrNotFound = &Error{Code: int(syscall.ENOENT)}
+	// ErrClosed: the Client was closed (before or during the call).
+	ErrClosed = &Error{Code: CodeClosed}
+	// ErrLookup: a master's host name could not be resolved.
+	ErrLookup = &Error{Code: CodeLookup}
 )
-
-// check turns a C status into nil or an *Error.
-func check(op string, rc C.int) error {
-	if rc >= 0 {
-		return nil
-	}
-	return &Error{Op: op, Code: int(-rc)}
-}
 
 // Strerror is xce_strerror: the text of any status or code, either sign.
 func Strerror(code int) string {
@@ -136,23 +165,37 @@ func setFixed(dst []C.char, s string) error {
 }
 
 // Client is one context (xcecli_ctx_t), safe for concurrent use by many goroutines: the
-// library serialises calls on it (F11).
+// library serialises the calls on it (F11); each call has its own cancellation and deadline.
 type Client struct {
-	// mu: calls hold it shared, Close exclusively, so the context is never freed under a call.
-	mu     sync.RWMutex
-	ctx    C.xcecli_ctx_t
-	closed int32
+	// ctx is the library context; raw is set instead on the view a reconnect handler gets
+	// (ops on it run directly on the reconnecting context, without locking or call handles).
+	ctx C.xcecli_ctx_t
+	raw C.xcecli_ctx_t
+
+	mu     sync.Mutex
+	idle   *sync.Cond // signalled when calls or locals drop to 0
+	closed bool
+	calls  int // ops in progress (on call handles)
+	locals int // non-blocking calls on the context itself (setters, stats)
+
+	hooks *hookState // reconnect and event handlers (hooks.go)
 }
 
-// Start connects to the first reachable master (F2).
-func Start(cfg Config) (*Client, error) {
+// Start creates a context and connects it to the first reachable master in list order (F2).
+// If ctx ends before the connection is made, Start returns ctx's error at once and the
+// connection being made is closed in the background.
+func Start(ctx context.Context, cfg Config) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "start", Code: int(syscall.ECANCELED), Ctx: err}
+	}
 	conf := (*C.xce_client_config_t)(C.calloc(1, C.size_t(unsafe.Sizeof(C.xce_client_config_t{}))))
-	defer C.free(unsafe.Pointer(conf))
 	C.xce_client_config_init(conf)
 	list := C.CString(cfg.Masters)
-	defer C.free(unsafe.Pointer(list))
-	if err := check("start", C.xce_client_config_parse_masters(conf, list)); err != nil {
-		return nil, err
+	rc := C.xce_client_config_parse_masters(conf, list)
+	C.free(unsafe.Pointer(list))
+	if rc < 0 {
+		C.free(unsafe.Pointer(conf))
+		return nil, &Error{Op: "start", Code: int(-rc)}
 	}
 	for _, f := range []struct {
 		dst []C.char
@@ -164,49 +207,169 @@ func Start(cfg Config) (*Client, error) {
 		{conf.tls_key_file[:], cfg.TLSKey},
 	} {
 		if err := setFixed(f.dst, f.s); err != nil {
+			C.free(unsafe.Pointer(conf))
 			return nil, &Error{Op: "start", Code: int(syscall.EINVAL)}
 		}
 	}
-	var ctx C.xcecli_ctx_t
-	if err := check("start", C.xcecli_start(conf, &ctx)); err != nil {
-		return nil, err
+	type result struct {
+		ctx C.xcecli_ctx_t
+		rc  C.int
 	}
-	return &Client{ctx: ctx}, nil
+	done := make(chan result, 1)
+	abandoned := make(chan struct{})
+	go func() {
+		defer C.free(unsafe.Pointer(conf))
+		var h C.xcecli_ctx_t
+		rc := C.xcecli_start(conf, &h)
+		select {
+		case done <- result{h, rc}:
+		case <-abandoned:
+			if rc >= 0 {
+				C.xcecli_stop(h)
+			}
+		}
+	}()
+	select {
+	case r := <-done:
+		if r.rc < 0 {
+			return nil, &Error{Op: "start", Code: int(-r.rc)}
+		}
+		c := &Client{ctx: r.ctx}
+		c.idle = sync.NewCond(&c.mu)
+		return c, nil
+	case <-ctx.Done():
+		close(abandoned)
+		// The result may have been sent just before: close what it made.
+		select {
+		case r := <-done:
+			if r.rc >= 0 {
+				C.xcecli_stop(r.ctx)
+			}
+		default:
+		}
+		return nil, &Error{Op: "start", Code: int(syscall.ECANCELED), Ctx: ctx.Err()}
+	}
 }
 
-// enter takes the shared lock for a call; false when the client is closed.
-func (c *Client) enter() bool {
-	c.mu.RLock()
-	if c.ctx == nil {
-		c.mu.RUnlock()
-		return false
+// ctxError is the error of a call that its context ended.
+func ctxError(op string, ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		err = context.DeadlineExceeded // past the deadline, before Go's timer fired
 	}
-	return true
+	code := syscall.ECANCELED
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = syscall.ETIMEDOUT
+	}
+	return &Error{Op: op, Code: int(code), Ctx: err}
 }
 
-// Close wakes any blocked call (it returns EINTR), waits for calls to leave, and frees the
-// context. Idempotent.
-func (c *Client) Close() {
-	if !atomic.CompareAndSwapInt32(&c.closed, 0, 1) {
-		return
+// deadlineMs is the call deadline of ctx in ms for the library (0: none).
+func deadlineMs(ctx context.Context) (int64, bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0, true
 	}
-	c.mu.RLock()
-	if c.ctx != nil {
-		C.xcecli_wakeup(c.ctx)
+	d := time.Until(dl)
+	if d <= 0 {
+		return 0, false
 	}
-	c.mu.RUnlock()
+	// Rounded up: the library's deadline must not fire before the context's (the call then
+	// returns the context's error).
+	return int64((d + time.Millisecond - 1) / time.Millisecond), true
+}
+
+// do runs one library call f for the op named op, on a per-call handle of c bound to ctx:
+// ctx's deadline becomes the call's deadline, and cancelling ctx ends this call only. It
+// returns f's non-negative result or the error.
+func (c *Client) do(ctx context.Context, op string, f func(h C.xcecli_ctx_t) C.int) (int, error) {
+	if c.raw != nil {
+		// Inside a reconnect handler: single attempts on the reconnecting context (F10).
+		rc := f(c.raw)
+		if rc < 0 {
+			return 0, &Error{Op: op, Code: int(-rc)}
+		}
+		return int(rc), nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if ctx.Err() != nil {
+		return 0, ctxError(op, ctx)
+	}
+	ms, ok := deadlineMs(ctx)
+	if !ok {
+		return 0, ctxError(op, ctx)
+	}
+	h, err := c.enter(op, ms)
+	if err != nil {
+		return 0, err
+	}
+	stop := c.watch(ctx, h)
+	rc := f(h)
+	stop()
+	closed := c.leave(h)
+	if rc >= 0 {
+		return int(rc), nil
+	}
+	switch {
+	case closed && (rc == -C.ECANCELED || rc == -C.EINTR || rc == -CodeClosed):
+		return 0, &Error{Op: op, Code: CodeClosed}
+	case ended(ctx) && !definitive(int(-rc)):
+		// Cancelled, or the deadline ended the call (as a timeout, a transport error or
+		// "cluster not ready"): the context's error says why.
+		return 0, ctxError(op, ctx)
+	}
+	return 0, &Error{Op: op, Code: int(-rc)}
+}
+
+// definitive: a status that is the op's own answer, not a consequence of the call being cut
+// short.
+func definitive(code int) bool {
+	switch code {
+	case int(C.ENOENT), int(C.EINVAL), int(C.EACCES), int(C.EEXIST), CodeDupJob, CodeAuth,
+		CodeProto, CodeTLS, CodeInternal:
+		return true
+	}
+	return false
+}
+
+// ended: ctx is done, or its deadline has passed (the library's deadline may fire a moment
+// before Go's timer marks the context).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// check runs a call that returns only a status.
+func (c *Client) check(ctx context.Context, op string, f func(h C.xcecli_ctx_t) C.int) error {
+	_, err := c.do(ctx, op, f)
+	return err
+}
+
+// Close ends the calls in progress and queued on c (they return ErrClosed), waits for them to
+// leave the library, and frees the context (xcecli_stop). Calls made after Close return
+// ErrClosed at once. The first Close returns nil, later ones ErrClosed.
+func (c *Client) Close() error {
+	if c.raw != nil {
+		return &Error{Op: "close", Code: int(syscall.EINVAL)}
+	}
 	c.mu.Lock()
-	C.xcecli_stop(c.ctx)
-	c.ctx = nil
-	c.mu.Unlock()
-}
-
-// Wakeup makes a call blocked on this client return EINTR (F13).
-func (c *Client) Wakeup() {
-	if c.enter() {
-		C.xcecli_wakeup(c.ctx)
-		c.mu.RUnlock()
+	if c.closed {
+		c.mu.Unlock()
+		return &Error{Op: "close", Code: CodeClosed}
 	}
+	c.closed = true // no call begins on the context from here
+	for c.locals > 0 {
+		c.idle.Wait()
+	}
+	c.mu.Unlock()
+	c.stop() // call.go: ends the calls in progress and queued, frees the context
+	c.hooks.release()
+	return nil
 }
 
 // RetryConfig is xce_retry_config_t.
@@ -225,27 +388,26 @@ var DefaultRetry = RetryConfig{
 	BackoffMultiplier: C.XCE_RETRY_DEFAULT_MULTIPLIER,
 }
 
-// SetRetry sets the retry policy; nil restores the defaults.
+// SetRetry sets the retry policy for calls that start afterwards; nil restores the defaults.
 func (c *Client) SetRetry(r *RetryConfig) error {
-	if !c.enter() {
-		return ErrClosed
-	}
-	defer c.mu.RUnlock()
-	if r == nil {
-		return check("set_retry_config", C.xcecli_set_retry_config(c.ctx, nil))
-	}
-	cr := C.xce_retry_config_t{
-		max_retries:        C.uint32_t(r.MaxRetries),
-		initial_retry_ms:   C.uint32_t(r.InitialRetryMs),
-		max_retry_ms:       C.uint32_t(r.MaxRetryMs),
-		backoff_multiplier: C.double(r.BackoffMultiplier),
-	}
-	return check("set_retry_config", C.xcecli_set_retry_config(c.ctx, &cr))
+	return c.local("set_retry_config", func(h C.xcecli_ctx_t) C.int {
+		if r == nil {
+			return C.xcecli_set_retry_config(h, nil)
+		}
+		cr := C.xce_retry_config_t{
+			max_retries:        C.uint32_t(r.MaxRetries),
+			initial_retry_ms:   C.uint32_t(r.InitialRetryMs),
+			max_retry_ms:       C.uint32_t(r.MaxRetryMs),
+			backoff_multiplier: C.double(r.BackoffMultiplier),
+		}
+		return C.xcecli_set_retry_config(h, &cr)
+	})
 }
 
 // Option is an XCE_OPT_* knob.
 type Option int
 
+// The knobs of SetOption.
 const (
 	OptConnectTimeoutMs Option = C.XCE_OPT_CONNECT_TIMEOUT_MS
 	OptReplyTimeoutMs   Option = C.XCE_OPT_REPLY_TIMEOUT_MS
@@ -254,286 +416,38 @@ const (
 	OptWaitPrimary      Option = C.XCE_OPT_WAIT_PRIMARY
 )
 
-// SetOption sets one knob (xcecli_set_option).
+// SetOption sets one knob (xcecli_set_option) for calls that start afterwards.
 func (c *Client) SetOption(opt Option, value int64) error {
-	if !c.enter() {
-		return ErrClosed
-	}
-	defer c.mu.RUnlock()
-	return check("set_option", C.xcecli_set_option(c.ctx, C.int(opt), C.int64_t(value)))
+	return c.local("set_option", func(h C.xcecli_ctx_t) C.int {
+		return C.xcecli_set_option(h, C.int(opt), C.int64_t(value))
+	})
 }
 
-// Job states (Job.State) and jobctrl actions.
-const (
-	JobPend = C.XCE_JOB_PEND
-	JobRun  = C.XCE_JOB_RUN
-	JobSusp = C.XCE_JOB_SUSP
-	JobDone = C.XCE_JOB_DONE
-	JobExit = C.XCE_JOB_EXIT
-
-	JobKill    = C.XCE_JOBCTRL_KILL
-	JobSuspend = C.XCE_JOBCTRL_SUSPEND
-	JobResume  = C.XCE_JOBCTRL_RESUME
-	JobRequeue = C.XCE_JOBCTRL_REQUEUE
-)
-
-// Job is xce_job_t, copied into Go memory.
-type Job struct {
-	ID         uint64
-	Name       string
-	User       string
-	Queue      string
-	Command    string
-	NCPUs      uint32
-	MemMB      uint64
-	State      int
-	PendReason string
-	ExecHost   string
-	SubmitTime int64
-	StartTime  int64
-	EndTime    int64
-	ExitCode   int
-	CPUMs      uint64
-	MemKB      uint64
-}
-
-func jobFromC(j *C.xce_job_t) Job {
-	return Job{
-		ID: uint64(j.jobid), Name: C.GoString(j.name), User: C.GoString(j.user),
-		Queue: C.GoString(j.queue), Command: C.GoString(j.command), NCPUs: uint32(j.ncpus),
-		MemMB: uint64(j.mem_mb), State: int(j.state), PendReason: C.GoString(j.pend_reason),
-		ExecHost: C.GoString(j.exec_host), SubmitTime: int64(j.submit_time),
-		StartTime: int64(j.start_time), EndTime: int64(j.end_time), ExitCode: int(j.exit_code),
-		CPUMs: uint64(j.usage.cpu_ms), MemKB: uint64(j.usage.mem_kb),
-	}
-}
-
-// JobSpec is what JobSubmit sends; ID 0 lets the library generate one.
-type JobSpec struct {
-	ID      uint64
-	Name    string
-	User    string
-	Queue   string
-	Command string
-	NCPUs   uint32
-	MemMB   uint64
-}
-
-// cstrings frees the C strings of one call.
-type cstrings []*C.char
-
-func (cs *cstrings) add(s string) *C.char {
-	p := C.CString(s)
-	*cs = append(*cs, p)
-	return p
-}
-
-func (cs cstrings) free() {
-	for _, p := range cs {
-		C.free(unsafe.Pointer(p))
-	}
-}
-
-// JobSubmit submits a job and returns its id (exactly once across failovers, F16).
-func (c *Client) JobSubmit(spec JobSpec) (uint64, error) {
-	if !c.enter() {
-		return 0, ErrClosed
-	}
-	defer c.mu.RUnlock()
-	var cs cstrings
-	defer cs.free()
-	cspec := C.xce_job_spec_t{
-		jobid: C.uint64_t(spec.ID), name: cs.add(spec.Name), user: cs.add(spec.User),
-		queue: cs.add(spec.Queue), command: cs.add(spec.Command),
-		ncpus: C.uint32_t(spec.NCPUs), mem_mb: C.uint64_t(spec.MemMB),
-	}
-	var id C.uint64_t
-	if err := check("jobsubmit", C.xcecli_jobsubmit(c.ctx, &cspec, &id)); err != nil {
-		return 0, err
-	}
-	return uint64(id), nil
-}
-
-// JobFilter selects jobs; zero values mean "any".
-type JobFilter struct {
-	User      string
-	Queue     string
-	StateMask uint32
-	Limit     uint32
-}
-
-// JobList lists the jobs matching f.
-func (c *Client) JobList(f JobFilter) ([]Job, error) {
-	if !c.enter() {
-		return nil, ErrClosed
-	}
-	defer c.mu.RUnlock()
-	var cs cstrings
-	defer cs.free()
-	cf := C.xce_job_filter_t{user: cs.add(f.User), queue: cs.add(f.Queue),
-		state_mask: C.uint32_t(f.StateMask), limit: C.uint32_t(f.Limit)}
-	var jobs *C.xce_job_t
-	n := C.xcecli_joblist_filter(c.ctx, &cf, &jobs)
-	if err := check("joblist", n); err != nil {
-		return nil, err
-	}
-	defer C.xce_free_jobs(jobs, C.size_t(n))
-	out := make([]Job, 0, int(n))
-	for _, j := range unsafe.Slice(jobs, int(n)) {
-		out = append(out, jobFromC(&j))
-	}
-	return out, nil
-}
-
-// JobInfo returns one job (ENOENT for an unknown id).
-func (c *Client) JobInfo(id uint64) (Job, error) {
-	if !c.enter() {
-		return Job{}, ErrClosed
-	}
-	defer c.mu.RUnlock()
-	var j *C.xce_job_t
-	if err := check("jobinfo", C.xcecli_jobinfo(c.ctx, C.uint64_t(id), &j)); err != nil {
-		return Job{}, err
-	}
-	defer C.xce_free_job(j)
-	return jobFromC(j), nil
-}
-
-// JobCtrl applies JobKill / JobSuspend / JobResume / JobRequeue to a job.
-func (c *Client) JobCtrl(id uint64, action int) error {
-	if !c.enter() {
-		return ErrClosed
-	}
-	defer c.mu.RUnlock()
-	return check("jobctrl", C.xcecli_jobctrl(c.ctx, C.uint64_t(id), C.int(action)))
-}
-
-// ControllerInfo is what Hello learns.
-type ControllerInfo struct {
-	ID          uint32
-	Role        int
-	Term        uint64
-	PrimaryID   uint32
-	PrimaryHost string
-	PrimaryPort uint16
-	Version     string
-}
-
-// Hello identifies the client and reports who answered.
-func (c *Client) Hello() (ControllerInfo, error) {
-	if !c.enter() {
-		return ControllerInfo{}, ErrClosed
-	}
-	defer c.mu.RUnlock()
-	var info *C.xce_controller_info_t
-	if err := check("hello", C.xcecli_hello(c.ctx, &info)); err != nil {
-		return ControllerInfo{}, err
-	}
-	defer C.xce_free_controller_info(info)
-	return ControllerInfo{ID: uint32(info.id), Role: int(info.role), Term: uint64(info.term),
-		PrimaryID: uint32(info.primary_id), PrimaryHost: C.GoString(info.primary_host),
-		PrimaryPort: uint16(info.primary_port), Version: C.GoString(info.version)}, nil
-}
-
-// Host is xce_host_t.
-type Host struct {
-	Name  string
-	State int
-	NCPUs uint32
-	MemMB uint64
-	NJobs uint32
-	Attrs map[string]string
-}
-
-// WorkerList lists the worker hosts.
-func (c *Client) WorkerList() ([]Host, error) {
-	if !c.enter() {
-		return nil, ErrClosed
-	}
-	defer c.mu.RUnlock()
-	var hosts *C.xce_host_t
-	n := C.xcecli_workerlist(c.ctx, &hosts)
-	if err := check("workerlist", n); err != nil {
-		return nil, err
-	}
-	defer C.xce_free_hosts(hosts, C.size_t(n))
-	out := make([]Host, 0, int(n))
-	for _, h := range unsafe.Slice(hosts, int(n)) {
-		attrs := map[string]string{}
-		for _, kv := range unsafe.Slice(h.attrs, int(h.nattrs)) {
-			attrs[C.GoString(kv.key)] = C.GoString(kv.value)
+// local runs a non-blocking call on the context itself (setters, stats): no call handle.
+func (c *Client) local(op string, f func(h C.xcecli_ctx_t) C.int) error {
+	h := c.raw
+	if h == nil {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return &Error{Op: op, Code: CodeClosed}
 		}
-		out = append(out, Host{Name: C.GoString(h.name), State: int(h.state),
-			NCPUs: uint32(h.ncpus), MemMB: uint64(h.mem_mb), NJobs: uint32(h.njobs), Attrs: attrs})
+		c.locals++
+		h = c.ctx
+		c.mu.Unlock()
+		defer c.leaveLocal()
 	}
-	return out, nil
+	if rc := f(h); rc < 0 {
+		return &Error{Op: op, Code: int(-rc)}
+	}
+	return nil
 }
 
-// ClusterConf is xce_cluster_conf_t (controllers and queues by name).
-type ClusterConf struct {
-	Name        string
-	PrimaryID   uint32
-	Term        uint64
-	Controllers []string // "id host:port"
-	Queues      []string
-}
-
-// ClusterConf reports the cluster's controllers, primary and queues.
-func (c *Client) ClusterConf() (ClusterConf, error) {
-	if !c.enter() {
-		return ClusterConf{}, ErrClosed
+func (c *Client) leaveLocal() {
+	c.mu.Lock()
+	c.locals--
+	if c.locals == 0 {
+		c.idle.Broadcast()
 	}
-	defer c.mu.RUnlock()
-	var cc *C.xce_cluster_conf_t
-	if err := check("clusterconf", C.xcecli_clusterconf(c.ctx, &cc)); err != nil {
-		return ClusterConf{}, err
-	}
-	defer C.xce_free_cluster_conf(cc)
-	out := ClusterConf{Name: C.GoString(cc.cluster_name), PrimaryID: uint32(cc.primary_id),
-		Term: uint64(cc.term)}
-	for _, e := range unsafe.Slice(cc.controllers, int(cc.ncontrollers)) {
-		out.Controllers = append(out.Controllers,
-			fmt.Sprintf("%d %s:%d", uint32(e.id), C.GoString(e.host), uint16(e.port)))
-	}
-	for _, q := range unsafe.Slice(cc.queues, int(cc.nqueues)) {
-		out.Queues = append(out.Queues, C.GoString(q.name))
-	}
-	return out, nil
-}
-
-// Stats is xce_stats_t (F17).
-type Stats struct {
-	Requests, Retries, Rotations, Failovers, BackoffMs, LastFailoverMs uint64
-	CurrentMaster                                                      int
-}
-
-// Stats reads the context's counters.
-func (c *Client) Stats() (Stats, error) {
-	if !c.enter() {
-		return Stats{}, ErrClosed
-	}
-	defer c.mu.RUnlock()
-	var st C.xce_stats_t
-	if err := check("stats", C.xcecli_get_stats(c.ctx, &st)); err != nil {
-		return Stats{}, err
-	}
-	return Stats{Requests: uint64(st.requests), Retries: uint64(st.retries),
-		Rotations: uint64(st.rotations), Failovers: uint64(st.failovers),
-		BackoffMs: uint64(st.backoff_ms), LastFailoverMs: uint64(st.last_failover_ms),
-		CurrentMaster: int(st.current_master)}, nil
-}
-
-// LastError describes the last failed call (F19); "" when none failed.
-func (c *Client) LastError() string {
-	if !c.enter() {
-		return ""
-	}
-	defer c.mu.RUnlock()
-	n := C.xcecli_last_error_text(c.ctx, nil, 0)
-	if n < 0 {
-		return ""
-	}
-	buf := make([]byte, int(n)+1)
-	C.xcecli_last_error_text(c.ctx, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
-	return string(buf[:n])
+	c.mu.Unlock()
 }

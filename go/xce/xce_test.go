@@ -1,12 +1,15 @@
 package xce
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
 	"syscall"
 	"testing"
 )
+
+var bg = context.Background()
 
 func closedPort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -59,20 +62,20 @@ func TestErrorsIs(t *testing.T) {
 
 func TestStartBadMasters(t *testing.T) {
 	for _, m := range []string{"", "host", "host:0", "host:70000", "a:1,", "a:1,,b:2"} {
-		if _, err := Start(Config{Masters: m}); !errors.Is(err, ErrInvalid) {
+		if _, err := Start(bg, Config{Masters: m}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Start(%q) = %v, want EINVAL", m, err)
 		}
 	}
-	if _, err := Start(Config{Masters: "h:1", TLSCert: "/x.pem"}); !errors.Is(err, ErrInvalid) {
+	if _, err := Start(bg, Config{Masters: "h:1", TLSCert: "/x.pem"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("cert without key: %v", err)
 	}
-	if _, err := Start(Config{Masters: "h:1", ClientName: strings.Repeat("n", 300)}); !errors.Is(err, ErrInvalid) {
+	if _, err := Start(bg, Config{Masters: "h:1", ClientName: strings.Repeat("n", 300)}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("long client name: %v", err)
 	}
 }
 
 func TestStartClosedPort(t *testing.T) {
-	_, err := Start(Config{Masters: closedPort(t) + "," + closedPort(t)})
+	_, err := Start(bg, Config{Masters: closedPort(t) + "," + closedPort(t)})
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("Start against closed ports = %v, want ECONNREFUSED", err)
 	}
@@ -102,7 +105,7 @@ func TestClosedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	c, err := Start(Config{Masters: l.Addr().String(), ClientName: "go-test"})
+	c, err := Start(bg, Config{Masters: l.Addr().String(), ClientName: "go-test"})
 	if err != nil {
 		t.Fatalf("Start against a listener: %v", err)
 	}
@@ -115,15 +118,19 @@ func TestClosedClient(t *testing.T) {
 	if err := c.SetRetry(nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.JobCtrl(1, 99); !errors.Is(err, ErrInvalid) {
+	if err := c.JobCtrl(bg, 1, 99); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("unknown jobctrl action: %v", err)
 	}
 	if _, err := c.Stats(); err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
-	c.Close() // idempotent
-	if _, err := c.JobList(JobFilter{}); err != ErrClosed {
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := c.JobList(bg, JobFilter{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("call after Close: %v", err)
 	}
 }

@@ -706,17 +706,59 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
         exit_code: 0,
     })
     .unwrap();
-    assert!(b.wait_requests(1, Duration::from_secs(2)));
-    assert_eq!(b.ops(), vec!["notify"]);
-    assert!(b.requests()[0].no_reply);
-    c.nop().unwrap();
+    // One `hello` first: is b the primary? (F12: a standby would drop the notify unseen.)
     assert!(b.wait_requests(2, Duration::from_secs(2)));
+    assert_eq!(b.ops(), vec!["hello", "notify"]);
+    assert!(b.requests()[1].no_reply);
+    c.nop().unwrap();
+    assert!(b.wait_requests(3, Duration::from_secs(2)));
     // Nobody anywhere: the send result is the error, at once.
     drop(b);
     std::thread::sleep(Duration::from_millis(20));
     let t = Instant::now();
     assert!(c.nop().is_err());
     assert!(t.elapsed() < Duration::from_millis(500));
+}
+
+/// F12: after the primary died, a fire-and-forget request reaches the new primary, not the
+/// next master in the list that is a standby (where it would be dropped), and the reconnect
+/// hook runs there, once.
+#[test]
+fn fire_and_forget_after_a_failover_reaches_the_primary() {
+    let old = FakeController::start(vec![]);
+    let primary = FakeController::start(vec![]);
+    let standby = FakeController::start(vec![Step::Standby(Some(primary.endpoint())); 4]);
+    let c = client(
+        &[old.endpoint(), standby.endpoint(), primary.endpoint()],
+        fast_options(),
+        fast_retry(5),
+    );
+    let joins = Arc::new(AtomicU32::new(0));
+    let j = joins.clone();
+    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
+        j.fetch_add(1, Ordering::SeqCst);
+        let join = Join {
+            role: SessionRole::Worker,
+            host: "w".into(),
+            ncpus: 1,
+            mem_mb: 1,
+            attrs: vec![],
+        };
+        cl.join(join).map_or_else(|e| e.status(), |_| 0)
+    })));
+    c.heartbeat("w").unwrap();
+    drop(old);
+    std::thread::sleep(Duration::from_millis(20));
+    c.notify(Notify {
+        kind: NotifyKind::JobFinish,
+        job_id: 3,
+        exit_code: 0,
+    })
+    .unwrap();
+    assert!(primary.wait_requests(3, Duration::from_secs(2)));
+    assert_eq!(primary.ops(), vec!["hello", "join", "notify"]);
+    assert_eq!(standby.ops(), vec!["hello"]);
+    assert_eq!(joins.load(Ordering::SeqCst), 1);
 }
 
 #[test]

@@ -1128,16 +1128,18 @@ int xcecli_heartbeat(xcecli_ctx_t ctx, const char *host);
 int xcecli_nop(xcecli_ctx_t ctx);
 
 /**
- * Makes an op blocked on `ctx` (in backoff or waiting for a reply) return -EINTR promptly.
- * If none is blocked, the next op to block returns -EINTR instead. Returns 0, or -EINVAL for
- * a NULL ctx. Safe from any thread, never blocks; not async-signal-safe.
+ * Makes every op in progress on the context of `ctx` — blocked in backoff, connecting,
+ * waiting for a reply, or queued behind another op — return -EINTR promptly. If none is in
+ * progress (or those in progress finish without noticing it), the next op returns -EINTR at
+ * once instead: a wake is never lost. Returns 0, or -EINVAL for a NULL ctx. Safe from any
+ * thread, never blocks; not async-signal-safe.
  */
 int xcecli_wakeup(xcecli_ctx_t ctx);
 
 /**
- * Non-blocking variant of `xcecli_wakeup`: wakes an op blocked on `ctx` only if there is
- * one. Returns 1 when an op was woken, 0 when none was blocked (nothing pending afterwards),
- * -EINVAL for a NULL ctx. Safe from any thread, never blocks.
+ * Variant of `xcecli_wakeup` that keeps no wake: wakes the ops in progress on `ctx`, if
+ * any. Returns 1 when ops were woken, 0 when none was in progress (nothing pending
+ * afterwards), -EINVAL for a NULL ctx. Safe from any thread, never blocks.
  */
 int xcecli_try_wakeup(xcecli_ctx_t ctx);
 

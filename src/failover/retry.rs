@@ -457,26 +457,12 @@ fn single_attempt(
     }
 }
 
-/// F12: no status to classify. A known-dead connection is replaced once (the current master,
-/// then the others in rotation; no backoff, no budget), then the request is sent once.
+/// F12: no status to classify. A known-dead connection is replaced once — around the masters,
+/// no backoff, no budget ([`reach_primary`]) — then the request is sent once.
 fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
     let mut link = env.borrow()?;
     if !link.conn_alive() {
-        let n = link.rotator.masters().len();
-        let mut result = Err(Error::Errno(libc::ENOTCONN));
-        for i in 0..n {
-            if i > 0 {
-                let cause = AttemptOutcome::Transport(result.err().unwrap_or(Error::Internal));
-                rotate(&mut link, env, cause, 0);
-            }
-            result = link.connect_current(&env.waker, env.options().connect_timeout, None, None);
-            match result {
-                Ok(()) => break,
-                Err(e) if is_interrupt(e) => return Err(e),
-                Err(_) => {}
-            }
-        }
-        result?;
+        reach_primary(&mut link, env)?;
         let ep = link.current_endpoint();
         env.observer.update(|s| s.current_master = Some(ep));
     }
@@ -494,6 +480,60 @@ fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
     let until = Instant::now() + env.options().reply_timeout;
     link.send_no_reply(&env.waker, op, until)
         .map(|()| Reply::status(seq, 0))
+}
+
+/// F12: one round over the masters for a fire-and-forget request whose connection died — no
+/// backoff, no budget — stopping at the first that says it is the primary (one `hello`; a
+/// redirect hint is followed). A standby drops fire-and-forget requests unseen, and the
+/// reconnect hook's `join` would only be redirected there. Nobody primary: "cluster not
+/// ready" if a controller said so, else the last transport error.
+fn reach_primary(link: &mut Link, env: &CallEnv<'_>) -> Result<(), Error> {
+    let n = link.rotator.masters().len();
+    let mut tried = 0u64;
+    let mut last = Error::Errno(libc::ENOTCONN);
+    let mut refused = false;
+    // Every master once, plus one hint.
+    for step in 0..=n {
+        if step > 0 {
+            let cause = AttemptOutcome::Transport(last);
+            rotate(link, env, cause, tried);
+        }
+        if let Some(i) = link.rotator.current_master() {
+            tried |= bit(i);
+        }
+        match link.connect_current(&env.waker, env.options().connect_timeout, None, None) {
+            Ok(()) => {}
+            Err(e) if is_interrupt(e) => return Err(e),
+            Err(e) => {
+                last = e;
+                continue;
+            }
+        }
+        let probe = Op::Hello(Hello {
+            client_name: String::new(),
+            protocol_version: PROTOCOL_VERSION,
+        });
+        let until = Instant::now() + env.options().reply_timeout;
+        match link.exchange(&env.waker, &probe, 0, until).0 {
+            Ok(r) if r.status >= 0 => return Ok(()),
+            Ok(r) => {
+                refused = true;
+                last = Error::from_code(r.status).unwrap_or(Error::Internal);
+                if let Some((host, port)) = r.redirect() {
+                    let resolve = bounded_resolver(env, None);
+                    let policy = env.options().hint_policy;
+                    link.rotator.offer_hint(host, port, policy, tried, &resolve);
+                }
+            }
+            Err(e) if is_interrupt(e) => return Err(e),
+            Err(e) => last = e,
+        }
+        if tried == u64::MAX >> (64 - n.min(64)) && !link.rotator.has_hint() {
+            break;
+        }
+    }
+    link.conn = None;
+    Err(if refused { Error::NotReady } else { last })
 }
 
 /// F10: runs the hook with the link released and `in_hook` set. `Err` is the failed attempt;

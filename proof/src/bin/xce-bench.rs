@@ -10,14 +10,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use xce_proof::bench::alloc::CountingAlloc;
-use xce_proof::bench::{codec, footprint, kills, roundtrip, BenchOpts, Table};
+use xce_proof::bench::{codec, footprint, kills, roundtrip, suspicion, BenchOpts, Table};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
 const USAGE: &str = "usage: xce-bench [--quick] [--only P1,P3,…] [--svg FILE] [--no-build]
   --quick     fewer samples and kills (about 3 minutes instead of about 15)
-  --only      run only these benchmarks (P1 … P8)
+  --only      run only these benchmarks (P1 … P8, P10)
   --svg FILE  also draw one failover (both policies) to FILE
   --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
 
@@ -37,11 +37,12 @@ fn parse_args() -> Result<Args, String> {
             "--only" => {
                 let v = it.next().ok_or("--only needs a list, e.g. P1,P3")?;
                 for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    let ok = id.len() == 2
+                    let ok = (id.len() == 2
                         && id[..1].eq_ignore_ascii_case("p")
-                        && matches!(id.as_bytes()[1], b'1'..=b'8');
+                        && matches!(id.as_bytes()[1], b'1'..=b'8'))
+                        || id.eq_ignore_ascii_case("p10");
                     if !ok {
-                        return Err(format!("--only: unknown benchmark {id:?} (P1 … P8)"));
+                        return Err(format!("--only: unknown benchmark {id:?} (P1 … P8, P10)"));
                     }
                     opts.only.push(id.to_ascii_uppercase());
                 }
@@ -180,6 +181,14 @@ fn main() -> ExitCode {
                 }
             }
             Err(e) => fail("P3-P6", e, &mut all),
+        }
+    }
+
+    if opts.wants("P10") {
+        eprintln!("P10 …");
+        match suspicion::run(&opts) {
+            Ok(t) => print(&t, &mut all),
+            Err(e) => fail("P10", e, &mut all),
         }
     }
 

@@ -181,11 +181,13 @@ struct Context {
 }
 
 impl Context {
-    /// The end of a stop (F20): no connection, no callbacks.
+    /// The end of a stop (F20): no connection, no callbacks, no fd (F21: a stopped context no
+    /// longer keeps the pooled eventfds alive, even while handles to it remain).
     fn finish_close(&self) {
         self.link.lock().borrow_mut().close();
         self.hook.set(None);
         self.events.set(None);
+        self.wake.retire();
     }
 }
 

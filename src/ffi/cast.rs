@@ -24,7 +24,7 @@ pub(crate) trait Castable {
     type RustType;
 }
 
-/// Hands a boxed value to C. The pointer must come back through [`free_box`] exactly once.
+/// Hands a boxed value to C. The pointer must come back to the library exactly once (`xcecli_stop`, `xcecli_call_free`).
 pub(crate) fn to_boxed_mut_ptr<C>(value: C::RustType) -> *mut C
 where
     C: Castable<Ownership = OwnershipBox>,
@@ -42,21 +42,6 @@ where
 {
     // SAFETY: by the caller's contract the pointer is a live `RustType` (or NULL).
     unsafe { ptr.cast::<C::RustType>().as_ref() }
-}
-
-/// Takes a boxed value back from C and drops it. NULL is a no-op.
-///
-/// # Safety
-/// `ptr` is NULL or was returned by [`to_boxed_mut_ptr`] for the same `C`, not freed yet,
-/// and no other thread still uses it.
-pub(crate) unsafe fn free_box<C>(ptr: *mut C)
-where
-    C: Castable<Ownership = OwnershipBox>,
-{
-    if !ptr.is_null() {
-        // SAFETY: by the caller's contract we own the only pointer to a live Box.
-        drop(unsafe { Box::from_raw(ptr.cast::<C::RustType>()) });
-    }
 }
 
 /// A borrowed slice from a C pointer and a count: `(NULL, 0)` and `(p, 0)` are empty,

@@ -190,13 +190,32 @@ pub extern "C" fn xcecli_stop(ctx: xcecli_ctx_t) {
             return;
         }
         // SAFETY: ctx came from xcecli_start/xcecli_call_new and is released once (documented).
-        // The Box is taken back at once: calls in flight hold their own clone of the client.
+        // Calls in flight hold their own clone of the client.
         let handle = unsafe { Box::from_raw(ctx.cast::<client::Client>()) };
         if !handle.is_call_handle() {
             handle.close();
         }
-        drop(handle);
+        bury(handle);
     }
+}
+
+/// Released handles whose memory is kept a little longer: a thread that read the handle just
+/// before it was released (racing with `xcecli_stop`) still finds a stopped context there and
+/// gets `-E_XCE_CLOSED`, rather than freed memory. Bounded: the oldest is freed beyond this.
+const GRAVEYARD: usize = 64;
+
+/// Keeps `handle` among the last [`GRAVEYARD`] released ones (its context is stopped or
+/// shared: it holds no connection and no fd of its own).
+fn bury(handle: Box<client::Client>) {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    static BURIED: Mutex<VecDeque<Box<client::Client>>> = Mutex::new(VecDeque::new());
+    let evicted = {
+        let mut g = BURIED.lock().unwrap_or_else(|p| p.into_inner());
+        g.push_back(handle);
+        (g.len() > GRAVEYARD).then(|| g.pop_front()).flatten()
+    };
+    drop(evicted);
 }
 
 /// Creates a call handle of the context of `ctx` and writes it to `*call_out` (F20, for
@@ -256,7 +275,7 @@ pub extern "C" fn xcecli_call_free(call: xcecli_ctx_t) {
                 super::log::error("xcecli_call_free: not a call handle (use xcecli_stop)");
             }
             // SAFETY: a call handle from xcecli_call_new, released once (documented).
-            Some(_) => unsafe { cast::free_box(call) },
+            Some(_) => bury(unsafe { Box::from_raw(call.cast::<client::Client>()) }),
         }
     }
 }

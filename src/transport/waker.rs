@@ -117,6 +117,9 @@ pub struct WakeState {
     closed: AtomicBool,
     /// The eventfd lent to the wait in progress, -1 when none.
     lent: AtomicI32,
+    /// No longer counted among the live contexts (retired when its context finished
+    /// stopping: a stopped context that is still referenced keeps no pooled eventfd alive).
+    retired: AtomicBool,
 }
 
 impl Default for WakeState {
@@ -133,6 +136,16 @@ impl WakeState {
             generation: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             lent: AtomicI32::new(-1),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    /// Stops counting this context among the live ones (F21): once the last live one is
+    /// retired or dropped, the pooled eventfds are closed. For a context that is stopped and
+    /// makes no more waits; idempotent.
+    pub fn retire(&self) {
+        if !self.retired.swap(true, SeqCst) && LIVE.fetch_sub(1, SeqCst) == 1 {
+            empty_pool();
         }
     }
 
@@ -190,9 +203,7 @@ impl WakeState {
 
 impl Drop for WakeState {
     fn drop(&mut self) {
-        if LIVE.fetch_sub(1, SeqCst) == 1 {
-            empty_pool();
-        }
+        self.retire();
     }
 }
 

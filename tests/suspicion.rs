@@ -194,3 +194,24 @@ fn a_probe_naming_the_late_primary_is_no_news() {
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 0), "{st:?}");
 }
+
+/// F2 with F25: `start` does not wait out the connect timeout of a silent first master when
+/// the next one answers; the first call goes to the one that answered.
+#[test]
+fn start_does_not_wait_for_a_silent_master() {
+    let silent = Unanswering::new();
+    let good = FakeController::start(vec![]);
+    let opts = Options {
+        connect_timeout: Duration::from_secs(5),
+        ..watchful()
+    };
+    let masters = [
+        Endpoint::new("127.0.0.1", silent.addr().port()),
+        good.endpoint(),
+    ];
+    let t = Instant::now();
+    let c = client(&masters, opts);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    c.hello().unwrap();
+    assert_eq!(good.ops(), vec!["hello"]);
+}

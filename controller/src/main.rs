@@ -11,6 +11,7 @@
 //! ```
 //! SPEC is `1=127.0.0.1:9991/127.0.0.1:10991,2=…` (client address / raft address).
 
+mod batch;
 mod cluster;
 mod config;
 mod net;

@@ -95,6 +95,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         primary_waiters: Default::default(),
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
+        proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
     });
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(

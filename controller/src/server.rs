@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::ServerState;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use xce::error::{E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
+use crate::batch::WriteFail;
 use crate::config::{ClusterSpec, NodeOpts};
 use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
 use crate::store::SharedApplied;
@@ -55,6 +56,8 @@ pub struct Ctx {
     pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
     /// Followers' acceptance of this node's appends, for lease reads (C3).
     pub lease: Arc<crate::net::LeaseClock>,
+    /// Batches concurrent writes into shared Raft entries (P11).
+    pub proposer: crate::batch::Proposer,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -307,12 +310,12 @@ impl Ctx {
             now_ms: now_ms(),
             cmd,
         };
-        match tokio::time::timeout(COMMIT_TIMEOUT, self.raft.client_write(p)).await {
-            Ok(Ok(resp)) => Ok(resp.data),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(self.forward_reply(req.seq, &req.op, &f))
+        match tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(WriteFail::NotLeader(leader))) => {
+                Err(self.not_primary(req.seq, &req.op, leader))
             }
-            Ok(Err(_)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
+            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
         }
     }
 

@@ -23,9 +23,13 @@ pub const E_XCE_AUTH: i32 = 2007;
 pub const E_XCE_TLS: i32 = 2008;
 /// A library bug caught at the C boundary (a panic).
 pub const E_XCE_INTERNAL: i32 = 2009;
+/// A reply too large for one frame that the controller cannot split (e.g. one job bigger
+/// than the frame limit), or a listing too large for the old unpaged op. Deterministic: the
+/// same on every master, so never a reason to fail over.
+pub const E_XCE_TOOBIG: i32 = 2012;
 
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 9] = [
+pub const XCE_CODES: [(i32, &str); 10] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -35,6 +39,7 @@ pub const XCE_CODES: [(i32, &str); 9] = [
     (E_XCE_AUTH, "E_XCE_AUTH"),
     (E_XCE_TLS, "E_XCE_TLS"),
     (E_XCE_INTERNAL, "E_XCE_INTERNAL"),
+    (E_XCE_TOOBIG, "E_XCE_TOOBIG"),
 ];
 
 /// A failed status, typed. `Errno` holds a positive Linux errno value.
@@ -58,6 +63,8 @@ pub enum Error {
     Tls,
     #[error("internal library error")]
     Internal,
+    #[error("reply too large")]
+    TooBig,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -75,6 +82,7 @@ impl Error {
             Error::Auth => E_XCE_AUTH,
             Error::Tls => E_XCE_TLS,
             Error::Internal => E_XCE_INTERNAL,
+            Error::TooBig => E_XCE_TOOBIG,
             Error::Errno(e) => e,
         }
     }
@@ -98,6 +106,7 @@ impl Error {
             E_XCE_AUTH => Error::Auth,
             E_XCE_TLS => Error::Tls,
             E_XCE_INTERNAL => Error::Internal,
+            E_XCE_TOOBIG => Error::TooBig,
             e => Error::Errno(e),
         })
     }
@@ -154,6 +163,7 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_AUTH => "not authorised: authentication failed or no joined session",
         E_XCE_TLS => "TLS handshake or certificate verification failed",
         E_XCE_INTERNAL => "internal library error",
+        E_XCE_TOOBIG => "reply too large",
         e => errno_text(e),
     }
 }

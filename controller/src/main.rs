@@ -14,9 +14,11 @@
 mod batch;
 mod cluster;
 mod config;
+mod listing;
 mod net;
 mod node;
 mod server;
+mod snapshot;
 mod state;
 mod store;
 mod tls;

@@ -51,7 +51,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     };
     let db = store::open_db(&args.data)?;
     let log = LogStore::new(db.clone());
-    let sm = StateMachineStore::open(id, db).map_err(|e| format!("state machine: {e}"))?;
+    let sm = StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
     let applied = sm.applied.clone();
 
     let me = args.spec.nodes[&id].clone();
@@ -68,9 +68,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         heartbeat_interval: o.heartbeat_ms,
         election_timeout_min: o.election_min_ms,
         election_timeout_max: o.election_max_ms,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
-        max_in_snapshot_log_to_keep: o.snapshot_logs,
-        ..Default::default()
+        ..store_config(o)
     }
     .validate()
     .map_err(|e| format!("raft config: {e}"))?;
@@ -82,7 +80,12 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("raft: {e}"))?;
 
-    tokio::spawn(net::serve(raft_l, raft.clone(), id));
+    tokio::spawn(net::serve(raft_l, raft.clone(), id, args.data.clone()));
+    tokio::spawn(store::snapshot_trigger(
+        raft.clone(),
+        applied.clone(),
+        o.snapshot_logs,
+    ));
     tokio::spawn(log_roles(raft.clone(), id));
     tokio::spawn(initialize(raft.clone(), args.clone()));
     let ctx = Arc::new(Ctx {
@@ -96,6 +99,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
         proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
+        cursors: Default::default(),
     });
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(
@@ -113,6 +117,18 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     eprintln!("node {id}: shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
     Ok(())
+}
+
+/// The storage side of the Raft config (P12): snapshots are triggered by
+/// [`store::snapshot_trigger`] (by writes and table size, not entries); a snapshot of a big
+/// table is streamed as a file and may take seconds to send and install.
+fn store_config(o: &crate::config::NodeOpts) -> Config {
+    Config {
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: o.snapshot_logs,
+        install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
+        ..Default::default()
+    }
 }
 
 async fn wait_for_signal() {

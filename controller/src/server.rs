@@ -58,6 +58,8 @@ pub struct Ctx {
     pub lease: Arc<crate::net::LeaseClock>,
     /// Batches concurrent writes into shared Raft entries (P11).
     pub proposer: crate::batch::Proposer,
+    /// Listings pinned for paged reads (P12).
+    pub cursors: crate::listing::Cursors,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -133,8 +135,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
             };
             buf.drain(..n);
             if let Some(reply) = handle(ctx, &mut session, req).await {
-                out.clear();
-                wire::encode_reply(&reply, &mut out);
+                encode_reply_bounded(ctx, &reply, &mut out);
                 if let Err(e) = s.write_all(&out).await.and(s.flush().await) {
                     eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
                     return;
@@ -178,6 +179,35 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
             }
         }
     }
+}
+
+/// Never a frame the client is bound to refuse: a reply over the frame limit goes out as
+/// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
+fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
+    if crate::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
+        eprintln!(
+            "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
+            ctx.id, reply.seq, ctx.limits.max_message_bytes
+        );
+    }
+}
+
+/// A page of a snapshot-bound listing (after the read barrier).
+fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply {
+    crate::listing::answer_page(
+        &ctx.cursors,
+        seq,
+        p,
+        ctx.limits.max_message_bytes,
+        || {
+            ctx.applied
+                .read()
+                .expect("state lock")
+                .state
+                .jobs_snapshot()
+        },
+        ctx.id,
+    )
 }
 
 pub fn now_ms() -> i64 {
@@ -539,6 +569,9 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
     if let Some(r) = ctx.read_barrier(seq, &req.op).await {
         return r;
     }
+    if let Op::JobListPage(p) = &req.op {
+        return job_list_page(ctx, seq, p);
+    }
     read(ctx, req)
 }
 
@@ -549,7 +582,14 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
     let enoent = || Reply::status(seq, -libc::ENOENT);
     match &req.op {
         Op::Hello(_) => Reply::ok(seq, ReplyData::CtrlInfo(ctx.info())),
-        Op::JobList(f) => Reply::ok(seq, ReplyData::Jobs(st.jobs(f))),
+        // The unpaged op answers only what fits one frame (older clients; ours page).
+        Op::JobList(f) => {
+            let budget = crate::listing::hard_budget(0, ctx.limits.max_message_bytes);
+            st.jobs(f, budget).map_or_else(
+                || Reply::status(seq, -xce::error::E_XCE_TOOBIG),
+                |jobs| Reply::ok(seq, ReplyData::Jobs(jobs)),
+            )
+        }
         Op::JobInfo { job_id } => st
             .job(*job_id)
             .map_or_else(enoent, |j| Reply::ok(seq, ReplyData::Job(j))),

@@ -1,7 +1,6 @@
 //! The Raft type configuration: what the log carries and how nodes are addressed.
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +28,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = CtrlNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::store::SnapFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

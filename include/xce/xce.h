@@ -85,6 +85,11 @@
 #define E_XCE_INTERNAL 2009
 
 /**
+ * A reply too large for one frame that cannot be split; deterministic, never a failover.
+ */
+#define E_XCE_TOOBIG 2012
+
+/**
  * Most masters a configuration holds.
  */
 #define N_MAX_MASTERS 8

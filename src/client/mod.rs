@@ -5,6 +5,9 @@
 //! `Send + Sync`: the C layer keeps it in an `Arc` and calls it from many threads, and calls on
 //! one context are serialized for the whole loop (F11). Different clients share no lock.
 
+mod listing;
+pub use listing::{JobPager, ENV_PAGE_BYTES, MAX_LISTING_RESTARTS};
+
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -365,8 +368,9 @@ impl Client {
         reply_data!(self.call(op)?, ReplyData::CtrlInfo(i) => i)
     }
 
+    /// Every job matching `filter`, paged through one snapshot (listing.rs): any size.
     pub fn joblist(&self, filter: JobFilter) -> Result<Vec<Job>, Error> {
-        reply_list!(self.call(Op::JobList(filter))?, ReplyData::Jobs(v) => v)
+        self.joblist_all(filter)
     }
 
     pub fn jobinfo(&self, job_id: u64) -> Result<Job, Error> {

@@ -71,6 +71,8 @@ pub const E_XCE_AUTH: c_int = 2007;
 pub const E_XCE_TLS: c_int = 2008;
 /// A library bug caught at the C boundary (a panic).
 pub const E_XCE_INTERNAL: c_int = 2009;
+/// A reply too large for one frame that cannot be split; deterministic, never a failover.
+pub const E_XCE_TOOBIG: c_int = 2012;
 
 const _: () = {
     use crate::error as e;
@@ -83,6 +85,7 @@ const _: () = {
     assert!(E_XCE_AUTH == e::E_XCE_AUTH);
     assert!(E_XCE_TLS == e::E_XCE_TLS);
     assert!(E_XCE_INTERNAL == e::E_XCE_INTERNAL);
+    assert!(E_XCE_TOOBIG == e::E_XCE_TOOBIG);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C.

@@ -32,6 +32,21 @@ fn main() -> ExitCode {
     });
     let p = c.primary_now().unwrap();
     eprintln!("primary {p} pid {:?}", c.node(p).pid());
+    if let Some(load) = args.get(2).and_then(|s| s.parse::<u64>().ok()) {
+        let t = scale::load_jobs(&m, load, 64).expect("load");
+        eprintln!("loaded {load} in {:?}", t);
+        std::thread::sleep(Duration::from_secs(2));
+        for n in &c.nodes {
+            eprintln!(
+                "node {} rss {:?} disk {}",
+                n.id,
+                n.pid().and_then(scale::rss_bytes),
+                scale::disk_bytes(&scale::node_dir(&c, n.id))
+            );
+        }
+        let (k, t) = scale::c_joblist(&m).expect("list");
+        eprintln!("c_joblist {k} in {:?}", t);
+    }
     for n in list {
         let r = scale::submit_rate(&m, n, Duration::from_secs(secs)).expect("rate");
         println!(

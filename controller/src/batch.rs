@@ -24,6 +24,13 @@ use crate::types::{NodeId, Raft};
 /// Most proposals in one entry: keeps one entry (and one replication RPC of
 /// `max_payload_entries` of them) a few MB at most.
 pub const MAX_BATCH: usize = 512;
+/// Most bytes of proposals (roughly, their texts) in one entry. openraft 0.9 gives every
+/// AppendEntries RPC one heartbeat interval (30 ms) to complete, follower fsync included, so
+/// entries — and the [`MAX_PAYLOAD_ENTRIES`] of them one RPC carries — must stay small.
+pub const MAX_BATCH_BYTES: usize = 64 << 10;
+/// Entries per AppendEntries RPC (openraft's `max_payload_entries`; its default, 300, of
+/// batched entries would be an RPC of megabytes that never completes within its 30 ms).
+pub const MAX_PAYLOAD_ENTRIES: u64 = 8;
 /// Entries proposed and not yet committed at once. One entry is being appended on the leader
 /// while the one before it is being replicated: two in flight keep both busy; more only make
 /// the batches smaller.
@@ -88,10 +95,14 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, commit_timeou
         let Some(first) = rx.recv().await else {
             return;
         };
+        let mut bytes = first.proposal.size_hint();
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) => {
+                    bytes += p.proposal.size_hint();
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }

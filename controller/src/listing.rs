@@ -192,3 +192,167 @@ pub fn encode_bounded(reply: &Reply, max_bytes: usize, out: &mut Vec<u8>) -> boo
     wire::encode_reply(&Reply::status(reply.seq, -E_XCE_TOOBIG), out);
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Cmd, Proposal, State, SubmitSpec};
+
+    fn table(n: u64, command_len: usize) -> State {
+        let mut s = State::default();
+        for id in 1..=n {
+            s.apply(&Proposal {
+                client_id: [2; 16],
+                request_id: 0,
+                now_ms: 1,
+                cmd: Cmd::JobSubmit(SubmitSpec {
+                    job_id: id * 10,
+                    name: format!("j{id}"),
+                    user: if id % 2 == 0 { "even" } else { "odd" }.into(),
+                    queue: String::new(),
+                    command: "c".repeat(command_len),
+                    ncpus: 1,
+                    mem_mb: 1,
+                }),
+            });
+        }
+        s
+    }
+
+    fn page_of(r: &Reply) -> &JobPage {
+        match &r.data {
+            ReplyData::JobPage(p) => p,
+            other => panic!("status {} data {other:?}", r.status),
+        }
+    }
+
+    /// Pages through a listing, with writes between the pages; returns the ids listed.
+    fn list_all(cursors: &Cursors, s: &mut State, req: JobListPage, frame: usize) -> Vec<u64> {
+        let mut req = req;
+        let mut ids = Vec::new();
+        let mut extra = 1_000_000;
+        loop {
+            let r = answer_page(cursors, 1, &req, frame, || s.jobs_snapshot(), 1);
+            let mut out = Vec::new();
+            assert!(
+                !encode_bounded(&r, frame, &mut out),
+                "a page over the frame"
+            );
+            let p = page_of(&r).clone();
+            ids.extend(p.jobs.iter().map(|j| j.job_id));
+            if !p.more {
+                return ids;
+            }
+            // A write between pages must not show up in this listing.
+            extra += 1;
+            s.apply(&Proposal {
+                client_id: [3; 16],
+                request_id: 0,
+                now_ms: 2,
+                cmd: Cmd::JobSubmit(SubmitSpec {
+                    job_id: extra,
+                    name: "late".into(),
+                    user: "even".into(),
+                    queue: String::new(),
+                    command: String::new(),
+                    ncpus: 1,
+                    mem_mb: 1,
+                }),
+            });
+            req.cursor = p.cursor;
+            req.after = *ids.last().unwrap();
+            if req.filter.limit != 0 {
+                req.filter.limit -= p.jobs.len() as u32;
+            }
+        }
+    }
+
+    #[test]
+    fn pages_come_from_one_snapshot_within_the_frame() {
+        let cursors = Cursors::default();
+        let mut s = table(3000, 500);
+        let frame = 64 << 10;
+        let ids = list_all(&cursors, &mut s, JobListPage::default(), frame);
+        let want: Vec<u64> = (1..=3000).map(|i| i * 10).collect();
+        assert_eq!(ids, want);
+        // The finished listing dropped its cursor.
+        assert!(cursors.pinned.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn filter_and_limit_hold_across_pages() {
+        let cursors = Cursors::default();
+        let mut s = table(3000, 500);
+        let req = JobListPage {
+            filter: JobFilter {
+                user: "even".into(),
+                limit: 700,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let ids = list_all(&cursors, &mut s, req, 64 << 10);
+        let want: Vec<u64> = (1..=3000)
+            .filter(|i| i % 2 == 0)
+            .map(|i| i * 10)
+            .take(700)
+            .collect();
+        assert_eq!(ids, want);
+    }
+
+    #[test]
+    fn unknown_cursor_is_estale_and_a_job_too_large_is_toobig() {
+        let cursors = Cursors::default();
+        let s = table(3, 100_000);
+        let req = JobListPage {
+            cursor: 42,
+            after: 10,
+            ..Default::default()
+        };
+        let r = answer_page(&cursors, 7, &req, 1 << 20, || s.jobs_snapshot(), 1);
+        assert_eq!((r.seq, r.status), (7, -libc::ESTALE));
+        // One job bigger than any frame this client accepts.
+        let req = JobListPage {
+            max_bytes: 50_000,
+            ..Default::default()
+        };
+        let r = answer_page(&cursors, 8, &req, 1 << 20, || s.jobs_snapshot(), 1);
+        assert_eq!(r.status, -E_XCE_TOOBIG);
+        // A job larger than a preferred page but within the frame goes alone.
+        let r = answer_page(
+            &cursors,
+            9,
+            &JobListPage::default(),
+            150_000,
+            || s.jobs_snapshot(),
+            1,
+        );
+        assert_eq!(page_of(&r).jobs.len(), 1);
+    }
+
+    #[test]
+    fn a_reply_over_the_frame_goes_out_as_toobig() {
+        let big = Reply::ok(
+            5,
+            ReplyData::Jobs(vec![wire::Job {
+                command: "x".repeat(10_000),
+                ..Default::default()
+            }]),
+        );
+        let mut out = Vec::new();
+        assert!(encode_bounded(&big, 4096, &mut out));
+        let r = wire::decode_reply(&out, &wire::Limits::default()).unwrap();
+        assert_eq!((r.seq, r.status), (5, -E_XCE_TOOBIG));
+        assert!(!encode_bounded(&big, 1 << 20, &mut out));
+    }
+
+    #[test]
+    fn cursors_are_bounded() {
+        let cursors = Cursors::default();
+        let s = table(10, 1);
+        for _ in 0..MAX_CURSORS + 5 {
+            cursors.pin(s.jobs_snapshot(), &JobFilter::default());
+        }
+        assert_eq!(cursors.pinned.lock().unwrap().len(), MAX_CURSORS);
+    }
+}

@@ -127,6 +127,7 @@ fn store_config(o: &crate::config::NodeOpts) -> Config {
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: o.snapshot_logs,
         install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
+        max_payload_entries: crate::batch::MAX_PAYLOAD_ENTRIES,
         ..Default::default()
     }
 }

@@ -39,6 +39,32 @@ pub struct Proposal {
     pub cmd: Cmd,
 }
 
+impl Proposal {
+    /// Rough size of the proposal in a log entry (its texts plus a fixed part).
+    pub fn size_hint(&self) -> usize {
+        let texts = match &self.cmd {
+            Cmd::JobSubmit(s) => s.name.len() + s.user.len() + s.queue.len() + s.command.len(),
+            Cmd::Join { host, attrs, .. } => {
+                host.len() + attrs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            }
+            Cmd::UpdateResvals { host, resvals } => {
+                host.len()
+                    + resvals
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+            }
+            Cmd::RunTask { host, command } => host.len() + command.len(),
+            Cmd::SetPendReason { reason, .. } => reason.len(),
+            Cmd::JobDispatch { host, .. } | Cmd::HostCtrl { host, .. } => host.len(),
+            Cmd::Heartbeat { host } => host.len(),
+            Cmd::QueueCtrl { queue, .. } => queue.len(),
+            _ => 0,
+        };
+        160 + texts
+    }
+}
+
 /// Session roles as stored (mirror of `wire::SessionRole`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {

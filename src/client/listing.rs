@@ -12,6 +12,8 @@
 use crate::error::Error;
 use crate::wire::{Job, JobFilter, JobListPage, JobPage, Op, ReplyData};
 
+// Old controllers do not know `joblistPage`; `joblist_all` asks with `joblist` first.
+
 use super::Client;
 
 /// How many times one listing starts over (each time its snapshot was lost: a failover, or a
@@ -142,9 +144,25 @@ impl Client {
         }
     }
 
-    /// Every job matching `filter`, however many: one consistent snapshot, paged in frames
-    /// within the limit, started over on a new primary after a failover.
+    /// Every job matching `filter`, however many, as one consistent snapshot: one `joblist`
+    /// round trip when the answer fits a frame (as before, and what older controllers
+    /// speak); when the controller answers -E_XCE_TOOBIG, paged through one snapshot in
+    /// frames within the limit, started over on a new primary after a failover.
     pub fn joblist_all(&self, filter: JobFilter) -> Result<Vec<Job>, Error> {
+        match self.call(Op::JobList(filter.clone())) {
+            Ok(r) => match r.data {
+                ReplyData::Jobs(v) => return Ok(v),
+                ReplyData::None => return Ok(Vec::new()),
+                _ => return Err(Error::Proto),
+            },
+            Err(Error::TooBig) => {}
+            Err(e) => return Err(e),
+        }
+        self.joblist_paged(filter)
+    }
+
+    /// [`Client::joblist_all`] without the single-frame attempt: always pages.
+    pub fn joblist_paged(&self, filter: JobFilter) -> Result<Vec<Job>, Error> {
         let mut pager = self.joblist_pager(filter, env_page_bytes());
         let mut jobs = Vec::new();
         let mut restarts = 0;

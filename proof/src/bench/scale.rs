@@ -162,6 +162,67 @@ pub fn disk_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// What one listing through the C API returned.
+#[derive(Debug, Clone)]
+pub struct CListing {
+    /// The count, or the negative status `xcecli_joblist` returned.
+    pub rc: i64,
+    /// The job ids, in the order returned.
+    pub ids: Vec<u64>,
+    /// Time of the listing call alone.
+    pub took: Duration,
+    /// F17 counters of the context after the call: (rotations, failovers).
+    pub rotations: u64,
+    pub failovers: u64,
+}
+
+/// `xcecli_joblist` of everything through the old caller's C signature (start, list, free,
+/// stop), as a C program makes these calls.
+pub fn c_joblist_ids(masters: &str) -> Result<CListing, String> {
+    use xce::ffi::config::*;
+    use xce::ffi::ops::*;
+    use xce::ffi::types::*;
+    let masters = CString::new(masters).map_err(|e| e.to_string())?;
+    let mut conf = std::mem::MaybeUninit::<xce_client_config_t>::zeroed();
+    xce_client_config_init(conf.as_mut_ptr());
+    let rc = xce_client_config_parse_masters(conf.as_mut_ptr(), masters.as_ptr());
+    if rc < 0 {
+        return Err(format!("parse masters: {rc}"));
+    }
+    let mut ctx = std::ptr::null_mut();
+    let rc = xcecli_start(conf.as_ptr(), &mut ctx);
+    if rc < 0 {
+        return Err(format!("xcecli_start: {}", xce::strerror(rc)));
+    }
+    let mut jobs = std::ptr::null_mut();
+    let t0 = Instant::now();
+    let n = xcecli_joblist(ctx, std::ptr::null(), &mut jobs);
+    let took = t0.elapsed();
+    let mut ids = Vec::new();
+    if n > 0 {
+        // SAFETY: xcecli_joblist returned an array of n jobs at `jobs`.
+        let arr = unsafe { std::slice::from_raw_parts(jobs, n as usize) };
+        ids = arr.iter().map(|j| j.jobid).collect();
+        xce_free_jobs(jobs, n as usize);
+    }
+    let mut st = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
+    let (rotations, failovers) = if xce::ffi::hooks::xcecli_get_stats(ctx, st.as_mut_ptr()) == 0 {
+        // SAFETY: filled by xcecli_get_stats on success.
+        let st = unsafe { st.assume_init() };
+        (st.rotations, st.failovers)
+    } else {
+        (0, 0)
+    };
+    xcecli_stop(ctx);
+    Ok(CListing {
+        rc: n as i64,
+        ids,
+        took,
+        rotations,
+        failovers,
+    })
+}
+
 /// `xcecli_joblist` of everything through the C API (start, list, free, stop): the count, or
 /// the negative status it returned, and the time of the listing call alone.
 pub fn c_joblist(masters: &str) -> Result<(i64, Duration), String> {

@@ -54,7 +54,9 @@ fn parse() -> Result<Args, String> {
                     .map(|s| s.trim().parse::<u64>().map_err(|e| format!("--jobs: {e}")))
                     .collect::<Result<_, _>>()?
             }
-            "--baseline" => a.baseline = Some(PathBuf::from(it.next().ok_or("--baseline needs a path")?)),
+            "--baseline" => {
+                a.baseline = Some(PathBuf::from(it.next().ok_or("--baseline needs a path")?))
+            }
             _ => return Err(format!("unknown argument {x:?}")),
         }
     }
@@ -72,7 +74,8 @@ fn start(bin: &PathBuf, logs: &std::path::Path) -> Result<Cluster, String> {
         },
     )
     .map_err(|e| format!("start: {e}"))?;
-    c.wait_primary(Duration::from_secs(30)).ok_or("no primary")?;
+    c.wait_primary(Duration::from_secs(30))
+        .ok_or("no primary")?;
     Ok(c)
 }
 
@@ -82,16 +85,26 @@ fn p11(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
     if let Some(b) = &a.baseline {
         bins.insert(0, ("baseline", b.clone()));
     }
-    let mut t = Table::new("P11", "write throughput: jobsubmit/s vs concurrent contexts");
+    let mut t = Table::new(
+        "P11",
+        "write throughput: jobsubmit/s vs concurrent contexts",
+    );
     t.note(format!(
         "3 controllers + the client threads on this machine ({} CPUs); each context one thread \
          submitting back to back for {secs} s after one warm-up call; acknowledged = committed \
          (fsynced) on a quorum; a fresh cluster per controller build",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     ));
-    t.header = ["controller", "contexts", "submits/s", "acked", "failed", "vs 1 context"]
-        .map(String::from)
-        .to_vec();
+    t.header = [
+        "controller",
+        "contexts",
+        "submits/s",
+        "acked",
+        "failed",
+        "vs 1 context",
+    ]
+    .map(String::from)
+    .to_vec();
     let mut at64 = None;
     for (name, bin) in &bins {
         let c = start(bin, logs)?;
@@ -137,11 +150,20 @@ fn wait_answers(c: &Cluster, id: u32, timeout: Duration) -> Option<Duration> {
 }
 
 /// Time until node `id`'s log has `what` more times than `before`.
-fn wait_log(logs: &std::path::Path, id: u32, what: &str, before: usize, timeout: Duration) -> Option<Duration> {
+fn wait_log(
+    logs: &std::path::Path,
+    id: u32,
+    what: &str,
+    before: usize,
+    timeout: Duration,
+) -> Option<Duration> {
     let t0 = Instant::now();
     let path = logs.join(format!("node-{id}.log"));
     while t0.elapsed() < timeout {
-        let n = std::fs::read_to_string(&path).unwrap_or_default().matches(what).count();
+        let n = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .matches(what)
+            .count();
         if n > before {
             return Some(t0.elapsed());
         }
@@ -161,7 +183,13 @@ fn ms(d: Option<Duration>) -> String {
     d.map_or("—".into(), |d| format!("{:.0}", d.as_secs_f64() * 1000.0))
 }
 
-fn p12_row(t: &mut Table, name: &str, bin: &PathBuf, n: u64, logs: &std::path::Path) -> Result<(f64, Option<Duration>), String> {
+fn p12_row(
+    t: &mut Table,
+    name: &str,
+    bin: &PathBuf,
+    n: u64,
+    logs: &std::path::Path,
+) -> Result<(f64, Option<Duration>), String> {
     let mut c = start(bin, logs)?;
     let m = c.masters();
     let load = scale::load_jobs(&m, n, 64)?;
@@ -173,14 +201,31 @@ fn p12_row(t: &mut Table, name: &str, bin: &PathBuf, n: u64, logs: &std::path::P
     for node in &c.nodes {
         let r = node.pid().and_then(scale::rss_bytes).unwrap_or(0) as f64 / n as f64;
         rss.push(format!("{}{:.0}", if node.id == p { "P " } else { "" }, r));
-        disk.push(format!("{:.0}", scale::disk_bytes(&scale::node_dir(&c, node.id)) as f64 / n as f64));
+        disk.push(format!(
+            "{:.0}",
+            scale::disk_bytes(&scale::node_dir(&c, node.id)) as f64 / n as f64
+        ));
     }
-    let worst_rss = c.nodes.iter().map(|x| x.pid().and_then(scale::rss_bytes).unwrap_or(0)).max().unwrap_or(0) as f64 / n as f64;
+    let worst_rss = c
+        .nodes
+        .iter()
+        .map(|x| x.pid().and_then(scale::rss_bytes).unwrap_or(0))
+        .max()
+        .unwrap_or(0) as f64
+        / n as f64;
     let list = scale::c_joblist_ids(&m)?;
     let list_cell = if list.rc >= 0 {
-        format!("{:.0} ms ({} jobs)", list.took.as_secs_f64() * 1000.0, list.rc)
+        format!(
+            "{:.0} ms ({} jobs)",
+            list.took.as_secs_f64() * 1000.0,
+            list.rc
+        )
     } else {
-        format!("{} after {:.0} s", xce::strerror(list.rc as i32), list.took.as_secs_f64())
+        format!(
+            "{} after {:.0} s",
+            xce::strerror(list.rc as i32),
+            list.took.as_secs_f64()
+        )
     };
     // Restart a standby from its own data directory: until it answers, and until it has
     // loaded its snapshot.
@@ -195,13 +240,21 @@ fn p12_row(t: &mut Table, name: &str, bin: &PathBuf, n: u64, logs: &std::path::P
     c.kill(s2);
     let _ = std::fs::remove_dir_all(scale::node_dir(&c, s2));
     c.restart(s2).map_err(|e| e.to_string())?;
-    let catchup = wait_log(logs, s2, "installed snapshot", before, Duration::from_secs(300));
+    let catchup = wait_log(
+        logs,
+        s2,
+        "installed snapshot",
+        before,
+        Duration::from_secs(300),
+    );
     std::thread::sleep(Duration::from_secs(2));
     // Failover: kill -9 the primary; time until another node serves as primary.
     let p = c.primary_now().ok_or("no primary before the kill")?;
     let t0 = Instant::now();
     c.kill(p);
-    let failover = c.wait_new_primary(p, Duration::from_secs(60)).map(|_| t0.elapsed());
+    let failover = c
+        .wait_new_primary(p, Duration::from_secs(60))
+        .map(|_| t0.elapsed());
     t.row(vec![
         name.into(),
         n.to_string(),
@@ -219,9 +272,19 @@ fn p12_row(t: &mut Table, name: &str, bin: &PathBuf, n: u64, logs: &std::path::P
 fn p12(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
     let mut t = Table::new("P12", "scale of the job table");
     t.note("typical jobs (≈ 90 bytes of text: name, user of 50, a one-line command) loaded by 64 contexts; RSS and disk per stored job for each node (P = primary; disk = the node's data directory, st_blocks); joblist = xcecli_joblist of everything through the C API, end to end; restart = kill -9 a standby and start it on its data: until it answers; catch-up = a standby restarted on an EMPTY data directory: until it has installed the primary's snapshot; failover = kill -9 the primary: until another node answers hello as primary");
-    t.header = ["controller", "jobs", "load", "RSS B/job", "disk B/job", "joblist", "restart ms", "catch-up ms", "failover ms"]
-        .map(String::from)
-        .to_vec();
+    t.header = [
+        "controller",
+        "jobs",
+        "load",
+        "RSS B/job",
+        "disk B/job",
+        "joblist",
+        "restart ms",
+        "catch-up ms",
+        "failover ms",
+    ]
+    .map(String::from)
+    .to_vec();
     if let Some(b) = &a.baseline {
         p12_row(&mut t, "baseline", b, 10_000, logs)?;
     }
@@ -237,7 +300,9 @@ fn p12(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
         }
     }
     t.target(
-        format!("≤ 1 KB controller RSS per job (largest table measured: {at_max} jobs, worst node)"),
+        format!(
+            "≤ 1 KB controller RSS per job (largest table measured: {at_max} jobs, worst node)"
+        ),
         Verdict::from(worst <= 1024.0, format!("{worst:.0} B/job")),
     );
     t.target(
@@ -263,9 +328,13 @@ fn main() -> ExitCode {
     println!(
         "xce-scale: controller {}{}; logs in {}; load average {}",
         ours.display(),
-        a.baseline.as_ref().map_or(String::new(), |b| format!(", baseline {}", b.display())),
+        a.baseline
+            .as_ref()
+            .map_or(String::new(), |b| format!(", baseline {}", b.display())),
         logs.display(),
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     let t0 = Instant::now();
     let wants = |id: &str| a.only.as_deref().is_none_or(|o| o == id);

@@ -45,6 +45,7 @@ pub fn run(args: RunArgs) -> i32 {
 
 async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
+
     let tls = match (&args.opts.tls_cert, &args.opts.tls_key) {
         (Some(c), Some(k)) => Some(tls::acceptor(c, k, args.opts.tls_client_ca.as_deref())?),
         _ => None,
@@ -188,10 +189,16 @@ async fn log_roles(raft: Raft, id: NodeId) {
     let mut rx = raft.metrics();
     let mut last = None;
     loop {
-        let now = {
+        let (now, fatal) = {
             let m = rx.borrow_and_update();
-            (m.state, m.current_term, m.current_leader)
+            (
+                (m.state, m.current_term, m.current_leader),
+                m.running_state.as_ref().err().map(|e| e.to_string()),
+            )
         };
+        if let Some(e) = fatal {
+            eprintln!("node {id}: raft stopped: {e}");
+        }
         if last != Some(now) {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
             let ms = crate::now_ms();

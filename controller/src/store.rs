@@ -40,13 +40,16 @@ const DB_CACHE_BYTES: usize = 32 << 20;
 /// short for a table of 10^6 jobs: a follower would never catch up).
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
 
+/// A storage error stops this node's Raft (openraft treats it as fatal): say why first.
 fn read_err(e: impl std::error::Error + 'static) -> StorageError {
+    eprintln!("storage read error: {e}");
     StorageError::IO {
         source: StorageIOError::read(AnyError::new(&e)),
     }
 }
 
 fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+    eprintln!("storage write error: {e}");
     StorageError::IO {
         source: StorageIOError::write(AnyError::new(&e)),
     }
@@ -364,7 +367,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // Writing (and fsyncing) a large table takes a while: off the runtime's threads.
         let meta = tokio::task::spawn_blocking(move || -> std::io::Result<SnapshotMeta> {
             let t0 = std::time::Instant::now();
-            let tmp = dir.join(format!("snapshot.build-{}.tmp", std::process::id()));
+            static BUILDS: AtomicU64 = AtomicU64::new(0);
+            let tmp = dir.join(format!(
+                "snapshot.build-{}-{}.tmp",
+                std::process::id(),
+                BUILDS.fetch_add(1, Ordering::Relaxed)
+            ));
             let bytes = view.write(&tmp)?;
             snapshot::install_file(&tmp, &dir)?;
             eprintln!(

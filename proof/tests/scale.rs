@@ -181,3 +181,63 @@ fn a_reply_too_large_for_a_frame_is_toobig_at_once_without_failover() {
     );
     cl.hello().expect("hello after TOOBIG");
 }
+
+#[test]
+fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
+    let logs = log_dir("catchup");
+    let _ = std::fs::remove_dir_all(&logs);
+    let (mut c, p) = cluster_with(
+        3,
+        ClusterOpts {
+            extra_args: vec![],
+            log_dir: Some(logs.clone()),
+        },
+    );
+    let s = (1..=3u32).rev().find(|&i| i != p).unwrap();
+    let cl = client(&c);
+    // Concurrent writers: entries hold batches, as in production.
+    let acked = load(&c, if long() { 100_000 } else { 20_000 });
+    // The other standby restarts on its data first (as in xce-scale's P12).
+    let other = (1..=3u32).find(|&i| i != p && i != s).unwrap();
+    c.restart(other).expect("restart other");
+    std::thread::sleep(Duration::from_secs(2));
+    // The standby loses everything and comes back empty: the primary's log no longer reaches
+    // back to the start, so it must send its snapshot.
+    c.kill(s);
+    std::fs::remove_dir_all(c.data_dir().join(format!("node-{s}"))).expect("wipe");
+    c.restart(s).expect("restart");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log_of(&logs, s).contains("installed snapshot") {
+        assert!(
+            !log_of(&logs, s).contains("raft stopped"),
+            "the empty standby stopped:\n{}",
+            log_of(&logs, s)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot installed:\n{}",
+            log_of(&logs, s)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // It holds everything: make it serve by killing the primary.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        !log_of(&logs, s).contains("raft stopped"),
+        "{}",
+        log_of(&logs, s)
+    );
+    c.kill(p);
+    let q = c
+        .wait_new_primary(p, common::ELECTION_WAIT)
+        .expect("new primary");
+    let _ = q;
+    let ids: BTreeSet<u64> = cl
+        .joblist(JobFilter::default())
+        .expect("joblist")
+        .iter()
+        .map(|j| j.job_id)
+        .collect();
+    assert_eq!(ids, acked);
+    let _ = std::fs::remove_dir_all(&logs);
+}

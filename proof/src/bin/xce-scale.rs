@@ -19,13 +19,16 @@ const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
   --only P11|P12   run one of the two
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
-  --baseline BIN   also run P11 (and P12 at 10^4 jobs) against this controller binary, side by side";
+  --baseline BIN   also run P11 (and P12 at 10^4 jobs) against this controller binary, side by side
+  --soak MIN       also a long run: 10^5 jobs, then MIN minutes of writes and listings, RSS/job each minute";
 
 struct Args {
     quick: bool,
     only: Option<String>,
     jobs: Vec<u64>,
     baseline: Option<PathBuf>,
+    /// Minutes of the long run (0: none).
+    soak: u64,
     /// This branch's controller (resolved once: `start` sets XCE_CONTROLLER).
     ours: PathBuf,
 }
@@ -36,6 +39,7 @@ fn parse() -> Result<Args, String> {
         only: None,
         jobs: vec![10_000, 100_000],
         baseline: None,
+        soak: 0,
         ours: xce_proof::controller_bin(),
     };
     if std::env::var_os("XCE_SCALE_FULL").is_some_and(|v| v != "0") {
@@ -45,6 +49,13 @@ fn parse() -> Result<Args, String> {
     while let Some(x) = it.next() {
         match x.as_str() {
             "--quick" => a.quick = true,
+            "--soak" => {
+                a.soak = it
+                    .next()
+                    .ok_or("--soak needs minutes")?
+                    .parse()
+                    .map_err(|e| format!("--soak: {e}"))?
+            }
             "--only" => a.only = Some(it.next().ok_or("--only needs P11 or P12")?.to_uppercase()),
             "--jobs" => {
                 a.jobs = it
@@ -245,7 +256,7 @@ fn p12_row(
         s2,
         "installed snapshot",
         before,
-        Duration::from_secs(300),
+        Duration::from_secs(120),
     );
     std::thread::sleep(Duration::from_secs(2));
     // Failover: kill -9 the primary; time until another node serves as primary.
@@ -312,6 +323,93 @@ fn p12(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
     Ok(t)
 }
 
+/// The long run: a table of `base` jobs, then `minutes` of 16 contexts submitting and
+/// killing jobs (every kill is a write to an existing job, so copy-on-write and the interned
+/// texts churn) with a full listing every 20 s; RSS per job of each node every minute; at
+/// the end one standby restarts on its data, and its RSS per job is compared with the
+/// long-lived nodes'.
+fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Table, String> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let mut c = start(&a.ours, logs)?;
+    let m = c.masters();
+    scale::load_jobs(&m, base, 64)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicU64::new(0));
+    let mut t = Table::new("P12-soak", "memory per job over a long run");
+    t.note(format!(
+        "{base} typical jobs, then {minutes} min of 16 contexts each submitting a job and killing the one it submitted before (two writes), and a full xcecli_joblist every 20 s; RSS of each node / jobs stored"
+    ));
+    t.header = ["minute", "jobs", "writes", "RSS B/job n1", "n2", "n3"]
+        .map(String::from)
+        .to_vec();
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let cl = xce_proof::bench::roundtrip::lib_client(&m)?;
+        let (stop, writes) = (stop.clone(), writes.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut prev = None;
+            while !stop.load(Ordering::Relaxed) {
+                let id = scale::next_job_id();
+                if cl.jobsubmit(scale::typical_job(id)).is_ok() {
+                    writes.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some(p) = prev.replace(id) {
+                    if cl.jobctrl(p, xce::wire::JobAction::Kill).is_ok() {
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    let lister = {
+        let (stop, m) = (stop.clone(), m.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = scale::c_joblist_ids(&m);
+                for _ in 0..200 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let mut jobs = base;
+    for minute in 0..=minutes {
+        while t0.elapsed() < Duration::from_secs(60 * minute) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let w = writes.load(Ordering::Relaxed);
+        jobs = base + w.div_ceil(2);
+        let mut row = vec![minute.to_string(), jobs.to_string(), w.to_string()];
+        for n in &c.nodes {
+            let r = n.pid().and_then(scale::rss_bytes).unwrap_or(0);
+            row.push(format!("{:.0}", r as f64 / jobs as f64));
+        }
+        t.row(row);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = lister.join();
+    let p = c.primary_now().ok_or("no primary")?;
+    let s = (1..=3u32).find(|&i| i != p).unwrap();
+    c.restart(s).map_err(|e| e.to_string())?;
+    wait_answers(&c, s, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(10));
+    let mut row = vec![format!("node {s} restarted"), jobs.to_string(), "—".into()];
+    for n in &c.nodes {
+        let r = n.pid().and_then(scale::rss_bytes).unwrap_or(0);
+        row.push(format!("{:.0}", r as f64 / jobs as f64));
+    }
+    t.row(row);
+    Ok(t)
+}
+
 fn main() -> ExitCode {
     let a = match parse() {
         Ok(a) => a,
@@ -348,6 +446,12 @@ fn main() -> ExitCode {
         match p12(&a, &logs) {
             Ok(t) => println!("{t}"),
             Err(e) => println!("P12 could not be measured: {e}"),
+        }
+    }
+    if a.soak > 0 {
+        match soak(&a, &logs, 100_000, a.soak) {
+            Ok(t) => println!("{t}"),
+            Err(e) => println!("soak could not be measured: {e}"),
         }
     }
     std::env::set_var("XCE_CONTROLLER", &ours);

@@ -112,6 +112,39 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) CHECK_STR(flat[i].user, "alice");
     if (n > 0) xce_free_jobs(flat, (size_t)n);
 
+    /* New callers: the same listing in pages, all from
+     * one snapshot; and a limit over the whole listing. The controller keeps 4 KiB of a page
+     * for the envelope: 4400 bytes leave room for a job or two per page. */
+    for (int limit = 0; limit <= 2; limit += 2) {
+        xce_job_filter_t all = {NULL, NULL, 0, (uint32_t)limit};
+        xce_joblist_pager *pager = NULL;
+        CHECK_EQ(xcecli_joblist_open(ctx, &all, 4400, &pager), 0);
+        int total = 0, pages = 0, found = 0;
+        for (;;) {
+            xce_job_t *page = NULL;
+            int m = xcecli_joblist_next(pager, &page);
+            if (m == -ESTALE) { /* started over: drop what we have */
+                total = found = pages = 0;
+                continue;
+            }
+            if (m < 0) fprintf(stderr, "joblist_next: %d (%s)\n", m, xce_strerror(m));
+            CHECK(m >= 0);
+            if (m <= 0) break;
+            pages++;
+            total += m;
+            for (int i = 0; i < m; i++)
+                for (int k = 0; k < NJOBS; k++) found += page[i].jobid == ids[k];
+            xce_free_jobs(page, (size_t)m);
+        }
+        xcecli_joblist_close(pager);
+        int want = limit ? limit : NJOBS;
+        CHECK_EQ(total, want);
+        CHECK_EQ(found, want);
+        CHECK(pages >= 1);
+        printf("paged listing (limit %d): %d jobs in %d pages\n", limit, total, pages);
+    }
+    xcecli_joblist_close(NULL);
+
     xcecli_stop(ctx);
     cluster_stop(&c);
     if (g_failures) {

@@ -45,6 +45,7 @@ struct Request {
     heartbeat @23 :HostRef;
     nop @24 :Void;
     waitPrimary @25 :WaitPrimary;
+    joblistPage @26 :JobListPage;
   }
 }
 
@@ -66,6 +67,7 @@ struct Reply {
     clusterConf @12 :ClusterConf;
     taskId @13 :UInt64;
     sessionId @14 :UInt64;
+    jobPage @15 :JobPage;
   }
 }
 
@@ -198,6 +200,27 @@ struct WaitPrimary {
   # Empty host / port 0: any primary.
   excludeHost @1 :Text;
   excludePort @2 :UInt16;
+}
+
+# One page of a listing of any size. The first request (cursor 0) pins a snapshot of the job
+# table on the primary and answers its first page with the snapshot's cursor; each next
+# request sends that cursor back with the last job id received. All pages of one cursor come
+# from the same snapshot, so the whole listing is one linearizable read. A cursor the node
+# does not hold (a new primary after a failover, or one dropped after idling) is answered
+# with -ESTALE: the client starts over with cursor 0. Every page fits one frame; a single
+# job too large for any frame is -E_XCE_TOOBIG.
+struct JobListPage {
+  filter @0 :JobFilter;    # its limit: how many more jobs are wanted (0: all)
+  cursor @1 :UInt64;       # 0: start a new listing
+  after @2 :UInt64;        # with a cursor: resume after this job id (job ids are never 0)
+  maxBytes @3 :UInt32;     # largest frame the client accepts (0: the protocol default)
+}
+
+struct JobPage {
+  jobs @0 :List(Job);      # in job id order
+  cursor @1 :UInt64;       # send back for the next page; 0 when this is the last page
+  more @2 :Bool;           # more jobs follow
+  total @3 :UInt64;        # jobs in the pinned snapshot (all, before filtering)
 }
 
 # ---------------------------------------------------------------------------------------

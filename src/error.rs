@@ -28,8 +28,13 @@ pub const E_XCE_CLOSED: i32 = 2010;
 /// A controller's host name could not be resolved (F23). Client-side only: never on the wire.
 pub const E_XCE_LOOKUP: i32 = 2011;
 
+/// A reply too large for one frame that the controller cannot split (e.g. one job bigger
+/// than the frame limit), or a listing too large for the old unpaged op. Deterministic: the
+/// same on every master, so never a reason to fail over.
+pub const E_XCE_TOOBIG: i32 = 2012;
+
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 11] = [
+pub const XCE_CODES: [(i32, &str); 12] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -41,6 +46,7 @@ pub const XCE_CODES: [(i32, &str); 11] = [
     (E_XCE_INTERNAL, "E_XCE_INTERNAL"),
     (E_XCE_CLOSED, "E_XCE_CLOSED"),
     (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
+    (E_XCE_TOOBIG, "E_XCE_TOOBIG"),
 ];
 
 /// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
@@ -147,6 +153,8 @@ pub enum Error {
     /// `transport::resolve::LookupFailure`). A lookup that runs out of time is `ETIMEDOUT`.
     #[error("name lookup failed")]
     Lookup,
+    #[error("reply too large")]
+    TooBig,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -169,6 +177,7 @@ impl Error {
             Error::Internal => E_XCE_INTERNAL,
             Error::Closed => E_XCE_CLOSED,
             Error::Lookup => E_XCE_LOOKUP,
+            Error::TooBig => E_XCE_TOOBIG,
             Error::Errno(e) => e,
         }
     }
@@ -194,6 +203,7 @@ impl Error {
             E_XCE_INTERNAL => Error::Internal,
             E_XCE_CLOSED => Error::Closed,
             E_XCE_LOOKUP => Error::Lookup,
+            E_XCE_TOOBIG => Error::TooBig,
             e => Error::Errno(e),
         })
     }
@@ -252,6 +262,7 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_INTERNAL => "internal library error",
         E_XCE_CLOSED => "context is stopped",
         E_XCE_LOOKUP => "name lookup failed",
+        E_XCE_TOOBIG => "reply too large",
         e => errno_text(e),
     }
 }
@@ -294,7 +305,7 @@ mod tests {
     #[test]
     fn codes_have_the_values_of_protocol_md() {
         let expected = [
-            2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010, 2011,
+            2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010, 2011, 2012,
         ];
         for ((code, _), want) in XCE_CODES.iter().zip(expected) {
             assert_eq!(*code, want);

@@ -156,7 +156,8 @@ fn unknown_union_members_are_proto() {
         "taskId is member 9"
     );
     assert!(decode_reply(&frame, &L).is_ok());
-    for bad in [11u16, 12, 0x7FFF, 0xFFFF] {
+    // Members 0..=11 exist (11: jobPage, the paged listing).
+    for bad in [12u16, 13, 0x7FFF, 0xFFFF] {
         frame[at..at + 2].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(decode_reply(&frame, &L), Err(Error::Proto), "{bad}");
     }
@@ -169,7 +170,8 @@ fn unknown_union_members_are_proto() {
         "nop is member 20"
     );
     assert!(decode_request(&frame, &L).is_ok());
-    for bad in [22u16, 0xFFFF] {
+    // Members 0..=22 exist (22: joblistPage).
+    for bad in [23u16, 0xFFFF] {
         frame[at..at + 2].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(decode_request(&frame, &L), Err(Error::Proto), "{bad}");
     }

@@ -6,11 +6,14 @@
 //! `xce-controller run …` runs one node, `xce-controller cluster …` a loopback cluster;
 //! `xce-controller --help` and `COMMAND --help` print the options (the texts below).
 
+mod batch;
 mod cluster;
 mod config;
+mod listing;
 mod net;
 mod node;
 mod server;
+mod snapshot;
 mod state;
 mod store;
 mod tls;

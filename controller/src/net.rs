@@ -37,10 +37,11 @@ pub const RPC_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 enum RpcRequest {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
+    /// Followed on the stream by `len` raw bytes: the snapshot file (see [`send_snapshot`]).
     Snapshot {
         vote: Vote,
         meta: SnapshotMeta,
-        data: Vec<u8>,
+        len: u64,
     },
 }
 
@@ -339,6 +340,119 @@ impl PeerClient {
     }
 }
 
+impl PeerClient {
+    /// A snapshot RPC: the header message, then the file's bytes as they are read, then the
+    /// reply. Neither side holds the snapshot in memory (P12: 10^6 jobs are ~100 MB).
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        ttl: Duration,
+    ) -> Result<RpcReply, CallError> {
+        let meta = snapshot.meta.clone();
+        let file = snapshot.snapshot.file;
+        let res = tokio::time::timeout(ttl, async {
+            let len = file.metadata().map_err(CallError::Network)?.len();
+            let req = RpcRequest::Snapshot { vote, meta, len };
+            // Connects if needed; the header goes first, alone.
+            self.exchange_send_only(&req, ttl).await?;
+            let conn = self.conn.as_mut().expect("connected by exchange_send_only");
+            let mut file = tokio::fs::File::from_std(file);
+            let copied = tokio::io::copy(&mut (&mut file).take(len), conn)
+                .await
+                .map_err(CallError::Network)?;
+            if copied != len {
+                return Err(CallError::Network(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "snapshot file shrank while sent",
+                )));
+            }
+            conn.flush().await.map_err(CallError::Network)?;
+            read_msg(conn).await.map_err(CallError::Network)
+        })
+        .await;
+        let res = res.unwrap_or_else(|_| {
+            Err(CallError::Network(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "snapshot rpc timed out",
+            )))
+        });
+        if res.is_err() {
+            self.conn = None;
+        }
+        res
+    }
+
+    /// Connects if needed and writes `req`, without reading a reply.
+    async fn exchange_send_only(
+        &mut self,
+        req: &RpcRequest,
+        ttl: Duration,
+    ) -> Result<(), CallError> {
+        if self.conn.is_none() {
+            let connect = TcpStream::connect(&self.addr);
+            let s = match tokio::time::timeout(ttl.min(CONNECT_TIMEOUT), connect).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(CallError::Unreachable(e)),
+                Err(_) => {
+                    return Err(CallError::Unreachable(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "connect timed out",
+                    )))
+                }
+            };
+            let _ = s.set_nodelay(true);
+            self.conn = Some(s);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        write_msg(conn, req).await.map_err(CallError::Network)
+    }
+}
+
+/// Largest snapshot file accepted from a peer.
+pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
+
+/// Receives the `len` bytes of a snapshot file that follow its header into a temporary file
+/// in `dir`, then hands it to Raft to install.
+async fn receive_snapshot(
+    stream: &mut TcpStream,
+    raft: &Raft,
+    dir: &std::path::Path,
+    vote: Vote,
+    meta: SnapshotMeta,
+    len: u64,
+) -> io::Result<RpcReply> {
+    if len > MAX_SNAPSHOT_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "snapshot too large",
+        ));
+    }
+    let snap = crate::store::SnapFile::receive_into(dir)?;
+    let path = snap.path.clone();
+    let mut file = tokio::fs::File::from_std(snap.file);
+    let copied = tokio::io::copy(&mut (&mut *stream).take(len), &mut file).await;
+    let ok = matches!(copied, Ok(n) if n == len);
+    if !ok {
+        let _ = std::fs::remove_file(&path);
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "snapshot cut short",
+        ));
+    }
+    file.flush().await?;
+    let snapshot = Snapshot {
+        meta,
+        snapshot: Box::new(crate::store::SnapFile {
+            path,
+            file: file.into_std().await,
+        }),
+    };
+    Ok(RpcReply::Snapshot(
+        raft.install_full_snapshot(vote, snapshot).await,
+    ))
+}
+
 fn rpc_err<E: std::error::Error>(e: CallError) -> RPCError<NodeId, CtrlNode, E> {
     match e {
         CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
@@ -398,7 +512,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         Backoff::new(std::iter::repeat(UNREACHABLE_BACKOFF))
     }
 
-    /// The whole snapshot in one message (`generic-snapshot-data`): the job store is small.
+    /// The whole snapshot file in one RPC (`generic-snapshot-data`), streamed: see
+    /// [`PeerClient::send_snapshot`].
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -406,14 +521,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
-        let req = RpcRequest::Snapshot {
-            vote,
-            meta: snapshot.meta.clone(),
-            data: snapshot.snapshot.into_inner(),
-        };
         let reply = tokio::select! {
             closed = cancel => return Err(StreamingError::Closed(closed)),
-            r = self.call(&req, option.hard_ttl()) => r,
+            r = self.send_snapshot(vote, snapshot, option.hard_ttl()) => r,
         };
         match reply {
             Ok(RpcReply::Snapshot(Ok(r))) => Ok(r),
@@ -434,7 +544,13 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 // Server side
 
 /// Accepts peer connections on the raft address and hands each RPC to the local Raft.
-pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId, guard: VoteGuard) {
+pub async fn serve(
+    listener: TcpListener,
+    raft: Raft,
+    node_id: NodeId,
+    guard: VoteGuard,
+    dir: std::path::PathBuf,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -446,8 +562,9 @@ pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId, guard: Vo
         };
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
+        let dir = dir.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_peer(stream, raft, guard).await {
+            if let Err(e) = serve_peer(stream, raft, guard, &dir).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     eprintln!("node {node_id}: raft peer {peer}: {e}");
                 }
@@ -456,7 +573,12 @@ pub async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId, guard: Vo
     }
 }
 
-async fn serve_peer(mut stream: TcpStream, raft: Raft, guard: VoteGuard) -> io::Result<()> {
+async fn serve_peer(
+    mut stream: TcpStream,
+    raft: Raft,
+    guard: VoteGuard,
+    dir: &std::path::Path,
+) -> io::Result<()> {
     loop {
         let req: RpcRequest =
             match tokio::time::timeout(RPC_IDLE_TIMEOUT, read_msg(&mut stream)).await {
@@ -467,12 +589,8 @@ async fn serve_peer(mut stream: TcpStream, raft: Raft, guard: VoteGuard) -> io::
             RpcRequest::Append(r) => RpcReply::Append(raft.append_entries(r).await),
             RpcRequest::Vote(_) if guard.refuses() => RpcReply::Vote(Ok(refuse_vote(&raft))),
             RpcRequest::Vote(r) => RpcReply::Vote(raft.vote(r).await),
-            RpcRequest::Snapshot { vote, meta, data } => {
-                let snapshot = Snapshot {
-                    meta,
-                    snapshot: Box::new(std::io::Cursor::new(data)),
-                };
-                RpcReply::Snapshot(raft.install_full_snapshot(vote, snapshot).await)
+            RpcRequest::Snapshot { vote, meta, len } => {
+                receive_snapshot(&mut stream, &raft, dir, vote, meta, len).await?
             }
         };
         write_msg(&mut stream, &reply).await?;

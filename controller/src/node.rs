@@ -45,13 +45,14 @@ pub fn run(args: RunArgs) -> i32 {
 
 async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
+
     let tls = match (&args.opts.tls_cert, &args.opts.tls_key) {
         (Some(c), Some(k)) => Some(tls::acceptor(c, k, args.opts.tls_client_ca.as_deref())?),
         _ => None,
     };
     let db = store::open_db(&args.data)?;
     let log = LogStore::new(db.clone());
-    let sm = StateMachineStore::open(id, db).map_err(|e| format!("state machine: {e}"))?;
+    let sm = StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
     let applied = sm.applied.clone();
 
     let me = args.spec.nodes[&id].clone();
@@ -68,9 +69,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         heartbeat_interval: o.heartbeat_ms,
         election_timeout_min: o.election_min_ms,
         election_timeout_max: o.election_max_ms,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
-        max_in_snapshot_log_to_keep: o.snapshot_logs,
-        ..Default::default()
+        ..store_config(o)
     }
     .validate()
     .map_err(|e| format!("raft config: {e}"))?;
@@ -84,7 +83,18 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
 
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
-    tokio::spawn(net::serve(raft_l, raft.clone(), id, guard));
+    tokio::spawn(net::serve(
+        raft_l,
+        raft.clone(),
+        id,
+        guard,
+        args.data.clone(),
+    ));
+    tokio::spawn(store::snapshot_trigger(
+        raft.clone(),
+        applied.clone(),
+        o.snapshot_logs,
+    ));
     tokio::spawn(log_roles(raft.clone(), id));
     tokio::spawn(initialize(raft.clone(), args.clone()));
     let ctx = Arc::new(Ctx {
@@ -97,6 +107,8 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         primary_waiters: Default::default(),
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
+        proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
+        cursors: Default::default(),
     });
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(server::serve(client_l, ctx, tls));
@@ -115,6 +127,19 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     eprintln!("node {id}: shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
     Ok(())
+}
+
+/// The storage side of the Raft config (P12): snapshots are triggered by
+/// [`store::snapshot_trigger`] (by writes and table size, not entries); a snapshot of a big
+/// table is streamed as a file and may take seconds to send and install.
+fn store_config(o: &crate::config::NodeOpts) -> Config {
+    Config {
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: o.snapshot_logs,
+        install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
+        max_payload_entries: crate::batch::MAX_PAYLOAD_ENTRIES,
+        ..Default::default()
+    }
 }
 
 async fn wait_for_signal() {
@@ -173,10 +198,16 @@ async fn log_roles(raft: Raft, id: NodeId) {
     let mut rx = raft.metrics();
     let mut last = None;
     loop {
-        let now = {
+        let (now, fatal) = {
             let m = rx.borrow_and_update();
-            (m.state, m.current_term, m.current_leader)
+            (
+                (m.state, m.current_term, m.current_leader),
+                m.running_state.as_ref().err().map(|e| e.to_string()),
+            )
         };
+        if let Some(e) = fatal {
+            eprintln!("node {id}: raft stopped: {e}");
+        }
         if last != Some(now) {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
             let ms = crate::now_ms();

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{RaftMetrics, ServerState};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use xce::error::{E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
+use crate::batch::WriteFail;
 use crate::config::{ClusterSpec, NodeOpts};
 use crate::net::BootInstant;
 use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
@@ -56,6 +57,10 @@ pub struct Ctx {
     pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
     /// Followers' acceptance of this node's appends, for lease reads (C3).
     pub lease: Arc<crate::net::LeaseClock>,
+    /// Batches concurrent writes into shared Raft entries (P11).
+    pub proposer: crate::batch::Proposer,
+    /// Listings pinned for paged reads (P12).
+    pub cursors: crate::listing::Cursors,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -131,8 +136,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
             };
             buf.drain(..n);
             if let Some(reply) = handle(ctx, &mut session, req).await {
-                out.clear();
-                wire::encode_reply(&reply, &mut out);
+                encode_reply_bounded(ctx, &reply, &mut out);
                 if let Err(e) = s.write_all(&out).await.and(s.flush().await) {
                     eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
                     return;
@@ -176,6 +180,35 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
             }
         }
     }
+}
+
+/// Never a frame the client is bound to refuse: a reply over the frame limit goes out as
+/// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
+fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
+    if crate::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
+        eprintln!(
+            "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
+            ctx.id, reply.seq, ctx.limits.max_message_bytes
+        );
+    }
+}
+
+/// A page of a snapshot-bound listing (after the read barrier).
+fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply {
+    crate::listing::answer_page(
+        &ctx.cursors,
+        seq,
+        p,
+        ctx.limits.max_message_bytes,
+        || {
+            ctx.applied
+                .read()
+                .expect("state lock")
+                .state
+                .jobs_snapshot()
+        },
+        ctx.id,
+    )
 }
 
 pub fn now_ms() -> i64 {
@@ -353,15 +386,15 @@ impl Ctx {
             cmd,
         };
         let res = tokio::select! {
-            r = tokio::time::timeout(COMMIT_TIMEOUT, self.raft.client_write(p)) => r,
+            r = tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)) => r,
             () = self.until_cut_off() => return Err(self.not_primary(req.seq, &req.op, None)),
         };
         match res {
-            Ok(Ok(resp)) => Ok(resp.data),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(self.forward_reply(req.seq, &req.op, &f))
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(WriteFail::NotLeader(leader))) => {
+                Err(self.not_primary(req.seq, &req.op, leader))
             }
-            Ok(Err(_)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
+            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
         }
     }
 
@@ -603,6 +636,9 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
     if let Some(r) = ctx.read_barrier(seq, &req.op).await {
         return r;
     }
+    if let Op::JobListPage(p) = &req.op {
+        return job_list_page(ctx, seq, p);
+    }
     read(ctx, req)
 }
 
@@ -613,7 +649,14 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
     let enoent = || Reply::status(seq, -libc::ENOENT);
     match &req.op {
         Op::Hello(_) => Reply::ok(seq, ReplyData::CtrlInfo(ctx.info())),
-        Op::JobList(f) => Reply::ok(seq, ReplyData::Jobs(st.jobs(f))),
+        // The unpaged op answers only what fits one frame (older clients; ours page).
+        Op::JobList(f) => {
+            let budget = crate::listing::hard_budget(0, ctx.limits.max_message_bytes);
+            st.jobs(f, budget).map_or_else(
+                || Reply::status(seq, -xce::error::E_XCE_TOOBIG),
+                |jobs| Reply::ok(seq, ReplyData::Jobs(jobs)),
+            )
+        }
         Op::JobInfo { job_id } => st
             .job(*job_id)
             .map_or_else(enoent, |j| Reply::ok(seq, ReplyData::Job(j))),

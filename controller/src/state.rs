@@ -3,8 +3,15 @@
 //! Every change is a [`Proposal`] that went through the Raft log; the leader stamps the time
 //! into it before proposing, so every node computes the same state from the same log.
 //! Reads ([`State`] queries) are answered from the applied state after a read-index check.
+//!
+//! Memory (P12): the job table is a persistent B-tree ([`imbl::OrdMap`]), so a snapshot of it
+//! — for a paged listing or a Raft snapshot — is an O(1) clone that later writes copy on
+//! write, never a copy of the table. A stored job is compact: numbers inline, the texts that
+//! repeat across jobs (user, queue, host, pending reason) interned and shared, the others
+//! (name, command) one exact-size allocation each.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use xce::error::E_XCE_DUP_JOB;
@@ -32,6 +39,32 @@ pub struct Proposal {
     pub cmd: Cmd,
 }
 
+impl Proposal {
+    /// Rough size of the proposal in a log entry (its texts plus a fixed part).
+    pub fn size_hint(&self) -> usize {
+        let texts = match &self.cmd {
+            Cmd::JobSubmit(s) => s.name.len() + s.user.len() + s.queue.len() + s.command.len(),
+            Cmd::Join { host, attrs, .. } => {
+                host.len() + attrs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            }
+            Cmd::UpdateResvals { host, resvals } => {
+                host.len()
+                    + resvals
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+            }
+            Cmd::RunTask { host, command } => host.len() + command.len(),
+            Cmd::SetPendReason { reason, .. } => reason.len(),
+            Cmd::JobDispatch { host, .. } | Cmd::HostCtrl { host, .. } => host.len(),
+            Cmd::Heartbeat { host } => host.len(),
+            Cmd::QueueCtrl { queue, .. } => queue.len(),
+            _ => 0,
+        };
+        160 + texts
+    }
+}
+
 /// Session roles as stored (mirror of `wire::SessionRole`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {
@@ -51,7 +84,7 @@ pub enum Cmd {
         mem_mb: u64,
         attrs: Vec<(String, String)>,
     },
-    JobSubmit(JobRec),
+    JobSubmit(SubmitSpec),
     JobDispatch {
         job_id: u64,
         host: String,
@@ -171,8 +204,9 @@ impl Outcome {
     }
 }
 
+/// A `jobsubmit` as it travels through the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRec {
+pub struct SubmitSpec {
     pub job_id: u64,
     pub name: String,
     pub user: String,
@@ -180,15 +214,58 @@ pub struct JobRec {
     pub command: String,
     pub ncpus: u32,
     pub mem_mb: u64,
-    pub state: JobState,
-    pub pend_reason: String,
-    pub exec_host: String,
+}
+
+/// Text shared by every stored job that has the same value (see [`Interner`]).
+pub type Sym = Arc<str>;
+
+/// A stored job: about 170 bytes inline plus its name and command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRec {
+    pub job_id: u64,
+    pub mem_mb: u64,
     pub submit_time: i64,
     pub start_time: i64,
     pub end_time: i64,
-    pub exit_code: i32,
     pub cpu_ms: u64,
     pub mem_kb: u64,
+    pub ncpus: u32,
+    pub exit_code: i32,
+    pub state: JobState,
+    pub user: Sym,
+    pub queue: Sym,
+    pub exec_host: Sym,
+    pub pend_reason: Sym,
+    pub name: Box<str>,
+    pub command: Box<str>,
+}
+
+/// One copy of each distinct user, queue, host and reason text. Entries no stored job uses
+/// any more are dropped whenever the set has doubled since the last sweep, so the set stays
+/// within twice the live distinct texts.
+#[derive(Debug, Clone, Default)]
+pub struct Interner {
+    set: HashSet<Sym>,
+    sweep_at: usize,
+}
+
+impl Interner {
+    /// Least size before a sweep is considered.
+    const MIN_SWEEP: usize = 1024;
+
+    pub fn get(&mut self, s: &str) -> Sym {
+        if let Some(x) = self.set.get(s) {
+            return x.clone();
+        }
+        if self.set.len() >= self.sweep_at.max(Self::MIN_SWEEP) {
+            // Only this set holds an unused text.
+            self.set.retain(|x| Arc::strong_count(x) > 1);
+            self.sweep_at = 2 * self.set.len();
+        }
+        let x: Sym = Arc::from(s);
+        self.set.insert(x.clone());
+        x
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -226,10 +303,12 @@ struct ClientWindow {
     replies: BTreeMap<u64, Outcome>,
 }
 
-/// The whole replicated state. Serialised as is into snapshots.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The whole replicated state. Snapshots write it with [`crate::snapshot`]: the job table in a
+/// compact binary form, everything else (small) as JSON.
+#[derive(Debug, Clone)]
 pub struct State {
-    jobs: BTreeMap<u64, JobRec>,
+    pub(crate) jobs: imbl::OrdMap<u64, JobRec>,
+    pub(crate) strings: Interner,
     hosts: BTreeMap<String, HostRec>,
     queues: BTreeMap<String, QueueRec>,
     tasks: BTreeMap<u64, TaskRec>,
@@ -238,6 +317,18 @@ pub struct State {
     /// Counts applied proposals; drives the exactly-once table's eviction order.
     applied: u64,
     /// Keyed by the hex client id (JSON maps need string keys).
+    dedup: HashMap<String, ClientWindow>,
+}
+
+/// Everything in [`State`] but the job table: what a snapshot stores as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    hosts: BTreeMap<String, HostRec>,
+    queues: BTreeMap<String, QueueRec>,
+    tasks: BTreeMap<u64, TaskRec>,
+    next_task_id: u64,
+    next_session_id: u64,
+    applied: u64,
     dedup: HashMap<String, ClientWindow>,
 }
 
@@ -253,7 +344,8 @@ impl Default for State {
             },
         );
         State {
-            jobs: BTreeMap::new(),
+            jobs: imbl::OrdMap::new(),
+            strings: Interner::default(),
             hosts: BTreeMap::new(),
             queues,
             tasks: BTreeMap::new(),
@@ -282,6 +374,48 @@ pub const RESOURCE_CATALOGUE: [(&str, &str, &str); 8] = [
 ];
 
 impl State {
+    /// Everything but the job table (cloned: it is small).
+    pub fn header(&self) -> Header {
+        Header {
+            hosts: self.hosts.clone(),
+            queues: self.queues.clone(),
+            tasks: self.tasks.clone(),
+            next_task_id: self.next_task_id,
+            next_session_id: self.next_session_id,
+            applied: self.applied,
+            dedup: self.dedup.clone(),
+        }
+    }
+
+    /// A state read back from a snapshot.
+    pub fn from_parts(h: Header, jobs: imbl::OrdMap<u64, JobRec>, strings: Interner) -> State {
+        State {
+            jobs,
+            strings,
+            hosts: h.hosts,
+            queues: h.queues,
+            tasks: h.tasks,
+            next_task_id: h.next_task_id,
+            next_session_id: h.next_session_id,
+            applied: h.applied,
+            dedup: h.dedup,
+        }
+    }
+
+    /// Proposals applied so far (the snapshot trigger's clock).
+    pub fn applied_count(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The job table as of now, in O(1): a paged listing reads it while writes go on.
+    pub fn jobs_snapshot(&self) -> imbl::OrdMap<u64, JobRec> {
+        self.jobs.clone()
+    }
+
     /// Apply one committed proposal (C4: a re-sent write returns its first outcome).
     pub fn apply(&mut self, p: &Proposal) -> Outcome {
         self.applied += 1;
@@ -374,15 +508,24 @@ impl State {
                     Some(q) if !q.open => return Outcome::err(libc::EACCES),
                     Some(_) => {}
                 }
-                let mut job = spec.clone();
-                job.queue = queue.to_string();
-                job.state = JobState::Pend;
-                job.pend_reason.clear();
-                job.exec_host.clear();
-                job.submit_time = now;
-                job.start_time = 0;
-                job.end_time = 0;
-                job.exit_code = 0;
+                let job = JobRec {
+                    job_id: spec.job_id,
+                    mem_mb: spec.mem_mb,
+                    submit_time: now,
+                    start_time: 0,
+                    end_time: 0,
+                    cpu_ms: 0,
+                    mem_kb: 0,
+                    ncpus: spec.ncpus,
+                    exit_code: 0,
+                    state: JobState::Pend,
+                    user: self.strings.get(&spec.user),
+                    queue: self.strings.get(queue),
+                    exec_host: self.strings.get(""),
+                    pend_reason: self.strings.get(""),
+                    name: spec.name.as_str().into(),
+                    command: spec.command.as_str().into(),
+                };
                 self.jobs.insert(job.job_id, job);
                 Outcome::data(OutData::JobId(spec.job_id))
             }
@@ -396,14 +539,19 @@ impl State {
                 if job.state != JobState::Pend || h.state != HostState::Ok {
                     return Outcome::err(libc::EINVAL);
                 }
-                if !self.queues.get(&job.queue).is_some_and(|q| q.active) {
+                if !self
+                    .queues
+                    .get(job.queue.as_ref())
+                    .is_some_and(|q| q.active)
+                {
                     return Outcome::err(libc::EINVAL);
                 }
+                let (host_sym, empty) = (self.strings.get(host), self.strings.get(""));
                 let job = self.jobs.get_mut(job_id).expect("checked");
                 job.state = JobState::Run;
-                job.exec_host = host.clone();
+                job.exec_host = host_sym;
                 job.start_time = now;
-                job.pend_reason.clear();
+                job.pend_reason = empty;
                 self.hosts.get_mut(host).expect("checked").njobs += 1;
                 Outcome::ok()
             }
@@ -473,20 +621,22 @@ impl State {
                 Outcome::data(OutData::TaskId(id))
             }
             Cmd::SetPendReason { job_id, reason } => {
+                let reason = self.strings.get(reason);
                 let Some(job) = self.jobs.get_mut(job_id) else {
                     return Outcome::err(libc::ENOENT);
                 };
                 if job.state != JobState::Pend {
                     return Outcome::err(libc::EINVAL);
                 }
-                job.pend_reason = reason.clone();
+                job.pend_reason = reason;
                 Outcome::ok()
             }
             Cmd::ClearReason { job_id } => {
+                let empty = self.strings.get("");
                 let Some(job) = self.jobs.get_mut(job_id) else {
                     return Outcome::err(libc::ENOENT);
                 };
-                job.pend_reason.clear();
+                job.pend_reason = empty;
                 Outcome::ok()
             }
             Cmd::Notify {
@@ -512,6 +662,7 @@ impl State {
     }
 
     fn job_ctrl(&mut self, job_id: u64, action: JobAction, now: i64) -> Outcome {
+        let empty = self.strings.get("");
         let Some(job) = self.jobs.get_mut(&job_id) else {
             return Outcome::err(libc::ENOENT);
         };
@@ -541,7 +692,7 @@ impl State {
                 JobState::Run | JobState::Susp | JobState::Done | JobState::Exit,
             ) => {
                 job.state = JobState::Pend;
-                job.exec_host.clear();
+                job.exec_host = empty;
                 job.start_time = 0;
                 job.end_time = 0;
                 job.exit_code = 0;
@@ -601,20 +752,16 @@ impl State {
         self.jobs.get(&job_id).map(job_to_wire)
     }
 
-    pub fn jobs(&self, f: &wire::JobFilter) -> Vec<wire::Job> {
+    /// Every job matching `f` (up to its limit), or `None` as soon as their encoded size would
+    /// pass `max_bytes` (the reply would not fit one frame).
+    pub fn jobs(&self, f: &wire::JobFilter, max_bytes: usize) -> Option<Vec<wire::Job>> {
         let limit = if f.limit == 0 {
             usize::MAX
         } else {
             f.limit as usize
         };
-        self.jobs
-            .values()
-            .filter(|j| f.user.is_empty() || j.user == f.user)
-            .filter(|j| f.queue.is_empty() || j.queue == f.queue)
-            .map(job_to_wire)
-            .filter(|j| f.state_mask == 0 || f.state_mask & j.state.mask_bit() != 0)
-            .take(limit)
-            .collect()
+        let page = page(&self.jobs, f, None, limit, max_bytes, max_bytes);
+        (!page.more || page.jobs.len() == limit).then_some(page.jobs)
     }
 
     /// Hosts with their effective state: an OK host silent for longer than `host_timeout_ms`
@@ -697,24 +844,91 @@ impl State {
     }
 }
 
+/// Whether a stored job passes a listing filter (its limit aside).
+pub fn matches(j: &JobRec, f: &wire::JobFilter) -> bool {
+    (f.user.is_empty() || *j.user == *f.user)
+        && (f.queue.is_empty() || *j.queue == *f.queue)
+        && (f.state_mask == 0 || f.state_mask & wire_state(j.state).mask_bit() != 0)
+}
+
+/// Upper bound of one job's size in an encoded reply: its struct, its usage, and each text
+/// with its NUL and padding (codec.rs lays a job out so).
+pub fn job_wire_bytes(j: &JobRec) -> usize {
+    const FIXED: usize = 8 * (16 + 2);
+    let t = |s: &str| (s.len() + 1).div_ceil(8) * 8;
+    FIXED
+        + t(&j.name)
+        + t(&j.user)
+        + t(&j.queue)
+        + t(&j.command)
+        + t(&j.pend_reason)
+        + t(&j.exec_host)
+}
+
+/// One page of a listing.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub jobs: Vec<wire::Job>,
+    /// More matching jobs follow the last one returned.
+    pub more: bool,
+    /// One matching job alone is larger than the budget: it can never be sent.
+    pub too_big: bool,
+}
+
+/// The matching jobs of `table` with ids above `after`, in id order, until `max_jobs` jobs or
+/// `soft` bytes of encoded jobs — or `hard` bytes for the first job, so that a job larger
+/// than a preferred page still goes alone in one frame.
+pub fn page(
+    table: &imbl::OrdMap<u64, JobRec>,
+    f: &wire::JobFilter,
+    after: Option<u64>,
+    max_jobs: usize,
+    soft: usize,
+    hard: usize,
+) -> Page {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let lower = after.map_or(Unbounded, Excluded);
+    let mut out = Page::default();
+    let mut bytes = 0usize;
+    for (_, j) in table.range((lower, Unbounded)) {
+        if !matches(j, f) {
+            continue;
+        }
+        let size = job_wire_bytes(j);
+        let budget = if out.jobs.is_empty() { hard } else { soft };
+        if out.jobs.len() >= max_jobs || bytes + size > budget {
+            out.too_big = out.jobs.is_empty() && max_jobs > 0;
+            out.more = true;
+            return out;
+        }
+        bytes += size;
+        out.jobs.push(job_to_wire(j));
+    }
+    out
+}
+
+fn wire_state(s: JobState) -> wire::JobState {
+    match s {
+        JobState::Pend => wire::JobState::Pend,
+        JobState::Run => wire::JobState::Run,
+        JobState::Susp => wire::JobState::Susp,
+        JobState::Done => wire::JobState::Done,
+        JobState::Exit => wire::JobState::Exit,
+    }
+}
+
 fn job_to_wire(j: &JobRec) -> wire::Job {
     wire::Job {
         job_id: j.job_id,
-        name: j.name.clone(),
-        user: j.user.clone(),
-        queue: j.queue.clone(),
-        command: j.command.clone(),
+        name: j.name.to_string(),
+        user: j.user.to_string(),
+        queue: j.queue.to_string(),
+        command: j.command.to_string(),
         ncpus: j.ncpus,
         mem_mb: j.mem_mb,
-        state: match j.state {
-            JobState::Pend => wire::JobState::Pend,
-            JobState::Run => wire::JobState::Run,
-            JobState::Susp => wire::JobState::Susp,
-            JobState::Done => wire::JobState::Done,
-            JobState::Exit => wire::JobState::Exit,
-        },
-        pend_reason: j.pend_reason.clone(),
-        exec_host: j.exec_host.clone(),
+        state: wire_state(j.state),
+        pend_reason: j.pend_reason.to_string(),
+        exec_host: j.exec_host.to_string(),
         submit_time: j.submit_time,
         start_time: j.start_time,
         end_time: j.end_time,
@@ -726,9 +940,9 @@ fn job_to_wire(j: &JobRec) -> wire::Job {
     }
 }
 
-/// The stored form of a submitted job spec.
-pub fn job_from_spec(s: &wire::JobSpec) -> JobRec {
-    JobRec {
+/// The logged form of a submitted job spec.
+pub fn job_from_spec(s: &wire::JobSpec) -> SubmitSpec {
+    SubmitSpec {
         job_id: s.job_id,
         name: s.name.clone(),
         user: s.user.clone(),
@@ -736,15 +950,6 @@ pub fn job_from_spec(s: &wire::JobSpec) -> JobRec {
         command: s.command.clone(),
         ncpus: s.ncpus,
         mem_mb: s.mem_mb,
-        state: JobState::Pend,
-        pend_reason: String::new(),
-        exec_host: String::new(),
-        submit_time: 0,
-        start_time: 0,
-        end_time: 0,
-        exit_code: 0,
-        cpu_ms: 0,
-        mem_kb: 0,
     }
 }
 
@@ -761,7 +966,7 @@ mod tests {
         }
     }
 
-    fn spec(id: u64) -> JobRec {
+    fn spec(id: u64) -> SubmitSpec {
         job_from_spec(&wire::JobSpec {
             job_id: id,
             user: "u".into(),

@@ -1,11 +1,11 @@
 //! The Raft type configuration: what the log carries and how nodes are addressed.
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{Outcome, Proposal};
+use crate::batch::Batch;
+use crate::state::Outcome;
 
 /// A controller as Raft membership knows it: its client (protocol) and raft addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,12 +23,12 @@ impl fmt::Display for CtrlNode {
 openraft::declare_raft_types!(
     /// Types of the controller's Raft group.
     pub TypeConfig:
-        D = Proposal,
-        R = Outcome,
+        D = Batch,
+        R = Vec<Outcome>,
         NodeId = u64,
         Node = CtrlNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::store::SnapFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

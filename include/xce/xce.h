@@ -98,6 +98,11 @@
 #define E_XCE_LOOKUP 2011
 
 /**
+ * A reply too large for one frame that cannot be split; deterministic, never a failover.
+ */
+#define E_XCE_TOOBIG 2012
+
+/**
  * Most masters a configuration holds.
  */
 #define N_MAX_MASTERS 8
@@ -373,6 +378,11 @@
  * `xcecli_notify` kind: job checkpointed.
  */
 #define XCE_NOTIFY_JOBCHKPT 4
+
+/**
+ * A listing in progress, page by page (`xcecli_joblist_open`). Opaque to C.
+ */
+typedef struct xce_joblist_pager xce_joblist_pager;
 
 /**
  * The context: one connection to the cluster with its failover state. Opaque to C.
@@ -984,6 +994,36 @@ int xcecli_joblist(xcecli_ctx_t ctx, struct xce_job_t ***out);
 int xcecli_joblist_filter(xcecli_ctx_t ctx,
                           const struct xce_job_filter_t *filter,
                           struct xce_job_t **jobs_out);
+
+/**
+ * Starts a listing of the jobs matching `filter` (NULL: all jobs; its `limit` counts over the
+ * whole listing) that comes back in pages, all of them from one snapshot of the job table on
+ * the primary: one consistent view, whatever the table's size. `max_page_bytes` bounds each
+ * page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
+ * Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
+ * `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
+ * The handle `ctx` must stay valid while the pager is used. `filter` is borrowed for the
+ * call.
+ */
+int xcecli_joblist_open(xcecli_ctx_t ctx,
+                        const struct xce_job_filter_t *filter,
+                        uint32_t max_page_bytes,
+                        struct xce_joblist_pager **pager_out);
+
+/**
+ * The next page of a listing: writes a flat array to `*jobs_out` (free it with
+ * `xce_free_jobs(jobs, count)`) and returns its count (> 0); returns 0 at the end of the
+ * listing (nothing written). -ESTALE: the snapshot was lost between pages (a failover; a
+ * pager left idle for a minute): the listing has started over on the primary, so drop the
+ * pages received so far and keep calling. Other negative statuses as for every op (F7:
+ * -E_XCE_NOT_READY, …); -EINVAL for a NULL argument. One thread at a time per pager.
+ */
+int xcecli_joblist_next(struct xce_joblist_pager *pager, struct xce_job_t **jobs_out);
+
+/**
+ * Releases a pager (the controller drops its snapshot when it idles). NULL is a no-op.
+ */
+void xcecli_joblist_close(struct xce_joblist_pager *pager);
 
 /**
  * `jobinfo`: one job. On success writes a new `xce_job_t` to `*job_out` (free it with

@@ -15,6 +15,9 @@
 
 mod gate;
 
+mod listing;
+pub use listing::{JobPager, ENV_PAGE_BYTES, MAX_LISTING_RESTARTS};
+
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -558,12 +561,9 @@ impl Client {
         })
     }
 
+    /// Every job matching `filter`, paged through one snapshot (listing.rs): any size.
     pub fn joblist(&self, filter: JobFilter) -> Result<Vec<Job>, Error> {
-        self.call_for(Op::JobList(filter), |d| match d {
-            ReplyData::Jobs(v) => Some(v),
-            ReplyData::None => Some(Vec::new()),
-            _ => None,
-        })
+        self.joblist_all(filter)
     }
 
     pub fn jobinfo(&self, job_id: u64) -> Result<Job, Error> {

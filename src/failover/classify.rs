@@ -63,11 +63,17 @@ fn classify_status(status: i32, may_have_been_applied: bool, is_write: bool) -> 
 }
 
 fn classify_transport(e: Error) -> Classification {
-    if is_interrupt(e) {
+    if is_interrupt(e) || is_deterministic(e) {
         // F13, F20: the caller asked the op to stop; never retried.
         return Classification::Terminal;
     }
     Classification::RetryNow
+}
+
+/// Failures that would recur on every master (issue 13): a reply larger than this client
+/// accepts is as large from any controller. Never a failover, never "cluster not ready".
+pub fn is_deterministic(e: Error) -> bool {
+    e == Error::TooBig
 }
 
 /// F13, F20: the errors of a call that must stop now — woken (`EINTR`), cancelled through its
@@ -146,6 +152,12 @@ mod tests {
             (t(Error::Errno(libc::EINTR)), false, false, Terminal),
             (t(Error::Errno(libc::ECANCELED)), true, true, Terminal),
             (t(Error::Closed), false, true, Terminal),
+            // a reply too large for this client (or one the controller cannot split, sent as a
+            // status): the same on every master, never a failover
+            (t(Error::TooBig), false, false, Terminal),
+            (s(-crate::error::E_XCE_TOOBIG), false, false, Terminal),
+            // a paged listing's cursor unknown to this controller: the listing starts over
+            (s(-libc::ESTALE), false, false, Terminal),
             // anything else a controller says is final
             (s(-libc::EINVAL), false, false, Terminal),
             (s(-libc::ENOENT), true, false, Terminal),

@@ -154,7 +154,7 @@ impl Options {
 
 /// Every environment variable the library reads (F15, F14). docs/c-api.md has the table of
 /// their defaults and precedence; a test keeps the two in step.
-pub const ENV_VARS: [&str; 11] = [
+pub const ENV_VARS: [&str; 12] = [
     "XCE_LOG",
     "XCE_CONNECT_TIMEOUT_MS",
     "XCE_REPLY_TIMEOUT_MS",
@@ -162,6 +162,7 @@ pub const ENV_VARS: [&str; 11] = [
     "XCE_REDIRECT_ANY_HOST",
     "XCE_WAIT_PRIMARY",
     "XCE_SUSPICION",
+    "XCE_LIST_PAGE_BYTES",
     "XCE_MAX_RETRIES",
     "XCE_INITIAL_RETRY_MS",
     "XCE_MAX_RETRY_MS",

@@ -77,6 +77,8 @@ pub const E_XCE_CLOSED: c_int = 2010;
 /// A controller's host name could not be resolved (F23; the last error has getaddrinfo's
 /// reason). A lookup that runs out of time is `-ETIMEDOUT`.
 pub const E_XCE_LOOKUP: c_int = 2011;
+/// A reply too large for one frame that cannot be split; deterministic, never a failover.
+pub const E_XCE_TOOBIG: c_int = 2012;
 
 const _: () = {
     use crate::error as e;
@@ -91,6 +93,7 @@ const _: () = {
     assert!(E_XCE_INTERNAL == e::E_XCE_INTERNAL);
     assert!(E_XCE_CLOSED == e::E_XCE_CLOSED);
     assert!(E_XCE_LOOKUP == e::E_XCE_LOOKUP);
+    assert!(E_XCE_TOOBIG == e::E_XCE_TOOBIG);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C.

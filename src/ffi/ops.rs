@@ -101,6 +101,74 @@ pub extern "C" fn xcecli_joblist_filter(
     }
 }
 
+/// A listing in progress, page by page (`xcecli_joblist_open`). Opaque to C.
+pub struct xce_joblist_pager {
+    _private: [u8; 0],
+}
+
+/// Starts a listing of the jobs matching `filter` (NULL: all jobs; its `limit` counts over the
+/// whole listing) that comes back in pages, all of them from one snapshot of the job table on
+/// the primary: one consistent view, whatever the table's size. `max_page_bytes` bounds each
+/// page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
+/// Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
+/// `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
+/// The handle `ctx` must stay valid while the pager is used. `filter` is borrowed for the
+/// call.
+#[no_mangle]
+pub extern "C" fn xcecli_joblist_open(
+    ctx: xcecli_ctx_t,
+    filter: *const xce_job_filter_t,
+    max_page_bytes: u32,
+    pager_out: *mut *mut xce_joblist_pager,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_joblist_open",
+        let c = try_ctx!(ctx);
+        let out = try_mut!(pager_out);
+        // SAFETY: filter is NULL or valid for the call (documented).
+        let filter = try_arg!(filter_from_c(unsafe { filter.as_ref() }));
+        let pager = Box::new(c.joblist_pager(filter, max_page_bytes));
+        *out = Box::into_raw(pager).cast();
+        0
+    }
+}
+
+/// The next page of a listing: writes a flat array to `*jobs_out` (free it with
+/// `xce_free_jobs(jobs, count)`) and returns its count (> 0); returns 0 at the end of the
+/// listing (nothing written). -ESTALE: the snapshot was lost between pages (a failover; a
+/// pager left idle for a minute): the listing has started over on the primary, so drop the
+/// pages received so far and keep calling. Other negative statuses as for every op (F7:
+/// -E_XCE_NOT_READY, …); -EINVAL for a NULL argument. One thread at a time per pager.
+#[no_mangle]
+pub extern "C" fn xcecli_joblist_next(
+    pager: *mut xce_joblist_pager,
+    jobs_out: *mut *mut xce_job_t,
+) -> c_int {
+    ffi_panic_boundary! { "xcecli_joblist_next",
+        // SAFETY: a non-NULL pager comes from xcecli_joblist_open and is not closed.
+        let pager = try_mut!(pager.cast::<crate::client::JobPager>());
+        let out = try_mut!(jobs_out);
+        loop {
+            match pager.next_page() {
+                Ok(None) => return 0,
+                Ok(Some(page)) if page.is_empty() => continue,
+                Ok(Some(page)) => return out_list(&page, job_fill, out),
+                Err(e) => return e.status(),
+            }
+        }
+    }
+}
+
+/// Releases a pager (the controller drops its snapshot when it idles). NULL is a no-op.
+#[no_mangle]
+pub extern "C" fn xcecli_joblist_close(pager: *mut xce_joblist_pager) {
+    ffi_panic_boundary! { "xcecli_joblist_close",
+        if !pager.is_null() {
+            // SAFETY: pager came from xcecli_joblist_open and is closed once (documented).
+            drop(unsafe { Box::from_raw(pager.cast::<crate::client::JobPager>()) });
+        }
+    }
+}
+
 /// `jobinfo`: one job. On success writes a new `xce_job_t` to `*job_out` (free it with
 /// `xce_free_job`); returns 0. An unknown job is -ENOENT.
 #[no_mangle]

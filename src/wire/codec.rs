@@ -274,6 +274,7 @@ fn est_request(op: &Op) -> usize {
         | Op::WorkerList
         | Op::ClusterConf
         | Op::Nop => 6,
+        Op::JobListPage(p) => est_job_list_page(p),
     };
     1 + sw::<cp::request::Builder>() + CLIENT_ID_LEN / 8 + op
 }
@@ -294,6 +295,7 @@ fn est_reply(rep: &Reply) -> usize {
             tw(&r.name) + tw(&r.kind) + tw(&r.description)
         }),
         ReplyData::ResVals(v) => est_resvals(v),
+        ReplyData::JobPage(p) => est_job_page(p),
         ReplyData::ClusterConf(c) => {
             sw::<cp::cluster_conf::Builder>()
                 + tw(&c.cluster_name)
@@ -452,6 +454,7 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
             set_text!(x, set_host, host);
         }
         Op::Nop => o.set_nop(()),
+        Op::JobListPage(p) => put_job_list_page(p, o.init_joblist_page()),
         Op::WaitPrimary {
             timeout_ms,
             exclude_host,
@@ -585,6 +588,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
         }
         ReplyData::TaskId(id) => d.set_task_id(*id),
         ReplyData::SessionId(id) => d.set_session_id(*id),
+        ReplyData::JobPage(p) => put_job_page(p, d.init_job_page()),
     }
 }
 
@@ -721,6 +725,7 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
                 exclude_port: x.get_exclude_port(),
             }
         }
+        W::JoblistPage(x) => Op::JobListPage(get_job_list_page(x.proto()?)?),
     };
     Ok(Request {
         seq: r.get_seq(),
@@ -869,6 +874,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
         }
         W::TaskId(id) => ReplyData::TaskId(id),
         W::SessionId(id) => ReplyData::SessionId(id),
+        W::JobPage(x) => ReplyData::JobPage(get_job_page(b, x.proto()?)?),
     };
     Ok(Reply {
         seq: r.get_seq(),
@@ -876,6 +882,76 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
         redirect_host: text(r.get_redirect_host())?,
         redirect_port: r.get_redirect_port(),
         data,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Paged listing (JobListPage / JobPage)
+
+fn est_job_list_page(p: &JobListPage) -> usize {
+    sw::<cp::job_list_page::Builder>()
+        + sw::<cp::job_filter::Builder>()
+        + tw(&p.filter.user)
+        + tw(&p.filter.queue)
+}
+
+fn est_job_page(p: &JobPage) -> usize {
+    sw::<cp::job_page::Builder>() + est_list(&p.jobs, sw::<cp::job::Builder>(), est_job_ptrs)
+}
+
+fn put_job_filter(f: &JobFilter, mut x: cp::job_filter::Builder<'_>) {
+    set_text!(x, set_user, f.user);
+    set_text!(x, set_queue, f.queue);
+    x.set_state_mask(f.state_mask);
+    x.set_limit(f.limit);
+}
+
+fn put_job_list_page(p: &JobListPage, mut x: cp::job_list_page::Builder<'_>) {
+    put_job_filter(&p.filter, x.reborrow().init_filter());
+    x.set_cursor(p.cursor);
+    x.set_after(p.after);
+    x.set_max_bytes(p.max_bytes);
+}
+
+fn put_job_page(p: &JobPage, mut x: cp::job_page::Builder<'_>) {
+    x.set_cursor(p.cursor);
+    x.set_more(p.more);
+    x.set_total(p.total);
+    let mut l = x.init_jobs(list_len(p.jobs.len()));
+    for (i, j) in p.jobs.iter().enumerate() {
+        put_job(j, l.reborrow().get(i as u32));
+    }
+}
+
+fn get_job_filter(x: cp::job_filter::Reader<'_>) -> Result<JobFilter, Error> {
+    Ok(JobFilter {
+        user: text(x.get_user())?,
+        queue: text(x.get_queue())?,
+        state_mask: x.get_state_mask(),
+        limit: x.get_limit(),
+    })
+}
+
+fn get_job_list_page(x: cp::job_list_page::Reader<'_>) -> Result<JobListPage, Error> {
+    let filter = if x.has_filter() {
+        get_job_filter(x.get_filter().proto()?)?
+    } else {
+        JobFilter::default()
+    };
+    Ok(JobListPage {
+        filter,
+        cursor: x.get_cursor(),
+        after: x.get_after(),
+        max_bytes: x.get_max_bytes(),
+    })
+}
+
+fn get_job_page(b: &Budget, x: cp::job_page::Reader<'_>) -> Result<JobPage, Error> {
+    Ok(JobPage {
+        jobs: get_list(b, x.get_jobs(), get_job)?,
+        cursor: x.get_cursor(),
+        more: x.get_more(),
+        total: x.get_total(),
     })
 }
 
@@ -970,6 +1046,47 @@ mod tests {
                 job_id: 1,
                 name: "x".into(),
                 ..Job::default()
+            }),
+        );
+        out.clear();
+        encode_reply(&rep, &mut out);
+        assert_eq!(decode_reply(&out, &l), Ok(rep));
+    }
+
+    #[test]
+    fn paged_listing_round_trip() {
+        let l = Limits::default();
+        let req = Request {
+            seq: 3,
+            client_id: [1; 16],
+            request_id: 0,
+            no_reply: false,
+            op: Op::JobListPage(JobListPage {
+                filter: JobFilter {
+                    user: "u".into(),
+                    queue: String::new(),
+                    state_mask: 3,
+                    limit: 10,
+                },
+                cursor: 77,
+                after: 5,
+                max_bytes: 1 << 20,
+            }),
+        };
+        let mut out = Vec::new();
+        encode_request(&req, &mut out);
+        assert_eq!(decode_request(&out, &l), Ok(req));
+        let rep = Reply::ok(
+            3,
+            ReplyData::JobPage(JobPage {
+                jobs: vec![Job {
+                    job_id: 6,
+                    command: "c".into(),
+                    ..Job::default()
+                }],
+                cursor: 77,
+                more: true,
+                total: 1000,
             }),
         );
         out.clear();

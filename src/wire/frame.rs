@@ -113,8 +113,10 @@ fn table_len(buf: &[u8]) -> Result<Option<usize>, Error> {
 
 /// Given the bytes received so far on a stream, the total length in bytes of the first framed
 /// Cap'n Proto message once its segment table is complete; Ok(None) while more bytes are needed;
-/// Err(Error::Proto) when the table is invalid (0 segments, absurd segment count, total over
-/// limits.max_message_bytes). Never allocates per the claimed size.
+/// Err(Error::Proto) when the table is invalid (0 segments, absurd segment count);
+/// Err(Error::TooBig) when a valid table declares more than the limits allow — the same message
+/// would be as big from any controller, so it is no reason to fail over (issue 13). Never
+/// allocates per the claimed size.
 ///
 /// The returned length may exceed `buf.len()`: the table is complete but the body is still
 /// arriving. The frame is `buf[..n]` once `buf.len() >= n` (see [`complete_frame_len`]).
@@ -135,14 +137,14 @@ pub fn frame_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, Error> {
             .ok_or(Error::Proto)?;
     }
     if words > limits.traversal_limit_words {
-        return Err(Error::Proto);
+        return Err(Error::TooBig);
     }
     let total = words
         .checked_mul(WORD)
         .and_then(|b| b.checked_add(table))
-        .ok_or(Error::Proto)?;
+        .ok_or(Error::TooBig)?;
     if total > limits.max_message_bytes {
-        return Err(Error::Proto);
+        return Err(Error::TooBig);
     }
     Ok(Some(total))
 }
@@ -240,22 +242,22 @@ mod tests {
             frame_len(&(MAX_SEGMENTS as u32).to_le_bytes(), &l),
             Err(Error::Proto)
         );
-        assert_eq!(frame_len(&table(&[u32::MAX]), &l), Err(Error::Proto));
-        assert_eq!(frame_len(&table(&[u32::MAX; 8]), &l), Err(Error::Proto));
+        assert_eq!(frame_len(&table(&[u32::MAX]), &l), Err(Error::TooBig));
+        assert_eq!(frame_len(&table(&[u32::MAX; 8]), &l), Err(Error::TooBig));
         let max = (DEFAULT_MAX_MESSAGE_BYTES / 8) as u32;
         assert_eq!(
             frame_len(&table(&[max - 1]), &l),
             Ok(Some(DEFAULT_MAX_MESSAGE_BYTES))
         );
-        assert_eq!(frame_len(&table(&[max]), &l), Err(Error::Proto));
+        assert_eq!(frame_len(&table(&[max]), &l), Err(Error::TooBig));
         let small = Limits::with_max_message_bytes(64);
         assert_eq!(frame_len(&table(&[7]), &small), Ok(Some(64)));
-        assert_eq!(frame_len(&table(&[8]), &small), Err(Error::Proto));
+        assert_eq!(frame_len(&table(&[8]), &small), Err(Error::TooBig));
         let tight = Limits {
             max_message_bytes: 1 << 20,
             traversal_limit_words: 4,
         };
-        assert_eq!(frame_len(&table(&[5]), &tight), Err(Error::Proto));
+        assert_eq!(frame_len(&table(&[5]), &tight), Err(Error::TooBig));
     }
 
     #[test]
@@ -297,7 +299,7 @@ mod tests {
         let l = Limits::default();
         let mut buf = Vec::new();
         let t = table(&[u32::MAX, u32::MAX]);
-        assert_eq!(read_frame(&mut &t[..], &l, &mut buf), Err(Error::Proto));
+        assert_eq!(read_frame(&mut &t[..], &l, &mut buf), Err(Error::TooBig));
         assert!(buf.capacity() < 1024);
         // A claim inside the limit with no body behind it: fails without a 16 MiB buffer.
         let t = table(&[(DEFAULT_MAX_MESSAGE_BYTES / 8 - 2) as u32]);

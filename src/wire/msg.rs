@@ -110,6 +110,8 @@ pub enum Op {
         exclude_host: String,
         exclude_port: u16,
     },
+    /// One page of a listing bound to one snapshot (schema: JobListPage).
+    JobListPage(JobListPage),
 }
 
 impl Op {
@@ -123,7 +125,8 @@ impl Op {
             | ResList
             | WorkerList
             | ClusterConf
-            | ResVal { .. } => OpKind::Read,
+            | ResVal { .. }
+            | JobListPage(_) => OpKind::Read,
             Join(_)
             | JobSubmit(_)
             | JobDispatch { .. }
@@ -166,6 +169,7 @@ impl Op {
             Heartbeat { .. } => "heartbeat",
             Nop => "nop",
             WaitPrimary { .. } => "waitPrimary",
+            JobListPage(_) => "joblist_page",
         }
     }
 }
@@ -227,6 +231,7 @@ pub enum ReplyData {
     ClusterConf(ClusterConf),
     TaskId(u64),
     SessionId(u64),
+    JobPage(JobPage),
 }
 
 // ---------------------------------------------------------------------------------------
@@ -265,6 +270,30 @@ pub struct JobFilter {
     pub state_mask: u32,
     /// 0: no limit.
     pub limit: u32,
+}
+
+/// A request for one page of a snapshot-bound listing (schema: JobListPage).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobListPage {
+    /// Its `limit`: how many more jobs are wanted (0: all).
+    pub filter: JobFilter,
+    /// 0: pin a new snapshot; else the cursor a previous page returned.
+    pub cursor: u64,
+    /// With a cursor: resume after this job id.
+    pub after: u64,
+    /// Largest frame the client accepts (0: the protocol default).
+    pub max_bytes: u32,
+}
+
+/// One page of a snapshot-bound listing (schema: JobPage).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Send back for the next page; 0 on the last page.
+    pub cursor: u64,
+    pub more: bool,
+    /// Jobs in the pinned snapshot, before filtering.
+    pub total: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -34,9 +34,10 @@ pub fn op_index(op: &Op) -> usize {
         Op::Heartbeat { .. } => 19,
         Op::Nop => 20,
         Op::WaitPrimary { .. } => 21,
+        Op::JobListPage(_) => 22,
     }
 }
-pub const OP_VARIANTS: usize = 22;
+pub const OP_VARIANTS: usize = 23;
 
 /// Index of a reply payload variant (no wildcard, as for `op_index`).
 pub fn data_index(d: &ReplyData) -> usize {
@@ -52,9 +53,10 @@ pub fn data_index(d: &ReplyData) -> usize {
         ReplyData::ClusterConf(_) => 8,
         ReplyData::TaskId(_) => 9,
         ReplyData::SessionId(_) => 10,
+        ReplyData::JobPage(_) => 11,
     }
 }
-pub const DATA_VARIANTS: usize = 11;
+pub const DATA_VARIANTS: usize = 12;
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -179,6 +181,17 @@ pub fn sample_ops() -> Vec<Op> {
             exclude_host: "ctl1.example".into(),
             exclude_port: 9991,
         },
+        Op::JobListPage(JobListPage {
+            filter: JobFilter {
+                user: "dave".into(),
+                queue: "short".into(),
+                state_mask: JobState::Pend.mask_bit(),
+                limit: 1000,
+            },
+            cursor: 0x0123_4567_89ab_cdef,
+            after: 0x1000_0000_0042,
+            max_bytes: 1 << 20,
+        }),
     ]
 }
 
@@ -257,6 +270,12 @@ pub fn sample_datas() -> Vec<ReplyData> {
         }),
         ReplyData::TaskId(77),
         ReplyData::SessionId(88),
+        ReplyData::JobPage(JobPage {
+            jobs: vec![sample_job(1), sample_job(2)],
+            cursor: 0xfeed_f00d,
+            more: true,
+            total: 1_000_000,
+        }),
     ]
 }
 
@@ -451,6 +470,27 @@ pub fn op() -> impl Strategy<Value = Op> {
                 }
             }
         ),
+        (
+            (text(), text(), any::<u32>(), any::<u32>()),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(
+                |((user, queue, state_mask, limit), cursor, after, max_bytes)| {
+                    Op::JobListPage(JobListPage {
+                        filter: JobFilter {
+                            user,
+                            queue,
+                            state_mask,
+                            limit,
+                        },
+                        cursor,
+                        after,
+                        max_bytes,
+                    })
+                }
+            ),
     ]
 }
 
@@ -630,6 +670,14 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         cluster_conf().prop_map(ReplyData::ClusterConf),
         any::<u64>().prop_map(ReplyData::TaskId),
         any::<u64>().prop_map(ReplyData::SessionId),
+        (vec(job(), 0..4), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
+            |(jobs, cursor, more, total)| ReplyData::JobPage(JobPage {
+                jobs,
+                cursor,
+                more,
+                total
+            })
+        ),
     ]
 }
 

@@ -183,6 +183,8 @@ def expected_replies():
                 {"name": "night", "open": False, "active": True, "priority": -5}]}}),
         env(10, {"which": "taskId", "taskId": 77}),
         env(11, {"which": "sessionId", "sessionId": 88}),
+        env(12, {"which": "jobPage", "jobPage": {
+            "jobs": [job(1), job(2)], "cursor": 0xFEEDF00D, "more": True, "total": 1000000}}),
         # A big one: 2000 jobs.
         {"seq": 12, "status": 2000, "redirectHost": "", "redirectPort": 0,
          "data": {"which": "jobs", "jobs": [job(i) for i in range(2000)]}},

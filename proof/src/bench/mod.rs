@@ -13,6 +13,7 @@ pub mod failover;
 pub mod footprint;
 pub mod kills;
 pub mod roundtrip;
+pub mod scale;
 pub mod stats;
 pub mod suspicion;
 pub mod svg;

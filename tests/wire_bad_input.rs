@@ -87,10 +87,11 @@ fn gigabyte_claims_are_refused_before_anything_is_read() {
         table(&[0x0010_0000; 3]),       // 24 MiB spread over segments
         table(&vec![0x0000_8000; 511]), // 511 x 256 KiB
     ] {
-        assert_eq!(frame_len(&t, &L), Err(Error::Proto));
-        assert_eq!(decode_reply(&t, &L), Err(Error::Proto));
+        // A size claim over the limits: "too big", the same from any peer (issue 13).
+        assert_eq!(frame_len(&t, &L), Err(Error::TooBig));
+        assert_eq!(decode_reply(&t, &L), Err(Error::TooBig));
         let mut buf = Vec::new();
-        assert_eq!(read_frame(&mut &t[..], &L, &mut buf), Err(Error::Proto));
+        assert_eq!(read_frame(&mut &t[..], &L, &mut buf), Err(Error::TooBig));
         assert!(buf.capacity() <= t.len().max(64), "{}", buf.capacity());
     }
 }
@@ -279,15 +280,15 @@ fn limits_are_enforced_on_valid_messages() {
     let frame = enc_rep(&rep);
     assert!(decode_reply(&frame, &L).is_ok());
     let small = Limits::with_max_message_bytes(frame.len() - 8);
-    assert_eq!(frame_len(&frame, &small), Err(Error::Proto));
-    assert_eq!(decode_reply(&frame, &small), Err(Error::Proto));
+    assert_eq!(frame_len(&frame, &small), Err(Error::TooBig));
+    assert_eq!(decode_reply(&frame, &small), Err(Error::TooBig));
     let exact = Limits::with_max_message_bytes(frame.len());
     assert_eq!(decode_reply(&frame, &exact), Ok(rep));
     let shallow = Limits {
         traversal_limit_words: 100,
         ..L
     };
-    assert_eq!(decode_reply(&frame, &shallow), Err(Error::Proto));
+    assert_eq!(decode_reply(&frame, &shallow), Err(Error::TooBig));
 }
 
 #[test]

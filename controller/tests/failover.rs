@@ -200,6 +200,11 @@ fn restarted_node_catches_up_from_a_snapshot() {
     for id in 1..=40 {
         c.ok(submit(id, "u", ""));
     }
+    // Snapshots are taken by a periodic trigger: restart the node only once the primary has
+    // one (and has purged the log before it), or it could catch up from the log instead.
+    ctrl.wait_until("a snapshot on the primary", STARTUP, || {
+        ctrl.log(p).contains(&format!("node {p}: wrote snapshot"))
+    });
     ctrl.start_node(s);
     ctrl.wait_until("snapshot installed on the restarted node", STARTUP, || {
         ctrl.log(s)

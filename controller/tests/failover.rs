@@ -200,11 +200,18 @@ fn restarted_node_catches_up_from_a_snapshot() {
     for id in 1..=40 {
         c.ok(submit(id, "u", ""));
     }
-    // Snapshots are taken by a periodic trigger: restart the node only once the primary has
-    // one (and has purged the log before it), or it could catch up from the log instead.
-    ctrl.wait_until("a snapshot on the primary", STARTUP, || {
-        ctrl.log(p).contains(&format!("node {p}: wrote snapshot"))
-    });
+    // Snapshots are taken by a periodic trigger (every 10 writes here): keep writing until the
+    // primary has one taken after these 40 (it then purges the log before it, keeping 10
+    // entries), so the restarted node cannot catch up from the log.
+    let snapshots = |log: &str| log.matches("wrote snapshot").count();
+    let before = snapshots(&ctrl.log(p));
+    let mut written = 40;
+    while snapshots(&ctrl.log(p)) == before {
+        assert!(written < 400, "no snapshot after {written} writes");
+        written += 1;
+        c.ok(submit(written, "u", ""));
+        std::thread::sleep(Duration::from_millis(10));
+    }
     ctrl.start_node(s);
     ctrl.wait_until("snapshot installed on the restarted node", STARTUP, || {
         ctrl.log(s)
@@ -215,7 +222,7 @@ fn restarted_node_catches_up_from_a_snapshot() {
     let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), STARTUP);
     let mut c = ctrl.client(q);
     match c.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => assert_eq!(j.len(), 40),
+        ReplyData::Jobs(j) => assert_eq!(j.len() as u64, written),
         other => panic!("{other:?}"),
     }
     // The old primary restarts from its own snapshot + log and rejoins.

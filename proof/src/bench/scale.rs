@@ -225,38 +225,6 @@ pub fn c_joblist_ids(masters: &str) -> Result<CListing, String> {
     })
 }
 
-/// `xcecli_joblist` of everything through the C API (start, list, free, stop): the count, or
-/// the negative status it returned, and the time of the listing call alone.
-pub fn c_joblist(masters: &str) -> Result<(i64, Duration), String> {
-    use xce::ffi::config::*;
-    use xce::ffi::ops::*;
-    use xce::ffi::types::*;
-    let masters = CString::new(masters).map_err(|e| e.to_string())?;
-    let mut conf = std::mem::MaybeUninit::<xce_client_config_t>::zeroed();
-    // Plain C calls on a config and context owned here, as a C program makes them.
-    {
-        xce_client_config_init(conf.as_mut_ptr());
-        let rc = xce_client_config_parse_masters(conf.as_mut_ptr(), masters.as_ptr());
-        if rc < 0 {
-            return Err(format!("parse masters: {rc}"));
-        }
-        let mut ctx = std::ptr::null_mut();
-        let rc = xcecli_start(conf.as_ptr(), &mut ctx);
-        if rc < 0 {
-            return Err(format!("xcecli_start: {}", xce::strerror(rc)));
-        }
-        let mut jobs: *mut *mut xce_job_t = std::ptr::null_mut();
-        let t0 = Instant::now();
-        let n = xcecli_joblist(ctx, &mut jobs);
-        let took = t0.elapsed();
-        if n >= 0 {
-            xce_free_joblist(jobs);
-        }
-        xcecli_stop(ctx);
-        Ok((n as i64, took))
-    }
-}
-
 /// The data directory of node `id` of a [`Cluster`].
 pub fn node_dir(c: &Cluster, id: u32) -> std::path::PathBuf {
     c.data_dir().join(format!("node-{id}"))

@@ -182,6 +182,16 @@ impl Error {
         }
     }
 
+    /// F13, F20: whether this error ends a call because its caller asked — woken (`EINTR`),
+    /// cancelled through its call handle (`ECANCELED`), its context stopped (`E_XCE_CLOSED`) —
+    /// rather than describing a peer. Such an error is never retried, never blamed on a master.
+    pub fn stops_the_call(self) -> bool {
+        matches!(
+            self,
+            Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
+        )
+    }
+
     /// The negative status as sent on the wire and returned through the C API.
     pub fn status(self) -> i32 {
         -self.code()

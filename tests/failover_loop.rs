@@ -18,6 +18,18 @@ fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client 
     Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")
 }
 
+/// What a daemon's reconnect hook does (F10): join again; the hook's result is the status.
+fn rejoin(cl: &Client, role: SessionRole) -> i32 {
+    let join = Join {
+        role,
+        host: "w1".into(),
+        ncpus: 4,
+        mem_mb: 1024,
+        attrs: vec![],
+    };
+    cl.join(join).map_or_else(|e| e.status(), |_| 0)
+}
+
 fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
     fakes.iter().map(|f| f.endpoint()).collect()
 }
@@ -341,17 +353,7 @@ fn reconnect_hook_runs_once_per_reconnect_before_the_resend_and_can_join() {
     let n = calls.clone();
     c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
         n.fetch_add(1, Ordering::SeqCst);
-        let join = Join {
-            role: SessionRole::Worker,
-            host: "w1".into(),
-            ncpus: 4,
-            mem_mb: 1024,
-            attrs: vec![],
-        };
-        match cl.join(join) {
-            Ok(_) => 0,
-            Err(e) => e.status(),
-        }
+        rejoin(cl, SessionRole::Worker)
     })));
     c.hello().unwrap(); // A, no reconnect
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -739,14 +741,7 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
     let j = joins.clone();
     c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
         j.fetch_add(1, Ordering::SeqCst);
-        let join = Join {
-            role: SessionRole::Worker,
-            host: "w".into(),
-            ncpus: 1,
-            mem_mb: 1,
-            attrs: vec![],
-        };
-        cl.join(join).map_or_else(|e| e.status(), |_| 0)
+        rejoin(cl, SessionRole::Worker)
     })));
     c.heartbeat("w").unwrap();
     drop(old);
@@ -950,14 +945,7 @@ fn a_transport_failure_inside_the_hook_counts_as_transport_not_as_a_status() {
     let cc = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b, &cc]), fast_options(), fast_retry(5));
     c.set_reconnect_handler(Some(Arc::new(|cl: &Client| {
-        let join = Join {
-            role: SessionRole::Scheduler,
-            host: "s".into(),
-            ncpus: 1,
-            mem_mb: 1,
-            attrs: vec![],
-        };
-        cl.join(join).map_or_else(|e| e.status(), |_| 0)
+        rejoin(cl, SessionRole::Scheduler)
     })));
     // -ECONNRESET returned by the hook would be TERMINAL as a status; as transport it rotates.
     c.clear_reason(9).unwrap();

@@ -76,13 +76,9 @@ pub fn is_deterministic(e: Error) -> bool {
     e == Error::TooBig
 }
 
-/// F13, F20: the errors of a call that must stop now — woken (`EINTR`), cancelled through its
-/// call handle (`ECANCELED`), or its context stopped (`E_XCE_CLOSED`).
+/// F13, F20: the errors of a call that must stop now ([`Error::stops_the_call`]).
 pub fn is_interrupt(e: Error) -> bool {
-    matches!(
-        e,
-        Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
-    )
+    e.stops_the_call()
 }
 
 /// Statuses by which a controller says "I am not the primary" (redirect, standby, no master,

@@ -149,21 +149,7 @@ impl Link {
             }
             e.error()
         })?;
-        let others: Vec<(usize, Vec<std::net::SocketAddr>)> =
-            match (self.rotator.current_master(), race) {
-                (Some(c), Some(avoid)) => {
-                    let n = self.rotator.masters().len();
-                    (1..n)
-                        .map(|k| (c + k) % n)
-                        .filter(|&i| i >= 64 || avoid & (1 << i) == 0)
-                        .filter_map(|i| {
-                            let m = &self.rotator.masters()[i];
-                            resolve::cached(&m.host, m.port).map(|a| (i, a))
-                        })
-                        .collect()
-                }
-                _ => Vec::new(),
-            };
+        let others = race.map_or_else(Vec::new, |avoid| self.others_resolved(avoid));
         let conn = if others.is_empty() {
             Connection::connect_addrs(
                 &ep.host,
@@ -216,9 +202,25 @@ impl Link {
         request_id: u64,
         until: Instant,
     ) -> (Result<Reply, Error>, bool) {
-        let Some(conn) = self.conn.as_mut() else {
-            return (Err(Error::Errno(libc::ENOTCONN)), false);
-        };
+        match self.send(waker, op, request_id, until) {
+            Err(e) => (Err(e), false),
+            Ok(seq) => match self.conn.as_mut() {
+                Some(conn) => (conn.recv(seq, until, waker), true),
+                None => (Err(Error::Errno(libc::ENOTCONN)), true),
+            },
+        }
+    }
+
+    /// Sends `op` with the next `seq` on the current connection; that `seq`, or why it did not
+    /// leave.
+    fn send(
+        &mut self,
+        waker: &Waker,
+        op: &Op,
+        request_id: u64,
+        until: Instant,
+    ) -> Result<u64, Error> {
+        let conn = self.conn.as_mut().ok_or(Error::Errno(libc::ENOTCONN))?;
         self.seq += 1;
         let head = RequestHead {
             seq: self.seq,
@@ -226,10 +228,24 @@ impl Link {
             request_id,
             no_reply: false,
         };
-        if let Err(e) = conn.send_op(&head, op, until, waker) {
-            return (Err(e), false);
-        }
-        (conn.recv(head.seq, until, waker), true)
+        conn.send_op(&head, op, until, waker)?;
+        Ok(head.seq)
+    }
+
+    /// The configured masters after the current one in rotation order, without those in
+    /// `avoid`, whose addresses are known without a lookup (cached or numeric): the hosts a
+    /// connect race or a probe can use at once (F25).
+    fn others_resolved(&self, avoid: u64) -> Vec<(usize, Vec<std::net::SocketAddr>)> {
+        let Some(c) = self.rotator.current_master() else {
+            return Vec::new();
+        };
+        let masters = self.rotator.masters();
+        let n = masters.len();
+        (1..n)
+            .map(|k| (c + k) % n)
+            .filter(|&i| i >= 64 || avoid & (1 << i) == 0)
+            .filter_map(|i| resolve::cached(&masters[i].host, masters[i].port).map(|a| (i, a)))
+            .collect()
     }
 
     /// Sends a fire-and-forget request (F12).
@@ -304,6 +320,14 @@ macro_rules! clog {
     ($env:expr, $lvl:expr, $($arg:tt)+) => {
         xlog!($lvl, "{}: {}", $env.tag, format_args!($($arg)+))
     };
+}
+
+/// The `hello` that tells whether a new connection reaches the primary (F10, F12).
+fn primary_probe() -> Op {
+    Op::Hello(Hello {
+        client_name: String::new(),
+        protocol_version: PROTOCOL_VERSION,
+    })
 }
 
 /// Name resolution for hints and `waitPrimary` answers (F23): bounded by the connect timeout
@@ -509,12 +533,8 @@ fn reach_primary(link: &mut Link, env: &CallEnv<'_>) -> Result<(), Error> {
                 continue;
             }
         }
-        let probe = Op::Hello(Hello {
-            client_name: String::new(),
-            protocol_version: PROTOCOL_VERSION,
-        });
         let until = Instant::now() + env.options().reply_timeout;
-        match link.exchange(&env.waker, &probe, 0, until).0 {
+        match link.exchange(&env.waker, &primary_probe(), 0, until).0 {
             Ok(r) if r.status >= 0 => return Ok(()),
             Ok(r) => {
                 refused = true;
@@ -716,11 +736,7 @@ impl<'a, 'e> Call<'a, 'e> {
             // One `hello` tells: a non-primary answer (with its redirect hint) is this
             // attempt's outcome, and the hook waits for the connection that reaches the
             // primary — so it runs once per failover, just before the re-send.
-            let probe = Op::Hello(Hello {
-                client_name: String::new(),
-                protocol_version: PROTOCOL_VERSION,
-            });
-            let (result, _) = link.exchange(&env.waker, &probe, 0, reply_until());
+            let (result, _) = link.exchange(&env.waker, &primary_probe(), 0, reply_until());
             match result {
                 Err(e) => return Err(AttemptOutcome::Transport(e)),
                 Ok(reply) if reply.status < 0 => return Ok(reply),
@@ -760,22 +776,16 @@ impl<'a, 'e> Call<'a, 'e> {
         if !watch {
             return link.exchange(&env.waker, self.op, self.request_id, until);
         }
-        let Some(conn) = link.conn.as_mut() else {
-            return (Err(Error::Errno(libc::ENOTCONN)), false);
-        };
-        link.seq += 1;
-        let head = RequestHead {
-            seq: link.seq,
-            client_id: link.client_id,
-            request_id: self.request_id,
-            no_reply: false,
-        };
         let sent_at = Instant::now();
-        if let Err(e) = conn.send_op(&head, self.op, until, &env.waker) {
-            return (Err(e), false);
-        }
+        let seq = match link.send(&env.waker, self.op, self.request_id, until) {
+            Ok(seq) => seq,
+            Err(e) => return (Err(e), false),
+        };
         let suspect_at = (sent_at + link.round_trips.threshold(self.op)).min(until);
-        let early = match conn.recv_by(head.seq, suspect_at, &env.waker) {
+        let Some(conn) = link.conn.as_mut() else {
+            return (Err(Error::Errno(libc::ENOTCONN)), true);
+        };
+        let early = match conn.recv_by(seq, suspect_at, &env.waker) {
             Ok(None) if Instant::now() < until => None,
             Ok(None) => Some(Err(Error::Errno(libc::ETIMEDOUT))),
             Ok(Some(reply)) => Some(Ok(reply)),
@@ -807,7 +817,7 @@ impl<'a, 'e> Call<'a, 'e> {
                         return (Err(Error::Errno(libc::ETIMEDOUT)), true);
                     }
                     None => match link.conn.as_mut() {
-                        Some(c) => c.recv(head.seq, until, &env.waker),
+                        Some(c) => c.recv(seq, until, &env.waker),
                         None => Err(Error::Errno(libc::ENOTCONN)),
                     },
                 }
@@ -836,15 +846,8 @@ impl<'a, 'e> Call<'a, 'e> {
     ) -> Option<usize> {
         let env = self.env;
         let current = link.rotator.current_master()?;
+        let others = link.others_resolved(0);
         let masters = link.rotator.masters();
-        let n = masters.len();
-        let others: Vec<(usize, Vec<std::net::SocketAddr>)> = (1..n)
-            .map(|k| (current + k) % n)
-            .filter_map(|i| {
-                let m = &masters[i];
-                resolve::cached(&m.host, m.port).map(|a| (i, a))
-            })
-            .collect();
         if others.is_empty() {
             return None;
         }
@@ -1165,19 +1168,11 @@ impl<'a, 'e> Call<'a, 'e> {
                 .find_master(&info.primary_host, info.primary_port, &resolve),
             _ => None,
         };
-        let seen = Witnesses {
-            last: &self.per_master,
-            current: link.rotator.current_master(),
-            current_alive: true,
-            last_answered: self.last_answered,
-            unsupported: link.no_wait_primary,
-            misleading: self.misleading,
-        };
         let named_text = || match &reply.data {
             crate::wire::ReplyData::CtrlInfo(i) => format!("{}:{}", i.primary_host, i.primary_port),
             _ => String::new(),
         };
-        match wait_primary::judge(&reply, named, &seen, self.followed_then_refused) {
+        match wait_primary::judge(&reply, named, &self.per_master, self.followed_then_refused) {
             Verdict::Follow { master, spread } => {
                 clog!(
                     env,

@@ -82,12 +82,13 @@ pub enum Verdict {
 }
 
 /// Judges a `waitPrimary` answer. `named` is the configured master the answer names, if any
-/// (resolved by the caller), `followed_then_refused` the masters this call followed an earlier
-/// answer to and that then refused.
+/// (resolved by the caller), `last` each master's last outcome in this call,
+/// `followed_then_refused` the masters this call followed an earlier answer to and that then
+/// refused.
 pub fn judge(
     reply: &Reply,
     named: Option<usize>,
-    seen: &Witnesses<'_>,
+    last: &[Option<AttemptOutcome>],
     followed_then_refused: u64,
 ) -> Verdict {
     if reply.status < 0 {
@@ -113,7 +114,10 @@ pub fn judge(
         // that refused a moment ago may have been elected since.)
         return Verdict::DeadEnd;
     }
-    if matches!(seen.last_of(m), Some(AttemptOutcome::Transport(_))) {
+    if matches!(
+        last.get(m).copied().flatten(),
+        Some(AttemptOutcome::Transport(_))
+    ) {
         // A controller without the exclusion still names the primary that just failed.
         return Verdict::NoNews;
     }
@@ -243,7 +247,7 @@ mod tests {
             (&unsupported, None, &l_nr, 0, Verdict::Unsupported),
         ];
         for (i, (reply, named, last, ftr, want)) in table.into_iter().enumerate() {
-            let got = judge(reply, named, &seen(last), ftr);
+            let got = judge(reply, named, last, ftr);
             assert_eq!(got, want, "row {i}");
         }
     }

@@ -98,7 +98,7 @@ impl Connection {
                     break;
                 }
                 // Woken, cancelled, stopped: the caller's decision, not the address's fault.
-                Err(e) if is_stop(e) => return Err(e),
+                Err(e) if e.stops_the_call() => return Err(e),
                 Err(e) => last = e,
             }
         }
@@ -537,14 +537,6 @@ fn poll_now(fd: RawFd, events: i16) -> i16 {
     } else {
         0
     }
-}
-
-/// Errors that stop a call rather than describe a peer: woken, cancelled, context stopped.
-fn is_stop(e: Error) -> bool {
-    matches!(
-        e,
-        Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
-    )
 }
 
 /// Starts a non-blocking connect; the socket and whether it is already connected.

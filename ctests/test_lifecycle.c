@@ -224,14 +224,20 @@ struct slow_arg {
 };
 #define SLOW_MAGIC 0x5ca1ab1eu
 
-static void slow_event(xcecli_ctx_t ctx, const xce_event_t *ev, void *arg) {
-    (void)ctx;
-    (void)ev;
+/* A callback that takes its time and then reads its arg: a use after free on a setter that
+ * does not wait for it. */
+static void slow_callback(void *arg) {
     struct slow_arg *a = (struct slow_arg *)arg;
     atomic_store(&a->entered, 1);
     sleep_ms(300);
-    CHECK_EQ(a->magic, SLOW_MAGIC); /* use after free on a setter that does not wait */
+    CHECK_EQ(a->magic, SLOW_MAGIC);
     atomic_store(&a->finished, 1);
+}
+
+static void slow_event(xcecli_ctx_t ctx, const xce_event_t *ev, void *arg) {
+    (void)ctx;
+    (void)ev;
+    slow_callback(arg);
 }
 
 /* While a call runs the event handler on another thread, removing the handler waits for that
@@ -262,11 +268,7 @@ static void test_set_event_handler_waits(void) {
 static void slow_log(int level, const char *msg, void *arg) {
     (void)level;
     (void)msg;
-    struct slow_arg *a = (struct slow_arg *)arg;
-    atomic_store(&a->entered, 1);
-    sleep_ms(300);
-    CHECK_EQ(a->magic, SLOW_MAGIC);
-    atomic_store(&a->finished, 1);
+    slow_callback(arg);
 }
 
 /* The same for the process-wide log sink. */

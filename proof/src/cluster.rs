@@ -13,6 +13,19 @@ use std::time::{Duration, Instant};
 use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
 
 /// One controller node of a [`Cluster`].
+/// `1=client/raft,2=…` as `xce-controller run --cluster` takes it, from (id, client, raft).
+pub fn cluster_spec(nodes: impl Iterator<Item = (u32, SocketAddr, SocketAddr)>) -> String {
+    nodes
+        .map(|(id, client, raft)| format!("{id}={client}/{raft}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `host:port,host:port,…` as the library's master list.
+pub fn master_list(clients: impl Iterator<Item = SocketAddr>) -> String {
+    clients.map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+}
+
 pub struct Node {
     pub id: u32,
     pub client: SocketAddr,
@@ -119,20 +132,12 @@ impl Cluster {
 
     /// `1=client/raft,2=…` as `xce-controller run --cluster` takes it.
     pub fn spec(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("{}={}/{}", n.id, n.client, n.raft))
-            .collect::<Vec<_>>()
-            .join(",")
+        cluster_spec(self.nodes.iter().map(|n| (n.id, n.client, n.raft)))
     }
 
     /// `host:port,host:port,…` as the library's master list.
     pub fn masters(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| n.client.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+        master_list(self.nodes.iter().map(|n| n.client))
     }
 
     pub fn node(&self, id: u32) -> &Node {

@@ -362,20 +362,12 @@ impl NetCluster {
 
     /// `1=client/raft,…` for `xce-controller run --cluster`.
     pub fn spec(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("{}={}/{}", n.id, n.client, n.raft))
-            .collect::<Vec<_>>()
-            .join(",")
+        crate::cluster::cluster_spec(self.nodes.iter().map(|n| (n.id, n.client, n.raft)))
     }
 
     /// The library's master list, in node order.
     pub fn masters(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| n.client.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+        crate::cluster::master_list(self.nodes.iter().map(|n| n.client))
     }
 
     pub fn node(&self, id: u32) -> &NetNode {

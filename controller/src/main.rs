@@ -12,6 +12,7 @@ mod config;
 mod listing;
 mod net;
 mod node;
+mod ready;
 mod server;
 mod snapshot;
 mod state;

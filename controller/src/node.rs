@@ -96,6 +96,13 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         o.snapshot_logs,
     ));
     tokio::spawn(log_roles(raft.clone(), id));
+    let ready = Arc::new(crate::ready::Readiness::default());
+    tokio::spawn(crate::ready::run(
+        raft.clone(),
+        ready.clone(),
+        id,
+        server::COMMIT_TIMEOUT,
+    ));
     tokio::spawn(initialize(raft.clone(), args.clone()));
     let ctx = Arc::new(Ctx {
         id,
@@ -109,6 +116,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         lease,
         proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
         cursors: Default::default(),
+        ready: ready.clone(),
     });
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(server::serve(client_l, ctx, tls));

@@ -36,6 +36,8 @@ pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often `waitPrimary` re-checks a standby's silent leader.
 pub const STALE_LEADER_RECHECK: Duration = Duration::from_millis(25);
+/// Longest a request waits for a new leader's barrier entry (C11) before NOT_READY.
+pub const READY_WAIT: Duration = Duration::from_secs(1);
 /// Bound on the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read chunk size.
@@ -61,6 +63,8 @@ pub struct Ctx {
     pub proposer: crate::batch::Proposer,
     /// Listings pinned for paged reads (P12).
     pub cursors: crate::listing::Cursors,
+    /// C11 (amended): whether this leader's state machine holds everything committed before.
+    pub ready: Arc<crate::ready::Readiness>,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -318,6 +322,7 @@ impl Ctx {
         let m = rx.borrow();
         if m.state != ServerState::Leader
             || m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
+            || !self.ready.is_ready(&m.vote)
         {
             return false;
         }
@@ -348,7 +353,7 @@ impl Ctx {
     fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
-        m.state == ServerState::Leader && !self.cut_off_in(&m)
+        m.state == ServerState::Leader && !self.cut_off_in(&m) && self.ready.is_ready(&m.vote)
     }
 
     /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
@@ -428,7 +433,7 @@ impl Ctx {
     fn vouches_for_itself(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
-        m.state == ServerState::Leader && {
+        m.state == ServerState::Leader && self.ready.is_ready(&m.vote) && {
             let configs = m.membership_config.membership().get_joint_config();
             let window = Duration::from_millis(self.opts.election_min_ms / 2);
             self.lease
@@ -598,6 +603,11 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
             seq,
             ReplyData::CtrlInfo(wait_primary(ctx, *timeout_ms, exclude).await),
         );
+    }
+    // C11: a leader that has not yet applied everything committed before it took office
+    // (just restarted, just elected) serves once it has, after a short wait.
+    if !ctx.serving_leader() {
+        ctx.ready.wait(&ctx.raft, READY_WAIT).await;
     }
     // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
     if !ctx.serving_leader() {

@@ -273,6 +273,32 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM the node and wait up to `grace` for it to exit (then `kill -9`); true when it
+    /// exited by itself. The node can then be started again with [`Cluster::restart`].
+    pub fn terminate(&mut self, id: u32, grace: Duration) -> bool {
+        self.signal(id, libc::SIGTERM);
+        let node = &mut self.nodes[id as usize - 1];
+        let Some(mut child) = node.child.take() else {
+            return true;
+        };
+        let deadline = Instant::now() + grace;
+        let exited = loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break true,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break false;
+                }
+            }
+        };
+        node.stopped = false;
+        exited
+    }
+
     /// Start a killed node again from its data directory.
     pub fn restart(&mut self, id: u32) -> io::Result<()> {
         self.kill(id);

@@ -6,6 +6,7 @@
 //! `xce-controller run …` runs one node, `xce-controller cluster …` a loopback cluster;
 //! `xce-controller --help` and `COMMAND --help` print the options (the texts below).
 
+mod amnesia;
 mod batch;
 mod cluster;
 mod config;

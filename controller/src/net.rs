@@ -549,6 +549,7 @@ pub async fn serve(
     raft: Raft,
     node_id: NodeId,
     guard: VoteGuard,
+    amnesia: std::sync::Arc<crate::amnesia::Amnesia>,
     dir: std::path::PathBuf,
 ) {
     loop {
@@ -563,8 +564,9 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let raft = raft.clone();
         let dir = dir.clone();
+        let amnesia = amnesia.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_peer(stream, raft, guard, &dir).await {
+            if let Err(e) = serve_peer(stream, raft, guard, &amnesia, &dir).await {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     eprintln!("node {node_id}: raft peer {peer}: {e}");
                 }
@@ -577,6 +579,7 @@ async fn serve_peer(
     mut stream: TcpStream,
     raft: Raft,
     guard: VoteGuard,
+    amnesia: &crate::amnesia::Amnesia,
     dir: &std::path::Path,
 ) -> io::Result<()> {
     loop {
@@ -586,8 +589,11 @@ async fn serve_peer(
                 Err(_) => return Ok(()),
             };
         let reply = match req {
-            RpcRequest::Append(r) => RpcReply::Append(raft.append_entries(r).await),
+            RpcRequest::Append(r) => RpcReply::Append(amnesia.append(&raft, r).await),
             RpcRequest::Vote(_) if guard.refuses() => RpcReply::Vote(Ok(refuse_vote(&raft))),
+            RpcRequest::Vote(r) if amnesia.refuses_vote(&r) => {
+                RpcReply::Vote(Ok(refuse_vote(&raft)))
+            }
             RpcRequest::Vote(r) => RpcReply::Vote(raft.vote(r).await),
             RpcRequest::Snapshot { vote, meta, len } => {
                 receive_snapshot(&mut stream, &raft, dir, vote, meta, len).await?

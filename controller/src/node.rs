@@ -51,6 +51,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         _ => None,
     };
     let db = store::open_db(&args.data)?;
+    let blank = store::is_blank(&db, &args.data)?;
+    let amnesia = crate::amnesia::Amnesia::open(id, &args.data, blank)
+        .map_err(|e| format!("{}: {e}", args.data.display()))?;
     let log = LogStore::new(db.clone());
     let sm = StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
     let applied = sm.applied.clone();
@@ -81,6 +84,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("raft: {e}"))?;
 
+    // C12: no campaign from a node that has not caught up since it started without data.
+    amnesia.sync_elect(&raft, raft.metrics().borrow().last_log_index);
+    tokio::spawn(crate::amnesia::watch(raft.clone(), amnesia.clone()));
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
     tokio::spawn(net::serve(
@@ -88,6 +94,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         raft.clone(),
         id,
         guard,
+        amnesia,
         args.data.clone(),
     ));
     tokio::spawn(store::snapshot_trigger(

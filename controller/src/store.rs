@@ -72,6 +72,18 @@ pub fn open_db(dir: &Path) -> Result<Arc<Database>, String> {
     Ok(Arc::new(db))
 }
 
+/// Whether the data directory holds nothing of a Raft node: no log entry, no purge point, no
+/// vote, no snapshot (C12: a brand-new node, or one whose data was lost).
+pub fn is_blank(db: &Database, dir: &Path) -> Result<bool, String> {
+    let tx = db.begin_read().map_err(|e| e.to_string())?;
+    let log = tx.open_table(LOG).map_err(|e| e.to_string())?;
+    let meta = tx.open_table(META).map_err(|e| e.to_string())?;
+    let no_log = log.first().map_err(|e| e.to_string())?.is_none();
+    let no_vote = meta.get(K_VOTE).map_err(|e| e.to_string())?.is_none();
+    let no_purge = meta.get(K_PURGED).map_err(|e| e.to_string())?.is_none();
+    Ok(no_log && no_vote && no_purge && !snapshot::current_path(dir).exists())
+}
+
 /// Runs a blocking database write without stalling the other tasks of this worker thread.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)

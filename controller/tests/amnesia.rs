@@ -1,0 +1,124 @@
+//! S17 / C12: an acknowledged write survives a follower's disk loss followed by the leader's
+//! death. With N down, job W is acknowledged by {L, F}; F's data directory is removed; L is
+//! killed; F restarts empty and N restarts from its own data. F must not help N (which never
+//! had W) become primary: `jobinfo(W)` never answers ENOENT — the cluster stays unavailable
+//! until L is back, then W is there — and once F has caught up it votes again.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use xce::wire::{ControllerRole, Op, ReplyData};
+
+/// Asks every node in `ids` for `jobinfo(job)`; returns the statuses of the nodes that answered
+/// as primary (status 0 or ENOENT).
+fn ask(c: &Ctrl, ids: &[u64], job: u64) -> Vec<(u64, i32)> {
+    let mut out = Vec::new();
+    for &id in ids {
+        let Some(mut cl) = Client::try_connect(&c.clients[&id], Duration::from_millis(300)) else {
+            continue;
+        };
+        cl.set_timeout(Duration::from_secs(3));
+        if let Ok(r) = cl.try_call(Op::JobInfo { job_id: job }) {
+            if r.status == 0 || r.status == -libc::ENOENT {
+                out.push((id, r.status));
+            }
+        }
+    }
+    out
+}
+
+fn is_primary(c: &Ctrl, id: u64) -> bool {
+    Client::try_connect(&c.clients[&id], Duration::from_millis(300)).is_some_and(|mut cl| {
+        cl.set_timeout(Duration::from_secs(2));
+        cl.try_call(hello()).is_ok_and(|r| {
+            matches!(&r.data, ReplyData::CtrlInfo(i) if i.role == ControllerRole::Primary)
+                && r.status == 0
+        })
+    })
+}
+
+#[test]
+fn s17_write_survives_follower_disk_loss_and_leader_death() {
+    let mut c = Ctrl::start(3, &[]);
+    let l = c.wait_settled(STARTUP);
+    let others: Vec<u64> = (1..=3).filter(|&i| i != l).collect();
+    let (f, n) = (others[0], others[1]);
+
+    // Some history everyone has, then N goes down and W is acknowledged by {L, F} only.
+    let mut cl = c.client(l);
+    for i in 0..20 {
+        cl.ok(submit(1000 + i, "alice", ""));
+    }
+    c.kill9(n);
+    let w = 777_777;
+    cl.ok(submit(w, "alice", ""));
+    for i in 0..20 {
+        cl.ok(submit(2000 + i, "alice", ""));
+    }
+    drop(cl);
+
+    // L dies; F loses its disk and comes back empty; N comes back with its own (older) data.
+    c.kill9(l);
+    c.kill9(f);
+    std::fs::remove_dir_all(c.dir.path().join(format!("data-{f}"))).unwrap();
+    c.start_node(f);
+    c.start_node(n);
+
+    // Without L no node may serve a table that lacks W (ENOENT): unavailable is the safe answer.
+    let t0 = Instant::now();
+    let mut served = 0;
+    while t0.elapsed() < Duration::from_secs(6) {
+        for (id, status) in ask(&c, &[f, n], w) {
+            assert_eq!(
+                status,
+                0,
+                "node {id} answered jobinfo(W) with ENOENT: an acknowledged write was lost\n{}",
+                c.all_logs()
+            );
+            served += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("while L was down: {served} answers from a primary (all with W)");
+    assert!(
+        c.log(f).contains("refusing vote"),
+        "F never refused a vote\n{}",
+        c.all_logs()
+    );
+
+    // L is back: a primary is elected and W is there.
+    c.start_node(l);
+    c.wait_until("jobinfo(W) from a primary", Duration::from_secs(30), || {
+        let got = ask(&c, &[1, 2, 3], w);
+        for &(id, s) in &got {
+            assert_eq!(
+                s,
+                0,
+                "node {id}: W lost after L came back\n{}",
+                c.all_logs()
+            );
+        }
+        !got.is_empty()
+    });
+    c.wait_until("F caught up", Duration::from_secs(30), || {
+        c.log(f).contains("votes and campaigns again")
+    });
+    assert!(
+        !c.dir.path().join(format!("data-{f}/catching-up")).exists(),
+        "marker still there"
+    );
+
+    // F votes again: with L killed once more, F and N elect a primary, and W is still there.
+    let p = c.wait_primary(STARTUP);
+    c.kill9(p);
+    let rest: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
+    let p2 = c.wait_primary_among(&rest, STARTUP);
+    assert!(is_primary(&c, p2));
+    assert_eq!(
+        ask(&c, &[p2], w),
+        vec![(p2, 0)],
+        "W after the second failover"
+    );
+}

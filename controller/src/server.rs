@@ -199,20 +199,10 @@ fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
 
 /// A page of a snapshot-bound listing (after the read barrier).
 fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply {
-    crate::listing::answer_page(
-        &ctx.cursors,
-        seq,
-        p,
-        ctx.limits.max_message_bytes,
-        || {
-            ctx.applied
-                .read()
-                .expect("state lock")
-                .state
-                .jobs_snapshot()
-        },
-        ctx.id,
-    )
+    crate::listing::answer_page(&ctx.cursors, seq, p, ctx.limits.max_message_bytes, || {
+        let st = &ctx.applied.read().expect("state lock").state;
+        (st.jobs_snapshot(), st.applied_count())
+    })
 }
 
 pub fn now_ms() -> i64 {

@@ -18,6 +18,7 @@ mod server;
 mod snapshot;
 mod state;
 mod store;
+mod tenure;
 mod tls;
 mod types;
 

@@ -124,7 +124,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
         cursors: Default::default(),
         ready: ready.clone(),
+        tenure: Default::default(),
     });
+    tokio::spawn(crate::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(

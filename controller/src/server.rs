@@ -65,6 +65,8 @@ pub struct Ctx {
     pub cursors: crate::listing::Cursors,
     /// C11 (amended): whether this leader's state machine holds everything committed before.
     pub ready: Arc<crate::ready::Readiness>,
+    /// Defect 5: connections served as primary are closed when this node stops serving.
+    pub tenure: crate::tenure::Tenure,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -120,6 +122,10 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
     let mut chunk = vec![0u8; READ_CHUNK];
     let mut session: Option<Session> = None;
     let mut out = Vec::new();
+    let mut tenure = ctx.tenure.subscribe();
+    // The tenure (as primary) that served this connection: once over, the connection closes,
+    // with any requests not yet read (see tenure.rs).
+    let mut served: Option<u64> = None;
     loop {
         // Serve every complete frame already received, in order.
         loop {
@@ -131,6 +137,13 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
                     return;
                 }
             };
+            // Checked directly too: after a freeze the tenure task may not have run yet.
+            if served.is_some_and(|t| t != ctx.tenure.current() || !ctx.serving_leader()) {
+                return;
+            }
+            if served.is_none() && ctx.serving_leader() {
+                served = Some(ctx.tenure.current());
+            }
             let req = match wire::decode_request(&buf[..n], &ctx.limits) {
                 Ok(r) => r,
                 Err(e) => {
@@ -152,7 +165,11 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
         } else {
             ctx.opts.idle_timeout.min(FRAME_TIMEOUT)
         };
-        match tokio::time::timeout(wait, s.read(&mut chunk)).await {
+        let read = tokio::select! {
+            r = tokio::time::timeout(wait, s.read(&mut chunk)) => r,
+            () = crate::tenure::over(&mut tenure, served) => return,
+        };
+        match read {
             Err(_) if buf.is_empty() => {
                 eprintln!("node {}: {peer}: idle for {wait:?}, closing", ctx.id);
                 return;
@@ -339,8 +356,8 @@ impl Ctx {
             .cut_off(&m.vote, configs, self.id, window, BootInstant::now())
     }
 
-    /// A leader that serves right now (C2, C10).
-    fn serving_leader(&self) -> bool {
+    /// A leader that serves right now (C2, C10, C11).
+    pub fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
         m.state == ServerState::Leader && !self.cut_off_in(&m) && self.ready.is_ready(&m.vote)

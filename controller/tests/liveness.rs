@@ -72,8 +72,15 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     ctrl.wait_until(
         "the cut-off leader answers hello with NOMASTER",
         BOUND,
-        || c.call(hello()).status == -E_XCE_NOMASTER,
+        || ctrl.client(p).call(hello()).status == -E_XCE_NOMASTER,
     );
+    // Defect 5: the connection it served as primary is closed (its client goes elsewhere);
+    // a new connection is answered as by a node that knows no primary.
+    assert!(
+        c.closed_within(Duration::from_secs(2)),
+        "served connection kept open"
+    );
+    let mut c = ctrl.client(p);
     eprintln!(
         "leader {p} stopped presenting itself {:?} after its followers stopped",
         stopped_at.elapsed()

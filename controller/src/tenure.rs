@@ -61,9 +61,10 @@ pub async fn run(ctx: Arc<Ctx>) {
             );
         }
         serving = now;
-        match tokio::time::timeout(STALE_LEADER_RECHECK, rx.changed()).await {
-            Ok(Err(_)) => tokio::time::sleep(STALE_LEADER_RECHECK).await, // Raft has stopped
-            _ => {}
+        let changed = tokio::time::timeout(STALE_LEADER_RECHECK, rx.changed()).await;
+        if let Ok(Err(_)) = changed {
+            // Raft has stopped: keep the pace without its channel.
+            tokio::time::sleep(STALE_LEADER_RECHECK).await;
         }
     }
 }

@@ -19,8 +19,20 @@ use xce::wire;
 
 /// Request ids remembered per client for exactly-once writes (C4).
 pub const DEDUP_PER_CLIENT: usize = 256;
-/// Clients remembered in the exactly-once table; the least recently used one is forgotten.
-pub const DEDUP_CLIENTS: usize = 4096;
+/// How long a client's exactly-once window is kept after its last write (C4, defect 12), by the
+/// leader's clock stamped in each proposal: one hour, far longer than any re-send of a write
+/// can come — a call re-sends only within its retry budget (about 53 s by default, F7), and a
+/// re-send after an unknown outcome or from the notify outbox (F12) comes on the next
+/// reconnect. Only an outage of more than an hour between a write and its re-send could
+/// apply it twice. A count no longer decides: 4,096 clients were forgotten within seconds
+/// under a few thousand short-lived contexts, and a slow re-send applied twice.
+pub const DEDUP_RETAIN_MS: i64 = 60 * 60 * 1000;
+/// Expired windows are swept every this many applied writes (deterministic on every replica).
+pub const DEDUP_SWEEP_EVERY: u64 = 4096;
+/// Memory guard: most clients remembered however recent; beyond it the least recently used
+/// go first (logged: a re-send from one of them could apply twice). At ~100 bytes per idle
+/// client this is ~100 MB.
+pub const DEDUP_CLIENTS_MAX: usize = 1 << 20;
 /// Tasks started by `runtask` kept for inspection.
 pub const TASKS_KEPT: usize = 1024;
 /// Name of the queue a fresh cluster has.
@@ -300,6 +312,10 @@ pub struct TaskRec {
 struct ClientWindow {
     /// Apply counter at the last use, for least-recently-used eviction.
     last_used: u64,
+    /// Leader's unix ms of the last use (0 in snapshots of older versions: kept until the
+    /// first write after loading stamps it).
+    #[serde(default)]
+    last_ms: i64,
     replies: BTreeMap<u64, Outcome>,
 }
 
@@ -423,6 +439,7 @@ impl State {
             let key = hex(&p.client_id);
             if let Some(w) = self.dedup.get_mut(&key) {
                 w.last_used = self.applied;
+                w.last_ms = w.last_ms.max(p.now_ms);
                 if let Some(first) = w.replies.get(&p.request_id) {
                     return first.clone();
                 }
@@ -430,13 +447,26 @@ impl State {
         }
         let out = self.exec(&p.cmd, p.now_ms);
         if p.request_id != 0 {
-            self.remember(hex(&p.client_id), p.request_id, out.clone());
+            self.remember(hex(&p.client_id), p.request_id, out.clone(), p.now_ms);
+        }
+        if self.applied % DEDUP_SWEEP_EVERY == 0 {
+            self.sweep_dedup(p.now_ms);
         }
         out
     }
 
-    fn remember(&mut self, key: String, request_id: u64, out: Outcome) {
-        if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS {
+    /// Forgets clients whose last write is older than [`DEDUP_RETAIN_MS`] at `now` (the
+    /// proposal's time: the same on every replica).
+    fn sweep_dedup(&mut self, now: i64) {
+        self.dedup
+            .retain(|_, w| w.last_ms == 0 || now.saturating_sub(w.last_ms) <= DEDUP_RETAIN_MS);
+    }
+
+    fn remember(&mut self, key: String, request_id: u64, out: Outcome, now: i64) {
+        if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS_MAX {
+            self.sweep_dedup(now);
+        }
+        if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS_MAX {
             // Deterministic: the smallest last_used, ties broken by key.
             let victim = self
                 .dedup
@@ -444,11 +474,16 @@ impl State {
                 .min_by(|a, b| a.1.last_used.cmp(&b.1.last_used).then(a.0.cmp(b.0)))
                 .map(|(k, _)| k.clone());
             if let Some(v) = victim {
+                eprintln!(
+                    "exactly-once table full ({DEDUP_CLIENTS_MAX} clients within {} s): forgetting client {v}",
+                    DEDUP_RETAIN_MS / 1000
+                );
                 self.dedup.remove(&v);
             }
         }
         let w = self.dedup.entry(key).or_default();
         w.last_used = self.applied;
+        w.last_ms = w.last_ms.max(now);
         w.replies.insert(request_id, out);
         while w.replies.len() > DEDUP_PER_CLIENT {
             w.replies.pop_first();
@@ -1043,6 +1078,50 @@ mod tests {
             s.dedup.values().next().unwrap().replies.len(),
             DEDUP_PER_CLIENT
         );
+    }
+
+    /// Defect 12: a slow re-send still finds its first reply while thousands of other clients
+    /// write meanwhile (the table was 4,096 clients, least recently used forgotten), and is
+    /// forgotten only after the retention time.
+    #[test]
+    fn slow_resend_within_retention_applies_once() {
+        let mut s = State::default();
+        let at = |client: u32, req: u64, ms: i64, cmd: Cmd| {
+            let mut id = [0u8; 16];
+            id[..4].copy_from_slice(&client.to_be_bytes());
+            Proposal {
+                client_id: id,
+                request_id: req,
+                now_ms: ms,
+                cmd,
+            }
+        };
+        let t0 = 1_000_000;
+        let first = s.apply(&at(1, 1, t0, Cmd::JobSubmit(spec(42))));
+        assert_eq!(first, Outcome::data(OutData::JobId(42)));
+        // 10,000 other clients write within the next minute.
+        for c in 0..10_000u32 {
+            let ms = t0 + i64::from(c) * 6;
+            s.apply(&at(1000 + c, 1, ms, Cmd::Heartbeat { host: "h".into() }));
+        }
+        // The re-send of client 1's write, 5 minutes after it was sent: its first reply, not a
+        // second execution (which would be E_XCE_DUP_JOB).
+        let later = t0 + 5 * 60 * 1000;
+        assert_eq!(s.apply(&at(1, 1, later, Cmd::JobSubmit(spec(42)))), first);
+        // Past the retention time (and the sweep that follows), client 1 is forgotten.
+        let much_later = later + 2 * 60 * 60 * 1000;
+        for i in 0..(2 * DEDUP_SWEEP_EVERY) {
+            s.apply(&at(
+                2,
+                1 + i,
+                much_later,
+                Cmd::Heartbeat { host: "h".into() },
+            ));
+        }
+        assert!(!s
+            .dedup
+            .contains_key(&hex(&at(1, 0, 0, Cmd::ClearReason { job_id: 0 }).client_id)));
+        assert_eq!(s.dedup.len(), 1, "only the client active lately");
     }
 
     #[test]

@@ -449,7 +449,7 @@ impl State {
         if p.request_id != 0 {
             self.remember(hex(&p.client_id), p.request_id, out.clone(), p.now_ms);
         }
-        if self.applied % DEDUP_SWEEP_EVERY == 0 {
+        if self.applied.is_multiple_of(DEDUP_SWEEP_EVERY) {
             self.sweep_dedup(p.now_ms);
         }
         out

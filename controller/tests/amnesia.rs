@@ -122,3 +122,24 @@ fn s17_write_survives_follower_disk_loss_and_leader_death() {
         "W after the second failover"
     );
 }
+
+/// C1 with C12: a brand-new cluster still forms when its first node is missing (node 2
+/// initialises it, node 3 votes in that first election), and node 1, started later with an
+/// empty directory, catches up and then votes like the others.
+#[test]
+fn new_cluster_forms_without_its_first_node_and_the_late_node_catches_up() {
+    let mut c = Ctrl::prepare(3, &[]);
+    c.start_node(2);
+    c.start_node(3);
+    let p = c.wait_primary_among(&[2, 3], STARTUP);
+    c.client(p).ok(submit(5, "alice", ""));
+    c.start_node(1);
+    c.wait_until("node 1 caught up", STARTUP, || {
+        c.log(1).contains("votes and campaigns again")
+    });
+    // Node 1 now counts: with the primary gone, it and the other node elect one.
+    c.kill9(p);
+    let rest: Vec<u64> = [1, 2, 3].into_iter().filter(|&i| i != p).collect();
+    let p2 = c.wait_primary_among(&rest, STARTUP);
+    assert_eq!(ask(&c, &[p2], 5), vec![(p2, 0)]);
+}

@@ -39,6 +39,15 @@ pub struct Ctrl {
 impl Ctrl {
     /// Starts `n` nodes with extra `run` flags.
     pub fn start(n: u64, extra: &[&str]) -> Ctrl {
+        let mut ctrl = Ctrl::prepare(n, extra);
+        for id in 1..=n {
+            ctrl.start_node(id);
+        }
+        ctrl
+    }
+
+    /// A cluster of `n` nodes with extra `run` flags, none started yet.
+    pub fn prepare(n: u64, extra: &[&str]) -> Ctrl {
         let ports = free_ports(2 * n as usize);
         let mut clients = BTreeMap::new();
         let mut spec = Vec::new();
@@ -48,16 +57,13 @@ impl Ctrl {
             spec.push(format!("{}={c}/{r}", i + 1));
             clients.insert(i as u64 + 1, c);
         }
-        let mut ctrl = Ctrl {
+        let ctrl = Ctrl {
             dir: tempfile::tempdir().unwrap(),
             spec: spec.join(","),
             clients,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             procs: BTreeMap::new(),
         };
-        for id in 1..=n {
-            ctrl.start_node(id);
-        }
         ctrl
     }
 

@@ -107,12 +107,12 @@ fn run_listers(c: &Cluster, listers: usize, want: usize, bound: Duration) -> Run
     run
 }
 
-/// Lines the nodes logged about listings (none is expected per listing or per page).
-fn listing_lines(dir: &std::path::Path) -> usize {
+/// Lines the nodes logged containing `what`.
+fn lines_with(dir: &std::path::Path, what: &str) -> usize {
     (1..=3)
         .map(|i| {
             std::fs::read_to_string(dir.join(format!("node-{i}.log")))
-                .map_or(0, |s| s.lines().filter(|l| l.contains("listing")).count())
+                .map_or(0, |s| s.lines().filter(|l| l.contains(what)).count())
         })
         .sum()
 }
@@ -130,16 +130,25 @@ fn concurrent_paged_listings_all_complete() {
         },
     );
     fill(&c, jobs);
-    let before = listing_lines(&log_dir);
+    let before = lines_with(&log_dir, "listing");
+    let elections = lines_with(&log_dir, "role=primary");
     let run = run_listers(&c, listers, jobs, Duration::from_secs(120));
-    let lines = listing_lines(&log_dir) - before;
+    // Lines about listings: none is expected per listing or per page.
+    let lines = lines_with(&log_dir, "listing") - before;
+    let failover = lines_with(&log_dir, "role=primary") != elections;
     eprintln!(
         "{listers} listers of {jobs} jobs in pages of {PAGE_BYTES} bytes: all done in {:?} (fastest {:?}, slowest {:?}), {} ESTALE, {} unfinished, {lines} log lines about listings",
         run.wall, run.fastest, run.slowest, run.estale, run.unfinished
     );
     assert_eq!(run.unfinished, 0, "listings that never finished");
     assert_eq!(run.wrong, 0, "listings with the wrong number of jobs");
-    assert_eq!(run.estale, 0, "-ESTALE to listers making progress");
+    // A listing restarts (-ESTALE) only when the primary changed under it (a spurious
+    // election on a loaded machine); otherwise no lister making progress is told -ESTALE.
+    assert!(
+        run.estale == 0 || failover,
+        "{} -ESTALE to listers making progress",
+        run.estale
+    );
     assert_eq!(lines, 0, "log lines about listings");
     drop(c);
     let _ = std::fs::remove_dir_all(&log_dir);

@@ -10,6 +10,7 @@ mod amnesia;
 mod batch;
 mod cluster;
 mod config;
+mod handover;
 mod listing;
 mod net;
 mod node;

@@ -55,7 +55,10 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let amnesia = crate::amnesia::Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
     let log = LogStore::new(db.clone());
-    let sm = StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
+    let mut sm =
+        StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
+    let (handover_tx, handover_rx) = tokio::sync::mpsc::unbounded_channel();
+    sm.handovers = Some(handover_tx);
     let applied = sm.applied.clone();
 
     let me = args.spec.nodes[&id].clone();
@@ -103,6 +106,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         o.snapshot_logs,
     ));
     tokio::spawn(log_roles(raft.clone(), id));
+    tokio::spawn(crate::handover::follow(raft.clone(), id, handover_rx));
     let ready = Arc::new(crate::ready::Readiness::default());
     tokio::spawn(crate::ready::run(
         raft.clone(),
@@ -142,6 +146,8 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
 
     wait_for_signal().await;
     eprintln!("node {id}: shutting down");
+    // C14: a primary hands leadership over to an up-to-date standby first.
+    crate::handover::hand_over(&raft, &ready, id).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
     Ok(())
 }

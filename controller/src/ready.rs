@@ -30,12 +30,15 @@ const RETRY: Duration = Duration::from_millis(20);
 /// The vote under which this node proved its state machine current (None: none yet).
 pub struct Readiness {
     proven: watch::Sender<Option<Vote>>,
+    /// C14: this node is handing leadership over (stopping): it serves as primary no more.
+    handing_over: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Readiness {
     fn default() -> Self {
         Readiness {
             proven: watch::channel(None).0,
+            handing_over: Default::default(),
         }
     }
 }
@@ -43,7 +46,18 @@ impl Default for Readiness {
 impl Readiness {
     /// Whether this node, leading with `vote`, has applied everything committed before.
     pub fn is_ready(&self, vote: &Vote) -> bool {
-        self.proven.borrow().as_ref() == Some(vote)
+        !self.handing_over() && self.proven.borrow().as_ref() == Some(vote)
+    }
+
+    fn handing_over(&self) -> bool {
+        self.handing_over.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// C14: stop serving as primary for good (the node hands leadership over and exits).
+    pub fn hand_over(&self) {
+        self.handing_over
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.proven.send_replace(None);
     }
 
     /// Waits up to `bound` until this node leads with a proven vote. False when it does not
@@ -80,7 +94,7 @@ pub async fn run(raft: Raft, ready: std::sync::Arc<Readiness>, id: u64, commit_t
             let m = rx.borrow_and_update();
             (m.state, m.vote)
         };
-        if state == ServerState::Leader && !ready.is_ready(&vote) {
+        if state == ServerState::Leader && !ready.is_ready(&vote) && !ready.handing_over() {
             let t0 = std::time::Instant::now();
             let res = tokio::time::timeout(commit_timeout, raft.client_write(Batch::default()));
             match res.await {

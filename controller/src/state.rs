@@ -141,6 +141,11 @@ pub enum Cmd {
     Heartbeat {
         host: String,
     },
+    /// C14: the leader hands leadership to node `to` (no change of state; the node that
+    /// applies it live and is `to` campaigns, see `handover.rs`).
+    Handover {
+        to: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -686,6 +691,7 @@ impl State {
                 h.last_heartbeat = now;
                 Outcome::ok()
             }
+            Cmd::Handover { .. } => Outcome::ok(),
         }
     }
 

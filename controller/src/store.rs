@@ -310,6 +310,8 @@ pub struct StateMachineStore {
     id: u64,
     dir: PathBuf,
     pub applied: SharedApplied,
+    /// C14: every handover entry applied (to whom, its log id, the leader's time).
+    pub handovers: Option<tokio::sync::mpsc::UnboundedSender<crate::handover::Applied>>,
 }
 
 impl StateMachineStore {
@@ -341,6 +343,7 @@ impl StateMachineStore {
             id,
             dir: dir.to_path_buf(),
             applied: Arc::new(RwLock::new(applied)),
+            handovers: None,
         })
     }
 }
@@ -417,7 +420,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             a.last_applied = Some(e.log_id);
             out.push(match e.payload {
                 EntryPayload::Blank => Vec::new(),
-                EntryPayload::Normal(batch) => batch.0.iter().map(|p| a.state.apply(p)).collect(),
+                EntryPayload::Normal(batch) => {
+                    if let Some(tx) = &self.handovers {
+                        crate::handover::note(tx, e.log_id, &batch);
+                    }
+                    batch.0.iter().map(|p| a.state.apply(p)).collect()
+                }
                 EntryPayload::Membership(m) => {
                     a.membership = StoredMembership::new(Some(e.log_id), m);
                     Vec::new()

@@ -63,6 +63,9 @@ struct Pending {
 /// Hands writes to Raft in batches. Cheap to share; one per node.
 pub struct Proposer {
     tx: mpsc::UnboundedSender<Pending>,
+    /// Set once this node hands leadership over (C14): nothing more is proposed, so the
+    /// handover entry stays the last entry of its term.
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Proposer {
@@ -70,8 +73,15 @@ impl Proposer {
     /// commit, so a leader that lost its quorum frees its in-flight slots.
     pub fn start(raft: Raft, commit_timeout: Duration) -> Proposer {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, rx, commit_timeout));
-        Proposer { tx }
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn(run(raft, rx, commit_timeout, closed.clone()));
+        Proposer { tx, closed }
+    }
+
+    /// Proposes nothing more: queued and later writes fail as "not the leader" (C14).
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Proposes one write; resolves once its entry is committed and applied (or failed).
@@ -85,7 +95,12 @@ impl Proposer {
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, commit_timeout: Duration) {
+async fn run(
+    raft: Raft,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    commit_timeout: Duration,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
         // Take a slot first: everything that arrives while the slots are busy joins one batch.
@@ -105,6 +120,12 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, commit_timeou
                 }
                 Err(_) => break,
             }
+        }
+        if closed.load(std::sync::atomic::Ordering::Acquire) {
+            for p in batch {
+                let _ = p.reply.send(Err(WriteFail::NotLeader(None)));
+            }
+            continue;
         }
         let raft = raft.clone();
         tokio::spawn(async move {

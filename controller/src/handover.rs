@@ -12,7 +12,9 @@
 //!    campaigns at once (`trigger().elect()`): its log holds everything, so the old leader —
 //!    whose own lease check has long expired — grants its vote, and in a 3-node cluster the
 //!    two make a majority without waiting for any election timeout;
-//! 4. the old leader, now a follower of the new primary, exits.
+//! 4. the old leader, now a follower of the new primary, exits. It campaigns no more from
+//!    step 1 on, so if the standby's first campaign fails, its next one (an election timeout
+//!    later) still wins.
 //!
 //! If no new leader appears within [`HANDOVER_WAIT`] (a 5-node cluster whose other followers
 //! still hold the lease, a leader that led for less than the lease), the node exits anyway
@@ -94,6 +96,9 @@ pub async fn hand_over(raft: &Raft, ready: &crate::ready::Readiness, id: NodeId)
     };
     let t0 = Instant::now();
     ready.hand_over();
+    // Never take leadership back: without this, a vote grant slowed by a loaded disk let the
+    // old leader's own election timer fire and win again before the standby's next campaign.
+    raft.runtime_config().elect(false);
     let entry = Batch(vec![Proposal {
         client_id: [0; 16],
         request_id: 0,

@@ -132,6 +132,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     });
     tokio::spawn(crate::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
+    let serving = ctx.clone();
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {})",
@@ -147,6 +148,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     wait_for_signal().await;
     eprintln!("node {id}: shutting down");
     // C14: a primary hands leadership over to an up-to-date standby first.
+    if raft.metrics().borrow().state == openraft::ServerState::Leader {
+        serving.proposer.close();
+    }
     crate::handover::hand_over(&raft, &ready, id).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
     Ok(())

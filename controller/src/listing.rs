@@ -17,7 +17,8 @@
 //! [`CURSOR_MEMORY`] (or the count over [`MAX_CURSORS`]) is the cursor pinned longest ago
 //! dropped — so listers that make progress are never evicted by other listers, only by a
 //! write volume that would otherwise pin more memory than the budget. Nothing is logged per
-//! listing or per page; an eviction is logged.
+//! page; a pin when it is the only open listing, else at most once a second per node (with
+//! the count since the last line); an eviction always.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -58,6 +59,8 @@ pub struct Cursors {
     inner: Mutex<Inner>,
     /// [`CURSOR_MEMORY`], or less in tests.
     budget: usize,
+    /// This node's id, for the log.
+    node: u64,
 }
 
 #[derive(Default)]
@@ -67,6 +70,9 @@ struct Inner {
     versions: BTreeMap<u64, usize>,
     /// When idle cursors were last looked for.
     swept: Option<Instant>,
+    /// When a pin was last logged, and pins since (at most one line a second).
+    logged: Option<Instant>,
+    unlogged: u64,
 }
 
 impl Inner {
@@ -148,6 +154,15 @@ impl Cursors {
         Cursors {
             inner: Mutex::default(),
             budget,
+            node: 0,
+        }
+    }
+
+    /// The cursors of node `id`, with the default budget.
+    pub fn for_node(id: u64) -> Cursors {
+        Cursors {
+            node: id,
+            ..Cursors::default()
         }
     }
 
@@ -184,6 +199,8 @@ impl Cursors {
                 break id;
             }
         };
+        let total = jobs.len();
+        let first = inner.pinned.is_empty();
         inner.insert(
             id,
             Pinned {
@@ -193,6 +210,22 @@ impl Cursors {
                 applied,
             },
         );
+        // The only open listing, or at most one line a second however many start.
+        inner.unlogged += 1;
+        if first
+            || inner
+                .logged
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            eprintln!(
+                "node {}: listing {id:016x} pinned ({total} jobs); {} listings pinned since the last such line, {} open",
+                self.node,
+                inner.unlogged,
+                inner.pinned.len()
+            );
+            inner.logged = Some(Instant::now());
+            inner.unlogged = 0;
+        }
         id
     }
 

@@ -126,7 +126,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
         proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
-        cursors: Default::default(),
+        cursors: crate::listing::Cursors::for_node(id),
         ready: ready.clone(),
         tenure: Default::default(),
     });

@@ -1,7 +1,7 @@
 //! Defect 8 / C18: concurrent paged listings do not thrash. Many contexts page through the
 //! same table at once with small pages (the library's `JobPager`, what `xcecli_joblist_open`
 //! uses); every listing completes with the whole table, none is told -ESTALE, and the
-//! controller logs nothing per listing. (Before: 32 cursors per node, least recently used
+//! controller logs at most a line a second about them. (Before: 32 cursors per node, least recently used
 //! evicted — 64 listers evicted each other and none finished.)
 //!
 //! `measure_listers` (ignored; `XCE_LISTERS=8,64,256 XCE_LIST_JOBS=100000`) prints the time
@@ -133,8 +133,9 @@ fn concurrent_paged_listings_all_complete() {
     let before = lines_with(&log_dir, "listing");
     let elections = lines_with(&log_dir, "role=primary");
     let run = run_listers(&c, listers, jobs, Duration::from_secs(120));
-    // Lines about listings: none is expected per listing or per page.
+    // Lines about listings: at most one a second per node, none per listing or per page.
     let lines = lines_with(&log_dir, "listing") - before;
+    let allowed = 3 * (run.wall.as_secs() as usize + 2);
     let failover = lines_with(&log_dir, "role=primary") != elections;
     eprintln!(
         "{listers} listers of {jobs} jobs in pages of {PAGE_BYTES} bytes: all done in {:?} (fastest {:?}, slowest {:?}), {} ESTALE, {} unfinished, {lines} log lines about listings",
@@ -149,7 +150,10 @@ fn concurrent_paged_listings_all_complete() {
         "{} -ESTALE to listers making progress",
         run.estale
     );
-    assert_eq!(lines, 0, "log lines about listings");
+    assert!(
+        lines <= allowed,
+        "{lines} log lines about listings (at most {allowed})"
+    );
     drop(c);
     let _ = std::fs::remove_dir_all(&log_dir);
 }

@@ -220,6 +220,16 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // C12: a node that lost its data votes again only once it has caught up to the leader's
+    // commit index (the snapshot and the log after it).
+    while !log_of(&logs, s).contains("votes and campaigns again") {
+        assert!(
+            Instant::now() < deadline,
+            "never caught up:\n{}",
+            log_of(&logs, s)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // It holds everything: make it serve by killing the primary.
     std::thread::sleep(Duration::from_secs(1));
     assert!(

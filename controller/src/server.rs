@@ -152,12 +152,17 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
                 }
             };
             buf.drain(..n);
+            let fire_and_forget = req.no_reply;
             if let Some(reply) = handle(ctx, &mut session, req).await {
                 encode_reply_bounded(ctx, &reply, &mut out);
                 if let Err(e) = s.write_all(&out).await.and(s.flush().await) {
                     eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
                     return;
                 }
+            } else if fire_and_forget && served.is_some() && !ctx.serving_leader() {
+                // Deposed while it was on its way (this node learnt it only now): the client
+                // must not take the silence for success — close, so it re-sends elsewhere.
+                return;
             }
         }
         let wait = if buf.is_empty() {

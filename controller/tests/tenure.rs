@@ -2,8 +2,8 @@
 //! served as primary, so nothing waits on — or is silently dropped by — a node that will never
 //! apply it. A worker's connection to the primary; the primary is frozen (SIGSTOP), a new one
 //! is elected, a fire-and-forget heartbeat goes into the frozen node's socket; after SIGCONT
-//! the old primary closes that connection without applying or dropping the heartbeat (before:
-//! the connection stayed open and the node logged "fire-and-forget heartbeat … dropped").
+//! the old primary closes that connection (before: the connection stayed open and the node
+//! logged "fire-and-forget heartbeat … dropped", so the worker never learnt of the loss).
 //! A connection that only asked a standby stays open.
 
 mod common;
@@ -41,12 +41,13 @@ fn deposed_primary_closes_the_connections_it_served() {
         "node {p}, deposed by {p2}, kept the worker's connection open\n{}",
         ctrl.all_logs()
     );
-    let log = ctrl.log(p);
-    assert!(
-        !log.contains("fire-and-forget"),
-        "node {p} read and dropped the heartbeat instead of closing:\n{log}"
-    );
-    assert!(log.contains("closing the client connections it served"));
+    // The deposed node either closed the connection before reading the heartbeat or, when
+    // it read it before learning of its deposition, dropped it and closed the connection:
+    // never silence on an open connection.
+    ctrl.wait_until("the tenure's end logged", Duration::from_secs(5), || {
+        ctrl.log(p)
+            .contains("closing the client connections it served")
+    });
     // The standby's client was never served as primary by the deposed node: still open.
     assert!(!asker.closed_within(Duration::from_millis(300)));
     assert!(asker.try_call(hello()).is_ok());

@@ -366,6 +366,7 @@ pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply
         request_id: 0,
         no_reply: false,
         op,
+        auth_token: String::new(),
     };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);

@@ -62,6 +62,30 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Sent in `hello`.
     pub client_name: String,
+    /// C13: a token naming the caller, sent in every request, for callers without a client
+    /// certificate. `None`: `start` takes `XCE_AUTH_TOKEN` (or the first line of the file
+    /// named by `XCE_AUTH_TOKEN_FILE`) if set.
+    pub auth_token: Option<String>,
+}
+
+/// Longest token accepted (a token is a few hundred bytes).
+pub const MAX_AUTH_TOKEN_LEN: usize = 4096;
+
+/// C13: the token of `XCE_AUTH_TOKEN`, else the first line of the file `XCE_AUTH_TOKEN_FILE`
+/// names; `None` when neither is set. An unreadable file is its errno: a caller that was given
+/// an identity must not silently run without it.
+pub fn auth_token_from_env(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, Error> {
+    use crate::failover::options::env_value;
+    if let Some(t) = env_value(get, "XCE_AUTH_TOKEN") {
+        return Ok(Some(t.trim().to_string()));
+    }
+    match env_value(get, "XCE_AUTH_TOKEN_FILE") {
+        None => Ok(None),
+        Some(path) => {
+            let body = std::fs::read_to_string(path.trim()).map_err(|e| Error::from_io(&e))?;
+            Ok(Some(body.lines().next().unwrap_or("").trim().to_string()))
+        }
+    }
 }
 
 impl Config {
@@ -71,6 +95,7 @@ impl Config {
             masters,
             tls: None,
             client_name: String::new(),
+            auth_token: None,
         }
     }
 
@@ -271,7 +296,10 @@ impl Drop for Owned<'_> {
 impl Client {
     /// F2: validates `config`, applies the environment overrides (`XCE_*`, F15), and connects
     /// to the first reachable master in list order. None reachable: the last transport error.
-    pub fn start(config: Config) -> Result<Client, Error> {
+    pub fn start(mut config: Config) -> Result<Client, Error> {
+        if config.auth_token.is_none() {
+            config.auth_token = auth_token_from_env(&|k| std::env::var(k).ok())?;
+        }
         Client::start_with(
             config,
             Options::default().with_env_overrides(),
@@ -295,6 +323,10 @@ impl Client {
             )?),
             None => None,
         };
+        let auth_token = config.auth_token.clone().unwrap_or_default();
+        if auth_token.len() > MAX_AUTH_TOKEN_LEN || auth_token.contains(['\n', '\0']) {
+            return Err(Error::Errno(libc::EINVAL));
+        }
         let mut client_id = [0u8; CLIENT_ID_LEN];
         rand::thread_rng().fill_bytes(&mut client_id);
         let name = if config.client_name.is_empty() {
@@ -326,6 +358,7 @@ impl Client {
             masters: config.masters,
             tag,
         };
+        ctx.link.lock().borrow_mut().auth_token = auth_token;
         {
             let guard = ctx.link.lock();
             let mut link = guard.borrow_mut();

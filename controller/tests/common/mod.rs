@@ -266,6 +266,7 @@ impl Client {
             request_id,
             no_reply: false,
             op,
+            auth_token: String::new(),
         }
     }
 
@@ -391,4 +392,46 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
     p
+}
+
+/// The raft port's wire format, as `net.rs` speaks it: a 4-byte big-endian length, then the
+/// message in postcard. Only the variants a test sends are spelled out; the placeholder keeps
+/// their indices (postcard encodes an enum's variant by its index).
+pub mod raft_wire {
+    use std::io::{Read, Write};
+
+    use openraft::raft::{VoteRequest, VoteResponse};
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize)]
+    pub enum RpcRequest {
+        /// Placeholder for `Append` (index 0).
+        Append(()),
+        Vote(VoteRequest<u64>),
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[allow(clippy::large_enum_variant)]
+    pub enum RpcReply {
+        Append(()),
+        Vote(Result<VoteResponse<u64>, openraft::error::RaftError<u64>>),
+    }
+
+    /// One framed message.
+    pub fn frame(req: &RpcRequest) -> Vec<u8> {
+        let body = postcard::to_stdvec(req).unwrap();
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Sends `req` and reads one reply on `s`.
+    pub fn call<S: Read + Write>(s: &mut S, req: &RpcRequest) -> std::io::Result<RpcReply> {
+        s.write_all(&frame(req))?;
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len)?;
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body)?;
+        postcard::from_bytes(&body).map_err(std::io::Error::other)
+    }
 }

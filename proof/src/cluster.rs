@@ -167,7 +167,13 @@ impl Cluster {
         let mut cmd = Command::new(controller_bin());
         cmd.args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
             .arg(&data)
-            .args(&self.opts.extra_args)
+            // `{id}` in an extra argument is this node's id (per-node certificate files).
+            .args(
+                self.opts
+                    .extra_args
+                    .iter()
+                    .map(|a| a.replace("{id}", &id.to_string())),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);

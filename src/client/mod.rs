@@ -88,6 +88,19 @@ pub fn auth_token_from_env(get: &impl Fn(&str) -> Option<String>) -> Result<Opti
     }
 }
 
+/// C13: TLS files from `XCE_TLS_CA_FILE` (and `XCE_TLS_CERT_FILE` + `XCE_TLS_KEY_FILE`, an
+/// identity) for a configuration that names none: every program linking the library (the
+/// daemons, `xce_test`, Go) takes an identity without a new option of its own.
+pub fn tls_from_env(get: &impl Fn(&str) -> Option<String>) -> Option<TlsFiles> {
+    use crate::failover::options::env_value;
+    let path = |k| env_value(get, k).map(|v| PathBuf::from(v.trim()));
+    Some(TlsFiles {
+        ca_file: path("XCE_TLS_CA_FILE")?,
+        cert_file: path("XCE_TLS_CERT_FILE"),
+        key_file: path("XCE_TLS_KEY_FILE"),
+    })
+}
+
 impl Config {
     /// A plain-TCP configuration over `masters`.
     pub fn new(masters: Vec<Endpoint>) -> Config {
@@ -297,8 +310,12 @@ impl Client {
     /// F2: validates `config`, applies the environment overrides (`XCE_*`, F15), and connects
     /// to the first reachable master in list order. None reachable: the last transport error.
     pub fn start(mut config: Config) -> Result<Client, Error> {
+        let env = |k: &str| std::env::var(k).ok();
         if config.auth_token.is_none() {
-            config.auth_token = auth_token_from_env(&|k| std::env::var(k).ok())?;
+            config.auth_token = auth_token_from_env(&env)?;
+        }
+        if config.tls.is_none() {
+            config.tls = tls_from_env(&env);
         }
         Client::start_with(
             config,

@@ -325,4 +325,44 @@ mod tests {
         assert_eq!(r.id, 2);
         assert_eq!(r.opts.heartbeat_ms, 20);
     }
+
+    /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there.
+    #[test]
+    fn refuses_plaintext_off_loopback() {
+        let run = |extra: &[&str]| {
+            let mut a: Vec<String> = [
+                "--id",
+                "1",
+                "--cluster",
+                "1=10.1.2.3:9991/10.1.2.3:10991",
+                "--data",
+                "/tmp/x",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            a.extend(extra.iter().map(|s| s.to_string()));
+            RunArgs::parse(&a)
+        };
+        let e = run(&[]).unwrap_err();
+        assert!(e.contains("--insecure"), "{e}");
+        let e = run(&["--tls-cert", "c", "--tls-key", "k"]).unwrap_err();
+        assert!(e.contains("raft address"), "{e}");
+        assert!(run(&["--tls-cert", "c", "--tls-key", "k", "--tls-peer-ca", "ca"]).is_ok());
+        assert!(run(&["--insecure"]).unwrap().opts.insecure);
+        let mut lo = run(&[]);
+        assert!(lo.is_err());
+        lo = RunArgs::parse(
+            &[
+                "--id",
+                "1",
+                "--cluster",
+                "1=127.0.0.1:1/127.0.0.1:2",
+                "--data",
+                "/tmp/x",
+            ]
+            .map(String::from),
+        );
+        assert!(lo.is_ok(), "loopback stays easy");
+    }
 }

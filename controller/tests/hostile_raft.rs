@@ -230,8 +230,9 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
 }
 
 /// A length prefix is a claim, not an allocation: 12 connections each claiming 120 MiB (under
-/// the limit, so the node reads on) and sending 64 KiB cost about 12 × 64 KiB, and one over
-/// the limit is closed at once. Plaintext loopback cluster.
+/// the limit, so the node reads on) and sending 64 KiB cost about 12 × 64 KiB; truncated and
+/// garbage frames close only their connection; one over the limit is closed at once; the node
+/// keeps answering. Plaintext loopback cluster.
 #[test]
 fn s15_length_prefixes_cost_what_arrives() {
     let ctrl = Ctrl::start(3, &CALM);
@@ -268,6 +269,22 @@ fn s15_length_prefixes_cost_what_arrives() {
         other => panic!("x did not answer a vote while held: {other:?}"),
     }
     drop(held);
+    // Truncated frames and garbage: each closes only its own connection.
+    for bytes in [
+        [1000u32.to_be_bytes().to_vec(), vec![1u8; 10]].concat(),
+        vec![0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+        vec![0, 0],
+    ] {
+        let mut s = plain(&xaddr);
+        s.write_all(&bytes).unwrap();
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        assert!(closed(&mut s), "{bytes:?} answered");
+    }
+    let mut s = plain(&xaddr);
+    match raft_wire::call(&mut s, &raft_wire::vote(0, p)) {
+        Ok(raft_wire::RpcReply::Vote(Ok(r))) => assert!(!r.vote_granted),
+        other => panic!("x did not answer a vote after bad frames: {other:?}"),
+    }
     // Over the limit: closed without reading on.
     let mut s = plain(&xaddr);
     s.write_all(&0xffff_fff0u32.to_be_bytes()).unwrap();

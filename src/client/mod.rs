@@ -809,3 +809,46 @@ mod tests {
         assert_eq!(ids.len(), 10_000);
     }
 }
+
+#[cfg(test)]
+mod identity_env_tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn token_and_tls_files_from_the_environment() {
+        assert_eq!(auth_token_from_env(&env(&[])), Ok(None));
+        assert_eq!(
+            auth_token_from_env(&env(&[("XCE_AUTH_TOKEN", " xce1:user-a:9:ff \n")])),
+            Ok(Some("xce1:user-a:9:ff".into()))
+        );
+        let dir = std::env::temp_dir().join(format!("xce-tok-{}", std::process::id()));
+        std::fs::write(&dir, "xce1:admin:9:00\nignored\n").unwrap();
+        let p = dir.display().to_string();
+        assert_eq!(
+            auth_token_from_env(&env(&[("XCE_AUTH_TOKEN_FILE", &p)])),
+            Ok(Some("xce1:admin:9:00".into()))
+        );
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(
+            auth_token_from_env(&env(&[("XCE_AUTH_TOKEN_FILE", &p)])),
+            Err(Error::Errno(libc::ENOENT))
+        );
+        assert_eq!(tls_from_env(&env(&[("XCE_TLS_CERT_FILE", "c")])), None);
+        let t = tls_from_env(&env(&[
+            ("XCE_TLS_CA_FILE", "ca.pem"),
+            ("XCE_TLS_CERT_FILE", "me.pem"),
+            ("XCE_TLS_KEY_FILE", "me.key"),
+        ]))
+        .unwrap();
+        assert_eq!(t.ca_file, PathBuf::from("ca.pem"));
+        assert_eq!(t.key_file, Some(PathBuf::from("me.key")));
+    }
+}

@@ -682,10 +682,16 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
     }
     // The op's category (its rule) decides the path: writes and fire-and-forget ops through
     // the log, reads through the read barrier.
-    let cmd = match rule.kind {
+    let mut cmd = match rule.kind {
         OpKind::Write | OpKind::FireAndForget => command_of(&req.op),
         OpKind::Read | OpKind::Probe => None,
     };
+    // A user's job that names no user is the user's own (C13).
+    if let (Some(Cmd::JobSubmit(spec)), Identity::User(u)) = (&mut cmd, &who) {
+        if spec.user.is_empty() {
+            spec.user = u.clone();
+        }
+    }
     if let Some(cmd) = cmd {
         return match ctx.write(req, cmd).await {
             Ok(o) => {

@@ -341,8 +341,11 @@ fn s15_bindings() {
         JobState::Run,
         "bob's job survived alice"
     );
-    // ... nor submit as another user; but bob kills his own.
+    // ... nor submit as another user; a job naming no user is hers; bob kills his own.
     assert_eq!(alice.jobsubmit(spec("bob")), Err(Error::Auth));
+    let unnamed = alice.jobsubmit(spec("")).unwrap();
+    assert_eq!(admin.jobinfo(unnamed).unwrap().user, "alice");
+    alice.jobctrl(unnamed, JobAction::Kill).unwrap();
     bob.jobctrl(w.bob_on_host2, JobAction::Kill).unwrap();
 
     // A worker cannot report for another host.

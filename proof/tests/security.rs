@@ -394,6 +394,27 @@ fn s15_bindings() {
     }
     assert_eq!(admin.jobinfo(bob2).unwrap().state, JobState::Run);
     assert!(t.logs().contains("refused notify"));
+    // Heartbeats: for its own host they count, for another host they are dropped.
+    let beat = |h: &str| {
+        admin
+            .workerlist()
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == h)
+            .map(|x| x.last_heartbeat)
+            .unwrap()
+    };
+    let (h1, h2) = (beat("host1"), beat("host2"));
+    std::thread::sleep(Duration::from_millis(5));
+    w1.heartbeat("host2").unwrap();
+    w1.heartbeat("host1").unwrap();
+    // The connection serves in order: once this answers, both heartbeats were handled.
+    w1.joblist(JobFilter::default()).unwrap();
+    assert_eq!(beat("host2"), h2, "worker-host1 beat for host2");
+    assert!(
+        beat("host1") > h1,
+        "worker-host1's own heartbeat did not count"
+    );
 
     // Neither changes queues or hosts.
     for c in [&alice, &w1] {

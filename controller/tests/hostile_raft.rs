@@ -290,3 +290,48 @@ fn s15_length_prefixes_cost_what_arrives() {
     s.write_all(&0xffff_fff0u32.to_be_bytes()).unwrap();
     assert!(closed(&mut s), "a 4 GiB claim was not refused");
 }
+
+/// docs/security.md, rotating the CA: in the middle of a rotation every node trusts a bundle
+/// of the old and the new CA while nodes 1 and 2 still hold certificates of the old CA and
+/// node 3 one of the new. The members still recognise each other across the two CAs: with
+/// node 1 or 2 killed, the remaining old-CA node and node 3 commit a write together, and a
+/// client of the old CA is served.
+#[test]
+fn a_cluster_mid_rotation_trusts_both_cas() {
+    let old = tempfile::tempdir().unwrap();
+    let new = tempfile::tempdir().unwrap();
+    let mixed = tempfile::tempdir().unwrap();
+    make_pki(old.path(), 3);
+    make_pki(new.path(), 3);
+    let m = mixed.path();
+    let copy = |from: &std::path::Path, name: &str| {
+        std::fs::copy(from.join(name), m.join(name)).unwrap();
+    };
+    for n in ["xce-node-1", "xce-node-2", "admin"] {
+        copy(old.path(), &format!("{n}.pem"));
+        copy(old.path(), &format!("{n}.key"));
+    }
+    copy(new.path(), "xce-node-3.pem");
+    copy(new.path(), "xce-node-3.key");
+    copy(old.path(), "token.key");
+    let bundle = [
+        std::fs::read_to_string(old.path().join("ca.pem")).unwrap(),
+        std::fs::read_to_string(new.path().join("ca.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(m.join("ca.pem"), bundle).unwrap();
+    let flags = tls_flags(m);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut ctrl = Ctrl::start(3, &flags);
+    let p = wait_tls_primary(&ctrl, m, "admin");
+    tls_client(&ctrl.clients[&p], m, Some("admin")).ok(submit(rand_u64() >> 1, "u", ""));
+    // Leave an old-CA node and the new-CA node 3.
+    let gone = if p == 1 { 2 } else { 1 };
+    ctrl.kill9(gone);
+    let p2 = wait_tls_primary(&ctrl, m, "admin");
+    assert_ne!(p2, gone);
+    let job = rand_u64() >> 1;
+    tls_client(&ctrl.clients[&p2], m, Some("admin")).ok(submit(job, "u", ""));
+    let got = tls_client(&ctrl.clients[&p2], m, Some("admin")).ok(Op::JobInfo { job_id: job });
+    assert!(matches!(got, ReplyData::Job(j) if j.job_id == job));
+}

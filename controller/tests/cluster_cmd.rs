@@ -207,3 +207,54 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
     let _ = launcher.0.wait();
 }
+
+/// `xce-controller pki`: files are never overwritten, a name must say a role, a node
+/// certificate names its member and its hosts, a token names its identity.
+#[test]
+fn pki_makes_what_it_says_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let pki = |args: &[&str]| Command::new(BIN).arg("pki").args(args).output().unwrap();
+    assert!(pki(&["init", d]).status.success());
+    let again = pki(&["init", d]);
+    assert_eq!(again.status.code(), Some(1), "init over an existing CA");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    assert!(pki(&["node", d, "2", "ctl2.example.net,10.0.0.2"])
+        .status
+        .success());
+    let pem = std::fs::read(dir.path().join("xce-node-2.pem")).unwrap();
+    let der = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .unwrap()
+        .unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    use x509_parser::extensions::GeneralName;
+    let sans: Vec<String> = cert
+        .subject_alternative_name()
+        .unwrap()
+        .unwrap()
+        .value
+        .general_names
+        .iter()
+        .map(|n| match n {
+            GeneralName::DNSName(d) => d.to_string(),
+            GeneralName::IPAddress(b) => b
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("."),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sans, ["xce-node-2", "ctl2.example.net", "10.0.0.2"]);
+    for bad in ["root", "user-", "worker-a:b"] {
+        let o = pki(&["identity", d, bad]);
+        assert_eq!(o.status.code(), Some(1), "identity {bad}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("says no role"));
+    }
+    assert!(pki(&["identity", d, "user-carol"]).status.success());
+    let t = pki(&["token", d, "user-carol", "2"]);
+    let tok = String::from_utf8(t.stdout).unwrap();
+    assert!(tok.starts_with("xce1:user-carol:"), "{tok}");
+    assert_eq!(pki(&["frobnicate", d]).status.code(), Some(2));
+}

@@ -22,7 +22,8 @@
 #define EXIT_USAGE 2
 
 static const char USAGE[] =
-    "usage: xce_test [-e] [-m MASTERS] [-c \"CMD; CMD...\"] [SCRIPT | -]\n"
+    "usage: xce_test [-e] [-m MASTERS] [-c \"CMD; CMD...\"] [--ca F [--cert F --key F]]\n"
+    "                [--token T] [SCRIPT | -]\n"
     "       xce_test --help | --version\n"
     "\n"
     "Talks to an xce cluster through libxce. Reads one command per line from SCRIPT, from\n"
@@ -33,6 +34,12 @@ static const char USAGE[] =
     "  -m, --masters LIST   set masters LIST and connect (like \"set masters LIST\" + \"client\")\n"
     "  -c, --command CMDS   run these commands instead of reading a script\n"
     "  -e, --errexit        stop at the first command that fails\n"
+    "      --ca FILE        TLS: trust this CA bundle (PEM)\n"
+    "      --cert FILE      TLS: present this client certificate (its name says the role:\n"
+    "                       admin, scheduler, worker-HOST, user-NAME); needs --key\n"
+    "      --key FILE       its private key\n"
+    "      --token TOKEN    an identity token (xce-controller pki token), for a caller\n"
+    "                       without a certificate (same as XCE_AUTH_TOKEN)\n"
     "  -h, --help           this text\n"
     "  -V, --version        the tool's and the library's version\n"
     "\n"
@@ -497,6 +504,7 @@ static int bad_usage(const char *what) {
 
 int main(int argc, char **argv) {
     const char *masters = NULL, *commands = NULL, *script = NULL;
+    const char *ca = NULL, *cert = NULL, *key = NULL;
     int errexit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -515,6 +523,19 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "-c") == 0 || strcmp(a, "--command") == 0) {
             if (++i == argc) return bad_usage("-c needs commands");
             commands = argv[i];
+        } else if (strcmp(a, "--ca") == 0) {
+            if (++i == argc) return bad_usage("--ca needs a file");
+            ca = argv[i];
+        } else if (strcmp(a, "--cert") == 0) {
+            if (++i == argc) return bad_usage("--cert needs a file");
+            cert = argv[i];
+        } else if (strcmp(a, "--key") == 0) {
+            if (++i == argc) return bad_usage("--key needs a file");
+            key = argv[i];
+        } else if (strcmp(a, "--token") == 0) {
+            if (++i == argc) return bad_usage("--token needs a token");
+            /* The library reads it when the context starts (docs/security.md). */
+            setenv("XCE_AUTH_TOKEN", argv[i], 1);
         } else if (a[0] == '-' && a[1] != 0) {
             char msg[256];
             snprintf(msg, sizeof msg, "unknown option %s", a);
@@ -526,12 +547,23 @@ int main(int argc, char **argv) {
         }
     }
     if (commands && script) return bad_usage("-c and a script do not go together");
+    if (!cert != !key) return bad_usage("--cert and --key go together");
+    if (cert && !ca) return bad_usage("--cert needs --ca");
     FILE *in = stdin;
     if (script && strcmp(script, "-") != 0 && !(in = fopen(script, "r"))) {
         fprintf(stderr, "xce_test: cannot read script %s: %s\n", script, strerror(errno));
         return EXIT_USAGE;
     }
     xce_client_config_init(&g_conf);
+    const struct {
+        const char *from;
+        char *to;
+    } files[] = {{ca, g_conf.tls_ca_file}, {cert, g_conf.tls_cert_file}, {key, g_conf.tls_key_file}};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        if (!files[f].from) continue;
+        if (strlen(files[f].from) >= XCE_MAXPATH_LEN) return bad_usage("a TLS file name is too long");
+        memcpy(files[f].to, files[f].from, strlen(files[f].from) + 1);
+    }
     int quit = 0;
     if (masters) {
         char line[4096];

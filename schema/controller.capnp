@@ -47,6 +47,9 @@ struct Request {
     waitPrimary @25 :WaitPrimary;
     joblistPage @26 :JobListPage;
   }
+
+  authToken @27 :Text;     # C13: a signed token naming the caller, for callers without a
+                           # client certificate (empty: none; the certificate, if any, names it)
 }
 
 struct Reply {

@@ -75,11 +75,13 @@ pub enum TlsCause {
     LocalConfig,
     /// The code alone (`E_XCE_TLS` from a status), with no cause known.
     Unspecified,
+    /// The controller answered a plaintext client with TLS: the client has no TLS configured.
+    PeerSpeaksTls,
 }
 
 impl TlsCause {
     /// Every cause, for tables and tests.
-    pub const ALL: [TlsCause; 10] = [
+    pub const ALL: [TlsCause; 11] = [
         TlsCause::UnknownCa,
         TlsCause::Expired,
         TlsCause::NotYetValid,
@@ -90,6 +92,7 @@ impl TlsCause {
         TlsCause::HandshakeTimeout,
         TlsCause::LocalConfig,
         TlsCause::Unspecified,
+        TlsCause::PeerSpeaksTls,
     ];
 
     /// The text of the cause: what a user reads in the last error and the log.
@@ -115,7 +118,19 @@ impl TlsCause {
                 "TLS: unusable local CA, certificate or key file"
             }
             TlsCause::Unspecified => "TLS handshake or certificate verification failed",
+            TlsCause::PeerSpeaksTls => {
+                "TLS: the controller speaks TLS and this client is configured without it (set the CA file)"
+            }
         }
+    }
+}
+
+impl TlsCause {
+    /// Whether the failure is the same on every attempt and every master: a certificate or
+    /// configuration problem, not a network one. The failover loop stops on these at once
+    /// (E_XCE_TLS) instead of retrying for its whole budget.
+    pub fn is_deterministic(self) -> bool {
+        !matches!(self, TlsCause::HandshakeTimeout | TlsCause::Unspecified)
     }
 }
 

@@ -796,6 +796,7 @@ fn tls_round_trip_and_verification_failure() {
         masters: masters.clone(),
         tls: Some(tls),
         client_name: "t".into(),
+        auth_token: None,
     };
     let c = Client::start_with(config, fast_options(), fast_retry(3)).unwrap();
     c.hello().unwrap();
@@ -819,6 +820,7 @@ fn tls_round_trip_and_verification_failure() {
         masters,
         tls: Some(tls),
         client_name: "t".into(),
+        auth_token: None,
     };
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
@@ -857,6 +859,7 @@ fn config_from_the_masters_syntax_and_client_name_in_hello() {
         masters,
         tls: None,
         client_name: "xce_test".into(),
+        auth_token: None,
     };
     let c = Client::start_with(config, fast_options(), fast_retry(1)).unwrap();
     c.hello().unwrap();
@@ -892,6 +895,7 @@ fn mutual_tls_presents_the_client_certificate() {
         masters: masters.clone(),
         tls: Some(with_cert),
         client_name: "t".into(),
+        auth_token: None,
     };
     let c = Client::start_with(config, fast_options(), fast_retry(1)).unwrap();
     c.hello().unwrap();
@@ -907,6 +911,7 @@ fn mutual_tls_presents_the_client_certificate() {
         masters: masters.clone(),
         tls: Some(half),
         client_name: "t".into(),
+        auth_token: None,
     };
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
@@ -925,6 +930,7 @@ fn mutual_tls_presents_the_client_certificate() {
         masters,
         tls: Some(without),
         client_name: "t".into(),
+        auth_token: None,
     };
     let r =
         Client::start_with(config, fast_options(), fast_retry(1)).and_then(|c| c.hello().map(drop));

@@ -231,6 +231,7 @@ fn config(masters: Vec<Endpoint>, ca: PathBuf, client_id: Option<(PathBuf, PathB
             key_file,
         }),
         client_name: "tls-causes".into(),
+        auth_token: None,
     }
 }
 
@@ -271,6 +272,7 @@ fn phrase(c: TlsCause) -> &'static str {
         TlsCause::BadCertificate => "certificate is invalid",
         TlsCause::LocalConfig => "local CA, certificate or key",
         TlsCause::Unspecified => "TLS handshake or certificate verification failed",
+        TlsCause::PeerSpeaksTls => "configured without it",
     }
 }
 

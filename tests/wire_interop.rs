@@ -61,6 +61,7 @@ fn req(seq: u64, request_id: u64, no_reply: bool, op: Op) -> Request {
         request_id,
         no_reply,
         op,
+        auth_token: String::new(),
     }
 }
 

@@ -77,6 +77,7 @@ fn defaults_and_empty_values_round_trip() {
         request_id: 0,
         no_reply: false,
         op: Op::Nop,
+        auth_token: String::new(),
     };
     assert_eq!(decode_request(&enc_req(&req), &l), Ok(req));
     for data in [

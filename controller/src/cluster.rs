@@ -55,6 +55,22 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let spec = ClusterSpec::loopback(args.nodes, args.base_port);
+    // C13: every link with mutual TLS, certificates made (or reused) in the --tls directory.
+    let tls = match &args.tls {
+        None => None,
+        Some(dir) => {
+            crate::pki::local(dir, args.nodes)?;
+            println!("certificates in {}: ca.pem, admin, scheduler, worker-host1, user-alice, user-bob (.pem/.key), token.key", dir.display());
+            Some((
+                dir.clone(),
+                crate::tls::client_connector(
+                    &dir.join("ca.pem"),
+                    &dir.join("admin.pem"),
+                    &dir.join("admin.key"),
+                )?,
+            ))
+        }
+    };
 
     let mut nodes = Vec::new();
     for i in 1..=args.nodes {
@@ -65,6 +81,11 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
             .arg("--data")
             .arg(args.data.join(format!("node-{i}")))
             .args(&args.node_flags)
+            .args(
+                tls.as_ref()
+                    .map(|(dir, _)| tls_flags(dir, i))
+                    .unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -100,7 +121,7 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         }
         let mut best: Option<(u32, u64)> = None;
         for n in nodes.iter().filter(|n| n.alive) {
-            if let Some(info) = probe(&n.client).await {
+            if let Some(info) = probe(&n.client, tls.as_ref().map(|t| &t.1)).await {
                 if info.role == ControllerRole::Primary && best.is_none_or(|(_, t)| info.term > t) {
                     best = Some((info.id, info.term));
                 }
@@ -135,10 +156,36 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The `run` flags of node `i` of a `cluster --tls DIR`.
+fn tls_flags(dir: &std::path::Path, i: u16) -> Vec<std::ffi::OsString> {
+    let node = crate::tls::node_name(i as crate::types::NodeId);
+    let f = |name: String| dir.join(name).into_os_string();
+    vec![
+        "--tls-cert".into(),
+        f(format!("{node}.pem")),
+        "--tls-key".into(),
+        f(format!("{node}.key")),
+        "--tls-client-ca".into(),
+        f("ca.pem".into()),
+        "--tls-peer-ca".into(),
+        f("ca.pem".into()),
+        "--token-key".into(),
+        f("token.key".into()),
+    ]
+}
+
 /// Asks one node `waitPrimary{0}`: its role and term, without waiting.
-async fn probe(addr: &str) -> Option<ControllerInfo> {
+async fn probe(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Option<ControllerInfo> {
     let work = async {
-        let mut s = TcpStream::connect(addr).await.ok()?;
+        let tcp = TcpStream::connect(addr).await.ok()?;
+        let mut s: Box<dyn crate::net::PeerIo> = match tls {
+            None => Box::new(tcp),
+            Some(c) => {
+                let ip = addr.parse::<std::net::SocketAddr>().ok()?.ip();
+                let name = rustls::pki_types::ServerName::IpAddress(ip.into());
+                Box::new(c.connect(name, tcp).await.ok()?)
+            }
+        };
         let req = Request {
             seq: 1,
             client_id: [0; 16],
@@ -149,6 +196,7 @@ async fn probe(addr: &str) -> Option<ControllerInfo> {
                 exclude_host: String::new(),
                 exclude_port: 0,
             },
+            auth_token: String::new(),
         };
         let mut out = Vec::new();
         wire::encode_request(&req, &mut out);
@@ -160,6 +208,7 @@ async fn probe(addr: &str) -> Option<ControllerInfo> {
             if let Ok(Some(n)) = wire::frame_len(&buf, &limits) {
                 if n <= buf.len() {
                     let rep = wire::decode_reply(&buf[..n], &limits).ok()?;
+                    let _ = s.shutdown().await;
                     return match rep.data {
                         ReplyData::CtrlInfo(i) => Some(i),
                         _ => None,

@@ -96,6 +96,12 @@ pub struct NodeOpts {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
+    /// Mutual TLS on the raft port against this CA bundle (C13).
+    pub tls_peer_ca: Option<PathBuf>,
+    /// Allow plaintext on a non-loopback address (C13).
+    pub insecure: bool,
+    /// The HMAC key of client tokens (C13); with it (or `--tls-client-ca`) callers are checked.
+    pub token_key: Option<PathBuf>,
 }
 
 impl Default for NodeOpts {
@@ -112,6 +118,9 @@ impl Default for NodeOpts {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            tls_peer_ca: None,
+            insecure: false,
+            token_key: None,
         }
     }
 }
@@ -132,6 +141,14 @@ pub struct ClusterArgs {
     pub base_port: u16,
     pub data: PathBuf,
     pub node_flags: Vec<String>,
+    /// `--tls DIR`: certificates made in DIR, every link with mutual TLS (C13).
+    pub tls: Option<PathBuf>,
+}
+
+/// Whether `addr` (`ip:port`) is a loopback address.
+pub fn is_loopback(addr: &str) -> bool {
+    addr.parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback())
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -152,6 +169,9 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--tls-cert" => o.tls_cert = Some(v.into()),
         "--tls-key" => o.tls_key = Some(v.into()),
         "--tls-client-ca" => o.tls_client_ca = Some(v.into()),
+        "--tls-peer-ca" => o.tls_peer_ca = Some(v.into()),
+        "--token-key" => o.token_key = Some(v.into()),
+        "--insecure" => o.insecure = v == "true",
         _ => return Ok(false),
     }
     Ok(true)
@@ -162,6 +182,11 @@ fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(f) = it.next() {
+        // The one option without a value.
+        if f == "--insecure" {
+            out.push((f.clone(), "true".to_string()));
+            continue;
+        }
         if let Some((k, v)) = f.split_once('=').filter(|_| f.starts_with("--")) {
             out.push((k.to_string(), v.to_string()));
             continue;
@@ -201,6 +226,26 @@ impl RunArgs {
         if opts.tls_client_ca.is_some() && opts.tls_cert.is_none() {
             return Err("--tls-client-ca needs --tls-cert/--tls-key".into());
         }
+        if opts.tls_peer_ca.is_some() && opts.tls_cert.is_none() {
+            return Err("--tls-peer-ca needs --tls-cert/--tls-key".into());
+        }
+        let me = &spec.nodes[&id];
+        if !opts.insecure {
+            if opts.tls_cert.is_none() && !is_loopback(&me.client) {
+                return Err(format!(
+                    "the client address {} is not loopback and has no TLS (--tls-cert/--tls-key); \
+                     --insecure runs it in plaintext anyway",
+                    me.client
+                ));
+            }
+            if opts.tls_peer_ca.is_none() && !is_loopback(&me.raft) {
+                return Err(format!(
+                    "the raft address {} is not loopback and has no mutual TLS (--tls-peer-ca); \
+                     --insecure runs it in plaintext anyway",
+                    me.raft
+                ));
+            }
+        }
         Ok(RunArgs {
             id,
             spec,
@@ -217,6 +262,7 @@ impl ClusterArgs {
             base_port: 9991,
             data: PathBuf::new(),
             node_flags: Vec::new(),
+            tls: None,
         };
         let mut data = None;
         let mut probe = NodeOpts::default();
@@ -225,9 +271,13 @@ impl ClusterArgs {
                 "--nodes" => a.nodes = num(&f, &v)?,
                 "--base-port" => a.base_port = num(&f, &v)?,
                 "--data" => data = Some(PathBuf::from(v)),
-                _ if f.starts_with("--tls") => {
-                    return Err("cluster runs without TLS; use run".into())
+                "--tls" => a.tls = Some(PathBuf::from(v)),
+                _ if f.starts_with("--tls") || f == "--token-key" => {
+                    return Err(format!(
+                        "{f}: cluster makes its own certificates with --tls DIR"
+                    ))
                 }
+                "--insecure" => a.node_flags.push(f),
                 _ if node_flag(&mut probe, &f, &v)? => a.node_flags.extend([f, v]),
                 _ => return Err(format!("unknown option {f}")),
             }
@@ -274,5 +324,45 @@ mod tests {
         let r = RunArgs::parse(&args).unwrap();
         assert_eq!(r.id, 2);
         assert_eq!(r.opts.heartbeat_ms, 20);
+    }
+
+    /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there.
+    #[test]
+    fn refuses_plaintext_off_loopback() {
+        let run = |extra: &[&str]| {
+            let mut a: Vec<String> = [
+                "--id",
+                "1",
+                "--cluster",
+                "1=10.1.2.3:9991/10.1.2.3:10991",
+                "--data",
+                "/tmp/x",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            a.extend(extra.iter().map(|s| s.to_string()));
+            RunArgs::parse(&a)
+        };
+        let e = run(&[]).unwrap_err();
+        assert!(e.contains("--insecure"), "{e}");
+        let e = run(&["--tls-cert", "c", "--tls-key", "k"]).unwrap_err();
+        assert!(e.contains("raft address"), "{e}");
+        assert!(run(&["--tls-cert", "c", "--tls-key", "k", "--tls-peer-ca", "ca"]).is_ok());
+        assert!(run(&["--insecure"]).unwrap().opts.insecure);
+        let mut lo = run(&[]);
+        assert!(lo.is_err());
+        lo = RunArgs::parse(
+            &[
+                "--id",
+                "1",
+                "--cluster",
+                "1=127.0.0.1:1/127.0.0.1:2",
+                "--data",
+                "/tmp/x",
+            ]
+            .map(String::from),
+        );
+        assert!(lo.is_ok(), "loopback stays easy");
     }
 }

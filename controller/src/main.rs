@@ -7,6 +7,7 @@
 //! `xce-controller --help` and `COMMAND --help` print the options (the texts below).
 
 mod amnesia;
+mod auth;
 mod batch;
 mod cluster;
 mod config;
@@ -15,6 +16,7 @@ mod listing;
 mod net;
 mod node;
 mod ready;
+mod pki;
 mod server;
 mod snapshot;
 mod state;
@@ -39,6 +41,7 @@ The reference HA controller of libxce (docs/controller.md).
 commands:
   run       run one node of a cluster
   cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
+  pki       make a cluster's CA, node certificates, client identities and tokens
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
 exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
@@ -54,10 +57,18 @@ required:
   --cluster SPEC         every member: ID=CLIENT_ADDR/RAFT_ADDR, comma-separated (1..8 nodes),
                          e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992
   --data DIR             this node's data directory (created if missing)
-TLS (optional; the client port only):
-  --tls-cert FILE        server certificate chain (PEM); needs --tls-key
+security (docs/security.md; `xce-controller pki` makes the files):
+  --tls-cert FILE        this node's certificate chain (PEM), for both ports; needs --tls-key.
+                         Peers check that it names xce-node-ID (pki node does that)
   --tls-key FILE         its private key (PEM)
-  --tls-client-ca FILE   require client certificates signed by this CA (mutual TLS)
+  --tls-client-ca FILE   clients must present a certificate this CA (bundle) signed; its name
+                         says the caller's role: admin, scheduler, worker-HOST, user-NAME
+  --token-key FILE       accept tokens (pki token) signed with this key from callers without
+                         a certificate. With --tls-client-ca or --token-key every op checks
+                         the caller's role; with neither, every caller is admin
+  --tls-peer-ca FILE     mutual TLS on the raft port: peers must present a certificate this CA
+                         (bundle) signed that names a member (xce-node-ID)
+  --insecure             allow plaintext on an address that is not loopback (refused otherwise)
 timing and limits:
   --heartbeat-ms N       leader heartbeat interval (default 30)
   --election-min-ms N    election timeout, lower bound (default 150; > heartbeat)
@@ -70,13 +81,16 @@ timing and limits:
 Options take their value as the next argument or as --flag=value.";
 
 const CLUSTER_USAGE: &str = "\
-usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [node options]
+usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [--tls CERTDIR] [node options]
 
 Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1 and for
 raft on P+i-1+1000 (default P 9991), each with its data in DIR/node-i. Prints each node's
 address and which one is primary; Ctrl-C (or SIGTERM) stops them all.
-Node options are those of `xce-controller run --help` except --id, --cluster and the --tls-*
-options (use run for TLS).";
+With --tls CERTDIR every link runs with mutual TLS and callers are checked: the CA, a
+certificate per node and the identities admin, scheduler, worker-host1, user-alice and user-bob
+(CERTDIR/NAME.pem + .key) and a token key are made there first (kept if present).
+Node options are those of `xce-controller run --help` except --id, --cluster, --token-key and
+the --tls-* options.";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -84,6 +98,8 @@ fn main() {
     let code = match args.first().map(String::as_str) {
         Some("run") if wants_help(&args[1..]) => help(RUN_USAGE),
         Some("cluster") if wants_help(&args[1..]) => help(CLUSTER_USAGE),
+        Some("pki") if wants_help(&args[1..]) => help(pki::USAGE),
+        Some("pki") => pki::main(&args[1..]),
         Some("run") => match config::RunArgs::parse(&args[1..]) {
             Ok(a) => node::run(a),
             Err(e) => usage_error(&e, RUN_USAGE),
@@ -96,6 +112,7 @@ fn main() {
             None => help(USAGE),
             Some("run") => help(RUN_USAGE),
             Some("cluster") => help(CLUSTER_USAGE),
+            Some("pki") => help(pki::USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {

@@ -1,12 +1,23 @@
-//! Raft RPC between controllers: TCP on the raft address, each message a 4-byte big-endian
-//! length then JSON. One connection per (peer, openraft client), requests answered in order.
-//! Every call is bounded by openraft's TTL (and a short connect timeout), so a dead or
-//! SIGSTOPped peer never stalls the leader: the call fails, the connection is dropped and the
-//! next call reconnects.
+//! Raft RPC between controllers (C13): on the raft address, mutual TLS between members (or
+//! plaintext on loopback / with `--insecure`), each message a 4-byte big-endian length then
+//! the message in postcard (compact binary serde; never JSON). One connection per (peer,
+//! openraft client), requests answered in order. Every call is bounded by openraft's TTL (and
+//! a short connect timeout), so a dead or SIGSTOPped peer never stalls the leader: the call
+//! fails, the connection is dropped and the next call reconnects.
+//!
+//! What a stranger costs (C13, S15): a connection is *admitted* once its TLS handshake has
+//! completed with a certificate naming a configured member (plaintext: once the length prefix
+//! of its first message has arrived, within the limit). At most [`MAX_UNADMITTED`]
+//! connections wait for admission, for at most [`ADMISSION_TIMEOUT`]; a new one evicts the
+//! oldest, so a slow-loris crowd cannot keep a member out. Every length is checked against the limit before anything is read, and a
+//! message's buffer grows with the bytes that actually arrived — a 4-byte prefix claiming
+//! 256 MiB costs nothing until 256 MiB are sent — and a frame that started must be complete
+//! within [`FRAME_TIMEOUT`]. At most [`MAX_PEER_CONNECTIONS`] admitted connections.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{
@@ -17,13 +28,15 @@ use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, Semaphore};
 
+use crate::tls::PeerTls;
 use crate::types::{CtrlNode, NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
-/// Largest raft RPC accepted (a snapshot of a big job table fits easily).
+/// Largest raft RPC accepted by default: [`max_rpc_bytes`] of the client's frame limit.
 pub const MAX_RPC_BYTES: usize = 256 << 20;
 /// Upper bound on connecting to a peer, whatever openraft's TTL.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -32,6 +45,27 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(100);
 /// A peer connection idle for this long is closed by the receiving side.
 pub const RPC_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A message that started arriving must be complete within this (slow-loris guard; an append
+/// of 8 entries of 64 KiB takes about 4 s on a 1 Mbit/s link).
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection must be admitted (TLS handshake + member check, or in plaintext the length
+/// prefix of its first message, checked against the limit) within this.
+pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connections waiting for admission at once; a new one evicts the oldest.
+pub const MAX_UNADMITTED: usize = 32;
+/// Admitted connections at once (members open a few each); more are closed at once.
+pub const MAX_PEER_CONNECTIONS: usize = 256;
+/// A read buffer grows by at most this much per read: memory follows the bytes that came.
+const READ_STEP: usize = 64 << 10;
+
+/// The largest raft message a node accepts, sized from the largest client frame it accepts
+/// (`client_max`): an AppendEntries carries at most [`crate::batch::MAX_PAYLOAD_ENTRIES`]
+/// entries, each at most one client frame (a batch of small writes is bounded by
+/// [`crate::batch::MAX_BATCH_BYTES`]), plus the envelope.
+pub fn max_rpc_bytes(client_max: usize) -> usize {
+    let per_entry = client_max.max(crate::batch::MAX_BATCH_BYTES) + (64 << 10);
+    (crate::batch::MAX_PAYLOAD_ENTRIES as usize * per_entry + (1 << 20)).min(MAX_RPC_BYTES)
+}
 
 #[derive(Serialize, Deserialize)]
 enum RpcRequest {
@@ -52,26 +86,79 @@ enum RpcReply {
     Snapshot(Result<SnapshotResponse<NodeId>, Fatal<NodeId>>),
 }
 
-async fn write_msg<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> io::Result<()> {
-    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("rpc too large"))?;
-    let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&len.to_be_bytes());
-    buf.extend_from_slice(&body);
+/// A peer connection: plain TCP or TLS over it.
+pub trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> PeerIo for T {}
+type PeerStream = Box<dyn PeerIo>;
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// One message: its length (4 bytes, big-endian), then its postcard encoding.
+async fn write_msg<W: AsyncWrite + Unpin + ?Sized, T: Serialize>(
+    w: &mut W,
+    msg: &T,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 4];
+    let mut buf = postcard::to_extend(msg, std::mem::take(&mut buf)).map_err(io::Error::other)?;
+    let len = u32::try_from(buf.len() - 4).map_err(|_| io::Error::other("rpc too large"))?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
     w.write_all(&buf).await?;
     w.flush().await
 }
 
-async fn read_msg<R: AsyncRead + Unpin, T: for<'a> Deserialize<'a>>(r: &mut R) -> io::Result<T> {
+/// Reads one message of at most `limit` bytes. The length is checked before anything else is
+/// read, and the buffer grows by at most [`READ_STEP`] per read, so memory follows the bytes
+/// that arrived, never the length claimed. Once the prefix arrived the rest must come within
+/// [`FRAME_TIMEOUT`].
+async fn read_msg<R: AsyncRead + Unpin + ?Sized, T: DeserializeOwned>(
+    r: &mut R,
+    limit: usize,
+) -> io::Result<T> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
+    read_rest(r, len, limit).await
+}
+
+/// The rest of a message whose length prefix `len` was read.
+async fn read_rest<R: AsyncRead + Unpin + ?Sized, T: DeserializeOwned>(
+    r: &mut R,
+    len: [u8; 4],
+    limit: usize,
+) -> io::Result<T> {
+    let body = tokio::time::timeout(FRAME_TIMEOUT, read_body(r, len, limit))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "rpc frame timed out"))??;
+    postcard::from_bytes(&body).map_err(|e| invalid(&format!("bad rpc: {e}")))
+}
+
+async fn read_body<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+    len: [u8; 4],
+    limit: usize,
+) -> io::Result<Vec<u8>> {
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_RPC_BYTES {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "rpc too large"));
+    if len > limit {
+        return Err(invalid(&format!(
+            "rpc of {len} bytes over the limit {limit}"
+        )));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
-    serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    let mut body = Vec::new();
+    while body.len() < len {
+        let at = body.len();
+        let step = (len - at).min(READ_STEP);
+        body.resize(at + step, 0);
+        let n = r.read(&mut body[at..]).await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "rpc cut short",
+            ));
+        }
+        body.truncate(at + n);
+    }
+    Ok(body)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -273,6 +360,10 @@ impl VoteGuard {
 /// Creates one [`PeerClient`] per target for openraft.
 pub struct NetFactory {
     pub lease: std::sync::Arc<LeaseClock>,
+    /// Mutual TLS to peers; `None`: plaintext (loopback, or `--insecure`).
+    pub tls: Option<PeerTls>,
+    /// Largest reply accepted from a peer ([`max_rpc_bytes`]).
+    pub max_rpc: usize,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetFactory {
@@ -284,6 +375,8 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
             addr: node.raft.clone(),
             conn: None,
             lease: self.lease.clone(),
+            tls: self.tls.clone(),
+            max_rpc: self.max_rpc,
         }
     }
 }
@@ -291,8 +384,10 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
 pub struct PeerClient {
     target: NodeId,
     addr: String,
-    conn: Option<TcpStream>,
+    conn: Option<PeerStream>,
     lease: std::sync::Arc<LeaseClock>,
+    tls: Option<PeerTls>,
+    max_rpc: usize,
 }
 
 /// Why a call failed: the peer could not be reached at all, or the exchange broke.
@@ -319,24 +414,42 @@ impl PeerClient {
     }
 
     async fn exchange(&mut self, req: &RpcRequest, ttl: Duration) -> Result<RpcReply, CallError> {
-        if self.conn.is_none() {
-            let connect = TcpStream::connect(&self.addr);
-            let s = match tokio::time::timeout(ttl.min(CONNECT_TIMEOUT), connect).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return Err(CallError::Unreachable(e)),
-                Err(_) => {
-                    return Err(CallError::Unreachable(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "connect timed out",
-                    )))
-                }
-            };
-            let _ = s.set_nodelay(true);
-            self.conn = Some(s);
+        self.exchange_send_only(req, ttl).await?;
+        let conn = self.conn.as_mut().expect("connected by exchange_send_only");
+        read_msg(conn, self.max_rpc)
+            .await
+            .map_err(CallError::Network)
+    }
+
+    /// Connects (TCP, then the TLS handshake verifying that the peer is member `target`)
+    /// unless connected already.
+    async fn connect(&mut self, ttl: Duration) -> Result<(), CallError> {
+        if self.conn.is_some() {
+            return Ok(());
         }
-        let conn = self.conn.as_mut().expect("connected above");
-        write_msg(conn, req).await.map_err(CallError::Network)?;
-        read_msg(conn).await.map_err(CallError::Network)
+        let unreachable = |what: &str| {
+            CallError::Unreachable(io::Error::new(io::ErrorKind::TimedOut, what.to_string()))
+        };
+        let bound = ttl.min(CONNECT_TIMEOUT);
+        let s = match tokio::time::timeout(bound, TcpStream::connect(&self.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(CallError::Unreachable(e)),
+            Err(_) => return Err(unreachable("connect timed out")),
+        };
+        let _ = s.set_nodelay(true);
+        let stream: PeerStream = match &self.tls {
+            None => Box::new(s),
+            Some(t) => {
+                let name = PeerTls::server_name(self.target);
+                match tokio::time::timeout(bound, t.connector.connect(name, s)).await {
+                    Ok(Ok(s)) => Box::new(s),
+                    Ok(Err(e)) => return Err(CallError::Unreachable(e)),
+                    Err(_) => return Err(unreachable("TLS handshake timed out")),
+                }
+            }
+        };
+        self.conn = Some(stream);
+        Ok(())
     }
 }
 
@@ -351,6 +464,7 @@ impl PeerClient {
     ) -> Result<RpcReply, CallError> {
         let meta = snapshot.meta.clone();
         let file = snapshot.snapshot.file;
+        let max_rpc = self.max_rpc;
         let res = tokio::time::timeout(ttl, async {
             let len = file.metadata().map_err(CallError::Network)?.len();
             let req = RpcRequest::Snapshot { vote, meta, len };
@@ -368,7 +482,7 @@ impl PeerClient {
                 )));
             }
             conn.flush().await.map_err(CallError::Network)?;
-            read_msg(conn).await.map_err(CallError::Network)
+            read_msg(conn, max_rpc).await.map_err(CallError::Network)
         })
         .await;
         let res = res.unwrap_or_else(|_| {
@@ -389,21 +503,7 @@ impl PeerClient {
         req: &RpcRequest,
         ttl: Duration,
     ) -> Result<(), CallError> {
-        if self.conn.is_none() {
-            let connect = TcpStream::connect(&self.addr);
-            let s = match tokio::time::timeout(ttl.min(CONNECT_TIMEOUT), connect).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return Err(CallError::Unreachable(e)),
-                Err(_) => {
-                    return Err(CallError::Unreachable(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "connect timed out",
-                    )))
-                }
-            };
-            let _ = s.set_nodelay(true);
-            self.conn = Some(s);
-        }
+        self.connect(ttl).await?;
         let conn = self.conn.as_mut().expect("connected above");
         write_msg(conn, req).await.map_err(CallError::Network)
     }
@@ -415,7 +515,7 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
 /// Receives the `len` bytes of a snapshot file that follow its header into a temporary file
 /// in `dir`, then hands it to Raft to install.
 async fn receive_snapshot(
-    stream: &mut TcpStream,
+    stream: &mut PeerStream,
     raft: &Raft,
     dir: &std::path::Path,
     vote: Vote,
@@ -543,15 +643,65 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 // ---------------------------------------------------------------------------------------
 // Server side
 
+/// What the raft listener needs, shared by every peer connection.
+pub struct PeerServer {
+    pub raft: Raft,
+    pub node_id: NodeId,
+    pub guard: VoteGuard,
+    /// C12: a node that lost its data votes and appends carefully until caught up.
+    pub amnesia: Arc<crate::amnesia::Amnesia>,
+    pub dir: std::path::PathBuf,
+    /// Mutual TLS; `None`: plaintext.
+    pub tls: Option<PeerTls>,
+    /// The configured members (`--cluster`); the current membership counts too.
+    pub spec_members: Vec<NodeId>,
+    /// Largest message accepted ([`max_rpc_bytes`]).
+    pub max_rpc: usize,
+}
+
+impl PeerServer {
+    /// Every node a peer certificate may name: the configured members and the current
+    /// membership's nodes (voters and learners).
+    fn members(&self) -> Vec<NodeId> {
+        let mut ids = self.spec_members.clone();
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        ids.extend(m.membership().nodes().map(|(id, _)| *id));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// The connections waiting for admission, oldest first; evicting one drops its sender.
+#[derive(Default)]
+struct Waiting {
+    next: u64,
+    queue: VecDeque<(u64, oneshot::Sender<()>)>,
+}
+
+impl Waiting {
+    /// Registers a connection; evicts the oldest when [`MAX_UNADMITTED`] are waiting.
+    fn enter(&mut self) -> (u64, oneshot::Receiver<()>) {
+        if self.queue.len() >= MAX_UNADMITTED {
+            self.queue.pop_front();
+        }
+        let (tx, rx) = oneshot::channel();
+        self.next += 1;
+        self.queue.push_back((self.next, tx));
+        (self.next, rx)
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.queue.retain(|(k, _)| *k != id);
+    }
+}
+
 /// Accepts peer connections on the raft address and hands each RPC to the local Raft.
-pub async fn serve(
-    listener: TcpListener,
-    raft: Raft,
-    node_id: NodeId,
-    guard: VoteGuard,
-    amnesia: std::sync::Arc<crate::amnesia::Amnesia>,
-    dir: std::path::PathBuf,
-) {
+pub async fn serve(listener: TcpListener, srv: PeerServer) {
+    let srv = Arc::new(srv);
+    let waiting = Arc::new(Mutex::new(Waiting::default()));
+    let admitted = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
+    let node_id = srv.node_id;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -562,11 +712,16 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let raft = raft.clone();
-        let dir = dir.clone();
-        let amnesia = amnesia.clone();
+        let (srv, waiting, admitted) = (srv.clone(), waiting.clone(), admitted.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_peer(stream, raft, guard, &amnesia, &dir).await {
+            let (ticket, evicted) = waiting.lock().expect("waiting").enter();
+            let res = serve_peer(stream, &srv, evicted, || {
+                waiting.lock().expect("waiting").leave(ticket);
+                admitted.clone().try_acquire_owned().ok()
+            })
+            .await;
+            waiting.lock().expect("waiting").leave(ticket);
+            if let Err(e) = res {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
                     eprintln!("node {node_id}: raft peer {peer}: {e}");
                 }
@@ -575,32 +730,96 @@ pub async fn serve(
     }
 }
 
+/// Admission (the TLS handshake and the member check, or the first message in plaintext),
+/// raced against eviction and [`ADMISSION_TIMEOUT`]; then the connection's RPCs in order.
+/// `admit` leaves the waiting queue and takes an admitted slot (`None`: all taken).
 async fn serve_peer(
-    mut stream: TcpStream,
-    raft: Raft,
-    guard: VoteGuard,
-    amnesia: &crate::amnesia::Amnesia,
-    dir: &std::path::Path,
+    tcp: TcpStream,
+    srv: &PeerServer,
+    evicted: oneshot::Receiver<()>,
+    admit: impl FnOnce() -> Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> io::Result<()> {
-    loop {
-        let req: RpcRequest =
-            match tokio::time::timeout(RPC_IDLE_TIMEOUT, read_msg(&mut stream)).await {
-                Ok(r) => r?,
-                Err(_) => return Ok(()),
-            };
-        let reply = match req {
-            RpcRequest::Append(r) => RpcReply::Append(amnesia.append(&raft, r).await),
-            RpcRequest::Vote(_) if guard.refuses() => RpcReply::Vote(Ok(refuse_vote(&raft))),
-            RpcRequest::Vote(r) if amnesia.refuses_vote(&r) => {
-                RpcReply::Vote(Ok(refuse_vote(&raft)))
+    let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    let admission = async {
+        let mut stream: PeerStream = match &srv.tls {
+            None => Box::new(tcp),
+            Some(t) => {
+                let s = t.acceptor.accept(tcp).await?;
+                let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+                let members = srv.members();
+                match cert.and_then(|c| crate::tls::member_of(c, &members)) {
+                    Some(_) => Box::new(s),
+                    None => {
+                        let names = cert.map(|c| crate::tls::cert_names(c)).unwrap_or_default();
+                        return Err(refused(format!(
+                            "refused: certificate {names:?} names no member of {members:?}"
+                        )));
+                    }
+                }
             }
-            RpcRequest::Vote(r) => RpcReply::Vote(raft.vote(r).await),
+        };
+        // Plaintext has no handshake: the first message's length prefix must arrive (its
+        // body then has FRAME_TIMEOUT, as every message's).
+        let first = match srv.tls {
+            None => {
+                let mut len = [0u8; 4];
+                stream.read_exact(&mut len).await?;
+                if u32::from_be_bytes(len) as usize > srv.max_rpc {
+                    return Err(invalid("first rpc over the limit"));
+                }
+                Some(len)
+            }
+            Some(_) => None,
+        };
+        Ok::<_, io::Error>((stream, first))
+    };
+    let (mut stream, mut first) = tokio::select! {
+        r = tokio::time::timeout(ADMISSION_TIMEOUT, admission) => match r {
+            Ok(r) => r?,
+            Err(_) => return Err(refused("not admitted in time".into())),
+        },
+        _ = evicted => return Err(refused("evicted while waiting for admission".into())),
+    };
+    let Some(_slot) = admit() else {
+        return Err(refused(format!(
+            "{MAX_PEER_CONNECTIONS} peer connections already: closed"
+        )));
+    };
+    loop {
+        // Idle up to RPC_IDLE_TIMEOUT between messages; a message has FRAME_TIMEOUT.
+        let len = match first.take() {
+            Some(len) => len,
+            None => {
+                let mut len = [0u8; 4];
+                match tokio::time::timeout(RPC_IDLE_TIMEOUT, stream.read_exact(&mut len)).await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(()),
+                };
+                len
+            }
+        };
+        let req: RpcRequest = read_rest(&mut stream, len, srv.max_rpc).await?;
+        let reply = match req {
+            RpcRequest::Append(r) => RpcReply::Append(srv.amnesia.append(&srv.raft, r).await),
+            RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
             RpcRequest::Snapshot { vote, meta, len } => {
-                receive_snapshot(&mut stream, &raft, dir, vote, meta, len).await?
+                receive_snapshot(&mut stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
         };
         write_msg(&mut stream, &reply).await?;
     }
+}
+
+/// Every vote request a peer sends is answered here, and only here: the guards that may
+/// refuse it (C11's [`VoteGuard`]) come first, then openraft.
+async fn answer_vote(
+    srv: &PeerServer,
+    r: VoteRequest<NodeId>,
+) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+    if srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
+        return Ok(refuse_vote(&srv.raft));
+    }
+    srv.raft.vote(r).await
 }
 
 /// A refusal carrying this node's vote, as openraft refuses during a lease. (No last log id:

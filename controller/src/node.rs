@@ -47,9 +47,32 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
 
     let tls = match (&args.opts.tls_cert, &args.opts.tls_key) {
-        (Some(c), Some(k)) => Some(tls::acceptor(c, k, args.opts.tls_client_ca.as_deref())?),
+        (Some(c), Some(k)) => Some(tls::acceptor(
+            c,
+            k,
+            args.opts.tls_client_ca.as_deref(),
+            args.opts.token_key.is_some(),
+        )?),
         _ => None,
     };
+    let peer_tls = match (
+        &args.opts.tls_cert,
+        &args.opts.tls_key,
+        &args.opts.tls_peer_ca,
+    ) {
+        (Some(c), Some(k), Some(ca)) => Some(tls::PeerTls::new(c, k, ca)?),
+        _ => None,
+    };
+    let limits = xce::wire::Limits::default();
+    // C13: callers are checked once client certificates or tokens identify them.
+    let auth = crate::auth::Auth {
+        on: args.opts.tls_client_ca.is_some() || args.opts.token_key.is_some(),
+        token_key: match &args.opts.token_key {
+            Some(p) => Some(crate::auth::TokenKey::load(p)?),
+            None => None,
+        },
+    };
+    let max_rpc = net::max_rpc_bytes(limits.max_message_bytes);
     let db = store::open_db(&args.data)?;
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = crate::amnesia::Amnesia::open(id, &args.data, blank)
@@ -82,6 +105,8 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let lease = Arc::new(LeaseClock::default());
     let net = NetFactory {
         lease: lease.clone(),
+        tls: peer_tls.clone(),
+        max_rpc,
     };
     let raft = Raft::new(id, Arc::new(config), net, log, sm)
         .await
@@ -94,11 +119,16 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
     tokio::spawn(net::serve(
         raft_l,
-        raft.clone(),
-        id,
-        guard,
-        amnesia,
-        args.data.clone(),
+        net::PeerServer {
+            raft: raft.clone(),
+            node_id: id,
+            guard,
+            amnesia,
+            dir: args.data.clone(),
+            tls: peer_tls.clone(),
+            spec_members: args.spec.nodes.keys().copied().collect(),
+            max_rpc,
+        },
     ));
     tokio::spawn(store::snapshot_trigger(
         raft.clone(),
@@ -121,12 +151,13 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         applied,
         spec: args.spec.clone(),
         opts: args.opts.clone(),
-        limits: xce::wire::Limits::default(),
+        limits,
         primary_waiters: Default::default(),
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
         proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
         cursors: crate::listing::Cursors::for_node(id),
+        auth,
         ready: ready.clone(),
         tenure: Default::default(),
     });
@@ -135,14 +166,19 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let serving = ctx.clone();
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(
-        "node {id}: serving clients on {}{} (raft {})",
+        "node {id}: serving clients on {}{} (raft {}{})",
         me.client,
         if args.opts.tls_cert.is_some() {
             " with TLS"
         } else {
             ""
         },
-        me.raft
+        me.raft,
+        if peer_tls.is_some() {
+            " with mutual TLS"
+        } else {
+            ""
+        },
     );
 
     wait_for_signal().await;

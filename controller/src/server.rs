@@ -15,7 +15,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use xce::error::{E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
-use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
+use xce::wire::{self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyData, Request};
+
+use crate::auth::{self, ConnAuth, Identity, JobFacts};
 
 use crate::batch::WriteFail;
 use crate::config::{ClusterSpec, NodeOpts};
@@ -67,6 +69,8 @@ pub struct Ctx {
     pub ready: Arc<crate::ready::Readiness>,
     /// Defect 5: connections served as primary are closed when this node stops serving.
     pub tenure: crate::tenure::Tenure,
+    /// Who may call what (C13).
+    pub auth: crate::auth::Auth,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -102,10 +106,22 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor
         tokio::spawn(async move {
             let _permit = permit;
             match tls {
-                None => serve_conn(&ctx, stream, peer).await,
+                None => serve_conn(&ctx, stream, peer, None).await,
                 Some(acc) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
-                        Ok(Ok(s)) => serve_conn(&ctx, s, peer).await,
+                        Ok(Ok(s)) => {
+                            // C13: the identity the client certificate names, if any.
+                            let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+                            let who = cert.and_then(|c| Identity::of_cert(c));
+                            if let (Some(c), None) = (cert, &who) {
+                                eprintln!(
+                                    "node {}: {peer}: client certificate {:?} names no role",
+                                    ctx.id,
+                                    crate::tls::cert_names(c)
+                                );
+                            }
+                            serve_conn(&ctx, s, peer, who).await
+                        }
                         Ok(Err(e)) => {
                             eprintln!("node {}: {peer}: TLS handshake failed: {e}", ctx.id)
                         }
@@ -117,7 +133,16 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor
     }
 }
 
-async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer: SocketAddr) {
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &Ctx,
+    mut s: S,
+    peer: SocketAddr,
+    cert: Option<Identity>,
+) {
+    let mut conn = Conn {
+        peer,
+        auth: ConnAuth::new(cert),
+    };
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK];
     let mut session: Option<Session> = None;
@@ -153,7 +178,7 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
             };
             buf.drain(..n);
             let fire_and_forget = req.no_reply;
-            if let Some(reply) = handle(ctx, &mut session, req).await {
+            if let Some(reply) = handle(ctx, &mut session, &mut conn, req).await {
                 encode_reply_bounded(ctx, &reply, &mut out);
                 if let Err(e) = s.write_all(&out).await.and(s.flush().await) {
                     eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
@@ -199,7 +224,11 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut s: S, peer
             }
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
             Ok(Err(e)) => {
-                if e.kind() != std::io::ErrorKind::ConnectionReset {
+                // A client gone without TLS close_notify is a client gone.
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                ) {
                     eprintln!("node {}: {peer}: read failed: {e}", ctx.id);
                 }
                 return;
@@ -480,6 +509,15 @@ fn outcome_reply(seq: u64, o: Outcome) -> Reply {
     }
 }
 
+fn role_to_wire(r: Role) -> wire::SessionRole {
+    match r {
+        Role::Worker => wire::SessionRole::Worker,
+        Role::Scheduler => wire::SessionRole::Scheduler,
+        Role::ApiServer => wire::SessionRole::ApiServer,
+        Role::Client => wire::SessionRole::Client,
+    }
+}
+
 fn role_from_wire(r: wire::SessionRole) -> Role {
     match r {
         wire::SessionRole::Worker => Role::Worker,
@@ -489,18 +527,31 @@ fn role_from_wire(r: wire::SessionRole) -> Role {
     }
 }
 
-/// The session role an op needs on its connection, if any (protocol.md "Sessions").
-fn required_role(op: &Op) -> Option<Role> {
-    match op {
-        Op::Heartbeat { .. }
-        | Op::Notify(_)
-        | Op::UpdateResvals { .. }
-        | Op::UpdateJusage { .. } => Some(Role::Worker),
-        Op::JobDispatch { .. } | Op::SetPendReason { .. } | Op::ClearReason { .. } => {
-            Some(Role::Scheduler)
-        }
-        _ => None,
-    }
+/// A client connection: where it comes from and who it is (C13).
+struct Conn {
+    peer: SocketAddr,
+    auth: ConnAuth,
+}
+
+/// C13: refuses an op its caller may not call, with a log line naming who, what and why.
+fn refuse(ctx: &Ctx, conn: &Conn, req: &Request, who: &dyn std::fmt::Display, why: &str) -> Reply {
+    eprintln!(
+        "node {}: {}: refused {} (seq {}) for {who}: {why}",
+        ctx.id,
+        conn.peer,
+        req.op.name(),
+        req.seq
+    );
+    Reply::status(req.seq, -E_XCE_AUTH)
+}
+
+/// What the authorization of `op` needs to know of job `id`, from the applied state.
+fn job_facts(ctx: &Ctx, id: u64) -> Option<JobFacts> {
+    let a = ctx.applied.read().expect("state lock");
+    a.state.job(id).map(|j| JobFacts {
+        user: j.user,
+        exec_host: j.exec_host,
+    })
 }
 
 /// The replicated command of a write op (`None` for reads and local ops).
@@ -582,8 +633,13 @@ fn command_of(op: &Op) -> Option<Cmd> {
 }
 
 /// Serves one request; `None` when no reply is to be sent (`noReply`).
-async fn handle(ctx: &Ctx, session: &mut Option<Session>, req: Request) -> Option<Reply> {
-    let reply = answer(ctx, session, &req).await;
+async fn handle(
+    ctx: &Ctx,
+    session: &mut Option<Session>,
+    conn: &mut Conn,
+    req: Request,
+) -> Option<Reply> {
+    let reply = answer(ctx, session, conn, &req).await;
     if req.no_reply {
         if reply.status < 0 {
             eprintln!(
@@ -600,8 +656,18 @@ async fn handle(ctx: &Ctx, session: &mut Option<Session>, req: Request) -> Optio
     }
 }
 
-async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Reply {
+async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: &Request) -> Reply {
     let seq = req.seq;
+    // C13: who is calling, and whether that role may call this op at all (the op's rule).
+    let who = match conn.auth.who(&ctx.auth, &req.auth_token) {
+        Ok(w) => w,
+        Err(why) => return refuse(ctx, conn, req, &"a bad token", &why),
+    };
+    let rule = req.op.rule();
+    if rule.roles & who.role() == 0 {
+        let why = format!("{who} may not call {}", rule.name);
+        return refuse(ctx, conn, req, &who, &why);
+    }
     // Answered by any node, whatever its role.
     if let Op::WaitPrimary {
         timeout_ms,
@@ -629,12 +695,26 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
         }
         return r;
     }
-    if let Some(need) = required_role(&req.op) {
-        if session.as_ref().map(|s| s.role) != Some(need) {
-            return Reply::status(seq, -E_XCE_AUTH);
+    // C13: what binds this caller to the op's parameters, on the primary's applied state.
+    if let Err(why) = auth::check(&who, &req.op, |id| job_facts(ctx, id)) {
+        return refuse(ctx, conn, req, &who, &why);
+    }
+    if !auth::session_ok(&req.op, session.as_ref().map(|s| role_to_wire(s.role))) {
+        return Reply::status(seq, -E_XCE_AUTH);
+    }
+    // The op's category (its rule) decides the path: writes and fire-and-forget ops through
+    // the log, reads through the read barrier.
+    let mut cmd = match rule.kind {
+        OpKind::Write | OpKind::FireAndForget => command_of(&req.op),
+        OpKind::Read | OpKind::Probe => None,
+    };
+    // A user's job that names no user is the user's own (C13).
+    if let (Some(Cmd::JobSubmit(spec)), Identity::User(u)) = (&mut cmd, &who) {
+        if spec.user.is_empty() {
+            spec.user = u.clone();
         }
     }
-    if let Some(cmd) = command_of(&req.op) {
+    if let Some(cmd) = cmd {
         return match ctx.write(req, cmd).await {
             Ok(o) => {
                 if let (Op::Join(j), OutData::SessionId(id)) = (&req.op, &o.data) {

@@ -1,15 +1,24 @@
-//! TLS on the client port (C6): rustls with the `ring` provider, optional client
-//! certificate verification against a CA bundle.
+//! TLS (C6, C13): rustls with the `ring` provider.
+//!
+//! - The client port: a server certificate, optionally client certificates verified against
+//!   a CA bundle (the identity a client certificate names is read by [`cert_names`]).
+//! - The raft port: mutual TLS between members ([`PeerTls`]). Each node's certificate names
+//!   it `xce-node-<id>` ([`node_name`]) in its subject alternative names; a node dialling
+//!   member N verifies the server certificate for that name, and a node accepting a peer
+//!   checks that the client certificate names a configured member ([`member_of`]). A client
+//!   identity signed by the same CA (`admin`, `user-alice`, …) is not a member.
 
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::types::NodeId;
 
 fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -28,31 +37,133 @@ fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
         .ok_or_else(|| format!("{}: no private key found", path.display()))
 }
 
-/// The acceptor for `--tls-cert/--tls-key [--tls-client-ca]`.
+/// Every certificate of a CA bundle (PEM, one or more: old and new CA while rotating).
+fn roots(ca: &Path) -> Result<Arc<RootCertStore>, String> {
+    let mut roots = RootCertStore::empty();
+    for c in certs(ca)? {
+        roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The acceptor for `--tls-cert/--tls-key [--tls-client-ca]` (the client port). With a CA,
+/// clients must present a certificate it signed, unless `allow_anonymous` (callers that
+/// authenticate with a token instead, C13).
 pub fn acceptor(
     cert: &Path,
     key_path: &Path,
     client_ca: Option<&Path>,
+    allow_anonymous: bool,
 ) -> Result<TlsAcceptor, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider();
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for c in certs(ca)? {
-                roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+            let mut v = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider);
+            if allow_anonymous {
+                v = v.allow_unauthenticated();
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| e.to_string())?;
-            builder.with_client_cert_verifier(verifier)
+            builder.with_client_cert_verifier(v.build().map_err(|e| e.to_string())?)
         }
     };
     let config = builder
         .with_single_cert(certs(cert)?, key(key_path)?)
         .map_err(|e| e.to_string())?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The name a member's certificate carries (DNS subject alternative name).
+pub fn node_name(id: NodeId) -> String {
+    format!("xce-node-{id}")
+}
+
+/// The DNS subject alternative names and the common name of a DER certificate (empty if it
+/// does not parse: such a certificate names nobody).
+pub fn cert_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
+                names.push(d.to_string());
+            }
+        }
+    }
+    for cn in cert.subject().iter_common_name() {
+        if let Ok(s) = cn.as_str() {
+            names.push(s.to_string());
+        }
+    }
+    names
+}
+
+/// The member a peer's certificate names, if it names one of `members` (SAN `xce-node-<id>`).
+pub fn member_of(der: &[u8], members: &[NodeId]) -> Option<NodeId> {
+    cert_names(der)
+        .iter()
+        .filter_map(|n| n.strip_prefix("xce-node-")?.parse::<NodeId>().ok())
+        .find(|id| members.contains(id))
+}
+
+/// Mutual TLS on the raft port: this node's certificate and the cluster's CA bundle.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub acceptor: TlsAcceptor,
+    pub connector: TlsConnector,
+}
+
+impl PeerTls {
+    /// Peers must present a certificate `ca` signed (the member check follows the handshake);
+    /// this node presents `cert` both as server and as client.
+    pub fn new(cert: &Path, key_path: &Path, ca: &Path) -> Result<PeerTls, String> {
+        let provider = provider();
+        let roots = roots(ca)?;
+        let chain = certs(cert)?;
+        let k = key(key_path)?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .map_err(|e| e.to_string())?;
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), k.clone_key())
+            .map_err(|e| e.to_string())?;
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, k)
+            .map_err(|e| e.to_string())?;
+        Ok(PeerTls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+        })
+    }
+
+    /// The server name member `id` must present when dialled.
+    pub fn server_name(id: NodeId) -> ServerName<'static> {
+        ServerName::try_from(node_name(id)).expect("xce-node-N is a valid DNS name")
+    }
+}
+
+/// A client of the client port presenting `cert`/`key` (the `cluster` launcher's probe, as
+/// admin).
+pub fn client_connector(ca: &Path, cert: &Path, key_path: &Path) -> Result<TlsConnector, String> {
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots(ca)?)
+        .with_client_auth_cert(certs(cert)?, key(key_path)?)
+        .map_err(|e| e.to_string())?;
+    Ok(TlsConnector::from(Arc::new(config)))
 }

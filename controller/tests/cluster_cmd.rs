@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use xce::wire::Op;
 
 /// The launcher, killed (with its nodes' process group left to its own SIGTERM handling) on drop.
 struct Launcher(Child, Vec<i32>);
@@ -119,4 +120,141 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
     for i in 1..=3 {
         assert!(!dir.path().join(format!("node-{i}.pid")).exists());
     }
+}
+
+/// C13: `cluster --tls DIR` makes the CA, the node certificates and the identities, runs every
+/// link with mutual TLS, reports the primary (its probe is an admin client), and checks
+/// callers: admin may close a queue, user-alice may not, a client without a certificate cannot
+/// even connect, and a plaintext client meets TLS.
+#[test]
+fn cluster_with_tls_makes_identities_and_checks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("pki");
+    let base = free_base(3);
+    let mut child = Command::new(BIN)
+        .args(["cluster", "--base-port", &base.to_string(), "--tls"])
+        .arg(&certs)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut launcher = Launcher(child, Vec::new());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + STARTUP;
+    let primary = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("cluster output");
+        if let Some(rest) = line.strip_prefix("node ") {
+            launcher
+                .1
+                .push(rest.split("pid=").nth(1).unwrap().parse().unwrap());
+        } else if let Some(rest) = line.strip_prefix("primary ") {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u16>()
+                .unwrap();
+        }
+    };
+    for f in [
+        "ca.pem",
+        "admin.pem",
+        "admin.key",
+        "scheduler.pem",
+        "worker-host1.pem",
+        "user-alice.pem",
+        "user-bob.key",
+        "xce-node-3.pem",
+        "token.key",
+    ] {
+        assert!(certs.join(f).exists(), "{f}");
+    }
+    let addr = format!("127.0.0.1:{}", base + primary - 1);
+    let close = || Op::QueueCtrl {
+        queue: "normal".into(),
+        action: xce::wire::QueueAction::Close,
+    };
+    assert_eq!(
+        tls_client(&addr, &certs, Some("admin"))
+            .call(close())
+            .status,
+        0
+    );
+    assert_eq!(
+        tls_client(&addr, &certs, Some("user-alice"))
+            .call(close())
+            .status,
+        -xce::error::E_XCE_AUTH
+    );
+    let mut plain = Client::connect(&addr);
+    assert!(
+        plain.try_call(hello()).is_err(),
+        "plaintext served on a TLS port"
+    );
+    // SAFETY: SIGTERM to the launcher we spawned.
+    unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
+    let _ = launcher.0.wait();
+}
+
+/// `xce-controller pki`: files are never overwritten, a name must say a role, a node
+/// certificate names its member and its hosts, a token names its identity.
+#[test]
+fn pki_makes_what_it_says_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let pki = |args: &[&str]| Command::new(BIN).arg("pki").args(args).output().unwrap();
+    assert!(pki(&["init", d]).status.success());
+    let again = pki(&["init", d]);
+    assert_eq!(again.status.code(), Some(1), "init over an existing CA");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    assert!(pki(&["node", d, "2", "ctl2.example.net,10.0.0.2"])
+        .status
+        .success());
+    let pem = std::fs::read(dir.path().join("xce-node-2.pem")).unwrap();
+    let der = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .unwrap()
+        .unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    use x509_parser::extensions::GeneralName;
+    let sans: Vec<String> = cert
+        .subject_alternative_name()
+        .unwrap()
+        .unwrap()
+        .value
+        .general_names
+        .iter()
+        .map(|n| match n {
+            GeneralName::DNSName(d) => d.to_string(),
+            GeneralName::IPAddress(b) => b
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("."),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sans, ["xce-node-2", "ctl2.example.net", "10.0.0.2"]);
+    for bad in ["root", "user-", "worker-a:b"] {
+        let o = pki(&["identity", d, bad]);
+        assert_eq!(o.status.code(), Some(1), "identity {bad}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("says no role"));
+    }
+    assert!(pki(&["identity", d, "user-carol"]).status.success());
+    let t = pki(&["token", d, "user-carol", "2"]);
+    let tok = String::from_utf8(t.stdout).unwrap();
+    assert!(tok.starts_with("xce1:user-carol:"), "{tok}");
+    assert_eq!(pki(&["frobnicate", d]).status.code(), Some(2));
 }

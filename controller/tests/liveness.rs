@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -167,36 +166,31 @@ fn raft_addr(ctrl: &Ctrl, id: u64) -> String {
         .expect("node in spec")
 }
 
-/// One raw raft RPC (4-byte big-endian length + JSON, as `net.rs` speaks it).
-fn raft_call(addr: &str, req: &serde_json::Value) -> std::io::Result<serde_json::Value> {
+/// One raw raft RPC (`common::raft_wire`, as `net.rs` speaks it on a plaintext cluster).
+fn raft_call(addr: &str, req: &raft_wire::RpcRequest) -> std::io::Result<raft_wire::RpcReply> {
     let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let body = serde_json::to_vec(req).unwrap();
-    s.write_all(&(body.len() as u32).to_be_bytes())?;
-    s.write_all(&body)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map_err(std::io::Error::other)
+    raft_wire::call(&mut s, req)
 }
 
 /// A vote request from `candidate` in `term` with a log far ahead of anyone's.
-fn vote_request(term: u64, candidate: u64) -> serde_json::Value {
+fn vote_request(term: u64, candidate: u64) -> raft_wire::RpcRequest {
     use openraft::{CommittedLeaderId, LogId, Vote};
-    let req = openraft::raft::VoteRequest::<u64>::new(
+    raft_wire::RpcRequest::Vote(openraft::raft::VoteRequest::<u64>::new(
         Vote::new(term, candidate),
         Some(LogId::new(
             CommittedLeaderId::new(term, candidate),
             1_000_000,
         )),
-    );
-    serde_json::json!({ "Vote": req })
+    ))
 }
 
 /// `Some(granted)` from a vote reply.
-fn granted(reply: &serde_json::Value) -> Option<bool> {
-    reply["Vote"]["Ok"]["vote_granted"].as_bool()
+fn granted(reply: &raft_wire::RpcReply) -> Option<bool> {
+    match reply {
+        raft_wire::RpcReply::Vote(Ok(r)) => Some(r.vote_granted),
+        _ => None,
+    }
 }
 
 /// Restarts node `f` and sends it `req` as soon as its raft port answers: the reply and how
@@ -204,8 +198,8 @@ fn granted(reply: &serde_json::Value) -> Option<bool> {
 fn vote_right_after_restart(
     ctrl: &mut Ctrl,
     f: u64,
-    req: &serde_json::Value,
-) -> (serde_json::Value, Duration) {
+    req: &raft_wire::RpcRequest,
+) -> (raft_wire::RpcReply, Duration) {
     let faddr = raft_addr(ctrl, f);
     ctrl.kill9(f);
     ctrl.start_node(f);
@@ -250,9 +244,9 @@ fn restarted_node_refuses_votes_during_the_lease() {
     ctrl.kill9(g);
 
     let (reply, after) = vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1, g));
-    eprintln!("1. committed vote, asked {after:?} after the restart: {reply}");
+    eprintln!("1. committed vote, asked {after:?} after the restart: {reply:?}");
     if after < Duration::from_millis(2500) {
-        assert_eq!(granted(&reply), Some(false), "{reply}");
+        assert_eq!(granted(&reply), Some(false), "{reply:?}");
     }
 
     // f campaigns alone (>= 5 s after boot) and so stores an uncommitted vote for itself.
@@ -261,14 +255,14 @@ fn restarted_node_refuses_votes_during_the_lease() {
         ctrl.log(f)[seen..].contains(&format!("node {f}: role=candidate"))
     });
     let (reply, after) = vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1000, g));
-    eprintln!("2. uncommitted vote, asked {after:?} after the restart: {reply}");
+    eprintln!("2. uncommitted vote, asked {after:?} after the restart: {reply:?}");
     if after < Duration::from_millis(2500) {
-        assert_eq!(granted(&reply), Some(false), "{reply}");
+        assert_eq!(granted(&reply), Some(false), "{reply:?}");
     }
 
     // 3. After the guard (3 s), in a term above any f may have reached campaigning.
     std::thread::sleep(Duration::from_millis(3500).saturating_sub(after));
     let reply = raft_call(&raft_addr(&ctrl, f), &vote_request(term + 2000, g)).unwrap();
-    eprintln!("3. after the guard: {reply}");
-    assert_eq!(granted(&reply), Some(true), "{reply}");
+    eprintln!("3. after the guard: {reply:?}");
+    assert_eq!(granted(&reply), Some(true), "{reply:?}");
 }

@@ -167,7 +167,13 @@ impl Cluster {
         let mut cmd = Command::new(controller_bin());
         cmd.args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
             .arg(&data)
-            .args(&self.opts.extra_args)
+            // `{id}` in an extra argument is this node's id (per-node certificate files).
+            .args(
+                self.opts
+                    .extra_args
+                    .iter()
+                    .map(|a| a.replace("{id}", &id.to_string())),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
@@ -392,6 +398,7 @@ pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply
         request_id: 0,
         no_reply: false,
         op,
+        auth_token: String::new(),
     };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);

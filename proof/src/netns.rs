@@ -395,6 +395,8 @@ impl NetCluster {
         let mut cmd = Command::new(controller_bin());
         cmd.args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
             .arg(&data)
+            // The lab's addresses are not loopback; its links are plaintext on purpose (C13).
+            .arg("--insecure")
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

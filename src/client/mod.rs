@@ -62,6 +62,43 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Sent in `hello`.
     pub client_name: String,
+    /// C13: a token naming the caller, sent in every request, for callers without a client
+    /// certificate. `None`: `start` takes `XCE_AUTH_TOKEN` (or the first line of the file
+    /// named by `XCE_AUTH_TOKEN_FILE`) if set.
+    pub auth_token: Option<String>,
+}
+
+/// Longest token accepted (a token is a few hundred bytes).
+pub const MAX_AUTH_TOKEN_LEN: usize = 4096;
+
+/// C13: the token of `XCE_AUTH_TOKEN`, else the first line of the file `XCE_AUTH_TOKEN_FILE`
+/// names; `None` when neither is set. An unreadable file is its errno: a caller that was given
+/// an identity must not silently run without it.
+pub fn auth_token_from_env(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, Error> {
+    use crate::failover::options::env_value;
+    if let Some(t) = env_value(get, "XCE_AUTH_TOKEN") {
+        return Ok(Some(t.trim().to_string()));
+    }
+    match env_value(get, "XCE_AUTH_TOKEN_FILE") {
+        None => Ok(None),
+        Some(path) => {
+            let body = std::fs::read_to_string(path.trim()).map_err(|e| Error::from_io(&e))?;
+            Ok(Some(body.lines().next().unwrap_or("").trim().to_string()))
+        }
+    }
+}
+
+/// C13: TLS files from `XCE_TLS_CA_FILE` (and `XCE_TLS_CERT_FILE` + `XCE_TLS_KEY_FILE`, an
+/// identity) for a configuration that names none: every program linking the library (the
+/// daemons, `xce_test`, Go) takes an identity without a new option of its own.
+pub fn tls_from_env(get: &impl Fn(&str) -> Option<String>) -> Option<TlsFiles> {
+    use crate::failover::options::env_value;
+    let path = |k| env_value(get, k).map(|v| PathBuf::from(v.trim()));
+    Some(TlsFiles {
+        ca_file: path("XCE_TLS_CA_FILE")?,
+        cert_file: path("XCE_TLS_CERT_FILE"),
+        key_file: path("XCE_TLS_KEY_FILE"),
+    })
 }
 
 impl Config {
@@ -71,6 +108,7 @@ impl Config {
             masters,
             tls: None,
             client_name: String::new(),
+            auth_token: None,
         }
     }
 
@@ -271,7 +309,14 @@ impl Drop for Owned<'_> {
 impl Client {
     /// F2: validates `config`, applies the environment overrides (`XCE_*`, F15), and connects
     /// to the first reachable master in list order. None reachable: the last transport error.
-    pub fn start(config: Config) -> Result<Client, Error> {
+    pub fn start(mut config: Config) -> Result<Client, Error> {
+        let env = |k: &str| std::env::var(k).ok();
+        if config.auth_token.is_none() {
+            config.auth_token = auth_token_from_env(&env)?;
+        }
+        if config.tls.is_none() {
+            config.tls = tls_from_env(&env);
+        }
         Client::start_with(
             config,
             Options::default().with_env_overrides(),
@@ -295,6 +340,10 @@ impl Client {
             )?),
             None => None,
         };
+        let auth_token = config.auth_token.clone().unwrap_or_default();
+        if auth_token.len() > MAX_AUTH_TOKEN_LEN || auth_token.contains(['\n', '\0']) {
+            return Err(Error::Errno(libc::EINVAL));
+        }
         let mut client_id = [0u8; CLIENT_ID_LEN];
         rand::thread_rng().fill_bytes(&mut client_id);
         let name = if config.client_name.is_empty() {
@@ -326,6 +375,7 @@ impl Client {
             masters: config.masters,
             tag,
         };
+        ctx.link.lock().borrow_mut().auth_token = auth_token;
         {
             let guard = ctx.link.lock();
             let mut link = guard.borrow_mut();
@@ -757,5 +807,48 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), 10_000);
+    }
+}
+
+#[cfg(test)]
+mod identity_env_tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn token_and_tls_files_from_the_environment() {
+        assert_eq!(auth_token_from_env(&env(&[])), Ok(None));
+        assert_eq!(
+            auth_token_from_env(&env(&[("XCE_AUTH_TOKEN", " xce1:user-a:9:ff \n")])),
+            Ok(Some("xce1:user-a:9:ff".into()))
+        );
+        let dir = std::env::temp_dir().join(format!("xce-tok-{}", std::process::id()));
+        std::fs::write(&dir, "xce1:admin:9:00\nignored\n").unwrap();
+        let p = dir.display().to_string();
+        assert_eq!(
+            auth_token_from_env(&env(&[("XCE_AUTH_TOKEN_FILE", &p)])),
+            Ok(Some("xce1:admin:9:00".into()))
+        );
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(
+            auth_token_from_env(&env(&[("XCE_AUTH_TOKEN_FILE", &p)])),
+            Err(Error::Errno(libc::ENOENT))
+        );
+        assert_eq!(tls_from_env(&env(&[("XCE_TLS_CERT_FILE", "c")])), None);
+        let t = tls_from_env(&env(&[
+            ("XCE_TLS_CA_FILE", "ca.pem"),
+            ("XCE_TLS_CERT_FILE", "me.pem"),
+            ("XCE_TLS_KEY_FILE", "me.key"),
+        ]))
+        .unwrap();
+        assert_eq!(t.ca_file, PathBuf::from("ca.pem"));
+        assert_eq!(t.key_file, Some(PathBuf::from("me.key")));
     }
 }

@@ -72,8 +72,16 @@ fn classify_transport(e: Error) -> Classification {
 
 /// Failures that would recur on every master (issue 13): a reply larger than this client
 /// accepts is as large from any controller. Never a failover, never "cluster not ready".
+///
+/// A certificate or TLS configuration problem too (C13, issue 19): a refused mutual-TLS
+/// handshake, an unknown CA, a plaintext client meeting a TLS port are the same on every
+/// retry; retrying them for the whole budget only hides the cause.
 pub fn is_deterministic(e: Error) -> bool {
-    e == Error::TooBig
+    match e {
+        Error::TooBig => true,
+        Error::Tls(cause) => cause.is_deterministic(),
+        _ => false,
+    }
 }
 
 /// F13, F20: the errors of a call that must stop now ([`Error::stops_the_call`]).
@@ -135,8 +143,27 @@ mod tests {
             (t(Error::Errno(libc::ETIMEDOUT)), false, false, RetryNow),
             (t(Error::Errno(libc::EHOSTUNREACH)), false, false, RetryNow),
             (t(Error::Errno(libc::ENETUNREACH)), false, false, RetryNow),
+            // a certificate problem is the same on every master: terminal, E_XCE_TLS (C13)
             (
                 t(Error::Tls(crate::error::TlsCause::UnknownCa)),
+                false,
+                false,
+                Terminal,
+            ),
+            (
+                t(Error::Tls(crate::error::TlsCause::RefusedByPeer)),
+                true,
+                true,
+                Terminal,
+            ),
+            (
+                t(Error::Tls(crate::error::TlsCause::PeerSpeaksTls)),
+                false,
+                false,
+                Terminal,
+            ),
+            (
+                t(Error::Tls(crate::error::TlsCause::Unspecified)),
                 false,
                 false,
                 RetryNow,

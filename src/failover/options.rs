@@ -154,7 +154,7 @@ impl Options {
 
 /// Every environment variable the library reads (F15, F14). docs/c-api.md has the table of
 /// their defaults and precedence; a test keeps the two in step.
-pub const ENV_VARS: [&str; 12] = [
+pub const ENV_VARS: [&str; 17] = [
     "XCE_LOG",
     "XCE_CONNECT_TIMEOUT_MS",
     "XCE_REPLY_TIMEOUT_MS",
@@ -167,6 +167,11 @@ pub const ENV_VARS: [&str; 12] = [
     "XCE_INITIAL_RETRY_MS",
     "XCE_MAX_RETRY_MS",
     "XCE_BACKOFF_MULTIPLIER",
+    "XCE_AUTH_TOKEN",
+    "XCE_AUTH_TOKEN_FILE",
+    "XCE_TLS_CA_FILE",
+    "XCE_TLS_CERT_FILE",
+    "XCE_TLS_KEY_FILE",
 ];
 
 /// A value of an `XCE_*` variable the library did not use (the default stays in force).

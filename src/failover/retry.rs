@@ -49,6 +49,8 @@ pub struct Link {
     pub conn: Option<Connection>,
     pub client_id: ClientId,
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// C13: sent in every request (empty: none).
+    pub auth_token: String,
     pub limits: Limits,
     /// Last `seq` sent; a reply must echo the awaited one (F9).
     pub seq: u64,
@@ -90,6 +92,7 @@ impl Link {
             conn: None,
             client_id,
             tls,
+            auth_token: String::new(),
             limits: Limits::default(),
             seq: 0,
             request_id: 0,
@@ -227,6 +230,7 @@ impl Link {
             client_id: self.client_id,
             request_id,
             no_reply: false,
+            auth_token: &self.auth_token,
         };
         conn.send_op(&head, op, until, waker)?;
         Ok(head.seq)
@@ -257,6 +261,7 @@ impl Link {
             client_id: self.client_id,
             request_id: 0,
             no_reply: true,
+            auth_token: &self.auth_token,
         };
         conn.send_op(&head, op, until, waker)
     }
@@ -882,6 +887,7 @@ impl<'a, 'e> Call<'a, 'e> {
             client_id: link.client_id,
             request_id: 0,
             no_reply: false,
+            auth_token: &link.auth_token,
         };
         conn.send_op(&head, &op, until, &waker).ok()?;
         let reply = conn.recv(1, until, &waker).ok()?;

@@ -451,7 +451,14 @@ impl Connection {
         loop {
             // The first frame's length, once its segment table is in (checked against the
             // limits; the body may still be arriving).
-            let total = frame_len(&self.rbuf, &self.limits)?;
+            let total = frame_len(&self.rbuf, &self.limits).map_err(|e| {
+                // A TLS record where a plaintext reply was due: the controller speaks TLS.
+                if self.tls.is_none() && looks_like_tls(&self.rbuf) {
+                    Error::Tls(TlsCause::PeerSpeaksTls)
+                } else {
+                    e
+                }
+            })?;
             if let Some(n) = total.filter(|&n| n <= self.rbuf.len()) {
                 let reply = decode_reply(&self.rbuf[..n], &self.limits);
                 self.rbuf.drain(..n);
@@ -521,6 +528,12 @@ impl Connection {
             }
         }
     }
+}
+
+/// Whether `b` starts with a TLS record header (an alert or a handshake, TLS 1.0–1.3). As a
+/// Cap'n Proto frame these bytes would claim ~200,000 segments, which no frame has.
+fn looks_like_tls(b: &[u8]) -> bool {
+    b.len() >= 3 && matches!(b[0], 0x15 | 0x16) && b[1] == 3 && b[2] <= 4
 }
 
 /// poll(2) one fd without waiting; returns its revents (0 if nothing).

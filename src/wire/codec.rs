@@ -52,6 +52,7 @@ pub fn encode_request(req: &Request, out: &mut Vec<u8>) {
         client_id: req.client_id,
         request_id: req.request_id,
         no_reply: req.no_reply,
+        auth_token: &req.auth_token,
     };
     encode_request_parts(&head, &req.op, out);
 }
@@ -59,7 +60,7 @@ pub fn encode_request(req: &Request, out: &mut Vec<u8>) {
 /// [`encode_request`] from the envelope fields and a borrowed op: the client's loop re-sends
 /// one op under new `seq`s without cloning it.
 pub fn encode_request_parts(head: &RequestHead, op: &Op, out: &mut Vec<u8>) {
-    encode_with(est_request(op), out, |root| {
+    encode_with(est_request(op) + tw(head.auth_token), out, |root| {
         put_request(head, op, root.init_as())
     });
 }
@@ -358,6 +359,9 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
     b.set_client_id(&head.client_id);
     b.set_request_id(head.request_id);
     b.set_no_reply(head.no_reply);
+    if !head.auth_token.is_empty() {
+        b.set_auth_token(head.auth_token);
+    }
     let mut o = b.init_op();
     match op {
         Op::Hello(h) => {
@@ -733,6 +737,7 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         request_id: r.get_request_id(),
         no_reply: r.get_no_reply(),
         op,
+        auth_token: text(r.get_auth_token())?,
     })
 }
 
@@ -1035,6 +1040,7 @@ mod tests {
                 job_id: 5,
                 action: JobAction::Requeue,
             },
+            auth_token: String::new(),
         };
         let mut out = Vec::new();
         encode_request(&req, &mut out);
@@ -1072,6 +1078,7 @@ mod tests {
                 after: 5,
                 max_bytes: 1 << 20,
             }),
+            auth_token: String::new(),
         };
         let mut out = Vec::new();
         encode_request(&req, &mut out);

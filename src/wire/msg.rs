@@ -23,15 +23,19 @@ pub struct Request {
     /// Fire-and-forget: the controller sends no reply.
     pub no_reply: bool,
     pub op: Op,
+    /// C13: a token naming the caller (empty: none), for callers without a client certificate.
+    pub auth_token: String,
 }
 
 /// The envelope fields of a [`Request`] without its op (see `codec::encode_request_parts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestHead {
+pub struct RequestHead<'a> {
     pub seq: u64,
     pub client_id: ClientId,
     pub request_id: u64,
     pub no_reply: bool,
+    /// C13: the context's token (empty: none).
+    pub auth_token: &'a str,
 }
 
 /// How the client's failover loop treats an op (failover.md, "Op categories").
@@ -114,63 +118,114 @@ pub enum Op {
     JobListPage(JobListPage),
 }
 
+/// Who may call an op (C13): a set of the identities' roles, one bit each.
+pub mod roles {
+    /// `admin`: everything.
+    pub const ADMIN: u8 = 1;
+    /// `scheduler`: dispatch, pending reasons, reads.
+    pub const SCHEDULER: u8 = 2;
+    /// `worker-<host>`: reports for its own host.
+    pub const WORKER: u8 = 4;
+    /// `user-<name>`: submits as itself, controls its own jobs, reads.
+    pub const USER: u8 = 8;
+    /// A connection with no identity (no certificate, no token) on a cluster that checks.
+    pub const ANONYMOUS: u8 = 16;
+    /// Every identity.
+    pub const IDENTIFIED: u8 = ADMIN | SCHEDULER | WORKER | USER;
+    /// Everyone, identified or not.
+    pub const ANYONE: u8 = IDENTIFIED | ANONYMOUS;
+}
+
+/// What ties an identity to the op's parameters, beyond its role (C13). Admin is never bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bound {
+    /// The role is enough.
+    No,
+    /// A user submits only as itself (`JobSpec.user` is its name).
+    SubmitAsSelf,
+    /// A user controls only its own jobs.
+    OwnJob,
+    /// A worker reports only for its own host (the op names it).
+    OwnHost,
+    /// A worker reports only for jobs on its own host.
+    JobOnOwnHost,
+    /// `join`: a worker joins only as the worker of its host, a scheduler only as a scheduler,
+    /// a user only as a client or API server.
+    JoinAsSelf,
+}
+
+/// The one declaration of an op (C13): its name, its category for the failover loop, who may
+/// call it, what binds the caller to its parameters, and the session it needs. The library's
+/// loop ([`Op::kind`]) and the controller's dispatch and authorization all read this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpRule {
+    /// As in protocol.md (logs, error reports).
+    pub name: &'static str,
+    pub kind: OpKind,
+    /// Bits of [`roles`].
+    pub roles: u8,
+    pub bound: Bound,
+    /// The session role the connection must have joined as (protocol.md "Sessions").
+    pub session: Option<SessionRole>,
+}
+
 impl Op {
-    /// The op's category: each op is declared read, write or fire-and-forget exactly here.
-    pub fn kind(&self) -> OpKind {
+    /// The op's rule: each op is declared exactly once, here.
+    pub fn rule(&self) -> &'static OpRule {
+        use roles::*;
+        use Bound::*;
         use Op::*;
-        match self {
-            Hello(_)
-            | JobList(_)
-            | JobInfo { .. }
-            | ResList
-            | WorkerList
-            | ClusterConf
-            | ResVal { .. }
-            | JobListPage(_) => OpKind::Read,
-            Join(_)
-            | JobSubmit(_)
-            | JobDispatch { .. }
-            | JobCtrl { .. }
-            | QueueCtrl { .. }
-            | HostCtrl { .. }
-            | UpdateResvals { .. }
-            | UpdateJusage { .. }
-            | RunTask { .. }
-            | SetPendReason { .. }
-            | ClearReason { .. } => OpKind::Write,
-            Notify(_) | Heartbeat { .. } | Nop => OpKind::FireAndForget,
-            WaitPrimary { .. } => OpKind::Probe,
+        use OpKind::{FireAndForget as Ff, Probe, Read as R, Write as W};
+        use SessionRole as S;
+        macro_rules! rule {
+            ($name:literal, $kind:expr, $roles:expr, $bound:expr, $session:expr) => {
+                &OpRule {
+                    name: $name,
+                    kind: $kind,
+                    roles: $roles,
+                    bound: $bound,
+                    session: $session,
+                }
+            };
         }
+        #[rustfmt::skip]
+        let r = match self {
+            //                             name            kind   who may call it           bound         session
+            Hello(_) =>             rule!("hello",           R,  ANYONE,                    No,           None),
+            Join(_) =>              rule!("join",            W,  IDENTIFIED,                JoinAsSelf,   None),
+            JobList(_) =>           rule!("joblist",         R,  IDENTIFIED,                No,           None),
+            JobInfo { .. } =>       rule!("jobinfo",         R,  IDENTIFIED,                No,           None),
+            JobSubmit(_) =>         rule!("jobsubmit",       W,  ADMIN | USER,              SubmitAsSelf, None),
+            JobDispatch { .. } =>   rule!("jobdispatch",     W,  ADMIN | SCHEDULER,         No,           Some(S::Scheduler)),
+            JobCtrl { .. } =>       rule!("jobctrl",         W,  ADMIN | USER,              OwnJob,       None),
+            QueueCtrl { .. } =>     rule!("queuectrl",       W,  ADMIN,                     No,           None),
+            HostCtrl { .. } =>      rule!("hostctrl",        W,  ADMIN,                     No,           None),
+            ResList =>              rule!("reslist",         R,  IDENTIFIED,                No,           None),
+            WorkerList =>           rule!("workerlist",      R,  IDENTIFIED,                No,           None),
+            ClusterConf =>          rule!("clusterconf",     R,  IDENTIFIED,                No,           None),
+            ResVal { .. } =>        rule!("resval",          R,  IDENTIFIED,                No,           None),
+            UpdateResvals { .. } => rule!("update_resvals",  W,  ADMIN | WORKER,            OwnHost,      Some(S::Worker)),
+            UpdateJusage { .. } =>  rule!("update_jusage",   W,  ADMIN | WORKER,            JobOnOwnHost, Some(S::Worker)),
+            RunTask { .. } =>       rule!("runtask",         W,  ADMIN,                     No,           None),
+            SetPendReason { .. } => rule!("set_pend_reason", W,  ADMIN | SCHEDULER,         No,           Some(S::Scheduler)),
+            ClearReason { .. } =>   rule!("clear_reason",    W,  ADMIN | SCHEDULER,         No,           Some(S::Scheduler)),
+            Notify(_) =>            rule!("notify",          Ff, ADMIN | WORKER,            JobOnOwnHost, Some(S::Worker)),
+            Heartbeat { .. } =>     rule!("heartbeat",       Ff, ADMIN | WORKER,            OwnHost,      Some(S::Worker)),
+            Nop =>                  rule!("nop",             Ff, ANYONE,                    No,           None),
+            WaitPrimary { .. } =>   rule!("waitPrimary",     Probe, ANYONE,                 No,           None),
+            JobListPage(_) =>       rule!("joblist_page",    R,  IDENTIFIED,                No,           None),
+        };
+        r
     }
 
-    /// The op's name as in protocol.md (for logs and error reports).
+    /// The op's category (read, write, fire-and-forget, probe), from [`Op::rule`].
+    pub fn kind(&self) -> OpKind {
+        self.rule().kind
+    }
+
+    /// The op's name as in protocol.md (for logs and error reports), from [`Op::rule`].
     pub fn name(&self) -> &'static str {
-        use Op::*;
-        match self {
-            Hello(_) => "hello",
-            Join(_) => "join",
-            JobList(_) => "joblist",
-            JobInfo { .. } => "jobinfo",
-            JobSubmit(_) => "jobsubmit",
-            JobDispatch { .. } => "jobdispatch",
-            JobCtrl { .. } => "jobctrl",
-            QueueCtrl { .. } => "queuectrl",
-            HostCtrl { .. } => "hostctrl",
-            ResList => "reslist",
-            WorkerList => "workerlist",
-            ClusterConf => "clusterconf",
-            ResVal { .. } => "resval",
-            UpdateResvals { .. } => "update_resvals",
-            UpdateJusage { .. } => "update_jusage",
-            RunTask { .. } => "runtask",
-            SetPendReason { .. } => "set_pend_reason",
-            ClearReason { .. } => "clear_reason",
-            Notify(_) => "notify",
-            Heartbeat { .. } => "heartbeat",
-            Nop => "nop",
-            WaitPrimary { .. } => "waitPrimary",
-            JobListPage(_) => "joblist_page",
-        }
+        self.rule().name
     }
 }
 

@@ -286,6 +286,7 @@ pub fn request(seq: u64, op: Op) -> Request {
         request_id: seq.wrapping_mul(10),
         no_reply: seq % 2 == 0,
         op,
+        auth_token: String::new(),
     }
 }
 
@@ -508,6 +509,7 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
             request_id,
             no_reply,
             op,
+            auth_token: String::new(),
         })
 }
 

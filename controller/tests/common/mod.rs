@@ -14,6 +14,12 @@ use std::time::{Duration, Instant};
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_xce-controller");
+/// The controller under test: `$XCE_CONTROLLER` (e.g. an older build, to show a test failing
+/// before a fix), else this package's binary.
+pub fn bin() -> String {
+    std::env::var("XCE_CONTROLLER").unwrap_or_else(|_| BIN.to_string())
+}
+
 /// Upper bound for a fresh cluster to elect and serve.
 pub const STARTUP: Duration = Duration::from_secs(20);
 /// Per-request socket timeout of the test client.
@@ -78,12 +84,17 @@ impl Ctrl {
             .append(true)
             .open(self.log_path(id))
             .unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(bin())
             .arg("run")
             .args(["--id", &id.to_string(), "--cluster", &self.spec])
             .arg("--data")
             .arg(self.dir.path().join(format!("data-{id}")))
-            .args(&self.extra)
+            // `{id}` in an extra flag is this node's id (per-node certificate files).
+            .args(
+                self.extra
+                    .iter()
+                    .map(|a| a.replace("{id}", &id.to_string())),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -272,6 +283,7 @@ impl Client {
             request_id,
             no_reply: false,
             op,
+            auth_token: String::new(),
         }
     }
 
@@ -397,4 +409,205 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
     p
+}
+
+/// The raft port's wire format, as `net.rs` speaks it: a 4-byte big-endian length, then the
+/// message in postcard. The controller's own types stay inside it; the variants here encode
+/// the same bytes (postcard writes an enum variant as its index, and an append without
+/// entries does not depend on the entry type).
+pub mod raft_wire {
+    use std::io::{Read, Write};
+
+    use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
+    use serde::{Deserialize, Serialize};
+
+    openraft::declare_raft_types!(
+        /// Stand-in type configuration for appends without entries.
+        pub TestConfig:
+            D = String,
+            R = String,
+            NodeId = u64,
+            Node = openraft::BasicNode,
+            SnapshotData = std::io::Cursor<Vec<u8>>,
+    );
+
+    #[derive(Serialize)]
+    pub enum RpcRequest {
+        Append(AppendEntriesRequest<TestConfig>),
+        Vote(VoteRequest<u64>),
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[allow(clippy::large_enum_variant)]
+    pub enum RpcReply {
+        Append(Result<AppendEntriesResponse<u64>, openraft::error::RaftError<u64>>),
+        Vote(Result<VoteResponse<u64>, openraft::error::RaftError<u64>>),
+    }
+
+    /// One framed message.
+    pub fn frame(req: &RpcRequest) -> Vec<u8> {
+        let body = postcard::to_stdvec(req).unwrap();
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Sends `req` and reads one reply on `s`.
+    pub fn call<S: Read + Write>(s: &mut S, req: &RpcRequest) -> std::io::Result<RpcReply> {
+        s.write_all(&frame(req))?;
+        s.flush()?;
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len)?;
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body)?;
+        postcard::from_bytes(&body).map_err(std::io::Error::other)
+    }
+
+    /// A vote request from `candidate` in `term` with a log far ahead of anyone's.
+    pub fn vote(term: u64, candidate: u64) -> RpcRequest {
+        use openraft::{CommittedLeaderId, LogId, Vote};
+        RpcRequest::Vote(VoteRequest::<u64>::new(
+            Vote::new(term, candidate),
+            Some(LogId::new(
+                CommittedLeaderId::new(term, candidate),
+                1_000_000,
+            )),
+        ))
+    }
+
+    /// An append (no entries) from a committed leader `leader` of `term`, committing up to
+    /// index 1,000,000: a follower that took it would adopt the term and the leader.
+    pub fn append(term: u64, leader: u64) -> RpcRequest {
+        use openraft::{CommittedLeaderId, LogId, Vote};
+        let mut v = Vote::new(term, leader);
+        v.commit();
+        RpcRequest::Append(AppendEntriesRequest {
+            vote: v,
+            prev_log_id: None,
+            leader_commit: Some(LogId::new(CommittedLeaderId::new(term, leader), 1_000_000)),
+            entries: Vec::new(),
+        })
+    }
+}
+
+/// A blocking TLS 1.3 client stream to `addr`, trusting `ca` (PEM), presenting `cert`/`key`
+/// when given, verifying the server as `server_name`. The handshake is completed (from the
+/// client's side: a server that refuses the client certificate says so on the first read).
+pub fn tls_stream(
+    addr: &str,
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+    server_name: &str,
+) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    use std::sync::Arc;
+    let pem = |p: &Path| std::io::BufReader::new(std::fs::File::open(p).unwrap());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut pem(ca)) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let b = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots);
+    let cfg = match identity {
+        None => b.with_no_client_auth(),
+        Some((c, k)) => {
+            let certs: Vec<_> = rustls_pemfile::certs(&mut pem(c))
+                .map(|c| c.unwrap())
+                .collect();
+            let key = rustls_pemfile::private_key(&mut pem(k)).unwrap().unwrap();
+            b.with_client_auth_cert(certs, key).unwrap()
+        }
+    };
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).map_err(std::io::Error::other)?;
+    let tcp = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
+    tcp.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(s)
+}
+
+/// A test client of the client port over TLS with an identity (`DIR/NAME.pem/.key`).
+pub fn tls_client(addr: &str, dir: &Path, identity: Option<&str>) -> Client {
+    try_tls_client(addr, dir, identity).unwrap_or_else(|e| panic!("TLS to {addr}: {e}"))
+}
+
+/// [`tls_client`], or why not.
+pub fn try_tls_client(addr: &str, dir: &Path, identity: Option<&str>) -> std::io::Result<Client> {
+    let id = identity.map(|n| (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key"))));
+    let s = tls_stream(
+        addr,
+        &dir.join("ca.pem"),
+        id.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+        "127.0.0.1",
+    )?;
+    let tcp = s.sock.try_clone()?;
+    Ok(Client::over(Box::new(s), tcp))
+}
+
+/// The primary of a TLS cluster, asked as `identity` (certificates in `dir`).
+pub fn wait_tls_primary(ctrl: &Ctrl, dir: &Path, identity: &str) -> u64 {
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        let p = ctrl.clients.iter().find_map(|(&id, addr)| {
+            let mut c = try_tls_client(addr, dir, Some(identity)).ok()?;
+            let r = c.try_call(hello()).ok()?;
+            match r.data {
+                ReplyData::CtrlInfo(i) if i.role == ControllerRole::Primary => Some(id),
+                _ => None,
+            }
+        });
+        if let Some(p) = p {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "no primary\n{}", ctrl.all_logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `xce-controller pki local DIR N`: a CA, N node certificates, the local identities.
+pub fn make_pki(dir: &Path, n: u64) {
+    let st = Command::new(bin())
+        .args(["pki", "local"])
+        .arg(dir)
+        .arg(n.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "pki local {}", dir.display());
+}
+
+/// `run` flags of a cluster whose every link has mutual TLS, with certificates in `dir`.
+pub fn tls_flags(dir: &Path) -> Vec<String> {
+    let f = |n: &str| dir.join(n).display().to_string();
+    vec![
+        "--tls-cert".into(),
+        f("xce-node-{id}.pem"),
+        "--tls-key".into(),
+        f("xce-node-{id}.key"),
+        "--tls-client-ca".into(),
+        f("ca.pem"),
+        "--tls-peer-ca".into(),
+        f("ca.pem"),
+        "--token-key".into(),
+        f("token.key"),
+    ]
+}
+
+/// Resident and virtual memory of a process (kB), from /proc.
+pub fn mem_kb(pid: i32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmSize:"))
 }

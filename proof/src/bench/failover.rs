@@ -167,6 +167,7 @@ fn probe_loop(
                 request_id: 0,
                 no_reply: false,
                 op: hello_op(),
+                auth_token: String::new(),
             };
             wire::encode_request(&req, &mut out);
             let sent = Instant::now();

@@ -4,6 +4,7 @@
 //! - [`roundtrip`]: P1 (library vs raw TCP ping-pong) and P2 (the loop vs one bare attempt).
 //! - [`failover`]: P3, P4, P5, P6 (kill -9 the primary under armed clients) and the SVG data.
 //! - [`codec`]: P7; [`footprint`]: P8 (with the counting allocator of [`alloc`]).
+//! - [`security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off).
 //! - [`suspicion`]: P10 (no false suspicion on a healthy primary serving big listings).
 //! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
 
@@ -14,6 +15,7 @@ pub mod footprint;
 pub mod kills;
 pub mod roundtrip;
 pub mod scale;
+pub mod security;
 pub mod stats;
 pub mod suspicion;
 pub mod svg;

@@ -83,6 +83,7 @@ fn request_frame(op: Op) -> Vec<u8> {
         request_id: 0,
         no_reply: false,
         op,
+        auth_token: String::new(),
     };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);
@@ -185,6 +186,7 @@ impl Direct {
             request_id: 0,
             no_reply: false,
             op,
+            auth_token: String::new(),
         };
         let until = Instant::now() + IO_TIMEOUT;
         if !self.conn.usable() {

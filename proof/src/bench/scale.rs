@@ -62,6 +62,12 @@ pub fn submit_rate(masters: &str, contexts: usize, dur: Duration) -> Result<Rate
     let clients: Vec<Client> = (0..contexts)
         .map(|_| lib_client(masters))
         .collect::<Result<_, _>>()?;
+    submit_rate_with(clients, dur)
+}
+
+/// [`submit_rate`] with contexts made by the caller (P15: with TLS and an identity).
+pub fn submit_rate_with(clients: Vec<Client>, dur: Duration) -> Result<Rate, String> {
+    let contexts = clients.len();
     for c in &clients {
         c.hello().map_err(|e| format!("hello: {e}"))?;
     }

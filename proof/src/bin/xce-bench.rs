@@ -17,7 +17,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 const USAGE: &str = "usage: xce-bench [--quick] [--only P1,P3,…] [--svg FILE] [--no-build]
   --quick     fewer samples and kills (about 3 minutes instead of about 15)
-  --only      run only these benchmarks (P1 … P8, P10)
+  --only      run only these benchmarks (P1 … P8, P10, P15)
   --svg FILE  also draw one failover (both policies) to FILE
   --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
 
@@ -40,9 +40,12 @@ fn parse_args() -> Result<Args, String> {
                     let ok = (id.len() == 2
                         && id[..1].eq_ignore_ascii_case("p")
                         && matches!(id.as_bytes()[1], b'1'..=b'8'))
-                        || id.eq_ignore_ascii_case("p10");
+                        || id.eq_ignore_ascii_case("p10")
+                        || id.eq_ignore_ascii_case("p15");
                     if !ok {
-                        return Err(format!("--only: unknown benchmark {id:?} (P1 … P8, P10)"));
+                        return Err(format!(
+                            "--only: unknown benchmark {id:?} (P1 … P8, P10, P15)"
+                        ));
                     }
                     opts.only.push(id.to_ascii_uppercase());
                 }
@@ -181,6 +184,14 @@ fn main() -> ExitCode {
                 }
             }
             Err(e) => fail("P3-P6", e, &mut all),
+        }
+    }
+
+    if opts.wants("P15") {
+        eprintln!("P15 …");
+        match xce_proof::bench::security::run(&opts) {
+            Ok(t) => print(&t, &mut all),
+            Err(e) => fail("P15", e, &mut all),
         }
     }
 

@@ -1,0 +1,501 @@
+//! S15 on the client port (C13), through the library, against real controllers started as
+//! `cluster --tls` starts them (mutual TLS on every link, certificates from
+//! `xce-controller pki local`): a table over ops × identities (each allowed op succeeds or
+//! fails for a domain reason, each refused one is E_XCE_AUTH), the bindings (a user controls
+//! only its own jobs, a worker reports only for its host), tokens for callers without a
+//! certificate, and certificate problems that are terminal at once (E_XCE_TLS) instead of
+//! retried for the whole budget.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use xce::client::{parse_masters, Client, Config, TlsFiles};
+use xce::wire::{
+    roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Join, Notify,
+    NotifyKind, Op, QueueAction, ResVal, SessionRole, Usage,
+};
+use xce::{Error, TlsCause};
+use xce_proof::{controller_bin, Cluster, ClusterOpts};
+
+fn pki(args: &[&str]) -> String {
+    let out = Command::new(controller_bin())
+        .arg("pki")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "pki {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Node flags of a `cluster --tls DIR` cluster.
+fn tls_flags(dir: &Path, tokens: bool) -> Vec<String> {
+    let f = |n: &str| dir.join(n).display().to_string();
+    let mut v = vec![
+        "--tls-cert".into(),
+        f("xce-node-{id}.pem"),
+        "--tls-key".into(),
+        f("xce-node-{id}.key"),
+        "--tls-client-ca".into(),
+        f("ca.pem"),
+        "--tls-peer-ca".into(),
+        f("ca.pem"),
+    ];
+    if tokens {
+        v.extend(["--token-key".into(), f("token.key")]);
+    }
+    v
+}
+
+struct Tls {
+    _dir: tempdir::Dir,
+    path: PathBuf,
+    cluster: Cluster,
+}
+
+mod tempdir {
+    /// A directory removed on drop.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    pub fn new(tag: &str) -> Dir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "xce-sec-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+}
+
+fn tls_cluster(tag: &str, nodes: usize, tokens: bool) -> Tls {
+    let dir = tempdir::new(tag);
+    let path = dir.0.join("pki");
+    pki(&["local", path.to_str().unwrap(), &nodes.to_string()]);
+    pki(&["identity", path.to_str().unwrap(), "worker-host2"]);
+    let cluster = Cluster::start(
+        nodes,
+        ClusterOpts {
+            extra_args: tls_flags(&path, tokens),
+            log_dir: Some(dir.0.join("logs")),
+        },
+    )
+    .expect("cluster");
+    assert!(cluster.wait_listening(Duration::from_secs(20)));
+    Tls {
+        _dir: dir,
+        path,
+        cluster,
+    }
+}
+
+impl Tls {
+    fn files(&self, who: Option<&str>) -> TlsFiles {
+        TlsFiles {
+            ca_file: self.path.join("ca.pem"),
+            cert_file: who.map(|w| self.path.join(format!("{w}.pem"))),
+            key_file: who.map(|w| self.path.join(format!("{w}.key"))),
+        }
+    }
+
+    /// A library client with identity `who` (a certificate; `None`: anonymous).
+    fn client(&self, who: Option<&str>) -> Client {
+        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
+        cfg.tls = Some(self.files(who));
+        cfg.auth_token = Some(String::new());
+        Client::start(cfg).unwrap_or_else(|e| panic!("start as {who:?}: {e}"))
+    }
+
+    /// A library client without a certificate, carrying `token`.
+    fn token_client(&self, token: &str) -> Client {
+        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
+        cfg.tls = Some(self.files(None));
+        cfg.auth_token = Some(token.to_string());
+        Client::start(cfg).unwrap()
+    }
+
+    fn logs(&self) -> String {
+        (1..=self.cluster.nodes.len())
+            .map(|i| {
+                std::fs::read_to_string(self._dir.0.join(format!("logs/node-{i}.log")))
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+}
+
+fn spec(user: &str) -> JobSpec {
+    JobSpec {
+        job_id: xce::client::new_job_id(),
+        name: "s15".into(),
+        user: user.into(),
+        command: "true".into(),
+        ncpus: 1,
+        ..Default::default()
+    }
+}
+
+fn join(role: SessionRole, host: &str) -> Op {
+    Op::Join(Join {
+        role,
+        host: host.into(),
+        ncpus: 4,
+        mem_mb: 1024,
+        attrs: Vec::new(),
+    })
+}
+
+/// The world every case starts from: jobs of alice and bob, one running on host1 and one on
+/// host2, made by admin (who may join as anything).
+struct World {
+    alice_pending: u64,
+    alice_on_host1: u64,
+    bob_on_host2: u64,
+}
+
+fn world(t: &Tls) -> World {
+    let sched = t.client(Some("admin"));
+    sched.call(join(SessionRole::Scheduler, "")).unwrap();
+    for h in ["host1", "host2"] {
+        let w = t.client(Some("admin"));
+        w.call(join(SessionRole::Worker, h)).unwrap();
+    }
+    let admin = t.client(Some("admin"));
+    let alice_pending = admin.jobsubmit(spec("alice")).unwrap();
+    let alice_on_host1 = admin.jobsubmit(spec("alice")).unwrap();
+    let bob_on_host2 = admin.jobsubmit(spec("bob")).unwrap();
+    sched.jobdispatch(alice_on_host1, "host1").unwrap();
+    sched.jobdispatch(bob_on_host2, "host2").unwrap();
+    World {
+        alice_pending,
+        alice_on_host1,
+        bob_on_host2,
+    }
+}
+
+/// One sample of every reply-bearing op (fresh jobs where the op changes one).
+fn sample(op: &str, t: &Tls, w: &World) -> Op {
+    let admin = || t.client(Some("admin"));
+    match op {
+        "hello" => Op::Hello(Default::default()),
+        "join" => join(SessionRole::Client, ""),
+        "joblist" => Op::JobList(JobFilter::default()),
+        "jobinfo" => Op::JobInfo {
+            job_id: w.alice_pending,
+        },
+        "jobsubmit" => Op::JobSubmit(spec("alice")),
+        "jobdispatch" => Op::JobDispatch {
+            job_id: admin().jobsubmit(spec("alice")).unwrap(),
+            host: "host1".into(),
+        },
+        "jobctrl" => Op::JobCtrl {
+            job_id: admin().jobsubmit(spec("alice")).unwrap(),
+            action: JobAction::Kill,
+        },
+        "queuectrl" => Op::QueueCtrl {
+            queue: "normal".into(),
+            action: QueueAction::Open,
+        },
+        "hostctrl" => Op::HostCtrl {
+            host: "host1".into(),
+            action: HostAction::Open,
+        },
+        "reslist" => Op::ResList,
+        "workerlist" => Op::WorkerList,
+        "clusterconf" => Op::ClusterConf,
+        "resval" => Op::ResVal {
+            host: "host1".into(),
+        },
+        "update_resvals" => Op::UpdateResvals {
+            host: "host1".into(),
+            resvals: vec![ResVal {
+                name: "load".into(),
+                value: "0.5".into(),
+            }],
+        },
+        "update_jusage" => Op::UpdateJusage {
+            job_id: w.alice_on_host1,
+            usage: Usage {
+                cpu_ms: 10,
+                mem_kb: 10,
+            },
+        },
+        "runtask" => Op::RunTask {
+            host: "host1".into(),
+            command: "true".into(),
+        },
+        "set_pend_reason" => Op::SetPendReason {
+            job_id: w.alice_pending,
+            reason: "waiting".into(),
+        },
+        "clear_reason" => Op::ClearReason {
+            job_id: w.alice_pending,
+        },
+        "joblist_page" => Op::JobListPage(JobListPage::default()),
+        other => panic!("no sample for {other}"),
+    }
+}
+
+/// S15: every reply-bearing op × every identity. Allowed: success or a domain error; refused:
+/// E_XCE_AUTH. The expectation is written out here, independently of the op table, and the
+/// table is checked against it.
+#[test]
+fn s15_ops_by_identity() {
+    let t = tls_cluster("table", 3, true);
+    let w = world(&t);
+    let a = "admin";
+    let s = "scheduler";
+    let wk = "worker-host1";
+    let u = "user-alice";
+    let n = "anonymous";
+    let all_named: &[&str] = &[a, s, wk, u];
+    #[rustfmt::skip]
+    let table: &[(&str, &[&str])] = &[
+        ("hello",           &[a, s, wk, u, n]),
+        ("join",            &[a, u]), // as a client: a user may; a worker or scheduler only as itself
+        ("joblist",         all_named),
+        ("jobinfo",         all_named),
+        ("jobsubmit",       &[a, u]), // as user alice
+        ("jobdispatch",     &[a, s]),
+        ("jobctrl",         &[a, u]), // alice's own job
+        ("queuectrl",       &[a]),
+        ("hostctrl",        &[a]),
+        ("reslist",         all_named),
+        ("workerlist",      all_named),
+        ("clusterconf",     all_named),
+        ("resval",          all_named),
+        ("update_resvals",  &[a, wk]), // host1
+        ("update_jusage",   &[a, wk]), // a job on host1
+        ("runtask",         &[a]),
+        ("set_pend_reason", &[a, s]),
+        ("clear_reason",    &[a, s]),
+        ("joblist_page",    all_named),
+    ];
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for &(op_name, allowed) in table {
+        for who in [a, s, wk, u, n] {
+            let c = t.client((who != n).then_some(who));
+            let op = sample(op_name, &t, &w);
+            assert_eq!(op.name(), op_name);
+            // The op's session first (protocol.md "Sessions"), as the identity would join.
+            if let Some(role) = op.rule().session {
+                let _ = c.call(join(role, "host1"));
+            }
+            let r = c.call(op.clone());
+            let want_ok = allowed.contains(&who);
+            let got_auth = matches!(r, Err(Error::Auth));
+            cases += 1;
+            if want_ok == got_auth {
+                failures.push(format!("{op_name} as {who}: {r:?}, want allowed={want_ok}"));
+            }
+            // The table of the library says the same.
+            let bit = match who {
+                "admin" => roles::ADMIN,
+                "scheduler" => roles::SCHEDULER,
+                "worker-host1" => roles::WORKER,
+                "user-alice" => roles::USER,
+                _ => roles::ANONYMOUS,
+            };
+            if want_ok && op.rule().roles & bit == 0 {
+                failures.push(format!("op table refuses {op_name} to {who}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{cases} cases:\n{}",
+        failures.join("\n")
+    );
+    eprintln!("{cases} cases of ops x identities as expected");
+    let logs = t.logs();
+    assert!(
+        logs.contains("refused queuectrl") && logs.contains("for user-alice"),
+        "refusals are logged with who and what"
+    );
+}
+
+/// S15: a user controls only its own jobs; a worker reports only for its host; neither changes
+/// queues or hosts. The refused ops leave the state as it was.
+#[test]
+fn s15_bindings() {
+    let t = tls_cluster("bind", 3, true);
+    let w = world(&t);
+    let admin = t.client(Some("admin"));
+    let alice = t.client(Some("user-alice"));
+    let bob = t.client(Some("user-bob"));
+
+    // A user cannot cancel another user's job.
+    assert_eq!(
+        alice.jobctrl(w.bob_on_host2, JobAction::Kill),
+        Err(Error::Auth)
+    );
+    assert_eq!(
+        admin.jobinfo(w.bob_on_host2).unwrap().state,
+        JobState::Run,
+        "bob's job survived alice"
+    );
+    // ... nor submit as another user; a job naming no user is hers; bob kills his own.
+    assert_eq!(alice.jobsubmit(spec("bob")), Err(Error::Auth));
+    let unnamed = alice.jobsubmit(spec("")).unwrap();
+    assert_eq!(admin.jobinfo(unnamed).unwrap().user, "alice");
+    alice.jobctrl(unnamed, JobAction::Kill).unwrap();
+    bob.jobctrl(w.bob_on_host2, JobAction::Kill).unwrap();
+
+    // A worker cannot report for another host.
+    let w1 = t.client(Some("worker-host1"));
+    w1.call(join(SessionRole::Worker, "host1")).unwrap();
+    assert_eq!(
+        w1.call(join(SessionRole::Worker, "host2")).err(),
+        Some(Error::Auth),
+        "worker-host1 joined as host2"
+    );
+    let other = vec![ResVal {
+        name: "load".into(),
+        value: "99".into(),
+    }];
+    assert_eq!(w1.update_resvals("host2", other), Err(Error::Auth));
+    let bob2 = admin.jobsubmit(spec("bob")).unwrap();
+    let sched = t.client(Some("scheduler"));
+    sched.call(join(SessionRole::Scheduler, "")).unwrap();
+    sched.jobdispatch(bob2, "host2").unwrap();
+    let usage = Usage {
+        cpu_ms: 1,
+        mem_kb: 1,
+    };
+    assert_eq!(w1.update_jusage(bob2, usage), Err(Error::Auth));
+    // Fire-and-forget: a notify for a job on host2 is dropped (logged), a notify for its own
+    // job applies.
+    w1.notify(Notify {
+        kind: NotifyKind::JobFinish,
+        job_id: bob2,
+        exit_code: 0,
+    })
+    .unwrap();
+    w1.notify(Notify {
+        kind: NotifyKind::JobFinish,
+        job_id: w.alice_on_host1,
+        exit_code: 0,
+    })
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while admin.jobinfo(w.alice_on_host1).unwrap().state != JobState::Done {
+        assert!(
+            Instant::now() < until,
+            "worker-host1's own notify did not apply"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admin.jobinfo(bob2).unwrap().state, JobState::Run);
+    assert!(t.logs().contains("refused notify"));
+    // Heartbeats: for its own host they count, for another host they are dropped.
+    let beat = |h: &str| {
+        admin
+            .workerlist()
+            .unwrap()
+            .into_iter()
+            .find(|x| x.name == h)
+            .map(|x| x.last_heartbeat)
+            .unwrap()
+    };
+    let (h1, h2) = (beat("host1"), beat("host2"));
+    std::thread::sleep(Duration::from_millis(5));
+    w1.heartbeat("host2").unwrap();
+    w1.heartbeat("host1").unwrap();
+    // The connection serves in order: once this answers, both heartbeats were handled.
+    w1.joblist(JobFilter::default()).unwrap();
+    assert_eq!(beat("host2"), h2, "worker-host1 beat for host2");
+    assert!(
+        beat("host1") > h1,
+        "worker-host1's own heartbeat did not count"
+    );
+
+    // Neither changes queues or hosts.
+    for c in [&alice, &w1] {
+        assert_eq!(c.queuectrl("normal", QueueAction::Close), Err(Error::Auth));
+        assert_eq!(c.hostctrl("host1", HostAction::Close), Err(Error::Auth));
+    }
+    let q = admin.clusterconf().unwrap().queues;
+    assert!(q.iter().all(|q| q.open), "{q:?}");
+}
+
+/// Tokens for callers without a certificate: a good one names its identity and is bound
+/// like a certificate; a forged or expired one is E_XCE_AUTH, terminal.
+#[test]
+fn s15_tokens() {
+    let t = tls_cluster("tokens", 1, true);
+    let dir = t.path.to_str().unwrap();
+    let bob_token = pki(&["token", dir, "user-bob"]);
+    let bob = t.token_client(&bob_token);
+    let mine = bob.jobsubmit(spec("bob")).unwrap();
+    assert_eq!(bob.jobsubmit(spec("alice")), Err(Error::Auth));
+    let alice = t.client(Some("user-alice"));
+    let hers = alice.jobsubmit(spec("alice")).unwrap();
+    assert_eq!(bob.jobctrl(hers, JobAction::Kill), Err(Error::Auth));
+    bob.jobctrl(mine, JobAction::Kill).unwrap();
+    // Forged: the identity changed after signing. Expired: valid 0 days.
+    let forged = bob_token.replace("user-bob", "user-alice");
+    let expired = pki(&["token", dir, "user-bob", "0"]);
+    for (what, tok) in [("forged", forged), ("expired", expired)] {
+        let c = t.token_client(&tok);
+        let start = Instant::now();
+        assert_eq!(
+            c.joblist(JobFilter::default()).err(),
+            Some(Error::Auth),
+            "{what}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: E_XCE_AUTH retried"
+        );
+    }
+    assert!(t.logs().contains("a bad token"));
+    // Anonymous (no certificate, no token): hello yes, anything else no.
+    let anon = t.client(None);
+    anon.hello().unwrap();
+    assert_eq!(anon.joblist(JobFilter::default()).err(), Some(Error::Auth));
+}
+
+/// Issue 19 / C13: a certificate problem is terminal at once and says so — a plaintext client
+/// meeting a TLS port, and a client without a certificate refused by a cluster that wants one —
+/// with the default retry budget (≈ 50 s), not retried for all of it.
+#[test]
+fn certificate_problems_are_terminal() {
+    let t = tls_cluster("terminal", 1, false);
+    // Plaintext to the TLS port.
+    let start = Instant::now();
+    let e = match Client::start(Config::new(parse_masters(&t.cluster.masters()).unwrap())) {
+        Err(e) => e,
+        // start only connects: the first exchange meets the TLS port.
+        Ok(c) => c.hello().unwrap_err(),
+    };
+    eprintln!("plaintext client: {e} after {:?}", start.elapsed());
+    assert_eq!(e, Error::Tls(TlsCause::PeerSpeaksTls));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    // No client certificate where one is required: the controller refuses the handshake.
+    let start = Instant::now();
+    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
+    cfg.tls = Some(t.files(None));
+    let e = match Client::start(cfg) {
+        Err(e) => e,
+        // TLS 1.3: the client may learn of the refusal only at its first read.
+        Ok(c) => c.hello().unwrap_err(),
+    };
+    eprintln!("no certificate: {e} after {:?}", start.elapsed());
+    assert_eq!(e, Error::Tls(TlsCause::RefusedByPeer));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}

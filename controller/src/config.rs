@@ -96,6 +96,8 @@ pub struct NodeOpts {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
+    /// `--metrics ADDR`: serve `/metrics` (C18) on this address.
+    pub metrics: Option<String>,
 }
 
 impl Default for NodeOpts {
@@ -112,6 +114,7 @@ impl Default for NodeOpts {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            metrics: None,
         }
     }
 }
@@ -152,6 +155,7 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--tls-cert" => o.tls_cert = Some(v.into()),
         "--tls-key" => o.tls_key = Some(v.into()),
         "--tls-client-ca" => o.tls_client_ca = Some(v.into()),
+        "--metrics" => o.metrics = Some(v.to_string()),
         _ => return Ok(false),
     }
     Ok(true)

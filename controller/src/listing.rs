@@ -49,6 +49,11 @@ fn unlimited(f: &JobFilter) -> JobFilter {
 }
 
 impl Cursors {
+    /// How many listings are pinned right now (metrics).
+    pub fn len(&self) -> usize {
+        self.pinned.lock().expect("cursors").len()
+    }
+
     fn pin(&self, jobs: imbl::OrdMap<u64, JobRec>, filter: &JobFilter) -> u64 {
         let mut pinned = self.pinned.lock().expect("cursors");
         pinned.retain(|_, p| p.used.elapsed() < CURSOR_IDLE);

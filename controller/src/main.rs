@@ -10,6 +10,7 @@ mod batch;
 mod cluster;
 mod config;
 mod listing;
+mod metrics;
 mod net;
 mod node;
 mod server;
@@ -63,6 +64,8 @@ timing and limits:
   --max-connections N    concurrent client connections (default 1024)
   --snapshot-logs N      snapshot after this many applied entries (default 1000)
   --cluster-name NAME    reported by clusterconf (default xce)
+observability:
+  --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
 Options take their value as the next argument or as --flag=value.";
 
 const CLUSTER_USAGE: &str = "\

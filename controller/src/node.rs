@@ -62,6 +62,14 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let raft_l = TcpListener::bind(&me.raft)
         .await
         .map_err(|e| format!("bind {}: {e}", me.raft))?;
+    let metrics_l = match &args.opts.metrics {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("bind metrics {a}: {e}"))?,
+        ),
+        None => None,
+    };
 
     let o = &args.opts;
     let config = Config {
@@ -111,6 +119,12 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         cursors: Default::default(),
     });
     tokio::spawn(log_cut_off(ctx.clone()));
+    tokio::spawn(crate::metrics::watch_leader(raft.clone()));
+    if let Some(l) = metrics_l {
+        let at = l.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("node {id}: metrics on http://{at}/metrics");
+        tokio::spawn(crate::metrics::serve(l, ctx.clone(), args.data.clone()));
+    }
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {})",

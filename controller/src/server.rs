@@ -95,6 +95,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor
         let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _counted = crate::metrics::connection();
             match tls {
                 None => serve_conn(&ctx, stream, peer).await,
                 Some(acc) => {
@@ -566,7 +567,17 @@ fn command_of(op: &Op) -> Option<Cmd> {
 
 /// Serves one request; `None` when no reply is to be sent (`noReply`).
 async fn handle(ctx: &Ctx, session: &mut Option<Session>, req: Request) -> Option<Reply> {
+    let started = std::time::Instant::now();
     let reply = answer(ctx, session, &req).await;
+    let write = matches!(
+        req.op.kind(),
+        wire::OpKind::Write | wire::OpKind::FireAndForget
+    ) && !matches!(req.op, Op::Nop);
+    crate::metrics::op(
+        req.op.name(),
+        reply.status,
+        write.then(|| started.elapsed()),
+    );
     if req.no_reply {
         if reply.status < 0 {
             eprintln!(

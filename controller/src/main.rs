@@ -10,6 +10,7 @@ mod batch;
 mod cluster;
 mod config;
 mod listing;
+mod logstamp;
 mod metrics;
 mod net;
 mod node;
@@ -84,7 +85,14 @@ fn main() {
         Some("run") if wants_help(&args[1..]) => help(RUN_USAGE),
         Some("cluster") if wants_help(&args[1..]) => help(CLUSTER_USAGE),
         Some("run") => match config::RunArgs::parse(&args[1..]) {
-            Ok(a) => node::run(a),
+            Ok(a) => {
+                let stamper = logstamp::install(&format!("node {}:", a.id));
+                let code = node::run(a);
+                if let Some(s) = stamper {
+                    s.finish();
+                }
+                code
+            }
             Err(e) => usage_error(&e, RUN_USAGE),
         },
         Some("cluster") => match config::ClusterArgs::parse(&args[1..]) {

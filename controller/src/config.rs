@@ -490,4 +490,85 @@ mod tests {
         assert_eq!(r.id, 2);
         assert_eq!(r.opts.heartbeat_ms, 20);
     }
+
+    #[test]
+    fn config_file_then_flags_override_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            r#"
+id = 2
+data = "/var/lib/xce"
+heartbeat_ms = 50
+election_min_ms = 400
+election_max_ms = 800
+metrics = "ctrl2.example:9100"
+[tls]
+cert = "/etc/xce/c.pem"
+key = "/etc/xce/k.pem"
+[[member]]
+id = 1
+client = "ctrl1.example:9991"
+raft = "ctrl1.example:10991"
+[[member]]
+id = 2
+client = "ctrl2.example:9991"
+raft = "ctrl2.example:10991"
+"#,
+        )
+        .unwrap();
+        let args: Vec<String> = ["--config", f.to_str().unwrap(), "--heartbeat-ms", "60"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!(r.id, 2);
+        assert_eq!(r.data, PathBuf::from("/var/lib/xce"));
+        assert_eq!(r.opts.heartbeat_ms, 60, "the flag overrides the file");
+        assert_eq!(r.opts.election_min_ms, 400);
+        assert_eq!(r.opts.metrics.as_deref(), Some("ctrl2.example:9100"));
+        assert_eq!(r.opts.tls_key, Some(PathBuf::from("/etc/xce/k.pem")));
+        assert_eq!(r.spec.nodes[&1].raft, "ctrl1.example:10991");
+        // The command line's --cluster replaces the file's members.
+        let args: Vec<String> = [
+            "--config",
+            f.to_str().unwrap(),
+            "--cluster",
+            "2=127.0.0.1:1/127.0.0.1:2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(RunArgs::parse(&args).unwrap().spec.nodes.len(), 1);
+        std::fs::write(&f, "id = 1\n[[member]]\nid = 1\nclient = \"a:1\"\n").unwrap();
+        let e = RunArgs::parse(&args[..2]).unwrap_err();
+        assert!(e.contains("raft"), "{e}");
+        std::fs::write(&f, "id = [1]\n").unwrap();
+        let e = RunArgs::parse(&args[..2]).unwrap_err();
+        assert!(e.contains("id: want a string, number or boolean"), "{e}");
+    }
+
+    #[test]
+    fn addresses_are_ips_or_host_names() {
+        for ok in [
+            "127.0.0.1:1",
+            "[::1]:9991",
+            "localhost:9991",
+            "ctrl-1.example.org:1",
+        ] {
+            check_addr(ok).unwrap();
+        }
+        for bad in [
+            "localhost",
+            "localhost:0",
+            ":1",
+            "a..b:1",
+            "-a:1",
+            "a_b:1",
+            "h:99999",
+        ] {
+            assert!(check_addr(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -43,14 +43,21 @@ exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage e
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]
+       xce-controller run --config FILE [OPTIONS]
 
 Runs node N of the cluster described by --cluster. Its state (raft log, vote, snapshot) lives
 in DIR, so a killed node restarts and rejoins. SIGTERM or SIGINT stops it.
 
-required:
+  --config FILE          read the options from a TOML file (docs/operations.md): each key is
+                         an option (heartbeat_ms = 30), a table prefixes its keys ([tls] cert),
+                         [[member]] entries (id, client, raft) make --cluster; options given
+                         on the command line override the file
+required (on the command line or in the file):
   --id N                 this node's id (a member of --cluster)
   --cluster SPEC         every member: ID=CLIENT_ADDR/RAFT_ADDR, comma-separated (1..8 nodes),
-                         e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992
+                         e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992;
+                         an address is IP:PORT, [IPv6]:PORT or HOSTNAME:PORT. A restart must
+                         give the membership stored in DIR (a changed address is refused)
   --data DIR             this node's data directory (created if missing)
 TLS (optional; the client port only):
   --tls-cert FILE        server certificate chain (PEM); needs --tls-key
@@ -72,11 +79,13 @@ Options take their value as the next argument or as --flag=value.";
 const CLUSTER_USAGE: &str = "\
 usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [node options]
 
-Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1 and for
-raft on P+i-1+1000 (default P 9991), each with its data in DIR/node-i. Prints each node's
-address and which one is primary; Ctrl-C (or SIGTERM) stops them all.
-Node options are those of `xce-controller run --help` except --id, --cluster and the --tls-*
-options (use run for TLS).";
+Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1, for
+raft on P+i-1+1000 and serves its metrics on http://127.0.0.1:P+i-1+2000/metrics (default
+P 9991), each with its data in DIR/node-i. Prints each node's addresses, which one is
+primary, and when the quorum is lost; Ctrl-C (or SIGTERM) stops them all. Node log lines
+(stderr) carry the UTC time and the node's label.
+Node options are those of `xce-controller run --help` except --id, --cluster, --config,
+--metrics and the --tls-* options (use run for TLS).";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -120,3 +120,160 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
         assert!(!dir.path().join(format!("node-{i}.pid")).exists());
     }
 }
+
+/// Runs the launcher to its end (bounded): (exit code, stdout, stderr).
+fn launch_fails(args: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .arg("cluster")
+        .args(args)
+        .arg("--data")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "launcher still running with {args:?}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_ports_and_timings_are_refused_once_by_the_launcher() {
+    for (args, says) in [
+        (&["--base-port", "0"][..], "--base-port 0"),
+        (&["--base-port", "65000"][..], "--base-port 65000"),
+        (&["--heartbeat-ms", "500"][..], "heartbeat-ms"),
+        (
+            &["--election-min-ms", "300", "--election-max-ms", "300"][..],
+            "election-max-ms",
+        ),
+    ] {
+        let (code, out, err) = launch_fails(args);
+        assert_eq!(code, Some(2), "{args:?}: {out}\n{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.matches("usage:").count(), 1, "{args:?}: {err}");
+        assert!(!out.contains("node 1"), "{args:?} started nodes: {out}");
+    }
+}
+
+/// Reads the launcher's stdout lines on a thread.
+fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(rx: &mpsc::Receiver<String>, what: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains(what) => return l,
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("no line with {what:?}; saw:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+fn http_get(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = loop {
+        let b = free_base(3);
+        if (0..3).all(|i| TcpListener::bind(("127.0.0.1", b + i + 2000)).is_ok()) {
+            break b;
+        }
+    };
+    let log = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["cluster", "--base-port", &base.to_string(), "--data"])
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let rx = lines_of(&mut child);
+    let mut launcher = Launcher(child, Vec::new());
+    let mut pids = Vec::new();
+    for i in 1..=3u16 {
+        let l = wait_line(&rx, &format!("node {i} "), STARTUP);
+        let url = format!("http://127.0.0.1:{}/metrics", base + i - 1 + 2000);
+        assert!(l.contains(&format!("metrics={url}")), "{l}");
+        let pid: i32 = l.split("pid=").nth(1).unwrap().parse().unwrap();
+        pids.push(pid);
+        launcher.1.push(pid);
+    }
+    wait_line(&rx, "primary ", STARTUP);
+    let m = http_get(&format!("127.0.0.1:{}", base + 2000));
+    assert!(
+        m.starts_with("HTTP/1.1 200 OK") && m.contains("xce_raft_term"),
+        "{m}"
+    );
+
+    // Two of three gone: the launcher says so.
+    for &pid in &pids[..2] {
+        // SAFETY: kill(2) on node processes the launcher started for this test.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let l = wait_line(&rx, "quorum lost", Duration::from_secs(10));
+    assert!(l.contains("1 of 3"), "{l}");
+
+    // SAFETY: SIGTERM to the launcher we spawned.
+    unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while launcher.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "launcher did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`.
+    let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let node_lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("cluster:")).collect();
+    assert!(node_lines.len() >= 6, "{err}");
+    for l in node_lines {
+        let (stamp, rest) = l.split_once(' ').unwrap_or_else(|| panic!("{l}"));
+        assert!(
+            stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+            "unstamped line: {l}"
+        );
+        assert!(
+            ["node 1: ", "node 2: ", "node 3: "]
+                .iter()
+                .any(|p| rest.starts_with(p)),
+            "unlabelled line: {l}"
+        );
+    }
+}

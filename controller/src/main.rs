@@ -17,6 +17,7 @@ mod node;
 mod server;
 mod snapshot;
 mod state;
+mod status;
 mod store;
 mod tls;
 mod types;
@@ -37,6 +38,7 @@ The reference HA controller of libxce (docs/controller.md).
 commands:
   run       run one node of a cluster
   cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
+  status    print the cluster at a glance: each member's role, term, progress; the primary
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
 exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
@@ -76,6 +78,18 @@ observability:
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
 Options take their value as the next argument or as --flag=value.";
 
+const STATUS_USAGE: &str = "\
+usage: xce-controller status --masters HOST:PORT,... [--timeout-ms N]
+
+Asks every master (their client addresses) at once and prints one line per member: its id,
+role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
+it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
+since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
+Exit status 0 with a primary, 1 without one, 2 on a usage error.
+
+  --masters LIST         the controllers' client addresses, comma-separated
+  --timeout-ms N         bound on asking one master (default 2000)";
+
 const CLUSTER_USAGE: &str = "\
 usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [node options]
 
@@ -104,6 +118,11 @@ fn main() {
             }
             Err(e) => usage_error(&e, RUN_USAGE),
         },
+        Some("status") if wants_help(&args[1..]) => help(STATUS_USAGE),
+        Some("status") => match status::StatusArgs::parse(&args[1..]) {
+            Ok(a) => status::status(a),
+            Err(e) => usage_error(&e, STATUS_USAGE),
+        },
         Some("cluster") => match config::ClusterArgs::parse(&args[1..]) {
             Ok(a) => cluster::cluster(a),
             Err(e) => usage_error(&e, CLUSTER_USAGE),
@@ -112,6 +131,7 @@ fn main() {
             None => help(USAGE),
             Some("run") => help(RUN_USAGE),
             Some("cluster") => help(CLUSTER_USAGE),
+            Some("status") => help(STATUS_USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {

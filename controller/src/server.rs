@@ -605,10 +605,11 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, req: &Request) -> Repl
     {
         let exclude = (!exclude_host.is_empty() && *exclude_port != 0)
             .then_some((exclude_host.as_str(), *exclude_port));
-        return Reply::ok(
-            seq,
-            ReplyData::CtrlInfo(wait_primary(ctx, *timeout_ms, exclude).await),
-        );
+        let mut info = wait_primary(ctx, *timeout_ms, exclude).await;
+        if *timeout_ms == 0 {
+            crate::status::progress(ctx, &mut info).await;
+        }
+        return Reply::ok(seq, ReplyData::CtrlInfo(info));
     }
     // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
     if !ctx.serving_leader() {

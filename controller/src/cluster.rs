@@ -78,7 +78,8 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         let pid_file = args.data.join(format!("node-{i}.pid"));
         std::fs::write(&pid_file, format!("{pid}\n"))
             .map_err(|e| format!("{}: {e}", pid_file.display()))?;
-        println!("node {i} client={client} metrics=http://{metrics}/metrics pid={pid}");
+        println!("node {i} client={client} pid={pid}");
+        println!("metrics {i} http://{metrics}/metrics");
         nodes.push(NodeProc {
             id: i,
             client,

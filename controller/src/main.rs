@@ -95,8 +95,8 @@ usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [node optio
 
 Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1, for
 raft on P+i-1+1000 and serves its metrics on http://127.0.0.1:P+i-1+2000/metrics (default
-P 9991), each with its data in DIR/node-i. Prints each node's addresses, which one is
-primary, and when the quorum is lost; Ctrl-C (or SIGTERM) stops them all. Node log lines
+P 9991), each with its data in DIR/node-i. Prints `node I client=ADDR pid=PID` and
+`metrics I URL` for each node, `primary I term T` at every change, and when the quorum is lost; Ctrl-C (or SIGTERM) stops them all. Node log lines
 (stderr) carry the UTC time and the node's label.
 Node options are those of `xce-controller run --help` except --id, --cluster, --config,
 --metrics and the --tls-* options (use run for TLS).";

@@ -231,9 +231,10 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
     let mut pids = Vec::new();
     for i in 1..=3u16 {
         let l = wait_line(&rx, &format!("node {i} "), STARTUP);
-        let url = format!("http://127.0.0.1:{}/metrics", base + i - 1 + 2000);
-        assert!(l.contains(&format!("metrics={url}")), "{l}");
         let pid: i32 = l.split("pid=").nth(1).unwrap().parse().unwrap();
+        let m = wait_line(&rx, &format!("metrics {i} "), STARTUP);
+        let url = format!("http://127.0.0.1:{}/metrics", base + i - 1 + 2000);
+        assert_eq!(m, format!("metrics {i} {url}"));
         pids.push(pid);
         launcher.1.push(pid);
     }

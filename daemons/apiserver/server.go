@@ -52,11 +52,19 @@ type UsageJSON struct {
 	MemKB uint64 `json:"mem_kb"`
 }
 
+// unixMs is t in Unix milliseconds, 0 for the zero time (the API's JSON keeps numbers).
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
 func jobJSON(j xce.Job) JobJSON {
 	return JobJSON{ID: j.ID, Name: j.Name, User: j.User, Queue: j.Queue, Command: j.Command,
-		NCPUs: j.NCPUs, MemMB: j.MemMB, State: xce.JobStateName(j.State),
-		PendReason: j.PendReason, ExecHost: j.ExecHost, SubmitTime: j.SubmitTime,
-		StartTime: j.StartTime, EndTime: j.EndTime, ExitCode: j.ExitCode,
+		NCPUs: j.NCPUs, MemMB: j.MemMB, State: j.State.String(),
+		PendReason: j.PendReason, ExecHost: j.ExecHost, SubmitTime: unixMs(j.SubmitTime),
+		StartTime: unixMs(j.StartTime), EndTime: unixMs(j.EndTime), ExitCode: j.ExitCode,
 		Usage: UsageJSON{CPUMs: j.Usage.CPUMs, MemKB: j.Usage.MemKB}}
 }
 
@@ -89,7 +97,7 @@ func (s *server) routes() http.Handler {
 		for _, h := range hosts {
 			out = append(out, map[string]any{"name": h.Name, "state": xce.HostStateName(h.State),
 				"ncpus": h.NCPUs, "mem_mb": h.MemMB, "njobs": h.NJobs, "attrs": h.Attrs,
-				"last_heartbeat": h.LastHeartbeat})
+				"last_heartbeat": unixMs(h.LastHeartbeat)})
 		}
 		return map[string]any{"workers": out}, nil
 	}))
@@ -284,7 +292,7 @@ func sameJob(j xce.Job, spec xce.JobSpec) bool {
 
 func stateBit(name string) (uint32, bool) {
 	for st := xce.JobPend; st <= xce.JobExit; st++ {
-		if strings.EqualFold(name, xce.JobStateName(st)) {
+		if strings.EqualFold(name, st.String()) {
 			return 1 << uint(st), true
 		}
 	}

@@ -571,4 +571,15 @@ raft = "ctrl2.example:10991"
             assert!(check_addr(bad).is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let f = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy/controller-1.toml");
+        let args: Vec<String> = vec!["--config".into(), f.into()];
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!((r.id, r.spec.nodes.len()), (1, 3));
+        assert_eq!(r.spec.nodes[&3].client, "ctrl3.example.org:9991");
+        assert_eq!(r.opts.metrics.as_deref(), Some("0.0.0.0:9100"));
+        assert_eq!(r.data, PathBuf::from("/var/lib/xce-controller"));
+    }
 }

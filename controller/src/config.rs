@@ -574,7 +574,10 @@ raft = "ctrl2.example:10991"
 
     #[test]
     fn the_documented_example_parses() {
-        let f = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy/controller-1.toml");
+        let f = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/deploy/controller-1.toml"
+        );
         let args: Vec<String> = vec!["--config".into(), f.into()];
         let r = RunArgs::parse(&args).unwrap();
         assert_eq!((r.id, r.spec.nodes.len()), (1, 3));

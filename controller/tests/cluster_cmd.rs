@@ -121,37 +121,44 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
     }
 }
 
-/// Runs the launcher to its end (bounded): (exit code, stdout, stderr).
+/// Runs the launcher to its end (bounded): (exit code, stdout, stderr). In its own process
+/// group, killed whole (with any node it started) if it does not end in time.
 fn launch_fails(args: &[&str]) -> (Option<i32>, String, String) {
+    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
+    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
     let mut child = Command::new(BIN)
         .arg("cluster")
         .args(args)
         .arg("--data")
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .arg(dir.path().join("data"))
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .process_group(0)
         .spawn()
         .unwrap();
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+            // SAFETY: kill(2) on the process group of the launcher this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
             panic!(
                 "launcher still running with {args:?}:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                read(&out_path),
+                read(&err_path)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    };
+    // Nodes it may have started (old behaviour) go with it.
+    // SAFETY: as above; harmless if the group is gone.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    (code, read(&out_path), read(&err_path))
 }
 
 #[test]

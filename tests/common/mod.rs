@@ -209,6 +209,10 @@ pub fn sample_datas() -> Vec<ReplyData> {
             version: "xce-controller 0.1.0".into(),
             protocol_version: PROTOCOL_VERSION,
             waiters: 12,
+            last_log_index: 41,
+            committed_index: 40,
+            applied_index: 39,
+            last_contact_ms: -1,
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -627,6 +631,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         text(),
         any::<u32>(),
         any::<u32>(),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
     )
         .prop_map(
             |(
@@ -639,6 +644,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 version,
                 protocol_version,
                 waiters,
+                (last_log_index, committed_index, applied_index, last_contact_ms),
             )| {
                 ControllerInfo {
                     id,
@@ -650,6 +656,10 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     version,
                     protocol_version,
                     waiters,
+                    last_log_index,
+                    committed_index,
+                    applied_index,
+                    last_contact_ms,
                 }
             },
         );

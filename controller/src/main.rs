@@ -85,6 +85,7 @@ Asks every master (their client addresses) at once and prints one line per membe
 role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
 it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
 since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
+Members the primary knows that LIST leaves out are asked and shown too.
 Exit status 0 with a primary, 1 without one, 2 on a usage error.
 
   --masters LIST         the controllers' client addresses, comma-separated

@@ -104,6 +104,31 @@ pub struct Row {
 
 /// Asks one master an immediate `waitPrimary`, bounded by `timeout`.
 pub async fn ask(addr: String, timeout: Duration) -> Result<ControllerInfo, String> {
+    let op = Op::WaitPrimary {
+        timeout_ms: 0,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    };
+    match request(addr, op, timeout).await? {
+        ReplyData::CtrlInfo(i) => Ok(i),
+        _ => Err("an answer without controller info".into()),
+    }
+}
+
+/// The members the primary at `addr` knows (`clusterconf`), as client addresses.
+async fn members(addr: String, timeout: Duration) -> Vec<String> {
+    match request(addr, Op::ClusterConf, timeout).await {
+        Ok(ReplyData::ClusterConf(cc)) => cc
+            .controllers
+            .iter()
+            .map(|c| format!("{}:{}", c.host, c.port))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One request on a fresh connection, bounded by `timeout`: the reply's data, or why not.
+async fn request(addr: String, op: Op, timeout: Duration) -> Result<ReplyData, String> {
     let work = async {
         let target = crate::config::resolve(&addr).await?;
         let mut s = TcpStream::connect(&target[..])
@@ -114,11 +139,7 @@ pub async fn ask(addr: String, timeout: Duration) -> Result<ControllerInfo, Stri
             client_id: [0; 16],
             request_id: 0,
             no_reply: false,
-            op: Op::WaitPrimary {
-                timeout_ms: 0,
-                exclude_host: String::new(),
-                exclude_port: 0,
-            },
+            op,
         };
         let mut out = Vec::new();
         wire::encode_request(&req, &mut out);
@@ -132,8 +153,8 @@ pub async fn ask(addr: String, timeout: Duration) -> Result<ControllerInfo, Stri
                     let rep = wire::decode_reply(&buf[..n], &limits)
                         .map_err(|e| format!("bad reply: {e}"))?;
                     return match rep.data {
-                        ReplyData::CtrlInfo(i) => Ok(i),
-                        _ => Err(format!("status {} without controller info", rep.status)),
+                        ReplyData::None => Err(format!("status {}", rep.status)),
+                        d => Ok(d),
                     };
                 }
                 Err(e) => return Err(format!("bad reply: {e}")),
@@ -249,14 +270,43 @@ pub fn status(args: StatusArgs) -> i32 {
     let rows = rt.block_on(async {
         let asks = args.masters.iter().map(|a| ask(a.clone(), args.timeout));
         let answers = futures_join(asks.collect()).await;
-        args.masters
+        let mut rows = args
+            .masters
             .iter()
             .zip(answers)
             .map(|(a, info)| Row {
                 addr: a.clone(),
                 info,
             })
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        // Members the primary knows that the list left out are shown (and counted) too.
+        let primary = rows.iter().find(|r| {
+            r.info
+                .as_ref()
+                .is_ok_and(|i| i.role == ControllerRole::Primary)
+        });
+        if let Some(p) = primary {
+            let known: Vec<String> = rows.iter().map(|r| r.addr.clone()).collect();
+            let missing: Vec<String> = members(p.addr.clone(), args.timeout)
+                .await
+                .into_iter()
+                .filter(|m| !known.contains(m))
+                .collect();
+            let answers = futures_join(
+                missing
+                    .iter()
+                    .map(|a| ask(a.clone(), args.timeout))
+                    .collect(),
+            )
+            .await;
+            rows.extend(
+                missing
+                    .into_iter()
+                    .zip(answers)
+                    .map(|(addr, info)| Row { addr, info }),
+            );
+        }
+        rows
     });
     let (text, ok) = render(&rows);
     print!("{text}");

@@ -78,6 +78,14 @@ fn status_shows_members_primary_and_no_quorum() {
         );
     }
 
+    // A list that leaves a member out: the primary names it, and it is shown too.
+    let (code, out) = status(&ctrl.clients[&p]);
+    assert_eq!(code, Some(0), "{out}");
+    for a in ctrl.clients.values() {
+        row(&out, a);
+    }
+    assert!(out.contains("3 of 3 members answer"), "{out}");
+
     // Two of three gone: no quorum, said clearly, exit 1; the dead ones are unreachable.
     let dead: Vec<u64> = [1, 2, 3].into_iter().filter(|&i| i != p).collect();
     ctrl.kill9(p);

@@ -24,6 +24,7 @@ before=$(cd "$repo" && git status --porcelain --untracked-files=all 2>/dev/null 
 "$repo/scripts/install.sh" rel/prefix || { echo "FAIL: install.sh"; exit 1; }
 p=$work/elsewhere/rel/prefix
 check "installed under the caller's relative prefix" '[ -f "$p/lib/libxce.so.0.1.0" ] && [ -f "$p/include/xce/xce.h" ] && [ -x "$p/bin/xce_test" ]'
+check "xce-controller and its manual page installed" '[ -x "$p/bin/xce-controller" ] && "$p/bin/xce-controller" --version | grep -q "^xce-controller 0\." && grep -q "^\.TH XCE-CONTROLLER 1" "$p/share/man/man1/xce-controller.1"'
 check "nothing written into the checkout" '[ ! -e "$repo/rel" ] && [ "$(cd "$repo" && git status --porcelain --untracked-files=all 2>/dev/null | sort)" = "$before" ]'
 check "symlinks by soname" '[ "$(readlink "$p/lib/libxce.so.0")" = libxce.so.0.1.0 ] && [ "$(readlink "$p/lib/libxce.so")" = libxce.so.0 ]'
 sec_so=$(readelf -S "$p/lib/libxce.so.0.1.0"); sec_dbg=$(readelf -S "$p/lib/.debug/libxce.so.0.1.0.debug")
@@ -32,6 +33,7 @@ size=$(stat -c %s "$p/lib/libxce.so.0.1.0")
 echo "installed libxce.so: $size bytes"
 check "the .so is small (< 6 MB)" '[ "$size" -lt 6000000 ]'
 check "xce.pc: Libs.private from rustc" 'grep -q "^Libs.private: .*-lpthread" "$p/lib/pkgconfig/xce.pc"'
+check "xce.pc: the static unwinder (-lgcc_eh), not -lgcc_s" 'grep -q "^Libs.private: .*-lgcc_eh" "$p/lib/pkgconfig/xce.pc" && ! grep -q -- "-lgcc_s" "$p/lib/pkgconfig/xce.pc"'
 
 # 2. Exports.
 check "exports = header, all XCE_0.1" '"$repo/scripts/check-exports.sh" "$p/lib/libxce.so.0.1.0"'
@@ -46,6 +48,8 @@ check "C example, dynamic" 'cc -std=c11 -Wall -Wextra -Werror $cflags "$ex/hello
 # shellcheck disable=SC2086
 check "C example, static" 'cc -std=c11 -Wall -Wextra -Werror $cflags "$ex/hello.c" $static -o hello_static'
 # shellcheck disable=SC2086
+check "C example, fully static (-static)" 'cc -std=c11 -static $cflags "$ex/hello.c" $static -o hello_full_static 2>full_static.err && [ -z "$(readelf -d hello_full_static 2>/dev/null | grep NEEDED)" ]'
+# shellcheck disable=SC2086
 check "C++ example, dynamic" 'c++ -std=c++17 -Wall -Wextra -Werror $cflags "$ex/jobs.cpp" $libs -Wl,-rpath,"$p/lib" -o jobs_dyn'
 # shellcheck disable=SC2086
 check "C++ example, static" 'c++ -std=c++17 -Wall -Wextra -Werror $cflags "$ex/jobs.cpp" $static -o jobs_static'
@@ -59,7 +63,7 @@ if [ -x "$controller" ]; then
   start_single_node "$controller" || exit 1
   trap 'kill "$node_pid" 2>/dev/null; wait "$node_pid" 2>/dev/null; rm -rf "$node_dir"; cleanup_work' EXIT
   export XCE_MAX_RETRIES=40      # the node needs a moment to elect itself
-  for b in hello_dyn hello_static; do
+  for b in hello_dyn hello_static hello_full_static; do
     out=$(timeout 60 "./$b" "127.0.0.1:$port" 2>&1)
     check "$b runs: $out" '[ $? -eq 0 ] && grep -q "^controller 1 answered" <<<"$out"'
   done

@@ -20,6 +20,9 @@
 #include <xce/xce.h>
 
 #define EXIT_USAGE 2
+/* Longest command accepted, in bytes. A longer one is refused whole and never cut short: a
+ * job command cut at a buffer's end would run as something else. */
+#define MAX_LINE 4095
 
 static const char USAGE[] =
     "usage: xce_test [-e] [-m MASTERS] [-c \"CMD; CMD...\"] [--ca F [--cert F --key F]]\n"
@@ -481,16 +484,24 @@ static int run(char *line) {
     return 0;
 }
 
+/* An input line or command over MAX_LINE bytes: said, counted as a failed command, not run. */
+static void too_long(const char *what, size_t len) {
+    printf("%s of %zu bytes refused: longer than %d bytes (not run)\n", what, len, MAX_LINE);
+    fflush(stdout);
+    g_errors++;
+}
+
 /* Runs the commands of one string, separated by ';' (the -c form). Returns 1 on quit. */
 static int run_string(const char *cmds, int errexit) {
     char *copy = strdup(cmds), *save = NULL;
     int quit = 0;
     if (!copy) return 1;
     for (char *c = strtok_r(copy, ";", &save); c && !quit; c = strtok_r(NULL, ";", &save)) {
-        char line[4096];
-        snprintf(line, sizeof line, "%s", c);
         int before = g_errors;
-        quit = run(line);
+        if (strlen(c) > MAX_LINE)
+            too_long("command", strlen(c));
+        else
+            quit = run(c);
         if (errexit && g_errors > before) quit = 1;
     }
     free(copy);
@@ -565,8 +576,9 @@ int main(int argc, char **argv) {
         memcpy(files[f].to, files[f].from, strlen(files[f].from) + 1);
     }
     int quit = 0;
+    if (masters && strlen(masters) > MAX_LINE - 12) return bad_usage("-m: the list is too long");
     if (masters) {
-        char line[4096];
+        char line[MAX_LINE + 1];
         snprintf(line, sizeof line, "set masters %s", masters);
         quit = run(line) || g_errors;
         if (!quit) {
@@ -578,17 +590,27 @@ int main(int argc, char **argv) {
         run_string(commands, errexit);
     } else if (!quit) {
         int prompt = in == stdin && isatty(0);
-        char line[4096];
-        for (;;) {
+        char *line = NULL;
+        size_t cap = 0;
+        for (unsigned long n = 1;; n++) {
             if (prompt) {
                 printf("xce> ");
                 fflush(stdout);
             }
-            if (!fgets(line, sizeof line, in)) break;
+            ssize_t len = getline(&line, &cap, in);
+            if (len < 0) break;
             int before = g_errors;
-            if (run(line)) break;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if ((size_t)len > MAX_LINE) {
+                char what[64];
+                snprintf(what, sizeof what, "line %lu", n);
+                too_long(what, (size_t)len);
+            } else if (run(line)) {
+                break;
+            }
             if (errexit && g_errors > before) break;
         }
+        free(line);
     }
     xcecli_stop(g_ctx);
     if (in != stdin) fclose(in);

@@ -54,5 +54,18 @@ done
 err=$(XCE_MAX_RETRIES=3 XCE_LOG=warn "$xce_test" -c "set masters 127.0.0.1:$port; client" 2>&1 >/dev/null)
 check "good values: no warning" '! grep -q "ignoring XCE_" <<<"$err"'
 
+# Over-long input is refused whole, never cut short and run in pieces (a 10 KB line).
+long=$(python3 -c 'print("jobsub big " + "x" * 10240 + " help")')
+printf '%s\nhelp\n' "$long" >"$script"
+out=$("$xce_test" "$script"); rc=$?
+check "a 10 KB script line is refused (exit 1), the next line runs" '[ $rc -eq 1 ] && grep -q "^line 1 of 10256 bytes refused: longer than 4095 bytes (not run)$" <<<"$out" && grep -q "^commands:" <<<"$out"'
+check "nothing of the long line ran" '! grep -q "unknown command\|^jobsub" <<<"$out"'
+out=$("$xce_test" -e "$script"); rc=$?
+check "-e stops at a refused line" '[ $rc -eq 1 ] && ! grep -q "^commands:" <<<"$out"'
+out=$("$xce_test" -c "$long; help"); rc=$?
+check "-c: a 10 KB command is refused, the next runs" '[ $rc -eq 1 ] && grep -q "^command of 10256 bytes refused" <<<"$out" && grep -q "^commands:" <<<"$out" && ! grep -q "unknown command" <<<"$out"'
+out=$(printf '%s\n' "$long" | "$xce_test" -); rc=$?
+check "stdin: refused too" '[ $rc -eq 1 ] && grep -q "^line 1 of 10256 bytes refused" <<<"$out"'
+
 [ $fails -eq 0 ] || { echo "xce_test offline: $fails FAILED"; exit 1; }
 echo "xce_test offline: ok"

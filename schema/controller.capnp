@@ -318,6 +318,12 @@ struct ControllerInfo {
   protocolVersion @7 :UInt32;
   waiters @8 :UInt32;      # waitPrimary answers: clients waiting on this node right now. A
                            # crowd told of a new primary at once spreads its reconnects by it.
+  # Progress, filled only in an immediate waitPrimary answer (timeoutMs 0, as `status` asks):
+  lastLogIndex @9 :UInt64;   # the last entry in this node's log
+  committedIndex @10 :UInt64; # the last entry it knows committed
+  appliedIndex @11 :UInt64;  # the last entry applied to its job table
+  lastContactMs @12 :Int64;  # ms since its leader's last append arrived (a standby) or since a
+                             # quorum last answered it (the primary); -1: none or unknown
 }
 
 struct ControllerEntry {

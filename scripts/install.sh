@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (or uninstalls) libxce: the shared library with its soname and symbol versions, the
-# static library, the header, a pkg-config file, the xce_test tool and its manual page.
+# static library, the header, a pkg-config file, the xce_test tool, the reference controller
+# xce-controller, and their manual pages.
 # docs/install.md explains every choice; `scripts/install.sh --help` lists the options.
 set -euo pipefail
 caller=$PWD                       # relative paths given by the caller are relative to here
@@ -17,6 +18,7 @@ Builds the release library (cargo decides what is stale), links the installable 
   LIBDIR/.debug/libxce.so.VERSION.debug     (found by gdb through the .gnu_debuglink)
   LIBDIR/libxce.a, LIBDIR/pkgconfig/xce.pc, INCLUDEDIR/xce/xce.h
   BINDIR/xce_test, MANDIR/man1/xce_test.1   (unless --no-tools)
+  BINDIR/xce-controller, MANDIR/man1/xce-controller.1   (unless --no-tools; built in release)
 
 options:
   --prefix DIR      installation prefix (default /usr/local); the positional PREFIX is the same.
@@ -26,8 +28,8 @@ options:
   --bindir DIR      default PREFIX/bin; relative: under PREFIX
   --mandir DIR      default PREFIX/share/man; relative: under PREFIX
   --destdir DIR     stage under DIR (as $DESTDIR does); paths inside files stay PREFIX-based
-  --no-tools        library, header and pkg-config file only
-  --no-build        use the libraries already in target/release (fails if they are missing)
+  --no-tools        library, header and pkg-config file only (no xce_test, no xce-controller)
+  --no-build        use what is already in target/release (fails if it is missing)
   --uninstall       remove exactly what an install with the same options installs, and the
                     directories that leaves empty (never PREFIX itself)
   -h, --help        this text
@@ -73,7 +75,8 @@ dist=target/release/dist
 # What an install puts where (uninstall removes exactly these).
 files=("$libdir/$real" "$libdir/libxce.so.$major" "$libdir/libxce.so" "$libdir/.debug/$real.debug"
        "$libdir/libxce.a" "$libdir/pkgconfig/xce.pc" "$includedir/xce/xce.h")
-[ $tools -eq 0 ] || files+=("$bindir/xce_test" "$mandir/man1/xce_test.1")
+[ $tools -eq 0 ] || files+=("$bindir/xce_test" "$mandir/man1/xce_test.1"
+                            "$bindir/xce-controller" "$mandir/man1/xce-controller.1")
 
 if [ $action = uninstall ]; then
   removed=0
@@ -100,9 +103,15 @@ if [ $build -eq 1 ]; then
   native=$(sed -n 's/.*native-static-libs: //p' <<<"$log" | tail -1)
   [ -n "$native" ] || { echo "$log" >&2; echo "install.sh: rustc did not print native-static-libs" >&2; exit 1; }
   mkdir -p "$dist"; printf '%s\n' "$native" > "$dist/native-static-libs"
+  if [ $tools -eq 1 ]; then
+    cargo build --release -p xce-controller --quiet \
+      || { echo "install.sh: cargo build of xce-controller failed" >&2; exit 1; }
+  fi
 else
   [ -f target/release/libxce.a ] && [ -f "$dist/native-static-libs" ] \
     || { echo "install.sh: --no-build, but no previous build in target/release" >&2; exit 1; }
+  [ $tools -eq 0 ] || [ -x target/release/xce-controller ] \
+    || { echo "install.sh: --no-build, but no target/release/xce-controller (or use --no-tools)" >&2; exit 1; }
   native=$(cat "$dist/native-static-libs")
 fi
 
@@ -120,11 +129,14 @@ strip --strip-unneeded "$dist/$real"
 strip --strip-debug -o "$dist/libxce.a" target/release/libxce.a
 ln -sfn "$real" "$dist/libxce.so.$major"; ln -sfn "libxce.so.$major" "$dist/libxce.so"
 
-# 3. The pkg-config file: paths under ${prefix} when they are, Libs.private from rustc.
+# 3. The pkg-config file: paths under ${prefix} when they are, Libs.private from rustc, with
+#    the static unwinder (-lgcc_eh) for rustc's -lgcc_s: `pkg-config --static` is for static
+#    links, and a fully static one (-static) has no libgcc_s to link.
 rel() { case $1 in "$prefix") echo '${prefix}' ;; "$prefix"/*) echo "\${prefix}/${1#"$prefix"/}" ;; *) echo "$1" ;; esac; }
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$(rel "$libdir")|g" \
     -e "s|@INCLUDEDIR@|$(rel "$includedir")|g" -e "s|@VERSION@|$version|g" \
-    -e "s|@LIBS_PRIVATE@|$native|g" xce.pc.in > "$dist/xce.pc"
+    -e "s|@LIBS_PRIVATE@|$(sed -E 's/(^| )-lgcc_s( |$)/\1-lgcc_eh\2/g' <<<"$native")|g" \
+    xce.pc.in > "$dist/xce.pc"
 
 # 4. xce_test, linked against the library being installed; it finds it relative to itself.
 if [ $tools -eq 1 ]; then
@@ -149,5 +161,7 @@ if [ $tools -eq 1 ]; then
   install -d "$destdir$bindir" "$destdir$mandir/man1"
   install -m 0755 "$dist/xce_test" "$destdir$bindir/xce_test"
   install -m 0644 docs/man/xce_test.1 "$destdir$mandir/man1/xce_test.1"
+  install -m 0755 target/release/xce-controller "$destdir$bindir/xce-controller"
+  install -m 0644 docs/man/xce-controller.1 "$destdir$mandir/man1/xce-controller.1"
 fi
 echo "installed libxce $version into $destdir$prefix (libdir $libdir)"

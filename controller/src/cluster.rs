@@ -75,11 +75,16 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     let mut nodes = Vec::new();
     for i in 1..=args.nodes {
         let client = format!("127.0.0.1:{}", args.base_port + i - 1);
+        let metrics = format!(
+            "127.0.0.1:{}",
+            args.base_port + i - 1 + crate::config::METRICS_PORT_OFFSET
+        );
         let child = Command::new(&exe)
             .arg("run")
             .args(["--id", &i.to_string(), "--cluster", &spec])
             .arg("--data")
             .arg(args.data.join(format!("node-{i}")))
+            .args(["--metrics", &metrics])
             .args(&args.node_flags)
             .args(
                 tls.as_ref()
@@ -95,6 +100,7 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         std::fs::write(&pid_file, format!("{pid}\n"))
             .map_err(|e| format!("{}: {e}", pid_file.display()))?;
         println!("node {i} client={client} pid={pid}");
+        println!("metrics {i} http://{metrics}/metrics");
         nodes.push(NodeProc {
             id: i,
             client,
@@ -107,6 +113,9 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
 
     let mut primary: Option<(u32, u64)> = None;
     let mut tick = tokio::time::interval(POLL_INTERVAL);
+    let majority = nodes.len() / 2 + 1;
+    let mut quorum = Quorum::default();
+    let mut failed = None;
     loop {
         tokio::select! {
             _ = int.recv() => break,
@@ -119,6 +128,11 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
                 n.alive = false;
             }
         }
+        let running = nodes.iter().filter(|n| n.alive).count();
+        if running == 0 {
+            failed = Some("every node has exited".to_string());
+            break;
+        }
         let mut best: Option<(u32, u64)> = None;
         for n in nodes.iter().filter(|n| n.alive) {
             if let Some(info) = probe(&n.client, tls.as_ref().map(|t| &t.1)).await {
@@ -130,10 +144,16 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         if let Some(b) = best {
             if primary != Some(b) {
                 println!("primary {} term {}", b.0, b.1);
-                let _ = std::io::stdout().flush();
                 primary = Some(b);
             }
         }
+        if let Some(say) = quorum.update(running, majority, nodes.len(), best.is_some()) {
+            println!("{say}");
+            if best.is_none() {
+                primary = None; // the next primary is printed, even the same one
+            }
+        }
+        let _ = std::io::stdout().flush();
     }
 
     eprintln!("cluster: stopping {} nodes", nodes.len());
@@ -153,7 +173,61 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         }
         let _ = std::fs::remove_file(&n.pid_file);
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
+}
+
+/// A cluster with no primary for this long is reported as having no quorum.
+pub const NO_PRIMARY_REPORT: Duration = Duration::from_secs(2);
+
+/// What the launcher last said about the quorum, so each change is said once.
+#[derive(Default)]
+struct Quorum {
+    lost: bool,
+    /// No report of a missing primary before the first election.
+    seen_primary: bool,
+    no_primary_since: Option<std::time::Instant>,
+}
+
+impl Quorum {
+    /// One line when the quorum is lost (too few nodes running, or no primary for
+    /// [`NO_PRIMARY_REPORT`]) and one when a primary serves again.
+    fn update(
+        &mut self,
+        running: usize,
+        majority: usize,
+        n: usize,
+        has_primary: bool,
+    ) -> Option<String> {
+        if has_primary {
+            self.seen_primary = true;
+            self.no_primary_since = None;
+            if self.lost && running >= majority {
+                self.lost = false;
+                return Some(format!("quorum back: {running} of {n} nodes running"));
+            }
+            return None;
+        }
+        let since = *self
+            .no_primary_since
+            .get_or_insert_with(std::time::Instant::now);
+        if self.lost {
+            return None;
+        }
+        if running < majority {
+            self.lost = true;
+            return Some(format!(
+                "quorum lost: {running} of {n} nodes running, {majority} needed: no primary"
+            ));
+        }
+        if self.seen_primary && since.elapsed() >= NO_PRIMARY_REPORT {
+            self.lost = true;
+            return Some(format!(
+                "quorum lost: no primary for {} ms ({running} of {n} nodes running)",
+                since.elapsed().as_millis()
+            ));
+        }
+        None
+    }
 }
 
 /// The `run` flags of node `i` of a `cluster --tls DIR`.

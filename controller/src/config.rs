@@ -23,6 +23,11 @@ pub const DEFAULT_SNAPSHOT_LOGS: u64 = 1000;
 /// Cluster name reported by `clusterconf`.
 pub const DEFAULT_CLUSTER_NAME: &str = "xce";
 
+/// `cluster`: node i's raft port is its client port + this.
+pub const RAFT_PORT_OFFSET: u16 = 1000;
+/// `cluster`: node i's metrics port is its client port + this.
+pub const METRICS_PORT_OFFSET: u16 = 2000;
+
 /// The members of the cluster: id → addresses.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSpec {
@@ -48,8 +53,7 @@ impl ClusterSpec {
                 .split_once('/')
                 .ok_or_else(|| format!("bad member {part:?}: want ID=CLIENT/RAFT"))?;
             for a in [client, raft] {
-                a.parse::<std::net::SocketAddr>()
-                    .map_err(|_| format!("bad address {a:?} in {part:?}"))?;
+                check_addr(a).map_err(|e| format!("bad address {a:?} in {part:?}: {e}"))?;
             }
             if nodes
                 .insert(
@@ -75,11 +79,111 @@ impl ClusterSpec {
         (0..n)
             .map(|i| {
                 let c = base_port + i;
-                format!("{}=127.0.0.1:{}/127.0.0.1:{}", i + 1, c, c + 1000)
+                format!(
+                    "{}=127.0.0.1:{}/127.0.0.1:{}",
+                    i + 1,
+                    c,
+                    c + RAFT_PORT_OFFSET
+                )
             })
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// `HOST:PORT` with HOST an IP address (IPv6 in brackets) or a host name, PORT 1..65535.
+/// Names are resolved when used (bounded: [`RESOLVE_TIMEOUT`] at start, the connect timeout
+/// on the raft port; clients resolve the names they are told themselves).
+pub fn check_addr(a: &str) -> Result<(), String> {
+    if a.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let (host, port) = a.rsplit_once(':').ok_or("want HOST:PORT")?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("port {port:?} is not in 1..65535")),
+    }
+    let name_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-'))
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !name_ok {
+        return Err(format!("{host:?} is neither an IP address nor a host name"));
+    }
+    Ok(())
+}
+
+/// Bound on resolving the members' names when a node starts.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Resolves `addr` (an IP literal at once, a name through the system resolver), bounded by
+/// [`RESOLVE_TIMEOUT`].
+pub async fn resolve(addr: &str) -> Result<Vec<std::net::SocketAddr>, String> {
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(addr)).await {
+        Ok(Ok(a)) => {
+            let a: Vec<_> = a.collect();
+            if a.is_empty() {
+                Err(format!("{addr}: the name has no address"))
+            } else {
+                Ok(a)
+            }
+        }
+        Ok(Err(e)) => Err(format!("{addr}: {e}")),
+        Err(_) => Err(format!(
+            "{addr}: no answer from the resolver within {RESOLVE_TIMEOUT:?}"
+        )),
+    }
+}
+
+/// Says which peers' names do not resolve now (they are looked up again when used).
+pub async fn warn_unresolved_peers(id: NodeId, spec: &ClusterSpec) {
+    for (&peer, n) in spec.nodes.iter().filter(|(&p, _)| p != id) {
+        for a in [&n.client, &n.raft] {
+            if a.parse::<std::net::SocketAddr>().is_err() {
+                if let Err(e) = resolve(a).await {
+                    eprintln!("node {id}: member {peer}: {e} (looked up again when used)");
+                }
+            }
+        }
+    }
+}
+
+/// C1/issue: the membership stored in the data directory and the `--cluster` given must
+/// agree, or the node would advertise addresses the cluster does not have. `stored` is empty
+/// for a brand-new node.
+pub fn check_stored_membership(
+    id: NodeId,
+    stored: &BTreeMap<NodeId, CtrlNode>,
+    spec: &ClusterSpec,
+) -> Result<(), String> {
+    if stored.is_empty() || stored == &spec.nodes {
+        return Ok(());
+    }
+    let show = |m: &BTreeMap<NodeId, CtrlNode>| {
+        m.iter()
+            .map(|(i, n)| format!("{i}={n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let what = match (stored.get(&id), spec.nodes.get(&id)) {
+        (Some(a), Some(b)) if a != b => {
+            format!("this node (id {id}) is {a} in its data, {b} in --cluster")
+        }
+        (None, _) => format!("node {id} is not a member in its data"),
+        _ => "the members differ".to_string(),
+    };
+    Err(format!(
+        "--cluster does not match the membership stored in the data directory: {what}.\n  \
+         stored:    {}\n  --cluster: {}\n\
+         Restart with the stored --cluster (addresses cannot change in place), or change the \
+         membership online (docs/operations.md).",
+        show(stored),
+        show(&spec.nodes)
+    ))
 }
 
 /// Knobs of one node.
@@ -102,6 +206,8 @@ pub struct NodeOpts {
     pub insecure: bool,
     /// The HMAC key of client tokens (C13); with it (or `--tls-client-ca`) callers are checked.
     pub token_key: Option<PathBuf>,
+    /// `--metrics ADDR`: serve `/metrics` (C18) on this address.
+    pub metrics: Option<String>,
 }
 
 impl Default for NodeOpts {
@@ -121,7 +227,37 @@ impl Default for NodeOpts {
             tls_peer_ca: None,
             insecure: false,
             token_key: None,
+            metrics: None,
         }
+    }
+}
+
+impl NodeOpts {
+    /// The combinations a node refuses to start with (checked by `run` and, for every node
+    /// at once, by `cluster`).
+    pub fn check(&self) -> Result<(), String> {
+        if self.heartbeat_ms == 0
+            || self.election_min_ms <= self.heartbeat_ms
+            || self.election_max_ms <= self.election_min_ms
+        {
+            return Err(format!(
+                "need 0 < heartbeat-ms < election-min-ms < election-max-ms (got {} < {} < {})",
+                self.heartbeat_ms, self.election_min_ms, self.election_max_ms
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err("--max-connections: at least 1".into());
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("--tls-cert and --tls-key go together".into());
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return Err("--tls-client-ca needs --tls-cert/--tls-key".into());
+        }
+        if let Some(m) = &self.metrics {
+            check_addr(m).map_err(|e| format!("--metrics {m:?}: {e}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -172,6 +308,7 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--tls-peer-ca" => o.tls_peer_ca = Some(v.into()),
         "--token-key" => o.token_key = Some(v.into()),
         "--insecure" => o.insecure = v == "true",
+        "--metrics" => o.metrics = Some(v.to_string()),
         _ => return Ok(false),
     }
     Ok(true)
@@ -197,11 +334,87 @@ fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
+/// A member as the config file lists it (`[[member]]`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMember {
+    id: NodeId,
+    client: String,
+    raft: String,
+}
+
+/// Reads a `run --config FILE` (TOML) into the `run` flags it stands for, so a file and the
+/// command line mean exactly the same and flags given after it override it: every top-level
+/// key is a flag (`heartbeat_ms = 30` is `--heartbeat-ms 30`), a table prefixes its keys
+/// (`[tls] client_ca = "ca.pem"` is `--tls-client-ca ca.pem`), and `[[member]]` entries
+/// (`id`, `client`, `raft`) make `--cluster`.
+pub fn file_flags(path: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    let scalar = |key: &str, v: &toml::Value| -> Result<String, String> {
+        match v {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            toml::Value::Boolean(b) => Ok(b.to_string()),
+            other => Err(format!(
+                "--config {}: {key}: want a string, number or boolean, not {}",
+                path.display(),
+                other.type_str()
+            )),
+        }
+    };
+    for (k, v) in &table {
+        match (k.as_str(), v) {
+            ("member", v) => {
+                let members: Vec<FileMember> = v
+                    .clone()
+                    .try_into()
+                    .map_err(|e| format!("--config {}: [[member]]: {e}", path.display()))?;
+                let spec = members
+                    .iter()
+                    .map(|m| format!("{}={}/{}", m.id, m.client, m.raft))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                out.push(("--cluster".to_string(), spec));
+            }
+            (section, toml::Value::Table(t)) => {
+                for (k2, v2) in t {
+                    let key = format!("{section}_{k2}");
+                    out.push((flag_of(&key), scalar(&key, v2)?));
+                }
+            }
+            (key, v) => out.push((flag_of(key), scalar(key, v)?)),
+        }
+    }
+    Ok(out)
+}
+
+fn flag_of(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
 impl RunArgs {
     pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         let (mut id, mut spec, mut data) = (None, None, None);
         let mut opts = NodeOpts::default();
-        for (f, v) in pairs(args)? {
+        let cli = pairs(args)?;
+        let mut all = Vec::new();
+        for (f, v) in &cli {
+            if f == "--config" {
+                let from_file = file_flags(std::path::Path::new(v))?;
+                if let Some((f, _)) = from_file.iter().find(|(f, _)| f == "--config") {
+                    return Err(format!("{v}: {f} inside a config file"));
+                }
+                all.extend(from_file);
+            }
+        }
+        // Flags after the file's: the command line overrides it.
+        all.extend(cli.into_iter().filter(|(f, _)| f != "--config"));
+        for (f, v) in all {
             match f.as_str() {
                 "--id" => id = Some(num::<NodeId>(&f, &v)?),
                 "--cluster" => spec = Some(ClusterSpec::parse(&v)?),
@@ -216,16 +429,7 @@ impl RunArgs {
         if !spec.nodes.contains_key(&id) {
             return Err(format!("node {id} is not in --cluster"));
         }
-        if opts.election_min_ms <= opts.heartbeat_ms || opts.election_max_ms <= opts.election_min_ms
-        {
-            return Err("need heartbeat < election-min < election-max".into());
-        }
-        if opts.tls_cert.is_some() != opts.tls_key.is_some() {
-            return Err("--tls-cert and --tls-key go together".into());
-        }
-        if opts.tls_client_ca.is_some() && opts.tls_cert.is_none() {
-            return Err("--tls-client-ca needs --tls-cert/--tls-key".into());
-        }
+        opts.check()?;
         if opts.tls_peer_ca.is_some() && opts.tls_cert.is_none() {
             return Err("--tls-peer-ca needs --tls-cert/--tls-key".into());
         }
@@ -278,6 +482,9 @@ impl ClusterArgs {
                     ))
                 }
                 "--insecure" => a.node_flags.push(f),
+                "--metrics" => {
+                    return Err("cluster gives node i its metrics on P+i-1+2000 itself".into())
+                }
                 _ if node_flag(&mut probe, &f, &v)? => a.node_flags.extend([f, v]),
                 _ => return Err(format!("unknown option {f}")),
             }
@@ -286,9 +493,17 @@ impl ClusterArgs {
         if !(1..=8).contains(&a.nodes) {
             return Err("--nodes: 1..8".into());
         }
-        if a.base_port as u32 + a.nodes as u32 + 1000 > u16::MAX as u32 {
-            return Err("--base-port too high".into());
+        let top = a.base_port as u32 + a.nodes as u32 - 1 + METRICS_PORT_OFFSET as u32;
+        if a.base_port == 0 || top > u16::MAX as u32 {
+            return Err(format!(
+                "--base-port {}: node i uses P+i-1 (clients), +{RAFT_PORT_OFFSET} (raft) and \
+                 +{METRICS_PORT_OFFSET} (metrics), so P must be in 1..={}",
+                a.base_port,
+                u16::MAX as u32 + 1 - a.nodes as u32 - METRICS_PORT_OFFSET as u32
+            ));
         }
+        // Refused here once, not by every node after the launch.
+        probe.check()?;
         Ok(a)
     }
 }
@@ -364,5 +579,100 @@ mod tests {
             .map(String::from),
         );
         assert!(lo.is_ok(), "loopback stays easy");
+    }
+
+    #[test]
+    fn config_file_then_flags_override_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            r#"
+id = 2
+data = "/var/lib/xce"
+heartbeat_ms = 50
+election_min_ms = 400
+election_max_ms = 800
+metrics = "ctrl2.example:9100"
+[tls]
+cert = "/etc/xce/c.pem"
+key = "/etc/xce/k.pem"
+[[member]]
+id = 1
+client = "ctrl1.example:9991"
+raft = "ctrl1.example:10991"
+[[member]]
+id = 2
+client = "ctrl2.example:9991"
+raft = "ctrl2.example:10991"
+"#,
+        )
+        .unwrap();
+        let args: Vec<String> = ["--config", f.to_str().unwrap(), "--heartbeat-ms", "60"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!(r.id, 2);
+        assert_eq!(r.data, PathBuf::from("/var/lib/xce"));
+        assert_eq!(r.opts.heartbeat_ms, 60, "the flag overrides the file");
+        assert_eq!(r.opts.election_min_ms, 400);
+        assert_eq!(r.opts.metrics.as_deref(), Some("ctrl2.example:9100"));
+        assert_eq!(r.opts.tls_key, Some(PathBuf::from("/etc/xce/k.pem")));
+        assert_eq!(r.spec.nodes[&1].raft, "ctrl1.example:10991");
+        // The command line's --cluster replaces the file's members.
+        let args: Vec<String> = [
+            "--config",
+            f.to_str().unwrap(),
+            "--cluster",
+            "2=127.0.0.1:1/127.0.0.1:2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(RunArgs::parse(&args).unwrap().spec.nodes.len(), 1);
+        std::fs::write(&f, "id = 1\n[[member]]\nid = 1\nclient = \"a:1\"\n").unwrap();
+        let e = RunArgs::parse(&args[..2]).unwrap_err();
+        assert!(e.contains("raft"), "{e}");
+        std::fs::write(&f, "id = [1]\n").unwrap();
+        let e = RunArgs::parse(&args[..2]).unwrap_err();
+        assert!(e.contains("id: want a string, number or boolean"), "{e}");
+    }
+
+    #[test]
+    fn addresses_are_ips_or_host_names() {
+        for ok in [
+            "127.0.0.1:1",
+            "[::1]:9991",
+            "localhost:9991",
+            "ctrl-1.example.org:1",
+        ] {
+            check_addr(ok).unwrap();
+        }
+        for bad in [
+            "localhost",
+            "localhost:0",
+            ":1",
+            "a..b:1",
+            "-a:1",
+            "a_b:1",
+            "h:99999",
+        ] {
+            assert!(check_addr(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let f = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/deploy/controller-1.toml"
+        );
+        let args: Vec<String> = vec!["--config".into(), f.into()];
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!((r.id, r.spec.nodes.len()), (1, 3));
+        assert_eq!(r.spec.nodes[&3].client, "ctrl3.example.org:9991");
+        assert_eq!(r.opts.metrics.as_deref(), Some("0.0.0.0:9100"));
+        assert_eq!(r.data, PathBuf::from("/var/lib/xce-controller"));
     }
 }

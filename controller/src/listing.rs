@@ -150,6 +150,11 @@ pub fn retained_estimate(versions: &BTreeMap<u64, usize>, now: u64, jobs: usize)
 }
 
 impl Cursors {
+    /// How many listings are pinned right now (metrics).
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("cursors").pinned.len()
+    }
+
     pub fn with_budget(budget: usize) -> Cursors {
         Cursors {
             inner: Mutex::default(),
@@ -244,11 +249,6 @@ impl Cursors {
         self.inner.lock().expect("cursors").remove(id);
     }
 
-    /// Listings pinned right now.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.inner.lock().expect("cursors").pinned.len()
-    }
 }
 
 /// A cursor id no other listing (on any node, in any run) is likely to have.

@@ -13,6 +13,8 @@ mod cluster;
 mod config;
 mod handover;
 mod listing;
+mod logstamp;
+mod metrics;
 mod net;
 mod node;
 mod ready;
@@ -20,6 +22,7 @@ mod pki;
 mod server;
 mod snapshot;
 mod state;
+mod status;
 mod store;
 mod tenure;
 mod tls;
@@ -42,20 +45,28 @@ commands:
   run       run one node of a cluster
   cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
   pki       make a cluster's CA, node certificates, client identities and tokens
+  status    print the cluster at a glance: each member's role, term, progress; the primary
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
 exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]
+       xce-controller run --config FILE [OPTIONS]
 
 Runs node N of the cluster described by --cluster. Its state (raft log, vote, snapshot) lives
 in DIR, so a killed node restarts and rejoins. SIGTERM or SIGINT stops it.
 
-required:
+  --config FILE          read the options from a TOML file (docs/operations.md): each key is
+                         an option (heartbeat_ms = 30), a table prefixes its keys ([tls] cert),
+                         [[member]] entries (id, client, raft) make --cluster; options given
+                         on the command line override the file
+required (on the command line or in the file):
   --id N                 this node's id (a member of --cluster)
   --cluster SPEC         every member: ID=CLIENT_ADDR/RAFT_ADDR, comma-separated (1..8 nodes),
-                         e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992
+                         e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992;
+                         an address is IP:PORT, [IPv6]:PORT or HOSTNAME:PORT. A restart must
+                         give the membership stored in DIR (a changed address is refused)
   --data DIR             this node's data directory (created if missing)
 security (docs/security.md; `xce-controller pki` makes the files):
   --tls-cert FILE        this node's certificate chain (PEM), for both ports; needs --tls-key.
@@ -78,19 +89,36 @@ timing and limits:
   --max-connections N    concurrent client connections (default 1024)
   --snapshot-logs N      snapshot after this many applied entries (default 1000)
   --cluster-name NAME    reported by clusterconf (default xce)
+observability:
+  --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
 Options take their value as the next argument or as --flag=value.";
+
+const STATUS_USAGE: &str = "\
+usage: xce-controller status --masters HOST:PORT,... [--timeout-ms N]
+
+Asks every master (their client addresses) at once and prints one line per member: its id,
+role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
+it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
+since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
+Members the primary knows that LIST leaves out are asked and shown too.
+Exit status 0 with a primary, 1 without one, 2 on a usage error.
+
+  --masters LIST         the controllers' client addresses, comma-separated
+  --timeout-ms N         bound on asking one master (default 2000)";
 
 const CLUSTER_USAGE: &str = "\
 usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [--tls CERTDIR] [node options]
 
-Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1 and for
-raft on P+i-1+1000 (default P 9991), each with its data in DIR/node-i. Prints each node's
-address and which one is primary; Ctrl-C (or SIGTERM) stops them all.
+Starts N nodes (1..8, default 3) on 127.0.0.1: node i listens for clients on P+i-1, for
+raft on P+i-1+1000 and serves its metrics on http://127.0.0.1:P+i-1+2000/metrics (default
+P 9991), each with its data in DIR/node-i. Prints `node I client=ADDR pid=PID` and
+`metrics I URL` for each node, `primary I term T` at every change, and when the quorum is lost; Ctrl-C (or SIGTERM) stops them all. Node log lines
+(stderr) carry the UTC time and the node's label.
+Node options are those of `xce-controller run --help` except --id, --cluster, --config,
+--metrics, --token-key and the --tls-* options.
 With --tls CERTDIR every link runs with mutual TLS and callers are checked: the CA, a
 certificate per node and the identities admin, scheduler, worker-host1, user-alice and user-bob
-(CERTDIR/NAME.pem + .key) and a token key are made there first (kept if present).
-Node options are those of `xce-controller run --help` except --id, --cluster, --token-key and
-the --tls-* options.";
+(CERTDIR/NAME.pem + .key) and a token key are made there first (kept if present).";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -101,8 +129,20 @@ fn main() {
         Some("pki") if wants_help(&args[1..]) => help(pki::USAGE),
         Some("pki") => pki::main(&args[1..]),
         Some("run") => match config::RunArgs::parse(&args[1..]) {
-            Ok(a) => node::run(a),
+            Ok(a) => {
+                let stamper = logstamp::install(&format!("node {}:", a.id));
+                let code = node::run(a);
+                if let Some(s) = stamper {
+                    s.finish();
+                }
+                code
+            }
             Err(e) => usage_error(&e, RUN_USAGE),
+        },
+        Some("status") if wants_help(&args[1..]) => help(STATUS_USAGE),
+        Some("status") => match status::StatusArgs::parse(&args[1..]) {
+            Ok(a) => status::status(a),
+            Err(e) => usage_error(&e, STATUS_USAGE),
         },
         Some("cluster") => match config::ClusterArgs::parse(&args[1..]) {
             Ok(a) => cluster::cluster(a),
@@ -113,6 +153,7 @@ fn main() {
             Some("run") => help(RUN_USAGE),
             Some("cluster") => help(CLUSTER_USAGE),
             Some("pki") => help(pki::USAGE),
+            Some("status") => help(STATUS_USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {

@@ -85,12 +85,23 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let applied = sm.applied.clone();
 
     let me = args.spec.nodes[&id].clone();
-    let client_l = TcpListener::bind(&me.client)
+    // Names in --cluster: ours must resolve (bounded) to bind; a peer's that does not yet is
+    // only reported (the raft port resolves it again on every connect, bounded too).
+    crate::config::warn_unresolved_peers(id, &args.spec).await;
+    let client_l = TcpListener::bind(&crate::config::resolve(&me.client).await?[..])
         .await
         .map_err(|e| format!("bind {}: {e}", me.client))?;
-    let raft_l = TcpListener::bind(&me.raft)
+    let raft_l = TcpListener::bind(&crate::config::resolve(&me.raft).await?[..])
         .await
         .map_err(|e| format!("bind {}: {e}", me.raft))?;
+    let metrics_l = match &args.opts.metrics {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("bind metrics {a}: {e}"))?,
+        ),
+        None => None,
+    };
 
     let o = &args.opts;
     let config = Config {
@@ -111,6 +122,17 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let raft = Raft::new(id, Arc::new(config), net, log, sm)
         .await
         .map_err(|e| format!("raft: {e}"))?;
+    let stored = raft
+        .with_raft_state(|st| {
+            let m = st.membership_state.effective().membership();
+            m.nodes().map(|(i, n)| (*i, n.clone())).collect()
+        })
+        .await
+        .map_err(|e| format!("raft: {e}"))?;
+    if let Err(e) = crate::config::check_stored_membership(id, &stored, &args.spec) {
+        let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+        return Err(e);
+    }
 
     // C12: no campaign from a node that has not caught up since it started without data.
     amnesia.sync_elect(&raft, raft.metrics().borrow().last_log_index);
@@ -164,6 +186,12 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     tokio::spawn(crate::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     let serving = ctx.clone();
+    tokio::spawn(crate::metrics::watch_leader(raft.clone()));
+    if let Some(l) = metrics_l {
+        let at = l.local_addr().map_err(|e| e.to_string())?;
+        eprintln!("node {id}: metrics on http://{at}/metrics");
+        tokio::spawn(crate::metrics::serve(l, ctx.clone(), args.data.clone()));
+    }
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {}{})",
@@ -261,17 +289,20 @@ async fn log_roles(raft: Raft, id: NodeId) {
     let mut rx = raft.metrics();
     let mut last = None;
     loop {
-        let (now, fatal) = {
+        let (now, fatal, unconfirmed) = {
             let m = rx.borrow_and_update();
             (
                 (m.state, m.current_term, m.current_leader),
                 m.running_state.as_ref().err().map(|e| e.to_string()),
+                // A node restarted from a leader's state is a leader only in its own eyes
+                // until a quorum answers it (it usually learns of a newer term first).
+                m.state == ServerState::Leader && m.millis_since_quorum_ack.is_none(),
             )
         };
         if let Some(e) = fatal {
             eprintln!("node {id}: raft stopped: {e}");
         }
-        if last != Some(now) {
+        if last != Some(now) && !unconfirmed {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
             let ms = crate::now_ms();
             eprintln!(

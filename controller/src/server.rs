@@ -105,6 +105,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor
         let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _counted = crate::metrics::connection();
             match tls {
                 None => serve_conn(&ctx, stream, peer, None).await,
                 Some(acc) => {
@@ -639,7 +640,17 @@ async fn handle(
     conn: &mut Conn,
     req: Request,
 ) -> Option<Reply> {
+    let started = std::time::Instant::now();
     let reply = answer(ctx, session, conn, &req).await;
+    let write = matches!(
+        req.op.kind(),
+        wire::OpKind::Write | wire::OpKind::FireAndForget
+    ) && !matches!(req.op, Op::Nop);
+    crate::metrics::op(
+        req.op.name(),
+        reply.status,
+        write.then(|| started.elapsed()),
+    );
     if req.no_reply {
         if reply.status < 0 {
             eprintln!(
@@ -677,10 +688,11 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
     {
         let exclude = (!exclude_host.is_empty() && *exclude_port != 0)
             .then_some((exclude_host.as_str(), *exclude_port));
-        return Reply::ok(
-            seq,
-            ReplyData::CtrlInfo(wait_primary(ctx, *timeout_ms, exclude).await),
-        );
+        let mut info = wait_primary(ctx, *timeout_ms, exclude).await;
+        if *timeout_ms == 0 {
+            crate::status::progress(ctx, &mut info).await;
+        }
+        return Reply::ok(seq, ReplyData::CtrlInfo(info));
     }
     // C11: a leader that has not yet applied everything committed before it took office
     // (just restarted, just elected) serves once it has, after a short wait.

@@ -212,6 +212,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for e in entries {
             encoded.push((e.log_id.index, serde_json::to_vec(&e).map_err(write_err)?));
         }
+        let started = std::time::Instant::now();
         let res = blocking(|| {
             let tx = self.db.begin_write().map_err(write_err)?;
             {
@@ -222,6 +223,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
             tx.commit().map_err(write_err)
         });
+        crate::metrics::fsync(started.elapsed());
         // The commit is durable (fsynced) when it returns: only then report the flush.
         match &res {
             Ok(()) => callback.log_io_completed(Ok(())),

@@ -122,6 +122,171 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
     }
 }
 
+/// Runs the launcher to its end (bounded): (exit code, stdout, stderr). In its own process
+/// group, killed whole (with any node it started) if it does not end in time.
+fn launch_fails(args: &[&str]) -> (Option<i32>, String, String) {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new(BIN)
+        .arg("cluster")
+        .args(args)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if Instant::now() > deadline {
+            // SAFETY: kill(2) on the process group of the launcher this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!(
+                "launcher still running with {args:?}:\n{}\n{}",
+                read(&out_path),
+                read(&err_path)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Nodes it may have started (old behaviour) go with it.
+    // SAFETY: as above; harmless if the group is gone.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    (code, read(&out_path), read(&err_path))
+}
+
+#[test]
+fn bad_ports_and_timings_are_refused_once_by_the_launcher() {
+    for (args, says) in [
+        (&["--base-port", "0"][..], "--base-port 0"),
+        (&["--base-port", "65000"][..], "--base-port 65000"),
+        (&["--heartbeat-ms", "500"][..], "heartbeat-ms"),
+        (
+            &["--election-min-ms", "300", "--election-max-ms", "300"][..],
+            "election-max-ms",
+        ),
+    ] {
+        let (code, out, err) = launch_fails(args);
+        assert_eq!(code, Some(2), "{args:?}: {out}\n{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.matches("usage:").count(), 1, "{args:?}: {err}");
+        assert!(!out.contains("node 1"), "{args:?} started nodes: {out}");
+    }
+}
+
+/// Reads the launcher's stdout lines on a thread.
+fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_line(rx: &mpsc::Receiver<String>, what: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains(what) => return l,
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("no line with {what:?}; saw:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+fn http_get(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = loop {
+        let b = free_base(3);
+        if (0..3).all(|i| TcpListener::bind(("127.0.0.1", b + i + 2000)).is_ok()) {
+            break b;
+        }
+    };
+    let log = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["cluster", "--base-port", &base.to_string(), "--data"])
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let rx = lines_of(&mut child);
+    let mut launcher = Launcher(child, Vec::new());
+    let mut pids = Vec::new();
+    for i in 1..=3u16 {
+        let l = wait_line(&rx, &format!("node {i} "), STARTUP);
+        let pid: i32 = l.split("pid=").nth(1).unwrap().parse().unwrap();
+        let m = wait_line(&rx, &format!("metrics {i} "), STARTUP);
+        let url = format!("http://127.0.0.1:{}/metrics", base + i - 1 + 2000);
+        assert_eq!(m, format!("metrics {i} {url}"));
+        pids.push(pid);
+        launcher.1.push(pid);
+    }
+    wait_line(&rx, "primary ", STARTUP);
+    let m = http_get(&format!("127.0.0.1:{}", base + 2000));
+    assert!(
+        m.starts_with("HTTP/1.1 200 OK") && m.contains("xce_raft_term"),
+        "{m}"
+    );
+
+    // Two of three gone: the launcher says so.
+    for &pid in &pids[..2] {
+        // SAFETY: kill(2) on node processes the launcher started for this test.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let l = wait_line(&rx, "quorum lost", Duration::from_secs(10));
+    assert!(l.contains("1 of 3"), "{l}");
+
+    // SAFETY: SIGTERM to the launcher we spawned.
+    unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while launcher.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "launcher did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`.
+    let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let node_lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("cluster:")).collect();
+    assert!(node_lines.len() >= 6, "{err}");
+    for l in node_lines {
+        let (stamp, rest) = l.split_once(' ').unwrap_or_else(|| panic!("{l}"));
+        assert!(
+            stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+            "unstamped line: {l}"
+        );
+        assert!(
+            ["node 1: ", "node 2: ", "node 3: "]
+                .iter()
+                .any(|p| rest.starts_with(p)),
+            "unlabelled line: {l}"
+        );
+    }
+}
+
 /// C13: `cluster --tls DIR` makes the CA, the node certificates and the identities, runs every
 /// link with mutual TLS, reports the primary (its probe is an admin client), and checks
 /// callers: admin may close a queue, user-alice may not, a client without a certificate cannot

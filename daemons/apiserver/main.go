@@ -12,6 +12,7 @@
 //	GET  /v1/jobs/ID               → the job
 //	POST /v1/jobs/ID/kill|suspend|resume|requeue
 //	GET  /v1/workers, /v1/cluster, /v1/stats, /healthz
+//	GET  /metrics                  the library's stats and the answers, Prometheus text format
 //
 // "cluster not ready" from the library (no primary within the retry budget) is 503 with
 // {"error":"cluster not ready"} and Retry-After: 1. One *xce.Client serves every request

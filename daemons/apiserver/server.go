@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"strconv"
@@ -51,11 +52,19 @@ type UsageJSON struct {
 	MemKB uint64 `json:"mem_kb"`
 }
 
+// unixMs is t in Unix milliseconds, 0 for the zero time (the API's JSON keeps numbers).
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
 func jobJSON(j xce.Job) JobJSON {
 	return JobJSON{ID: j.ID, Name: j.Name, User: j.User, Queue: j.Queue, Command: j.Command,
-		NCPUs: j.NCPUs, MemMB: j.MemMB, State: xce.JobStateName(j.State),
-		PendReason: j.PendReason, ExecHost: j.ExecHost, SubmitTime: j.SubmitTime,
-		StartTime: j.StartTime, EndTime: j.EndTime, ExitCode: j.ExitCode,
+		NCPUs: j.NCPUs, MemMB: j.MemMB, State: j.State.String(),
+		PendReason: j.PendReason, ExecHost: j.ExecHost, SubmitTime: unixMs(j.SubmitTime),
+		StartTime: unixMs(j.StartTime), EndTime: unixMs(j.EndTime), ExitCode: j.ExitCode,
 		Usage: UsageJSON{CPUMs: j.Usage.CPUMs, MemKB: j.Usage.MemKB}}
 }
 
@@ -88,7 +97,7 @@ func (s *server) routes() http.Handler {
 		for _, h := range hosts {
 			out = append(out, map[string]any{"name": h.Name, "state": xce.HostStateName(h.State),
 				"ncpus": h.NCPUs, "mem_mb": h.MemMB, "njobs": h.NJobs, "attrs": h.Attrs,
-				"last_heartbeat": h.LastHeartbeat})
+				"last_heartbeat": unixMs(h.LastHeartbeat)})
 		}
 		return map[string]any{"workers": out}, nil
 	}))
@@ -121,7 +130,50 @@ func (s *server) routes() http.Handler {
 			"answers": map[string]uint64{"2xx": s.ok2xx.Load(), "503_not_ready": s.notReady503.Load(),
 				"other": s.other.Load()}}, nil
 	}))
+	mux.HandleFunc("/metrics", s.metrics)
 	return mux
+}
+
+// metrics serves the library's per-context stats (xcecli_get_stats) and this server's own
+// counters in the Prometheus text format (version 0.0.4).
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	st, err := s.c.Stats()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	var b strings.Builder
+	metric := func(name, kind, help string, samples ...string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
+		for _, s := range samples {
+			fmt.Fprintf(&b, "%s%s\n", name, s)
+		}
+	}
+	u := func(v uint64) string { return " " + strconv.FormatUint(v, 10) }
+	metric("xce_client_requests_total", "counter", "Library calls made (xce_stats_t.requests).", u(st.Requests))
+	metric("xce_client_retries_total", "counter", "Attempts re-sent by the library.", u(st.Retries))
+	metric("xce_client_rotations_total", "counter", "Moves to another master.", u(st.Rotations))
+	metric("xce_client_failovers_total", "counter", "Failovers the library went through.", u(st.Failovers))
+	metric("xce_client_backoff_seconds_total", "counter", "Time spent backing off.",
+		" "+strconv.FormatFloat(float64(st.BackoffMs)/1000, 'f', 3, 64))
+	metric("xce_client_last_failover_seconds", "gauge", "Duration of the last failover.",
+		" "+strconv.FormatFloat(float64(st.LastFailoverMs)/1000, 'f', 3, 64))
+	metric("xce_client_current_master", "gauge",
+		"Index of the master in use in the masters list (-1: not connected), labelled with its address.",
+		fmt.Sprintf("{addr=%q} %d", st.CurrentMasterAddr, st.CurrentMaster))
+	metric("xce_apiserver_answers_total", "counter", "HTTP answers by class.",
+		`{class="2xx"}`+u(s.ok2xx.Load()), `{class="503_not_ready"}`+u(s.notReady503.Load()),
+		`{class="other"}`+u(s.other.Load()))
+	metric("xce_apiserver_reconnects_total", "counter", "Reconnect handler runs (one per new connection to a primary).", u(s.reconnects.Load()))
+	metric("xce_apiserver_rejoin_failed_total", "counter", "Re-joins that failed in the reconnect handler.", u(s.rejoinFailed.Load()))
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if r.Method == http.MethodGet {
+		io.WriteString(w, b.String())
+	}
 }
 
 func roleName(r int) string {
@@ -240,7 +292,7 @@ func sameJob(j xce.Job, spec xce.JobSpec) bool {
 
 func stateBit(name string) (uint32, bool) {
 	for st := xce.JobPend; st <= xce.JobExit; st++ {
-		if strings.EqualFold(name, xce.JobStateName(st)) {
+		if strings.EqualFold(name, st.String()) {
 			return 1 << uint(st), true
 		}
 	}

@@ -129,6 +129,19 @@ func TestAPI(t *testing.T) {
 	if code, out = do(t, "GET", ts.URL+"/v1/stats", ""); code != 200 {
 		t.Fatalf("stats: %d %v", code, out)
 	}
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"# TYPE xce_client_requests_total counter\n",
+		"xce_client_current_master{addr=", `xce_apiserver_answers_total{class="2xx"} `} {
+		if resp.StatusCode != 200 || !strings.Contains(string(raw), want) ||
+			!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+			t.Fatalf("metrics: %d %q missing in\n%s", resp.StatusCode, want, raw)
+		}
+	}
 
 	// No quorum: kill two nodes; with a short budget the answer is 503 "cluster not ready".
 	if err := c.SetRetry(&xce.RetryConfig{MaxRetries: 3, InitialRetryMs: 50, MaxRetryMs: 200, BackoffMultiplier: 2}); err != nil {

@@ -122,9 +122,9 @@ func (f *fixture) run(name, cmd string) uint64 {
 	return id
 }
 
-func (f *fixture) waitState(id uint64, state int) xce.Job {
+func (f *fixture) waitState(id uint64, state xce.State) xce.Job {
 	var j xce.Job
-	waitFor(f.t, fmt.Sprintf("job %d %s", id, xce.JobStateName(state)), 45*time.Second, func() bool {
+	waitFor(f.t, fmt.Sprintf("job %d %s", id, state), 45*time.Second, func() bool {
 		var err error
 		j, err = f.c.JobInfo(f.ctx, id)
 		return err == nil && j.State == state

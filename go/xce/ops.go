@@ -14,17 +14,24 @@ import "C"
 import (
 	"context"
 	"sort"
+	"time"
 	"unsafe"
 )
 
-// Job states (Job.State), jobctrl actions, queue and host actions, notify kinds, roles.
-const (
-	JobPend = C.XCE_JOB_PEND
-	JobRun  = C.XCE_JOB_RUN
-	JobSusp = C.XCE_JOB_SUSP
-	JobDone = C.XCE_JOB_DONE
-	JobExit = C.XCE_JOB_EXIT
+// State is a job's state (Job.State): JobPend … JobExit; String gives the protocol's name.
+type State int
 
+// Job states.
+const (
+	JobPend State = C.XCE_JOB_PEND
+	JobRun  State = C.XCE_JOB_RUN
+	JobSusp State = C.XCE_JOB_SUSP
+	JobDone State = C.XCE_JOB_DONE
+	JobExit State = C.XCE_JOB_EXIT
+)
+
+// Jobctrl actions, queue and host actions, notify kinds, roles.
+const (
 	JobKill    = C.XCE_JOBCTRL_KILL
 	JobSuspend = C.XCE_JOBCTRL_SUSPEND
 	JobResume  = C.XCE_JOBCTRL_RESUME
@@ -59,9 +66,9 @@ const (
 	RoleClient    = C.XCE_ROLE_CLIENT
 )
 
-// JobStateName is the protocol's name of a job state ("PEND", "RUN", …).
-func JobStateName(state int) string {
-	switch state {
+// String is the protocol's name of the state ("PEND", "RUN", …; "UNKNOWN" for another value).
+func (s State) String() string {
+	switch s {
 	case JobPend:
 		return "PEND"
 	case JobRun:
@@ -75,6 +82,9 @@ func JobStateName(state int) string {
 	}
 	return "UNKNOWN"
 }
+
+// JobStateName is state.String() (kept for callers of 0.1.0).
+func JobStateName(state State) string { return state.String() }
 
 // HostStateName is the protocol's name of a host state ("OK", "CLOSED", "UNAVAIL").
 func HostStateName(state int) string {
@@ -135,7 +145,8 @@ func (c *Client) Hello(ctx context.Context) (ControllerInfo, error) {
 	return out, err
 }
 
-// Job is xce_job_t, copied into Go memory. Times are Unix milliseconds (0: not yet).
+// Job is xce_job_t, copied into Go memory. A time not reached yet (a pending job's StartTime)
+// is the zero time.Time (IsZero).
 type Job struct {
 	ID         uint64
 	Name       string
@@ -144,12 +155,12 @@ type Job struct {
 	Command    string
 	NCPUs      uint32
 	MemMB      uint64
-	State      int
+	State      State
 	PendReason string
 	ExecHost   string
-	SubmitTime int64
-	StartTime  int64
-	EndTime    int64
+	SubmitTime time.Time
+	StartTime  time.Time
+	EndTime    time.Time
 	ExitCode   int
 	Usage      Usage
 }
@@ -160,14 +171,23 @@ type Usage struct {
 	MemKB uint64
 }
 
+// msTime is the time of Unix milliseconds ms; 0 (not yet, never) is the zero time.Time.
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 func jobFromC(j *C.xce_job_t) Job {
 	return Job{
 		ID: uint64(j.jobid), Name: C.GoString(j.name), User: C.GoString(j.user),
 		Queue: C.GoString(j.queue), Command: C.GoString(j.command), NCPUs: uint32(j.ncpus),
-		MemMB: uint64(j.mem_mb), State: int(j.state), PendReason: C.GoString(j.pend_reason),
-		ExecHost: C.GoString(j.exec_host), SubmitTime: int64(j.submit_time),
-		StartTime: int64(j.start_time), EndTime: int64(j.end_time), ExitCode: int(j.exit_code),
-		Usage: Usage{CPUMs: uint64(j.usage.cpu_ms), MemKB: uint64(j.usage.mem_kb)},
+		MemMB: uint64(j.mem_mb), State: State(j.state), PendReason: C.GoString(j.pend_reason),
+		ExecHost: C.GoString(j.exec_host), SubmitTime: msTime(int64(j.submit_time)),
+		StartTime: msTime(int64(j.start_time)), EndTime: msTime(int64(j.end_time)),
+		ExitCode: int(j.exit_code),
+		Usage:    Usage{CPUMs: uint64(j.usage.cpu_ms), MemKB: uint64(j.usage.mem_kb)},
 	}
 }
 
@@ -246,7 +266,7 @@ func (c *Client) ResList(ctx context.Context) ([]Resource, error) {
 	return out, err
 }
 
-// Host is a worker host (xce_host_t). LastHeartbeat is Unix milliseconds.
+// Host is a worker host (xce_host_t). LastHeartbeat is the zero time.Time before the first.
 type Host struct {
 	Name          string
 	State         int
@@ -254,7 +274,7 @@ type Host struct {
 	MemMB         uint64
 	NJobs         uint32
 	Attrs         map[string]string
-	LastHeartbeat int64
+	LastHeartbeat time.Time
 }
 
 // WorkerList lists the worker hosts.
@@ -275,7 +295,7 @@ func (c *Client) WorkerList(ctx context.Context) ([]Host, error) {
 			}
 			out = append(out, Host{Name: C.GoString(ho.name), State: int(ho.state),
 				NCPUs: uint32(ho.ncpus), MemMB: uint64(ho.mem_mb), NJobs: uint32(ho.njobs),
-				Attrs: attrs, LastHeartbeat: int64(ho.last_heartbeat)})
+				Attrs: attrs, LastHeartbeat: msTime(int64(ho.last_heartbeat))})
 		}
 		return n
 	})

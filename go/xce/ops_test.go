@@ -88,7 +88,7 @@ func TestEveryOp(t *testing.T) {
 	}
 	hosts, err := wk.WorkerList(ctx)
 	if err != nil || len(hosts) != 1 || hosts[0].Name != "gw1" || hosts[0].State != HostOK ||
-		hosts[0].NCPUs != 2 || hosts[0].Attrs["rack"] != "r1" || hosts[0].LastHeartbeat == 0 {
+		hosts[0].NCPUs != 2 || hosts[0].Attrs["rack"] != "r1" || hosts[0].LastHeartbeat.IsZero() {
 		t.Fatalf("workerlist: %+v %v", hosts, err)
 	}
 	cc, err := wk.ClusterConf(ctx)
@@ -133,7 +133,7 @@ func TestEveryOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := waitJob(t, wk, id, "DONE", func(j Job) bool { return j.State == JobDone })
-	if j.Usage != (Usage{1234, 5678}) || j.EndTime == 0 || j.ExitCode != 0 {
+	if j.Usage != (Usage{1234, 5678}) || j.EndTime.IsZero() || j.ExitCode != 0 {
 		t.Fatalf("finished job: %+v", j)
 	}
 

@@ -534,6 +534,10 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             set_text!(x, set_version, c.version);
             x.set_protocol_version(c.protocol_version);
             x.set_waiters(c.waiters);
+            x.set_last_log_index(c.last_log_index);
+            x.set_committed_index(c.committed_index);
+            x.set_applied_index(c.applied_index);
+            x.set_last_contact_ms(c.last_contact_ms);
         }
         ReplyData::Jobs(v) => {
             let mut l = d.init_jobs(list_len(v.len()));
@@ -829,6 +833,10 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 version: text(x.get_version())?,
                 protocol_version: x.get_protocol_version(),
                 waiters: x.get_waiters(),
+                last_log_index: x.get_last_log_index(),
+                committed_index: x.get_committed_index(),
+                applied_index: x.get_applied_index(),
+                last_contact_ms: x.get_last_contact_ms(),
             })
         }
         W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),

@@ -520,6 +520,13 @@ pub struct ControllerInfo {
     pub protocol_version: u32,
     /// `waitPrimary` answers: how many clients were waiting on this node (herd spread, F18).
     pub waiters: u32,
+    /// Progress, in an immediate `waitPrimary` answer (timeout 0) only: last log index,
+    /// committed and applied index, ms since the last contact with the leader or a quorum
+    /// (-1: none known). Read by `xce-controller status`.
+    pub last_log_index: u64,
+    pub committed_index: u64,
+    pub applied_index: u64,
+    pub last_contact_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -209,6 +209,10 @@ pub fn sample_datas() -> Vec<ReplyData> {
             version: "xce-controller 0.1.0".into(),
             protocol_version: PROTOCOL_VERSION,
             waiters: 12,
+            last_log_index: 41,
+            committed_index: 40,
+            applied_index: 39,
+            last_contact_ms: -1,
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -629,6 +633,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         text(),
         any::<u32>(),
         any::<u32>(),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
     )
         .prop_map(
             |(
@@ -641,6 +646,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 version,
                 protocol_version,
                 waiters,
+                (last_log_index, committed_index, applied_index, last_contact_ms),
             )| {
                 ControllerInfo {
                     id,
@@ -652,6 +658,10 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     version,
                     protocol_version,
                     waiters,
+                    last_log_index,
+                    committed_index,
+                    applied_index,
+                    last_contact_ms,
                 }
             },
         );

@@ -1,0 +1,332 @@
+//! `xce-controller status --masters LIST` (C18): the cluster at a glance. Every master is asked
+//! an immediate `waitPrimary` (any node answers it, whatever its role), which carries the
+//! node's role, term, the primary it knows and its progress (log, commit and applied index,
+//! last contact); the table says who is primary, how far each member lags behind it, and,
+//! clearly, when there is no quorum.
+
+use std::time::Duration;
+
+use openraft::ServerState;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use xce::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
+
+use crate::server::Ctx;
+
+/// Default bound on asking one master (connect + answer).
+pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
+
+/// Fills the progress fields of an immediate `waitPrimary` answer.
+pub async fn progress(ctx: &Ctx, info: &mut ControllerInfo) {
+    let m = ctx.raft.metrics().borrow().clone();
+    info.last_log_index = m.last_log_index.unwrap_or(0);
+    info.applied_index = m.last_applied.map_or(0, |l| l.index);
+    info.last_contact_ms = -1;
+    if m.state == ServerState::Leader {
+        info.last_contact_ms = m.millis_since_quorum_ack.map_or(-1, |ms| ms as i64);
+    }
+    let follower = m.state == ServerState::Follower;
+    let st = ctx
+        .raft
+        .with_raft_state(move |st| {
+            let contact = follower
+                .then(|| st.vote_last_modified())
+                .flatten()
+                .map(|t| tokio::time::Instant::now().saturating_duration_since(t));
+            (st.committed.map(|c| c.index), contact)
+        })
+        .await;
+    if let Ok((committed, contact)) = st {
+        info.committed_index = committed.unwrap_or(0);
+        if let Some(c) = contact {
+            info.last_contact_ms = c.as_millis() as i64;
+        }
+    }
+}
+
+/// `status` arguments.
+#[derive(Debug, Clone)]
+pub struct StatusArgs {
+    pub masters: Vec<String>,
+    pub timeout: Duration,
+}
+
+impl StatusArgs {
+    pub fn parse(args: &[String]) -> Result<StatusArgs, String> {
+        let mut masters = None;
+        let mut timeout = Duration::from_millis(DEFAULT_TIMEOUT_MS);
+        let mut it = args.iter();
+        while let Some(f) = it.next() {
+            let (k, v) = match f.split_once('=').filter(|_| f.starts_with("--")) {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (
+                    f.clone(),
+                    it.next()
+                        .ok_or_else(|| format!("{f}: missing value"))?
+                        .clone(),
+                ),
+            };
+            match k.as_str() {
+                "--masters" => {
+                    let list: Vec<String> = v
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect();
+                    for a in &list {
+                        crate::config::check_addr(a)
+                            .map_err(|e| format!("--masters {a:?}: {e}"))?;
+                    }
+                    masters = Some(list);
+                }
+                "--timeout-ms" => {
+                    timeout = Duration::from_millis(
+                        v.parse()
+                            .map_err(|_| format!("--timeout-ms: bad number {v:?}"))?,
+                    )
+                }
+                _ => return Err(format!("unknown option {k}")),
+            }
+        }
+        let masters = masters
+            .filter(|m| !m.is_empty())
+            .ok_or("--masters is required")?;
+        Ok(StatusArgs { masters, timeout })
+    }
+}
+
+/// One master's answer, or why there is none.
+pub struct Row {
+    pub addr: String,
+    pub info: Result<ControllerInfo, String>,
+}
+
+/// Asks one master an immediate `waitPrimary`, bounded by `timeout`.
+pub async fn ask(addr: String, timeout: Duration) -> Result<ControllerInfo, String> {
+    let op = Op::WaitPrimary {
+        timeout_ms: 0,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    };
+    match request(addr, op, timeout).await? {
+        ReplyData::CtrlInfo(i) => Ok(i),
+        _ => Err("an answer without controller info".into()),
+    }
+}
+
+/// The members the primary at `addr` knows (`clusterconf`), as client addresses.
+async fn members(addr: String, timeout: Duration) -> Vec<String> {
+    match request(addr, Op::ClusterConf, timeout).await {
+        Ok(ReplyData::ClusterConf(cc)) => cc
+            .controllers
+            .iter()
+            .map(|c| format!("{}:{}", c.host, c.port))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One request on a fresh connection, bounded by `timeout`: the reply's data, or why not.
+async fn request(addr: String, op: Op, timeout: Duration) -> Result<ReplyData, String> {
+    let work = async {
+        let target = crate::config::resolve(&addr).await?;
+        let mut s = TcpStream::connect(&target[..])
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let req = Request {
+            seq: 1,
+            client_id: [0; 16],
+            request_id: 0,
+            no_reply: false,
+            auth_token: String::new(),
+            op,
+        };
+        let mut out = Vec::new();
+        wire::encode_request(&req, &mut out);
+        s.write_all(&out).await.map_err(|e| format!("send: {e}"))?;
+        let limits = wire::Limits::default();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match wire::frame_len(&buf, &limits) {
+                Ok(Some(n)) if n <= buf.len() => {
+                    let rep = wire::decode_reply(&buf[..n], &limits)
+                        .map_err(|e| format!("bad reply: {e}"))?;
+                    return match rep.data {
+                        ReplyData::None => Err(format!("status {}", rep.status)),
+                        d => Ok(d),
+                    };
+                }
+                Err(e) => return Err(format!("bad reply: {e}")),
+                _ => {}
+            }
+            let k = s.read(&mut chunk).await.map_err(|e| format!("recv: {e}"))?;
+            if k == 0 {
+                return Err("closed without an answer (TLS port? use a plaintext one)".into());
+            }
+            buf.extend_from_slice(&chunk[..k]);
+        }
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())))
+}
+
+fn role(r: ControllerRole) -> &'static str {
+    match r {
+        ControllerRole::Primary => "primary",
+        ControllerRole::Standby => "standby",
+        ControllerRole::Candidate => "candidate",
+        ControllerRole::Initializing => "initializing",
+    }
+}
+
+/// The table and the verdict; `Ok` when a primary serves with a quorum, `Err` otherwise.
+pub fn render(rows: &[Row]) -> (String, bool) {
+    let mut out = String::new();
+    let answered: Vec<&ControllerInfo> = rows.iter().filter_map(|r| r.info.as_ref().ok()).collect();
+    // The primary: a node that says it is, in the highest term any node reports.
+    let top_term = answered.iter().map(|i| i.term).max().unwrap_or(0);
+    let primary = answered
+        .iter()
+        .filter(|i| i.role == ControllerRole::Primary && i.term == top_term)
+        .max_by_key(|i| i.term)
+        .copied();
+    let head_index = primary.map(|p| p.last_log_index);
+    out.push_str(&format!(
+        "{:<24} {:>3} {:<12} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
+        "MASTER", "ID", "ROLE", "TERM", "LOG", "COMMIT", "APPLIED", "LAG", "LAST-CONTACT"
+    ));
+    for r in rows {
+        match &r.info {
+            Ok(i) => {
+                let lag = head_index.map_or("-".to_string(), |h| {
+                    h.saturating_sub(i.applied_index).to_string()
+                });
+                let contact = match i.last_contact_ms {
+                    ms if ms < 0 => "-".to_string(),
+                    ms => format!("{ms} ms"),
+                };
+                out.push_str(&format!(
+                    "{:<24} {:>3} {:<12} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
+                    r.addr,
+                    i.id,
+                    role(i.role),
+                    i.term,
+                    i.last_log_index,
+                    i.committed_index,
+                    i.applied_index,
+                    lag,
+                    contact
+                ));
+            }
+            Err(e) => out.push_str(&format!("{:<24} unreachable: {e}\n", r.addr)),
+        }
+    }
+    let n = rows.len();
+    let majority = n / 2 + 1;
+    let ok = match primary {
+        Some(p) => {
+            out.push_str(&format!(
+                "primary: node {} ({}:{}), term {}; {} of {n} members answer\n",
+                p.id,
+                p.primary_host,
+                p.primary_port,
+                p.term,
+                answered.len()
+            ));
+            if answered.len() < majority {
+                out.push_str(&format!(
+                    "warning: only {} of {n} answer here; a majority ({majority}) is needed\n",
+                    answered.len()
+                ));
+            }
+            true
+        }
+        None => {
+            out.push_str(&format!(
+                "NO QUORUM: no primary ({} of {n} members answer, a majority of {majority} is \
+                 needed to elect one); writes and reads fail until it is back\n",
+                answered.len()
+            ));
+            false
+        }
+    };
+    (out, ok)
+}
+
+/// Runs the command: prints the table; exit status 0 with a primary, 1 without.
+pub fn status(args: StatusArgs) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("status: runtime: {e}");
+            return 1;
+        }
+    };
+    let rows = rt.block_on(async {
+        let asks = args.masters.iter().map(|a| ask(a.clone(), args.timeout));
+        let answers = futures_join(asks.collect()).await;
+        let mut rows = args
+            .masters
+            .iter()
+            .zip(answers)
+            .map(|(a, info)| Row {
+                addr: a.clone(),
+                info,
+            })
+            .collect::<Vec<_>>();
+        // Members the primary knows that the list left out are shown (and counted) too.
+        let primary = rows.iter().find(|r| {
+            r.info
+                .as_ref()
+                .is_ok_and(|i| i.role == ControllerRole::Primary)
+        });
+        if let Some(p) = primary {
+            let known: Vec<String> = rows.iter().map(|r| r.addr.clone()).collect();
+            let missing: Vec<String> = members(p.addr.clone(), args.timeout)
+                .await
+                .into_iter()
+                .filter(|m| !known.contains(m))
+                .collect();
+            let answers = futures_join(
+                missing
+                    .iter()
+                    .map(|a| ask(a.clone(), args.timeout))
+                    .collect(),
+            )
+            .await;
+            rows.extend(
+                missing
+                    .into_iter()
+                    .zip(answers)
+                    .map(|(addr, info)| Row { addr, info }),
+            );
+        }
+        rows
+    });
+    let (text, ok) = render(&rows);
+    print!("{text}");
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
+/// Awaits all `futs` concurrently (each is bounded by its own timeout).
+async fn futures_join<F: std::future::Future + Send + 'static>(futs: Vec<F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("status task"));
+    }
+    out
+}

@@ -1,0 +1,157 @@
+//! C18: every node serves `/metrics` (Prometheus/OpenMetrics text); read during a failover
+//! (`kill -9` of the primary) the term and the leader changes move, and the new primary says so.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const FAILOVER_BOUND: Duration = Duration::from_secs(10);
+
+/// The metrics address node `id` printed (`metrics on http://ADDR/metrics`).
+fn metrics_addr(ctrl: &Ctrl, id: u64) -> String {
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        let log = ctrl.log(id);
+        if let Some(rest) = log.split("metrics on http://").nth(1) {
+            return rest.split("/metrics").next().unwrap().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {id} printed no metrics URL:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One `GET path`: (status line, body).
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of the sample named exactly `name` (with its labels, if any).
+fn sample(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            let (n, v) = l.rsplit_once(' ')?;
+            (n == name).then(|| v.parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no sample {name} in\n{body}"))
+}
+
+fn scrape(addr: &str) -> String {
+    let (status, body) = get(addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    body
+}
+
+#[test]
+fn metrics_show_term_and_leader_changes_across_a_failover() {
+    let mut ctrl = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
+    let p = ctrl.wait_settled(STARTUP);
+    let addrs: Vec<(u64, String)> = (1..=3).map(|i| (i, metrics_addr(&ctrl, i))).collect();
+
+    // A write, so the write-side series exist on the primary.
+    let mut c = ctrl.client(p);
+    assert_eq!(
+        c.call(submit(1 + rand_u64() % 1_000_000, "u", "")).status,
+        0
+    );
+
+    let mut before = std::collections::BTreeMap::new();
+    for (id, a) in &addrs {
+        let b = scrape(a);
+        for t in [
+            "# TYPE xce_raft_term gauge",
+            "# TYPE xce_leader_changes counter",
+            "# TYPE xce_commit_seconds histogram",
+            "# TYPE xce_fsync_seconds histogram",
+            "# TYPE xce_ops counter",
+        ] {
+            assert!(b.contains(t), "{t} missing:\n{b}");
+        }
+        for name in [
+            "xce_raft_term",
+            "xce_is_primary",
+            "xce_leader_changes_total",
+            "xce_client_connections",
+            "xce_listing_cursors",
+            "xce_log_entries",
+            "xce_log_bytes",
+            "xce_snapshot_bytes",
+            "xce_raft_applied_index",
+            "xce_fsync_seconds_count",
+        ] {
+            sample(&b, name);
+        }
+        assert!(
+            sample(&b, "xce_fsync_seconds_count") >= 1.0,
+            "node {id}\n{b}"
+        );
+        assert!(sample(&b, "xce_log_bytes") > 0.0, "node {id}\n{b}");
+        let primary = sample(&b, "xce_is_primary");
+        assert_eq!(
+            primary,
+            (*id == p) as u8 as f64,
+            "node {id} (primary {p})\n{b}"
+        );
+        assert!(
+            sample(&b, "xce_leader_changes_total") >= 1.0,
+            "node {id}\n{b}"
+        );
+        if *id == p {
+            assert!(
+                sample(&b, "xce_ops_total{op=\"jobsubmit\",status=\"ok\"}") >= 1.0,
+                "{b}"
+            );
+            assert!(sample(&b, "xce_commit_seconds_count") >= 1.0, "{b}");
+            assert!(sample(&b, "xce_client_connections") >= 1.0, "{b}");
+        }
+        before.insert(
+            *id,
+            (
+                sample(&b, "xce_raft_term"),
+                sample(&b, "xce_leader_changes_total"),
+            ),
+        );
+    }
+    // Anything else is 404.
+    assert_eq!(get(&addrs[0].1, "/").0, "HTTP/1.1 404 Not Found");
+
+    ctrl.kill9(p);
+    let survivors: Vec<&(u64, String)> = addrs.iter().filter(|(i, _)| *i != p).collect();
+    let deadline = Instant::now() + FAILOVER_BOUND;
+    loop {
+        let mut moved = 0;
+        let mut primaries = 0;
+        let mut last = String::new();
+        for (id, a) in &survivors {
+            let b = scrape(a);
+            let (t0, l0) = before[id];
+            if sample(&b, "xce_raft_term") > t0 && sample(&b, "xce_leader_changes_total") > l0 {
+                moved += 1;
+            }
+            primaries += sample(&b, "xce_is_primary") as u32;
+            last = b;
+        }
+        if moved == survivors.len() && primaries == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "term/leader changes did not move on both survivors ({moved}, {primaries} primaries)\n{last}\n{}",
+            ctrl.all_logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

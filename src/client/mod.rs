@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::failover::log::{xlog, Level};
 use crate::failover::options::{ClientOption, Options};
 use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
-use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, Link, Settings};
+use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, LoopState, Settings};
 use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
 use crate::transport::{resolve, tls, CancelToken, WakeState};
@@ -170,7 +170,7 @@ struct Context {
     /// Everything the loop mutates. Only the thread that owns the context (the gate) locks it,
     /// so the lock is never contended; reentrant for the reconnect hook's nested calls (F10).
     /// The RefCell is never borrowed across the hook.
-    link: ReentrantMutex<RefCell<Link>>,
+    link: ReentrantMutex<RefCell<LoopState>>,
     /// Read when a call starts; setters never wait for a call in progress (F15).
     settings: Mutex<Settings>,
     observer: Observer,
@@ -311,7 +311,7 @@ impl Client {
         let ctx = Context {
             gate: Gate::new(),
             wake: WakeState::new(),
-            link: ReentrantMutex::new(RefCell::new(Link::new(
+            link: ReentrantMutex::new(RefCell::new(LoopState::new(
                 Rotator::new(config.masters.clone()),
                 client_id,
                 tls,

@@ -103,6 +103,18 @@
 #define E_XCE_TOOBIG 2012
 
 /**
+ * A controller placed the write in its log but could not confirm it (F19): re-sent with the
+ * same request id within the budget; reported after it as `E_XCE_NOT_READY` with
+ * `maybe_applied = 1`.
+ */
+#define E_XCE_UNKNOWN 2013
+
+/**
+ * The context's outbox of notifications and heartbeats is full (F12): not accepted.
+ */
+#define E_XCE_OUTBOX_FULL 2014
+
+/**
  * Most masters a configuration holds.
  */
 #define N_MAX_MASTERS 8

@@ -419,7 +419,24 @@ impl Connection {
         Ok(())
     }
 
+    /// Writes the request in `wbuf`. A failure once part of it left (a wake included) leaves
+    /// the connection unusable: the rest must never follow later and complete a request its
+    /// caller was told did not leave (F19: `maybe_applied = 0` is a promise).
     fn write_wbuf(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        let mut started = false;
+        let r = self.write_wbuf_inner(deadline, waker, &mut started);
+        if r.is_err() && started {
+            self.dead = true;
+        }
+        r
+    }
+
+    fn write_wbuf_inner(
+        &mut self,
+        deadline: Instant,
+        waker: &Waker,
+        started: &mut bool,
+    ) -> Result<(), Error> {
         let mut off = 0;
         while off < self.wbuf.len() {
             let r = match self.tls.as_mut() {
@@ -430,7 +447,10 @@ impl Connection {
                 // rustls' plaintext buffer is full: push records out first.
                 Ok(0) if self.tls.is_some() => {}
                 Ok(0) => return Err(Error::Errno(libc::EPIPE)),
-                Ok(n) => off += n,
+                Ok(n) => {
+                    off += n;
+                    *started = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline, waker)?
                 }

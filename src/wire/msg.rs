@@ -143,6 +143,14 @@ impl Op {
         }
     }
 
+    /// F22 (amended): whether the op's reply can legitimately outgrow a frame — a listing,
+    /// which the caller then narrows or pages. For any other op an oversized frame is a
+    /// protocol error on that connection.
+    pub fn reply_can_grow(&self) -> bool {
+        use Op::*;
+        matches!(self, JobList(_) | JobListPage(_) | WorkerList | ResList)
+    }
+
     /// The op's name as in protocol.md (for logs and error reports).
     pub fn name(&self) -> &'static str {
         use Op::*;

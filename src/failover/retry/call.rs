@@ -7,7 +7,9 @@ use super::{bit, cap, cause_text, clog, rotate, CallEnv, CallTrace, LoopState};
 use crate::error::Error;
 use crate::failover::backoff::Backoff;
 use crate::failover::budget::{RetryBudget, RetryDecision};
-use crate::failover::classify::{classify, is_interrupt, AttemptOutcome, Classification};
+use crate::failover::classify::{
+    classify, is_interrupt, leaves_outcome_unknown, AttemptOutcome, Classification,
+};
 use crate::failover::log::Level;
 use crate::failover::report::{CallReport, Event, MasterOutcome};
 use crate::failover::rotate::{HintRefusal, HintVerdict};
@@ -178,10 +180,20 @@ impl<'a, 'e> Call<'a, 'e> {
         }
     }
 
-    /// F16, F19: an answered send of a write: "not applied" unless an earlier one is unknown.
+    /// F16, F19: an answered send of a write: "not applied" unless an earlier one is unknown,
+    /// or the answer itself says the outcome is unknown (F19 amended).
     fn note_sent(&mut self, outcome: AttemptOutcome) {
-        if self.spec.is_write && outcome_is_answer(outcome) && self.applied == Applied::NotSent {
-            self.applied = Applied::Answered;
+        if !self.spec.is_write {
+            return;
+        }
+        match outcome {
+            AttemptOutcome::Status(s) if leaves_outcome_unknown(s) => {
+                self.applied = Applied::Unknown;
+            }
+            AttemptOutcome::Status(_) if self.applied == Applied::NotSent => {
+                self.applied = Applied::Answered;
+            }
+            _ => {}
         }
     }
 
@@ -378,9 +390,4 @@ impl<'a, 'e> Call<'a, 'e> {
         });
         e
     }
-}
-
-/// Whether an attempt's outcome is a controller's answer to the call's own request.
-fn outcome_is_answer(o: AttemptOutcome) -> bool {
-    matches!(o, AttemptOutcome::Status(_))
 }

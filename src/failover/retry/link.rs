@@ -232,6 +232,10 @@ pub struct RequestIds {
 /// master — only for an op whose reply can legitimately grow (a listing, which then pages).
 /// For any other op it is a protocol error on that connection (already dropped), and the call
 /// rotates.
-pub fn frame_error(_op: &Op, e: Error) -> Error {
-    e
+pub fn frame_error(op: &Op, e: Error) -> Error {
+    if e == Error::TooBig && !op.reply_can_grow() {
+        Error::Proto
+    } else {
+        e
+    }
 }

@@ -501,6 +501,12 @@ impl Client {
 
     /// [`Client::call`], with who answered (to report a failure found in the answer, F24).
     fn call_traced(&self, op: &Op) -> Result<(Reply, CallTrace), Error> {
+        self.with_env(|env| retry::run(env, op))
+    }
+
+    /// Runs `f` as a call of this context: in its turn at the gate (F11), with the settings of
+    /// the moment, a waker that a wake, a cancel or a stop ends, and the loop's state.
+    fn with_env<T>(&self, f: impl FnOnce(&CallEnv<'_>) -> Result<T, Error>) -> Result<T, Error> {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
         let entry = ctx.gate.enter(&ctx.wake)?;
@@ -526,7 +532,7 @@ impl Client {
                 deadline,
                 tag: &ctx.tag,
             };
-            retry::run(&env, op)
+            f(&env)
         })();
         entered.claimed_wake = result.as_ref().err() == Some(&Error::Errno(libc::EINTR));
         result
@@ -694,7 +700,10 @@ impl Client {
     }
 
     // ---------------------------------------------------------------------------------------
-    // Fire-and-forget (F12): the send result only
+    // Fire-and-forget (F12 amended): a notification or heartbeat that returns 0 was accepted
+    // into the context's outbox and is delivered exactly once while the context lives (a
+    // notification needs a RUN job and a joined WORKER session on the primary); `nop` is the
+    // send result only.
 
     pub fn notify(&self, notify: Notify) -> Result<(), Error> {
         self.call(Op::Notify(notify)).map(drop)
@@ -706,6 +715,19 @@ impl Client {
 
     pub fn nop(&self) -> Result<(), Error> {
         self.call(Op::Nop).map(drop)
+    }
+
+    /// F12 (amended): waits until every notification and heartbeat accepted so far was
+    /// acknowledged by a primary, at most `timeout`, failing over as needed. `ETIMEDOUT` when
+    /// the timeout passes first (the rest stay queued); `EINTR`, `ECANCELED`, `E_XCE_CLOSED`
+    /// as any call.
+    pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
+        self.with_env(|env| retry::fire::flush(env, timeout))
+    }
+
+    /// Notifications and heartbeats accepted and not yet acknowledged (F12); never waits.
+    pub fn outbox_depth(&self) -> u64 {
+        self.ctx.observer.stats().outbox_depth
     }
 }
 

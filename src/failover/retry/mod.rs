@@ -10,7 +10,8 @@
 //! - [`probe`]: asking whether a connection reaches the primary, and, while a reply is late,
 //!   whether the primary changed (F25).
 //! - [`backoff_wait`]: one unit of backoff — ask a live controller for the primary, or sleep.
-//! - [`fire`]: the fire-and-forget path (F12).
+//! - [`fire`], [`outbox`]: the fire-and-forget path; notifications kept until a primary
+//!   acknowledges them, and the flush that waits for that (F12 amended, F17 amended).
 //!
 //! A call runs while its thread owns the context (the client's gate, F11). The loop's state
 //! ([`LoopState`]) lives in a `RefCell`; the borrow is released only around the reconnect
@@ -23,8 +24,9 @@ mod attempt;
 mod backoff_wait;
 pub mod book;
 mod call;
-mod fire;
+pub mod fire;
 pub mod link;
+pub mod outbox;
 mod probe;
 
 use std::cell::{RefCell, RefMut};
@@ -58,6 +60,8 @@ pub struct LoopState {
     pub link: Link,
     pub book: Book,
     pub ids: Identity,
+    /// Notifications accepted and not yet acknowledged by a primary (F12 amended).
+    pub outbox: outbox::Outbox,
 }
 
 impl LoopState {
@@ -71,6 +75,7 @@ impl LoopState {
             link: Link::new(rotator, tls, tag),
             book: Book::default(),
             ids: Identity::new(client_id),
+            outbox: outbox::Outbox::default(),
         }
     }
 

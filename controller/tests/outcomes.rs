@@ -7,10 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use xce::wire::{Op, ReplyData, Request};
+
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the controller
 /// before the status existed (to show the test failing there).
 const E_XCE_UNKNOWN: i32 = 2013;
-use xce::wire::{Op, ReplyData, Request};
 
 /// `E_XCE_UNKNOWN` is 2013; the test failed before the controller sent it (it answered
 /// `-E_XCE_NOMASTER` once cut off from its quorum).

@@ -38,6 +38,7 @@ pub mod config;
 pub mod hooks;
 pub mod log;
 pub mod ops;
+pub mod outbox;
 pub mod types;
 
 use std::os::raw::{c_char, c_int};

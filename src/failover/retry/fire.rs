@@ -135,7 +135,11 @@ impl LoopState {
         cause: AttemptOutcome,
     ) -> Result<(), Error> {
         self.book.failover_started(env, &self.link, cause);
-        reach_primary(self, env)?;
+        // A master that left its acknowledgements overdue is frozen or cut off: asking it
+        // first would cost another reply timeout.
+        let leave =
+            (cause == AttemptOutcome::Transport(Error::Errno(libc::ETIMEDOUT))).then_some(cause);
+        reach_primary(self, env, leave)?;
         let ep = self.link.current_endpoint();
         env.observer.update(|s| s.current_master = Some(ep));
         Ok(())
@@ -280,15 +284,26 @@ pub fn flush(env: &CallEnv<'_>, timeout: Duration) -> Result<(), Error> {
 /// at the first that says it is the primary (one `hello`; a redirect hint is followed). A
 /// standby answers notifications with its status, and the reconnect hook's `join` would only be
 /// redirected there. Nobody primary: "cluster not ready" if a controller said so, else the last
-/// transport error.
-pub fn reach_primary(state: &mut LoopState, env: &CallEnv<'_>) -> Result<(), Error> {
+/// transport error. `leave`: the current master just failed so (it is not asked again).
+pub fn reach_primary(
+    state: &mut LoopState,
+    env: &CallEnv<'_>,
+    leave: Option<AttemptOutcome>,
+) -> Result<(), Error> {
     let n = state.link.rotator.masters().len();
     let mut tried = 0u64;
     let mut last = AttemptOutcome::Transport(Error::Errno(libc::ENOTCONN));
     let mut refused = false;
+    if let Some(cause) = leave.filter(|_| n > 1) {
+        last = cause;
+        if let Some(i) = state.link.rotator.current_master() {
+            tried |= bit(i);
+        }
+    }
+    let rotate_first = tried != 0;
     // Every master once, plus one hint.
     for step in 0..=n {
-        if step > 0 {
+        if step > 0 || rotate_first {
             // F17 (amended): a standby's answer is named as such, never as "transport".
             rotate(&mut state.link, env, last, tried);
         }

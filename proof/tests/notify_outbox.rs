@@ -38,6 +38,13 @@ fn lines_of(name: &str) -> Vec<String> {
         .collect()
 }
 
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 fn join_as(role: SessionRole, host: &str) -> Join {
     Join {
         role,
@@ -145,8 +152,10 @@ fn notifies_sent_into_a_frozen_primary_take_effect_exactly_once() {
         .expect("acknowledged before the fault");
     c.pause(p);
     // Into the frozen primary's socket, then during the election: accepted, not lost.
+    let mut last_heartbeat_sent = 0;
     for (k, &id) in ids[10..].iter().enumerate() {
         finish(&w, id, 10 + k as i32);
+        last_heartbeat_sent = unix_ms();
         w.heartbeat("w-stop").unwrap();
         std::thread::sleep(Duration::from_millis(40));
     }
@@ -163,6 +172,18 @@ fn notifies_sent_into_a_frozen_primary_take_effect_exactly_once() {
         w.stats()
     );
     assert_eq!(w.outbox_depth(), 0);
+    // The last heartbeat, sent while the primary was frozen, was applied by the new one.
+    let host = adm
+        .workerlist()
+        .unwrap()
+        .into_iter()
+        .find(|h| h.name == "w-stop")
+        .expect("the worker is listed");
+    assert!(
+        host.last_heartbeat >= last_heartbeat_sent,
+        "last heartbeat applied at {} ms, sent at {last_heartbeat_sent} ms",
+        host.last_heartbeat
+    );
     c.resume(p);
     check_exactly_once(&adm, &ids, "worker-stop");
     // F17 (amended): the reconnect on the fire-and-forget path is a failover like any other.

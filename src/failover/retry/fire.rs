@@ -80,7 +80,9 @@ impl LoopState {
         let mut not_primary = None;
         for (seq, status) in acks {
             match self.outbox.acked(epoch, seq, status) {
-                Acked::Delivered | Acked::Unknown => {}
+                // A primary served this context: losing it later is a failover (F17).
+                Acked::Delivered => self.book.has_served = true,
+                Acked::Unknown => {}
                 Acked::NotPrimary => not_primary = Some(status),
                 Acked::Refused(op, s) => clog!(
                     env,

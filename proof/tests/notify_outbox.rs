@@ -241,3 +241,41 @@ fn notifies_sent_while_the_primary_is_killed_take_effect_exactly_once() {
     check_exactly_once(&adm, &ids, "worker-kill");
     assert!(w.stats().failovers >= 1, "{:?}", w.stats());
 }
+
+/// Not a check: what a notification costs the caller with the outbox (accepted, sent
+/// pipelined) and what waiting for every acknowledgement costs. Run with `--ignored
+/// --nocapture`; prints, asserts nothing about time.
+#[test]
+#[ignore]
+fn measure_notification_cost() {
+    let (c, _p) = cluster(3);
+    let (w, _, _) = worker(&c, "worker-measure", "w-measure");
+    let (adm, ids) = running_jobs(&c, "w-measure", 200);
+    let t = Instant::now();
+    for (k, &id) in ids.iter().enumerate() {
+        finish(&w, id, k as i32);
+    }
+    let calls = t.elapsed();
+    let t = Instant::now();
+    w.flush(ELECTION_WAIT).unwrap();
+    let flush = t.elapsed();
+    let t = Instant::now();
+    for _ in 0..500 {
+        w.heartbeat("w-measure").unwrap();
+    }
+    let hb = t.elapsed();
+    let t = Instant::now();
+    w.flush(ELECTION_WAIT).unwrap();
+    let hb_flush = t.elapsed();
+    check_exactly_once(&adm, &ids, "worker-measure");
+    eprintln!(
+        "| what | n | calls (total, per call) | flush after |\n|---|---|---|---|\n\
+         | notify_jobfinish | 200 | {:?}, {:?} | {:?} |\n| heartbeat | 500 | {:?}, {:?} | {:?} |",
+        calls,
+        calls / 200,
+        flush,
+        hb,
+        hb / 500,
+        hb_flush
+    );
+}

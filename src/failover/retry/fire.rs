@@ -29,6 +29,11 @@ impl LoopState {
     /// after taking the acknowledgements that already arrived).
     pub fn enqueue(&mut self, env: &CallEnv<'_>, op: &Op) -> Result<(), Error> {
         self.take_arrived_acks(env);
+        if self.outbox.len() >= super::outbox::OUTBOX_MAX {
+            // Full while a connection still owes acknowledgements: a burst outran the
+            // primary's commits. Wait for them, at most a reply timeout (never the budget).
+            self.await_acks(env, Instant::now() + env.options().reply_timeout);
+        }
         let id = self.ids.next(OpKind::FireAndForget).request_id;
         let r = self.outbox.push(op.clone(), id);
         let depth = self.outbox.len() as u64;
@@ -57,8 +62,14 @@ impl LoopState {
 
     /// Takes the acknowledgements that already arrived, without waiting.
     fn take_arrived_acks(&mut self, env: &CallEnv<'_>) {
+        self.await_acks(env, Instant::now());
+    }
+
+    /// Receives the acknowledgements the connection owes until `until` (or all of them), and
+    /// applies those that arrived.
+    fn await_acks(&mut self, env: &CallEnv<'_>, until: Instant) {
         if let Some(c) = self.link.conn.as_mut() {
-            if c.acks_pending() > 0 && c.collect_acks(Instant::now(), &env.waker).is_err() {
+            if c.acks_pending() > 0 && c.collect_acks(until, &env.waker).is_err() {
                 self.link.conn = None;
             }
         }

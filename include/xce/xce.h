@@ -1152,9 +1152,10 @@ int xcecli_clear_reason(xcecli_ctx_t ctx, uint64_t jobid);
  * (now, or once a primary is reachable) and re-sent with the same request id after every
  * reconnect until a primary acknowledges it, so it takes effect exactly once while the
  * context lives; `xcecli_flush` waits for that. Never waits for the acknowledgement nor on
- * the no-primary budget (at most one round over the masters). -E_XCE_OUTBOX_FULL when
- * XCE_OUTBOX_MAX notifications are already waiting (not accepted); -E_XCE_CLOSED when the
- * context is stopped.
+ * the no-primary budget (at most one round over the masters; with XCE_OUTBOX_MAX already
+ * waiting on a live primary, at most a reply timeout for its acknowledgements).
+ * -E_XCE_OUTBOX_FULL when XCE_OUTBOX_MAX notifications are still waiting after that (not
+ * accepted); -E_XCE_CLOSED when the context is stopped.
  */
 int xcecli_notify(xcecli_ctx_t ctx, int kind, uint64_t jobid, int exit_code);
 

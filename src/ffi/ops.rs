@@ -438,9 +438,10 @@ fn notify(ctx: xcecli_ctx_t, kind: msg::NotifyKind, jobid: u64, exit_code: c_int
 /// (now, or once a primary is reachable) and re-sent with the same request id after every
 /// reconnect until a primary acknowledges it, so it takes effect exactly once while the
 /// context lives; `xcecli_flush` waits for that. Never waits for the acknowledgement nor on
-/// the no-primary budget (at most one round over the masters). -E_XCE_OUTBOX_FULL when
-/// XCE_OUTBOX_MAX notifications are already waiting (not accepted); -E_XCE_CLOSED when the
-/// context is stopped.
+/// the no-primary budget (at most one round over the masters; with XCE_OUTBOX_MAX already
+/// waiting on a live primary, at most a reply timeout for its acknowledgements).
+/// -E_XCE_OUTBOX_FULL when XCE_OUTBOX_MAX notifications are still waiting after that (not
+/// accepted); -E_XCE_CLOSED when the context is stopped.
 #[no_mangle]
 pub extern "C" fn xcecli_notify(
     ctx: xcecli_ctx_t,

@@ -168,3 +168,63 @@ fn a_join_the_hook_repeats_keeps_its_request_id() {
     assert_eq!(ids.len(), 3);
     assert_ne!(ids[2], ids[0]);
 }
+
+/// F17 (amended), issue 16 #11: a reconnect made by a fire-and-forget call (a worker that only
+/// heartbeats) is a failover like one made by a replying call — counted, with its events —
+/// and the standby met on the way is logged as a standby's answer, never as "transport".
+/// Before: rotations were counted but no failover, and the log said "transport: standby…".
+#[test]
+fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
+    use parking_lot::Mutex;
+    use xce::failover::log::{self, Level};
+    use xce::failover::Event;
+    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    log::set_level(Level::Info);
+    log::set_sink(Some(Arc::new(|_, l: &str| {
+        LINES.lock().push(l.to_string())
+    })));
+
+    let old = FakeController::start(vec![]);
+    let new = FakeController::start(vec![]);
+    let standby = FakeController::start(vec![Step::Standby(Some(new.endpoint())); 4]);
+    let mut cfg = Config::new(vec![old.endpoint(), standby.endpoint(), new.endpoint()]);
+    cfg.client_name = "ff-failover".into();
+    let c = Client::start_with(cfg, fast_options(), fast_retry(3)).expect("start");
+    let events = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    c.hello().expect("served by the first primary");
+    drop(old);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    c.heartbeat("w").expect("heartbeat");
+    assert!(new.wait_requests(2, std::time::Duration::from_secs(2)));
+    let st = c.stats();
+    assert_eq!(st.failovers, 1, "{st:?}");
+    let events = events.lock().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::FailoverStarted { .. })),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::FailoverFinished { .. })),
+        "{events:?}"
+    );
+    let lines: Vec<String> = LINES
+        .lock()
+        .iter()
+        .filter(|l| l.contains("ff-failover"))
+        .cloned()
+        .collect();
+    assert!(
+        !lines.iter().any(|l| l.contains("transport: standby")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("answered \"standby")),
+        "{lines:#?}"
+    );
+}

@@ -212,6 +212,8 @@ static void test_null_ctx(void) {
     CHECK_EQ(xcecli_notify_jobchkpt(NULL, 1), -EINVAL);
     CHECK_EQ(xcecli_heartbeat(NULL, "h"), -EINVAL);
     CHECK_EQ(xcecli_nop(NULL), -EINVAL);
+    CHECK_EQ(xcecli_flush(NULL, 0), -EINVAL);
+    CHECK_EQ(xcecli_outbox_depth(NULL), -EINVAL);
     CHECK_EQ(xcecli_wakeup(NULL), -EINVAL);
     CHECK_EQ(xcecli_try_wakeup(NULL), -EINVAL);
     CHECK_EQ(xce_new_jobid(NULL), -EINVAL);

@@ -101,6 +101,11 @@ int main(int argc, char **argv) {
     xce_stats_t st;
     CHECK_EQ(xcecli_get_stats(r.ctx, &st), 0);
     CHECK(st.failovers >= 1);
+    /* F12: a heartbeat accepted after the failover is acknowledged by the new primary. */
+    CHECK_EQ(xcecli_heartbeat(r.ctx, "ctest-worker"), 0);
+    CHECK_EQ(xcecli_flush(r.ctx, 10000), 0);
+    CHECK_EQ(xcecli_outbox_depth(r.ctx), 0);
+    CHECK_EQ(xcecli_flush(r.ctx, -1), -EINVAL);
     xcecli_stop(r.ctx);
     cluster_stop(&c);
     printf("reconnect handler: %s\n", g_failures ? "FAIL" : "ok");

@@ -19,8 +19,8 @@ const protocolVersion :UInt32 = 1;
 struct Request {
   seq @0 :UInt64;          # echoed by the reply; never 0 on a request that wants a reply
   clientId @1 :Data;       # 16 random bytes per client context (exactly-once writes, F16)
-  requestId @2 :UInt64;    # per-context counter for writes, stable across re-sends; 0 for reads
-  noReply @3 :Bool;        # fire-and-forget (notify, heartbeat, nop): no reply is sent
+  requestId @2 :UInt64;    # per-context counter for writes, notifies and heartbeats, stable across re-sends; 0 for reads
+  noReply @3 :Bool;        # no reply is sent (nop; notify and heartbeat from older clients)
 
   op :union {
     hello @4 :Hello;

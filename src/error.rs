@@ -33,8 +33,16 @@ pub const E_XCE_LOOKUP: i32 = 2011;
 /// same on every master, so never a reason to fail over.
 pub const E_XCE_TOOBIG: i32 = 2012;
 
+/// A controller placed the write in its log but could not confirm it (commit timeout,
+/// leadership lost): the outcome is unknown (F19 amended). The library re-sends it with the
+/// same request id; when the budget ends first, the call fails with `maybe_applied = 1`.
+pub const E_XCE_UNKNOWN: i32 = 2013;
+/// The context's outbox of job notifications and heartbeats is full (F12 amended): the
+/// notification was not accepted. Client-side only.
+pub const E_XCE_OUTBOX_FULL: i32 = 2014;
+
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 12] = [
+pub const XCE_CODES: [(i32, &str); 14] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -47,6 +55,8 @@ pub const XCE_CODES: [(i32, &str); 12] = [
     (E_XCE_CLOSED, "E_XCE_CLOSED"),
     (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
     (E_XCE_TOOBIG, "E_XCE_TOOBIG"),
+    (E_XCE_UNKNOWN, "E_XCE_UNKNOWN"),
+    (E_XCE_OUTBOX_FULL, "E_XCE_OUTBOX_FULL"),
 ];
 
 /// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
@@ -170,6 +180,10 @@ pub enum Error {
     Lookup,
     #[error("reply too large")]
     TooBig,
+    #[error("outcome unknown: placed in the log, not confirmed")]
+    Unknown,
+    #[error("notification outbox full")]
+    OutboxFull,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -193,6 +207,8 @@ impl Error {
             Error::Closed => E_XCE_CLOSED,
             Error::Lookup => E_XCE_LOOKUP,
             Error::TooBig => E_XCE_TOOBIG,
+            Error::Unknown => E_XCE_UNKNOWN,
+            Error::OutboxFull => E_XCE_OUTBOX_FULL,
             Error::Errno(e) => e,
         }
     }
@@ -229,6 +245,8 @@ impl Error {
             E_XCE_CLOSED => Error::Closed,
             E_XCE_LOOKUP => Error::Lookup,
             E_XCE_TOOBIG => Error::TooBig,
+            E_XCE_UNKNOWN => Error::Unknown,
+            E_XCE_OUTBOX_FULL => Error::OutboxFull,
             e => Error::Errno(e),
         })
     }
@@ -288,6 +306,8 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_CLOSED => "context is stopped",
         E_XCE_LOOKUP => "name lookup failed",
         E_XCE_TOOBIG => "reply too large",
+        E_XCE_UNKNOWN => "outcome unknown: placed in the log, not confirmed",
+        E_XCE_OUTBOX_FULL => "notification outbox full",
         e => errno_text(e),
     }
 }
@@ -330,7 +350,7 @@ mod tests {
     #[test]
     fn codes_have_the_values_of_protocol_md() {
         let expected = [
-            2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010, 2011, 2012,
+            2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010, 2011, 2012, 2013, 2014,
         ];
         for ((code, _), want) in XCE_CODES.iter().zip(expected) {
             assert_eq!(*code, want);

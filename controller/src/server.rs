@@ -14,7 +14,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
-use xce::error::{E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce::error::{
+    E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN,
+};
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyData, Request};
 
 use crate::auth::{self, ConnAuth, Identity, JobFacts};
@@ -32,7 +34,8 @@ const CROWD_MEMORY: Duration = Duration::from_secs(1);
 /// Longest a `waitPrimary` is held, whatever the client asks.
 pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
 /// Longest a read waits for its read index, or a write for its commit, before the client gets
-/// NOT_READY (a write may still commit: the client re-sends it with the same request id).
+/// NOT_READY (a read) or E_XCE_UNKNOWN (a write, which may still commit: the client re-sends
+/// it with the same request id).
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A frame that started arriving must be complete within this time (slow-loris guard, C9).
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -434,15 +437,34 @@ impl Ctx {
         };
         let res = tokio::select! {
             r = tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)) => r,
-            () = self.until_cut_off() => return Err(self.not_primary(req.seq, &req.op, None)),
+            () = self.until_cut_off() => return Err(self.outcome_unknown(req.seq, &req.op)),
         };
         match res {
             Ok(Ok(outcome)) => Ok(outcome),
+            // openraft answers ForwardToLeader for a proposal it never appended, or for one
+            // whose entry it truncated (never committed): not applied.
             Ok(Err(WriteFail::NotLeader(leader))) => {
                 Err(self.not_primary(req.seq, &req.op, leader))
             }
-            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.not_primary_busy(req.seq, &req.op)),
+            // Handed to the log and not confirmed: it may still commit (F19 amended).
+            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.outcome_unknown(req.seq, &req.op)),
         }
+    }
+
+    /// F19 (amended): a write handed to the log whose commit this node could not confirm
+    /// (commit timeout, leadership lost or cut off): `E_XCE_UNKNOWN`, never NOT_READY or
+    /// NOMASTER, which promise "not applied". The client re-sends it with the same request id
+    /// (the exactly-once table answers with the first outcome if it did commit). A redirect
+    /// hint is attached when another leader is known.
+    fn outcome_unknown(&self, seq: u64, op: &Op) -> Reply {
+        let mut r = self.not_primary(seq, op, None);
+        eprintln!(
+            "node {}: {} (seq {seq}) placed in the log, commit not confirmed: outcome unknown",
+            self.id,
+            op.name()
+        );
+        r.status = -E_XCE_UNKNOWN;
+        r
     }
 
     /// The leader this node can vouch for right now: itself when it leads and has heard from a

@@ -21,11 +21,12 @@
  *     (SIGCONT) when RUN again; a job that is no longer RUN/SUSP on this host (killed,
  *     requeued) is killed.
  *
- * Never twice, across failovers and its own restarts. notify is fire-and-forget (F12): one
- * sent just before the primary dies is lost. So the worker keeps re-sending the finish notify
- * every --confirm-ms until the controller no longer lists the job RUN/SUSP, and it keeps its
- * promises in DIR, fsynced, so that a restarted worker neither runs a job again nor forgets
- * to report it:
+ * Never twice, across failovers and its own restarts. A notify that returned 0 is in the
+ * context's outbox (F12): the library re-sends it after every reconnect until a primary
+ * acknowledges it, exactly once. The worker only sends it again when the outbox is empty and
+ * the controller still lists the job RUN/SUSP after --confirm-ms (a worker restarted before
+ * its report left), and it keeps its promises in DIR, fsynced, so that a restarted worker
+ * neither runs a job again nor forgets to report it:
  *   job-ID.claim  written (with the runner's pid) once the runner holds its lock, before the
  *                 runner may exec;
  *   job-ID.lock   flock-ed by the runner for its whole life (free = the runner is gone);
@@ -36,9 +37,10 @@
  * outcome is kept when the worker is killed; the next worker adopts it from its claim. The
  * files of a job are removed once the controller shows it finished.
  *
- * SIGTERM/SIGINT stop the worker after the current round; running jobs keep running and are
- * adopted by the next worker started on the same state directory. At exit it prints a summary
- * line (reconnects, re-joins, jobs started and reported).
+ * SIGTERM/SIGINT stop the worker after the current round; it flushes the outbox (at most
+ * 5 s: xcecli_flush) before stopping its context; running jobs keep running and are adopted by
+ * the next worker started on the same state directory. At exit it prints a summary line
+ * (reconnects, re-joins, jobs started and reported, notifications left unacknowledged).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -96,6 +98,8 @@ struct worker {
     xce_kv_t attrs[MAX_ATTRS];
     char *attr_buf[MAX_ATTRS];
     int poll_ms, heartbeat_ms, confirm_ms;
+    /* Set by the reconnect handler: the main loop re-sends resource values at once. */
+    int resync;
     xcecli_ctx_t ctx;
     struct job *jobs;
     size_t njobs, cap;
@@ -422,7 +426,9 @@ static void load_claims(struct worker *w) {
 
 /* ---------------------------------------------------------------- talking to the cluster */
 
-/* F10: after a failover the session is gone; re-join before the interrupted op is re-sent. */
+/* F10: after a failover the session is gone; re-join before the interrupted op is re-sent,
+ * and re-sync: a heartbeat at once (it joins the outbox, which the library sends right after
+ * this handler, with the notifications not yet acknowledged), resource values next round. */
 static int on_reconnect(xcecli_ctx_t ctx, void *arg) {
     struct worker *w = arg;
     w->reconnects++;
@@ -434,22 +440,33 @@ static int on_reconnect(xcecli_ctx_t ctx, void *arg) {
         return rc;
     }
     w->rejoined++;
-    logf_("reconnect: re-joined as WORKER %s (session %" PRIu64 ")", w->host, sid);
+    rc = xcecli_heartbeat(ctx, w->host);
+    if (rc < 0)
+        logf_("reconnect: heartbeat not accepted: %s", xce_strerror(rc));
+    w->resync = 1;
+    logf_("reconnect: re-joined as WORKER %s (session %" PRIu64 "), %d notification(s) to resend",
+          w->host, sid, xcecli_outbox_depth(ctx));
     return 0;
 }
 
-/* Reports a finished job: finish/fail, then its usage; re-sent until the controller shows it.
- * The notify goes first, as soon as the outcome is known: it is fire-and-forget (F12), so if
- * the primary is dying it is lost silently, and the reply-bearing update_jusage right behind it
- * is what notices the failure and fails over; the re-send after --confirm-ms makes up for the
- * loss. (The controller records usage on a finished job too.) */
+/* Reports a finished job: finish/fail, then its usage. The notify goes first, as soon as the
+ * outcome is known, into the context's outbox (F12): delivered exactly once, across failovers.
+ * It is sent again only when the outbox is empty and the controller still shows the job
+ * running after --confirm-ms (a report a previous worker process never sent). (The controller
+ * records usage on a finished job too.) */
 static void report(struct worker *w, struct job *j, int64_t now) {
+    if (j->last_notify_ms != 0 && xcecli_outbox_depth(w->ctx) > 0)
+        return; /* the earlier notify is still on its way */
     int rc = j->exit_code == 0 ? xcecli_notify_jobfinish(w->ctx, j->id, 0)
                                : xcecli_notify_jobfail(w->ctx, j->id, j->exit_code);
+    if (rc == -E_XCE_OUTBOX_FULL) {
+        logf_("job %" PRIu64 " notify: outbox full, next round", j->id);
+        return;
+    }
     j->last_notify_ms = now;
     j->notifies++;
     if (rc < 0)
-        logf_("job %" PRIu64 " notify not sent: %s", j->id, xce_strerror(rc));
+        logf_("job %" PRIu64 " notify not accepted: %s", j->id, xce_strerror(rc));
     else if (j->notifies > 1)
         logf_("job %" PRIu64 " notify re-sent (%u): the controller still shows it running", j->id,
               j->notifies);
@@ -721,10 +738,11 @@ int main(int argc, char **argv) {
         if (now >= next_hb) {
             int rc = xcecli_heartbeat(w.ctx, w.host);
             if (rc < 0 && now - last_err_log > 1000)
-                logf_("heartbeat not sent: %s", xce_strerror(rc));
+                logf_("heartbeat not accepted: %s", xce_strerror(rc));
             next_hb = now + w.heartbeat_ms;
         }
-        if (now >= next_res) {
+        if (now >= next_res || w.resync) {
+            w.resync = 0;
             send_resvals(&w);
             next_res = now + 10 * (int64_t)w.heartbeat_ms;
         }
@@ -743,6 +761,11 @@ int main(int argc, char **argv) {
             stopping = 1;
     }
 
+    /* F12: what the outbox still holds goes out before the context stops (bounded). */
+    int frc = xcecli_flush(w.ctx, 5000);
+    if (frc < 0)
+        logf_("flush: %s; %d notification(s) unacknowledged", xce_strerror(frc),
+              xcecli_outbox_depth(w.ctx));
     xce_stats_t st;
     memset(&st, 0, sizeof st);
     xcecli_get_stats(w.ctx, &st);
@@ -750,9 +773,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < w.njobs; i++)
         running += w.jobs[i].phase == RUNNING;
     logf_("summary reconnects=%lu rejoined=%lu rejoin_failed=%lu failovers=%" PRIu64
-          " started=%lu adopted=%lu reported=%lu left_running=%zu",
+          " started=%lu adopted=%lu reported=%lu left_running=%zu unacknowledged=%d",
           w.reconnects, w.rejoined, w.rejoin_failed, st.failovers, w.started, w.adopted,
-          w.reported, running);
+          w.reported, running, xcecli_outbox_depth(w.ctx));
     xcecli_stop(w.ctx);
     free(w.jobs);
     for (size_t i = 0; i < MAX_ATTRS; i++)

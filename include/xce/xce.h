@@ -103,6 +103,18 @@
 #define E_XCE_TOOBIG 2012
 
 /**
+ * A controller placed the write in its log but could not confirm it (F19): re-sent with the
+ * same request id within the budget; reported after it as `E_XCE_NOT_READY` with
+ * `maybe_applied = 1`.
+ */
+#define E_XCE_UNKNOWN 2013
+
+/**
+ * The context's outbox of notifications and heartbeats is full (F12): not accepted.
+ */
+#define E_XCE_OUTBOX_FULL 2014
+
+/**
  * Most masters a configuration holds.
  */
 #define N_MAX_MASTERS 8
@@ -223,6 +235,12 @@
  * Log level: debug.
  */
 #define XCE_LOG_DEBUG 4
+
+/**
+ * Most notifications and heartbeats a context keeps waiting for a primary's acknowledgement;
+ * one more is refused with -E_XCE_OUTBOX_FULL.
+ */
+#define XCE_OUTBOX_MAX 128
 
 /**
  * Job state `PEND` (`xce_job_t.state`; `1 << state` in `xce_job_filter_t.state_mask`).
@@ -1126,9 +1144,18 @@ int xcecli_set_pend_reason(xcecli_ctx_t ctx, uint64_t jobid, const char *reason)
 int xcecli_clear_reason(xcecli_ctx_t ctx, uint64_t jobid);
 
 /**
- * `notify`: tells the controller about job `jobid` (needs a WORKER session, else the
- * controller drops it). `kind` is `XCE_NOTIFY_*`; `exit_code` is meaningful for FINISH/FAIL.
- * Returns 0 when sent.
+ * `notify`: tells the controller about job `jobid`. `kind` is `XCE_NOTIFY_*`; `exit_code` is
+ * meaningful for FINISH/FAIL. The job must be one the primary dispatched (RUN; SUSP too for
+ * FINISH/FAIL/CHKPT), and the context must have joined as WORKER (`xcecli_join`, again from
+ * the reconnect handler after every failover): a primary refuses it otherwise (logged at
+ * WARN, then dropped). Returns 0 when accepted into the context's outbox: it is then sent
+ * (now, or once a primary is reachable) and re-sent with the same request id after every
+ * reconnect until a primary acknowledges it, so it takes effect exactly once while the
+ * context lives; `xcecli_flush` waits for that. Never waits for the acknowledgement nor on
+ * the no-primary budget (at most one round over the masters; with XCE_OUTBOX_MAX already
+ * waiting on a live primary, at most a reply timeout for its acknowledgements).
+ * -E_XCE_OUTBOX_FULL when XCE_OUTBOX_MAX notifications are still waiting after that (not
+ * accepted); -E_XCE_CLOSED when the context is stopped.
  */
 int xcecli_notify(xcecli_ctx_t ctx, int kind, uint64_t jobid, int exit_code);
 
@@ -1158,7 +1185,8 @@ int xcecli_notify_jobstop(xcecli_ctx_t ctx, uint64_t jobid);
 int xcecli_notify_jobchkpt(xcecli_ctx_t ctx, uint64_t jobid);
 
 /**
- * `heartbeat` of worker `host` (needs a WORKER session). Returns 0 when sent.
+ * `heartbeat` of worker `host` (needs a WORKER session, joined as for `xcecli_notify`).
+ * Returns 0 when accepted into the outbox; delivered like a notification.
  */
 int xcecli_heartbeat(xcecli_ctx_t ctx, const char *host);
 
@@ -1182,6 +1210,24 @@ int xcecli_wakeup(xcecli_ctx_t ctx);
  * afterwards), -EINVAL for a NULL ctx. Safe from any thread, never blocks.
  */
 int xcecli_try_wakeup(xcecli_ctx_t ctx);
+
+/**
+ * Waits until every notification and heartbeat accepted so far on the context of `ctx` was
+ * acknowledged by a primary, at most `timeout_ms` (>= 0), failing over as needed (never past
+ * the timeout; the reconnect handler runs as for any op). Returns 0 when the outbox is
+ * empty; -ETIMEDOUT when the timeout passed first (the rest stay queued,
+ * `xcecli_outbox_depth` says how many); -EINTR, -ECANCELED, -E_XCE_CLOSED as any op;
+ * -EINVAL for a NULL ctx or a negative timeout. A daemon calls it before `xcecli_stop`:
+ * stopping drops what is still queued.
+ */
+int xcecli_flush(xcecli_ctx_t ctx, int timeout_ms);
+
+/**
+ * Notifications and heartbeats accepted on the context of `ctx` and not yet acknowledged by
+ * a primary (0..=XCE_OUTBOX_MAX); -EINVAL for a NULL ctx. Thread-safe; does not wait for an
+ * op in progress. (`xce_stats_t` keeps its layout: this is its own getter.)
+ */
+int xcecli_outbox_depth(xcecli_ctx_t ctx);
 
 /**
  * Frees the array `xcecli_joblist` returned: the pointer array and every job in it, with

@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::failover::log::{xlog, Level};
 use crate::failover::options::{ClientOption, Options};
 use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
-use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, Link, Settings};
+use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, LoopState, Settings};
 use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
 use crate::transport::{resolve, tls, CancelToken, WakeState};
@@ -208,7 +208,7 @@ struct Context {
     /// Everything the loop mutates. Only the thread that owns the context (the gate) locks it,
     /// so the lock is never contended; reentrant for the reconnect hook's nested calls (F10).
     /// The RefCell is never borrowed across the hook.
-    link: ReentrantMutex<RefCell<Link>>,
+    link: ReentrantMutex<RefCell<LoopState>>,
     /// Read when a call starts; setters never wait for a call in progress (F15).
     settings: Mutex<Settings>,
     observer: Observer,
@@ -360,7 +360,7 @@ impl Client {
         let ctx = Context {
             gate: Gate::new(),
             wake: WakeState::new(),
-            link: ReentrantMutex::new(RefCell::new(Link::new(
+            link: ReentrantMutex::new(RefCell::new(LoopState::new(
                 Rotator::new(config.masters.clone()),
                 client_id,
                 tls,
@@ -375,7 +375,7 @@ impl Client {
             masters: config.masters,
             tag,
         };
-        ctx.link.lock().borrow_mut().auth_token = auth_token;
+        ctx.link.lock().borrow_mut().link.auth_token = auth_token;
         {
             let guard = ctx.link.lock();
             let mut link = guard.borrow_mut();
@@ -551,6 +551,12 @@ impl Client {
 
     /// [`Client::call`], with who answered (to report a failure found in the answer, F24).
     fn call_traced(&self, op: &Op) -> Result<(Reply, CallTrace), Error> {
+        self.with_env(|env| retry::run(env, op))
+    }
+
+    /// Runs `f` as a call of this context: in its turn at the gate (F11), with the settings of
+    /// the moment, a waker that a wake, a cancel or a stop ends, and the loop's state.
+    fn with_env<T>(&self, f: impl FnOnce(&CallEnv<'_>) -> Result<T, Error>) -> Result<T, Error> {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
         let entry = ctx.gate.enter(&ctx.wake)?;
@@ -576,7 +582,7 @@ impl Client {
                 deadline,
                 tag: &ctx.tag,
             };
-            retry::run(&env, op)
+            f(&env)
         })();
         entered.claimed_wake = result.as_ref().err() == Some(&Error::Errno(libc::EINTR));
         result
@@ -744,7 +750,10 @@ impl Client {
     }
 
     // ---------------------------------------------------------------------------------------
-    // Fire-and-forget (F12): the send result only
+    // Fire-and-forget (F12 amended): a notification or heartbeat that returns 0 was accepted
+    // into the context's outbox and is delivered exactly once while the context lives (a
+    // notification needs a RUN job and a joined WORKER session on the primary); `nop` is the
+    // send result only.
 
     pub fn notify(&self, notify: Notify) -> Result<(), Error> {
         self.call(Op::Notify(notify)).map(drop)
@@ -756,6 +765,19 @@ impl Client {
 
     pub fn nop(&self) -> Result<(), Error> {
         self.call(Op::Nop).map(drop)
+    }
+
+    /// F12 (amended): waits until every notification and heartbeat accepted so far was
+    /// acknowledged by a primary, at most `timeout`, failing over as needed. `ETIMEDOUT` when
+    /// the timeout passes first (the rest stay queued); `EINTR`, `ECANCELED`, `E_XCE_CLOSED`
+    /// as any call.
+    pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
+        self.with_env(|env| retry::fire::flush(env, timeout))
+    }
+
+    /// Notifications and heartbeats accepted and not yet acknowledged (F12); never waits.
+    pub fn outbox_depth(&self) -> u64 {
+        self.ctx.observer.stats().outbox_depth
     }
 }
 

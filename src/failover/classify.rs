@@ -4,6 +4,7 @@
 
 use crate::error::{
     Error, E_XCE_DUP_JOB, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY,
+    E_XCE_UNKNOWN,
 };
 
 /// What one attempt produced, before any decision is taken.
@@ -53,6 +54,9 @@ fn classify_status(status: i32, may_have_been_applied: bool, is_write: bool) -> 
     match status.checked_neg().unwrap_or(0) {
         E_XCE_REDIRECT | E_XCE_STANDBY => Classification::RetryNow,
         E_XCE_NOMASTER | E_XCE_NOT_READY => Classification::RetryBackoff,
+        // F19 (amended): placed in a log, not confirmed — an election is likely on. The write
+        // is re-sent with its request id after a backoff; its outcome is unknown meanwhile.
+        E_XCE_UNKNOWN => Classification::RetryBackoff,
         // F16: a re-sent write that finds the effect of an earlier send whose outcome was
         // unknown. After sends that were answered (a redirect, say) it is a genuine duplicate.
         E_XCE_DUP_JOB | libc::EEXIST if is_write && may_have_been_applied => {
@@ -90,13 +94,21 @@ pub fn is_interrupt(e: Error) -> bool {
 }
 
 /// Statuses by which a controller says "I am not the primary" (redirect, standby, no master,
-/// not ready). Seeing any of them during a call makes budget exhaustion report
-/// `E_XCE_NOT_READY` rather than a transport error (F7).
+/// not ready), or "I could not confirm it as primary" (unknown outcome). Seeing any of them
+/// during a call makes budget exhaustion report `E_XCE_NOT_READY` rather than a transport
+/// error (F7).
 pub fn is_no_primary_status(status: i32) -> bool {
     matches!(
         status.checked_neg().unwrap_or(0),
-        E_XCE_REDIRECT | E_XCE_STANDBY | E_XCE_NOMASTER | E_XCE_NOT_READY
+        E_XCE_REDIRECT | E_XCE_STANDBY | E_XCE_NOMASTER | E_XCE_NOT_READY | E_XCE_UNKNOWN
     )
+}
+
+/// F19 (amended): an answer that leaves the outcome of the send it answers unknown: the
+/// controller placed it in its log and could not confirm it. Every other status says the send
+/// was not applied (or was: success).
+pub fn leaves_outcome_unknown(status: i32) -> bool {
+    status == -E_XCE_UNKNOWN
 }
 
 #[cfg(test)]
@@ -129,6 +141,10 @@ mod tests {
             (s(-E_XCE_NOMASTER), true, true, RetryBackoff),
             (s(-E_XCE_NOT_READY), false, false, RetryBackoff),
             (s(-E_XCE_NOT_READY), true, true, RetryBackoff),
+            // F19 (amended): placed in the log, not confirmed: backoff, re-send the same id
+            (s(-E_XCE_UNKNOWN), false, true, RetryBackoff),
+            (s(-E_XCE_UNKNOWN), true, true, RetryBackoff),
+            (s(-E_XCE_UNKNOWN), false, false, RetryBackoff),
             // F16: DUP is the earlier send's success only when that send's outcome is unknown;
             // after answered sends (e.g. a redirect) it is a genuine duplicate. EEXIST alike.
             (s(-E_XCE_DUP_JOB), true, true, Success),
@@ -208,6 +224,7 @@ mod tests {
             E_XCE_STANDBY,
             E_XCE_NOMASTER,
             E_XCE_NOT_READY,
+            E_XCE_UNKNOWN,
         ] {
             assert!(is_no_primary_status(-code));
             for applied in [false, true] {
@@ -219,5 +236,20 @@ mod tests {
         assert!(!is_no_primary_status(0));
         assert!(!is_no_primary_status(-libc::EINVAL));
         assert!(!is_no_primary_status(-E_XCE_DUP_JOB));
+    }
+
+    /// F19 (amended): only the unknown-outcome status leaves a send's outcome unknown.
+    #[test]
+    fn only_unknown_leaves_the_outcome_unknown() {
+        assert!(leaves_outcome_unknown(-E_XCE_UNKNOWN));
+        for code in [
+            0,
+            -E_XCE_NOT_READY,
+            -E_XCE_NOMASTER,
+            -E_XCE_STANDBY,
+            -E_XCE_DUP_JOB,
+        ] {
+            assert!(!leaves_outcome_unknown(code), "{code}");
+        }
     }
 }

@@ -32,6 +32,8 @@ pub struct Stats {
     pub suspicions: u64,
     /// Of those, the ones where another primary was named and the request re-sent there.
     pub suspicion_failovers: u64,
+    /// Notifications and heartbeats accepted and not yet acknowledged by a primary (F12).
+    pub outbox_depth: u64,
 }
 
 /// An F17 event, delivered on the calling thread.

@@ -1,4 +1,4 @@
-//! F25: suspicion before timeout, as pure decisions. The loop (`retry.rs`) does the probing.
+//! F25: suspicion before timeout, as pure decisions. The loop (`retry/probe.rs`) does the probing.
 //!
 //! A reply later than a threshold learned from this context's recent round trips of the same
 //! op makes the loop ask another controller, while it keeps waiting for the reply, whether the

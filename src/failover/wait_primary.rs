@@ -1,5 +1,5 @@
 //! F18, F25: waiting for the primary while backing off — where to ask, and whether to believe
-//! the answer. Pure decisions; the loop (`retry.rs`) does the asking.
+//! the answer. Pure decisions; the loop (`retry/backoff_wait.rs`) does the asking.
 //!
 //! During a backoff unit the loop asks a live controller (`waitPrimary`, protocol.md) to answer
 //! as soon as it knows a primary other than the one that just failed, instead of sleeping

@@ -38,6 +38,7 @@ pub mod config;
 pub mod hooks;
 pub mod log;
 pub mod ops;
+pub mod outbox;
 pub mod types;
 
 use std::os::raw::{c_char, c_int};
@@ -79,6 +80,12 @@ pub const E_XCE_CLOSED: c_int = 2010;
 pub const E_XCE_LOOKUP: c_int = 2011;
 /// A reply too large for one frame that cannot be split; deterministic, never a failover.
 pub const E_XCE_TOOBIG: c_int = 2012;
+/// A controller placed the write in its log but could not confirm it (F19): re-sent with the
+/// same request id within the budget; reported after it as `E_XCE_NOT_READY` with
+/// `maybe_applied = 1`.
+pub const E_XCE_UNKNOWN: c_int = 2013;
+/// The context's outbox of notifications and heartbeats is full (F12): not accepted.
+pub const E_XCE_OUTBOX_FULL: c_int = 2014;
 
 const _: () = {
     use crate::error as e;
@@ -94,6 +101,8 @@ const _: () = {
     assert!(E_XCE_CLOSED == e::E_XCE_CLOSED);
     assert!(E_XCE_LOOKUP == e::E_XCE_LOOKUP);
     assert!(E_XCE_TOOBIG == e::E_XCE_TOOBIG);
+    assert!(E_XCE_UNKNOWN == e::E_XCE_UNKNOWN);
+    assert!(E_XCE_OUTBOX_FULL == e::E_XCE_OUTBOX_FULL);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C.

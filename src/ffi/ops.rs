@@ -418,7 +418,8 @@ pub extern "C" fn xcecli_clear_reason(ctx: xcecli_ctx_t, jobid: u64) -> c_int {
 }
 
 // ---------------------------------------------------------------------------------------
-// Fire-and-forget (F12): no reply; the result is the send's. Never blocks on the budget.
+// Fire-and-forget (F12 amended): notifications and heartbeats go through the context's
+// outbox and are delivered exactly once; `nop`: the send's result. Never block on the budget.
 
 fn notify(ctx: xcecli_ctx_t, kind: msg::NotifyKind, jobid: u64, exit_code: c_int) -> c_int {
     let c = try_ctx!(ctx);
@@ -429,9 +430,18 @@ fn notify(ctx: xcecli_ctx_t, kind: msg::NotifyKind, jobid: u64, exit_code: c_int
     }))
 }
 
-/// `notify`: tells the controller about job `jobid` (needs a WORKER session, else the
-/// controller drops it). `kind` is `XCE_NOTIFY_*`; `exit_code` is meaningful for FINISH/FAIL.
-/// Returns 0 when sent.
+/// `notify`: tells the controller about job `jobid`. `kind` is `XCE_NOTIFY_*`; `exit_code` is
+/// meaningful for FINISH/FAIL. The job must be one the primary dispatched (RUN; SUSP too for
+/// FINISH/FAIL/CHKPT), and the context must have joined as WORKER (`xcecli_join`, again from
+/// the reconnect handler after every failover): a primary refuses it otherwise (logged at
+/// WARN, then dropped). Returns 0 when accepted into the context's outbox: it is then sent
+/// (now, or once a primary is reachable) and re-sent with the same request id after every
+/// reconnect until a primary acknowledges it, so it takes effect exactly once while the
+/// context lives; `xcecli_flush` waits for that. Never waits for the acknowledgement nor on
+/// the no-primary budget (at most one round over the masters; with XCE_OUTBOX_MAX already
+/// waiting on a live primary, at most a reply timeout for its acknowledgements).
+/// -E_XCE_OUTBOX_FULL when XCE_OUTBOX_MAX notifications are still waiting after that (not
+/// accepted); -E_XCE_CLOSED when the context is stopped.
 #[no_mangle]
 pub extern "C" fn xcecli_notify(
     ctx: xcecli_ctx_t,
@@ -489,7 +499,8 @@ pub extern "C" fn xcecli_notify_jobchkpt(ctx: xcecli_ctx_t, jobid: u64) -> c_int
     }
 }
 
-/// `heartbeat` of worker `host` (needs a WORKER session). Returns 0 when sent.
+/// `heartbeat` of worker `host` (needs a WORKER session, joined as for `xcecli_notify`).
+/// Returns 0 when accepted into the outbox; delivered like a notification.
 #[no_mangle]
 pub extern "C" fn xcecli_heartbeat(ctx: xcecli_ctx_t, host: *const c_char) -> c_int {
     ffi_panic_boundary! { "xcecli_heartbeat",

@@ -48,6 +48,11 @@ pub struct Connection {
     dead: bool,
     /// Wrong-seq replies dropped so far.
     strays: u32,
+    /// `seq`s of requests whose replies are acknowledgements to collect, not to await (F12:
+    /// the outbox of notifications), in the order sent.
+    pending_acks: Vec<u64>,
+    /// Acknowledgements received and not yet taken: `(seq, status)`.
+    acks: Vec<(u64, i32)>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -227,6 +232,8 @@ impl Connection {
             limits,
             dead: false,
             strays: 0,
+            pending_acks: Vec::new(),
+            acks: Vec::new(),
         };
         if let Some(cfg) = tls {
             let name = ServerName::try_from(host.to_string())
@@ -299,6 +306,36 @@ impl Connection {
         match self.recv_inner(expected_seq, deadline, waker) {
             Err(Error::Errno(libc::ETIMEDOUT)) => Ok(None),
             r => self.note(r).map(Some),
+        }
+    }
+
+    /// F12: the reply to request `seq` is an acknowledgement: collected by any later receive
+    /// on this connection (never a stray), and taken with [`Connection::take_acks`].
+    pub fn expect_ack(&mut self, seq: u64) {
+        self.pending_acks.push(seq);
+    }
+
+    /// Acknowledgements expected and not received yet.
+    pub fn acks_pending(&self) -> usize {
+        self.pending_acks.len()
+    }
+
+    /// The acknowledgements received so far, `(seq, status)`, in arrival order.
+    pub fn take_acks(&mut self) -> Vec<(u64, i32)> {
+        std::mem::take(&mut self.acks)
+    }
+
+    /// F12: receives acknowledgements until none is pending (`Ok(true)`) or `deadline` passes
+    /// (`Ok(false)`: the connection stays usable, what arrived so far is kept). A deadline in
+    /// the past only takes what already arrived, without waiting.
+    pub fn collect_acks(&mut self, deadline: Instant, waker: &Waker) -> Result<bool, Error> {
+        if self.pending_acks.is_empty() {
+            return Ok(true);
+        }
+        match self.recv_frames(None, deadline, waker) {
+            Ok(_) => Ok(true),
+            Err(Error::Errno(libc::ETIMEDOUT)) => Ok(false),
+            Err(e) => self.note(Err(e)),
         }
     }
 
@@ -419,7 +456,24 @@ impl Connection {
         Ok(())
     }
 
+    /// Writes the request in `wbuf`. A failure once part of it left (a wake included) leaves
+    /// the connection unusable: the rest must never follow later and complete a request its
+    /// caller was told did not leave (F19: `maybe_applied = 0` is a promise).
     fn write_wbuf(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+        let mut started = false;
+        let r = self.write_wbuf_inner(deadline, waker, &mut started);
+        if r.is_err() && started {
+            self.dead = true;
+        }
+        r
+    }
+
+    fn write_wbuf_inner(
+        &mut self,
+        deadline: Instant,
+        waker: &Waker,
+        started: &mut bool,
+    ) -> Result<(), Error> {
         let mut off = 0;
         while off < self.wbuf.len() {
             let r = match self.tls.as_mut() {
@@ -430,7 +484,10 @@ impl Connection {
                 // rustls' plaintext buffer is full: push records out first.
                 Ok(0) if self.tls.is_some() => {}
                 Ok(0) => return Err(Error::Errno(libc::EPIPE)),
-                Ok(n) => off += n,
+                Ok(n) => {
+                    off += n;
+                    *started = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline, waker)?
                 }
@@ -448,7 +505,23 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<Reply, Error> {
+        self.recv_frames(Some(expected_seq), deadline, waker)
+            .map(|r| r.expect("a reply when one is awaited"))
+    }
+
+    /// Receives frames until the reply to `expected` arrives (`Ok(Some)`), or — with `None` —
+    /// until no acknowledgement is pending (`Ok(None)`). Acknowledgements met on the way are
+    /// kept for [`Connection::take_acks`].
+    fn recv_frames(
+        &mut self,
+        expected: Option<u64>,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<Option<Reply>, Error> {
         loop {
+            if expected.is_none() && self.pending_acks.is_empty() {
+                return Ok(None);
+            }
             // The first frame's length, once its segment table is in (checked against the
             // limits; the body may still be arriving).
             let total = frame_len(&self.rbuf, &self.limits).map_err(|e| {
@@ -466,8 +539,13 @@ impl Connection {
                     self.rbuf.shrink_to(READ_CHUNK.max(self.rbuf.len()));
                 }
                 let reply = reply?;
-                if reply.seq == expected_seq {
-                    return Ok(reply);
+                if Some(reply.seq) == expected {
+                    return Ok(Some(reply));
+                }
+                if let Some(k) = self.pending_acks.iter().position(|&s| s == reply.seq) {
+                    self.pending_acks.remove(k);
+                    self.acks.push((reply.seq, reply.status));
+                    continue;
                 }
                 // F9: a late reply to an earlier request; never handed to this one.
                 self.strays += 1;

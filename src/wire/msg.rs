@@ -218,6 +218,14 @@ impl Op {
         r
     }
 
+    /// F22 (amended): whether the op's reply can legitimately outgrow a frame — a listing,
+    /// which the caller then narrows or pages. For any other op an oversized frame is a
+    /// protocol error on that connection.
+    pub fn reply_can_grow(&self) -> bool {
+        use Op::*;
+        matches!(self, JobList(_) | JobListPage(_) | WorkerList | ResList)
+    }
+
     /// The op's category (read, write, fire-and-forget, probe), from [`Op::rule`].
     pub fn kind(&self) -> OpKind {
         self.rule().kind

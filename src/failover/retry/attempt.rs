@@ -1,0 +1,226 @@
+//! One attempt of a call: connect if needed, confirm the primary and rejoin after a reconnect
+//! (F10), send, and await the reply while watching for a changed primary (F25).
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use super::call::{Applied, Call};
+use super::link::frame_error;
+use super::probe::primary_probe;
+use super::{cap, clog, CallEnv, LoopState};
+use crate::error::Error;
+use crate::failover::classify::{is_interrupt, AttemptOutcome};
+use crate::failover::log::Level;
+use crate::wire::{Op, OpKind, Reply};
+
+impl Call<'_, '_> {
+    /// One attempt: (re)connect if needed, run the hook after a reconnect (F10), send, await.
+    pub fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
+        let env = self.env;
+        let mut state = env.borrow().map_err(AttemptOutcome::Transport)?;
+        // No liveness syscall on the happy path (P2): a kept connection that the peer closed
+        // meanwhile fails the exchange, which is a transport failure like any other (F5).
+        if !state.link.conn_usable() {
+            let avoid = self.budget.avoid_mask();
+            state
+                .connect(&env.waker, env, self.spec.deadline, Some(avoid))
+                .map_err(AttemptOutcome::Transport)?;
+            let ep = state.link.current_endpoint();
+            env.observer.update(|s| s.current_master = Some(ep));
+        }
+        let deadline = self.spec.deadline;
+        let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
+        if state.book.hook_pending && env.callbacks.has_reconnect_hook() {
+            // F10: the hook re-joins the primary; on a standby it could only be redirected.
+            // One `hello` tells: a non-primary answer (with its redirect hint) is this
+            // attempt's outcome, and the hook waits for the connection that reaches the
+            // primary — so it runs once per failover, just before the re-send.
+            let ids = state.ids.read();
+            let probe = primary_probe();
+            let (result, _) = state.link.exchange(&env.waker, &probe, ids, reply_until());
+            match result {
+                Err(e) => return Err(AttemptOutcome::Transport(e)),
+                Ok(reply) if reply.status < 0 => return Ok(reply),
+                Ok(_) => {}
+            }
+        }
+        if state.book.hook_pending {
+            drop(state);
+            run_hook(env)?;
+            state = env.borrow().map_err(AttemptOutcome::Transport)?;
+        }
+        // F12: notifications not yet acknowledged go first on this connection, pipelined;
+        // their acknowledgements are collected while the reply is awaited.
+        state
+            .send_outbox(env, reply_until())
+            .map_err(AttemptOutcome::Transport)?;
+        let (result, sent) = self.exchange_watchful(&mut state, reply_until());
+        state.settle_acks(env);
+        match result {
+            Ok(reply) => Ok(reply),
+            Err(e) => {
+                // F16, F19: the write left and no answer came back.
+                if sent && self.spec.is_write {
+                    self.applied = Applied::Unknown;
+                }
+                Err(AttemptOutcome::Transport(e))
+            }
+        }
+    }
+
+    /// The call's request on the current connection (F25): a reply later than the op's
+    /// threshold makes the loop ask another controller, while it waits on, whether the primary
+    /// changed; when one names another primary, the late request is abandoned (the connection
+    /// dropped) and the loop goes there next. Returns the reply or the transport error, and
+    /// whether the request left.
+    fn exchange_watchful(
+        &mut self,
+        state: &mut LoopState,
+        until: Instant,
+    ) -> (Result<Reply, Error>, bool) {
+        let env = self.env;
+        let op = self.spec.op;
+        let ids = state.ids.resend(self.spec.request_id);
+        let link = &mut state.link;
+        let watch = env.options().suspicion
+            && link.rotator.masters().len() > 1
+            && link.rotator.current_master().is_some();
+        if !watch {
+            return link.exchange(&env.waker, op, ids, until);
+        }
+        let sent_at = Instant::now();
+        let seq = match link.send(&env.waker, op, ids, until) {
+            Ok(seq) => seq,
+            Err(e) => return (Err(e), false),
+        };
+        let suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
+        let Some(conn) = link.conn.as_mut() else {
+            return (Err(Error::Errno(libc::ENOTCONN)), true);
+        };
+        let early = match conn.recv_by(seq, suspect_at, &env.waker) {
+            Ok(None) if Instant::now() < until => None,
+            Ok(None) => Some(Err(Error::Errno(libc::ETIMEDOUT))),
+            Ok(Some(reply)) => Some(Ok(reply)),
+            Err(e) => Some(Err(e)),
+        };
+        let result = match early {
+            Some(r) => r,
+            None => {
+                let late_fd = conn.raw_fd();
+                env.observer.update(|s| s.suspicions += 1);
+                match self.probe(state, late_fd, until) {
+                    Some(m) => {
+                        // F25: another controller names a new primary: the late request is
+                        // abandoned (a reply to it would now be a stray) and re-sent there.
+                        let link = &mut state.link;
+                        clog!(
+                            env,
+                            Level::Info,
+                            "{} late on {} after {} ms; the primary is now {}: re-sending there",
+                            op.name(),
+                            link.current_endpoint(),
+                            sent_at.elapsed().as_millis(),
+                            link.rotator.masters()[m]
+                        );
+                        env.observer.update(|s| s.suspicion_failovers += 1);
+                        link.rotator.aim_at(m);
+                        if let Some(c) = link.conn.as_mut() {
+                            c.mark_dead();
+                        }
+                        return (Err(Error::Errno(libc::ETIMEDOUT)), true);
+                    }
+                    None => match state.link.conn.as_mut() {
+                        Some(c) => c.recv(seq, until, &env.waker),
+                        None => Err(Error::Errno(libc::ENOTCONN)),
+                    },
+                }
+            }
+        };
+        let link = &mut state.link;
+        if result.is_ok() {
+            link.round_trips.observe(op, sent_at.elapsed());
+        } else if let Err(Error::Errno(libc::ETIMEDOUT)) = result {
+            if let Some(c) = link.conn.as_mut() {
+                c.mark_dead();
+            }
+        }
+        (result.map_err(|e| frame_error(op, e)), true)
+    }
+}
+
+/// A call in the F10 hook (or a probe): one exchange on the current connection. A write the
+/// hook repeats in a later run for the same reconnect keeps its request id (F16).
+pub fn single_attempt(
+    state: &mut LoopState,
+    env: &CallEnv<'_>,
+    op: &Op,
+    kind: OpKind,
+) -> Result<Reply, Error> {
+    let until = Instant::now() + env.options().reply_timeout;
+    if kind == OpKind::FireAndForget && super::fire::acknowledged(op) {
+        // F12: from the hook (a daemon re-syncing), a notification joins the outbox, which
+        // goes out right after the hook.
+        state.enqueue(env, op)?;
+        return Ok(Reply::status(0, 0));
+    }
+    let result = if kind == OpKind::FireAndForget {
+        let ids = state.ids.read();
+        state
+            .link
+            .send_no_reply(&env.waker, op, ids, until)
+            .map(|seq| Reply::status(seq, 0))
+    } else {
+        let ids = if state.book.in_hook && kind == OpKind::Write {
+            let LoopState { book, ids, .. } = state;
+            let id = book.hook_write_id(op, ids);
+            ids.resend(id)
+        } else {
+            state.ids.next(kind)
+        };
+        state.link.exchange(&env.waker, op, ids, until).0
+    };
+    match result {
+        Ok(r) if r.status >= 0 => Ok(r),
+        Ok(r) => Err(Error::from_code(r.status).unwrap_or(Error::Internal)),
+        Err(e) => {
+            if !is_interrupt(e) {
+                state.book.hook_transport_error = Some(e);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// F10: runs the hook with the state released and `in_hook` set. `Err` is the failed attempt;
+/// a context stopped from inside the hook ends the call here (F20).
+pub fn run_hook(env: &CallEnv<'_>) -> Result<(), AttemptOutcome> {
+    /// Clears `in_hook` even if the hook unwinds.
+    struct InHook<'a>(&'a RefCell<LoopState>);
+    impl Drop for InHook<'_> {
+        fn drop(&mut self) {
+            if let Ok(mut l) = self.0.try_borrow_mut() {
+                l.book.in_hook = false;
+            }
+        }
+    }
+    {
+        let mut l = env.link.borrow_mut();
+        l.book.in_hook = true;
+        l.book.hook_nth = 0;
+        l.book.hook_transport_error = None;
+    }
+    let guard = InHook(env.link);
+    let rc = env.callbacks.run_reconnect_hook();
+    drop(guard);
+    env.waker.check().map_err(AttemptOutcome::Transport)?;
+    let transport = env.link.borrow_mut().book.hook_transport_error.take();
+    match rc {
+        Some(rc) if rc < 0 => {
+            Err(transport.map_or(AttemptOutcome::Status(rc), AttemptOutcome::Transport))
+        }
+        _ => {
+            env.link.borrow_mut().book.hook_done();
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! One reply-bearing call: its progress as an explicit state, what it has seen of each master,
+//! and what it may have changed (F16, F19).
+
+use std::time::Instant;
+
+use super::{bit, cap, cause_text, clog, rotate, CallEnv, CallTrace, LoopState};
+use crate::error::Error;
+use crate::failover::backoff::Backoff;
+use crate::failover::budget::{RetryBudget, RetryDecision};
+use crate::failover::classify::{
+    classify, is_interrupt, leaves_outcome_unknown, AttemptOutcome, Classification,
+};
+use crate::failover::log::Level;
+use crate::failover::report::{CallReport, Event, MasterOutcome};
+use crate::failover::rotate::{HintRefusal, HintVerdict};
+use crate::transport::LookupFailure;
+use crate::wire::{Op, OpKind, Reply};
+
+/// Where a call is. Each state names what happens next; [`Call::run`] moves between them.
+pub enum Progress {
+    /// The next attempt is to be made: connect if needed, rejoin, send, await (F10).
+    Attempt,
+    /// An attempt ended; its outcome is to be classified (F4).
+    Judge {
+        outcome: AttemptOutcome,
+        reply: Option<Reply>,
+    },
+    /// A retriable failure: rotate now, back off, or give up (F5–F7).
+    Retry {
+        class: Classification,
+        outcome: AttemptOutcome,
+        reply: Option<Reply>,
+    },
+    /// The call is over.
+    Done(Result<(Reply, CallTrace), Error>),
+}
+
+/// What the call sends: fixed when it starts.
+pub struct CallSpec<'a> {
+    pub op: &'a Op,
+    pub is_write: bool,
+    /// F16: the same on every send of this call.
+    pub request_id: u64,
+    pub started: Instant,
+    pub deadline: Option<Instant>,
+}
+
+/// F16, F19: whether a send of this call may have taken effect. `maybe_applied = 0` in the
+/// report is a promise, so only [`Applied::NotSent`] and [`Applied::Answered`] make it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Nothing of the write left yet.
+    NotSent,
+    /// Every send was answered with a status that says "not applied" (or applied: success).
+    Answered,
+    /// A send left and its outcome is unknown: no reply (transport failure, timeout, wake), or
+    /// a controller said it placed it in its log and could not confirm it (F19 amended).
+    Unknown,
+}
+
+impl Applied {
+    pub fn may_have_been(self) -> bool {
+        self == Applied::Unknown
+    }
+}
+
+/// What the call has seen of the masters (F18, F19, F24, F25).
+#[derive(Default)]
+pub struct Seen {
+    /// Each configured master's last outcome in this call (F19, F24); filled on the first
+    /// failure, so a call that succeeds at once allocates nothing.
+    pub per_master: Vec<Option<AttemptOutcome>>,
+    /// Why a master's last connect found no address (F23), beside `per_master`.
+    pub lookups: Vec<Option<LookupFailure>>,
+    /// The master that most recently failed by transport (a dead or hung primary): excluded
+    /// from `waitPrimary`, since standbys may still believe it leads (F18).
+    pub last_unreachable: Option<usize>,
+    /// The master that most recently answered with a status: a live controller to ask for
+    /// the primary when the attempt before a backoff hit a dead one (F18).
+    pub last_answered: Option<usize>,
+}
+
+/// What the call remembers of `waitPrimary` answers (F7, F25).
+#[derive(Default)]
+pub struct Following {
+    /// Witnesses whose `waitPrimary` answer was a dead end, one bit each.
+    pub misleading: u64,
+    /// Masters a `waitPrimary` answer sent us to that then refused, one bit each.
+    pub followed_then_refused: u64,
+    /// The master a `waitPrimary` answer sent us to, and the end of the backoff unit it cut
+    /// short: if that master refuses, the rest of the unit is still slept (F7).
+    pub current: Option<(usize, Instant)>,
+}
+
+/// The state of one reply-bearing call.
+pub struct Call<'a, 'e> {
+    pub env: &'a CallEnv<'e>,
+    pub spec: CallSpec<'a>,
+    pub budget: RetryBudget,
+    pub attempts: u32,
+    pub applied: Applied,
+    pub seen: Seen,
+    pub following: Following,
+}
+
+impl<'a, 'e> Call<'a, 'e> {
+    pub fn new(env: &'a CallEnv<'e>, op: &'a Op) -> Result<Self, Error> {
+        let mut state = env.borrow()?;
+        let started = Instant::now();
+        let kind = op.kind();
+        let request_id = state.ids.next(kind).request_id;
+        let deadline = env.deadline.map(|d| started + d);
+        let n = state.link.rotator.masters().len();
+        // A hint left over from an earlier call is stale.
+        state.link.rotator.clear_hint();
+        Ok(Call {
+            env,
+            spec: CallSpec {
+                op,
+                is_write: kind == OpKind::Write,
+                request_id,
+                started,
+                deadline,
+            },
+            budget: RetryBudget::new(n, Backoff::new(env.settings.retry), deadline),
+            attempts: 0,
+            applied: Applied::NotSent,
+            seen: Seen::default(),
+            following: Following::default(),
+        })
+    }
+
+    pub fn run(mut self) -> Result<(Reply, CallTrace), Error> {
+        let mut progress = Progress::Attempt;
+        loop {
+            progress = match progress {
+                Progress::Attempt => {
+                    let (outcome, reply) = match self.attempt() {
+                        Ok(reply) => (AttemptOutcome::Status(reply.status), Some(reply)),
+                        Err(outcome) => (outcome, None),
+                    };
+                    self.attempts += 1;
+                    Progress::Judge { outcome, reply }
+                }
+                Progress::Judge { outcome, reply } => self.judge(outcome, reply),
+                Progress::Retry {
+                    class,
+                    outcome,
+                    reply,
+                } => match self.retry(class, outcome, reply.as_ref()) {
+                    Ok(()) => Progress::Attempt,
+                    Err(e) => Progress::Done(Err(self.fail(e))),
+                },
+                Progress::Done(result) => return result,
+            };
+        }
+    }
+
+    /// F4, F16: what the attempt's outcome means for the call.
+    fn judge(&mut self, outcome: AttemptOutcome, reply: Option<Reply>) -> Progress {
+        // For an answered attempt, `applied` says whether an *earlier* send may have been
+        // applied (this one was answered, so it was not — unless its answer says "unknown").
+        let class = classify(outcome, self.applied.may_have_been(), self.spec.is_write);
+        self.note_sent(outcome);
+        match class {
+            Classification::Success => Progress::Done(Ok(self.succeed(reply))),
+            Classification::Terminal => {
+                self.record(outcome);
+                let e = match outcome {
+                    AttemptOutcome::Status(s) => Error::from_code(s).unwrap_or(Error::Internal),
+                    AttemptOutcome::Transport(e) => e,
+                };
+                Progress::Done(Err(self.fail(e)))
+            }
+            Classification::RetryNow | Classification::RetryBackoff => Progress::Retry {
+                class,
+                outcome,
+                reply,
+            },
+        }
+    }
+
+    /// F16, F19: an answered send of a write: "not applied" unless an earlier one is unknown,
+    /// or the answer itself says the outcome is unknown (F19 amended).
+    fn note_sent(&mut self, outcome: AttemptOutcome) {
+        if !self.spec.is_write {
+            return;
+        }
+        match outcome {
+            AttemptOutcome::Status(s) if leaves_outcome_unknown(s) => {
+                self.applied = Applied::Unknown;
+            }
+            AttemptOutcome::Status(_) if self.applied == Applied::NotSent => {
+                self.applied = Applied::Answered;
+            }
+            _ => {}
+        }
+    }
+
+    /// Notes the outcome of the attempt just made on the current master (F19, F24). Being
+    /// woken or stopped says nothing about the master.
+    pub fn record(&mut self, outcome: AttemptOutcome) {
+        if matches!(outcome, AttemptOutcome::Transport(e) if is_interrupt(e)) {
+            return;
+        }
+        let mut state = self.env.link.borrow_mut();
+        let lookup = state.link.lookup_failure.take();
+        let Some(i) = state.link.rotator.current_master() else {
+            return;
+        };
+        let seen = &mut self.seen;
+        if seen.per_master.is_empty() {
+            seen.per_master = vec![None; state.link.rotator.masters().len()];
+            seen.lookups = vec![None; state.link.rotator.masters().len()];
+        }
+        seen.per_master[i] = Some(outcome);
+        seen.lookups[i] = lookup;
+        match outcome {
+            AttemptOutcome::Transport(_) => seen.last_unreachable = Some(i),
+            AttemptOutcome::Status(_) => seen.last_answered = Some(i),
+        }
+    }
+
+    fn succeed(&mut self, reply: Option<Reply>) -> (Reply, CallTrace) {
+        let env = self.env;
+        let mut reply = reply.unwrap_or_else(|| Reply::status(0, 0));
+        // F4: a DUP on a re-sent write is the first send's success.
+        reply.status = reply.status.max(0);
+        let mut state = env.link.borrow_mut();
+        let LoopState { link, book, .. } = &mut *state;
+        book.served(env, link);
+        // The steady path clones nothing: the stats copy the endpoint only when it changed (P2).
+        let master = link.rotator.current_master();
+        let ep = link.rotator.endpoint(link.rotator.current());
+        env.observer.update(|s| {
+            if s.current_master.as_ref() != Some(ep) {
+                s.current_master = Some(ep.clone());
+            }
+        });
+        let trace = CallTrace {
+            op: self.spec.op.name(),
+            master,
+            attempts: self.attempts,
+            started: self.spec.started,
+            is_write: self.spec.is_write,
+        };
+        (reply, trace)
+    }
+
+    /// After a retriable failure: record it, offer the hint, then rotate, sleep or give up.
+    fn retry(
+        &mut self,
+        class: Classification,
+        outcome: AttemptOutcome,
+        reply: Option<&Reply>,
+    ) -> Result<(), Error> {
+        let env = self.env;
+        self.record(outcome);
+        let mut state = env.borrow()?;
+        let LoopState { link, book, .. } = &mut *state;
+        let master = link.rotator.current_master();
+        book.failover_started(env, link, outcome);
+        // F25: the master a waitPrimary answer sent us to refused; the unit it cut short is
+        // still owed (F7), and it is not followed again in this call.
+        let owed = match self.following.current.take() {
+            Some((m, until)) if master == Some(m) => {
+                self.following.followed_then_refused |= bit(m);
+                Some(until)
+            }
+            _ => None,
+        };
+        let decision = self
+            .budget
+            .on_failure(class, outcome, master, Instant::now());
+        if let Some((host, port)) = reply.and_then(Reply::redirect) {
+            self.offer_hint(link, host, port);
+        }
+        if let Some(until) = owed {
+            self.sleep_until(until)?;
+        }
+        match decision {
+            RetryDecision::RotateNow => {}
+            RetryDecision::Sleep(d) => {
+                let t0 = Instant::now();
+                let waited = self.backoff_wait(&mut state, d);
+                let spent = t0.elapsed().as_millis() as u64;
+                env.observer.update(|s| s.backoff_ms += spent);
+                waited?;
+            }
+            RetryDecision::Exhausted(e) => {
+                // F7: the next call must not start on the master that just failed (a hung
+                // one would cost it its whole deadline again).
+                let avoid = self.budget.avoid_mask();
+                rotate(&mut state.link, env, outcome, avoid);
+                let last = cause_text(&outcome);
+                clog!(
+                    env,
+                    Level::Warn,
+                    "{} gave up after {} attempts in {} ms: {e} (last: {last})",
+                    self.spec.op.name(),
+                    self.attempts,
+                    self.spec.started.elapsed().as_millis()
+                );
+                env.emit(Event::NotReady {
+                    error: e,
+                    attempts: self.attempts,
+                    elapsed: self.spec.started.elapsed(),
+                });
+                return Err(e);
+            }
+        }
+        env.observer.update(|s| s.retries += 1);
+        let avoid = self.budget.avoid_mask();
+        rotate(&mut state.link, env, outcome, avoid);
+        Ok(())
+    }
+
+    /// F5: a redirect hint is advisory; it is followed only when it names a configured master
+    /// not yet tried since the last backoff.
+    fn offer_hint(&self, link: &mut super::Link, host: &str, port: u16) {
+        let env = self.env;
+        let policy = env.options().hint_policy;
+        let tried = self.budget.tried_since_sleep();
+        let resolve = super::probe::bounded_resolver(env, self.spec.deadline);
+        match link.rotator.offer_hint(host, port, policy, tried, &resolve) {
+            HintVerdict::Accepted(_) => {}
+            HintVerdict::Refused(HintRefusal::NotConfigured) => clog!(
+                env,
+                Level::Warn,
+                "ignoring redirect hint {host}:{port}: not a configured master"
+            ),
+            // F5: the hint is advisory. A standby names the dead primary until its election
+            // timeout, names itself, or two name each other: following would bounce and
+            // never reach the masters not yet tried, so rotation goes on instead.
+            HintVerdict::Refused(why) => clog!(
+                env,
+                Level::Debug,
+                "ignoring redirect hint {host}:{port}: {}",
+                match why {
+                    HintRefusal::NamesCurrent => "it names the master that just refused",
+                    _ => "that master already failed since the last backoff",
+                }
+            ),
+        }
+    }
+
+    /// Sleeps until `until` (interruptibly), counting it as backoff time.
+    pub fn sleep_until(&mut self, until: Instant) -> Result<(), Error> {
+        let d = cap(until, self.spec.deadline).saturating_duration_since(Instant::now());
+        if d.is_zero() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let r = self.env.waker.sleep(d);
+        let spent = t0.elapsed().as_millis() as u64;
+        self.env.observer.update(|s| s.backoff_ms += spent);
+        r
+    }
+
+    /// Records the F19 report of a failed call and returns its error.
+    fn fail(&mut self, e: Error) -> Error {
+        let state = self.env.link.borrow();
+        let masters = state
+            .link
+            .rotator
+            .masters()
+            .iter()
+            .enumerate()
+            .map(|(i, ep)| MasterOutcome {
+                endpoint: ep.clone(),
+                last: self.seen.per_master.get(i).copied().flatten(),
+                note: self
+                    .seen
+                    .lookups
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map(|f| f.describe(&ep.host)),
+            })
+            .collect();
+        drop(state);
+        self.env.observer.set_last_error(CallReport {
+            op: self.spec.op.name(),
+            error: e,
+            attempts: self.attempts,
+            elapsed: self.spec.started.elapsed(),
+            masters,
+            is_write: self.spec.is_write,
+            may_have_been_applied: self.applied.may_have_been(),
+        });
+        e
+    }
+}

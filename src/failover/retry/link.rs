@@ -1,0 +1,245 @@
+//! Connection state: the socket a context talks through, where it points, and how requests go
+//! out on it. Nothing here knows about failovers, budgets or callbacks.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::cap;
+use crate::error::Error;
+use crate::failover::log::{xlog, Level};
+use crate::failover::rotate::{Endpoint, Rotator};
+use crate::failover::suspicion::RoundTrips;
+use crate::transport::resolve;
+use crate::transport::{Connection, LookupFailure, Waker};
+use crate::wire::{ClientId, Limits, Op, Reply, RequestHead};
+
+/// How long a connect runs alone before the next master is tried beside it (F2, F25): far
+/// above a connect's time on a working network, far below the connect timeout.
+pub const RACE_STAGGER: Duration = Duration::from_millis(200);
+
+/// One context's connection: the masters and the cursor over them, the socket, its `seq`.
+pub struct Link {
+    pub rotator: Rotator,
+    pub conn: Option<Connection>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// C13: sent in every request (empty: none).
+    pub auth_token: String,
+    pub limits: Limits,
+    /// Last `seq` sent; a reply must echo the awaited one (F9).
+    pub seq: u64,
+    /// Connections opened so far: a request sent on an earlier one is no longer in flight.
+    pub epoch: u64,
+    /// Why the last connect found no address (F23), for the report of the attempt.
+    pub lookup_failure: Option<LookupFailure>,
+    /// Recent round trips per op: when a reply is late (F25).
+    pub round_trips: RoundTrips,
+    /// Names the context in log lines.
+    pub tag: String,
+}
+
+impl Link {
+    pub fn new(rotator: Rotator, tls: Option<Arc<rustls::ClientConfig>>, tag: String) -> Link {
+        Link {
+            rotator,
+            conn: None,
+            tls,
+            auth_token: String::new(),
+            limits: Limits::default(),
+            seq: 0,
+            epoch: 0,
+            lookup_failure: None,
+            round_trips: RoundTrips::default(),
+            tag,
+        }
+    }
+
+    /// Closes the connection, if any.
+    pub fn close(&mut self) {
+        self.conn = None;
+    }
+
+    pub fn current_endpoint(&self) -> Endpoint {
+        self.rotator.endpoint(self.rotator.current()).clone()
+    }
+
+    /// Whether the kept connection can carry the next request (F21: still our socket).
+    pub fn conn_usable(&mut self) -> bool {
+        self.conn.as_mut().is_some_and(Connection::usable)
+    }
+
+    /// F12: whether the kept connection is alive, asking the socket.
+    pub fn conn_alive(&mut self) -> bool {
+        self.conn.as_mut().is_some_and(|c| !c.is_dead())
+    }
+
+    /// Connects to the current target, replacing any old connection (F5: the old one is closed
+    /// first). The connect timeout, name lookup included (F23), is capped by `deadline`.
+    ///
+    /// With `race`, a target that does not answer within [`RACE_STAGGER`] gets company: the
+    /// other configured masters not in `avoid` (those already tried; in rotation order, names
+    /// already resolved) are tried beside it, and the first to connect becomes the current one
+    /// — a silent master costs the stagger, not the connect timeout (F25, issue 12).
+    pub fn connect_current(
+        &mut self,
+        waker: &Waker,
+        connect_timeout: Duration,
+        deadline: Option<Instant>,
+        race: Option<u64>,
+    ) -> Result<(), Error> {
+        self.conn = None;
+        self.lookup_failure = None;
+        let ep = self.current_endpoint();
+        let until = cap(Instant::now() + connect_timeout, deadline);
+        let addrs = resolve::resolve(&ep.host, ep.port, until, waker).map_err(|e| {
+            if let Some(f) = e.lookup_failure() {
+                xlog!(Level::Warn, "{}: {}", self.tag, f.describe(&ep.host));
+                self.lookup_failure = Some(f);
+            }
+            e.error()
+        })?;
+        let others = race.map_or_else(Vec::new, |avoid| self.others_resolved(avoid));
+        let conn = if others.is_empty() {
+            Connection::connect_addrs(
+                &ep.host,
+                &addrs,
+                self.tls.as_ref(),
+                self.limits,
+                until,
+                waker,
+            )?
+        } else {
+            let masters = self.rotator.masters();
+            let mut hosts: Vec<(&str, &[SocketAddr])> = vec![(&ep.host, &addrs)];
+            hosts.extend(
+                others
+                    .iter()
+                    .map(|(i, a)| (masters[*i].host.as_str(), a.as_slice())),
+            );
+            let (k, conn) = Connection::connect_race(
+                &hosts,
+                RACE_STAGGER,
+                self.tls.as_ref(),
+                self.limits,
+                until,
+                waker,
+            )?;
+            if k > 0 {
+                let winner = others[k - 1].0;
+                xlog!(
+                    Level::Info,
+                    "{}: {} did not answer; connected to {} instead",
+                    self.tag,
+                    ep,
+                    self.rotator.masters()[winner]
+                );
+                self.rotator.set_current(winner);
+            }
+            conn
+        };
+        self.conn = Some(conn);
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// One request/reply on the current connection. Returns the reply or the transport error,
+    /// and whether the request left (F19: a sent write without reply may have been applied).
+    pub fn exchange(
+        &mut self,
+        waker: &Waker,
+        op: &Op,
+        head: RequestIds,
+        until: Instant,
+    ) -> (Result<Reply, Error>, bool) {
+        match self.send(waker, op, head, until) {
+            Err(e) => (Err(e), false),
+            Ok(seq) => match self.conn.as_mut() {
+                Some(conn) => (
+                    conn.recv(seq, until, waker).map_err(|e| frame_error(op, e)),
+                    true,
+                ),
+                None => (Err(Error::Errno(libc::ENOTCONN)), true),
+            },
+        }
+    }
+
+    /// Sends `op` with the next `seq` on the current connection, expecting a reply; that `seq`,
+    /// or why it did not leave.
+    pub fn send(
+        &mut self,
+        waker: &Waker,
+        op: &Op,
+        ids: RequestIds,
+        until: Instant,
+    ) -> Result<u64, Error> {
+        self.send_head(waker, op, ids, false, until)
+    }
+
+    /// Sends a request that gets no reply (F12: `nop`).
+    pub fn send_no_reply(
+        &mut self,
+        waker: &Waker,
+        op: &Op,
+        ids: RequestIds,
+        until: Instant,
+    ) -> Result<u64, Error> {
+        self.send_head(waker, op, ids, true, until)
+    }
+
+    fn send_head(
+        &mut self,
+        waker: &Waker,
+        op: &Op,
+        ids: RequestIds,
+        no_reply: bool,
+        until: Instant,
+    ) -> Result<u64, Error> {
+        let conn = self.conn.as_mut().ok_or(Error::Errno(libc::ENOTCONN))?;
+        self.seq += 1;
+        let head = RequestHead {
+            seq: self.seq,
+            client_id: ids.client_id,
+            request_id: ids.request_id,
+            no_reply,
+            auth_token: &self.auth_token,
+        };
+        conn.send_op(&head, op, until, waker)?;
+        Ok(head.seq)
+    }
+
+    /// The configured masters after the current one in rotation order, without those in
+    /// `avoid`, whose addresses are known without a lookup (cached or numeric): the hosts a
+    /// connect race or a probe can use at once (F25).
+    pub fn others_resolved(&self, avoid: u64) -> Vec<(usize, Vec<SocketAddr>)> {
+        let Some(c) = self.rotator.current_master() else {
+            return Vec::new();
+        };
+        let masters = self.rotator.masters();
+        let n = masters.len();
+        (1..n)
+            .map(|k| (c + k) % n)
+            .filter(|&i| i >= 64 || avoid & (1 << i) == 0)
+            .filter_map(|i| resolve::cached(&masters[i].host, masters[i].port).map(|a| (i, a)))
+            .collect()
+    }
+}
+
+/// The identity fields a request carries (F16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestIds {
+    pub client_id: ClientId,
+    /// 0 for reads and probes; stable across the re-sends of one write.
+    pub request_id: u64,
+}
+
+/// F22 (amended): a frame over this client's limit is "too big" — terminal, the same on every
+/// master — only for an op whose reply can legitimately grow (a listing, which then pages).
+/// For any other op it is a protocol error on that connection (already dropped), and the call
+/// rotates.
+pub fn frame_error(op: &Op, e: Error) -> Error {
+    if e == Error::TooBig && !op.reply_can_grow() {
+        Error::Proto
+    } else {
+        e
+    }
+}

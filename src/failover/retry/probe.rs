@@ -1,0 +1,109 @@
+//! Probes: whether a connection reaches the primary (a `hello`, F10, F12), and — while a reply
+//! is late — whether another controller knows of a new primary (F25).
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use super::call::Call;
+use super::{cap, clog, CallEnv, LoopState};
+use crate::failover::log::Level;
+use crate::failover::wait_primary;
+use crate::transport::{resolve, Connection};
+use crate::wire::{Hello, Op, ReplyData, RequestHead, PROTOCOL_VERSION};
+
+/// The `hello` that tells whether a new connection reaches the primary (F10, F12).
+pub fn primary_probe() -> Op {
+    Op::Hello(Hello {
+        client_name: String::new(),
+        protocol_version: PROTOCOL_VERSION,
+    })
+}
+
+/// Name resolution for hints and `waitPrimary` answers (F23): bounded by the connect timeout
+/// and the call's deadline, ended by a wake (then no address: the hint is not followed, and the
+/// wait that follows reports the wake).
+pub fn bounded_resolver<'a>(
+    env: &'a CallEnv<'_>,
+    deadline: Option<Instant>,
+) -> impl Fn(&str, u16) -> Vec<SocketAddr> + 'a {
+    let until = cap(Instant::now() + env.options().connect_timeout, deadline);
+    move |host: &str, port: u16| resolve::resolve(host, port, until, &env.waker).unwrap_or_default()
+}
+
+impl Call<'_, '_> {
+    /// F25: asks another controller whether the primary changed, while the reply on `late_fd`
+    /// may still arrive (its arrival ends the probe). The other configured masters are raced
+    /// (a silent one costs nothing), the first to connect gets `waitPrimary` excluding the
+    /// current master, until the reply's own deadline. `Some(m)`: configured master `m`, not
+    /// the current one, is the primary now.
+    pub fn probe(
+        &mut self,
+        state: &mut LoopState,
+        late_fd: RawFd,
+        until: Instant,
+    ) -> Option<usize> {
+        let env = self.env;
+        let ids = state.ids.read();
+        let link = &mut state.link;
+        let current = link.rotator.current_master()?;
+        let others = link.others_resolved(0);
+        let masters = link.rotator.masters();
+        if others.is_empty() {
+            return None;
+        }
+        let hosts: Vec<(&str, &[SocketAddr])> = others
+            .iter()
+            .map(|(i, a)| (masters[*i].host.as_str(), a.as_slice()))
+            .collect();
+        let waker = env.waker.watching(late_fd);
+        let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
+        let (k, mut conn) = Connection::connect_race(
+            &hosts,
+            Duration::ZERO,
+            link.tls.as_ref(),
+            link.limits,
+            connect_until,
+            &waker,
+        )
+        .ok()?;
+        let witness = others[k].0;
+        let p = &masters[current];
+        let wait_ms = until
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .clamp(1, u128::from(u32::MAX)) as u32;
+        let op = Op::WaitPrimary {
+            timeout_ms: wait_ms,
+            exclude_host: p.host.clone(),
+            exclude_port: p.port,
+        };
+        let head = RequestHead {
+            seq: 1,
+            client_id: ids.client_id,
+            request_id: 0,
+            no_reply: false,
+            auth_token: &link.auth_token,
+        };
+        conn.send_op(&head, &op, until, &waker).ok()?;
+        let reply = conn.recv(1, until, &waker).ok()?;
+        let ReplyData::CtrlInfo(info) = &reply.data else {
+            return None;
+        };
+        if reply.status < 0 || !wait_primary::names_someone(info) {
+            return None;
+        }
+        let resolve = bounded_resolver(env, self.spec.deadline);
+        let named = link
+            .rotator
+            .find_master(&info.primary_host, info.primary_port, &resolve)?;
+        clog!(
+            env,
+            Level::Debug,
+            "asked {} about the primary: {}",
+            link.rotator.masters()[witness],
+            link.rotator.masters()[named]
+        );
+        (named != current).then_some(named)
+    }
+}

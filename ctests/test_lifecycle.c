@@ -324,19 +324,20 @@ static void test_wakeup_ends_every_blocked_call(void) {
 static void test_call_handles_cancel_one_call(void) {
     struct rig r;
     if (rig_start(&r, 10000) != 0) return;
-    xcecli_ctx_t h1 = NULL, h2 = NULL;
+    xcecli_call_t h1 = NULL, h2 = NULL;
     CHECK_EQ(xcecli_call_new(r.ctx, 0, &h1), 0);
     CHECK_EQ(xcecli_call_new(r.ctx, 0, &h2), 0);
     CHECK_EQ(xcecli_call_new(r.ctx, -1, &h2), -EINVAL);
-    CHECK_EQ(xcecli_call_cancel(r.ctx), -EINVAL); /* not a call handle */
+    /* a context handle is not a call handle (only with a cast: the types differ) */
+    CHECK_EQ(xcecli_call_cancel((xcecli_call_t)(void *)r.ctx), -EINVAL);
     struct caller c1, c2, c3;
     memset(&c1, 0, sizeof c1);
     memset(&c2, 0, sizeof c2);
     memset(&c3, 0, sizeof c3);
-    c1.ctx = h1; /* blocked in the reply wait (first in) */
+    c1.ctx = xcecli_call_ctx(h1); /* blocked in the reply wait (first in) */
     pthread_create(&c1.thread, NULL, caller_main, &c1);
     sleep_ms(100);
-    c2.ctx = h2; /* queued behind it */
+    c2.ctx = xcecli_call_ctx(h2); /* queued behind it */
     pthread_create(&c2.thread, NULL, caller_main, &c2);
     c3.ctx = r.ctx; /* queued too, on the context's own handle */
     pthread_create(&c3.thread, NULL, caller_main, &c3);
@@ -352,13 +353,16 @@ static void test_call_handles_cancel_one_call(void) {
     CHECK_EQ(c1.rc, -ECANCELED);
     CHECK(c1.ended - t0 < 2.0);
     xce_controller_info_t *info = NULL;
-    CHECK_EQ(xcecli_hello(h1, &info), -ECANCELED); /* spent */
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h1), &info), -ECANCELED); /* spent */
     /* c3 is not affected: still blocked until the stop */
     sleep_ms(100);
     CHECK(c3.ended == 0);
     xcecli_call_free(h1);
     xcecli_call_free(h2);
-    xcecli_call_free(r.ctx); /* not a call handle: left alone (logged) */
+    xcecli_call_free(h2); /* freed already: nothing happens */
+    CHECK_EQ(xcecli_call_cancel(h2), -E_XCE_CLOSED);
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h2), &info), -E_XCE_CLOSED);
+    xcecli_call_free((xcecli_call_t)(void *)r.ctx); /* not a call handle: left alone (logged) */
     xcecli_stop(r.ctx);
     pthread_join(c3.thread, NULL);
     CHECK_EQ(c3.rc, -E_XCE_CLOSED);
@@ -369,16 +373,18 @@ static void test_call_handles_cancel_one_call(void) {
 static void test_call_handle_deadline_and_closed_context(void) {
     struct rig r;
     if (rig_start(&r, 10000) != 0) return;
-    xcecli_ctx_t h = NULL;
+    xcecli_call_t h = NULL;
     CHECK_EQ(xcecli_call_new(r.ctx, 300, &h), 0);
     xce_controller_info_t *info = NULL;
     double t0 = now_s();
-    int rc = xcecli_hello(h, &info);
+    int rc = xcecli_hello(xcecli_call_ctx(h), &info);
     CHECK(rc < 0 && rc != -EINVAL && rc != -E_XCE_CLOSED);
     CHECK(now_s() - t0 < 5.0);
     xcecli_stop(r.ctx);
-    CHECK_EQ(xcecli_hello(h, &info), -E_XCE_CLOSED);
-    xcecli_stop(h); /* on a call handle: releases the handle only */
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h), &info), -E_XCE_CLOSED);
+    xcecli_stop(xcecli_call_ctx(h)); /* a call handle seen as a context: refused (logged) */
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h), &info), -E_XCE_CLOSED);
+    xcecli_call_free(h);
     rig_stop_servers(&r);
 }
 

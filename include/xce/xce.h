@@ -385,7 +385,13 @@
 typedef struct xce_joblist_pager xce_joblist_pager;
 
 /**
- * The context: one connection to the cluster with its failover state. Opaque to C.
+ * A call handle of a context (`xcecli_call_new`): opaque to C, and never memory.
+ */
+typedef struct xcecli_call xcecli_call;
+
+/**
+ * The context: one connection to the cluster with its failover state. Opaque to C, and
+ * never memory: see `xcecli_ctx_t`.
  */
 typedef struct xcecli_ctx xcecli_ctx;
 
@@ -427,11 +433,25 @@ typedef struct xce_client_config_t {
 } xce_client_config_t;
 
 /**
- * Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`; or a
- * call handle of a context, created by `xcecli_call_new` and released by `xcecli_call_free`.
+ * Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`.
  * Shareable between threads: ops on one context are serialised (F11).
+ *
+ * A handle is a checked value, not a pointer to memory (F20): the library validates it at
+ * the start of every call. Using a handle after `xcecli_stop` released it (from another
+ * thread, from a callback, or long after) is safe and returns -E_XCE_CLOSED (void functions
+ * do nothing), however many handles were created and released since; NULL or a value that
+ * was never a handle is -EINVAL. Ops also accept a call handle seen as a context handle
+ * (`xcecli_call_ctx`).
  */
 typedef struct xcecli_ctx *xcecli_ctx_t;
+
+/**
+ * Handle of a call handle, created by `xcecli_call_new` and released by `xcecli_call_free`;
+ * a distinct type, so that `xcecli_stop(call)` or `xcecli_call_free(ctx)` does not compile.
+ * Checked like `xcecli_ctx_t`: after `xcecli_call_free` it is -E_XCE_CLOSED, never freed
+ * memory. Pass `xcecli_call_ctx(call)` to ops.
+ */
+typedef struct xcecli_call *xcecli_call_t;
 
 /**
  * Retry policy of a context (F6, F7). Initialise with `XCE_RETRY_DEFAULTS`.
@@ -852,9 +872,12 @@ int xcecli_start(const struct xce_client_config_t *conf, xcecli_ctx_t *ctx_out);
  * holds no fd. Called from inside a callback of the context, it returns at once and the call
  * that ran the callback finishes the stop when it returns (with -E_XCE_CLOSED). Call handles
  * of the context (`xcecli_call_new`) still must be released with `xcecli_call_free`; ops on
- * them return -E_XCE_CLOSED. On a call handle, `xcecli_stop` only releases that handle.
- * After it returns, `ctx` is invalid: a call that *begins* after that is a use after free.
- * It waits for a callback running on another thread to return.
+ * them return -E_XCE_CLOSED.
+ *
+ * After it returns, `ctx` is released: any later use of it (an op, `xcecli_stop` again) is
+ * safe and returns -E_XCE_CLOSED (or does nothing), however many handles were released since.
+ * A call handle seen as a context handle (`xcecli_call_ctx`) is refused (logged, nothing
+ * done). It waits for a callback running on another thread to return.
  */
 void xcecli_stop(xcecli_ctx_t ctx);
 
@@ -862,30 +885,41 @@ void xcecli_stop(xcecli_ctx_t ctx);
  * Creates a call handle of the context of `ctx` and writes it to `*call_out` (F20, for
  * callers that cancel calls one by one, such as Go's `context.Context`).
  *
- * Ops made through the call handle run on the context of `ctx` — same connection, lock,
- * counters, callbacks, options — and in addition: `xcecli_call_cancel(call)` ends those in
- * progress, queued or made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them
- * (the shorter of it and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's).
- * Release it with `xcecli_call_free`; it keeps the context's memory (not its connection)
- * alive until then. Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or
- * -E_XCE_CLOSED when the context is stopped. Thread-safe.
+ * Ops made through the call handle (pass `xcecli_call_ctx(call)` where an op takes a
+ * context) run on the context of `ctx` — same connection, lock, counters, callbacks,
+ * options — and in addition: `xcecli_call_cancel(call)` ends those in progress, queued or
+ * made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them (the shorter of it
+ * and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's). Release it with
+ * `xcecli_call_free`; it keeps the context's memory (not its connection) alive until then.
+ * Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or -E_XCE_CLOSED when
+ * the context is stopped. Thread-safe.
  */
-int xcecli_call_new(xcecli_ctx_t ctx, int64_t deadline_ms, xcecli_ctx_t *call_out);
+int xcecli_call_new(xcecli_ctx_t ctx, int64_t deadline_ms, xcecli_call_t *call_out);
+
+/**
+ * The call handle `call` seen as a context handle, for the ops (`xcecli_hello(
+ * xcecli_call_ctx(call), …)`): the same handle value, retyped; it is valid exactly as long
+ * as `call` (after `xcecli_call_free`, ops on it return -E_XCE_CLOSED). Never fails, never
+ * blocks; NULL gives NULL. Async-signal-safe.
+ */
+xcecli_ctx_t xcecli_call_ctx(xcecli_call_t call);
 
 /**
  * Cancels the call handle `call`: ops made through it that are in progress or queued return
  * -ECANCELED promptly, and later ones at once. Other handles of the context are not
- * affected. Returns 0, or -EINVAL for NULL or a handle that is not a call handle. Never
- * blocks; thread-safe (may race with an op on `call`, not with `xcecli_call_free(call)`).
+ * affected. Returns 0, -EINVAL for NULL or a value that is not a call handle, -E_XCE_CLOSED
+ * for a call handle already freed. Never blocks; thread-safe (may race with an op on `call`
+ * and with `xcecli_call_free(call)`).
  */
-int xcecli_call_cancel(xcecli_ctx_t call);
+int xcecli_call_cancel(xcecli_call_t call);
 
 /**
- * Releases a call handle made by `xcecli_call_new`. NULL is a no-op; a context handle is left
- * alone (that is `xcecli_stop`'s) and an error is logged. No op on `call` may be in progress
- * or begin after this.
+ * Releases a call handle made by `xcecli_call_new`. NULL, or a handle already freed, is a
+ * no-op; a value that is not a call handle is left alone and an error is logged. An op on
+ * `call` in progress on another thread finishes normally; one that begins after this returns
+ * -E_XCE_CLOSED.
  */
-void xcecli_call_free(xcecli_ctx_t call);
+void xcecli_call_free(xcecli_call_t call);
 
 /**
  * Sets the retry policy of `ctx` for the calls that start after this one. `cfg` NULL

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, ReentrantMutex};
-use rand::RngCore;
 
 use self::gate::{Close, Gate, Leave};
 use crate::error::Error;
@@ -35,6 +34,7 @@ use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
 use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, Link, Settings};
 use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
+use crate::process::{self, identity};
 use crate::transport::{resolve, tls, CancelToken, WakeState};
 use crate::wire::*;
 
@@ -129,7 +129,8 @@ pub fn parse_masters(s: &str) -> Result<Vec<Endpoint>, Error> {
 /// A job id for `jobsubmit` (F16), unique across clients and restarts and never 0: the low
 /// 24 bits of the unix time in ms on top, 40 random bits below. The time part keeps a restarted
 /// client's ids apart from its earlier ones; the random part separates clients submitting in the
-/// same millisecond.
+/// same millisecond. The random bits come from the kernel at each call (getrandom), so a child
+/// of `fork` never repeats its parent's or a sibling's draws (F26).
 pub fn new_job_id() -> u64 {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -138,7 +139,7 @@ pub fn new_job_id() -> u64 {
     loop {
         // 24 bits of ms wrap every ~4.6 h; a collision needs the same 40 random bits drawn in
         // the same millisecond of that window.
-        let id = ((now_ms & 0xFF_FFFF) << 40) | (rand::thread_rng().next_u64() & 0xFF_FFFF_FFFF);
+        let id = ((now_ms & 0xFF_FFFF) << 40) | (identity::random_u64() & 0xFF_FFFF_FFFF);
         if id != 0 {
             return id;
         }
@@ -176,7 +177,11 @@ struct Context {
     observer: Observer,
     hook: CallbackSlot<HookFn>,
     events: CallbackSlot<EventFn>,
-    client_id: ClientId,
+    /// The client id of the link (F16), as of the last call; changes in a child of `fork`.
+    client_id: Mutex<ClientId>,
+    /// The fork generation the client id was made in (F26): a call in another one (a child of
+    /// `fork`) first gives the context a fresh client id and request-id space.
+    identity_generation: AtomicU64,
     client_name: String,
     masters: Vec<Endpoint>,
     /// Names the context in log lines.
@@ -191,6 +196,24 @@ impl Context {
         self.hook.set(None);
         self.events.set(None);
         self.wake.retire();
+    }
+}
+
+impl Context {
+    /// F26: in a child of `fork` (a fork generation other than the identity's), the first call
+    /// gives the context a client id and request-id space of its own before any request: the
+    /// parent's next write and the child's first one are then different requests to the
+    /// controller's dedup table, each applied once. Called by the thread that owns the link.
+    fn rekey_after_fork(&self, link: &RefCell<Link>) {
+        let now = process::fork_generation();
+        if self.identity_generation.swap(now, Ordering::SeqCst) != now {
+            let id = identity::new_client_id();
+            let mut l = link.borrow_mut();
+            l.client_id = id;
+            l.request_id = 0;
+            *self.client_id.lock() = id;
+            xlog!(Level::Info, "{}: new client identity after fork", self.tag);
+        }
     }
 }
 
@@ -295,8 +318,8 @@ impl Client {
             )?),
             None => None,
         };
-        let mut client_id = [0u8; CLIENT_ID_LEN];
-        rand::thread_rng().fill_bytes(&mut client_id);
+        let generation = process::fork_generation();
+        let client_id = identity::new_client_id();
         let name = if config.client_name.is_empty() {
             "libxce"
         } else {
@@ -321,7 +344,8 @@ impl Client {
             observer: Observer::default(),
             hook: CallbackSlot::new(),
             events: CallbackSlot::new(),
-            client_id,
+            client_id: Mutex::new(client_id),
+            identity_generation: AtomicU64::new(generation),
             client_name: config.client_name,
             masters: config.masters,
             tag,
@@ -484,9 +508,10 @@ impl Client {
         self.ctx.observer.last_error()
     }
 
-    /// The random id carried by this client's writes (F16).
+    /// The random id carried by this client's writes (F16); a child of `fork` gets its own at
+    /// its first call (F26).
     pub fn client_id(&self) -> ClientId {
-        self.ctx.client_id
+        *self.ctx.client_id.lock()
     }
 
     /// The configured masters, in order.
@@ -512,6 +537,7 @@ impl Client {
             ctx.gate.acquire(&entry, &ctx.wake, token)?;
             let _owned = Owned(&ctx.gate);
             let guard = ctx.link.lock();
+            ctx.rekey_after_fork(&guard);
             let settings = *ctx.settings.lock();
             let deadline = match (settings.options.call_deadline, self.call.deadline) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -84,6 +84,11 @@ fn state() -> &'static LogState {
             sink: CallbackSlot::new(),
         }
     });
+    s.sink.register_for_fork();
+    // The state must not be half-initialised on another thread at a fork (F26).
+    crate::process::fork::before_fork(|| {
+        state();
+    });
     // Said once, by the thread that read it, after the state exists (logging from inside
     // `get_or_init` would re-enter it).
     if let Some(b) = bad {

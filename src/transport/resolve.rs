@@ -586,6 +586,14 @@ pub fn system() -> &'static Arc<Resolver> {
     r
 }
 
+/// Holds the process's resolver lock for `d` on the calling thread (tests: a fork while another
+/// thread holds it, F26).
+#[doc(hidden)]
+pub fn hold_system_lock_for(d: Duration) {
+    let _st = system().lock();
+    std::thread::sleep(d);
+}
+
 /// [`Resolver::resolve`] on the process's resolver.
 pub fn resolve(
     host: &str,

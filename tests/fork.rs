@@ -8,6 +8,8 @@
 //!   it waited forever for an invocation of a thread the child does not have);
 //! - a child using an inherited context writes with its own client id, so the parent's next
 //!   write is not answered from the controller's dedup table with the child's reply;
+//! - a context that another thread was using at the fork fails at once in the child (its
+//!   lock and connection belong to a thread the child does not have), never hangs;
 //! - `new_job_id` never repeats across a fork.
 
 mod support;
@@ -101,7 +103,10 @@ fn log_sink_running_at_fork() {
         }
     })));
     let logger = std::thread::spawn(|| {
-        log::log(log::Level::Error, format_args!("held in the sink across a fork"))
+        log::log(
+            log::Level::Error,
+            format_args!("held in the sink across a fork"),
+        )
     });
     while !inside.load(SeqCst) {
         std::thread::sleep(Duration::from_millis(1));
@@ -114,7 +119,11 @@ fn log_sink_running_at_fork() {
     logger.join().unwrap();
     log::set_sink(None);
     log::set_level(log::Level::Warn);
-    assert_eq!(r, Some(0), "the child could not replace the log sink (None: hung)");
+    assert_eq!(
+        r,
+        Some(0),
+        "the child could not replace the log sink (None: hung)"
+    );
 }
 
 fn inherited_context_writes_with_its_own_identity() {
@@ -125,11 +134,17 @@ fn inherited_context_writes_with_its_own_identity() {
         fast_retry(3),
     )
     .expect("start");
-    c.jobctrl(1, JobAction::Kill).expect("a write before the fork");
+    c.jobctrl(1, JobAction::Kill)
+        .expect("a write before the fork");
     let parent_id = c.client_id();
     let r = fork_and_wait(|| c.jobctrl(2, JobAction::Kill).is_ok() && c.client_id() != parent_id);
-    assert_eq!(r, Some(0), "the child's write through the inherited context failed");
-    c.jobctrl(3, JobAction::Kill).expect("the parent's write after the fork");
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's write through the inherited context failed"
+    );
+    c.jobctrl(3, JobAction::Kill)
+        .expect("the parent's write after the fork");
     assert_eq!(c.client_id(), parent_id, "the parent keeps its identity");
     let writes: Vec<_> = fake
         .requests()
@@ -153,7 +168,47 @@ fn inherited_context_writes_with_its_own_identity() {
         "the child's and the parent's writes carry the same (client id, request id): the \
          controller answers one from the other's dedup entry"
     );
-    assert_ne!(key(2).0, key(1).0, "the child writes with a client id of its own");
+    assert_ne!(
+        key(2).0,
+        key(1).0,
+        "the child writes with a client id of its own"
+    );
+}
+
+fn context_busy_on_another_thread_at_fork() {
+    let fake = FakeController::start(vec![Step::Silent]);
+    let mut opts = fast_options();
+    opts.reply_timeout = Duration::from_secs(3);
+    let c =
+        Client::start_with(Config::new(vec![fake.endpoint()]), opts, fast_retry(0)).expect("start");
+    let c2 = c.clone();
+    let caller = std::thread::spawn(move || c2.hello());
+    assert!(
+        fake.wait_requests(1, Duration::from_secs(5)),
+        "the call is waiting"
+    );
+    let other = FakeController::start(vec![]);
+    let r = fork_and_wait(|| {
+        // The call in progress belongs to a thread the child does not have: the child's calls
+        // on that context end at once, its stop returns, and a new context works.
+        let t = Instant::now();
+        let closed = c.hello().err() == Some(xce::Error::Closed);
+        c.close();
+        let fresh = Client::start_with(
+            Config::new(vec![other.endpoint()]),
+            fast_options(),
+            fast_retry(0),
+        )
+        .and_then(|n| n.hello().map(drop))
+        .is_ok();
+        closed && fresh && t.elapsed() < Duration::from_secs(2)
+    });
+    let _ = caller.join();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's call on a context busy at the fork (None: hung)"
+    );
 }
 
 fn job_ids_do_not_repeat_across_fork() {
@@ -175,7 +230,10 @@ fn job_ids_do_not_repeat_across_fork() {
         .collect();
     assert_eq!(child.len(), N);
     let repeats = (0..N).filter(|_| child.contains(&new_job_id())).count();
-    assert_eq!(repeats, 0, "job ids drawn by the parent after the fork repeat the child's");
+    assert_eq!(
+        repeats, 0,
+        "job ids drawn by the parent after the fork repeat the child's"
+    );
 }
 
 #[test]
@@ -183,5 +241,6 @@ fn fork() {
     resolver_lock_held_at_fork();
     log_sink_running_at_fork();
     inherited_context_writes_with_its_own_identity();
+    context_busy_on_another_thread_at_fork();
     job_ids_do_not_repeat_across_fork();
 }

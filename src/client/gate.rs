@@ -81,6 +81,23 @@ impl Gate {
         }
     }
 
+    /// F26, in a child of `fork` (single-threaded, never blocks): whether a call of a thread the
+    /// child does not have was inside the gate at the fork. The forking thread's own call (a
+    /// callback that forked) goes on in the child; calls of other threads are forgotten.
+    pub fn busy_at_fork(&self) -> bool {
+        let me = thread::current().id();
+        let Some(mut st) = self.state.try_lock() else {
+            return true; // held by a thread that is gone: nothing can fix it
+        };
+        if st.owner.is_some() && st.owner != Some(me) {
+            return true;
+        }
+        // Only this thread's own nesting remains.
+        st.queue.clear();
+        st.entered = if st.owner == Some(me) { st.depth } else { 0 };
+        false
+    }
+
     /// Registers a call. `Err(Closed)` when the context is closing, `Err(EINTR)` for a wake
     /// that was waiting for the next call.
     pub fn enter(&self, wake: &WakeState) -> Result<Entry, Error> {

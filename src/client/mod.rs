@@ -182,6 +182,10 @@ struct Context {
     /// The fork generation the client id was made in (F26): a call in another one (a child of
     /// `fork`) first gives the context a fresh client id and request-id space.
     identity_generation: AtomicU64,
+    /// F26: another thread was inside a call of this context when the process forked, and this
+    /// is the child: its connection and lock belong to a thread the child does not have. Calls
+    /// fail at once with `E_XCE_CLOSED` (a child starts a new context instead), never hang.
+    forked_busy: std::sync::atomic::AtomicBool,
     client_name: String,
     masters: Vec<Endpoint>,
     /// Names the context in log lines.
@@ -213,6 +217,17 @@ impl Context {
             l.request_id = 0;
             *self.client_id.lock() = id;
             xlog!(Level::Info, "{}: new client identity after fork", self.tag);
+        }
+    }
+}
+
+impl process::fork::AfterFork for Context {
+    /// In a child of `fork`, before it runs (F26): a context that a thread the child does not
+    /// have was using is unusable in the child (see `forked_busy`).
+    fn in_child(&self) {
+        let link_held_elsewhere = self.link.try_lock().is_none();
+        if self.gate.busy_at_fork() || link_held_elsewhere {
+            self.forked_busy.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -346,6 +361,7 @@ impl Client {
             events: CallbackSlot::new(),
             client_id: Mutex::new(client_id),
             identity_generation: AtomicU64::new(generation),
+            forked_busy: std::sync::atomic::AtomicBool::new(false),
             client_name: config.client_name,
             masters: config.masters,
             tag,
@@ -356,8 +372,12 @@ impl Client {
             let waker = ctx.wake.waker_now();
             retry::connect_first(&mut link, &waker, &ctx.observer, &settings, &ctx.tag)?;
         }
+        let ctx = Arc::new(ctx);
+        let weak: std::sync::Weak<dyn process::fork::AfterFork> =
+            Arc::downgrade(&ctx) as std::sync::Weak<dyn process::fork::AfterFork>;
+        process::fork::after_fork(weak);
         Ok(Client {
-            ctx: Arc::new(ctx),
+            ctx,
             call: CallOpts::default(),
         })
     }
@@ -369,6 +389,13 @@ impl Client {
     /// last call to leave finishes the stop. Idempotent.
     pub fn close(&self) {
         let ctx = &*self.ctx;
+        if ctx.forked_busy.load(Ordering::SeqCst) {
+            // A child's copy of a context busy at the fork: nothing to drain, nothing to close
+            // that the child could safely lock; later calls fail with E_XCE_CLOSED.
+            ctx.wake.close_quietly();
+            ctx.wake.retire();
+            return;
+        }
         match ctx.gate.close(&ctx.wake) {
             Close::Drained => ctx.finish_close(),
             Close::Deferred => {
@@ -528,6 +555,9 @@ impl Client {
     fn call_traced(&self, op: &Op) -> Result<(Reply, CallTrace), Error> {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
+        if ctx.forked_busy.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
         let entry = ctx.gate.enter(&ctx.wake)?;
         let mut entered = Entered {
             ctx,

@@ -81,6 +81,32 @@ impl<T: Send + 'static> ForkLock<T> {
     }
 }
 
+/// An object (a context) that must look at itself in a child of `fork`, before the child runs:
+/// the handler calls [`AfterFork::in_child`] on every live one, single-threaded, with every
+/// registered lock held by the handler. It must not block (try-locks only) and must not log.
+pub trait AfterFork: Send + Sync {
+    fn in_child(&self);
+}
+
+/// The live objects to tell about a fork (dead ones are pruned when one is added).
+static AFTER_FORK: ForkLock<Vec<std::sync::Weak<dyn AfterFork>>> =
+    ForkLock::new(Vec::new(), tell_after_fork);
+
+fn tell_after_fork(objects: &mut Vec<std::sync::Weak<dyn AfterFork>>) {
+    for o in objects.iter() {
+        if let Some(o) = o.upgrade() {
+            o.in_child();
+        }
+    }
+}
+
+/// Registers `object` to be told about every fork while it lives.
+pub fn after_fork(object: std::sync::Weak<dyn AfterFork>) {
+    let mut v = AFTER_FORK.lock();
+    v.retain(|o| o.strong_count() > 0);
+    v.push(object);
+}
+
 /// What the handler does with one registered lock.
 trait Registered: Sync {
     fn hold(&'static self) -> Box<dyn Any>;

@@ -100,6 +100,12 @@ impl WakeState {
         self.interrupt();
     }
 
+    /// Marks the context closed without writing to any descriptor (a forked child's copy of a
+    /// context whose wait belongs to a thread the child does not have).
+    pub fn close_quietly(&self) {
+        self.closed.store(true, SeqCst);
+    }
+
     pub fn is_closed(&self) -> bool {
         self.closed.load(SeqCst)
     }

@@ -1,11 +1,15 @@
 /* F20 and F13 at the C boundary: xcecli_stop while other threads are inside calls and from
  * inside a callback of the context, callback setters that are final when they return, one
- * wakeup that ends every blocked call, and call handles cancelled one by one. Run plain, under
+ * wakeup that ends every blocked call, call handles cancelled one by one, and wakes and stop
+ * requests from signal handlers (F27). Run plain, under
  * ASan/UBSan and under valgrind (scripts/ctest.sh): a use after free is a failure there.
  * No controller needed: silent listeners accept connections and never answer.
  * Usage: test_lifecycle NAME | all */
+#define _XOPEN_SOURCE 700
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/time.h>
 #include <time.h>
 
 #include "util.h"
@@ -388,6 +392,105 @@ static void test_call_handle_deadline_and_closed_context(void) {
     rig_stop_servers(&r);
 }
 
+/* ---- signals (F27) ----------------------------------------------------------------------- */
+
+static xcecli_ctx_t g_sig_ctx;
+static volatile sig_atomic_t g_sig_count, g_sig_woke;
+
+static void on_alarm_request_stop(int sig) {
+    (void)sig;
+    g_sig_count++;
+    xcecli_request_stop(g_sig_ctx); /* async-signal-safe */
+}
+
+static void on_alarm_try_wakeup(int sig) {
+    (void)sig;
+    g_sig_count++;
+    if (xcecli_try_wakeup(g_sig_ctx) == 1) g_sig_woke++; /* async-signal-safe */
+}
+
+static void arm_timer(long first_us, long every_us) {
+    struct itimerval it = {{every_us / 1000000, every_us % 1000000},
+                           {first_us / 1000000, first_us % 1000000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+/* A single-threaded daemon: SIGALRM's handler requests a stop. The call blocked when the
+ * signal comes ends at once with -E_XCE_STOP_REQUESTED, and so does the next call, however
+ * late it starts (the stop is a state, not a wake that could be lost or kept for another
+ * call); after xcecli_clear_stop_request calls run again. */
+static void test_request_stop_from_signal_handler(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    g_sig_ctx = r.ctx;
+    g_sig_count = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm_request_stop;
+    sigaction(SIGALRM, &sa, NULL);
+    arm_timer(200000, 0);
+    double t0 = now_s();
+    xce_controller_info_t *info = NULL;
+    CHECK_EQ(xcecli_hello(r.ctx, &info), -E_XCE_STOP_REQUESTED);
+    CHECK(now_s() - t0 < 3.0);
+    CHECK_EQ(g_sig_count, 1);
+    t0 = now_s();
+    CHECK_EQ(xcecli_hello(r.ctx, &info), -E_XCE_STOP_REQUESTED); /* the next one too, at once */
+    CHECK(now_s() - t0 < 0.5);
+    CHECK_EQ(xcecli_clear_stop_request(r.ctx), 1);
+    CHECK_EQ(xcecli_clear_stop_request(r.ctx), 0);
+    CHECK_EQ(xcecli_request_stop(NULL), -EINVAL);
+    signal(SIGALRM, SIG_DFL);
+    xcecli_stop(r.ctx);
+    rig_stop_servers(&r);
+}
+
+/* try_wakeup from a handler, 500 signals every 2 ms while one thread makes calls that block
+ * (silent masters, 10 s replies): every call ends with -EINTR promptly, and the number of
+ * handler returns of 1 covers every call that returned -EINTR; nothing is kept: a call
+ * started after the storm runs to its own end (here: its 300 ms reply timeout). */
+static void test_try_wakeup_from_signal_handler(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    g_sig_ctx = r.ctx;
+    g_sig_count = 0;
+    g_sig_woke = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm_try_wakeup;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    arm_timer(2000, 2000);
+    int eintr = 0, other = 0;
+    double t0 = now_s();
+    while (g_sig_count < 500 && now_s() - t0 < 60) {
+        xce_controller_info_t *info = NULL;
+        int rc = xcecli_hello(r.ctx, &info);
+        if (rc == -EINTR)
+            eintr++;
+        else
+            other++;
+    }
+    arm_timer(0, 0);
+    signal(SIGALRM, SIG_DFL);
+    printf("signals %d, try_wakeup returned 1: %d, calls -EINTR: %d, other: %d\n",
+           (int)g_sig_count, (int)g_sig_woke, eintr, other);
+    CHECK(g_sig_count >= 500);
+    CHECK(eintr > 0);
+    CHECK_EQ(other, 0);           /* every blocked call was ended by a wake */
+    CHECK(g_sig_woke >= eintr);   /* each -EINTR call was reported woken at least once */
+    /* nothing kept: a call after the storm waits for its own reply timeout */
+    CHECK_EQ(xcecli_set_option(r.ctx, XCE_OPT_REPLY_TIMEOUT_MS, 300), 0);
+    CHECK_EQ(xcecli_set_retry_config(r.ctx, &(xce_retry_config_t){0, 50, 50, 1.0}), 0);
+    t0 = now_s();
+    xce_controller_info_t *info = NULL;
+    int rc = xcecli_hello(r.ctx, &info);
+    CHECK(rc != -EINTR && rc < 0);
+    CHECK(now_s() - t0 >= 0.25);
+    xcecli_stop(r.ctx);
+    rig_stop_servers(&r);
+}
+
 struct named_test {
     const char *name;
     void (*fn)(void);
@@ -403,6 +506,8 @@ static const struct named_test tests[] = {
     {"wakeup_ends_every_blocked_call", test_wakeup_ends_every_blocked_call},
     {"call_handles_cancel_one_call", test_call_handles_cancel_one_call},
     {"call_handle_deadline_and_closed_context", test_call_handle_deadline_and_closed_context},
+    {"request_stop_from_signal_handler", test_request_stop_from_signal_handler},
+    {"try_wakeup_from_signal_handler", test_try_wakeup_from_signal_handler},
 };
 
 int main(int argc, char **argv) {

@@ -33,8 +33,12 @@ pub const E_XCE_LOOKUP: i32 = 2011;
 /// same on every master, so never a reason to fail over.
 pub const E_XCE_TOOBIG: i32 = 2012;
 
+/// A stop was requested on the context (`xcecli_request_stop`, F27, e.g. from a signal
+/// handler): the call was ended, or not made. Client-side only: never on the wire.
+pub const E_XCE_STOP_REQUESTED: i32 = 2015;
+
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 12] = [
+pub const XCE_CODES: [(i32, &str); 13] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -47,6 +51,7 @@ pub const XCE_CODES: [(i32, &str); 12] = [
     (E_XCE_CLOSED, "E_XCE_CLOSED"),
     (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
     (E_XCE_TOOBIG, "E_XCE_TOOBIG"),
+    (E_XCE_STOP_REQUESTED, "E_XCE_STOP_REQUESTED"),
 ];
 
 /// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
@@ -155,6 +160,9 @@ pub enum Error {
     Lookup,
     #[error("reply too large")]
     TooBig,
+    /// F27: the context's "stop requested" state is set.
+    #[error("stop requested")]
+    StopRequested,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -178,6 +186,7 @@ impl Error {
             Error::Closed => E_XCE_CLOSED,
             Error::Lookup => E_XCE_LOOKUP,
             Error::TooBig => E_XCE_TOOBIG,
+            Error::StopRequested => E_XCE_STOP_REQUESTED,
             Error::Errno(e) => e,
         }
     }
@@ -188,7 +197,10 @@ impl Error {
     pub fn stops_the_call(self) -> bool {
         matches!(
             self,
-            Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
+            Error::Closed
+                | Error::StopRequested
+                | Error::Errno(libc::EINTR)
+                | Error::Errno(libc::ECANCELED)
         )
     }
 
@@ -214,6 +226,7 @@ impl Error {
             E_XCE_CLOSED => Error::Closed,
             E_XCE_LOOKUP => Error::Lookup,
             E_XCE_TOOBIG => Error::TooBig,
+            E_XCE_STOP_REQUESTED => Error::StopRequested,
             e => Error::Errno(e),
         })
     }
@@ -273,6 +286,7 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_CLOSED => "context is stopped",
         E_XCE_LOOKUP => "name lookup failed",
         E_XCE_TOOBIG => "reply too large",
+        E_XCE_STOP_REQUESTED => "stop requested",
         e => errno_text(e),
     }
 }

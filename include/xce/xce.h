@@ -103,6 +103,12 @@
 #define E_XCE_TOOBIG 2012
 
 /**
+ * A stop was requested on the context (`xcecli_request_stop`, F27): the call was ended or
+ * not made. Stays until `xcecli_clear_stop_request` or `xcecli_stop`.
+ */
+#define E_XCE_STOP_REQUESTED 2015
+
+/**
  * Most masters a configuration holds.
  */
 #define N_MAX_MASTERS 8
@@ -1203,19 +1209,51 @@ int xcecli_nop(xcecli_ctx_t ctx);
 
 /**
  * Makes every op in progress on the context of `ctx` — blocked in backoff, connecting,
- * waiting for a reply, or queued behind another op — return -EINTR promptly. If none is in
- * progress (or those in progress finish without noticing it), the next op returns -EINTR at
- * once instead: a wake is never lost. Returns 0, or -EINVAL for a NULL ctx. Safe from any
- * thread, never blocks; not async-signal-safe.
+ * waiting for a reply, or queued behind another op — return -EINTR promptly (an op that had
+ * already made its last wait returns its own result). With no op in progress nothing happens:
+ * a wake is never kept to end a later, unrelated op (F27; a daemon whose stop may race with
+ * its next call uses `xcecli_request_stop`). Returns 0 (whether or not ops were in progress:
+ * `xcecli_try_wakeup` says which), -EINVAL (NULL or not a handle), -E_XCE_CLOSED (released
+ * handle). Safe from any thread, never blocks; not async-signal-safe (use
+ * `xcecli_try_wakeup` or `xcecli_request_stop` in a handler).
  */
 int xcecli_wakeup(xcecli_ctx_t ctx);
 
 /**
- * Variant of `xcecli_wakeup` that keeps no wake: wakes the ops in progress on `ctx`, if
- * any. Returns 1 when ops were woken, 0 when none was in progress (nothing pending
- * afterwards), -EINVAL for a NULL ctx. Safe from any thread, never blocks.
+ * Async-signal-safe wakeup (F27): a signal handler may call it while any thread is inside
+ * the library. It takes no lock, allocates nothing and logs nothing (atomics and at most one
+ * write(2) to the wake pipe of the op in progress).
+ *
+ * Returns 1 when an op was in progress on the context (queued, running, or nested in a
+ * callback): every wait that op makes from now on ends at once, so it returns -EINTR — unless
+ * it had already made its last wait, and then it returns its own result (say, the job id of a
+ * submit that had been answered). Returns 0 when no op was in progress: nothing happens and
+ * nothing is kept for a later op. Returns -EINVAL for NULL or a value that is not a live
+ * handle (released handles included: no lookup can tell them apart without a lock). To end
+ * the *next* op too, whenever it starts, use `xcecli_request_stop`.
  */
 int xcecli_try_wakeup(xcecli_ctx_t ctx);
+
+/**
+ * Sets the context's "stop requested" state (F27): the race-free way for a daemon to stop
+ * from a signal handler. Async-signal-safe (atomics and at most one write(2)).
+ *
+ * Every op in progress on the context ends promptly with -E_XCE_STOP_REQUESTED (at its next
+ * wait; one that had already made its last wait returns its own result), and every op that
+ * begins afterwards — on any thread, through any handle of the context, however soon —
+ * returns -E_XCE_STOP_REQUESTED at once without sending anything, until
+ * `xcecli_clear_stop_request`. So a SIGTERM that arrives between the daemon's flag check and
+ * its next op still ends that op at once. `xcecli_stop` works as always. Returns 0, or
+ * -EINVAL for NULL or a value that is not a live handle.
+ */
+int xcecli_request_stop(xcecli_ctx_t ctx);
+
+/**
+ * Clears the "stop requested" state of the context (F27): ops run again. Returns 1 when a
+ * stop was requested, 0 when none was, -EINVAL for NULL or a value that is not a live handle.
+ * Async-signal-safe.
+ */
+int xcecli_clear_stop_request(xcecli_ctx_t ctx);
 
 /**
  * Frees the array `xcecli_joblist` returned: the pointer array and every job in it, with

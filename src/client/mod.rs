@@ -286,12 +286,11 @@ impl Callbacks for CallCallbacks<'_> {
 /// from inside a call finishes the stop (F20).
 struct Entered<'a> {
     ctx: &'a Context,
-    claimed_wake: bool,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if self.ctx.gate.leave(self.claimed_wake) == Leave::FinishClose {
+        if self.ctx.gate.leave(&self.ctx.wake) == Leave::FinishClose {
             self.ctx.finish_close();
         }
     }
@@ -464,17 +463,44 @@ impl Client {
     }
 
     /// F13: makes every call on this context that is blocked or queued right now return
-    /// `EINTR` promptly. A wake is never lost: with no call in progress (or if those in
-    /// progress finish without noticing it) it is kept, and the next call returns `EINTR` at
-    /// once — what a daemon shutting down wants when its wake races with the start of a call.
-    pub fn wakeup(&self) {
-        self.ctx.gate.wake_all(&self.ctx.wake, true);
+    /// `EINTR` promptly; returns whether there was any. With no call in progress nothing
+    /// happens: a wake is never kept to end a later, unrelated call (F27). A daemon whose stop
+    /// may race with the start of its next call uses [`Client::request_stop`].
+    pub fn wakeup(&self) -> bool {
+        self.ctx.gate.wake_all(&self.ctx.wake)
     }
 
-    /// F13, non-blocking and without a kept wake: wakes the calls in progress, if any, and
-    /// says whether there were any.
+    /// F13, F27: as [`Client::wakeup`], async-signal-safe (atomics and one write(2): no lock,
+    /// no allocation, no log). `true`: a call was in progress (queued, running or nested);
+    /// every wait it makes from now on ends with `EINTR`, so it returns `EINTR` unless it had
+    /// already made its last wait (then it returns its own result). `false`: no call was in
+    /// progress and nothing happens.
     pub fn try_wakeup(&self) -> bool {
-        self.ctx.gate.wake_all(&self.ctx.wake, false)
+        self.ctx.wake.try_wake()
+    }
+
+    /// F27, async-signal-safe: sets the context's "stop requested" state. The calls in
+    /// progress end with [`Error::StopRequested`] (promptly: at their next wait), and every
+    /// later call fails with it at once, until [`Client::clear_stop_request`] — so a stop
+    /// requested between a daemon's flag check and its next call still ends that call.
+    pub fn request_stop(&self) {
+        self.ctx.wake.request_stop();
+    }
+
+    /// F27: clears the "stop requested" state; later calls run again.
+    pub fn clear_stop_request(&self) {
+        self.ctx.wake.clear_stop();
+    }
+
+    /// Whether a stop is requested (F27).
+    pub fn stop_requested(&self) -> bool {
+        self.ctx.wake.stop_requested()
+    }
+
+    /// The context's wake state, for the C layer's async-signal-safe entry points (F27): it
+    /// lives as long as any handle of the context.
+    pub fn wake_state(&self) -> &WakeState {
+        &self.ctx.wake
     }
 
     /// F15: `None` restores `XCE_RETRY_DEFAULTS`; an invalid config is `EINVAL`. For the calls
@@ -559,10 +585,7 @@ impl Client {
             return Err(Error::Closed);
         }
         let entry = ctx.gate.enter(&ctx.wake)?;
-        let mut entered = Entered {
-            ctx,
-            claimed_wake: false,
-        };
+        let _entered = Entered { ctx };
         let result = (|| {
             ctx.gate.acquire(&entry, &ctx.wake, token)?;
             let _owned = Owned(&ctx.gate);
@@ -584,7 +607,6 @@ impl Client {
             };
             retry::run(&env, op)
         })();
-        entered.claimed_wake = result.as_ref().err() == Some(&Error::Errno(libc::EINTR));
         result
     }
 

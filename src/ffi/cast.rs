@@ -33,9 +33,13 @@ fn refused(r: Refused) -> c_int {
 /// Stores `client` as a new handle of `kind` (the client learns its handle, for callbacks).
 /// `None` when the table is full.
 pub(crate) fn new_handle(kind: Kind, client: Client) -> Option<u64> {
-    HANDLES
-        .lock()
-        .insert_with(kind, |h| client.with_handle_id(h as usize))
+    let mut table = HANDLES.lock();
+    let h = table.insert_with(kind, |h| client.with_handle_id(h as usize))?;
+    // Still under the lock: the handle is not released before it is published (F27).
+    if let Ok((_, c)) = table.get_any(h) {
+        super::signal::publish(h, c.wake_state());
+    }
+    Some(h)
 }
 
 /// The client behind a live handle of either kind (an op may be made on a context handle or
@@ -67,6 +71,10 @@ pub(crate) fn release(h: usize, kind: Kind) -> Result<Client, c_int> {
         return Err(-libc::EINVAL);
     }
     let removed = HANDLES.lock().remove(h as u64, kind);
+    if removed.is_ok() {
+        // Before the client (maybe the context's last reference) can be dropped (F27).
+        super::signal::withdraw(h as u64);
+    }
     removed.map_err(refused)
 }
 

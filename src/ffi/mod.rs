@@ -24,6 +24,7 @@
 
 pub(crate) mod cast;
 pub(crate) mod panic;
+pub(crate) mod signal;
 
 /// The Rust API the C surface is built on, in one place (client, failover knobs, log sink).
 pub(crate) mod client {
@@ -79,6 +80,9 @@ pub const E_XCE_CLOSED: c_int = 2010;
 pub const E_XCE_LOOKUP: c_int = 2011;
 /// A reply too large for one frame that cannot be split; deterministic, never a failover.
 pub const E_XCE_TOOBIG: c_int = 2012;
+/// A stop was requested on the context (`xcecli_request_stop`, F27): the call was ended or
+/// not made. Stays until `xcecli_clear_stop_request` or `xcecli_stop`.
+pub const E_XCE_STOP_REQUESTED: c_int = 2015;
 
 const _: () = {
     use crate::error as e;
@@ -94,6 +98,7 @@ const _: () = {
     assert!(E_XCE_CLOSED == e::E_XCE_CLOSED);
     assert!(E_XCE_LOOKUP == e::E_XCE_LOOKUP);
     assert!(E_XCE_TOOBIG == e::E_XCE_TOOBIG);
+    assert!(E_XCE_STOP_REQUESTED == e::E_XCE_STOP_REQUESTED);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C, and

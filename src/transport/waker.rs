@@ -49,6 +49,12 @@ pub struct WakeState {
     /// Nudges between reading `lent` and their write: the wake pipe is not given back (and so
     /// never closed or lent to another context) while one is in progress.
     nudging: AtomicU32,
+    /// Calls between entering and leaving the context (queued, running, nested): what
+    /// [`try_wake`](Self::try_wake) reports, without a lock (F27).
+    active: AtomicU32,
+    /// F27: a stop was requested (`xcecli_request_stop`): calls in progress end and later ones
+    /// fail at once with `E_XCE_STOP_REQUESTED`, until cleared.
+    stop_requested: AtomicBool,
     /// No longer counted among the live contexts (retired when its context finished
     /// stopping: a stopped context that is still referenced keeps no pooled wake pipe alive).
     retired: AtomicBool,
@@ -69,6 +75,8 @@ impl WakeState {
             closed: AtomicBool::new(false),
             lent: AtomicI32::new(-1),
             nudging: AtomicU32::new(0),
+            active: AtomicU32::new(0),
+            stop_requested: AtomicBool::new(false),
             retired: AtomicBool::new(false),
         }
     }
@@ -88,7 +96,51 @@ impl WakeState {
         self.generation.load(SeqCst)
     }
 
+    /// A call enters the context: returns its wake generation (read before it is counted, so a
+    /// [`try_wake`](Self::try_wake) that counts it also ends it).
+    pub fn enter_call(&self) -> u64 {
+        let since = self.generation.load(SeqCst);
+        self.active.fetch_add(1, SeqCst);
+        since
+    }
+
+    /// A call leaves the context.
+    pub fn leave_call(&self) {
+        self.active.fetch_sub(1, SeqCst);
+    }
+
+    /// F27, async-signal-safe (atomics and at most one write(2); no lock, no allocation, no
+    /// log): if a call is in progress on the context (queued, running or nested), ends every
+    /// wait of it from now on with `EINTR` and returns true; otherwise does nothing (nothing is
+    /// kept for a later call) and returns false. A call that had already made its last wait
+    /// returns its own result.
+    pub fn try_wake(&self) -> bool {
+        if self.active.load(SeqCst) == 0 {
+            return false;
+        }
+        self.interrupt();
+        true
+    }
+
+    /// F27, async-signal-safe: sets the "stop requested" state. Every call in progress ends
+    /// (its waits end with `E_XCE_STOP_REQUESTED`) and every later call fails with it at once,
+    /// until [`clear_stop`](Self::clear_stop).
+    pub fn request_stop(&self) {
+        self.stop_requested.store(true, SeqCst);
+        self.interrupt();
+    }
+
+    /// Clears the "stop requested" state (later calls run again).
+    pub fn clear_stop(&self) {
+        self.stop_requested.store(false, SeqCst);
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested.load(SeqCst)
+    }
+
     /// Ends every wait of every call that started before now (F13), with `EINTR`.
+    /// Async-signal-safe.
     pub fn interrupt(&self) {
         self.generation.fetch_add(1, SeqCst);
         self.nudge();
@@ -215,6 +267,8 @@ impl<'a> Waker<'a> {
     pub fn check(&self) -> Result<(), Error> {
         if self.state.is_closed() {
             Err(Error::Closed)
+        } else if self.state.stop_requested() {
+            Err(Error::StopRequested)
         } else if self.token.is_some_and(CancelToken::is_cancelled) {
             Err(Error::Errno(libc::ECANCELED))
         } else if self.state.generation() != self.since {

@@ -219,6 +219,89 @@ static void test_stop_from_log_sink(void) {
     rig_stop_servers(&r);
 }
 
+/* ---- a cycle of waits across threads (defect 12) ---------------------------------------- */
+
+/* Thread 1 runs an event callback of context A that replaces the log sink, while thread 2
+ * runs the log sink (for a line of its own context B) that stops A. Each would wait for the
+ * other forever: the setter for the sink run on thread 2, the stop for A's call on thread 1.
+ * The library refuses the wait that closes the cycle (the stop is finished by A's last call,
+ * or the setter returns -EDEADLK): both threads finish, A's call ends with -E_XCE_CLOSED. */
+static xcecli_ctx_t g_cyc_a;
+static pthread_t g_cyc_t2;
+static atomic_int g_cyc_in_sink, g_cyc_in_cb, g_cyc_set_rc, g_cyc_done;
+
+static void wait_flag(atomic_int *f) {
+    for (int i = 0; i < 5000 && !atomic_load(f); i++) sleep_ms(1);
+}
+
+static void cyc_sink(int level, const char *msg, void *arg) {
+    (void)level;
+    (void)msg;
+    (void)arg;
+    if (!pthread_equal(pthread_self(), g_cyc_t2) || atomic_exchange(&g_cyc_in_sink, 1)) return;
+    wait_flag(&g_cyc_in_cb);
+    xcecli_stop(g_cyc_a);
+}
+
+static void cyc_event(xcecli_ctx_t ctx, const xce_event_t *ev, void *arg) {
+    (void)ctx;
+    (void)ev;
+    (void)arg;
+    if (atomic_exchange(&g_cyc_in_cb, 1)) return;
+    wait_flag(&g_cyc_in_sink);
+    atomic_store(&g_cyc_set_rc, xce_set_log_handler(NULL, NULL));
+}
+
+static void *cyc_t2_main(void *p) {
+    xcecli_ctx_t b = (xcecli_ctx_t)p;
+    xce_controller_info_t *info = NULL;
+    (void)xcecli_hello(b, &info); /* times out, rotates: logs on this thread */
+    return NULL;
+}
+
+static void *cyc_watchdog(void *p) {
+    (void)p;
+    for (int i = 0; i < 30000 && !atomic_load(&g_cyc_done); i++) sleep_ms(1);
+    if (!atomic_load(&g_cyc_done)) {
+        fprintf(stderr, "setter_and_stop_in_a_cycle: DEADLOCK (30 s)\n");
+        _exit(1);
+    }
+    return NULL;
+}
+
+static void test_setter_and_stop_in_a_cycle(void) {
+    struct rig a, b;
+    if (rig_start(&a, 100) != 0 || rig_start(&b, 100) != 0) return;
+    xce_retry_config_t one = {1, 50, 50, 1.0};
+    CHECK_EQ(xcecli_set_retry_config(a.ctx, &one), 0);
+    CHECK_EQ(xcecli_set_retry_config(b.ctx, &one), 0);
+    g_cyc_a = a.ctx;
+    atomic_store(&g_cyc_in_sink, 0);
+    atomic_store(&g_cyc_in_cb, 0);
+    atomic_store(&g_cyc_set_rc, 1);
+    atomic_store(&g_cyc_done, 0);
+    pthread_t wd;
+    pthread_create(&wd, NULL, cyc_watchdog, NULL);
+    int old = xce_set_log_level(XCE_LOG_INFO);
+    CHECK_EQ(xcecli_set_event_handler(a.ctx, cyc_event, NULL), 0);
+    CHECK_EQ(xce_set_log_handler(cyc_sink, NULL), 0);
+    pthread_create(&g_cyc_t2, NULL, cyc_t2_main, b.ctx);
+    xce_controller_info_t *info = NULL;
+    int rc = xcecli_hello(a.ctx, &info); /* times out, rotates: the event runs here */
+    pthread_join(g_cyc_t2, NULL);
+    atomic_store(&g_cyc_done, 1);
+    pthread_join(wd, NULL);
+    int set_rc = atomic_load(&g_cyc_set_rc);
+    printf("A's call: %d; the setter in A's callback: %d\n", rc, set_rc);
+    CHECK_EQ(rc, -E_XCE_CLOSED);
+    CHECK(set_rc == 0 || set_rc == -EDEADLK);
+    xce_set_log_handler(NULL, NULL);
+    xce_set_log_level(old);
+    xcecli_stop(b.ctx);
+    rig_stop_servers(&a);
+    rig_stop_servers(&b);
+}
+
 /* ---- setters are final ---------------------------------------------------------------- */
 
 struct slow_arg {
@@ -507,6 +590,7 @@ static const struct named_test tests[] = {
     {"call_handles_cancel_one_call", test_call_handles_cancel_one_call},
     {"call_handle_deadline_and_closed_context", test_call_handle_deadline_and_closed_context},
     {"request_stop_from_signal_handler", test_request_stop_from_signal_handler},
+    {"setter_and_stop_in_a_cycle", test_setter_and_stop_in_a_cycle},
     {"try_wakeup_from_signal_handler", test_try_wakeup_from_signal_handler},
 };
 

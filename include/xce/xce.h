@@ -950,8 +950,11 @@ int xcecli_set_option(xcecli_ctx_t ctx, int opt, int64_t value);
  * and `xcecli_stop`, but must not wait for another thread that uses the same context.
  * F20: when this returns, the previous handler is not running on any other thread and is
  * never called again, so its `arg` may be freed; called from inside the handler itself, it
- * does not wait for that invocation. Returns 0, or -EINVAL for a NULL ctx. Thread-safe; it
- * waits for a handler running on another thread to return.
+ * does not wait for that invocation. Returns 0, -EINVAL (NULL or not a handle),
+ * -E_XCE_CLOSED (released handle), or -EDEADLK at once when waiting for the previous handler
+ * would never end (the thread running it waits, directly or through others, for this one; the
+ * new handler is installed all the same and the old `arg` must stay valid until that run
+ * returns). Thread-safe; it waits for a handler running on another thread to return.
  */
 int xcecli_set_reconnect_handler(xcecli_ctx_t ctx, xcecli_reconnect_cb cb, void *arg);
 
@@ -961,8 +964,8 @@ int xcecli_set_reconnect_handler(xcecli_ctx_t ctx, xcecli_reconnect_cb cb, void 
  * caused the event, with that call's handle, while the call owns the context: it may call
  * `xcecli_get_stats`, `xcecli_last_error`, the setters and `xcecli_stop`, but an op on the
  * same context from inside it fails with -EDEADLK; it must not block for long. F20: final
- * when it returns, as for `xcecli_set_reconnect_handler`. Returns 0, or -EINVAL for a NULL
- * ctx. Thread-safe.
+ * when it returns, as for `xcecli_set_reconnect_handler`, with the same return values
+ * (-EDEADLK included). Thread-safe.
  */
 int xcecli_set_event_handler(xcecli_ctx_t ctx, xcecli_event_cb cb, void *arg);
 
@@ -999,7 +1002,12 @@ int xce_new_jobid(uint64_t *jobid_out);
  * Replaces the library's log sink for the whole process; `cb` NULL restores the default
  * (stderr). `arg` is passed back unchanged and must stay valid until the sink is replaced.
  * `cb` runs on the thread that logs (a thread calling into the library) and may be called
- * from several threads at once. Returns 0. Thread-safe.
+ * from several threads at once. Returns 0 once the previous sink is not running on another
+ * thread and never runs again (F20; it waits for such a run to return). Returns -EDEADLK, at
+ * once, when that wait would never end — a thread running the previous sink waits, directly
+ * or through others, for this thread (say the sink stops the context whose callback called
+ * this): `cb` is installed all the same, the previous sink may still be running there and its
+ * `arg` must stay valid until it returns. Thread-safe.
  */
 int xce_set_log_handler(xce_log_cb cb, void *arg);
 

@@ -63,7 +63,8 @@ pub(crate) enum Leave {
 pub(crate) enum Close {
     /// Every call has left: the caller releases the context's resources.
     Drained,
-    /// Called from inside a call of this context: the last call to leave will finish.
+    /// Called from inside a call of this context, or waiting would close a cycle of waits
+    /// between threads: the last call to leave will finish.
     Deferred,
     /// Already closing.
     AlreadyClosing,
@@ -222,7 +223,29 @@ impl Gate {
             st.finish_on_leave = true;
             return Close::Deferred;
         }
+        let mut waiting = None;
         while st.entered > 0 {
+            // The threads of the calls in flight; a wait for them that would close a cycle
+            // (one of them waits for this thread, e.g. in a callback setter) is not made: the
+            // last call to leave finishes the stop instead (process::waits).
+            let mut on: Vec<ThreadId> = st.queue.iter().map(|q| q.thread.id()).collect();
+            on.extend(st.owner);
+            drop(st);
+            match crate::process::waits::wait_for(&on, waiting.take()) {
+                Ok(w) => waiting = Some(w),
+                Err(_) => {
+                    st = self.state.lock();
+                    if st.entered > 0 {
+                        st.finish_on_leave = true;
+                        return Close::Deferred;
+                    }
+                    break;
+                }
+            }
+            st = self.state.lock();
+            if st.entered == 0 {
+                break;
+            }
             st.closer = Some(thread::current());
             drop(st);
             thread::park();

@@ -398,8 +398,10 @@ impl Client {
         match ctx.gate.close(&ctx.wake) {
             Close::Drained => ctx.finish_close(),
             Close::Deferred => {
-                // This thread runs a callback of the context: the other threads run none (only
-                // the owner does), and this one returns to a loop that runs no more (F20).
+                // This thread runs a callback of the context (then the other threads run none:
+                // only the owner does, and this one returns to a loop that runs no more), or
+                // waiting for the calls in flight would never end (a cycle of waits): the last
+                // call to leave finishes the stop (F20).
                 ctx.hook.set(None);
                 ctx.events.set(None);
             }
@@ -531,24 +533,26 @@ impl Client {
     /// (one `hello`; a standby's answer just rotates on), and before the interrupted op is
     /// re-sent: once per failover. Ops it makes on the handle it gets are single attempts on
     /// that connection; a negative return is a failed attempt, classified like a status.
-    /// When this returns, the old hook is not running on another thread and never runs again.
-    pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) {
-        self.ctx.hook.set(hook);
+    /// When this returns true, the old hook is not running on another thread and never runs
+    /// again; false: waiting for it would never end (its thread waits for this one), see
+    /// [`CallbackSlot::set`].
+    pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) -> bool {
+        self.ctx.hook.set(hook)
     }
 
     /// F17, F20: installs (or removes) the event callback; final when it returns, like
     /// [`Client::set_reconnect_handler`].
-    pub fn set_event_handler(&self, handler: Option<EventHandler>) {
+    pub fn set_event_handler(&self, handler: Option<EventHandler>) -> bool {
         let h = handler.map(|h| {
             Arc::new(move |_: &Client, e: &Event| h(e))
                 as Arc<dyn Fn(&Client, &Event) + Send + Sync>
         });
-        self.ctx.events.set(h);
+        self.ctx.events.set(h)
     }
 
     /// As [`Client::set_event_handler`], with the handle of the call that caused each event.
-    pub fn set_event_handler_with_handle(&self, handler: Option<EventHandlerWithHandle>) {
-        self.ctx.events.set(handler);
+    pub fn set_event_handler_with_handle(&self, handler: Option<EventHandlerWithHandle>) -> bool {
+        self.ctx.events.set(handler)
     }
 
     /// F17 counters; never waits for a call in progress.

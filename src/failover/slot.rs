@@ -11,7 +11,7 @@
 use std::sync::{Arc, Condvar, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
-use crate::process::ForkLock;
+use crate::process::{waits, ForkLock};
 
 struct SlotState<T: ?Sized> {
     callback: Option<Arc<T>>,
@@ -92,17 +92,38 @@ impl<T: ?Sized + Send + Sync + 'static> CallbackSlot<T> {
     }
 
     /// Installs `callback` (or, with `None`, removes the current one) and returns once no
-    /// other thread is running the previous one. The previous callback is dropped before this
-    /// returns unless the calling thread is itself running it (then when it returns).
-    pub fn set(&self, callback: Option<Arc<T>>) {
+    /// other thread is running the previous one; returns true then. The previous callback is
+    /// dropped before this returns unless a thread is still running it (then when it returns).
+    ///
+    /// Returns false, at once, when waiting would never end: a thread running the previous
+    /// callback waits itself, directly or through others, for this thread (e.g. the log sink
+    /// on another thread stops the context whose callback called this; `process::waits`).
+    /// The new callback is installed all the same; the old one may still be running there.
+    pub fn set(&self, callback: Option<Arc<T>>) -> bool {
         let me = thread::current().id();
         let mut st = self.lock();
         let old = std::mem::replace(&mut st.callback, callback);
-        while st.running.iter().any(|t| *t != me) {
-            st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = None;
+        loop {
+            let others: Vec<ThreadId> = st.running.iter().copied().filter(|t| *t != me).collect();
+            if others.is_empty() {
+                break;
+            }
+            // Registered outside the slot's lock (no lock is held while taking another).
+            drop(st);
+            match waits::wait_for(&others, waiting.take()) {
+                Ok(w) => waiting = Some(w),
+                Err(waits::Cycle) => return false,
+            }
+            st = self.lock();
+            if st.running.iter().any(|t| *t != me) {
+                st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
         }
         drop(st);
+        drop(waiting);
         drop(old);
+        true
     }
 
     /// Runs `f` with the installed callback, on this thread; `None` when there is none.

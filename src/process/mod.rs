@@ -4,7 +4,8 @@
 //! pool of wake pipes that waits borrow ([`fdpool`], [`wakepipe`]), what a descriptor named when the library
 //! opened it ([`fdident`], F21), the table of C handles ([`handles`], F20), the identity of the
 //! process (client ids and job ids, [`identity`], F26), and the locks that make the rest
-//! (the resolver's cache, the log sink, interned texts) safe across `fork` ([`fork`]).
+//! (the resolver's cache, the log sink, interned texts) safe across `fork` ([`fork`]), and the
+//! registry of waits between threads that refuses a wait closing a cycle ([`waits`]).
 //!
 //! Fork rules (docs/c-api.md, "Fork"): a `pthread_atfork` handler, installed lazily and once
 //! when the first process-wide lock is registered, takes every registered lock before the
@@ -23,6 +24,7 @@ pub mod fdpool;
 pub mod fork;
 pub mod handles;
 pub mod identity;
+pub mod waits;
 pub mod wakepipe;
 
 pub use fdident::{current_pid, FdIdent};

@@ -111,7 +111,12 @@
 /**
  * Most masters a configuration holds.
  */
-#define N_MAX_MASTERS 8
+#define XCE_N_MAX_MASTERS 8
+
+/**
+ * The same limit under its old name (the seeds' callers use it); prefer `XCE_N_MAX_MASTERS`.
+ */
+#define N_MAX_MASTERS XCE_N_MAX_MASTERS
 
 /**
  * Size of a host-name field, NUL included (host names are at most 255 bytes).
@@ -411,13 +416,13 @@ typedef struct xce_client_config_t {
     /**
      * Master host names or addresses, in the order they are tried (F2).
      */
-    char masters[N_MAX_MASTERS][XCE_MAXHOSTNAME_LEN];
+    char masters[XCE_N_MAX_MASTERS][XCE_MAXHOSTNAME_LEN];
     /**
      * Port of each master (1..65535).
      */
-    uint16_t ports[N_MAX_MASTERS];
+    uint16_t ports[XCE_N_MAX_MASTERS];
     /**
-     * Number of masters in use (1..N_MAX_MASTERS).
+     * Number of masters in use (1..XCE_N_MAX_MASTERS).
      */
     uint32_t nmasters;
     /**
@@ -597,7 +602,7 @@ typedef struct xce_last_error_t {
      * Last status seen from each configured master during the call, in configuration order
      * (a transport failure as its negative errno; 0: not tried).
      */
-    int32_t master_status[N_MAX_MASTERS];
+    int32_t master_status[XCE_N_MAX_MASTERS];
 } xce_last_error_t;
 
 /**
@@ -851,7 +856,7 @@ int xce_client_config_init(struct xce_client_config_t *conf);
  * Parses `list` ("host:port,host:port,…") into `conf`'s masters, ports and nmasters.
  * Returns the number of masters, or -EINVAL (NULL argument, not UTF-8, or a bad form: empty
  * list or element, missing host or port, port 0 or > 65535, host >= XCE_MAXHOSTNAME_LEN
- * bytes, more than N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
+ * bytes, more than XCE_N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
  * are kept. Thread-safe (touches only `*conf`).
  */
 int xce_client_config_parse_masters(struct xce_client_config_t *conf, const char *list);
@@ -861,7 +866,7 @@ int xce_client_config_parse_masters(struct xce_client_config_t *conf, const char
  *
  * `conf` is borrowed for the call only (the library keeps its own copy). On success returns
  * 0 and writes a new handle to `*ctx_out`; the caller owns it and must release it with
- * `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > N_MAX_MASTERS, an empty or
+ * `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > XCE_N_MAX_MASTERS, an empty or
  * unterminated host, port 0, a TLS cert without key or the reverse, bad UTF-8); the last
  * transport error when no master is reachable (e.g. -ECONNREFUSED); -E_XCE_TLS. Nothing is
  * written to `*ctx_out` on error. Thread-safe.
@@ -1272,8 +1277,9 @@ int xcecli_clear_stop_request(xcecli_ctx_t ctx);
 void xce_free_joblist(struct xce_job_t **jobs);
 
 /**
- * Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned.
- * `(NULL, any)` is a no-op. Thread-safe for distinct arrays.
+ * Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned:
+ * another count is refused (logged at ERROR, nothing freed). `(NULL, any)` is a no-op.
+ * Thread-safe for distinct arrays.
  */
 void xce_free_jobs(struct xce_job_t *jobs, size_t njobs);
 
@@ -1285,18 +1291,21 @@ void xce_free_job(struct xce_job_t *job);
 
 /**
  * Frees the array `xcecli_workerlist` returned (with each host's attributes).
- * `nhosts` must be the count it returned. `(NULL, any)` is a no-op.
+ * `nhosts` must be the count it returned: another count is refused (logged, nothing freed).
+ * `(NULL, any)` is a no-op.
  */
 void xce_free_hosts(struct xce_host_t *hosts, size_t nhosts);
 
 /**
- * Frees the array `xcecli_reslist` returned. `(NULL, any)` is a no-op.
+ * Frees the array `xcecli_reslist` returned. `nres` must be the count it returned: another
+ * count is refused (logged, nothing freed). `(NULL, any)` is a no-op.
  */
 void xce_free_resources(struct xce_resource_t *res, size_t nres);
 
 /**
  * Frees the array `xcecli_resval` returned. Only for arrays the library returned, never for
- * the caller's own `xcecli_update_resvals` input. `(NULL, any)` is a no-op.
+ * the caller's own `xcecli_update_resvals` input. `nresvals` must be the count it returned:
+ * another count is refused (logged, nothing freed). `(NULL, any)` is a no-op.
  */
 void xce_free_resvals(struct xce_resval_t *resvals, size_t nresvals);
 

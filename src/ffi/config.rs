@@ -10,13 +10,15 @@ use super::{xcecli_call_t, xcecli_ctx_t};
 use crate::process::handles::Kind;
 
 /// Most masters a configuration holds.
-pub const N_MAX_MASTERS: usize = 8;
+pub const XCE_N_MAX_MASTERS: usize = 8;
+/// The same limit under its old name (the seeds' callers use it); prefer `XCE_N_MAX_MASTERS`.
+pub const N_MAX_MASTERS: usize = XCE_N_MAX_MASTERS;
 /// Size of a host-name field, NUL included (host names are at most 255 bytes).
 pub const XCE_MAXHOSTNAME_LEN: usize = 256;
 
 // The header needs literal values (cbindgen); they must be the client's.
 const _: () = assert!(
-    N_MAX_MASTERS == crate::client::N_MAX_MASTERS
+    XCE_N_MAX_MASTERS == crate::client::N_MAX_MASTERS
         && XCE_MAXHOSTNAME_LEN == crate::client::XCE_MAXHOSTNAME_LEN
 );
 /// Size of a file-path field, NUL included.
@@ -29,10 +31,10 @@ pub const XCE_MAXPATH_LEN: usize = 4096;
 #[repr(C)]
 pub struct xce_client_config_t {
     /// Master host names or addresses, in the order they are tried (F2).
-    pub masters: [[c_char; XCE_MAXHOSTNAME_LEN]; N_MAX_MASTERS],
+    pub masters: [[c_char; XCE_MAXHOSTNAME_LEN]; XCE_N_MAX_MASTERS],
     /// Port of each master (1..65535).
-    pub ports: [u16; N_MAX_MASTERS],
-    /// Number of masters in use (1..N_MAX_MASTERS).
+    pub ports: [u16; XCE_N_MAX_MASTERS],
+    /// Number of masters in use (1..XCE_N_MAX_MASTERS).
     pub nmasters: u32,
     /// PEM CA bundle; non-empty enables TLS with server verification.
     pub tls_ca_file: [c_char; XCE_MAXPATH_LEN],
@@ -73,7 +75,7 @@ pub(crate) fn parse_masters(list: &str) -> Option<Vec<Master>> {
 /// Parses `list` ("host:port,host:port,…") into `conf`'s masters, ports and nmasters.
 /// Returns the number of masters, or -EINVAL (NULL argument, not UTF-8, or a bad form: empty
 /// list or element, missing host or port, port 0 or > 65535, host >= XCE_MAXHOSTNAME_LEN
-/// bytes, more than N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
+/// bytes, more than XCE_N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
 /// are kept. Thread-safe (touches only `*conf`).
 #[no_mangle]
 pub extern "C" fn xce_client_config_parse_masters(
@@ -86,8 +88,8 @@ pub extern "C" fn xce_client_config_parse_masters(
         let Some(masters) = parse_masters(list) else {
             return -libc::EINVAL;
         };
-        conf.masters = [[0; XCE_MAXHOSTNAME_LEN]; N_MAX_MASTERS];
-        conf.ports = [0; N_MAX_MASTERS];
+        conf.masters = [[0; XCE_MAXHOSTNAME_LEN]; XCE_N_MAX_MASTERS];
+        conf.ports = [0; XCE_N_MAX_MASTERS];
         for (i, (host, port)) in masters.iter().enumerate() {
             // Fits: parse_masters checked the length and the absence of NUL.
             set_fixed_str(&mut conf.masters[i], host);
@@ -102,7 +104,7 @@ pub extern "C" fn xce_client_config_parse_masters(
 fn config_from_c(conf: &xce_client_config_t) -> Option<client::Config> {
     let n = usize::try_from(conf.nmasters)
         .ok()
-        .filter(|n| (1..=N_MAX_MASTERS).contains(n))?;
+        .filter(|n| (1..=XCE_N_MAX_MASTERS).contains(n))?;
     let mut masters = Vec::with_capacity(n);
     for i in 0..n {
         let host = fixed_str(&conf.masters[i]).filter(|h| !h.is_empty())?;
@@ -147,7 +149,7 @@ fn config_from_c(conf: &xce_client_config_t) -> Option<client::Config> {
 ///
 /// `conf` is borrowed for the call only (the library keeps its own copy). On success returns
 /// 0 and writes a new handle to `*ctx_out`; the caller owns it and must release it with
-/// `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > N_MAX_MASTERS, an empty or
+/// `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > XCE_N_MAX_MASTERS, an empty or
 /// unterminated host, port 0, a TLS cert without key or the reverse, bad UTF-8); the last
 /// transport error when no master is reachable (e.g. -ECONNREFUSED); -E_XCE_TLS. Nothing is
 /// written to `*ctx_out` on error. Thread-safe.

@@ -13,7 +13,7 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use super::cast::{set_fixed_str, try_ctx, try_mut};
 use super::client;
-use super::config::{N_MAX_MASTERS, XCE_MAXHOSTNAME_LEN};
+use super::config::{XCE_MAXHOSTNAME_LEN, XCE_N_MAX_MASTERS};
 use super::panic::ffi_panic_boundary;
 use super::xcecli_ctx_t;
 
@@ -275,7 +275,7 @@ pub struct xce_last_error_t {
     pub nmasters: u32,
     /// Last status seen from each configured master during the call, in configuration order
     /// (a transport failure as its negative errno; 0: not tried).
-    pub master_status: [i32; N_MAX_MASTERS],
+    pub master_status: [i32; XCE_N_MAX_MASTERS],
 }
 
 /// Describes the last failed call on `ctx` into `*out`. Returns 0, -ENOENT when no call has
@@ -295,7 +295,7 @@ pub extern "C" fn xcecli_last_error(ctx: xcecli_ctx_t, out: *mut xce_last_error_
             elapsed_ms: millis(e.elapsed),
             maybe_applied: i32::from(e.is_write && e.may_have_been_applied),
             nmasters: 0,
-            master_status: [0; N_MAX_MASTERS],
+            master_status: [0; XCE_N_MAX_MASTERS],
         };
         for (slot, m) in le.master_status.iter_mut().zip(&e.masters) {
             *slot = m.last.as_ref().map_or(0, outcome_status);

@@ -13,6 +13,13 @@
  *  - The library installs no signal handler, and callbacks (reconnect, event, log) run on the
  *    thread that called into the library. Its only threads are short-lived getaddrinfo helpers
  *    for host names (F23): all signals blocked, no callback, gone when the lookup ends.
+ *  - Handles (xcecli_ctx_t, xcecli_call_t: two types that do not mix) are checked values, not
+ *    pointers: a released handle is -E_XCE_CLOSED, however many were released since (F20).
+ *  - fork(): a child may use inherited contexts (new client identity, own connection) or new
+ *    ones; the library's locks are never found held in the child (F26). A context another
+ *    thread was using at the fork returns -E_XCE_CLOSED in the child: start a new one.
+ *  - Signal handlers may call xcecli_try_wakeup, xcecli_request_stop and
+ *    xcecli_clear_stop_request (async-signal-safe), nothing else (F27).
  */
 
 #ifndef XCE_H

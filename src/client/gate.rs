@@ -80,7 +80,7 @@ impl Gate {
     /// F26, in a child of `fork` (single-threaded, never blocks): whether a call of a thread the
     /// child does not have was inside the gate at the fork. The forking thread's own call (a
     /// callback that forked) goes on in the child; calls of other threads are forgotten.
-    pub fn busy_at_fork(&self) -> bool {
+    pub fn busy_at_fork(&self, wake: &WakeState) -> bool {
         let me = thread::current().id();
         let Some(mut st) = self.state.try_lock() else {
             return true; // held by a thread that is gone: nothing can fix it
@@ -88,10 +88,10 @@ impl Gate {
         if st.owner.is_some() && st.owner != Some(me) {
             return true;
         }
-        // Only this thread's own nesting remains (the wake state's count is left as it was:
-        // it only decides whether a wake is reported, never blocks).
+        // Only this thread's own nesting remains.
         st.queue.clear();
         st.entered = if st.owner == Some(me) { st.depth } else { 0 };
+        wake.forget_calls_after_fork(st.entered);
         false
     }
 

@@ -226,7 +226,7 @@ impl process::fork::AfterFork for Context {
     /// have was using is unusable in the child (see `forked_busy`).
     fn in_child(&self) {
         let link_held_elsewhere = self.link.try_lock().is_none();
-        if self.gate.busy_at_fork() || link_held_elsewhere {
+        if self.gate.busy_at_fork(&self.wake) || link_held_elsewhere {
             self.forked_busy.store(true, Ordering::SeqCst);
         }
     }

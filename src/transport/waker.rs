@@ -104,6 +104,13 @@ impl WakeState {
         since
     }
 
+    /// In a child of `fork` (single-threaded): only `n` calls — the forking thread's own —
+    /// remain in progress; those of threads the child does not have are forgotten, so a wake
+    /// in the child reports exactly its own calls.
+    pub fn forget_calls_after_fork(&self, n: u32) {
+        self.active.store(n, SeqCst);
+    }
+
     /// A call leaves the context.
     pub fn leave_call(&self) {
         self.active.fetch_sub(1, SeqCst);

@@ -190,6 +190,8 @@ struct Context {
     masters: Vec<Endpoint>,
     /// Names the context in log lines.
     tag: String,
+    /// Its serial number (the key of its fork registration).
+    serial: u64,
 }
 
 impl Context {
@@ -234,6 +236,7 @@ impl process::fork::AfterFork for Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        process::fork::forget(self.serial);
         self.link.get_mut().get_mut().close();
     }
 }
@@ -339,7 +342,8 @@ impl Client {
         } else {
             config.client_name.as_str()
         };
-        let tag = format!("{name}#{}", SERIAL.fetch_add(1, Ordering::Relaxed));
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{name}#{serial}");
         // F23: every master's name is being looked up while the first one is tried.
         for m in &config.masters {
             resolve::prefetch(&m.host);
@@ -364,6 +368,7 @@ impl Client {
             client_name: config.client_name,
             masters: config.masters,
             tag,
+            serial,
         };
         {
             let guard = ctx.link.lock();
@@ -374,7 +379,7 @@ impl Client {
         let ctx = Arc::new(ctx);
         let weak: std::sync::Weak<dyn process::fork::AfterFork> =
             Arc::downgrade(&ctx) as std::sync::Weak<dyn process::fork::AfterFork>;
-        process::fork::after_fork(weak);
+        process::fork::after_fork(ctx.serial, weak);
         Ok(Client {
             ctx,
             call: CallOpts::default(),

@@ -88,23 +88,35 @@ pub trait AfterFork: Send + Sync {
     fn in_child(&self);
 }
 
-/// The live objects to tell about a fork (dead ones are pruned when one is added).
-static AFTER_FORK: ForkLock<Vec<std::sync::Weak<dyn AfterFork>>> =
-    ForkLock::new(Vec::new(), tell_after_fork);
+/// The live objects to tell about a fork, by the id they were registered with.
+type Watched = Vec<(u64, std::sync::Weak<dyn AfterFork>)>;
 
-fn tell_after_fork(objects: &mut Vec<std::sync::Weak<dyn AfterFork>>) {
-    for o in objects.iter() {
+static AFTER_FORK: ForkLock<Watched> = ForkLock::new(Vec::new(), tell_after_fork);
+
+fn tell_after_fork(objects: &mut Watched) {
+    for (_, o) in objects.iter() {
         if let Some(o) = o.upgrade() {
             o.in_child();
         }
     }
 }
 
-/// Registers `object` to be told about every fork while it lives.
-pub fn after_fork(object: std::sync::Weak<dyn AfterFork>) {
-    let mut v = AFTER_FORK.lock();
-    v.retain(|o| o.strong_count() > 0);
-    v.push(object);
+/// Registers `object` (under `id`) to be told about every fork until [`forget`]`(id)`.
+pub fn after_fork(id: u64, object: std::sync::Weak<dyn AfterFork>) {
+    AFTER_FORK.lock().push((id, object));
+}
+
+/// Unregisters the object of `id` (from its drop: the registry never keeps its memory).
+pub fn forget(id: u64) {
+    let removed: Vec<_> = {
+        let mut v = AFTER_FORK.lock();
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *v)
+            .into_iter()
+            .partition(|(i, _)| *i == id);
+        *v = kept;
+        gone
+    };
+    drop(removed); // outside the lock
 }
 
 /// What the handler does with one registered lock.

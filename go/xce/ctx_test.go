@@ -132,6 +132,40 @@ func TestDeadlineBeyondADay(t *testing.T) {
 	t.Logf("48 h deadline: %v", err)
 }
 
+// RequestStop ends the call in progress and every later call with CodeStopRequested; a wake
+// with no call in progress is not kept (F27).
+func TestRequestStop(t *testing.T) {
+	needPerCallHandles(t)
+	c := blockedClient(t)
+	if err := c.Wakeup(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.JobList(bg, JobFilter{})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := c.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	var xe *Error
+	select {
+	case err := <-done:
+		if !errors.As(err, &xe) || xe.Code != CodeStopRequested {
+			t.Fatalf("the call in progress: %v, want CodeStopRequested", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in progress did not end")
+	}
+	if _, err := c.JobList(bg, JobFilter{}); !errors.As(err, &xe) || xe.Code != CodeStopRequested {
+		t.Fatalf("a later call: %v, want CodeStopRequested", err)
+	}
+	if err := c.ClearStopRequest(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Cancelling one goroutine's call ends that call only: the other goroutine's call, queued
 // behind it on the same client, keeps running until its own deadline.
 func TestCancelOneCallOnly(t *testing.T) {

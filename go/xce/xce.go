@@ -56,6 +56,8 @@ const (
 	CodeClosed = C.E_XCE_CLOSED
 	// CodeLookup: a master's host name could not be resolved (E_XCE_LOOKUP).
 	CodeLookup = C.E_XCE_LOOKUP
+	// CodeStopRequested: a stop was requested on the client (E_XCE_STOP_REQUESTED, F27).
+	CodeStopRequested = C.E_XCE_STOP_REQUESTED
 )
 
 // Error is a failed call: the op and the library's status (a positive errno or E_XCE_* code).

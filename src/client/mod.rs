@@ -228,7 +228,11 @@ impl process::fork::AfterFork for Context {
     /// have was using is unusable in the child (see `forked_busy`).
     fn in_child(&self) {
         let link_held_elsewhere = self.link.try_lock().is_none();
-        if self.gate.busy_at_fork(&self.wake) || link_held_elsewhere {
+        // Hook and event runs of threads the child does not have: a setter in the child must
+        // not wait for them.
+        let slots_free =
+            self.hook.forget_runners_after_fork() & self.events.forget_runners_after_fork();
+        if self.gate.busy_at_fork(&self.wake) || link_held_elsewhere || !slots_free {
             self.forked_busy.store(true, Ordering::SeqCst);
         }
     }
@@ -542,6 +546,9 @@ impl Client {
     /// again; false: waiting for it would never end (its thread waits for this one), see
     /// [`CallbackSlot::set`].
     pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) -> bool {
+        if self.ctx.forked_busy.load(Ordering::SeqCst) {
+            return true; // a child's copy of a context busy at the fork runs no callback
+        }
         self.ctx.hook.set(hook)
     }
 
@@ -552,11 +559,14 @@ impl Client {
             Arc::new(move |_: &Client, e: &Event| h(e))
                 as Arc<dyn Fn(&Client, &Event) + Send + Sync>
         });
-        self.ctx.events.set(h)
+        self.set_event_handler_with_handle(h)
     }
 
     /// As [`Client::set_event_handler`], with the handle of the call that caused each event.
     pub fn set_event_handler_with_handle(&self, handler: Option<EventHandlerWithHandle>) -> bool {
+        if self.ctx.forked_busy.load(Ordering::SeqCst) {
+            return true; // a child's copy of a context busy at the fork runs no callback
+        }
         self.ctx.events.set(handler)
     }
 

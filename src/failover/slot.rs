@@ -82,6 +82,20 @@ impl<T: ?Sized + Send + Sync + 'static> CallbackSlot<T> {
         self.state.register();
     }
 
+    /// In a child of `fork` (single-threaded, never blocks): forgets the invocations of threads
+    /// the child does not have, so a setter in the child never waits for them. False when the
+    /// slot's lock was held by such a thread (the slot is unusable; its context is too).
+    pub fn forget_runners_after_fork(&self) -> bool {
+        let me = thread::current().id();
+        match self.state.try_lock_local() {
+            Some(mut st) => {
+                st.running.retain(|t| *t == me);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, SlotState<T>> {
         self.state.lock_local()
     }

@@ -66,6 +66,15 @@ impl<T: Send + 'static> ForkLock<T> {
         self.mutex.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Locks it if no one holds it (never blocks).
+    pub fn try_lock_local(&self) -> Option<MutexGuard<'_, T>> {
+        match self.mutex.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Registers it with the fork handler (idempotent; installs the handler once).
     pub fn register(&'static self) {
         if self.registered.load(SeqCst) {

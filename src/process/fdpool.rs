@@ -43,13 +43,14 @@ pub fn context_retired() {
     }
 }
 
-/// A verified, empty wake pipe of this process: from the pool, or new.
+/// A verified wake pipe of this process: from the pool, or new.
 pub fn lend() -> Result<WakePipe, Error> {
     {
         let mut pool = POOL.lock();
         while let Some(p) = pool.pop() {
             if p.still_ours() {
-                p.drain();
+                // A byte a nudge left in it (the wait had ended otherwise) is a spurious
+                // readiness for the next wait, which drains it and checks its flags.
                 return Ok(p);
             }
             if p.inherited() {

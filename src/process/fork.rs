@@ -12,8 +12,8 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
-use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::fdident::current_pid;
 
@@ -29,8 +29,8 @@ pub fn generation() -> u64 {
     install();
     let pid = current_pid();
     let seen = PID.load(SeqCst);
-    if seen != pid && PID.compare_exchange(seen, pid, SeqCst, SeqCst).is_ok() {
-        // A child the handler did not see (made by a raw clone(2)).
+    if seen != pid && PID.compare_exchange(seen, pid, SeqCst, SeqCst).is_ok() && seen != 0 {
+        // A child the handler did not see (made by a raw clone(2)); 0: the first call ever.
         GENERATION.fetch_add(1, SeqCst);
     }
     GENERATION.load(SeqCst)
@@ -220,19 +220,21 @@ extern "C" fn child() {
 }
 
 /// Installs the fork handler once, lazily (nothing is installed until the library keeps
-/// process-wide state).
+/// process-wide state). Never waits: a thread that finds another installing it goes on (a
+/// `Once` would block forever in a child forked while its parent was installing it).
 fn install() {
-    static INSTALL: Once = Once::new();
-    if INSTALL.is_completed() {
+    static STATE: AtomicU8 = AtomicU8::new(0); // 0 not installed, 1 installing, 2 installed
+    if STATE.load(SeqCst) == 2 {
         return;
     }
-    INSTALL.call_once(|| {
+    if STATE.compare_exchange(0, 1, SeqCst, SeqCst).is_ok() {
         PID.store(current_pid(), SeqCst);
         // SAFETY: pthread_atfork(3) registers three plain `extern "C" fn()` with static
         // lifetime; they catch every panic. It fails only with ENOMEM, then the pid check of
         // `generation()` still re-keys contexts in a child.
         unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-    });
+        STATE.store(2, SeqCst);
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,27 @@ static void test_foreign_values(void) {
     xcecli_stop((xcecli_ctx_t)(void *)&on_stack); /* refused, logged */
 }
 
+/* A closed listing pager, then many pagers opened and closed: the first is still "closed". */
+static void test_stale_pager(void) {
+    struct silent_server s;
+    if (silent_server_start(&s) != 0) return;
+    xcecli_ctx_t ctx = NULL;
+    if (start_ctx(&s, &ctx) != 0) return;
+    xce_joblist_pager *first = NULL;
+    CHECK_EQ(xcecli_joblist_open(ctx, NULL, 0, &first), 0);
+    xcecli_joblist_close(first);
+    for (int i = 0; i < 1000; i++) {
+        xce_joblist_pager *p = NULL;
+        CHECK_EQ(xcecli_joblist_open(ctx, NULL, 0, &p), 0);
+        xcecli_joblist_close(p);
+    }
+    xce_job_t *jobs = NULL;
+    CHECK_EQ(xcecli_joblist_next(first, &jobs), -E_XCE_CLOSED);
+    xcecli_joblist_close(first); /* closed already: nothing happens */
+    xcecli_stop(ctx);
+    silent_server_stop(&s);
+}
+
 #ifndef XCE_MAIN_COMPAT
 /* A freed call handle, then 10,000 call handles made and freed (the Go package makes one per
  * op): the first one is still "freed" to every export, and its context is unaffected. */
@@ -145,6 +166,7 @@ struct named_test {
 static const struct named_test tests[] = {
     {"stale_context", test_stale_context},
     {"foreign_values", test_foreign_values},
+    {"stale_pager", test_stale_pager},
 #ifndef XCE_MAIN_COMPAT
     {"stale_call_handle", test_stale_call_handle},
     {"racing_release", test_racing_release},

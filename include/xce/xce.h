@@ -1062,8 +1062,10 @@ int xcecli_joblist_filter(xcecli_ctx_t ctx,
  * page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
  * Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
  * `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
- * The handle `ctx` must stay valid while the pager is used. `filter` is borrowed for the
- * call.
+ * The pager holds its own reference to the context (after `xcecli_stop`, its pages are
+ * -E_XCE_CLOSED). Like every handle it is a checked value, not memory: after
+ * `xcecli_joblist_close` it is -E_XCE_CLOSED to `xcecli_joblist_next` and a no-op to a second
+ * close (F20). `filter` is borrowed for the call.
  */
 int xcecli_joblist_open(xcecli_ctx_t ctx,
                         const struct xce_job_filter_t *filter,
@@ -1076,12 +1078,14 @@ int xcecli_joblist_open(xcecli_ctx_t ctx,
  * listing (nothing written). -ESTALE: the snapshot was lost between pages (a failover; a
  * pager left idle for a minute): the listing has started over on the primary, so drop the
  * pages received so far and keep calling. Other negative statuses as for every op (F7:
- * -E_XCE_NOT_READY, …); -EINVAL for a NULL argument. One thread at a time per pager.
+ * -E_XCE_NOT_READY, …); -EINVAL for a NULL argument or a value that is not a pager,
+ * -E_XCE_CLOSED for a closed pager. Calls on one pager from several threads are serialised.
  */
 int xcecli_joblist_next(struct xce_joblist_pager *pager, struct xce_job_t **jobs_out);
 
 /**
- * Releases a pager (the controller drops its snapshot when it idles). NULL is a no-op.
+ * Releases a pager (the controller drops its snapshot when it idles). NULL, or a pager
+ * closed already, is a no-op; a page being fetched on another thread finishes first.
  */
 void xcecli_joblist_close(struct xce_joblist_pager *pager);
 

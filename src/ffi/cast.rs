@@ -78,6 +78,33 @@ pub(crate) fn release(h: usize, kind: Kind) -> Result<Client, c_int> {
     removed.map_err(refused)
 }
 
+/// A paged listing shared by the table and the call fetching a page.
+pub(crate) type SharedPager = std::sync::Arc<std::sync::Mutex<crate::client::JobPager>>;
+
+/// The process's listing pagers (`xce_joblist_pager *`): handles like the others (F20).
+static PAGERS: ForkLock<HandleTable<SharedPager>> = ForkLock::new(HandleTable::new(), |_| {});
+
+/// Stores a pager as a new handle; `None` when the table is full.
+pub(crate) fn new_pager(pager: crate::client::JobPager) -> Option<u64> {
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(pager));
+    PAGERS.lock().insert_with(Kind::Pager, |_| shared)
+}
+
+/// The pager behind a live pager handle.
+pub(crate) fn pager_of(h: usize) -> Result<SharedPager, c_int> {
+    if h == 0 {
+        return Err(-libc::EINVAL);
+    }
+    let table = PAGERS.lock();
+    table.get(h as u64, Kind::Pager).cloned().map_err(refused)
+}
+
+/// Releases a pager handle; the pager is returned to be dropped outside the lock.
+pub(crate) fn close_pager(h: usize) -> Option<SharedPager> {
+    let removed = PAGERS.lock().remove(h as u64, Kind::Pager);
+    removed.ok()
+}
+
 /// A borrowed slice from a C pointer and a count: `(NULL, 0)` and `(p, 0)` are empty,
 /// `(NULL, n > 0)` is an error (`None`). Never calls `from_raw_parts` with NULL (quiche #1914, hyper #4033).
 ///

@@ -112,8 +112,10 @@ pub struct xce_joblist_pager {
 /// page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
 /// Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
 /// `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
-/// The handle `ctx` must stay valid while the pager is used. `filter` is borrowed for the
-/// call.
+/// The pager holds its own reference to the context (after `xcecli_stop`, its pages are
+/// -E_XCE_CLOSED). Like every handle it is a checked value, not memory: after
+/// `xcecli_joblist_close` it is -E_XCE_CLOSED to `xcecli_joblist_next` and a no-op to a second
+/// close (F20). `filter` is borrowed for the call.
 #[no_mangle]
 pub extern "C" fn xcecli_joblist_open(
     ctx: xcecli_ctx_t,
@@ -126,9 +128,13 @@ pub extern "C" fn xcecli_joblist_open(
         let out = try_mut!(pager_out);
         // SAFETY: filter is NULL or valid for the call (documented).
         let filter = try_arg!(filter_from_c(unsafe { filter.as_ref() }));
-        let pager = Box::new(c.joblist_pager(filter, max_page_bytes));
-        *out = Box::into_raw(pager).cast();
-        0
+        match super::cast::new_pager(c.joblist_pager(filter, max_page_bytes)) {
+            Some(h) => {
+                *out = h as usize as *mut xce_joblist_pager;
+                0
+            }
+            None => -libc::ENOMEM,
+        }
     }
 }
 
@@ -137,16 +143,20 @@ pub extern "C" fn xcecli_joblist_open(
 /// listing (nothing written). -ESTALE: the snapshot was lost between pages (a failover; a
 /// pager left idle for a minute): the listing has started over on the primary, so drop the
 /// pages received so far and keep calling. Other negative statuses as for every op (F7:
-/// -E_XCE_NOT_READY, …); -EINVAL for a NULL argument. One thread at a time per pager.
+/// -E_XCE_NOT_READY, …); -EINVAL for a NULL argument or a value that is not a pager,
+/// -E_XCE_CLOSED for a closed pager. Calls on one pager from several threads are serialised.
 #[no_mangle]
 pub extern "C" fn xcecli_joblist_next(
     pager: *mut xce_joblist_pager,
     jobs_out: *mut *mut xce_job_t,
 ) -> c_int {
     ffi_panic_boundary! { "xcecli_joblist_next",
-        // SAFETY: a non-NULL pager comes from xcecli_joblist_open and is not closed.
-        let pager = try_mut!(pager.cast::<crate::client::JobPager>());
+        let pager = match super::cast::pager_of(pager as usize) {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
         let out = try_mut!(jobs_out);
+        let mut pager = pager.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             match pager.next_page() {
                 Ok(None) => return 0,
@@ -158,13 +168,13 @@ pub extern "C" fn xcecli_joblist_next(
     }
 }
 
-/// Releases a pager (the controller drops its snapshot when it idles). NULL is a no-op.
+/// Releases a pager (the controller drops its snapshot when it idles). NULL, or a pager
+/// closed already, is a no-op; a page being fetched on another thread finishes first.
 #[no_mangle]
 pub extern "C" fn xcecli_joblist_close(pager: *mut xce_joblist_pager) {
     ffi_panic_boundary! { "xcecli_joblist_close",
         if !pager.is_null() {
-            // SAFETY: pager came from xcecli_joblist_open and is closed once (documented).
-            drop(unsafe { Box::from_raw(pager.cast::<crate::client::JobPager>()) });
+            drop(super::cast::close_pager(pager as usize));
         }
     }
 }

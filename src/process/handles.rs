@@ -11,11 +11,14 @@
 
 use std::collections::VecDeque;
 
-/// What a handle is a handle of (two C types, `xcecli_ctx_t` and `xcecli_call_t`).
+/// What a handle is a handle of (distinct C types: `xcecli_ctx_t`, `xcecli_call_t`,
+/// `xce_joblist_pager *`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Context,
     Call,
+    /// A paged listing (`xce_joblist_pager *`).
+    Pager,
 }
 
 /// Why a handle value was refused.

@@ -70,11 +70,16 @@ pub(crate) fn release(h: usize, kind: Kind) -> Result<Client, c_int> {
     if h == 0 {
         return Err(-libc::EINVAL);
     }
-    let removed = HANDLES.lock().remove(h as u64, kind);
-    if removed.is_ok() {
-        // Before the client (maybe the context's last reference) can be dropped (F27).
-        super::signal::withdraw(h as u64);
-    }
+    let removed = {
+        let mut table = HANDLES.lock();
+        let removed = table.remove(h as u64, kind);
+        if removed.is_ok() {
+            // Before the slot can serve another handle and before the client (maybe the
+            // context's last reference) can be dropped (F27). Readers never take this lock.
+            super::signal::withdraw(h as u64);
+        }
+        removed
+    };
     removed.map_err(refused)
 }
 

@@ -97,11 +97,17 @@ pub(crate) fn withdraw(h: u64) {
 pub(crate) fn with_wake<R>(h: u64, f: impl FnOnce(&WakeState) -> R) -> Option<R> {
     let cell = cell(h, false)?;
     cell.readers.fetch_add(1, SeqCst);
-    let r = if cell.handle.load(SeqCst) == h && h != 0 {
+    let r = if h != 0 && cell.handle.load(SeqCst) == h {
         let wake = cell.wake.load(SeqCst);
-        // SAFETY: the handle is published, so its wake state is alive, and `withdraw` waits
-        // for this reader (counted above, before the check) before it can be dropped.
-        unsafe { wake.as_ref() }.map(f)
+        // Still `h` after reading the pointer: the pointer is `h`'s (a later handle of this
+        // slot stores its pointer before its value).
+        if cell.handle.load(SeqCst) == h {
+            // SAFETY: the handle is published, so its wake state is alive, and `withdraw`
+            // waits for this reader (counted above, before the check) before it can be dropped.
+            unsafe { wake.as_ref() }.map(f)
+        } else {
+            None
+        }
     } else {
         None
     };

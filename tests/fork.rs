@@ -4,6 +4,7 @@
 //!
 //! - a child forked while another thread holds the resolver's lock resolves a name within its
 //!   deadline (before: the child waited forever for a lock its parent's thread held);
+//! - the same with the wake-pipe pool's lock and the handle table's lock;
 //! - a child forked while another thread runs the log sink replaces the sink at once (before:
 //!   it waited forever for an invocation of a thread the child does not have);
 //! - a child using an inherited context writes with its own client id, so the parent's next
@@ -88,6 +89,38 @@ fn resolver_lock_held_at_fork() {
         r,
         Some(0),
         "the child's first lookup did not return within its deadline (None: hung)"
+    );
+}
+
+fn pool_and_handle_table_held_at_fork() {
+    // The wake-pipe pool's lock: the child's first wait borrows from the pool.
+    let holder =
+        std::thread::spawn(|| xce::process::fdpool::hold_lock_for(Duration::from_millis(400)));
+    std::thread::sleep(Duration::from_millis(100));
+    let r = fork_and_wait(|| {
+        let ws = WakeState::new();
+        ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
+    });
+    holder.join().unwrap();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's first wait (None: hung on the pool's lock)"
+    );
+    // The handle table's lock: every export looks its handle up there.
+    let holder =
+        std::thread::spawn(|| xce::ffi::cast::hold_handle_table_for(Duration::from_millis(400)));
+    std::thread::sleep(Duration::from_millis(100));
+    let r = fork_and_wait(|| {
+        let mut stats = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
+        let bogus = 1usize as xce::ffi::xcecli_ctx_t;
+        xce::ffi::hooks::xcecli_get_stats(bogus, stats.as_mut_ptr()) == -libc::EINVAL
+    });
+    holder.join().unwrap();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's first export (None: hung on the handle table)"
     );
 }
 
@@ -239,6 +272,7 @@ fn job_ids_do_not_repeat_across_fork() {
 #[test]
 fn fork() {
     resolver_lock_held_at_fork();
+    pool_and_handle_table_held_at_fork();
     log_sink_running_at_fork();
     inherited_context_writes_with_its_own_identity();
     context_busy_on_another_thread_at_fork();

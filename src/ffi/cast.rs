@@ -22,6 +22,14 @@ const _: () = assert!(usize::BITS == 64, "libxce handles need 64-bit pointers");
 /// reference to a context, whose drop closes descriptors).
 static HANDLES: ForkLock<HandleTable<Client>> = ForkLock::new(HandleTable::new(), |_| {});
 
+/// Holds the handle table's lock for `d` on the calling thread (tests: a fork while another
+/// thread holds it, F26).
+#[doc(hidden)]
+pub fn hold_handle_table_for(d: std::time::Duration) {
+    let _table = HANDLES.lock();
+    std::thread::sleep(d);
+}
+
 /// The status for a refused handle.
 fn refused(r: Refused) -> c_int {
     match r {

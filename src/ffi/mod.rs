@@ -22,7 +22,7 @@
 // (and in the header). Marking them `unsafe fn` would change nothing for C callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-pub(crate) mod cast;
+pub mod cast;
 pub(crate) mod panic;
 pub(crate) mod signal;
 

@@ -75,6 +75,14 @@ pub fn give_back(p: WakePipe) {
     }
 }
 
+/// Holds the pool's lock for `d` on the calling thread (tests: a fork while another thread
+/// holds it, F26).
+#[doc(hidden)]
+pub fn hold_lock_for(d: std::time::Duration) {
+    let _pool = POOL.lock();
+    std::thread::sleep(d);
+}
+
 /// Number of pipes in the pool (for tests and the footprint benchmark).
 pub fn pooled_pipes() -> usize {
     POOL.lock().len()

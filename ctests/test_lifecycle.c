@@ -1,11 +1,15 @@
 /* F20 and F13 at the C boundary: xcecli_stop while other threads are inside calls and from
  * inside a callback of the context, callback setters that are final when they return, one
- * wakeup that ends every blocked call, and call handles cancelled one by one. Run plain, under
+ * wakeup that ends every blocked call, call handles cancelled one by one, and wakes and stop
+ * requests from signal handlers (F27). Run plain, under
  * ASan/UBSan and under valgrind (scripts/ctest.sh): a use after free is a failure there.
  * No controller needed: silent listeners accept connections and never answer.
  * Usage: test_lifecycle NAME | all */
+#define _XOPEN_SOURCE 700
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/time.h>
 #include <time.h>
 
 #include "util.h"
@@ -215,6 +219,89 @@ static void test_stop_from_log_sink(void) {
     rig_stop_servers(&r);
 }
 
+/* ---- a cycle of waits across threads (defect 12) ---------------------------------------- */
+
+/* Thread 1 runs an event callback of context A that replaces the log sink, while thread 2
+ * runs the log sink (for a line of its own context B) that stops A. Each would wait for the
+ * other forever: the setter for the sink run on thread 2, the stop for A's call on thread 1.
+ * The library refuses the wait that closes the cycle (the stop is finished by A's last call,
+ * or the setter returns -EDEADLK): both threads finish, A's call ends with -E_XCE_CLOSED. */
+static xcecli_ctx_t g_cyc_a;
+static pthread_t g_cyc_t2;
+static atomic_int g_cyc_in_sink, g_cyc_in_cb, g_cyc_set_rc, g_cyc_done;
+
+static void wait_flag(atomic_int *f) {
+    for (int i = 0; i < 5000 && !atomic_load(f); i++) sleep_ms(1);
+}
+
+static void cyc_sink(int level, const char *msg, void *arg) {
+    (void)level;
+    (void)msg;
+    (void)arg;
+    if (!pthread_equal(pthread_self(), g_cyc_t2) || atomic_exchange(&g_cyc_in_sink, 1)) return;
+    wait_flag(&g_cyc_in_cb);
+    xcecli_stop(g_cyc_a);
+}
+
+static void cyc_event(xcecli_ctx_t ctx, const xce_event_t *ev, void *arg) {
+    (void)ctx;
+    (void)ev;
+    (void)arg;
+    if (atomic_exchange(&g_cyc_in_cb, 1)) return;
+    wait_flag(&g_cyc_in_sink);
+    atomic_store(&g_cyc_set_rc, xce_set_log_handler(NULL, NULL));
+}
+
+static void *cyc_t2_main(void *p) {
+    xcecli_ctx_t b = (xcecli_ctx_t)p;
+    xce_controller_info_t *info = NULL;
+    (void)xcecli_hello(b, &info); /* times out, rotates: logs on this thread */
+    return NULL;
+}
+
+static void *cyc_watchdog(void *p) {
+    (void)p;
+    for (int i = 0; i < 30000 && !atomic_load(&g_cyc_done); i++) sleep_ms(1);
+    if (!atomic_load(&g_cyc_done)) {
+        fprintf(stderr, "setter_and_stop_in_a_cycle: DEADLOCK (30 s)\n");
+        _exit(1);
+    }
+    return NULL;
+}
+
+static void test_setter_and_stop_in_a_cycle(void) {
+    struct rig a, b;
+    if (rig_start(&a, 100) != 0 || rig_start(&b, 100) != 0) return;
+    xce_retry_config_t one = {1, 50, 50, 1.0};
+    CHECK_EQ(xcecli_set_retry_config(a.ctx, &one), 0);
+    CHECK_EQ(xcecli_set_retry_config(b.ctx, &one), 0);
+    g_cyc_a = a.ctx;
+    atomic_store(&g_cyc_in_sink, 0);
+    atomic_store(&g_cyc_in_cb, 0);
+    atomic_store(&g_cyc_set_rc, 1);
+    atomic_store(&g_cyc_done, 0);
+    pthread_t wd;
+    pthread_create(&wd, NULL, cyc_watchdog, NULL);
+    int old = xce_set_log_level(XCE_LOG_INFO);
+    CHECK_EQ(xcecli_set_event_handler(a.ctx, cyc_event, NULL), 0);
+    CHECK_EQ(xce_set_log_handler(cyc_sink, NULL), 0);
+    pthread_create(&g_cyc_t2, NULL, cyc_t2_main, b.ctx);
+    xce_controller_info_t *info = NULL;
+    int rc = xcecli_hello(a.ctx, &info); /* times out, rotates: the event runs here */
+    pthread_join(g_cyc_t2, NULL);
+    atomic_store(&g_cyc_done, 1);
+    pthread_join(wd, NULL);
+    int set_rc = atomic_load(&g_cyc_set_rc);
+    printf("A's call: %d; the setter in A's callback: %d\n", rc, set_rc);
+    CHECK_EQ(rc, -E_XCE_CLOSED);
+    CHECK(set_rc == 0 || set_rc == -EDEADLK);
+    xce_set_log_handler(NULL, NULL);
+    xce_set_log_level(old);
+    xcecli_stop(b.ctx);
+    rig_stop_servers(&a);
+    rig_stop_servers(&b);
+}
+
 /* ---- setters are final ---------------------------------------------------------------- */
 
 struct slow_arg {
@@ -324,19 +411,20 @@ static void test_wakeup_ends_every_blocked_call(void) {
 static void test_call_handles_cancel_one_call(void) {
     struct rig r;
     if (rig_start(&r, 10000) != 0) return;
-    xcecli_ctx_t h1 = NULL, h2 = NULL;
+    xcecli_call_t h1 = NULL, h2 = NULL;
     CHECK_EQ(xcecli_call_new(r.ctx, 0, &h1), 0);
     CHECK_EQ(xcecli_call_new(r.ctx, 0, &h2), 0);
     CHECK_EQ(xcecli_call_new(r.ctx, -1, &h2), -EINVAL);
-    CHECK_EQ(xcecli_call_cancel(r.ctx), -EINVAL); /* not a call handle */
+    /* a context handle is not a call handle (only with a cast: the types differ) */
+    CHECK_EQ(xcecli_call_cancel((xcecli_call_t)(void *)r.ctx), -EINVAL);
     struct caller c1, c2, c3;
     memset(&c1, 0, sizeof c1);
     memset(&c2, 0, sizeof c2);
     memset(&c3, 0, sizeof c3);
-    c1.ctx = h1; /* blocked in the reply wait (first in) */
+    c1.ctx = xcecli_call_ctx(h1); /* blocked in the reply wait (first in) */
     pthread_create(&c1.thread, NULL, caller_main, &c1);
     sleep_ms(100);
-    c2.ctx = h2; /* queued behind it */
+    c2.ctx = xcecli_call_ctx(h2); /* queued behind it */
     pthread_create(&c2.thread, NULL, caller_main, &c2);
     c3.ctx = r.ctx; /* queued too, on the context's own handle */
     pthread_create(&c3.thread, NULL, caller_main, &c3);
@@ -352,13 +440,16 @@ static void test_call_handles_cancel_one_call(void) {
     CHECK_EQ(c1.rc, -ECANCELED);
     CHECK(c1.ended - t0 < 2.0);
     xce_controller_info_t *info = NULL;
-    CHECK_EQ(xcecli_hello(h1, &info), -ECANCELED); /* spent */
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h1), &info), -ECANCELED); /* spent */
     /* c3 is not affected: still blocked until the stop */
     sleep_ms(100);
     CHECK(c3.ended == 0);
     xcecli_call_free(h1);
     xcecli_call_free(h2);
-    xcecli_call_free(r.ctx); /* not a call handle: left alone (logged) */
+    xcecli_call_free(h2); /* freed already: nothing happens */
+    CHECK_EQ(xcecli_call_cancel(h2), -E_XCE_CLOSED);
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h2), &info), -E_XCE_CLOSED);
+    xcecli_call_free((xcecli_call_t)(void *)r.ctx); /* not a call handle: left alone (logged) */
     xcecli_stop(r.ctx);
     pthread_join(c3.thread, NULL);
     CHECK_EQ(c3.rc, -E_XCE_CLOSED);
@@ -369,16 +460,117 @@ static void test_call_handles_cancel_one_call(void) {
 static void test_call_handle_deadline_and_closed_context(void) {
     struct rig r;
     if (rig_start(&r, 10000) != 0) return;
-    xcecli_ctx_t h = NULL;
+    xcecli_call_t h = NULL;
     CHECK_EQ(xcecli_call_new(r.ctx, 300, &h), 0);
     xce_controller_info_t *info = NULL;
     double t0 = now_s();
-    int rc = xcecli_hello(h, &info);
+    int rc = xcecli_hello(xcecli_call_ctx(h), &info);
     CHECK(rc < 0 && rc != -EINVAL && rc != -E_XCE_CLOSED);
     CHECK(now_s() - t0 < 5.0);
     xcecli_stop(r.ctx);
-    CHECK_EQ(xcecli_hello(h, &info), -E_XCE_CLOSED);
-    xcecli_stop(h); /* on a call handle: releases the handle only */
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h), &info), -E_XCE_CLOSED);
+    xcecli_stop(xcecli_call_ctx(h)); /* a call handle seen as a context: refused (logged) */
+    CHECK_EQ(xcecli_hello(xcecli_call_ctx(h), &info), -E_XCE_CLOSED);
+    xcecli_call_free(h);
+    rig_stop_servers(&r);
+}
+
+/* ---- signals (F27) ----------------------------------------------------------------------- */
+
+static xcecli_ctx_t g_sig_ctx;
+static volatile sig_atomic_t g_sig_count, g_sig_woke;
+
+static void on_alarm_request_stop(int sig) {
+    (void)sig;
+    g_sig_count++;
+    xcecli_request_stop(g_sig_ctx); /* async-signal-safe */
+}
+
+static void on_alarm_try_wakeup(int sig) {
+    (void)sig;
+    g_sig_count++;
+    if (xcecli_try_wakeup(g_sig_ctx) == 1) g_sig_woke++; /* async-signal-safe */
+}
+
+static void arm_timer(long first_us, long every_us) {
+    struct itimerval it = {{every_us / 1000000, every_us % 1000000},
+                           {first_us / 1000000, first_us % 1000000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+/* A single-threaded daemon: SIGALRM's handler requests a stop. The call blocked when the
+ * signal comes ends at once with -E_XCE_STOP_REQUESTED, and so does the next call, however
+ * late it starts (the stop is a state, not a wake that could be lost or kept for another
+ * call); after xcecli_clear_stop_request calls run again. */
+static void test_request_stop_from_signal_handler(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    g_sig_ctx = r.ctx;
+    g_sig_count = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm_request_stop;
+    sigaction(SIGALRM, &sa, NULL);
+    arm_timer(200000, 0);
+    double t0 = now_s();
+    xce_controller_info_t *info = NULL;
+    CHECK_EQ(xcecli_hello(r.ctx, &info), -E_XCE_STOP_REQUESTED);
+    CHECK(now_s() - t0 < 3.0);
+    CHECK_EQ(g_sig_count, 1);
+    t0 = now_s();
+    CHECK_EQ(xcecli_hello(r.ctx, &info), -E_XCE_STOP_REQUESTED); /* the next one too, at once */
+    CHECK(now_s() - t0 < 0.5);
+    CHECK_EQ(xcecli_clear_stop_request(r.ctx), 1);
+    CHECK_EQ(xcecli_clear_stop_request(r.ctx), 0);
+    CHECK_EQ(xcecli_request_stop(NULL), -EINVAL);
+    signal(SIGALRM, SIG_IGN); /* a signal still pending after the disarm is dropped */
+    xcecli_stop(r.ctx);
+    rig_stop_servers(&r);
+}
+
+/* try_wakeup from a handler, 500 signals every 2 ms while one thread makes calls that block
+ * (silent masters, 10 s replies): every call ends with -EINTR promptly, and the number of
+ * handler returns of 1 covers every call that returned -EINTR; nothing is kept: a call
+ * started after the storm runs to its own end (here: its 300 ms reply timeout). */
+static void test_try_wakeup_from_signal_handler(void) {
+    struct rig r;
+    if (rig_start(&r, 10000) != 0) return;
+    g_sig_ctx = r.ctx;
+    g_sig_count = 0;
+    g_sig_woke = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm_try_wakeup;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    arm_timer(2000, 2000);
+    int eintr = 0, other = 0;
+    double t0 = now_s();
+    while (g_sig_count < 500 && now_s() - t0 < 60) {
+        xce_controller_info_t *info = NULL;
+        int rc = xcecli_hello(r.ctx, &info);
+        if (rc == -EINTR)
+            eintr++;
+        else
+            other++;
+    }
+    arm_timer(0, 0);
+    signal(SIGALRM, SIG_IGN); /* a signal still pending after the disarm is dropped */
+    printf("signals %d, try_wakeup returned 1: %d, calls -EINTR: %d, other: %d\n",
+           (int)g_sig_count, (int)g_sig_woke, eintr, other);
+    CHECK(g_sig_count >= 500);
+    CHECK(eintr > 0);
+    CHECK_EQ(other, 0);           /* every blocked call was ended by a wake */
+    CHECK(g_sig_woke >= eintr);   /* each -EINTR call was reported woken at least once */
+    /* nothing kept: a call after the storm waits for its own reply timeout */
+    CHECK_EQ(xcecli_set_option(r.ctx, XCE_OPT_REPLY_TIMEOUT_MS, 300), 0);
+    CHECK_EQ(xcecli_set_retry_config(r.ctx, &(xce_retry_config_t){0, 50, 50, 1.0}), 0);
+    t0 = now_s();
+    xce_controller_info_t *info = NULL;
+    int rc = xcecli_hello(r.ctx, &info);
+    CHECK(rc != -EINTR && rc < 0);
+    CHECK(now_s() - t0 >= 0.25);
+    xcecli_stop(r.ctx);
     rig_stop_servers(&r);
 }
 
@@ -397,6 +589,9 @@ static const struct named_test tests[] = {
     {"wakeup_ends_every_blocked_call", test_wakeup_ends_every_blocked_call},
     {"call_handles_cancel_one_call", test_call_handles_cancel_one_call},
     {"call_handle_deadline_and_closed_context", test_call_handle_deadline_and_closed_context},
+    {"request_stop_from_signal_handler", test_request_stop_from_signal_handler},
+    {"setter_and_stop_in_a_cycle", test_setter_and_stop_in_a_cycle},
+    {"try_wakeup_from_signal_handler", test_try_wakeup_from_signal_handler},
 };
 
 int main(int argc, char **argv) {

@@ -57,6 +57,7 @@ valgrind_run() {
   "${vg[@]}" build/c/test_cycles 1000 || return 1
   "${vg[@]}" build/c/test_api all >/dev/null || return 1
   "${vg[@]}" build/c/test_lifecycle all || return 1
+  "${vg[@]}" build/c/test_handles all || return 1
   # The seeds' joblist shape against a real cluster (77: no controller built, skipped).
   "${vg[@]}" build/c/test_oldcaller "$controller" >/dev/null
   local rc=$?

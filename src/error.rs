@@ -41,8 +41,12 @@ pub const E_XCE_UNKNOWN: i32 = 2013;
 /// notification was not accepted. Client-side only.
 pub const E_XCE_OUTBOX_FULL: i32 = 2014;
 
+/// A stop was requested on the context (`xcecli_request_stop`, F27, e.g. from a signal
+/// handler): the call was ended, or not made. Client-side only: never on the wire.
+pub const E_XCE_STOP_REQUESTED: i32 = 2015;
+
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 14] = [
+pub const XCE_CODES: [(i32, &str); 15] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -57,6 +61,7 @@ pub const XCE_CODES: [(i32, &str); 14] = [
     (E_XCE_TOOBIG, "E_XCE_TOOBIG"),
     (E_XCE_UNKNOWN, "E_XCE_UNKNOWN"),
     (E_XCE_OUTBOX_FULL, "E_XCE_OUTBOX_FULL"),
+    (E_XCE_STOP_REQUESTED, "E_XCE_STOP_REQUESTED"),
 ];
 
 /// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
@@ -184,6 +189,9 @@ pub enum Error {
     Unknown,
     #[error("notification outbox full")]
     OutboxFull,
+    /// F27: the context's "stop requested" state is set.
+    #[error("stop requested")]
+    StopRequested,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -209,6 +217,7 @@ impl Error {
             Error::TooBig => E_XCE_TOOBIG,
             Error::Unknown => E_XCE_UNKNOWN,
             Error::OutboxFull => E_XCE_OUTBOX_FULL,
+            Error::StopRequested => E_XCE_STOP_REQUESTED,
             Error::Errno(e) => e,
         }
     }
@@ -219,7 +228,10 @@ impl Error {
     pub fn stops_the_call(self) -> bool {
         matches!(
             self,
-            Error::Closed | Error::Errno(libc::EINTR) | Error::Errno(libc::ECANCELED)
+            Error::Closed
+                | Error::StopRequested
+                | Error::Errno(libc::EINTR)
+                | Error::Errno(libc::ECANCELED)
         )
     }
 
@@ -247,6 +259,7 @@ impl Error {
             E_XCE_TOOBIG => Error::TooBig,
             E_XCE_UNKNOWN => Error::Unknown,
             E_XCE_OUTBOX_FULL => Error::OutboxFull,
+            E_XCE_STOP_REQUESTED => Error::StopRequested,
             e => Error::Errno(e),
         })
     }
@@ -308,6 +321,7 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_TOOBIG => "reply too large",
         E_XCE_UNKNOWN => "outcome unknown: placed in the log, not confirmed",
         E_XCE_OUTBOX_FULL => "notification outbox full",
+        E_XCE_STOP_REQUESTED => "stop requested",
         e => errno_text(e),
     }
 }

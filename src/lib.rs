@@ -2,7 +2,7 @@
 //! failover. See ARCHITECTURE.md for the layers and docs/ for the contract.
 //!
 //! Layers, each importing only the ones before it:
-//! `wire` → `transport` → `failover` → `client` → `ffi` (the only `unsafe` boundary).
+//! `wire` → `process` (process-wide state, fork) → `transport` → `failover` → `client` → `ffi` (the only `unsafe` boundary).
 //!
 //! Only `ffi` is C surface: the other modules are marked `cbindgen:ignore`, so cbindgen
 //! generates the same header whether it parses the crate or `src/ffi/mod.rs`.
@@ -11,6 +11,9 @@
 pub mod error;
 /// cbindgen:ignore
 pub mod wire;
+
+/// cbindgen:ignore
+pub mod process;
 
 /// cbindgen:ignore
 pub mod transport;

@@ -108,9 +108,10 @@ fn closefrom_then_the_daemons_own_files() {
             logs.push(f);
         }
         assert!(logs.iter().any(|f| f.as_raw_fd() == highest));
-        // A kept wake, then calls that wait and reconnect.
-        c.wakeup();
-        assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
+        // A stop request (F27), then calls that wait and reconnect.
+        c.request_stop();
+        assert_eq!(c.hello(), Err(Error::StopRequested));
+        c.clear_stop_request();
         for _ in 0..3 {
             assert!(c.hello().is_ok(), "the library rebuilt its descriptors");
         }
@@ -135,6 +136,65 @@ fn closefrom_then_the_daemons_own_files() {
     ));
     // The child's calls after closefrom came on new connections.
     assert!(fake.connections() >= 2, "{}", fake.connections());
+}
+
+/// F21 (amended): the same with a daemon whose event loop opens eventfds after `closefrom`:
+/// every eventfd shares one anonymous inode, so (device, inode) cannot tell them from the
+/// library's own. The daemon's eventfds take every freed number; calls (with backoffs, so waits
+/// that borrow a wake descriptor), wakes and the context's end must never read, write or close
+/// one of them: each keeps its own counter value and stays open.
+#[test]
+fn closefrom_then_the_daemons_own_eventfds() {
+    if let Some(port) = is_child() {
+        let c = child_client(port);
+        assert!(c.hello().is_ok()); // NOT_READY, a backoff (a pooled descriptor is lent), OK
+        assert!(c.hello().is_ok());
+        let highest = *open_fds().iter().max().unwrap();
+        // SAFETY: closes every fd from 3 up; this process is the child of this test only.
+        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+        let mut daemon = vec![];
+        for i in 0..(highest - 2) {
+            let value = 1000 + i as u32;
+            // SAFETY: eventfd(2) takes no pointers.
+            let fd = unsafe { libc::eventfd(value, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            assert!(fd >= 0);
+            daemon.push((fd, u64::from(value)));
+        }
+        assert!(daemon.iter().any(|&(fd, _)| fd == highest));
+        c.request_stop();
+        assert_eq!(c.hello(), Err(Error::StopRequested));
+        c.clear_stop_request();
+        for _ in 0..3 {
+            assert!(c.hello().is_ok(), "the library rebuilt its descriptors");
+        }
+        assert!(!c.try_wakeup());
+        c.close();
+        drop(c);
+        for &(fd, value) in &daemon {
+            let mut n: u64 = 0;
+            // SAFETY: reads 8 bytes into a live u64 from the daemon's non-blocking eventfd.
+            let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+            assert_eq!(
+                (r, n),
+                (8, value),
+                "eventfd {fd}: closed, drained or written by the library"
+            );
+        }
+        println!("CHILD OK");
+        return;
+    }
+    let fake = FakeController::start(vec![
+        Step::Status(-E_XCE_NOT_READY),
+        Step::Ok,
+        Step::Ok,
+        Step::Status(-E_XCE_NOT_READY),
+        Step::Ok,
+        Step::Status(-E_XCE_NOT_READY),
+    ]);
+    assert!(in_child(
+        "closefrom_then_the_daemons_own_eventfds",
+        fake.endpoint().port
+    ));
 }
 
 /// After fork, a child that uses a context it inherited gets its own connection: it never

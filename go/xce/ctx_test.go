@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -111,6 +112,58 @@ func TestContextDeadlineIsCallDeadline(t *testing.T) {
 		t.Fatalf("a 300 ms deadline ended the call after %v", took)
 	}
 	t.Logf("300 ms deadline: call returned after %v", took)
+}
+
+// A context deadline more than a day away is a valid call, not EINVAL (the library takes
+// per-call deadlines of at most a day): the call runs and ends as it would without one.
+func TestDeadlineBeyondADay(t *testing.T) {
+	needPerCallHandles(t)
+	c := blockedClient(t)
+	if err := c.SetOption(OptReplyTimeoutMs, 200); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 48*time.Hour)
+	defer cancel()
+	_, err := c.JobList(ctx, JobFilter{})
+	var xe *Error
+	if err == nil || (errors.As(err, &xe) && xe.Code == int(syscall.EINVAL)) {
+		t.Fatalf("a 48 h deadline: %v, want the call's own failure (a reply timeout)", err)
+	}
+	t.Logf("48 h deadline: %v", err)
+}
+
+// RequestStop ends the call in progress and every later call with CodeStopRequested; a wake
+// with no call in progress is not kept (F27).
+func TestRequestStop(t *testing.T) {
+	needPerCallHandles(t)
+	c := blockedClient(t)
+	if err := c.Wakeup(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.JobList(bg, JobFilter{})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := c.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	var xe *Error
+	select {
+	case err := <-done:
+		if !errors.As(err, &xe) || xe.Code != CodeStopRequested {
+			t.Fatalf("the call in progress: %v, want CodeStopRequested", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in progress did not end")
+	}
+	if _, err := c.JobList(bg, JobFilter{}); !errors.As(err, &xe) || xe.Code != CodeStopRequested {
+		t.Fatalf("a later call: %v, want CodeStopRequested", err)
+	}
+	if err := c.ClearStopRequest(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Cancelling one goroutine's call ends that call only: the other goroutine's call, queued

@@ -583,8 +583,8 @@ func (c *Client) Nop(ctx context.Context) error {
 }
 
 // Wakeup makes the calls blocked on this client (whichever goroutines made them) return
-// EINTR; with none blocked, the next one to block does (F13). To end one goroutine's call,
-// cancel its context instead.
+// EINTR; with none blocked nothing happens: no wake is kept for a later call (F27). To end one
+// goroutine's call, cancel its context instead; to end every call from now on, RequestStop.
 func (c *Client) Wakeup() error {
 	return c.local("wakeup", func(h C.xcecli_ctx_t) C.int { return C.xcecli_wakeup(h) })
 }
@@ -597,6 +597,22 @@ func (c *Client) TryWakeup() (bool, error) {
 		return woke
 	})
 	return woke == 1, err
+}
+
+// RequestStop sets the client's "stop requested" state (F27): calls in progress end, and every
+// later call fails at once, with CodeStopRequested, until ClearStopRequest.
+func (c *Client) RequestStop() error {
+	return c.local("request_stop", func(h C.xcecli_ctx_t) C.int { return C.xcecli_request_stop(h) })
+}
+
+// ClearStopRequest clears the "stop requested" state: calls run again.
+func (c *Client) ClearStopRequest() error {
+	return c.local("clear_stop_request", func(h C.xcecli_ctx_t) C.int {
+		if rc := C.xcecli_clear_stop_request(h); rc < 0 {
+			return rc
+		}
+		return 0
+	})
 }
 
 // Stats is xce_stats_t (F17): counters since Start.

@@ -56,6 +56,8 @@ const (
 	CodeClosed = C.E_XCE_CLOSED
 	// CodeLookup: a master's host name could not be resolved (E_XCE_LOOKUP).
 	CodeLookup = C.E_XCE_LOOKUP
+	// CodeStopRequested: a stop was requested on the client (E_XCE_STOP_REQUESTED, F27).
+	CodeStopRequested = C.E_XCE_STOP_REQUESTED
 )
 
 // Error is a failed call: the op and the library's status (a positive errno or E_XCE_* code).
@@ -264,7 +266,11 @@ func ctxError(op string, ctx context.Context) error {
 	return &Error{Op: op, Code: int(code), Ctx: err}
 }
 
-// deadlineMs is the call deadline of ctx in ms for the library (0: none).
+// maxDeadlineMs is the longest per-call deadline the library takes (one day).
+const maxDeadlineMs = 86_400_000
+
+// deadlineMs is the call deadline of ctx in ms for the library (0: none). A deadline more than
+// a day away is no library deadline (0): the watcher still cancels the call when it passes.
 func deadlineMs(ctx context.Context) (int64, bool) {
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -276,7 +282,11 @@ func deadlineMs(ctx context.Context) (int64, bool) {
 	}
 	// Rounded up: the library's deadline must not fire before the context's (the call then
 	// returns the context's error).
-	return int64((d + time.Millisecond - 1) / time.Millisecond), true
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms > maxDeadlineMs {
+		return 0, true
+	}
+	return ms, true
 }
 
 // do runs one library call f for the op named op, on a per-call handle of c bound to ctx:
@@ -306,7 +316,7 @@ func (c *Client) do(ctx context.Context, op string, f func(h C.xcecli_ctx_t) C.i
 		return 0, err
 	}
 	stop := c.watch(ctx, h)
-	rc := f(h)
+	rc := f(C.xcecli_call_ctx(h))
 	stop()
 	closed := c.leave(h)
 	if rc >= 0 {

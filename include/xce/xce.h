@@ -13,6 +13,13 @@
  *  - The library installs no signal handler, and callbacks (reconnect, event, log) run on the
  *    thread that called into the library. Its only threads are short-lived getaddrinfo helpers
  *    for host names (F23): all signals blocked, no callback, gone when the lookup ends.
+ *  - Handles (xcecli_ctx_t, xcecli_call_t: two types that do not mix) are checked values, not
+ *    pointers: a released handle is -E_XCE_CLOSED, however many were released since (F20).
+ *  - fork(): a child may use inherited contexts (new client identity, own connection) or new
+ *    ones; the library's locks are never found held in the child (F26). A context another
+ *    thread was using at the fork returns -E_XCE_CLOSED in the child: start a new one.
+ *  - Signal handlers may call xcecli_try_wakeup, xcecli_request_stop and
+ *    xcecli_clear_stop_request (async-signal-safe), nothing else (F27).
  */
 
 #ifndef XCE_H
@@ -115,9 +122,20 @@
 #define E_XCE_OUTBOX_FULL 2014
 
 /**
+ * A stop was requested on the context (`xcecli_request_stop`, F27): the call was ended or
+ * not made. Stays until `xcecli_clear_stop_request` or `xcecli_stop`.
+ */
+#define E_XCE_STOP_REQUESTED 2015
+
+/**
  * Most masters a configuration holds.
  */
-#define N_MAX_MASTERS 8
+#define XCE_N_MAX_MASTERS 8
+
+/**
+ * The same limit under its old name (the seeds' callers use it); prefer `XCE_N_MAX_MASTERS`.
+ */
+#define N_MAX_MASTERS XCE_N_MAX_MASTERS
 
 /**
  * Size of a host-name field, NUL included (host names are at most 255 bytes).
@@ -403,7 +421,13 @@
 typedef struct xce_joblist_pager xce_joblist_pager;
 
 /**
- * The context: one connection to the cluster with its failover state. Opaque to C.
+ * A call handle of a context (`xcecli_call_new`): opaque to C, and never memory.
+ */
+typedef struct xcecli_call xcecli_call;
+
+/**
+ * The context: one connection to the cluster with its failover state. Opaque to C, and
+ * never memory: see `xcecli_ctx_t`.
  */
 typedef struct xcecli_ctx xcecli_ctx;
 
@@ -417,13 +441,13 @@ typedef struct xce_client_config_t {
     /**
      * Master host names or addresses, in the order they are tried (F2).
      */
-    char masters[N_MAX_MASTERS][XCE_MAXHOSTNAME_LEN];
+    char masters[XCE_N_MAX_MASTERS][XCE_MAXHOSTNAME_LEN];
     /**
      * Port of each master (1..65535).
      */
-    uint16_t ports[N_MAX_MASTERS];
+    uint16_t ports[XCE_N_MAX_MASTERS];
     /**
-     * Number of masters in use (1..N_MAX_MASTERS).
+     * Number of masters in use (1..XCE_N_MAX_MASTERS).
      */
     uint32_t nmasters;
     /**
@@ -445,11 +469,25 @@ typedef struct xce_client_config_t {
 } xce_client_config_t;
 
 /**
- * Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`; or a
- * call handle of a context, created by `xcecli_call_new` and released by `xcecli_call_free`.
+ * Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`.
  * Shareable between threads: ops on one context are serialised (F11).
+ *
+ * A handle is a checked value, not a pointer to memory (F20): the library validates it at
+ * the start of every call. Using a handle after `xcecli_stop` released it (from another
+ * thread, from a callback, or long after) is safe and returns -E_XCE_CLOSED (void functions
+ * do nothing), however many handles were created and released since; NULL or a value that
+ * was never a handle is -EINVAL. Ops also accept a call handle seen as a context handle
+ * (`xcecli_call_ctx`).
  */
 typedef struct xcecli_ctx *xcecli_ctx_t;
+
+/**
+ * Handle of a call handle, created by `xcecli_call_new` and released by `xcecli_call_free`;
+ * a distinct type, so that `xcecli_stop(call)` or `xcecli_call_free(ctx)` does not compile.
+ * Checked like `xcecli_ctx_t`: after `xcecli_call_free` it is -E_XCE_CLOSED, never freed
+ * memory. Pass `xcecli_call_ctx(call)` to ops.
+ */
+typedef struct xcecli_call *xcecli_call_t;
 
 /**
  * Retry policy of a context (F6, F7). Initialise with `XCE_RETRY_DEFAULTS`.
@@ -589,7 +627,7 @@ typedef struct xce_last_error_t {
      * Last status seen from each configured master during the call, in configuration order
      * (a transport failure as its negative errno; 0: not tried).
      */
-    int32_t master_status[N_MAX_MASTERS];
+    int32_t master_status[XCE_N_MAX_MASTERS];
 } xce_last_error_t;
 
 /**
@@ -843,7 +881,7 @@ int xce_client_config_init(struct xce_client_config_t *conf);
  * Parses `list` ("host:port,host:port,…") into `conf`'s masters, ports and nmasters.
  * Returns the number of masters, or -EINVAL (NULL argument, not UTF-8, or a bad form: empty
  * list or element, missing host or port, port 0 or > 65535, host >= XCE_MAXHOSTNAME_LEN
- * bytes, more than N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
+ * bytes, more than XCE_N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
  * are kept. Thread-safe (touches only `*conf`).
  */
 int xce_client_config_parse_masters(struct xce_client_config_t *conf, const char *list);
@@ -853,7 +891,7 @@ int xce_client_config_parse_masters(struct xce_client_config_t *conf, const char
  *
  * `conf` is borrowed for the call only (the library keeps its own copy). On success returns
  * 0 and writes a new handle to `*ctx_out`; the caller owns it and must release it with
- * `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > N_MAX_MASTERS, an empty or
+ * `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > XCE_N_MAX_MASTERS, an empty or
  * unterminated host, port 0, a TLS cert without key or the reverse, bad UTF-8); the last
  * transport error when no master is reachable (e.g. -ECONNREFUSED); -E_XCE_TLS. Nothing is
  * written to `*ctx_out` on error. Thread-safe.
@@ -870,9 +908,12 @@ int xcecli_start(const struct xce_client_config_t *conf, xcecli_ctx_t *ctx_out);
  * holds no fd. Called from inside a callback of the context, it returns at once and the call
  * that ran the callback finishes the stop when it returns (with -E_XCE_CLOSED). Call handles
  * of the context (`xcecli_call_new`) still must be released with `xcecli_call_free`; ops on
- * them return -E_XCE_CLOSED. On a call handle, `xcecli_stop` only releases that handle.
- * After it returns, `ctx` is invalid: a call that *begins* after that is a use after free.
- * It waits for a callback running on another thread to return.
+ * them return -E_XCE_CLOSED.
+ *
+ * After it returns, `ctx` is released: any later use of it (an op, `xcecli_stop` again) is
+ * safe and returns -E_XCE_CLOSED (or does nothing), however many handles were released since.
+ * A call handle seen as a context handle (`xcecli_call_ctx`) is refused (logged, nothing
+ * done). It waits for a callback running on another thread to return.
  */
 void xcecli_stop(xcecli_ctx_t ctx);
 
@@ -880,30 +921,41 @@ void xcecli_stop(xcecli_ctx_t ctx);
  * Creates a call handle of the context of `ctx` and writes it to `*call_out` (F20, for
  * callers that cancel calls one by one, such as Go's `context.Context`).
  *
- * Ops made through the call handle run on the context of `ctx` — same connection, lock,
- * counters, callbacks, options — and in addition: `xcecli_call_cancel(call)` ends those in
- * progress, queued or made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them
- * (the shorter of it and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's).
- * Release it with `xcecli_call_free`; it keeps the context's memory (not its connection)
- * alive until then. Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or
- * -E_XCE_CLOSED when the context is stopped. Thread-safe.
+ * Ops made through the call handle (pass `xcecli_call_ctx(call)` where an op takes a
+ * context) run on the context of `ctx` — same connection, lock, counters, callbacks,
+ * options — and in addition: `xcecli_call_cancel(call)` ends those in progress, queued or
+ * made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them (the shorter of it
+ * and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's). Release it with
+ * `xcecli_call_free`; it keeps the context's memory (not its connection) alive until then.
+ * Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or -E_XCE_CLOSED when
+ * the context is stopped. Thread-safe.
  */
-int xcecli_call_new(xcecli_ctx_t ctx, int64_t deadline_ms, xcecli_ctx_t *call_out);
+int xcecli_call_new(xcecli_ctx_t ctx, int64_t deadline_ms, xcecli_call_t *call_out);
+
+/**
+ * The call handle `call` seen as a context handle, for the ops (`xcecli_hello(
+ * xcecli_call_ctx(call), …)`): the same handle value, retyped; it is valid exactly as long
+ * as `call` (after `xcecli_call_free`, ops on it return -E_XCE_CLOSED). Never fails, never
+ * blocks; NULL gives NULL. Async-signal-safe.
+ */
+xcecli_ctx_t xcecli_call_ctx(xcecli_call_t call);
 
 /**
  * Cancels the call handle `call`: ops made through it that are in progress or queued return
  * -ECANCELED promptly, and later ones at once. Other handles of the context are not
- * affected. Returns 0, or -EINVAL for NULL or a handle that is not a call handle. Never
- * blocks; thread-safe (may race with an op on `call`, not with `xcecli_call_free(call)`).
+ * affected. Returns 0, -EINVAL for NULL or a value that is not a call handle, -E_XCE_CLOSED
+ * for a call handle already freed. Never blocks; thread-safe (may race with an op on `call`
+ * and with `xcecli_call_free(call)`).
  */
-int xcecli_call_cancel(xcecli_ctx_t call);
+int xcecli_call_cancel(xcecli_call_t call);
 
 /**
- * Releases a call handle made by `xcecli_call_new`. NULL is a no-op; a context handle is left
- * alone (that is `xcecli_stop`'s) and an error is logged. No op on `call` may be in progress
- * or begin after this.
+ * Releases a call handle made by `xcecli_call_new`. NULL, or a handle already freed, is a
+ * no-op; a value that is not a call handle is left alone and an error is logged. An op on
+ * `call` in progress on another thread finishes normally; one that begins after this returns
+ * -E_XCE_CLOSED.
  */
-void xcecli_call_free(xcecli_ctx_t call);
+void xcecli_call_free(xcecli_call_t call);
 
 /**
  * Sets the retry policy of `ctx` for the calls that start after this one. `cfg` NULL
@@ -928,8 +980,11 @@ int xcecli_set_option(xcecli_ctx_t ctx, int opt, int64_t value);
  * and `xcecli_stop`, but must not wait for another thread that uses the same context.
  * F20: when this returns, the previous handler is not running on any other thread and is
  * never called again, so its `arg` may be freed; called from inside the handler itself, it
- * does not wait for that invocation. Returns 0, or -EINVAL for a NULL ctx. Thread-safe; it
- * waits for a handler running on another thread to return.
+ * does not wait for that invocation. Returns 0, -EINVAL (NULL or not a handle),
+ * -E_XCE_CLOSED (released handle), or -EDEADLK at once when waiting for the previous handler
+ * would never end (the thread running it waits, directly or through others, for this one; the
+ * new handler is installed all the same and the old `arg` must stay valid until that run
+ * returns). Thread-safe; it waits for a handler running on another thread to return.
  */
 int xcecli_set_reconnect_handler(xcecli_ctx_t ctx, xcecli_reconnect_cb cb, void *arg);
 
@@ -939,8 +994,8 @@ int xcecli_set_reconnect_handler(xcecli_ctx_t ctx, xcecli_reconnect_cb cb, void 
  * caused the event, with that call's handle, while the call owns the context: it may call
  * `xcecli_get_stats`, `xcecli_last_error`, the setters and `xcecli_stop`, but an op on the
  * same context from inside it fails with -EDEADLK; it must not block for long. F20: final
- * when it returns, as for `xcecli_set_reconnect_handler`. Returns 0, or -EINVAL for a NULL
- * ctx. Thread-safe.
+ * when it returns, as for `xcecli_set_reconnect_handler`, with the same return values
+ * (-EDEADLK included). Thread-safe.
  */
 int xcecli_set_event_handler(xcecli_ctx_t ctx, xcecli_event_cb cb, void *arg);
 
@@ -977,7 +1032,12 @@ int xce_new_jobid(uint64_t *jobid_out);
  * Replaces the library's log sink for the whole process; `cb` NULL restores the default
  * (stderr). `arg` is passed back unchanged and must stay valid until the sink is replaced.
  * `cb` runs on the thread that logs (a thread calling into the library) and may be called
- * from several threads at once. Returns 0. Thread-safe.
+ * from several threads at once. Returns 0 once the previous sink is not running on another
+ * thread and never runs again (F20; it waits for such a run to return). Returns -EDEADLK, at
+ * once, when that wait would never end — a thread running the previous sink waits, directly
+ * or through others, for this thread (say the sink stops the context whose callback called
+ * this): `cb` is installed all the same, the previous sink may still be running there and its
+ * `arg` must stay valid until it returns. Thread-safe.
  */
 int xce_set_log_handler(xce_log_cb cb, void *arg);
 
@@ -1020,8 +1080,10 @@ int xcecli_joblist_filter(xcecli_ctx_t ctx,
  * page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
  * Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
  * `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
- * The handle `ctx` must stay valid while the pager is used. `filter` is borrowed for the
- * call.
+ * The pager holds its own reference to the context (after `xcecli_stop`, its pages are
+ * -E_XCE_CLOSED). Like every handle it is a checked value, not memory: after
+ * `xcecli_joblist_close` it is -E_XCE_CLOSED to `xcecli_joblist_next` and a no-op to a second
+ * close (F20). `filter` is borrowed for the call.
  */
 int xcecli_joblist_open(xcecli_ctx_t ctx,
                         const struct xce_job_filter_t *filter,
@@ -1034,12 +1096,14 @@ int xcecli_joblist_open(xcecli_ctx_t ctx,
  * listing (nothing written). -ESTALE: the snapshot was lost between pages (a failover; a
  * pager left idle for a minute): the listing has started over on the primary, so drop the
  * pages received so far and keep calling. Other negative statuses as for every op (F7:
- * -E_XCE_NOT_READY, …); -EINVAL for a NULL argument. One thread at a time per pager.
+ * -E_XCE_NOT_READY, …); -EINVAL for a NULL argument or a value that is not a pager,
+ * -E_XCE_CLOSED for a closed pager. Calls on one pager from several threads are serialised.
  */
 int xcecli_joblist_next(struct xce_joblist_pager *pager, struct xce_job_t **jobs_out);
 
 /**
- * Releases a pager (the controller drops its snapshot when it idles). NULL is a no-op.
+ * Releases a pager (the controller drops its snapshot when it idles). NULL, or a pager
+ * closed already, is a no-op; a page being fetched on another thread finishes first.
  */
 void xcecli_joblist_close(struct xce_joblist_pager *pager);
 
@@ -1197,19 +1261,51 @@ int xcecli_nop(xcecli_ctx_t ctx);
 
 /**
  * Makes every op in progress on the context of `ctx` — blocked in backoff, connecting,
- * waiting for a reply, or queued behind another op — return -EINTR promptly. If none is in
- * progress (or those in progress finish without noticing it), the next op returns -EINTR at
- * once instead: a wake is never lost. Returns 0, or -EINVAL for a NULL ctx. Safe from any
- * thread, never blocks; not async-signal-safe.
+ * waiting for a reply, or queued behind another op — return -EINTR promptly (an op that had
+ * already made its last wait returns its own result). With no op in progress nothing happens:
+ * a wake is never kept to end a later, unrelated op (F27; a daemon whose stop may race with
+ * its next call uses `xcecli_request_stop`). Returns 0 (whether or not ops were in progress:
+ * `xcecli_try_wakeup` says which), -EINVAL (NULL or not a handle), -E_XCE_CLOSED (released
+ * handle). Safe from any thread, never blocks; not async-signal-safe (use
+ * `xcecli_try_wakeup` or `xcecli_request_stop` in a handler).
  */
 int xcecli_wakeup(xcecli_ctx_t ctx);
 
 /**
- * Variant of `xcecli_wakeup` that keeps no wake: wakes the ops in progress on `ctx`, if
- * any. Returns 1 when ops were woken, 0 when none was in progress (nothing pending
- * afterwards), -EINVAL for a NULL ctx. Safe from any thread, never blocks.
+ * Async-signal-safe wakeup (F27): a signal handler may call it while any thread is inside
+ * the library. It takes no lock, allocates nothing and logs nothing (atomics and at most one
+ * write(2) to the wake pipe of the op in progress).
+ *
+ * Returns 1 when an op was in progress on the context (queued, running, or nested in a
+ * callback): every wait that op makes from now on ends at once, so it returns -EINTR — unless
+ * it had already made its last wait, and then it returns its own result (say, the job id of a
+ * submit that had been answered). Returns 0 when no op was in progress: nothing happens and
+ * nothing is kept for a later op. Returns -EINVAL for NULL or a value that is not a live
+ * handle (released handles included: no lookup can tell them apart without a lock). To end
+ * the *next* op too, whenever it starts, use `xcecli_request_stop`.
  */
 int xcecli_try_wakeup(xcecli_ctx_t ctx);
+
+/**
+ * Sets the context's "stop requested" state (F27): the race-free way for a daemon to stop
+ * from a signal handler. Async-signal-safe (atomics and at most one write(2)).
+ *
+ * Every op in progress on the context ends promptly with -E_XCE_STOP_REQUESTED (at its next
+ * wait; one that had already made its last wait returns its own result), and every op that
+ * begins afterwards — on any thread, through any handle of the context, however soon —
+ * returns -E_XCE_STOP_REQUESTED at once without sending anything, until
+ * `xcecli_clear_stop_request`. So a SIGTERM that arrives between the daemon's flag check and
+ * its next op still ends that op at once. `xcecli_stop` works as always. Returns 0, or
+ * -EINVAL for NULL or a value that is not a live handle.
+ */
+int xcecli_request_stop(xcecli_ctx_t ctx);
+
+/**
+ * Clears the "stop requested" state of the context (F27): ops run again. Returns 1 when a
+ * stop was requested, 0 when none was, -EINVAL for NULL or a value that is not a live handle.
+ * Async-signal-safe.
+ */
+int xcecli_clear_stop_request(xcecli_ctx_t ctx);
 
 /**
  * Waits until every notification and heartbeat accepted so far on the context of `ctx` was
@@ -1238,8 +1334,9 @@ int xcecli_outbox_depth(xcecli_ctx_t ctx);
 void xce_free_joblist(struct xce_job_t **jobs);
 
 /**
- * Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned.
- * `(NULL, any)` is a no-op. Thread-safe for distinct arrays.
+ * Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned:
+ * another count is refused (logged at ERROR, nothing freed). `(NULL, any)` is a no-op.
+ * Thread-safe for distinct arrays.
  */
 void xce_free_jobs(struct xce_job_t *jobs, size_t njobs);
 
@@ -1251,18 +1348,21 @@ void xce_free_job(struct xce_job_t *job);
 
 /**
  * Frees the array `xcecli_workerlist` returned (with each host's attributes).
- * `nhosts` must be the count it returned. `(NULL, any)` is a no-op.
+ * `nhosts` must be the count it returned: another count is refused (logged, nothing freed).
+ * `(NULL, any)` is a no-op.
  */
 void xce_free_hosts(struct xce_host_t *hosts, size_t nhosts);
 
 /**
- * Frees the array `xcecli_reslist` returned. `(NULL, any)` is a no-op.
+ * Frees the array `xcecli_reslist` returned. `nres` must be the count it returned: another
+ * count is refused (logged, nothing freed). `(NULL, any)` is a no-op.
  */
 void xce_free_resources(struct xce_resource_t *res, size_t nres);
 
 /**
  * Frees the array `xcecli_resval` returned. Only for arrays the library returned, never for
- * the caller's own `xcecli_update_resvals` input. `(NULL, any)` is a no-op.
+ * the caller's own `xcecli_update_resvals` input. `nresvals` must be the count it returned:
+ * another count is refused (logged, nothing freed). `(NULL, any)` is a no-op.
  */
 void xce_free_resvals(struct xce_resval_t *resvals, size_t nresvals);
 

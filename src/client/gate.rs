@@ -31,11 +31,6 @@ struct State {
     next_ticket: u64,
     /// Calls between `enter` and `leave`: queued, running, nested.
     entered: u32,
-    /// A wake that found no call in progress: the next call returns `EINTR` at once (F13).
-    pending_wake: bool,
-    /// A wake hit calls in progress and none of them has returned `EINTR` for it yet: if none
-    /// does before the last one leaves, it is kept for the next call (F13: never lost).
-    unclaimed_wake: bool,
     closing: bool,
     /// The thread waiting in `close` for the calls to leave.
     closer: Option<Thread>,
@@ -68,7 +63,8 @@ pub(crate) enum Leave {
 pub(crate) enum Close {
     /// Every call has left: the caller releases the context's resources.
     Drained,
-    /// Called from inside a call of this context: the last call to leave will finish.
+    /// Called from inside a call of this context, or waiting would close a cycle of waits
+    /// between threads: the last call to leave will finish.
     Deferred,
     /// Already closing.
     AlreadyClosing,
@@ -81,37 +77,48 @@ impl Gate {
         }
     }
 
-    /// Registers a call. `Err(Closed)` when the context is closing, `Err(EINTR)` for a wake
-    /// that was waiting for the next call.
+    /// F26, in a child of `fork` (single-threaded, never blocks): whether a call of a thread the
+    /// child does not have was inside the gate at the fork. The forking thread's own call (a
+    /// callback that forked) goes on in the child; calls of other threads are forgotten.
+    pub fn busy_at_fork(&self, wake: &WakeState) -> bool {
+        let me = thread::current().id();
+        let Some(mut st) = self.state.try_lock() else {
+            return true; // held by a thread that is gone: nothing can fix it
+        };
+        if st.owner.is_some() && st.owner != Some(me) {
+            return true;
+        }
+        // Only this thread's own nesting remains.
+        st.queue.clear();
+        st.entered = if st.owner == Some(me) { st.depth } else { 0 };
+        wake.forget_calls_after_fork(st.entered);
+        false
+    }
+
+    /// Registers a call. `Err(Closed)` when the context is closing, `Err(StopRequested)` while
+    /// a stop is requested (F27). A wake is never kept for a later call (F27): only a call in
+    /// progress can be woken.
     pub fn enter(&self, wake: &WakeState) -> Result<Entry, Error> {
         let mut st = self.state.lock();
         if st.closing {
             return Err(Error::Closed);
         }
-        if st.pending_wake {
-            st.pending_wake = false;
-            return Err(Error::Errno(libc::EINTR));
+        if wake.stop_requested() {
+            return Err(Error::StopRequested);
         }
         st.entered += 1;
         Ok(Entry {
-            since: wake.generation(),
+            since: wake.enter_call(),
         })
     }
 
-    /// Unregisters a call (after `release` if it acquired). `claimed_wake`: it returns
-    /// `EINTR`. A wake that no call claimed is kept for the next call once the last call has
-    /// left (F13: a wake is never lost).
-    pub fn leave(&self, claimed_wake: bool) -> Leave {
+    /// Unregisters a call (after `release` if it acquired).
+    pub fn leave(&self, wake: &WakeState) -> Leave {
         let mut st = self.state.lock();
         st.entered -= 1;
-        if claimed_wake {
-            st.unclaimed_wake = false;
-        }
+        wake.leave_call();
         if st.entered > 0 {
             return Leave::Done;
-        }
-        if std::mem::take(&mut st.unclaimed_wake) && !st.closing {
-            st.pending_wake = true;
         }
         if let Some(t) = st.closer.take() {
             t.unpark();
@@ -181,18 +188,15 @@ impl Gate {
         }
     }
 
-    /// F13: wakes every call in progress or queued. `keep`: a wake that no call takes (none
-    /// in progress, or all of them finish without noticing it) is kept for the next call.
-    /// Returns whether any call was in progress.
-    pub fn wake_all(&self, wake: &WakeState, keep: bool) -> bool {
-        let mut st = self.state.lock();
+    /// F13: wakes every call in progress or queued (queued ones leave the queue at once).
+    /// Returns whether any call was in progress. Nothing is kept for a later call (F27). Takes
+    /// the gate's lock: not for signal handlers (they use `WakeState::try_wake`, lock-free).
+    pub fn wake_all(&self, wake: &WakeState) -> bool {
+        let st = self.state.lock();
         let busy = st.entered > 0;
         if busy {
             wake.interrupt();
             unpark_all(&st);
-            st.unclaimed_wake |= keep;
-        } else if keep {
-            st.pending_wake = true;
         }
         busy
     }
@@ -213,15 +217,35 @@ impl Gate {
             return Close::AlreadyClosing;
         }
         st.closing = true;
-        st.pending_wake = false;
-        st.unclaimed_wake = false;
         wake.close();
         unpark_all(&st);
         if st.owner == Some(me) {
             st.finish_on_leave = true;
             return Close::Deferred;
         }
+        let mut waiting = None;
         while st.entered > 0 {
+            // The threads of the calls in flight; a wait for them that would close a cycle
+            // (one of them waits for this thread, e.g. in a callback setter) is not made: the
+            // last call to leave finishes the stop instead (process::waits).
+            let mut on: Vec<ThreadId> = st.queue.iter().map(|q| q.thread.id()).collect();
+            on.extend(st.owner);
+            drop(st);
+            match crate::process::waits::wait_for(&on, waiting.take()) {
+                Ok(w) => waiting = Some(w),
+                Err(_) => {
+                    st = self.state.lock();
+                    if st.entered > 0 {
+                        st.finish_on_leave = true;
+                        return Close::Deferred;
+                    }
+                    break;
+                }
+            }
+            st = self.state.lock();
+            if st.entered == 0 {
+                break;
+            }
             st.closer = Some(thread::current());
             drop(st);
             thread::park();

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, ReentrantMutex};
-use rand::RngCore;
 
 use self::gate::{Close, Gate, Leave};
 use crate::error::Error;
@@ -35,6 +34,7 @@ use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
 use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, LoopState, Settings};
 use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
+use crate::process::{self, identity};
 use crate::transport::{resolve, tls, CancelToken, WakeState};
 use crate::wire::*;
 
@@ -167,7 +167,8 @@ pub fn parse_masters(s: &str) -> Result<Vec<Endpoint>, Error> {
 /// A job id for `jobsubmit` (F16), unique across clients and restarts and never 0: the low
 /// 24 bits of the unix time in ms on top, 40 random bits below. The time part keeps a restarted
 /// client's ids apart from its earlier ones; the random part separates clients submitting in the
-/// same millisecond.
+/// same millisecond. The random bits come from the kernel at each call (getrandom), so a child
+/// of `fork` never repeats its parent's or a sibling's draws (F26).
 pub fn new_job_id() -> u64 {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -176,7 +177,7 @@ pub fn new_job_id() -> u64 {
     loop {
         // 24 bits of ms wrap every ~4.6 h; a collision needs the same 40 random bits drawn in
         // the same millisecond of that window.
-        let id = ((now_ms & 0xFF_FFFF) << 40) | (rand::thread_rng().next_u64() & 0xFF_FFFF_FFFF);
+        let id = ((now_ms & 0xFF_FFFF) << 40) | (identity::random_u64() & 0xFF_FFFF_FFFF);
         if id != 0 {
             return id;
         }
@@ -214,11 +215,21 @@ struct Context {
     observer: Observer,
     hook: CallbackSlot<HookFn>,
     events: CallbackSlot<EventFn>,
-    client_id: ClientId,
+    /// The client id of the link (F16), as of the last call; changes in a child of `fork`.
+    client_id: Mutex<ClientId>,
+    /// The fork generation the client id was made in (F26): a call in another one (a child of
+    /// `fork`) first gives the context a fresh client id and request-id space.
+    identity_generation: AtomicU64,
+    /// F26: another thread was inside a call of this context when the process forked, and this
+    /// is the child: its connection and lock belong to a thread the child does not have. Calls
+    /// fail at once with `E_XCE_CLOSED` (a child starts a new context instead), never hang.
+    forked_busy: std::sync::atomic::AtomicBool,
     client_name: String,
     masters: Vec<Endpoint>,
     /// Names the context in log lines.
     tag: String,
+    /// Its serial number (the key of its fork registration).
+    serial: u64,
 }
 
 impl Context {
@@ -232,8 +243,42 @@ impl Context {
     }
 }
 
+impl Context {
+    /// F26: in a child of `fork` (a fork generation other than the identity's), the first call
+    /// gives the context a client id and request-id space of its own before any request: the
+    /// parent's next write and the child's first one are then different requests to the
+    /// controller's dedup table, each applied once. Called by the thread that owns the link.
+    fn rekey_after_fork(&self, link: &RefCell<LoopState>) {
+        let now = process::fork_generation();
+        if self.identity_generation.swap(now, Ordering::SeqCst) != now {
+            let id = identity::new_client_id();
+            let mut l = link.borrow_mut();
+            l.ids.rekey(id);
+            l.outbox.forget();
+            *self.client_id.lock() = id;
+            xlog!(Level::Info, "{}: new client identity after fork", self.tag);
+        }
+    }
+}
+
+impl process::fork::AfterFork for Context {
+    /// In a child of `fork`, before it runs (F26): a context that a thread the child does not
+    /// have was using is unusable in the child (see `forked_busy`).
+    fn in_child(&self) {
+        let link_held_elsewhere = self.link.try_lock().is_none();
+        // Hook and event runs of threads the child does not have: a setter in the child must
+        // not wait for them.
+        let slots_free =
+            self.hook.forget_runners_after_fork() & self.events.forget_runners_after_fork();
+        if self.gate.busy_at_fork(&self.wake) || link_held_elsewhere || !slots_free {
+            self.forked_busy.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
+        process::fork::forget(self.serial);
         self.link.get_mut().get_mut().close();
     }
 }
@@ -286,12 +331,11 @@ impl Callbacks for CallCallbacks<'_> {
 /// from inside a call finishes the stop (F20).
 struct Entered<'a> {
     ctx: &'a Context,
-    claimed_wake: bool,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if self.ctx.gate.leave(self.claimed_wake) == Leave::FinishClose {
+        if self.ctx.gate.leave(&self.ctx.wake) == Leave::FinishClose {
             self.ctx.finish_close();
         }
     }
@@ -344,14 +388,15 @@ impl Client {
         if auth_token.len() > MAX_AUTH_TOKEN_LEN || auth_token.contains(['\n', '\0']) {
             return Err(Error::Errno(libc::EINVAL));
         }
-        let mut client_id = [0u8; CLIENT_ID_LEN];
-        rand::thread_rng().fill_bytes(&mut client_id);
+        let generation = process::fork_generation();
+        let client_id = identity::new_client_id();
         let name = if config.client_name.is_empty() {
             "libxce"
         } else {
             config.client_name.as_str()
         };
-        let tag = format!("{name}#{}", SERIAL.fetch_add(1, Ordering::Relaxed));
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{name}#{serial}");
         // F23: every master's name is being looked up while the first one is tried.
         for m in &config.masters {
             resolve::prefetch(&m.host);
@@ -370,10 +415,13 @@ impl Client {
             observer: Observer::default(),
             hook: CallbackSlot::new(),
             events: CallbackSlot::new(),
-            client_id,
+            client_id: Mutex::new(client_id),
+            identity_generation: AtomicU64::new(generation),
+            forked_busy: std::sync::atomic::AtomicBool::new(false),
             client_name: config.client_name,
             masters: config.masters,
             tag,
+            serial,
         };
         ctx.link.lock().borrow_mut().link.auth_token = auth_token;
         {
@@ -382,8 +430,12 @@ impl Client {
             let waker = ctx.wake.waker_now();
             retry::connect_first(&mut link, &waker, &ctx.observer, &settings, &ctx.tag)?;
         }
+        let ctx = Arc::new(ctx);
+        let weak: std::sync::Weak<dyn process::fork::AfterFork> =
+            Arc::downgrade(&ctx) as std::sync::Weak<dyn process::fork::AfterFork>;
+        process::fork::after_fork(ctx.serial, weak);
         Ok(Client {
-            ctx: Arc::new(ctx),
+            ctx,
             call: CallOpts::default(),
         })
     }
@@ -395,11 +447,20 @@ impl Client {
     /// last call to leave finishes the stop. Idempotent.
     pub fn close(&self) {
         let ctx = &*self.ctx;
+        if ctx.forked_busy.load(Ordering::SeqCst) {
+            // A child's copy of a context busy at the fork: nothing to drain, nothing to close
+            // that the child could safely lock; later calls fail with E_XCE_CLOSED.
+            ctx.wake.close_quietly();
+            ctx.wake.retire();
+            return;
+        }
         match ctx.gate.close(&ctx.wake) {
             Close::Drained => ctx.finish_close(),
             Close::Deferred => {
-                // This thread runs a callback of the context: the other threads run none (only
-                // the owner does), and this one returns to a loop that runs no more (F20).
+                // This thread runs a callback of the context (then the other threads run none:
+                // only the owner does, and this one returns to a loop that runs no more), or
+                // waiting for the calls in flight would never end (a cycle of waits): the last
+                // call to leave finishes the stop (F20).
                 ctx.hook.set(None);
                 ctx.events.set(None);
             }
@@ -463,17 +524,44 @@ impl Client {
     }
 
     /// F13: makes every call on this context that is blocked or queued right now return
-    /// `EINTR` promptly. A wake is never lost: with no call in progress (or if those in
-    /// progress finish without noticing it) it is kept, and the next call returns `EINTR` at
-    /// once — what a daemon shutting down wants when its wake races with the start of a call.
-    pub fn wakeup(&self) {
-        self.ctx.gate.wake_all(&self.ctx.wake, true);
+    /// `EINTR` promptly; returns whether there was any. With no call in progress nothing
+    /// happens: a wake is never kept to end a later, unrelated call (F27). A daemon whose stop
+    /// may race with the start of its next call uses [`Client::request_stop`].
+    pub fn wakeup(&self) -> bool {
+        self.ctx.gate.wake_all(&self.ctx.wake)
     }
 
-    /// F13, non-blocking and without a kept wake: wakes the calls in progress, if any, and
-    /// says whether there were any.
+    /// F13, F27: as [`Client::wakeup`], async-signal-safe (atomics and one write(2): no lock,
+    /// no allocation, no log). `true`: a call was in progress (queued, running or nested);
+    /// every wait it makes from now on ends with `EINTR`, so it returns `EINTR` unless it had
+    /// already made its last wait (then it returns its own result). `false`: no call was in
+    /// progress and nothing happens.
     pub fn try_wakeup(&self) -> bool {
-        self.ctx.gate.wake_all(&self.ctx.wake, false)
+        self.ctx.wake.try_wake()
+    }
+
+    /// F27, async-signal-safe: sets the context's "stop requested" state. The calls in
+    /// progress end with [`Error::StopRequested`] (promptly: at their next wait), and every
+    /// later call fails with it at once, until [`Client::clear_stop_request`] — so a stop
+    /// requested between a daemon's flag check and its next call still ends that call.
+    pub fn request_stop(&self) {
+        self.ctx.wake.request_stop();
+    }
+
+    /// F27: clears the "stop requested" state; later calls run again.
+    pub fn clear_stop_request(&self) {
+        self.ctx.wake.clear_stop();
+    }
+
+    /// Whether a stop is requested (F27).
+    pub fn stop_requested(&self) -> bool {
+        self.ctx.wake.stop_requested()
+    }
+
+    /// The context's wake state, for the C layer's async-signal-safe entry points (F27): it
+    /// lives as long as any handle of the context.
+    pub fn wake_state(&self) -> &WakeState {
+        &self.ctx.wake
     }
 
     /// F15: `None` restores `XCE_RETRY_DEFAULTS`; an invalid config is `EINVAL`. For the calls
@@ -504,24 +592,32 @@ impl Client {
     /// (one `hello`; a standby's answer just rotates on), and before the interrupted op is
     /// re-sent: once per failover. Ops it makes on the handle it gets are single attempts on
     /// that connection; a negative return is a failed attempt, classified like a status.
-    /// When this returns, the old hook is not running on another thread and never runs again.
-    pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) {
-        self.ctx.hook.set(hook);
+    /// When this returns true, the old hook is not running on another thread and never runs
+    /// again; false: waiting for it would never end (its thread waits for this one), see
+    /// [`CallbackSlot::set`].
+    pub fn set_reconnect_handler(&self, hook: Option<ReconnectHook>) -> bool {
+        if self.ctx.forked_busy.load(Ordering::SeqCst) {
+            return true; // a child's copy of a context busy at the fork runs no callback
+        }
+        self.ctx.hook.set(hook)
     }
 
     /// F17, F20: installs (or removes) the event callback; final when it returns, like
     /// [`Client::set_reconnect_handler`].
-    pub fn set_event_handler(&self, handler: Option<EventHandler>) {
+    pub fn set_event_handler(&self, handler: Option<EventHandler>) -> bool {
         let h = handler.map(|h| {
             Arc::new(move |_: &Client, e: &Event| h(e))
                 as Arc<dyn Fn(&Client, &Event) + Send + Sync>
         });
-        self.ctx.events.set(h);
+        self.set_event_handler_with_handle(h)
     }
 
     /// As [`Client::set_event_handler`], with the handle of the call that caused each event.
-    pub fn set_event_handler_with_handle(&self, handler: Option<EventHandlerWithHandle>) {
-        self.ctx.events.set(handler);
+    pub fn set_event_handler_with_handle(&self, handler: Option<EventHandlerWithHandle>) -> bool {
+        if self.ctx.forked_busy.load(Ordering::SeqCst) {
+            return true; // a child's copy of a context busy at the fork runs no callback
+        }
+        self.ctx.events.set(handler)
     }
 
     /// F17 counters; never waits for a call in progress.
@@ -534,9 +630,10 @@ impl Client {
         self.ctx.observer.last_error()
     }
 
-    /// The random id carried by this client's writes (F16).
+    /// The random id carried by this client's writes (F16); a child of `fork` gets its own at
+    /// its first call (F26).
     pub fn client_id(&self) -> ClientId {
-        self.ctx.client_id
+        *self.ctx.client_id.lock()
     }
 
     /// The configured masters, in order.
@@ -559,15 +656,16 @@ impl Client {
     fn with_env<T>(&self, f: impl FnOnce(&CallEnv<'_>) -> Result<T, Error>) -> Result<T, Error> {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
+        if ctx.forked_busy.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
         let entry = ctx.gate.enter(&ctx.wake)?;
-        let mut entered = Entered {
-            ctx,
-            claimed_wake: false,
-        };
+        let _entered = Entered { ctx };
         let result = (|| {
             ctx.gate.acquire(&entry, &ctx.wake, token)?;
             let _owned = Owned(&ctx.gate);
             let guard = ctx.link.lock();
+            ctx.rekey_after_fork(&guard);
             let settings = *ctx.settings.lock();
             let deadline = match (settings.options.call_deadline, self.call.deadline) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -584,7 +682,6 @@ impl Client {
             };
             f(&env)
         })();
-        entered.claimed_wake = result.as_ref().err() == Some(&Error::Errno(libc::EINTR));
         result
     }
 

@@ -84,6 +84,11 @@ fn state() -> &'static LogState {
             sink: CallbackSlot::new(),
         }
     });
+    s.sink.register_for_fork();
+    // The state must not be half-initialised on another thread at a fork (F26).
+    crate::process::fork::before_fork(|| {
+        state();
+    });
     // Said once, by the thread that read it, after the state exists (logging from inside
     // `get_or_init` would re-enter it).
     if let Some(b) = bad {
@@ -110,10 +115,12 @@ fn level_from_env(v: Option<String>) -> (Level, Option<super::options::BadEnv>) 
     }
 }
 
-/// Replaces the sink; `None` restores the stderr sink. When it returns, the old sink is not
-/// running on another thread and is never called again (a sink may replace itself).
-pub fn set_sink(sink: Option<LogSink>) {
-    state().sink.set(sink);
+/// Replaces the sink; `None` restores the stderr sink. When it returns true, the old sink is
+/// not running on another thread and is never called again (a sink may replace itself). False
+/// (at once): the new sink is installed, but a thread running the old one waits, directly or
+/// not, for this one, so waiting for it would never end ([`crate::process::waits`]).
+pub fn set_sink(sink: Option<LogSink>) -> bool {
+    state().sink.set(sink)
 }
 
 /// Sets the threshold (overrides `XCE_LOG`).

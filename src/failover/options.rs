@@ -220,7 +220,8 @@ pub(crate) fn env_value(get: &impl Fn(&str) -> Option<String>, name: &str) -> Op
 /// Logs each bad value at WARN, once per variable for the life of the process: every
 /// `xcecli_start` reads the environment again, and one line says it.
 pub(crate) fn warn_bad_env(bad: &[BadEnv]) {
-    static WARNED: parking_lot::Mutex<Vec<&'static str>> = parking_lot::const_mutex(Vec::new());
+    static WARNED: crate::process::ForkLock<Vec<&'static str>> =
+        crate::process::ForkLock::new(Vec::new(), |_| {});
     for b in bad {
         let first = {
             let mut w = WARNED.lock();

@@ -4,7 +4,7 @@
 //! Pure except for name resolution, which is injected so tests need no DNS.
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 /// A controller's client address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -74,14 +74,6 @@ pub enum HintRefusal {
 
 /// Resolves a host and port to addresses (the system resolver, or a table in tests).
 pub type Resolve<'a> = &'a dyn Fn(&str, u16) -> Vec<SocketAddr>;
-
-/// The system resolver; an unresolvable name yields no address.
-pub fn resolve_system(host: &str, port: u16) -> Vec<SocketAddr> {
-    (host, port)
-        .to_socket_addrs()
-        .map(|a| a.collect())
-        .unwrap_or_default()
-}
 
 /// The master list with its cursor and the pending hint.
 #[derive(Debug, Clone)]

@@ -8,10 +8,10 @@
 //! whatever its `arg` points to. A callback that replaces or removes itself (on its own thread)
 //! does not wait for itself, and stays replaced: nothing is put back after it returns.
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
-use parking_lot::{Condvar, Mutex};
+use crate::process::{waits, ForkLock};
 
 struct SlotState<T: ?Sized> {
     callback: Option<Arc<T>>,
@@ -20,18 +20,18 @@ struct SlotState<T: ?Sized> {
 }
 
 /// One replaceable callback (see the module doc).
-pub struct CallbackSlot<T: ?Sized> {
-    state: Mutex<SlotState<T>>,
+pub struct CallbackSlot<T: ?Sized + 'static> {
+    state: ForkLock<SlotState<T>>,
     idle: Condvar,
 }
 
-impl<T: ?Sized> Default for CallbackSlot<T> {
+impl<T: ?Sized + Send + Sync + 'static> Default for CallbackSlot<T> {
     fn default() -> Self {
         CallbackSlot::new()
     }
 }
 
-impl<T: ?Sized> std::fmt::Debug for CallbackSlot<T> {
+impl<T: ?Sized + Send + Sync + 'static> std::fmt::Debug for CallbackSlot<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallbackSlot")
             .field("set", &self.is_set())
@@ -40,14 +40,14 @@ impl<T: ?Sized> std::fmt::Debug for CallbackSlot<T> {
 }
 
 /// Unregisters one invocation, even if the callback unwinds.
-struct Running<'a, T: ?Sized> {
+struct Running<'a, T: ?Sized + Send + Sync + 'static> {
     slot: &'a CallbackSlot<T>,
     me: ThreadId,
 }
 
-impl<T: ?Sized> Drop for Running<'_, T> {
+impl<T: ?Sized + Send + Sync + 'static> Drop for Running<'_, T> {
     fn drop(&mut self) {
-        let mut st = self.slot.state.lock();
+        let mut st = self.slot.lock();
         if let Some(i) = st.running.iter().position(|t| *t == self.me) {
             st.running.swap_remove(i);
         }
@@ -56,41 +56,95 @@ impl<T: ?Sized> Drop for Running<'_, T> {
     }
 }
 
-impl<T: ?Sized> CallbackSlot<T> {
+/// In a child of `fork`: the threads that were running the callback are gone.
+fn forget_runners<T: ?Sized>(st: &mut SlotState<T>) {
+    st.running.clear();
+}
+
+impl<T: ?Sized + Send + Sync + 'static> CallbackSlot<T> {
     pub const fn new() -> CallbackSlot<T> {
         CallbackSlot {
-            state: Mutex::new(SlotState {
-                callback: None,
-                running: Vec::new(),
-            }),
+            state: ForkLock::new(
+                SlotState {
+                    callback: None,
+                    running: Vec::new(),
+                },
+                forget_runners::<T>,
+            ),
             idle: Condvar::new(),
         }
     }
 
+    /// Makes a process-wide slot (the log sink) safe across `fork` (F26): its lock is never
+    /// found held in a child, and a child never waits for an invocation of a thread it does
+    /// not have.
+    pub fn register_for_fork(&'static self) {
+        self.state.register();
+    }
+
+    /// In a child of `fork` (single-threaded, never blocks): forgets the invocations of threads
+    /// the child does not have, so a setter in the child never waits for them. False when the
+    /// slot's lock was held by such a thread (the slot is unusable; its context is too).
+    pub fn forget_runners_after_fork(&self) -> bool {
+        let me = thread::current().id();
+        match self.state.try_lock_local() {
+            Some(mut st) => {
+                st.running.retain(|t| *t == me);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SlotState<T>> {
+        self.state.lock_local()
+    }
+
     /// Whether a callback is installed.
     pub fn is_set(&self) -> bool {
-        self.state.lock().callback.is_some()
+        self.lock().callback.is_some()
     }
 
     /// Installs `callback` (or, with `None`, removes the current one) and returns once no
-    /// other thread is running the previous one. The previous callback is dropped before this
-    /// returns unless the calling thread is itself running it (then when it returns).
-    pub fn set(&self, callback: Option<Arc<T>>) {
+    /// other thread is running the previous one; returns true then. The previous callback is
+    /// dropped before this returns unless a thread is still running it (then when it returns).
+    ///
+    /// Returns false, at once, when waiting would never end: a thread running the previous
+    /// callback waits itself, directly or through others, for this thread (e.g. the log sink
+    /// on another thread stops the context whose callback called this; `process::waits`).
+    /// The new callback is installed all the same; the old one may still be running there.
+    pub fn set(&self, callback: Option<Arc<T>>) -> bool {
         let me = thread::current().id();
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         let old = std::mem::replace(&mut st.callback, callback);
-        while st.running.iter().any(|t| *t != me) {
-            self.idle.wait(&mut st);
+        let mut waiting = None;
+        loop {
+            let others: Vec<ThreadId> = st.running.iter().copied().filter(|t| *t != me).collect();
+            if others.is_empty() {
+                break;
+            }
+            // Registered outside the slot's lock (no lock is held while taking another).
+            drop(st);
+            match waits::wait_for(&others, waiting.take()) {
+                Ok(w) => waiting = Some(w),
+                Err(waits::Cycle) => return false,
+            }
+            st = self.lock();
+            if st.running.iter().any(|t| *t != me) {
+                st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
         }
         drop(st);
+        drop(waiting);
         drop(old);
+        true
     }
 
     /// Runs `f` with the installed callback, on this thread; `None` when there is none.
     pub fn call<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
         let me = thread::current().id();
         let callback = {
-            let mut st = self.state.lock();
+            let mut st = self.lock();
             let cb = st.callback.clone()?;
             st.running.push(me);
             cb

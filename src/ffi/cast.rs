@@ -1,47 +1,121 @@
-//! Opaque handles ↔ Rust values, with the ownership rule of each handle type stated once.
+//! Handles ↔ Rust values, and the small conversions every export needs.
 //!
-//! A C-visible opaque type implements [`Castable`], naming its Rust type and how C holds it.
-//! The helpers below only exist for the matching ownership, so converting a borrowed handle
-//! into a `Box`, or freeing something C merely borrows, does not compile.
-//!
-//! A context handle (`xcecli_ctx_t`) is a **Box** holding a [`Client`](crate::client::Client),
-//! itself a handle to the Arc-shared context. `xcecli_start` and `xcecli_call_new` create one
-//! and hand C the only owning pointer; `xcecli_stop` / `xcecli_call_free` take it back. Every
-//! other export starts by cloning the `Client` out of the Box (`try_ctx!`): the call then holds
-//! its own reference to the context, so a handle freed while the call runs (by `xcecli_stop`
-//! from a callback, F20) never leaves the call with a dangling context.
+//! F20 (amended): a handle C holds (`xcecli_ctx_t`, `xcecli_call_t`) is never a pointer to
+//! memory: it is the value of a generation-checked slot of the process's handle table
+//! ([`crate::process::handles`]). Every export looks the handle up under the table's lock and
+//! clones the [`Client`](crate::client::Client) out of it (`try_ctx!`): the call then holds its
+//! own reference to the context, and a handle released meanwhile (by `xcecli_stop` from a
+//! callback, or on another thread) is a stopped context to it. A handle released before the
+//! export looks it up is refused: `-E_XCE_CLOSED`, however many handles were released since.
+//! NULL, a value that was never a handle, and a handle of the other kind are `-EINVAL`.
 
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_int};
 
-/// Marker: C owns a `Box<RustType>` created by the library (freed by one library call).
-pub(crate) struct OwnershipBox;
+use crate::client::Client;
+use crate::process::handles::{HandleTable, Kind, Refused};
+use crate::process::ForkLock;
 
-/// Ties an opaque C type to the Rust type behind its pointer and to its ownership.
-pub(crate) trait Castable {
-    /// How C holds a pointer to this type.
-    type Ownership;
-    /// The Rust value the opaque pointer really points to.
-    type RustType;
+// Handles are 64-bit values (index and generation, process::handles).
+const _: () = assert!(usize::BITS == 64, "libxce handles need 64-bit pointers");
+
+/// The process's handles. Nothing is dropped under its lock (a dropped Client may be the last
+/// reference to a context, whose drop closes descriptors).
+static HANDLES: ForkLock<HandleTable<Client>> = ForkLock::new(HandleTable::new(), |_| {});
+
+/// Holds the handle table's lock for `d` on the calling thread (tests: a fork while another
+/// thread holds it, F26).
+#[doc(hidden)]
+pub fn hold_handle_table_for(d: std::time::Duration) {
+    let _table = HANDLES.lock();
+    std::thread::sleep(d);
 }
 
-/// Hands a boxed value to C. The pointer must come back to the library exactly once (`xcecli_stop`, `xcecli_call_free`).
-pub(crate) fn to_boxed_mut_ptr<C>(value: C::RustType) -> *mut C
-where
-    C: Castable<Ownership = OwnershipBox>,
-{
-    Box::into_raw(Box::new(value)).cast()
+/// The status for a refused handle.
+fn refused(r: Refused) -> c_int {
+    match r {
+        Refused::Released => -crate::error::E_XCE_CLOSED,
+        Refused::WrongKind | Refused::Foreign => -libc::EINVAL,
+    }
 }
 
-/// Borrows the Rust value behind a C pointer for the duration of a call; `None` for NULL.
-///
-/// # Safety
-/// `ptr` is NULL or was returned by [`to_boxed_mut_ptr`] for the same `C` and not freed yet.
-pub(crate) unsafe fn try_from<'a, C>(ptr: *const C) -> Option<&'a C::RustType>
-where
-    C: Castable,
-{
-    // SAFETY: by the caller's contract the pointer is a live `RustType` (or NULL).
-    unsafe { ptr.cast::<C::RustType>().as_ref() }
+/// Stores `client` as a new handle of `kind` (the client learns its handle, for callbacks).
+/// `None` when the table is full.
+pub(crate) fn new_handle(kind: Kind, client: Client) -> Option<u64> {
+    let mut table = HANDLES.lock();
+    let h = table.insert_with(kind, |h| client.with_handle_id(h as usize))?;
+    // Still under the lock: the handle is not released before it is published (F27).
+    if let Ok((_, c)) = table.get_any(h) {
+        super::signal::publish(h, c.wake_state());
+    }
+    Some(h)
+}
+
+/// The client behind a live handle of either kind (an op may be made on a context handle or
+/// on a call handle seen as one, `xcecli_call_ctx`).
+pub(crate) fn client_of(h: usize) -> Result<Client, c_int> {
+    if h == 0 {
+        return Err(-libc::EINVAL);
+    }
+    let table = HANDLES.lock();
+    table
+        .get_any(h as u64)
+        .map(|(_, c)| c.clone())
+        .map_err(refused)
+}
+
+/// The client behind a live handle of `kind`.
+pub(crate) fn client_of_kind(h: usize, kind: Kind) -> Result<Client, c_int> {
+    if h == 0 {
+        return Err(-libc::EINVAL);
+    }
+    let table = HANDLES.lock();
+    table.get(h as u64, kind).cloned().map_err(refused)
+}
+
+/// Releases a handle of `kind`; its client is returned for the caller to stop or drop (after
+/// the table's lock is released).
+pub(crate) fn release(h: usize, kind: Kind) -> Result<Client, c_int> {
+    if h == 0 {
+        return Err(-libc::EINVAL);
+    }
+    let removed = {
+        let mut table = HANDLES.lock();
+        let removed = table.remove(h as u64, kind);
+        if removed.is_ok() {
+            // Before the slot can serve another handle and before the client (maybe the
+            // context's last reference) can be dropped (F27). Readers never take this lock.
+            super::signal::withdraw(h as u64);
+        }
+        removed
+    };
+    removed.map_err(refused)
+}
+
+/// A paged listing shared by the table and the call fetching a page.
+pub(crate) type SharedPager = std::sync::Arc<std::sync::Mutex<crate::client::JobPager>>;
+
+/// The process's listing pagers (`xce_joblist_pager *`): handles like the others (F20).
+static PAGERS: ForkLock<HandleTable<SharedPager>> = ForkLock::new(HandleTable::new(), |_| {});
+
+/// Stores a pager as a new handle; `None` when the table is full.
+pub(crate) fn new_pager(pager: crate::client::JobPager) -> Option<u64> {
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(pager));
+    PAGERS.lock().insert_with(Kind::Pager, |_| shared)
+}
+
+/// The pager behind a live pager handle.
+pub(crate) fn pager_of(h: usize) -> Result<SharedPager, c_int> {
+    if h == 0 {
+        return Err(-libc::EINVAL);
+    }
+    let table = PAGERS.lock();
+    table.get(h as u64, Kind::Pager).cloned().map_err(refused)
+}
+
+/// Releases a pager handle; the pager is returned to be dropped outside the lock.
+pub(crate) fn close_pager(h: usize) -> Option<SharedPager> {
+    let removed = PAGERS.lock().remove(h as u64, Kind::Pager);
+    removed.ok()
 }
 
 /// A borrowed slice from a C pointer and a count: `(NULL, 0)` and `(p, 0)` are empty,
@@ -138,15 +212,15 @@ macro_rules! try_slice {
     };
 }
 
-/// The client behind a context handle, cloned for the duration of the export (it holds its own
-/// reference to the context, and knows its handle for callbacks); `-EINVAL` for NULL.
+/// The client behind a handle (a context handle, or a call handle seen as one), cloned for the
+/// duration of the export: it holds its own reference to the context and knows its handle for
+/// callbacks. Returns from the export with `-EINVAL` (NULL, foreign) or `-E_XCE_CLOSED`
+/// (released) otherwise.
 macro_rules! try_ctx {
     ($ctx:expr) => {
-        // SAFETY: a non-NULL ctx comes from xcecli_start or xcecli_call_new and was not freed
-        // before this call began (documented).
-        match unsafe { $crate::ffi::cast::try_from::<$crate::ffi::xcecli_ctx>($ctx) } {
-            Some(c) => c.clone().with_handle_id($ctx as usize),
-            None => return -::libc::EINVAL,
+        match $crate::ffi::cast::client_of($ctx as usize) {
+            Ok(c) => c,
+            Err(code) => return code,
         }
     };
 }

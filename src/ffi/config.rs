@@ -6,16 +6,19 @@ use std::os::raw::{c_char, c_int};
 use super::cast::{self, fixed_str, set_fixed_str, try_ctx, try_mut, try_ref, try_str};
 use super::client;
 use super::panic::ffi_panic_boundary;
-use super::{xcecli_ctx, xcecli_ctx_t};
+use super::{xcecli_call_t, xcecli_ctx_t};
+use crate::process::handles::Kind;
 
 /// Most masters a configuration holds.
-pub const N_MAX_MASTERS: usize = 8;
+pub const XCE_N_MAX_MASTERS: usize = 8;
+/// The same limit under its old name (the seeds' callers use it); prefer `XCE_N_MAX_MASTERS`.
+pub const N_MAX_MASTERS: usize = XCE_N_MAX_MASTERS;
 /// Size of a host-name field, NUL included (host names are at most 255 bytes).
 pub const XCE_MAXHOSTNAME_LEN: usize = 256;
 
 // The header needs literal values (cbindgen); they must be the client's.
 const _: () = assert!(
-    N_MAX_MASTERS == crate::client::N_MAX_MASTERS
+    XCE_N_MAX_MASTERS == crate::client::N_MAX_MASTERS
         && XCE_MAXHOSTNAME_LEN == crate::client::XCE_MAXHOSTNAME_LEN
 );
 /// Size of a file-path field, NUL included.
@@ -28,10 +31,10 @@ pub const XCE_MAXPATH_LEN: usize = 4096;
 #[repr(C)]
 pub struct xce_client_config_t {
     /// Master host names or addresses, in the order they are tried (F2).
-    pub masters: [[c_char; XCE_MAXHOSTNAME_LEN]; N_MAX_MASTERS],
+    pub masters: [[c_char; XCE_MAXHOSTNAME_LEN]; XCE_N_MAX_MASTERS],
     /// Port of each master (1..65535).
-    pub ports: [u16; N_MAX_MASTERS],
-    /// Number of masters in use (1..N_MAX_MASTERS).
+    pub ports: [u16; XCE_N_MAX_MASTERS],
+    /// Number of masters in use (1..XCE_N_MAX_MASTERS).
     pub nmasters: u32,
     /// PEM CA bundle; non-empty enables TLS with server verification.
     pub tls_ca_file: [c_char; XCE_MAXPATH_LEN],
@@ -72,7 +75,7 @@ pub(crate) fn parse_masters(list: &str) -> Option<Vec<Master>> {
 /// Parses `list` ("host:port,host:port,…") into `conf`'s masters, ports and nmasters.
 /// Returns the number of masters, or -EINVAL (NULL argument, not UTF-8, or a bad form: empty
 /// list or element, missing host or port, port 0 or > 65535, host >= XCE_MAXHOSTNAME_LEN
-/// bytes, more than N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
+/// bytes, more than XCE_N_MAX_MASTERS) — then `conf` is left untouched. Other fields of `conf`
 /// are kept. Thread-safe (touches only `*conf`).
 #[no_mangle]
 pub extern "C" fn xce_client_config_parse_masters(
@@ -85,8 +88,8 @@ pub extern "C" fn xce_client_config_parse_masters(
         let Some(masters) = parse_masters(list) else {
             return -libc::EINVAL;
         };
-        conf.masters = [[0; XCE_MAXHOSTNAME_LEN]; N_MAX_MASTERS];
-        conf.ports = [0; N_MAX_MASTERS];
+        conf.masters = [[0; XCE_MAXHOSTNAME_LEN]; XCE_N_MAX_MASTERS];
+        conf.ports = [0; XCE_N_MAX_MASTERS];
         for (i, (host, port)) in masters.iter().enumerate() {
             // Fits: parse_masters checked the length and the absence of NUL.
             set_fixed_str(&mut conf.masters[i], host);
@@ -101,7 +104,7 @@ pub extern "C" fn xce_client_config_parse_masters(
 fn config_from_c(conf: &xce_client_config_t) -> Option<client::Config> {
     let n = usize::try_from(conf.nmasters)
         .ok()
-        .filter(|n| (1..=N_MAX_MASTERS).contains(n))?;
+        .filter(|n| (1..=XCE_N_MAX_MASTERS).contains(n))?;
     let mut masters = Vec::with_capacity(n);
     for i in 0..n {
         let host = fixed_str(&conf.masters[i]).filter(|h| !h.is_empty())?;
@@ -146,7 +149,7 @@ fn config_from_c(conf: &xce_client_config_t) -> Option<client::Config> {
 ///
 /// `conf` is borrowed for the call only (the library keeps its own copy). On success returns
 /// 0 and writes a new handle to `*ctx_out`; the caller owns it and must release it with
-/// `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > N_MAX_MASTERS, an empty or
+/// `xcecli_stop`. Errors: -EINVAL (NULL argument, nmasters 0 or > XCE_N_MAX_MASTERS, an empty or
 /// unterminated host, port 0, a TLS cert without key or the reverse, bad UTF-8); the last
 /// transport error when no master is reachable (e.g. -ECONNREFUSED); -E_XCE_TLS. Nothing is
 /// written to `*ctx_out` on error. Thread-safe.
@@ -162,10 +165,16 @@ pub extern "C" fn xcecli_start(
             return -libc::EINVAL;
         };
         match client::Client::start(config) {
-            Ok(client) => {
-                *ctx_out = cast::to_boxed_mut_ptr::<xcecli_ctx>(client);
-                0
-            }
+            Ok(client) => match cast::new_handle(Kind::Context, client.clone()) {
+                Some(h) => {
+                    *ctx_out = h as usize as xcecli_ctx_t;
+                    0
+                }
+                None => {
+                    client.close();
+                    -libc::ENOMEM
+                }
+            },
             Err(e) => e.status(),
         }
     }
@@ -180,59 +189,45 @@ pub extern "C" fn xcecli_start(
 /// holds no fd. Called from inside a callback of the context, it returns at once and the call
 /// that ran the callback finishes the stop when it returns (with -E_XCE_CLOSED). Call handles
 /// of the context (`xcecli_call_new`) still must be released with `xcecli_call_free`; ops on
-/// them return -E_XCE_CLOSED. On a call handle, `xcecli_stop` only releases that handle.
-/// After it returns, `ctx` is invalid: a call that *begins* after that is a use after free.
-/// It waits for a callback running on another thread to return.
+/// them return -E_XCE_CLOSED.
+///
+/// After it returns, `ctx` is released: any later use of it (an op, `xcecli_stop` again) is
+/// safe and returns -E_XCE_CLOSED (or does nothing), however many handles were released since.
+/// A call handle seen as a context handle (`xcecli_call_ctx`) is refused (logged, nothing
+/// done). It waits for a callback running on another thread to return.
 #[no_mangle]
 pub extern "C" fn xcecli_stop(ctx: xcecli_ctx_t) {
     ffi_panic_boundary! { "xcecli_stop",
         if ctx.is_null() {
             return;
         }
-        // SAFETY: ctx came from xcecli_start/xcecli_call_new and is released once (documented).
-        // Calls in flight hold their own clone of the client.
-        let handle = unsafe { Box::from_raw(ctx.cast::<client::Client>()) };
-        if !handle.is_call_handle() {
-            handle.close();
+        match cast::release(ctx as usize, Kind::Context) {
+            // Calls in flight hold their own clone of the client.
+            Ok(client) => client.close(),
+            Err(code) if code == -libc::EINVAL => {
+                super::log::error("xcecli_stop: not a context handle (a call handle is released with xcecli_call_free)");
+            }
+            Err(_) => {} // released already: nothing to do
         }
-        bury(handle);
     }
-}
-
-/// Released handles whose memory is kept a little longer: a thread that read the handle just
-/// before it was released (racing with `xcecli_stop`) still finds a stopped context there and
-/// gets `-E_XCE_CLOSED`, rather than freed memory. Bounded: the oldest is freed beyond this.
-const GRAVEYARD: usize = 64;
-
-/// Keeps `handle` among the last [`GRAVEYARD`] released ones (its context is stopped or
-/// shared: it holds no connection and no fd of its own).
-fn bury(handle: Box<client::Client>) {
-    use std::collections::VecDeque;
-    use std::sync::Mutex;
-    static BURIED: Mutex<VecDeque<Box<client::Client>>> = Mutex::new(VecDeque::new());
-    let evicted = {
-        let mut g = BURIED.lock().unwrap_or_else(|p| p.into_inner());
-        g.push_back(handle);
-        (g.len() > GRAVEYARD).then(|| g.pop_front()).flatten()
-    };
-    drop(evicted);
 }
 
 /// Creates a call handle of the context of `ctx` and writes it to `*call_out` (F20, for
 /// callers that cancel calls one by one, such as Go's `context.Context`).
 ///
-/// Ops made through the call handle run on the context of `ctx` — same connection, lock,
-/// counters, callbacks, options — and in addition: `xcecli_call_cancel(call)` ends those in
-/// progress, queued or made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them
-/// (the shorter of it and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's).
-/// Release it with `xcecli_call_free`; it keeps the context's memory (not its connection)
-/// alive until then. Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or
-/// -E_XCE_CLOSED when the context is stopped. Thread-safe.
+/// Ops made through the call handle (pass `xcecli_call_ctx(call)` where an op takes a
+/// context) run on the context of `ctx` — same connection, lock, counters, callbacks,
+/// options — and in addition: `xcecli_call_cancel(call)` ends those in progress, queued or
+/// made later with -ECANCELED; and `deadline_ms` > 0 bounds each of them (the shorter of it
+/// and the context's `XCE_OPT_DEADLINE_MS` wins; 0: the context's). Release it with
+/// `xcecli_call_free`; it keeps the context's memory (not its connection) alive until then.
+/// Returns 0, -EINVAL (NULL argument, deadline_ms < 0 or > 86400000), or -E_XCE_CLOSED when
+/// the context is stopped. Thread-safe.
 #[no_mangle]
 pub extern "C" fn xcecli_call_new(
     ctx: xcecli_ctx_t,
     deadline_ms: i64,
-    call_out: *mut xcecli_ctx_t,
+    call_out: *mut xcecli_call_t,
 ) -> c_int {
     ffi_panic_boundary! { "xcecli_call_new",
         let c = try_ctx!(ctx);
@@ -245,37 +240,58 @@ pub extern "C" fn xcecli_call_new(
         }
         let deadline = (deadline_ms > 0)
             .then(|| std::time::Duration::from_millis(deadline_ms as u64));
-        *out = cast::to_boxed_mut_ptr::<xcecli_ctx>(c.call_handle(deadline).with_handle_id(0));
-        0
+        match cast::new_handle(Kind::Call, c.call_handle(deadline)) {
+            Some(h) => {
+                *out = h as usize as xcecli_call_t;
+                0
+            }
+            None => -libc::ENOMEM,
+        }
+    }
+}
+
+/// The call handle `call` seen as a context handle, for the ops (`xcecli_hello(
+/// xcecli_call_ctx(call), …)`): the same handle value, retyped; it is valid exactly as long
+/// as `call` (after `xcecli_call_free`, ops on it return -E_XCE_CLOSED). Never fails, never
+/// blocks; NULL gives NULL. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn xcecli_call_ctx(call: xcecli_call_t) -> xcecli_ctx_t {
+    ffi_panic_boundary! { "xcecli_call_ctx",
+        call as usize as xcecli_ctx_t
     }
 }
 
 /// Cancels the call handle `call`: ops made through it that are in progress or queued return
 /// -ECANCELED promptly, and later ones at once. Other handles of the context are not
-/// affected. Returns 0, or -EINVAL for NULL or a handle that is not a call handle. Never
-/// blocks; thread-safe (may race with an op on `call`, not with `xcecli_call_free(call)`).
+/// affected. Returns 0, -EINVAL for NULL or a value that is not a call handle, -E_XCE_CLOSED
+/// for a call handle already freed. Never blocks; thread-safe (may race with an op on `call`
+/// and with `xcecli_call_free(call)`).
 #[no_mangle]
-pub extern "C" fn xcecli_call_cancel(call: xcecli_ctx_t) -> c_int {
+pub extern "C" fn xcecli_call_cancel(call: xcecli_call_t) -> c_int {
     ffi_panic_boundary! { "xcecli_call_cancel",
-        let c = try_ctx!(call);
-        if c.cancel() { 0 } else { -libc::EINVAL }
+        match cast::client_of_kind(call as usize, Kind::Call) {
+            Ok(c) => if c.cancel() { 0 } else { -libc::EINVAL },
+            Err(code) => code,
+        }
     }
 }
 
-/// Releases a call handle made by `xcecli_call_new`. NULL is a no-op; a context handle is left
-/// alone (that is `xcecli_stop`'s) and an error is logged. No op on `call` may be in progress
-/// or begin after this.
+/// Releases a call handle made by `xcecli_call_new`. NULL, or a handle already freed, is a
+/// no-op; a value that is not a call handle is left alone and an error is logged. An op on
+/// `call` in progress on another thread finishes normally; one that begins after this returns
+/// -E_XCE_CLOSED.
 #[no_mangle]
-pub extern "C" fn xcecli_call_free(call: xcecli_ctx_t) {
+pub extern "C" fn xcecli_call_free(call: xcecli_call_t) {
     ffi_panic_boundary! { "xcecli_call_free",
-        // SAFETY: call is NULL or a live handle (documented).
-        match unsafe { cast::try_from::<xcecli_ctx>(call) } {
-            None => {}
-            Some(c) if !c.is_call_handle() => {
+        if call.is_null() {
+            return;
+        }
+        match cast::release(call as usize, Kind::Call) {
+            Ok(client) => drop(client),
+            Err(code) if code == -libc::EINVAL => {
                 super::log::error("xcecli_call_free: not a call handle (use xcecli_stop)");
             }
-            // SAFETY: a call handle from xcecli_call_new, released once (documented).
-            Some(_) => bury(unsafe { Box::from_raw(call.cast::<client::Client>()) }),
+            Err(_) => {}
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The context behind `xcecli_ctx_t`, callbacks into C (reconnect F10, events F17), stats
 //! (F17), the last error report (F19) and the job-id generator.
 //!
-//! Callbacks run on the thread that called into the library (the library has no threads), with
+//! Callbacks run on the thread that called into the library (the library's only threads are
+//! short-lived name-lookup helpers, which run no callback), with
 //! the handle that call was made on. Their `void *arg` is the caller's: the library stores it,
 //! never dereferences it, and passes it back unchanged. Replacing or removing a callback is
 //! final when the setter returns (F20): the old one is not running on another thread and never
@@ -12,7 +13,7 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use super::cast::{set_fixed_str, try_ctx, try_mut};
 use super::client;
-use super::config::{N_MAX_MASTERS, XCE_MAXHOSTNAME_LEN};
+use super::config::{XCE_MAXHOSTNAME_LEN, XCE_N_MAX_MASTERS};
 use super::panic::ffi_panic_boundary;
 use super::xcecli_ctx_t;
 
@@ -49,8 +50,11 @@ pub type xcecli_reconnect_cb = Option<extern "C" fn(ctx: xcecli_ctx_t, arg: *mut
 /// and `xcecli_stop`, but must not wait for another thread that uses the same context.
 /// F20: when this returns, the previous handler is not running on any other thread and is
 /// never called again, so its `arg` may be freed; called from inside the handler itself, it
-/// does not wait for that invocation. Returns 0, or -EINVAL for a NULL ctx. Thread-safe; it
-/// waits for a handler running on another thread to return.
+/// does not wait for that invocation. Returns 0, -EINVAL (NULL or not a handle),
+/// -E_XCE_CLOSED (released handle), or -EDEADLK at once when waiting for the previous handler
+/// would never end (the thread running it waits, directly or through others, for this one; the
+/// new handler is installed all the same and the old `arg` must stay valid until that run
+/// returns). Thread-safe; it waits for a handler running on another thread to return.
 #[no_mangle]
 pub extern "C" fn xcecli_set_reconnect_handler(
     ctx: xcecli_ctx_t,
@@ -67,8 +71,7 @@ pub extern "C" fn xcecli_set_reconnect_handler(
                 cb(call.handle_id() as xcecli_ctx_t, arg.0)
             }) as client::ReconnectHook
         });
-        c.set_reconnect_handler(hook);
-        0
+        if c.set_reconnect_handler(hook) { 0 } else { -libc::EDEADLK }
     }
 }
 
@@ -111,8 +114,8 @@ pub type xcecli_event_cb =
 /// caused the event, with that call's handle, while the call owns the context: it may call
 /// `xcecli_get_stats`, `xcecli_last_error`, the setters and `xcecli_stop`, but an op on the
 /// same context from inside it fails with -EDEADLK; it must not block for long. F20: final
-/// when it returns, as for `xcecli_set_reconnect_handler`. Returns 0, or -EINVAL for a NULL
-/// ctx. Thread-safe.
+/// when it returns, as for `xcecli_set_reconnect_handler`, with the same return values
+/// (-EDEADLK included). Thread-safe.
 #[no_mangle]
 pub extern "C" fn xcecli_set_event_handler(
     ctx: xcecli_ctx_t,
@@ -128,8 +131,7 @@ pub extern "C" fn xcecli_set_event_handler(
                 deliver_event(ev, |e| cb(call.handle_id() as xcecli_ctx_t, e, arg.0));
             }) as client::EventHandlerWithHandle
         });
-        c.set_event_handler_with_handle(handler);
-        0
+        if c.set_event_handler_with_handle(handler) { 0 } else { -libc::EDEADLK }
     }
 }
 
@@ -273,7 +275,7 @@ pub struct xce_last_error_t {
     pub nmasters: u32,
     /// Last status seen from each configured master during the call, in configuration order
     /// (a transport failure as its negative errno; 0: not tried).
-    pub master_status: [i32; N_MAX_MASTERS],
+    pub master_status: [i32; XCE_N_MAX_MASTERS],
 }
 
 /// Describes the last failed call on `ctx` into `*out`. Returns 0, -ENOENT when no call has
@@ -293,7 +295,7 @@ pub extern "C" fn xcecli_last_error(ctx: xcecli_ctx_t, out: *mut xce_last_error_
             elapsed_ms: millis(e.elapsed),
             maybe_applied: i32::from(e.is_write && e.may_have_been_applied),
             nmasters: 0,
-            master_status: [0; N_MAX_MASTERS],
+            master_status: [0; XCE_N_MAX_MASTERS],
         };
         for (slot, m) in le.master_status.iter_mut().zip(&e.masters) {
             *slot = m.last.as_ref().map_or(0, outcome_status);

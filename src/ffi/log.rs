@@ -50,7 +50,12 @@ pub type xce_log_cb = Option<extern "C" fn(level: c_int, msg: *const c_char, arg
 /// Replaces the library's log sink for the whole process; `cb` NULL restores the default
 /// (stderr). `arg` is passed back unchanged and must stay valid until the sink is replaced.
 /// `cb` runs on the thread that logs (a thread calling into the library) and may be called
-/// from several threads at once. Returns 0. Thread-safe.
+/// from several threads at once. Returns 0 once the previous sink is not running on another
+/// thread and never runs again (F20; it waits for such a run to return). Returns -EDEADLK, at
+/// once, when that wait would never end — a thread running the previous sink waits, directly
+/// or through others, for this thread (say the sink stops the context whose callback called
+/// this): `cb` is installed all the same, the previous sink may still be running there and its
+/// `arg` must stay valid until it returns. Thread-safe.
 #[no_mangle]
 pub extern "C" fn xce_set_log_handler(cb: xce_log_cb, arg: *mut c_void) -> c_int {
     ffi_panic_boundary! { "xce_set_log_handler",
@@ -65,8 +70,7 @@ pub extern "C" fn xce_set_log_handler(cb: xce_log_cb, arg: *mut c_void) -> c_int
                 }
             }) as sink::LogSink
         });
-        sink::set_sink(new_sink);
-        0
+        if sink::set_sink(new_sink) { 0 } else { -libc::EDEADLK }
     }
 }
 

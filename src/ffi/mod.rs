@@ -22,8 +22,9 @@
 // (and in the header). Marking them `unsafe fn` would change nothing for C callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-pub(crate) mod cast;
+pub mod cast;
 pub(crate) mod panic;
+pub(crate) mod signal;
 
 /// The Rust API the C surface is built on, in one place (client, failover knobs, log sink).
 pub(crate) mod client {
@@ -86,6 +87,9 @@ pub const E_XCE_TOOBIG: c_int = 2012;
 pub const E_XCE_UNKNOWN: c_int = 2013;
 /// The context's outbox of notifications and heartbeats is full (F12): not accepted.
 pub const E_XCE_OUTBOX_FULL: c_int = 2014;
+/// A stop was requested on the context (`xcecli_request_stop`, F27): the call was ended or
+/// not made. Stays until `xcecli_clear_stop_request` or `xcecli_stop`.
+pub const E_XCE_STOP_REQUESTED: c_int = 2015;
 
 const _: () = {
     use crate::error as e;
@@ -103,22 +107,36 @@ const _: () = {
     assert!(E_XCE_TOOBIG == e::E_XCE_TOOBIG);
     assert!(E_XCE_UNKNOWN == e::E_XCE_UNKNOWN);
     assert!(E_XCE_OUTBOX_FULL == e::E_XCE_OUTBOX_FULL);
+    assert!(E_XCE_STOP_REQUESTED == e::E_XCE_STOP_REQUESTED);
 };
 
-/// The context: one connection to the cluster with its failover state. Opaque to C.
+/// The context: one connection to the cluster with its failover state. Opaque to C, and
+/// never memory: see `xcecli_ctx_t`.
 pub struct xcecli_ctx {
     _private: [u8; 0],
 }
 
-/// Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`; or a
-/// call handle of a context, created by `xcecli_call_new` and released by `xcecli_call_free`.
+/// Handle of a client context, created by `xcecli_start` and released by `xcecli_stop`.
 /// Shareable between threads: ops on one context are serialised (F11).
+///
+/// A handle is a checked value, not a pointer to memory (F20): the library validates it at
+/// the start of every call. Using a handle after `xcecli_stop` released it (from another
+/// thread, from a callback, or long after) is safe and returns -E_XCE_CLOSED (void functions
+/// do nothing), however many handles were created and released since; NULL or a value that
+/// was never a handle is -EINVAL. Ops also accept a call handle seen as a context handle
+/// (`xcecli_call_ctx`).
 pub type xcecli_ctx_t = *mut xcecli_ctx;
 
-impl cast::Castable for xcecli_ctx {
-    type Ownership = cast::OwnershipBox;
-    type RustType = client::Client;
+/// A call handle of a context (`xcecli_call_new`): opaque to C, and never memory.
+pub struct xcecli_call {
+    _private: [u8; 0],
 }
+
+/// Handle of a call handle, created by `xcecli_call_new` and released by `xcecli_call_free`;
+/// a distinct type, so that `xcecli_stop(call)` or `xcecli_call_free(ctx)` does not compile.
+/// Checked like `xcecli_ctx_t`: after `xcecli_call_free` it is -E_XCE_CLOSED, never freed
+/// memory. Pass `xcecli_call_ctx(call)` to ops.
+pub type xcecli_call_t = *mut xcecli_call;
 
 /// Returns the static text of any status or code, either sign: errno texts for errno values,
 /// the protocol's texts for `E_XCE_*` (`E_XCE_NOT_READY` → "cluster not ready"), "success"
@@ -132,13 +150,12 @@ pub extern "C" fn xce_strerror(code: c_int) -> *const c_char {
 
 /// `strerror` texts as static C strings, interned once per distinct text.
 fn strerror_static(code: c_int) -> *const c_char {
-    use std::collections::HashMap;
+    use std::collections::BTreeMap;
     use std::ffi::CString;
-    use std::sync::{Mutex, OnceLock};
-    static TEXTS: OnceLock<Mutex<HashMap<&'static str, &'static std::ffi::CStr>>> = OnceLock::new();
+    static TEXTS: crate::process::ForkLock<BTreeMap<&'static str, &'static std::ffi::CStr>> =
+        crate::process::ForkLock::new(BTreeMap::new(), |_| {});
     let text = crate::strerror(code);
-    let map = TEXTS.get_or_init(Default::default);
-    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = TEXTS.lock();
     // Bounded: strerror has a fixed, finite set of texts; each is leaked at most once.
     map.entry(text)
         .or_insert_with(|| {

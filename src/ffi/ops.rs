@@ -112,8 +112,10 @@ pub struct xce_joblist_pager {
 /// page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
 /// Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
 /// `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
-/// The handle `ctx` must stay valid while the pager is used. `filter` is borrowed for the
-/// call.
+/// The pager holds its own reference to the context (after `xcecli_stop`, its pages are
+/// -E_XCE_CLOSED). Like every handle it is a checked value, not memory: after
+/// `xcecli_joblist_close` it is -E_XCE_CLOSED to `xcecli_joblist_next` and a no-op to a second
+/// close (F20). `filter` is borrowed for the call.
 #[no_mangle]
 pub extern "C" fn xcecli_joblist_open(
     ctx: xcecli_ctx_t,
@@ -126,9 +128,13 @@ pub extern "C" fn xcecli_joblist_open(
         let out = try_mut!(pager_out);
         // SAFETY: filter is NULL or valid for the call (documented).
         let filter = try_arg!(filter_from_c(unsafe { filter.as_ref() }));
-        let pager = Box::new(c.joblist_pager(filter, max_page_bytes));
-        *out = Box::into_raw(pager).cast();
-        0
+        match super::cast::new_pager(c.joblist_pager(filter, max_page_bytes)) {
+            Some(h) => {
+                *out = h as usize as *mut xce_joblist_pager;
+                0
+            }
+            None => -libc::ENOMEM,
+        }
     }
 }
 
@@ -137,16 +143,20 @@ pub extern "C" fn xcecli_joblist_open(
 /// listing (nothing written). -ESTALE: the snapshot was lost between pages (a failover; a
 /// pager left idle for a minute): the listing has started over on the primary, so drop the
 /// pages received so far and keep calling. Other negative statuses as for every op (F7:
-/// -E_XCE_NOT_READY, …); -EINVAL for a NULL argument. One thread at a time per pager.
+/// -E_XCE_NOT_READY, …); -EINVAL for a NULL argument or a value that is not a pager,
+/// -E_XCE_CLOSED for a closed pager. Calls on one pager from several threads are serialised.
 #[no_mangle]
 pub extern "C" fn xcecli_joblist_next(
     pager: *mut xce_joblist_pager,
     jobs_out: *mut *mut xce_job_t,
 ) -> c_int {
     ffi_panic_boundary! { "xcecli_joblist_next",
-        // SAFETY: a non-NULL pager comes from xcecli_joblist_open and is not closed.
-        let pager = try_mut!(pager.cast::<crate::client::JobPager>());
+        let pager = match super::cast::pager_of(pager as usize) {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
         let out = try_mut!(jobs_out);
+        let mut pager = pager.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             match pager.next_page() {
                 Ok(None) => return 0,
@@ -158,13 +168,13 @@ pub extern "C" fn xcecli_joblist_next(
     }
 }
 
-/// Releases a pager (the controller drops its snapshot when it idles). NULL is a no-op.
+/// Releases a pager (the controller drops its snapshot when it idles). NULL, or a pager
+/// closed already, is a no-op; a page being fetched on another thread finishes first.
 #[no_mangle]
 pub extern "C" fn xcecli_joblist_close(pager: *mut xce_joblist_pager) {
     ffi_panic_boundary! { "xcecli_joblist_close",
         if !pager.is_null() {
-            // SAFETY: pager came from xcecli_joblist_open and is closed once (documented).
-            drop(unsafe { Box::from_raw(pager.cast::<crate::client::JobPager>()) });
+            drop(super::cast::close_pager(pager as usize));
         }
     }
 }
@@ -523,10 +533,13 @@ pub extern "C" fn xcecli_nop(ctx: xcecli_ctx_t) -> c_int {
 // Local (F13).
 
 /// Makes every op in progress on the context of `ctx` — blocked in backoff, connecting,
-/// waiting for a reply, or queued behind another op — return -EINTR promptly. If none is in
-/// progress (or those in progress finish without noticing it), the next op returns -EINTR at
-/// once instead: a wake is never lost. Returns 0, or -EINVAL for a NULL ctx. Safe from any
-/// thread, never blocks; not async-signal-safe.
+/// waiting for a reply, or queued behind another op — return -EINTR promptly (an op that had
+/// already made its last wait returns its own result). With no op in progress nothing happens:
+/// a wake is never kept to end a later, unrelated op (F27; a daemon whose stop may race with
+/// its next call uses `xcecli_request_stop`). Returns 0 (whether or not ops were in progress:
+/// `xcecli_try_wakeup` says which), -EINVAL (NULL or not a handle), -E_XCE_CLOSED (released
+/// handle). Safe from any thread, never blocks; not async-signal-safe (use
+/// `xcecli_try_wakeup` or `xcecli_request_stop` in a handler).
 #[no_mangle]
 pub extern "C" fn xcecli_wakeup(ctx: xcecli_ctx_t) -> c_int {
     ffi_panic_boundary! { "xcecli_wakeup",
@@ -536,13 +549,60 @@ pub extern "C" fn xcecli_wakeup(ctx: xcecli_ctx_t) -> c_int {
     }
 }
 
-/// Variant of `xcecli_wakeup` that keeps no wake: wakes the ops in progress on `ctx`, if
-/// any. Returns 1 when ops were woken, 0 when none was in progress (nothing pending
-/// afterwards), -EINVAL for a NULL ctx. Safe from any thread, never blocks.
+/// Async-signal-safe wakeup (F27): a signal handler may call it while any thread is inside
+/// the library. It takes no lock, allocates nothing and logs nothing (atomics and at most one
+/// write(2) to the wake pipe of the op in progress).
+///
+/// Returns 1 when an op was in progress on the context (queued, running, or nested in a
+/// callback): every wait that op makes from now on ends at once, so it returns -EINTR — unless
+/// it had already made its last wait, and then it returns its own result (say, the job id of a
+/// submit that had been answered). Returns 0 when no op was in progress: nothing happens and
+/// nothing is kept for a later op. Returns -EINVAL for NULL or a value that is not a live
+/// handle (released handles included: no lookup can tell them apart without a lock). To end
+/// the *next* op too, whenever it starts, use `xcecli_request_stop`.
 #[no_mangle]
 pub extern "C" fn xcecli_try_wakeup(ctx: xcecli_ctx_t) -> c_int {
     ffi_panic_boundary! { "xcecli_try_wakeup",
-        let c = try_ctx!(ctx);
-        c_int::from(c.try_wakeup())
+        match super::signal::with_wake(ctx as usize as u64, |w| w.try_wake()) {
+            Some(woke) => c_int::from(woke),
+            None => -libc::EINVAL,
+        }
+    }
+}
+
+/// Sets the context's "stop requested" state (F27): the race-free way for a daemon to stop
+/// from a signal handler. Async-signal-safe (atomics and at most one write(2)).
+///
+/// Every op in progress on the context ends promptly with -E_XCE_STOP_REQUESTED (at its next
+/// wait; one that had already made its last wait returns its own result), and every op that
+/// begins afterwards — on any thread, through any handle of the context, however soon —
+/// returns -E_XCE_STOP_REQUESTED at once without sending anything, until
+/// `xcecli_clear_stop_request`. So a SIGTERM that arrives between the daemon's flag check and
+/// its next op still ends that op at once. `xcecli_stop` works as always. Returns 0, or
+/// -EINVAL for NULL or a value that is not a live handle.
+#[no_mangle]
+pub extern "C" fn xcecli_request_stop(ctx: xcecli_ctx_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_request_stop",
+        match super::signal::with_wake(ctx as usize as u64, |w| w.request_stop()) {
+            Some(()) => 0,
+            None => -libc::EINVAL,
+        }
+    }
+}
+
+/// Clears the "stop requested" state of the context (F27): ops run again. Returns 1 when a
+/// stop was requested, 0 when none was, -EINVAL for NULL or a value that is not a live handle.
+/// Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn xcecli_clear_stop_request(ctx: xcecli_ctx_t) -> c_int {
+    ffi_panic_boundary! { "xcecli_clear_stop_request",
+        match super::signal::with_wake(ctx as usize as u64, |w| {
+            let was = w.stop_requested();
+            w.clear_stop();
+            was
+        }) {
+            Some(was) => c_int::from(was),
+            None => -libc::EINVAL,
+        }
     }
 }

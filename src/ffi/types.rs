@@ -187,11 +187,12 @@ fn ctrl_role(r: msg::ControllerRole) -> i32 {
 // `-ENOMEM` instead of an abort. The matching free function releases the whole block; the
 // header holds its size.
 
-/// Bytes before the object: the block's total size, padded to the block's alignment.
+/// Bytes before the object: the block's total size, then the number of objects (what a free
+/// function's count must equal), padded to the block's alignment.
 const HEADER: usize = 16;
 /// Alignment of every block (>= that of every returned struct and of the header).
 const BLOCK_ALIGN: usize = 16;
-const _: () = assert!(HEADER >= std::mem::size_of::<usize>() && HEADER % BLOCK_ALIGN == 0);
+const _: () = assert!(HEADER >= 2 * std::mem::size_of::<usize>() && HEADER % BLOCK_ALIGN == 0);
 
 /// The block could not be sized or allocated: the export returns -ENOMEM.
 #[derive(Debug, PartialEq, Eq)]
@@ -281,8 +282,11 @@ fn build<T>(
     if base.is_null() {
         return Err(NoMem);
     }
-    // SAFETY: the block is at least HEADER bytes, aligned for usize.
-    unsafe { base.cast::<usize>().write(total) };
+    // SAFETY: the block is at least HEADER bytes (two usize), aligned for usize.
+    unsafe {
+        base.cast::<usize>().write(total);
+        base.cast::<usize>().add(1).write(n);
+    }
     let mut bump = Bump {
         // SAFETY: HEADER <= total.
         base: unsafe { base.add(HEADER) },
@@ -308,6 +312,8 @@ unsafe fn free_block<T>(obj: *mut T) {
     if obj.is_null() {
         return;
     }
+    #[cfg(test)]
+    tests::FREED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     // SAFETY: by contract obj is HEADER bytes into a block whose first word is its size, and
     // the block was allocated with exactly that size and BLOCK_ALIGN.
     unsafe {
@@ -318,6 +324,28 @@ unsafe fn free_block<T>(obj: *mut T) {
             std::alloc::Layout::from_size_align_unchecked(total, BLOCK_ALIGN),
         );
     }
+}
+
+/// Frees a list block given its object and the count the caller says it holds: a count other
+/// than the block's is a caller bug (the pointer may not be what the caller thinks): logged,
+/// and nothing is freed. NULL is a no-op.
+///
+/// # Safety
+/// As [`free_block`].
+unsafe fn free_counted<T>(what: &str, obj: *mut T, count: usize) {
+    if obj.is_null() {
+        return;
+    }
+    // SAFETY: by contract obj is HEADER bytes into a live block; its second word is the count.
+    let n = unsafe { obj.cast::<u8>().sub(HEADER).cast::<usize>().add(1).read() };
+    if n != count {
+        super::log::error(&format!(
+            "{what}: count {count} is not the {n} the library returned: not freed"
+        ));
+        return;
+    }
+    // SAFETY: as the caller's contract.
+    unsafe { free_block(obj) }
 }
 
 /// Hands a list to C as one block: writes `*out` (NULL when empty) and returns the count;
@@ -817,14 +845,14 @@ pub extern "C" fn xce_free_joblist(jobs: *mut *mut xce_job_t) {
     }
 }
 
-/// Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned.
-/// `(NULL, any)` is a no-op. Thread-safe for distinct arrays.
+/// Frees the array `xcecli_joblist_filter` returned. `njobs` must be the count it returned:
+/// another count is refused (logged at ERROR, nothing freed). `(NULL, any)` is a no-op.
+/// Thread-safe for distinct arrays.
 #[no_mangle]
 pub extern "C" fn xce_free_jobs(jobs: *mut xce_job_t, njobs: usize) {
     ffi_panic_boundary! { "xce_free_jobs",
-        let _ = njobs;
         // SAFETY: jobs is NULL or came from xcecli_joblist_filter (documented contract).
-        unsafe { free_block(jobs) }
+        unsafe { free_counted("xce_free_jobs", jobs, njobs) }
     }
 }
 
@@ -839,34 +867,34 @@ pub extern "C" fn xce_free_job(job: *mut xce_job_t) {
 }
 
 /// Frees the array `xcecli_workerlist` returned (with each host's attributes).
-/// `nhosts` must be the count it returned. `(NULL, any)` is a no-op.
+/// `nhosts` must be the count it returned: another count is refused (logged, nothing freed).
+/// `(NULL, any)` is a no-op.
 #[no_mangle]
 pub extern "C" fn xce_free_hosts(hosts: *mut xce_host_t, nhosts: usize) {
     ffi_panic_boundary! { "xce_free_hosts",
-        let _ = nhosts;
         // SAFETY: hosts is NULL or came from xcecli_workerlist (documented contract).
-        unsafe { free_block(hosts) }
+        unsafe { free_counted("xce_free_hosts", hosts, nhosts) }
     }
 }
 
-/// Frees the array `xcecli_reslist` returned. `(NULL, any)` is a no-op.
+/// Frees the array `xcecli_reslist` returned. `nres` must be the count it returned: another
+/// count is refused (logged, nothing freed). `(NULL, any)` is a no-op.
 #[no_mangle]
 pub extern "C" fn xce_free_resources(res: *mut xce_resource_t, nres: usize) {
     ffi_panic_boundary! { "xce_free_resources",
-        let _ = nres;
         // SAFETY: res is NULL or came from xcecli_reslist (documented contract).
-        unsafe { free_block(res) }
+        unsafe { free_counted("xce_free_resources", res, nres) }
     }
 }
 
 /// Frees the array `xcecli_resval` returned. Only for arrays the library returned, never for
-/// the caller's own `xcecli_update_resvals` input. `(NULL, any)` is a no-op.
+/// the caller's own `xcecli_update_resvals` input. `nresvals` must be the count it returned:
+/// another count is refused (logged, nothing freed). `(NULL, any)` is a no-op.
 #[no_mangle]
 pub extern "C" fn xce_free_resvals(resvals: *mut xce_resval_t, nresvals: usize) {
     ffi_panic_boundary! { "xce_free_resvals",
-        let _ = nresvals;
         // SAFETY: resvals is NULL or came from xcecli_resval (documented contract).
-        unsafe { free_block(resvals) }
+        unsafe { free_counted("xce_free_resvals", resvals, nresvals) }
     }
 }
 
@@ -891,6 +919,26 @@ pub extern "C" fn xce_free_cluster_conf(conf: *mut xce_cluster_conf_t) {
 
 #[cfg(test)]
 mod tests {
+    /// Blocks freed by this test binary.
+    pub(super) static FREED: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+
+    #[test]
+    fn a_list_is_freed_only_with_its_own_count() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let jobs = vec![msg::Job::default(); 3];
+        let mut out: *mut xce_job_t = std::ptr::null_mut();
+        assert_eq!(super::out_list(&jobs, super::job_fill, &mut out), 3);
+        let before = FREED.load(SeqCst);
+        super::xce_free_jobs(out, 2);
+        super::xce_free_jobs(out, 4);
+        assert_eq!(FREED.load(SeqCst), before, "a wrong count freed the array");
+        // SAFETY: the array is still ours (nothing was freed).
+        assert_eq!(unsafe { (*out.add(2)).jobid }, 0);
+        super::xce_free_jobs(out, 3);
+        assert_eq!(FREED.load(SeqCst), before + 1);
+    }
+
     use super::*;
 
     fn sample_job() -> msg::Job {

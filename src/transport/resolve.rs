@@ -27,14 +27,13 @@ use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 use super::waker::{Wait, Waker};
 use crate::error::{strerror, Error};
+use crate::process::wakepipe::WakePipe;
+use crate::process::ForkLock;
 
 /// How long a looked-up answer is used without asking again (getaddrinfo reports no TTL).
 pub const POSITIVE_TTL: Duration = Duration::from_secs(30);
@@ -146,9 +145,16 @@ pub type LookupFn = Arc<dyn Fn(&str) -> Result<Vec<SocketAddr>, LookupFailure> +
 
 /// One lookup in flight, shared by its thread and its waiters.
 struct Flight {
-    /// Readable once `result` is set (written once, never drained).
-    done: OwnedFd,
+    /// Readable once `result` is set (written once, never drained). A pipe, not an eventfd:
+    /// its identity is checked before the helper writes it and before it is closed (F21).
+    done: WakePipe,
     result: OnceLock<Result<Arc<[SocketAddr]>, LookupFailure>>,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.done.close();
+    }
 }
 
 struct Entry {
@@ -180,12 +186,12 @@ pub struct Resolver {
     lookup: LookupFn,
     ttl: Duration,
     max_stale: Duration,
-    state: Mutex<State>,
+    state: ForkLock<State>,
 }
 
 impl fmt::Debug for Resolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let st = self.state.lock();
+        let st = self.state.lock_local();
         f.debug_struct("Resolver")
             .field("names", &st.names.len())
             .field("in_flight", &st.in_flight)
@@ -211,7 +217,7 @@ impl Resolver {
             lookup,
             ttl,
             max_stale,
-            state: Mutex::new(State::new()),
+            state: ForkLock::new(State::new(), forget_the_parent),
         })
     }
 
@@ -239,7 +245,7 @@ impl Resolver {
                     .map(|a| with_port(a, port))
                     .map_err(|f| ResolveError::Lookup(*f));
             }
-            match waker.wait(Some(flight.done.as_raw_fd()), libc::POLLIN, Some(deadline)) {
+            match waker.wait(Some(flight.done.read_fd()), libc::POLLIN, Some(deadline)) {
                 // `result` is set before `done` becomes readable.
                 Ok(Wait::Ready(_)) => {
                     if flight.result.get().is_none() {
@@ -300,9 +306,10 @@ impl Resolver {
         self.start(&mut st, &key).map(Found::Wait)
     }
 
-    /// The state, reset first in a forked child.
-    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
-        let mut st = self.state.lock();
+    /// The state, reset first in a forked child (the process's resolver is reset by the fork
+    /// handler already; this catches a child made without it).
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        let mut st = self.state.lock_local();
         if st.pid != std::process::id() {
             *st = State::new();
         }
@@ -314,17 +321,10 @@ impl Resolver {
         if st.in_flight >= MAX_LOOKUPS_IN_FLIGHT {
             return Err(ResolveError::Lookup(LookupFailure::TooMany));
         }
-        // SAFETY: eventfd(2) takes no pointers; a non-negative result is a new fd, owned by
-        // the Flight from here on (closed with its last reference).
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(ResolveError::Wait(Error::from_io(
-                &io::Error::last_os_error(),
-            )));
-        }
+        // Owned by the Flight from here on (closed with its last reference).
+        let done = WakePipe::new().map_err(ResolveError::Wait)?;
         let flight = Arc::new(Flight {
-            // SAFETY: fd was just created and is owned by nothing else.
-            done: unsafe { OwnedFd::from_raw_fd(fd) },
+            done,
             result: OnceLock::new(),
         });
         let (me, name, f) = (self.clone(), key.to_string(), flight.clone());
@@ -371,7 +371,7 @@ impl Resolver {
         {
             // The cache first, the flight's result after: a caller who finds no flight in the
             // cache any more starts a new lookup rather than reading this one's failure.
-            let mut st = self.state.lock();
+            let mut st = self.state.lock_local();
             // In a forked child this thread does not exist, so the state is the parent's.
             st.in_flight = st.in_flight.saturating_sub(1);
             if let Some(e) = st.names.get_mut(name) {
@@ -388,10 +388,8 @@ impl Resolver {
             }
         }
         let _ = flight.result.set(result);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to the Flight's eventfd, kept open by the
-        // `flight` reference this thread holds.
-        unsafe { libc::write(flight.done.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // Checked: a caller's closefrom() may have taken the number meanwhile (F21).
+        flight.done.notify();
     }
 }
 
@@ -564,10 +562,36 @@ fn gai_text(code: i32) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// The process's resolver over the system's getaddrinfo.
+/// In a child of `fork` (F26), with the lock held: the lookups in flight belong to threads the
+/// child does not have, and the cache to the parent; the child starts afresh. (A lookup's
+/// eventfd is closed here when nothing else in the child refers to it; one still referenced by
+/// the parent's helper thread, which the child does not have, stays open in the child.)
+fn forget_the_parent(st: &mut State) {
+    *st = State::new();
+}
+
+/// The process's resolver over the system's getaddrinfo. Its lock is safe across `fork`: never
+/// found held in a child, whatever a lookup was doing at the fork (F26).
 pub fn system() -> &'static Arc<Resolver> {
     static SYSTEM: OnceLock<Arc<Resolver>> = OnceLock::new();
-    SYSTEM.get_or_init(|| Resolver::new(Arc::new(system_lookup)))
+    if let Some(r) = SYSTEM.get() {
+        return r;
+    }
+    let r: &'static Arc<Resolver> = SYSTEM.get_or_init(|| Resolver::new(Arc::new(system_lookup)));
+    let inner: &'static Resolver = r;
+    inner.state.register();
+    crate::process::fork::before_fork(|| {
+        system();
+    });
+    r
+}
+
+/// Holds the process's resolver lock for `d` on the calling thread (tests: a fork while another
+/// thread holds it, F26).
+#[doc(hidden)]
+pub fn hold_system_lock_for(d: Duration) {
+    let _st = system().lock();
+    std::thread::sleep(d);
 }
 
 /// [`Resolver::resolve`] on the process's resolver.
@@ -679,7 +703,7 @@ mod tests {
             assert_eq!(r.cached(host, 7), Some(vec![want]), "{host}");
         }
         assert_eq!(fake.calls(), 0);
-        assert_eq!(r.state.lock().names.len(), 0);
+        assert_eq!(r.state.lock_local().names.len(), 0);
         assert_eq!(numeric("db7.example", 7), None);
         assert_eq!(numeric("cafe", 7), None, "hex letters alone are a name");
     }
@@ -824,7 +848,7 @@ mod tests {
         wait_until("the refresh starts", || fake.calls() == 2);
         assert_eq!(r.resolve("db7.example", 1, soon(0), &w), Ok(ten(1, 1)));
         fake.hold.store(false, SeqCst);
-        wait_until("the refresh ends", || r.state.lock().in_flight == 0);
+        wait_until("the refresh ends", || r.state.lock_local().in_flight == 0);
         // It failed: the stale answer stays in use; the next call refreshes again.
         assert_eq!(r.cached("db7.example", 1), Some(ten(1, 1)));
         fake.fail.store(false, SeqCst);
@@ -863,7 +887,7 @@ mod tests {
         });
         let flights: Vec<Weak<Flight>> = r
             .state
-            .lock()
+            .lock_local()
             .names
             .values()
             .filter_map(|e| e.flight.as_ref().map(Arc::downgrade))
@@ -874,7 +898,7 @@ mod tests {
         wait_until("every flight is freed", || {
             flights.iter().all(|f| f.upgrade().is_none())
         });
-        assert_eq!(r.state.lock().in_flight, 0);
+        assert_eq!(r.state.lock_local().in_flight, 0);
         assert_eq!(
             r.resolve("one-more.example", 1, soon(20_000), &w),
             Ok(ten(1, 1))
@@ -909,8 +933,10 @@ mod tests {
             let host = format!("n{i}.example");
             assert!(r.resolve(&host, 1, soon(20_000), &w).is_ok());
         }
-        wait_until("no lookup in flight", || r.state.lock().in_flight == 0);
-        assert!(r.state.lock().names.len() <= MAX_NAMES);
+        wait_until("no lookup in flight", || {
+            r.state.lock_local().in_flight == 0
+        });
+        assert!(r.state.lock_local().names.len() <= MAX_NAMES);
         assert!(r
             .cached(&format!("n{}.example", MAX_NAMES + 19), 1)
             .is_some());

@@ -1,124 +1,62 @@
 //! F13, F20, F21: interruptible waits without a thread of our own.
 //!
 //! Every blocking point of the library (connect, write, reply wait, backoff sleep, name lookup)
-//! is a `poll(2)` on the socket *and* an eventfd, so another thread can end the wait by writing
-//! to it. The eventfd is not the context's own: a wait borrows one from a process-wide pool for
+//! is a `poll(2)` on the socket *and* a wake pipe, so another thread can end the wait by writing
+//! to it. The wake pipe is not the context's own: a wait borrows one from a process-wide pool for
 //! its duration (P8: an idle context holds its socket only).
 //!
-//! What ends a wait is decided by flags, never by the eventfd alone:
+//! What ends a wait is decided by flags, never by the wake pipe alone:
 //! - the context's **wake generation** ([`WakeState::interrupt`], `xcecli_wakeup`): every wait
 //!   of a call that started before the bump ends with `EINTR` — all of them, not just one (F13);
 //! - the context being **closed** ([`WakeState::close`], `xcecli_stop`): `E_XCE_CLOSED` (F20);
 //! - the call's own **cancel token** ([`CancelToken`], per-call handles): `ECANCELED`.
 //!
-//! The waker publishes its eventfd before it checks the flags (both sequentially consistent),
-//! so a wake racing with the start of a wait is never lost. A write that reaches an eventfd
+//! The waker publishes its wake pipe before it checks the flags (both sequentially consistent),
+//! so a wake racing with the start of a wait is never lost. A write that reaches a wake pipe
 //! after its wait ended (and another context's wait borrowed it) is a spurious readiness there:
 //! that wait drains it, finds its flags clear and waits on.
 //!
-//! F21: a pooled eventfd is verified before every use ([`FdIdent`]): a caller that closed it
+//! F21: a pooled wake pipe is verified before every use ([`FdIdent`]): a caller that closed it
 //! (`closefrom`) or forked gets it rebuilt, never read or written. The pool is emptied and its
-//! eventfds closed when the last context goes away, so the library holds no fd once no context
+//! wake pipes closed when the last context goes away, so the library holds no fd once no context
 //! exists.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
-use super::fdcheck::FdIdent;
 use crate::error::Error;
 
-/// Eventfds not lent to any wait right now, each with what it named when created. Grows to the
-/// most waits ever in progress at once (about the number of threads calling into the library);
-/// emptied when the last [`WakeState`] is dropped.
-static POOL: Mutex<Vec<(RawFd, FdIdent)>> = Mutex::new(Vec::new());
+use crate::process::fdpool::{self, give_back, lend};
+use crate::process::wakepipe::{notify_unchecked, WakePipe};
 
-/// Live [`WakeState`]s (one per context): the pool is kept only while this is not zero.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// Most descriptors one wait polls (besides the eventfd and a watched one).
+/// Most descriptors one wait polls (besides the wake pipe and a watched one).
 pub const MAX_WAIT_FDS: usize = 16;
 
-/// Closes `fd` only if it still names `id` (a number the caller reused is left alone).
-fn close_if_ours(fd: RawFd, id: &FdIdent) {
-    if id.same_file(fd) {
-        // SAFETY: fd still names the eventfd we created (checked just now); nothing else of
-        // ours refers to it once it is out of the pool.
-        unsafe { libc::close(fd) };
-    }
-}
-
-/// A verified eventfd of this process: from the pool, or new.
-fn lend() -> Result<(RawFd, FdIdent), Error> {
-    {
-        let mut pool = POOL.lock();
-        while let Some((fd, id)) = pool.pop() {
-            if id.still_ours(fd) {
-                return Ok((fd, id));
-            }
-            if id.inherited() {
-                // A forked child's copy of its parent's eventfd: ours to close, not to use.
-                close_if_ours(fd, &id);
-            }
-            // Otherwise the caller closed it and maybe reused the number: forget it.
-        }
-    }
-    // SAFETY: eventfd(2) takes no pointers; a non-negative return is a new fd we own.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::from_io(&std::io::Error::last_os_error()));
-    }
-    match FdIdent::of(fd) {
-        Some(id) => Ok((fd, id)),
-        None => Err(Error::Errno(libc::EBADF)),
-    }
-}
-
-/// Gives an eventfd back; closes it instead when no context is left to use it.
-fn give_back(fd: RawFd, id: FdIdent) {
-    let mut pool = POOL.lock();
-    if LIVE.load(SeqCst) == 0 {
-        drop(pool);
-        close_if_ours(fd, &id);
-    } else {
-        pool.push((fd, id));
-    }
-}
-
-/// Closes every pooled eventfd (the last context is gone).
-fn empty_pool() {
-    let fds = std::mem::take(&mut *POOL.lock());
-    for (fd, id) in fds {
-        close_if_ours(fd, &id);
-    }
-}
-
-/// Number of eventfds in the pool (for tests and the footprint benchmark).
+/// Number of wake pipes in the process's pool (for tests and the footprint benchmark).
 pub fn pooled_eventfds() -> usize {
-    POOL.lock().len()
+    fdpool::pooled_pipes()
 }
 
-/// Empties an eventfd's counter; returns whether it was non-zero.
-fn drain(fd: RawFd) -> bool {
-    let mut n: u64 = 0;
-    // SAFETY: reads at most 8 bytes into a live u64 from a verified non-blocking eventfd;
-    // EAGAIN (nothing pending) is the only expected failure.
-    let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-    r == 8 && n > 0
-}
-
-/// The wake state of one context: its wake generation, whether it is closed, and the eventfd
+/// The wake state of one context: its wake generation, whether it is closed, and the wake pipe
 /// lent to the wait in progress (only the thread that owns the context waits on I/O).
 #[derive(Debug)]
 pub struct WakeState {
     generation: AtomicU64,
     closed: AtomicBool,
-    /// The eventfd lent to the wait in progress, -1 when none.
+    /// The wake pipe lent to the wait in progress, -1 when none.
     lent: AtomicI32,
+    /// Nudges between reading `lent` and their write: the wake pipe is not given back (and so
+    /// never closed or lent to another context) while one is in progress.
+    nudging: AtomicU32,
+    /// Calls between entering and leaving the context (queued, running, nested): what
+    /// [`try_wake`](Self::try_wake) reports, without a lock (F27).
+    active: AtomicU32,
+    /// F27: a stop was requested (`xcecli_request_stop`): calls in progress end and later ones
+    /// fail at once with `E_XCE_STOP_REQUESTED`, until cleared.
+    stop_requested: AtomicBool,
     /// No longer counted among the live contexts (retired when its context finished
-    /// stopping: a stopped context that is still referenced keeps no pooled eventfd alive).
+    /// stopping: a stopped context that is still referenced keeps no pooled wake pipe alive).
     retired: AtomicBool,
 }
 
@@ -131,21 +69,24 @@ impl Default for WakeState {
 impl WakeState {
     /// A wake state holding no file descriptor.
     pub fn new() -> WakeState {
-        LIVE.fetch_add(1, SeqCst);
+        fdpool::context_started();
         WakeState {
             generation: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             lent: AtomicI32::new(-1),
+            nudging: AtomicU32::new(0),
+            active: AtomicU32::new(0),
+            stop_requested: AtomicBool::new(false),
             retired: AtomicBool::new(false),
         }
     }
 
     /// Stops counting this context among the live ones (F21): once the last live one is
-    /// retired or dropped, the pooled eventfds are closed. For a context that is stopped and
+    /// retired or dropped, the pooled wake pipes are closed. For a context that is stopped and
     /// makes no more waits; idempotent.
     pub fn retire(&self) {
-        if !self.retired.swap(true, SeqCst) && LIVE.fetch_sub(1, SeqCst) == 1 {
-            empty_pool();
+        if !self.retired.swap(true, SeqCst) {
+            fdpool::context_retired();
         }
     }
 
@@ -155,7 +96,58 @@ impl WakeState {
         self.generation.load(SeqCst)
     }
 
+    /// A call enters the context: returns its wake generation (read before it is counted, so a
+    /// [`try_wake`](Self::try_wake) that counts it also ends it).
+    pub fn enter_call(&self) -> u64 {
+        let since = self.generation.load(SeqCst);
+        self.active.fetch_add(1, SeqCst);
+        since
+    }
+
+    /// In a child of `fork` (single-threaded): only `n` calls — the forking thread's own —
+    /// remain in progress; those of threads the child does not have are forgotten, so a wake
+    /// in the child reports exactly its own calls.
+    pub fn forget_calls_after_fork(&self, n: u32) {
+        self.active.store(n, SeqCst);
+    }
+
+    /// A call leaves the context.
+    pub fn leave_call(&self) {
+        self.active.fetch_sub(1, SeqCst);
+    }
+
+    /// F27, async-signal-safe (atomics and at most one write(2); no lock, no allocation, no
+    /// log): if a call is in progress on the context (queued, running or nested), ends every
+    /// wait of it from now on with `EINTR` and returns true; otherwise does nothing (nothing is
+    /// kept for a later call) and returns false. A call that had already made its last wait
+    /// returns its own result.
+    pub fn try_wake(&self) -> bool {
+        if self.active.load(SeqCst) == 0 {
+            return false;
+        }
+        self.interrupt();
+        true
+    }
+
+    /// F27, async-signal-safe: sets the "stop requested" state. Every call in progress ends
+    /// (its waits end with `E_XCE_STOP_REQUESTED`) and every later call fails with it at once,
+    /// until [`clear_stop`](Self::clear_stop).
+    pub fn request_stop(&self) {
+        self.stop_requested.store(true, SeqCst);
+        self.interrupt();
+    }
+
+    /// Clears the "stop requested" state (later calls run again).
+    pub fn clear_stop(&self) {
+        self.stop_requested.store(false, SeqCst);
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested.load(SeqCst)
+    }
+
     /// Ends every wait of every call that started before now (F13), with `EINTR`.
+    /// Async-signal-safe.
     pub fn interrupt(&self) {
         self.generation.fetch_add(1, SeqCst);
         self.nudge();
@@ -167,21 +159,27 @@ impl WakeState {
         self.interrupt();
     }
 
+    /// Marks the context closed without writing to any descriptor (a forked child's copy of a
+    /// context whose wait belongs to a thread the child does not have).
+    pub fn close_quietly(&self) {
+        self.closed.store(true, SeqCst);
+    }
+
     pub fn is_closed(&self) -> bool {
         self.closed.load(SeqCst)
     }
 
-    /// Makes the wait in progress (if any) re-check its flags.
-    pub fn nudge(&self) {
+    /// Makes the wait in progress (if any) re-check its flags; returns whether a wait was in
+    /// progress (its wake pipe was written). Async-signal-safe (F27): atomics and one write(2),
+    /// no lock, no allocation.
+    pub fn nudge(&self) -> bool {
+        self.nudging.fetch_add(1, SeqCst);
         let fd = self.lent.load(SeqCst);
-        if fd >= 0 {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to a pooled eventfd. Pooled eventfds are
-            // closed only when no context is left, and this one is alive, so the number still
-            // names an eventfd of ours even if its wait just ended. It can only fail with
-            // EAGAIN when the counter is near u64::MAX, when a wake is pending anyway.
-            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-        }
+        // The wait gives its pipe back only once `nudging` is zero again (`Lent::drop`), so
+        // until the decrement below the number still names the pipe lent to this context.
+        let wrote = fd >= 0 && notify_unchecked(fd);
+        self.nudging.fetch_sub(1, SeqCst);
+        wrote
     }
 
     /// The waker of a call that started at wake generation `since`, cancelled by `token`.
@@ -251,17 +249,22 @@ pub enum Wait {
     TimedOut,
 }
 
-/// Gives the lent eventfd back when the wait ends, however it ends.
+/// Gives the lent wake pipe back when the wait ends, however it ends.
 struct Lent<'a> {
-    fd: RawFd,
-    id: FdIdent,
-    slot: &'a AtomicI32,
+    pipe: WakePipe,
+    state: &'a WakeState,
 }
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        self.slot.store(-1, SeqCst);
-        give_back(self.fd, self.id);
+        self.state.lent.store(-1, SeqCst);
+        // A nudge that read the number before the store above is one write(2) away from done
+        // (a nudge never blocks; one from a signal handler on this very thread has finished
+        // before this code resumes).
+        while self.state.nudging.load(SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        give_back(self.pipe);
     }
 }
 
@@ -271,6 +274,8 @@ impl<'a> Waker<'a> {
     pub fn check(&self) -> Result<(), Error> {
         if self.state.is_closed() {
             Err(Error::Closed)
+        } else if self.state.stop_requested() {
+            Err(Error::StopRequested)
         } else if self.token.is_some_and(CancelToken::is_cancelled) {
             Err(Error::Errno(libc::ECANCELED))
         } else if self.state.generation() != self.since {
@@ -336,12 +341,12 @@ impl<'a> Waker<'a> {
             return Err(Error::Errno(libc::EINVAL));
         }
         self.check()?;
-        let (efd, id) = lend()?;
-        self.state.lent.store(efd, SeqCst);
+        let pipe = lend()?;
+        let efd = pipe.read_fd();
+        self.state.lent.store(pipe.write_fd(), SeqCst);
         let _lent = Lent {
-            fd: efd,
-            id,
-            slot: &self.state.lent,
+            pipe,
+            state: self.state,
         };
         let none = libc::pollfd {
             fd: -1,
@@ -361,8 +366,8 @@ impl<'a> Waker<'a> {
         };
         let n = fds.len() + 2;
         loop {
-            // After publishing the eventfd: a wake either changed the flags before this check
-            // or writes the eventfd after it.
+            // After publishing the wake pipe: a wake either changed the flags before this check
+            // or writes the wake pipe after it.
             self.check()?;
             let timeout_ms = match deadline {
                 None => -1,
@@ -392,9 +397,9 @@ impl<'a> Waker<'a> {
                 return Err(Error::from_io(&e));
             }
             if all[0].revents != 0 {
-                // Ours or a late one meant for the eventfd's previous borrower: the flags
+                // Ours or a late one meant for the wake pipe's previous borrower: the flags
                 // decide (checked at the top of the loop).
-                drain(efd);
+                pipe.drain();
                 continue;
             }
             if all[2..n].iter().any(|p| p.revents != 0) {
@@ -476,7 +481,7 @@ mod tests {
         let count = || std::fs::read_dir("/proc/self/fd").unwrap().count();
         let before = count();
         // Other tests run in parallel and open fds too: a margin far below the 50 that one
-        // eventfd per context would add.
+        // wake pipe per context would add.
         let states: Vec<WakeState> = (0..50).map(|_| WakeState::new()).collect();
         assert!(count() < before + 10, "50 idle contexts hold no fd");
         for s in &states {
@@ -489,8 +494,8 @@ mod tests {
     }
 
     #[test]
-    fn a_late_wake_on_a_reused_eventfd_does_not_end_another_wait() {
-        // B sleeps on a pooled eventfd. A write to that very fd with B's flags clear is what a
+    fn a_late_wake_on_a_reused_wake_pipe_does_not_end_another_wait() {
+        // B sleeps on a pooled wake pipe. A write to that very fd with B's flags clear is what a
         // wake meant for the fd's previous borrower looks like: B must sleep on.
         let b = Arc::new(WakeState::new());
         let b2 = b.clone();
@@ -510,7 +515,7 @@ mod tests {
             assert!(Instant::now() < deadline, "B never started waiting");
             std::thread::yield_now();
         };
-        // SAFETY: writes 8 bytes from a live u64 to the pooled eventfd B holds.
+        // SAFETY: writes 8 bytes from a live u64 to the pooled wake pipe B holds.
         unsafe { libc::write(fd, (&1u64 as *const u64).cast(), 8) };
         let (r, took) = h.join().unwrap();
         assert_eq!(r, Ok(()), "a stray write is not a wake");

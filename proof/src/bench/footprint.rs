@@ -84,7 +84,7 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     ]);
     if fds_per > MAX_FDS_PER_CTX {
         t.result(format!(
-            "fds: each context holds its socket and its waker eventfd (transport::Waker, F13): {fds_per:.0} per context"
+            "fds: each context holds its socket; waits borrow wake pipes from a process-wide pool (process::fdpool, F13): {fds_per:.0} per context"
         ));
     }
     match heap_per {

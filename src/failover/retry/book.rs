@@ -117,6 +117,12 @@ impl Identity {
         }
     }
 
+    /// F26: a forked child's own identity: a new client id, its request ids from 1 again.
+    pub fn rekey(&mut self, client_id: ClientId) {
+        self.client_id = client_id;
+        self.request_id = 0;
+    }
+
     /// The one place the ids of a request are produced: `Some(id)` re-sends request `id`,
     /// `None` with `fresh` takes the next request id, `None` without it is 0 (not
     /// deduplicated). Every request of the context goes through here.

@@ -56,6 +56,12 @@ pub struct Outbox {
 
 impl Outbox {
     /// Entries waiting for an acknowledgement.
+    /// F26: in a forked child, forgets the parent's notifications (the parent delivers them;
+    /// the child re-sending them under its own client id would apply them twice).
+    pub fn forget(&mut self) {
+        *self = Outbox::default();
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

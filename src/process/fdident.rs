@@ -1,0 +1,155 @@
+//! F21 (amended): what a descriptor named when the library opened it, precisely enough to
+//! tell it apart from any descriptor that later takes its number.
+//!
+//! A daemon may close every fd above 2 (`closefrom`, `close_range`, daemonizing code) and open
+//! its own, which then get the numbers the library held; or it may `fork`, and the child
+//! shares the parent's descriptors. (device, inode) tells a socket, a pipe or a file apart —
+//! the kernel numbers the inodes of sockets and pipes from a counter, so a new one does not
+//! take the number of one just closed — but every eventfd, epoll, timerfd and signalfd is the
+//! same anonymous inode, and even an eventfd's `eventfd-id` (fdinfo) is handed to the next
+//! eventfd once freed. So the library keeps no anonymous-inode descriptor across calls: what it
+//! keeps is a socket or a pipe ([`super::wakepipe`]), and an anonymous inode is never taken to
+//! be ours ([`FdIdent::verifiable`] is false for it).
+
+use std::os::fd::RawFd;
+
+/// What a descriptor named when the library opened it: the process and the file's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdIdent {
+    pid: libc::pid_t,
+    dev: libc::dev_t,
+    ino: libc::ino_t,
+    /// An anonymous inode (eventfd and friends): shared by all of its kind, never verifiable.
+    anon: bool,
+}
+
+/// The calling process's id (a syscall: glibc has not cached it since 2.25, so a fork is
+/// always seen).
+pub fn current_pid() -> libc::pid_t {
+    // SAFETY: getpid(2) takes no arguments and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// (device, inode, anonymous) of an open descriptor.
+fn stat(fd: RawFd) -> Option<(libc::dev_t, libc::ino_t, bool)> {
+    // SAFETY: fstat writes into a live, properly sized stat buffer; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; an fd that is not open is EBADF, not undefined behaviour.
+    let rc = unsafe { libc::fstat(fd, &mut st) };
+    // An anonymous inode has no file type bits (eventfd, epoll, timerfd, signalfd, …).
+    (rc == 0).then_some((st.st_dev, st.st_ino, st.st_mode & libc::S_IFMT == 0))
+}
+
+impl FdIdent {
+    /// Records what `fd` names now, in this process. `None` if it is not open.
+    pub fn of(fd: RawFd) -> Option<FdIdent> {
+        let (dev, ino, anon) = stat(fd)?;
+        Some(FdIdent {
+            pid: current_pid(),
+            dev,
+            ino,
+            anon,
+        })
+    }
+
+    /// Whether the identity is precise enough to recognise the descriptor later (false for an
+    /// anonymous inode: such a descriptor is not kept across calls).
+    pub fn verifiable(&self) -> bool {
+        !self.anon
+    }
+
+    /// Whether `fd` still names the recorded file and we are still the process that opened it
+    /// (a forked child shares the file with its parent: using it would cross their streams).
+    pub fn still_ours(&self, fd: RawFd) -> bool {
+        self.pid == current_pid() && self.same_file(fd)
+    }
+
+    /// Whether `fd` still names the recorded file, in whichever process (a forked child may
+    /// close its own copy of a descriptor it inherited, but must not use it).
+    pub fn same_file(&self, fd: RawFd) -> bool {
+        let Some((dev, ino, anon)) = stat(fd) else {
+            return false;
+        };
+        !self.anon && !anon && (dev, ino) == (self.dev, self.ino)
+    }
+
+    /// Whether `fd` names a file with the recorded device and inode, in this process (for a
+    /// descriptor held only for the span of one wait, whose kernel id cannot be read).
+    pub fn same_inode(&self, fd: RawFd) -> bool {
+        self.pid == current_pid()
+            && stat(fd).is_some_and(|(d, i, _)| (d, i) == (self.dev, self.ino))
+    }
+
+    /// Whether the descriptor was opened by another process (we are a forked child).
+    pub fn inherited(&self) -> bool {
+        self.pid != current_pid()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn eventfd() -> RawFd {
+        // SAFETY: eventfd(2) takes no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0);
+        fd
+    }
+
+    fn close(fd: RawFd) {
+        // SAFETY: closes a descriptor this test made.
+        unsafe { libc::close(fd) };
+    }
+
+    #[test]
+    fn a_reused_number_is_not_ours() {
+        let a = std::fs::File::open("/dev/null").unwrap();
+        let fd = a.as_raw_fd();
+        let id = FdIdent::of(fd).unwrap();
+        assert!(id.still_ours(fd));
+        drop(a);
+        assert!(!id.still_ours(fd), "closed");
+        // Whatever now gets that number is another file (a fresh pipe here).
+        let mut p = [0; 2];
+        // SAFETY: pipe2 writes two fds into a live array of two.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        assert!(!id.still_ours(p[0]) && !id.still_ours(p[1]));
+        close(p[0]);
+        close(p[1]);
+    }
+
+    #[test]
+    fn an_eventfd_is_never_verifiable() {
+        let fd = eventfd();
+        let id = FdIdent::of(fd).unwrap();
+        assert!(!id.verifiable());
+        assert!(
+            !id.still_ours(fd),
+            "an anonymous inode is shared by every eventfd"
+        );
+        assert!(id.same_inode(fd));
+        close(fd);
+    }
+
+    #[test]
+    fn a_pipe_that_takes_the_number_of_ours_is_not_ours() {
+        let mut p = [0; 2];
+        // SAFETY: pipe2 writes two fds into a live array of two.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let id = FdIdent::of(p[0]).unwrap();
+        assert!(id.verifiable() && id.still_ours(p[0]) && id.still_ours(p[1]));
+        close(p[0]);
+        close(p[1]);
+        let mut q = [0; 2];
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::pipe2(q.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        assert!(
+            !id.still_ours(q[0]) && !id.still_ours(q[1]),
+            "a new pipe, a new inode"
+        );
+        close(q[0]);
+        close(q[1]);
+    }
+}

@@ -1,0 +1,280 @@
+//! F26: fork. Everything here runs in one #[test] (no other test thread of this binary is in
+//! the library while it forks), each case forking a child that checks one thing and leaves
+//! with `_exit`; a child that does not finish in time is killed and the case fails.
+//!
+//! - a child forked while another thread holds the resolver's lock resolves a name within its
+//!   deadline (before: the child waited forever for a lock its parent's thread held);
+//! - the same with the wake-pipe pool's lock and the handle table's lock;
+//! - a child forked while another thread runs the log sink replaces the sink at once (before:
+//!   it waited forever for an invocation of a thread the child does not have);
+//! - a child using an inherited context writes with its own client id, so the parent's next
+//!   write is not answered from the controller's dedup table with the child's reply;
+//! - a context that another thread was using at the fork fails at once in the child (its
+//!   lock and connection belong to a thread the child does not have), never hangs;
+//! - `new_job_id` never repeats across a fork.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::*;
+use xce::client::{new_job_id, Client, Config};
+use xce::failover::log;
+use xce::transport::resolve::{hold_system_lock_for, resolve};
+use xce::transport::WakeState;
+use xce::wire::{JobAction, Op};
+
+/// How long a child may take before the case fails.
+const CHILD_LIMIT: Duration = Duration::from_secs(20);
+
+/// Forks; the child runs `child` and leaves with its result (0: passed). Returns the child's
+/// exit code, or `None` when it had to be killed after `CHILD_LIMIT`.
+fn fork_and_wait(child: impl FnOnce() -> bool) -> Option<i32> {
+    // SAFETY: fork(2); the child runs `child` and leaves with _exit (no destructor, no atexit).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(false);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let end = Instant::now() + CHILD_LIMIT;
+    loop {
+        let mut status = 0;
+        // SAFETY: polls the child made above; status is a live c_int.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        if Instant::now() > end {
+            // SAFETY: kills and reaps the child made above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A pipe for a child's report: (read end, write end).
+fn pipe() -> (std::fs::File, std::fs::File) {
+    let mut p = [0; 2];
+    // SAFETY: pipe2 writes two fds into a live array of two.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned by nothing else.
+    unsafe {
+        (
+            std::fs::File::from(OwnedFd::from_raw_fd(p[0])),
+            std::fs::File::from(OwnedFd::from_raw_fd(p[1])),
+        )
+    }
+}
+
+fn resolver_lock_held_at_fork() {
+    let holder = std::thread::spawn(|| hold_system_lock_for(Duration::from_millis(500)));
+    std::thread::sleep(Duration::from_millis(100)); // the holder has the lock now
+    let r = fork_and_wait(|| {
+        let ws = WakeState::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        resolve("localhost", 7, deadline, &ws.waker_now()).is_ok()
+    });
+    holder.join().unwrap();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's first lookup did not return within its deadline (None: hung)"
+    );
+}
+
+fn pool_and_handle_table_held_at_fork() {
+    // The wake-pipe pool's lock: the child's first wait borrows from the pool.
+    let holder =
+        std::thread::spawn(|| xce::process::fdpool::hold_lock_for(Duration::from_millis(400)));
+    std::thread::sleep(Duration::from_millis(100));
+    let r = fork_and_wait(|| {
+        let ws = WakeState::new();
+        ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
+    });
+    holder.join().unwrap();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's first wait (None: hung on the pool's lock)"
+    );
+    // The handle table's lock: every export looks its handle up there.
+    let holder =
+        std::thread::spawn(|| xce::ffi::cast::hold_handle_table_for(Duration::from_millis(400)));
+    std::thread::sleep(Duration::from_millis(100));
+    let r = fork_and_wait(|| {
+        let mut stats = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
+        let bogus = 1usize as xce::ffi::xcecli_ctx_t;
+        xce::ffi::hooks::xcecli_get_stats(bogus, stats.as_mut_ptr()) == -libc::EINVAL
+    });
+    holder.join().unwrap();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's first export (None: hung on the handle table)"
+    );
+}
+
+fn log_sink_running_at_fork() {
+    let inside = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let (i2, r2) = (inside.clone(), release.clone());
+    log::set_level(log::Level::Debug);
+    log::set_sink(Some(Arc::new(move |_, _| {
+        i2.store(true, SeqCst);
+        while !r2.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })));
+    let logger = std::thread::spawn(|| {
+        log::log(
+            log::Level::Error,
+            format_args!("held in the sink across a fork"),
+        )
+    });
+    while !inside.load(SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let r = fork_and_wait(|| {
+        log::set_sink(None); // waits for invocations on other threads: none in the child
+        true
+    });
+    release.store(true, SeqCst);
+    logger.join().unwrap();
+    log::set_sink(None);
+    log::set_level(log::Level::Warn);
+    assert_eq!(
+        r,
+        Some(0),
+        "the child could not replace the log sink (None: hung)"
+    );
+}
+
+fn inherited_context_writes_with_its_own_identity() {
+    let fake = FakeController::start(vec![]);
+    let c = Client::start_with(
+        Config::new(vec![fake.endpoint()]),
+        fast_options(),
+        fast_retry(3),
+    )
+    .expect("start");
+    c.jobctrl(1, JobAction::Kill)
+        .expect("a write before the fork");
+    let parent_id = c.client_id();
+    let r = fork_and_wait(|| c.jobctrl(2, JobAction::Kill).is_ok() && c.client_id() != parent_id);
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's write through the inherited context failed"
+    );
+    c.jobctrl(3, JobAction::Kill)
+        .expect("the parent's write after the fork");
+    assert_eq!(c.client_id(), parent_id, "the parent keeps its identity");
+    let writes: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r.op {
+            Op::JobCtrl { job_id, .. } => Some((job_id, r.client_id, r.request_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    let key = |job: u64| {
+        writes
+            .iter()
+            .find(|w| w.0 == job)
+            .map(|w| (w.1, w.2))
+            .unwrap()
+    };
+    assert_ne!(
+        key(2),
+        key(3),
+        "the child's and the parent's writes carry the same (client id, request id): the \
+         controller answers one from the other's dedup entry"
+    );
+    assert_ne!(
+        key(2).0,
+        key(1).0,
+        "the child writes with a client id of its own"
+    );
+}
+
+fn context_busy_on_another_thread_at_fork() {
+    let fake = FakeController::start(vec![Step::Silent]);
+    let mut opts = fast_options();
+    opts.reply_timeout = Duration::from_secs(3);
+    let c =
+        Client::start_with(Config::new(vec![fake.endpoint()]), opts, fast_retry(0)).expect("start");
+    let c2 = c.clone();
+    let caller = std::thread::spawn(move || c2.hello());
+    assert!(
+        fake.wait_requests(1, Duration::from_secs(5)),
+        "the call is waiting"
+    );
+    let other = FakeController::start(vec![]);
+    let r = fork_and_wait(|| {
+        // The call in progress belongs to a thread the child does not have: the child's calls
+        // on that context end at once, its stop returns, and a new context works.
+        let t = Instant::now();
+        let closed = c.hello().err() == Some(xce::Error::Closed);
+        c.close();
+        let fresh = Client::start_with(
+            Config::new(vec![other.endpoint()]),
+            fast_options(),
+            fast_retry(0),
+        )
+        .and_then(|n| n.hello().map(drop))
+        .is_ok();
+        closed && fresh && t.elapsed() < Duration::from_secs(2)
+    });
+    let _ = caller.join();
+    assert_eq!(
+        r,
+        Some(0),
+        "the child's call on a context busy at the fork (None: hung)"
+    );
+}
+
+fn job_ids_do_not_repeat_across_fork() {
+    const N: usize = 20_000;
+    let (mut rd, mut wr) = pipe();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        rd.read_to_end(&mut buf).map(|_| buf)
+    });
+    let r = fork_and_wait(move || {
+        let ids: Vec<u8> = (0..N).flat_map(|_| new_job_id().to_le_bytes()).collect();
+        wr.write_all(&ids).is_ok()
+    });
+    let buf = reader.join().unwrap().unwrap();
+    assert_eq!(r, Some(0));
+    let child: std::collections::HashSet<u64> = buf
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(child.len(), N);
+    let repeats = (0..N).filter(|_| child.contains(&new_job_id())).count();
+    assert_eq!(
+        repeats, 0,
+        "job ids drawn by the parent after the fork repeat the child's"
+    );
+}
+
+#[test]
+fn fork() {
+    resolver_lock_held_at_fork();
+    pool_and_handle_table_held_at_fork();
+    log_sink_running_at_fork();
+    inherited_context_writes_with_its_own_identity();
+    context_busy_on_another_thread_at_fork();
+    job_ids_do_not_repeat_across_fork();
+}

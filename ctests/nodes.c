@@ -141,7 +141,9 @@ int nodes_primary(struct nodes *c, double timeout_s) {
     xce_client_config_init(&conf);
     if (xce_client_config_parse_masters(&conf, c->masters_ip) != c->n) return 0;
     double deadline = nodes_now() + timeout_s;
-    while (nodes_now() < deadline) {
+    int level = xce_set_log_level(XCE_LOG_ERROR); /* nodes down or starting: no WARN each */
+    int found = 0;
+    while (!found && nodes_now() < deadline) {
         xcecli_ctx_t ctx = NULL;
         if (xcecli_start(&conf, &ctx) == 0) {
             xcecli_set_option(ctx, XCE_OPT_DEADLINE_MS, 2000);
@@ -154,11 +156,12 @@ int nodes_primary(struct nodes *c, double timeout_s) {
                 xce_free_controller_info(info);
             }
             xcecli_stop(ctx);
-            if (id >= 1 && id <= c->n && c->pid[id] > 0) return id;
+            if (id >= 1 && id <= c->n && c->pid[id] > 0) found = id;
         }
-        nodes_sleep(0.1);
+        if (!found) nodes_sleep(0.1);
     }
-    return 0;
+    xce_set_log_level(level);
+    return found;
 }
 
 void nodes_stop(struct nodes *c) {

@@ -454,10 +454,12 @@ static int daemon_main(void) {
     /* 1. Probe the cluster once before daemonizing, as a daemon checks its configuration. */
     int rc = -1;
     double deadline = mono() + 30 * g_scale;
+    int level = xce_set_log_level(XCE_LOG_ERROR); /* the nodes are starting: no WARN each */
     while (rc != 0 && mono() < deadline) {
         rc = start_ctx(&g_ctx);
         if (rc != 0) nodes_sleep(0.2);
     }
+    xce_set_log_level(level);
     if (rc != 0) {
         fprintf(stderr, "daemon: xcecli_start: %d (%s)\n", rc, xce_strerror(rc));
         return 1;

@@ -434,6 +434,15 @@ static void verify_jobs(void) {
             phantom++;
         }
     }
+    int repeated = 0; /* F26: xce_new_jobid never repeats, across forks included */
+    for (int i = 0; i < g_nrecs; i++)
+        for (int j = i + 1; j < g_nrecs; j++)
+            if (g_recs[i].id == g_recs[j].id) {
+                fprintf(stderr, "daemon: xce_new_jobid gave %" PRIu64 " to %s and to %s\n",
+                        g_recs[i].id, g_recs[i].name, g_recs[j].name);
+                repeated++;
+            }
+    CHECK_EQ(repeated, 0);
     printf("jobs: %d records (%d acknowledged, %d failed submits of which %d applied), %d "
            "listed; lost %d, duplicated %d, wrong name %d, wrong state %d, phantom %d\n",
            g_nrecs, acked, g_nrecs - acked, unknown_applied, n, lost, dup, wrong_name,

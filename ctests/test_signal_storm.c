@@ -208,8 +208,19 @@ static void storm(const char *phase, xcecli_ctx_t ctx, int strict) {
                 woken[t][k] = 1;
                 if (g_result[t][k] == -EINTR) eintr = 1;
             }
-        if (!any) no_call_but_one++;
-        else if (!eintr) said_woken_but_not++;
+        if (!any) {
+            no_call_but_one++;
+        } else if (!eintr) {
+            if (++said_woken_but_not <= 5) {
+                fprintf(stderr, "%s: signal %ld: try_wakeup returned 1; the calls in progress "
+                                "returned:", phase, i);
+                for (int t = 0; t < g_nthreads; t++)
+                    for (long long k = s->cand[t][0]; k <= s->cand[t][1]; k++)
+                        if (k > 0 && k <= atomic_load(&g_ncalls[t]))
+                            fprintf(stderr, " thread %d call %lld: %d", t, k, g_result[t][k]);
+                fprintf(stderr, "\n");
+            }
+        }
     }
     long calls = 0, ok = 0, eintr = 0, failed = 0, unexplained = 0;
     for (int t = 0; t < g_nthreads; t++) {
@@ -234,8 +245,9 @@ static void storm(const char *phase, xcecli_ctx_t ctx, int strict) {
            "%ld calls: %ld ok, %ld -EINTR, %ld other errors\n",
            phase, atomic_load(&g_nsig), secs, g_nthreads, ones, zeros, others, calls, ok, eintr,
            failed);
-    printf("%s: try_wakeup said 1 but no call in progress: %ld; said 1 but no call in "
-           "progress returned -EINTR: %ld; -EINTR without a wake that returned 1: %ld\n",
+    printf("%s: try_wakeup said 1 but no call was in progress: %ld; said 1 but none of the "
+           "calls in progress returned -EINTR: %ld; -EINTR without a wake that returned 1: "
+           "%ld\n",
            phase, no_call_but_one, said_woken_but_not, unexplained);
     CHECK(nsig >= 1000);
     CHECK_EQ(others, 0);

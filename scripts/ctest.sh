@@ -4,8 +4,8 @@
 #   2. header check: include/xce/xce.h == what the pinned cbindgen generates
 #   3. meson: C tests + xce_test (+ cluster tests when the controller is built)
 #   4. meson with -Db_sanitize=address,undefined (instrumentation verified by a test)
-#   5. valgrind: 1,000 start/stop cycles, the API and lifecycle tests and the old caller's
-#      joblist, no leaks, no errors
+#   5. valgrind: 1,000 start/stop cycles, the API and lifecycle tests, the old caller's
+#      joblist and S13's forking daemon (children included), no leaks, no errors
 #   6. install: scripts/install.sh into a relative prefix from elsewhere; the exports equal the
 #      header's functions, all XCE_0.1; examples/ built with pkg-config (dynamic, static) and
 #      run; DESTDIR; uninstall leaves nothing (ctests/install_test.sh)
@@ -62,6 +62,10 @@ valgrind_run() {
   "${vg[@]}" build/c/test_oldcaller "$controller" >/dev/null
   local rc=$?
   [ $rc -eq 0 ] || [ $rc -eq 77 ] || return 1
+  # S13: the forking event-loop daemon through kill -9 of the primary, its children checked
+  # too (valgrind follows fork): 8 rounds, 2 kills, time bounds x4, no second thread (see the
+  # test's header comment).
+  "${vg[@]}" build/c/test_s13_daemon "$controller" 8 2 4 0 || return 1
   echo "valgrind: no leaks, no errors"
 }
 

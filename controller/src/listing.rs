@@ -248,7 +248,6 @@ impl Cursors {
     fn drop_cursor(&self, id: u64) {
         self.inner.lock().expect("cursors").remove(id);
     }
-
 }
 
 /// A cursor id no other listing (on any node, in any run) is likely to have.

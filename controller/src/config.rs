@@ -597,6 +597,7 @@ metrics = "ctrl2.example:9100"
 [tls]
 cert = "/etc/xce/c.pem"
 key = "/etc/xce/k.pem"
+peer_ca = "/etc/xce/ca.pem"
 [[member]]
 id = 1
 client = "ctrl1.example:9991"
@@ -674,5 +675,7 @@ raft = "ctrl2.example:10991"
         assert_eq!(r.spec.nodes[&3].client, "ctrl3.example.org:9991");
         assert_eq!(r.opts.metrics.as_deref(), Some("0.0.0.0:9100"));
         assert_eq!(r.data, PathBuf::from("/var/lib/xce-controller"));
+        assert_eq!(r.opts.tls_peer_ca, Some(PathBuf::from("/etc/xce/ca.pem")));
+        assert_eq!(r.opts.token_key, Some(PathBuf::from("/etc/xce/token.key")));
     }
 }

@@ -26,7 +26,7 @@ step() {
 step fmt      cargo fmt --all -- --check
 step clippy   cargo clippy --workspace --all-targets --quiet -- -D warnings
 step build    cargo build --workspace --release --quiet
-step cargo-test cargo test --workspace --quiet -- --test-threads=2
+step cargo-test cargo test --workspace --quiet --no-fail-fast -- --test-threads=2
 [ -x scripts/ctest.sh ] && step c-and-go scripts/ctest.sh
 
 echo

@@ -1261,8 +1261,9 @@ int xcecli_nop(xcecli_ctx_t ctx);
 
 /**
  * Makes every op in progress on the context of `ctx` — blocked in backoff, connecting,
- * waiting for a reply, or queued behind another op — return -EINTR promptly (an op that had
- * already made its last wait returns its own result). With no op in progress nothing happens:
+ * waiting for a reply, or queued behind another op — return -EINTR promptly (even one that
+ * had already made its last wait; a notification already accepted into the outbox keeps its
+ * 0). With no op in progress nothing happens:
  * a wake is never kept to end a later, unrelated op (F27; a daemon whose stop may race with
  * its next call uses `xcecli_request_stop`). Returns 0 (whether or not ops were in progress:
  * `xcecli_try_wakeup` says which), -EINVAL (NULL or not a handle), -E_XCE_CLOSED (released
@@ -1277,10 +1278,12 @@ int xcecli_wakeup(xcecli_ctx_t ctx);
  * write(2) to the wake pipe of the op in progress).
  *
  * Returns 1 when an op was in progress on the context (queued, running, or nested in a
- * callback): every wait that op makes from now on ends at once, so it returns -EINTR — unless
- * it had already made its last wait, and then it returns its own result (say, the job id of a
- * submit that had been answered). Returns 0 when no op was in progress: nothing happens and
- * nothing is kept for a later op. Returns -EINVAL for NULL or a value that is not a live
+ * callback) whose outcome was not settled: every such op returns -EINTR, promptly (every wait
+ * it makes from now on ends at once) — even one that had already made its last wait: a
+ * submit that had been answered returns -EINTR with `maybe_applied = 1` in its last error.
+ * The count and the wake are one atomic step, so 1 is exact. A notification settles when the
+ * outbox accepts it (its 0 stands). Returns 0 when no such op was in progress: nothing
+ * happens and nothing is kept for a later op. Returns -EINVAL for NULL or a value that is not a live
  * handle (released handles included: no lookup can tell them apart without a lock). To end
  * the *next* op too, whenever it starts, use `xcecli_request_stop`.
  */

@@ -113,10 +113,9 @@ impl Gate {
     }
 
     /// Unregisters a call (after `release` if it acquired).
-    pub fn leave(&self, wake: &WakeState) -> Leave {
+    pub fn leave(&self) -> Leave {
         let mut st = self.state.lock();
         st.entered -= 1;
-        wake.leave_call();
         if st.entered > 0 {
             return Leave::Done;
         }
@@ -193,9 +192,9 @@ impl Gate {
     /// the gate's lock: not for signal handlers (they use `WakeState::try_wake`, lock-free).
     pub fn wake_all(&self, wake: &WakeState) -> bool {
         let st = self.state.lock();
-        let busy = st.entered > 0;
+        // Counts and ends, in one step, exactly the calls whose outcome is not settled (F27).
+        let busy = wake.try_wake();
         if busy {
-            wake.interrupt();
             unpark_all(&st);
         }
         busy

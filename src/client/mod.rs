@@ -35,7 +35,7 @@ use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, LoopState, Set
 use crate::failover::slot::CallbackSlot;
 use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
 use crate::process::{self, identity};
-use crate::transport::{resolve, tls, CancelToken, WakeState};
+use crate::transport::{resolve, tls, CallSettle, CancelToken, WakeState};
 use crate::wire::*;
 
 /// Most masters a configuration may list (`N_MAX_MASTERS`).
@@ -331,11 +331,14 @@ impl Callbacks for CallCallbacks<'_> {
 /// from inside a call finishes the stop (F20).
 struct Entered<'a> {
     ctx: &'a Context,
+    settle: CallSettle<'a>,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if self.ctx.gate.leave(&self.ctx.wake) == Leave::FinishClose {
+        // Settled already on every path but a panic.
+        self.settle.settle();
+        if self.ctx.gate.leave() == Leave::FinishClose {
             self.ctx.finish_close();
         }
     }
@@ -532,10 +535,11 @@ impl Client {
     }
 
     /// F13, F27: as [`Client::wakeup`], async-signal-safe (atomics and one write(2): no lock,
-    /// no allocation, no log). `true`: a call was in progress (queued, running or nested);
-    /// every wait it makes from now on ends with `EINTR`, so it returns `EINTR` unless it had
-    /// already made its last wait (then it returns its own result). `false`: no call was in
-    /// progress and nothing happens.
+    /// no allocation, no log). `true`: a call was in progress (queued, running or nested) and
+    /// had not settled its outcome; each such call returns `EINTR` — promptly, since every wait
+    /// it makes from now on ends — even one that had already made its last wait (a write that
+    /// was applied then reports `maybe_applied = 1`). A notification settles when the outbox
+    /// accepts it. `false`: no such call, and nothing happens.
     pub fn try_wakeup(&self) -> bool {
         self.ctx.wake.try_wake()
     }
@@ -648,19 +652,72 @@ impl Client {
 
     /// [`Client::call`], with who answered (to report a failure found in the answer, F24).
     fn call_traced(&self, op: &Op) -> Result<(Reply, CallTrace), Error> {
-        self.with_env(|env| retry::run(env, op))
+        let (result, woken) = self.run_call(|env| retry::run(env, op));
+        match (woken, result) {
+            (Some(e), Ok((_, trace))) => {
+                // Answered, then woken before it returned: a try_wakeup that said 1 counted it.
+                let mut report = trace.report(e.clone(), &self.ctx.masters);
+                for m in report.masters.iter_mut().filter(|m| m.note.is_some()) {
+                    m.note = Some("answered; the call was woken before it returned".into());
+                }
+                xlog!(Level::Info, "{}: {report}", self.ctx.tag);
+                self.ctx.observer.set_last_error(report);
+                Err(e)
+            }
+            (Some(e), Err(other)) => Err(self.woken_instead(other, e)),
+            (None, r) => r,
+        }
+    }
+
+    /// F27: a call that a wake counted returns `EINTR`, whatever it achieved (a write that was
+    /// applied reports `maybe_applied = 1`); a stop, a close or a cancellation keeps its own
+    /// error.
+    fn woken_instead(&self, e: Error, woken: Error) -> Error {
+        if matches!(
+            e,
+            Error::Closed | Error::StopRequested | Error::Errno(libc::EINTR | libc::ECANCELED)
+        ) {
+            return e;
+        }
+        if let Some(mut r) = self.ctx.observer.last_error() {
+            r.error = woken.clone();
+            self.ctx.observer.set_last_error(r);
+        }
+        woken
+    }
+
+    /// Runs `f` as a call of this context ([`Client::run_call`]); a call a wake counted
+    /// returns `EINTR`.
+    fn with_env<T>(&self, f: impl FnOnce(&CallEnv<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        match self.run_call(f) {
+            (Ok(_), Some(e)) => Err(e),
+            (Err(e), Some(w)) => Err(self.woken_instead(e, w)),
+            (r, None) => r,
+        }
     }
 
     /// Runs `f` as a call of this context: in its turn at the gate (F11), with the settings of
-    /// the moment, a waker that a wake, a cancel or a stop ends, and the loop's state.
-    fn with_env<T>(&self, f: impl FnOnce(&CallEnv<'_>) -> Result<T, Error>) -> Result<T, Error> {
+    /// the moment, a waker that a wake, a cancel or a stop ends, and the loop's state. The
+    /// second value is `Some(EINTR)` when a wake counted the call before it settled its outcome
+    /// (F27: `try_wakeup` said so, so the call must return it); a stop or close keeps the
+    /// call's own result.
+    fn run_call<T>(
+        &self,
+        f: impl FnOnce(&CallEnv<'_>) -> Result<T, Error>,
+    ) -> (Result<T, Error>, Option<Error>) {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
         if ctx.forked_busy.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
+            return (Err(Error::Closed), None);
         }
-        let entry = ctx.gate.enter(&ctx.wake)?;
-        let _entered = Entered { ctx };
+        let entry = match ctx.gate.enter(&ctx.wake) {
+            Ok(e) => e,
+            Err(e) => return (Err(e), None),
+        };
+        let entered = Entered {
+            ctx,
+            settle: CallSettle::new(&ctx.wake, entry.since),
+        };
         let result = (|| {
             ctx.gate.acquire(&entry, &ctx.wake, token)?;
             let _owned = Owned(&ctx.gate);
@@ -679,10 +736,13 @@ impl Client {
                 settings,
                 deadline,
                 tag: &ctx.tag,
+                settle: &entered.settle,
             };
             f(&env)
         })();
-        result
+        let woken = entered.settle.settle() && !ctx.wake.is_closed() && !ctx.wake.stop_requested();
+        drop(entered);
+        (result, woken.then_some(Error::Errno(libc::EINTR)))
     }
 
     /// Runs `op` and takes the payload out of its reply with `take`; a reply without the

@@ -15,4 +15,4 @@ pub mod waker;
 
 pub use conn::{Connection, MAX_STRAY_REPLIES};
 pub use resolve::{LookupFailure, ResolveError};
-pub use waker::{CancelToken, Wait, WakeState, Waker};
+pub use waker::{CallSettle, CancelToken, Wait, WakeState, Waker};

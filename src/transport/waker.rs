@@ -38,20 +38,57 @@ pub fn pooled_eventfds() -> usize {
     fdpool::pooled_pipes()
 }
 
+/// Bits of [`WakeState`]'s word that count the calls in progress.
+const ACTIVE_BITS: u32 = 24;
+const ACTIVE_MASK: u64 = (1 << ACTIVE_BITS) - 1;
+
+/// The settling of one call's outcome against wakes (F27): done once, by the call itself —
+/// when it leaves, or earlier at the point after which its outcome stands whatever happens
+/// (a notification accepted into the outbox).
+#[derive(Debug)]
+pub struct CallSettle<'a> {
+    wake: &'a WakeState,
+    since: u64,
+    /// 0: not yet; 1: settled, not woken; 2: settled, woken.
+    state: std::sync::atomic::AtomicU8,
+}
+
+impl<'a> CallSettle<'a> {
+    pub fn new(wake: &'a WakeState, since: u64) -> CallSettle<'a> {
+        CallSettle {
+            wake,
+            since,
+            state: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    /// Settles the call (the first time) and returns whether it was woken before that.
+    pub fn settle(&self) -> bool {
+        match self.state.load(SeqCst) {
+            0 => {
+                let woken = self.wake.settle_call(self.since);
+                self.state.store(if woken { 2 } else { 1 }, SeqCst);
+                woken
+            }
+            st => st == 2,
+        }
+    }
+}
+
 /// The wake state of one context: its wake generation, whether it is closed, and the wake pipe
 /// lent to the wait in progress (only the thread that owns the context waits on I/O).
 #[derive(Debug)]
 pub struct WakeState {
-    generation: AtomicU64,
+    /// The wake generation (high bits) and the calls in progress that a wake still ends (low
+    /// [`ACTIVE_BITS`] bits), in one word so that a wake counts and ends them in one atomic
+    /// step (F27: `try_wake`'s answer is exactly what happens).
+    word: AtomicU64,
     closed: AtomicBool,
     /// The wake pipe lent to the wait in progress, -1 when none.
     lent: AtomicI32,
     /// Nudges between reading `lent` and their write: the wake pipe is not given back (and so
     /// never closed or lent to another context) while one is in progress.
     nudging: AtomicU32,
-    /// Calls between entering and leaving the context (queued, running, nested): what
-    /// [`try_wake`](Self::try_wake) reports, without a lock (F27).
-    active: AtomicU32,
     /// F27: a stop was requested (`xcecli_request_stop`): calls in progress end and later ones
     /// fail at once with `E_XCE_STOP_REQUESTED`, until cleared.
     stop_requested: AtomicBool,
@@ -71,11 +108,10 @@ impl WakeState {
     pub fn new() -> WakeState {
         fdpool::context_started();
         WakeState {
-            generation: AtomicU64::new(0),
+            word: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             lent: AtomicI32::new(-1),
             nudging: AtomicU32::new(0),
-            active: AtomicU32::new(0),
             stop_requested: AtomicBool::new(false),
             retired: AtomicBool::new(false),
         }
@@ -93,39 +129,52 @@ impl WakeState {
     /// The current wake generation: a call records it when it starts, and any later
     /// [`interrupt`](Self::interrupt) ends its waits.
     pub fn generation(&self) -> u64 {
-        self.generation.load(SeqCst)
+        self.word.load(SeqCst) >> ACTIVE_BITS
     }
 
-    /// A call enters the context: returns its wake generation (read before it is counted, so a
-    /// [`try_wake`](Self::try_wake) that counts it also ends it).
+    /// A call enters the context: returns its wake generation, read in the same atomic step
+    /// that counts it, so a [`try_wake`](Self::try_wake) that counts it also ends it.
     pub fn enter_call(&self) -> u64 {
-        let since = self.generation.load(SeqCst);
-        self.active.fetch_add(1, SeqCst);
-        since
+        self.word.fetch_add(1, SeqCst) >> ACTIVE_BITS
     }
 
     /// In a child of `fork` (single-threaded): only `n` calls — the forking thread's own —
     /// remain in progress; those of threads the child does not have are forgotten, so a wake
     /// in the child reports exactly its own calls.
     pub fn forget_calls_after_fork(&self, n: u32) {
-        self.active.store(n, SeqCst);
+        let w = self.word.load(SeqCst);
+        self.word
+            .store((w & !ACTIVE_MASK) | (u64::from(n) & ACTIVE_MASK), SeqCst);
     }
 
-    /// A call leaves the context.
-    pub fn leave_call(&self) {
-        self.active.fetch_sub(1, SeqCst);
+    /// The call that entered at generation `since` settles its outcome (F27): it is no longer
+    /// counted by [`try_wake`](Self::try_wake). Returns whether it was woken (or interrupted
+    /// otherwise) since it entered: then it must end with the waker's error, whatever it had
+    /// achieved, because a `try_wake` that returned true counted it.
+    pub fn settle_call(&self, since: u64) -> bool {
+        (self.word.fetch_sub(1, SeqCst) >> ACTIVE_BITS) != since
     }
 
     /// F27, async-signal-safe (atomics and at most one write(2); no lock, no allocation, no
-    /// log): if a call is in progress on the context (queued, running or nested), ends every
-    /// wait of it from now on with `EINTR` and returns true; otherwise does nothing (nothing is
-    /// kept for a later call) and returns false. A call that had already made its last wait
-    /// returns its own result.
+    /// log): if a call is in progress on the context (queued, running or nested) and has not
+    /// settled its outcome, ends every wait of every such call from now on and makes each of
+    /// them return `EINTR` (in one atomic step with the count: exactly), and returns true;
+    /// otherwise does nothing (nothing is kept for a later call) and returns false.
     pub fn try_wake(&self) -> bool {
-        if self.active.load(SeqCst) == 0 {
-            return false;
+        let mut w = self.word.load(SeqCst);
+        loop {
+            if w & ACTIVE_MASK == 0 {
+                return false;
+            }
+            match self
+                .word
+                .compare_exchange(w, w + (1 << ACTIVE_BITS), SeqCst, SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
         }
-        self.interrupt();
+        self.nudge();
         true
     }
 
@@ -149,7 +198,7 @@ impl WakeState {
     /// Ends every wait of every call that started before now (F13), with `EINTR`.
     /// Async-signal-safe.
     pub fn interrupt(&self) {
-        self.generation.fetch_add(1, SeqCst);
+        self.word.fetch_add(1 << ACTIVE_BITS, SeqCst);
         self.nudge();
     }
 

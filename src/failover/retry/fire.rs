@@ -34,6 +34,11 @@ impl LoopState {
             // primary's commits. Wait for them, at most a reply timeout (never the budget).
             self.await_acks(env, Instant::now() + env.options().reply_timeout);
         }
+        // F27: from here the call's outcome stands; a wake that came before it ends the call
+        // with nothing accepted.
+        if env.settle.settle() {
+            return Err(env.waker.check().err().unwrap_or(Error::Errno(libc::EINTR)));
+        }
         let id = self.ids.next(OpKind::FireAndForget).request_id;
         let r = self.outbox.push(op.clone(), id);
         let depth = self.outbox.len() as u64;

@@ -121,6 +121,9 @@ pub struct CallEnv<'a> {
     pub deadline: Option<std::time::Duration>,
     /// Names the context in log lines (`name#serial`).
     pub tag: &'a str,
+    /// F27: settles the call's outcome against wakes; a notification settles when the outbox
+    /// accepts it (a later wake cannot undo an acceptance).
+    pub settle: &'a crate::transport::CallSettle<'a>,
 }
 
 impl CallEnv<'_> {

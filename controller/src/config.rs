@@ -283,8 +283,13 @@ pub struct ClusterArgs {
 
 /// Whether `addr` (`ip:port`) is a loopback address.
 pub fn is_loopback(addr: &str) -> bool {
-    addr.parse::<std::net::SocketAddr>()
-        .is_ok_and(|a| a.ip().is_loopback())
+    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
+        return a.ip().is_loopback();
+    }
+    // RFC 6761: `localhost` and names under it are the loopback interface.
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -579,6 +584,8 @@ mod tests {
             .map(String::from),
         );
         assert!(lo.is_ok(), "loopback stays easy");
+        assert!(is_loopback("localhost:1") && is_loopback("a.localhost:2"));
+        assert!(!is_loopback("localhost.example.org:1") && !is_loopback("10.0.0.1:1"));
     }
 
     #[test]

@@ -94,7 +94,7 @@ observability:
 Options take their value as the next argument or as --flag=value.";
 
 const STATUS_USAGE: &str = "\
-usage: xce-controller status --masters HOST:PORT,... [--timeout-ms N]
+usage: xce-controller status --masters HOST:PORT,... [--timeout-ms N] [--ca F --cert F --key F] [--token T]
 
 Asks every master (their client addresses) at once and prints one line per member: its id,
 role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
@@ -104,7 +104,12 @@ Members the primary knows that LIST leaves out are asked and shown too.
 Exit status 0 with a primary, 1 without one, 2 on a usage error.
 
   --masters LIST         the controllers' client addresses, comma-separated
-  --timeout-ms N         bound on asking one master (default 2000)";
+  --timeout-ms N         bound on asking one master (default 2000)
+  --ca FILE, --cert FILE, --key FILE
+                         TLS on the client port (docs/security.md): the CA bundle and an
+                         identity (any role may ask); default XCE_TLS_CA_FILE,
+                         XCE_TLS_CERT_FILE, XCE_TLS_KEY_FILE
+  --token TOKEN          a token instead of a certificate; default XCE_AUTH_TOKEN";
 
 const CLUSTER_USAGE: &str = "\
 usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [--tls CERTDIR] [node options]

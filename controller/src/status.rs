@@ -4,6 +4,8 @@
 //! last contact); the table says who is primary, how far each member lags behind it, and,
 //! clearly, when there is no quorum.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::ServerState;
@@ -49,12 +51,31 @@ pub async fn progress(ctx: &Ctx, info: &mut ControllerInfo) {
 pub struct StatusArgs {
     pub masters: Vec<String>,
     pub timeout: Duration,
+    /// C13: `(ca, cert, key)` for a cluster whose client port has TLS (from `--ca`, `--cert`,
+    /// `--key`, else `XCE_TLS_CA_FILE`, `XCE_TLS_CERT_FILE`, `XCE_TLS_KEY_FILE`).
+    pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// C13: a token for a caller without a certificate (`--token`, else `XCE_AUTH_TOKEN`).
+    pub token: String,
+}
+
+/// Who `status` asks as: TLS and a token, or neither.
+#[derive(Default)]
+pub struct Caller {
+    tls: Option<tokio_rustls::TlsConnector>,
+    token: String,
 }
 
 impl StatusArgs {
     pub fn parse(args: &[String]) -> Result<StatusArgs, String> {
         let mut masters = None;
         let mut timeout = Duration::from_millis(DEFAULT_TIMEOUT_MS);
+        let env = |k: &str| std::env::var_os(k).map(PathBuf::from);
+        let (mut ca, mut cert, mut key) = (
+            env("XCE_TLS_CA_FILE"),
+            env("XCE_TLS_CERT_FILE"),
+            env("XCE_TLS_KEY_FILE"),
+        );
+        let mut token = std::env::var("XCE_AUTH_TOKEN").unwrap_or_default();
         let mut it = args.iter();
         while let Some(f) = it.next() {
             let (k, v) = match f.split_once('=').filter(|_| f.starts_with("--")) {
@@ -86,13 +107,27 @@ impl StatusArgs {
                             .map_err(|_| format!("--timeout-ms: bad number {v:?}"))?,
                     )
                 }
+                "--ca" => ca = Some(v.into()),
+                "--cert" => cert = Some(v.into()),
+                "--key" => key = Some(v.into()),
+                "--token" => token = v.trim().to_string(),
                 _ => return Err(format!("unknown option {k}")),
             }
         }
         let masters = masters
             .filter(|m| !m.is_empty())
             .ok_or("--masters is required")?;
-        Ok(StatusArgs { masters, timeout })
+        let tls = match (ca, cert, key) {
+            (None, None, None) => None,
+            (Some(ca), Some(cert), Some(key)) => Some((ca, cert, key)),
+            _ => return Err("--ca, --cert and --key go together".into()),
+        };
+        Ok(StatusArgs {
+            masters,
+            timeout,
+            tls,
+            token,
+        })
     }
 }
 
@@ -103,21 +138,25 @@ pub struct Row {
 }
 
 /// Asks one master an immediate `waitPrimary`, bounded by `timeout`.
-pub async fn ask(addr: String, timeout: Duration) -> Result<ControllerInfo, String> {
+pub async fn ask(
+    addr: String,
+    timeout: Duration,
+    caller: Arc<Caller>,
+) -> Result<ControllerInfo, String> {
     let op = Op::WaitPrimary {
         timeout_ms: 0,
         exclude_host: String::new(),
         exclude_port: 0,
     };
-    match request(addr, op, timeout).await? {
+    match request(addr, op, timeout, &caller).await? {
         ReplyData::CtrlInfo(i) => Ok(i),
         _ => Err("an answer without controller info".into()),
     }
 }
 
 /// The members the primary at `addr` knows (`clusterconf`), as client addresses.
-async fn members(addr: String, timeout: Duration) -> Vec<String> {
-    match request(addr, Op::ClusterConf, timeout).await {
+async fn members(addr: String, timeout: Duration, caller: &Caller) -> Vec<String> {
+    match request(addr, Op::ClusterConf, timeout, caller).await {
         Ok(ReplyData::ClusterConf(cc)) => cc
             .controllers
             .iter()
@@ -128,18 +167,37 @@ async fn members(addr: String, timeout: Duration) -> Vec<String> {
 }
 
 /// One request on a fresh connection, bounded by `timeout`: the reply's data, or why not.
-async fn request(addr: String, op: Op, timeout: Duration) -> Result<ReplyData, String> {
+async fn request(
+    addr: String,
+    op: Op,
+    timeout: Duration,
+    caller: &Caller,
+) -> Result<ReplyData, String> {
     let work = async {
         let target = crate::config::resolve(&addr).await?;
-        let mut s = TcpStream::connect(&target[..])
+        let tcp = TcpStream::connect(&target[..])
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        let mut s: Box<dyn crate::net::PeerIo> = match &caller.tls {
+            None => Box::new(tcp),
+            Some(c) => {
+                let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| format!("{host}: {e}"))?;
+                Box::new(
+                    c.connect(name, tcp)
+                        .await
+                        .map_err(|e| format!("TLS: {e}"))?,
+                )
+            }
+        };
         let req = Request {
             seq: 1,
             client_id: [0; 16],
             request_id: 0,
             no_reply: false,
-            auth_token: String::new(),
+            auth_token: caller.token.clone(),
             op,
         };
         let mut out = Vec::new();
@@ -163,7 +221,11 @@ async fn request(addr: String, op: Op, timeout: Duration) -> Result<ReplyData, S
             }
             let k = s.read(&mut chunk).await.map_err(|e| format!("recv: {e}"))?;
             if k == 0 {
-                return Err("closed without an answer (TLS port? use a plaintext one)".into());
+                return Err(if caller.tls.is_some() {
+                    "closed without an answer".into()
+                } else {
+                    "closed without an answer (a TLS port? give --ca, --cert and --key)".into()
+                });
             }
             buf.extend_from_slice(&chunk[..k]);
         }
@@ -268,8 +330,24 @@ pub fn status(args: StatusArgs) -> i32 {
             return 1;
         }
     };
+    let caller = Arc::new(Caller {
+        tls: match &args.tls {
+            None => None,
+            Some((ca, cert, key)) => match crate::tls::client_connector(ca, cert, key) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("status: TLS files: {e}");
+                    return 2;
+                }
+            },
+        },
+        token: args.token.clone(),
+    });
     let rows = rt.block_on(async {
-        let asks = args.masters.iter().map(|a| ask(a.clone(), args.timeout));
+        let asks = args
+            .masters
+            .iter()
+            .map(|a| ask(a.clone(), args.timeout, caller.clone()));
         let answers = futures_join(asks.collect()).await;
         let mut rows = args
             .masters
@@ -288,7 +366,7 @@ pub fn status(args: StatusArgs) -> i32 {
         });
         if let Some(p) = primary {
             let known: Vec<String> = rows.iter().map(|r| r.addr.clone()).collect();
-            let missing: Vec<String> = members(p.addr.clone(), args.timeout)
+            let missing: Vec<String> = members(p.addr.clone(), args.timeout, &caller)
                 .await
                 .into_iter()
                 .filter(|m| !known.contains(m))
@@ -296,7 +374,7 @@ pub fn status(args: StatusArgs) -> i32 {
             let answers = futures_join(
                 missing
                     .iter()
-                    .map(|a| ask(a.clone(), args.timeout))
+                    .map(|a| ask(a.clone(), args.timeout, caller.clone()))
                     .collect(),
             )
             .await;

@@ -368,6 +368,31 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
         plain.try_call(hello()).is_err(),
         "plaintext served on a TLS port"
     );
+    // `status` on a TLS cluster: with an identity it sees the primary and every member
+    // answer; without one nobody answers it.
+    let masters = (0..3)
+        .map(|i| format!("127.0.0.1:{}", base + i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let status = |tls: bool| {
+        let mut c = Command::new(BIN);
+        c.args(["status", "--masters", &masters]);
+        if tls {
+            c.arg("--ca")
+                .arg(certs.join("ca.pem"))
+                .arg("--cert")
+                .arg(certs.join("user-bob.pem"))
+                .arg("--key")
+                .arg(certs.join("user-bob.key"));
+        }
+        c.env_remove("XCE_TLS_CA_FILE").output().unwrap()
+    };
+    let with = status(true);
+    let text = String::from_utf8_lossy(&with.stdout);
+    assert_eq!(with.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 of 3 members answer"), "{text}");
+    let without = status(false);
+    assert_eq!(without.status.code(), Some(1));
     // SAFETY: SIGTERM to the launcher we spawned.
     unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
     let _ = launcher.0.wait();

@@ -656,7 +656,7 @@ impl Client {
         match (woken, result) {
             (Some(e), Ok((_, trace))) => {
                 // Answered, then woken before it returned: a try_wakeup that said 1 counted it.
-                let mut report = trace.report(e.clone(), &self.ctx.masters);
+                let mut report = trace.report(e, &self.ctx.masters);
                 for m in report.masters.iter_mut().filter(|m| m.note.is_some()) {
                     m.note = Some("answered; the call was woken before it returned".into());
                 }
@@ -680,7 +680,7 @@ impl Client {
             return e;
         }
         if let Some(mut r) = self.ctx.observer.last_error() {
-            r.error = woken.clone();
+            r.error = woken;
             self.ctx.observer.set_last_error(r);
         }
         woken

@@ -121,5 +121,49 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         "0 threads started by the library",
         Verdict::from(thr <= 0, format!("{thr}")),
     );
+
+    // The same with the masters given by host name (`localhost`): name lookups run on
+    // short-lived helper threads (F23), which must be gone once the contexts are idle, and
+    // must not cost descriptors either.
+    let named = masters.replace("127.0.0.1:", "localhost:");
+    let m = opts.pick(20, 50);
+    let (fds0, thr0) = (count_dir("/proc/self/fd")?, count_dir("/proc/self/task")?);
+    let mut ctxs = Vec::with_capacity(m);
+    for _ in 0..m {
+        let c = lib_client(&named)?;
+        c.hello().map_err(|e| format!("hello (host names): {e}"))?;
+        ctxs.push(c);
+    }
+    let thr_busy = count_dir("/proc/self/task")? as i64 - thr0 as i64;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (fds1, thr1) = (count_dir("/proc/self/fd")?, count_dir("/proc/self/task")?);
+    drop(ctxs);
+    let named_fds = (fds1 as f64 - fds0 as f64) / m as f64;
+    let named_thr = thr1 as i64 - thr0 as i64;
+    t.note(format!(
+        "then {m} contexts with the masters given by host name ({named}), one hello each; \
+         threads counted right after the hellos and after 200 ms idle"
+    ));
+    t.row(vec![
+        "open fds, host-name masters".into(),
+        fds0.to_string(),
+        fds1.to_string(),
+        format!("{named_fds:.2}"),
+        count_dir("/proc/self/fd")?.to_string(),
+    ]);
+    t.row(vec![
+        "threads, host-name masters".into(),
+        thr0.to_string(),
+        thr1.to_string(),
+        format!("{thr_busy} right after the hellos, {named_thr} after 200 ms idle"),
+        "-".into(),
+    ]);
+    t.target(
+        "host-name masters: 1 fd per idle context, 0 library threads once idle",
+        Verdict::from(
+            named_fds <= MAX_FDS_PER_CTX && named_thr <= 0,
+            format!("{named_fds:.2} fds, {named_thr} threads"),
+        ),
+    );
     Ok(t)
 }

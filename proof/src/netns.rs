@@ -48,7 +48,13 @@ pub fn unavailable() -> Option<String> {
         Ok(o) if o.status.success() => {}
         _ => return Some("`ip` (iproute2) not found".into()),
     }
-    let name = format!("{NS_PREFIX}{}-probe", std::process::id());
+    // A name of its own per probe: tests of one process probe concurrently.
+    static PROBES: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "{NS_PREFIX}{}-probe{}",
+        std::process::id(),
+        PROBES.fetch_add(1, Ordering::SeqCst)
+    );
     match ip(&["netns", "add", &name]) {
         Ok(()) => {
             let _ = ip(&["netns", "del", &name]);

@@ -30,9 +30,11 @@ fn skip() -> Option<String> {
     Some(why)
 }
 
+/// Warnings and errors only (not Error alone: the notification test below counts the
+/// library's warnings of a notification a primary refused, from any test of this process).
 fn quiet_library() {
     if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
+        xce::failover::log::set_level(xce::failover::log::Level::Warn);
     }
 }
 
@@ -153,4 +155,185 @@ fn base36(mut n: u32) -> String {
     }
     s.reverse();
     String::from_utf8(s).unwrap()
+}
+
+/// Lines the library logged that say a primary refused a notification (a jobfinish applied
+/// twice would be refused: its job is no longer RUN).
+static REFUSED: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::new());
+
+/// F12 (amended) through partitions: a worker in the client namespace finishes 45 RUN jobs and
+/// heartbeats, 30 ms apart, while the primary is blackholed (no RST) and, after it heals, while
+/// the next primary is cut off from its peers; then it flushes. Counted at the primary: every
+/// job DONE with the exit code its notify carried (none lost), no notify refused as applied
+/// twice, and the last heartbeat sent was applied.
+#[test]
+fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use xce::client::{parse_masters, Client, Config};
+    use xce::failover::log;
+    use xce::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
+    use xce_proof::netns::Fault;
+
+    if skip().is_some() {
+        return;
+    }
+    log::set_level(log::Level::Warn);
+    log::set_sink(Some(Arc::new(|_, line: &str| {
+        if line.contains("refused by the primary") {
+            REFUSED.lock().push(line.to_string());
+        }
+    })));
+    const JOBS: usize = 100;
+    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
+    let p = cluster
+        .wait_primary(None, Duration::from_secs(20))
+        .expect("a primary");
+    let masters = cluster.masters();
+    let join = |role, host: &str| Join {
+        role,
+        host: host.into(),
+        ncpus: 1024,
+        mem_mb: 1 << 20,
+        attrs: vec![],
+    };
+    let start = |m: &str, name: &str| {
+        let mut cfg = Config::new(parse_masters(m).unwrap());
+        cfg.client_name = name.into();
+        Client::start(cfg).expect("start")
+    };
+    // RUN jobs on host nf-w, dispatched by a scheduler context.
+    let ids: Vec<u64> = {
+        let (m, j) = (masters.clone(), join(SessionRole::Scheduler, "sched"));
+        let wj = join(SessionRole::Worker, "nf-w");
+        netns::in_ns(&cluster.client_ns, move || {
+            // The host exists once its worker joined.
+            start(&m, "nf-register").join(wj).unwrap();
+            let s = start(&m, "nf-sched");
+            s.join(j).unwrap();
+            (0..JOBS)
+                .map(|i| {
+                    let id = s
+                        .jobsubmit(JobSpec {
+                            job_id: 0,
+                            name: format!("nf-{i}"),
+                            user: "nf".into(),
+                            queue: String::new(),
+                            command: "true".into(),
+                            ncpus: 1,
+                            mem_mb: 1,
+                        })
+                        .unwrap();
+                    s.jobdispatch(id, "nf-w").unwrap();
+                    id
+                })
+                .collect()
+        })
+        .expect("in the client namespace")
+    };
+    // The worker: one notify and one heartbeat every 50 ms, then a flush.
+    let sent = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (ns, m, ids, sent) = (
+            cluster.client_ns.clone(),
+            masters.clone(),
+            ids.clone(),
+            sent.clone(),
+        );
+        let j = join(SessionRole::Worker, "nf-w");
+        std::thread::spawn(move || {
+            netns::in_ns(&ns, move || {
+                let w = start(&m, "nf-worker");
+                let jj = j.clone();
+                w.set_reconnect_handler(Some(Arc::new(move |c: &Client| {
+                    match c.join(jj.clone()) {
+                        Ok(_) => 0,
+                        Err(e) => e.status(),
+                    }
+                })));
+                w.join(j).unwrap();
+                let mut last_heartbeat = 0i64;
+                for (k, &id) in ids.iter().enumerate() {
+                    w.notify(Notify {
+                        kind: NotifyKind::JobFinish,
+                        job_id: id,
+                        exit_code: k as i32,
+                    })
+                    .expect("notify accepted");
+                    last_heartbeat = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as i64;
+                    w.heartbeat("nf-w").expect("heartbeat accepted");
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                w.flush(Duration::from_secs(30))
+                    .expect("every notification acknowledged");
+                assert_eq!(w.outbox_depth(), 0);
+                (last_heartbeat, w.stats().failovers)
+            })
+            .expect("in the client namespace")
+        })
+    };
+    let wait_sent = |n: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while sent.load(Ordering::SeqCst) < n {
+            assert!(std::time::Instant::now() < deadline, "the worker stalled");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Phase 1: the primary blackholed for 1.5 s.
+    wait_sent(10);
+    cluster.fault(Fault::Blackhole(p), true).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.fault(Fault::Blackhole(p), false).unwrap();
+    let q = cluster
+        .wait_primary(Some(p), Duration::from_secs(20))
+        .expect("a new primary");
+    // Phase 2: the new primary cut off from its peers (clients still reach it) for 1.5 s.
+    wait_sent(50);
+    cluster.fault(Fault::CutFromPeers(q), true).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.fault(Fault::CutFromPeers(q), false).unwrap();
+    let (last_heartbeat, failovers) = worker.join().expect("worker");
+
+    // Counted at the primary.
+    let m = masters.clone();
+    let (states, heartbeat) = netns::in_ns(&cluster.client_ns, move || {
+        let a = start(&m, "nf-check");
+        let states: Vec<(JobState, i32)> = ids
+            .iter()
+            .map(|&id| {
+                let j = a.jobinfo(id).unwrap();
+                (j.state, j.exit_code)
+            })
+            .collect();
+        let hb = a
+            .workerlist()
+            .unwrap()
+            .into_iter()
+            .find(|h| h.name == "nf-w")
+            .map(|h| h.last_heartbeat);
+        (states, hb)
+    })
+    .expect("in the client namespace");
+    for (k, (state, code)) in states.iter().enumerate() {
+        assert_eq!(
+            (*state, *code),
+            (JobState::Done, k as i32),
+            "job {k}: a notify lost or applied out of order"
+        );
+    }
+    let refused = REFUSED.lock().clone();
+    assert!(refused.is_empty(), "applied twice: {refused:#?}");
+    let heartbeat = heartbeat.expect("nf-w is listed");
+    assert!(
+        heartbeat >= last_heartbeat,
+        "last heartbeat applied at {heartbeat} ms, sent at {last_heartbeat} ms"
+    );
+    eprintln!(
+        "S11 notifies: {JOBS} jobs DONE once each through a blackholed primary ({p}) and an \
+         isolated one ({q}); worker failovers {failovers}"
+    );
 }

@@ -130,7 +130,8 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     // As above, a first context pays the one-time costs (the wake-pipe pool, two fds, that
     // lookups wait on) outside the count.
     let warm = lib_client(&named)?;
-    warm.hello().map_err(|e| format!("hello (host names): {e}"))?;
+    warm.hello()
+        .map_err(|e| format!("hello (host names): {e}"))?;
     let (fds0, thr0) = (count_dir("/proc/self/fd")?, count_dir("/proc/self/task")?);
     let mut ctxs = Vec::with_capacity(m);
     for _ in 0..m {

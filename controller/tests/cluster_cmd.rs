@@ -64,16 +64,8 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let rx = lines_of(&mut child);
     let mut launcher = Launcher(child, Vec::new());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
 
     let deadline = Instant::now() + STARTUP;
     let mut pids = Vec::new();
@@ -305,16 +297,8 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let rx = lines_of(&mut child);
     let mut launcher = Launcher(child, Vec::new());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
     let deadline = Instant::now() + STARTUP;
     let primary = loop {
         let line = rx

@@ -14,6 +14,7 @@ mod config;
 mod handover;
 mod listing;
 mod logstamp;
+mod membership;
 mod metrics;
 mod net;
 mod node;

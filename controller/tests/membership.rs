@@ -261,3 +261,26 @@ fn refusals() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("No such file or directory"), "{err}");
 }
+
+/// Removing the primary: it hands leadership over first, the command's client follows the
+/// redirect and the new primary removes it; the others serve on.
+#[test]
+fn removing_the_primary_hands_over_first() {
+    let ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let masters = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    member(&ctrl, &masters, &["remove", &p.to_string()]);
+    assert!(
+        ctrl.log(p)
+            .contains("asked to remove itself: handing leadership over first"),
+        "{}",
+        ctrl.log(p)
+    );
+    let mut ids = listed(&member(&ctrl, &masters, &["list"]));
+    ids.sort_unstable();
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|&i| i != p).collect();
+    assert_eq!(ids, others);
+    let q = ctrl.wait_primary_among(&others, Duration::from_secs(10));
+    let mut c = ctrl.client(q);
+    assert_eq!(c.call(submit(rand_u64(), "alice", "")).status, 0);
+}

@@ -75,13 +75,13 @@ pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Rep
         }
         Err((status, reply, why)) => {
             eprintln!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
-            reply.unwrap_or_else(|| Reply::status(req.seq, status))
+            reply.map_or_else(|| Reply::status(req.seq, status), |r| *r)
         }
     }
 }
 
 /// A refusal or failure: the status, a ready-made reply if any (redirects), and why.
-type Fail = (i32, Option<Reply>, String);
+type Fail = (i32, Option<Box<Reply>>, String);
 
 fn raft_fail(
     ctx: &Ctx,
@@ -91,7 +91,7 @@ fn raft_fail(
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
             let r = ctx.not_primary_reply(req.seq, &req.op, f.leader_id);
-            (r.status, Some(r), "no longer the leader".into())
+            (r.status, Some(Box::new(r)), "no longer the leader".into())
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
             let status = match c {
@@ -110,7 +110,7 @@ fn timed_out(ctx: &Ctx, req: &Request, after: Duration) -> Fail {
     let r = ctx.outcome_unknown_reply(req.seq, &req.op);
     (
         r.status,
-        Some(r),
+        Some(Box::new(r)),
         format!(
             "not committed within {} s: outcome unknown",
             after.as_secs()
@@ -223,7 +223,7 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         let r = ctx.not_primary_reply(req.seq, &req.op, leader);
         return (
             -E_XCE_STANDBY,
-            Some(r),
+            Some(Box::new(r)),
             format!(
                 "handed over to node {}: re-send there",
                 leader.unwrap_or_default()

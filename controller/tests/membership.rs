@@ -284,3 +284,70 @@ fn removing_the_primary_hands_over_first() {
     let mut c = ctrl.client(q);
     assert_eq!(c.call(submit(rand_u64(), "alice", "")).status, 0);
 }
+
+/// C13 × C17 on a TLS cluster: only admin changes the membership (a user is refused with
+/// E_XCE_AUTH, and may list); a node added with `--join` over mutual TLS (its `--cluster`
+/// names the current members) catches up and becomes a voter.
+#[test]
+fn tls_admin_only_and_join_over_mutual_tls() {
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path(), 4);
+    let flags = tls_flags(pki.path());
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut ctrl = Ctrl::start(3, &flag_refs);
+    let p = wait_tls_primary(&ctrl, pki.path(), "admin");
+    let masters = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    let f = |n: &str| pki.path().join(n).display().to_string();
+    let (ca, admin_pem, admin_key, alice_pem, alice_key) = (
+        f("ca.pem"),
+        f("admin.pem"),
+        f("admin.key"),
+        f("user-alice.pem"),
+        f("user-alice.key"),
+    );
+
+    let mut alice = tls_client(&ctrl.clients[&p], pki.path(), Some("user-alice"));
+    let r = alice.call(Op::MemberRemove { id: 2 });
+    assert_eq!(r.status, -xce::error::E_XCE_AUTH);
+
+    let ports = free_ports(2);
+    let (c4, r4) = (
+        format!("127.0.0.1:{}", ports[0]),
+        format!("127.0.0.1:{}", ports[1]),
+    );
+    let spec4 = format!("4={c4}/{r4}");
+    let mut node_flags: Vec<String> = flags.iter().map(|a| a.replace("{id}", "4")).collect();
+    node_flags.push("--join".into());
+    let node_refs: Vec<&str> = node_flags.iter().map(String::as_str).collect();
+    ctrl.start_extra_node(4, &c4, &format!("{},{spec4}", ctrl.spec), &node_refs);
+
+    let as_who = |pem: &str, key: &str, args: &[&str]| {
+        let mut all = vec!["member"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "--masters",
+            &masters,
+            "--ca",
+            &ca,
+            "--cert",
+            pem,
+            "--key",
+            key,
+        ]);
+        cli(&all, CLI_TIMEOUT)
+    };
+    let (code, out, err) = as_who(&alice_pem, &alice_key, &["add", &spec4]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let (code, out, err) = as_who(&admin_pem, &admin_key, &["add", &spec4]);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", ctrl.all_logs());
+    let (code, out, err) = as_who(&alice_pem, &alice_key, &["list"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let mut ids = listed(&out);
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3, 4], "{out}");
+    assert!(
+        ctrl.log(p).contains("refused member_remove") && ctrl.log(p).contains("user-alice"),
+        "{}",
+        ctrl.log(p)
+    );
+}

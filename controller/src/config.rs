@@ -572,6 +572,56 @@ mod tests {
         assert_eq!(r.opts.heartbeat_ms, 20);
     }
 
+    /// C17: the stored membership wins over --cluster (members added or removed, a joined
+    /// node); a member at another address than stored is refused. `--join` parses.
+    #[test]
+    fn stored_membership_wins_but_not_a_moved_address() {
+        let spec = |s: &str| ClusterSpec::parse(s).unwrap();
+        let a = "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6";
+        let stored =
+            spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6,4=127.0.0.1:7/127.0.0.1:8")
+                .nodes;
+        assert_eq!(
+            check_stored_membership(2, &BTreeMap::new(), &spec(a)),
+            Ok(None)
+        );
+        assert_eq!(
+            check_stored_membership(2, &spec(a).nodes, &spec(a)),
+            Ok(None)
+        );
+        let note = check_stored_membership(2, &stored, &spec(a))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("added or removed online"), "{note}");
+        // A joined node whose --cluster names only itself.
+        assert!(check_stored_membership(4, &stored, &spec("4=127.0.0.1:7/127.0.0.1:8")).is_ok());
+        // A removed node.
+        let note = check_stored_membership(1, &stored, &spec(a))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("removed"), "{note}");
+        // Node 3 moved in --cluster: refused, whoever restarts.
+        let moved = spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6");
+        let e = check_stored_membership(2, &stored, &moved).unwrap_err();
+        assert!(e.contains("node 3 is") && e.contains("127.0.0.1:9"), "{e}");
+        let e = check_stored_membership(3, &stored, &moved).unwrap_err();
+        assert!(e.contains("this node (id 3)"), "{e}");
+        let args: Vec<String> = [
+            "--id",
+            "4",
+            "--cluster",
+            "4=127.0.0.1:7/127.0.0.1:8",
+            "--data",
+            "/tmp/x",
+            "--join",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert!(RunArgs::parse(&args).unwrap().join);
+        assert!(!RunArgs::parse(&args[..6]).unwrap().join);
+    }
+
     /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there.
     #[test]
     fn refuses_plaintext_off_loopback() {

@@ -1,8 +1,8 @@
 //! C17 / S16: members added and removed online under load. Three nodes; a writer submits
 //! jobs all along through the library's client (configured with every address it will ever
-//! need: learning the members is F29's); node 4 is started with `--join` and added; node 1
-//! is killed for good and removed; node 5 is added. Every acknowledged write exists exactly
-//! once, the writer saw 0 errors, the members are {2,3,4,5}, a new node becomes primary, and
+//! need: learning the members is F29's); node 4 is started with `--join` and added; the
+//! primary is killed for good and removed; node 5 is added. Every acknowledged write exists exactly
+//! once, the writer saw 0 errors, the members are the four alive, a new node becomes primary, and
 //! a kill -9 of the primary after that is survived too.
 
 mod common;
@@ -136,10 +136,13 @@ fn s16_replace_a_dead_machine_under_load() {
     member(&ctrl, &masters, &["add", &spec4]);
     progress(&ctrl, "writes after adding node 4");
 
-    // Node 1 dies for good and is removed.
-    ctrl.kill9(1);
-    member(&ctrl, &masters, &["remove", "1"]);
-    progress(&ctrl, "writes after removing node 1");
+    // The primary (one of 1..3) dies for good and is removed: a failover and a membership
+    // change, both under load.
+    let dead = ctrl.wait_primary_among(&[1, 2, 3], Duration::from_secs(10));
+    ctrl.kill9(dead);
+    member(&ctrl, &masters, &["remove", &dead.to_string()]);
+    progress(&ctrl, "writes after removing the dead node");
+    let live: Vec<u64> = [1, 2, 3, 4, 5].into_iter().filter(|&i| i != dead).collect();
 
     // Node 5 is added.
     let spec5 = format!("5={c5}/{r5}");
@@ -149,19 +152,19 @@ fn s16_replace_a_dead_machine_under_load() {
 
     let mut ids = listed(&member(&ctrl, &masters, &["list"]));
     ids.sort_unstable();
-    assert_eq!(ids, vec![2, 3, 4, 5]);
+    assert_eq!(ids, live);
 
     // A new node can lead: hand over (SIGTERM: to the most caught-up standby, highest id on a
     // tie) until one of them does; a handed-over node restarts with its old --cluster, which
     // the stored membership overrides.
-    let mut p = ctrl.wait_primary_among(&[2, 3, 4, 5], Duration::from_secs(10));
+    let mut p = ctrl.wait_primary_among(&live, Duration::from_secs(10));
     let mut restarted = Vec::new();
     for _ in 0..4 {
         if p >= 4 {
             break;
         }
         ctrl.signal(p, libc::SIGTERM);
-        let others: Vec<u64> = [2, 3, 4, 5].into_iter().filter(|&i| i != p).collect();
+        let others: Vec<u64> = live.iter().copied().filter(|&i| i != p).collect();
         let q = ctrl.wait_primary_among(&others, Duration::from_secs(10));
         ctrl.wait_until("the old primary exits", Duration::from_secs(10), || {
             ctrl.log(p).contains("shutting down")
@@ -184,7 +187,7 @@ fn s16_replace_a_dead_machine_under_load() {
 
     // And once more: kill -9 of that primary; the others elect a new one.
     ctrl.kill9(p);
-    let others: Vec<u64> = [2, 3, 4, 5].into_iter().filter(|&i| i != p).collect();
+    let others: Vec<u64> = live.iter().copied().filter(|&i| i != p).collect();
     ctrl.wait_primary_among(&others, Duration::from_secs(10));
     progress(&ctrl, "writes after the last kill");
 

@@ -46,6 +46,9 @@ struct Request {
     nop @24 :Void;
     waitPrimary @25 :WaitPrimary;
     joblistPage @26 :JobListPage;
+    # C17 (admin only, writes): membership changes; clusterconf lists the members.
+    memberAdd @28 :MemberAdd;
+    memberRemove @29 :MemberRemove;
   }
 
   authToken @27 :Text;     # C13: a signed token naming the caller, for callers without a
@@ -224,6 +227,20 @@ struct JobPage {
   cursor @1 :UInt64;       # send back for the next page; 0 when this is the last page
   more @2 :Bool;           # more jobs follow
   total @3 :UInt64;        # jobs in the pinned snapshot (all, before filtering)
+}
+
+# C17: add controller `id` (a learner until caught up, then a voter). Idempotent: the same
+# id with the same addresses already a voter answers 0.
+struct MemberAdd {
+  id @0 :UInt32;
+  clientAddr @1 :Text;     # HOST:PORT clients reach it at
+  raftAddr @2 :Text;       # HOST:PORT peers reach it at
+}
+
+# C17: remove controller `id` from the membership. The primary removing itself hands over
+# first and answers STANDBY with the new primary: the client retries there.
+struct MemberRemove {
+  id @0 :UInt32;
 }
 
 # ---------------------------------------------------------------------------------------

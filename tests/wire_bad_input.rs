@@ -171,8 +171,8 @@ fn unknown_union_members_are_proto() {
         "nop is member 20"
     );
     assert!(decode_request(&frame, &L).is_ok());
-    // Members 0..=22 exist (22: joblistPage).
-    for bad in [23u16, 0xFFFF] {
+    // Members 0..=24 exist (22: joblistPage; 23, 24: memberAdd, memberRemove).
+    for bad in [25u16, 0xFFFF] {
         frame[at..at + 2].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(decode_request(&frame, &L), Err(Error::Proto), "{bad}");
     }

@@ -152,16 +152,19 @@ pub async fn warn_unresolved_peers(id: NodeId, spec: &ClusterSpec) {
     }
 }
 
-/// C1/issue: the membership stored in the data directory and the `--cluster` given must
-/// agree, or the node would advertise addresses the cluster does not have. `stored` is empty
-/// for a brand-new node.
+/// C1/C17: the membership stored in the data directory wins over `--cluster` — members added
+/// or removed online (and a node started with `--join`, whose `--cluster` names only itself or
+/// the members it was started with) differ from it legitimately. Refused: a node that `--cluster`
+/// and the stored membership both know under different addresses, or the node would advertise
+/// addresses the cluster does not have (addresses cannot change in place). `stored` is empty
+/// for a brand-new node. `Ok(Some(note))` names a difference that is not refused.
 pub fn check_stored_membership(
     id: NodeId,
     stored: &BTreeMap<NodeId, CtrlNode>,
     spec: &ClusterSpec,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     if stored.is_empty() || stored == &spec.nodes {
-        return Ok(());
+        return Ok(None);
     }
     let show = |m: &BTreeMap<NodeId, CtrlNode>| {
         m.iter()
@@ -169,21 +172,39 @@ pub fn check_stored_membership(
             .collect::<Vec<_>>()
             .join(",")
     };
-    let what = match (stored.get(&id), spec.nodes.get(&id)) {
-        (Some(a), Some(b)) if a != b => {
-            format!("this node (id {id}) is {a} in its data, {b} in --cluster")
-        }
-        (None, _) => format!("node {id} is not a member in its data"),
-        _ => "the members differ".to_string(),
+    let moved: Vec<String> = spec
+        .nodes
+        .iter()
+        .filter_map(|(i, b)| match stored.get(i) {
+            Some(a) if a != b && *i == id => Some(format!(
+                "this node (id {id}) is {a} in its data, {b} in --cluster"
+            )),
+            Some(a) if a != b => Some(format!("node {i} is {a} in the data, {b} in --cluster")),
+            _ => None,
+        })
+        .collect();
+    if !moved.is_empty() {
+        return Err(format!(
+            "--cluster does not match the membership stored in the data directory: {}.\n  \
+             stored:    {}\n  --cluster: {}\n\
+             Restart with the stored addresses (addresses cannot change in place), or change the \
+             membership online (docs/operations.md).",
+            moved.join("; "),
+            show(stored),
+            show(&spec.nodes)
+        ));
+    }
+    let why = if stored.contains_key(&id) {
+        "members were added or removed online"
+    } else {
+        "this node was removed from the membership"
     };
-    Err(format!(
-        "--cluster does not match the membership stored in the data directory: {what}.\n  \
-         stored:    {}\n  --cluster: {}\n\
-         Restart with the stored --cluster (addresses cannot change in place), or change the \
-         membership online (docs/operations.md).",
+    Ok(Some(format!(
+        "the membership stored in the data directory differs from --cluster ({why}): \
+         the stored one is used.\n  stored:    {}\n  --cluster: {}",
         show(stored),
         show(&spec.nodes)
-    ))
+    )))
 }
 
 /// Knobs of one node.
@@ -268,6 +289,8 @@ pub struct RunArgs {
     pub spec: ClusterSpec,
     pub data: PathBuf,
     pub opts: NodeOpts,
+    /// C17 `--join`: never initialise a cluster; wait, uninitialised, to be added online.
+    pub join: bool,
 }
 
 /// `cluster` arguments; `node_flags` are passed on to every `run`.
@@ -324,8 +347,8 @@ fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(f) = it.next() {
-        // The one option without a value.
-        if f == "--insecure" {
+        // The options without a value.
+        if f == "--insecure" || f == "--join" {
             out.push((f.clone(), "true".to_string()));
             continue;
         }
@@ -406,6 +429,7 @@ impl RunArgs {
     pub fn parse(args: &[String]) -> Result<RunArgs, String> {
         let (mut id, mut spec, mut data) = (None, None, None);
         let mut opts = NodeOpts::default();
+        let mut join = false;
         let cli = pairs(args)?;
         let mut all = Vec::new();
         for (f, v) in &cli {
@@ -424,6 +448,7 @@ impl RunArgs {
                 "--id" => id = Some(num::<NodeId>(&f, &v)?),
                 "--cluster" => spec = Some(ClusterSpec::parse(&v)?),
                 "--data" => data = Some(PathBuf::from(v)),
+                "--join" => join = v == "true",
                 _ if node_flag(&mut opts, &f, &v)? => {}
                 _ => return Err(format!("unknown option {f}")),
             }
@@ -460,6 +485,7 @@ impl RunArgs {
             spec,
             data,
             opts,
+            join,
         })
     }
 }
@@ -544,6 +570,56 @@ mod tests {
         let r = RunArgs::parse(&args).unwrap();
         assert_eq!(r.id, 2);
         assert_eq!(r.opts.heartbeat_ms, 20);
+    }
+
+    /// C17: the stored membership wins over --cluster (members added or removed, a joined
+    /// node); a member at another address than stored is refused. `--join` parses.
+    #[test]
+    fn stored_membership_wins_but_not_a_moved_address() {
+        let spec = |s: &str| ClusterSpec::parse(s).unwrap();
+        let a = "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6";
+        let stored =
+            spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6,4=127.0.0.1:7/127.0.0.1:8")
+                .nodes;
+        assert_eq!(
+            check_stored_membership(2, &BTreeMap::new(), &spec(a)),
+            Ok(None)
+        );
+        assert_eq!(
+            check_stored_membership(2, &spec(a).nodes, &spec(a)),
+            Ok(None)
+        );
+        let note = check_stored_membership(2, &stored, &spec(a))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("added or removed online"), "{note}");
+        // A joined node whose --cluster names only itself.
+        assert!(check_stored_membership(4, &stored, &spec("4=127.0.0.1:7/127.0.0.1:8")).is_ok());
+        // A removed node.
+        let note = check_stored_membership(1, &stored, &spec(a))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("removed"), "{note}");
+        // Node 3 moved in --cluster: refused, whoever restarts.
+        let moved = spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6");
+        let e = check_stored_membership(2, &stored, &moved).unwrap_err();
+        assert!(e.contains("node 3 is") && e.contains("127.0.0.1:9"), "{e}");
+        let e = check_stored_membership(3, &stored, &moved).unwrap_err();
+        assert!(e.contains("this node (id 3)"), "{e}");
+        let args: Vec<String> = [
+            "--id",
+            "4",
+            "--cluster",
+            "4=127.0.0.1:7/127.0.0.1:8",
+            "--data",
+            "/tmp/x",
+            "--join",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert!(RunArgs::parse(&args).unwrap().join);
+        assert!(!RunArgs::parse(&args[..6]).unwrap().join);
     }
 
     /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there.

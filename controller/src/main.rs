@@ -14,6 +14,8 @@ mod config;
 mod handover;
 mod listing;
 mod logstamp;
+mod member;
+mod membership;
 mod metrics;
 mod net;
 mod node;
@@ -46,6 +48,7 @@ commands:
   cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
   pki       make a cluster's CA, node certificates, client identities and tokens
   status    print the cluster at a glance: each member's role, term, progress; the primary
+  member    add, remove or list the cluster's members online (admin)
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
 exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
@@ -65,9 +68,15 @@ required (on the command line or in the file):
   --id N                 this node's id (a member of --cluster)
   --cluster SPEC         every member: ID=CLIENT_ADDR/RAFT_ADDR, comma-separated (1..8 nodes),
                          e.g. 1=127.0.0.1:9991/127.0.0.1:10991,2=127.0.0.1:9992/127.0.0.1:10992;
-                         an address is IP:PORT, [IPv6]:PORT or HOSTNAME:PORT. A restart must
-                         give the membership stored in DIR (a changed address is refused)
+                         an address is IP:PORT, [IPv6]:PORT or HOSTNAME:PORT. Once DIR holds
+                         a membership, that one is used (members added or removed online);
+                         a member's address that differs from it is refused
   --data DIR             this node's data directory (created if missing)
+  --join                 a new node of a running cluster: never initialise a cluster, wait
+                         uninitialised until `xce-controller member add` adds it (keep it on
+                         its command line). --cluster names this node and, with --tls-peer-ca,
+                         the current members (their certificates are accepted before the
+                         first append)
 security (docs/security.md; `xce-controller pki` makes the files):
   --tls-cert FILE        this node's certificate chain (PEM), for both ports; needs --tls-key.
                          Peers check that it names xce-node-ID (pki node does that)
@@ -111,6 +120,29 @@ Exit status 0 with a primary, 1 without one, 2 on a usage error.
                          XCE_TLS_CERT_FILE, XCE_TLS_KEY_FILE
   --token TOKEN          a token instead of a certificate; default XCE_AUTH_TOKEN";
 
+const MEMBER_USAGE: &str = "\
+usage: xce-controller member add ID=CLIENT/RAFT --masters LIST [--ca F --cert F --key F] [--token T]
+       xce-controller member remove ID --masters LIST [...]
+       xce-controller member list --masters LIST [...]
+
+Changes the cluster's membership online (docs/operations.md, \"Replace a dead machine\"),
+through the primary (found from LIST like any client). add and remove need the admin
+identity; list any identity.
+
+  add ID=CLIENT/RAFT     add node ID at these addresses: it is a learner until it has caught up
+                         with the log, then a voter (returns then). Start it first with
+                         `xce-controller run --id ID --cluster ... --data DIR --join`
+  remove ID              remove node ID (alive or dead); the primary removing itself hands
+                         leadership over first. The last voter cannot be removed
+  list                   one line per member: id, client address, primary / voter / learner
+
+  --masters LIST         the controllers' client addresses, comma-separated
+  --ca FILE, --cert FILE, --key FILE
+                         TLS on the client port (docs/security.md): the CA bundle and an
+                         identity; default XCE_TLS_CA_FILE, XCE_TLS_CERT_FILE, XCE_TLS_KEY_FILE
+  --token TOKEN          a token instead of a certificate; default XCE_AUTH_TOKEN
+exit status: 0 on success, 1 on a failure (printed with its status), 2 on a usage error";
+
 const CLUSTER_USAGE: &str = "\
 usage: xce-controller cluster --data DIR [--nodes N] [--base-port P] [--tls CERTDIR] [node options]
 
@@ -149,6 +181,11 @@ fn main() {
             Ok(a) => status::status(a),
             Err(e) => usage_error(&e, STATUS_USAGE),
         },
+        Some("member") if wants_help(&args[1..]) => help(MEMBER_USAGE),
+        Some("member") => match member::MemberArgs::parse(&args[1..]) {
+            Ok(a) => member::member(a),
+            Err(e) => usage_error(&e, MEMBER_USAGE),
+        },
         Some("cluster") => match config::ClusterArgs::parse(&args[1..]) {
             Ok(a) => cluster::cluster(a),
             Err(e) => usage_error(&e, CLUSTER_USAGE),
@@ -159,6 +196,7 @@ fn main() {
             Some("cluster") => help(CLUSTER_USAGE),
             Some("pki") => help(pki::USAGE),
             Some("status") => help(STATUS_USAGE),
+            Some("member") => help(MEMBER_USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {

@@ -129,9 +129,19 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         })
         .await
         .map_err(|e| format!("raft: {e}"))?;
-    if let Err(e) = crate::config::check_stored_membership(id, &stored, &args.spec) {
-        let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
-        return Err(e);
+    match crate::config::check_stored_membership(id, &stored, &args.spec) {
+        Ok(Some(note)) => eprintln!("node {id}: {note}"),
+        Ok(None) => {}
+        Err(e) => {
+            let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+            return Err(e);
+        }
+    }
+    if args.join && stored.is_empty() {
+        eprintln!(
+            "node {id}: --join: waiting, uninitialised, to be added (xce-controller member add {id}={}/{})",
+            me.client, me.raft
+        );
     }
 
     // C12: no campaign from a node that has not caught up since it started without data.
@@ -166,7 +176,10 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         id,
         server::COMMIT_TIMEOUT,
     ));
-    tokio::spawn(initialize(raft.clone(), args.clone()));
+    // C17: a node started with --join never initialises a cluster; the leader's appends do.
+    if !args.join {
+        tokio::spawn(initialize(raft.clone(), args.clone()));
+    }
     let ctx = Arc::new(Ctx {
         id,
         raft: raft.clone(),

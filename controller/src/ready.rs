@@ -60,6 +60,12 @@ impl Readiness {
         self.proven.send_replace(None);
     }
 
+    /// C17: serve as primary again after a handover that did not lead to the node's removal.
+    pub fn resume(&self) {
+        self.handing_over
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
     /// Waits up to `bound` until this node leads with a proven vote. False when it does not
     /// lead (or no longer does), or at the bound.
     pub async fn wait(&self, raft: &Raft, bound: Duration) -> bool {

@@ -275,8 +275,24 @@ fn role_of(state: ServerState, initialized: bool) -> ControllerRole {
 }
 
 impl Ctx {
-    fn node(&self, id: NodeId) -> Option<&CtrlNode> {
-        self.spec.nodes.get(&id)
+    /// Node `id`'s addresses: from the current membership (C17: members added online), else
+    /// from `--cluster`.
+    fn node(&self, id: NodeId) -> Option<CtrlNode> {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        m.membership()
+            .get_node(&id)
+            .cloned()
+            .or_else(|| self.spec.nodes.get(&id).cloned())
+    }
+
+    /// [`Ctx::not_primary`] for the membership ops (C17).
+    pub(crate) fn not_primary_reply(&self, seq: u64, op: &Op, leader: Option<NodeId>) -> Reply {
+        self.not_primary(seq, op, leader)
+    }
+
+    /// [`Ctx::outcome_unknown`] for the membership ops (C17).
+    pub(crate) fn outcome_unknown_reply(&self, seq: u64, op: &Op) -> Reply {
+        self.outcome_unknown(seq, op)
     }
 
     /// This controller's view of the cluster (C8): its role, the term, the primary.
@@ -736,6 +752,10 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
     if !auth::session_ok(&req.op, session.as_ref().map(|s| role_to_wire(s.role))) {
         return Reply::status(seq, -E_XCE_AUTH);
     }
+    // C17: membership changes go through openraft's membership change, not a command.
+    if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
+        return crate::membership::answer(ctx, req, &who).await;
+    }
     // The op's category (its rule) decides the path: writes and fire-and-forget ops through
     // the log, reads through the read barrier.
     let mut cmd = match rule.kind {
@@ -806,10 +826,11 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
             .map_or_else(enoent, |r| Reply::ok(seq, ReplyData::ResVals(r))),
         Op::ClusterConf => {
             let info = ctx.info();
-            let controllers = ctx
-                .spec
-                .nodes
-                .iter()
+            // C17: the current membership; a learner (still catching up) is initializing.
+            let m = ctx.raft.metrics().borrow().membership_config.clone();
+            let controllers = m
+                .membership()
+                .nodes()
                 .map(|(&id, n)| {
                     let (host, port) = split_addr(&n.client).unwrap_or_default();
                     wire::ControllerEntry {
@@ -818,8 +839,10 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
                         port,
                         role: if id as u32 == info.primary_id {
                             ControllerRole::Primary
-                        } else {
+                        } else if m.membership().voter_ids().any(|v| v == id) {
                             ControllerRole::Standby
+                        } else {
+                            ControllerRole::Initializing
                         },
                     }
                 })

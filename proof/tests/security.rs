@@ -238,6 +238,8 @@ fn sample(op: &str, t: &Tls, w: &World) -> Op {
             job_id: w.alice_pending,
         },
         "joblist_page" => Op::JobListPage(JobListPage::default()),
+        // C17: refused before anything is checked for the others; admin: no such member.
+        "member_remove" => Op::MemberRemove { id: 99 },
         other => panic!("no sample for {other}"),
     }
 }
@@ -276,6 +278,7 @@ fn s15_ops_by_identity() {
         ("set_pend_reason", &[a, s]),
         ("clear_reason",    &[a, s]),
         ("joblist_page",    all_named),
+        ("member_remove",   &[a]),
     ];
     let mut failures = Vec::new();
     let mut cases = 0;

@@ -862,6 +862,22 @@ impl Client {
         .map(drop)
     }
 
+    /// C17 (admin): adds controller `id` at `client_addr` / `raft_addr` (`HOST:PORT`); returns
+    /// once it is a voter.
+    pub fn member_add(&self, id: u32, client_addr: &str, raft_addr: &str) -> Result<(), Error> {
+        self.call(Op::MemberAdd {
+            id,
+            client_addr: client_addr.into(),
+            raft_addr: raft_addr.into(),
+        })
+        .map(drop)
+    }
+
+    /// C17 (admin): removes controller `id` from the membership.
+    pub fn member_remove(&self, id: u32) -> Result<(), Error> {
+        self.call(Op::MemberRemove { id }).map(drop)
+    }
+
     pub fn hostctrl(&self, host: &str, action: HostAction) -> Result<(), Error> {
         self.call(Op::HostCtrl {
             host: host.into(),

@@ -263,6 +263,12 @@ fn est_request(op: &Op) -> usize {
         Op::QueueCtrl { queue, .. } => 4 + tw(queue),
         Op::UpdateResvals { host, resvals } => 4 + tw(host) + est_resvals(resvals),
         Op::RunTask { host, command } => 4 + tw(host) + tw(command),
+        Op::MemberAdd {
+            client_addr,
+            raft_addr,
+            ..
+        } => sw::<cp::member_add::Builder>() + tw(client_addr) + tw(raft_addr),
+        Op::MemberRemove { .. } => sw::<cp::member_remove::Builder>(),
         Op::SetPendReason { reason, .. } => 4 + tw(reason),
         Op::Notify(_) => sw::<cp::notify::Builder>(),
         // Small fixed-size structs (at most 2 data words + 2 pointers) or Void.
@@ -459,6 +465,17 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
         }
         Op::Nop => o.set_nop(()),
         Op::JobListPage(p) => put_job_list_page(p, o.init_joblist_page()),
+        Op::MemberAdd {
+            id,
+            client_addr,
+            raft_addr,
+        } => {
+            let mut x = o.init_member_add();
+            x.set_id(*id);
+            set_text!(x, set_client_addr, client_addr);
+            set_text!(x, set_raft_addr, raft_addr);
+        }
+        Op::MemberRemove { id } => o.init_member_remove().set_id(*id),
         Op::WaitPrimary {
             timeout_ms,
             exclude_host,
@@ -734,6 +751,17 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
             }
         }
         W::JoblistPage(x) => Op::JobListPage(get_job_list_page(x.proto()?)?),
+        W::MemberAdd(x) => {
+            let x = x.proto()?;
+            Op::MemberAdd {
+                id: x.get_id(),
+                client_addr: text(x.get_client_addr())?,
+                raft_addr: text(x.get_raft_addr())?,
+            }
+        }
+        W::MemberRemove(x) => Op::MemberRemove {
+            id: x.proto()?.get_id(),
+        },
     };
     Ok(Request {
         seq: r.get_seq(),

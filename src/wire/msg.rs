@@ -116,6 +116,17 @@ pub enum Op {
     },
     /// One page of a listing bound to one snapshot (schema: JobListPage).
     JobListPage(JobListPage),
+    /// C17: add controller `id` at these addresses (`HOST:PORT` each): a learner until it
+    /// has caught up, then a voter.
+    MemberAdd {
+        id: u32,
+        client_addr: String,
+        raft_addr: String,
+    },
+    /// C17: remove controller `id` from the membership.
+    MemberRemove {
+        id: u32,
+    },
 }
 
 /// Who may call an op (C13): a set of the identities' roles, one bit each.
@@ -214,6 +225,8 @@ impl Op {
             Nop =>                  rule!("nop",             Ff, ANYONE,                    No,           None),
             WaitPrimary { .. } =>   rule!("waitPrimary",     Probe, ANYONE,                 No,           None),
             JobListPage(_) =>       rule!("joblist_page",    R,  IDENTIFIED,                No,           None),
+            MemberAdd { .. } =>     rule!("member_add",      W,  ADMIN,                     No,           None),
+            MemberRemove { .. } =>  rule!("member_remove",   W,  ADMIN,                     No,           None),
         };
         r
     }

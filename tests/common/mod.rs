@@ -35,9 +35,11 @@ pub fn op_index(op: &Op) -> usize {
         Op::Nop => 20,
         Op::WaitPrimary { .. } => 21,
         Op::JobListPage(_) => 22,
+        Op::MemberAdd { .. } => 23,
+        Op::MemberRemove { .. } => 24,
     }
 }
-pub const OP_VARIANTS: usize = 23;
+pub const OP_VARIANTS: usize = 25;
 
 /// Index of a reply payload variant (no wildcard, as for `op_index`).
 pub fn data_index(d: &ReplyData) -> usize {
@@ -192,6 +194,12 @@ pub fn sample_ops() -> Vec<Op> {
             after: 0x1000_0000_0042,
             max_bytes: 1 << 20,
         }),
+        Op::MemberAdd {
+            id: 4,
+            client_addr: "ctl4.example:9991".into(),
+            raft_addr: "[fd00::4]:10991".into(),
+        },
+        Op::MemberRemove { id: 1 },
     ]
 }
 

@@ -103,6 +103,30 @@ impl Ctrl {
         self.procs.insert(id, child);
     }
 
+    /// C17: starts node `id` outside the prepared spec with `--cluster cluster` and more
+    /// flags (e.g. `--join`); its client address `client` is recorded for the helpers.
+    pub fn start_extra_node(&mut self, id: u64, client: &str, cluster: &str, flags: &[&str]) {
+        assert!(!self.procs.contains_key(&id), "node {id} already running");
+        self.clients.insert(id, client.to_string());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .unwrap();
+        let child = Command::new(bin())
+            .arg("run")
+            .args(["--id", &id.to_string(), "--cluster", cluster])
+            .arg("--data")
+            .arg(self.dir.path().join(format!("data-{id}")))
+            .args(flags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.procs.insert(id, child);
+    }
+
     pub fn pid(&self, id: u64) -> i32 {
         self.procs[&id].id() as i32
     }

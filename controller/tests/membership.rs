@@ -1,0 +1,356 @@
+//! C17 / S16: members added and removed online under load. Three nodes; a writer submits
+//! jobs all along through the library's client (configured with every address it will ever
+//! need: learning the members is F29's); node 4 is started with `--join` and added; the
+//! primary is killed for good and removed; node 5 is added. Every acknowledged write exists exactly
+//! once, the writer saw 0 errors, the members are the four alive, a new node becomes primary, and
+//! a kill -9 of the primary after that is survived too.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use xce::client::{parse_masters, Client, Config};
+use xce::wire::{JobFilter, JobSpec, Op};
+
+/// Runs `xce-controller ARGS` to its end (bounded); its exit code, stdout and stderr.
+fn cli(args: &[&str], timeout: Duration) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (
+        code,
+        std::fs::read_to_string(out).unwrap_or_default(),
+        std::fs::read_to_string(err).unwrap_or_default(),
+    )
+}
+
+const CLI_TIMEOUT: Duration = Duration::from_secs(100);
+
+fn member(ctrl: &Ctrl, masters: &str, args: &[&str]) -> String {
+    let mut all = vec!["member"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--masters", masters]);
+    let (code, out, err) = cli(&all, CLI_TIMEOUT);
+    assert_eq!(
+        code,
+        Some(0),
+        "member {args:?}: {out}\n{err}\n{}",
+        ctrl.all_logs()
+    );
+    out
+}
+
+/// The member ids `member list` prints.
+fn listed(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn s16_replace_a_dead_machine_under_load() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    ctrl.wait_settled(STARTUP);
+    let ports = free_ports(4);
+    let new_node = |i: usize| {
+        (
+            format!("127.0.0.1:{}", ports[2 * i]),
+            format!("127.0.0.1:{}", ports[2 * i + 1]),
+        )
+    };
+    let (c4, r4) = new_node(0);
+    let (c5, r5) = new_node(1);
+    let masters = [1u64, 2, 3]
+        .iter()
+        .map(|i| ctrl.clients[i].clone())
+        .chain([c4.clone(), c5.clone()])
+        .collect::<Vec<_>>()
+        .join(",");
+
+    // The writer: one context for the whole run, every address it will need.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let writer = {
+        let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
+        let masters = masters.clone();
+        std::thread::spawn(move || {
+            let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let spec = JobSpec {
+                    name: "s16".into(),
+                    user: "alice".into(),
+                    command: "true".into(),
+                    ncpus: 1,
+                    ..Default::default()
+                };
+                match c.jobsubmit(spec) {
+                    Ok(id) => acked.lock().unwrap().push(id),
+                    Err(e) => errors.lock().unwrap().push(format!("{e:?}")),
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            c.close();
+        })
+    };
+    let progress = |ctrl: &Ctrl, what: &str| {
+        let n = acked.lock().unwrap().len();
+        ctrl.wait_until(what, Duration::from_secs(20), || {
+            acked.lock().unwrap().len() >= n + 20
+        });
+    };
+    progress(&ctrl, "writes before any change");
+
+    // Node 4: started with --join, waits uninitialised; added.
+    let spec4 = format!("4={c4}/{r4}");
+    ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !ctrl.log(4).contains("initialised a new cluster"),
+        "{}",
+        ctrl.log(4)
+    );
+    member(&ctrl, &masters, &["add", &spec4]);
+    progress(&ctrl, "writes after adding node 4");
+
+    // The primary (one of 1..3) dies for good and is removed: a failover and a membership
+    // change, both under load.
+    let dead = ctrl.wait_primary_among(&[1, 2, 3], Duration::from_secs(10));
+    ctrl.kill9(dead);
+    member(&ctrl, &masters, &["remove", &dead.to_string()]);
+    progress(&ctrl, "writes after removing the dead node");
+    let live: Vec<u64> = [1, 2, 3, 4, 5].into_iter().filter(|&i| i != dead).collect();
+
+    // Node 5 is added.
+    let spec5 = format!("5={c5}/{r5}");
+    ctrl.start_extra_node(5, &c5, &spec5, &["--join"]);
+    member(&ctrl, &masters, &["add", &spec5]);
+    progress(&ctrl, "writes after adding node 5");
+
+    let mut ids = listed(&member(&ctrl, &masters, &["list"]));
+    ids.sort_unstable();
+    assert_eq!(ids, live);
+
+    // A new node can lead: hand over (SIGTERM: to the most caught-up standby, highest id on a
+    // tie) until one of them does; a handed-over node restarts with its old --cluster, which
+    // the stored membership overrides.
+    let mut p = ctrl.wait_primary_among(&live, Duration::from_secs(10));
+    let mut restarted = Vec::new();
+    for _ in 0..4 {
+        if p >= 4 {
+            break;
+        }
+        ctrl.signal(p, libc::SIGTERM);
+        let others: Vec<u64> = live.iter().copied().filter(|&i| i != p).collect();
+        let q = ctrl.wait_primary_among(&others, Duration::from_secs(10));
+        ctrl.wait_until("the old primary exits", Duration::from_secs(10), || {
+            ctrl.log(p).contains("shutting down")
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        ctrl.kill9(p);
+        ctrl.start_node(p);
+        restarted.push(p);
+        progress(&ctrl, "writes after a handover");
+        p = q;
+    }
+    assert!(p >= 4, "node 4 or 5 never led\n{}", ctrl.all_logs());
+    for r in restarted {
+        assert!(
+            ctrl.log(r).contains("the stored one is used"),
+            "{}",
+            ctrl.log(r)
+        );
+    }
+
+    // And once more: kill -9 of that primary; the others elect a new one.
+    ctrl.kill9(p);
+    let others: Vec<u64> = live.iter().copied().filter(|&i| i != p).collect();
+    ctrl.wait_primary_among(&others, Duration::from_secs(10));
+    progress(&ctrl, "writes after the last kill");
+
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let errors = errors.lock().unwrap().clone();
+    assert!(
+        errors.is_empty(),
+        "writer errors: {errors:?}\n{}",
+        ctrl.all_logs()
+    );
+
+    // Every acknowledged write exactly once.
+    let reader = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+    let jobs = reader.joblist_all(JobFilter::default()).unwrap();
+    reader.close();
+    let mut count = BTreeMap::<u64, u32>::new();
+    for j in &jobs {
+        *count.entry(j.job_id).or_default() += 1;
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 100, "only {} writes", acked.len());
+    for id in &acked {
+        assert_eq!(count.get(id), Some(&1), "job {id}");
+    }
+    eprintln!(
+        "S16: {} acknowledged writes, all present once; 0 errors; members {ids:?}; primary \
+         reached node {p}",
+        acked.len()
+    );
+}
+
+/// Refusals: unknown id, the last voter, a taken id or address, bad addresses; `--join`
+/// never initialises.
+#[test]
+fn refusals() {
+    let ctrl = Ctrl::start(1, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let mut c = ctrl.client(p);
+    let me = ctrl.spec.split_once('=').unwrap().1.to_string();
+    let (mc, mr) = me.split_once('/').unwrap();
+    let status = |c: &mut common::Client, op| c.call(op).status;
+    let add = |id, client: &str, raft: &str| Op::MemberAdd {
+        id,
+        client_addr: client.into(),
+        raft_addr: raft.into(),
+    };
+    assert_eq!(status(&mut c, Op::MemberRemove { id: 9 }), -libc::ENOENT);
+    assert_eq!(status(&mut c, Op::MemberRemove { id: 1 }), -libc::EINVAL);
+    assert_eq!(
+        status(&mut c, add(1, "127.0.0.1:1", "127.0.0.1:2")),
+        -libc::EEXIST
+    );
+    assert_eq!(status(&mut c, add(2, mc, "127.0.0.1:2")), -libc::EEXIST);
+    assert_eq!(status(&mut c, add(2, "127.0.0.1:1", mr)), -libc::EEXIST);
+    assert_eq!(
+        status(&mut c, add(2, "nonsense", "127.0.0.1:2")),
+        -libc::EINVAL
+    );
+    assert_eq!(
+        status(&mut c, add(0, "127.0.0.1:1", "127.0.0.1:2")),
+        -libc::EINVAL
+    );
+    // Adding a member already there as a voter, same addresses: done (a re-send).
+    assert_eq!(status(&mut c, add(1, mc, mr)), 0);
+
+    // The CLI: a usage error, and a refusal with its status.
+    let (code, _, err) = cli(&["member", "add", "4"], CLI_TIMEOUT);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, _, err) = cli(
+        &["member", "remove", "7", "--masters", &ctrl.clients[&1]],
+        CLI_TIMEOUT,
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("No such file or directory"), "{err}");
+}
+
+/// Removing the primary: it hands leadership over first, the command's client follows the
+/// redirect and the new primary removes it; the others serve on.
+#[test]
+fn removing_the_primary_hands_over_first() {
+    let ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let masters = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    member(&ctrl, &masters, &["remove", &p.to_string()]);
+    assert!(
+        ctrl.log(p)
+            .contains("asked to remove itself: handing leadership over first"),
+        "{}",
+        ctrl.log(p)
+    );
+    let mut ids = listed(&member(&ctrl, &masters, &["list"]));
+    ids.sort_unstable();
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|&i| i != p).collect();
+    assert_eq!(ids, others);
+    let q = ctrl.wait_primary_among(&others, Duration::from_secs(10));
+    let mut c = ctrl.client(q);
+    assert_eq!(c.call(submit(rand_u64(), "alice", "")).status, 0);
+}
+
+/// C13 × C17 on a TLS cluster: only admin changes the membership (a user is refused with
+/// E_XCE_AUTH, and may list); a node added with `--join` over mutual TLS (its `--cluster`
+/// names the current members) catches up and becomes a voter.
+#[test]
+fn tls_admin_only_and_join_over_mutual_tls() {
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path(), 4);
+    let flags = tls_flags(pki.path());
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut ctrl = Ctrl::start(3, &flag_refs);
+    let p = wait_tls_primary(&ctrl, pki.path(), "admin");
+    let masters = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    let f = |n: &str| pki.path().join(n).display().to_string();
+    let (ca, admin_pem, admin_key, alice_pem, alice_key) = (
+        f("ca.pem"),
+        f("admin.pem"),
+        f("admin.key"),
+        f("user-alice.pem"),
+        f("user-alice.key"),
+    );
+
+    let mut alice = tls_client(&ctrl.clients[&p], pki.path(), Some("user-alice"));
+    let r = alice.call(Op::MemberRemove { id: 2 });
+    assert_eq!(r.status, -xce::error::E_XCE_AUTH);
+
+    let ports = free_ports(2);
+    let (c4, r4) = (
+        format!("127.0.0.1:{}", ports[0]),
+        format!("127.0.0.1:{}", ports[1]),
+    );
+    let spec4 = format!("4={c4}/{r4}");
+    let mut node_flags: Vec<String> = flags.iter().map(|a| a.replace("{id}", "4")).collect();
+    node_flags.push("--join".into());
+    let node_refs: Vec<&str> = node_flags.iter().map(String::as_str).collect();
+    ctrl.start_extra_node(4, &c4, &format!("{},{spec4}", ctrl.spec), &node_refs);
+
+    let as_who = |pem: &str, key: &str, args: &[&str]| {
+        let mut all = vec!["member"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "--masters",
+            &masters,
+            "--ca",
+            &ca,
+            "--cert",
+            pem,
+            "--key",
+            key,
+        ]);
+        cli(&all, CLI_TIMEOUT)
+    };
+    let (code, out, err) = as_who(&alice_pem, &alice_key, &["add", &spec4]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let (code, out, err) = as_who(&admin_pem, &admin_key, &["add", &spec4]);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", ctrl.all_logs());
+    let (code, out, err) = as_who(&alice_pem, &alice_key, &["list"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let mut ids = listed(&out);
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3, 4], "{out}");
+    assert!(
+        ctrl.log(p).contains("refused member_remove") && ctrl.log(p).contains("user-alice"),
+        "{}",
+        ctrl.log(p)
+    );
+}

@@ -309,6 +309,11 @@ impl Ctx {
                 info.primary_port = p;
             }
         }
+        // F29: the members, only from the serving primary about itself — never a standby's
+        // (possibly stale) view, so clients learn the cluster only from its primary.
+        if primary == Some(self.id) && role == ControllerRole::Primary && self.serving_leader() {
+            info.members = members_of(&m, self.id);
+        }
         info
     }
 
@@ -511,6 +516,31 @@ impl Ctx {
 }
 
 /// `host:port` → (host, port).
+/// F29: every node of the current membership (voters and learners) with its client address,
+/// in id order; `me` is marked the primary, the others standbys.
+fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::ControllerEntry> {
+    let mut v: Vec<wire::ControllerEntry> = m
+        .membership_config
+        .membership()
+        .nodes()
+        .filter_map(|(&id, n)| {
+            let (host, port) = split_addr(&n.client)?;
+            Some(wire::ControllerEntry {
+                id: id as u32,
+                host,
+                port,
+                role: if id == me {
+                    ControllerRole::Primary
+                } else {
+                    ControllerRole::Standby
+                },
+            })
+        })
+        .collect();
+    v.sort_by_key(|e| e.id);
+    v
+}
+
 pub fn split_addr(a: &str) -> Option<(String, u16)> {
     let (h, p) = a.rsplit_once(':')?;
     Some((h.to_string(), p.parse().ok()?))

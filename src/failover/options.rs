@@ -14,6 +14,8 @@ pub const DEFAULT_CALL_DEADLINE_MS: u32 = 0;
 pub const DEFAULT_WAIT_PRIMARY: bool = true;
 /// Ask another controller whether the primary changed when a reply is late (F25).
 pub const DEFAULT_SUSPICION: bool = true;
+/// Learn the cluster's members from the primary and add them to the rotation (F29).
+pub const DEFAULT_LEARN_MASTERS: bool = true;
 /// Least spread applied before following a primary announced by `waitPrimary` (F18).
 pub const WAIT_PRIMARY_SPREAD: Duration = Duration::from_millis(5);
 /// Spread per client the announcing controller was holding: 1000 waiters spread over 100 ms,
@@ -49,6 +51,10 @@ pub struct Options {
     pub hint_policy: HintPolicy,
     pub wait_primary: bool,
     pub suspicion: bool,
+    /// F29: after each new connection, one `hello` asks whether it reaches the primary and
+    /// which members the cluster has; members it reports are added to the rotation. Off, no
+    /// `hello` is sent for it (the scripted fakes of the tests turn it off).
+    pub learn_masters: bool,
 }
 
 impl Default for Options {
@@ -60,6 +66,7 @@ impl Default for Options {
             hint_policy: HintPolicy::ConfiguredOnly,
             wait_primary: DEFAULT_WAIT_PRIMARY,
             suspicion: DEFAULT_SUSPICION,
+            learn_masters: DEFAULT_LEARN_MASTERS,
         }
     }
 }

@@ -19,7 +19,7 @@ use super::xcecli_ctx_t;
 
 /// The index of `e` among the context's configured masters, -1 when it is not one.
 fn master_index(c: &client::Client, e: &client::Endpoint) -> i32 {
-    c.masters()
+    c.configured_masters()
         .iter()
         .position(|m| m == e)
         .and_then(|i| i32::try_from(i).ok())
@@ -221,7 +221,8 @@ pub struct xce_stats_t {
     pub backoff_ms: u64,
     /// Duration of the last completed failover, ms (0: none yet).
     pub last_failover_ms: u64,
-    /// Index of the current master in the configuration, -1 when not connected.
+    /// Index of the current master in the configuration, -1 when not connected or when it is a
+    /// master learned from the primary (F29; `current_master_host`/`_port` name it).
     pub current_master: i32,
     /// Port of the current master (0 when not connected).
     pub current_master_port: u16,
@@ -325,17 +326,47 @@ pub extern "C" fn xcecli_last_error_text(
         let Some(e) = c.last_error() else {
             return -libc::ENOENT;
         };
-        let text = e.to_string();
-        let bytes = text.as_bytes();
-        if buflen > 0 {
-            let n = bytes.len().min(buflen - 1);
-            // SAFETY: buf is writable for buflen bytes (documented) and n + 1 <= buflen.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
-                *buf.add(n) = 0;
-            }
+        copy_text(&e.to_string(), buf, buflen)
+    }
+}
+
+/// Copies `text` into `buf` like `snprintf`: at most `buflen - 1` bytes and a NUL when
+/// `buflen > 0`; returns the full length. The caller checked `buf` is not NULL when
+/// `buflen > 0`.
+fn copy_text(text: &str, buf: *mut c_char, buflen: usize) -> c_int {
+    let bytes = text.as_bytes();
+    if buflen > 0 {
+        let n = bytes.len().min(buflen - 1);
+        // SAFETY: buf is writable for buflen bytes (documented) and n + 1 <= buflen.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
         }
-        c_int::try_from(bytes.len()).unwrap_or(c_int::MAX)
+    }
+    c_int::try_from(bytes.len()).unwrap_or(c_int::MAX)
+}
+
+/// F29: writes the masters `ctx` rotates over — the configured ones in order, then those
+/// learned from a primary — as `host:port` separated by commas (an IPv6 host in brackets), into
+/// `buf` (`buflen` bytes, always NUL-terminated when `buflen > 0`, truncated if needed; the
+/// caller owns `buf`, nothing is kept). Returns the full text length (like `snprintf`), so a
+/// result >= `buflen` means truncation; -EINVAL for a NULL ctx or a NULL `buf` with
+/// `buflen > 0`; -E_XCE_CLOSED for a stopped context. `(NULL, 0)` just measures. Thread-safe;
+/// does not wait for an op in progress on `ctx`.
+#[no_mangle]
+pub extern "C" fn xcecli_get_masters(ctx: xcecli_ctx_t, buf: *mut c_char, buflen: usize) -> c_int {
+    ffi_panic_boundary! { "xcecli_get_masters",
+        let c = try_ctx!(ctx);
+        if buf.is_null() && buflen > 0 {
+            return -libc::EINVAL;
+        }
+        let list = c
+            .masters()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        copy_text(&list, buf, buflen)
     }
 }
 

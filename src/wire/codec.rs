@@ -285,7 +285,12 @@ fn est_reply(rep: &Reply) -> usize {
     let data = match &rep.data {
         ReplyData::None | ReplyData::JobId(_) | ReplyData::TaskId(_) | ReplyData::SessionId(_) => 0,
         ReplyData::CtrlInfo(c) => {
-            sw::<cp::controller_info::Builder>() + tw(&c.primary_host) + tw(&c.version)
+            sw::<cp::controller_info::Builder>()
+                + tw(&c.primary_host)
+                + tw(&c.version)
+                + est_list(&c.members, sw::<cp::controller_entry::Builder>(), |e| {
+                    tw(&e.host)
+                })
         }
         ReplyData::Jobs(v) => est_list(v, job, est_job_ptrs),
         ReplyData::Job(j) => job + est_job_ptrs(j),
@@ -515,6 +520,19 @@ fn put_job(j: &Job, mut x: cp::job::Builder<'_>) {
     put_usage(&j.usage, || x.init_usage());
 }
 
+fn put_controller_entries(
+    v: &[ControllerEntry],
+    mut l: capnp::struct_list::Builder<'_, cp::controller_entry::Owned>,
+) {
+    for (i, e) in v.iter().enumerate() {
+        let mut y = l.reborrow().get(i as u32);
+        y.set_id(e.id);
+        set_text!(y, set_host, e.host);
+        y.set_port(e.port);
+        y.set_role(e.role.to_wire());
+    }
+}
+
 fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
     b.set_seq(rep.seq);
     b.set_status(rep.status);
@@ -538,6 +556,9 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             x.set_committed_index(c.committed_index);
             x.set_applied_index(c.applied_index);
             x.set_last_contact_ms(c.last_contact_ms);
+            if !c.members.is_empty() {
+                put_controller_entries(&c.members, x.init_members(list_len(c.members.len())));
+            }
         }
         ReplyData::Jobs(v) => {
             let mut l = d.init_jobs(list_len(v.len()));
@@ -577,14 +598,10 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             set_text!(x, set_cluster_name, c.cluster_name);
             x.set_primary_id(c.primary_id);
             x.set_term(c.term);
-            let mut l = x.reborrow().init_controllers(list_len(c.controllers.len()));
-            for (i, e) in c.controllers.iter().enumerate() {
-                let mut y = l.reborrow().get(i as u32);
-                y.set_id(e.id);
-                set_text!(y, set_host, e.host);
-                y.set_port(e.port);
-                y.set_role(e.role.to_wire());
-            }
+            put_controller_entries(
+                &c.controllers,
+                x.reborrow().init_controllers(list_len(c.controllers.len())),
+            );
             let mut l = x.init_queues(list_len(c.queues.len()));
             for (i, q) in c.queues.iter().enumerate() {
                 let mut y = l.reborrow().get(i as u32);
@@ -780,6 +797,20 @@ fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<Ke
     })
 }
 
+fn get_controller_entries(
+    b: &Budget,
+    l: ListReader<'_, cp::controller_entry::Owned>,
+) -> Result<Vec<ControllerEntry>, Error> {
+    get_list(b, l, |y| {
+        Ok(ControllerEntry {
+            id: y.get_id(),
+            host: text(y.get_host())?,
+            port: y.get_port(),
+            role: en(y.get_role())?,
+        })
+    })
+}
+
 fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
     get_list(b, l, |x| {
         Ok(ResVal {
@@ -837,6 +868,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 committed_index: x.get_committed_index(),
                 applied_index: x.get_applied_index(),
                 last_contact_ms: x.get_last_contact_ms(),
+                members: get_controller_entries(b, x.get_members())?,
             })
         }
         W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),
@@ -865,14 +897,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
             let x = x.proto()?;
             ReplyData::ClusterConf(ClusterConf {
                 cluster_name: text(x.get_cluster_name())?,
-                controllers: get_list(b, x.get_controllers(), |y| {
-                    Ok(ControllerEntry {
-                        id: y.get_id(),
-                        host: text(y.get_host())?,
-                        port: y.get_port(),
-                        role: en(y.get_role())?,
-                    })
-                })?,
+                controllers: get_controller_entries(b, x.get_controllers())?,
                 primary_id: x.get_primary_id(),
                 term: x.get_term(),
                 queues: get_list(b, x.get_queues(), |y| {

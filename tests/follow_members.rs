@@ -1,0 +1,158 @@
+//! F29: the masters list follows the cluster, against scripted fake controllers. Members are
+//! learned only from the answer of the node the context talks to, when it says it is the
+//! primary — never from a standby's answer, a node speaking of another primary, or a hint; the
+//! configured masters are never dropped; the learned ones are bounded; the happy path pays
+//! nothing (one `hello` per new connection, none per call).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+use xce::client::{Client, Config};
+use xce::failover::{Endpoint, Options, MAX_LEARNED_MASTERS};
+use xce::wire::*;
+
+fn learning() -> Options {
+    Options {
+        learn_masters: true,
+        ..fast_options()
+    }
+}
+
+fn client(masters: &[Endpoint]) -> Client {
+    Client::start_with(Config::new(masters.to_vec()), learning(), fast_retry(3)).expect("start")
+}
+
+fn entry(id: u32, e: &Endpoint) -> ControllerEntry {
+    ControllerEntry {
+        id,
+        host: e.host.clone(),
+        port: e.port,
+        role: ControllerRole::Standby,
+    }
+}
+
+/// A `hello` answer of node `id`, in `role`, naming `primary_id`, with `members`.
+fn info(id: u32, role: ControllerRole, primary_id: u32, members: &[Endpoint]) -> Step {
+    Step::Payload(ReplyData::CtrlInfo(ControllerInfo {
+        id,
+        role,
+        primary_id,
+        members: members
+            .iter()
+            .enumerate()
+            .map(|(i, e)| entry(i as u32 + 1, e))
+            .collect(),
+        ..Default::default()
+    }))
+}
+
+fn primary_says(members: &[Endpoint]) -> Step {
+    info(1, ControllerRole::Primary, 1, members)
+}
+
+#[test]
+fn members_are_learned_from_the_primary_once_per_connection() {
+    let p = FakeController::start(vec![]);
+    let (x, y) = (refused_endpoint(), refused_endpoint());
+    p.push([primary_says(&[p.endpoint(), x.clone(), y.clone()])]);
+    let c = client(&[p.endpoint()]);
+    assert_eq!(c.masters(), vec![p.endpoint()]);
+    c.clusterconf().expect("clusterconf");
+    assert_eq!(p.ops(), vec!["hello", "clusterconf"]);
+    assert_eq!(c.masters(), vec![p.endpoint(), x.clone(), y.clone()]);
+    assert_eq!(c.configured_masters(), &[p.endpoint()]);
+    let s = c.stats();
+    assert_eq!(s.learned_masters, 2);
+    assert_eq!(*s.masters, vec![p.endpoint(), x, y]);
+    // The happy path: no further `hello`, whatever the number of calls.
+    for _ in 0..100 {
+        c.clusterconf().expect("clusterconf");
+    }
+    assert_eq!(p.requests().len(), 2 + 100);
+    assert_eq!(p.connections(), 1);
+    // Asked again, the primary reporting the same members changes nothing.
+    c.hello().expect("hello");
+    assert_eq!(c.stats().learned_masters, 2);
+}
+
+#[test]
+fn nothing_is_learned_from_a_standby_or_a_node_naming_another_primary() {
+    let z = refused_endpoint();
+    // A standby answering `hello` with success (as an older or buggy node might) and members.
+    let s = FakeController::start(vec![info(2, ControllerRole::Standby, 1, &[z.clone()])]);
+    let c = client(&[s.endpoint()]);
+    c.clusterconf().expect("clusterconf");
+    assert_eq!(c.masters(), vec![s.endpoint()]);
+    // A node calling itself primary while naming another one as the primary.
+    let w = FakeController::start(vec![info(2, ControllerRole::Primary, 1, &[z.clone()])]);
+    let c = client(&[w.endpoint()]);
+    c.clusterconf().expect("clusterconf");
+    assert_eq!(c.masters(), vec![w.endpoint()]);
+    // A standby refusing with a hint to an unconfigured host: the hint is no member.
+    let a = FakeController::start(vec![Step::Standby(Some(z.clone()))]);
+    let b = FakeController::start(vec![primary_says(&[])]);
+    let c = client(&[a.endpoint(), b.endpoint()]);
+    c.clusterconf().expect("clusterconf through b");
+    assert_eq!(c.masters(), vec![a.endpoint(), b.endpoint()]);
+    assert_eq!(c.stats().learned_masters, 0);
+}
+
+#[test]
+fn configured_masters_stay_first_and_the_learned_are_bounded() {
+    let p = FakeController::start(vec![]);
+    let other = refused_endpoint();
+    // The primary forgets both configured masters and reports far too many members.
+    let many: Vec<Endpoint> = (0..3 * MAX_LEARNED_MASTERS as u16)
+        .map(|k| Endpoint::new("127.0.0.1", 1 + k))
+        .collect();
+    p.push([primary_says(&many)]);
+    let c = client(&[p.endpoint(), other.clone()]);
+    c.clusterconf().expect("clusterconf");
+    let m = c.masters();
+    assert_eq!(m.len(), 2 + MAX_LEARNED_MASTERS);
+    assert_eq!(&m[..2], &[p.endpoint(), other]);
+    assert_eq!(&m[2..], &many[..MAX_LEARNED_MASTERS]);
+}
+
+/// The daemon with an old list: configured with one master only, it learned the others; that
+/// master dies for good; the next calls go to a learned master with no error to the caller.
+#[test]
+fn a_learned_master_takes_over_when_the_configured_one_dies() {
+    let q = FakeController::start(vec![]);
+    let p = FakeController::start(vec![]);
+    p.push([primary_says(&[p.endpoint(), q.endpoint()])]);
+    q.push([info(2, ControllerRole::Primary, 2, &[q.endpoint()])]);
+    let c = client(&[p.endpoint()]);
+    c.clusterconf().expect("first call");
+    assert_eq!(c.masters(), vec![p.endpoint(), q.endpoint()]);
+    let p_ep = p.endpoint();
+    drop(p);
+    let t0 = Instant::now();
+    for _ in 0..5 {
+        c.clusterconf().expect("through the learned master");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(q.ops()[..2], ["hello", "clusterconf"]);
+    assert_eq!(c.stats().current_master, Some(q.endpoint()));
+    // The configured master is still in the list, first.
+    assert_eq!(c.masters(), vec![p_ep, q.endpoint()]);
+}
+
+/// A connection whose `hello` answer is "standby" is the attempt's outcome: the op itself is
+/// not sent there, and the loop moves on to the primary named by a configured hint.
+#[test]
+fn a_standby_answer_to_the_members_hello_moves_the_call_on() {
+    let b = FakeController::start(vec![primary_says(&[])]);
+    let a = FakeController::start(vec![Step::Standby(Some(b.endpoint()))]);
+    let c = client(&[a.endpoint(), b.endpoint()]);
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("submitted at b");
+    assert_eq!(a.ops(), vec!["hello"]);
+    assert_eq!(b.ops(), vec!["hello", "jobsubmit"]);
+}

@@ -586,7 +586,8 @@ typedef struct xce_stats_t {
      */
     uint64_t last_failover_ms;
     /**
-     * Index of the current master in the configuration, -1 when not connected.
+     * Index of the current master in the configuration, -1 when not connected or when it is a
+     * master learned from the primary (F29; `current_master_host`/`_port` name it).
      */
     int32_t current_master;
     /**
@@ -1020,6 +1021,17 @@ int xcecli_last_error(xcecli_ctx_t ctx, struct xce_last_error_t *out);
  * NULL ctx or a NULL `buf` with `buflen > 0`. `(NULL, 0)` just measures. Thread-safe.
  */
 int xcecli_last_error_text(xcecli_ctx_t ctx, char *buf, size_t buflen);
+
+/**
+ * F29: writes the masters `ctx` rotates over — the configured ones in order, then those
+ * learned from a primary — as `host:port` separated by commas (an IPv6 host in brackets), into
+ * `buf` (`buflen` bytes, always NUL-terminated when `buflen > 0`, truncated if needed; the
+ * caller owns `buf`, nothing is kept). Returns the full text length (like `snprintf`), so a
+ * result >= `buflen` means truncation; -EINVAL for a NULL ctx or a NULL `buf` with
+ * `buflen > 0`; -E_XCE_CLOSED for a stopped context. `(NULL, 0)` just measures. Thread-safe;
+ * does not wait for an op in progress on `ctx`.
+ */
+int xcecli_get_masters(xcecli_ctx_t ctx, char *buf, size_t buflen);
 
 /**
  * Writes a fresh job id for `xcecli_jobsubmit` to `*jobid_out`: unique across clients and

@@ -14,6 +14,7 @@ import "C"
 import (
 	"context"
 	"sort"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -701,4 +702,27 @@ func (c *Client) LastError() string {
 		return 0
 	})
 	return text
+}
+
+// Masters returns the controllers the client rotates over (F29): the configured ones in
+// order, then those learned from the primary, each as "host:port". It never waits for a call
+// in progress.
+func (c *Client) Masters() ([]string, error) {
+	var list []string
+	err := c.local("get_masters", func(h C.xcecli_ctx_t) C.int {
+		n := C.xcecli_get_masters(h, nil, 0)
+		for n >= 0 {
+			buf := make([]byte, int(n)+1)
+			m := C.xcecli_get_masters(h, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+			if m < 0 || m <= n {
+				if m >= 0 {
+					list = strings.Split(string(buf[:m]), ",")
+				}
+				return m
+			}
+			n = m // the list grew in between: measure again
+		}
+		return n
+	})
+	return list, err
 }

@@ -5,14 +5,57 @@
 
 mod common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::*;
 use xce::client::Client;
 use xce::failover::Endpoint;
+use xce::wire::{Hello, Op, ReplyData, PROTOCOL_VERSION};
+use xce_proof::cluster::raw_call;
 
 fn ep(a: std::net::SocketAddr) -> Endpoint {
     Endpoint::new(a.ip().to_string(), a.port())
+}
+
+/// The members of a `hello` or `waitPrimary` answer of node `id` (None: not a CtrlInfo).
+fn members_of(c: &xce_proof::Cluster, id: u32, op: Op) -> Option<Vec<Endpoint>> {
+    let r = raw_call(c.node(id).client, op, Duration::from_secs(5)).expect("raw call");
+    match r.data {
+        ReplyData::CtrlInfo(i) => Some(
+            i.members
+                .into_iter()
+                .map(|m| Endpoint::new(m.host, m.port))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// Only the serving primary reports the members; standbys report none, in `hello` (refused
+/// with STANDBY, the info attached) and in `waitPrimary` (answered by every node).
+#[test]
+fn only_the_primary_reports_the_members() {
+    let (c, p) = cluster(3);
+    let hello = || {
+        Op::Hello(Hello {
+            client_name: "f29".into(),
+            protocol_version: PROTOCOL_VERSION,
+        })
+    };
+    let wait = || {
+        Op::WaitPrimary {
+            timeout_ms: 0,
+            exclude_host: String::new(),
+            exclude_port: 0,
+        }
+    };
+    let all: Vec<Endpoint> = c.nodes.iter().map(|n| ep(n.client)).collect();
+    assert_eq!(members_of(&c, p, hello()), Some(all.clone()));
+    assert_eq!(members_of(&c, p, wait()), Some(all));
+    for n in c.nodes.iter().filter(|n| n.id != p) {
+        assert_eq!(members_of(&c, n.id, hello()), Some(vec![]), "standby {}", n.id);
+        assert_eq!(members_of(&c, n.id, wait()), Some(vec![]), "standby {}", n.id);
+    }
 }
 
 #[test]

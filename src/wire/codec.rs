@@ -1041,6 +1041,10 @@ mod tests {
                 queues: vec![Queue::default(); 10_000],
                 ..ClusterConf::default()
             }),
+            ReplyData::CtrlInfo(ControllerInfo {
+                members: vec![ControllerEntry::default(); 10_000],
+                ..ControllerInfo::default()
+            }),
         ] {
             let rep = Reply::ok(1, data);
             let mut out = Vec::new();
@@ -1059,6 +1063,25 @@ mod tests {
         out[tag_at..].copy_from_slice(&(10u64 << 2).to_le_bytes());
         let rep = decode_reply(&out, &l).unwrap();
         assert_eq!(rep.data, ReplyData::Jobs(vec![Job::default(); 10]));
+        // F29: the members of a `hello` answer, the same claim: an empty list last, its count
+        // raised to 100,000 — refused before anything is allocated for it.
+        let mut out = Vec::new();
+        encode_with(64, &mut out, |root| {
+            let mut b: cp::reply::Builder<'_> = root.init_as();
+            b.set_seq(1);
+            let info = b.init_data().init_ctrl_info();
+            info.init_members(0);
+        });
+        let tag_at = out.len() - 8;
+        let tag = u64::from_le_bytes(out[tag_at..].try_into().unwrap());
+        assert_eq!(tag & 3, 0, "the empty members list's tag is the last word");
+        out[tag_at..].copy_from_slice(&(100_000u64 << 2).to_le_bytes());
+        assert_eq!(decode_reply(&out, &l), Err(Error::Proto));
+        out[tag_at..].copy_from_slice(&(10u64 << 2).to_le_bytes());
+        match decode_reply(&out, &l).map(|r| r.data) {
+            Ok(ReplyData::CtrlInfo(i)) => assert_eq!(i.members.len(), 10),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -81,12 +81,22 @@ fn members_are_learned_from_the_primary_once_per_connection() {
 fn nothing_is_learned_from_a_standby_or_a_node_naming_another_primary() {
     let z = refused_endpoint();
     // A standby answering `hello` with success (as an older or buggy node might) and members.
-    let s = FakeController::start(vec![info(2, ControllerRole::Standby, 1, &[z.clone()])]);
+    let s = FakeController::start(vec![info(
+        2,
+        ControllerRole::Standby,
+        1,
+        std::slice::from_ref(&z),
+    )]);
     let c = client(&[s.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(c.masters(), vec![s.endpoint()]);
     // A node calling itself primary while naming another one as the primary.
-    let w = FakeController::start(vec![info(2, ControllerRole::Primary, 1, &[z.clone()])]);
+    let w = FakeController::start(vec![info(
+        2,
+        ControllerRole::Primary,
+        1,
+        std::slice::from_ref(&z),
+    )]);
     let c = client(&[w.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(c.masters(), vec![w.endpoint()]);

@@ -42,19 +42,27 @@ fn only_the_primary_reports_the_members() {
             protocol_version: PROTOCOL_VERSION,
         })
     };
-    let wait = || {
-        Op::WaitPrimary {
-            timeout_ms: 0,
-            exclude_host: String::new(),
-            exclude_port: 0,
-        }
+    let wait = || Op::WaitPrimary {
+        timeout_ms: 0,
+        exclude_host: String::new(),
+        exclude_port: 0,
     };
     let all: Vec<Endpoint> = c.nodes.iter().map(|n| ep(n.client)).collect();
     assert_eq!(members_of(&c, p, hello()), Some(all.clone()));
     assert_eq!(members_of(&c, p, wait()), Some(all));
     for n in c.nodes.iter().filter(|n| n.id != p) {
-        assert_eq!(members_of(&c, n.id, hello()), Some(vec![]), "standby {}", n.id);
-        assert_eq!(members_of(&c, n.id, wait()), Some(vec![]), "standby {}", n.id);
+        assert_eq!(
+            members_of(&c, n.id, hello()),
+            Some(vec![]),
+            "standby {}",
+            n.id
+        );
+        assert_eq!(
+            members_of(&c, n.id, wait()),
+            Some(vec![]),
+            "standby {}",
+            n.id
+        );
     }
 }
 
@@ -72,7 +80,11 @@ fn a_client_configured_with_one_controller_follows_the_cluster_after_it_dies() {
     assert_eq!(learned.len(), 3, "{learned:?}");
     assert_eq!(learned[0], ep(c.node(p).client), "configured master first");
     for n in &c.nodes {
-        assert!(learned.contains(&ep(n.client)), "{} missing: {learned:?}", n.client);
+        assert!(
+            learned.contains(&ep(n.client)),
+            "{} missing: {learned:?}",
+            n.client
+        );
     }
     assert_eq!(cl.stats().learned_masters, 2);
 

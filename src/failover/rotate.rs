@@ -458,11 +458,23 @@ mod tests {
     fn learns_new_members_keeps_the_configured_and_is_bounded() {
         let mut r = three();
         r.set_current(1);
-        assert_eq!(r.learn(&Endpoint::new("b", 2), &table_dns), Learned::Known(1));
+        assert_eq!(
+            r.learn(&Endpoint::new("b", 2), &table_dns),
+            Learned::Known(1)
+        );
         // Another name of a configured master is no new master.
-        assert_eq!(r.learn(&Endpoint::new("alias-of-b", 2), &table_dns), Learned::Known(1));
-        assert_eq!(r.learn(&Endpoint::new("d", 4), &table_dns), Learned::Added(3));
-        assert_eq!(r.learn(&Endpoint::new("d", 4), &table_dns), Learned::Known(3));
+        assert_eq!(
+            r.learn(&Endpoint::new("alias-of-b", 2), &table_dns),
+            Learned::Known(1)
+        );
+        assert_eq!(
+            r.learn(&Endpoint::new("d", 4), &table_dns),
+            Learned::Added(3)
+        );
+        assert_eq!(
+            r.learn(&Endpoint::new("d", 4), &table_dns),
+            Learned::Known(3)
+        );
         assert_eq!(r.configured(), 3);
         // The cursor did not move; rotation reaches the learned master after the configured.
         assert_eq!(r.current(), &Target::Master(1));
@@ -473,9 +485,12 @@ mod tests {
             let e = Endpoint::new(format!("n{k}"), 100 + k as u16);
             assert_eq!(r.learn(&e, &table_dns), Learned::Added(3 + k));
         }
-        assert_eq!(r.learn(&Endpoint::new("one-too-many", 9), &table_dns), Learned::Full);
+        assert_eq!(
+            r.learn(&Endpoint::new("one-too-many", 9), &table_dns),
+            Learned::Full
+        );
         assert_eq!(r.masters().len(), 3 + MAX_LEARNED_MASTERS);
-        assert_eq!(&r.masters()[..3], &three().masters()[..]);
+        assert_eq!(&r.masters()[..3], three().masters());
         // A hint naming a learned master is a hint naming a master.
         assert_eq!(
             r.offer_hint("d", 4, HintPolicy::ConfiguredOnly, 0, &table_dns),

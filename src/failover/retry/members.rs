@@ -26,7 +26,9 @@ pub fn due(state: &LoopState, env: &CallEnv<'_>) -> bool {
 /// with its hint is for the caller to act on) or the transport error.
 pub fn ask(state: &mut LoopState, env: &CallEnv<'_>, until: Instant) -> Result<Reply, Error> {
     let ids = state.ids.read();
-    let (result, _) = state.link.exchange(&env.waker, &primary_probe(), ids, until);
+    let (result, _) = state
+        .link
+        .exchange(&env.waker, &primary_probe(), ids, until);
     let reply = result?;
     learn(state, env, &reply);
     Ok(reply)
@@ -69,7 +71,11 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
             Learned::Known(_) => {}
             Learned::Added(_) => {
                 added += 1;
-                clog!(env, Level::Info, "masters: learned {e} from the primary {from}");
+                clog!(
+                    env,
+                    Level::Info,
+                    "masters: learned {e} from the primary {from}"
+                );
             }
             Learned::Full => clog!(
                 env,

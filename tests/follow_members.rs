@@ -72,9 +72,29 @@ fn members_are_learned_from_the_primary_once_per_connection() {
     }
     assert_eq!(p.requests().len(), 2 + 100);
     assert_eq!(p.connections(), 1);
-    // Asked again, the primary reporting the same members changes nothing.
+    // The caller's own `hello` on the primary teaches too.
+    p.push([primary_says(&[p.endpoint(), refused_endpoint()])]);
     c.hello().expect("hello");
-    assert_eq!(c.stats().learned_masters, 2);
+    assert_eq!(
+        c.stats().learned_masters,
+        3,
+        "a new member in the caller's own hello"
+    );
+    assert_eq!(p.requests().len(), 2 + 100 + 1);
+}
+
+/// A first call that is a `hello` asks for the members with its own request: no second one.
+#[test]
+fn a_hello_call_is_its_own_members_question() {
+    let x = refused_endpoint();
+    let p = FakeController::start(vec![]);
+    p.push([primary_says(&[p.endpoint(), x.clone()])]);
+    let c = client(&[p.endpoint()]);
+    c.hello().expect("hello");
+    assert_eq!(p.ops(), vec!["hello"]);
+    assert_eq!(c.masters(), vec![p.endpoint(), x]);
+    c.clusterconf().expect("clusterconf");
+    assert_eq!(p.ops(), vec!["hello", "clusterconf"]);
 }
 
 #[test]

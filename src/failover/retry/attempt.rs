@@ -31,7 +31,9 @@ impl Call<'_, '_> {
         let deadline = self.spec.deadline;
         let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
         let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();
-        if hook_hello || members::due(&state, env) {
+        // A call that is itself a `hello` asks for the members with its own request.
+        let op_is_hello = matches!(self.spec.op, Op::Hello(_));
+        if hook_hello || (members::due(&state, env) && !op_is_hello) {
             // F10: the hook re-joins the primary; on a standby it could only be redirected.
             // One `hello` tells: a non-primary answer (with its redirect hint) is this
             // attempt's outcome, and the hook waits for the connection that reaches the
@@ -55,6 +57,9 @@ impl Call<'_, '_> {
             .map_err(AttemptOutcome::Transport)?;
         let (result, sent) = self.exchange_watchful(&mut state, reply_until());
         state.settle_acks(env);
+        if let (true, Ok(reply)) = (op_is_hello, &result) {
+            members::learn(&mut state, env, reply); // F29: answered on the current connection
+        }
         match result {
             Ok(reply) => Ok(reply),
             Err(e) => {

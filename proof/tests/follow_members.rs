@@ -110,3 +110,41 @@ fn a_client_configured_with_one_controller_follows_the_cluster_after_it_dies() {
     assert_eq!(cl.masters(), learned);
     assert!(took < ELECTION_WAIT, "{took:?}");
 }
+
+/// The happy path pays nothing for F29: calls on a kept connection send no `hello`. Printed,
+/// not asserted (timings on 2 loaded cores): the mean of a read with three masters learned
+/// (configured: the primary alone), the same three configured with learning off, and the
+/// primary alone with learning off (one master: F25's watch is off, which is cheaper).
+#[test]
+fn happy_path_cost_is_printed() {
+    use xce::client::{parse_masters, Config};
+    use xce::failover::Options;
+    let (c, p) = cluster(3);
+    const N: u32 = 2000;
+    let alone = c.node(p).client.to_string();
+    let all = c.masters();
+    for _round in 0..2 {
+        for (what, masters, learn) in [
+            ("primary alone, learned 2", &alone, true),
+            ("three configured, learning off", &all, false),
+            ("primary alone, learning off", &alone, false),
+        ] {
+            let cfg = Config::new(parse_masters(masters).unwrap());
+            let opts = Options {
+                learn_masters: learn,
+                ..Options::default()
+            };
+            let cl = Client::start_with(cfg, opts, Default::default()).expect("start");
+            cl.clusterconf().expect("warm-up");
+            let t0 = Instant::now();
+            for _ in 0..N {
+                cl.clusterconf().expect("clusterconf");
+            }
+            let mean = t0.elapsed() / N;
+            println!(
+                "F29 happy path: {what} ({} masters): {mean:?} per clusterconf",
+                cl.masters().len()
+            );
+        }
+    }
+}

@@ -389,6 +389,9 @@ static void test_ctx_bad_args(void) {
     CHECK_EQ(xcecli_get_masters(ctx, cut, sizeof cut), mn);
     CHECK_EQ(strlen(cut), 3);
     CHECK_EQ(xcecli_get_masters(ctx, NULL, 5), -EINVAL);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 2), -EINVAL);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 0), 0);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 1), 0);
     xce_last_error_t le;
     CHECK_EQ(xcecli_last_error(ctx, NULL), -EINVAL);
     CHECK_EQ(xcecli_last_error(ctx, &le), -ENOENT); /* no call failed yet */

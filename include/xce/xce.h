@@ -200,6 +200,12 @@
 #define XCE_OPT_SUSPICION 6
 
 /**
+ * Option: learn the cluster's members from the primary (one `hello` per new connection) and
+ * add them to the masters in rotation: 1 on (default), 0 off (F29; `xcecli_get_masters`).
+ */
+#define XCE_OPT_LEARN_MASTERS 7
+
+/**
  * Redirect policy: follow a hint only when it names a configured master (default).
  */
 #define XCE_REDIRECT_CONFIGURED 0

@@ -627,12 +627,13 @@ typedef struct xce_last_error_t {
      */
     int32_t maybe_applied;
     /**
-     * Number of valid entries in `master_status` (= the configured masters).
+     * Number of valid entries in `master_status`: the masters in rotation (the configured
+     * ones, then those learned from the primary, F29), at most `XCE_N_MAX_MASTERS`.
      */
     uint32_t nmasters;
     /**
-     * Last status seen from each configured master during the call, in configuration order
-     * (a transport failure as its negative errno; 0: not tried).
+     * Last status seen from each of those masters during the call, in the order of
+     * `xcecli_get_masters` (a transport failure as its negative errno; 0: not tried).
      */
     int32_t master_status[XCE_N_MAX_MASTERS];
 } xce_last_error_t;

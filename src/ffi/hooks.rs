@@ -272,10 +272,11 @@ pub struct xce_last_error_t {
     pub elapsed_ms: u64,
     /// For a write: 1 when it may have been applied (sent, no reply seen); else 0.
     pub maybe_applied: i32,
-    /// Number of valid entries in `master_status` (= the configured masters).
+    /// Number of valid entries in `master_status`: the masters in rotation (the configured
+    /// ones, then those learned from the primary, F29), at most `XCE_N_MAX_MASTERS`.
     pub nmasters: u32,
-    /// Last status seen from each configured master during the call, in configuration order
-    /// (a transport failure as its negative errno; 0: not tried).
+    /// Last status seen from each of those masters during the call, in the order of
+    /// `xcecli_get_masters` (a transport failure as its negative errno; 0: not tried).
     pub master_status: [i32; XCE_N_MAX_MASTERS],
 }
 

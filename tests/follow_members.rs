@@ -186,3 +186,36 @@ fn a_standby_answer_to_the_members_hello_moves_the_call_on() {
     assert_eq!(a.ops(), vec!["hello"]);
     assert_eq!(b.ops(), vec!["hello", "jobsubmit"]);
 }
+
+/// A `waitPrimary` witness that names itself primary and reports members, on its own
+/// connection during a backoff, teaches nothing: only the connection the call is served on.
+#[test]
+fn nothing_is_learned_from_a_wait_primary_witness() {
+    let z = refused_endpoint();
+    let not_ready = Step::Status(-xce::error::E_XCE_NOT_READY);
+    let a = FakeController::start(vec![not_ready.clone(); 20]);
+    let b = FakeController::start(vec![]);
+    let witness = info(2, ControllerRole::Primary, 2, std::slice::from_ref(&z));
+    let served = info(2, ControllerRole::Primary, 2, &[]);
+    // b's first `hello` is refused (so the loop backs off and asks a witness), its later ones
+    // served; its `waitPrimary` answers name itself and report z.
+    b.push([Step::Split(Box::new(witness.clone()), Box::new(not_ready))]);
+    b.push(vec![Step::Split(Box::new(witness), Box::new(served)); 4]);
+    let opts = Options {
+        wait_primary: true,
+        ..learning()
+    };
+    let c = Client::start_with(
+        Config::new(vec![a.endpoint(), b.endpoint()]),
+        opts,
+        fast_retry(3),
+    )
+    .expect("start");
+    c.hello().expect("hello served by b");
+    assert!(
+        b.ops().contains(&"waitPrimary"),
+        "b was a witness: {:?}",
+        b.ops()
+    );
+    assert_eq!(c.masters(), vec![a.endpoint(), b.endpoint()]);
+}

@@ -219,3 +219,34 @@ fn nothing_is_learned_from_a_wait_primary_witness() {
     );
     assert_eq!(c.masters(), vec![a.endpoint(), b.endpoint()]);
 }
+
+/// F14/F29: each master learned is one INFO line naming it and the primary; the same members
+/// reported again log nothing.
+#[test]
+fn each_master_learned_is_logged_once_at_info() {
+    use std::sync::{Arc, Mutex};
+    use xce::failover::log::{self, Level};
+    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
+    let l = lines.clone();
+    log::set_level(Level::Info);
+    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
+        l.lock().unwrap().push((lvl, line.to_string()))
+    })));
+    let x = refused_endpoint();
+    let p = FakeController::start(vec![]);
+    let members = [p.endpoint(), x.clone()];
+    p.push([primary_says(&members), primary_says(&members)]);
+    let c = client(&[p.endpoint()]);
+    c.hello().expect("hello");
+    c.hello().expect("hello again");
+    let want = format!("masters: learned {x} from the primary {}", p.endpoint());
+    let seen: Vec<_> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, l)| l.contains(&want))
+        .cloned()
+        .collect();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].0, Level::Info);
+}

@@ -148,3 +148,35 @@ fn happy_path_cost_is_printed() {
         }
     }
 }
+
+/// Configured with a standby only: with the default hint policy its hint to the unknown primary
+/// is not followed (and nothing is learned from the standby); with `AnyHost` the primary is
+/// reached through the hint and teaches the whole list.
+#[test]
+fn a_standby_alone_teaches_nothing_but_its_hint_can_lead_to_the_primary() {
+    use xce::client::{parse_masters, Config};
+    use xce::failover::{HintPolicy, Options};
+    let (c, p) = cluster(3);
+    let s = c
+        .nodes
+        .iter()
+        .find(|n| n.id != p)
+        .expect("a standby")
+        .client;
+    let start = |policy| {
+        let opts = Options {
+            hint_policy: policy,
+            ..Options::default()
+        };
+        let cfg = Config::new(parse_masters(&s.to_string()).unwrap());
+        Client::start_with(cfg, opts, short_budget()).expect("start")
+    };
+    let strict = start(HintPolicy::ConfiguredOnly);
+    assert!(strict.clusterconf().is_err());
+    assert_eq!(strict.masters(), vec![ep(s)]);
+    let open = start(HintPolicy::AnyHost);
+    open.clusterconf().expect("through the hint");
+    let m = open.masters();
+    assert_eq!(m.len(), 3, "{m:?}");
+    assert_eq!(m[0], ep(s));
+}

@@ -619,7 +619,8 @@ func (c *Client) ClearStopRequest() error {
 // Stats is xce_stats_t (F17): counters since Start.
 type Stats struct {
 	Requests, Retries, Rotations, Failovers, BackoffMs, LastFailoverMs uint64
-	// CurrentMaster is the index of the current master in Config.Masters, -1 when not
+	// CurrentMaster is the index of the current master in Masters() (the configured ones
+	// first, in Config.Masters order, then those learned from the primary, F29), -1 when not
 	// connected; CurrentMasterAddr its "host:port" ("" then).
 	CurrentMaster     int
 	CurrentMasterAddr string

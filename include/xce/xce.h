@@ -592,8 +592,10 @@ typedef struct xce_stats_t {
      */
     uint64_t last_failover_ms;
     /**
-     * Index of the current master in the configuration, -1 when not connected or when it is a
-     * master learned from the primary (F29; `current_master_host`/`_port` name it).
+     * Index of the current master among the masters in rotation — the order of
+     * `xcecli_get_masters`: the configured ones first, in configuration order, then those
+     * learned from the primary (F29) — or -1 when not connected (or connected to a host a
+     * redirect hint named, outside the list; `current_master_host`/`_port` name it then).
      */
     int32_t current_master;
     /**

@@ -17,9 +17,10 @@ use super::config::{XCE_MAXHOSTNAME_LEN, XCE_N_MAX_MASTERS};
 use super::panic::ffi_panic_boundary;
 use super::xcecli_ctx_t;
 
-/// The index of `e` among the context's configured masters, -1 when it is not one.
+/// The index of `e` among the context's masters in rotation (the configured ones first, in
+/// their order, then those learned, F29), -1 when it is not one (an unlisted hint's host).
 fn master_index(c: &client::Client, e: &client::Endpoint) -> i32 {
-    c.configured_masters()
+    c.masters()
         .iter()
         .position(|m| m == e)
         .and_then(|i| i32::try_from(i).ok())
@@ -221,8 +222,10 @@ pub struct xce_stats_t {
     pub backoff_ms: u64,
     /// Duration of the last completed failover, ms (0: none yet).
     pub last_failover_ms: u64,
-    /// Index of the current master in the configuration, -1 when not connected or when it is a
-    /// master learned from the primary (F29; `current_master_host`/`_port` name it).
+    /// Index of the current master among the masters in rotation — the order of
+    /// `xcecli_get_masters`: the configured ones first, in configuration order, then those
+    /// learned from the primary (F29) — or -1 when not connected (or connected to a host a
+    /// redirect hint named, outside the list; `current_master_host`/`_port` name it then).
     pub current_master: i32,
     /// Port of the current master (0 when not connected).
     pub current_master_port: u16,

@@ -515,9 +515,9 @@ impl Ctx {
     }
 }
 
-/// `host:port` → (host, port).
-/// F29: every node of the current membership (voters and learners) with its client address,
-/// in id order; `me` is marked the primary, the others standbys.
+/// F29: every node of the current membership (voters and learners) with its client address
+/// (an IPv6 host without its brackets), in id order; `me` is marked the primary, the others
+/// standbys.
 fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::ControllerEntry> {
     let mut v: Vec<wire::ControllerEntry> = m
         .membership_config
@@ -525,6 +525,10 @@ fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::Contro
         .nodes()
         .filter_map(|(&id, n)| {
             let (host, port) = split_addr(&n.client)?;
+            let host = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .map_or(host.clone(), str::to_string);
             Some(wire::ControllerEntry {
                 id: id as u32,
                 host,
@@ -541,6 +545,7 @@ fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::Contro
     v
 }
 
+/// `host:port` → (host, port).
 pub fn split_addr(a: &str) -> Option<(String, u16)> {
     let (h, p) = a.rsplit_once(':')?;
     Some((h.to_string(), p.parse().ok()?))

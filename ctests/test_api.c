@@ -184,6 +184,7 @@ static void test_null_ctx(void) {
     CHECK_EQ(xcecli_get_stats(NULL, &st), -EINVAL);
     CHECK_EQ(xcecli_last_error(NULL, &le), -EINVAL);
     CHECK_EQ(xcecli_last_error_text(NULL, buf, sizeof buf), -EINVAL);
+    CHECK_EQ(xcecli_get_masters(NULL, buf, sizeof buf), -EINVAL);
     CHECK_EQ(xcecli_hello(NULL, &info), -EINVAL);
     xce_job_t **all = NULL;
     CHECK_EQ(xcecli_joblist(NULL, &all), -EINVAL);
@@ -378,6 +379,19 @@ static void test_ctx_bad_args(void) {
     CHECK(st.current_master == -1 || st.current_master == 0);
     CHECK(st.current_master_host[sizeof st.current_master_host - 1] == 0);
     CHECK_EQ(xcecli_get_stats(ctx, NULL), -EINVAL);
+    /* F29: the masters in rotation, snprintf-like: measured, copied, truncated */
+    char masters[64], cut[4], want[32];
+    snprintf(want, sizeof want, "127.0.0.1:%u", (unsigned)srv.port);
+    int mn = xcecli_get_masters(ctx, NULL, 0);
+    CHECK_EQ(mn, (int)strlen(want));
+    CHECK_EQ(xcecli_get_masters(ctx, masters, sizeof masters), mn);
+    CHECK(strcmp(masters, want) == 0);
+    CHECK_EQ(xcecli_get_masters(ctx, cut, sizeof cut), mn);
+    CHECK_EQ(strlen(cut), 3);
+    CHECK_EQ(xcecli_get_masters(ctx, NULL, 5), -EINVAL);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 2), -EINVAL);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 0), 0);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 1), 0);
     xce_last_error_t le;
     CHECK_EQ(xcecli_last_error(ctx, NULL), -EINVAL);
     CHECK_EQ(xcecli_last_error(ctx, &le), -ENOENT); /* no call failed yet */

@@ -45,6 +45,8 @@ static void test_stale_context(void) {
     CHECK(xcecli_try_wakeup(first) < 0);
     xce_stats_t st;
     CHECK_EQ(xcecli_get_stats(first, &st), -E_XCE_CLOSED);
+    char masters[64];
+    CHECK_EQ(xcecli_get_masters(first, masters, sizeof masters), -E_XCE_CLOSED);
     xcecli_stop(first); /* released already: nothing happens */
     silent_server_stop(&s);
 }

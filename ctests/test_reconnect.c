@@ -76,6 +76,38 @@ int main(int argc, char **argv) {
     CHECK(worker_listed(r.ctx));
     int calls_before = r.calls, ok_before = r.ok_calls;
 
+    /* F29: a context given only the primary learns the other two from it ... */
+    char only[64] = "";
+    {
+        const char *s = c.masters;
+        for (int i = 1; i < c.primary && s; i++) {
+            s = strchr(s, ',');
+            s = s ? s + 1 : NULL;
+        }
+        CHECK(s != NULL);
+        if (s) {
+            size_t n = strcspn(s, ",");
+            if (n < sizeof only) {
+                memcpy(only, s, n);
+                only[n] = 0;
+            }
+        }
+    }
+    xce_client_config_t one_conf;
+    xce_client_config_init(&one_conf);
+    CHECK(xce_client_config_parse_masters(&one_conf, only) == 1);
+    xcecli_ctx_t one = NULL;
+    CHECK_EQ(xcecli_start(&one_conf, &one), 0);
+    xce_controller_info_t *info = NULL;
+    CHECK_EQ(xcecli_hello(one, &info), 0);
+    xce_free_controller_info(info);
+    char learned[256];
+    int ln = xcecli_get_masters(one, learned, sizeof learned);
+    printf("masters of a context given %s: %s\n", only, learned);
+    CHECK(ln > 0 && ln < (int)sizeof learned);
+    CHECK(strncmp(learned, only, strlen(only)) == 0 && learned[strlen(only)] == ',');
+    CHECK(strchr(learned, ',') != strrchr(learned, ',')); /* three masters */
+
     /* kill -9 the primary, then make a worker-session call: it must fail over, run the
      * handler (which re-joins), and only then be re-sent, so it succeeds with a session. */
     printf("killing primary node %d (pid %d)\n", c.primary, c.node_pid[c.primary]);
@@ -101,6 +133,13 @@ int main(int argc, char **argv) {
     xce_stats_t st;
     CHECK_EQ(xcecli_get_stats(r.ctx, &st), 0);
     CHECK(st.failovers >= 1);
+    /* ... and, its only configured controller killed, keeps working through them. */
+    info = NULL;
+    CHECK_EQ(xcecli_hello(one, &info), 0);
+    xce_free_controller_info(info);
+    CHECK_EQ(xcecli_get_stats(one, &st), 0);
+    CHECK(st.current_master >= 1); /* a learned master, past the one configured */
+    xcecli_stop(one);
     /* F12: a heartbeat accepted after the failover is acknowledged by the new primary. */
     CHECK_EQ(xcecli_heartbeat(r.ctx, "ctest-worker"), 0);
     CHECK_EQ(xcecli_flush(r.ctx, 10000), 0);

@@ -341,6 +341,10 @@ struct ControllerInfo {
   appliedIndex @11 :UInt64;  # the last entry applied to its job table
   lastContactMs @12 :Int64;  # ms since its leader's last append arrived (a standby) or since a
                              # quorum last answered it (the primary); -1: none or unknown
+  # F29: the cluster's current members (id, client host and port, role), filled only by the
+  # serving primary about itself (a hello, or a waitPrimary it answers as the primary); empty
+  # from anyone else. Clients add the ones they do not know to their rotation.
+  members @13 :List(ControllerEntry);
 }
 
 struct ControllerEntry {

@@ -458,6 +458,7 @@ fn options() -> Options {
         hint_policy: Default::default(),
         wait_primary: false,
         suspicion: false,
+        learn_masters: false,
     }
 }
 

@@ -325,6 +325,11 @@ impl Ctx {
                 info.primary_port = p;
             }
         }
+        // F29: the members, only from the serving primary about itself — never a standby's
+        // (possibly stale) view, so clients learn the cluster only from its primary.
+        if primary == Some(self.id) && role == ControllerRole::Primary && self.serving_leader() {
+            info.members = members_of(&m, self.id);
+        }
         info
     }
 
@@ -524,6 +529,36 @@ impl Ctx {
     fn host_timeout_ms(&self) -> i64 {
         self.opts.host_timeout.as_millis() as i64
     }
+}
+
+/// F29: every node of the current membership (voters and learners) with its client address
+/// (an IPv6 host without its brackets), in id order; `me` is marked the primary, the others
+/// standbys.
+fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::ControllerEntry> {
+    let mut v: Vec<wire::ControllerEntry> = m
+        .membership_config
+        .membership()
+        .nodes()
+        .filter_map(|(&id, n)| {
+            let (host, port) = split_addr(&n.client)?;
+            let host = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .map_or(host.clone(), str::to_string);
+            Some(wire::ControllerEntry {
+                id: id as u32,
+                host,
+                port,
+                role: if id == me {
+                    ControllerRole::Primary
+                } else {
+                    ControllerRole::Standby
+                },
+            })
+        })
+        .collect();
+    v.sort_by_key(|e| e.id);
+    v
 }
 
 /// `host:port` → (host, port).

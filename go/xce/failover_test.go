@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -142,6 +143,20 @@ func TestSixteenGoroutinesThroughPrimaryKill(t *testing.T) {
 		t.Fatalf("Start(%s): %v", cl.masters, err)
 	}
 	defer c.Close()
+
+	// F29: a client given only the primary learns the other two from it.
+	only := strings.Split(cl.masters, ",")[cl.primary-1]
+	one, err := Start(bg, Config{Masters: only, ClientName: "go-follow-test"})
+	if err != nil {
+		t.Fatalf("Start(%s): %v", only, err)
+	}
+	if _, err := one.Hello(bg); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	if m, err := one.Masters(); err != nil || len(m) != 3 || m[0] != only {
+		t.Fatalf("Masters after a hello of the primary: %q, %v", m, err)
+	}
+	one.Close()
 
 	const workers = 16
 	const perWorker = 12

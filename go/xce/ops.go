@@ -14,6 +14,7 @@ import "C"
 import (
 	"context"
 	"sort"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -618,7 +619,8 @@ func (c *Client) ClearStopRequest() error {
 // Stats is xce_stats_t (F17): counters since Start.
 type Stats struct {
 	Requests, Retries, Rotations, Failovers, BackoffMs, LastFailoverMs uint64
-	// CurrentMaster is the index of the current master in Config.Masters, -1 when not
+	// CurrentMaster is the index of the current master in Masters() (the configured ones
+	// first, in Config.Masters order, then those learned from the primary, F29), -1 when not
 	// connected; CurrentMasterAddr its "host:port" ("" then).
 	CurrentMaster     int
 	CurrentMasterAddr string
@@ -701,4 +703,27 @@ func (c *Client) LastError() string {
 		return 0
 	})
 	return text
+}
+
+// Masters returns the controllers the client rotates over (F29): the configured ones in
+// order, then those learned from the primary, each as "host:port". It never waits for a call
+// in progress.
+func (c *Client) Masters() ([]string, error) {
+	var list []string
+	err := c.local("get_masters", func(h C.xcecli_ctx_t) C.int {
+		n := C.xcecli_get_masters(h, nil, 0)
+		for n >= 0 {
+			buf := make([]byte, int(n)+1)
+			m := C.xcecli_get_masters(h, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+			if m < 0 || m <= n {
+				if m >= 0 {
+					list = strings.Split(string(buf[:m]), ",")
+				}
+				return m
+			}
+			n = m // the list grew in between: measure again
+		}
+		return n
+	})
+	return list, err
 }

@@ -424,6 +424,7 @@ const (
 	OptDeadlineMs       Option = C.XCE_OPT_DEADLINE_MS
 	OptRedirectPolicy   Option = C.XCE_OPT_REDIRECT_POLICY
 	OptWaitPrimary      Option = C.XCE_OPT_WAIT_PRIMARY
+	OptLearnMasters     Option = C.XCE_OPT_LEARN_MASTERS // F29: 1 (default) learn the members from the primary, 0 off
 )
 
 // SetOption sets one knob (xcecli_set_option) for calls that start afterwards.

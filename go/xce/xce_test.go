@@ -124,8 +124,14 @@ func TestClosedClient(t *testing.T) {
 	if _, err := c.Stats(); err != nil {
 		t.Fatal(err)
 	}
+	if m, err := c.Masters(); err != nil || len(m) != 1 || m[0] != l.Addr().String() {
+		t.Fatalf("Masters: %q, %v", m, err)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+	if _, err := c.Masters(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Masters after Close: %v", err)
 	}
 	if err := c.Close(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("second Close: %v", err)

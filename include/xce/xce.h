@@ -200,6 +200,12 @@
 #define XCE_OPT_SUSPICION 6
 
 /**
+ * Option: learn the cluster's members from the primary (one `hello` per new connection) and
+ * add them to the masters in rotation: 1 on (default), 0 off (F29; `xcecli_get_masters`).
+ */
+#define XCE_OPT_LEARN_MASTERS 7
+
+/**
  * Redirect policy: follow a hint only when it names a configured master (default).
  */
 #define XCE_REDIRECT_CONFIGURED 0
@@ -586,7 +592,10 @@ typedef struct xce_stats_t {
      */
     uint64_t last_failover_ms;
     /**
-     * Index of the current master in the configuration, -1 when not connected.
+     * Index of the current master among the masters in rotation — the order of
+     * `xcecli_get_masters`: the configured ones first, in configuration order, then those
+     * learned from the primary (F29) — or -1 when not connected (or connected to a host a
+     * redirect hint named, outside the list; `current_master_host`/`_port` name it then).
      */
     int32_t current_master;
     /**
@@ -620,12 +629,13 @@ typedef struct xce_last_error_t {
      */
     int32_t maybe_applied;
     /**
-     * Number of valid entries in `master_status` (= the configured masters).
+     * Number of valid entries in `master_status`: the masters in rotation (the configured
+     * ones, then those learned from the primary, F29), at most `XCE_N_MAX_MASTERS`.
      */
     uint32_t nmasters;
     /**
-     * Last status seen from each configured master during the call, in configuration order
-     * (a transport failure as its negative errno; 0: not tried).
+     * Last status seen from each of those masters during the call, in the order of
+     * `xcecli_get_masters` (a transport failure as its negative errno; 0: not tried).
      */
     int32_t master_status[XCE_N_MAX_MASTERS];
 } xce_last_error_t;
@@ -1020,6 +1030,17 @@ int xcecli_last_error(xcecli_ctx_t ctx, struct xce_last_error_t *out);
  * NULL ctx or a NULL `buf` with `buflen > 0`. `(NULL, 0)` just measures. Thread-safe.
  */
 int xcecli_last_error_text(xcecli_ctx_t ctx, char *buf, size_t buflen);
+
+/**
+ * F29: writes the masters `ctx` rotates over — the configured ones in order, then those
+ * learned from a primary — as `host:port` separated by commas (an IPv6 host in brackets), into
+ * `buf` (`buflen` bytes, always NUL-terminated when `buflen > 0`, truncated if needed; the
+ * caller owns `buf`, nothing is kept). Returns the full text length (like `snprintf`), so a
+ * result >= `buflen` means truncation; -EINVAL for a NULL ctx or a NULL `buf` with
+ * `buflen > 0`; -E_XCE_CLOSED for a stopped context. `(NULL, 0)` just measures. Thread-safe;
+ * does not wait for an op in progress on `ctx`.
+ */
+int xcecli_get_masters(xcecli_ctx_t ctx, char *buf, size_t buflen);
 
 /**
  * Writes a fresh job id for `xcecli_jobsubmit` to `*jobid_out`: unique across clients and

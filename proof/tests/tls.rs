@@ -65,6 +65,18 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
         .map(|i| patient.jobsubmit(spec(&format!("s10-{i}"))).unwrap())
         .collect();
     let primary = node_of(&c, &patient);
+    // F29 over TLS: a client given only the primary learns the other two from it, on its
+    // verified connection.
+    let mut only = Config::new(parse_masters(&c.node(primary).client.to_string()).unwrap());
+    only.tls = Some(TlsFiles {
+        ca_file: pki.ca_file(),
+        cert_file: None,
+        key_file: None,
+    });
+    let one = Client::start(only).expect("TLS client of the primary alone");
+    one.hello().expect("hello over TLS");
+    assert_eq!(one.masters().len(), 3, "{:?}", one.masters());
+    drop(one);
     let hasty = tls_client(&c, pki.ca_file()).unwrap();
     hasty.hello().unwrap();
     hasty

@@ -427,6 +427,8 @@ impl Client {
             serial,
         };
         ctx.link.lock().borrow_mut().link.auth_token = auth_token;
+        let masters = Arc::new(ctx.masters.clone());
+        ctx.observer.update(|s| s.masters = masters);
         {
             let guard = ctx.link.lock();
             let mut link = guard.borrow_mut();
@@ -641,8 +643,14 @@ impl Client {
     }
 
     /// The configured masters, in order.
-    pub fn masters(&self) -> &[Endpoint] {
+    pub fn configured_masters(&self) -> &[Endpoint] {
         &self.ctx.masters
+    }
+
+    /// F29: the masters in rotation — the configured ones, in order, then those learned from a
+    /// primary, in the order learned (the same list as `Stats::masters`). Never waits.
+    pub fn masters(&self) -> Vec<Endpoint> {
+        self.ctx.observer.stats().masters.to_vec()
     }
 
     /// F1: the one entry every op goes through. Returns the successful reply.
@@ -656,7 +664,7 @@ impl Client {
         match (woken, result) {
             (Some(e), Ok((_, trace))) => {
                 // Answered, then woken before it returned: a try_wakeup that said 1 counted it.
-                let mut report = trace.report(e, &self.ctx.masters);
+                let mut report = trace.report(e, &self.ctx.observer.stats().masters);
                 for m in report.masters.iter_mut().filter(|m| m.note.is_some()) {
                     m.note = Some("answered; the call was woken before it returned".into());
                 }
@@ -754,7 +762,7 @@ impl Client {
 
     /// F24: a failure found in the answer of a call that the loop saw succeed.
     fn failed_after_loop(&self, trace: CallTrace, e: Error) -> Error {
-        let report = trace.report(e, &self.ctx.masters);
+        let report = trace.report(e, &self.ctx.observer.stats().masters);
         xlog!(Level::Warn, "{}: {report}", self.ctx.tag);
         self.ctx.observer.set_last_error(report);
         e

@@ -21,7 +21,9 @@ pub mod rotate;
 pub use backoff::{Backoff, RetryConfig, XCE_RETRY_DEFAULTS};
 pub use budget::{RetryBudget, RetryDecision};
 pub use classify::{classify, AttemptOutcome, Classification};
-pub use rotate::{Endpoint, HintPolicy, HintRefusal, HintVerdict, Rotator, Target};
+pub use rotate::{
+    Endpoint, HintPolicy, HintRefusal, HintVerdict, Learned, Rotator, Target, MAX_LEARNED_MASTERS,
+};
 pub mod options;
 pub mod report;
 pub mod retry;

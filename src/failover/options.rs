@@ -14,6 +14,8 @@ pub const DEFAULT_CALL_DEADLINE_MS: u32 = 0;
 pub const DEFAULT_WAIT_PRIMARY: bool = true;
 /// Ask another controller whether the primary changed when a reply is late (F25).
 pub const DEFAULT_SUSPICION: bool = true;
+/// Learn the cluster's members from the primary and add them to the rotation (F29).
+pub const DEFAULT_LEARN_MASTERS: bool = true;
 /// Least spread applied before following a primary announced by `waitPrimary` (F18).
 pub const WAIT_PRIMARY_SPREAD: Duration = Duration::from_millis(5);
 /// Spread per client the announcing controller was holding: 1000 waiters spread over 100 ms,
@@ -37,6 +39,8 @@ pub enum ClientOption {
     WaitPrimary(bool),
     /// Suspect a late reply: ask another controller whether the primary changed (F25).
     Suspicion(bool),
+    /// Learn the cluster's members from the primary (F29).
+    LearnMasters(bool),
 }
 
 /// The knobs of one context.
@@ -49,6 +53,11 @@ pub struct Options {
     pub hint_policy: HintPolicy,
     pub wait_primary: bool,
     pub suspicion: bool,
+    /// F29: after each new connection, one `hello` asks whether it reaches the primary and
+    /// which members the cluster has; members it reports are added to the rotation. Off, no
+    /// `hello` is sent for it (the scripted fakes of the tests turn it off).
+    /// `XCE_OPT_LEARN_MASTERS`, `XCE_LEARN_MASTERS`.
+    pub learn_masters: bool,
 }
 
 impl Default for Options {
@@ -60,6 +69,7 @@ impl Default for Options {
             hint_policy: HintPolicy::ConfiguredOnly,
             wait_primary: DEFAULT_WAIT_PRIMARY,
             suspicion: DEFAULT_SUSPICION,
+            learn_masters: DEFAULT_LEARN_MASTERS,
         }
     }
 }
@@ -87,6 +97,7 @@ impl Options {
             }
             ClientOption::WaitPrimary(on) => self.wait_primary = on,
             ClientOption::Suspicion(on) => self.suspicion = on,
+            ClientOption::LearnMasters(on) => self.learn_masters = on,
         }
         Ok(())
     }
@@ -148,13 +159,16 @@ impl Options {
         set("XCE_SUSPICION", EnvKind::Flag, |v| {
             ClientOption::Suspicion(v != 0)
         });
+        set("XCE_LEARN_MASTERS", EnvKind::Flag, |v| {
+            ClientOption::LearnMasters(v != 0)
+        });
         (o, bad)
     }
 }
 
 /// Every environment variable the library reads (F15, F14). docs/c-api.md has the table of
 /// their defaults and precedence; a test keeps the two in step.
-pub const ENV_VARS: [&str; 17] = [
+pub const ENV_VARS: [&str; 18] = [
     "XCE_LOG",
     "XCE_CONNECT_TIMEOUT_MS",
     "XCE_REPLY_TIMEOUT_MS",
@@ -162,6 +176,7 @@ pub const ENV_VARS: [&str; 17] = [
     "XCE_REDIRECT_ANY_HOST",
     "XCE_WAIT_PRIMARY",
     "XCE_SUSPICION",
+    "XCE_LEARN_MASTERS",
     "XCE_LIST_PAGE_BYTES",
     "XCE_MAX_RETRIES",
     "XCE_INITIAL_RETRY_MS",
@@ -271,12 +286,15 @@ mod tests {
             "XCE_CONNECT_TIMEOUT_MS" => Some("250".to_string()),
             "XCE_REPLY_TIMEOUT_MS" => Some("0".to_string()), // invalid: ignored
             "XCE_WAIT_PRIMARY" => Some("0".to_string()),
+            "XCE_LEARN_MASTERS" => Some("0".to_string()),
             _ => None,
         };
+        assert!(Options::default().learn_masters);
         let o = Options::default().with_overrides_from(env);
         assert_eq!(o.connect_timeout, Duration::from_millis(250));
         assert_eq!(o.reply_timeout, Duration::from_secs(2));
         assert!(!o.wait_primary);
+        assert!(!o.learn_masters);
     }
 
     #[test]

@@ -34,6 +34,11 @@ pub struct Stats {
     pub suspicion_failovers: u64,
     /// Notifications and heartbeats accepted and not yet acknowledged by a primary (F12).
     pub outbox_depth: u64,
+    /// F29: the masters in rotation — the configured ones, in order, then those learned from
+    /// a primary, in the order they were learned. Shared, so reading the stats copies no list.
+    pub masters: Arc<Vec<Endpoint>>,
+    /// F29: masters learned from a primary so far (`masters` minus the configured ones).
+    pub learned_masters: u64,
 }
 
 /// An F17 event, delivered on the calling thread.

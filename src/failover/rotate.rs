@@ -75,10 +75,37 @@ pub enum HintRefusal {
 /// Resolves a host and port to addresses (the system resolver, or a table in tests).
 pub type Resolve<'a> = &'a dyn Fn(&str, u16) -> Vec<SocketAddr>;
 
+/// Most masters a context learns from its primaries on top of the configured ones (F29).
+///
+/// Why a bound at all: a learned master joins every rotation, every connect race and every
+/// "each master gets its turn" cycle (F5), so a primary that reported a runaway member list
+/// (a bug, or a compromised controller) would stretch every failover; and indices of masters
+/// are kept in 64-bit masks by the budget. Why 8: a Raft cluster is 3, 5 or at most 7
+/// controllers; replacing every configured controller one by one needs as many learned ones as
+/// the cluster has members, so 8 covers a whole 7-node cluster replaced under a daemon that was
+/// given a list of other names. With the configured maximum (`N_MAX_MASTERS`, 8) the total
+/// stays at 16, far inside the 64 the masks hold. Learned masters are never forgotten: the
+/// list only grows, for the life of the context.
+pub const MAX_LEARNED_MASTERS: usize = 8;
+
+/// What became of a member the primary reported (F29).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Learned {
+    /// Already in the list (configured or learned before): nothing changes.
+    Known(usize),
+    /// Appended at this index.
+    Added(usize),
+    /// Not added: [`MAX_LEARNED_MASTERS`] are learned already.
+    Full,
+}
+
 /// The master list with its cursor and the pending hint.
 #[derive(Debug, Clone)]
 pub struct Rotator {
+    /// The configured masters first, in their order, then the learned ones (F29).
     masters: Vec<Endpoint>,
+    /// How many of `masters` were configured.
+    configured: usize,
     cursor: usize,
     current: Target,
     hint: Option<Target>,
@@ -89,6 +116,7 @@ impl Rotator {
     pub fn new(masters: Vec<Endpoint>) -> Rotator {
         assert!(!masters.is_empty(), "a Rotator needs at least one master");
         Rotator {
+            configured: masters.len(),
             masters,
             cursor: 0,
             current: Target::Master(0),
@@ -96,8 +124,29 @@ impl Rotator {
         }
     }
 
+    /// Every master in rotation: the configured ones, then the learned ones (F29).
     pub fn masters(&self) -> &[Endpoint] {
         &self.masters
+    }
+
+    /// How many of [`Rotator::masters`] were configured (the rest were learned).
+    pub fn configured(&self) -> usize {
+        self.configured
+    }
+
+    /// F29: adds a member reported by the primary unless it is already in the list (same name
+    /// and port, or a shared resolved address) or [`MAX_LEARNED_MASTERS`] are learned already.
+    /// Appends only: indices, the cursor and a pending hint stay valid, and no configured
+    /// master is ever dropped. The caller vouches that `e` comes from the primary.
+    pub fn learn(&mut self, e: &Endpoint, resolve: Resolve<'_>) -> Learned {
+        if let Some(i) = self.find_master(&e.host, e.port, resolve) {
+            return Learned::Known(i);
+        }
+        if self.masters.len() - self.configured >= MAX_LEARNED_MASTERS {
+            return Learned::Full;
+        }
+        self.masters.push(e.clone());
+        Learned::Added(self.masters.len() - 1)
     }
 
     /// The target in use (F3: sticky until it fails).
@@ -403,5 +452,49 @@ mod tests {
         assert_eq!(r.current(), &Target::Master(2));
         assert_eq!(r.advance(0), Target::Master(0));
         assert_eq!(Endpoint::new("::1", 5).to_string(), "[::1]:5");
+    }
+
+    #[test]
+    fn learns_new_members_keeps_the_configured_and_is_bounded() {
+        let mut r = three();
+        r.set_current(1);
+        assert_eq!(
+            r.learn(&Endpoint::new("b", 2), &table_dns),
+            Learned::Known(1)
+        );
+        // Another name of a configured master is no new master.
+        assert_eq!(
+            r.learn(&Endpoint::new("alias-of-b", 2), &table_dns),
+            Learned::Known(1)
+        );
+        assert_eq!(
+            r.learn(&Endpoint::new("d", 4), &table_dns),
+            Learned::Added(3)
+        );
+        assert_eq!(
+            r.learn(&Endpoint::new("d", 4), &table_dns),
+            Learned::Known(3)
+        );
+        assert_eq!(r.configured(), 3);
+        // The cursor did not move; rotation reaches the learned master after the configured.
+        assert_eq!(r.current(), &Target::Master(1));
+        use Target::Master as M;
+        let order: Vec<Target> = (0..4).map(|_| r.advance(0)).collect();
+        assert_eq!(order, vec![M(2), M(3), M(0), M(1)]);
+        for k in 1..MAX_LEARNED_MASTERS {
+            let e = Endpoint::new(format!("n{k}"), 100 + k as u16);
+            assert_eq!(r.learn(&e, &table_dns), Learned::Added(3 + k));
+        }
+        assert_eq!(
+            r.learn(&Endpoint::new("one-too-many", 9), &table_dns),
+            Learned::Full
+        );
+        assert_eq!(r.masters().len(), 3 + MAX_LEARNED_MASTERS);
+        assert_eq!(&r.masters()[..3], three().masters());
+        // A hint naming a learned master is a hint naming a master.
+        assert_eq!(
+            r.offer_hint("d", 4, HintPolicy::ConfiguredOnly, 0, &table_dns),
+            HintVerdict::Accepted(M(3))
+        );
     }
 }

@@ -364,6 +364,9 @@ pub const XCE_OPT_WAIT_PRIMARY: c_int = 5;
 /// controller whether the primary changed, and re-send there if it did: 1 on (default), 0 off
 /// (only the reply timeout ends a wait) (F25).
 pub const XCE_OPT_SUSPICION: c_int = 6;
+/// Option: learn the cluster's members from the primary (one `hello` per new connection) and
+/// add them to the masters in rotation: 1 on (default), 0 off (F29; `xcecli_get_masters`).
+pub const XCE_OPT_LEARN_MASTERS: c_int = 7;
 
 /// Redirect policy: follow a hint only when it names a configured master (default).
 pub const XCE_REDIRECT_CONFIGURED: i64 = 0;
@@ -399,6 +402,11 @@ pub(crate) fn option_from_c(opt: c_int, value: i64) -> Option<client::ClientOpti
         XCE_OPT_SUSPICION => match value {
             0 => O::Suspicion(false),
             1 => O::Suspicion(true),
+            _ => return None,
+        },
+        XCE_OPT_LEARN_MASTERS => match value {
+            0 => O::LearnMasters(false),
+            1 => O::LearnMasters(true),
             _ => return None,
         },
         _ => return None,
@@ -467,6 +475,8 @@ mod tests {
         assert!(option_from_c(XCE_OPT_WAIT_PRIMARY, 2).is_none());
         assert!(option_from_c(XCE_OPT_SUSPICION, 0).is_some());
         assert!(option_from_c(XCE_OPT_SUSPICION, 2).is_none());
+        assert!(option_from_c(XCE_OPT_LEARN_MASTERS, 0).is_some());
+        assert!(option_from_c(XCE_OPT_LEARN_MASTERS, 2).is_none());
         assert!(option_from_c(0, 0).is_none());
         assert!(option_from_c(99, 0).is_none());
     }

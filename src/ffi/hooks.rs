@@ -17,7 +17,8 @@ use super::config::{XCE_MAXHOSTNAME_LEN, XCE_N_MAX_MASTERS};
 use super::panic::ffi_panic_boundary;
 use super::xcecli_ctx_t;
 
-/// The index of `e` among the context's configured masters, -1 when it is not one.
+/// The index of `e` among the context's masters in rotation (the configured ones first, in
+/// their order, then those learned, F29), -1 when it is not one (an unlisted hint's host).
 fn master_index(c: &client::Client, e: &client::Endpoint) -> i32 {
     c.masters()
         .iter()
@@ -221,7 +222,10 @@ pub struct xce_stats_t {
     pub backoff_ms: u64,
     /// Duration of the last completed failover, ms (0: none yet).
     pub last_failover_ms: u64,
-    /// Index of the current master in the configuration, -1 when not connected.
+    /// Index of the current master among the masters in rotation — the order of
+    /// `xcecli_get_masters`: the configured ones first, in configuration order, then those
+    /// learned from the primary (F29) — or -1 when not connected (or connected to a host a
+    /// redirect hint named, outside the list; `current_master_host`/`_port` name it then).
     pub current_master: i32,
     /// Port of the current master (0 when not connected).
     pub current_master_port: u16,
@@ -271,10 +275,11 @@ pub struct xce_last_error_t {
     pub elapsed_ms: u64,
     /// For a write: 1 when it may have been applied (sent, no reply seen); else 0.
     pub maybe_applied: i32,
-    /// Number of valid entries in `master_status` (= the configured masters).
+    /// Number of valid entries in `master_status`: the masters in rotation (the configured
+    /// ones, then those learned from the primary, F29), at most `XCE_N_MAX_MASTERS`.
     pub nmasters: u32,
-    /// Last status seen from each configured master during the call, in configuration order
-    /// (a transport failure as its negative errno; 0: not tried).
+    /// Last status seen from each of those masters during the call, in the order of
+    /// `xcecli_get_masters` (a transport failure as its negative errno; 0: not tried).
     pub master_status: [i32; XCE_N_MAX_MASTERS],
 }
 
@@ -325,17 +330,47 @@ pub extern "C" fn xcecli_last_error_text(
         let Some(e) = c.last_error() else {
             return -libc::ENOENT;
         };
-        let text = e.to_string();
-        let bytes = text.as_bytes();
-        if buflen > 0 {
-            let n = bytes.len().min(buflen - 1);
-            // SAFETY: buf is writable for buflen bytes (documented) and n + 1 <= buflen.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
-                *buf.add(n) = 0;
-            }
+        copy_text(&e.to_string(), buf, buflen)
+    }
+}
+
+/// Copies `text` into `buf` like `snprintf`: at most `buflen - 1` bytes and a NUL when
+/// `buflen > 0`; returns the full length. The caller checked `buf` is not NULL when
+/// `buflen > 0`.
+fn copy_text(text: &str, buf: *mut c_char, buflen: usize) -> c_int {
+    let bytes = text.as_bytes();
+    if buflen > 0 {
+        let n = bytes.len().min(buflen - 1);
+        // SAFETY: buf is writable for buflen bytes (documented) and n + 1 <= buflen.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
         }
-        c_int::try_from(bytes.len()).unwrap_or(c_int::MAX)
+    }
+    c_int::try_from(bytes.len()).unwrap_or(c_int::MAX)
+}
+
+/// F29: writes the masters `ctx` rotates over — the configured ones in order, then those
+/// learned from a primary — as `host:port` separated by commas (an IPv6 host in brackets), into
+/// `buf` (`buflen` bytes, always NUL-terminated when `buflen > 0`, truncated if needed; the
+/// caller owns `buf`, nothing is kept). Returns the full text length (like `snprintf`), so a
+/// result >= `buflen` means truncation; -EINVAL for a NULL ctx or a NULL `buf` with
+/// `buflen > 0`; -E_XCE_CLOSED for a stopped context. `(NULL, 0)` just measures. Thread-safe;
+/// does not wait for an op in progress on `ctx`.
+#[no_mangle]
+pub extern "C" fn xcecli_get_masters(ctx: xcecli_ctx_t, buf: *mut c_char, buflen: usize) -> c_int {
+    ffi_panic_boundary! { "xcecli_get_masters",
+        let c = try_ctx!(ctx);
+        if buf.is_null() && buflen > 0 {
+            return -libc::EINVAL;
+        }
+        let list = c
+            .masters()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        copy_text(&list, buf, buflen)
     }
 }
 

@@ -291,7 +291,12 @@ fn est_reply(rep: &Reply) -> usize {
     let data = match &rep.data {
         ReplyData::None | ReplyData::JobId(_) | ReplyData::TaskId(_) | ReplyData::SessionId(_) => 0,
         ReplyData::CtrlInfo(c) => {
-            sw::<cp::controller_info::Builder>() + tw(&c.primary_host) + tw(&c.version)
+            sw::<cp::controller_info::Builder>()
+                + tw(&c.primary_host)
+                + tw(&c.version)
+                + est_list(&c.members, sw::<cp::controller_entry::Builder>(), |e| {
+                    tw(&e.host)
+                })
         }
         ReplyData::Jobs(v) => est_list(v, job, est_job_ptrs),
         ReplyData::Job(j) => job + est_job_ptrs(j),
@@ -532,6 +537,19 @@ fn put_job(j: &Job, mut x: cp::job::Builder<'_>) {
     put_usage(&j.usage, || x.init_usage());
 }
 
+fn put_controller_entries(
+    v: &[ControllerEntry],
+    mut l: capnp::struct_list::Builder<'_, cp::controller_entry::Owned>,
+) {
+    for (i, e) in v.iter().enumerate() {
+        let mut y = l.reborrow().get(i as u32);
+        y.set_id(e.id);
+        set_text!(y, set_host, e.host);
+        y.set_port(e.port);
+        y.set_role(e.role.to_wire());
+    }
+}
+
 fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
     b.set_seq(rep.seq);
     b.set_status(rep.status);
@@ -555,6 +573,9 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             x.set_committed_index(c.committed_index);
             x.set_applied_index(c.applied_index);
             x.set_last_contact_ms(c.last_contact_ms);
+            if !c.members.is_empty() {
+                put_controller_entries(&c.members, x.init_members(list_len(c.members.len())));
+            }
         }
         ReplyData::Jobs(v) => {
             let mut l = d.init_jobs(list_len(v.len()));
@@ -594,14 +615,10 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             set_text!(x, set_cluster_name, c.cluster_name);
             x.set_primary_id(c.primary_id);
             x.set_term(c.term);
-            let mut l = x.reborrow().init_controllers(list_len(c.controllers.len()));
-            for (i, e) in c.controllers.iter().enumerate() {
-                let mut y = l.reborrow().get(i as u32);
-                y.set_id(e.id);
-                set_text!(y, set_host, e.host);
-                y.set_port(e.port);
-                y.set_role(e.role.to_wire());
-            }
+            put_controller_entries(
+                &c.controllers,
+                x.reborrow().init_controllers(list_len(c.controllers.len())),
+            );
             let mut l = x.init_queues(list_len(c.queues.len()));
             for (i, q) in c.queues.iter().enumerate() {
                 let mut y = l.reborrow().get(i as u32);
@@ -808,6 +825,20 @@ fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<Ke
     })
 }
 
+fn get_controller_entries(
+    b: &Budget,
+    l: ListReader<'_, cp::controller_entry::Owned>,
+) -> Result<Vec<ControllerEntry>, Error> {
+    get_list(b, l, |y| {
+        Ok(ControllerEntry {
+            id: y.get_id(),
+            host: text(y.get_host())?,
+            port: y.get_port(),
+            role: en(y.get_role())?,
+        })
+    })
+}
+
 fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
     get_list(b, l, |x| {
         Ok(ResVal {
@@ -865,6 +896,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 committed_index: x.get_committed_index(),
                 applied_index: x.get_applied_index(),
                 last_contact_ms: x.get_last_contact_ms(),
+                members: get_controller_entries(b, x.get_members())?,
             })
         }
         W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),
@@ -893,14 +925,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
             let x = x.proto()?;
             ReplyData::ClusterConf(ClusterConf {
                 cluster_name: text(x.get_cluster_name())?,
-                controllers: get_list(b, x.get_controllers(), |y| {
-                    Ok(ControllerEntry {
-                        id: y.get_id(),
-                        host: text(y.get_host())?,
-                        port: y.get_port(),
-                        role: en(y.get_role())?,
-                    })
-                })?,
+                controllers: get_controller_entries(b, x.get_controllers())?,
                 primary_id: x.get_primary_id(),
                 term: x.get_term(),
                 queues: get_list(b, x.get_queues(), |y| {
@@ -1044,6 +1069,10 @@ mod tests {
                 queues: vec![Queue::default(); 10_000],
                 ..ClusterConf::default()
             }),
+            ReplyData::CtrlInfo(ControllerInfo {
+                members: vec![ControllerEntry::default(); 10_000],
+                ..ControllerInfo::default()
+            }),
         ] {
             let rep = Reply::ok(1, data);
             let mut out = Vec::new();
@@ -1062,6 +1091,25 @@ mod tests {
         out[tag_at..].copy_from_slice(&(10u64 << 2).to_le_bytes());
         let rep = decode_reply(&out, &l).unwrap();
         assert_eq!(rep.data, ReplyData::Jobs(vec![Job::default(); 10]));
+        // F29: the members of a `hello` answer, the same claim: an empty list last, its count
+        // raised to 100,000 — refused before anything is allocated for it.
+        let mut out = Vec::new();
+        encode_with(64, &mut out, |root| {
+            let mut b: cp::reply::Builder<'_> = root.init_as();
+            b.set_seq(1);
+            let info = b.init_data().init_ctrl_info();
+            info.init_members(0);
+        });
+        let tag_at = out.len() - 8;
+        let tag = u64::from_le_bytes(out[tag_at..].try_into().unwrap());
+        assert_eq!(tag & 3, 0, "the empty members list's tag is the last word");
+        out[tag_at..].copy_from_slice(&(100_000u64 << 2).to_le_bytes());
+        assert_eq!(decode_reply(&out, &l), Err(Error::Proto));
+        out[tag_at..].copy_from_slice(&(10u64 << 2).to_le_bytes());
+        match decode_reply(&out, &l).map(|r| r.data) {
+            Ok(ReplyData::CtrlInfo(i)) => assert_eq!(i.members.len(), 10),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

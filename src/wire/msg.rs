@@ -548,6 +548,9 @@ pub struct ControllerInfo {
     pub committed_index: u64,
     pub applied_index: u64,
     pub last_contact_ms: i64,
+    /// F29: the cluster's current members, filled only by the serving primary about itself;
+    /// empty from a standby, a candidate or an older controller.
+    pub members: Vec<ControllerEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

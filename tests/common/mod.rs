@@ -221,6 +221,20 @@ pub fn sample_datas() -> Vec<ReplyData> {
             committed_index: 40,
             applied_index: 39,
             last_contact_ms: -1,
+            members: vec![
+                ControllerEntry {
+                    id: 1,
+                    host: "ctl1.example".into(),
+                    port: 7070,
+                    role: ControllerRole::Primary,
+                },
+                ControllerEntry {
+                    id: 4,
+                    host: "::1".into(),
+                    port: 7074,
+                    role: ControllerRole::Standby,
+                },
+            ],
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -595,15 +609,19 @@ fn host() -> impl Strategy<Value = Host> {
         )
 }
 
-fn cluster_conf() -> impl Strategy<Value = ClusterConf> {
-    let entry = (any::<u32>(), text(), any::<u16>(), controller_role()).prop_map(
-        |(id, host, port, role)| ControllerEntry {
+fn controller_entry() -> impl Strategy<Value = ControllerEntry> {
+    (any::<u32>(), text(), any::<u16>(), controller_role()).prop_map(|(id, host, port, role)| {
+        ControllerEntry {
             id,
             host,
             port,
             role,
-        },
-    );
+        }
+    })
+}
+
+fn cluster_conf() -> impl Strategy<Value = ClusterConf> {
+    let entry = controller_entry();
     let queue = (text(), any::<bool>(), any::<bool>(), any::<i32>()).prop_map(
         |(name, open, active, priority)| Queue {
             name,
@@ -642,6 +660,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         any::<u32>(),
         any::<u32>(),
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
+        proptest::collection::vec(controller_entry(), 0..4),
     )
         .prop_map(
             |(
@@ -655,6 +674,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 protocol_version,
                 waiters,
                 (last_log_index, committed_index, applied_index, last_contact_ms),
+                members,
             )| {
                 ControllerInfo {
                     id,
@@ -670,6 +690,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     committed_index,
                     applied_index,
                     last_contact_ms,
+                    members,
                 }
             },
         );

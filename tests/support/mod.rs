@@ -315,7 +315,8 @@ pub fn refused_endpoint() -> Endpoint {
     Endpoint::new("127.0.0.1", port)
 }
 
-/// Short timeouts for tests; waitPrimary and suspicion (F25) off unless a test turns them on.
+/// Short timeouts for tests; waitPrimary, suspicion (F25) and learning the members (F29, one
+/// `hello` per new connection the scripts do not expect) off unless a test turns them on.
 pub fn fast_options() -> Options {
     Options {
         connect_timeout: Duration::from_millis(500),
@@ -324,6 +325,7 @@ pub fn fast_options() -> Options {
         hint_policy: Default::default(),
         wait_primary: false,
         suspicion: false,
+        learn_masters: false,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::call::{Applied, Call};
 use super::link::frame_error;
-use super::probe::primary_probe;
+use super::members;
 use super::{cap, clog, CallEnv, LoopState};
 use crate::error::Error;
 use crate::failover::classify::{is_interrupt, AttemptOutcome};
@@ -30,15 +30,16 @@ impl Call<'_, '_> {
         }
         let deadline = self.spec.deadline;
         let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
-        if state.book.hook_pending && env.callbacks.has_reconnect_hook() {
+        let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();
+        // A call that is itself a `hello` asks for the members with its own request.
+        let op_is_hello = matches!(self.spec.op, Op::Hello(_));
+        if hook_hello || (members::due(&state, env) && !op_is_hello) {
             // F10: the hook re-joins the primary; on a standby it could only be redirected.
             // One `hello` tells: a non-primary answer (with its redirect hint) is this
             // attempt's outcome, and the hook waits for the connection that reaches the
-            // primary — so it runs once per failover, just before the re-send.
-            let ids = state.ids.read();
-            let probe = primary_probe();
-            let (result, _) = state.link.exchange(&env.waker, &probe, ids, reply_until());
-            match result {
+            // primary — so it runs once per failover, just before the re-send. The same
+            // `hello`, once per new connection, tells the members of the cluster (F29).
+            match members::ask(&mut state, env, reply_until()) {
                 Err(e) => return Err(AttemptOutcome::Transport(e)),
                 Ok(reply) if reply.status < 0 => return Ok(reply),
                 Ok(_) => {}
@@ -56,6 +57,9 @@ impl Call<'_, '_> {
             .map_err(AttemptOutcome::Transport)?;
         let (result, sent) = self.exchange_watchful(&mut state, reply_until());
         state.settle_acks(env);
+        if let (true, Ok(reply)) = (op_is_hello, &result) {
+            members::learn(&mut state, env, reply); // F29: answered on the current connection
+        }
         match result {
             Ok(reply) => Ok(reply),
             Err(e) => {
@@ -179,6 +183,10 @@ pub fn single_attempt(
         };
         state.link.exchange(&env.waker, op, ids, until).0
     };
+    if let (Op::Hello(_), Ok(r)) = (op, &result) {
+        // F29: a `hello` of the caller (or of the hook) on the current connection.
+        members::learn(state, env, r);
+    }
     match result {
         Ok(r) if r.status >= 0 => Ok(r),
         Ok(r) => Err(Error::from_code(r.status).unwrap_or(Error::Internal)),

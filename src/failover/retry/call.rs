@@ -209,9 +209,11 @@ impl<'a, 'e> Call<'a, 'e> {
             return;
         };
         let seen = &mut self.seen;
-        if seen.per_master.is_empty() {
-            seen.per_master = vec![None; state.link.rotator.masters().len()];
-            seen.lookups = vec![None; state.link.rotator.masters().len()];
+        // Sized to the masters in rotation, which may grow during the call (F29).
+        let n = state.link.rotator.masters().len();
+        if seen.per_master.len() < n {
+            seen.per_master.resize(n, None);
+            seen.lookups.resize(n, None);
         }
         seen.per_master[i] = Some(outcome);
         seen.lookups[i] = lookup;

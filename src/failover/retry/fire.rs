@@ -343,7 +343,11 @@ pub fn reach_primary(
             .exchange(&env.waker, &primary_probe(), ids, until)
             .0
         {
-            Ok(r) if r.status >= 0 => return Ok(()),
+            Ok(r) if r.status >= 0 => {
+                // F29: the primary's own answer on the connection the context now uses.
+                super::members::learn(state, env, &r);
+                return Ok(());
+            }
             Ok(r) => {
                 refused = true;
                 last = AttemptOutcome::Status(r.status);

@@ -30,6 +30,9 @@ pub struct Link {
     pub seq: u64,
     /// Connections opened so far: a request sent on an earlier one is no longer in flight.
     pub epoch: u64,
+    /// F29: the `epoch` of the last connection that was asked for the members (a `hello`);
+    /// a new connection is asked once, before its first call.
+    pub members_epoch: Option<u64>,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
     /// Recent round trips per op: when a reply is late (F25).
@@ -48,6 +51,7 @@ impl Link {
             limits: Limits::default(),
             seq: 0,
             epoch: 0,
+            members_epoch: None,
             lookup_failure: None,
             round_trips: RoundTrips::default(),
             tag,

@@ -26,6 +26,7 @@ pub mod book;
 mod call;
 pub mod fire;
 pub mod link;
+mod members;
 pub mod outbox;
 mod probe;
 

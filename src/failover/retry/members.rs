@@ -1,0 +1,105 @@
+//! F29: the masters list follows the cluster. The primary reports its members in its `hello`
+//! answer; members the context does not know yet are appended to its rotation, for the life of
+//! the context. Learned only from a node that answered, on the connection the context talks
+//! through (TLS-verified when TLS is on), that it is itself the serving primary — never from a
+//! standby's answer, a redirect hint, or a `waitPrimary` witness speaking of another node.
+
+use super::probe::{bounded_resolver, primary_probe};
+use super::{clog, CallEnv, LoopState};
+use crate::error::Error;
+use crate::failover::log::Level;
+use crate::failover::rotate::{Endpoint, Learned, MAX_LEARNED_MASTERS};
+use crate::wire::{ControllerRole, Reply, ReplyData};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Whether the current connection still has to be asked for the members: learning is on and
+/// this connection was not asked yet. One `hello` per connection, none per call (P2).
+pub fn due(state: &LoopState, env: &CallEnv<'_>) -> bool {
+    env.options().learn_masters
+        && state.link.conn.is_some()
+        && state.link.members_epoch != Some(state.link.epoch)
+}
+
+/// Sends the `hello` that asks the current connection whether it reaches the primary and which
+/// members the cluster has; learns from the answer. Returns the answer (a non-primary's status
+/// with its hint is for the caller to act on) or the transport error.
+pub fn ask(state: &mut LoopState, env: &CallEnv<'_>, until: Instant) -> Result<Reply, Error> {
+    let ids = state.ids.read();
+    let (result, _) = state
+        .link
+        .exchange(&env.waker, &primary_probe(), ids, until);
+    let reply = result?;
+    learn(state, env, &reply);
+    Ok(reply)
+}
+
+/// Learns from a `hello` answer received on the current connection (the caller guarantees
+/// where it came from: the node this context talks to, not a witness or a hint). Anything but
+/// a successful answer of a node that calls itself the primary is ignored, and so is an empty
+/// member list (an older controller).
+pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
+    if reply.status < 0 {
+        // Not the primary: the loop moves on; a connection kept after all is asked again.
+        return;
+    }
+    state.link.members_epoch = Some(state.link.epoch);
+    if !env.options().learn_masters {
+        return;
+    }
+    let ReplyData::CtrlInfo(info) = &reply.data else {
+        return;
+    };
+    // A standby (or a primary cut off from its quorum, which answers as a standby) reports no
+    // members; its view may be stale. The answering node must name itself the primary.
+    if info.role != ControllerRole::Primary
+        || info.id == 0
+        || info.primary_id != info.id
+        || info.members.is_empty()
+    {
+        return;
+    }
+    let from = state.link.current_endpoint();
+    let resolve = bounded_resolver(env, None);
+    let mut added = 0u64;
+    for m in &info.members {
+        if m.host.is_empty() || m.port == 0 {
+            continue;
+        }
+        let e = Endpoint::new(m.host.clone(), m.port);
+        match state.link.rotator.learn(&e, &resolve) {
+            Learned::Known(_) => {}
+            Learned::Added(_) => {
+                added += 1;
+                clog!(
+                    env,
+                    Level::Info,
+                    "masters: learned {e} from the primary {from}"
+                );
+            }
+            Learned::Full => clog!(
+                env,
+                Level::Warn,
+                "masters: {e}, reported by the primary {from}, not added: {} learned already",
+                MAX_LEARNED_MASTERS
+            ),
+        }
+    }
+    if added > 0 {
+        let masters = Arc::new(state.link.rotator.masters().to_vec());
+        clog!(
+            env,
+            Level::Info,
+            "masters: now {}",
+            masters
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        env.observer.update(|s| {
+            s.masters = masters;
+            s.learned_masters += added;
+        });
+    }
+}

@@ -90,41 +90,32 @@ fn s16_replace_a_dead_machine_under_load() {
         .collect::<Vec<_>>()
         .join(",");
 
-    // Two writers, one context each for the whole run: one given every address it will need,
-    // and an old daemon's, given only the first three (F29: it learns the new members from the
-    // primary; hints to nodes 4 and 5 are followed only because it learned them).
-    let old_masters = [1u64, 2, 3]
-        .iter()
-        .map(|i| ctrl.clients[i].clone())
-        .collect::<Vec<_>>()
-        .join(",");
+    // The writer: one context for the whole run, every address it will need.
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let writers: Vec<_> = [masters.clone(), old_masters]
-        .into_iter()
-        .map(|masters| {
-            let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
-            std::thread::spawn(move || {
-                let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
-                while !stop.load(Ordering::Relaxed) {
-                    let spec = JobSpec {
-                        name: "s16".into(),
-                        user: "alice".into(),
-                        command: "true".into(),
-                        ncpus: 1,
-                        ..Default::default()
-                    };
-                    match c.jobsubmit(spec) {
-                        Ok(id) => acked.lock().unwrap().push(id),
-                        Err(e) => errors.lock().unwrap().push(format!("{masters}: {e:?}")),
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+    let writer = {
+        let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
+        let masters = masters.clone();
+        std::thread::spawn(move || {
+            let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let spec = JobSpec {
+                    name: "s16".into(),
+                    user: "alice".into(),
+                    command: "true".into(),
+                    ncpus: 1,
+                    ..Default::default()
+                };
+                match c.jobsubmit(spec) {
+                    Ok(id) => acked.lock().unwrap().push(id),
+                    Err(e) => errors.lock().unwrap().push(format!("{e:?}")),
                 }
-                c.close();
-            })
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            c.close();
         })
-        .collect();
+    };
     let progress = |ctrl: &Ctrl, what: &str| {
         let n = acked.lock().unwrap().len();
         ctrl.wait_until(what, Duration::from_secs(20), || {
@@ -201,9 +192,7 @@ fn s16_replace_a_dead_machine_under_load() {
     progress(&ctrl, "writes after the last kill");
 
     stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
+    writer.join().unwrap();
     let errors = errors.lock().unwrap().clone();
     assert!(
         errors.is_empty(),

@@ -952,6 +952,11 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
                 }
             }
         }
+        // Metrics that change on every look (a leader's own quorum-ack clock) must not hold
+        // the answer past its timeout: the deadline is checked on every turn.
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
         let until = match leader {
             Some(_) => (tokio::time::Instant::now() + STALE_LEADER_RECHECK).min(deadline),
             None => deadline,

@@ -8,44 +8,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use xce::client::{parse_masters, Client, Config};
 use xce::wire::{JobFilter, JobSpec, Op};
-
-/// Runs `xce-controller ARGS` to its end (bounded); its exit code, stdout and stderr.
-fn cli(args: &[&str], timeout: Duration) -> (Option<i32>, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + timeout;
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (
-        code,
-        std::fs::read_to_string(out).unwrap_or_default(),
-        std::fs::read_to_string(err).unwrap_or_default(),
-    )
-}
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(100);
 
@@ -53,7 +22,7 @@ fn member(ctrl: &Ctrl, masters: &str, args: &[&str]) -> String {
     let mut all = vec!["member"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--masters", masters]);
-    let (code, out, err) = cli(&all, CLI_TIMEOUT);
+    let (code, out, err) = run_cli(&all, CLI_TIMEOUT);
     assert_eq!(
         code,
         Some(0),
@@ -255,9 +224,9 @@ fn refusals() {
     assert_eq!(status(&mut c, add(1, mc, mr)), 0);
 
     // The CLI: a usage error, and a refusal with its status.
-    let (code, _, err) = cli(&["member", "add", "4"], CLI_TIMEOUT);
+    let (code, _, err) = run_cli(&["member", "add", "4"], CLI_TIMEOUT);
     assert_eq!(code, Some(2), "{err}");
-    let (code, _, err) = cli(
+    let (code, _, err) = run_cli(
         &["member", "remove", "7", "--masters", &ctrl.clients[&1]],
         CLI_TIMEOUT,
     );
@@ -337,7 +306,7 @@ fn tls_admin_only_and_join_over_mutual_tls() {
             "--key",
             key,
         ]);
-        cli(&all, CLI_TIMEOUT)
+        run_cli(&all, CLI_TIMEOUT)
     };
     let (code, out, err) = as_who(&alice_pem, &alice_key, &["add", &spec4]);
     assert_eq!(code, Some(1), "{out}{err}");

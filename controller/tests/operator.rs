@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -11,32 +11,13 @@ use xce::wire::{ControllerRole, ReplyData};
 
 /// Runs `xce-controller run ARGS` until it exits (bounded): (exit code, stderr).
 fn run_to_exit(args: &[String], bound: Duration) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let err_path = dir.path().join("stderr");
-    let mut child = Command::new(BIN)
-        .arg("run")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + bound;
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "run {args:?} still running after {bound:?}:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    (code, std::fs::read_to_string(&err_path).unwrap_or_default())
+    let all: Vec<&str> = std::iter::once("run")
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    match run_cli(&all, bound) {
+        (None, _, err) => panic!("run {args:?} still running after {bound:?}:\n{err}"),
+        (code, _, err) => (code, err),
+    }
 }
 
 /// Waits until `addr` answers `hello` as primary.

@@ -20,6 +20,40 @@ pub fn bin() -> String {
     std::env::var("XCE_CONTROLLER").unwrap_or_else(|_| BIN.to_string())
 }
 
+/// Runs `xce-controller ARGS` to its end, bounded by `timeout` (then killed: exit code
+/// `None`); its exit code, stdout and stderr.
+pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    timeout: Duration,
+) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (
+        code,
+        std::fs::read_to_string(out).unwrap_or_default(),
+        std::fs::read_to_string(err).unwrap_or_default(),
+    )
+}
+
 /// Upper bound for a fresh cluster to elect and serve.
 pub const STARTUP: Duration = Duration::from_secs(20);
 /// Per-request socket timeout of the test client.

@@ -255,6 +255,7 @@ impl Context {
             let mut l = link.borrow_mut();
             l.ids.rekey(id);
             l.outbox.forget();
+            self.observer.update(|s| s.outbox_depth = 0);
             *self.client_id.lock() = id;
             xlog!(Level::Info, "{}: new client identity after fork", self.tag);
         }

@@ -117,10 +117,12 @@ impl Identity {
         }
     }
 
-    /// F26: a forked child's own identity: a new client id, its request ids from 1 again.
+    /// F26: a forked child's own identity: a new client id. The request counter goes on: ids
+    /// the parent handed out before the fork live on in the child (a write its forking thread
+    /// still runs, the reconnect hook's remembered writes) and are re-sent under the new client
+    /// id, so the child's own later writes must never take them again.
     pub fn rekey(&mut self, client_id: ClientId) {
         self.client_id = client_id;
-        self.request_id = 0;
     }
 
     /// The one place the ids of a request are produced: `Some(id)` re-sends request `id`,
@@ -155,5 +157,23 @@ impl Identity {
     /// The ids of a re-send of request `request_id`.
     pub fn resend(&mut self, request_id: u64) -> RequestIds {
         self.ids(Some(request_id), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// F26: after a fork's rekey, no request id handed out before it is handed out again (a
+    /// re-sent pre-fork write and a new write of the child would be one request to the
+    /// controller's exactly-once table, and the second would never be applied).
+    #[test]
+    fn rekey_never_reissues_a_request_id() {
+        let mut ids = Identity::new([1; 16]);
+        let before: Vec<u64> = (0..5).map(|_| ids.next(OpKind::Write).request_id).collect();
+        ids.rekey([2; 16]);
+        let after = ids.next(OpKind::Write);
+        assert_eq!(after.client_id, [2; 16]);
+        assert!(!before.contains(&after.request_id), "{before:?} then {after:?}");
     }
 }

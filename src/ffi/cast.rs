@@ -95,7 +95,8 @@ pub(crate) fn release(h: usize, kind: Kind) -> Result<Client, c_int> {
 pub(crate) type SharedPager = std::sync::Arc<std::sync::Mutex<crate::client::JobPager>>;
 
 /// The process's listing pagers (`xce_joblist_pager *`): handles like the others (F20).
-static PAGERS: ForkLock<HandleTable<SharedPager>> = ForkLock::new(HandleTable::new(), |_| {});
+static PAGERS: ForkLock<HandleTable<SharedPager>> =
+    ForkLock::new(HandleTable::tagged(1), |_| {});
 
 /// Stores a pager as a new handle; `None` when the table is full.
 pub(crate) fn new_pager(pager: crate::client::JobPager) -> Option<u64> {

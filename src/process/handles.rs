@@ -45,7 +45,16 @@ pub struct HandleTable<T> {
     slots: Vec<Slot<T>>,
     /// Released slots, oldest first.
     free: VecDeque<u32>,
+    /// Which table of the process this is, in the handle's bits [`TAG_SHIFT`]..32: the
+    /// handles of two tables never have the same value, so one table's handle is foreign to
+    /// the other (a pager handle passed to `xcecli_stop` is refused, not taken for a context).
+    tag: u8,
 }
+
+/// Where a table's tag sits in the low word of a handle (above every index, `MAX_HANDLES`).
+const TAG_SHIFT: u32 = 28;
+/// Most tables a process can tell apart.
+pub const MAX_TAGS: u8 = 16;
 
 impl<T> Default for HandleTable<T> {
     fn default() -> Self {
@@ -53,21 +62,32 @@ impl<T> Default for HandleTable<T> {
     }
 }
 
-fn encode(index: usize, generation: u32) -> u64 {
-    (u64::from(generation) << 32) | (index as u64 + 1)
+fn encode(tag: u8, index: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | (u64::from(tag) << TAG_SHIFT) | (index as u64 + 1)
 }
 
-fn decode(h: u64) -> Option<(usize, u32)> {
-    let index = (h & 0xFFFF_FFFF) as usize;
+fn decode(tag: u8, h: u64) -> Option<(usize, u32)> {
+    let low = h & 0xFFFF_FFFF;
+    let index = (low & ((1 << TAG_SHIFT) - 1)) as usize;
     let generation = (h >> 32) as u32;
-    (index != 0 && generation & 1 == 1).then(|| (index - 1, generation))
+    (low >> TAG_SHIFT == u64::from(tag) && index != 0 && generation & 1 == 1)
+        .then(|| (index - 1, generation))
 }
 
 impl<T> HandleTable<T> {
+    /// The table with tag 0.
     pub const fn new() -> HandleTable<T> {
+        HandleTable::tagged(0)
+    }
+
+    /// A table whose handles carry `tag` (< [`MAX_TAGS`]): the process's tables each have
+    /// their own.
+    pub const fn tagged(tag: u8) -> HandleTable<T> {
+        assert!(tag < MAX_TAGS);
         HandleTable {
             slots: Vec::new(),
             free: VecDeque::new(),
+            tag,
         }
     }
 
@@ -89,14 +109,14 @@ impl<T> HandleTable<T> {
         };
         let slot = &mut self.slots[index];
         slot.generation += 1; // even (free) → odd (occupied)
-        let h = encode(index, slot.generation);
+        let h = encode(self.tag, index, slot.generation);
         slot.entry = Some((kind, make(h)));
         Some(h)
     }
 
     /// The live value of `h`, if `h` is a live handle of `kind`.
     pub fn get(&self, h: u64, kind: Kind) -> Result<&T, Refused> {
-        let (index, generation) = decode(h).ok_or(Refused::Foreign)?;
+        let (index, generation) = decode(self.tag, h).ok_or(Refused::Foreign)?;
         let slot = self.slots.get(index).ok_or(Refused::Foreign)?;
         if generation > slot.generation {
             return Err(Refused::Foreign);
@@ -127,7 +147,7 @@ impl<T> HandleTable<T> {
     /// outside any lock).
     pub fn remove(&mut self, h: u64, kind: Kind) -> Result<T, Refused> {
         self.get(h, kind)?;
-        let (index, _) = decode(h).ok_or(Refused::Foreign)?;
+        let (index, _) = decode(self.tag, h).ok_or(Refused::Foreign)?;
         let slot = &mut self.slots[index];
         let (_, value) = slot.entry.take().ok_or(Refused::Released)?;
         slot.generation += 1; // odd → even
@@ -193,15 +213,30 @@ mod tests {
         assert_eq!(t.get_any(h).map(|(k, _)| k), Ok(Kind::Call));
     }
 
+    /// Two tables of one process never hand out the same value: each one's handles are
+    /// foreign to the other (a pager handle is never taken for a context).
+    #[test]
+    fn tables_with_other_tags_refuse_each_others_handles() {
+        let mut contexts: HandleTable<u8> = HandleTable::new();
+        let mut pagers: HandleTable<u8> = HandleTable::tagged(1);
+        let c = contexts.insert_with(Kind::Context, |_| 1).unwrap();
+        let p = pagers.insert_with(Kind::Pager, |_| 2).unwrap();
+        assert_ne!(c, p);
+        assert_eq!(contexts.get_any(p).err(), Some(Refused::Foreign));
+        assert_eq!(contexts.remove(p, Kind::Context), Err(Refused::Foreign));
+        assert_eq!(pagers.get(c, Kind::Pager), Err(Refused::Foreign));
+        assert_eq!(pagers.get(p, Kind::Pager), Ok(&2));
+    }
+
     #[test]
     fn a_slot_is_retired_before_its_generation_wraps() {
         let mut t = HandleTable::new();
         let h = t.insert_with(Kind::Context, |_| ()).unwrap();
         t.slots[0].generation = u32::MAX - 2; // odd: occupied
-        let h2 = encode(0, u32::MAX - 2);
+        let h2 = encode(0, 0, u32::MAX - 2);
         assert_eq!(t.remove(h2, Kind::Context), Ok(()));
         assert_eq!(t.get(h, Kind::Context), Err(Refused::Released));
         let h3 = t.insert_with(Kind::Context, |_| ()).unwrap();
-        assert_ne!(decode(h3).unwrap().0, 0, "slot 0 is retired");
+        assert_ne!(decode(0, h3).unwrap().0, 0, "slot 0 is retired");
     }
 }

@@ -266,6 +266,9 @@ impl process::fork::AfterFork for Context {
     /// In a child of `fork`, before it runs (F26): a context that a thread the child does not
     /// have was using is unusable in the child (see `forked_busy`).
     fn in_child(&self) {
+        // A nudge another thread was making at the fork never finishes here: its count must
+        // not make this context's next wait spin forever giving its pipe back.
+        self.wake.nudges_gone_after_fork();
         let link_held_elsewhere = self.link.try_lock().is_none();
         // Hook and event runs of threads the child does not have: a setter in the child must
         // not wait for them.

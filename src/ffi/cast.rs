@@ -20,7 +20,9 @@ const _: () = assert!(usize::BITS == 64, "libxce handles need 64-bit pointers");
 
 /// The process's handles. Nothing is dropped under its lock (a dropped Client may be the last
 /// reference to a context, whose drop closes descriptors).
-static HANDLES: ForkLock<HandleTable<Client>> = ForkLock::new(HandleTable::new(), |_| {});
+static HANDLES: ForkLock<HandleTable<Client>> = ForkLock::new(HandleTable::new(), |_| {
+    super::signal::readers_gone_after_fork()
+});
 
 /// Holds the handle table's lock for `d` on the calling thread (tests: a fork while another
 /// thread holds it, F26).
@@ -95,8 +97,7 @@ pub(crate) fn release(h: usize, kind: Kind) -> Result<Client, c_int> {
 pub(crate) type SharedPager = std::sync::Arc<std::sync::Mutex<crate::client::JobPager>>;
 
 /// The process's listing pagers (`xce_joblist_pager *`): handles like the others (F20).
-static PAGERS: ForkLock<HandleTable<SharedPager>> =
-    ForkLock::new(HandleTable::tagged(1), |_| {});
+static PAGERS: ForkLock<HandleTable<SharedPager>> = ForkLock::new(HandleTable::tagged(1), |_| {});
 
 /// Stores a pager as a new handle; `None` when the table is full.
 pub(crate) fn new_pager(pager: crate::client::JobPager) -> Option<u64> {

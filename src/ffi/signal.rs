@@ -82,6 +82,22 @@ pub(crate) fn publish(h: u64, wake: &WakeState) {
     }
 }
 
+/// In a child of `fork` (single-threaded, from the handle table's fork hook): readers that
+/// were inside [`with_wake`] on other threads at the fork are gone with them, so a later
+/// [`withdraw`] must not wait for them (it would spin forever with the table locked).
+pub(crate) fn readers_gone_after_fork() {
+    for chunk in &DIRECTORY {
+        let p = chunk.load(SeqCst);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: a published chunk is never freed (the directory only grows).
+        for cell in unsafe { &*p }.iter() {
+            cell.readers.store(0, SeqCst);
+        }
+    }
+}
+
 /// Withdraws handle `h` (being released): once this returns, no reader uses its wake state.
 pub(crate) fn withdraw(h: u64) {
     if let Some(cell) = cell(h, false) {

@@ -138,6 +138,12 @@ impl WakeState {
         self.word.fetch_add(1, SeqCst) >> ACTIVE_BITS
     }
 
+    /// In a child of `fork` (single-threaded): the nudges other threads were making at the fork
+    /// are gone with those threads (see [`Lent`]'s drop, which waits for them).
+    pub fn nudges_gone_after_fork(&self) {
+        self.nudging.store(0, SeqCst);
+    }
+
     /// In a child of `fork` (single-threaded): only `n` calls — the forking thread's own —
     /// remain in progress; those of threads the child does not have are forgotten, so a wake
     /// in the child reports exactly its own calls.
@@ -183,7 +189,10 @@ impl WakeState {
     /// until [`clear_stop`](Self::clear_stop).
     pub fn request_stop(&self) {
         self.stop_requested.store(true, SeqCst);
-        self.interrupt();
+        // The flag ends the waits ([`Waker::check`] reads it after publishing its pipe; the
+        // nudge wakes the wait in progress): the wake generation stays the count of wakes, so a
+        // stop requested and cleared during a call does not turn its result into `EINTR`.
+        self.nudge();
     }
 
     /// Clears the "stop requested" state (later calls run again).
@@ -205,7 +214,8 @@ impl WakeState {
     /// Closes the context (F20): every wait ends with `E_XCE_CLOSED`, now and from now on.
     pub fn close(&self) {
         self.closed.store(true, SeqCst);
-        self.interrupt();
+        // As for a stop request: the flag ends the waits, the generation counts wakes only.
+        self.nudge();
     }
 
     /// Marks the context closed without writing to any descriptor (a forked child's copy of a
@@ -487,6 +497,28 @@ mod tests {
         let t = Instant::now();
         s.waker_now().sleep(Duration::from_millis(20)).unwrap();
         assert!(t.elapsed() >= Duration::from_millis(20));
+    }
+
+    /// F27: the wake generation counts wakes only. A stop requested and cleared, or a close,
+    /// while a call is in progress does not make the call "woken" (before: its successful
+    /// result became `EINTR`); a counted wake does.
+    #[test]
+    fn only_a_wake_settles_a_call_as_woken() {
+        let s = WakeState::new();
+        let since = s.enter_call();
+        s.request_stop();
+        s.clear_stop();
+        assert!(
+            !s.settle_call(since),
+            "a stop requested and cleared counted as a wake"
+        );
+        let since = s.enter_call();
+        assert!(s.try_wake());
+        assert!(s.settle_call(since));
+        assert!(
+            !s.try_wake(),
+            "no call in progress: nothing counted, nothing kept"
+        );
     }
 
     #[test]

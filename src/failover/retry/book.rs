@@ -174,6 +174,9 @@ mod tests {
         ids.rekey([2; 16]);
         let after = ids.next(OpKind::Write);
         assert_eq!(after.client_id, [2; 16]);
-        assert!(!before.contains(&after.request_id), "{before:?} then {after:?}");
+        assert!(
+            !before.contains(&after.request_id),
+            "{before:?} then {after:?}"
+        );
     }
 }

@@ -110,7 +110,9 @@ pub async fn hand_over(raft: &Raft, ready: &crate::ready::Readiness, id: NodeId)
         eprintln!("node {id}: handover to node {to}: the entry did not commit; stopping anyway");
         return;
     }
-    let mut rx = raft.metrics();
+    // Server metrics: they change with the leader (not on every turn of the raft loop), and
+    // the deadline is read on every turn.
+    let mut rx = raft.server_metrics();
     let deadline = tokio::time::Instant::now() + HANDOVER_WAIT.saturating_sub(t0.elapsed());
     loop {
         let leader = rx.borrow_and_update().current_leader;
@@ -123,7 +125,7 @@ pub async fn hand_over(raft: &Raft, ready: &crate::ready::Readiness, id: NodeId)
             return;
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) if tokio::time::Instant::now() < deadline => {}
             _ => {
                 eprintln!(
                     "node {id}: handover to node {to}: no new leader within {} ms; stopping anyway",

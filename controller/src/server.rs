@@ -939,7 +939,10 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
     };
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(timeout_ms as u64).min(MAX_WAIT_PRIMARY);
-    let mut rx = ctx.raft.metrics();
+    // The server metrics change only with the vote, the role, the leader or the membership
+    // (the full metrics are re-sent on every turn of the raft loop, which this waiter's own
+    // `fresh_leader` query causes: watching those made every wait end ready at once).
+    let mut rx = ctx.raft.server_metrics();
     loop {
         let leader = rx.borrow_and_update().current_leader;
         if leader.is_some() {

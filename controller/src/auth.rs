@@ -90,18 +90,24 @@ pub struct TokenKey(hmac::Key);
 /// Token format version prefix.
 const TOKEN_PREFIX: &str = "xce1";
 
+/// Bytes of hex text (`None`: not hex, or an odd length).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect()
+}
+
+/// Hex digits of a token's signature (HMAC-SHA256).
+const MAC_HEX_LEN: usize = 64;
+
 impl TokenKey {
     pub fn load(path: &Path) -> Result<TokenKey, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let hex = text.trim();
-        let bytes: Option<Vec<u8>> = (0..hex.len())
-            .step_by(2)
-            .map(|i| {
-                hex.get(i..i + 2)
-                    .and_then(|b| u8::from_str_radix(b, 16).ok())
-            })
-            .collect();
-        match bytes {
+        match unhex(text.trim()) {
             Some(b) if b.len() >= 16 => Ok(TokenKey(hmac::Key::new(hmac::HMAC_SHA256, &b))),
             _ => Err(format!(
                 "{}: want at least 32 hex digits (pki init writes one)",
@@ -128,21 +134,21 @@ impl TokenKey {
     /// The identity a token names, if its signature is good and it has not expired at `now`
     /// (unix s); else why not.
     pub fn verify(&self, token: &str, now: i64) -> Result<Identity, &'static str> {
+        // Bounded before any work: a caller's token is at most what the library sends.
+        if token.len() > xce::client::MAX_AUTH_TOKEN_LEN {
+            return Err("token too long");
+        }
         let (payload, mac) = token.rsplit_once(':').ok_or("not a token")?;
+        if mac.len() != MAC_HEX_LEN {
+            return Err("bad token signature");
+        }
         let mut parts = payload.splitn(3, ':');
         let (Some(TOKEN_PREFIX), Some(name), Some(expires)) =
             (parts.next(), parts.next(), parts.next())
         else {
             return Err("not a token");
         };
-        let mac_bytes: Option<Vec<u8>> = (0..mac.len())
-            .step_by(2)
-            .map(|i| {
-                mac.get(i..i + 2)
-                    .and_then(|b| u8::from_str_radix(b, 16).ok())
-            })
-            .collect();
-        let mac_bytes = mac_bytes.ok_or("bad token signature")?;
+        let mac_bytes = unhex(mac).ok_or("bad token signature")?;
         hmac::verify(&self.0, payload.as_bytes(), &mac_bytes).map_err(|_| "bad token signature")?;
         let expires: i64 = expires.parse().map_err(|_| "not a token")?;
         if now >= expires {
@@ -338,6 +344,10 @@ mod tests {
         let later = t.replace(":1000:", ":9999:");
         assert_eq!(k.verify(&later, 1), Err("bad token signature"));
         assert_eq!(k.verify("garbage", 1), Err("not a token"));
+        // Bounded before any decoding: a huge token, a signature of the wrong length.
+        let huge = format!("{t}{}", "0".repeat(1 << 20));
+        assert_eq!(k.verify(&huge, 1), Err("token too long"));
+        assert_eq!(k.verify(&format!("{t}00"), 1), Err("bad token signature"));
         std::fs::write(&p, "abcd").unwrap();
         assert!(TokenKey::load(&p).is_err());
     }

@@ -7,9 +7,10 @@
 //! voters and the membership; the primary asked to remove itself hands leadership over first
 //! (C14) and answers STANDBY naming the new primary, where the client's loop re-sends it.
 //!
-//! Both are idempotent, so a re-send after an unknown outcome is harmless: adding a voter
-//! already there with the same addresses answers 0. Removing an id that is not a member is
-//! ENOENT (also after a re-send of a removal that did commit: the caller lists to tell).
+//! Both are exactly-once for the caller: adding a voter already there with the same addresses
+//! answers 0; a removal first commits a `MemberRemoval` entry under the request's ids (the
+//! exactly-once table remembers it), so a re-send of a removal that did commit answers 0,
+//! and only a node that is not a member for a request never seen is ENOENT.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
@@ -173,6 +174,14 @@ async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> 
 async fn remove(ctx: &Ctx, req: &Request, id: NodeId) -> Result<(), Fail> {
     let (nodes, voters) = current(ctx);
     if !nodes.contains_key(&id) {
+        let seen = {
+            let a = ctx.applied.read().expect("state lock");
+            a.state.seen(&req.client_id, req.request_id)
+        };
+        if seen {
+            // A re-send of this very removal, whose first send committed (F16).
+            return Ok(());
+        }
         return Err((-libc::ENOENT, None, format!("node {id} is not a member")));
     }
     if voters.contains(&id) && voters.len() == 1 {
@@ -180,6 +189,19 @@ async fn remove(ctx: &Ctx, req: &Request, id: NodeId) -> Result<(), Fail> {
     }
     if id == ctx.id {
         return Err(hand_over_first(ctx, req).await);
+    }
+    // The intent first, under the request's ids: once the removal below commits, a re-send
+    // finds it in the exactly-once table.
+    if let Err(reply) = ctx
+        .write(req, crate::state::Cmd::MemberRemoval { id })
+        .await
+    {
+        let status = reply.status;
+        return Err((
+            status,
+            Some(Box::new(reply)),
+            "the removal's intent did not commit".into(),
+        ));
     }
     let change = if voters.contains(&id) {
         ChangeMembers::RemoveVoters(BTreeSet::from([id]))

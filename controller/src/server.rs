@@ -449,7 +449,7 @@ impl Ctx {
     }
 
     /// C3 write: commit through the log, then answer with the applied outcome.
-    async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
+    pub(crate) async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
         let p = Proposal {
             client_id: req.client_id,
             request_id: req.request_id,

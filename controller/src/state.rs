@@ -146,6 +146,12 @@ pub enum Cmd {
     Handover {
         to: u64,
     },
+    /// C17: a membership removal about to be proposed to Raft. No change of state: recorded
+    /// in the exactly-once table under the request's ids, so a re-send of a removal that did
+    /// commit is told apart from a removal of a node that never was a member.
+    MemberRemoval {
+        id: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -437,6 +443,16 @@ impl State {
         self.jobs.clone()
     }
 
+    /// Whether request `request_id` of client `client_id` was applied (and is still
+    /// remembered by the exactly-once table).
+    pub fn seen(&self, client_id: &[u8; 16], request_id: u64) -> bool {
+        request_id != 0
+            && self
+                .dedup
+                .get(&hex(client_id))
+                .is_some_and(|w| w.replies.contains_key(&request_id))
+    }
+
     /// Apply one committed proposal (C4: a re-sent write returns its first outcome).
     pub fn apply(&mut self, p: &Proposal) -> Outcome {
         self.applied += 1;
@@ -691,7 +707,7 @@ impl State {
                 h.last_heartbeat = now;
                 Outcome::ok()
             }
-            Cmd::Handover { .. } => Outcome::ok(),
+            Cmd::Handover { .. } | Cmd::MemberRemoval { .. } => Outcome::ok(),
         }
     }
 

@@ -323,3 +323,29 @@ fn tls_admin_only_and_join_over_mutual_tls() {
         ctrl.log(p)
     );
 }
+
+/// F16 for `member remove`: a re-send of a removal that committed (same client and request
+/// id, as the library re-sends after an unknown outcome) answers 0, not ENOENT; a new request
+/// removing a node that is not a member is still ENOENT.
+#[test]
+fn a_resent_removal_is_answered_once() {
+    let ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let standby = [1u64, 2, 3].into_iter().find(|&i| i != p).unwrap() as u32;
+    let mut c = ctrl.client(p);
+    let req = c.request(Op::MemberRemove { id: standby });
+    assert_eq!(c.try_send_recv(&req).unwrap().status, 0, "the removal");
+    let mut again = req.clone();
+    again.seq = req.seq + 1;
+    c.seq = again.seq;
+    assert_eq!(
+        c.try_send_recv(&again).unwrap().status,
+        0,
+        "a re-send of the removal that committed"
+    );
+    assert_eq!(
+        c.call(Op::MemberRemove { id: standby }).status,
+        -libc::ENOENT,
+        "a new removal of a node that is not a member"
+    );
+}

@@ -27,7 +27,10 @@ static int start_ctx(struct silent_server *s, xcecli_ctx_t *ctx) {
  * stopped context to every export. */
 static void test_stale_context(void) {
     struct silent_server s;
-    if (silent_server_start(&s) != 0) return;
+    if (silent_server_start(&s) != 0) {
+        CHECK(!"the silent server could not start");
+        return;
+    }
     xcecli_ctx_t first = NULL;
     if (start_ctx(&s, &first) != 0) return;
     xcecli_stop(first);
@@ -64,7 +67,10 @@ static void test_foreign_values(void) {
 /* A closed listing pager, then many pagers opened and closed: the first is still "closed". */
 static void test_stale_pager(void) {
     struct silent_server s;
-    if (silent_server_start(&s) != 0) return;
+    if (silent_server_start(&s) != 0) {
+        CHECK(!"the silent server could not start");
+        return;
+    }
     xcecli_ctx_t ctx = NULL;
     if (start_ctx(&s, &ctx) != 0) return;
     xce_joblist_pager *first = NULL;
@@ -87,7 +93,10 @@ static void test_stale_pager(void) {
  * op): the first one is still "freed" to every export, and its context is unaffected. */
 static void test_stale_call_handle(void) {
     struct silent_server s;
-    if (silent_server_start(&s) != 0) return;
+    if (silent_server_start(&s) != 0) {
+        CHECK(!"the silent server could not start");
+        return;
+    }
     xcecli_ctx_t ctx = NULL;
     if (start_ctx(&s, &ctx) != 0) return;
     xcecli_call_t first = NULL;
@@ -134,7 +143,10 @@ static void *racer_main(void *p) {
 
 static void test_racing_release(void) {
     struct silent_server s;
-    if (silent_server_start(&s) != 0) return;
+    if (silent_server_start(&s) != 0) {
+        CHECK(!"the silent server could not start");
+        return;
+    }
     xcecli_ctx_t ctx = NULL;
     if (start_ctx(&s, &ctx) != 0) return;
     struct racer rs[4];

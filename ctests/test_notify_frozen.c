@@ -189,6 +189,12 @@ int main(int argc, char **argv) {
            "(%d re-sent); worker joins %d\n",
            njobs, done, nodes_now() - t0, missing, refused, resent, work.joins);
     CHECK_EQ(missing, 0);
+    /* F12 (amended): a notification is accepted during an election, never refused at once. */
+    CHECK_EQ(refused, 0);
+    /* Every notification acknowledged before the jobs are run again: a late re-send can only
+     * come from the outbox, which is empty now. */
+    CHECK_EQ(xcecli_flush(w, 20000), 0);
+    CHECK_EQ(xcecli_outbox_depth(w), 0);
 
     /* Exactly once: run every job again; no late re-send may finish it. */
     for (int i = 0; i < njobs; i++) {

@@ -24,6 +24,10 @@ func controller(t *testing.T) string {
 		p = filepath.Join("..", "..", "target", "release", "xce-controller")
 	}
 	if _, err := os.Stat(p); err != nil {
+		// Named by the test command (scripts/ctest.sh): missing is a failure, never a skip.
+		if os.Getenv("XCE_CONTROLLER") != "" {
+			t.Fatalf("no xce-controller at %s", p)
+		}
 		t.Skipf("no xce-controller at %s", p)
 	}
 	return p

@@ -32,6 +32,10 @@ func controllerPath(t *testing.T) string {
 		p = filepath.Join("..", "..", "target", "release", "xce-controller")
 	}
 	if _, err := os.Stat(p); err != nil {
+		// Named by the test command (scripts/ctest.sh): missing is a failure, never a skip.
+		if os.Getenv("XCE_CONTROLLER") != "" {
+			t.Fatalf("no xce-controller at %s (build it: cargo build --release -p xce-controller)", p)
+		}
 		t.Skipf("no xce-controller at %s (build it: cargo build --release -p xce-controller)", p)
 	}
 	return p

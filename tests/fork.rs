@@ -11,6 +11,7 @@
 //!   write is not answered from the controller's dedup table with the child's reply;
 //! - a context that another thread was using at the fork fails at once in the child (its
 //!   lock and connection belong to a thread the child does not have), never hangs;
+//! - a notification the parent queued stays the parent's: the child neither keeps nor sends it;
 //! - `new_job_id` never repeats across a fork.
 
 mod support;
@@ -26,7 +27,7 @@ use xce::client::{new_job_id, Client, Config};
 use xce::failover::log;
 use xce::transport::resolve::{hold_system_lock_for, resolve};
 use xce::transport::WakeState;
-use xce::wire::{JobAction, Op};
+use xce::wire::{JobAction, Notify, NotifyKind, Op};
 
 /// How long a child may take before the case fails.
 const CHILD_LIMIT: Duration = Duration::from_secs(20);
@@ -208,6 +209,49 @@ fn inherited_context_writes_with_its_own_identity() {
     );
 }
 
+/// A notification the parent queued and no primary acknowledged yet is the parent's to
+/// deliver: the child's first call forgets it (re-sent by both, it would be applied twice).
+fn queued_notification_stays_with_the_parent() {
+    let fake = FakeController::start((0..50).map(|_| Step::Silent).collect());
+    let c = Client::start_with(
+        Config::new(vec![fake.endpoint()]),
+        fast_options(),
+        fast_retry(3),
+    )
+    .expect("start");
+    c.notify(Notify {
+        kind: NotifyKind::JobFinish,
+        job_id: 42,
+        exit_code: 0,
+    })
+    .expect("accepted");
+    assert_eq!(
+        c.outbox_depth(),
+        1,
+        "unacknowledged by the silent controller"
+    );
+    let parent_id = c.client_id();
+    let r = fork_and_wait(|| {
+        // Its own heartbeat only: the parent's notification is not in the child's outbox.
+        c.heartbeat("child-host").is_ok() && c.outbox_depth() == 1 && c.client_id() != parent_id
+    });
+    assert_eq!(r, Some(0), "the child kept the parent's notification");
+    assert_eq!(
+        c.outbox_depth(),
+        1,
+        "the parent still owes its notification"
+    );
+    let resent_by_child = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.client_id != parent_id && matches!(r.op, Op::Notify(_)))
+        .count();
+    assert_eq!(
+        resent_by_child, 0,
+        "the child sent the parent's notification"
+    );
+}
+
 fn context_busy_on_another_thread_at_fork() {
     let fake = FakeController::start(vec![Step::Silent]);
     let mut opts = fast_options();
@@ -275,6 +319,7 @@ fn fork() {
     pool_and_handle_table_held_at_fork();
     log_sink_running_at_fork();
     inherited_context_writes_with_its_own_identity();
+    queued_notification_stays_with_the_parent();
     context_busy_on_another_thread_at_fork();
     job_ids_do_not_repeat_across_fork();
 }

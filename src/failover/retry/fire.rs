@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::attempt::run_hook;
 use super::outbox::Acked;
-use super::probe::{bounded_resolver, primary_probe};
+use super::probe::bounded_resolver;
 use super::{bit, cause_text, clog, rotate, CallEnv, LoopState};
 use crate::error::{strerror, Error};
 use crate::failover::backoff::Backoff;
@@ -213,7 +213,6 @@ pub fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
     if let Err(e) = state.send_outbox(env, until) {
         return accepted(e);
     }
-    state.take_arrived_acks(env);
     if queued {
         return Ok(Reply::status(0, 0));
     }
@@ -337,17 +336,9 @@ pub fn reach_primary(
             }
         }
         let until = Instant::now() + env.options().reply_timeout;
-        let ids = state.ids.read();
-        match state
-            .link
-            .exchange(&env.waker, &primary_probe(), ids, until)
-            .0
-        {
-            Ok(r) if r.status >= 0 => {
-                // F29: the primary's own answer on the connection the context now uses.
-                super::members::learn(state, env, &r);
-                return Ok(());
-            }
+        // F29: the hello that asks for the primary learns the members from its answer.
+        match super::members::ask(state, env, until) {
+            Ok(r) if r.status >= 0 => return Ok(()),
             Ok(r) => {
                 refused = true;
                 last = AttemptOutcome::Status(r.status);

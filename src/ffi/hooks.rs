@@ -17,10 +17,11 @@ use super::config::{XCE_MAXHOSTNAME_LEN, XCE_N_MAX_MASTERS};
 use super::panic::ffi_panic_boundary;
 use super::xcecli_ctx_t;
 
-/// The index of `e` among the context's masters in rotation (the configured ones first, in
-/// their order, then those learned, F29), -1 when it is not one (an unlisted hint's host).
-fn master_index(c: &client::Client, e: &client::Endpoint) -> i32 {
-    c.masters()
+/// The index of `e` among `masters`, the context's masters in rotation (the configured ones
+/// first, in their order, then those learned, F29), -1 when it is not one (an unlisted hint's
+/// host).
+fn master_index(masters: &[client::Endpoint], e: &client::Endpoint) -> i32 {
+    masters
         .iter()
         .position(|m| m == e)
         .and_then(|i| i32::try_from(i).ok())
@@ -253,7 +254,7 @@ pub extern "C" fn xcecli_get_stats(ctx: xcecli_ctx_t, stats: *mut xce_stats_t) -
             current_master_host: [0; XCE_MAXHOSTNAME_LEN],
         };
         if let Some(m) = &s.current_master {
-            st.current_master = master_index(&c, m);
+            st.current_master = master_index(&s.masters, m);
             st.current_master_port = m.port;
             // A host too long for the field is left "" (cannot happen for configured masters).
             set_fixed_str(&mut st.current_master_host, &m.host);

@@ -97,6 +97,9 @@ pub enum Learned {
     Added(usize),
     /// Not added: [`MAX_LEARNED_MASTERS`] are learned already.
     Full,
+    /// Not added now: its name did not resolve (a failed or interrupted lookup), so it could
+    /// not be told apart from a master already in the list; the next report is taken again.
+    Unresolved,
 }
 
 /// The master list with its cursor and the pending hint.
@@ -144,6 +147,11 @@ impl Rotator {
         }
         if self.masters.len() - self.configured >= MAX_LEARNED_MASTERS {
             return Learned::Full;
+        }
+        // An alias of a master already in the list is only recognised through its addresses:
+        // a name that does not resolve now is not added (for good) on a guess.
+        if resolve(&e.host, e.port).is_empty() {
+            return Learned::Unresolved;
         }
         self.masters.push(e.clone());
         Learned::Added(self.masters.len() - 1)
@@ -285,6 +293,14 @@ mod tests {
             "b" | "alias-of-b" => "10.0.0.2",
             "c" => "10.0.0.3",
             "stranger" => "10.0.0.9",
+            "d" => "10.0.0.4",
+            "one-too-many" => "10.0.0.99",
+            n if n.starts_with('n') && n[1..].parse::<u8>().is_ok() => {
+                return vec![SocketAddr::new(
+                    [10, 0, 1, n[1..].parse().unwrap()].into(),
+                    port,
+                )]
+            }
             _ => return vec![],
         };
         vec![SocketAddr::new(ip.parse().unwrap(), port)]
@@ -466,6 +482,11 @@ mod tests {
         assert_eq!(
             r.learn(&Endpoint::new("alias-of-b", 2), &table_dns),
             Learned::Known(1)
+        );
+        // A name that does not resolve now could be an alias: not added on a guess.
+        assert_eq!(
+            r.learn(&Endpoint::new("nowhere", 4), &table_dns),
+            Learned::Unresolved
         );
         assert_eq!(
             r.learn(&Endpoint::new("d", 4), &table_dns),

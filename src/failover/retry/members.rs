@@ -77,6 +77,11 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
                     "masters: learned {e} from the primary {from}"
                 );
             }
+            Learned::Unresolved => clog!(
+                env,
+                Level::Info,
+                "masters: {e}, reported by the primary {from}, does not resolve now: not added"
+            ),
             Learned::Full => clog!(
                 env,
                 Level::Warn,

@@ -541,10 +541,6 @@ fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::Contro
         .nodes()
         .filter_map(|(&id, n)| {
             let (host, port) = split_addr(&n.client)?;
-            let host = host
-                .strip_prefix('[')
-                .and_then(|h| h.strip_suffix(']'))
-                .map_or(host.clone(), str::to_string);
             Some(wire::ControllerEntry {
                 id: id as u32,
                 host,
@@ -562,8 +558,14 @@ fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::Contro
 }
 
 /// `host:port` → (host, port).
+/// `HOST:PORT` or `[IPv6]:PORT` as (host, port), the host without brackets — as the library
+/// writes a master's host, so hints, exclusions and member lists compare equal.
 pub fn split_addr(a: &str) -> Option<(String, u16)> {
     let (h, p) = a.rsplit_once(':')?;
+    let h = h
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(h);
     Some((h.to_string(), p.parse().ok()?))
 }
 
@@ -972,4 +974,16 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
         }
     }
     answer(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_addr;
+
+    #[test]
+    fn split_addr_strips_brackets() {
+        assert_eq!(split_addr("[::1]:9991"), Some(("::1".into(), 9991)));
+        assert_eq!(split_addr("h.example:1"), Some(("h.example".into(), 1)));
+        assert_eq!(split_addr("h"), None);
+    }
 }

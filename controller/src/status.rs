@@ -181,9 +181,8 @@ async fn request(
         let mut s: Box<dyn crate::net::PeerIo> = match &caller.tls {
             None => Box::new(tcp),
             Some(c) => {
-                let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                let (host, _) = crate::server::split_addr(&addr).ok_or("want HOST:PORT")?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| format!("{host}: {e}"))?;
                 Box::new(
                     c.connect(name, tcp)

@@ -660,12 +660,21 @@ pub struct PeerServer {
 }
 
 impl PeerServer {
-    /// Every node a peer certificate may name: the configured members and the current
-    /// membership's nodes (voters and learners).
+    /// Every node a peer certificate may name: the current membership's nodes (voters and
+    /// learners); the configured members (`--cluster`) only while this node stores no
+    /// membership yet (a new cluster, or `run --join` waiting to be added). A node removed
+    /// online is no longer admitted, whatever `--cluster` said at start.
     fn members(&self) -> Vec<NodeId> {
-        let mut ids = self.spec_members.clone();
-        let m = self.raft.metrics().borrow().membership_config.clone();
-        ids.extend(m.membership().nodes().map(|(id, _)| *id));
+        let m = self
+            .raft
+            .server_metrics()
+            .borrow()
+            .membership_config
+            .clone();
+        let mut ids: Vec<NodeId> = m.membership().nodes().map(|(id, _)| *id).collect();
+        if ids.is_empty() {
+            ids = self.spec_members.clone();
+        }
         ids.sort_unstable();
         ids.dedup();
         ids

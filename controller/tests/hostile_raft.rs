@@ -336,3 +336,49 @@ fn a_cluster_mid_rotation_trusts_both_cas() {
     let got = tls_client(&ctrl.clients[&p2], m, Some("admin")).ok(Op::JobInfo { job_id: job });
     assert!(matches!(got, ReplyData::Job(j) if j.job_id == job));
 }
+
+/// C13 with C17: a member removed online loses the raft port, whatever `--cluster` said at
+/// the start — its certificate names no member any more, so a vote it sends is not answered.
+#[test]
+fn a_removed_member_is_no_peer_any_more() {
+    let certs = tempfile::tempdir().unwrap();
+    make_pki(certs.path(), 3);
+    let dir = certs.path();
+    let mut flags = tls_flags(dir);
+    flags.extend(CALM.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(3, &flags);
+    let primary = wait_tls_primary(&ctrl, dir, "admin");
+    let gone = [1u64, 2, 3].into_iter().find(|&i| i != primary).unwrap();
+    let mut admin = tls_client(&ctrl.clients[&primary], dir, Some("admin"));
+    assert_eq!(
+        admin.call(Op::MemberRemove { id: gone as u32 }).status,
+        0,
+        "removing node {gone}"
+    );
+    let x = [1u64, 2, 3]
+        .into_iter()
+        .find(|&i| i != primary && i != gone)
+        .unwrap();
+    let term = seen(&ctrl, &|a: &str| tls_client(a, dir, Some("admin")), primary).terms[0].1;
+    let (c, k) = (
+        dir.join(format!("xce-node-{gone}.pem")),
+        dir.join(format!("xce-node-{gone}.key")),
+    );
+    match tls_stream(
+        &raft_addr(&ctrl, x),
+        &dir.join("ca.pem"),
+        Some((&c, &k)),
+        &format!("xce-node-{x}"),
+    ) {
+        Err(_) => {}
+        Ok(mut s) => {
+            let _ = s.write_all(&raft_wire::frame(&raft_wire::vote(term + 100, gone)));
+            let _ = s.flush();
+            assert!(
+                closed(&mut s),
+                "the removed node {gone} was answered as a peer"
+            );
+        }
+    }
+}

@@ -63,16 +63,6 @@ fn seen(ctrl: &Ctrl, connect: &dyn Fn(&str) -> Client, primary: u64) -> Seen {
     }
 }
 
-fn raft_addr(ctrl: &Ctrl, id: u64) -> String {
-    ctrl.spec
-        .split(',')
-        .find_map(|e| {
-            let (n, addrs) = e.split_once('=')?;
-            (n.parse::<u64>().ok()? == id).then(|| addrs.split_once('/').unwrap().1.to_string())
-        })
-        .expect("node in spec")
-}
-
 /// Whether the peer closed `s` (EOF, a reset, a TLS alert) without a raft reply, within the
 /// stream's read timeout (8 s; a timeout is not a close). On a TLS port a plaintext stranger
 /// gets at most a TLS alert record (0x15) before the close.
@@ -124,7 +114,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     let before = seen(&ctrl, &admin, primary);
     let term = before.terms[0].1;
     let x = if primary == 1 { 2 } else { 1 };
-    let xaddr = raft_addr(&ctrl, x);
+    let xaddr = ctrl.raft_addr(x);
     let x_name = format!("xce-node-{x}");
     let (rss0, vm0) = mem_kb(ctrl.pid(x));
 
@@ -239,7 +229,7 @@ fn s15_length_prefixes_cost_what_arrives() {
     let ctrl = Ctrl::start(3, &CALM);
     let p = ctrl.wait_primary(STARTUP);
     let x = if p == 1 { 2 } else { 1 };
-    let xaddr = raft_addr(&ctrl, x);
+    let xaddr = ctrl.raft_addr(x);
     let (rss0, vm0) = mem_kb(ctrl.pid(x));
     let claim: u32 = 120 << 20;
     let held: Vec<TcpStream> = (0..24)
@@ -366,7 +356,7 @@ fn a_removed_member_is_no_peer_any_more() {
         dir.join(format!("xce-node-{gone}.key")),
     );
     match tls_stream(
-        &raft_addr(&ctrl, x),
+        &ctrl.raft_addr(x),
         &dir.join("ca.pem"),
         Some((&c, &k)),
         &format!("xce-node-{x}"),

@@ -156,17 +156,6 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     eprintln!("after SIGCONT: primary {q} (was {p} at {paddr})");
 }
 
-/// `host:port` of node `id`'s raft listener, from the cluster spec `1=client/raft,…`.
-fn raft_addr(ctrl: &Ctrl, id: u64) -> String {
-    ctrl.spec
-        .split(',')
-        .find_map(|e| {
-            let (n, addrs) = e.split_once('=')?;
-            (n.parse::<u64>().ok()? == id).then(|| addrs.split_once('/').unwrap().1.to_string())
-        })
-        .expect("node in spec")
-}
-
 /// One raw raft RPC (`common::raft_wire`, as `net.rs` speaks it on a plaintext cluster).
 fn raft_call(addr: &str, req: &raft_wire::RpcRequest) -> std::io::Result<raft_wire::RpcReply> {
     let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))?;
@@ -201,7 +190,7 @@ fn vote_right_after_restart(
     f: u64,
     req: &raft_wire::RpcRequest,
 ) -> (raft_wire::RpcReply, Duration) {
-    let faddr = raft_addr(ctrl, f);
+    let faddr = ctrl.raft_addr(f);
     ctrl.kill9(f);
     ctrl.start_node(f);
     let booted = Instant::now();
@@ -263,7 +252,7 @@ fn restarted_node_refuses_votes_during_the_lease() {
 
     // 3. After the guard (3 s), in a term above any f may have reached campaigning.
     std::thread::sleep(Duration::from_millis(3500).saturating_sub(after));
-    let reply = raft_call(&raft_addr(&ctrl, f), &vote_request(term + 2000, g)).unwrap();
+    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 2000, g)).unwrap();
     eprintln!("3. after the guard: {reply:?}");
     assert_eq!(granted(&reply), Some(true), "{reply:?}");
 }

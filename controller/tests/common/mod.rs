@@ -112,36 +112,27 @@ impl Ctrl {
     }
 
     pub fn start_node(&mut self, id: u64) {
-        assert!(!self.procs.contains_key(&id), "node {id} already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path(id))
-            .unwrap();
-        let child = Command::new(bin())
-            .arg("run")
-            .args(["--id", &id.to_string(), "--cluster", &self.spec])
-            .arg("--data")
-            .arg(self.dir.path().join(format!("data-{id}")))
-            // `{id}` in an extra flag is this node's id (per-node certificate files).
-            .args(
-                self.extra
-                    .iter()
-                    .map(|a| a.replace("{id}", &id.to_string())),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.procs.insert(id, child);
+        // `{id}` in an extra flag is this node's id (per-node certificate files).
+        let flags: Vec<String> = self
+            .extra
+            .iter()
+            .map(|a| a.replace("{id}", &id.to_string()))
+            .collect();
+        let cluster = self.spec.clone();
+        self.spawn(id, &cluster, &flags);
     }
 
     /// C17: starts node `id` outside the prepared spec with `--cluster cluster` and more
     /// flags (e.g. `--join`); its client address `client` is recorded for the helpers.
     pub fn start_extra_node(&mut self, id: u64, client: &str, cluster: &str, flags: &[&str]) {
-        assert!(!self.procs.contains_key(&id), "node {id} already running");
         self.clients.insert(id, client.to_string());
+        self.spawn(id, cluster, flags);
+    }
+
+    /// Runs node `id` with `--cluster cluster` and `flags`, its data and log in this cluster's
+    /// directory (the log appended to: a restart keeps the earlier lines).
+    fn spawn<S: AsRef<std::ffi::OsStr>>(&mut self, id: u64, cluster: &str, flags: &[S]) {
+        assert!(!self.procs.contains_key(&id), "node {id} already running");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -191,6 +182,17 @@ impl Ctrl {
             .keys()
             .map(|&id| format!("--- node {id}\n{}", self.log(id)))
             .collect()
+    }
+
+    /// `host:port` of node `id`'s raft listener, from the cluster spec `1=client/raft,…`.
+    pub fn raft_addr(&self, id: u64) -> String {
+        self.spec
+            .split(',')
+            .find_map(|e| {
+                let (n, addrs) = e.split_once('=')?;
+                (n.parse::<u64>().ok()? == id).then(|| addrs.split_once('/').unwrap().1.to_string())
+            })
+            .expect("node in spec")
     }
 
     pub fn client(&self, id: u64) -> Client {

@@ -1,6 +1,7 @@
 /* See cluster.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "cluster.h"
+#include "ports.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -19,35 +20,9 @@ double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Can `port` be bound on loopback right now? */
-static int port_free(unsigned port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0) close(fd);
-    return ok;
-}
-
-/* A base port below Linux's ephemeral range (32768+) whose client ports base..base+2 and raft
- * ports base+1000..base+1002 (the cluster command's layout) are all free. */
-static unsigned pick_base_port(void) {
-    unsigned seed = (unsigned)getpid() * 7919u + (unsigned)time(NULL);
-    for (int tries = 0; tries < 200; tries++) {
-        unsigned base = 20000 + (seed + (unsigned)tries * 131u) % 10000;
-        int ok = 1;
-        for (unsigned i = 0; i < 3 && ok; i++) ok = port_free(base + i) && port_free(base + 1000 + i);
-        if (ok) return base;
-    }
-    return 0;
-}
-
 int cluster_start(struct cluster *c, const char *controller) {
     int pipefd[2];
-    unsigned base = pick_base_port();
+    unsigned base = pick_base_port(3);
     if (!base) return -1;
     snprintf(c->dir, sizeof c->dir, "/tmp/xce-ctest-%d", (int)getpid());
     if (pipe(pipefd) != 0) return -1;

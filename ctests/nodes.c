@@ -1,6 +1,7 @@
 /* See nodes.h. */
 #define _GNU_SOURCE
 #include "nodes.h"
+#include "ports.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,32 +29,6 @@ void nodes_sleep(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-static int port_free(unsigned port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0) close(fd);
-    return ok;
-}
-
-/* A base port below the ephemeral range whose client ports base..base+n-1 and raft ports
- * base+1000.. are free. */
-static unsigned pick_base_port(int n) {
-    unsigned seed = (unsigned)getpid() * 7919u + (unsigned)time(NULL) * 31u;
-    for (int tries = 0; tries < 200; tries++) {
-        unsigned base = 20000 + (seed + (unsigned)tries * 137u) % 10000;
-        int ok = 1;
-        for (unsigned i = 0; i < (unsigned)n && ok; i++)
-            ok = port_free(base + i) && port_free(base + 1000 + i);
-        if (ok) return base;
-    }
-    return 0;
 }
 
 static pid_t spawn_node(struct nodes *c, int id) {

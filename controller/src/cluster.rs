@@ -65,8 +65,7 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
                 dir.clone(),
                 crate::tls::client_connector(
                     &dir.join("ca.pem"),
-                    &dir.join("admin.pem"),
-                    &dir.join("admin.key"),
+                    Some(&(dir.join("admin.pem"), dir.join("admin.key"))),
                 )?,
             ))
         }

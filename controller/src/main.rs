@@ -118,7 +118,8 @@ Exit status 0 with a primary, 1 without one, 2 on a usage error.
                          TLS on the client port (docs/security.md): the CA bundle and an
                          identity (any role may ask); default XCE_TLS_CA_FILE,
                          XCE_TLS_CERT_FILE, XCE_TLS_KEY_FILE
-  --token TOKEN          a token instead of a certificate; default XCE_AUTH_TOKEN";
+  --token TOKEN          a token instead of a certificate (with --ca alone); default
+                         XCE_AUTH_TOKEN";
 
 const MEMBER_USAGE: &str = "\
 usage: xce-controller member add ID=CLIENT/RAFT --masters LIST [--ca F --cert F --key F] [--token T]
@@ -140,7 +141,8 @@ identity; list any identity.
   --ca FILE, --cert FILE, --key FILE
                          TLS on the client port (docs/security.md): the CA bundle and an
                          identity; default XCE_TLS_CA_FILE, XCE_TLS_CERT_FILE, XCE_TLS_KEY_FILE
-  --token TOKEN          a token instead of a certificate; default XCE_AUTH_TOKEN
+  --token TOKEN          a token instead of a certificate (with --ca alone); default
+                         XCE_AUTH_TOKEN
 exit status: 0 on success, 1 on a failure (printed with its status), 2 on a usage error";
 
 const CLUSTER_USAGE: &str = "\

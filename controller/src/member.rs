@@ -80,10 +80,10 @@ fn client(a: &StatusArgs) -> Result<Client, String> {
         .map_err(|e| format!("--masters: {}", xce::strerror(e.code())))?;
     let config = Config {
         masters,
-        tls: a.tls.as_ref().map(|(ca, cert, key)| TlsFiles {
+        tls: a.tls.as_ref().map(|(ca, identity)| TlsFiles {
             ca_file: ca.clone(),
-            cert_file: Some(cert.clone()),
-            key_file: Some(key.clone()),
+            cert_file: identity.as_ref().map(|(c, _)| c.clone()),
+            key_file: identity.as_ref().map(|(_, k)| k.clone()),
         }),
         client_name: "xce-controller member".into(),
         auth_token: (!a.token.is_empty()).then(|| a.token.clone()),

@@ -53,7 +53,7 @@ pub struct StatusArgs {
     pub timeout: Duration,
     /// C13: `(ca, cert, key)` for a cluster whose client port has TLS (from `--ca`, `--cert`,
     /// `--key`, else `XCE_TLS_CA_FILE`, `XCE_TLS_CERT_FILE`, `XCE_TLS_KEY_FILE`).
-    pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    pub tls: Option<(PathBuf, Option<(PathBuf, PathBuf)>)>,
     /// C13: a token for a caller without a certificate (`--token`, else `XCE_AUTH_TOKEN`).
     pub token: String,
 }
@@ -117,10 +117,12 @@ impl StatusArgs {
         let masters = masters
             .filter(|m| !m.is_empty())
             .ok_or("--masters is required")?;
+        // The CA alone (with a token as the identity), or the CA and a certificate with its key.
         let tls = match (ca, cert, key) {
             (None, None, None) => None,
-            (Some(ca), Some(cert), Some(key)) => Some((ca, cert, key)),
-            _ => return Err("--ca, --cert and --key go together".into()),
+            (Some(ca), None, None) => Some((ca, None)),
+            (Some(ca), Some(cert), Some(key)) => Some((ca, Some((cert, key)))),
+            _ => return Err("--cert and --key go together, and need --ca".into()),
         };
         Ok(StatusArgs {
             masters,
@@ -332,7 +334,7 @@ pub fn status(args: StatusArgs) -> i32 {
     let caller = Arc::new(Caller {
         tls: match &args.tls {
             None => None,
-            Some((ca, cert, key)) => match crate::tls::client_connector(ca, cert, key) {
+            Some((ca, identity)) => match crate::tls::client_connector(ca, identity.as_ref()) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     eprintln!("status: TLS files: {e}");

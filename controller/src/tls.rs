@@ -156,14 +156,22 @@ impl PeerTls {
     }
 }
 
-/// A client of the client port presenting `cert`/`key` (the `cluster` launcher's probe, as
-/// admin).
-pub fn client_connector(ca: &Path, cert: &Path, key_path: &Path) -> Result<TlsConnector, String> {
-    let config = rustls::ClientConfig::builder_with_provider(provider())
+/// A client of the client port trusting `ca`, presenting `identity` (certificate, key) if
+/// given — else none (a caller identified by a token): the `cluster` launcher's probe,
+/// `status`, `member`.
+pub fn client_connector(
+    ca: &Path,
+    identity: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<TlsConnector, String> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?
-        .with_root_certificates(roots(ca)?)
-        .with_client_auth_cert(certs(cert)?, key(key_path)?)
-        .map_err(|e| e.to_string())?;
+        .with_root_certificates(roots(ca)?);
+    let config = match identity {
+        Some((cert, key_path)) => builder
+            .with_client_auth_cert(certs(cert)?, key(key_path)?)
+            .map_err(|e| e.to_string())?,
+        None => builder.with_no_client_auth(),
+    };
     Ok(TlsConnector::from(Arc::new(config)))
 }

@@ -377,6 +377,28 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     assert!(text.contains("3 of 3 members answer"), "{text}");
     let without = status(false);
     assert_eq!(without.status.code(), Some(1));
+    // The CA alone and a token as the identity (a caller without a certificate).
+    let token = Command::new(BIN)
+        .args(["pki", "token"])
+        .arg(&certs)
+        .args(["user-bob", "1"])
+        .output()
+        .unwrap();
+    let token = String::from_utf8(token.stdout).unwrap();
+    let by_token = Command::new(BIN)
+        .args(["status", "--masters", &masters, "--token", token.trim()])
+        .arg("--ca")
+        .arg(certs.join("ca.pem"))
+        .env_remove("XCE_TLS_CA_FILE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&by_token.stdout);
+    assert_eq!(
+        by_token.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&by_token.stderr)
+    );
     // SAFETY: SIGTERM to the launcher we spawned.
     unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
     let _ = launcher.0.wait();

@@ -161,7 +161,18 @@ impl Amnesia {
 
 /// Follows the node's state: a leader is caught up by definition; elections follow
 /// [`Amnesia::sync_elect`]. Runs until the marker is gone.
-pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>) {
+/// Whether the last entry of this node's log was written by node `me` as leader.
+async fn wrote_as_leader(log: &mut crate::store::LogStore, me: NodeId) -> bool {
+    use openraft::storage::RaftLogStorage;
+    log.get_log_state()
+        .await
+        .ok()
+        .and_then(|st| st.last_log_id)
+        .is_some_and(|l| l.leader_id.node_id == me && l.index > 0)
+}
+
+/// Follows the node until it is sure (caught up, or led): `log` is its log store.
+pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>, mut log: crate::store::LogStore) {
     let mut rx = raft.metrics();
     loop {
         let (state, last) = {
@@ -170,6 +181,12 @@ pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>) {
         };
         if state == ServerState::Leader {
             amnesia.caught_up("leads the cluster");
+        } else if amnesia.unsure() && wrote_as_leader(&mut log, amnesia.id).await {
+            // A leadership too short for the metrics to show (elected, wrote its first entry,
+            // deposed at once by a concurrent candidate of a brand-new cluster) still left
+            // its entry in the log: a quorum elected it, so its log held everything committed.
+            // Without this, two such nodes of a new cluster refused every candidate for good.
+            amnesia.caught_up("its log holds an entry it wrote as leader");
         }
         amnesia.sync_elect(&raft, last);
         if !amnesia.unsure() {

@@ -78,6 +78,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let amnesia = crate::amnesia::Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
     let log = LogStore::new(db.clone());
+    let log_reader = log.clone();
     let mut sm =
         StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
     let (handover_tx, handover_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -146,7 +147,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
 
     // C12: no campaign from a node that has not caught up since it started without data.
     amnesia.sync_elect(&raft, raft.metrics().borrow().last_log_index);
-    tokio::spawn(crate::amnesia::watch(raft.clone(), amnesia.clone()));
+    tokio::spawn(crate::amnesia::watch(
+        raft.clone(),
+        amnesia.clone(),
+        log_reader,
+    ));
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
     tokio::spawn(net::serve(

@@ -47,14 +47,20 @@ grep -q "^$id2 second PEND" <<<"$out2" || { echo "%1 did not name job $id2"; exi
 grep -q "^job $id2 kill: ok$" <<<"$out2" || { echo "jobctrl %% failed"; exit 1; }
 n=0; while [ "${id:$n:1}" = "${id2:$n:1}" ]; do n=$((n + 1)); done
 prefix=${id:0:$((n + 1))}; common=${id:0:$n}
+# An id no job has: its first digit starts neither job's id (a fixed "42" was a prefix of
+# both when the ids happened to start with 42).
+for d in 1 2 3 4 5 6 7 8 9; do
+  [ "$d" != "${id:0:1}" ] && [ "$d" != "${id2:0:1}" ] && { unknown=${d}2; break; }
+done
 out2=$(printf '%s\n' "set masters 127.0.0.1:$port" client joblist "jobinfo $prefix" \
-  "jobinfo $common" "jobinfo %9" "jobinfo 42" "jobctrl 42 kill" quit | timeout 60 "$xce_test"); rc=$?
+  "jobinfo $common" "jobinfo %9" "jobinfo $unknown" "jobctrl $unknown kill" quit \
+  | timeout 60 "$xce_test"); rc=$?
 echo "$out2"
 [ $rc -eq 1 ] || { echo "a failed command must exit 1, got $rc"; exit 1; }
 [ "$(grep -c "^$id ctest" <<<"$out2")" = 2 ] || { echo "prefix $prefix did not name job $id"; exit 1; }
 [ -z "$common" ] || grep -qxF "jobinfo $common: ambiguous: a prefix of 2 job ids" <<<"$out2" \
   || { echo "an ambiguous prefix was not refused"; exit 1; }
 grep -qxF "jobinfo %9: no such job in this session (0 submitted)" <<<"$out2" || { echo "bad %9 text"; exit 1; }
-grep -qxF "jobinfo 42: no such job" <<<"$out2" || { echo "unknown job id not reported as such"; exit 1; }
-grep -qxF "jobctrl 42: no such job" <<<"$out2" || { echo "jobctrl on an unknown id not reported as such"; exit 1; }
+grep -qxF "jobinfo $unknown: no such job" <<<"$out2" || { echo "unknown job id not reported as such"; exit 1; }
+grep -qxF "jobctrl $unknown: no such job" <<<"$out2" || { echo "jobctrl on an unknown id not reported as such"; exit 1; }
 echo "xce_test cluster: ok"

@@ -313,7 +313,7 @@ unsafe fn free_block<T>(obj: *mut T) {
         return;
     }
     #[cfg(test)]
-    tests::FREED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    tests::FREED.with(|n| n.set(n.get() + 1));
     // SAFETY: by contract obj is HEADER bytes into a block whose first word is its size, and
     // the block was allocated with exactly that size and BLOCK_ALIGN.
     unsafe {
@@ -919,24 +919,25 @@ pub extern "C" fn xce_free_cluster_conf(conf: *mut xce_cluster_conf_t) {
 
 #[cfg(test)]
 mod tests {
-    /// Blocks freed by this test binary.
-    pub(super) static FREED: std::sync::atomic::AtomicUsize =
-        std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        /// Blocks freed by this thread (per thread: the other tests free blocks concurrently).
+        pub(super) static FREED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
 
     #[test]
     fn a_list_is_freed_only_with_its_own_count() {
-        use std::sync::atomic::Ordering::SeqCst;
+        let freed = || FREED.with(|n| n.get());
         let jobs = vec![msg::Job::default(); 3];
         let mut out: *mut xce_job_t = std::ptr::null_mut();
         assert_eq!(super::out_list(&jobs, super::job_fill, &mut out), 3);
-        let before = FREED.load(SeqCst);
+        let before = freed();
         super::xce_free_jobs(out, 2);
         super::xce_free_jobs(out, 4);
-        assert_eq!(FREED.load(SeqCst), before, "a wrong count freed the array");
+        assert_eq!(freed(), before, "a wrong count freed the array");
         // SAFETY: the array is still ours (nothing was freed).
         assert_eq!(unsafe { (*out.add(2)).jobid }, 0);
         super::xce_free_jobs(out, 3);
-        assert_eq!(FREED.load(SeqCst), before + 1);
+        assert_eq!(freed(), before + 1);
     }
 
     use super::*;

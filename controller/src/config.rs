@@ -20,6 +20,11 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 10 * 60 * 1000;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Build a snapshot after this many applied entries since the last one.
 pub const DEFAULT_SNAPSHOT_LOGS: u64 = 1000;
+/// Log entries kept behind a snapshot (C15, P14): a follower that fell this far behind — a
+/// node back from a partition, a slow link — catches up from the log, in appends sized to its
+/// link, instead of by a whole snapshot that would fill a slow link for seconds (and starve
+/// the other follower's heartbeats behind it).
+pub const DEFAULT_LOG_KEEP: u64 = 20_000;
 /// Cluster name reported by `clusterconf`.
 pub const DEFAULT_CLUSTER_NAME: &str = "xce";
 
@@ -217,6 +222,7 @@ pub struct NodeOpts {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub snapshot_logs: u64,
+    pub log_keep: u64,
     pub cluster_name: String,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -241,6 +247,7 @@ impl Default for NodeOpts {
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             snapshot_logs: DEFAULT_SNAPSHOT_LOGS,
+            log_keep: DEFAULT_LOG_KEEP,
             cluster_name: DEFAULT_CLUSTER_NAME.to_string(),
             tls_cert: None,
             tls_key: None,
@@ -329,6 +336,7 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--idle-timeout-ms" => o.idle_timeout = Duration::from_millis(num(flag, v)?),
         "--max-connections" => o.max_connections = num(flag, v)?,
         "--snapshot-logs" => o.snapshot_logs = num(flag, v)?,
+        "--log-keep" => o.log_keep = num(flag, v)?,
         "--cluster-name" => o.cluster_name = v.to_string(),
         "--tls-cert" => o.tls_cert = Some(v.into()),
         "--tls-key" => o.tls_key = Some(v.into()),

@@ -97,6 +97,8 @@ timing and limits:
   --idle-timeout-ms N    an idle client connection is closed after this (default 600000)
   --max-connections N    concurrent client connections (default 1024)
   --snapshot-logs N      snapshot after this many applied entries (default 1000)
+  --log-keep N           log entries kept behind a snapshot, for lagging followers
+                         (default 20000)
   --cluster-name NAME    reported by clusterconf (default xce)
 observability:
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)

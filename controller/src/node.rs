@@ -244,7 +244,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
 fn store_config(o: &crate::config::NodeOpts) -> Config {
     Config {
         snapshot_policy: SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: o.snapshot_logs,
+        max_in_snapshot_log_to_keep: o.log_keep,
         install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
         max_payload_entries: crate::batch::MAX_PAYLOAD_ENTRIES,
         ..Default::default()

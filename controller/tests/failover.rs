@@ -222,7 +222,7 @@ fn deposed_primary_never_answers_stale_reads() {
 
 #[test]
 fn restarted_node_catches_up_from_a_snapshot() {
-    let mut ctrl = Ctrl::start(3, &["--snapshot-logs", "10"]);
+    let mut ctrl = Ctrl::start(3, &["--snapshot-logs", "10", "--log-keep", "10"]);
     let p = ctrl.wait_primary(STARTUP);
     let s = others(&[1, 2, 3], p)[0];
     ctrl.kill9(s);

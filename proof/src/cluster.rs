@@ -385,6 +385,22 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> io::Result<Option<Controlle
     })
 }
 
+/// `hello` to `addr` on a fresh connection: the node's answer, if it gave one.
+pub fn probe_info(addr: SocketAddr, timeout: Duration) -> io::Result<Option<wire::ControllerInfo>> {
+    let reply = raw_call(
+        addr,
+        Op::Hello(Hello {
+            client_name: "probe".into(),
+            protocol_version: wire::PROTOCOL_VERSION,
+        }),
+        timeout,
+    )?;
+    Ok(match reply.data {
+        ReplyData::CtrlInfo(info) => Some(info),
+        _ => None,
+    })
+}
+
 /// Send one request on a fresh connection and read its reply (no retry, no failover).
 pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod congestion;
 pub mod linearizable;
 pub mod netfaults;
 pub mod netns;

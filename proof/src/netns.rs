@@ -81,6 +81,23 @@ pub fn ip(args: &[&str]) -> io::Result<()> {
     }
 }
 
+/// Runs `tc ARGS`; an error carries its stderr.
+pub fn tc(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("tc")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "tc {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
 fn ip_output(args: &[&str]) -> io::Result<String> {
     let out = Command::new("ip")
         .args(args)
@@ -163,6 +180,8 @@ pub struct Lab {
     short: String,
     namespaces: Vec<String>,
     bridges: Vec<String>,
+    /// Every veth pair: (bridge port, namespace, device inside it).
+    links: Vec<(String, String, String)>,
 }
 
 impl Lab {
@@ -176,6 +195,7 @@ impl Lab {
             short: format!("{LINK_PREFIX}{}{}", base36(pid, 5), base36(n, 1)),
             namespaces: Vec::new(),
             bridges: Vec::new(),
+            links: Vec::new(),
         })
     }
 
@@ -215,7 +235,29 @@ impl Lab {
         ip(&["link", "set", &port, "up"])?;
         ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
         ip(&["-n", ns, "link", "set", dev, "up"])?;
+        self.links
+            .push((port.clone(), ns.to_string(), dev.to_string()));
         Ok(port)
+    }
+
+    /// P14: limits every link of the lab to `rate` (tc's syntax, e.g. `1mbit`) in both
+    /// directions, with a token bucket (`tbf`) on each end of every veth pair: what leaves a
+    /// namespace, and what the bridge sends into it. The queue holds `latency` of traffic.
+    pub fn shape(&self, rate: &str, latency: &str) -> io::Result<()> {
+        let tbf = |netns: Option<&str>, dev: &str| {
+            let mut args: Vec<&str> = Vec::new();
+            if let Some(ns) = netns {
+                args.extend(["-n", ns]);
+            }
+            args.extend(["qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate]);
+            args.extend(["burst", "16kb", "latency", latency]);
+            tc(&args)
+        };
+        for (port, ns, dev) in &self.links {
+            tbf(None, port)?;
+            tbf(Some(ns), dev)?;
+        }
+        Ok(())
     }
 
     /// The prefix of every namespace this lab makes (`xcenf-<pid>-<n>`).
@@ -473,6 +515,27 @@ impl NetCluster {
     /// The prefix of this cluster's namespaces.
     pub fn tag(&self) -> &str {
         self.lab.tag()
+    }
+
+    /// Limits every link (clients' and peers') to `rate` both ways (P14, [`Lab::shape`]).
+    pub fn shape(&self, rate: &str, latency: &str) -> io::Result<()> {
+        self.lab.shape(rate, latency)
+    }
+
+    /// The highest raft term any node reports in `hello` (probed from the client namespace;
+    /// a node that does not answer within `timeout` is left out). Every election, won or
+    /// not, raises some node's term by one.
+    pub fn max_term(&self, timeout: Duration) -> Option<u64> {
+        let targets: Vec<SocketAddr> = self.nodes.iter().map(|n| n.client).collect();
+        in_ns(&self.client_ns, move || {
+            targets
+                .iter()
+                .filter_map(|&a| crate::cluster::probe_info(a, timeout).ok().flatten())
+                .map(|i| i.term)
+                .max()
+        })
+        .ok()
+        .flatten()
     }
 
     /// Where the nodes keep their data.

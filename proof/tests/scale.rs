@@ -189,7 +189,9 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
     let (mut c, p) = cluster_with(
         3,
         ClusterOpts {
-            extra_args: vec![],
+            // Purge the log down to 1000 entries behind a snapshot (the default keeps 20000,
+            // more than this test writes), so that the empty standby needs the snapshot.
+            extra_args: vec!["--log-keep".into(), "1000".into()],
             log_dir: Some(logs.clone()),
         },
     );

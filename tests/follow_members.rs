@@ -110,7 +110,11 @@ fn a_new_membership_version_asks_again_once_per_change() {
     for _ in 0..3 {
         c.clusterconf().expect("clusterconf");
     }
-    assert_eq!(c.masters(), vec![p.endpoint(), x.clone()], "a stamp teaches nothing");
+    assert_eq!(
+        c.masters(),
+        vec![p.endpoint(), x.clone()],
+        "a stamp teaches nothing"
+    );
     for _ in 0..3 {
         c.clusterconf().expect("clusterconf");
     }

@@ -300,7 +300,11 @@ impl Ctx {
     /// same index, so a new primary of an unchanged membership stamps the same version.
     pub fn members_version(&self) -> u64 {
         let m = self.raft.metrics();
-        let v = m.borrow().membership_config.log_id().map_or(0, |l| l.index + 1);
+        let v = m
+            .borrow()
+            .membership_config
+            .log_id()
+            .map_or(0, |l| l.index + 1);
         v
     }
 

@@ -72,38 +72,46 @@ fn s16_replace_a_dead_machine_under_load() {
     // Per writer: its acknowledged writes.
     let acked = Arc::new([Mutex::new(Vec::<u64>::new()), Mutex::new(Vec::new())]);
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let writers: Vec<_> = [("all addresses", masters.clone()), ("old list", old_masters)]
-        .into_iter()
-        .enumerate()
-        .map(|(w, (who, masters))| {
-            let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
-            std::thread::spawn(move || {
-                let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
-                while !stop.load(Ordering::Relaxed) {
-                    let spec = JobSpec {
-                        name: "s16".into(),
-                        user: "alice".into(),
-                        command: "true".into(),
-                        ncpus: 1,
-                        ..Default::default()
-                    };
-                    match c.jobsubmit(spec) {
-                        Ok(id) => acked[w].lock().unwrap().push(id),
-                        Err(e) => errors.lock().unwrap().push(format!(
-                            "{who}: {e:?} {:?} masters {:?}",
-                            c.last_error(),
-                            c.masters()
-                        )),
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+    let writers: Vec<_> = [
+        ("all addresses", masters.clone()),
+        ("old list", old_masters),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(w, (who, masters))| {
+        let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
+        std::thread::spawn(move || {
+            let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let spec = JobSpec {
+                    name: "s16".into(),
+                    user: "alice".into(),
+                    command: "true".into(),
+                    ncpus: 1,
+                    ..Default::default()
+                };
+                match c.jobsubmit(spec) {
+                    Ok(id) => acked[w].lock().unwrap().push(id),
+                    Err(e) => errors.lock().unwrap().push(format!(
+                        "{who}: {e:?} {:?} masters {:?}",
+                        c.last_error(),
+                        c.masters()
+                    )),
                 }
-                let masters = c.masters();
-                c.close();
-                masters
-            })
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let masters = c.masters();
+            c.close();
+            masters
         })
-        .collect();
-    let counts = || acked.iter().map(|a| a.lock().unwrap().len()).collect::<Vec<_>>();
+    })
+    .collect();
+    let counts = || {
+        acked
+            .iter()
+            .map(|a| a.lock().unwrap().len())
+            .collect::<Vec<_>>()
+    };
     // Each writer — the old list's too — gets writes through after every change: it reaches
     // every later primary.
     let progress = |ctrl: &Ctrl, what: &str| {
@@ -437,9 +445,11 @@ fn old_list_follows_every_replacement() {
         );
         let spec = format!("{new}={cn}/{rn}");
         ctrl.start_extra_node(new, &cn, &spec, &["--join"]);
-        ctrl.wait_until("the new node serves clients", Duration::from_secs(10), || {
-            ctrl.log(new).contains("serving clients on")
-        });
+        ctrl.wait_until(
+            "the new node serves clients",
+            Duration::from_secs(10),
+            || ctrl.log(new).contains("serving clients on"),
+        );
         let every = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
         member(&ctrl, &every, &["add", &spec]);
         // The first reply after the change carries its version; the next call asks the
@@ -453,7 +463,11 @@ fn old_list_follows_every_replacement() {
         );
         member(&ctrl, &every, &["remove", &old.to_string()]);
         ctrl.kill9(old);
-        must_write(&ctrl, &c, &format!("after node {old} was removed and killed"));
+        must_write(
+            &ctrl,
+            &c,
+            &format!("after node {old} was removed and killed"),
+        );
     }
     let stats = c.stats();
     assert_eq!(stats.masters.len(), 6, "{:?}", stats.masters);

@@ -232,7 +232,7 @@ mod tests {
         assert!(is_sleep(b.on_failure(RetryBackoff, nr, Some(0), now)));
         b.grow(3);
         b.grow(1); // never shrinks
-        // Without the growth this was the end: both masters the call started with failed.
+                   // Without the growth this was the end: both masters the call started with failed.
         assert_eq!(b.on_failure(RetryBackoff, nr, Some(1), now), RotateNow);
         assert_eq!(b.avoid_mask(), 0b011, "rotation goes to the learned one");
         assert_eq!(

@@ -477,3 +477,58 @@ fn old_list_follows_every_replacement() {
     must_write(&ctrl, &c, "last write");
     c.close();
 }
+
+/// C17 × C12: a node added is a voter only once it holds the leader's log. Three nodes with
+/// some history; node 4 is added and the primary is killed the moment `member add` returns:
+/// the two standbys need node 4's vote (3 of 4), and a node that has not caught up refuses
+/// every vote (C12) — so had it been made a voter before holding the log, no primary could
+/// ever be elected. (Before: openraft's "blocking" `add_learner` returns once the learner is
+/// within `replication_lag_threshold` — 5000 — entries, at once in a young cluster; S16 found
+/// no primary for good after such a kill, 1 run in 20.)
+#[test]
+fn a_new_voter_holds_the_log_before_it_counts() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let masters = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    // History: writes from a few contexts at once (many Raft entries).
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let masters = masters.clone();
+            std::thread::spawn(move || {
+                let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+                for _ in 0..300 {
+                    c.jobsubmit(JobSpec {
+                        name: "history".into(),
+                        user: "alice".into(),
+                        command: "true".into(),
+                        ncpus: 1,
+                        ..Default::default()
+                    })
+                    .unwrap();
+                }
+                c.close();
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let ports = free_ports(2);
+    let (c4, r4) = (
+        format!("127.0.0.1:{}", ports[0]),
+        format!("127.0.0.1:{}", ports[1]),
+    );
+    let spec4 = format!("4={c4}/{r4}");
+    ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
+    ctrl.wait_until("node 4 serves clients", Duration::from_secs(10), || {
+        ctrl.log(4).contains("serving clients on")
+    });
+    let every = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    member(&ctrl, &every, &["add", &spec4]);
+    ctrl.kill9(p);
+    let others: Vec<u64> = [1u64, 2, 3, 4].into_iter().filter(|&i| i != p).collect();
+    let q = ctrl.wait_primary_among(&others, Duration::from_secs(10));
+    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    must_write(&ctrl, &c, &format!("after the kill, node {q} primary"));
+    c.close();
+}

@@ -75,6 +75,12 @@ struct Reply {
     sessionId @14 :UInt64;
     jobPage @15 :JobPage;
   }
+
+  # F29: the membership version of the serving primary that sent this successful reply (the
+  # log index of its current membership entry, plus one); 0: not stamped (a non-primary's
+  # answer, a waitPrimary answer, or an older controller). A client that sees it differ from the
+  # version of the member list it learned asks this primary's hello again.
+  membersVersion @16 :UInt64;
 }
 
 # ---------------------------------------------------------------------------------------

@@ -295,6 +295,19 @@ impl Ctx {
         self.outcome_unknown(seq, op)
     }
 
+    /// F29: the version of this node's current membership — the log index of its entry, plus
+    /// one (the initial membership sits at index 0). Every member sees the same entry at the
+    /// same index, so a new primary of an unchanged membership stamps the same version.
+    pub fn members_version(&self) -> u64 {
+        let m = self.raft.metrics();
+        let v = m
+            .borrow()
+            .membership_config
+            .log_id()
+            .map_or(0, |l| l.index + 1);
+        v
+    }
+
     /// This controller's view of the cluster (C8): its role, the term, the primary.
     pub fn info(&self) -> ControllerInfo {
         let leader = self.raft.metrics().borrow().current_leader;
@@ -582,6 +595,7 @@ fn outcome_reply(seq: u64, o: Outcome) -> Reply {
         redirect_host: String::new(),
         redirect_port: 0,
         data,
+        members_version: 0,
     }
 }
 
@@ -716,7 +730,16 @@ async fn handle(
     req: Request,
 ) -> Option<Reply> {
     let started = std::time::Instant::now();
-    let reply = answer(ctx, session, conn, &req).await;
+    // F29: read before answering, so a hello's member list is never older than the version
+    // it is stamped with (a change in between costs the client one more hello, never a miss).
+    let members_version = ctx.members_version();
+    let mut reply = answer(ctx, session, conn, &req).await;
+    // F29: a successful answer to anything but waitPrimary comes from the serving primary
+    // (C2); it carries the membership version, so a client that stays connected learns of a
+    // member added or removed on its next reply, not only on its next connection.
+    if reply.status >= 0 && !matches!(req.op, Op::WaitPrimary { .. }) {
+        reply.members_version = members_version;
+    }
     let write = matches!(
         req.op.kind(),
         wire::OpKind::Write | wire::OpKind::FireAndForget

@@ -555,6 +555,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
     b.set_status(rep.status);
     set_text!(b, set_redirect_host, rep.redirect_host);
     b.set_redirect_port(rep.redirect_port);
+    b.set_members_version(rep.members_version);
     let mut d = b.init_data();
     match &rep.data {
         ReplyData::None => d.set_none(()),
@@ -948,6 +949,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
         redirect_host: text(r.get_redirect_host())?,
         redirect_port: r.get_redirect_port(),
         data,
+        members_version: r.get_members_version(),
     })
 }
 

@@ -260,6 +260,9 @@ pub struct Reply {
     pub redirect_host: String,
     pub redirect_port: u16,
     pub data: ReplyData,
+    /// F29: the membership version of the serving primary that sent a successful reply (0: not
+    /// stamped). A change tells a client connected to that primary to ask for the members again.
+    pub members_version: u64,
 }
 
 impl Reply {
@@ -271,6 +274,7 @@ impl Reply {
             redirect_host: String::new(),
             redirect_port: 0,
             data: ReplyData::None,
+            members_version: 0,
         }
     }
 
@@ -282,6 +286,7 @@ impl Reply {
             redirect_host: String::new(),
             redirect_port: 0,
             data,
+            members_version: 0,
         }
     }
 

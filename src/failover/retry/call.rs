@@ -262,6 +262,8 @@ impl<'a, 'e> Call<'a, 'e> {
         let LoopState { link, book, .. } = &mut *state;
         let master = link.rotator.current_master();
         book.failover_started(env, link, outcome);
+        // F29: masters learned during this call get their turn like the configured ones.
+        self.budget.grow(link.rotator.masters().len());
         // F25: the master a waitPrimary answer sent us to refused; the unit it cut short is
         // still owed (F7), and it is not followed again in this call.
         let owed = match self.following.current.take() {

@@ -33,6 +33,11 @@ pub struct Link {
     /// F29: the `epoch` of the last connection that was asked for the members (a `hello`);
     /// a new connection is asked once, before its first call.
     pub members_epoch: Option<u64>,
+    /// F29: the membership version stamped on the `hello` answer the members were last
+    /// learned from (0: none). A successful reply stamped with another version makes the
+    /// connection due for a `hello` again: a context that stays on one primary learns of
+    /// members added later before that primary goes away.
+    pub members_version: u64,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
     /// Recent round trips per op: when a reply is late (F25).
@@ -52,6 +57,7 @@ impl Link {
             seq: 0,
             epoch: 0,
             members_epoch: None,
+            members_version: 0,
             lookup_failure: None,
             round_trips: RoundTrips::default(),
             tag,

@@ -344,6 +344,7 @@ impl Client {
             no_reply: false,
             op,
             auth_token: String::new(),
+            forward_within_ms: 0,
         }
     }
 

@@ -782,11 +782,12 @@ impl Ctx {
         if self.auth.on && !self.forwarder.authenticated() {
             return None;
         }
-        let (state, leader) = {
-            let m = self.raft.metrics().borrow().clone();
-            (m.state, m.current_leader)
-        };
-        let leader = leader.filter(|&l| l != self.id && state != ServerState::Leader)?;
+        if self.raft.metrics().borrow().state == ServerState::Leader {
+            return None;
+        }
+        // Only to a leader whose appends arrive here (as `waitPrimary` vouches): a dead or
+        // silent primary costs no connect attempt once the election timeout has passed.
+        let leader = self.fresh_leader().await.filter(|&l| l != self.id)?;
         let node = self.node(leader)?;
         let within = Duration::from_millis(req.forward_within_ms as u64).min(MAX_FORWARD_WAIT);
         let mut frame = Vec::new();

@@ -798,10 +798,21 @@ impl Ctx {
             ..req.clone()
         };
         wire::encode_request(&fwd, &mut frame);
-        let res = self
-            .forwarder
-            .forward(leader, &node.raft, who.to_string(), within, frame)
-            .await;
+        // Only while this node still vouches for that leader: a primary that stops appending
+        // (paused, cut off, deposed) ends the wait within the minimum election timeout, not
+        // at the client's deadline (a sent write is then unknown, a read answered as before).
+        let vouched = async {
+            loop {
+                tokio::time::sleep(STALE_LEADER_RECHECK).await;
+                if self.fresh_leader().await != Some(leader) {
+                    return;
+                }
+            }
+        };
+        let res = tokio::select! {
+            r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
+            () = vouched => crate::net::Forwarded::Lost,
+        };
         crate::metrics::forward(match &res {
             crate::net::Forwarded::Reply(_) => "replied",
             crate::net::Forwarded::NotSent => "unreachable",

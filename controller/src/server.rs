@@ -755,7 +755,8 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
 
 /// Longest a standby waits for a forwarded request, whatever the client allows (C16): a
 /// write's commit wait on the primary, and a little for the way.
-pub const MAX_FORWARD_WAIT: Duration = Duration::from_millis(COMMIT_TIMEOUT.as_millis() as u64 + 1000);
+pub const MAX_FORWARD_WAIT: Duration =
+    Duration::from_millis(COMMIT_TIMEOUT.as_millis() as u64 + 1000);
 
 /// C16: whether a standby forwards `req` when its client asks (F28): reply-bearing reads and
 /// writes that need no session (a session is bound to the connection it was joined on, which
@@ -820,20 +821,18 @@ impl Ctx {
             crate::net::Forwarded::Lost => "lost",
         });
         match res {
-            crate::net::Forwarded::Reply(bytes) => {
-                match wire::decode_reply(&bytes, &self.limits) {
-                    Ok(r) if r.seq == req.seq => Some(r),
-                    _ => {
-                        eprintln!(
-                            "node {}: forwarded {} (seq {}): the primary's reply is unusable",
-                            self.id,
-                            req.op.name(),
-                            req.seq
-                        );
-                        self.forward_lost(req)
-                    }
+            crate::net::Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
+                Ok(r) if r.seq == req.seq => Some(r),
+                _ => {
+                    eprintln!(
+                        "node {}: forwarded {} (seq {}): the primary's reply is unusable",
+                        self.id,
+                        req.op.name(),
+                        req.seq
+                    );
+                    self.forward_lost(req)
                 }
-            }
+            },
             crate::net::Forwarded::NotSent | crate::net::Forwarded::Refused => None,
             crate::net::Forwarded::Lost => self.forward_lost(req),
         }

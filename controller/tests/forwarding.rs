@@ -138,7 +138,10 @@ fn a_standby_forwards_as_the_caller_and_never_with_more_rights() {
             reason: "x".into(),
         },
     );
-    assert!(r.status == -E_XCE_STANDBY || r.status == -E_XCE_AUTH, "{r:?}");
+    assert!(
+        r.status == -E_XCE_STANDBY || r.status == -E_XCE_AUTH,
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -155,7 +158,12 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
 
     // Client identities of the cluster's CA, and no certificate at all, as peers claiming
     // admin: not admitted, nothing applied.
-    for who in [Some("user-alice"), Some("admin"), Some("worker-host1"), None] {
+    for who in [
+        Some("user-alice"),
+        Some("admin"),
+        Some("worker-host1"),
+        None,
+    ] {
         let id = who.map(|n| (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key"))));
         let s = tls_stream(
             &praft,
@@ -170,7 +178,10 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
             );
         }
     }
-    assert!(normal_open(&mut admin), "a stranger's claim closed the queue");
+    assert!(
+        normal_open(&mut admin),
+        "a stranger's claim closed the queue"
+    );
 
     // A member is trusted with the identity it asserts, and only with that identity.
     let mut member = tls_stream(

@@ -87,7 +87,13 @@ fn reset(s: &TcpStream) {
 }
 
 /// Copies `from` → `to` while the mode lets this direction through (`up`: client → controller).
-fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, mode: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    up: bool,
+    mode: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+) {
     let _ = from.set_read_timeout(Some(TICK));
     let mut buf = vec![0u8; 64 << 10];
     while !stop.load(Ordering::SeqCst) {
@@ -310,7 +316,8 @@ fn a_client_that_reaches_only_the_standbys_is_served_exactly_once() {
 #[test]
 fn forwarding_off_gives_todays_behaviour() {
     let (c, p, relays, cl) = setup(false);
-    cl.jobsubmit(spec("before")).expect("submit before the fault");
+    cl.jobsubmit(spec("before"))
+        .expect("submit before the fault");
     relays[0].1.set(Mode::Silent);
     let s = spec("refused");
     let t0 = Instant::now();
@@ -322,14 +329,15 @@ fn forwarding_off_gives_todays_behaviour() {
         r
     );
     assert_eq!(c.primary_now(), Some(p));
-    assert!(!listed(&c).contains(&s.job_id), "a refused write was applied");
+    assert!(
+        !listed(&c).contains(&s.job_id),
+        "a refused write was applied"
+    );
     // Turned on for the same context, the next call is served through a standby.
     cl.set_option(xce::failover::ClientOption::Forward(true))
         .unwrap();
     let s2 = spec("on-again");
-    cl.jobsubmit(s2.clone()).expect("served once forwarding is on");
-    assert_eq!(
-        listed(&c).iter().filter(|&&x| x == s2.job_id).count(),
-        1
-    );
+    cl.jobsubmit(s2.clone())
+        .expect("served once forwarding is on");
+    assert_eq!(listed(&c).iter().filter(|&&x| x == s2.job_id).count(), 1);
 }

@@ -392,7 +392,8 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
                 let cl = start(&m, true);
                 let off = start(&m, false);
                 let mut ids = vec![cl.jobsubmit(spec("before")).expect("before")];
-                off.jobsubmit(spec("before-off")).expect("before, forwarding off");
+                off.jobsubmit(spec("before-off"))
+                    .expect("before, forwarding off");
                 ready_tx.send(()).unwrap();
                 let t0 = go_rx.recv().unwrap();
                 ids.push(cl.jobsubmit(spec("kept-first")).expect("kept: first after"));
@@ -410,14 +411,25 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
                 let fresh = start(&m, true);
                 ids.push(fresh.jobsubmit(spec("fresh")).expect("fresh: first"));
                 let fresh_first = t2.elapsed();
-                let listed = fresh.joblist(JobFilter::default()).expect("read through a standby");
+                let listed = fresh
+                    .joblist(JobFilter::default())
+                    .expect("read through a standby");
                 // Forwarding off: as before the feature, no primary reachable, the call fails.
                 let lost = spec("off");
                 let lost_id = lost.job_id;
                 let t3 = Instant::now();
                 let off_result = off.jobsubmit(lost);
                 let off_took = t3.elapsed();
-                (ids, first, next, fresh_first, listed.len(), off_result, off_took, lost_id)
+                (
+                    ids,
+                    first,
+                    next,
+                    fresh_first,
+                    listed.len(),
+                    off_result,
+                    off_took,
+                    lost_id,
+                )
             })
             .expect("in the client namespace")
         })
@@ -428,7 +440,10 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     let (ids, first, next, fresh_first, nlisted, off_result, off_took, lost_id) =
         kept.join().expect("client thread");
     cluster.fault(Fault::SilentToClients(p), false).unwrap();
-    assert!(off_result.is_err(), "served with forwarding off: {off_result:?}");
+    assert!(
+        off_result.is_err(),
+        "served with forwarding off: {off_result:?}"
+    );
     assert!(nlisted >= ids.len() - 1);
     // The cluster kept its primary; every acknowledged write is there once, the refused one
     // is not.
@@ -450,7 +465,10 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     for id in &ids {
         assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
     }
-    assert!(!all.contains(&lost_id), "the write refused with forwarding off was applied");
+    assert!(
+        !all.contains(&lost_id),
+        "the write refused with forwarding off was applied"
+    );
     eprintln!("F28 (netns): primary {p}'s client port silent, peers intact");
     eprintln!("| client | first call served | next calls (mean) |");
     eprintln!("|---|---|---|");
@@ -459,7 +477,10 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
         first.as_millis(),
         next.as_secs_f64() * 1000.0
     );
-    eprintln!("| started during the partition | {} ms | — |", fresh_first.as_millis());
+    eprintln!(
+        "| started during the partition | {} ms | — |",
+        fresh_first.as_millis()
+    );
     eprintln!(
         "| forwarding off (deadline 6 s) | failed after {} ms: {:?} | — |",
         off_took.as_millis(),

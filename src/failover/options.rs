@@ -174,7 +174,9 @@ impl Options {
         set("XCE_LEARN_MASTERS", EnvKind::Flag, |v| {
             ClientOption::LearnMasters(v != 0)
         });
-        set("XCE_FORWARD", EnvKind::Flag, |v| ClientOption::Forward(v != 0));
+        set("XCE_FORWARD", EnvKind::Flag, |v| {
+            ClientOption::Forward(v != 0)
+        });
         (o, bad)
     }
 }

@@ -676,12 +676,15 @@ pub enum Forwarded {
     Lost,
 }
 
+/// A kept forwarding connection and when it was last used.
+type IdleConn = (std::time::Instant, PeerStream);
+
 /// A standby's forwarding client: dials the primary's raft port (mutual TLS, verifying that
 /// the peer is the member it dials), keeps a few idle connections per primary.
 pub struct Forwarder {
     tls: Option<PeerTls>,
     max_rpc: usize,
-    idle: Mutex<HashMap<(NodeId, String), Vec<(std::time::Instant, PeerStream)>>>,
+    idle: Mutex<HashMap<(NodeId, String), Vec<IdleConn>>>,
     slots: Semaphore,
 }
 

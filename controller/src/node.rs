@@ -154,6 +154,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     ));
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
+    let forwarded = Arc::new(std::sync::OnceLock::new());
     tokio::spawn(net::serve(
         raft_l,
         net::PeerServer {
@@ -165,6 +166,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
             tls: peer_tls.clone(),
             spec_members: args.spec.nodes.keys().copied().collect(),
             max_rpc,
+            forwarded: forwarded.clone(),
         },
     ));
     tokio::spawn(store::snapshot_trigger(
@@ -200,7 +202,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         auth,
         ready: ready.clone(),
         tenure: Default::default(),
+        forwarder: net::Forwarder::new(peer_tls.clone(), max_rpc),
     });
+    let _ = forwarded.set(ctx.clone());
     tokio::spawn(crate::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     let serving = ctx.clone();

@@ -74,6 +74,8 @@ pub struct Ctx {
     pub tenure: crate::tenure::Tenure,
     /// Who may call what (C13).
     pub auth: crate::auth::Auth,
+    /// C16: forwards clients' requests to the primary when they ask (F28).
+    pub forwarder: crate::net::Forwarder,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -766,12 +768,169 @@ async fn handle(
 }
 
 async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: &Request) -> Reply {
-    let seq = req.seq;
-    // C13: who is calling, and whether that role may call this op at all (the op's rule).
+    // C13: who is calling.
     let who = match conn.auth.who(&ctx.auth, &req.auth_token) {
         Ok(w) => w,
         Err(why) => return refuse(ctx, conn, req, &"a bad token", &why),
     };
+    answer_as(ctx, session, conn, req, who, true).await
+}
+
+/// Longest a standby waits for a forwarded request, whatever the client allows (C16): a
+/// write's commit wait on the primary, and a little for the way.
+pub const MAX_FORWARD_WAIT: Duration =
+    Duration::from_millis(COMMIT_TIMEOUT.as_millis() as u64 + 1000);
+
+/// C16: whether a standby forwards `req` when its client asks (F28): reply-bearing reads and
+/// writes that need no session (a session is bound to the connection it was joined on, which
+/// the primary does not hold), not `join` itself; never a probe or a fire-and-forget op.
+pub fn forwardable(req: &Request) -> bool {
+    let rule = req.op.rule();
+    !req.no_reply
+        && matches!(rule.kind, OpKind::Read | OpKind::Write)
+        && rule.session.is_none()
+        && !matches!(req.op, Op::Join(_))
+}
+
+impl Ctx {
+    /// C16: forwards `req` for `who` to the primary this standby follows, when the client
+    /// asked and forwarding may carry the caller's identity here; `None`: not forwarded (no
+    /// primary known, this node leads, the primary unreachable from here, or refused by it):
+    /// the caller answers as it would have. A sent write with no answer in time is
+    /// E_XCE_UNKNOWN (the client re-sends it with the same request id).
+    async fn forward(&self, req: &Request, who: &Identity) -> Option<Reply> {
+        if req.forward_within_ms == 0 || !forwardable(req) {
+            return None;
+        }
+        // Identities cross the raft port only where members are authenticated.
+        if self.auth.on && !self.forwarder.authenticated() {
+            return None;
+        }
+        if self.raft.metrics().borrow().state == ServerState::Leader {
+            return None;
+        }
+        // Only to a leader whose appends arrive here (as `waitPrimary` vouches): a dead or
+        // silent primary costs no connect attempt once the election timeout has passed.
+        let leader = self.fresh_leader().await.filter(|&l| l != self.id)?;
+        let node = self.node(leader)?;
+        let within = Duration::from_millis(req.forward_within_ms as u64).min(MAX_FORWARD_WAIT);
+        let mut frame = Vec::new();
+        let fwd = Request {
+            // Never forwarded again; the identity travels beside it, not as a token.
+            forward_within_ms: 0,
+            auth_token: String::new(),
+            ..req.clone()
+        };
+        wire::encode_request(&fwd, &mut frame);
+        // Only while this node still vouches for that leader: a primary that stops appending
+        // (paused, cut off, deposed) ends the wait within the minimum election timeout, not
+        // at the client's deadline (a sent write is then unknown, a read answered as before).
+        let vouched = async {
+            loop {
+                tokio::time::sleep(STALE_LEADER_RECHECK).await;
+                if self.fresh_leader().await != Some(leader) {
+                    return;
+                }
+            }
+        };
+        let res = tokio::select! {
+            r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
+            () = vouched => crate::net::Forwarded::Lost,
+        };
+        crate::metrics::forward(match &res {
+            crate::net::Forwarded::Reply(_) => "replied",
+            crate::net::Forwarded::NotSent => "unreachable",
+            crate::net::Forwarded::Refused => "refused",
+            crate::net::Forwarded::Lost => "lost",
+        });
+        match res {
+            crate::net::Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
+                Ok(r) if r.seq == req.seq => Some(r),
+                _ => {
+                    eprintln!(
+                        "node {}: forwarded {} (seq {}): the primary's reply is unusable",
+                        self.id,
+                        req.op.name(),
+                        req.seq
+                    );
+                    self.forward_lost(req)
+                }
+            },
+            crate::net::Forwarded::NotSent | crate::net::Forwarded::Refused => None,
+            crate::net::Forwarded::Lost => self.forward_lost(req),
+        }
+    }
+
+    /// A forwarded request that left without an answer: a write's outcome is unknown.
+    fn forward_lost(&self, req: &Request) -> Option<Reply> {
+        (req.op.kind() == OpKind::Write).then(|| self.outcome_unknown(req.seq, &req.op))
+    }
+}
+
+/// C16, on the primary: serves a request a member forwarded for `who` (its raft connection
+/// authenticated as a member when `member_tls`), bounded by `within_ms`; the reply as one
+/// framed message, or empty when not taken. Never forwarded again.
+pub async fn answer_forwarded(
+    ctx: &Ctx,
+    member_tls: bool,
+    who: &str,
+    within_ms: u32,
+    frame: &[u8],
+) -> Vec<u8> {
+    // A cluster that checks callers trusts an asserted identity only from an authenticated
+    // member.
+    if ctx.auth.on && !member_tls {
+        return Vec::new();
+    }
+    if frame.len() > ctx.limits.max_message_bytes || who.len() > 300 {
+        return Vec::new();
+    }
+    let Ok(req) = wire::decode_request(frame, &ctx.limits) else {
+        return Vec::new();
+    };
+    let who = if !ctx.auth.on {
+        Identity::Admin
+    } else if who == "anonymous" {
+        Identity::Anonymous
+    } else {
+        match Identity::parse(who) {
+            Some(w) => w,
+            None => return Vec::new(),
+        }
+    };
+    let reply = if !forwardable(&req) {
+        Reply::status(req.seq, -libc::EINVAL)
+    } else {
+        let mut conn = Conn {
+            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
+            auth: ConnAuth::new(None),
+        };
+        let within = Duration::from_millis(within_ms.max(1) as u64).min(MAX_FORWARD_WAIT);
+        let mut session = None;
+        let served = answer_as(ctx, &mut session, &mut conn, &req, who, false);
+        match tokio::time::timeout(within, served).await {
+            Ok(r) => r,
+            Err(_) if req.op.kind() == OpKind::Write => ctx.outcome_unknown(req.seq, &req.op),
+            Err(_) => Reply::status(req.seq, -E_XCE_NOT_READY),
+        }
+    };
+    let mut out = Vec::new();
+    encode_reply_bounded(ctx, &reply, &mut out);
+    out
+}
+
+/// [`answer`] for a caller known as `who`; `may_forward`: a standby may forward it (F28; a
+/// request that was forwarded to this node is never forwarded again).
+async fn answer_as(
+    ctx: &Ctx,
+    session: &mut Option<Session>,
+    conn: &mut Conn,
+    req: &Request,
+    who: Identity,
+    may_forward: bool,
+) -> Reply {
+    let seq = req.seq;
+    // C13: whether that role may call this op at all (the op's rule).
     let rule = req.op.rule();
     if rule.roles & who.role() == 0 {
         let why = format!("{who} may not call {}", rule.name);
@@ -799,6 +958,12 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
     }
     // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
     if !ctx.serving_leader() {
+        // C16: unless the client could not reach the primary and asks this node to forward.
+        if may_forward {
+            if let Some(r) = ctx.forward(req, &who).await {
+                return r;
+            }
+        }
         let mut r = ctx.not_primary(seq, &req.op, None);
         if matches!(req.op, Op::Hello(_)) {
             r.data = ReplyData::CtrlInfo(ctx.info());

@@ -313,6 +313,7 @@ pub fn request(seq: u64, op: Op) -> Request {
         no_reply: seq % 2 == 0,
         op,
         auth_token: String::new(),
+        forward_within_ms: 0,
     }
 }
 
@@ -537,6 +538,7 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
             no_reply,
             op,
             auth_token: String::new(),
+            forward_within_ms: 0,
         })
 }
 

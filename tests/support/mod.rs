@@ -334,6 +334,7 @@ pub fn fast_options() -> Options {
         wait_primary: false,
         suspicion: false,
         learn_masters: false,
+        forward: true,
     }
 }
 

@@ -101,6 +101,9 @@ pub struct Call<'a, 'e> {
     pub applied: Applied,
     pub seen: Seen,
     pub following: Following,
+    /// F28: this call failed to reach a master directly (a transport failure, or a connect
+    /// that raced past a silent master): its next attempts ask a standby to forward.
+    pub missed_directly: bool,
 }
 
 impl<'a, 'e> Call<'a, 'e> {
@@ -127,6 +130,7 @@ impl<'a, 'e> Call<'a, 'e> {
             applied: Applied::NotSent,
             seen: Seen::default(),
             following: Following::default(),
+            missed_directly: false,
         })
     }
 
@@ -218,7 +222,10 @@ impl<'a, 'e> Call<'a, 'e> {
         seen.per_master[i] = Some(outcome);
         seen.lookups[i] = lookup;
         match outcome {
-            AttemptOutcome::Transport(_) => seen.last_unreachable = Some(i),
+            AttemptOutcome::Transport(_) => {
+                seen.last_unreachable = Some(i);
+                self.missed_directly = true;
+            }
             AttemptOutcome::Status(_) => seen.last_answered = Some(i),
         }
     }

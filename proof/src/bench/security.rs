@@ -222,6 +222,7 @@ fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), Str
         no_reply: false,
         op: op.clone(),
         auth_token: String::new(),
+        forward_within_ms: 0,
     };
     let (mut a, mut b) = (Vec::new(), Vec::new());
     xce::wire::encode_request(&req, &mut a);

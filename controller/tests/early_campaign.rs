@@ -76,7 +76,8 @@ fn a_crashed_primary_is_replaced_when_its_lease_lapses() {
         ctrl.all_logs()
     );
     assert!(
-        ctrl.all_logs().contains("lease lapsed with no append since: campaigning (C15"),
+        ctrl.all_logs()
+            .contains("lease lapsed with no append since: campaigning (C15"),
         "{}",
         ctrl.all_logs()
     );

@@ -77,7 +77,8 @@ fn one_client_series(opts: &BenchOpts, extra: &[&str], kills: usize) -> Series {
                     "  kill {}/{kills} ({}): ready after {} ms, first success {} ms after the kill",
                     k + 1,
                     extra.join(" "),
-                    r.ready.map_or("?".into(), |rd| num(Round::ms(r.t_kill, rd.sent))),
+                    r.ready
+                        .map_or("?".into(), |rd| num(Round::ms(r.t_kill, rd.sent))),
                     r.calls[0]
                         .first()
                         .map_or("-".into(), |c| num(Round::ms(r.t_kill, c.end)))
@@ -423,7 +424,10 @@ pub fn run(opts: &BenchOpts) -> Result<Vec<Table>, String> {
     if opts.wants("P4") {
         // The same kills against the timing before C15, on a cluster of its own.
         let before = one_client_series(opts, &BEFORE_C15, kills);
-        let mut t = Table::new("P4", "total unavailability: kill -9 of the primary → first success");
+        let mut t = Table::new(
+            "P4",
+            "total unavailability: kill -9 of the primary → first success",
+        );
         t.note(method.clone());
         t.note(format!(
             "side by side in one run: the controller's defaults (C15: see its --help) and, on a second cluster, \

@@ -32,8 +32,7 @@
 //!     W · (1 + ρ)  <  lease · (1 − ρ)        (W = lease / 3: holds for any ρ < 1/2)
 //! ```
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::ServerState;
@@ -74,7 +73,7 @@ pub struct EarlyTiming {
 pub struct Elections {
     raft: Raft,
     id: NodeId,
-    holds: AtomicU8,
+    holds: Mutex<u8>,
     /// `None`: `--early-campaign off`.
     early: Option<EarlyTiming>,
     guard: VoteGuard,
@@ -93,7 +92,7 @@ impl Elections {
         let e = Arc::new(Elections {
             raft,
             id,
-            holds: AtomicU8::new(0),
+            holds: Mutex::new(0),
             early,
             guard,
             closed,
@@ -104,27 +103,28 @@ impl Elections {
         e
     }
 
-    /// Sets (`on`) or clears a hold; openraft elects exactly when no hold is set.
+    /// Sets (`on`) or clears a hold; openraft elects exactly when no hold is set. The switch
+    /// is set under the lock, so concurrent holds cannot leave it out of step with them.
     pub fn hold(&self, why: Hold, on: bool) {
-        let bit = why as u8;
-        let before = if on {
-            self.holds.fetch_or(bit, Ordering::AcqRel)
+        let mut holds = self.holds.lock().expect("elect holds");
+        let before = *holds;
+        if on {
+            *holds |= why as u8;
         } else {
-            self.holds.fetch_and(!bit, Ordering::AcqRel)
-        };
-        let after = if on { before | bit } else { before & !bit };
-        if (before == 0) != (after == 0) {
-            self.raft.runtime_config().elect(after == 0);
+            *holds &= !(why as u8);
+        }
+        if (before == 0) != (*holds == 0) {
+            self.raft.runtime_config().elect(*holds == 0);
         }
     }
 
     pub fn held(&self, why: Hold) -> bool {
-        self.holds.load(Ordering::Acquire) & why as u8 != 0
+        *self.holds.lock().expect("elect holds") & why as u8 != 0
     }
 
     /// Whether this node may campaign at all now.
     pub fn allowed(&self) -> bool {
-        self.holds.load(Ordering::Acquire) == 0
+        *self.holds.lock().expect("elect holds") == 0
     }
 
     /// The raft server: a connection that carried appends of the committed `vote` closed.

@@ -247,13 +247,14 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         "node {}: asked to remove itself: handing leadership over first",
         ctx.id
     );
-    crate::handover::hand_over(&ctx.raft, &ctx.ready, ctx.id).await;
+    crate::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id).await;
     let leader = ctx.raft.metrics().borrow().current_leader;
     if leader.is_some_and(|l| l != ctx.id) {
         // Elections stay off here (handover keeps the old leader from winning again) until
         // this node is removed, or for a while if the caller never comes back.
         let raft = ctx.raft.clone();
         let ready = ctx.ready.clone();
+        let elect = ctx.elect.clone();
         let id = ctx.id;
         tokio::spawn(async move {
             tokio::time::sleep(RESUME_AFTER).await;
@@ -263,7 +264,7 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
                     "node {id}: still a voter after handing over for removal: electable again"
                 );
                 ready.resume();
-                raft.runtime_config().elect(true);
+                elect.hold(crate::elect::Hold::HandedOver, false);
             }
         });
         let r = ctx.not_primary_reply(req.seq, &req.op, leader);
@@ -277,7 +278,7 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         );
     }
     ctx.ready.resume();
-    ctx.raft.runtime_config().elect(true);
+    ctx.elect.hold(crate::elect::Hold::HandedOver, false);
     (
         -E_XCE_NOT_READY,
         None,

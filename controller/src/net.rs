@@ -364,7 +364,7 @@ impl VoteGuard {
         }
     }
 
-    fn refuses(&self) -> bool {
+    pub fn refuses(&self) -> bool {
         BootInstant::now() < self.until
     }
 }
@@ -824,6 +824,8 @@ pub struct PeerServer {
     pub guard: VoteGuard,
     /// C12: a node that lost its data votes and appends carefully until caught up.
     pub amnesia: Arc<crate::amnesia::Amnesia>,
+    /// C15: told when a connection that carried a leader's appends breaks.
+    pub elect: Arc<crate::elect::Elections>,
     pub dir: std::path::PathBuf,
     /// Mutual TLS; `None`: plaintext.
     pub tls: Option<PeerTls>,
@@ -959,7 +961,7 @@ async fn serve_peer(
         };
         Ok::<_, io::Error>((stream, first))
     };
-    let (mut stream, mut first) = tokio::select! {
+    let (mut stream, first) = tokio::select! {
         r = tokio::time::timeout(ADMISSION_TIMEOUT, admission) => match r {
             Ok(r) => r?,
             Err(_) => return Err(refused("not admitted in time".into())),
@@ -971,6 +973,25 @@ async fn serve_peer(
             "{MAX_PEER_CONNECTIONS} peer connections already: closed"
         )));
     };
+    // C15: the committed vote of the last append this connection carried; if the connection
+    // breaks, the leader may be gone (see `crate::elect`).
+    let mut carried: Option<Vote> = None;
+    let res = serve_rpcs(&mut stream, first, srv, &mut carried).await;
+    if let (Err(_), Some(v)) = (&res, carried) {
+        srv.elect.leader_link_closed(v);
+    }
+    res
+}
+
+/// The RPCs of an admitted connection, in order; `first`: the length prefix of the first
+/// message if it was read during admission. Notes in `carried` the committed vote of the
+/// appends it carries.
+async fn serve_rpcs(
+    stream: &mut PeerStream,
+    mut first: Option<[u8; 4]>,
+    srv: &PeerServer,
+    carried: &mut Option<Vote>,
+) -> io::Result<()> {
     loop {
         // Idle up to RPC_IDLE_TIMEOUT between messages; a message has FRAME_TIMEOUT.
         let len = match first.take() {
@@ -984,7 +1005,7 @@ async fn serve_peer(
                 len
             }
         };
-        let req: RpcRequest = read_rest(&mut stream, len, srv.max_rpc).await?;
+        let req: RpcRequest = read_rest(stream, len, srv.max_rpc).await?;
         let reply = match req {
             RpcRequest::Forward {
                 who,
@@ -999,13 +1020,18 @@ async fn serve_peer(
                 }
                 None => Vec::new(),
             }),
-            RpcRequest::Append(r) => RpcReply::Append(srv.amnesia.append(&srv.raft, r).await),
+            RpcRequest::Append(r) => {
+                if r.vote.is_committed() {
+                    *carried = Some(r.vote);
+                }
+                RpcReply::Append(srv.amnesia.append(&srv.raft, r).await)
+            }
             RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
             RpcRequest::Snapshot { vote, meta, len } => {
-                receive_snapshot(&mut stream, &srv.raft, &srv.dir, vote, meta, len).await?
+                receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
         };
-        write_msg(&mut stream, &reply).await?;
+        write_msg(stream, &reply).await?;
     }
 }
 

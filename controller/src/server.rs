@@ -64,6 +64,8 @@ pub struct Ctx {
     pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
     /// Followers' acceptance of this node's appends, for lease reads (C3).
     pub lease: Arc<crate::net::LeaseClock>,
+    /// Who may campaign (C12, C14, C15).
+    pub elect: Arc<crate::elect::Elections>,
     /// Batches concurrent writes into shared Raft entries (P11).
     pub proposer: crate::batch::Proposer,
     /// Listings pinned for paged reads (P12).
@@ -395,9 +397,10 @@ impl Ctx {
 
     /// C3 without a round trip: this node leads, has applied an entry of its own term (so
     /// everything earlier leaders committed is in its state), and a quorum accepted appends it
-    /// sent within half the minimum election timeout — far inside the leader lease (election-max)
-    /// during which those followers vote for no one else. A paused or deposed leader's acks are
-    /// old, so it falls back to the read index, which fails over to STANDBY/NOT_READY.
+    /// sent within [`crate::elect::lease_read_window`] (a third of election-max) — far inside
+    /// the leader lease (election-max) during which those followers vote for no one else, nor
+    /// campaign (C15). A paused or deposed leader's acks are old, so it falls back to the read
+    /// index, which fails over to STANDBY/NOT_READY.
     fn lease_valid(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
@@ -408,7 +411,7 @@ impl Ctx {
             return false;
         }
         let configs = m.membership_config.membership().get_joint_config();
-        let window = Duration::from_millis(self.opts.election_min_ms / 2);
+        let window = crate::elect::lease_read_window(self.opts.election_max_ms);
         self.lease
             .lease_holds(&m.vote, configs, self.id, window, BootInstant::now())
     }
@@ -504,7 +507,7 @@ impl Ctx {
     }
 
     /// The leader this node can vouch for right now: itself when it leads and has heard from a
-    /// quorum within half the minimum election timeout (C10), or — on a standby —
+    /// quorum within the lease-read window (C10), or — on a standby —
     /// the leader of its committed vote if that leader's appends refreshed the vote within
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
@@ -535,7 +538,7 @@ impl Ctx {
         let m = rx.borrow();
         m.state == ServerState::Leader && self.ready.is_ready(&m.vote) && {
             let configs = m.membership_config.membership().get_joint_config();
-            let window = Duration::from_millis(self.opts.election_min_ms / 2);
+            let window = crate::elect::lease_read_window(self.opts.election_max_ms);
             self.lease
                 .quorum_heard(&m.vote, configs, self.id, window, BootInstant::now())
         }
@@ -1133,7 +1136,11 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
     // (the full metrics are re-sent on every turn of the raft loop, which this waiter's own
     // `fresh_leader` query causes: watching those made every wait end ready at once).
     let mut rx = ctx.raft.server_metrics();
+    // A new leader vouches for itself once its barrier is applied (C11), which no server
+    // metric shows: wake on that too (C15), not only on the next re-check.
+    let mut proven = ctx.ready.subscribe();
     loop {
+        proven.borrow_and_update();
         let leader = rx.borrow_and_update().current_leader;
         if leader.is_some() {
             if let Some(l) = ctx.fresh_leader().await {
@@ -1154,7 +1161,11 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
             Some(_) => (tokio::time::Instant::now() + STALE_LEADER_RECHECK).min(deadline),
             None => deadline,
         };
-        match tokio::time::timeout_at(until, rx.changed()).await {
+        let woke = tokio::select! {
+            r = tokio::time::timeout_at(until, rx.changed()) => r,
+            Ok(()) = proven.changed() => Ok(Ok(())),
+        };
+        match woke {
             Ok(Ok(())) => continue,
             Ok(Err(_)) => break,
             Err(_) if tokio::time::Instant::now() >= deadline => break,

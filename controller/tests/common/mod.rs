@@ -560,6 +560,20 @@ pub mod raft_wire {
         ))
     }
 
+    /// An append (no entries, no commit index) from a committed leader `leader` of `term`:
+    /// what that leader's heartbeat carries when the follower's log matches nothing yet.
+    pub fn append_of(term: u64, leader: u64) -> RpcRequest {
+        use openraft::Vote;
+        let mut v = Vote::new(term, leader);
+        v.commit();
+        RpcRequest::Append(AppendEntriesRequest {
+            vote: v,
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        })
+    }
+
     /// An append (no entries) from a committed leader `leader` of `term`, committing up to
     /// index 1,000,000: a follower that took it would adopt the term and the leader.
     pub fn append(term: u64, leader: u64) -> RpcRequest {

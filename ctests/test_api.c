@@ -392,6 +392,9 @@ static void test_ctx_bad_args(void) {
     CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 2), -EINVAL);
     CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 0), 0);
     CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_LEARN_MASTERS, 1), 0);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_FORWARD, 2), -EINVAL);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_FORWARD, 0), 0);
+    CHECK_EQ(xcecli_set_option(ctx, XCE_OPT_FORWARD, 1), 0);
     xce_last_error_t le;
     CHECK_EQ(xcecli_last_error(ctx, NULL), -EINVAL);
     CHECK_EQ(xcecli_last_error(ctx, &le), -ENOENT); /* no call failed yet */

@@ -53,6 +53,12 @@ struct Request {
 
   authToken @27 :Text;     # C13: a signed token naming the caller, for callers without a
                            # client certificate (empty: none; the certificate, if any, names it)
+
+  forwardWithinMs @30 :UInt32;  # F28/C16: 0 (default, and what older clients send): serve or
+                           # refuse as the node's role says. > 0: the client could not reach
+                           # the primary itself; a standby that can forwards the request to the
+                           # primary (over the members' raft port), waiting at most this many ms
+                           # for its answer. Older controllers ignore it (answer as before).
 }
 
 struct Reply {
@@ -75,6 +81,12 @@ struct Reply {
     sessionId @14 :UInt64;
     jobPage @15 :JobPage;
   }
+
+  # F29: the membership version of the serving primary that sent this successful reply (the
+  # log index of its current membership entry, plus one); 0: not stamped (a non-primary's
+  # answer, a waitPrimary answer, or an older controller). A client that sees it differ from the
+  # version of the member list it learned asks this primary's hello again.
+  membersVersion @16 :UInt64;
 }
 
 # ---------------------------------------------------------------------------------------

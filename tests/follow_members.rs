@@ -83,6 +83,86 @@ fn members_are_learned_from_the_primary_once_per_connection() {
     assert_eq!(p.requests().len(), 2 + 100 + 1);
 }
 
+/// The primary's `hello` answer naming `members`, stamped with membership version `v`.
+fn hello_v(v: u64, members: &[Endpoint]) -> Step {
+    let Step::Payload(d) = primary_says(members) else {
+        unreachable!()
+    };
+    Step::Versioned(v, Some(d))
+}
+
+/// A context that keeps its connection asks again when the primary's replies carry another
+/// membership version (a member added while it stays on that primary, C17): one `hello` per
+/// change, none per call; the stamp alone teaches nothing.
+#[test]
+fn a_new_membership_version_asks_again_once_per_change() {
+    let p = FakeController::start(vec![]);
+    let (x, y) = (refused_endpoint(), refused_endpoint());
+    p.push([
+        hello_v(5, &[p.endpoint(), x.clone()]),
+        Step::Versioned(5, None),
+        Step::Versioned(5, None),
+        Step::Versioned(6, None), // the membership changed; this reply says so
+        hello_v(6, &[p.endpoint(), x.clone(), y.clone()]),
+        Step::Versioned(6, None),
+        Step::Versioned(6, None),
+        Step::Versioned(6, None),
+    ]);
+    let c = client(&[p.endpoint()]);
+    for _ in 0..3 {
+        c.clusterconf().expect("clusterconf");
+    }
+    assert_eq!(
+        c.masters(),
+        vec![p.endpoint(), x.clone()],
+        "a stamp teaches nothing"
+    );
+    for _ in 0..3 {
+        c.clusterconf().expect("clusterconf");
+    }
+    assert_eq!(
+        p.ops(),
+        vec![
+            "hello",
+            "clusterconf",
+            "clusterconf",
+            "clusterconf",
+            "hello",
+            "clusterconf",
+            "clusterconf",
+            "clusterconf"
+        ]
+    );
+    assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
+    assert_eq!(p.connections(), 1);
+}
+
+/// The same for a context that only sends notifications (a worker's heartbeats, F12): an
+/// acknowledgement stamped with another version makes the next notification ask first.
+#[test]
+fn notifications_follow_the_membership_version_too() {
+    let p = FakeController::start(vec![]);
+    let (x, y) = (refused_endpoint(), refused_endpoint());
+    p.push([
+        hello_v(5, &[p.endpoint(), x.clone()]),
+        Step::Versioned(5, None),
+        Step::Versioned(6, None), // acknowledged by a primary whose membership changed
+        hello_v(6, &[p.endpoint(), x.clone(), y.clone()]),
+        Step::Versioned(6, None),
+    ]);
+    let c = client(&[p.endpoint()]);
+    for _ in 0..3 {
+        c.heartbeat("h1").expect("heartbeat");
+        c.flush(Duration::from_secs(2)).expect("acknowledged");
+    }
+    assert_eq!(
+        p.ops(),
+        vec!["hello", "heartbeat", "heartbeat", "hello", "heartbeat"]
+    );
+    assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
+    assert_eq!(p.connections(), 1);
+}
+
 /// A first call that is a `hello` asks for the members with its own request: no second one.
 #[test]
 fn a_hello_call_is_its_own_members_question() {

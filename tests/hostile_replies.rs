@@ -459,6 +459,7 @@ fn options() -> Options {
         wait_primary: false,
         suspicion: false,
         learn_masters: false,
+        forward: true,
     }
 }
 

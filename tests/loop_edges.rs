@@ -205,3 +205,36 @@ fn the_last_error_is_the_last_error() {
     assert!(!text.contains("not tried"), "{text}");
     assert!(text.contains("No such file or directory"), "{text}");
 }
+
+/// F28: the forwarding mark. Calls that reach their master send none; once a call's master
+/// fails by transport (here: silent until the reply timeout), its re-send to another master
+/// carries the time the call still waits for that reply, and so do later calls on that
+/// connection; off by option, no request carries it.
+#[test]
+fn forward_mark_follows_a_master_unreachable_in_the_call() {
+    for forward in [true, false] {
+        let a = FakeController::start(vec![Step::Ok, Step::Silent]);
+        let b = FakeController::start(vec![Step::Ok, Step::Ok]);
+        let opts = Options {
+            forward,
+            ..fast_options()
+        };
+        let cl = client(&[a.endpoint(), b.endpoint()], opts, fast_retry(3));
+        cl.jobsubmit(spec()).expect("direct");
+        cl.jobsubmit(spec()).expect("after the silent master");
+        cl.jobinfo(1).expect("next call");
+        let marks = |f: &FakeController| -> Vec<u32> {
+            f.requests().iter().map(|r| r.forward_within_ms).collect()
+        };
+        assert_eq!(marks(&a), vec![0, 0], "forward {forward}");
+        let on_b = marks(&b);
+        assert_eq!(on_b.len(), 2, "forward {forward}: {on_b:?}");
+        for m in on_b {
+            if forward {
+                assert!(m > 0 && m <= 1000, "mark {m}");
+            } else {
+                assert_eq!(m, 0);
+            }
+        }
+    }
+}

@@ -301,9 +301,9 @@ fn wrong_pointer_kinds_are_proto() {
     r.reborrow().init_data().init_jobs(1).get(0).set_name("n");
     let mut frame = capnp::serialize::write_message_to_words(&msg);
     assert!(decode_reply(&frame, &L).is_ok());
-    // The data union's pointer is Reply's 2nd pointer, after the 3-word data section
-    // (controller_capnp.rs: `StructSize { data: 3, pointers: 2 }`).
-    let at = ROOT_DATA + 24 + 8;
+    // The data union's pointer is Reply's 2nd pointer, after the 4-word data section
+    // (controller_capnp.rs: `StructSize { data: 4, pointers: 2 }`).
+    let at = ROOT_DATA + 32 + 8;
     let ptr = u64::from_le_bytes(frame[at..at + 8].try_into().unwrap());
     assert_eq!(ptr & 3, 1, "a list pointer");
     // Same offset, kind 0 (struct) with one data word and no pointers.

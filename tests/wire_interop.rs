@@ -62,6 +62,7 @@ fn req(seq: u64, request_id: u64, no_reply: bool, op: Op) -> Request {
         no_reply,
         op,
         auth_token: String::new(),
+        forward_within_ms: 0,
     }
 }
 

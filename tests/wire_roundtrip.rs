@@ -78,6 +78,7 @@ fn defaults_and_empty_values_round_trip() {
         no_reply: false,
         op: Op::Nop,
         auth_token: String::new(),
+        forward_within_ms: 0,
     };
     assert_eq!(decode_request(&enc_req(&req), &l), Ok(req));
     for data in [

@@ -35,6 +35,7 @@ use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use openraft::ServerState;
 
+use crate::elect::{Elections, Hold};
 use crate::types::{NodeId, Raft, TypeConfig};
 
 /// The marker's file name in the data directory.
@@ -47,8 +48,6 @@ pub struct Amnesia {
     unsure: AtomicBool,
     /// Last candidate term a refusal was logged for (one line per term).
     logged_term: AtomicU64,
-    /// Whether openraft's elections are switched on (mirrors the runtime config).
-    elect: AtomicBool,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -75,7 +74,6 @@ impl Amnesia {
             marker,
             unsure: AtomicBool::new(unsure),
             logged_term: AtomicU64::new(0),
-            elect: AtomicBool::new(true),
         }))
     }
 
@@ -146,13 +144,13 @@ impl Amnesia {
         eprintln!("node {}: {why}: votes and campaigns again (C12)", self.id);
     }
 
-    /// Switches openraft's elections to what the state allows: off while unsure with more than
-    /// the bootstrap entry in the log.
-    pub fn sync_elect(&self, raft: &Raft, last_log_index: Option<u64>) {
-        let want = !self.unsure() || last_log_index.is_none_or(|i| i == 0);
-        if self.elect.swap(want, Ordering::AcqRel) != want {
-            raft.runtime_config().elect(want);
-            if !want {
+    /// Holds elections ([`Hold::CatchingUp`]) while the state asks: unsure with more than the
+    /// bootstrap entry in the log.
+    pub fn sync_elect(&self, elect: &Elections, last_log_index: Option<u64>) {
+        let hold = self.unsure() && last_log_index.is_some_and(|i| i > 0);
+        if elect.held(Hold::CatchingUp) != hold {
+            elect.hold(Hold::CatchingUp, hold);
+            if hold {
                 eprintln!("node {}: not campaigning until caught up (C12)", self.id);
             }
         }
@@ -172,7 +170,12 @@ async fn wrote_as_leader(log: &mut crate::store::LogStore, me: NodeId) -> bool {
 }
 
 /// Follows the node until it is sure (caught up, or led): `log` is its log store.
-pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>, mut log: crate::store::LogStore) {
+pub async fn watch(
+    raft: Raft,
+    amnesia: Arc<Amnesia>,
+    elect: Arc<Elections>,
+    mut log: crate::store::LogStore,
+) {
     let mut rx = raft.metrics();
     loop {
         let (state, last) = {
@@ -188,7 +191,7 @@ pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>, mut log: crate::store::Log
             // Without this, two such nodes of a new cluster refused every candidate for good.
             amnesia.caught_up("its log holds an entry it wrote as leader");
         }
-        amnesia.sync_elect(&raft, last);
+        amnesia.sync_elect(&elect, last);
         if !amnesia.unsure() {
             return;
         }

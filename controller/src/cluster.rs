@@ -270,6 +270,7 @@ async fn probe(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Option<C
                 exclude_port: 0,
             },
             auth_token: String::new(),
+            forward_within_ms: 0,
         };
         let mut out = Vec::new();
         wire::encode_request(&req, &mut out);

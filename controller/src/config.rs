@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use crate::types::{CtrlNode, NodeId};
 
-/// Leader heartbeat interval (ms). See README for how the timing defaults were measured.
-pub const DEFAULT_HEARTBEAT_MS: u64 = 30;
-/// Election timeout range (ms): a follower that hears no leader for a random time in this
-/// range starts an election.
-pub const DEFAULT_ELECTION_MIN_MS: u64 = 150;
-pub const DEFAULT_ELECTION_MAX_MS: u64 = 300;
+/// Leader heartbeat interval (ms). See README for how the timing defaults were measured
+/// (C15: `proof/BENCH.md` P4 compares them with the earlier 30 / 150–300).
+pub const DEFAULT_HEARTBEAT_MS: u64 = 20;
+/// Election timeout range (ms). openraft 0.9: a follower refuses other candidates for the
+/// leader lease (= election-max) after the last append it accepted, and campaigns after the
+/// lease plus a random time in this range without one; after its leader's connection closed
+/// it campaigns when the lease lapses (C15, `elect.rs`).
+pub const DEFAULT_ELECTION_MIN_MS: u64 = 60;
+pub const DEFAULT_ELECTION_MAX_MS: u64 = 120;
 /// A worker silent for longer than this is reported UNAVAIL (C5).
 pub const DEFAULT_HOST_TIMEOUT_MS: u64 = 30_000;
 /// A client connection silent for longer than this is closed (C9).
@@ -218,6 +221,8 @@ pub struct NodeOpts {
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
+    /// C15: campaign as soon as the lease lapses after the leader's connection closed.
+    pub early_campaign: bool,
     pub host_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
@@ -243,6 +248,7 @@ impl Default for NodeOpts {
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             election_min_ms: DEFAULT_ELECTION_MIN_MS,
             election_max_ms: DEFAULT_ELECTION_MAX_MS,
+            early_campaign: true,
             host_timeout: Duration::from_millis(DEFAULT_HOST_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -332,6 +338,13 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--heartbeat-ms" => o.heartbeat_ms = num(flag, v)?,
         "--election-min-ms" => o.election_min_ms = num(flag, v)?,
         "--election-max-ms" => o.election_max_ms = num(flag, v)?,
+        "--early-campaign" => {
+            o.early_campaign = match v {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                _ => return Err(format!("{flag}: on or off, not {v:?}")),
+            }
+        }
         "--host-timeout-ms" => o.host_timeout = Duration::from_millis(num(flag, v)?),
         "--idle-timeout-ms" => o.idle_timeout = Duration::from_millis(num(flag, v)?),
         "--max-connections" => o.max_connections = num(flag, v)?,

@@ -76,7 +76,12 @@ pub async fn follow(raft: Raft, id: NodeId, mut rx: mpsc::UnboundedReceiver<Appl
 
 /// The leader's side, on SIGTERM: hands leadership over and waits for the new leader (up to
 /// [`HANDOVER_WAIT`]). Does nothing on a node that does not lead or leads alone.
-pub async fn hand_over(raft: &Raft, ready: &crate::ready::Readiness, id: NodeId) {
+pub async fn hand_over(
+    raft: &Raft,
+    ready: &crate::ready::Readiness,
+    elect: &crate::elect::Elections,
+    id: NodeId,
+) {
     let m = raft.metrics().borrow().clone();
     if m.state != ServerState::Leader {
         return;
@@ -98,7 +103,7 @@ pub async fn hand_over(raft: &Raft, ready: &crate::ready::Readiness, id: NodeId)
     ready.hand_over();
     // Never take leadership back: without this, a vote grant slowed by a loaded disk let the
     // old leader's own election timer fire and win again before the standby's next campaign.
-    raft.runtime_config().elect(false);
+    elect.hold(crate::elect::Hold::HandedOver, true);
     let entry = Batch(vec![Proposal {
         client_id: [0; 16],
         request_id: 0,

@@ -11,6 +11,7 @@ mod auth;
 mod batch;
 mod cluster;
 mod config;
+mod elect;
 mod handover;
 mod listing;
 mod logstamp;
@@ -90,9 +91,12 @@ security (docs/security.md; `xce-controller pki` makes the files):
                          (bundle) signed that names a member (xce-node-ID)
   --insecure             allow plaintext on an address that is not loopback (refused otherwise)
 timing and limits:
-  --heartbeat-ms N       leader heartbeat interval (default 30)
-  --election-min-ms N    election timeout, lower bound (default 150; > heartbeat)
-  --election-max-ms N    election timeout, upper bound (default 300; > election-min)
+  --heartbeat-ms N       leader heartbeat interval (default 20)
+  --election-min-ms N    election timeout, lower bound (default 60; > heartbeat)
+  --election-max-ms N    election timeout, upper bound and leader lease (default 120;
+                         > election-min)
+  --early-campaign on|off  campaign when the lease lapses after the primary's connection
+                         closed (a crashed primary), not a random timeout later (default on)
   --host-timeout-ms N    a worker silent this long is UNAVAIL (default 30000)
   --idle-timeout-ms N    an idle client connection is closed after this (default 600000)
   --max-connections N    concurrent client connections (default 1024)

@@ -1,8 +1,9 @@
 //! C17: membership changes online — `member add` and `member remove` (admin only), on
 //! openraft's membership change (joint consensus).
 //!
-//! Add: the new node joins as a learner and the call waits until it has caught up with the
-//! leader's log (`add_learner`, blocking), then it is made a voter. A node started with
+//! Add: the new node joins as a learner and the call waits until it holds the leader's log
+//! as of then (its replication matched the leader's last index: not openraft's "blocking"
+//! `add_learner` alone, which accepts a lag of 5000 entries), then it is made a voter. A node started with
 //! `run --join` waits, uninitialised, for exactly this. Remove: a voter is taken out of the
 //! voters and the membership; the primary asked to remove itself hands leadership over first
 //! (C14) and answers STANDBY naming the new primary, where the client's loop re-sends it.
@@ -163,6 +164,29 @@ async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> 
         Ok(Err(e)) => return Err(raft_fail(ctx, req, e)),
         Ok(Ok(_)) => {}
     }
+    // openraft's "blocking" add_learner returns once the learner is within
+    // `replication_lag_threshold` (5000) entries of the leader: at once in a young cluster,
+    // before the learner holds anything. A voter that holds nothing refuses every vote (C12)
+    // and so, as one of the quorum a new leader needs, could block elections for good. So the
+    // learner becomes a voter only once it holds the leader's log as of now (every entry
+    // committed so far): its next append brings it to the leader's commit index (C12).
+    let target = ctx.raft.metrics().borrow().last_log_index;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let holds = ctx
+        .raft
+        .wait(Some(left))
+        .metrics(
+            |m| match &m.replication {
+                // No longer the leader: the change below is refused with its hint.
+                None => true,
+                Some(r) => r.get(&id).cloned().flatten().map(|l| l.index) >= target,
+            },
+            "the learner holds the leader's log",
+        )
+        .await;
+    if holds.is_err() {
+        return Err(timed_out(ctx, req, ADD_TIMEOUT));
+    }
     let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
     match tokio::time::timeout_at(deadline, ctx.raft.change_membership(change, false)).await {
         Err(_) => Err(timed_out(ctx, req, ADD_TIMEOUT)),
@@ -223,13 +247,14 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         "node {}: asked to remove itself: handing leadership over first",
         ctx.id
     );
-    crate::handover::hand_over(&ctx.raft, &ctx.ready, ctx.id).await;
+    crate::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id).await;
     let leader = ctx.raft.metrics().borrow().current_leader;
     if leader.is_some_and(|l| l != ctx.id) {
         // Elections stay off here (handover keeps the old leader from winning again) until
         // this node is removed, or for a while if the caller never comes back.
         let raft = ctx.raft.clone();
         let ready = ctx.ready.clone();
+        let elect = ctx.elect.clone();
         let id = ctx.id;
         tokio::spawn(async move {
             tokio::time::sleep(RESUME_AFTER).await;
@@ -239,7 +264,7 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
                     "node {id}: still a voter after handing over for removal: electable again"
                 );
                 ready.resume();
-                raft.runtime_config().elect(true);
+                elect.hold(crate::elect::Hold::HandedOver, false);
             }
         });
         let r = ctx.not_primary_reply(req.seq, &req.op, leader);
@@ -253,7 +278,7 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         );
     }
     ctx.ready.resume();
-    ctx.raft.runtime_config().elect(true);
+    ctx.elect.hold(crate::elect::Hold::HandedOver, false);
     (
         -E_XCE_NOT_READY,
         None,

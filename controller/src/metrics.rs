@@ -34,6 +34,11 @@ pub const MAX_SCRAPERS: usize = 16;
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForwardLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: &'static str,
     status: &'static str,
@@ -50,6 +55,7 @@ struct Metrics {
     commit: Histogram,
     fsync: Histogram,
     ops: Family<OpLabels, Counter>,
+    forwards: Family<ForwardLabels, Counter>,
     connections: Gauge64,
     cursors: Gauge64,
     last_log_index: Gauge64,
@@ -75,6 +81,7 @@ impl Metrics {
             commit: Histogram::new(exponential_buckets(0.000_05, 2.0, 17)),
             fsync: Histogram::new(exponential_buckets(0.000_01, 2.0, 18)),
             ops: Family::default(),
+            forwards: Family::default(),
             connections: Gauge64::default(),
             cursors: Gauge64::default(),
             last_log_index: Gauge64::default(),
@@ -110,6 +117,11 @@ impl Metrics {
             "xce_ops",
             "Client requests answered, by op and status",
             m.ops.clone(),
+        );
+        r.register(
+            "xce_forwards",
+            "Client requests this standby forwarded to the primary (C16), by outcome",
+            m.forwards.clone(),
         );
         r.register(
             "xce_client_connections",
@@ -177,6 +189,12 @@ pub fn op(op: &'static str, status: i32, write_took: Option<Duration>) {
     if let (0, Some(d)) = (status, write_took) {
         M.commit.observe(d.as_secs_f64());
     }
+}
+
+/// A client request was forwarded to the primary (C16) with this `outcome`: `replied`,
+/// `unreachable`, `refused`, `lost`.
+pub fn forward(outcome: &'static str) {
+    M.forwards.get_or_create(&ForwardLabels { outcome }).inc();
 }
 
 /// Counts an open client connection until dropped (server hook).

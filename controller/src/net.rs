@@ -77,6 +77,15 @@ enum RpcRequest {
         meta: SnapshotMeta,
         len: u64,
     },
+    /// C16: a client's request a standby forwards to the primary (F28): the identity the
+    /// standby authenticated (`admin`, `scheduler`, `worker-<host>`, `user-<name>`,
+    /// `anonymous`), how long the standby waits for the answer, and the request as one
+    /// framed client-protocol message (its client id and request id untouched).
+    Forward {
+        who: String,
+        within_ms: u32,
+        frame: Vec<u8>,
+    },
 }
 
 /// [`RpcRequest`] borrowed, for sending: the same encoding (same variants, same order).
@@ -91,6 +100,9 @@ enum RpcReply {
     Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     Snapshot(Result<SnapshotResponse<NodeId>, Fatal<NodeId>>),
+    /// C16: the primary's reply as one framed client-protocol message; empty: not taken
+    /// (forwarding refused here: the standby answers the client as it would have).
+    Forward(Vec<u8>),
 }
 
 /// A peer connection: plain TCP or TLS over it.
@@ -359,7 +371,7 @@ impl VoteGuard {
         }
     }
 
-    fn refuses(&self) -> bool {
+    pub fn refuses(&self) -> bool {
         BootInstant::now() < self.until
     }
 }
@@ -905,6 +917,168 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 }
 
 // ---------------------------------------------------------------------------------------
+// Forwarding (C16): a standby's connections to the primary's raft port for client requests
+
+/// Forwarded requests in flight at once from one standby; more are answered as before (not
+/// primary + hint), so a crowd cannot take the primary's peer connections.
+pub const MAX_FORWARDS: usize = 32;
+/// Idle forwarding connections kept per primary.
+const MAX_IDLE_FORWARD_CONNS: usize = 8;
+/// An idle forwarding connection older than this is not reused (the primary closes idle peer
+/// connections after [`RPC_IDLE_TIMEOUT`]).
+const FORWARD_CONN_IDLE: Duration = Duration::from_secs(20);
+
+/// What became of a forwarded request.
+pub enum Forwarded {
+    /// The primary's reply, one framed client-protocol message.
+    Reply(Vec<u8>),
+    /// Nothing left for the primary (unreachable, or too many forwards): not applied.
+    NotSent,
+    /// The primary did not take it (its answer was empty): not applied.
+    Refused,
+    /// Sent, and no answer in time: a write may have been applied.
+    Lost,
+}
+
+/// A kept forwarding connection and when it was last used.
+type IdleConn = (std::time::Instant, PeerStream);
+
+/// A standby's forwarding client: dials the primary's raft port (mutual TLS, verifying that
+/// the peer is the member it dials), keeps a few idle connections per primary.
+pub struct Forwarder {
+    tls: Option<PeerTls>,
+    max_rpc: usize,
+    idle: Mutex<HashMap<(NodeId, String), Vec<IdleConn>>>,
+    slots: Semaphore,
+}
+
+impl Forwarder {
+    pub fn new(tls: Option<PeerTls>, max_rpc: usize) -> Forwarder {
+        Forwarder {
+            tls,
+            max_rpc,
+            idle: Mutex::new(HashMap::new()),
+            slots: Semaphore::new(MAX_FORWARDS),
+        }
+    }
+
+    /// Whether the raft port authenticates members (mutual TLS).
+    pub fn authenticated(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    fn take_idle(&self, key: &(NodeId, String)) -> Option<PeerStream> {
+        let mut idle = self.idle.lock().expect("forward pool");
+        let v = idle.get_mut(key)?;
+        while let Some((at, s)) = v.pop() {
+            if at.elapsed() < FORWARD_CONN_IDLE {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, key: (NodeId, String), s: PeerStream) {
+        let mut idle = self.idle.lock().expect("forward pool");
+        let v = idle.entry(key).or_default();
+        if v.len() < MAX_IDLE_FORWARD_CONNS {
+            v.push((std::time::Instant::now(), s));
+        }
+    }
+
+    async fn dial(&self, target: NodeId, addr: &str, bound: Duration) -> io::Result<PeerStream> {
+        let timed_out = |what: &str| io::Error::new(io::ErrorKind::TimedOut, what.to_string());
+        let bound = bound.min(CONNECT_TIMEOUT);
+        let s = tokio::time::timeout(bound, TcpStream::connect(addr))
+            .await
+            .map_err(|_| timed_out("connect timed out"))??;
+        let _ = s.set_nodelay(true);
+        Ok(match &self.tls {
+            None => Box::new(s),
+            Some(t) => {
+                let name = PeerTls::server_name(target);
+                Box::new(
+                    tokio::time::timeout(bound, t.connector.connect(name, s))
+                        .await
+                        .map_err(|_| timed_out("TLS handshake timed out"))??,
+                )
+            }
+        })
+    }
+
+    /// Forwards `frame` for `who` to member `target` at raft address `addr`, waiting at most
+    /// `within` in all. A kept connection that fails before any answer is retried once on a
+    /// new one (the primary's exactly-once table makes a second send of a write harmless).
+    pub async fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        who: String,
+        within: Duration,
+        frame: Vec<u8>,
+    ) -> Forwarded {
+        let Ok(_slot) = self.slots.try_acquire() else {
+            return Forwarded::NotSent;
+        };
+        let until = tokio::time::Instant::now() + within;
+        let key = (target, addr.to_string());
+        let mut req = RpcRequest::Forward {
+            who,
+            within_ms: 0,
+            frame,
+        };
+        let mut sent = false;
+        for kept in [true, false] {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let conn = if kept {
+                match self.take_idle(&key) {
+                    Some(c) => c,
+                    None => continue,
+                }
+            } else {
+                match self.dial(target, addr, left).await {
+                    Ok(c) => c,
+                    Err(_) => break,
+                }
+            };
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if let RpcRequest::Forward { within_ms, .. } = &mut req {
+                *within_ms = left.as_millis().clamp(1, u32::MAX as u128) as u32;
+            }
+            let mut conn = conn;
+            let res = tokio::time::timeout_at(until, async {
+                write_msg(&mut conn, &req).await.map_err(|e| (false, e))?;
+                read_msg::<_, RpcReply>(&mut conn, self.max_rpc)
+                    .await
+                    .map_err(|e| (true, e))
+            })
+            .await;
+            match res {
+                Ok(Ok(RpcReply::Forward(reply))) => {
+                    self.put_idle(key, conn);
+                    return if reply.is_empty() {
+                        Forwarded::Refused
+                    } else {
+                        Forwarded::Reply(reply)
+                    };
+                }
+                Ok(Ok(_)) => return Forwarded::Lost,
+                Ok(Err((_, _))) => sent = true,
+                Err(_) => return Forwarded::Lost,
+            }
+        }
+        if sent {
+            Forwarded::Lost
+        } else {
+            Forwarded::NotSent
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Server side
 
 /// What the raft listener needs, shared by every peer connection.
@@ -914,6 +1088,8 @@ pub struct PeerServer {
     pub guard: VoteGuard,
     /// C12: a node that lost its data votes and appends carefully until caught up.
     pub amnesia: Arc<crate::amnesia::Amnesia>,
+    /// C15: told when a connection that carried a leader's appends breaks.
+    pub elect: Arc<crate::elect::Elections>,
     pub dir: std::path::PathBuf,
     /// Mutual TLS; `None`: plaintext.
     pub tls: Option<PeerTls>,
@@ -921,6 +1097,9 @@ pub struct PeerServer {
     pub spec_members: Vec<NodeId>,
     /// Largest message accepted ([`max_rpc_bytes`]).
     pub max_rpc: usize,
+    /// C16: the client protocol's context, once it exists: forwarded requests are served
+    /// through it.
+    pub forwarded: Arc<std::sync::OnceLock<Arc<crate::server::Ctx>>>,
 }
 
 impl PeerServer {
@@ -1046,7 +1225,7 @@ async fn serve_peer(
         };
         Ok::<_, io::Error>((stream, first))
     };
-    let (mut stream, mut first) = tokio::select! {
+    let (mut stream, first) = tokio::select! {
         r = tokio::time::timeout(ADMISSION_TIMEOUT, admission) => match r {
             Ok(r) => r?,
             Err(_) => return Err(refused("not admitted in time".into())),
@@ -1058,6 +1237,25 @@ async fn serve_peer(
             "{MAX_PEER_CONNECTIONS} peer connections already: closed"
         )));
     };
+    // C15: the committed vote of the last append this connection carried; if the connection
+    // breaks, the leader may be gone (see `crate::elect`).
+    let mut carried: Option<Vote> = None;
+    let res = serve_rpcs(&mut stream, first, srv, &mut carried).await;
+    if let (Err(_), Some(v)) = (&res, carried) {
+        srv.elect.leader_link_closed(v);
+    }
+    res
+}
+
+/// The RPCs of an admitted connection, in order; `first`: the length prefix of the first
+/// message if it was read during admission. Notes in `carried` the committed vote of the
+/// appends it carries.
+async fn serve_rpcs(
+    stream: &mut PeerStream,
+    mut first: Option<[u8; 4]>,
+    srv: &PeerServer,
+    carried: &mut Option<Vote>,
+) -> io::Result<()> {
     loop {
         // Idle up to RPC_IDLE_TIMEOUT between messages; a message has FRAME_TIMEOUT.
         let len = match first.take() {
@@ -1071,15 +1269,33 @@ async fn serve_peer(
                 len
             }
         };
-        let req: RpcRequest = read_rest(&mut stream, len, srv.max_rpc).await?;
+        let req: RpcRequest = read_rest(stream, len, srv.max_rpc).await?;
         let reply = match req {
-            RpcRequest::Append(r) => RpcReply::Append(srv.amnesia.append(&srv.raft, r).await),
+            RpcRequest::Forward {
+                who,
+                within_ms,
+                frame,
+            } => RpcReply::Forward(match srv.forwarded.get() {
+                // C16: the peer is authenticated as a member (mutual TLS, checked at
+                // admission); over plaintext only a cluster that checks nobody takes it.
+                Some(ctx) => {
+                    crate::server::answer_forwarded(ctx, srv.tls.is_some(), &who, within_ms, &frame)
+                        .await
+                }
+                None => Vec::new(),
+            }),
+            RpcRequest::Append(r) => {
+                if r.vote.is_committed() {
+                    *carried = Some(r.vote);
+                }
+                RpcReply::Append(srv.amnesia.append(&srv.raft, r).await)
+            }
             RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
             RpcRequest::Snapshot { vote, meta, len } => {
-                receive_snapshot(&mut stream, &srv.raft, &srv.dir, vote, meta, len).await?
+                receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
         };
-        write_msg(&mut stream, &reply).await?;
+        write_msg(stream, &reply).await?;
     }
 }
 

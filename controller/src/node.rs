@@ -145,15 +145,23 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         );
     }
 
+    // C11: no vote for election-max after boot (a lease may still rest on our last ack).
+    let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
+    // C15: one owner of the elect switch; the early campaign after a leader's close.
+    let early = o.early_campaign.then(|| crate::elect::EarlyTiming {
+        lease: Duration::from_millis(o.election_max_ms),
+        step: Duration::from_millis(o.heartbeat_ms.div_ceil(2)),
+    });
+    let elect = crate::elect::Elections::start(raft.clone(), id, early, guard);
     // C12: no campaign from a node that has not caught up since it started without data.
-    amnesia.sync_elect(&raft, raft.metrics().borrow().last_log_index);
+    amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
     tokio::spawn(crate::amnesia::watch(
         raft.clone(),
         amnesia.clone(),
+        elect.clone(),
         log_reader,
     ));
-    // C11: no vote for election-max after boot (a lease may still rest on our last ack).
-    let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
+    let forwarded = Arc::new(std::sync::OnceLock::new());
     tokio::spawn(net::serve(
         raft_l,
         net::PeerServer {
@@ -161,10 +169,12 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
             node_id: id,
             guard,
             amnesia,
+            elect: elect.clone(),
             dir: args.data.clone(),
             tls: peer_tls.clone(),
             spec_members: args.spec.nodes.keys().copied().collect(),
             max_rpc,
+            forwarded: forwarded.clone(),
         },
     ));
     tokio::spawn(store::snapshot_trigger(
@@ -195,12 +205,15 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         primary_waiters: Default::default(),
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
+        elect: elect.clone(),
         proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
         cursors: crate::listing::Cursors::for_node(id),
         auth,
         ready: ready.clone(),
         tenure: Default::default(),
+        forwarder: net::Forwarder::new(peer_tls.clone(), max_rpc),
     });
+    let _ = forwarded.set(ctx.clone());
     tokio::spawn(crate::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     let serving = ctx.clone();
@@ -233,7 +246,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     if raft.metrics().borrow().state == openraft::ServerState::Leader {
         serving.proposer.close();
     }
-    crate::handover::hand_over(&raft, &ready, id).await;
+    crate::handover::hand_over(&raft, &ready, &elect, id).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
     Ok(())
 }

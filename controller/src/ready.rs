@@ -49,6 +49,11 @@ impl Readiness {
         !self.handing_over() && self.proven.borrow().as_ref() == Some(vote)
     }
 
+    /// Changes whenever a vote is proven (or the proof is dropped): `waitPrimary` wakes on it.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Vote>> {
+        self.proven.subscribe()
+    }
+
     fn handing_over(&self) -> bool {
         self.handing_over.load(std::sync::atomic::Ordering::Acquire)
     }

@@ -64,6 +64,8 @@ pub struct Ctx {
     pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
     /// Followers' acceptance of this node's appends, for lease reads (C3).
     pub lease: Arc<crate::net::LeaseClock>,
+    /// Who may campaign (C12, C14, C15).
+    pub elect: Arc<crate::elect::Elections>,
     /// Batches concurrent writes into shared Raft entries (P11).
     pub proposer: crate::batch::Proposer,
     /// Listings pinned for paged reads (P12).
@@ -74,6 +76,8 @@ pub struct Ctx {
     pub tenure: crate::tenure::Tenure,
     /// Who may call what (C13).
     pub auth: crate::auth::Auth,
+    /// C16: forwards clients' requests to the primary when they ask (F28).
+    pub forwarder: crate::net::Forwarder,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -295,6 +299,19 @@ impl Ctx {
         self.outcome_unknown(seq, op)
     }
 
+    /// F29: the version of this node's current membership — the log index of its entry, plus
+    /// one (the initial membership sits at index 0). Every member sees the same entry at the
+    /// same index, so a new primary of an unchanged membership stamps the same version.
+    pub fn members_version(&self) -> u64 {
+        let m = self.raft.metrics();
+        let v = m
+            .borrow()
+            .membership_config
+            .log_id()
+            .map_or(0, |l| l.index + 1);
+        v
+    }
+
     /// This controller's view of the cluster (C8): its role, the term, the primary.
     pub fn info(&self) -> ControllerInfo {
         let leader = self.raft.metrics().borrow().current_leader;
@@ -380,9 +397,10 @@ impl Ctx {
 
     /// C3 without a round trip: this node leads, has applied an entry of its own term (so
     /// everything earlier leaders committed is in its state), and a quorum accepted appends it
-    /// sent within half the minimum election timeout — far inside the leader lease (election-max)
-    /// during which those followers vote for no one else. A paused or deposed leader's acks are
-    /// old, so it falls back to the read index, which fails over to STANDBY/NOT_READY.
+    /// sent within [`crate::elect::lease_read_window`] (a third of election-max) — far inside
+    /// the leader lease (election-max) during which those followers vote for no one else, nor
+    /// campaign (C15). A paused or deposed leader's acks are old, so it falls back to the read
+    /// index, which fails over to STANDBY/NOT_READY.
     fn lease_valid(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
@@ -393,7 +411,7 @@ impl Ctx {
             return false;
         }
         let configs = m.membership_config.membership().get_joint_config();
-        let window = Duration::from_millis(self.opts.election_min_ms / 2);
+        let window = crate::elect::lease_read_window(self.opts.election_max_ms);
         self.lease
             .lease_holds(&m.vote, configs, self.id, window, BootInstant::now())
     }
@@ -489,7 +507,7 @@ impl Ctx {
     }
 
     /// The leader this node can vouch for right now: itself when it leads and has heard from a
-    /// quorum within half the minimum election timeout (C10), or — on a standby —
+    /// quorum within the lease-read window (C10), or — on a standby —
     /// the leader of its committed vote if that leader's appends refreshed the vote within
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
@@ -520,7 +538,7 @@ impl Ctx {
         let m = rx.borrow();
         m.state == ServerState::Leader && self.ready.is_ready(&m.vote) && {
             let configs = m.membership_config.membership().get_joint_config();
-            let window = Duration::from_millis(self.opts.election_min_ms / 2);
+            let window = crate::elect::lease_read_window(self.opts.election_max_ms);
             self.lease
                 .quorum_heard(&m.vote, configs, self.id, window, BootInstant::now())
         }
@@ -582,6 +600,7 @@ fn outcome_reply(seq: u64, o: Outcome) -> Reply {
         redirect_host: String::new(),
         redirect_port: 0,
         data,
+        members_version: 0,
     }
 }
 
@@ -716,7 +735,16 @@ async fn handle(
     req: Request,
 ) -> Option<Reply> {
     let started = std::time::Instant::now();
-    let reply = answer(ctx, session, conn, &req).await;
+    // F29: read before answering, so a hello's member list is never older than the version
+    // it is stamped with (a change in between costs the client one more hello, never a miss).
+    let members_version = ctx.members_version();
+    let mut reply = answer(ctx, session, conn, &req).await;
+    // F29: a successful answer to anything but waitPrimary comes from the serving primary
+    // (C2); it carries the membership version, so a client that stays connected learns of a
+    // member added or removed on its next reply, not only on its next connection.
+    if reply.status >= 0 && !matches!(req.op, Op::WaitPrimary { .. }) {
+        reply.members_version = members_version;
+    }
     let write = matches!(
         req.op.kind(),
         wire::OpKind::Write | wire::OpKind::FireAndForget
@@ -743,12 +771,169 @@ async fn handle(
 }
 
 async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: &Request) -> Reply {
-    let seq = req.seq;
-    // C13: who is calling, and whether that role may call this op at all (the op's rule).
+    // C13: who is calling.
     let who = match conn.auth.who(&ctx.auth, &req.auth_token) {
         Ok(w) => w,
         Err(why) => return refuse(ctx, conn, req, &"a bad token", &why),
     };
+    answer_as(ctx, session, conn, req, who, true).await
+}
+
+/// Longest a standby waits for a forwarded request, whatever the client allows (C16): a
+/// write's commit wait on the primary, and a little for the way.
+pub const MAX_FORWARD_WAIT: Duration =
+    Duration::from_millis(COMMIT_TIMEOUT.as_millis() as u64 + 1000);
+
+/// C16: whether a standby forwards `req` when its client asks (F28): reply-bearing reads and
+/// writes that need no session (a session is bound to the connection it was joined on, which
+/// the primary does not hold), not `join` itself; never a probe or a fire-and-forget op.
+pub fn forwardable(req: &Request) -> bool {
+    let rule = req.op.rule();
+    !req.no_reply
+        && matches!(rule.kind, OpKind::Read | OpKind::Write)
+        && rule.session.is_none()
+        && !matches!(req.op, Op::Join(_))
+}
+
+impl Ctx {
+    /// C16: forwards `req` for `who` to the primary this standby follows, when the client
+    /// asked and forwarding may carry the caller's identity here; `None`: not forwarded (no
+    /// primary known, this node leads, the primary unreachable from here, or refused by it):
+    /// the caller answers as it would have. A sent write with no answer in time is
+    /// E_XCE_UNKNOWN (the client re-sends it with the same request id).
+    async fn forward(&self, req: &Request, who: &Identity) -> Option<Reply> {
+        if req.forward_within_ms == 0 || !forwardable(req) {
+            return None;
+        }
+        // Identities cross the raft port only where members are authenticated.
+        if self.auth.on && !self.forwarder.authenticated() {
+            return None;
+        }
+        if self.raft.metrics().borrow().state == ServerState::Leader {
+            return None;
+        }
+        // Only to a leader whose appends arrive here (as `waitPrimary` vouches): a dead or
+        // silent primary costs no connect attempt once the election timeout has passed.
+        let leader = self.fresh_leader().await.filter(|&l| l != self.id)?;
+        let node = self.node(leader)?;
+        let within = Duration::from_millis(req.forward_within_ms as u64).min(MAX_FORWARD_WAIT);
+        let mut frame = Vec::new();
+        let fwd = Request {
+            // Never forwarded again; the identity travels beside it, not as a token.
+            forward_within_ms: 0,
+            auth_token: String::new(),
+            ..req.clone()
+        };
+        wire::encode_request(&fwd, &mut frame);
+        // Only while this node still vouches for that leader: a primary that stops appending
+        // (paused, cut off, deposed) ends the wait within the minimum election timeout, not
+        // at the client's deadline (a sent write is then unknown, a read answered as before).
+        let vouched = async {
+            loop {
+                tokio::time::sleep(STALE_LEADER_RECHECK).await;
+                if self.fresh_leader().await != Some(leader) {
+                    return;
+                }
+            }
+        };
+        let res = tokio::select! {
+            r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
+            () = vouched => crate::net::Forwarded::Lost,
+        };
+        crate::metrics::forward(match &res {
+            crate::net::Forwarded::Reply(_) => "replied",
+            crate::net::Forwarded::NotSent => "unreachable",
+            crate::net::Forwarded::Refused => "refused",
+            crate::net::Forwarded::Lost => "lost",
+        });
+        match res {
+            crate::net::Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
+                Ok(r) if r.seq == req.seq => Some(r),
+                _ => {
+                    eprintln!(
+                        "node {}: forwarded {} (seq {}): the primary's reply is unusable",
+                        self.id,
+                        req.op.name(),
+                        req.seq
+                    );
+                    self.forward_lost(req)
+                }
+            },
+            crate::net::Forwarded::NotSent | crate::net::Forwarded::Refused => None,
+            crate::net::Forwarded::Lost => self.forward_lost(req),
+        }
+    }
+
+    /// A forwarded request that left without an answer: a write's outcome is unknown.
+    fn forward_lost(&self, req: &Request) -> Option<Reply> {
+        (req.op.kind() == OpKind::Write).then(|| self.outcome_unknown(req.seq, &req.op))
+    }
+}
+
+/// C16, on the primary: serves a request a member forwarded for `who` (its raft connection
+/// authenticated as a member when `member_tls`), bounded by `within_ms`; the reply as one
+/// framed message, or empty when not taken. Never forwarded again.
+pub async fn answer_forwarded(
+    ctx: &Ctx,
+    member_tls: bool,
+    who: &str,
+    within_ms: u32,
+    frame: &[u8],
+) -> Vec<u8> {
+    // A cluster that checks callers trusts an asserted identity only from an authenticated
+    // member.
+    if ctx.auth.on && !member_tls {
+        return Vec::new();
+    }
+    if frame.len() > ctx.limits.max_message_bytes || who.len() > 300 {
+        return Vec::new();
+    }
+    let Ok(req) = wire::decode_request(frame, &ctx.limits) else {
+        return Vec::new();
+    };
+    let who = if !ctx.auth.on {
+        Identity::Admin
+    } else if who == "anonymous" {
+        Identity::Anonymous
+    } else {
+        match Identity::parse(who) {
+            Some(w) => w,
+            None => return Vec::new(),
+        }
+    };
+    let reply = if !forwardable(&req) {
+        Reply::status(req.seq, -libc::EINVAL)
+    } else {
+        let mut conn = Conn {
+            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
+            auth: ConnAuth::new(None),
+        };
+        let within = Duration::from_millis(within_ms.max(1) as u64).min(MAX_FORWARD_WAIT);
+        let mut session = None;
+        let served = answer_as(ctx, &mut session, &mut conn, &req, who, false);
+        match tokio::time::timeout(within, served).await {
+            Ok(r) => r,
+            Err(_) if req.op.kind() == OpKind::Write => ctx.outcome_unknown(req.seq, &req.op),
+            Err(_) => Reply::status(req.seq, -E_XCE_NOT_READY),
+        }
+    };
+    let mut out = Vec::new();
+    encode_reply_bounded(ctx, &reply, &mut out);
+    out
+}
+
+/// [`answer`] for a caller known as `who`; `may_forward`: a standby may forward it (F28; a
+/// request that was forwarded to this node is never forwarded again).
+async fn answer_as(
+    ctx: &Ctx,
+    session: &mut Option<Session>,
+    conn: &mut Conn,
+    req: &Request,
+    who: Identity,
+    may_forward: bool,
+) -> Reply {
+    let seq = req.seq;
+    // C13: whether that role may call this op at all (the op's rule).
     let rule = req.op.rule();
     if rule.roles & who.role() == 0 {
         let why = format!("{who} may not call {}", rule.name);
@@ -776,6 +961,12 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
     }
     // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
     if !ctx.serving_leader() {
+        // C16: unless the client could not reach the primary and asks this node to forward.
+        if may_forward {
+            if let Some(r) = ctx.forward(req, &who).await {
+                return r;
+            }
+        }
         let mut r = ctx.not_primary(seq, &req.op, None);
         if matches!(req.op, Op::Hello(_)) {
             r.data = ReplyData::CtrlInfo(ctx.info());
@@ -945,7 +1136,11 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
     // (the full metrics are re-sent on every turn of the raft loop, which this waiter's own
     // `fresh_leader` query causes: watching those made every wait end ready at once).
     let mut rx = ctx.raft.server_metrics();
+    // A new leader vouches for itself once its barrier is applied (C11), which no server
+    // metric shows: wake on that too (C15), not only on the next re-check.
+    let mut proven = ctx.ready.subscribe();
     loop {
+        proven.borrow_and_update();
         let leader = rx.borrow_and_update().current_leader;
         if leader.is_some() {
             if let Some(l) = ctx.fresh_leader().await {
@@ -966,7 +1161,11 @@ async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) 
             Some(_) => (tokio::time::Instant::now() + STALE_LEADER_RECHECK).min(deadline),
             None => deadline,
         };
-        match tokio::time::timeout_at(until, rx.changed()).await {
+        let woke = tokio::select! {
+            r = tokio::time::timeout_at(until, rx.changed()) => r,
+            Ok(()) = proven.changed() => Ok(Ok(())),
+        };
+        match woke {
             Ok(Ok(())) => continue,
             Ok(Err(_)) => break,
             Err(_) if tokio::time::Instant::now() >= deadline => break,

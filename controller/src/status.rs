@@ -199,6 +199,7 @@ async fn request(
             request_id: 0,
             no_reply: false,
             auth_token: caller.token.clone(),
+            forward_within_ms: 0,
             op,
         };
         let mut out = Vec::new();

@@ -35,7 +35,20 @@ fn wait_primary_op(timeout_ms: u32) -> Op {
 /// with itself for as long as the followers were stopped.)
 #[test]
 fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
-    let ctrl = Ctrl::start(3, &[]);
+    // A 300 ms cut-off window (election-max) rather than the default 120 ms: the write below
+    // must reach the leader before it knows it is cut off, and a loaded machine delayed it by
+    // more than 120 ms (it was then refused NOMASTER, correctly, but not what is tested here).
+    let ctrl = Ctrl::start(
+        3,
+        &[
+            "--heartbeat-ms",
+            "30",
+            "--election-min-ms",
+            "150",
+            "--election-max-ms",
+            "300",
+        ],
+    );
     let p = ctrl.wait_settled(STARTUP);
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
@@ -51,9 +64,10 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     let pending = w.request(submit(2, "u", ""));
     w.send(&pending).unwrap();
 
-    // Past the 75 ms lease, before or after it knows it is cut off: reads fail over to a read
-    // index that cannot complete, so waitPrimary must not send clients back to this node.
-    std::thread::sleep(Duration::from_millis(100));
+    // Past the 100 ms lease-read window (election-max/3), before or after it knows it is cut
+    // off: reads fail over to a read index that cannot complete, so waitPrimary must not send
+    // clients back to this node.
+    std::thread::sleep(Duration::from_millis(150));
     let mut wp = ctrl.client(p);
     let wi = info(&wp.call(wait_primary_op(100)));
     eprintln!(

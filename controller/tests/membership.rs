@@ -1,9 +1,10 @@
-//! C17 / S16: members added and removed online under load. Three nodes; a writer submits
-//! jobs all along through the library's client (configured with every address it will ever
-//! need: learning the members is F29's); node 4 is started with `--join` and added; the
-//! primary is killed for good and removed; node 5 is added. Every acknowledged write exists exactly
-//! once, the writer saw 0 errors, the members are the four alive, a new node becomes primary, and
-//! a kill -9 of the primary after that is survived too.
+//! C17 / S16: members added and removed online under load. Three nodes; two writers submit
+//! jobs all along through the library's client — one configured with every address it will ever
+//! need, one with the original three only (an old daemon's list: F29, it learns the members
+//! from the primary); node 4 is started with `--join` and added; the primary is killed for good
+//! and removed; node 5 is added. Every acknowledged write exists exactly once, each writer saw 0
+//! errors and got writes through after every change, the members are the four alive, a new node
+//! becomes primary, and a kill -9 of the primary after that is survived too.
 
 mod common;
 
@@ -59,13 +60,26 @@ fn s16_replace_a_dead_machine_under_load() {
         .collect::<Vec<_>>()
         .join(",");
 
-    // The writer: one context for the whole run, every address it will need.
+    // Two writers, one context each for the whole run: one given every address it will need,
+    // and an old daemon's, given only the first three (F29: it learns the new members from the
+    // primary's replies; hints to nodes 4 and 5 are followed only because it learned them).
+    let old_masters = [1u64, 2, 3]
+        .iter()
+        .map(|i| ctrl.clients[i].clone())
+        .collect::<Vec<_>>()
+        .join(",");
     let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
+    // Per writer: its acknowledged writes.
+    let acked = Arc::new([Mutex::new(Vec::<u64>::new()), Mutex::new(Vec::new())]);
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let writer = {
+    let writers: Vec<_> = [
+        ("all addresses", masters.clone()),
+        ("old list", old_masters),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(w, (who, masters))| {
         let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
-        let masters = masters.clone();
         std::thread::spawn(move || {
             let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
             while !stop.load(Ordering::Relaxed) {
@@ -77,18 +91,33 @@ fn s16_replace_a_dead_machine_under_load() {
                     ..Default::default()
                 };
                 match c.jobsubmit(spec) {
-                    Ok(id) => acked.lock().unwrap().push(id),
-                    Err(e) => errors.lock().unwrap().push(format!("{e:?}")),
+                    Ok(id) => acked[w].lock().unwrap().push(id),
+                    Err(e) => errors.lock().unwrap().push(format!(
+                        "{who}: {e:?} {:?} masters {:?}",
+                        c.last_error(),
+                        c.masters()
+                    )),
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
+            let masters = c.masters();
             c.close();
+            masters
         })
+    })
+    .collect();
+    let counts = || {
+        acked
+            .iter()
+            .map(|a| a.lock().unwrap().len())
+            .collect::<Vec<_>>()
     };
+    // Each writer — the old list's too — gets writes through after every change: it reaches
+    // every later primary.
     let progress = |ctrl: &Ctrl, what: &str| {
-        let n = acked.lock().unwrap().len();
+        let before = counts();
         ctrl.wait_until(what, Duration::from_secs(20), || {
-            acked.lock().unwrap().len() >= n + 20
+            counts().iter().zip(&before).all(|(n, b)| *n >= b + 10)
         });
     };
     progress(&ctrl, "writes before any change");
@@ -167,7 +196,10 @@ fn s16_replace_a_dead_machine_under_load() {
     progress(&ctrl, "writes after the last kill");
 
     stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    let learned: Vec<Vec<String>> = writers
+        .into_iter()
+        .map(|w| w.join().unwrap().iter().map(ToString::to_string).collect())
+        .collect();
     let errors = errors.lock().unwrap().clone();
     assert!(
         errors.is_empty(),
@@ -183,14 +215,22 @@ fn s16_replace_a_dead_machine_under_load() {
     for j in &jobs {
         *count.entry(j.job_id).or_default() += 1;
     }
-    let acked = acked.lock().unwrap().clone();
+    // The old list's context learned both new nodes from the primary (F29).
+    for a in [&c4, &c5] {
+        assert!(learned[1].contains(a), "{a} not in {:?}", learned[1]);
+    }
+    let per_writer = counts();
+    let acked: Vec<u64> = acked
+        .iter()
+        .flat_map(|a| a.lock().unwrap().clone())
+        .collect();
     assert!(acked.len() > 100, "only {} writes", acked.len());
     for id in &acked {
         assert_eq!(count.get(id), Some(&1), "job {id}");
     }
     eprintln!(
-        "S16: {} acknowledged writes, all present once; 0 errors; members {ids:?}; primary \
-         reached node {p}",
+        "S16: {} acknowledged writes (all addresses, old list: {per_writer:?}), all present \
+         once; 0 errors; members {ids:?}; primary reached node {p}",
         acked.len()
     );
 }
@@ -354,4 +394,141 @@ fn a_resent_removal_is_answered_once() {
         -libc::ENOENT,
         "a new removal of a node that is not a member"
     );
+}
+
+/// A write through `c` that must succeed (its job id).
+fn must_write(ctrl: &Ctrl, c: &Client, what: &str) -> u64 {
+    let spec = JobSpec {
+        name: "f29".into(),
+        user: "alice".into(),
+        command: "true".into(),
+        ncpus: 1,
+        ..Default::default()
+    };
+    c.jobsubmit(spec).unwrap_or_else(|e| {
+        panic!(
+            "{what}: {e:?} ({:?}); masters {:?}\n{}",
+            c.last_error(),
+            c.masters(),
+            ctrl.all_logs()
+        )
+    })
+}
+
+/// F29 with C17 ("a daemon configured with the original three addresses keeps working after
+/// all three were replaced one by one"): a context given the original three, which stays on
+/// one primary all along, learns each member added on its next replies (the primary's
+/// membership version), not only on its next connection. The primary is replaced last, so the
+/// context never reconnects until its three configured controllers are all gone; then only
+/// what it learned can reach the cluster. (Before: it knew the members of its one connection,
+/// and the last failover found nobody — ECONNREFUSED from the three it knew.)
+#[test]
+fn old_list_follows_every_replacement() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let original = [1u64, 2, 3]
+        .iter()
+        .map(|i| ctrl.clients[i].clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let c = Client::start(Config::new(parse_masters(&original).unwrap())).unwrap();
+    must_write(&ctrl, &c, "first write");
+    let ports = free_ports(6);
+    // The standbys first, the primary last.
+    let mut olds: Vec<u64> = [1u64, 2, 3].into_iter().filter(|&i| i != p).collect();
+    olds.push(p);
+    for (k, &old) in olds.iter().enumerate() {
+        let new = 4 + k as u64;
+        let (cn, rn) = (
+            format!("127.0.0.1:{}", ports[2 * k]),
+            format!("127.0.0.1:{}", ports[2 * k + 1]),
+        );
+        let spec = format!("{new}={cn}/{rn}");
+        ctrl.start_extra_node(new, &cn, &spec, &["--join"]);
+        ctrl.wait_until(
+            "the new node serves clients",
+            Duration::from_secs(10),
+            || ctrl.log(new).contains("serving clients on"),
+        );
+        let every = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+        member(&ctrl, &every, &["add", &spec]);
+        // The first reply after the change carries its version; the next call asks the
+        // primary's hello first.
+        must_write(&ctrl, &c, &format!("after adding node {new}"));
+        must_write(&ctrl, &c, &format!("after adding node {new}, again"));
+        let masters: Vec<String> = c.masters().iter().map(ToString::to_string).collect();
+        assert!(
+            masters.contains(&cn),
+            "node {new} ({cn}) not learned after two replies of the primary: {masters:?}"
+        );
+        member(&ctrl, &every, &["remove", &old.to_string()]);
+        ctrl.kill9(old);
+        must_write(
+            &ctrl,
+            &c,
+            &format!("after node {old} was removed and killed"),
+        );
+    }
+    let stats = c.stats();
+    assert_eq!(stats.masters.len(), 6, "{:?}", stats.masters);
+    assert_eq!(stats.learned_masters, 3);
+    // Nothing of the original three is left: the writes went to the new nodes.
+    assert_eq!(ctrl.running(), vec![4, 5, 6]);
+    must_write(&ctrl, &c, "last write");
+    c.close();
+}
+
+/// C17 × C12: a node added is a voter only once it holds the leader's log. Three nodes with
+/// some history; node 4 is added and the primary is killed the moment `member add` returns:
+/// the two standbys need node 4's vote (3 of 4), and a node that has not caught up refuses
+/// every vote (C12) — so had it been made a voter before holding the log, no primary could
+/// ever be elected. (Before: openraft's "blocking" `add_learner` returns once the learner is
+/// within `replication_lag_threshold` — 5000 — entries, at once in a young cluster; S16 found
+/// no primary for good after such a kill, 1 run in 20.)
+#[test]
+fn a_new_voter_holds_the_log_before_it_counts() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let masters = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    // History: writes from a few contexts at once (many Raft entries).
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let masters = masters.clone();
+            std::thread::spawn(move || {
+                let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+                for _ in 0..300 {
+                    c.jobsubmit(JobSpec {
+                        name: "history".into(),
+                        user: "alice".into(),
+                        command: "true".into(),
+                        ncpus: 1,
+                        ..Default::default()
+                    })
+                    .unwrap();
+                }
+                c.close();
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let ports = free_ports(2);
+    let (c4, r4) = (
+        format!("127.0.0.1:{}", ports[0]),
+        format!("127.0.0.1:{}", ports[1]),
+    );
+    let spec4 = format!("4={c4}/{r4}");
+    ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
+    ctrl.wait_until("node 4 serves clients", Duration::from_secs(10), || {
+        ctrl.log(4).contains("serving clients on")
+    });
+    let every = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    member(&ctrl, &every, &["add", &spec4]);
+    ctrl.kill9(p);
+    let others: Vec<u64> = [1u64, 2, 3, 4].into_iter().filter(|&i| i != p).collect();
+    let q = ctrl.wait_primary_among(&others, Duration::from_secs(10));
+    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    must_write(&ctrl, &c, &format!("after the kill, node {q} primary"));
+    c.close();
 }

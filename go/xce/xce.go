@@ -425,6 +425,7 @@ const (
 	OptRedirectPolicy   Option = C.XCE_OPT_REDIRECT_POLICY
 	OptWaitPrimary      Option = C.XCE_OPT_WAIT_PRIMARY
 	OptLearnMasters     Option = C.XCE_OPT_LEARN_MASTERS // F29: 1 (default) learn the members from the primary, 0 off
+	OptForward          Option = C.XCE_OPT_FORWARD       // F28: 1 (default) a reachable standby forwards when the primary is unreachable, 0 off
 )
 
 // SetOption sets one knob (xcecli_set_option) for calls that start afterwards.

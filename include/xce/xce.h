@@ -206,6 +206,13 @@
 #define XCE_OPT_LEARN_MASTERS 7
 
 /**
+ * Option: when the primary cannot be reached directly but a standby can, ask the standby to
+ * forward the request to the primary (same request id: never applied twice): 1 on (default),
+ * 0 off (hint, rotation and backoff only) (F28).
+ */
+#define XCE_OPT_FORWARD 8
+
+/**
  * Redirect policy: follow a hint only when it names a configured master (default).
  */
 #define XCE_REDIRECT_CONFIGURED 0

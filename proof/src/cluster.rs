@@ -415,6 +415,7 @@ pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply
         no_reply: false,
         op,
         auth_token: String::new(),
+        forward_within_ms: 0,
     };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);

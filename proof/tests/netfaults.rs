@@ -337,3 +337,153 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
          isolated one ({q}); worker failovers {failovers}"
     );
 }
+
+/// F28 / C16 in an asymmetric partition: the primary's client port goes silent (packets
+/// vanish, no RST) while it keeps leading its peers — the client namespace can reach only the
+/// standbys. A client already connected to the primary and a client started during the
+/// partition are both served through a standby that forwards, every write exactly once, the
+/// primary unchanged. With forwarding off (`XCE_OPT_FORWARD` 0) the same call fails as
+/// before. Prints the time from losing the primary to being served.
+#[test]
+fn s11_forwarding_serves_a_client_cut_from_the_primary() {
+    use std::sync::mpsc;
+    use std::time::Instant;
+    use xce::client::{new_job_id, parse_masters, Client, Config};
+    use xce::failover::backoff::RetryConfig;
+    use xce::failover::Options;
+    use xce::wire::{JobFilter, JobSpec};
+    use xce_proof::netns::Fault;
+
+    if skip().is_some() {
+        return;
+    }
+    quiet_library();
+    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
+    let p = cluster
+        .wait_primary(None, Duration::from_secs(20))
+        .expect("a primary");
+    let masters = cluster.masters();
+    let spec = |name: &str| JobSpec {
+        job_id: new_job_id(),
+        name: name.into(),
+        user: "f28".into(),
+        queue: String::new(),
+        command: "true".into(),
+        ncpus: 1,
+        mem_mb: 1,
+    };
+    let start = |m: &str, forward: bool| {
+        let mut cfg = Config::new(parse_masters(m).unwrap());
+        cfg.client_name = "f28".into();
+        let opts = Options {
+            forward,
+            call_deadline: (!forward).then_some(Duration::from_secs(6)),
+            ..Options::default()
+        };
+        Client::start_with(cfg, opts, RetryConfig::default()).expect("start")
+    };
+    // The kept client: connected to the primary before the partition.
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<Instant>();
+    let kept = {
+        let (ns, m) = (cluster.client_ns.clone(), masters.clone());
+        std::thread::spawn(move || {
+            netns::in_ns(&ns, move || {
+                let cl = start(&m, true);
+                let off = start(&m, false);
+                let mut ids = vec![cl.jobsubmit(spec("before")).expect("before")];
+                off.jobsubmit(spec("before-off"))
+                    .expect("before, forwarding off");
+                ready_tx.send(()).unwrap();
+                let t0 = go_rx.recv().unwrap();
+                ids.push(cl.jobsubmit(spec("kept-first")).expect("kept: first after"));
+                let first = t0.elapsed();
+                let t1 = Instant::now();
+                for i in 0..20 {
+                    ids.push(
+                        cl.jobsubmit(spec(&format!("kept-{i}")))
+                            .unwrap_or_else(|e| panic!("kept: submit {i}: {e}")),
+                    );
+                }
+                let next = t1.elapsed() / 20;
+                // A new client, started during the partition.
+                let t2 = Instant::now();
+                let fresh = start(&m, true);
+                ids.push(fresh.jobsubmit(spec("fresh")).expect("fresh: first"));
+                let fresh_first = t2.elapsed();
+                let listed = fresh
+                    .joblist(JobFilter::default())
+                    .expect("read through a standby");
+                // Forwarding off: as before the feature, no primary reachable, the call fails.
+                let lost = spec("off");
+                let lost_id = lost.job_id;
+                let t3 = Instant::now();
+                let off_result = off.jobsubmit(lost);
+                let off_took = t3.elapsed();
+                (
+                    ids,
+                    first,
+                    next,
+                    fresh_first,
+                    listed.len(),
+                    off_result,
+                    off_took,
+                    lost_id,
+                )
+            })
+            .expect("in the client namespace")
+        })
+    };
+    ready_rx.recv().expect("client ready");
+    cluster.fault(Fault::SilentToClients(p), true).unwrap();
+    go_tx.send(Instant::now()).unwrap();
+    let (ids, first, next, fresh_first, nlisted, off_result, off_took, lost_id) =
+        kept.join().expect("client thread");
+    cluster.fault(Fault::SilentToClients(p), false).unwrap();
+    assert!(
+        off_result.is_err(),
+        "served with forwarding off: {off_result:?}"
+    );
+    assert!(nlisted >= ids.len() - 1);
+    // The cluster kept its primary; every acknowledged write is there once, the refused one
+    // is not.
+    assert_eq!(
+        cluster.wait_primary(None, Duration::from_secs(10)),
+        Some(p),
+        "the primary changed"
+    );
+    let m = masters.clone();
+    let all: Vec<u64> = netns::in_ns(&cluster.client_ns, move || {
+        start(&m, true)
+            .joblist(JobFilter::default())
+            .expect("joblist")
+            .into_iter()
+            .map(|j| j.job_id)
+            .collect()
+    })
+    .expect("in the client namespace");
+    for id in &ids {
+        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
+    }
+    assert!(
+        !all.contains(&lost_id),
+        "the write refused with forwarding off was applied"
+    );
+    eprintln!("F28 (netns): primary {p}'s client port silent, peers intact");
+    eprintln!("| client | first call served | next calls (mean) |");
+    eprintln!("|---|---|---|");
+    eprintln!(
+        "| connected to the primary before | {} ms | {:.2} ms |",
+        first.as_millis(),
+        next.as_secs_f64() * 1000.0
+    );
+    eprintln!(
+        "| started during the partition | {} ms | — |",
+        fresh_first.as_millis()
+    );
+    eprintln!(
+        "| forwarding off (deadline 6 s) | failed after {} ms: {:?} | — |",
+        off_took.as_millis(),
+        off_result.err()
+    );
+}

@@ -54,6 +54,13 @@ impl RetryBudget {
         }
     }
 
+    /// F29: the rotation grew to `n` masters during the call (members learned from the
+    /// primary): the new ones count like the others — tried bits, "every master gets its turn"
+    /// before the budget ends (F5). Never shrinks.
+    pub fn grow(&mut self, n: usize) {
+        self.n_masters = self.n_masters.max(n.clamp(1, 64));
+    }
+
     /// Records a failed attempt against configured master `master` (`None`: an unlisted host
     /// reached through a redirect hint) and decides what comes next. `class` must be
     /// `RetryNow` or `RetryBackoff`.
@@ -211,6 +218,25 @@ mod tests {
         }
         assert_eq!(
             b.on_failure(RetryBackoff, nr, Some(1), now),
+            Exhausted(Error::NotReady)
+        );
+    }
+
+    #[test]
+    fn a_master_learned_during_the_call_gets_its_turn_too() {
+        // F29: the call started over 2 masters; a third was learned from the primary. Its
+        // failure is counted (rotation avoids it) and the spent budget still gives it a turn.
+        let now = Instant::now();
+        let mut b = budget(2, 1);
+        let nr = AttemptOutcome::Status(-E_XCE_NOT_READY);
+        assert!(is_sleep(b.on_failure(RetryBackoff, nr, Some(0), now)));
+        b.grow(3);
+        b.grow(1); // never shrinks
+                   // Without the growth this was the end: both masters the call started with failed.
+        assert_eq!(b.on_failure(RetryBackoff, nr, Some(1), now), RotateNow);
+        assert_eq!(b.avoid_mask(), 0b011, "rotation goes to the learned one");
+        assert_eq!(
+            b.on_failure(RetryBackoff, nr, Some(2), now),
             Exhausted(Error::NotReady)
         );
     }

@@ -16,6 +16,8 @@ pub const DEFAULT_WAIT_PRIMARY: bool = true;
 pub const DEFAULT_SUSPICION: bool = true;
 /// Learn the cluster's members from the primary and add them to the rotation (F29).
 pub const DEFAULT_LEARN_MASTERS: bool = true;
+/// Ask a reachable standby to forward a request when the primary itself is unreachable (F28).
+pub const DEFAULT_FORWARD: bool = true;
 /// Least spread applied before following a primary announced by `waitPrimary` (F18).
 pub const WAIT_PRIMARY_SPREAD: Duration = Duration::from_millis(5);
 /// Spread per client the announcing controller was holding: 1000 waiters spread over 100 ms,
@@ -41,6 +43,8 @@ pub enum ClientOption {
     Suspicion(bool),
     /// Learn the cluster's members from the primary (F29).
     LearnMasters(bool),
+    /// Ask a reachable standby to forward requests the primary could not be reached for (F28).
+    Forward(bool),
 }
 
 /// The knobs of one context.
@@ -58,6 +62,12 @@ pub struct Options {
     /// `hello` is sent for it (the scripted fakes of the tests turn it off).
     /// `XCE_OPT_LEARN_MASTERS`, `XCE_LEARN_MASTERS`.
     pub learn_masters: bool,
+    /// F28: once a call failed to reach a master directly (connect refused or timed out, a
+    /// connect raced past a silent master, a reply timed out or suspected late), its next
+    /// requests ask a standby to forward them to the primary (`forwardWithinMs`), and so do
+    /// later calls on that connection. Off: today's behaviour (hint, rotation, backoff).
+    /// `XCE_OPT_FORWARD`, `XCE_FORWARD`.
+    pub forward: bool,
 }
 
 impl Default for Options {
@@ -70,6 +80,7 @@ impl Default for Options {
             wait_primary: DEFAULT_WAIT_PRIMARY,
             suspicion: DEFAULT_SUSPICION,
             learn_masters: DEFAULT_LEARN_MASTERS,
+            forward: DEFAULT_FORWARD,
         }
     }
 }
@@ -98,6 +109,7 @@ impl Options {
             ClientOption::WaitPrimary(on) => self.wait_primary = on,
             ClientOption::Suspicion(on) => self.suspicion = on,
             ClientOption::LearnMasters(on) => self.learn_masters = on,
+            ClientOption::Forward(on) => self.forward = on,
         }
         Ok(())
     }
@@ -162,13 +174,16 @@ impl Options {
         set("XCE_LEARN_MASTERS", EnvKind::Flag, |v| {
             ClientOption::LearnMasters(v != 0)
         });
+        set("XCE_FORWARD", EnvKind::Flag, |v| {
+            ClientOption::Forward(v != 0)
+        });
         (o, bad)
     }
 }
 
 /// Every environment variable the library reads (F15, F14). docs/c-api.md has the table of
 /// their defaults and precedence; a test keeps the two in step.
-pub const ENV_VARS: [&str; 18] = [
+pub const ENV_VARS: [&str; 19] = [
     "XCE_LOG",
     "XCE_CONNECT_TIMEOUT_MS",
     "XCE_REPLY_TIMEOUT_MS",
@@ -177,6 +192,7 @@ pub const ENV_VARS: [&str; 18] = [
     "XCE_WAIT_PRIMARY",
     "XCE_SUSPICION",
     "XCE_LEARN_MASTERS",
+    "XCE_FORWARD",
     "XCE_LIST_PAGE_BYTES",
     "XCE_MAX_RETRIES",
     "XCE_INITIAL_RETRY_MS",

@@ -367,6 +367,10 @@ pub const XCE_OPT_SUSPICION: c_int = 6;
 /// Option: learn the cluster's members from the primary (one `hello` per new connection) and
 /// add them to the masters in rotation: 1 on (default), 0 off (F29; `xcecli_get_masters`).
 pub const XCE_OPT_LEARN_MASTERS: c_int = 7;
+/// Option: when the primary cannot be reached directly but a standby can, ask the standby to
+/// forward the request to the primary (same request id: never applied twice): 1 on (default),
+/// 0 off (hint, rotation and backoff only) (F28).
+pub const XCE_OPT_FORWARD: c_int = 8;
 
 /// Redirect policy: follow a hint only when it names a configured master (default).
 pub const XCE_REDIRECT_CONFIGURED: i64 = 0;
@@ -407,6 +411,11 @@ pub(crate) fn option_from_c(opt: c_int, value: i64) -> Option<client::ClientOpti
         XCE_OPT_LEARN_MASTERS => match value {
             0 => O::LearnMasters(false),
             1 => O::LearnMasters(true),
+            _ => return None,
+        },
+        XCE_OPT_FORWARD => match value {
+            0 => O::Forward(false),
+            1 => O::Forward(true),
             _ => return None,
         },
         _ => return None,
@@ -477,6 +486,8 @@ mod tests {
         assert!(option_from_c(XCE_OPT_SUSPICION, 2).is_none());
         assert!(option_from_c(XCE_OPT_LEARN_MASTERS, 0).is_some());
         assert!(option_from_c(XCE_OPT_LEARN_MASTERS, 2).is_none());
+        assert!(option_from_c(XCE_OPT_FORWARD, 0).is_some());
+        assert!(option_from_c(XCE_OPT_FORWARD, 2).is_none());
         assert!(option_from_c(0, 0).is_none());
         assert!(option_from_c(99, 0).is_none());
     }

@@ -53,6 +53,9 @@ pub struct Connection {
     pending_acks: Vec<u64>,
     /// Acknowledgements received and not yet taken: `(seq, status)`.
     acks: Vec<(u64, i32)>,
+    /// F29: the membership version stamped on the last successful reply or acknowledgement
+    /// received here (0: none stamped yet).
+    members_version: u64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -234,6 +237,7 @@ impl Connection {
             strays: 0,
             pending_acks: Vec::new(),
             acks: Vec::new(),
+            members_version: 0,
         };
         if let Some(cfg) = tls {
             let name = ServerName::try_from(host.to_string())
@@ -318,6 +322,13 @@ impl Connection {
     /// Acknowledgements expected and not received yet.
     pub fn acks_pending(&self) -> usize {
         self.pending_acks.len()
+    }
+
+    /// F29: the membership version the peer stamped on its last successful reply or
+    /// acknowledgement on this connection (0: none yet). The loop compares it with the version
+    /// of the members it learned; the members themselves are only ever learned from a `hello`.
+    pub fn members_version(&self) -> u64 {
+        self.members_version
     }
 
     /// The acknowledgements received so far, `(seq, status)`, in arrival order.
@@ -539,10 +550,17 @@ impl Connection {
                     self.rbuf.shrink_to(READ_CHUNK.max(self.rbuf.len()));
                 }
                 let reply = reply?;
+                let stamp = |c: &mut Self, r: &Reply| {
+                    if r.status >= 0 && r.members_version != 0 {
+                        c.members_version = r.members_version;
+                    }
+                };
                 if Some(reply.seq) == expected {
+                    stamp(self, &reply);
                     return Ok(Some(reply));
                 }
                 if let Some(k) = self.pending_acks.iter().position(|&s| s == reply.seq) {
+                    stamp(self, &reply);
                     self.pending_acks.remove(k);
                     self.acks.push((reply.seq, reply.status));
                     continue;

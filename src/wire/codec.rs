@@ -53,6 +53,7 @@ pub fn encode_request(req: &Request, out: &mut Vec<u8>) {
         request_id: req.request_id,
         no_reply: req.no_reply,
         auth_token: &req.auth_token,
+        forward_within_ms: req.forward_within_ms,
     };
     encode_request_parts(&head, &req.op, out);
 }
@@ -370,6 +371,9 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
     b.set_client_id(&head.client_id);
     b.set_request_id(head.request_id);
     b.set_no_reply(head.no_reply);
+    if head.forward_within_ms != 0 {
+        b.set_forward_within_ms(head.forward_within_ms);
+    }
     if !head.auth_token.is_empty() {
         b.set_auth_token(head.auth_token);
     }
@@ -555,6 +559,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
     b.set_status(rep.status);
     set_text!(b, set_redirect_host, rep.redirect_host);
     b.set_redirect_port(rep.redirect_port);
+    b.set_members_version(rep.members_version);
     let mut d = b.init_data();
     match &rep.data {
         ReplyData::None => d.set_none(()),
@@ -787,6 +792,7 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         no_reply: r.get_no_reply(),
         op,
         auth_token: text(r.get_auth_token())?,
+        forward_within_ms: r.get_forward_within_ms(),
     })
 }
 
@@ -948,6 +954,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
         redirect_host: text(r.get_redirect_host())?,
         redirect_port: r.get_redirect_port(),
         data,
+        members_version: r.get_members_version(),
     })
 }
 
@@ -1125,6 +1132,7 @@ mod tests {
                 action: JobAction::Requeue,
             },
             auth_token: String::new(),
+            forward_within_ms: 0,
         };
         let mut out = Vec::new();
         encode_request(&req, &mut out);
@@ -1163,6 +1171,7 @@ mod tests {
                 max_bytes: 1 << 20,
             }),
             auth_token: String::new(),
+            forward_within_ms: 0,
         };
         let mut out = Vec::new();
         encode_request(&req, &mut out);

@@ -25,6 +25,9 @@ pub struct Request {
     pub op: Op,
     /// C13: a token naming the caller (empty: none), for callers without a client certificate.
     pub auth_token: String,
+    /// F28/C16: 0: no forwarding asked. > 0: the client failed to reach the primary itself; a
+    /// standby may forward the request to the primary and wait at most this many ms for it.
+    pub forward_within_ms: u32,
 }
 
 /// The envelope fields of a [`Request`] without its op (see `codec::encode_request_parts`).
@@ -36,6 +39,8 @@ pub struct RequestHead<'a> {
     pub no_reply: bool,
     /// C13: the context's token (empty: none).
     pub auth_token: &'a str,
+    /// F28: see [`Request::forward_within_ms`].
+    pub forward_within_ms: u32,
 }
 
 /// How the client's failover loop treats an op (failover.md, "Op categories").
@@ -260,6 +265,9 @@ pub struct Reply {
     pub redirect_host: String,
     pub redirect_port: u16,
     pub data: ReplyData,
+    /// F29: the membership version of the serving primary that sent a successful reply (0: not
+    /// stamped). A change tells a client connected to that primary to ask for the members again.
+    pub members_version: u64,
 }
 
 impl Reply {
@@ -271,6 +279,7 @@ impl Reply {
             redirect_host: String::new(),
             redirect_port: 0,
             data: ReplyData::None,
+            members_version: 0,
         }
     }
 
@@ -282,6 +291,7 @@ impl Reply {
             redirect_host: String::new(),
             redirect_port: 0,
             data,
+            members_version: 0,
         }
     }
 

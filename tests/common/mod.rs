@@ -313,6 +313,7 @@ pub fn request(seq: u64, op: Op) -> Request {
         no_reply: seq % 2 == 0,
         op,
         auth_token: String::new(),
+        forward_within_ms: 0,
     }
 }
 
@@ -323,6 +324,7 @@ pub fn reply(seq: u64, data: ReplyData) -> Reply {
         redirect_host: format!("ctl{seq}.example"),
         redirect_port: 7000u16.wrapping_add(seq as u16),
         data,
+        members_version: seq.wrapping_mul(3),
     }
 }
 
@@ -536,6 +538,7 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
             no_reply,
             op,
             auth_token: String::new(),
+            forward_within_ms: 0,
         })
 }
 
@@ -729,12 +732,16 @@ pub fn reply_strategy() -> impl Strategy<Value = Reply> {
         text(),
         any::<u16>(),
         reply_data(),
+        any::<u64>(),
     )
-        .prop_map(|(seq, status, redirect_host, redirect_port, data)| Reply {
-            seq,
-            status,
-            redirect_host,
-            redirect_port,
-            data,
-        })
+        .prop_map(
+            |(seq, status, redirect_host, redirect_port, data, members_version)| Reply {
+                seq,
+                status,
+                redirect_host,
+                redirect_port,
+                data,
+                members_version,
+            },
+        )
 }

@@ -151,6 +151,7 @@ def expected_replies():
             "redirectHost": "ctl%d.example" % seq,
             "redirectPort": 7000 + seq,
             "data": data,
+            "membersVersion": 3 * seq,
         }
 
     return [

@@ -53,6 +53,9 @@ pub enum Step {
     Payload(ReplyData),
     /// The first step for a `waitPrimary`, the second for any other op.
     Split(Box<Step>, Box<Step>),
+    /// Success (this payload, or the one the op expects) stamped with this membership version
+    /// (F29: `Reply::members_version`).
+    Versioned(u64, Option<ReplyData>),
 }
 
 impl Step {
@@ -268,6 +271,11 @@ fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step)
             return act(stream, raw, req, *s);
         }
         Step::Payload(data) => encode_reply(&Reply::ok(req.seq, data), &mut out),
+        Step::Versioned(version, data) => {
+            let mut r = data.map_or_else(|| ok_reply(req), |d| Reply::ok(req.seq, d));
+            r.members_version = version;
+            encode_reply(&r, &mut out)
+        }
         Step::Split(wait_primary, other) => {
             let step = if matches!(req.op, Op::WaitPrimary { .. }) {
                 wait_primary
@@ -326,6 +334,7 @@ pub fn fast_options() -> Options {
         wait_primary: false,
         suspicion: false,
         learn_masters: false,
+        forward: true,
     }
 }
 

@@ -344,6 +344,7 @@ impl Client {
             no_reply: false,
             op,
             auth_token: String::new(),
+            forward_within_ms: 0,
         }
     }
 
@@ -495,6 +496,15 @@ pub mod raft_wire {
     pub enum RpcRequest {
         Append(AppendEntriesRequest<TestConfig>),
         Vote(VoteRequest<u64>),
+        /// Stands in for the snapshot header (never sent by the tests): keeps the variant
+        /// indexes of the controller's enum.
+        Snapshot,
+        /// C16: a request forwarded for `who` (controller/src/net.rs).
+        Forward {
+            who: String,
+            within_ms: u32,
+            frame: Vec<u8>,
+        },
     }
 
     #[derive(Deserialize, Debug)]
@@ -502,6 +512,21 @@ pub mod raft_wire {
     pub enum RpcReply {
         Append(Result<AppendEntriesResponse<u64>, openraft::error::RaftError<u64>>),
         Vote(Result<VoteResponse<u64>, openraft::error::RaftError<u64>>),
+        /// Stands in for the snapshot answer (never asked for by the tests).
+        Snapshot(()),
+        /// C16: the primary's reply, one framed client-protocol message; empty: not taken.
+        Forward(Vec<u8>),
+    }
+
+    /// A forwarded request for `who`: the frame of `req`.
+    pub fn forward(who: &str, req: &xce::wire::Request) -> RpcRequest {
+        let mut frame = Vec::new();
+        xce::wire::encode_request(req, &mut frame);
+        RpcRequest::Forward {
+            who: who.into(),
+            within_ms: 3000,
+            frame,
+        }
     }
 
     /// One framed message.
@@ -533,6 +558,20 @@ pub mod raft_wire {
                 1_000_000,
             )),
         ))
+    }
+
+    /// An append (no entries, no commit index) from a committed leader `leader` of `term`:
+    /// what that leader's heartbeat carries when the follower's log matches nothing yet.
+    pub fn append_of(term: u64, leader: u64) -> RpcRequest {
+        use openraft::Vote;
+        let mut v = Vote::new(term, leader);
+        v.commit();
+        RpcRequest::Append(AppendEntriesRequest {
+            vote: v,
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        })
     }
 
     /// An append (no entries) from a committed leader `leader` of `term`, committing up to

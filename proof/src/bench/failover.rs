@@ -168,6 +168,7 @@ fn probe_loop(
                 no_reply: false,
                 op: hello_op(),
                 auth_token: String::new(),
+                forward_within_ms: 0,
             };
             wire::encode_request(&req, &mut out);
             let sent = Instant::now();

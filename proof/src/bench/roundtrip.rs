@@ -84,6 +84,7 @@ fn request_frame(op: Op) -> Vec<u8> {
         no_reply: false,
         op,
         auth_token: String::new(),
+        forward_within_ms: 0,
     };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);
@@ -187,6 +188,7 @@ impl Direct {
             no_reply: false,
             op,
             auth_token: String::new(),
+            forward_within_ms: 0,
         };
         let until = Instant::now() + IO_TIMEOUT;
         if !self.conn.usable() {

@@ -66,6 +66,8 @@ impl Mode {
 /// What one mode measured.
 struct Measured {
     rtt: Summary,
+    /// P1's request and reply frames, bytes (measured without TLS only).
+    sizes: Option<(usize, usize)>,
     kills: Summary,
     rate1: f64,
     rate64: f64,
@@ -108,6 +110,11 @@ fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
         client.call(op.clone()).map_err(|e| format!("hello: {e}"))?;
         rtts.push(t.elapsed());
     }
+    // The plaintext sizes of P1's request and reply, for the in-memory rustls measure.
+    let sizes = match mode.pki {
+        Some(_) => None,
+        None => Some(p1_sizes(&c, &client, &op)?),
+    };
     // P11: writes per second with 1 and 64 contexts.
     let dur = Duration::from_secs(opts.pick(3, 10));
     let mk = |k: usize| {
@@ -172,6 +179,7 @@ fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
     c.kill_all();
     Ok(Measured {
         rtt: Summary::of_us(&rtts).ok_or("no round trips")?,
+        sizes,
         kills: Summary::of(&recoveries.iter().map(|d| ms(*d)).collect::<Vec<_>>())
             .ok_or("no kills")?,
         rate1,
@@ -190,6 +198,170 @@ fn pki(dir: &Path) -> Result<(), String> {
     st.success()
         .then_some(())
         .ok_or_else(|| "pki local failed".to_string())
+}
+
+/// The framed sizes of P1's request (as the library encodes it) and of the primary's reply.
+fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), String> {
+    let port = client
+        .stats()
+        .current_master
+        .map(|m| m.port)
+        .ok_or("no current master")?;
+    let addr = c
+        .nodes
+        .iter()
+        .find(|n| n.client.port() == port)
+        .map(|n| n.client)
+        .ok_or("primary not a node")?;
+    let reply = crate::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
+        .map_err(|e| format!("raw hello: {e}"))?;
+    let req = xce::wire::Request {
+        seq: 1,
+        client_id: [7; 16],
+        request_id: 0,
+        no_reply: false,
+        op: op.clone(),
+        auth_token: String::new(),
+        forward_within_ms: 0,
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    xce::wire::encode_request(&req, &mut a);
+    xce::wire::encode_reply(&reply, &mut b);
+    Ok((a.len(), b.len()))
+}
+
+/// What rustls itself costs per round trip of a `req`-byte request and a `rep`-byte reply,
+/// µs, both ends together (they run one after the other in a round trip): one TLS 1.3
+/// connection in memory, no socket, the library's client configuration (admin certificate)
+/// against a server configured as the controller's client port; and, of that, the AEAD
+/// seal and open of both records through rustls' own record encrypter and decrypter
+/// (`None` if the negotiated suite's key is not 256-bit). The fastest of 5 batches of `n`
+/// (a floor: the machine is shared, and a slower batch measures the neighbours).
+fn rustls_cost(
+    pki: &Path,
+    host: &str,
+    req: usize,
+    rep: usize,
+    n: usize,
+) -> Result<(f64, Option<f64>), String> {
+    use rustls::crypto::cipher::{AeadKey, InboundOpaqueMessage, Iv, OutboundPlainMessage};
+    use rustls::{ContentType, ProtocolVersion};
+    use std::io::{Read, Write};
+    let e = |e: &dyn std::fmt::Display| format!("in-memory TLS: {e}");
+    let pem = |name: &str| -> Result<Vec<u8>, String> {
+        std::fs::read(pki.join(name)).map_err(|x| e(&x))
+    };
+    let certs = |name: &str| -> Result<Vec<_>, String> {
+        rustls_pemfile::certs(&mut &pem(name)?[..])
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|x| e(&x))
+    };
+    let client_cfg = xce::transport::tls::client_config(
+        &pki.join("ca.pem"),
+        Some(&pki.join("admin.pem")),
+        Some(&pki.join("admin.key")),
+    )
+    .map_err(|x| e(&x))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs("ca.pem")? {
+        roots.add(c).map_err(|x| e(&x))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|x| e(&x))?;
+    let key = rustls_pemfile::private_key(&mut &pem("xce-node-1.key")?[..])
+        .map_err(|x| e(&x))?
+        .ok_or("in-memory TLS: no node key")?;
+    let server_cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|x| e(&x))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs("xce-node-1.pem")?, key)
+        .map_err(|x| e(&x))?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|x| e(&x))?;
+    let mut cl = rustls::ClientConnection::new(client_cfg, name).map_err(|x| e(&x))?;
+    let mut sv = rustls::ServerConnection::new(Arc::new(server_cfg)).map_err(|x| e(&x))?;
+    let mut pipe = Vec::new();
+    for _ in 0..10 {
+        if !(cl.is_handshaking() || sv.is_handshaking() || cl.wants_write() || sv.wants_write()) {
+            break;
+        }
+        cl.write_tls(&mut pipe).map_err(|x| e(&x))?;
+        sv.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
+        pipe.clear();
+        sv.process_new_packets().map_err(|x| e(&x))?;
+        sv.write_tls(&mut pipe).map_err(|x| e(&x))?;
+        cl.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
+        pipe.clear();
+        cl.process_new_packets().map_err(|x| e(&x))?;
+    }
+    if cl.is_handshaking() || sv.is_handshaking() {
+        return Err("in-memory TLS: no handshake".into());
+    }
+    let (rq, rp) = (vec![0xa5u8; req], vec![0x5au8; rep]);
+    let mut buf = vec![0u8; req.max(rep)];
+    let mut round = || -> Result<(), String> {
+        cl.writer().write_all(&rq).map_err(|x| e(&x))?;
+        cl.write_tls(&mut pipe).map_err(|x| e(&x))?;
+        sv.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
+        pipe.clear();
+        sv.process_new_packets().map_err(|x| e(&x))?;
+        sv.reader().read_exact(&mut buf[..req]).map_err(|x| e(&x))?;
+        sv.writer().write_all(&rp).map_err(|x| e(&x))?;
+        sv.write_tls(&mut pipe).map_err(|x| e(&x))?;
+        cl.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
+        pipe.clear();
+        cl.process_new_packets().map_err(|x| e(&x))?;
+        cl.reader().read_exact(&mut buf[..rep]).map_err(|x| e(&x))
+    };
+    let min = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
+    let mut full = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            round()?;
+        }
+        full.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    }
+    let aead = cl
+        .negotiated_cipher_suite()
+        .and_then(|s| s.tls13())
+        .map(|s| s.aead_alg)
+        .filter(|a| a.key_len() == 32);
+    let Some(alg) = aead else {
+        return Ok((min(full), None));
+    };
+    let mut enc = alg.encrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
+    let mut dec = alg.decrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
+    let mut seal_open = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for i in 0..n as u64 {
+            for m in [&rq, &rp] {
+                let plain = OutboundPlainMessage {
+                    typ: ContentType::ApplicationData,
+                    version: ProtocolVersion::TLSv1_2,
+                    payload: m[..].into(),
+                };
+                let mut rec = enc.encrypt(plain, i).map_err(|x| e(&x))?.encode();
+                let body = InboundOpaqueMessage::new(
+                    ContentType::ApplicationData,
+                    ProtocolVersion::TLSv1_2,
+                    &mut rec[5..],
+                );
+                let p = dec.decrypt(body, i).map_err(|x| e(&x))?;
+                if p.payload.len() != m.len() {
+                    return Err("in-memory TLS: seal/open lost bytes".into());
+                }
+            }
+        }
+        seal_open.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    }
+    Ok((min(full), Some(min(seal_open))))
 }
 
 /// Runs both modes, off first, and compares.
@@ -211,6 +383,14 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
         },
         opts,
     )?;
+    let (req_len, rep_len) = off.sizes.ok_or("no P1 sizes")?;
+    let rustls = rustls_cost(
+        &dir,
+        "127.0.0.1",
+        req_len,
+        rep_len,
+        opts.pick(20_000, 100_000),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let mut t = Table::new(
         "P15",
@@ -223,6 +403,15 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
         opts.pick(3, 10),
         opts.pick(5, 20)
     ));
+    // What bounds P1 from below: rustls itself, without any socket.
+    match rustls {
+        Ok((full, aead)) => t.note(format!(
+            "P1's floor with TLS: rustls alone (both ends in memory, no socket; request {req_len} B, reply {rep_len} B) costs {full:.2} µs per round trip{}, against a 10% budget of {:.2} µs",
+            aead.map(|a| format!(" (AEAD seal + open: {a:.2} µs)")).unwrap_or_default(),
+            off.rtt.p50 / 10.0
+        )),
+        Err(e) => t.note(format!("rustls alone: not measured ({e})")),
+    }
     t.header = ["what", "off", "on", "on vs off"]
         .iter()
         .map(|s| s.to_string())

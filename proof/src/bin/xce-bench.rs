@@ -15,8 +15,10 @@ use xce_proof::bench::{codec, footprint, kills, roundtrip, suspicion, BenchOpts,
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-const USAGE: &str = "usage: xce-bench [--quick] [--only P1,P3,…] [--svg FILE] [--no-build]
+const USAGE: &str =
+    "usage: xce-bench [--quick] [--only P1,P3,…] [--kills N] [--svg FILE] [--no-build]
   --quick     fewer samples and kills (about 3 minutes instead of about 15)
+  --kills N   kills of the one-client failover series (P3, P4, P5; and P4's earlier timing)
   --only      run only these benchmarks (P1 … P8, P10, P15)
   --svg FILE  also draw one failover (both policies) to FILE
   --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
@@ -34,6 +36,16 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "--quick" => opts.quick = true,
             "--no-build" => build = false,
+            "--kills" => {
+                let v = it.next().ok_or("--kills needs a number")?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("--kills: bad number {v:?}"))?;
+                if n == 0 {
+                    return Err("--kills: at least 1".into());
+                }
+                opts.kills = Some(n);
+            }
             "--only" => {
                 let v = it.next().ok_or("--only needs a list, e.g. P1,P3")?;
                 for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {

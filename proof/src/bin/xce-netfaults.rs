@@ -17,6 +17,7 @@ const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only 
                   is repeated, at most N extra times)
   --fault-secs S  how long each fault lasts (default 5)
   --only LIST     only these faults
+  --before-c15    first the same rounds with the controller timing before C15, then the defaults
   --no-build      do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
 
 struct Args {
@@ -24,6 +25,7 @@ struct Args {
     fault_for: Duration,
     scenarios: Vec<Scenario>,
     build: bool,
+    before_c15: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -32,6 +34,7 @@ fn parse_args() -> Result<Args, String> {
         fault_for: Duration::from_secs(5),
         scenarios: Scenario::ALL.to_vec(),
         build: true,
+        before_c15: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -64,6 +67,7 @@ fn parse_args() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "--no-build" => a.build = false,
+            "--before-c15" => a.before_c15 = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -133,16 +137,29 @@ fn main() -> ExitCode {
         }
     );
     let started = Instant::now();
-    let results = match netfaults::run(&args.scenarios, args.rounds, &plan, |r| {
-        eprintln!("  {}", describe(r))
-    }) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("{}", netfaults::table(&results, &plan));
+    let mut plans = Vec::new();
+    if args.before_c15 {
+        plans.push(Plan {
+            controller_args: netfaults::BEFORE_C15.map(String::from).to_vec(),
+            ..plan.clone()
+        });
+    }
+    plans.push(plan);
+    let mut all = Vec::new();
+    for plan in &plans {
+        let results = match netfaults::run(&args.scenarios, args.rounds, plan, |r| {
+            eprintln!("  {}", describe(r))
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("{}", netfaults::table(&results, plan));
+        all.extend(results);
+    }
+    let results = all;
     println!("({:.0} s)", started.elapsed().as_secs_f64());
     if results.iter().all(|r| r.correct() && r.recovered()) {
         ExitCode::SUCCESS

@@ -28,6 +28,15 @@ impl Call<'_, '_> {
             let ep = state.link.current_endpoint();
             env.observer.update(|s| s.current_master = Some(ep));
         }
+        // F28: after this call failed to reach a master directly, the requests on this
+        // connection (its `hello`, the hook's calls, this call, and the calls after it on the
+        // same connection) ask a standby to forward them to the primary; a new connection
+        // starts without (`Link::connect_current`), so a reachable primary is used directly.
+        if !env.options().forward {
+            state.link.forward = false;
+        } else if self.missed_directly || state.link.passed_over {
+            state.link.forward = true;
+        }
         let deadline = self.spec.deadline;
         let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
         let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();

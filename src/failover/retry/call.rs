@@ -101,6 +101,9 @@ pub struct Call<'a, 'e> {
     pub applied: Applied,
     pub seen: Seen,
     pub following: Following,
+    /// F28: this call failed to reach a master directly (a transport failure, or a connect
+    /// that raced past a silent master): its next attempts ask a standby to forward.
+    pub missed_directly: bool,
 }
 
 impl<'a, 'e> Call<'a, 'e> {
@@ -127,6 +130,7 @@ impl<'a, 'e> Call<'a, 'e> {
             applied: Applied::NotSent,
             seen: Seen::default(),
             following: Following::default(),
+            missed_directly: false,
         })
     }
 
@@ -218,7 +222,10 @@ impl<'a, 'e> Call<'a, 'e> {
         seen.per_master[i] = Some(outcome);
         seen.lookups[i] = lookup;
         match outcome {
-            AttemptOutcome::Transport(_) => seen.last_unreachable = Some(i),
+            AttemptOutcome::Transport(_) => {
+                seen.last_unreachable = Some(i);
+                self.missed_directly = true;
+            }
             AttemptOutcome::Status(_) => seen.last_answered = Some(i),
         }
     }
@@ -262,6 +269,8 @@ impl<'a, 'e> Call<'a, 'e> {
         let LoopState { link, book, .. } = &mut *state;
         let master = link.rotator.current_master();
         book.failover_started(env, link, outcome);
+        // F29: masters learned during this call get their turn like the configured ones.
+        self.budget.grow(link.rotator.masters().len());
         // F25: the master a waitPrimary answer sent us to refused; the unit it cut short is
         // still owed (F7), and it is not followed again in this call.
         let owed = match self.following.current.take() {

@@ -196,6 +196,17 @@ pub fn fire_and_forget(env: &CallEnv<'_>, op: &Op) -> Result<Reply, Error> {
             return accepted(e);
         }
     }
+    if super::members::due(&state, env) {
+        // F29: the primary this context stays on stamped a new membership version on an
+        // acknowledgement: its `hello` names the members (a daemon that only sends
+        // notifications must follow the cluster too). A non-primary answer teaches nothing;
+        // the outbox's acknowledgements then say where to go.
+        let until = Instant::now() + env.options().reply_timeout;
+        if let Err(e) = super::members::ask(&mut state, env, until) {
+            state.link.conn = None;
+            return accepted(e);
+        }
+    }
     if state.book.hook_pending {
         drop(state);
         let r = run_hook(env);

@@ -33,12 +33,22 @@ pub struct Link {
     /// F29: the `epoch` of the last connection that was asked for the members (a `hello`);
     /// a new connection is asked once, before its first call.
     pub members_epoch: Option<u64>,
+    /// F29: the membership version stamped on the `hello` answer the members were last
+    /// learned from (0: none). A successful reply stamped with another version makes the
+    /// connection due for a `hello` again: a context that stays on one primary learns of
+    /// members added later before that primary goes away.
+    pub members_version: u64,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
     /// Recent round trips per op: when a reply is late (F25).
     pub round_trips: RoundTrips,
     /// Names the context in log lines.
     pub tag: String,
+    /// F28: requests sent on this link ask a standby to forward them to the primary (set by
+    /// the call for each attempt, see `call.rs::Call::forward_due`).
+    pub forward: bool,
+    /// F25/F28: the last connect raced past a silent current master to another one.
+    pub passed_over: bool,
 }
 
 impl Link {
@@ -52,9 +62,12 @@ impl Link {
             seq: 0,
             epoch: 0,
             members_epoch: None,
+            members_version: 0,
             lookup_failure: None,
             round_trips: RoundTrips::default(),
             tag,
+            forward: false,
+            passed_over: false,
         }
     }
 
@@ -93,6 +106,8 @@ impl Link {
     ) -> Result<(), Error> {
         self.conn = None;
         self.lookup_failure = None;
+        self.forward = false;
+        self.passed_over = false;
         let ep = self.current_endpoint();
         let until = cap(Instant::now() + connect_timeout, deadline);
         let addrs = resolve::resolve(&ep.host, ep.port, until, waker).map_err(|e| {
@@ -129,6 +144,7 @@ impl Link {
                 waker,
             )?;
             if k > 0 {
+                self.passed_over = true;
                 let winner = others[k - 1].0;
                 xlog!(
                     Level::Info,
@@ -206,6 +222,11 @@ impl Link {
             request_id: ids.request_id,
             no_reply,
             auth_token: &self.auth_token,
+            forward_within_ms: if self.forward {
+                forward_within_ms(until)
+            } else {
+                0
+            },
         };
         conn.send_op(&head, op, until, waker)?;
         Ok(head.seq)
@@ -226,6 +247,13 @@ impl Link {
             .filter_map(|i| resolve::cached(&masters[i].host, masters[i].port).map(|a| (i, a)))
             .collect()
     }
+}
+
+/// F28: how long a standby may wait for the primary's answer to a forwarded request: what is
+/// left until the client stops waiting for the reply (at least 1 ms: 0 means "do not forward").
+pub fn forward_within_ms(until: Instant) -> u32 {
+    let left = until.saturating_duration_since(Instant::now()).as_millis();
+    left.clamp(1, u128::from(u32::MAX)) as u32
 }
 
 /// The identity fields a request carries (F16).

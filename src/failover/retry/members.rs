@@ -13,12 +13,19 @@ use crate::wire::{ControllerRole, Reply, ReplyData};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Whether the current connection still has to be asked for the members: learning is on and
-/// this connection was not asked yet. One `hello` per connection, none per call (P2).
+/// Whether the current connection has to be asked for the members: learning is on, and this
+/// connection was not asked yet, or the primary stamped a reply on it with a membership version
+/// other than the one of the members learned (a member was added or removed since). One
+/// `hello` per connection and per membership change, none per call (P2).
 pub fn due(state: &LoopState, env: &CallEnv<'_>) -> bool {
+    let link = &state.link;
+    let Some(conn) = link.conn.as_ref() else {
+        return false;
+    };
+    let stamped = conn.members_version();
     env.options().learn_masters
-        && state.link.conn.is_some()
-        && state.link.members_epoch != Some(state.link.epoch)
+        && (link.members_epoch != Some(link.epoch)
+            || (stamped != 0 && stamped != link.members_version))
 }
 
 /// Sends the `hello` that asks the current connection whether it reaches the primary and which
@@ -44,6 +51,9 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
         return;
     }
     state.link.members_epoch = Some(state.link.epoch);
+    // The version this answer speaks for, even when it teaches nothing new: asked again only
+    // when a later reply says the membership changed.
+    state.link.members_version = reply.members_version;
     if !env.options().learn_masters {
         return;
     }

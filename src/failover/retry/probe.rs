@@ -84,6 +84,7 @@ impl Call<'_, '_> {
             request_id: 0,
             no_reply: false,
             auth_token: &link.auth_token,
+            forward_within_ms: 0,
         };
         conn.send_op(&head, &op, until, &waker).ok()?;
         let reply = conn.recv(1, until, &waker).ok()?;

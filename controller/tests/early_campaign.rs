@@ -1,0 +1,130 @@
+//! C15: a crashed primary is replaced when the leader lease lapses, not a random election
+//! timeout later — and never earlier. Slow timings (lease 1.2 s, election 1.0–1.2 s) make the
+//! three cases seconds apart, far above the scheduling noise of a loaded machine:
+//! - early campaign (the default): the new primary serves after the lease (1.2 s after the
+//!   last append) and well before openraft's own timer could fire (≥ 2.2 s after it);
+//! - `--early-campaign off` (the behaviour before C15): not before that;
+//! - a raft connection that carried the primary's vote closes while the primary lives (a
+//!   forged append on a connection of its own, then a close): no election at all.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const HEARTBEAT_MS: u64 = 50;
+const ELECTION_MIN_MS: u64 = 1000;
+const ELECTION_MAX_MS: u64 = 1200;
+
+fn slow(early: &str) -> Vec<String> {
+    [
+        "--heartbeat-ms",
+        &HEARTBEAT_MS.to_string(),
+        "--election-min-ms",
+        &ELECTION_MIN_MS.to_string(),
+        "--election-max-ms",
+        &ELECTION_MAX_MS.to_string(),
+        "--early-campaign",
+        early,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// kill -9 of the settled primary of a 3-node cluster started with `flags`; the time from the
+/// kill to a survivor serving as primary, and the cluster.
+fn kill_to_primary(flags: &[String]) -> (Duration, Ctrl) {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut ctrl = Ctrl::start(3, &flags);
+    let p = ctrl.wait_settled(STARTUP);
+    // A few heartbeats after settling: every follower holds a fresh append.
+    std::thread::sleep(Duration::from_millis(3 * HEARTBEAT_MS));
+    let t0 = Instant::now();
+    ctrl.kill9(p);
+    let rest = ctrl.running();
+    let p2 = ctrl.wait_primary_among(&rest, STARTUP);
+    let took = t0.elapsed();
+    assert_ne!(p2, p);
+    (took, ctrl)
+}
+
+/// The earliest instant openraft's own timer lets a follower campaign after the kill: the
+/// lease plus election-min after the last append (which came a heartbeat before; three, for a
+/// heartbeat a loaded machine delayed).
+fn openraft_earliest() -> Duration {
+    Duration::from_millis(ELECTION_MAX_MS + ELECTION_MIN_MS - 3 * HEARTBEAT_MS)
+}
+
+#[test]
+fn a_crashed_primary_is_replaced_when_its_lease_lapses() {
+    let (took, ctrl) = kill_to_primary(&slow("on"));
+    // The lease after the last append, which came a heartbeat before the kill (four, for a
+    // heartbeat a loaded machine delayed); a campaign at the close itself would come at once.
+    let lease_floor = Duration::from_millis(ELECTION_MAX_MS - 4 * HEARTBEAT_MS);
+    assert!(
+        took >= lease_floor,
+        "a new primary {took:?} after the kill: inside the lease ({lease_floor:?})\n{}",
+        ctrl.all_logs()
+    );
+    assert!(
+        took < openraft_earliest() - Duration::from_millis(150),
+        "a new primary only {took:?} after the kill: no earlier than openraft's own timer ({:?})\n{}",
+        openraft_earliest(),
+        ctrl.all_logs()
+    );
+    assert!(
+        ctrl.all_logs()
+            .contains("lease lapsed with no append since: campaigning (C15"),
+        "{}",
+        ctrl.all_logs()
+    );
+}
+
+#[test]
+fn without_the_early_campaign_a_crash_waits_for_the_random_timeout() {
+    let (took, ctrl) = kill_to_primary(&slow("off"));
+    assert!(
+        took >= openraft_earliest(),
+        "a new primary {took:?} after the kill with --early-campaign off\n{}",
+        ctrl.all_logs()
+    );
+    assert!(!ctrl.all_logs().contains("(C15"), "{}", ctrl.all_logs());
+}
+
+/// A connection that carried the live primary's appends closes (here: a forged append of its
+/// vote on a connection of our own, then a close): the primary's next heartbeat arrives
+/// before the lease lapses, so the follower does not campaign.
+#[test]
+fn a_closed_connection_of_a_live_primary_starts_no_election() {
+    let flags = slow("on");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(3, &flags);
+    let p = ctrl.wait_settled(STARTUP);
+    let term = info(&ctrl.client(p).call(hello())).term;
+    for f in (1..=3).filter(|&i| i != p) {
+        let mut s = TcpStream::connect(ctrl.raft_addr(f)).unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p)).unwrap();
+        assert!(
+            matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
+            "node {f} did not take the append: {reply:?}"
+        );
+        s.flush().unwrap();
+        drop(s);
+    }
+    // Past the lease and the longest stagger: the followers would have campaigned by now.
+    std::thread::sleep(Duration::from_millis(ELECTION_MAX_MS + 500));
+    for id in 1..=3 {
+        let i = info(&ctrl.client(id).call(hello()));
+        assert_eq!(
+            (i.term, i.primary_id as u64),
+            (term, p),
+            "node {id}\n{}",
+            ctrl.all_logs()
+        );
+    }
+    assert!(!ctrl.all_logs().contains("(C15"), "{}", ctrl.all_logs());
+}

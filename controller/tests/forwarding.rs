@@ -1,0 +1,219 @@
+//! C16 (F28) on a cluster with mutual TLS everywhere and identities (C13): a standby forwards a
+//! client's request to the primary when asked, as that client — never with more rights — and
+//! only a member may assert an identity on the raft port.
+
+mod common;
+
+use common::*;
+use xce::error::{E_XCE_AUTH, E_XCE_STANDBY};
+use xce::wire::{self, JobAction, Op, QueueAction, Reply, ReplyData};
+
+const CALM: [&str; 6] = [
+    "--heartbeat-ms",
+    "100",
+    "--election-min-ms",
+    "1500",
+    "--election-max-ms",
+    "3000",
+];
+
+fn tls_cluster(dir: &std::path::Path) -> (Ctrl, u64) {
+    make_pki(dir, 3);
+    let mut flags = tls_flags(dir);
+    flags.extend(CALM.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(3, &flags);
+    let p = wait_tls_primary(&ctrl, dir, "admin");
+    (ctrl, p)
+}
+
+/// `op` with the forwarding mark, on `c`.
+fn forwarded(c: &mut Client, op: Op) -> Reply {
+    let mut req = c.request(op);
+    req.forward_within_ms = 3000;
+    c.try_send_recv(&req).expect("forwarded call")
+}
+
+fn close_queue() -> Op {
+    Op::QueueCtrl {
+        queue: "normal".into(),
+        action: QueueAction::Close,
+    }
+}
+
+/// Whether queue `normal` is open, asked of the primary as admin.
+fn normal_open(admin: &mut Client) -> bool {
+    match admin.ok(Op::ClusterConf) {
+        ReplyData::ClusterConf(c) => {
+            c.queues
+                .iter()
+                .find(|q| q.name == "normal")
+                .expect("queue normal")
+                .open
+        }
+        other => panic!("clusterconf: {other:?}"),
+    }
+}
+
+fn count(admin: &mut Client, id: u64) -> usize {
+    match admin.ok(Op::JobList(Default::default())) {
+        ReplyData::Jobs(j) => j.iter().filter(|j| j.job_id == id).count(),
+        other => panic!("joblist: {other:?}"),
+    }
+}
+
+#[test]
+fn a_standby_forwards_as_the_caller_and_never_with_more_rights() {
+    let certs = tempfile::tempdir().unwrap();
+    let dir = certs.path();
+    let (ctrl, p) = tls_cluster(dir);
+    let s = if p == 1 { 2 } else { 1 };
+    let mut admin = tls_client(&ctrl.clients[&p], dir, Some("admin"));
+    let mut alice = tls_client(&ctrl.clients[&s], dir, Some("user-alice"));
+
+    // Without the mark: as before, STANDBY with the primary's address.
+    let j1 = rand_u64() >> 1;
+    let r = alice.call(submit(j1, "alice", ""));
+    assert_eq!(r.status, -E_XCE_STANDBY, "{r:?}");
+    assert_eq!(hint(&r), ctrl.clients[&p]);
+
+    // With it: served by the primary, as alice.
+    let r = forwarded(&mut alice, submit(j1, "alice", ""));
+    assert_eq!(r.status, 0, "{r:?}");
+    assert_eq!(r.data, ReplyData::JobId(j1));
+    // Reads too.
+    let r = forwarded(&mut alice, Op::JobInfo { job_id: j1 });
+    assert_eq!(job(r.data).user, "alice");
+
+    // Exactly once: the same write re-sent (same request id, new seq) through the standby,
+    // then directly to the primary by the same client id, is one job.
+    let j2 = rand_u64() >> 1;
+    let mut req = alice.request(submit(j2, "alice", ""));
+    req.forward_within_ms = 3000;
+    assert_eq!(alice.try_send_recv(&req).unwrap().status, 0);
+    alice.seq += 1;
+    req.seq = alice.seq;
+    let again = alice.try_send_recv(&req).unwrap();
+    assert!(again.status >= 0, "re-send: {again:?}");
+    let mut alice_p = tls_client(&ctrl.clients[&p], dir, Some("user-alice"));
+    alice_p.client_id = alice.client_id;
+    alice_p.seq = 100;
+    let mut direct = req.clone();
+    direct.seq = 101;
+    direct.forward_within_ms = 0;
+    assert!(alice_p.try_send_recv(&direct).unwrap().status >= 0);
+    assert_eq!(count(&mut admin, j2), 1);
+
+    // Never more than alice may: not as bob (bound at the primary), not another user's job,
+    // not an admin op.
+    let j3 = rand_u64() >> 1;
+    let r = forwarded(&mut alice, submit(j3, "bob", ""));
+    assert_eq!(r.status, -E_XCE_AUTH, "{r:?}");
+    assert_eq!(count(&mut admin, j3), 0);
+    let j4 = rand_u64() >> 1;
+    admin.ok(submit(j4, "bob", ""));
+    let r = forwarded(
+        &mut alice,
+        Op::JobCtrl {
+            job_id: j4,
+            action: JobAction::Kill,
+        },
+    );
+    assert_eq!(r.status, -E_XCE_AUTH, "{r:?}");
+    let r = forwarded(&mut alice, close_queue());
+    assert_eq!(r.status, -E_XCE_AUTH, "{r:?}");
+    assert!(normal_open(&mut admin));
+    // The primary refused bob's job for alice (the bound is checked on its state).
+    let log = ctrl.log(p);
+    assert!(
+        log.contains("for user-alice: user alice may not submit as user \"bob\""),
+        "no refusal logged by the primary:\n{log}"
+    );
+
+    // Ops bound to a session are not forwarded: STANDBY as before.
+    let r = forwarded(
+        &mut alice,
+        Op::SetPendReason {
+            job_id: j1,
+            reason: "x".into(),
+        },
+    );
+    assert!(
+        r.status == -E_XCE_STANDBY || r.status == -E_XCE_AUTH,
+        "{r:?}"
+    );
+}
+
+#[test]
+fn only_a_member_may_assert_an_identity_on_the_raft_port() {
+    let certs = tempfile::tempdir().unwrap();
+    let dir = certs.path();
+    let (ctrl, p) = tls_cluster(dir);
+    let other = if p == 3 { 2 } else { 3 };
+    let mut admin = tls_client(&ctrl.clients[&p], dir, Some("admin"));
+    let praft = ctrl.raft_addr(p);
+    let pname = format!("xce-node-{p}");
+    let mut c = Client::connect(&ctrl.clients[&p]);
+    let close = c.request(close_queue());
+
+    // Client identities of the cluster's CA, and no certificate at all, as peers claiming
+    // admin: not admitted, nothing applied.
+    for who in [
+        Some("user-alice"),
+        Some("admin"),
+        Some("worker-host1"),
+        None,
+    ] {
+        let id = who.map(|n| (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key"))));
+        let s = tls_stream(
+            &praft,
+            &dir.join("ca.pem"),
+            id.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+            &pname,
+        );
+        if let Ok(mut s) = s {
+            assert!(
+                raft_wire::call(&mut s, &raft_wire::forward("admin", &close)).is_err(),
+                "{who:?} as a peer was answered"
+            );
+        }
+    }
+    assert!(
+        normal_open(&mut admin),
+        "a stranger's claim closed the queue"
+    );
+
+    // A member is trusted with the identity it asserts, and only with that identity.
+    let mut member = tls_stream(
+        &praft,
+        &dir.join("ca.pem"),
+        Some((
+            &dir.join(format!("xce-node-{other}.pem")),
+            &dir.join(format!("xce-node-{other}.key")),
+        )),
+        &pname,
+    )
+    .expect("a member's handshake");
+    let mut ask = |who: &str, req: &wire::Request| -> Vec<u8> {
+        match raft_wire::call(&mut member, &raft_wire::forward(who, req)) {
+            Ok(raft_wire::RpcReply::Forward(b)) => b,
+            other => panic!("forward for {who}: {other:?}"),
+        }
+    };
+    let decode = |b: &[u8]| wire::decode_reply(b, &wire::Limits::default()).expect("reply");
+    let r = decode(&ask("user-alice", &close));
+    assert_eq!(r.status, -E_XCE_AUTH, "{r:?}");
+    assert!(normal_open(&mut admin));
+    // A name that says no role, or a frame that is no request: not taken.
+    assert!(ask("root", &close).is_empty());
+    assert!(ask("user-", &close).is_empty());
+    let j = rand_u64() >> 1;
+    let sub = c.request(submit(j, "alice", ""));
+    let r = decode(&ask("user-alice", &sub));
+    assert_eq!(r.status, 0, "{r:?}");
+    assert_eq!(count(&mut admin, j), 1);
+    // The same request again (a standby's retry): the exactly-once table answers.
+    let r = decode(&ask("user-alice", &sub));
+    assert!(r.status >= 0, "{r:?}");
+    assert_eq!(count(&mut admin, j), 1);
+}

@@ -119,6 +119,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         lease: lease.clone(),
         tls: peer_tls.clone(),
         max_rpc,
+        budgets: Default::default(),
     };
     let raft = Raft::new(id, Arc::new(config), net, log, sm)
         .await

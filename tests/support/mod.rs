@@ -317,10 +317,29 @@ pub fn ok_reply(req: &Request) -> Reply {
 
 /// A port on which nothing listens (connect: ECONNREFUSED).
 pub fn refused_endpoint() -> Endpoint {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
-    Endpoint::new("127.0.0.1", port)
+    // A port bound but never listened on: a connect to it is refused, and it stays this test
+    // process's for good, so no socket made later (a fake controller's port 0) can get it. (A
+    // listener bound and dropped freed its port for the next bind: a fake controller started
+    // after it got the same port, once.)
+    // SAFETY: plain socket calls on a descriptor made here; `addr` and `len` outlive them.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let sa = &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr;
+        assert_eq!(
+            libc::bind(fd, sa, len),
+            0,
+            "bind: {}",
+            std::io::Error::last_os_error()
+        );
+        assert_eq!(libc::getsockname(fd, sa, &mut len), 0);
+        // The descriptor is kept open on purpose (the port stays reserved, never listened on).
+        Endpoint::new("127.0.0.1", u16::from_be(addr.sin_port))
+    }
 }
 
 /// Short timeouts for tests; waitPrimary, suspicion (F25) and learning the members (F29, one

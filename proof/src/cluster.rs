@@ -74,6 +74,26 @@ pub fn kill_nodes_with_this_process(on: bool) {
     DIE_WITH_PARENT.store(on, Ordering::Relaxed);
 }
 
+/// Builds the controller in this crate's profile (unless `XCE_CONTROLLER` names one), so that
+/// a command of this crate never measures a stale one.
+pub fn build_controller() -> Result<(), String> {
+    if std::env::var_os("XCE_CONTROLLER").is_some() {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args(["build", "--quiet", "-p", "xce-controller"]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    match cmd.status() {
+        Ok(st) if st.success() => Ok(()),
+        Ok(st) => Err(format!("cargo build -p xce-controller: {st}")),
+        Err(e) => Err(format!("cargo build -p xce-controller: {e}")),
+    }
+}
+
 /// The `xce-controller` binary: `$XCE_CONTROLLER`, else next to the running executable's
 /// target directory (`target/<profile>/xce-controller`), preferring the same profile.
 pub fn controller_bin() -> PathBuf {
@@ -370,14 +390,7 @@ static PROBE_SEQ: AtomicU64 = AtomicU64::new(1);
 /// (`Primary` when it serves, the role from its info otherwise), or `None` for a status
 /// without info. Transport failures are `Err`.
 pub fn probe(addr: SocketAddr, timeout: Duration) -> io::Result<Option<ControllerRole>> {
-    let reply = raw_call(
-        addr,
-        Op::Hello(Hello {
-            client_name: "probe".into(),
-            protocol_version: wire::PROTOCOL_VERSION,
-        }),
-        timeout,
-    )?;
+    let reply = hello_reply(addr, timeout)?;
     Ok(match reply.data {
         ReplyData::CtrlInfo(info) if reply.status >= 0 => Some(info.role),
         _ if reply.status >= 0 => Some(ControllerRole::Primary),
@@ -385,16 +398,20 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> io::Result<Option<Controlle
     })
 }
 
-/// `hello` to `addr` on a fresh connection: the node's answer, if it gave one.
-pub fn probe_info(addr: SocketAddr, timeout: Duration) -> io::Result<Option<wire::ControllerInfo>> {
-    let reply = raw_call(
+fn hello_reply(addr: SocketAddr, timeout: Duration) -> io::Result<Reply> {
+    raw_call(
         addr,
         Op::Hello(Hello {
             client_name: "probe".into(),
             protocol_version: wire::PROTOCOL_VERSION,
         }),
         timeout,
-    )?;
+    )
+}
+
+/// `hello` to `addr` on a fresh connection: the node's answer, if it gave one.
+pub fn probe_info(addr: SocketAddr, timeout: Duration) -> io::Result<Option<wire::ControllerInfo>> {
+    let reply = hello_reply(addr, timeout)?;
     Ok(match reply.data {
         ReplyData::CtrlInfo(info) => Some(info),
         _ => None,

@@ -176,7 +176,6 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
             .map_err(|e| format!("heal: {e}"))?;
         Ok::<_, String>(during)
     })();
-    let t_healed = origin.elapsed();
     // Service after the heal, then the term the cluster settled on.
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
@@ -187,7 +186,6 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
     let during = outcome?;
     let term2 = cluster.max_term(probe).ok_or("no term after the fault")?;
     let end = origin.elapsed();
-    let _ = t_healed;
     let mut unavailable = Vec::new();
     let mut calm_gap = Duration::ZERO;
     let (mut calm_writes, mut errors) = (0, 0);

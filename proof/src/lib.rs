@@ -9,4 +9,4 @@ pub mod netfaults;
 pub mod netns;
 pub mod sys;
 
-pub use cluster::{controller_bin, Cluster, ClusterOpts};
+pub use cluster::{build_controller, controller_bin, Cluster, ClusterOpts};

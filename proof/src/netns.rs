@@ -66,32 +66,22 @@ pub fn unavailable() -> Option<String> {
 
 /// Runs `ip ARGS`; an error carries its stderr.
 pub fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    tool("ip", args)
 }
 
 /// Runs `tc ARGS`; an error carries its stderr.
 pub fn tc(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("tc")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()?;
+    tool("tc", args)
+}
+
+/// Runs `cmd ARGS` (iproute2's `ip` or `tc`); an error carries its stderr.
+fn tool(cmd: &str, args: &[&str]) -> io::Result<()> {
+    let out = Command::new(cmd).args(args).stdin(Stdio::null()).output()?;
     if out.status.success() {
         Ok(())
     } else {
         Err(io::Error::other(format!(
-            "tc {}: {}",
+            "{cmd} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         )))

@@ -70,28 +70,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(Args { opts, build })
 }
 
-/// Builds the controller in this binary's profile so that the bench never measures a stale one.
-fn build_controller() -> Result<(), String> {
-    if std::env::var_os("XCE_CONTROLLER").is_some() {
-        return Ok(());
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.current_dir(root)
-        .args(["build", "--quiet", "-p", "xce-controller"]);
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
-    let st = cmd
-        .status()
-        .map_err(|e| format!("cargo build -p xce-controller: {e}"))?;
-    if !st.success() {
-        return Err(format!("cargo build -p xce-controller: {st}"));
-    }
-    Ok(())
-}
-
 fn print(t: &Table, all: &mut Vec<Table>) {
     println!("{t}");
     all.push(t.clone());
@@ -119,7 +97,7 @@ fn main() -> ExitCode {
     };
     let mut opts = args.opts;
     if args.build {
-        if let Err(e) = build_controller() {
+        if let Err(e) = xce_proof::build_controller() {
             eprintln!("xce-bench: {e}");
             return ExitCode::FAILURE;
         }

@@ -75,24 +75,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn build_controller() -> Result<(), String> {
-    if std::env::var_os("XCE_CONTROLLER").is_some() {
-        return Ok(());
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args(["build", "--quiet", "-p", "xce-controller"]);
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
-    match cmd.status() {
-        Ok(st) if st.success() => Ok(()),
-        Ok(st) => Err(format!("cargo build -p xce-controller: {st}")),
-        Err(e) => Err(format!("cargo build -p xce-controller: {e}")),
-    }
-}
-
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
@@ -109,7 +91,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if args.build {
-        if let Err(e) = build_controller() {
+        if let Err(e) = xce_proof::build_controller() {
             eprintln!("xce-congestion: {e}");
             return ExitCode::FAILURE;
         }

@@ -7,6 +7,7 @@ pub mod congestion;
 pub mod linearizable;
 pub mod netfaults;
 pub mod netns;
+pub mod rolling;
 pub mod sys;
 
 pub use cluster::{build_controller, controller_bin, Cluster, ClusterOpts};

@@ -1,0 +1,369 @@
+//! S14 / C14 / P13: a rolling restart under load. Writing (`jobsubmit`) and listing
+//! (`joblist`) contexts run while every controller is restarted in turn, primary last (so it
+//! hands over to a standby restarted before it); a round reports each call's latency, split
+//! into calls invoked during a restart and outside them, the errors callers saw, and whether
+//! every acknowledged job is listed exactly once afterwards.
+//!
+//! Used by the test `proof/tests/rolling_restart.rs` (S14: no error, nothing lost or twice)
+//! and the `xce-rolling` command (the P13 table, side by side with another controller build
+//! or with crash restarts).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use xce::client::{new_job_id, parse_masters, Client, Config};
+use xce::wire::{JobFilter, JobSpec};
+
+use crate::bench::table::{num, Table, Verdict};
+use crate::bench::Summary;
+use crate::{Cluster, ClusterOpts};
+
+/// How each controller is restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// SIGTERM, wait for the exit (a planned restart: the primary hands over, C14).
+    Terminate,
+    /// `kill -9` (a crash), then start again: what a planned restart cost before C14.
+    Kill,
+}
+
+impl Restart {
+    pub fn label(self) -> &'static str {
+        match self {
+            Restart::Terminate => "SIGTERM",
+            Restart::Kill => "kill -9",
+        }
+    }
+}
+
+/// How a round runs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub writers: usize,
+    pub listers: usize,
+    /// A lister's page: the listing path on every call, at a cost that does not grow with
+    /// the jobs written during the run.
+    pub list_limit: u32,
+    /// Each context's pause between calls.
+    pub pause: Duration,
+    /// Load before the first restart.
+    pub warmup: Duration,
+    /// After a node is started again, before the next restart (the restart's window ends).
+    pub settle: Duration,
+    pub restart: Restart,
+    /// Controller logs (`node-N.log`); `None`: a temporary directory, removed afterwards.
+    pub log_dir: Option<PathBuf>,
+    pub controller_args: Vec<String>,
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan {
+            writers: 64,
+            listers: 8,
+            list_limit: 500,
+            pause: Duration::from_millis(10),
+            warmup: Duration::from_secs(2),
+            settle: Duration::from_millis(1500),
+            restart: Restart::Terminate,
+            log_dir: None,
+            controller_args: Vec::new(),
+        }
+    }
+}
+
+/// One round's outcome.
+#[derive(Debug, Clone, Default)]
+pub struct RoundResult {
+    /// Latencies of the calls invoked outside the restarts' windows.
+    pub outside: Vec<Duration>,
+    /// Latencies of the calls invoked while a node was being restarted (from its signal
+    /// until `settle` after it was started again).
+    pub during: Vec<Duration>,
+    /// Calls that returned an error, and the first few errors.
+    pub errors: usize,
+    pub error_samples: Vec<String>,
+    /// Writes acknowledged; of them, not listed afterwards, and listed more than once.
+    pub acked: usize,
+    pub missing: usize,
+    pub duplicated: usize,
+    /// Primaries whose log says they handed leadership over (C14).
+    pub handed_over: usize,
+    /// Nodes that did not exit within 10 s of SIGTERM (killed then).
+    pub stuck: Vec<u32>,
+}
+
+struct Call {
+    invoked: Duration,
+    took: Duration,
+}
+
+fn spec(name: &str) -> JobSpec {
+    JobSpec {
+        job_id: new_job_id(),
+        name: name.into(),
+        user: "alice".into(),
+        queue: String::new(),
+        command: "sleep 1".into(),
+        ncpus: 1,
+        mem_mb: 64,
+    }
+}
+
+fn client_for(masters: &str) -> Result<Client, String> {
+    let mut cfg = Config::new(parse_masters(masters).map_err(|e| e.to_string())?);
+    cfg.client_name = "rolling".into();
+    Client::start(cfg).map_err(|e| format!("client start: {e}"))
+}
+
+/// Bound on waiting for a primary.
+const PRIMARY_WAIT: Duration = Duration::from_secs(15);
+
+/// Runs one round on a fresh 3-node cluster of `$XCE_CONTROLLER` (see
+/// [`crate::controller_bin`]).
+pub fn round(plan: &Plan) -> Result<RoundResult, String> {
+    let own_logs = plan.log_dir.is_none();
+    let log_dir = plan.log_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "xce-rolling-{}-{}",
+            std::process::id(),
+            new_job_id()
+        ))
+    });
+    let mut c = Cluster::start(
+        3,
+        ClusterOpts {
+            extra_args: plan.controller_args.clone(),
+            log_dir: Some(log_dir.clone()),
+        },
+    )
+    .map_err(|e| format!("start cluster: {e}"))?;
+    let res = run(&mut c, plan, &log_dir);
+    c.stop_all(Duration::from_secs(5));
+    if own_logs && res.is_ok() {
+        let _ = std::fs::remove_dir_all(&log_dir);
+    }
+    res
+}
+
+fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundResult, String> {
+    let p0 = c.wait_primary(PRIMARY_WAIT).ok_or("no primary elected")?;
+    let masters = c.masters();
+    let origin = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let errors = Arc::new(Mutex::new((0usize, Vec::<String>::new())));
+    let mut threads = Vec::new();
+    for w in 0..plan.writers + plan.listers {
+        let (stop, masters, acked, errors) =
+            (stop.clone(), masters.clone(), acked.clone(), errors.clone());
+        let (writer, pause, limit) = (w < plan.writers, plan.pause, plan.list_limit);
+        threads.push(std::thread::spawn(move || -> Result<Vec<Call>, String> {
+            let cl = client_for(&masters)?;
+            let mut calls = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let invoked = origin.elapsed();
+                let res = if writer {
+                    let s = spec("rolling");
+                    let r = cl.jobsubmit(s.clone());
+                    if r.is_ok() {
+                        acked.lock().unwrap().push(s.job_id);
+                    }
+                    r.map(|_| ())
+                } else {
+                    cl.joblist(JobFilter {
+                        limit,
+                        ..JobFilter::default()
+                    })
+                    .map(|_| ())
+                };
+                let took = origin.elapsed() - invoked;
+                if let Err(e) = res {
+                    let mut g = errors.lock().unwrap();
+                    g.0 += 1;
+                    if g.1.len() < 5 {
+                        g.1.push(format!(
+                            "{} at {:?}: {e}; {:?}",
+                            if writer { "jobsubmit" } else { "joblist" },
+                            invoked,
+                            cl.last_error()
+                        ));
+                    }
+                }
+                calls.push(Call { invoked, took });
+                std::thread::sleep(pause);
+            }
+            Ok(calls)
+        }));
+    }
+
+    std::thread::sleep(plan.warmup);
+    let mut windows = Vec::new();
+    let mut out = RoundResult::default();
+    // The primary last, so that it hands over to a standby restarted before it.
+    let order: Vec<u32> = (1..=3).filter(|&i| i != p0).chain([p0]).collect();
+    let mut failed = None;
+    for id in order {
+        let was_primary = c.primary_now() == Some(id);
+        let start = origin.elapsed();
+        match plan.restart {
+            Restart::Terminate => {
+                if !c.terminate(id, Duration::from_secs(10)) {
+                    out.stuck.push(id);
+                }
+            }
+            Restart::Kill => c.kill(id),
+        }
+        if let Err(e) = c.restart(id) {
+            failed = Some(format!("start node {id} again: {e}"));
+            break;
+        }
+        std::thread::sleep(plan.settle);
+        windows.push((start, origin.elapsed()));
+        if was_primary {
+            let log =
+                std::fs::read_to_string(log_dir.join(format!("node-{id}.log"))).unwrap_or_default();
+            if log.lines().any(|l| l.contains("handed leadership over")) {
+                out.handed_over += 1;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = Vec::new();
+    for t in threads {
+        calls.extend(t.join().map_err(|_| "a client thread panicked")??);
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    for call in calls {
+        let during = windows
+            .iter()
+            .any(|&(a, b)| call.invoked >= a && call.invoked < b);
+        if during {
+            out.during.push(call.took);
+        } else {
+            out.outside.push(call.took);
+        }
+    }
+    let (n, samples) = std::mem::take(&mut *errors.lock().unwrap());
+    out.errors = n;
+    out.error_samples = samples;
+
+    // Every acknowledged job listed exactly once (paged: thousands were written).
+    let acked = acked.lock().unwrap().clone();
+    let listed = client_for(&masters)?
+        .joblist_all(JobFilter::default())
+        .map_err(|e| format!("joblist_all: {e}"))?;
+    let mut count: HashMap<u64, usize> = HashMap::new();
+    for j in listed {
+        *count.entry(j.job_id).or_default() += 1;
+    }
+    out.acked = acked.len();
+    out.missing = acked.iter().filter(|id| !count.contains_key(id)).count();
+    out.duplicated = acked
+        .iter()
+        .filter(|id| count.get(id).is_some_and(|&n| n > 1))
+        .count();
+    Ok(out)
+}
+
+/// Latencies in milliseconds.
+fn ms(v: &[Duration]) -> Option<Summary> {
+    Summary::of(&v.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>())
+}
+
+/// The 99.9th percentile in milliseconds: the calls that waited out a failover are a few per
+/// context per restart, below the p99 of all calls during the restarts.
+fn p999(v: &[Duration]) -> Option<f64> {
+    let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    if ms.is_empty() {
+        return None;
+    }
+    ms.sort_by(f64::total_cmp);
+    Some(crate::bench::stats::percentile(&ms, 99.9))
+}
+
+/// The P13 table: one row per (controller, restart kind) measured.
+pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
+    let mut t = Table::new("P13", "rolling restart under load: errors and latency");
+    t.note(format!(
+        "3 controllers and the clients on this machine; {} writing and {} listing contexts \
+         ({} ms between calls, lists of {} jobs); every node restarted in turn, primary last; \
+         a call is 'during' when invoked between a node's signal and {:.1} s after it was \
+         started again; a fresh cluster per round",
+        plan.writers,
+        plan.listers,
+        plan.pause.as_millis(),
+        plan.list_limit,
+        plan.settle.as_secs_f64()
+    ));
+    t.header = [
+        "controller, restart",
+        "rounds",
+        "calls",
+        "errors",
+        "lost / twice",
+        "p99 outside ms",
+        "p99 during ms",
+        "during − outside",
+        "p99.9 during ms",
+        "max during ms",
+        "handed over",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut verdict = None;
+    for (label, rs) in runs {
+        if rs.is_empty() {
+            continue;
+        }
+        let outside: Vec<Duration> = rs.iter().flat_map(|r| r.outside.clone()).collect();
+        let during: Vec<Duration> = rs.iter().flat_map(|r| r.during.clone()).collect();
+        let errors: usize = rs.iter().map(|r| r.errors).sum();
+        let lost: usize = rs.iter().map(|r| r.missing).sum();
+        let twice: usize = rs.iter().map(|r| r.duplicated).sum();
+        let (so, sd) = (ms(&outside), ms(&during));
+        let (po, pd) = (so.map(|s| s.p99), sd.map(|s| s.p99));
+        let diff = po.zip(pd).map(|(o, d)| d - o);
+        t.row(vec![
+            label.clone(),
+            rs.len().to_string(),
+            (outside.len() + during.len()).to_string(),
+            errors.to_string(),
+            format!("{lost} / {twice}"),
+            po.map_or("-".into(), num),
+            pd.map_or("-".into(), num),
+            diff.map_or("-".into(), |d| {
+                format!("{}{}", if d >= 0.0 { "+" } else { "" }, num(d))
+            }),
+            p999(&during).map_or("-".into(), num),
+            sd.map_or("-".into(), |s| num(s.max)),
+            format!(
+                "{}/{}",
+                rs.iter().map(|r| r.handed_over).sum::<usize>(),
+                rs.len()
+            ),
+        ]);
+        // The verdict is the last row's (this build, planned restarts).
+        let d = diff.unwrap_or(f64::INFINITY);
+        verdict = Some((
+            errors == 0 && lost == 0 && twice == 0 && d <= 50.0,
+            format!(
+                "{label}: {errors} errors, {lost} lost, {twice} twice, p99 during − outside {} ms",
+                num(d)
+            ),
+        ));
+    }
+    if let Some((ok, detail)) = verdict {
+        t.target(
+            "0 errors, nothing lost or twice, p99 during within 50 ms of p99 outside",
+            Verdict::from(ok, detail),
+        );
+    }
+    t
+}

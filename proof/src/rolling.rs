@@ -209,6 +209,9 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
     for id in order {
         let was_primary = c.primary_now() == Some(id);
         let start = origin.elapsed();
+        // A node's log file goes on across restarts and rounds: only what this stop wrote.
+        let log_path = log_dir.join(format!("node-{id}.log"));
+        let log_from = std::fs::metadata(&log_path).map_or(0, |m| m.len() as usize);
         match plan.restart {
             Restart::Terminate => {
                 if !c.terminate(id, Duration::from_secs(10)) {
@@ -224,8 +227,8 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
         std::thread::sleep(plan.settle);
         windows.push((start, origin.elapsed()));
         if was_primary {
-            let log =
-                std::fs::read_to_string(log_dir.join(format!("node-{id}.log"))).unwrap_or_default();
+            let log = std::fs::read(&log_path).unwrap_or_default();
+            let log = String::from_utf8_lossy(log.get(log_from..).unwrap_or_default());
             if log.lines().any(|l| l.contains("handed leadership over")) {
                 out.handed_over += 1;
             }

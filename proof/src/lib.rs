@@ -8,6 +8,7 @@ pub mod linearizable;
 pub mod netfaults;
 pub mod netns;
 pub mod rolling;
+pub mod sides;
 pub mod sys;
 
 pub use cluster::{build_controller, controller_bin, Cluster, ClusterOpts};

@@ -8,157 +8,79 @@
 //! cargo run --release -p xce-proof --bin xce-congestion -- [--rounds 3] [--before PATH]
 //! ```
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use xce_proof::congestion::{self, Plan};
+use xce_proof::sides::{self, Row};
 
-const USAGE: &str =
-    "usage: xce-congestion [--rounds N] [--rate R] [--writers N] [--before PATH] [--no-build]
-  --rounds N     rounds per controller (default 3)
+const TOOL: &str = "xce-congestion";
+
+fn main() -> ExitCode {
+    let usage = format!(
+        "usage: {TOOL} [--rounds N] [--rate R] [--writers N] [--before PATH] [--args FLAGS] [--no-build]
   --rate R       tc rate of every link (default 1mbit)
   --writers N    writer threads (default 8)
-  --before PATH  also measure this controller binary, round for round, in the same run
-  --args FLAGS   extra `xce-controller run` flags, for every binary measured
-  --no-build     do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
-
-struct Args {
-    rounds: usize,
-    rate: String,
-    writers: usize,
-    before: Option<PathBuf>,
-    extra: Vec<String>,
-    build: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        rounds: 3,
-        rate: "1mbit".into(),
-        writers: 8,
-        before: None,
-        extra: Vec::new(),
-        build: true,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "--rounds" => {
-                a.rounds = value("a number")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or("--rounds: a positive number")?
-            }
+{}",
+        sides::COMMON_USAGE
+    );
+    let (mut rate, mut writers) = ("1mbit".to_string(), 8usize);
+    let parsed = sides::parse(&mut |flag, value| {
+        match flag {
+            "--rate" => rate = value("a rate")?,
             "--writers" => {
-                a.writers = value("a number")?
+                writers = value("a number")?
                     .parse()
                     .ok()
                     .filter(|&n| n > 0 && n <= 256)
                     .ok_or("--writers: 1..256")?
             }
-            "--rate" => a.rate = value("a rate")?,
-            "--before" => a.before = Some(PathBuf::from(value("a path")?)),
-            "--args" => {
-                a.extra = value("flags")?
-                    .split_whitespace()
-                    .map(String::from)
-                    .collect()
-            }
-            "--no-build" => a.build = false,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            _ => return Ok(false),
         }
-    }
-    Ok(a)
-}
-
-fn main() -> ExitCode {
-    let args = match parse_args() {
+        Ok(true)
+    });
+    let args = match sides::start(TOOL, &usage, parsed, true) {
         Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xce-congestion: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if let Some(why) = xce_proof::netns::unavailable() {
-        eprintln!("xce-congestion: network namespaces unavailable: {why}");
-        return ExitCode::FAILURE;
-    }
-    if args.build {
-        if let Err(e) = xce_proof::build_controller() {
-            eprintln!("xce-congestion: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
-    }
-    let logs = std::env::temp_dir().join(format!("xce-congestion-logs-{}", std::process::id()));
+    let logs = std::env::temp_dir().join(format!("{TOOL}-logs-{}", std::process::id()));
     let plan = Plan {
-        rate: args.rate.clone(),
-        writers: args.writers,
+        rate,
+        writers,
         log_dir: Some(logs.clone()),
         controller_args: args.extra.clone(),
         ..Plan::default()
     };
-    let current = xce_proof::controller_bin();
-    let mut bins: Vec<(String, PathBuf)> = Vec::new();
+    let mut rows = Vec::new();
     if let Some(b) = &args.before {
-        bins.push(("before".into(), b.clone()));
+        rows.push(Row {
+            label: "before".into(),
+            bin: b.clone(),
+            with: (),
+        });
     }
-    bins.push(("this build".into(), current.clone()));
-    println!(
-        "xce-congestion: {} rounds per controller; {}; {} CPUs; controller logs in {}{}\n",
-        args.rounds,
-        bins.iter()
-            .map(|(l, p)| format!("{l}: {}", p.display()))
-            .collect::<Vec<_>>()
-            .join(", "),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        logs.display(),
-        if cfg!(debug_assertions) {
-            "; WARNING: debug build, numbers are not representative"
-        } else {
-            ""
-        }
-    );
+    rows.push(Row {
+        label: "this build".into(),
+        bin: xce_proof::controller_bin(),
+        with: (),
+    });
+    sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
-    let mut runs: Vec<(String, Vec<congestion::RoundResult>)> =
-        bins.iter().map(|(l, _)| (l.clone(), Vec::new())).collect();
-    // Round for round, alternating binaries: the machine's mood hits both alike.
-    for round in 0..args.rounds {
-        for (i, (label, bin)) in bins.iter().enumerate() {
-            // SAFETY of set_var: this program's only other threads are joined writers of the
-            // previous round; nothing reads the environment concurrently.
-            std::env::set_var("XCE_CONTROLLER", bin);
-            match congestion::round(&plan) {
-                Ok(r) => {
-                    eprintln!(
-                        "  {label} round {}: {} elections calm, {} for the fault, unavailable max {:.2} s, {} failed calls",
-                        round + 1,
-                        r.calm_elections,
-                        r.fault_elections,
-                        r.unavailable.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64(),
-                        r.errors
-                    );
-                    runs[i].1.push(r);
-                }
-                Err(e) => {
-                    eprintln!(
-                        "xce-congestion: {label}: {e} (controller logs in {})",
-                        logs.display()
-                    );
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-    }
+    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
+        let r = congestion::round(&plan)?;
+        eprintln!(
+            "  {} round {n}: {} elections calm, {} for the fault, unavailable max {:.2} s, {} failed calls",
+            row.label,
+            r.calm_elections,
+            r.fault_elections,
+            r.unavailable.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64(),
+            r.errors
+        );
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     println!("{}", congestion::table(&runs, &plan));
     println!("({:.0} s)", started.elapsed().as_secs_f64());
     ExitCode::SUCCESS

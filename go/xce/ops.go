@@ -569,7 +569,8 @@ func (c *Client) NotifyJobChkpt(ctx context.Context, id uint64) error {
 	return c.Notify(ctx, NotifyJobChkpt, id, 0)
 }
 
-// Heartbeat reports worker host alive (needs a worker session). Fire-and-forget (F12).
+// Heartbeat reports worker host alive (needs a worker session). Fire-and-forget (F12); it
+// replaces a heartbeat of the same host still waiting in the outbox.
 func (c *Client) Heartbeat(ctx context.Context, host string) error {
 	return c.check(ctx, "heartbeat", func(h C.xcecli_ctx_t) C.int {
 		ch := C.CString(host)

@@ -1278,7 +1278,9 @@ int xcecli_notify_jobchkpt(xcecli_ctx_t ctx, uint64_t jobid);
 
 /**
  * `heartbeat` of worker `host` (needs a WORKER session, joined as for `xcecli_notify`).
- * Returns 0 when accepted into the outbox; delivered like a notification.
+ * Returns 0 when accepted into the outbox; delivered like a notification. It replaces a
+ * heartbeat of the same host still waiting there (only the newest counts), so heartbeats
+ * sent through an outage never fill the outbox.
  */
 int xcecli_heartbeat(xcecli_ctx_t ctx, const char *host);
 

@@ -510,7 +510,9 @@ pub extern "C" fn xcecli_notify_jobchkpt(ctx: xcecli_ctx_t, jobid: u64) -> c_int
 }
 
 /// `heartbeat` of worker `host` (needs a WORKER session, joined as for `xcecli_notify`).
-/// Returns 0 when accepted into the outbox; delivered like a notification.
+/// Returns 0 when accepted into the outbox; delivered like a notification. It replaces a
+/// heartbeat of the same host still waiting there (only the newest counts), so heartbeats
+/// sent through an outage never fill the outbox.
 #[no_mangle]
 pub extern "C" fn xcecli_heartbeat(ctx: xcecli_ctx_t, host: *const c_char) -> c_int {
     ffi_panic_boundary! { "xcecli_heartbeat",

@@ -29,7 +29,7 @@ impl LoopState {
     /// after taking the acknowledgements that already arrived).
     pub fn enqueue(&mut self, env: &CallEnv<'_>, op: &Op) -> Result<(), Error> {
         self.take_arrived_acks(env);
-        if self.outbox.len() >= super::outbox::OUTBOX_MAX {
+        if self.outbox.full_for(op) {
             // Full while a connection still owes acknowledgements: a burst outran the
             // primary's commits. Wait for them, at most a reply timeout (never the budget).
             self.await_acks(env, Instant::now() + env.options().reply_timeout);

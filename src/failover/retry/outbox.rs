@@ -70,9 +70,31 @@ impl Outbox {
         self.entries.is_empty()
     }
 
-    /// Accepts a notification with its request id; `E_XCE_OUTBOX_FULL` when full.
+    /// The entry a new `op` replaces: an earlier heartbeat of the same host. A heartbeat
+    /// says "alive now"; only the newest counts, so a worker heartbeating through an outage
+    /// keeps one per host waiting instead of filling the outbox and crowding out its job
+    /// notifications. (The replaced one, if already sent, may still be applied: a heartbeat
+    /// applied twice changes nothing but the time it records.)
+    fn replaced_by(&self, op: &Op) -> Option<usize> {
+        let Op::Heartbeat { host } = op else {
+            return None;
+        };
+        self.entries
+            .iter()
+            .position(|e| matches!(&e.op, Op::Heartbeat { host: h } if h == host))
+    }
+
+    /// Whether `op` would find no room (the outbox full, nothing it replaces).
+    pub fn full_for(&self, op: &Op) -> bool {
+        self.entries.len() >= OUTBOX_MAX && self.replaced_by(op).is_none()
+    }
+
+    /// Accepts a notification with its request id; `E_XCE_OUTBOX_FULL` when full. A heartbeat
+    /// replaces an earlier one of the same host still waiting (it goes last, as the newest).
     pub fn push(&mut self, op: Op, request_id: u64) -> Result<(), Error> {
-        if self.entries.len() >= OUTBOX_MAX {
+        if let Some(k) = self.replaced_by(&op) {
+            self.entries.remove(k);
+        } else if self.entries.len() >= OUTBOX_MAX {
             return Err(Error::OutboxFull);
         }
         self.entries.push_back(Entry {
@@ -139,6 +161,51 @@ mod tests {
         Op::Heartbeat {
             host: format!("h{n}"),
         }
+    }
+
+    /// A worker heartbeating through a long outage keeps one heartbeat per host waiting: its
+    /// job notifications still find room (before: the 129th call of any kind was refused).
+    #[test]
+    fn a_heartbeat_replaces_the_waiting_one_of_its_host() {
+        let mut o = Outbox::default();
+        let finish = |id: u64| {
+            Op::Notify(crate::wire::Notify {
+                kind: crate::wire::NotifyKind::JobFinish,
+                job_id: id,
+                exit_code: 0,
+            })
+        };
+        o.push(finish(1), 1).unwrap();
+        let now = Instant::now();
+        for i in 0..1000u64 {
+            let hb = Op::Heartbeat { host: "w1".into() };
+            assert!(!o.full_for(&hb));
+            o.push(hb, 10 + i).unwrap();
+            if i == 0 {
+                let k = o.unsent(1)[1];
+                o.mark_sent(k, 1, 7, now);
+            }
+        }
+        o.push(Op::Heartbeat { host: "w2".into() }, 2000).unwrap();
+        assert_eq!(o.len(), 3, "the notification and one heartbeat per host");
+        assert_eq!(o.entry(1).request_id, 1009, "the newest heartbeat of w1");
+        assert_eq!(
+            o.acked(1, 7, 0),
+            Acked::Unknown,
+            "the acknowledgement of a replaced heartbeat matches nothing"
+        );
+        for i in 2..OUTBOX_MAX as u64 - 1 {
+            o.push(finish(i), 3000 + i).unwrap();
+        }
+        assert_eq!(o.len(), OUTBOX_MAX);
+        let hb = Op::Heartbeat { host: "w1".into() };
+        assert!(
+            !o.full_for(&hb),
+            "full, but a heartbeat of w1 still replaces"
+        );
+        o.push(hb, 5000).unwrap();
+        assert!(o.full_for(&finish(999)));
+        assert_eq!(o.push(finish(999), 5001), Err(Error::OutboxFull));
     }
 
     #[test]

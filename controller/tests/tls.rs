@@ -150,3 +150,122 @@ fn client_certificates_are_verified_when_required() {
         "rogue client cert"
     );
 }
+
+/// After the handshake the controller drives rustls on the socket itself (P15): requests
+/// split over several records or sharing one, a request and a reply each larger than a
+/// record (16 KiB), a record that does not decrypt (closed, the cause logged), and the
+/// client's close_notify (closed quietly).
+#[test]
+fn records_after_the_handshake() {
+    use std::io::{Read, Write};
+    use xce::wire::{self, ReplyData};
+    let dir = tempfile::tempdir().unwrap();
+    make_pki(dir.path(), 1);
+    let flags = tls_flags(dir.path());
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(1, &args);
+    common::wait_tls_primary(&ctrl, dir.path(), "admin");
+    let addr = ctrl.clients[&1].clone();
+    let (ca, cert, key) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("admin.pem"),
+        dir.path().join("admin.key"),
+    );
+    let stream = || tls_stream(&addr, &ca, Some((&cert, &key)), "127.0.0.1").unwrap();
+
+    // A 40 KiB job (three records each way), then three hellos: the first in three records
+    // of its own, the other two sharing one record.
+    let mut s = stream();
+    let mut seq = 0;
+    let mut frame = |op: Op| {
+        seq += 1;
+        let mut out = Vec::new();
+        let req = wire::Request {
+            seq,
+            client_id: [9; 16],
+            request_id: if op.kind() == wire::OpKind::Write {
+                seq
+            } else {
+                0
+            },
+            no_reply: false,
+            op,
+            auth_token: String::new(),
+            forward_within_ms: 0,
+        };
+        wire::encode_request(&req, &mut out);
+        out
+    };
+    let big = "x".repeat(40 * 1024);
+    let mut job_op = submit(77, "alice", "normal");
+    if let Op::JobSubmit(spec) = &mut job_op {
+        spec.command = big.clone();
+    }
+    let submit_frame = frame(job_op);
+    let info_frame = frame(Op::JobInfo { job_id: 77 });
+    let hellos: Vec<Vec<u8>> = (0..3).map(|_| frame(hello())).collect();
+    let limits = wire::Limits::default();
+    let mut buf = Vec::new();
+    let mut reply = |s: &mut rustls::StreamOwned<_, _>| {
+        wire::read_frame(s, &limits, &mut buf).unwrap();
+        wire::decode_reply(&buf, &limits).unwrap()
+    };
+    s.write_all(&submit_frame).unwrap();
+    s.flush().unwrap();
+    let r = reply(&mut s);
+    assert_eq!((r.seq, r.status), (1, 0), "{r:?}");
+    s.write_all(&info_frame).unwrap();
+    s.flush().unwrap();
+    let r = reply(&mut s);
+    match r.data {
+        ReplyData::Job(j) => assert_eq!(j.command, big),
+        other => panic!("expected the job, got {other:?}"),
+    }
+    let h = &hellos[0];
+    for part in [&h[..5], &h[5..17], &h[17..]] {
+        s.write_all(part).unwrap(); // one record per write
+        s.flush().unwrap();
+    }
+    s.write_all(&[&hellos[1][..], &hellos[2][..]].concat())
+        .unwrap();
+    s.flush().unwrap();
+    for want in 3..=5 {
+        let r = reply(&mut s);
+        assert_eq!((r.seq, r.status), (want, 0), "{r:?}");
+    }
+
+    // The client's close_notify: the controller closes, and logs nothing about it.
+    s.conn.send_close_notify();
+    s.flush().unwrap();
+    let mut rest = Vec::new();
+    let _ = s.sock.read_to_end(&mut rest);
+    assert!(!ctrl.log(1).contains("read failed"), "{}", ctrl.log(1));
+
+    // A record that does not decrypt: an alert, then the connection closes; logged.
+    let mut s = stream();
+    s.sock
+        .write_all(
+            &[0x17, 3, 3, 0, 32]
+                .iter()
+                .chain(&[0x5a; 32])
+                .copied()
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let t = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let _ = s.sock.read_to_end(&mut rest);
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "not closed: {:?}",
+        t.elapsed()
+    );
+    assert!(
+        rest.starts_with(&[0x15, 3, 3]) || rest.starts_with(&[0x17, 3, 3]),
+        "{rest:?}"
+    );
+    ctrl.wait_until("the bad record logged", Duration::from_secs(5), || {
+        ctrl.log(1).contains("read failed")
+    });
+    assert!(!ctrl.log(1).contains("closed mid-frame"), "{}", ctrl.log(1));
+}

@@ -63,11 +63,8 @@ impl Mode {
     }
 }
 
-/// What one mode measured.
+/// What one mode measured of P4 and P11.
 struct Measured {
-    rtt: Summary,
-    /// P1's request and reply frames, bytes (measured without TLS only).
-    sizes: Option<(usize, usize)>,
     kills: Summary,
     rate1: f64,
     rate64: f64,
@@ -92,29 +89,53 @@ fn ready_client(mode: &Mode, c: &Cluster) -> Result<Client, String> {
     }
 }
 
-fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
-    let mut c = mode.cluster(opts)?;
-    let client = ready_client(mode, &c)?;
-    // P1: a read's round trip through the library (hello, through the read path).
-    let n = opts.pick(2_000, 20_000);
+/// P1, side by side: both clusters run at once and the two clients take turns, a batch of
+/// hellos each (the order swapped every round), so that a neighbour's burst on the shared
+/// machine lands on both modes alike. Returns the round trips of each mode and P1's request
+/// and reply sizes.
+fn p1_side_by_side(
+    modes: [&Mode; 2],
+    opts: &BenchOpts,
+) -> Result<([Summary; 2], (usize, usize)), String> {
+    let clusters = [modes[0].cluster(opts)?, modes[1].cluster(opts)?];
+    let clients = [
+        ready_client(modes[0], &clusters[0])?,
+        ready_client(modes[1], &clusters[1])?,
+    ];
     let op = Op::Hello(Hello {
         client_name: "p15".into(),
         protocol_version: xce::wire::PROTOCOL_VERSION,
     });
-    for _ in 0..100 {
-        client.call(op.clone()).map_err(|e| format!("hello: {e}"))?;
-    }
-    let mut rtts = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        client.call(op.clone()).map_err(|e| format!("hello: {e}"))?;
-        rtts.push(t.elapsed());
+    let (rounds, batch) = (opts.pick(10, 20), 1_000);
+    let mut rtts: [Vec<Duration>; 2] = Default::default();
+    for round in 0..=rounds {
+        for k in 0..2 {
+            let i = (k + round) % 2;
+            for _ in 0..batch {
+                let t = Instant::now();
+                clients[i]
+                    .call(op.clone())
+                    .map_err(|e| format!("hello ({}): {e}", modes[i].name))?;
+                // Round 0 warms both up.
+                if round > 0 {
+                    rtts[i].push(t.elapsed());
+                }
+            }
+        }
     }
     // The plaintext sizes of P1's request and reply, for the in-memory rustls measure.
-    let sizes = match mode.pki {
-        Some(_) => None,
-        None => Some(p1_sizes(&c, &client, &op)?),
-    };
+    let plain = if modes[0].pki.is_none() { 0 } else { 1 };
+    let sizes = p1_sizes(&clusters[plain], &clients[plain], &op)?;
+    for mut c in clusters {
+        c.kill_all();
+    }
+    let s = |v: &[Duration]| Summary::of_us(v).ok_or("no round trips");
+    Ok(([s(&rtts[0])?, s(&rtts[1])?], sizes))
+}
+
+fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
+    let mut c = mode.cluster(opts)?;
+    let client = ready_client(mode, &c)?;
     // P11: writes per second with 1 and 64 contexts.
     let dur = Duration::from_secs(opts.pick(3, 10));
     let mk = |k: usize| {
@@ -178,8 +199,6 @@ fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
     let _ = writer.join();
     c.kill_all();
     Ok(Measured {
-        rtt: Summary::of_us(&rtts).ok_or("no round trips")?,
-        sizes,
         kills: Summary::of(&recoveries.iter().map(|d| ms(*d)).collect::<Vec<_>>())
             .ok_or("no kills")?,
         rate1,
@@ -364,26 +383,22 @@ fn rustls_cost(
     Ok((min(full), Some(min(seal_open))))
 }
 
-/// Runs both modes, off first, and compares.
+/// Runs both modes (P1 side by side, then P4 and P11 off first) and compares.
 pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     let dir = std::env::temp_dir().join(format!("xce-p15-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     pki(&dir)?;
-    let off = measure(
-        &Mode {
-            name: "off",
-            pki: None,
-        },
-        opts,
-    )?;
-    let on = measure(
-        &Mode {
-            name: "mTLS + roles",
-            pki: Some(dir.clone()),
-        },
-        opts,
-    )?;
-    let (req_len, rep_len) = off.sizes.ok_or("no P1 sizes")?;
+    let off_mode = Mode {
+        name: "off",
+        pki: None,
+    };
+    let on_mode = Mode {
+        name: "mTLS + roles",
+        pki: Some(dir.clone()),
+    };
+    let ([off_rtt, on_rtt], (req_len, rep_len)) = p1_side_by_side([&off_mode, &on_mode], opts)?;
+    let off = measure(&off_mode, opts)?;
+    let on = measure(&on_mode, opts)?;
     let rustls = rustls_cost(
         &dir,
         "127.0.0.1",
@@ -398,8 +413,8 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     );
     t.note("3 controllers on loopback; on: every link mutual TLS (raft and client port), every op authorized, the library as admin with a certificate");
     t.note(format!(
-        "P1: {} hellos through the library; P11: jobsubmit/s over {} s; P4: {} kill -9 of the primary with a writer running",
-        opts.pick(2_000, 20_000),
+        "P1: {} hellos through the library per mode, both clusters running, in alternating batches of 1,000; P11: jobsubmit/s over {} s; P4: {} kill -9 of the primary with a writer running",
+        opts.pick(10_000, 20_000),
         opts.pick(3, 10),
         opts.pick(5, 20)
     ));
@@ -408,7 +423,7 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
         Ok((full, aead)) => t.note(format!(
             "P1's floor with TLS: rustls alone (both ends in memory, no socket; request {req_len} B, reply {rep_len} B) costs {full:.2} µs per round trip{}, against a 10% budget of {:.2} µs",
             aead.map(|a| format!(" (AEAD seal + open: {a:.2} µs)")).unwrap_or_default(),
-            off.rtt.p50 / 10.0
+            off_rtt.p50 / 10.0
         )),
         Err(e) => t.note(format!("rustls alone: not measured ({e})")),
     }
@@ -432,8 +447,8 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
             format!("{:+.1}% slower", slower),
         ]);
     };
-    row("P1 round trip p50", off.rtt.p50, on.rtt.p50, "µs", false);
-    row("P1 round trip p99", off.rtt.p99, on.rtt.p99, "µs", false);
+    row("P1 round trip p50", off_rtt.p50, on_rtt.p50, "µs", false);
+    row("P1 round trip p99", off_rtt.p99, on_rtt.p99, "µs", false);
     row(
         "P4 kill → first write p50",
         off.kills.p50,

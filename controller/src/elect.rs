@@ -286,7 +286,8 @@ impl Elections {
     /// A campaign: a pre-vote, then — with a quorum of yes, no append accepted meanwhile and no
     /// hold — openraft's election. `expect`: the vote the caller's decision was made on.
     /// Returns false when it did not campaign (or Raft is gone).
-    async fn campaign(&self, why: &str, expect: Option<Vote>) -> bool {
+    /// `why` and `tag` name the reason in the log line of a campaign.
+    async fn campaign(&self, why: &str, tag: &str, expect: Option<Vote>) -> bool {
         let _one = self.campaigning.lock().await;
         let Some(s) = self.seen().await else {
             return false;
@@ -313,7 +314,7 @@ impl Elections {
         if !self.pre_vote(&s, &req).await {
             if self.logged_term.swap(term, Ordering::Relaxed) != term {
                 eprintln!(
-                    "node {}: pre-vote for term {term} not granted by a quorum ({why}): not campaigning (C15)",
+                    "node {}: {why}: pre-vote for term {term} not granted by a quorum: not campaigning",
                     self.id
                 );
             }
@@ -332,7 +333,7 @@ impl Elections {
         }
         let ms = crate::now_ms();
         eprintln!(
-            "node {}: pre-vote for term {term} granted by a quorum ({why}): campaigning at={}.{:03}",
+            "node {}: {why}: campaigning ({tag}pre-vote for term {term} granted) at={}.{:03}",
             self.id,
             ms / 1000,
             ms % 1000
@@ -394,7 +395,8 @@ async fn run_timer(e: Arc<Elections>) {
         match due {
             Some(due) if due <= now => {
                 if e.allowed() {
-                    e.campaign("election timeout", None).await;
+                    e.campaign("no leader heard for an election timeout", "", None)
+                        .await;
                 }
                 timeout = e.timing.random();
                 not_before = Instant::now() + timeout;
@@ -470,10 +472,10 @@ async fn watch_closes(e: Arc<Elections>, mut rx: mpsc::UnboundedReceiver<Vote>) 
         }
         let leader = vote.leader_id().voted_for().unwrap_or_default();
         let why = format!(
-            "the connection of the primary (node {leader}) closed and its lease lapsed with no append since: early campaign, rank {}",
-            f.rank
+            "the connection of the primary (node {leader}) closed and its lease lapsed with no append since"
         );
-        e.campaign(&why, Some(vote)).await;
+        e.campaign(&why, &format!("C15, rank {}, ", f.rank), Some(vote))
+            .await;
     }
 }
 

@@ -41,8 +41,14 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // A log far ahead of anyone's, in a higher term: openraft would grant the vote but for the
     // lease. The leader and a standby that hears it both say no.
     let ahead = Some((t + 10, 1_000_000));
-    assert!(!pre_vote(&ctrl.raft_addr(p), t + 10, g, ahead), "the leader said yes");
-    assert!(!pre_vote(&ctrl.raft_addr(f), t + 10, g, ahead), "a standby hearing its leader said yes");
+    assert!(
+        !pre_vote(&ctrl.raft_addr(p), t + 10, g, ahead),
+        "the leader said yes"
+    );
+    assert!(
+        !pre_vote(&ctrl.raft_addr(f), t + 10, g, ahead),
+        "a standby hearing its leader said yes"
+    );
 
     // Alone: the others gone, f hears no leader.
     ctrl.kill9(p);
@@ -50,17 +56,34 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // Past the lease (election-max 120 ms) and many election timeouts: f's own pre-votes find
     // no quorum, so its term does not move.
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(term(&ctrl, f), t, "a node left alone campaigned:\n{}", ctrl.log(f));
+    assert_eq!(
+        term(&ctrl, f),
+        t,
+        "a node left alone campaigned:\n{}",
+        ctrl.log(f)
+    );
     // A candidate whose log is behind f's: no. One at least as up to date: yes.
-    assert!(!pre_vote(&ctrl.raft_addr(f), t + 1, g, None), "yes to a shorter log");
-    assert!(pre_vote(&ctrl.raft_addr(f), t + 1, g, ahead), "no although f hears no leader");
+    assert!(
+        !pre_vote(&ctrl.raft_addr(f), t + 1, g, None),
+        "yes to a shorter log"
+    );
+    assert!(
+        pre_vote(&ctrl.raft_addr(f), t + 1, g, ahead),
+        "no although f hears no leader"
+    );
     // Answering changed nothing: no vote given, no term taken.
     let i = info(&ctrl.client(f).call(hello()));
     assert_eq!(i.term, t, "a pre-vote changed the term");
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(term(&ctrl, f), t, "a node left alone campaigned:\n{}", ctrl.log(f));
+    assert_eq!(
+        term(&ctrl, f),
+        t,
+        "a node left alone campaigned:\n{}",
+        ctrl.log(f)
+    );
     assert!(
-        ctrl.log(f).contains("not granted by a quorum: not campaigning"),
+        ctrl.log(f)
+            .contains("not granted by a quorum: not campaigning"),
         "{}",
         ctrl.log(f)
     );

@@ -29,7 +29,9 @@ fn skip() -> Option<String> {
     // SAFETY: geteuid(2) takes no arguments and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if root || std::env::var_os("XCE_REQUIRE_NETNS").is_some() {
-        panic!("the pre-vote test cannot run here although it must (root or XCE_REQUIRE_NETNS): {why}");
+        panic!(
+            "the pre-vote test cannot run here although it must (root or XCE_REQUIRE_NETNS): {why}"
+        );
     }
     eprintln!("pre-vote test SKIPPED: {why}");
     Some(why)
@@ -71,7 +73,10 @@ fn max_term(infos: &[(u32, Option<ControllerInfo>)], except: Option<u32>) -> u64
 fn primaries(infos: &[(u32, Option<ControllerInfo>)]) -> Vec<u32> {
     infos
         .iter()
-        .filter(|(_, i)| i.as_ref().is_some_and(|i| i.role == ControllerRole::Primary))
+        .filter(|(_, i)| {
+            i.as_ref()
+                .is_some_and(|i| i.role == ControllerRole::Primary)
+        })
         .map(|(id, _)| *id)
         .collect()
 }
@@ -116,7 +121,9 @@ fn a_standby_cut_off_from_its_peers_raises_no_term_and_disrupts_nothing() {
     let (c, p, term0) = settled("standby");
     let f = c.nodes.iter().map(|n| n.id).find(|&i| i != p).unwrap();
     let (own, others) = cut_off(&c, f);
-    eprintln!("pre-vote: standby {f} cut off: its term {own}, the others' {others} (before: {term0})");
+    eprintln!(
+        "pre-vote: standby {f} cut off: its term {own}, the others' {others} (before: {term0})"
+    );
     assert_eq!(
         own,
         term0,
@@ -133,7 +140,11 @@ fn a_standby_cut_off_from_its_peers_raises_no_term_and_disrupts_nothing() {
         "the primary changed after the standby came back — logs in {}",
         logs.display()
     );
-    assert_eq!(max_term(&after, None), term0, "the term rose after the heal");
+    assert_eq!(
+        max_term(&after, None),
+        term0,
+        "the term rose after the heal"
+    );
 }
 
 #[test]
@@ -144,7 +155,9 @@ fn a_primary_cut_off_from_its_peers_comes_back_without_disrupting_the_new_one() 
     let logs = log_dir("primary");
     let (c, p, term0) = settled("primary");
     let (own, others) = cut_off(&c, p);
-    eprintln!("pre-vote: primary {p} cut off: its term {own}, the others' {others} (before: {term0})");
+    eprintln!(
+        "pre-vote: primary {p} cut off: its term {own}, the others' {others} (before: {term0})"
+    );
     // The cut-off primary never campaigns; the others elect (once, or twice on a split vote).
     assert_eq!(own, term0, "the cut-off primary raised its term");
     assert!(
@@ -164,7 +177,11 @@ fn a_primary_cut_off_from_its_peers_comes_back_without_disrupting_the_new_one() 
         "the old primary disrupted the new one — logs in {}",
         logs.display()
     );
-    assert_eq!(max_term(&after, None), others, "the term rose after the heal");
+    assert_eq!(
+        max_term(&after, None),
+        others,
+        "the term rose after the heal"
+    );
 }
 
 fn summary(infos: &[(u32, Option<ControllerInfo>)]) -> Vec<(u32, Option<(ControllerRole, u64)>)> {

@@ -483,6 +483,22 @@ async fn watch_closes(e: Arc<Elections>, mut rx: mpsc::UnboundedReceiver<Vote>) 
 mod tests {
     use super::*;
 
+    #[test]
+    fn election_timeouts_are_random_within_min_max() {
+        let t = Timing {
+            min: Duration::from_millis(60),
+            max: Duration::from_millis(120),
+        };
+        let seen: Vec<Duration> = (0..200).map(|_| t.random()).collect();
+        assert!(seen.iter().all(|d| *d >= t.min && *d < t.max), "{seen:?}");
+        let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
+        assert!(
+            distinct.len() > 100,
+            "not random: {} distinct",
+            distinct.len()
+        );
+    }
+
     /// The inequality of the module documentation, for the default and the old timings and a
     /// drift far beyond any real clock (10%).
     #[test]

@@ -33,7 +33,19 @@ fn term(ctrl: &Ctrl, id: u64) -> u64 {
 
 #[test]
 fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
-    let mut ctrl = Ctrl::start(3, &[]);
+    // Slower than the defaults: a loaded machine must not make a standby miss its leader's
+    // lease by accident (lease 600 ms).
+    let mut ctrl = Ctrl::start(
+        3,
+        &[
+            "--heartbeat-ms",
+            "50",
+            "--election-min-ms",
+            "300",
+            "--election-max-ms",
+            "600",
+        ],
+    );
     let p = ctrl.wait_settled(STARTUP);
     let t = term(&ctrl, p);
     let rest: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
@@ -53,9 +65,9 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // Alone: the others gone, f hears no leader.
     ctrl.kill9(p);
     ctrl.kill9(g);
-    // Past the lease (election-max 120 ms) and many election timeouts: f's own pre-votes find
-    // no quorum, so its term does not move.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Past the lease (600 ms) and several election timeouts: f's own pre-votes find no
+    // quorum, so its term does not move.
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
         term(&ctrl, f),
         t,

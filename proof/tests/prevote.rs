@@ -17,9 +17,18 @@ use std::time::{Duration, Instant};
 use xce::wire::{ControllerInfo, ControllerRole};
 use xce_proof::netns::{self, Fault, NetCluster};
 
-/// How long a node stays cut off: many election timeouts (default timing: 60–120 ms, after
-/// the 120 ms lease).
-const CUT_FOR: Duration = Duration::from_secs(3);
+/// Slower than the defaults (a debug build on a loaded machine must not miss a lease by
+/// accident; the property holds for any timing): lease 600 ms, election timeout 300–600 ms.
+const TIMING: [&str; 6] = [
+    "--heartbeat-ms",
+    "50",
+    "--election-min-ms",
+    "300",
+    "--election-max-ms",
+    "600",
+];
+/// How long a node stays cut off: several election timeouts.
+const CUT_FOR: Duration = Duration::from_secs(4);
 /// After the heal: time for a rejoining node to catch up, or to disrupt.
 const AFTER_HEAL: Duration = Duration::from_secs(2);
 const BOUND: Duration = Duration::from_secs(30);
@@ -87,7 +96,8 @@ fn log_dir(name: &str) -> PathBuf {
 
 /// A 3-node cluster with a settled primary: (cluster, primary, term).
 fn settled(name: &str) -> (NetCluster, u32, u64) {
-    let c = NetCluster::start(3, &[], Some(log_dir(name))).expect("namespaces/cluster");
+    let timing: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
+    let c = NetCluster::start(3, &timing, Some(log_dir(name))).expect("namespaces/cluster");
     let p = c.wait_primary(None, BOUND).expect("a primary");
     std::thread::sleep(Duration::from_secs(1));
     let now = infos(&c);

@@ -14,7 +14,7 @@
 //!   initial membership that `initialize` writes): in a brand-new cluster every candidate's log
 //!   is only that entry, so bootstrap still works; once anything was committed, a candidate
 //!   must win without this node;
-//! - does not campaign (openraft's runtime `elect` switch) once its log holds more than the
+//! - does not campaign (a [`Hold`] on `elect.rs`'s election timer) once its log holds more than the
 //!   bootstrap entry: a partly caught-up log may lack an acknowledged write.
 //!
 //! The marker goes (fsynced) once the node has caught up to the commit index a leader told it:

@@ -9,12 +9,13 @@
 //! 2. it picks the voter whose replication has matched the most of its log and commits a
 //!    [`Cmd::Handover`] entry naming it — the last entry of its term;
 //! 3. that standby applies the entry (it learns the commit with the next heartbeat) and
-//!    campaigns at once (`trigger().elect()`): its log holds everything, so the old leader —
+//!    campaigns at once (`trigger().elect()`, without a pre-vote: the one sanctioned
+//!    election, [`crate::elect`]): its log holds everything, so the old leader —
 //!    whose own lease check has long expired — grants its vote, and in a 3-node cluster the
 //!    two make a majority without waiting for any election timeout;
 //! 4. the old leader, now a follower of the new primary, exits. It campaigns no more from
-//!    step 1 on, so if the standby's first campaign fails, its next one (an election timeout
-//!    later) still wins.
+//!    step 1 on, and grants pre-votes although it still leads, so if the standby's first
+//!    campaign fails, its next one (an election timeout later, after a pre-vote) still wins.
 //!
 //! If no new leader appears within [`HANDOVER_WAIT`] (a 5-node cluster whose other followers
 //! still hold the lease, a leader that led for less than the lease), the node exits anyway

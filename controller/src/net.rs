@@ -86,6 +86,19 @@ enum RpcRequest {
         within_ms: u32,
         frame: Vec<u8>,
     },
+    /// C15, P14: would the peer vote for this candidate now? ([`crate::elect`]: pre-vote.)
+    PreVote(PreVoteRequest),
+}
+
+/// Pre-vote (C15, Raft thesis §9.6): a node asks this before raising its term. Nothing
+/// changes on the peer that answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    /// The term the candidate would campaign in (its own term + 1).
+    pub term: u64,
+    pub candidate: NodeId,
+    /// The candidate's last log id.
+    pub last_log_id: Option<openraft::LogId<NodeId>>,
 }
 
 /// [`RpcRequest`] borrowed, for sending: the same encoding (same variants, same order).
@@ -103,6 +116,8 @@ enum RpcReply {
     /// C16: the primary's reply as one framed client-protocol message; empty: not taken
     /// (forwarding refused here: the standby answers the client as it would have).
     Forward(Vec<u8>),
+    /// Whether the peer would grant the vote of a [`PreVoteRequest`].
+    PreVote(bool),
 }
 
 /// A peer connection: plain TCP or TLS over it.
@@ -1030,6 +1045,46 @@ impl Forwarder {
         })
     }
 
+    /// C15: asks member `target` at raft address `addr` whether it would vote for `req`
+    /// (pre-vote), within `within`, on a kept connection or a new one. `None`: no answer.
+    pub async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        req: &PreVoteRequest,
+        within: Duration,
+    ) -> Option<bool> {
+        let until = tokio::time::Instant::now() + within;
+        let key = (target, addr.to_string());
+        let msg = RpcRequest::PreVote(req.clone());
+        for kept in [true, false] {
+            let mut conn = if kept {
+                match self.take_idle(&key) {
+                    Some(c) => c,
+                    None => continue,
+                }
+            } else {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                self.dial(target, addr, left).await.ok()?
+            };
+            let res = tokio::time::timeout_at(until, async {
+                write_msg(&mut conn, &msg).await?;
+                read_msg::<_, RpcReply>(&mut conn, self.max_rpc).await
+            })
+            .await;
+            match res {
+                Ok(Ok(RpcReply::PreVote(granted))) => {
+                    self.put_idle(key, conn);
+                    return Some(granted);
+                }
+                // A kept connection the peer closed meanwhile: once more on a new one.
+                Ok(Err(_)) if kept => continue,
+                _ => return None,
+            }
+        }
+        None
+    }
+
     /// Forwards `frame` for `who` to member `target` at raft address `addr`, waiting at most
     /// `within` in all. A kept connection that fails before any answer is retried once on a
     /// new one (the primary's exactly-once table makes a second send of a write harmless).
@@ -1315,6 +1370,7 @@ async fn serve_rpcs(
                 RpcReply::Append(srv.amnesia.append(&srv.raft, r).await)
             }
             RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
+            RpcRequest::PreVote(r) => RpcReply::PreVote(answer_pre_vote(srv, &r).await),
             RpcRequest::Snapshot { vote, meta, len } => {
                 receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
@@ -1333,6 +1389,17 @@ async fn answer_vote(
         return Ok(refuse_vote(&srv.raft));
     }
     srv.raft.vote(r).await
+}
+
+/// A pre-vote is answered with the refusals of [`answer_vote`] (C11, C12), then the leader
+/// stickiness and log check of [`crate::elect::Elections::would_vote`]. The caller is a
+/// member: the connection was admitted (mutual TLS), as for every other message.
+async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
+    let as_vote = VoteRequest::new(Vote::new(r.term, r.candidate), r.last_log_id);
+    if srv.guard.refuses() || srv.amnesia.refuses_vote(&as_vote) {
+        return false;
+    }
+    srv.elect.would_vote(r).await
 }
 
 /// A refusal carrying this node's vote, as openraft refuses during a lease. (No last log id:

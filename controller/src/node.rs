@@ -110,6 +110,8 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         heartbeat_interval: o.heartbeat_ms,
         election_timeout_min: o.election_min_ms,
         election_timeout_max: o.election_max_ms,
+        // C15: openraft's timer never campaigns; `elect.rs` does, after a pre-vote.
+        enable_elect: false,
         ..store_config(o)
     }
     .validate()
@@ -153,7 +155,19 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         lease: Duration::from_millis(o.election_max_ms),
         step: Duration::from_millis(o.heartbeat_ms.div_ceil(2)),
     });
-    let elect = crate::elect::Elections::start(raft.clone(), id, early, guard);
+    let timing = crate::elect::Timing {
+        min: Duration::from_millis(o.election_min_ms),
+        max: Duration::from_millis(o.election_max_ms),
+    };
+    let elect = crate::elect::Elections::start(
+        raft.clone(),
+        id,
+        early,
+        timing,
+        guard,
+        net::Forwarder::new(peer_tls.clone(), max_rpc),
+        log_reader.clone(),
+    );
     // C12: no campaign from a node that has not caught up since it started without data.
     amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
     tokio::spawn(crate::amnesia::watch(

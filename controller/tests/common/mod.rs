@@ -505,6 +505,12 @@ pub mod raft_wire {
             within_ms: u32,
             frame: Vec<u8>,
         },
+        /// C15: would the node vote for `candidate` in `term` with this last log id?
+        PreVote {
+            term: u64,
+            candidate: u64,
+            last_log_id: Option<openraft::LogId<u64>>,
+        },
     }
 
     #[derive(Deserialize, Debug)]
@@ -516,6 +522,8 @@ pub mod raft_wire {
         Snapshot(()),
         /// C16: the primary's reply, one framed client-protocol message; empty: not taken.
         Forward(Vec<u8>),
+        /// C15: whether the pre-vote would be granted.
+        PreVote(bool),
     }
 
     /// A forwarded request for `who`: the frame of `req`.

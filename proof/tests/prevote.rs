@@ -1,0 +1,202 @@
+//! C15, P14: pre-vote. A controller cut off from its peers (network namespaces: its peer port
+//! down, no RST; clients still reach it, so its term can be read) must not raise its term while
+//! away, and when it comes back the primary and the term must stay as they were:
+//! - a standby cut off: no election at all, before or after the heal;
+//! - the primary cut off: the others elect a new primary, and the old one, back, neither
+//!   raises the term nor deposes the new primary.
+//!
+//! Before pre-vote the cut-off standby campaigned every election timeout (its term rose by
+//! one each time) and, back, its term deposed the primary. Skipped, with the reason, where
+//! namespaces cannot be made (not root, no `ip`) — but a failure as root or with
+//! `XCE_REQUIRE_NETNS` set, as S11.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use xce::wire::{ControllerInfo, ControllerRole};
+use xce_proof::netns::{self, Fault, NetCluster};
+
+/// Slower than the defaults (a debug build on a loaded machine must not miss a lease by
+/// accident; the property holds for any timing): lease 600 ms, election timeout 300–600 ms.
+const TIMING: [&str; 6] = [
+    "--heartbeat-ms",
+    "50",
+    "--election-min-ms",
+    "300",
+    "--election-max-ms",
+    "600",
+];
+/// How long a node stays cut off: several election timeouts.
+const CUT_FOR: Duration = Duration::from_secs(4);
+/// After the heal: time for a rejoining node to catch up, or to disrupt.
+const AFTER_HEAL: Duration = Duration::from_secs(2);
+const BOUND: Duration = Duration::from_secs(30);
+
+fn skip() -> Option<String> {
+    let why = netns::unavailable()?;
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root || std::env::var_os("XCE_REQUIRE_NETNS").is_some() {
+        panic!(
+            "the pre-vote test cannot run here although it must (root or XCE_REQUIRE_NETNS): {why}"
+        );
+    }
+    eprintln!("pre-vote test SKIPPED: {why}");
+    Some(why)
+}
+
+/// Every node's `hello` (`None`: no answer), probed from the client namespace.
+fn infos(c: &NetCluster) -> Vec<(u32, Option<ControllerInfo>)> {
+    let targets: Vec<(u32, SocketAddr)> = c.nodes.iter().map(|n| (n.id, n.client)).collect();
+    netns::in_ns(&c.client_ns, move || {
+        targets
+            .iter()
+            .map(|&(id, a)| {
+                let info = xce_proof::cluster::probe_info(a, Duration::from_millis(500))
+                    .ok()
+                    .flatten();
+                (id, info)
+            })
+            .collect()
+    })
+    .expect("probe from the client namespace")
+}
+
+fn term_of(infos: &[(u32, Option<ControllerInfo>)], id: u32) -> Option<u64> {
+    infos
+        .iter()
+        .find(|(i, _)| *i == id)
+        .and_then(|(_, i)| i.as_ref().map(|i| i.term))
+}
+
+fn max_term(infos: &[(u32, Option<ControllerInfo>)], except: Option<u32>) -> u64 {
+    infos
+        .iter()
+        .filter(|(i, _)| Some(*i) != except)
+        .filter_map(|(_, i)| i.as_ref().map(|i| i.term))
+        .max()
+        .unwrap_or(0)
+}
+
+fn primaries(infos: &[(u32, Option<ControllerInfo>)]) -> Vec<u32> {
+    infos
+        .iter()
+        .filter(|(_, i)| {
+            i.as_ref()
+                .is_some_and(|i| i.role == ControllerRole::Primary)
+        })
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+fn log_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("xce-prevote-{name}-{}", std::process::id()))
+}
+
+/// A 3-node cluster with a settled primary: (cluster, primary, term).
+fn settled(name: &str) -> (NetCluster, u32, u64) {
+    let timing: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
+    let c = NetCluster::start(3, &timing, Some(log_dir(name))).expect("namespaces/cluster");
+    let p = c.wait_primary(None, BOUND).expect("a primary");
+    std::thread::sleep(Duration::from_secs(1));
+    let now = infos(&c);
+    assert_eq!(primaries(&now), vec![p], "settled: {now:?}");
+    (c, p, max_term(&now, None))
+}
+
+/// Keeps `id` cut off from its peers for [`CUT_FOR`]; returns the highest term `id` reported
+/// meanwhile and the highest term of the others at the end.
+fn cut_off(c: &NetCluster, id: u32) -> (u64, u64) {
+    c.fault(Fault::CutFromPeers(id), true).expect("fault");
+    let t0 = Instant::now();
+    let mut own = 0;
+    let mut others = 0;
+    while t0.elapsed() < CUT_FOR {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = infos(c);
+        own = own.max(term_of(&now, id).unwrap_or(0));
+        others = max_term(&now, Some(id));
+    }
+    c.fault(Fault::CutFromPeers(id), false).expect("heal");
+    (own, others)
+}
+
+#[test]
+fn a_standby_cut_off_from_its_peers_raises_no_term_and_disrupts_nothing() {
+    if skip().is_some() {
+        return;
+    }
+    let logs = log_dir("standby");
+    let (c, p, term0) = settled("standby");
+    let f = c.nodes.iter().map(|n| n.id).find(|&i| i != p).unwrap();
+    let (own, others) = cut_off(&c, f);
+    eprintln!(
+        "pre-vote: standby {f} cut off: its term {own}, the others' {others} (before: {term0})"
+    );
+    assert_eq!(
+        own,
+        term0,
+        "the cut-off standby raised its term (it campaigned) — logs in {}",
+        logs.display()
+    );
+    assert_eq!(others, term0, "an election while a standby was away");
+    std::thread::sleep(AFTER_HEAL);
+    let after = infos(&c);
+    eprintln!("pre-vote: after the heal: {:?}", summary(&after));
+    assert_eq!(
+        primaries(&after),
+        vec![p],
+        "the primary changed after the standby came back — logs in {}",
+        logs.display()
+    );
+    assert_eq!(
+        max_term(&after, None),
+        term0,
+        "the term rose after the heal"
+    );
+}
+
+#[test]
+fn a_primary_cut_off_from_its_peers_comes_back_without_disrupting_the_new_one() {
+    if skip().is_some() {
+        return;
+    }
+    let logs = log_dir("primary");
+    let (c, p, term0) = settled("primary");
+    let (own, others) = cut_off(&c, p);
+    eprintln!(
+        "pre-vote: primary {p} cut off: its term {own}, the others' {others} (before: {term0})"
+    );
+    // The cut-off primary never campaigns; the others elect (once, or twice on a split vote).
+    assert_eq!(own, term0, "the cut-off primary raised its term");
+    assert!(
+        others > term0 && others <= term0 + 2,
+        "the others' term {others} (before {term0}) — logs in {}",
+        logs.display()
+    );
+    let new = c
+        .wait_primary(Some(p), BOUND)
+        .expect("a new primary among the others");
+    std::thread::sleep(AFTER_HEAL);
+    let after = infos(&c);
+    eprintln!("pre-vote: after the heal: {:?}", summary(&after));
+    assert_eq!(
+        primaries(&after),
+        vec![new],
+        "the old primary disrupted the new one — logs in {}",
+        logs.display()
+    );
+    assert_eq!(
+        max_term(&after, None),
+        others,
+        "the term rose after the heal"
+    );
+}
+
+fn summary(infos: &[(u32, Option<ControllerInfo>)]) -> Vec<(u32, Option<(ControllerRole, u64)>)> {
+    infos
+        .iter()
+        .map(|(id, i)| (*id, i.as_ref().map(|i| (i.role, i.term))))
+        .collect()
+}

@@ -215,3 +215,46 @@ fn start_does_not_wait_for_a_silent_master() {
     c.hello().unwrap();
     assert_eq!(good.ops(), vec!["hello"]);
 }
+
+/// F25 + F28: the standby that names a new primary the client cannot reach (its connect never
+/// completes) carries the late request at once, on the probe's own connection, marked for
+/// forwarding, with the write's request id — not after a connect to the silent primary given
+/// up at the race stagger (200 ms) and a second connection to the same standby.
+#[test]
+fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
+    let p = FakeController::start(vec![Step::Silent; 4]);
+    let n = Unanswering::new();
+    let n_ep = Endpoint::new("127.0.0.1", n.addr().port());
+    // The standby names n and answers every other op as the forwarded primary would.
+    let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
+    let c = client(&[p.endpoint(), s.endpoint(), n_ep], watchful());
+    let t = Instant::now();
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("served through the standby");
+    let took = t.elapsed();
+    let st = c.stats();
+    assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
+    assert_eq!(
+        s.connections(),
+        1,
+        "the probe's connection carried the call"
+    );
+    let on_p = p.requests();
+    let on_s: Vec<Request> = s
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.op, Op::JobSubmit(_)))
+        .collect();
+    assert_eq!((on_p.len(), on_s.len()), (1, 1), "{:?}", s.ops());
+    assert_eq!(on_p[0].request_id, on_s[0].request_id, "same request id");
+    assert!(on_s[0].forward_within_ms > 0, "not marked for forwarding");
+    // The suspicion floor (300 ms) and little more; the connect path took ≥ 500 ms.
+    assert!(took < Duration::from_millis(450), "{took:?}");
+    // The next calls stay on the standby's connection.
+    c.hello().unwrap();
+    assert_eq!(s.connections(), 1);
+}

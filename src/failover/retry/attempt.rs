@@ -18,9 +18,19 @@ impl Call<'_, '_> {
     pub fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
         let env = self.env;
         let mut state = env.borrow().map_err(AttemptOutcome::Transport)?;
+        // F25/F28: a connection made beside the last call replaces the kept one: a direct one
+        // to the primary (instead of forwarding), or the probe's to the controller that just
+        // named the primary this attempt is aimed at.
+        let adopted = state.link.adopt_direct()
+            || (!state.link.conn_usable() && state.link.adopt_spare(env.options().forward));
+        if adopted {
+            state.book.reconnected();
+            let ep = state.link.current_endpoint();
+            env.observer.update(|s| s.current_master = Some(ep));
+        }
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
-        if !state.link.conn_usable() {
+        if !adopted && !state.link.conn_usable() {
             let avoid = self.budget.avoid_mask();
             state
                 .connect(&env.waker, env, self.spec.deadline, Some(avoid))
@@ -106,6 +116,12 @@ impl Call<'_, '_> {
             Ok(seq) => seq,
             Err(e) => return (Err(e), false),
         };
+        if link.forward && link.direct_wanted.is_some() {
+            if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
+                let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
+                link.try_direct(&env.waker, fd, connect_until);
+            }
+        }
         let suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
         let Some(conn) = link.conn.as_mut() else {
             return (Err(Error::Errno(libc::ENOTCONN)), true);
@@ -122,7 +138,8 @@ impl Call<'_, '_> {
                 let late_fd = conn.raw_fd();
                 env.observer.update(|s| s.suspicions += 1);
                 match self.probe(state, late_fd, until) {
-                    Some(m) => {
+                    Some(spare) => {
+                        let m = spare.named;
                         // F25: another controller names a new primary: the late request is
                         // abandoned (a reply to it would now be a stray) and re-sent there.
                         let link = &mut state.link;
@@ -140,6 +157,7 @@ impl Call<'_, '_> {
                         if let Some(c) = link.conn.as_mut() {
                             c.mark_dead();
                         }
+                        link.spare = Some(spare);
                         return (Err(Error::Errno(libc::ETIMEDOUT)), true);
                     }
                     None => match state.link.conn.as_mut() {

@@ -6,6 +6,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use super::call::Call;
+use super::link::Spare;
 use super::{cap, clog, CallEnv, LoopState};
 use crate::failover::log::Level;
 use crate::failover::wait_primary;
@@ -35,14 +36,15 @@ impl Call<'_, '_> {
     /// F25: asks another controller whether the primary changed, while the reply on `late_fd`
     /// may still arrive (its arrival ends the probe). The other configured masters are raced
     /// (a silent one costs nothing), the first to connect gets `waitPrimary` excluding the
-    /// current master, until the reply's own deadline. `Some(m)`: configured master `m`, not
-    /// the current one, is the primary now.
+    /// current master, until the reply's own deadline. `Some`: configured master `named`, not
+    /// the current one, is the primary now, said by `witness` over `conn` (kept: the next
+    /// attempt may go through it at once, F28).
     pub fn probe(
         &mut self,
         state: &mut LoopState,
         late_fd: RawFd,
         until: Instant,
-    ) -> Option<usize> {
+    ) -> Option<Spare> {
         let env = self.env;
         let ids = state.ids.read();
         let link = &mut state.link;
@@ -105,6 +107,10 @@ impl Call<'_, '_> {
             link.rotator.masters()[witness],
             link.rotator.masters()[named]
         );
-        (named != current).then_some(named)
+        (named != current).then_some(Spare {
+            witness,
+            named,
+            conn,
+        })
     }
 }

@@ -258,3 +258,30 @@ fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
     c.hello().unwrap();
     assert_eq!(s.connections(), 1);
 }
+
+/// F28 off by option: the standby that named the silent new primary is not asked to forward;
+/// the loop connects to the named primary as before (raced past it after the stagger, to the
+/// standby again), and no request is marked.
+#[test]
+fn with_forwarding_off_the_named_primary_is_connected_to_as_before() {
+    let p = FakeController::start(vec![Step::Silent; 4]);
+    let n = Unanswering::new();
+    let n_ep = Endpoint::new("127.0.0.1", n.addr().port());
+    let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
+    let opts = Options {
+        forward: false,
+        ..watchful()
+    };
+    let c = client(&[p.endpoint(), s.endpoint(), n_ep], opts);
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("answered by the (fake) standby");
+    assert_eq!(s.connections(), 2, "the probe's connection was not reused");
+    assert!(
+        s.requests().iter().all(|r| r.forward_within_ms == 0),
+        "a request was marked with forwarding off"
+    );
+}

@@ -180,7 +180,8 @@ fn a_connect_race_does_not_wait_for_a_silent_host() {
     assert_eq!(r.err(), Some(xce::Error::Errno(libc::ETIMEDOUT)));
 }
 
-/// Only another primary counts: a standby that names the late primary itself is no news.
+/// Only another primary counts: a standby that names the late primary itself is no news
+/// (with forwarding off; on, the request also goes through that standby, F28: below).
 #[test]
 fn a_probe_naming_the_late_primary_is_no_news() {
     let p = FakeController::start(vec![Step::After(
@@ -189,7 +190,11 @@ fn a_probe_naming_the_late_primary_is_no_news() {
     )]);
     let s = FakeController::start(vec![]);
     s.push(vec![Step::wait_names(p.endpoint(), Step::Ok); 4]);
-    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    let opts = Options {
+        forward: false,
+        ..watchful()
+    };
+    let c = client(&[p.endpoint(), s.endpoint()], opts);
     c.hello().expect("the late reply");
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 0), "{st:?}");
@@ -283,5 +288,43 @@ fn with_forwarding_off_the_named_primary_is_connected_to_as_before() {
     assert!(
         s.requests().iter().all(|r| r.forward_within_ms == 0),
         "a request was marked with forwarding off"
+    );
+}
+
+/// F28: the primary's reply is late and the standby asked vouches for that very primary (its
+/// appends arrive there): this client's way to it is what fails. The same request (same
+/// request id) goes through the standby at once, marked for forwarding, while the direct one
+/// stays outstanding; the standby's answer (the primary's, forwarded) is taken — at the
+/// suspicion threshold, not at the 5 s reply timeout — and the next calls go through it.
+#[test]
+fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
+    let p = FakeController::start(vec![Step::Silent; 4]);
+    let s = FakeController::start(vec![Step::wait_names(p.endpoint(), Step::Ok); 10]);
+    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    let t = Instant::now();
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("answered through the standby");
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    let on_p = p.requests();
+    let on_s: Vec<Request> = s
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.op, Op::JobSubmit(_)))
+        .collect();
+    assert_eq!((on_p.len(), on_s.len()), (1, 1), "{:?}", s.ops());
+    assert_eq!(on_p[0].request_id, on_s[0].request_id, "same request id");
+    assert!(on_s[0].forward_within_ms > 0, "not marked for forwarding");
+    let st = c.stats();
+    assert_eq!(st.current_master, Some(s.endpoint()), "{st:?}");
+    c.hello().unwrap();
+    assert_eq!(
+        s.connections(),
+        1,
+        "the probe's connection carries the calls"
     );
 }

@@ -705,3 +705,106 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     }
     assert_eq!(all.len(), ids.len(), "{all:?} vs {ids:?}");
 }
+
+/// F28 + F25, an asymmetric partition (no election): the primary's client port goes silent
+/// while it keeps leading its peers. A client whose kept connection is to the primary
+/// suspects it at its threshold; the standby it asks vouches for that same primary, so the
+/// request goes through the standby at once (same request id) — not after the 2 s reply
+/// timeout. Writes exactly once, the primary unchanged, the next calls served.
+#[test]
+fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at_once() {
+    use std::sync::mpsc;
+    use std::time::Instant;
+    use xce::client::{new_job_id, parse_masters, Client, Config};
+    use xce::wire::{JobFilter, JobSpec};
+    use xce_proof::netns::Fault;
+
+    if skip().is_some() {
+        return;
+    }
+    quiet_library();
+    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
+    let p = cluster
+        .wait_primary(None, Duration::from_secs(20))
+        .expect("a primary");
+    let masters = cluster.masters();
+    let spec = |name: &str| JobSpec {
+        job_id: new_job_id(),
+        name: name.into(),
+        user: "kept".into(),
+        queue: String::new(),
+        command: "true".into(),
+        ncpus: 1,
+        mem_mb: 1,
+    };
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let client = {
+        let (ns, m) = (cluster.client_ns.clone(), masters.clone());
+        std::thread::spawn(move || {
+            netns::in_ns(&ns, move || {
+                let mut cfg = Config::new(parse_masters(&m).unwrap());
+                cfg.client_name = "kept".into();
+                let cl = Client::start(cfg).expect("start");
+                let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
+                ready_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                let t0 = Instant::now();
+                let first = cl.jobsubmit(spec("first-after"));
+                let first_took = t0.elapsed();
+                ids.extend(first.as_ref().ok().copied());
+                let t1 = Instant::now();
+                for i in 0..10 {
+                    ids.push(
+                        cl.jobsubmit(spec(&format!("after-{i}")))
+                            .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
+                    );
+                }
+                let next = t1.elapsed() / 10;
+                let read = cl.joblist(JobFilter::default()).map(|j| j.len());
+                (ids, first, first_took, next, read)
+            })
+            .expect("in the client namespace")
+        })
+    };
+    ready_rx.recv().expect("client ready");
+    cluster.fault(Fault::SilentToClients(p), true).unwrap();
+    go_tx.send(()).unwrap();
+    let (ids, first, first_took, next, read) = client.join().expect("client thread");
+    cluster.fault(Fault::SilentToClients(p), false).unwrap();
+    eprintln!(
+        "F28/F25 (netns): primary {p}'s client port silent, peers intact: the kept client's \
+         first write served after {} ms, the next ones {:.2} ms each",
+        first_took.as_millis(),
+        next.as_secs_f64() * 1000.0
+    );
+    first.expect("the first write after the fault");
+    assert!(read.expect("a read") >= ids.len());
+    assert!(
+        first_took < Duration::from_millis(1000),
+        "the first call after the fault took {} ms (the reply timeout: 2 s)",
+        first_took.as_millis()
+    );
+    assert_eq!(
+        cluster.wait_primary(None, Duration::from_secs(10)),
+        Some(p),
+        "the primary changed"
+    );
+    let m = masters.clone();
+    let all: Vec<u64> = netns::in_ns(&cluster.client_ns, move || {
+        let mut cfg = Config::new(parse_masters(&m).unwrap());
+        cfg.client_name = "kept-check".into();
+        Client::start(cfg)
+            .expect("start")
+            .joblist(JobFilter::default())
+            .expect("joblist")
+            .into_iter()
+            .map(|j| j.job_id)
+            .collect()
+    })
+    .expect("in the client namespace");
+    for id in &ids {
+        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
+    }
+    assert_eq!(all.len(), ids.len(), "{all:?} vs {ids:?}");
+}

@@ -142,6 +142,14 @@ impl Link {
         true
     }
 
+    /// F28: `conn`, to the current target (a standby that forwards), becomes the link's
+    /// connection, its requests marked for forwarding.
+    pub fn adopt_forwarding(&mut self, conn: Connection) {
+        self.take_connection(conn);
+        self.passed_over = true;
+        self.forward = true;
+    }
+
     /// `conn` (to the current target) becomes the link's connection, a new one.
     fn take_connection(&mut self, conn: Connection) {
         self.conn = Some(conn);

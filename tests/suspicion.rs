@@ -180,7 +180,8 @@ fn a_connect_race_does_not_wait_for_a_silent_host() {
     assert_eq!(r.err(), Some(xce::Error::Errno(libc::ETIMEDOUT)));
 }
 
-/// Only another primary counts: a standby that names the late primary itself is no news.
+/// Only another primary counts: a standby that names the late primary itself is no news
+/// (with forwarding off; on, the request also goes through that standby, F28: below).
 #[test]
 fn a_probe_naming_the_late_primary_is_no_news() {
     let p = FakeController::start(vec![Step::After(
@@ -189,7 +190,11 @@ fn a_probe_naming_the_late_primary_is_no_news() {
     )]);
     let s = FakeController::start(vec![]);
     s.push(vec![Step::wait_names(p.endpoint(), Step::Ok); 4]);
-    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    let opts = Options {
+        forward: false,
+        ..watchful()
+    };
+    let c = client(&[p.endpoint(), s.endpoint()], opts);
     c.hello().expect("the late reply");
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 0), "{st:?}");
@@ -214,4 +219,112 @@ fn start_does_not_wait_for_a_silent_master() {
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     c.hello().unwrap();
     assert_eq!(good.ops(), vec!["hello"]);
+}
+
+/// F25 + F28: the standby that names a new primary the client cannot reach (its connect never
+/// completes) carries the late request at once, on the probe's own connection, marked for
+/// forwarding, with the write's request id — not after a connect to the silent primary given
+/// up at the race stagger (200 ms) and a second connection to the same standby.
+#[test]
+fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
+    let p = FakeController::start(vec![Step::Silent; 4]);
+    let n = Unanswering::new();
+    let n_ep = Endpoint::new("127.0.0.1", n.addr().port());
+    // The standby names n and answers every other op as the forwarded primary would.
+    let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
+    let c = client(&[p.endpoint(), s.endpoint(), n_ep], watchful());
+    let t = Instant::now();
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("served through the standby");
+    let took = t.elapsed();
+    let st = c.stats();
+    assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
+    assert_eq!(
+        s.connections(),
+        1,
+        "the probe's connection carried the call"
+    );
+    let on_p = p.requests();
+    let on_s: Vec<Request> = s
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.op, Op::JobSubmit(_)))
+        .collect();
+    assert_eq!((on_p.len(), on_s.len()), (1, 1), "{:?}", s.ops());
+    assert_eq!(on_p[0].request_id, on_s[0].request_id, "same request id");
+    assert!(on_s[0].forward_within_ms > 0, "not marked for forwarding");
+    // The suspicion floor (300 ms) and little more; the connect path took ≥ 500 ms.
+    assert!(took < Duration::from_millis(450), "{took:?}");
+    // The next calls stay on the standby's connection.
+    c.hello().unwrap();
+    assert_eq!(s.connections(), 1);
+}
+
+/// F28 off by option: the standby that named the silent new primary is not asked to forward;
+/// the loop connects to the named primary as before (raced past it after the stagger, to the
+/// standby again), and no request is marked.
+#[test]
+fn with_forwarding_off_the_named_primary_is_connected_to_as_before() {
+    let p = FakeController::start(vec![Step::Silent; 4]);
+    let n = Unanswering::new();
+    let n_ep = Endpoint::new("127.0.0.1", n.addr().port());
+    let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
+    let opts = Options {
+        forward: false,
+        ..watchful()
+    };
+    let c = client(&[p.endpoint(), s.endpoint(), n_ep], opts);
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("answered by the (fake) standby");
+    assert_eq!(s.connections(), 2, "the probe's connection was not reused");
+    assert!(
+        s.requests().iter().all(|r| r.forward_within_ms == 0),
+        "a request was marked with forwarding off"
+    );
+}
+
+/// F28: the primary's reply is late and the standby asked vouches for that very primary (its
+/// appends arrive there): this client's way to it is what fails. The same request (same
+/// request id) goes through the standby at once, marked for forwarding, while the direct one
+/// stays outstanding; the standby's answer (the primary's, forwarded) is taken — at the
+/// suspicion threshold, not at the 5 s reply timeout — and the next calls go through it.
+#[test]
+fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
+    let p = FakeController::start(vec![Step::Silent; 4]);
+    let s = FakeController::start(vec![Step::wait_names(p.endpoint(), Step::Ok); 10]);
+    let c = client(&[p.endpoint(), s.endpoint()], watchful());
+    let t = Instant::now();
+    c.jobsubmit(JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
+    })
+    .expect("answered through the standby");
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    let on_p = p.requests();
+    let on_s: Vec<Request> = s
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.op, Op::JobSubmit(_)))
+        .collect();
+    assert_eq!((on_p.len(), on_s.len()), (1, 1), "{:?}", s.ops());
+    assert_eq!(on_p[0].request_id, on_s[0].request_id, "same request id");
+    assert!(on_s[0].forward_within_ms > 0, "not marked for forwarding");
+    let st = c.stats();
+    assert_eq!(st.current_master, Some(s.endpoint()), "{st:?}");
+    c.hello().unwrap();
+    assert_eq!(
+        s.connections(),
+        1,
+        "the probe's connection carries the calls"
+    );
 }

@@ -4,7 +4,9 @@
 //! op makes the loop ask another controller, while it keeps waiting for the reply, whether the
 //! primary changed (`waitPrimary` excluding the current one). Only a *new* primary, named by a
 //! controller that answered, abandons the late request; a slow but healthy primary just gets
-//! its reply read as soon as it arrives. The reply timeout stays the backstop (F8).
+//! its reply read as soon as it arrives (with forwarding on, F28, the same request also goes
+//! through a controller that vouches for that primary: `retry/attempt.rs::hedge`). The reply
+//! timeout stays the backstop (F8).
 
 use std::time::Duration;
 

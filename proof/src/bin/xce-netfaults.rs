@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 use xce_proof::netfaults::{self, describe, Plan, Scenario};
 
 const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only blackhole,isolate,silent] [--no-build]
-  --rounds N      rounds per fault (default 5; a round where the silent standby won the election
-                  is repeated, at most N extra times)
+  --rounds N      rounds per fault (default 5; the silent-standby fault runs until N rounds
+                  of each outcome — the other standby elected, the silent one elected — or 4N)
   --fault-secs S  how long each fault lasts (default 5)
   --only LIST     only these faults
   --before-c15    first the same rounds with the controller timing before C15, then the defaults
-  --no-build      do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
+  --no-build      do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)
+XCE_LOG=info|debug: the library's log lines on stderr, each stamped (wall-clock seconds, ms),
+  with the instant each round's fault is set and healed on the same clock: a round's timeline";
 
 struct Args {
     rounds: usize,
@@ -98,6 +100,11 @@ fn main() -> ExitCode {
     }
     if std::env::var_os("XCE_LOG").is_none() {
         xce::failover::log::set_level(xce::failover::log::Level::Error);
+    } else {
+        // A timeline: stamped on the clock of the fault lines.
+        xce::failover::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
+            eprintln!("{} libxce {}: {line}", netfaults::wall(), l.as_str())
+        })));
     }
     let logs = std::env::temp_dir().join(format!("xce-netfaults-logs-{}", std::process::id()));
     let plan = Plan {

@@ -5,22 +5,34 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use super::call::{Applied, Call};
-use super::link::frame_error;
+use super::link::{forward_within_ms, frame_error};
 use super::members;
+use super::probe::Probed;
 use super::{cap, clog, CallEnv, LoopState};
 use crate::error::Error;
-use crate::failover::classify::{is_interrupt, AttemptOutcome};
+use crate::failover::classify::{is_interrupt, is_no_primary_status, AttemptOutcome};
 use crate::failover::log::Level;
-use crate::wire::{Op, OpKind, Reply};
+use crate::transport::Connection;
+use crate::wire::{Op, OpKind, Reply, RequestHead};
 
 impl Call<'_, '_> {
     /// One attempt: (re)connect if needed, run the hook after a reconnect (F10), send, await.
     pub fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
         let env = self.env;
         let mut state = env.borrow().map_err(AttemptOutcome::Transport)?;
+        // F25/F28: a connection made beside the last call replaces the kept one: a direct one
+        // to the primary (instead of forwarding), or the probe's to the controller that just
+        // named the primary this attempt is aimed at.
+        let adopted = state.link.adopt_direct()
+            || (!state.link.conn_usable() && state.link.adopt_spare(env.options().forward));
+        if adopted {
+            state.book.reconnected();
+            let ep = state.link.current_endpoint();
+            env.observer.update(|s| s.current_master = Some(ep));
+        }
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
-        if !state.link.conn_usable() {
+        if !adopted && !state.link.conn_usable() {
             let avoid = self.budget.avoid_mask();
             state
                 .connect(&env.waker, env, self.spec.deadline, Some(avoid))
@@ -106,6 +118,12 @@ impl Call<'_, '_> {
             Ok(seq) => seq,
             Err(e) => return (Err(e), false),
         };
+        if link.forward && link.direct_wanted.is_some() {
+            if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
+                let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
+                link.try_direct(&env.waker, fd, connect_until);
+            }
+        }
         let suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
         let Some(conn) = link.conn.as_mut() else {
             return (Err(Error::Errno(libc::ENOTCONN)), true);
@@ -122,7 +140,15 @@ impl Call<'_, '_> {
                 let late_fd = conn.raw_fd();
                 env.observer.update(|s| s.suspicions += 1);
                 match self.probe(state, late_fd, until) {
-                    Some(m) => {
+                    Probed::Vouched { witness, conn } => {
+                        match self.hedge(state, seq, witness, conn, until) {
+                            // Through the witness: the link goes on on its connection.
+                            Hedged::Through(reply) => return (Ok(reply), true),
+                            Hedged::Direct(r) => r,
+                        }
+                    }
+                    Probed::NewPrimary(spare) => {
+                        let m = spare.named;
                         // F25: another controller names a new primary: the late request is
                         // abandoned (a reply to it would now be a stray) and re-sent there.
                         let link = &mut state.link;
@@ -140,9 +166,10 @@ impl Call<'_, '_> {
                         if let Some(c) = link.conn.as_mut() {
                             c.mark_dead();
                         }
+                        link.spare = Some(spare);
                         return (Err(Error::Errno(libc::ETIMEDOUT)), true);
                     }
-                    None => match state.link.conn.as_mut() {
+                    Probed::Nothing => match state.link.conn.as_mut() {
                         Some(c) => c.recv(seq, until, &env.waker),
                         None => Err(Error::Errno(libc::ENOTCONN)),
                     },
@@ -158,6 +185,97 @@ impl Call<'_, '_> {
             }
         }
         (result.map_err(|e| frame_error(op, e)), true)
+    }
+}
+
+/// How a hedged request (F28) was answered.
+enum Hedged {
+    /// By the primary through the witness: the link is now on the witness's connection.
+    Through(Reply),
+    /// On the direct connection (or not at all): its outcome.
+    Direct(Result<Reply, Error>),
+}
+
+impl Call<'_, '_> {
+    /// F28: the witness vouches for the primary whose reply is late, so the way between this
+    /// client and the primary is what fails (or the primary is slow for this request): the
+    /// same request — the same request id (F16): the primary applies a write once — goes
+    /// through the witness, marked for forwarding, while the direct one stays outstanding.
+    /// The first answer wins. The witness's own answer (it could not forward: STANDBY,
+    /// NOMASTER, NOT_READY, a lost forward) is no answer: the direct reply is then awaited
+    /// alone, as without the hedge.
+    fn hedge(
+        &mut self,
+        state: &mut LoopState,
+        seq: u64,
+        witness: usize,
+        mut through: Connection,
+        until: Instant,
+    ) -> Hedged {
+        let env = self.env;
+        let op = self.spec.op;
+        let ids = state.ids.resend(self.spec.request_id);
+        let link = &mut state.link;
+        // Above the probe's own seqs on that connection (1, 2), and never reused on the link.
+        link.seq = (link.seq + 1).max(3);
+        let wseq = link.seq;
+        let head = RequestHead {
+            seq: wseq,
+            client_id: ids.client_id,
+            request_id: ids.request_id,
+            no_reply: false,
+            auth_token: &link.auth_token,
+            forward_within_ms: forward_within_ms(until),
+        };
+        let mut other = through
+            .send_op(&head, op, until, &env.waker)
+            .ok()
+            .map(|()| through);
+        loop {
+            let Some(direct) = link.conn.as_mut() else {
+                return Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
+            };
+            let Some(w) = other.as_mut() else {
+                return Hedged::Direct(direct.recv(seq, until, &env.waker));
+            };
+            match direct.recv_by(seq, until, &env.waker.watching(w.raw_fd())) {
+                Ok(Some(r)) => return Hedged::Direct(Ok(r)),
+                Err(e) => return Hedged::Direct(Err(e)),
+                Ok(None) if Instant::now() >= until => {
+                    return Hedged::Direct(Err(Error::Errno(libc::ETIMEDOUT)))
+                }
+                Ok(None) => {}
+            }
+            let direct_fd = direct.raw_fd();
+            match w.recv_by(wseq, until, &env.waker.watching(direct_fd)) {
+                Ok(Some(r)) if !is_no_primary_status(r.status) => {
+                    let Some(w) = other.take() else {
+                        return Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
+                    };
+                    clog!(
+                        env,
+                        Level::Info,
+                        "{} late on {}, which {} vouches for: answered through it",
+                        op.name(),
+                        link.current_endpoint(),
+                        link.rotator.masters()[witness]
+                    );
+                    let primary = link.rotator.current_master();
+                    link.rotator.set_current(witness);
+                    link.adopt_forwarding(w);
+                    // A primary that was only slow is used directly again from the next call:
+                    // a connection to it is tried beside the next forwarded request (a way
+                    // that drops this client's packets never connects).
+                    link.direct_wanted = primary;
+                    state.book.reconnected();
+                    let ep = state.link.current_endpoint();
+                    env.observer.update(|s| s.current_master = Some(ep));
+                    return Hedged::Through(r);
+                }
+                Ok(Some(_)) | Err(_) => other = None,
+                Ok(None) => {}
+            }
+        }
     }
 }
 

@@ -49,6 +49,21 @@ pub struct Link {
     pub forward: bool,
     /// F25/F28: the last connect raced past a silent current master to another one.
     pub passed_over: bool,
+    /// F25/F28: the connection a probe made to the controller that named a new primary, for
+    /// the next attempt ([`Link::adopt_spare`]).
+    pub spare: Option<Spare>,
+    /// F28: the primary to connect to directly beside the first request forwarded through the
+    /// standby that named it (once), and the connection that made it ([`Link::adopt_direct`]).
+    pub direct_wanted: Option<usize>,
+    pub direct: Option<(usize, Connection)>,
+}
+
+/// F25/F28: a probe's connection to `witness`, which named configured master `named` the
+/// primary.
+pub struct Spare {
+    pub witness: usize,
+    pub named: usize,
+    pub conn: Connection,
 }
 
 impl Link {
@@ -68,12 +83,114 @@ impl Link {
             tag,
             forward: false,
             passed_over: false,
+            spare: None,
+            direct_wanted: None,
+            direct: None,
+        }
+    }
+
+    /// F25/F28: the attempt after a probe named a new primary, aimed at it, goes through the
+    /// probe's connection at once: to the primary itself when the witness is the primary;
+    /// else, with forwarding on, through the witness, which has just vouched for it — so a
+    /// primary silent to this client costs no connect given up at [`RACE_STAGGER`] — while a
+    /// direct connection to it is tried beside the first request (`direct_wanted`). `true`:
+    /// the link is connected (a new connection: the caller notes the reconnect).
+    pub fn adopt_spare(&mut self, forward: bool) -> bool {
+        let Some(spare) = self.spare.take() else {
+            return false;
+        };
+        if self.rotator.current_master() != Some(spare.named) {
+            return false;
+        }
+        if spare.witness != spare.named {
+            if !forward {
+                return false;
+            }
+            xlog!(
+                Level::Info,
+                "{}: {} names {} the primary: forwarding through it at once",
+                self.tag,
+                self.rotator.masters()[spare.witness],
+                self.rotator.masters()[spare.named]
+            );
+            self.rotator.set_current(spare.witness);
+            self.direct_wanted = Some(spare.named);
+        }
+        self.take_connection(spare.conn);
+        self.passed_over = spare.witness != spare.named;
+        true
+    }
+
+    /// F28: a direct connection to the primary, made beside a forwarded request, replaces the
+    /// forwarding one (still kept) before the next attempt. `true`: it did (a new connection).
+    pub fn adopt_direct(&mut self) -> bool {
+        let Some((primary, conn)) = self.direct.take() else {
+            return false;
+        };
+        if !self.passed_over || self.conn.is_none() {
+            return false;
+        }
+        xlog!(
+            Level::Info,
+            "{}: connected to the primary {} directly; no longer forwarding through {}",
+            self.tag,
+            self.rotator.masters()[primary],
+            self.current_endpoint()
+        );
+        self.rotator.set_current(primary);
+        self.take_connection(conn);
+        true
+    }
+
+    /// F28: `conn`, to the current target (a standby that forwards), becomes the link's
+    /// connection, its requests marked for forwarding.
+    pub fn adopt_forwarding(&mut self, conn: Connection) {
+        self.take_connection(conn);
+        self.passed_over = true;
+        self.forward = true;
+    }
+
+    /// `conn` (to the current target) becomes the link's connection, a new one.
+    fn take_connection(&mut self, conn: Connection) {
+        self.conn = Some(conn);
+        self.epoch += 1;
+        self.lookup_failure = None;
+        self.forward = false;
+        self.passed_over = false;
+        self.spare = None;
+        self.direct = None;
+    }
+
+    /// F28: beside a request forwarded through a standby that named the primary, a direct
+    /// connection to that primary, tried once until the forwarded reply arrives (on
+    /// `reply_fd`) or `until`: a reachable primary is used directly from the next attempt on.
+    pub fn try_direct(&mut self, waker: &Waker, reply_fd: std::os::fd::RawFd, until: Instant) {
+        let Some(primary) = self.direct_wanted.take() else {
+            return;
+        };
+        let ep = &self.rotator.masters()[primary];
+        let Some(addrs) = resolve::cached(&ep.host, ep.port) else {
+            return;
+        };
+        let waker = waker.watching(reply_fd);
+        let hosts: [(&str, &[SocketAddr]); 1] = [(&ep.host, &addrs)];
+        if let Ok((_, conn)) = Connection::connect_race(
+            &hosts,
+            Duration::ZERO,
+            self.tls.as_ref(),
+            self.limits,
+            until,
+            &waker,
+        ) {
+            self.direct = Some((primary, conn));
         }
     }
 
     /// Closes the connection, if any.
     pub fn close(&mut self) {
         self.conn = None;
+        self.spare = None;
+        self.direct = None;
     }
 
     pub fn current_endpoint(&self) -> Endpoint {
@@ -108,6 +225,9 @@ impl Link {
         self.lookup_failure = None;
         self.forward = false;
         self.passed_over = false;
+        self.spare = None;
+        self.direct_wanted = None;
+        self.direct = None;
         let ep = self.current_endpoint();
         let until = cap(Instant::now() + connect_timeout, deadline);
         let addrs = resolve::resolve(&ep.host, ep.port, until, waker).map_err(|e| {

@@ -72,7 +72,8 @@ fn a_notification_keeps_its_request_id_until_a_primary_acknowledges_it() {
 }
 
 /// No primary at all: notifications are accepted (0) until the outbox is full, then refused
-/// with `E_XCE_OUTBOX_FULL`; a flush ends at its timeout.
+/// with `E_XCE_OUTBOX_FULL`; a flush ends at its timeout. (Heartbeats of 128 hosts: those of
+/// one host would replace each other.)
 #[test]
 fn a_full_outbox_refuses_and_flush_is_bounded() {
     let a = FakeController::start(vec![]);
@@ -80,7 +81,8 @@ fn a_full_outbox_refuses_and_flush_is_bounded() {
     a.push(vec![Step::Status(-E_XCE_NOT_READY); 2000]);
     let mut accepted = 0;
     let refused = loop {
-        match c.heartbeat("w") {
+        // One host each: a heartbeat replaces the waiting one of its own host.
+        match c.heartbeat(&format!("w{accepted}")) {
             Ok(()) => accepted += 1,
             Err(e) => break e,
         }

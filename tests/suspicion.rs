@@ -248,15 +248,7 @@ fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
         1,
         "the probe's connection carried the call"
     );
-    let on_p = p.requests();
-    let on_s: Vec<Request> = s
-        .requests()
-        .into_iter()
-        .filter(|r| matches!(r.op, Op::JobSubmit(_)))
-        .collect();
-    assert_eq!((on_p.len(), on_s.len()), (1, 1), "{:?}", s.ops());
-    assert_eq!(on_p[0].request_id, on_s[0].request_id, "same request id");
-    assert!(on_s[0].forward_within_ms > 0, "not marked for forwarding");
+    sent_once_then_forwarded(&p, &s);
     // The suspicion floor (300 ms) and little more; the connect path took ≥ 500 ms.
     assert!(took < Duration::from_millis(450), "{took:?}");
     // The next calls stay on the standby's connection.
@@ -310,6 +302,20 @@ fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
     .expect("answered through the standby");
     let took = t.elapsed();
     assert!(took < Duration::from_millis(1000), "{took:?}");
+    sent_once_then_forwarded(&p, &s);
+    let st = c.stats();
+    assert_eq!(st.current_master, Some(s.endpoint()), "{st:?}");
+    c.hello().unwrap();
+    assert_eq!(
+        s.connections(),
+        1,
+        "the probe's connection carries the calls"
+    );
+}
+
+/// F28: the submit reached the late controller `p` once and the standby `s` once, with the
+/// same request id (the primary applies it once), marked for forwarding on `s`.
+fn sent_once_then_forwarded(p: &FakeController, s: &FakeController) {
     let on_p = p.requests();
     let on_s: Vec<Request> = s
         .requests()
@@ -319,12 +325,4 @@ fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
     assert_eq!((on_p.len(), on_s.len()), (1, 1), "{:?}", s.ops());
     assert_eq!(on_p[0].request_id, on_s[0].request_id, "same request id");
     assert!(on_s[0].forward_within_ms > 0, "not marked for forwarding");
-    let st = c.stats();
-    assert_eq!(st.current_master, Some(s.endpoint()), "{st:?}");
-    c.hello().unwrap();
-    assert_eq!(
-        s.connections(),
-        1,
-        "the probe's connection carries the calls"
-    );
 }

@@ -38,6 +38,20 @@ const RAFT_PORT: u16 = 7100;
 
 static LABS: AtomicU32 = AtomicU32::new(0);
 
+/// For a test that needs namespaces: `Some(why)` (printed as SKIPPED) where they cannot be made
+/// and the test may skip; a panic where it must run — as root (where the README's test
+/// command runs) or with `XCE_REQUIRE_NETNS` set — so that it never passes by skipping there.
+pub fn skip_test(what: &str) -> Option<String> {
+    let why = unavailable()?;
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root || std::env::var_os("XCE_REQUIRE_NETNS").is_some() {
+        panic!("{what} cannot run here although it must (root or XCE_REQUIRE_NETNS): {why}");
+    }
+    eprintln!("{what} SKIPPED: {why}");
+    Some(why)
+}
+
 /// Why namespaces cannot be used here, if they cannot (not root, no `ip`, no kernel support).
 pub fn unavailable() -> Option<String> {
     // SAFETY: geteuid(2) has no preconditions.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xce::client::{new_job_id, parse_masters, Client, Config};
-use xce::wire::{JobFilter, JobSpec};
+use xce::wire::JobFilter;
 
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
@@ -101,18 +101,6 @@ struct Call {
     took: Duration,
 }
 
-fn spec(name: &str) -> JobSpec {
-    JobSpec {
-        job_id: new_job_id(),
-        name: name.into(),
-        user: "alice".into(),
-        queue: String::new(),
-        command: "sleep 1".into(),
-        ncpus: 1,
-        mem_mb: 64,
-    }
-}
-
 fn client_for(masters: &str) -> Result<Client, String> {
     let mut cfg = Config::new(parse_masters(masters).map_err(|e| e.to_string())?);
     cfg.client_name = "rolling".into();
@@ -167,7 +155,7 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
             while !stop.load(Ordering::Relaxed) {
                 let invoked = origin.elapsed();
                 let res = if writer {
-                    let s = spec("rolling");
+                    let s = crate::bench::scale::typical_job(new_job_id());
                     let r = cl.jobsubmit(s.clone());
                     if r.is_ok() {
                         acked.lock().unwrap().push(s.job_id);

@@ -22,14 +22,7 @@ fn long() -> bool {
 /// runs as root) or with `XCE_REQUIRE_NETNS` set, not being able to run is a failure: a test
 /// that passes by skipping shows nothing.
 fn skip() -> Option<String> {
-    let why = netns::unavailable()?;
-    // SAFETY: geteuid(2) takes no arguments and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root || std::env::var_os("XCE_REQUIRE_NETNS").is_some() {
-        panic!("S11 cannot run here although it must (root or XCE_REQUIRE_NETNS): {why}");
-    }
-    eprintln!("S11 SKIPPED: {why}");
-    Some(why)
+    netns::skip_test("S11")
 }
 
 /// Warnings and errors only (not Error alone: the notification test below counts the
@@ -38,6 +31,24 @@ fn quiet_library() {
     if std::env::var_os("XCE_LOG").is_none() {
         xce::failover::log::set_level(xce::failover::log::Level::Warn);
     }
+}
+
+/// The ids of every job the cluster lists, read through a fresh context in the client
+/// namespace (the check that each acknowledged write is there exactly once).
+fn listed_ids(cluster: &NetCluster, masters: &str, name: &str) -> Vec<u64> {
+    let (m, name) = (masters.to_string(), name.to_string());
+    netns::in_ns(&cluster.client_ns, move || {
+        let mut cfg = xce::client::Config::new(xce::client::parse_masters(&m).unwrap());
+        cfg.client_name = name;
+        xce::client::Client::start(cfg)
+            .expect("start")
+            .joblist(xce::wire::JobFilter::default())
+            .expect("joblist")
+            .into_iter()
+            .map(|j| j.job_id)
+            .collect()
+    })
+    .expect("in the client namespace")
 }
 
 fn scenario(s: Scenario) {
@@ -460,16 +471,7 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
         Some(p),
         "the primary changed"
     );
-    let m = masters.clone();
-    let all: Vec<u64> = netns::in_ns(&cluster.client_ns, move || {
-        start(&m, true)
-            .joblist(JobFilter::default())
-            .expect("joblist")
-            .into_iter()
-            .map(|j| j.job_id)
-            .collect()
-    })
-    .expect("in the client namespace");
+    let all = listed_ids(&cluster, &masters, "forward-check");
     for id in &ids {
         assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
     }
@@ -593,19 +595,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
         first_took.as_millis()
     );
     // Every acknowledged write is listed exactly once.
-    let m = masters.clone();
-    let all: Vec<u64> = netns::in_ns(&cluster.client_ns, move || {
-        let mut cfg = Config::new(parse_masters(&m).unwrap());
-        cfg.client_name = "silent-check".into();
-        Client::start(cfg)
-            .expect("start")
-            .joblist(JobFilter::default())
-            .expect("joblist")
-            .into_iter()
-            .map(|j| j.job_id)
-            .collect()
-    })
-    .expect("in the client namespace");
+    let all = listed_ids(&cluster, &masters, "silent-check");
     for id in &ids {
         assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
     }
@@ -687,19 +677,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     );
     assert_eq!(now, Some(primary), "not on the new primary directly");
     assert!(reads >= ids.len());
-    let m = masters.clone();
-    let all: Vec<u64> = netns::in_ns(&cluster.client_ns, move || {
-        let mut cfg = Config::new(parse_masters(&m).unwrap());
-        cfg.client_name = "direct-check".into();
-        Client::start(cfg)
-            .expect("start")
-            .joblist(JobFilter::default())
-            .expect("joblist")
-            .into_iter()
-            .map(|j| j.job_id)
-            .collect()
-    })
-    .expect("in the client namespace");
+    let all = listed_ids(&cluster, &masters, "direct-check");
     for id in &ids {
         assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
     }
@@ -790,19 +768,7 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
         Some(p),
         "the primary changed"
     );
-    let m = masters.clone();
-    let all: Vec<u64> = netns::in_ns(&cluster.client_ns, move || {
-        let mut cfg = Config::new(parse_masters(&m).unwrap());
-        cfg.client_name = "kept-check".into();
-        Client::start(cfg)
-            .expect("start")
-            .joblist(JobFilter::default())
-            .expect("joblist")
-            .into_iter()
-            .map(|j| j.job_id)
-            .collect()
-    })
-    .expect("in the client namespace");
+    let all = listed_ids(&cluster, &masters, "kept-check");
     for id in &ids {
         assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
     }

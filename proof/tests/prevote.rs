@@ -34,16 +34,7 @@ const AFTER_HEAL: Duration = Duration::from_secs(2);
 const BOUND: Duration = Duration::from_secs(30);
 
 fn skip() -> Option<String> {
-    let why = netns::unavailable()?;
-    // SAFETY: geteuid(2) takes no arguments and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root || std::env::var_os("XCE_REQUIRE_NETNS").is_some() {
-        panic!(
-            "the pre-vote test cannot run here although it must (root or XCE_REQUIRE_NETNS): {why}"
-        );
-    }
-    eprintln!("pre-vote test SKIPPED: {why}");
-    Some(why)
+    netns::skip_test("the pre-vote test")
 }
 
 /// Every node's `hello` (`None`: no answer), probed from the client namespace.

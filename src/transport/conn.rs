@@ -377,7 +377,8 @@ impl Connection {
         self.dead
     }
 
-    /// Declares the connection unusable (the loop is about to drop it).
+    /// Declares the connection unusable (the loop is about to drop it). Its close then aborts
+    /// it (see [`Drop`]).
     pub fn mark_dead(&mut self) {
         self.dead = true;
     }
@@ -388,8 +389,32 @@ impl Connection {
 }
 
 impl Drop for Connection {
+    /// A dead connection (abandoned with a request unanswered: a reply timeout, F25's late
+    /// request re-sent elsewhere, F28's request answered through a standby) closes with a
+    /// reset, not a FIN: `SO_LINGER` 0 discards what its send buffer still holds, so the
+    /// kernel does not go on retransmitting that request after the loop re-sent it under the
+    /// same request id — for minutes on a path that drops packets, long enough for the
+    /// controller's exactly-once window (the client's last 256 request ids) to move past it
+    /// once the path heals. A healthy connection closes cleanly.
     fn drop(&mut self) {
         if self.ident.same_file(self.sock.as_raw_fd()) {
+            if self.dead {
+                let abort = libc::linger {
+                    l_onoff: 1,
+                    l_linger: 0,
+                };
+                // SAFETY: the number names our socket (checked just above); `abort` is a live
+                // `linger` of the size passed. A failure only leaves the default close.
+                unsafe {
+                    libc::setsockopt(
+                        self.sock.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&abort as *const libc::linger).cast(),
+                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                    )
+                };
+            }
             // SAFETY: dropped exactly once, here; the number still names our socket (in a
             // forked child, its own copy of it), so closing it closes nothing of the caller's.
             unsafe { ManuallyDrop::drop(&mut self.sock) };
@@ -757,4 +782,49 @@ fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         }
     };
     (storage, len as libc::socklen_t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    fn pair() -> (Connection, std::net::TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let wake = crate::transport::waker::WakeState::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let c = Connection::connect(
+            "127.0.0.1",
+            port,
+            None,
+            Limits::default(),
+            deadline,
+            &wake.waker_now(),
+        )
+        .unwrap();
+        let (peer, _) = l.accept().unwrap();
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        (c, peer)
+    }
+
+    /// An abandoned (dead) connection is reset, so its unsent or unacknowledged request is
+    /// discarded, never delivered later; a healthy one is closed cleanly.
+    #[test]
+    fn a_dead_connection_is_reset_a_healthy_one_closed() {
+        let (mut c, mut peer) = pair();
+        c.mark_dead();
+        drop(c);
+        let mut b = [0u8; 8];
+        let e = peer
+            .read(&mut b)
+            .expect_err("a reset, not an end of stream");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+
+        let (c, mut peer) = pair();
+        drop(c);
+        assert_eq!(peer.read(&mut b).unwrap(), 0, "a clean close");
+    }
 }

@@ -231,18 +231,18 @@ impl Call<'_, '_> {
             .send_op(&head, op, until, &env.waker)
             .ok()
             .map(|()| through);
-        loop {
+        let direct_outcome = loop {
             let Some(direct) = link.conn.as_mut() else {
-                return Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
+                break Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
             };
             let Some(w) = other.as_mut() else {
-                return Hedged::Direct(direct.recv(seq, until, &env.waker));
+                break Hedged::Direct(direct.recv(seq, until, &env.waker));
             };
             match direct.recv_by(seq, until, &env.waker.watching(w.raw_fd())) {
-                Ok(Some(r)) => return Hedged::Direct(Ok(r)),
-                Err(e) => return Hedged::Direct(Err(e)),
+                Ok(Some(r)) => break Hedged::Direct(Ok(r)),
+                Err(e) => break Hedged::Direct(Err(e)),
                 Ok(None) if Instant::now() >= until => {
-                    return Hedged::Direct(Err(Error::Errno(libc::ETIMEDOUT)))
+                    break Hedged::Direct(Err(Error::Errno(libc::ETIMEDOUT)))
                 }
                 Ok(None) => {}
             }
@@ -250,7 +250,7 @@ impl Call<'_, '_> {
             match w.recv_by(wseq, until, &env.waker.watching(direct_fd)) {
                 Ok(Some(r)) if !is_no_primary_status(r.status) => {
                     let Some(w) = other.take() else {
-                        return Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
+                        break Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
                     };
                     clog!(
                         env,
@@ -275,7 +275,13 @@ impl Call<'_, '_> {
                 Ok(Some(_)) | Err(_) => other = None,
                 Ok(None) => {}
             }
+        };
+        // The witness's connection still owes the forwarded request's reply: abandoned (reset
+        // on close, so it is not delivered late).
+        if let Some(w) = other.as_mut() {
+            w.mark_dead();
         }
+        direct_outcome
     }
 }
 

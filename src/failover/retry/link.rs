@@ -143,8 +143,13 @@ impl Link {
     }
 
     /// F28: `conn`, to the current target (a standby that forwards), becomes the link's
-    /// connection, its requests marked for forwarding.
+    /// connection, its requests marked for forwarding. The connection it replaces still owes
+    /// the reply to the request answered through `conn`: it is abandoned (reset on close, so
+    /// that request is never delivered late).
     pub fn adopt_forwarding(&mut self, conn: Connection) {
+        if let Some(old) = self.conn.as_mut() {
+            old.mark_dead();
+        }
         self.take_connection(conn);
         self.passed_over = true;
         self.forward = true;

@@ -323,3 +323,41 @@ fn fork() {
     context_busy_on_another_thread_at_fork();
     job_ids_do_not_repeat_across_fork();
 }
+
+/// A forked child that abandons an inherited connection (dead: it timed out there) must not
+/// turn the parent's later close of that shared socket into a reset: the reset on close
+/// (SO_LINGER 0) is an option of the socket, which parent and child share.
+#[test]
+fn a_child_abandoning_an_inherited_connection_leaves_the_parents_close_clean() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let wake = WakeState::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conn = Some(
+        xce::transport::Connection::connect(
+            "127.0.0.1",
+            port,
+            None,
+            Default::default(),
+            deadline,
+            &wake.waker_now(),
+        )
+        .expect("connect"),
+    );
+    let (mut peer, _) = l.accept().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let r = fork_and_wait(|| {
+        let mut c = conn.take().expect("inherited");
+        c.mark_dead();
+        drop(c);
+        true
+    });
+    assert_eq!(r, Some(0));
+    drop(conn.take());
+    let mut b = [0u8; 8];
+    assert_eq!(
+        peer.read(&mut b).expect("a clean close, not a reset"),
+        0,
+        "end of stream"
+    );
+}

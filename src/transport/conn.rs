@@ -56,6 +56,10 @@ pub struct Connection {
     /// F29: the membership version stamped on the last successful reply or acknowledgement
     /// received here (0: none stamped yet).
     members_version: u64,
+    /// The process generation (F26) that opened the socket: a forked child shares it with
+    /// its parent, and a socket option set there (the reset on close) would change the
+    /// parent's close too.
+    opened_in: u64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -236,6 +240,7 @@ impl Connection {
             dead: false,
             strays: 0,
             pending_acks: Vec::new(),
+            opened_in: crate::process::fork_generation(),
             acks: Vec::new(),
             members_version: 0,
         };
@@ -395,10 +400,11 @@ impl Drop for Connection {
     /// kernel does not go on retransmitting that request after the loop re-sent it under the
     /// same request id — for minutes on a path that drops packets, long enough for the
     /// controller's exactly-once window (the client's last 256 request ids) to move past it
-    /// once the path heals. A healthy connection closes cleanly.
+    /// once the path heals. A healthy connection closes cleanly, and so does one a forked
+    /// child inherited (the socket is its parent's too).
     fn drop(&mut self) {
         if self.ident.same_file(self.sock.as_raw_fd()) {
-            if self.dead {
+            if self.dead && self.opened_in == crate::process::fork_generation() {
                 let abort = libc::linger {
                     l_onoff: 1,
                     l_linger: 0,

@@ -322,12 +322,12 @@ fn fork() {
     queued_notification_stays_with_the_parent();
     context_busy_on_another_thread_at_fork();
     job_ids_do_not_repeat_across_fork();
+    a_child_abandoning_an_inherited_connection_leaves_the_parents_close_clean();
 }
 
 /// A forked child that abandons an inherited connection (dead: it timed out there) must not
 /// turn the parent's later close of that shared socket into a reset: the reset on close
 /// (SO_LINGER 0) is an option of the socket, which parent and child share.
-#[test]
 fn a_child_abandoning_an_inherited_connection_leaves_the_parents_close_clean() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();

@@ -412,6 +412,24 @@ impl NetCluster {
         Ok(c)
     }
 
+    /// The nodes' log lines (when started with a log directory) that contain any of `pats`,
+    /// merged in time order (each line starts with its timestamp) — for a failing assertion
+    /// to show what the cluster did, where the log directory itself is not kept (CI).
+    pub fn log_lines(&self, pats: &[&str]) -> String {
+        let Some(d) = &self.log_dir else {
+            return "(no node logs kept)".to_string();
+        };
+        let mut lines: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| std::fs::read_to_string(d.join(format!("node-{}.log", n.id))).ok())
+            .flat_map(|t| t.lines().map(str::to_string).collect::<Vec<_>>())
+            .filter(|l| pats.iter().any(|p| l.contains(p)))
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    }
+
     /// `1=client/raft,…` for `xce-controller run --cluster`.
     pub fn spec(&self) -> String {
         crate::cluster::cluster_spec(self.nodes.iter().map(|n| (n.id, n.client, n.raft)))

@@ -90,6 +90,16 @@ fn settled(name: &str) -> (NetCluster, u32, u64) {
     let timing: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
     let c = NetCluster::start(3, &timing, Some(log_dir(name))).expect("namespaces/cluster");
     let p = c.wait_primary(None, BOUND).expect("a primary");
+    // Every node started blank, so each one votes (C12) only once it has caught up with the
+    // leader; an election among the others needs both.
+    let t0 = Instant::now();
+    while !c.nodes.iter().all(|n| {
+        c.log_lines(&["votes and campaigns again (C12)"])
+            .contains(&format!("node {}: ", n.id))
+    }) {
+        assert!(t0.elapsed() < BOUND, "not all caught up:\n{}", history(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(Duration::from_secs(1));
     let now = infos(&c);
     assert_eq!(primaries(&now), vec![p], "settled: {now:?}");
@@ -97,7 +107,7 @@ fn settled(name: &str) -> (NetCluster, u32, u64) {
 }
 
 /// Keeps `id` cut off from its peers for [`CUT_FOR`]; returns the highest term `id` reported
-/// meanwhile and the highest term of the others at the end.
+/// meanwhile and the highest term the others reported.
 fn cut_off(c: &NetCluster, id: u32) -> (u64, u64) {
     c.fault(Fault::CutFromPeers(id), true).expect("fault");
     let t0 = Instant::now();
@@ -107,7 +117,9 @@ fn cut_off(c: &NetCluster, id: u32) -> (u64, u64) {
         std::thread::sleep(Duration::from_millis(250));
         let now = infos(c);
         own = own.max(term_of(&now, id).unwrap_or(0));
-        others = max_term(&now, Some(id));
+        // The highest seen: a node whose `hello` times out in the last probe (a loaded
+        // machine) must not hide an election seen before.
+        others = others.max(max_term(&now, Some(id)));
     }
     c.fault(Fault::CutFromPeers(id), false).expect("heal");
     (own, others)
@@ -128,23 +140,31 @@ fn a_standby_cut_off_from_its_peers_raises_no_term_and_disrupts_nothing() {
     assert_eq!(
         own,
         term0,
-        "the cut-off standby raised its term (it campaigned) — logs in {}",
-        logs.display()
+        "the cut-off standby raised its term (it campaigned) — logs in {}:\n{}",
+        logs.display(),
+        history(&c)
     );
-    assert_eq!(others, term0, "an election while a standby was away");
+    assert_eq!(
+        others,
+        term0,
+        "an election while a standby was away:\n{}",
+        history(&c)
+    );
     std::thread::sleep(AFTER_HEAL);
     let after = infos(&c);
     eprintln!("pre-vote: after the heal: {:?}", summary(&after));
     assert_eq!(
         primaries(&after),
         vec![p],
-        "the primary changed after the standby came back — logs in {}",
-        logs.display()
+        "the primary changed after the standby came back — logs in {}:\n{}",
+        logs.display(),
+        history(&c)
     );
     assert_eq!(
         max_term(&after, None),
         term0,
-        "the term rose after the heal"
+        "the term rose after the heal:\n{}",
+        history(&c)
     );
 }
 
@@ -160,29 +180,44 @@ fn a_primary_cut_off_from_its_peers_comes_back_without_disrupting_the_new_one() 
         "pre-vote: primary {p} cut off: its term {own}, the others' {others} (before: {term0})"
     );
     // The cut-off primary never campaigns; the others elect (once, or twice on a split vote).
-    assert_eq!(own, term0, "the cut-off primary raised its term");
+    assert_eq!(
+        own,
+        term0,
+        "the cut-off primary raised its term:\n{}",
+        history(&c)
+    );
     assert!(
         others > term0 && others <= term0 + 2,
-        "the others' term {others} (before {term0}) — logs in {}",
-        logs.display()
+        "the others' term {others} (before {term0}) — logs in {}:\n{}",
+        logs.display(),
+        history(&c)
     );
     let new = c
         .wait_primary(Some(p), BOUND)
-        .expect("a new primary among the others");
+        .unwrap_or_else(|| panic!("no new primary among the others:\n{}", history(&c)));
     std::thread::sleep(AFTER_HEAL);
     let after = infos(&c);
     eprintln!("pre-vote: after the heal: {:?}", summary(&after));
     assert_eq!(
         primaries(&after),
         vec![new],
-        "the old primary disrupted the new one — logs in {}",
-        logs.display()
+        "the old primary disrupted the new one — logs in {}:\n{}",
+        logs.display(),
+        history(&c)
     );
     assert_eq!(
         max_term(&after, None),
         others,
-        "the term rose after the heal"
+        "the term rose after the heal:\n{}",
+        history(&c)
     );
+}
+
+/// What the nodes logged about elections, for a failing assertion (CI keeps no log files).
+fn history(c: &NetCluster) -> String {
+    c.log_lines(&[
+        "campaign", "pre-vote", "role=", "C11", "C12", "refusing", "serving", "quorum",
+    ])
 }
 
 fn summary(infos: &[(u32, Option<ControllerInfo>)]) -> Vec<(u32, Option<(ControllerRole, u64)>)> {

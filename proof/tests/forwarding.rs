@@ -267,7 +267,11 @@ fn served_through_a_standby(mode: Mode) -> Row {
     let now = cl.stats().current_master.expect("connected");
     assert_ne!(now, ep(primary_relay.addr), "still on the primary's relay");
     // The cluster never changed its primary: the standby served nothing itself.
-    assert_eq!(c.primary_now(), Some(p), "the primary changed");
+    assert_eq!(
+        c.wait_primary(Duration::from_secs(5)),
+        Some(p),
+        "the primary changed"
+    );
     // Exactly once: each acknowledged job listed once, and nothing else.
     let all = listed(&c);
     for id in &ids {
@@ -328,7 +332,7 @@ fn forwarding_off_gives_todays_behaviour() {
         t0.elapsed().as_millis(),
         r
     );
-    assert_eq!(c.primary_now(), Some(p));
+    assert_eq!(c.wait_primary(Duration::from_secs(5)), Some(p));
     assert!(
         !listed(&c).contains(&s.job_id),
         "a refused write was applied"

@@ -59,7 +59,7 @@ fn s1_kill_primary_not_ready_then_transparent() {
         sorted(jobs.iter().map(|j| j.job_id).collect()),
         sorted(submitted)
     );
-    let new_primary = c.primary_now();
+    let new_primary = c.wait_primary(Duration::from_secs(5));
     assert!(new_primary.is_some() && new_primary != Some(primary));
     // The hasty client works again once a primary exists: no sticky error state (F9).
     assert_eq!(

@@ -206,7 +206,7 @@ fn p12_row(
     let load = scale::load_jobs(&m, n, 64)?;
     // Let snapshots and compaction settle.
     std::thread::sleep(Duration::from_secs(3));
-    let p = c.primary_now().ok_or("no primary")?;
+    let p = c.wait_primary(Duration::from_secs(5)).ok_or("no primary")?;
     let mut rss = Vec::new();
     let mut disk = Vec::new();
     for node in &c.nodes {
@@ -260,7 +260,9 @@ fn p12_row(
     );
     std::thread::sleep(Duration::from_secs(2));
     // Failover: kill -9 the primary; time until another node serves as primary.
-    let p = c.primary_now().ok_or("no primary before the kill")?;
+    let p = c
+        .wait_primary(Duration::from_secs(5))
+        .ok_or("no primary before the kill")?;
     let t0 = Instant::now();
     c.kill(p);
     let failover = c
@@ -396,7 +398,7 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
         let _ = h.join();
     }
     let _ = lister.join();
-    let p = c.primary_now().ok_or("no primary")?;
+    let p = c.wait_primary(Duration::from_secs(5)).ok_or("no primary")?;
     let s = (1..=3u32).find(|&i| i != p).unwrap();
     c.restart(s).map_err(|e| e.to_string())?;
     wait_answers(&c, s, Duration::from_secs(120));

@@ -39,6 +39,11 @@ struct ForwardLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabels {
+    answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: &'static str,
     status: &'static str,
@@ -56,6 +61,8 @@ struct Metrics {
     fsync: Histogram,
     ops: Family<OpLabels, Counter>,
     forwards: Family<ForwardLabels, Counter>,
+    pre_votes: Family<AnswerLabels, Counter>,
+    campaigns: Family<ForwardLabels, Counter>,
     connections: Gauge64,
     cursors: Gauge64,
     last_log_index: Gauge64,
@@ -82,6 +89,8 @@ impl Metrics {
             fsync: Histogram::new(exponential_buckets(0.000_01, 2.0, 18)),
             ops: Family::default(),
             forwards: Family::default(),
+            pre_votes: Family::default(),
+            campaigns: Family::default(),
             connections: Gauge64::default(),
             cursors: Gauge64::default(),
             last_log_index: Gauge64::default(),
@@ -122,6 +131,17 @@ impl Metrics {
             "xce_forwards",
             "Client requests this standby forwarded to the primary (C16), by outcome",
             m.forwards.clone(),
+        );
+        r.register(
+            "xce_pre_votes",
+            "Pre-votes (C15) this node answered for a candidate, by answer",
+            m.pre_votes.clone(),
+        );
+        r.register(
+            "xce_campaigns",
+            "Elections this node considered, by outcome: campaigned after a granted pre-vote, \
+             not_granted (no quorum said yes: no term raised), handover (C14, no pre-vote)",
+            m.campaigns.clone(),
         );
         r.register(
             "xce_client_connections",
@@ -195,6 +215,18 @@ pub fn op(op: &'static str, status: i32, write_took: Option<Duration>) {
 /// `unreachable`, `refused`, `lost`.
 pub fn forward(outcome: &'static str) {
     M.forwards.get_or_create(&ForwardLabels { outcome }).inc();
+}
+
+/// This node answered a candidate's pre-vote (C15) with `granted` (raft server hook).
+pub fn pre_vote(granted: bool) {
+    let answer = if granted { "granted" } else { "refused" };
+    M.pre_votes.get_or_create(&AnswerLabels { answer }).inc();
+}
+
+/// This node's election timer or a handover led to `outcome`: `campaigned`, `not_granted`,
+/// `handover` (elect.rs and handover.rs hooks).
+pub fn campaign(outcome: &'static str) {
+    M.campaigns.get_or_create(&ForwardLabels { outcome }).inc();
 }
 
 /// Counts an open client connection until dropped (server hook).
@@ -376,6 +408,8 @@ mod tests {
         op("jobsubmit", 0, Some(Duration::from_millis(1)));
         op("jobsubmit", -xce::error::E_XCE_STANDBY, None);
         let _c = connection();
+        pre_vote(true);
+        campaign("not_granted");
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &M.registry).unwrap();
         for want in [
@@ -388,6 +422,8 @@ mod tests {
             "xce_ops_total{op=\"jobsubmit\",status=\"ok\"} 1",
             "xce_ops_total{op=\"jobsubmit\",status=\"standby\"} 1",
             "xce_client_connections 1",
+            "xce_pre_votes_total{answer=\"granted\"} 1",
+            "xce_campaigns_total{outcome=\"not_granted\"} 1",
             "# EOF",
         ] {
             assert!(out.contains(want), "{want:?} not in\n{out}");

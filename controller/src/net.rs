@@ -1396,10 +1396,11 @@ async fn answer_vote(
 /// member: the connection was admitted (mutual TLS), as for every other message.
 async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
     let as_vote = VoteRequest::new(Vote::new(r.term, r.candidate), r.last_log_id);
-    if srv.guard.refuses() || srv.amnesia.refuses_vote(&as_vote) {
-        return false;
-    }
-    srv.elect.would_vote(r).await
+    let granted = !srv.guard.refuses()
+        && !srv.amnesia.refuses_vote(&as_vote)
+        && srv.elect.would_vote(r).await;
+    crate::metrics::pre_vote(granted);
+    granted
 }
 
 /// A refusal carrying this node's vote, as openraft refuses during a lease. (No last log id:

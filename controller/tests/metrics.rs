@@ -48,6 +48,27 @@ fn sample(body: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample {name} in\n{body}"))
 }
 
+/// A counter of a label family: 0 before its first increment (not written until then).
+fn count(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            let (n, v) = l.rsplit_once(' ')?;
+            (n == name).then(|| v.parse().unwrap())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Campaigns after a granted pre-vote and pre-votes granted, summed over `addrs` (C15).
+fn elections(addrs: &[&(u64, String)]) -> (f64, f64) {
+    addrs.iter().fold((0.0, 0.0), |(c, g), (_, a)| {
+        let b = scrape(a);
+        (
+            c + count(&b, "xce_campaigns_total{outcome=\"campaigned\"}"),
+            g + count(&b, "xce_pre_votes_total{answer=\"granted\"}"),
+        )
+    })
+}
+
 fn scrape(addr: &str) -> String {
     let (status, body) = get(addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
@@ -128,8 +149,9 @@ fn metrics_show_term_and_leader_changes_across_a_failover() {
     // Anything else is 404.
     assert_eq!(get(&addrs[0].1, "/").0, "HTTP/1.1 404 Not Found");
 
-    ctrl.kill9(p);
     let survivors: Vec<&(u64, String)> = addrs.iter().filter(|(i, _)| *i != p).collect();
+    let elections_before = elections(&survivors);
+    ctrl.kill9(p);
     let deadline = Instant::now() + FAILOVER_BOUND;
     loop {
         let mut moved = 0;
@@ -154,4 +176,10 @@ fn metrics_show_term_and_leader_changes_across_a_failover() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The new primary campaigned after a pre-vote the other survivor granted.
+    let (campaigned, granted) = elections(&survivors);
+    assert!(
+        campaigned > elections_before.0 && granted > elections_before.1,
+        "campaigns {elections_before:?} -> ({campaigned}, {granted})"
+    );
 }

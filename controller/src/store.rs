@@ -163,9 +163,12 @@ fn decode_entry(bytes: &[u8]) -> Result<Entry, StorageError> {
     }
 }
 
-/// Bytes (as stored) of recent entries kept in memory: a few seconds of the heaviest write
-/// load, so replication and apply read what was just appended from memory.
-const RECENT_BYTES: usize = 4 << 20;
+/// Bytes (as stored) of recent entries kept in memory: 16 of the largest batched entries
+/// ([`crate::batch::MAX_BATCH_BYTES`]), two appends of [`crate::batch::MAX_PAYLOAD_ENTRIES`]
+/// each — what replication and apply read right after the append. A follower further behind
+/// is sent older entries from the database, as before. (In memory an entry takes about two to
+/// three times its stored size: a few MB at most.)
+const RECENT_BYTES: usize = 1 << 20;
 
 /// The latest entries of the log as they are on disk, in memory (P11): replication reads
 /// every entry right after it was appended and the state machine right after it committed;

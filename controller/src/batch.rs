@@ -36,9 +36,12 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 8;
 /// the batches smaller.
 pub const MAX_IN_FLIGHT: usize = 2;
 
-/// One Raft log entry of the job store: proposals applied in order, one outcome each.
+/// One Raft log entry of the job store: proposals applied in order, one outcome each. Shared
+/// (an `Arc`, encoded exactly as the list itself), so the copies openraft takes of an entry —
+/// the log store's cache, one per replication stream, the state machine's — cost no copy of
+/// the proposals.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Batch(pub Vec<Proposal>);
+pub struct Batch(pub Arc<Vec<Proposal>>);
 
 impl std::fmt::Display for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,7 +134,10 @@ async fn run(
         tokio::spawn(async move {
             let (proposals, replies): (Vec<Proposal>, Vec<_>) =
                 batch.into_iter().map(|p| (p.proposal, p.reply)).unzip();
-            let res = tokio::time::timeout(commit_timeout, raft.client_write(Batch(proposals)));
+            let res = tokio::time::timeout(
+                commit_timeout,
+                raft.client_write(Batch(Arc::new(proposals))),
+            );
             match res.await {
                 Ok(Ok(resp)) => {
                     let mut outs = resp.data.into_iter();

@@ -46,7 +46,7 @@ pub struct Applied {
 
 /// Called by the state machine for every applied batch.
 pub fn note(tx: &mpsc::UnboundedSender<Applied>, log_id: LogId, batch: &Batch) {
-    for p in &batch.0 {
+    for p in batch.0.iter() {
         if let Cmd::Handover { to } = p.cmd {
             let _ = tx.send(Applied {
                 to,
@@ -106,12 +106,12 @@ pub async fn hand_over(
     // Never take leadership back: without this, a vote grant slowed by a loaded disk let the
     // old leader's own election timer fire and win again before the standby's next campaign.
     elect.hold(crate::elect::Hold::HandedOver, true);
-    let entry = Batch(vec![Proposal {
+    let entry = Batch(std::sync::Arc::new(vec![Proposal {
         client_id: [0; 16],
         request_id: 0,
         now_ms: crate::now_ms(),
         cmd: Cmd::Handover { to },
-    }]);
+    }]));
     let committed = tokio::time::timeout(HANDOVER_WAIT, raft.client_write(entry)).await;
     if !matches!(committed, Ok(Ok(_))) {
         eprintln!("node {id}: handover to node {to}: the entry did not commit; stopping anyway");

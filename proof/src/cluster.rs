@@ -3,7 +3,7 @@
 //! and clean everything up when dropped (also when a test panics).
 
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -118,13 +118,7 @@ pub fn controller_bin() -> PathBuf {
         .expect("xce-controller binary not found: run `cargo build -p xce-controller` or set XCE_CONTROLLER")
 }
 
-/// Free loopback ports, held until the returned listeners are dropped.
-fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
+use crate::ports::free_ports;
 
 impl Cluster {
     /// Start `n` nodes and return without waiting for an election.

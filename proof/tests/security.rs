@@ -120,6 +120,19 @@ impl Tls {
         Client::start(cfg).unwrap()
     }
 
+    /// Whether the nodes' logs have (or get within 5 s) a line containing `pat`: a node's
+    /// stderr reaches its log through a stamping thread, after the reply may have.
+    fn logged(&self, pat: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.logs().contains(pat) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
     fn logs(&self) -> String {
         (1..=self.cluster.nodes.len())
             .map(|i| {
@@ -317,9 +330,8 @@ fn s15_ops_by_identity() {
         failures.join("\n")
     );
     eprintln!("{cases} cases of ops x identities as expected");
-    let logs = t.logs();
     assert!(
-        logs.contains("refused queuectrl") && logs.contains("for user-alice"),
+        t.logged("refused queuectrl") && t.logs().contains("for user-alice"),
         "refusals are logged with who and what"
     );
 }
@@ -396,7 +408,7 @@ fn s15_bindings() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(admin.jobinfo(bob2).unwrap().state, JobState::Run);
-    assert!(t.logs().contains("refused notify"));
+    assert!(t.logged("refused notify"));
     // Heartbeats: for its own host they count, for another host they are dropped.
     let beat = |h: &str| {
         admin
@@ -458,7 +470,7 @@ fn s15_tokens() {
             "{what}: E_XCE_AUTH retried"
         );
     }
-    assert!(t.logs().contains("a bad token"));
+    assert!(t.logged("a bad token"));
     // Anonymous (no certificate, no token): hello yes, anything else no.
     let anon = t.client(None);
     anon.hello().unwrap();

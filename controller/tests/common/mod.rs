@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -59,13 +59,10 @@ pub const STARTUP: Duration = Duration::from_secs(20);
 /// Per-request socket timeout of the test client.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `n` currently free loopback ports (bound once to find them, then released).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
+/// Ports below the ephemeral range (the proof crate's, shared by path).
+#[path = "../../../proof/src/ports.rs"]
+mod ports;
+pub use ports::free_ports;
 
 /// A controller cluster of real processes; every node's stderr goes to `DIR/node-N.log`.
 pub struct Ctrl {
@@ -175,6 +172,22 @@ impl Ctrl {
 
     pub fn log(&self, id: u64) -> String {
         std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
+    }
+
+    /// Whether node `id`'s log has (or gets within 5 s) a line containing `pat`. A node's
+    /// stderr reaches its log through a stamping thread (`logstamp.rs`), so a line written
+    /// before a reply may land in the file just after the client has the reply.
+    pub fn logged(&self, id: u64, pat: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if self.log(id).contains(pat) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn all_logs(&self) -> String {

@@ -90,11 +90,7 @@ struct Session {
 }
 
 /// Accepts client connections up to the connection limit; each is served by its own task.
-pub async fn serve(
-    listener: TcpListener,
-    ctx: Arc<Ctx>,
-    tls: Option<Arc<rustls::ServerConfig>>,
-) {
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<Arc<rustls::ServerConfig>>) {
     let slots = Arc::new(Semaphore::new(ctx.opts.max_connections));
     loop {
         let (stream, peer) = match listener.accept().await {

@@ -13,8 +13,8 @@ use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::kernel::KernelConnection;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ServerConnectionData, WebPkiClientVerifier};
 use rustls::RootCertStore;
 use tokio_rustls::{TlsAcceptor, TlsConnector};

@@ -23,7 +23,14 @@ fn cluster(pki: Option<&PathBuf>) -> Cluster {
             extra.extend([flag.to_string(), f(file)]);
         }
     }
-    Cluster::start(3, ClusterOpts { extra_args: extra, log_dir: None }).unwrap()
+    Cluster::start(
+        3,
+        ClusterOpts {
+            extra_args: extra,
+            log_dir: None,
+        },
+    )
+    .unwrap()
 }
 
 fn client(c: &Cluster, pki: Option<&PathBuf>) -> Client {
@@ -67,7 +74,11 @@ fn main() {
         _ => vec![None, Some(&dir)],
     };
     let mut clusters: Vec<Cluster> = modes.iter().map(|m| cluster(*m)).collect();
-    let clients: Vec<Client> = clusters.iter().zip(&modes).map(|(c, m)| client(c, *m)).collect();
+    let clients: Vec<Client> = clusters
+        .iter()
+        .zip(&modes)
+        .map(|(c, m)| client(c, *m))
+        .collect();
     let mut pids = Vec::new();
     for (c, cl) in clusters.iter().zip(&clients) {
         let port = cl.stats().current_master.unwrap().port;
@@ -76,7 +87,10 @@ fn main() {
         pids.push(n.pid().unwrap());
     }
     std::thread::sleep(Duration::from_millis(
-        std::env::var("P1_DELAY_MS").ok().and_then(|s| s.parse().ok()).unwrap_or(0),
+        std::env::var("P1_DELAY_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
     ));
     let op = Op::Hello(Hello {
         client_name: "p15".into(),
@@ -121,7 +135,10 @@ fn main() {
 
 /// This thread's CPU time, µs.
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
 }
@@ -132,7 +149,12 @@ fn proc_cpu(pid: u32) -> f64 {
     if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for e in d.flatten() {
             if let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) {
-                t += s.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) / 1e3;
+                t += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+                    / 1e3;
             }
         }
     }

@@ -820,7 +820,13 @@ impl Connection {
                 Ok(o) => o,
                 Err(e) => {
                     let mut a = Vec::new();
-                    if t.records.alert(Records::<KernelConnection<ClientConnectionData>>::alert_for(&e), &mut a).is_ok() {
+                    if t.records
+                        .alert(
+                            Records::<KernelConnection<ClientConnectionData>>::alert_for(&e),
+                            &mut a,
+                        )
+                        .is_ok()
+                    {
                         let _ = (&*self.sock).write(&a);
                     }
                     return Err(Error::Tls(cause_of(&e)));
@@ -1008,6 +1014,84 @@ mod tests {
         peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
         (c, peer)
+    }
+
+    /// P15: a TLS reply whose record arrives in pieces, two replies in one read, and a
+    /// record that does not decrypt (`Error::Tls`, and the controller gets an alert) — against
+    /// a buffered rustls server, as a controller or a proxy may write records.
+    #[test]
+    fn tls_records_in_pieces_together_and_refused() {
+        use crate::wire::{encode_reply, Reply};
+        use std::io::Write;
+        use std::time::Duration;
+        let (ccfg, scfg) = crate::transport::records::test_configs();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = l.accept().unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut tls = rustls::ServerConnection::new(scfg).unwrap();
+            while tls.is_handshaking() {
+                tls.complete_io(&mut sock).unwrap();
+            }
+            let records = |tls: &mut rustls::ServerConnection, seqs: &[u64]| {
+                for &seq in seqs {
+                    let mut f = Vec::new();
+                    encode_reply(&Reply::status(seq, 0), &mut f);
+                    tls.writer().write_all(&f).unwrap();
+                }
+                let mut v = Vec::new();
+                while tls.wants_write() {
+                    tls.write_tls(&mut v).unwrap();
+                }
+                v
+            };
+            while tls.wants_write() {
+                tls.write_tls(&mut sock).unwrap(); // the session tickets
+            }
+            // Reply 1 in pieces: header split, body split.
+            let v = records(&mut tls, &[1]);
+            let n = v.len();
+            for part in [&v[..3], &v[3..9], &v[9..n - 1], &v[n - 1..]] {
+                sock.write_all(part).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Replies 2 and 3: two records in one write.
+            let v = records(&mut tls, &[2, 3]);
+            sock.write_all(&v).unwrap();
+            // A record that does not decrypt; the client's alert comes back.
+            std::thread::sleep(Duration::from_millis(50));
+            sock.write_all(&[&[0x17u8, 3, 3, 0, 32][..], &[0x5a; 32]].concat())
+                .unwrap();
+            let mut got = Vec::new();
+            let _ = sock.read_to_end(&mut got);
+            tls.read_tls(&mut &got[..]).unwrap();
+            tls.process_new_packets().map(drop).unwrap_err()
+        });
+        let wake = crate::transport::waker::WakeState::new();
+        let w = wake.waker_now();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut c = Connection::connect(
+            "localhost",
+            port,
+            Some(&ccfg),
+            Limits::default(),
+            deadline,
+            &w,
+        )
+        .unwrap();
+        assert_eq!(c.recv(1, deadline, &w).unwrap().seq, 1);
+        assert_eq!(c.recv(2, deadline, &w).unwrap().seq, 2);
+        // Already here: no wait at all.
+        assert_eq!(c.recv(3, Instant::now(), &w).unwrap().seq, 3);
+        let e = c.recv(4, deadline, &w).unwrap_err();
+        assert!(matches!(e, Error::Tls(_)), "{e:?}");
+        assert!(c.is_dead());
+        drop(c);
+        assert_eq!(
+            server.join().unwrap(),
+            rustls::Error::AlertReceived(rustls::AlertDescription::BadRecordMac)
+        );
     }
 
     /// An abandoned (dead) connection is reset, so its unsent or unacknowledged request is

@@ -52,7 +52,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The acceptor for `--tls-cert/--tls-key [--tls-client-ca]` (the client port). With a CA,
+/// The configuration for `--tls-cert/--tls-key [--tls-client-ca]` (the client port). With a CA,
 /// clients must present a certificate it signed, unless `allow_anonymous` (callers that
 /// authenticate with a token instead, C13).
 pub fn acceptor(
@@ -62,8 +62,10 @@ pub fn acceptor(
     allow_anonymous: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let provider = provider();
+    // TLS 1.3 only, as the protocol says (protocol.md) and every client of the port speaks:
+    // its records after the handshake are `ServerTls`'s TLS 1.3 record layer.
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),

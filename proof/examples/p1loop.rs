@@ -1,6 +1,8 @@
-//! P1 only, for profiling: `p1loop <plain|tls|both> <seconds>`. Starts the cluster(s), prints
-//! the primary's pid, then runs hellos (alternating batches of 1,000 with `both`) and prints
-//! the p50 of each mode.
+//! P15's P1 only, for profiling (BENCH.md): `p1loop <plain|tls|both> <seconds>`. Starts the
+//! cluster(s) as `xce-bench --only P15` does, prints each primary's pid (for `perf record -p`),
+//! then runs hellos (alternating batches of 1,000 with `both`) and prints per mode the round
+//! trip's p10/p50/p90 and the CPU time per hello of the calling thread and of the primary (all
+//! its threads). `P1_DELAY_MS` waits before the hellos (time to attach a profiler).
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -500,30 +500,20 @@ impl Connection {
             let mut done = false;
             match st.state {
                 Err(e) => failed = Some(e),
-                Ok(ConnectionState::EncodeTlsData(mut s)) => loop {
+                Ok(ConnectionState::EncodeTlsData(mut s)) => {
                     let at = out.len();
                     out.resize(at + 4096, 0);
-                    match s.encode(&mut out[at..]) {
-                        Ok(n) => {
-                            out.truncate(at + n);
-                            break;
-                        }
+                    let n = match s.encode(&mut out[at..]) {
+                        Ok(n) => n,
                         Err(EncodeError::InsufficientSize(e)) => {
-                            out.truncate(at);
-                            out.reserve(e.required_size);
                             out.resize(at + e.required_size, 0);
-                            let n = s
-                                .encode(&mut out[at..])
-                                .map_err(|_| Error::Tls(TlsCause::Unspecified))?;
-                            out.truncate(at + n);
-                            break;
+                            s.encode(&mut out[at..])
+                                .map_err(|_| Error::Tls(TlsCause::Unspecified))?
                         }
-                        Err(_) => {
-                            out.truncate(at);
-                            break;
-                        }
-                    }
-                },
+                        Err(_) => return Err(Error::Tls(TlsCause::Unspecified)),
+                    };
+                    out.truncate(at + n);
+                }
                 Ok(ConnectionState::TransmitTlsData(t)) => {
                     let mut started = false;
                     self.write_raw(&out, deadline, waker, &mut started)?;
@@ -835,9 +825,13 @@ impl Connection {
             t.inbuf.copy_within(opened.consumed..t.inlen, 0);
             t.inlen -= opened.consumed;
             if !out.is_empty() {
-                // A key update's answer: it must leave before our next request.
+                // A key update's answer: our send keys changed already, so a connection that
+                // could not send it (a wake included) is unusable.
                 let mut started = false;
-                self.write_raw(&out, deadline, waker, &mut started)?;
+                if let Err(e) = self.write_raw(&out, deadline, waker, &mut started) {
+                    self.dead = true;
+                    return Err(e);
+                }
             }
             if let Some(t) = self.tls.as_mut() {
                 t.out = out;

@@ -13,7 +13,6 @@ use openraft::{RaftMetrics, ServerState};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
 use xce::error::{
     E_XCE_AUTH, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN,
 };
@@ -91,7 +90,7 @@ struct Session {
 }
 
 /// Accepts client connections up to the connection limit; each is served by its own task.
-pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor>) {
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<Arc<rustls::ServerConfig>>) {
     let slots = Arc::new(Semaphore::new(ctx.opts.max_connections));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -121,10 +120,10 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<TlsAcceptor
                     };
                     serve_conn(&ctx, io, peer, None).await
                 }
-                Some(acc) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
+                Some(cfg) => {
+                    let accept = crate::tls::ServerTls::accept(stream, cfg);
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
                         Ok(Ok(s)) => {
-                            let s = crate::tls::ServerTls::new(s);
                             // C13: the identity the client certificate names, if any.
                             let cert = s.peer_certificates().and_then(|c| c.first());
                             let who = cert.and_then(|c| Identity::of_cert(c));

@@ -13,10 +13,12 @@ use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::kernel::KernelConnection;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ServerConnectionData, WebPkiClientVerifier};
 use rustls::RootCertStore;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
+use xce::transport::records::{Records, HEADER, MAX_RECORD};
 
 use crate::types::NodeId;
 
@@ -50,7 +52,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The acceptor for `--tls-cert/--tls-key [--tls-client-ca]` (the client port). With a CA,
+/// The configuration for `--tls-cert/--tls-key [--tls-client-ca]` (the client port). With a CA,
 /// clients must present a certificate it signed, unless `allow_anonymous` (callers that
 /// authenticate with a token instead, C13).
 pub fn acceptor(
@@ -58,10 +60,12 @@ pub fn acceptor(
     key_path: &Path,
     client_ca: Option<&Path>,
     allow_anonymous: bool,
-) -> Result<TlsAcceptor, String> {
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let provider = provider();
+    // TLS 1.3 only, as the protocol says (protocol.md) and every client of the port speaks:
+    // its records after the handshake are `ServerTls`'s TLS 1.3 record layer.
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
@@ -73,10 +77,13 @@ pub fn acceptor(
             builder.with_client_cert_verifier(v.build().map_err(|e| e.to_string())?)
         }
     };
-    let config = builder
+    let mut config = builder
         .with_single_cert(certs(cert)?, key(key_path)?)
         .map_err(|e| e.to_string())?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    // P15: after the handshake the connection's keys go to the record layer (`ServerTls`);
+    // nothing of the handshake changes.
+    config.enable_secret_extraction = true;
+    Ok(Arc::new(config))
 }
 
 /// The name a member's certificate carries (DNS subject alternative name).
@@ -176,110 +183,237 @@ pub fn client_connector(
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
-/// A client-port connection after its TLS handshake (done by tokio-rustls, under the
-/// handshake deadline), driven here directly on the socket: TLS records are read straight
-/// into rustls's buffer and written straight from it, plaintext is appended to the caller's
-/// buffer — no poll adapters and no intermediate plaintext copy on the way in (P15: the
-/// secured `hello` round trip). One reply is one `write_all`: its records leave in one
-/// `writev` when the socket takes them.
+/// A client-port TLS connection: the handshake through rustls's unbuffered server (under the
+/// caller's deadline), then the connection's keys handed to the library's record layer
+/// (`xce::transport::records`, P15: the secured `hello` round trip): records are read
+/// straight into one buffer, decrypted there in place, and their plaintext appended to the
+/// caller's buffer; a reply is sealed into one buffer and sent with one write — no rustls
+/// state machine, copies or allocations per record beyond the seal's. Key updates and alerts
+/// are handled there; rustls keeps the keys.
 pub struct ServerTls {
     tcp: tokio::net::TcpStream,
-    tls: rustls::ServerConnection,
+    records: Records<KernelConnection<ServerConnectionData>>,
+    /// Received bytes not yet a whole record: at most one record and one read.
+    inbuf: Box<[u8]>,
+    inlen: usize,
+    /// Records to send; reused.
+    out: Vec<u8>,
+    /// Plaintext that arrived with the handshake's last flight.
+    early: Vec<u8>,
+    peer: Option<Vec<CertificateDer<'static>>>,
 }
 
-/// `std::io` over the non-blocking tokio socket: `WouldBlock` when it has nothing (the
-/// caller then awaits readiness; `try_read`/`try_write` clear it).
-struct TryIo<'a>(&'a tokio::net::TcpStream);
+/// Bytes read from the socket at most at once.
+const READ_CHUNK: usize = 64 * 1024;
+/// A reply buffer bigger than this is given back once sent.
+const KEEP_OUT: usize = 64 * 1024;
 
-impl std::io::Read for TryIo<'_> {
-    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
-        self.0.try_read(b)
-    }
+fn invalid(e: rustls::Error) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
 }
 
-impl std::io::Write for TryIo<'_> {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.try_write(b)
-    }
-    fn write_vectored(&mut self, b: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
-        self.0.try_write_vectored(b)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// Whether `b` (at least a header) holds a whole TLS record.
+fn whole_record(b: &[u8]) -> bool {
+    b.len() >= HEADER && b.len() >= HEADER + u16::from_be_bytes([b[3], b[4]]) as usize
 }
 
 impl ServerTls {
-    /// Takes over a connection whose handshake is complete.
-    pub fn new(s: tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> ServerTls {
-        let (tcp, tls) = s.into_inner();
-        ServerTls { tcp, tls }
+    /// The TLS handshake on an accepted connection, as `config` says (certificates verified
+    /// by rustls). Not bounded in time here: the caller's deadline is. A failure is
+    /// `InvalidData` wrapping rustls's error, after its alert was sent on a best-effort
+    /// basis; EOF is `UnexpectedEof`.
+    pub async fn accept(
+        tcp: tokio::net::TcpStream,
+        config: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<ServerTls> {
+        use rustls::unbuffered::{ConnectionState, EncodeError};
+        use std::io::ErrorKind;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tcp;
+        let mut conn = rustls::server::UnbufferedServerConnection::new(config).map_err(invalid)?;
+        let mut inbuf: Vec<u8> = Vec::new();
+        let mut out: Vec<u8> = Vec::new();
+        let mut early: Vec<u8> = Vec::new();
+        loop {
+            let st = conn.process_tls_records(&mut inbuf);
+            let discard = st.discard;
+            let mut failed = None;
+            let mut read_more = false;
+            let mut done = false;
+            match st.state {
+                Err(e) => failed = Some(e),
+                Ok(ConnectionState::EncodeTlsData(mut s)) => {
+                    let at = out.len();
+                    out.resize(at + 4096, 0);
+                    let n = match s.encode(&mut out[at..]) {
+                        Ok(n) => n,
+                        Err(EncodeError::InsufficientSize(e)) => {
+                            out.resize(at + e.required_size, 0);
+                            s.encode(&mut out[at..]).map_err(|e| {
+                                std::io::Error::new(ErrorKind::InvalidData, e.to_string())
+                            })?
+                        }
+                        Err(e) => {
+                            return Err(std::io::Error::new(ErrorKind::InvalidData, e.to_string()))
+                        }
+                    };
+                    out.truncate(at + n);
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => {
+                    tcp.write_all(&out).await?;
+                    out.clear();
+                    t.done();
+                }
+                Ok(ConnectionState::BlockedHandshake) => read_more = true,
+                Ok(ConnectionState::WriteTraffic(_)) => done = true,
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    // The client's first request, in the same read as its last handshake
+                    // message.
+                    while let Some(rec) = r.next_record() {
+                        early.extend_from_slice(rec.map_err(invalid)?.payload);
+                    }
+                }
+                Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
+                    return Err(ErrorKind::UnexpectedEof.into())
+                }
+                Ok(other) => {
+                    return Err(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        format!("unexpected TLS state {other:?}"),
+                    ))
+                }
+            }
+            inbuf.drain(..discard);
+            if let Some(e) = failed {
+                // rustls queued its alert: encode and send it, best effort.
+                let st = conn.process_tls_records(&mut inbuf);
+                if let Ok(ConnectionState::EncodeTlsData(mut s)) = st.state {
+                    let mut a = vec![0u8; 512];
+                    if let Ok(n) = s.encode(&mut a) {
+                        let _ = tcp.try_write(&a[..n]);
+                    }
+                }
+                return Err(invalid(e));
+            }
+            if done {
+                break;
+            }
+            if read_more {
+                if inbuf.len() >= xce::transport::records::MAX_HANDSHAKE + MAX_RECORD {
+                    return Err(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        "TLS handshake message too large",
+                    ));
+                }
+                let at = inbuf.len();
+                inbuf.resize(at + 16 * 1024, 0);
+                let r = tcp.read(&mut inbuf[at..]).await;
+                inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+                match r {
+                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let peer = conn.peer_certificates().map(|c| c.to_vec());
+        let (secrets, kernel) = conn.dangerous_into_kernel_connection().map_err(invalid)?;
+        let records = Records::new(secrets, kernel).map_err(invalid)?;
+        if inbuf.len() > MAX_RECORD {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                "TLS record too large",
+            ));
+        }
+        let mut buf = vec![0u8; MAX_RECORD + READ_CHUNK].into_boxed_slice();
+        buf[..inbuf.len()].copy_from_slice(&inbuf);
+        Ok(ServerTls {
+            tcp,
+            records,
+            inlen: inbuf.len(),
+            inbuf: buf,
+            out: Vec::new(),
+            early,
+            peer,
+        })
     }
 
     /// The client's certificate chain, if it presented one (C13).
     pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
-        self.tls.peer_certificates()
+        self.peer.as_deref()
     }
 
     /// Appends received plaintext to `buf`: the number of bytes (at least one), or 0 once
     /// the client sent close_notify. A TCP close without close_notify is `UnexpectedEof`; a
-    /// record rustls refuses is `InvalidData` (its alert sent first, best effort). Cancel-safe:
-    /// the only wait is for readiness, and what was read stays in rustls's buffers.
+    /// record that does not decrypt or breaks the protocol is `InvalidData` (an alert sent
+    /// first, best effort). Cancel-safe while it waits for the socket: what was read stays in
+    /// the record buffer.
     pub async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-        use std::io::{BufRead, ErrorKind};
-        loop {
-            match self.tls.reader().fill_buf() {
-                Ok(p) => {
-                    let n = p.len();
-                    buf.extend_from_slice(p);
-                    self.tls.reader().consume(n);
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            match self.tls.read_tls(&mut TryIo(&self.tcp)) {
-                Ok(_) => {
-                    // Ok(0): EOF, which the reader reports next (0 after a close_notify,
-                    // UnexpectedEof without).
-                    if let Err(e) = self.tls.process_new_packets() {
-                        let _ = self.tls.write_tls(&mut TryIo(&self.tcp));
-                        return Err(std::io::Error::new(ErrorKind::InvalidData, e));
-                    }
-                    // Whatever rustls has to say (a key update's answer) leaves now.
-                    self.flush().await?;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => self.tcp.readable().await?,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Encrypts and sends all of `out` (records of at most 16 KiB, rustls's outgoing buffer
-    /// written out as it fills).
-    pub async fn write_all(&mut self, out: &[u8]) -> std::io::Result<()> {
-        use std::io::Write;
-        let mut off = 0;
-        while off < out.len() {
-            off += self.tls.writer().write(&out[off..])?;
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    /// Writes every TLS record rustls has queued, waiting for the socket as needed.
-    async fn flush(&mut self) -> std::io::Result<()> {
         use std::io::ErrorKind;
-        while self.tls.wants_write() {
-            match self.tls.write_tls(&mut TryIo(&self.tcp)) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => self.tcp.writable().await?,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+        use tokio::io::AsyncWriteExt;
+        if !self.early.is_empty() {
+            let n = self.early.len();
+            buf.append(&mut self.early);
+            return Ok(n);
+        }
+        loop {
+            if self.records.peer_closed() {
+                return Ok(0);
+            }
+            if !whole_record(&self.inbuf[..self.inlen]) {
+                match self.tcp.try_read(&mut self.inbuf[self.inlen..]) {
+                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => self.inlen += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        self.tcp.readable().await?;
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let before = buf.len();
+            self.out.clear();
+            let opened = match self
+                .records
+                .open(&mut self.inbuf[..self.inlen], buf, &mut self.out)
+            {
+                Ok(o) => o,
+                Err(e) => {
+                    let mut a = Vec::new();
+                    let alert = Records::<KernelConnection<ServerConnectionData>>::alert_for(&e);
+                    if self.records.alert(alert, &mut a).is_ok() {
+                        let _ = self.tcp.try_write(&a);
+                    }
+                    return Err(invalid(e));
+                }
+            };
+            self.inbuf.copy_within(opened.consumed..self.inlen, 0);
+            self.inlen -= opened.consumed;
+            if !self.out.is_empty() {
+                // A key update's answer, before any reply under the new keys.
+                self.tcp.write_all(&self.out).await?;
+            }
+            if buf.len() > before {
+                return Ok(buf.len() - before);
+            }
+            if opened.closed {
+                return Ok(0);
             }
         }
-        Ok(())
+    }
+
+    /// Encrypts and sends all of `data` (records of at most 16 KiB) with one write when the
+    /// socket takes it.
+    pub async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.out.clear();
+        self.records.seal(data, &mut self.out).map_err(invalid)?;
+        let r = self.tcp.write_all(&self.out).await;
+        if self.out.capacity() > KEEP_OUT {
+            self.out = Vec::new();
+        }
+        r
     }
 }

@@ -122,6 +122,15 @@ fn right_ca_works_wrong_ca_fails() {
     );
     let err = tls_hello(&ctrl.clients[&1], client_config(&other, None)).unwrap_err();
     eprintln!("wrong CA: {err}");
+    // TLS 1.3 only (protocol.md): a TLS 1.2 client is refused at the handshake.
+    let mut roots = RootCertStore::empty();
+    roots.add(good.cert_der.clone()).unwrap();
+    let tls12 = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    assert!(tls_hello(&ctrl.clients[&1], tls12).is_err());
     // A plain-TCP client gets no reply (the server closes after a failed handshake).
     let mut plain = ctrl.client(1);
     assert!(plain.try_call(Op::ResList).is_err());

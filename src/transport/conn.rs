@@ -8,9 +8,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
+use rustls::client::ClientConnectionData;
+use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 
 use super::fdcheck::FdIdent;
+use super::records::{Records, MAX_RECORD};
 use super::resolve;
 use super::tls::cause_of;
 use super::waker::{Wait, Waker};
@@ -32,6 +35,22 @@ const KEEP_BUFFER: usize = 64 * 1024;
 /// a stale reply or two after a timeout is normal, a stream of them is not.
 pub const MAX_STRAY_REPLIES: u32 = 16;
 
+/// A TLS connection after its handshake (P15): rustls made it and keeps its keys up to date
+/// ([`Records`]); records are decrypted in place in `inbuf` and their plaintext appended
+/// straight to the connection's `rbuf`.
+struct ClientTls {
+    records: Records<KernelConnection<ClientConnectionData>>,
+    /// Received bytes not yet a whole record: at most one record and one read
+    /// ([`TLS_INBUF`], allocated once).
+    inbuf: Box<[u8]>,
+    inlen: usize,
+    /// Records to send; reused.
+    out: Vec<u8>,
+}
+
+/// What a TLS connection's receive buffer holds: an incomplete record and one read.
+const TLS_INBUF: usize = MAX_RECORD + READ_CHUNK;
+
 /// An established connection.
 pub struct Connection {
     /// Closed on drop only while the number still names this socket (F21): a caller that
@@ -39,7 +58,7 @@ pub struct Connection {
     sock: ManuallyDrop<TcpStream>,
     /// What the socket's number named when we opened it (F21).
     ident: FdIdent,
-    tls: Option<Box<rustls::ClientConnection>>,
+    tls: Option<Box<ClientTls>>,
     /// Received plaintext not yet consumed as replies; reused for the connection's life.
     rbuf: Vec<u8>,
     /// The encoded request being sent; reused likewise.
@@ -247,13 +266,13 @@ impl Connection {
         if let Some(cfg) = tls {
             let name = ServerName::try_from(host.to_string())
                 .map_err(|_| Error::Tls(TlsCause::NameMismatch))?;
-            let tls = rustls::ClientConnection::new(cfg.clone(), name)
-                .map_err(|e| Error::Tls(cause_of(&e)))?;
+            let tls = conn
+                .handshake(cfg, name, deadline, waker)
+                .map_err(|e| match e {
+                    Error::Errno(libc::ETIMEDOUT) => Error::Tls(TlsCause::HandshakeTimeout),
+                    e => e,
+                })?;
             conn.tls = Some(Box::new(tls));
-            conn.handshake(deadline, waker).map_err(|e| match e {
-                Error::Errno(libc::ETIMEDOUT) => Error::Tls(TlsCause::HandshakeTimeout),
-                e => e,
-            })?;
         }
         Ok(conn)
     }
@@ -448,46 +467,142 @@ impl Connection {
         }
     }
 
-    fn handshake(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
+    /// The TLS 1.3 handshake, driven through rustls's unbuffered client (certificates and
+    /// identities checked by rustls as configured), then the connection's keys handed to the
+    /// record layer. A failure is `Error::Tls` naming its cause, after rustls's alert was sent
+    /// on a best-effort basis; EOF is `ECONNRESET`; `deadline` bounds it all.
+    fn handshake(
+        &mut self,
+        cfg: &Arc<rustls::ClientConfig>,
+        name: ServerName<'static>,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<ClientTls, Error> {
+        use rustls::unbuffered::{ConnectionState, EncodeError};
+        // The keys leave rustls only where the configuration allows it (ours does).
+        let cfg = if cfg.enable_secret_extraction {
+            cfg.clone()
+        } else {
+            let mut c = (**cfg).clone();
+            c.enable_secret_extraction = true;
+            Arc::new(c)
+        };
+        let mut conn = rustls::client::UnbufferedClientConnection::new(cfg, name)
+            .map_err(|e| Error::Tls(cause_of(&e)))?;
+        // Received bytes rustls has not consumed yet (at most a handshake message's worth).
+        let mut inbuf: Vec<u8> = Vec::new();
+        let mut out: Vec<u8> = Vec::new();
         loop {
-            self.flush_tls(deadline, waker)?;
-            let tls = self.tls.as_mut().expect("handshake without TLS");
-            if !tls.is_handshaking() {
-                return Ok(());
-            }
-            self.read_tls_records(deadline, waker)?;
-        }
-    }
-
-    /// Reads TLS records from the socket (waiting if none) and processes them. A protocol or
-    /// certificate failure is `Error::Tls` naming its cause, after the alert was sent on a
-    /// best-effort basis.
-    fn read_tls_records(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
-        loop {
-            let tls = self.tls.as_mut().expect("TLS read without TLS");
-            match tls.read_tls(&mut *self.sock) {
-                Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
-                Ok(_) => {
-                    if let Err(e) = tls.process_new_packets() {
-                        let _ = tls.write_tls(&mut *self.sock);
-                        return Err(Error::Tls(cause_of(&e)));
+            let st = conn.process_tls_records(&mut inbuf);
+            let discard = st.discard;
+            let mut failed = None;
+            let mut read_more = false;
+            let mut done = false;
+            match st.state {
+                Err(e) => failed = Some(e),
+                Ok(ConnectionState::EncodeTlsData(mut s)) => {
+                    let at = out.len();
+                    out.resize(at + 4096, 0);
+                    let n = match s.encode(&mut out[at..]) {
+                        Ok(n) => n,
+                        Err(EncodeError::InsufficientSize(e)) => {
+                            out.resize(at + e.required_size, 0);
+                            s.encode(&mut out[at..])
+                                .map_err(|_| Error::Tls(TlsCause::Unspecified))?
+                        }
+                        Err(_) => return Err(Error::Tls(TlsCause::Unspecified)),
+                    };
+                    out.truncate(at + n);
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => {
+                    let mut started = false;
+                    self.write_raw(&out, deadline, waker, &mut started)?;
+                    out.clear();
+                    t.done();
+                }
+                Ok(ConnectionState::BlockedHandshake) => read_more = true,
+                Ok(ConnectionState::WriteTraffic(_)) => done = true,
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    // Data the controller sent right after its half of the handshake.
+                    while let Some(rec) = r.next_record() {
+                        let rec = rec.map_err(|e| Error::Tls(cause_of(&e)))?;
+                        self.rbuf.extend_from_slice(rec.payload);
                     }
-                    return Ok(());
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.wait(libc::POLLIN, deadline, waker)?
+                Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
+                    return Err(Error::Errno(libc::ECONNRESET))
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::from_io(&e)),
+                Ok(_) => return Err(Error::Tls(TlsCause::Unspecified)),
+            }
+            inbuf.drain(..discard);
+            if let Some(e) = failed {
+                // rustls queued its alert: encode and send it, best effort.
+                let st = conn.process_tls_records(&mut inbuf);
+                if let Ok(ConnectionState::EncodeTlsData(mut s)) = st.state {
+                    let mut a = vec![0u8; 512];
+                    if let Ok(n) = s.encode(&mut a) {
+                        let _ = (&*self.sock).write(&a[..n]);
+                    }
+                }
+                return Err(Error::Tls(cause_of(&e)));
+            }
+            if done {
+                break;
+            }
+            if read_more {
+                if inbuf.len() >= super::records::MAX_HANDSHAKE + MAX_RECORD {
+                    return Err(Error::Tls(TlsCause::NotTls));
+                }
+                let at = inbuf.len();
+                inbuf.resize(at + READ_CHUNK, 0);
+                let r = (&*self.sock).read(&mut inbuf[at..]);
+                inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+                match r {
+                    Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.wait(libc::POLLIN, deadline, waker)?
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::from_io(&e)),
+                }
             }
         }
+        let (secrets, kernel) = conn
+            .dangerous_into_kernel_connection()
+            .map_err(|e| Error::Tls(cause_of(&e)))?;
+        let records = Records::new(secrets, kernel).map_err(|e| Error::Tls(cause_of(&e)))?;
+        // What followed the handshake in the last read (the controller's session tickets,
+        // say) is the first input of the record layer.
+        if inbuf.len() > MAX_RECORD {
+            return Err(Error::Tls(TlsCause::NotTls));
+        }
+        let mut buf = vec![0u8; TLS_INBUF].into_boxed_slice();
+        buf[..inbuf.len()].copy_from_slice(&inbuf);
+        Ok(ClientTls {
+            records,
+            inlen: inbuf.len(),
+            inbuf: buf,
+            out: Vec::new(),
+        })
     }
 
-    /// Writes out whatever TLS records rustls has queued.
-    fn flush_tls(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
-        while let Some(tls) = self.tls.as_mut().filter(|t| t.wants_write()) {
-            match tls.write_tls(&mut *self.sock) {
-                Ok(_) => {}
+    /// Writes all of `buf` to the socket, waiting until `deadline`; `started` once a byte left.
+    fn write_raw(
+        &self,
+        buf: &[u8],
+        deadline: Instant,
+        waker: &Waker,
+        started: &mut bool,
+    ) -> Result<(), Error> {
+        let mut off = 0;
+        while off < buf.len() {
+            match (&*self.sock).write(&buf[off..]) {
+                Ok(0) => return Err(Error::Errno(libc::EPIPE)),
+                Ok(n) => {
+                    off += n;
+                    *started = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline, waker)?
                 }
@@ -500,7 +615,8 @@ impl Connection {
 
     /// Writes the request in `wbuf`. A failure once part of it left (a wake included) leaves
     /// the connection unusable: the rest must never follow later and complete a request its
-    /// caller was told did not leave (F19: `maybe_applied = 0` is a promise).
+    /// caller was told did not leave (F19: `maybe_applied = 0` is a promise). With TLS, once
+    /// its records are sealed (their sequence numbers spent), any failure does.
     fn write_wbuf(&mut self, deadline: Instant, waker: &Waker) -> Result<(), Error> {
         let mut started = false;
         let r = self.write_wbuf_inner(deadline, waker, &mut started);
@@ -516,29 +632,23 @@ impl Connection {
         waker: &Waker,
         started: &mut bool,
     ) -> Result<(), Error> {
-        let mut off = 0;
-        while off < self.wbuf.len() {
-            let r = match self.tls.as_mut() {
-                Some(tls) => tls.writer().write(&self.wbuf[off..]),
-                None => self.sock.write(&self.wbuf[off..]),
-            };
-            match r {
-                // rustls' plaintext buffer is full: push records out first.
-                Ok(0) if self.tls.is_some() => {}
-                Ok(0) => return Err(Error::Errno(libc::EPIPE)),
-                Ok(n) => {
-                    off += n;
-                    *started = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.wait(libc::POLLOUT, deadline, waker)?
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::from_io(&e)),
+        let Some(t) = self.tls.as_mut() else {
+            return self.write_raw(&self.wbuf, deadline, waker, started);
+        };
+        let mut out = std::mem::take(&mut t.out);
+        out.clear();
+        let sealed = t.records.seal(&self.wbuf, &mut out);
+        *started = true;
+        let r = match sealed {
+            Ok(()) => self.write_raw(&out, deadline, waker, started),
+            Err(e) => Err(Error::Tls(cause_of(&e))),
+        };
+        if out.capacity() <= KEEP_BUFFER {
+            if let Some(t) = self.tls.as_mut() {
+                t.out = out;
             }
-            self.flush_tls(deadline, waker)?;
         }
-        Ok(())
+        r
     }
 
     fn recv_inner(
@@ -617,6 +727,9 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<(), Error> {
+        if self.tls.is_some() {
+            return self.fill_tls(frame_total, deadline, waker);
+        }
         let len = self.rbuf.len();
         if self.rbuf.capacity() < len + READ_CHUNK {
             let mut cap = (self.rbuf.capacity() * 2).max(len + READ_CHUNK);
@@ -634,27 +747,108 @@ impl Connection {
 
     fn fill_into(&mut self, at: usize, deadline: Instant, waker: &Waker) -> Result<usize, Error> {
         loop {
-            let r = match self.tls.as_mut() {
-                Some(tls) => tls.reader().read(&mut self.rbuf[at..]),
-                None => self.sock.read(&mut self.rbuf[at..]),
-            };
-            match r {
-                // EOF (or a TLS close_notify) before the awaited reply: the peer went away.
+            match self.sock.read(&mut self.rbuf[at..]) {
+                // EOF before the awaited reply: the peer went away.
                 Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.tls.is_some() {
-                        self.read_tls_records(deadline, waker)?;
-                        self.flush_tls(deadline, waker)?;
-                    } else {
-                        self.wait(libc::POLLIN, deadline, waker)?;
-                    }
+                    self.wait(libc::POLLIN, deadline, waker)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::from_io(&e)),
             }
         }
     }
+
+    /// [`Connection::fill`] over TLS: reads into the record buffer and decrypts every whole
+    /// record there, until some plaintext came (appended to `rbuf`, whose growth follows the
+    /// same bound as a plain read's: at most the frame being received or what arrived). A
+    /// `KeyUpdate` the peer asks for is answered before returning. `close_notify` (or EOF)
+    /// before the awaited reply is `ECONNRESET`; a record that does not decrypt or breaks the
+    /// protocol is `Error::Tls`, after an alert sent on a best-effort basis.
+    fn fill_tls(
+        &mut self,
+        frame_total: Option<usize>,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<(), Error> {
+        loop {
+            let t = self.tls.as_mut().expect("TLS fill without TLS");
+            if t.records.peer_closed() {
+                return Err(Error::Errno(libc::ECONNRESET));
+            }
+            // Whole records already buffered are decrypted first (after a key update's
+            // answer was written, say); else one read.
+            if t.inlen < super::records::HEADER || !whole_record(&t.inbuf[..t.inlen]) {
+                match (&*self.sock).read(&mut t.inbuf[t.inlen..]) {
+                    Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
+                    Ok(n) => t.inlen += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.wait(libc::POLLIN, deadline, waker)?;
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::from_io(&e)),
+                }
+            }
+            // The plaintext is at most the ciphertext: room for it, bounded like a plain read.
+            let len = self.rbuf.len();
+            let want = len + t.inlen;
+            if self.rbuf.capacity() < want {
+                let mut cap = (self.rbuf.capacity() * 2).max(want);
+                if let Some(total) = frame_total {
+                    cap = cap.min(total.max(want));
+                }
+                self.rbuf.reserve_exact(cap - len);
+            }
+            let mut out = std::mem::take(&mut t.out);
+            out.clear();
+            let r = t
+                .records
+                .open(&mut t.inbuf[..t.inlen], &mut self.rbuf, &mut out);
+            let opened = match r {
+                Ok(o) => o,
+                Err(e) => {
+                    let mut a = Vec::new();
+                    if t.records
+                        .alert(
+                            Records::<KernelConnection<ClientConnectionData>>::alert_for(&e),
+                            &mut a,
+                        )
+                        .is_ok()
+                    {
+                        let _ = (&*self.sock).write(&a);
+                    }
+                    return Err(Error::Tls(cause_of(&e)));
+                }
+            };
+            t.inbuf.copy_within(opened.consumed..t.inlen, 0);
+            t.inlen -= opened.consumed;
+            if !out.is_empty() {
+                // A key update's answer: our send keys changed already, so a connection that
+                // could not send it (a wake included) is unusable.
+                let mut started = false;
+                if let Err(e) = self.write_raw(&out, deadline, waker, &mut started) {
+                    self.dead = true;
+                    return Err(e);
+                }
+            }
+            if let Some(t) = self.tls.as_mut() {
+                t.out = out;
+            }
+            if self.rbuf.len() > len {
+                return Ok(());
+            }
+            if opened.closed {
+                return Err(Error::Errno(libc::ECONNRESET));
+            }
+        }
+    }
+}
+
+/// Whether `b` (at least a header) holds a whole TLS record.
+fn whole_record(b: &[u8]) -> bool {
+    b.len() >= super::records::HEADER + u16::from_be_bytes([b[3], b[4]]) as usize
 }
 
 /// Whether `b` starts with a TLS record header (an alert or a handshake, TLS 1.0–1.3). As a
@@ -814,6 +1008,84 @@ mod tests {
         peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
         (c, peer)
+    }
+
+    /// P15: a TLS reply whose record arrives in pieces, two replies in one read, and a
+    /// record that does not decrypt (`Error::Tls`, and the controller gets an alert) — against
+    /// a buffered rustls server, as a controller or a proxy may write records.
+    #[test]
+    fn tls_records_in_pieces_together_and_refused() {
+        use crate::wire::{encode_reply, Reply};
+        use std::io::Write;
+        use std::time::Duration;
+        let (ccfg, scfg) = crate::transport::records::test_configs();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = l.accept().unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut tls = rustls::ServerConnection::new(scfg).unwrap();
+            while tls.is_handshaking() {
+                tls.complete_io(&mut sock).unwrap();
+            }
+            let records = |tls: &mut rustls::ServerConnection, seqs: &[u64]| {
+                for &seq in seqs {
+                    let mut f = Vec::new();
+                    encode_reply(&Reply::status(seq, 0), &mut f);
+                    tls.writer().write_all(&f).unwrap();
+                }
+                let mut v = Vec::new();
+                while tls.wants_write() {
+                    tls.write_tls(&mut v).unwrap();
+                }
+                v
+            };
+            while tls.wants_write() {
+                tls.write_tls(&mut sock).unwrap(); // the session tickets
+            }
+            // Reply 1 in pieces: header split, body split.
+            let v = records(&mut tls, &[1]);
+            let n = v.len();
+            for part in [&v[..3], &v[3..9], &v[9..n - 1], &v[n - 1..]] {
+                sock.write_all(part).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Replies 2 and 3: two records in one write.
+            let v = records(&mut tls, &[2, 3]);
+            sock.write_all(&v).unwrap();
+            // A record that does not decrypt; the client's alert comes back.
+            std::thread::sleep(Duration::from_millis(50));
+            sock.write_all(&[&[0x17u8, 3, 3, 0, 32][..], &[0x5a; 32]].concat())
+                .unwrap();
+            let mut got = Vec::new();
+            let _ = sock.read_to_end(&mut got);
+            tls.read_tls(&mut &got[..]).unwrap();
+            tls.process_new_packets().map(drop).unwrap_err()
+        });
+        let wake = crate::transport::waker::WakeState::new();
+        let w = wake.waker_now();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut c = Connection::connect(
+            "localhost",
+            port,
+            Some(&ccfg),
+            Limits::default(),
+            deadline,
+            &w,
+        )
+        .unwrap();
+        assert_eq!(c.recv(1, deadline, &w).unwrap().seq, 1);
+        assert_eq!(c.recv(2, deadline, &w).unwrap().seq, 2);
+        // Already here: no wait at all.
+        assert_eq!(c.recv(3, Instant::now(), &w).unwrap().seq, 3);
+        let e = c.recv(4, deadline, &w).unwrap_err();
+        assert!(matches!(e, Error::Tls(_)), "{e:?}");
+        assert!(c.is_dead());
+        drop(c);
+        assert_eq!(
+            server.join().unwrap(),
+            rustls::Error::AlertReceived(rustls::AlertDescription::BadRecordMac)
+        );
     }
 
     /// An abandoned (dead) connection is reset, so its unsent or unacknowledged request is

@@ -9,6 +9,7 @@
 
 pub mod conn;
 pub mod fdcheck;
+pub mod records;
 pub mod resolve;
 pub mod tls;
 pub mod waker;

@@ -42,6 +42,10 @@ pub fn client_config(
         // Half a client identity is a configuration error, not something to ignore.
         _ => return Err(Error::Errno(libc::EINVAL)),
     };
+    let mut config = config;
+    // P15: after the handshake the connection's keys go to the library's record layer
+    // (`records.rs`); nothing of the handshake changes.
+    config.enable_secret_extraction = true;
     Ok(Arc::new(config))
 }
 

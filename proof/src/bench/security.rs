@@ -421,7 +421,7 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     // What bounds P1 from below: rustls itself, without any socket.
     match rustls {
         Ok((full, aead)) => t.note(format!(
-            "P1's floor with TLS: rustls alone (both ends in memory, no socket; request {req_len} B, reply {rep_len} B) costs {full:.2} µs per round trip{}, against a 10% budget of {:.2} µs",
+            "P1's floor with TLS: a buffered rustls connection (what the record layer replaced; both ends in memory, no socket; request {req_len} B, reply {rep_len} B) costs {full:.2} µs per round trip{}, against a 10% budget of {:.2} µs",
             aead.map(|a| format!(" (AEAD seal + open: {a:.2} µs)")).unwrap_or_default(),
             off_rtt.p50 / 10.0
         )),

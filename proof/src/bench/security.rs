@@ -66,8 +66,43 @@ impl Mode {
 /// What one mode measured of P4 and P11.
 struct Measured {
     kills: Summary,
-    rate1: f64,
-    rate64: f64,
+}
+
+/// P11, side by side: both clusters run and the modes take turns, a slice of the time each
+/// (1 context, then 64; the order swapped every round), so that the machine's drift lands on
+/// both alike (measured one cluster after the other, the 64-context row moved by up to 28%
+/// between runs). Returns `[rate1, rate64]` of each mode: acknowledged writes over the time of
+/// all its slices.
+fn rates_side_by_side(modes: [&Mode; 2], opts: &BenchOpts) -> Result<[[f64; 2]; 2], String> {
+    let clusters = [modes[0].cluster(opts)?, modes[1].cluster(opts)?];
+    for (m, c) in modes.iter().zip(&clusters) {
+        ready_client(m, c)?;
+    }
+    let rounds = opts.pick(3, 5);
+    let slice = Duration::from_secs(opts.pick(3, 10)) / rounds as u32;
+    // [mode][1 or 64 contexts]: (acked, seconds)
+    let mut sums = [[(0u64, 0f64); 2]; 2];
+    for round in 0..rounds {
+        for k in 0..2 {
+            let i = (k + round as usize) % 2;
+            for (j, n) in [1usize, 64].into_iter().enumerate() {
+                let clients = (0..n)
+                    .map(|_| modes[i].client(&clusters[i]))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let r = submit_rate_with(clients, slice)?;
+                sums[i][j].0 += r.acked;
+                sums[i][j].1 += r.secs;
+            }
+        }
+    }
+    for mut c in clusters {
+        c.kill_all();
+    }
+    let rate = |(a, t): (u64, f64)| a as f64 / t.max(1e-9);
+    Ok([
+        [rate(sums[0][0]), rate(sums[0][1])],
+        [rate(sums[1][0]), rate(sums[1][1])],
+    ])
 }
 
 fn ms(d: Duration) -> f64 {
@@ -91,12 +126,13 @@ fn ready_client(mode: &Mode, c: &Cluster) -> Result<Client, String> {
 
 /// P1, side by side: both clusters run at once and the two clients take turns, a batch of
 /// hellos each (the order swapped every round), so that a neighbour's burst on the shared
-/// machine lands on both modes alike. Returns the round trips of each mode and P1's request
-/// and reply sizes.
+/// machine lands on both modes alike; then the same again with everything on one CPU. Returns
+/// the round trips of each mode, unpinned and pinned, and P1's request and reply sizes.
+#[allow(clippy::type_complexity)]
 fn p1_side_by_side(
     modes: [&Mode; 2],
     opts: &BenchOpts,
-) -> Result<([Summary; 2], (usize, usize)), String> {
+) -> Result<([Summary; 2], [Summary; 2], (usize, usize)), String> {
     let clusters = [modes[0].cluster(opts)?, modes[1].cluster(opts)?];
     let clients = [
         ready_client(modes[0], &clusters[0])?,
@@ -123,6 +159,34 @@ fn p1_side_by_side(
             }
         }
     }
+    // The same, every thread of both clusters and this one on one CPU: no cross-CPU wake-up,
+    // no placement luck (on a 2-vCPU machine the unpinned p50 moves by ±3 µs between runs,
+    // more than TLS costs). Both modes alike; the affinities are put back after.
+    let pids: Vec<i32> = clusters
+        .iter()
+        .flat_map(|c| c.nodes.iter().filter_map(|n| n.pid()).map(|p| p as i32))
+        .collect();
+    let saved = pin(&pids, 0);
+    let mut pinned: [Vec<Duration>; 2] = Default::default();
+    let res = (|| -> Result<(), String> {
+        for round in 0..=rounds {
+            for k in 0..2 {
+                let i = (k + round) % 2;
+                for _ in 0..batch {
+                    let t = Instant::now();
+                    clients[i]
+                        .call(op.clone())
+                        .map_err(|e| format!("hello ({}): {e}", modes[i].name))?;
+                    if round > 0 {
+                        pinned[i].push(t.elapsed());
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    unpin(saved);
+    res?;
     // The plaintext sizes of P1's request and reply, for the in-memory rustls measure.
     let plain = if modes[0].pki.is_none() { 0 } else { 1 };
     let sizes = p1_sizes(&clusters[plain], &clients[plain], &op)?;
@@ -130,21 +194,60 @@ fn p1_side_by_side(
         c.kill_all();
     }
     let s = |v: &[Duration]| Summary::of_us(v).ok_or("no round trips");
-    Ok(([s(&rtts[0])?, s(&rtts[1])?], sizes))
+    Ok((
+        [s(&rtts[0])?, s(&rtts[1])?],
+        [s(&pinned[0])?, s(&pinned[1])?],
+        sizes,
+    ))
+}
+
+/// A thread's CPU affinity, to put back.
+type Saved = Vec<(libc::pid_t, libc::cpu_set_t)>;
+
+/// Puts every thread of `pids` (their `/proc/PID/task` entries) and the calling thread on
+/// `cpu` alone; returns their previous affinities. A thread that cannot be moved is skipped.
+fn pin(pids: &[i32], cpu: usize) -> Saved {
+    let mut tids: Vec<libc::pid_t> = vec![0]; // 0: the calling thread
+    for p in pids {
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            tids.extend(
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok()),
+            );
+        }
+    }
+    let mut saved = Vec::new();
+    for tid in tids {
+        // SAFETY: cpu_set_t is plain data; sched_{get,set}affinity read and write only the
+        // set passed, of the size passed.
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut old) != 0 {
+                continue;
+            }
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0 {
+                saved.push((tid, old));
+            }
+        }
+    }
+    saved
+}
+
+/// Puts back what [`pin`] changed.
+fn unpin(saved: Saved) {
+    for (tid, old) in saved {
+        // SAFETY: as in `pin`.
+        unsafe {
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &old);
+        }
+    }
 }
 
 fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
     let mut c = mode.cluster(opts)?;
     let client = ready_client(mode, &c)?;
-    // P11: writes per second with 1 and 64 contexts.
-    let dur = Duration::from_secs(opts.pick(3, 10));
-    let mk = |k: usize| {
-        (0..k)
-            .map(|_| mode.client(&c))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let rate1 = submit_rate_with(mk(1)?, dur)?.per_sec();
-    let rate64 = submit_rate_with(mk(64)?, dur)?.per_sec();
     // P4: kill -9 of the primary → the first write acknowledged after it, with a writer
     // running all along.
     let kills = opts.pick(5, 20);
@@ -165,18 +268,22 @@ fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
     let mut recoveries = Vec::new();
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(300));
-        let port = client
-            .hello()
-            .ok()
-            .and(client.stats().current_master)
-            .map(|m| m.port)
-            .ok_or("no current master")?;
-        let id = c
-            .nodes
-            .iter()
-            .find(|n| n.client.port() == port)
-            .map(|n| n.id)
-            .ok_or("primary not a node")?;
+        // The primary as the cluster names it (`hello`'s primary id), not the node this
+        // client happens to be connected to: that may be a standby (F28 forwarding), and
+        // killing a standby measured a "failover" of 0.5 ms.
+        let asked = Instant::now();
+        let id = loop {
+            match client.hello() {
+                Ok(i) if i.primary_id != 0 => break i.primary_id,
+                _ if asked.elapsed() > Duration::from_secs(10) => {
+                    return Err(format!("{}: no primary named within 10 s", mode.name))
+                }
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        if !c.nodes.iter().any(|n| n.id == id && n.is_running()) {
+            return Err(format!("{}: primary {id} is not a running node", mode.name));
+        }
         let killed = Instant::now();
         c.kill(id);
         let until = killed + Duration::from_secs(20);
@@ -201,8 +308,6 @@ fn measure(mode: &Mode, opts: &BenchOpts) -> Result<Measured, String> {
     Ok(Measured {
         kills: Summary::of(&recoveries.iter().map(|d| ms(*d)).collect::<Vec<_>>())
             .ok_or("no kills")?,
-        rate1,
-        rate64,
     })
 }
 
@@ -396,7 +501,10 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
         name: "mTLS + roles",
         pki: Some(dir.clone()),
     };
-    let ([off_rtt, on_rtt], (req_len, rep_len)) = p1_side_by_side([&off_mode, &on_mode], opts)?;
+    let ([off_rtt, on_rtt], [off_pin, on_pin], (req_len, rep_len)) =
+        p1_side_by_side([&off_mode, &on_mode], opts)?;
+    let [[off_rate1, off_rate64], [on_rate1, on_rate64]] =
+        rates_side_by_side([&off_mode, &on_mode], opts)?;
     let off = measure(&off_mode, opts)?;
     let on = measure(&on_mode, opts)?;
     let rustls = rustls_cost(
@@ -413,7 +521,7 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     );
     t.note("3 controllers on loopback; on: every link mutual TLS (raft and client port), every op authorized, the library as admin with a certificate");
     t.note(format!(
-        "P1: {} hellos through the library per mode, both clusters running, in alternating batches of 1,000; P11: jobsubmit/s over {} s; P4: {} kill -9 of the primary with a writer running",
+        "P1: {} hellos through the library per mode, both clusters running, in alternating batches of 1,000, then as many with the bench and both clusters pinned to one CPU; P11: jobsubmit/s over {} s per mode, both clusters running, the modes taking turns in slices; P4: {} kill -9 of the primary with a writer running",
         opts.pick(10_000, 20_000),
         opts.pick(3, 10),
         opts.pick(5, 20)
@@ -450,6 +558,13 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     row("P1 round trip p50", off_rtt.p50, on_rtt.p50, "µs", false);
     row("P1 round trip p99", off_rtt.p99, on_rtt.p99, "µs", false);
     row(
+        "P1 p50, all on one CPU",
+        off_pin.p50,
+        on_pin.p50,
+        "µs",
+        false,
+    );
+    row(
         "P4 kill → first write p50",
         off.kills.p50,
         on.kills.p50,
@@ -465,15 +580,15 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     );
     row(
         "P11 jobsubmit/s, 1 context",
-        off.rate1,
-        on.rate1,
+        off_rate1,
+        on_rate1,
         "/s",
         true,
     );
     row(
         "P11 jobsubmit/s, 64 contexts",
-        off.rate64,
-        on.rate64,
+        off_rate64,
+        on_rate64,
         "/s",
         true,
     );

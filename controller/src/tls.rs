@@ -18,7 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ServerConnectionData, WebPkiClientVerifier};
 use rustls::RootCertStore;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
-use xce::transport::records::{Records, HEADER, MAX_RECORD};
+use xce::transport::records::{self, Records, HEADER, MAX_RECORD};
 
 use crate::types::NodeId;
 
@@ -226,7 +226,7 @@ impl ServerTls {
         tcp: tokio::net::TcpStream,
         config: Arc<rustls::ServerConfig>,
     ) -> std::io::Result<ServerTls> {
-        use rustls::unbuffered::{ConnectionState, EncodeError};
+        use rustls::unbuffered::ConnectionState;
         use std::io::ErrorKind;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut tcp = tcp;
@@ -243,21 +243,7 @@ impl ServerTls {
             match st.state {
                 Err(e) => failed = Some(e),
                 Ok(ConnectionState::EncodeTlsData(mut s)) => {
-                    let at = out.len();
-                    out.resize(at + 4096, 0);
-                    let n = match s.encode(&mut out[at..]) {
-                        Ok(n) => n,
-                        Err(EncodeError::InsufficientSize(e)) => {
-                            out.resize(at + e.required_size, 0);
-                            s.encode(&mut out[at..]).map_err(|e| {
-                                std::io::Error::new(ErrorKind::InvalidData, e.to_string())
-                            })?
-                        }
-                        Err(e) => {
-                            return Err(std::io::Error::new(ErrorKind::InvalidData, e.to_string()))
-                        }
-                    };
-                    out.truncate(at + n);
+                    records::encode_handshake(&mut s, &mut out).map_err(invalid)?;
                 }
                 Ok(ConnectionState::TransmitTlsData(t)) => {
                     tcp.write_all(&out).await?;
@@ -285,14 +271,9 @@ impl ServerTls {
             }
             inbuf.drain(..discard);
             if let Some(e) = failed {
-                // rustls queued its alert: encode and send it, best effort.
-                let st = conn.process_tls_records(&mut inbuf);
-                if let Ok(ConnectionState::EncodeTlsData(mut s)) = st.state {
-                    let mut a = vec![0u8; 512];
-                    if let Ok(n) = s.encode(&mut a) {
-                        let _ = tcp.try_write(&a[..n]);
-                    }
-                }
+                // rustls queued its alert: send it, best effort.
+                let alert = records::handshake_alert(conn.process_tls_records(&mut inbuf).state);
+                let _ = tcp.try_write(&alert);
                 return Err(invalid(e));
             }
             if done {

@@ -13,7 +13,7 @@ use rustls::kernel::KernelConnection;
 use rustls::pki_types::ServerName;
 
 use super::fdcheck::FdIdent;
-use super::records::{Records, MAX_RECORD};
+use super::records::{encode_handshake, handshake_alert, Records, MAX_RECORD};
 use super::resolve;
 use super::tls::cause_of;
 use super::waker::{Wait, Waker};
@@ -478,7 +478,7 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<ClientTls, Error> {
-        use rustls::unbuffered::{ConnectionState, EncodeError};
+        use rustls::unbuffered::ConnectionState;
         // The keys leave rustls only where the configuration allows it (ours does).
         let cfg = if cfg.enable_secret_extraction {
             cfg.clone()
@@ -501,18 +501,8 @@ impl Connection {
             match st.state {
                 Err(e) => failed = Some(e),
                 Ok(ConnectionState::EncodeTlsData(mut s)) => {
-                    let at = out.len();
-                    out.resize(at + 4096, 0);
-                    let n = match s.encode(&mut out[at..]) {
-                        Ok(n) => n,
-                        Err(EncodeError::InsufficientSize(e)) => {
-                            out.resize(at + e.required_size, 0);
-                            s.encode(&mut out[at..])
-                                .map_err(|_| Error::Tls(TlsCause::Unspecified))?
-                        }
-                        Err(_) => return Err(Error::Tls(TlsCause::Unspecified)),
-                    };
-                    out.truncate(at + n);
+                    encode_handshake(&mut s, &mut out)
+                        .map_err(|_| Error::Tls(TlsCause::Unspecified))?;
                 }
                 Ok(ConnectionState::TransmitTlsData(t)) => {
                     let mut started = false;
@@ -536,14 +526,9 @@ impl Connection {
             }
             inbuf.drain(..discard);
             if let Some(e) = failed {
-                // rustls queued its alert: encode and send it, best effort.
-                let st = conn.process_tls_records(&mut inbuf);
-                if let Ok(ConnectionState::EncodeTlsData(mut s)) = st.state {
-                    let mut a = vec![0u8; 512];
-                    if let Ok(n) = s.encode(&mut a) {
-                        let _ = (&*self.sock).write(&a[..n]);
-                    }
-                }
+                // rustls queued its alert: send it, best effort.
+                let alert = handshake_alert(conn.process_tls_records(&mut inbuf).state);
+                let _ = (&*self.sock).write(&alert);
                 return Err(Error::Tls(cause_of(&e)));
             }
             if done {

@@ -28,6 +28,7 @@ use rustls::crypto::cipher::{
     InboundOpaqueMessage, MessageDecrypter, MessageEncrypter, OutboundPlainMessage,
 };
 use rustls::kernel::KernelConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncodeTlsData};
 use rustls::{
     AlertDescription, ConnectionTrafficSecrets, ContentType, Error, ExtractedSecrets,
     HandshakeType, ProtocolVersion, SupportedCipherSuite,
@@ -43,6 +44,39 @@ pub const HEADER: usize = 5;
 pub const MAX_RECORD: usize = HEADER + MAX_CIPHERTEXT;
 /// Post-handshake handshake bytes buffered while a message is incomplete (as rustls: 64 KiB).
 pub const MAX_HANDSHAKE: usize = 0xffff;
+
+/// Appends what rustls has to send in a handshake state ([`EncodeTlsData`]) to `out`, growing
+/// it as rustls asks. Shared by the library's and the controller's handshakes.
+pub fn encode_handshake<Data>(
+    s: &mut EncodeTlsData<'_, Data>,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let at = out.len();
+    out.resize(at + 4096, 0);
+    let n = match s.encode(&mut out[at..]) {
+        Ok(n) => n,
+        Err(EncodeError::InsufficientSize(e)) => {
+            out.resize(at + e.required_size, 0);
+            s.encode(&mut out[at..])
+                .map_err(|e| Error::General(e.to_string()))?
+        }
+        Err(e) => return Err(Error::General(e.to_string())),
+    };
+    out.truncate(at + n);
+    Ok(())
+}
+
+/// The alert rustls queued after a handshake error, encoded (empty if there is none): pass the
+/// state of one more `process_tls_records` call; the caller sends it, best effort, and closes.
+pub fn handshake_alert<Data>(state: Result<ConnectionState<'_, '_, Data>, Error>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Ok(ConnectionState::EncodeTlsData(mut s)) = state {
+        if encode_handshake(&mut s, &mut out).is_err() {
+            out.clear();
+        }
+    }
+    out
+}
 
 /// What a record layer needs of its kernel connection: key updates for both ends, session
 /// tickets for a client.
@@ -406,7 +440,6 @@ mod tests {
     use super::*;
     use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
     use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-    use rustls::unbuffered::ConnectionState;
     use std::sync::Arc;
 
     type Client = Records<KernelConnection<ClientConnectionData>>;

@@ -210,35 +210,33 @@ impl Recent {
             self.entries.push_back((e, n));
         }
         while self.bytes > RECENT_BYTES && self.entries.len() > 1 {
-            if let Some((_, n)) = self.entries.pop_front() {
-                self.bytes -= n;
-            }
+            self.pop(true);
+        }
+    }
+
+    /// Drops the first (`front`) or last entry, keeping `bytes` right.
+    fn pop(&mut self, front: bool) {
+        let popped = if front {
+            self.entries.pop_front()
+        } else {
+            self.entries.pop_back()
+        };
+        if let Some((_, n)) = popped {
+            self.bytes -= n;
         }
     }
 
     /// Forgets `index` and everything after it (truncate).
     fn remove_from(&mut self, index: u64) {
-        while self
-            .entries
-            .back()
-            .is_some_and(|(e, _)| e.log_id.index >= index)
-        {
-            if let Some((_, n)) = self.entries.pop_back() {
-                self.bytes -= n;
-            }
+        while self.next_index().is_some_and(|next| next > index) {
+            self.pop(false);
         }
     }
 
     /// Forgets everything up to `index` (purge).
     fn remove_upto(&mut self, index: u64) {
-        while self
-            .entries
-            .front()
-            .is_some_and(|(e, _)| e.log_id.index <= index)
-        {
-            if let Some((_, n)) = self.entries.pop_front() {
-                self.bytes -= n;
-            }
+        while self.first_index().is_some_and(|first| first <= index) {
+            self.pop(true);
         }
     }
 

@@ -142,23 +142,27 @@ fn p1_side_by_side(
         client_name: "p15".into(),
         protocol_version: xce::wire::PROTOCOL_VERSION,
     });
-    let (rounds, batch) = (opts.pick(10, 20), 1_000);
-    let mut rtts: [Vec<Duration>; 2] = Default::default();
-    for round in 0..=rounds {
-        for k in 0..2 {
-            let i = (k + round) % 2;
-            for _ in 0..batch {
-                let t = Instant::now();
-                clients[i]
-                    .call(op.clone())
-                    .map_err(|e| format!("hello ({}): {e}", modes[i].name))?;
-                // Round 0 warms both up.
-                if round > 0 {
-                    rtts[i].push(t.elapsed());
+    let rounds = opts.pick(10, 20);
+    let alternate = || -> Result<[Vec<Duration>; 2], String> {
+        let mut rtts: [Vec<Duration>; 2] = Default::default();
+        for round in 0..=rounds {
+            for k in 0..2 {
+                let i = (k + round) % 2;
+                for _ in 0..1_000 {
+                    let t = Instant::now();
+                    clients[i]
+                        .call(op.clone())
+                        .map_err(|e| format!("hello ({}): {e}", modes[i].name))?;
+                    // Round 0 warms both up.
+                    if round > 0 {
+                        rtts[i].push(t.elapsed());
+                    }
                 }
             }
         }
-    }
+        Ok(rtts)
+    };
+    let rtts = alternate()?;
     // The same, every thread of both clusters and this one on one CPU: no cross-CPU wake-up,
     // no placement luck (on a 2-vCPU machine the unpinned p50 moves by ±3 µs between runs,
     // more than TLS costs). Both modes alike; the affinities are put back after.
@@ -167,26 +171,9 @@ fn p1_side_by_side(
         .flat_map(|c| c.nodes.iter().filter_map(|n| n.pid()).map(|p| p as i32))
         .collect();
     let saved = pin(&pids, 0);
-    let mut pinned: [Vec<Duration>; 2] = Default::default();
-    let res = (|| -> Result<(), String> {
-        for round in 0..=rounds {
-            for k in 0..2 {
-                let i = (k + round) % 2;
-                for _ in 0..batch {
-                    let t = Instant::now();
-                    clients[i]
-                        .call(op.clone())
-                        .map_err(|e| format!("hello ({}): {e}", modes[i].name))?;
-                    if round > 0 {
-                        pinned[i].push(t.elapsed());
-                    }
-                }
-            }
-        }
-        Ok(())
-    })();
+    let pinned = alternate();
     unpin(saved);
-    res?;
+    let pinned = pinned?;
     // The plaintext sizes of P1's request and reply, for the in-memory rustls measure.
     let plain = if modes[0].pki.is_none() { 0 } else { 1 };
     let sizes = p1_sizes(&clusters[plain], &clients[plain], &op)?;

@@ -77,7 +77,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = crate::amnesia::Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let log = LogStore::new(db.clone());
+    let log = LogStore::new(db.clone(), args.opts.test_leader_flush_stall.clone());
     let log_reader = log.clone();
     let mut sm =
         StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;

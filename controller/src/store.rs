@@ -90,29 +90,178 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-/// Appends `entries` (stored as `encoded`) to the log in one committed (fsynced) transaction.
+/// Appends entries (index, stored bytes) to the log in one committed (fsynced) transaction.
 ///
-/// Run on the Raft core's own thread, not through [`blocking`] (P11): openraft 0.9's core
-/// waits for this flush before it does anything else, so moving the commit elsewhere frees
-/// nothing on the write path, while `block_in_place` hands the worker's queue to another
-/// thread and back on every append — measured ≈ 100 µs of a ≈ 300 µs commit here, on the
-/// leader and again on each follower, both on a write's critical path. The runtime has two
-/// workers (`node.rs`) and only the core appends, so one worker at most waits on the disk;
-/// the other keeps serving clients and peers, and work-stealing takes its queued tasks.
-fn commit_entries(
+/// A follower's append runs it on the Raft core's own thread, not through [`blocking`] (P11):
+/// openraft's core waits for a follower's flush before it does anything else, so moving the
+/// commit elsewhere frees nothing on the write path, while `block_in_place` hands the worker's
+/// queue to another thread and back on every append — measured ≈ 100 µs of a ≈ 300 µs commit
+/// here. The leader's appends go to the [`Flusher`]'s thread instead: nothing waits for them.
+fn commit_entries<'a>(
     db: &Database,
-    entries: &[(Entry, usize)],
-    encoded: &[Vec<u8>],
+    entries: impl IntoIterator<Item = (u64, &'a [u8])>,
 ) -> Result<(), StorageError> {
+    let started = std::time::Instant::now();
     let tx = db.begin_write().map_err(write_err)?;
     {
         let mut t = tx.open_table(LOG).map_err(write_err)?;
-        for ((e, _), bytes) in entries.iter().zip(encoded) {
-            t.insert(e.log_id.index, bytes.as_slice())
-                .map_err(write_err)?;
+        for (index, bytes) in entries {
+            t.insert(index, bytes).map_err(write_err)?;
         }
     }
-    tx.commit().map_err(write_err)
+    let res = tx.commit().map_err(write_err);
+    crate::metrics::fsync(started.elapsed());
+    res
+}
+
+/// Reports one flush: the leader's [`LogFlushed`] callback, or a test's.
+type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
+
+/// One append handed to the [`Flusher`]: its entries as stored, by index.
+struct Flush {
+    entries: Vec<(u64, Vec<u8>)>,
+    done: Done,
+}
+
+/// The leader's appends, flushed by a thread of their own (P11). openraft (patched, see
+/// `vendor/openraft/XCE-PATCH.md`) does not wait for the leader's own flush: it replicates the
+/// entries at once — they are readable from [`Recent`] as soon as `append` returns — and counts
+/// the leader towards a quorum only when this thread reports them on disk. So the leader's
+/// fsync runs beside the followers' instead of before them, and appends that arrive while one
+/// commit runs go to disk together in the next (one fsync).
+///
+/// Ordering: appends are committed in the order they were handed over, and every other write
+/// to the database (a follower's append, truncate, purge, the vote) and every read of the log
+/// from the database first waits until none is pending ([`Flusher::wait_idle`]). A failed
+/// commit fails it and every later append (openraft stops the node on the first).
+struct Flusher {
+    /// `None` only while dropping.
+    tx: Option<Mutex<std::sync::mpsc::Sender<Flush>>>,
+    shared: Arc<FlushState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the flusher thread and the stores share.
+struct FlushState {
+    /// Appends handed over and not yet committed (or failed).
+    pending: Mutex<usize>,
+    idle: std::sync::Condvar,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Flusher {
+    /// The last store is gone: the thread commits what is pending and ends, and the database
+    /// is closed when this returns (a node reopened in the same process finds it free).
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Flusher {
+    fn start(db: Arc<Database>, recent: Arc<Mutex<Recent>>, stall: Option<PathBuf>) -> Flusher {
+        let (tx, rx) = std::sync::mpsc::channel::<Flush>();
+        let shared = Arc::new(FlushState {
+            pending: Mutex::new(0),
+            idle: std::sync::Condvar::new(),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        });
+        let f = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("xce-log-flush".into())
+            .spawn(move || {
+                // Ends when the sender is dropped (`Drop`).
+                while let Ok(first) = rx.recv() {
+                    while stall.as_ref().is_some_and(|p| p.exists()) {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    let mut group = vec![first];
+                    group.extend(rx.try_iter());
+                    let res = if f.failed.load(Ordering::Acquire) {
+                        Err("an earlier commit failed".to_string())
+                    } else {
+                        commit_entries(
+                            &db,
+                            group
+                                .iter()
+                                .flat_map(|g| g.entries.iter().map(|(i, b)| (*i, b.as_slice()))),
+                        )
+                        .map_err(|e| e.to_string())
+                    };
+                    if res.is_err() {
+                        // What the failed commit left is unknown: read the database from now on.
+                        f.failed.store(true, Ordering::Release);
+                        recent.lock().expect("log cache lock").clear();
+                    }
+                    let n = group.len();
+                    for g in group {
+                        (g.done)(res.clone().map_err(std::io::Error::other));
+                    }
+                    *f.pending.lock().expect("flush count lock") -= n;
+                    f.idle.notify_all();
+                }
+            })
+            .expect("spawn the log flusher thread");
+        Flusher {
+            tx: Some(Mutex::new(tx)),
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// Hands an append to the thread; `done` is called once it is on disk (or failed).
+    fn submit(&self, entries: Vec<(u64, Vec<u8>)>, done: Done) -> Result<(), StorageError> {
+        let f = &self.shared;
+        if f.failed.load(Ordering::Acquire) {
+            return Err(write_err(std::io::Error::other(
+                "an earlier log commit failed",
+            )));
+        }
+        *f.pending.lock().expect("flush count lock") += 1;
+        let sent = match &self.tx {
+            Some(tx) => tx
+                .lock()
+                .expect("flush channel lock")
+                .send(Flush { entries, done })
+                .is_ok(),
+            None => false,
+        };
+        if !sent {
+            *f.pending.lock().expect("flush count lock") -= 1;
+            return Err(write_err(std::io::Error::other(
+                "the log flusher thread is gone",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Returns once no handed-over append is pending: everything appended is on disk (or the
+    /// flusher failed, which `failed` says). Blocks only when one is pending, and then off the
+    /// runtime's queue ([`blocking`]).
+    fn wait_idle(&self) -> Result<(), StorageError> {
+        let f = &self.shared;
+        let wait = || {
+            let mut n = f.pending.lock().expect("flush count lock");
+            while *n > 0 {
+                n = f.idle.wait(n).expect("flush count lock");
+            }
+        };
+        if *f.pending.lock().expect("flush count lock") > 0 {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                blocking(wait);
+            } else {
+                wait();
+            }
+        }
+        if f.failed.load(Ordering::Acquire) {
+            return Err(write_err(std::io::Error::other(
+                "an earlier log commit failed",
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn meta_get<T: for<'a> Deserialize<'a>>(
@@ -170,12 +319,13 @@ fn decode_entry(bytes: &[u8]) -> Result<Entry, StorageError> {
 /// three times its stored size: a few MB at most.)
 const RECENT_BYTES: usize = 1 << 20;
 
-/// The latest entries of the log as they are on disk, in memory (P11): replication reads
-/// every entry right after it was appended and the state machine right after it committed;
-/// both used to read it back from redb and decode it, once per follower and once more to
-/// apply. Always a contiguous suffix of the log on disk (appends add to both, truncate and
-/// purge remove from both, this first), so a read that starts inside it is answered from it
-/// entirely; any other read goes to the database.
+/// The latest entries of the log, in memory (P11): replication reads every entry right after
+/// it was appended and the state machine right after it committed; both used to read it back
+/// from redb and decode it, once per follower and once more to apply. Always a contiguous
+/// suffix of the log as appended: appends add to it before they return (the leader's may still
+/// be on their way to disk, see [`Flusher`]; a follower's are on disk by then), truncate and
+/// purge remove from both it and the disk. A read that starts inside it is answered from it
+/// entirely; any other read waits for pending flushes and goes to the database.
 #[derive(Default)]
 struct Recent {
     /// (entry, its stored size), indexes consecutive.
@@ -192,7 +342,7 @@ impl Recent {
         self.entries.back().map(|(e, _)| e.log_id.index + 1)
     }
 
-    /// Entries appended on disk (and fsynced) after what the cache holds.
+    /// Entries appended after what the cache holds.
     fn appended(&mut self, entries: Vec<(Entry, usize)>) {
         let Some(first) = entries.first().map(|(e, _)| e.log_id.index) else {
             return;
@@ -274,13 +424,17 @@ impl Recent {
 pub struct LogStore {
     db: Arc<Database>,
     recent: Arc<Mutex<Recent>>,
+    flusher: Arc<Flusher>,
 }
 
 impl LogStore {
-    pub fn new(db: Arc<Database>) -> LogStore {
+    /// `stall`: the test failpoint `--test-leader-flush-stall` (`None` otherwise).
+    pub fn new(db: Arc<Database>, stall: Option<PathBuf>) -> LogStore {
+        let recent: Arc<Mutex<Recent>> = Arc::default();
         LogStore {
+            flusher: Arc::new(Flusher::start(db.clone(), recent.clone(), stall)),
             db,
-            recent: Arc::default(),
+            recent,
         }
     }
 
@@ -307,6 +461,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if let Some(hit) = self.recent().range(start, end) {
             return Ok(hit);
         }
+        self.flusher.wait_idle()?;
         let tx = self.db.begin_read().map_err(read_err)?;
         let t = tx.open_table(LOG).map_err(read_err)?;
         let mut out = Vec::new();
@@ -325,6 +480,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        self.flusher.wait_idle()?;
         let last_purged_log_id: Option<LogId> = meta_get(&self.db, K_PURGED)?;
         let tx = self.db.begin_read().map_err(read_err)?;
         let t = tx.open_table(LOG).map_err(read_err)?;
@@ -343,6 +499,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        self.flusher.wait_idle()?;
         meta_put(&self.db, K_VOTE, vote)
     }
 
@@ -376,12 +533,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut kept = Vec::new();
         for e in entries {
             let bytes = encode_entry(&e)?;
-            kept.push((e, bytes.len()));
-            encoded.push(bytes);
+            encoded.push((e.log_id.index, bytes));
+            kept.push((e, encoded.last().map_or(0, |(_, b)| b.len())));
         }
-        let started = std::time::Instant::now();
-        let res = commit_entries(&self.db, &kept, &encoded);
-        crate::metrics::fsync(started.elapsed());
+        if callback.is_pipelined() {
+            // The leader's own: readable now (replication reads them next), on disk when the
+            // flusher says so.
+            self.recent().appended(kept);
+            let done: Done = Box::new(move |res| callback.log_io_completed(res));
+            return self.flusher.submit(encoded, done);
+        }
+        // A follower's (openraft waits for it): after anything still pending, then inline.
+        self.flusher.wait_idle()?;
+        let res = commit_entries(&self.db, encoded.iter().map(|(i, b)| (*i, b.as_slice())));
         // The commit is durable (fsynced) when it returns: only then are the entries readable
         // from the cache and the flush reported.
         match &res {
@@ -399,6 +563,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.flusher.wait_idle()?;
         self.recent().remove_from(log_id.index);
         blocking(|| {
             let tx = self.db.begin_write().map_err(write_err)?;
@@ -412,6 +577,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.flusher.wait_idle()?;
         self.recent().remove_upto(log_id.index);
         let bytes = serde_json::to_vec(&log_id).map_err(write_err)?;
         blocking(|| {
@@ -789,7 +955,7 @@ mod tests {
         rt().block_on(async {
             let db = open_db(dir.path()).expect("reopen");
             assert!(!is_blank(&db, dir.path()).expect("blank?"));
-            let mut store = LogStore::new(db.clone());
+            let mut store = LogStore::new(db.clone(), None);
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_log_id, Some(log_id(1, 5)));
             let read = store.try_get_log_entries(1..=5).await.expect("read old");
@@ -800,7 +966,7 @@ mod tests {
         });
         rt().block_on(async {
             let db = open_db(dir.path()).expect("reopen");
-            let mut store = LogStore::new(db);
+            let mut store = LogStore::new(db, None);
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_log_id, Some(log_id(2, 9)));
             let all = store.try_get_log_entries(..).await.expect("read all");
@@ -816,20 +982,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         rt().block_on(async {
             let db = open_db(dir.path()).expect("open");
-            let mut store = LogStore::new(db.clone());
+            let mut store = LogStore::new(db.clone(), None);
             // Checks every range of 0..=12 against a store with an empty cache (the database).
             let check = |mut store: LogStore, db: Arc<Database>| async move {
                 for a in 0..=12u64 {
                     for b in a..=13u64 {
                         let cached = store.try_get_log_entries(a..b).await.expect("cached");
-                        let disk = LogStore::new(db.clone())
+                        let disk = LogStore::new(db.clone(), None)
                             .try_get_log_entries(a..b)
                             .await
                             .expect("disk");
                         assert!(same(&cached, &disk), "range {a}..{b}");
                     }
                     let cached = store.try_get_log_entries(a..).await.expect("cached");
-                    let disk = LogStore::new(db.clone())
+                    let disk = LogStore::new(db.clone(), None)
                         .try_get_log_entries(a..)
                         .await
                         .expect("disk");
@@ -860,6 +1026,56 @@ mod tests {
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_purged_log_id, Some(log_id(1, 4)));
             assert_eq!(state.last_log_id, Some(log_id(2, 11)));
+        });
+    }
+
+    /// The leader's appends, handed to the flusher thread: reported on disk in the order
+    /// handed over, none while the (test) stall holds them; every other write to the log and
+    /// every read of it from the database waits until none is pending.
+    #[test]
+    fn the_leaders_flushes_report_in_order_and_other_writes_wait_for_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stall = dir.path().join("stall");
+        std::fs::write(&stall, b"").expect("stall");
+        rt().block_on(async {
+            let db = open_db(dir.path()).expect("open");
+            let mut store = LogStore::new(db.clone(), Some(stall.clone()));
+            let reported = Arc::new(Mutex::new(Vec::new()));
+            for (first, last) in [(1, 3), (4, 6), (7, 9)] {
+                let entries: Vec<Entry> = (first..=last).map(|i| entry(1, i)).collect();
+                let encoded = entries
+                    .iter()
+                    .map(|e| (e.log_id.index, encode_entry(e).expect("encode")))
+                    .collect();
+                let r = reported.clone();
+                let done: Done = Box::new(move |res| r.lock().unwrap().push((last, res.is_ok())));
+                store.flusher.submit(encoded, done).expect("submit");
+            }
+            // Stalled: nothing reported, nothing on disk, and a truncate waits.
+            let waiter = {
+                let mut s = store.clone();
+                tokio::spawn(async move { s.truncate(log_id(1, 7)).await })
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            assert!(reported.lock().unwrap().is_empty());
+            assert!(
+                !waiter.is_finished(),
+                "a truncate did not wait for pending flushes"
+            );
+            std::fs::remove_file(&stall).expect("unstall");
+            waiter.await.expect("join").expect("truncate");
+            assert_eq!(
+                *reported.lock().unwrap(),
+                vec![(3, true), (6, true), (9, true)]
+            );
+            // Truncated after they landed: 1..=6 on disk, 7.. gone.
+            let disk = LogStore::new(db.clone(), None)
+                .try_get_log_entries(0..)
+                .await
+                .expect("read");
+            let indexes: Vec<u64> = disk.iter().map(|e| e.log_id.index).collect();
+            assert_eq!(indexes, (1..=6).collect::<Vec<_>>());
+            let _ = store.get_log_state().await.expect("state");
         });
     }
 

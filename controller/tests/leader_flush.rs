@@ -16,7 +16,7 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
     let dir = tempfile::tempdir().unwrap();
     let stall = dir.path().join("stall");
     let stall_flag = stall.display().to_string();
-    let mut ctrl = Ctrl::start(3, &["--test-leader-flush-stall", &stall_flag]);
+    let ctrl = Ctrl::start(3, &["--test-leader-flush-stall", &stall_flag]);
     let p = ctrl.wait_settled(STARTUP);
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));

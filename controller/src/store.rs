@@ -85,10 +85,23 @@ pub fn is_blank(db: &Database, dir: &Path) -> Result<bool, String> {
     Ok(no_log && no_vote && no_purge && !snapshot::current_path(dir).exists())
 }
 
-/// Runs a blocking database write without stalling the other tasks of this worker thread.
+/// Runs a blocking database write without stalling the other tasks of this worker thread
+/// (on the controller's multi-threaded runtime; elsewhere, directly).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
+
+/// Bytes of the leader's appends handed to the [`Flusher`] and not yet on disk beyond which
+/// the next append waits (it always may when none is pending). A primary whose disk stalls
+/// goes on leading on its followers' disks — Raft-safe, see the flusher — but not with an
+/// unbounded queue in memory: once this much waits, its Raft core waits too, its heartbeats
+/// stop, and the standbys elect another primary. 16 MiB is ≈ 250 of the largest batched entries
+/// ([`crate::batch::MAX_BATCH_BYTES`]), about a second of writes at full speed here.
+const MAX_PENDING_FLUSH_BYTES: usize = 16 << 20;
 
 /// Appends entries (index, stored bytes) to the log in one committed (fsynced) transaction.
 ///
@@ -123,6 +136,12 @@ struct Flush {
     done: Done,
 }
 
+impl Flush {
+    fn bytes(&self) -> usize {
+        self.entries.iter().map(|(_, b)| b.len()).sum()
+    }
+}
+
 /// The leader's appends, flushed by a thread of their own (P11). openraft (patched, see
 /// `vendor/openraft/XCE-PATCH.md`) does not wait for the leader's own flush: it replicates the
 /// entries at once — they are readable from [`Recent`] as soon as `append` returns — and counts
@@ -141,10 +160,16 @@ struct Flusher {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Appends handed to the flusher and not yet committed (or failed), and their bytes.
+#[derive(Default)]
+struct Pending {
+    appends: usize,
+    bytes: usize,
+}
+
 /// What the flusher thread and the stores share.
 struct FlushState {
-    /// Appends handed over and not yet committed (or failed).
-    pending: Mutex<usize>,
+    pending: Mutex<Pending>,
     idle: std::sync::Condvar,
     failed: std::sync::atomic::AtomicBool,
 }
@@ -164,7 +189,7 @@ impl Flusher {
     fn start(db: Arc<Database>, recent: Arc<Mutex<Recent>>, stall: Option<PathBuf>) -> Flusher {
         let (tx, rx) = std::sync::mpsc::channel::<Flush>();
         let shared = Arc::new(FlushState {
-            pending: Mutex::new(0),
+            pending: Mutex::new(Pending::default()),
             idle: std::sync::Condvar::new(),
             failed: std::sync::atomic::AtomicBool::new(false),
         });
@@ -195,11 +220,15 @@ impl Flusher {
                         f.failed.store(true, Ordering::Release);
                         recent.lock().expect("log cache lock").clear();
                     }
-                    let n = group.len();
+                    let (n, bytes) = (group.len(), group.iter().map(Flush::bytes).sum::<usize>());
                     for g in group {
                         (g.done)(res.clone().map_err(std::io::Error::other));
                     }
-                    *f.pending.lock().expect("flush count lock") -= n;
+                    {
+                        let mut p = f.pending.lock().expect("flush count lock");
+                        p.appends -= n;
+                        p.bytes -= bytes;
+                    }
                     f.idle.notify_all();
                 }
             })
@@ -211,6 +240,21 @@ impl Flusher {
         }
     }
 
+    /// Returns once `ready` holds for what is pending; blocks (off the runtime's queue,
+    /// [`blocking`]) only if it does not hold already.
+    fn wait_until(&self, ready: impl Fn(&Pending) -> bool) {
+        let f = &self.shared;
+        if ready(&f.pending.lock().expect("flush count lock")) {
+            return;
+        }
+        blocking(|| {
+            let mut p = f.pending.lock().expect("flush count lock");
+            while !ready(&p) {
+                p = f.idle.wait(p).expect("flush count lock");
+            }
+        })
+    }
+
     /// Hands an append to the thread; `done` is called once it is on disk (or failed).
     fn submit(&self, entries: Vec<(u64, Vec<u8>)>, done: Done) -> Result<(), StorageError> {
         let f = &self.shared;
@@ -219,17 +263,23 @@ impl Flusher {
                 "an earlier log commit failed",
             )));
         }
-        *f.pending.lock().expect("flush count lock") += 1;
+        let flush = Flush { entries, done };
+        let bytes = flush.bytes();
+        // Back-pressure: a stalled disk holds the Raft core here (see the constant).
+        self.wait_until(|p| p.appends == 0 || p.bytes + bytes <= MAX_PENDING_FLUSH_BYTES);
+        {
+            let mut p = f.pending.lock().expect("flush count lock");
+            p.appends += 1;
+            p.bytes += bytes;
+        }
         let sent = match &self.tx {
-            Some(tx) => tx
-                .lock()
-                .expect("flush channel lock")
-                .send(Flush { entries, done })
-                .is_ok(),
+            Some(tx) => tx.lock().expect("flush channel lock").send(flush).is_ok(),
             None => false,
         };
         if !sent {
-            *f.pending.lock().expect("flush count lock") -= 1;
+            let mut p = f.pending.lock().expect("flush count lock");
+            p.appends -= 1;
+            p.bytes -= bytes;
             return Err(write_err(std::io::Error::other(
                 "the log flusher thread is gone",
             )));
@@ -242,19 +292,7 @@ impl Flusher {
     /// runtime's queue ([`blocking`]).
     fn wait_idle(&self) -> Result<(), StorageError> {
         let f = &self.shared;
-        let wait = || {
-            let mut n = f.pending.lock().expect("flush count lock");
-            while *n > 0 {
-                n = f.idle.wait(n).expect("flush count lock");
-            }
-        };
-        if *f.pending.lock().expect("flush count lock") > 0 {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                blocking(wait);
-            } else {
-                wait();
-            }
-        }
+        self.wait_until(|p| p.appends == 0);
         if f.failed.load(Ordering::Acquire) {
             return Err(write_err(std::io::Error::other(
                 "an earlier log commit failed",
@@ -1057,12 +1095,18 @@ mod tests {
                 tokio::spawn(async move { s.truncate(log_id(1, 7)).await })
             };
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            assert!(reported.lock().unwrap().is_empty());
+            let (none_reported, truncate_waited) =
+                (reported.lock().unwrap().is_empty(), !waiter.is_finished());
+            // Unstalled before any assertion: a stalled flusher would hold the test's end.
+            std::fs::remove_file(&stall).expect("unstall");
             assert!(
-                !waiter.is_finished(),
+                none_reported,
+                "a flush was reported while the disk was stalled"
+            );
+            assert!(
+                truncate_waited,
                 "a truncate did not wait for pending flushes"
             );
-            std::fs::remove_file(&stall).expect("unstall");
             waiter.await.expect("join").expect("truncate");
             assert_eq!(
                 *reported.lock().unwrap(),
@@ -1077,6 +1121,38 @@ mod tests {
             assert_eq!(indexes, (1..=6).collect::<Vec<_>>());
             let _ = store.get_log_state().await.expect("state");
         });
+    }
+
+    /// A stalled disk holds the leader's appends back once enough wait: the next one blocks
+    /// (and with it, in the controller, the Raft core) until the disk takes what is pending.
+    #[test]
+    fn the_leaders_flushes_are_bounded_in_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stall = dir.path().join("stall");
+        std::fs::write(&stall, b"").expect("stall");
+        let db = open_db(dir.path()).expect("open");
+        let store = LogStore::new(db, Some(stall.clone()));
+        let half = MAX_PENDING_FLUSH_BYTES / 2 + 1;
+        let submit = move |store: &LogStore, index: u64| {
+            let done: Done = Box::new(|res| res.expect("flushed"));
+            store
+                .flusher
+                .submit(vec![(index, vec![7u8; half])], done)
+                .expect("submit");
+        };
+        // The first always goes (nothing pending), however large.
+        submit(&store, 1);
+        let second = {
+            let store = store.clone();
+            std::thread::spawn(move || submit(&store, 2))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let waited = !second.is_finished();
+        // Unstalled before any assertion: a stalled flusher would hold the test's end.
+        std::fs::remove_file(&stall).expect("unstall");
+        second.join().expect("second append");
+        store.flusher.wait_idle().expect("idle");
+        assert!(waited, "a second half-bound append did not wait");
     }
 
     /// The cache keeps the newest entries within its byte budget (at least one), consecutive;

@@ -384,8 +384,16 @@ impl Default for State {
     }
 }
 
+/// The client id as the exactly-once table's key: 32 lowercase hex digits. (On every node's
+/// apply path, once per write: no `format!` per byte.)
 fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(32);
+    for b in id {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
 }
 
 /// Resources every controller reports, before the names learnt from workers' resvals.
@@ -456,9 +464,9 @@ impl State {
     /// Apply one committed proposal (C4: a re-sent write returns its first outcome).
     pub fn apply(&mut self, p: &Proposal) -> Outcome {
         self.applied += 1;
-        if p.request_id != 0 {
-            let key = hex(&p.client_id);
-            if let Some(w) = self.dedup.get_mut(&key) {
+        let key = (p.request_id != 0).then(|| hex(&p.client_id));
+        if let Some(key) = &key {
+            if let Some(w) = self.dedup.get_mut(key) {
                 w.last_used = self.applied;
                 w.last_ms = w.last_ms.max(p.now_ms);
                 if let Some(first) = w.replies.get(&p.request_id) {
@@ -467,8 +475,8 @@ impl State {
             }
         }
         let out = self.exec(&p.cmd, p.now_ms);
-        if p.request_id != 0 {
-            self.remember(hex(&p.client_id), p.request_id, out.clone(), p.now_ms);
+        if let Some(key) = key {
+            self.remember(key, p.request_id, out.clone(), p.now_ms);
         }
         if self.applied.is_multiple_of(DEDUP_SWEEP_EVERY) {
             self.sweep_dedup(p.now_ms);
@@ -1087,6 +1095,19 @@ mod tests {
             s.apply(&p(8, Cmd::JobSubmit(spec(6)))).status,
             -libc::EACCES
         );
+    }
+
+    /// The exactly-once table's key is what earlier builds stored in snapshots (`{:02x}` per
+    /// byte): a re-send across an upgrade must find its first reply.
+    #[test]
+    fn client_keys_are_the_hex_earlier_builds_stored() {
+        for b in 0..=255u8 {
+            let id = [b; 16];
+            let old: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex(&id), old);
+        }
+        let id: [u8; 16] = std::array::from_fn(|i| (i * 17) as u8);
+        assert_eq!(hex(&id), "00112233445566778899aabbccddeeff");
     }
 
     #[test]

@@ -72,6 +72,7 @@ struct Metrics {
     db_bytes: Gauge64,
     snapshot_bytes: Gauge64,
     quorum_ack_age: GaugeF,
+    flush_pending: Gauge64,
 }
 
 static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -100,6 +101,7 @@ impl Metrics {
             db_bytes: Gauge64::default(),
             snapshot_bytes: Gauge64::default(),
             quorum_ack_age: GaugeF::default(),
+            flush_pending: Gauge64::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -119,7 +121,8 @@ impl Metrics {
         );
         r.register(
             "xce_fsync_seconds",
-            "Durable log appends: one redb commit (fsync) per append",
+            "Durable log commits: one redb commit (fsync) each; on the primary, appends that \
+             queued while one ran share the next",
             m.fsync.clone(),
         );
         r.register(
@@ -188,8 +191,20 @@ impl Metrics {
             "On the leader: time since a quorum last acknowledged it (-1 elsewhere)",
             m.quorum_ack_age.clone(),
         );
+        r.register(
+            "xce_log_flush_pending_bytes",
+            "On the primary: bytes of its own log appends not yet on its disk (writes commit \
+             on the standbys' disks meanwhile; at 16 MiB the primary waits)",
+            m.flush_pending.clone(),
+        );
         Metrics { registry: r, ..m }
     }
+}
+
+/// The primary's own appends not yet on its disk now total `bytes` (store hook).
+pub fn flush_pending(bytes: usize) {
+    M.flush_pending
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
 }
 
 /// A durable log append took `d` (store hook).

@@ -228,6 +228,7 @@ impl Flusher {
                         let mut p = f.pending.lock().expect("flush count lock");
                         p.appends -= n;
                         p.bytes -= bytes;
+                        crate::metrics::flush_pending(p.bytes);
                     }
                     f.idle.notify_all();
                 }
@@ -271,6 +272,7 @@ impl Flusher {
             let mut p = f.pending.lock().expect("flush count lock");
             p.appends += 1;
             p.bytes += bytes;
+            crate::metrics::flush_pending(p.bytes);
         }
         let sent = match &self.tx {
             Some(tx) => tx.lock().expect("flush channel lock").send(flush).is_ok(),
@@ -280,6 +282,7 @@ impl Flusher {
             let mut p = f.pending.lock().expect("flush count lock");
             p.appends -= 1;
             p.bytes -= bytes;
+            crate::metrics::flush_pending(p.bytes);
             return Err(write_err(std::io::Error::other(
                 "the log flusher thread is gone",
             )));

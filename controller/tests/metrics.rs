@@ -112,6 +112,7 @@ fn metrics_show_term_and_leader_changes_across_a_failover() {
             "xce_snapshot_bytes",
             "xce_raft_applied_index",
             "xce_fsync_seconds_count",
+            "xce_log_flush_pending_bytes",
         ] {
             sample(&b, name);
         }
@@ -182,4 +183,39 @@ fn metrics_show_term_and_leader_changes_across_a_failover() {
         campaigned > elections_before.0 && granted > elections_before.1,
         "campaigns {elections_before:?} -> ({campaigned}, {granted})"
     );
+}
+
+/// `xce_log_flush_pending_bytes`: a primary whose disk stalls shows what waits for it (its
+/// writes commit on the standbys' disks meanwhile), and nothing once the disk is back.
+#[test]
+fn the_primarys_pending_log_shows_while_its_disk_stalls() {
+    let dir = tempfile::tempdir().unwrap();
+    let stall = dir.path().join("stall");
+    let stall_flag = stall.display().to_string();
+    let ctrl = Ctrl::start(
+        3,
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--test-leader-flush-stall",
+            &stall_flag,
+        ],
+    );
+    let p = ctrl.wait_settled(STARTUP);
+    let addr = metrics_addr(&ctrl, p);
+    let mut c = ctrl.client(p);
+    c.ok(submit(1, "u", ""));
+    assert_eq!(sample(&scrape(&addr), "xce_log_flush_pending_bytes"), 0.0);
+
+    std::fs::write(&stall, b"").unwrap();
+    c.ok(submit(2, "u", ""));
+    let pending = sample(&scrape(&addr), "xce_log_flush_pending_bytes");
+    std::fs::remove_file(&stall).unwrap();
+    assert!(
+        pending > 0.0,
+        "nothing pending while the primary's disk stalled"
+    );
+    ctrl.wait_until("the pending log flushed", FAILOVER_BOUND, || {
+        sample(&scrape(&addr), "xce_log_flush_pending_bytes") == 0.0
+    });
 }

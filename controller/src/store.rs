@@ -130,16 +130,15 @@ fn commit_entries<'a>(
 /// Reports one flush: the leader's [`LogFlushed`] callback, or a test's.
 type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
-/// One append handed to the [`Flusher`]: its entries as stored, by index.
+/// One append handed to the [`Flusher`]: its entries as stored, by index, and their bytes.
 struct Flush {
     entries: Vec<(u64, Vec<u8>)>,
+    bytes: usize,
     done: Done,
 }
 
-impl Flush {
-    fn bytes(&self) -> usize {
-        self.entries.iter().map(|(_, b)| b.len()).sum()
-    }
+fn flush_failed() -> StorageError {
+    write_err(std::io::Error::other("an earlier log commit failed"))
 }
 
 /// The leader's appends, flushed by a thread of their own (P11). openraft (patched, see
@@ -151,11 +150,13 @@ impl Flush {
 ///
 /// Ordering: appends are committed in the order they were handed over, and every other write
 /// to the database (a follower's append, truncate, purge, the vote) and every read of the log
-/// from the database first waits until none is pending ([`Flusher::wait_idle`]). A failed
+/// from the database first waits until none is pending ([`Flusher::wait_idle`]). Nothing can
+/// be handed over between that wait and the write: every writer is the Raft core, through
+/// `RaftLogStorage`'s `&mut self`, one call at a time (the clones are readers). A failed
 /// commit fails it and every later append (openraft stops the node on the first).
 struct Flusher {
     /// `None` only while dropping.
-    tx: Option<Mutex<std::sync::mpsc::Sender<Flush>>>,
+    tx: Option<std::sync::mpsc::Sender<Flush>>,
     shared: Arc<FlushState>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -172,6 +173,24 @@ struct FlushState {
     pending: Mutex<Pending>,
     idle: std::sync::Condvar,
     failed: std::sync::atomic::AtomicBool,
+}
+
+impl FlushState {
+    /// Counts `appends` of `bytes` handed over (`add`) or done with; wakes the waiters.
+    fn count(&self, add: bool, appends: usize, bytes: usize) {
+        {
+            let mut p = self.pending.lock().expect("flush count lock");
+            if add {
+                p.appends += appends;
+                p.bytes += bytes;
+            } else {
+                p.appends -= appends;
+                p.bytes -= bytes;
+            }
+            crate::metrics::flush_pending(p.bytes);
+        }
+        self.idle.notify_all();
+    }
 }
 
 impl Drop for Flusher {
@@ -220,22 +239,16 @@ impl Flusher {
                         f.failed.store(true, Ordering::Release);
                         recent.lock().expect("log cache lock").clear();
                     }
-                    let (n, bytes) = (group.len(), group.iter().map(Flush::bytes).sum::<usize>());
+                    let (n, bytes) = (group.len(), group.iter().map(|g| g.bytes).sum());
                     for g in group {
                         (g.done)(res.clone().map_err(std::io::Error::other));
                     }
-                    {
-                        let mut p = f.pending.lock().expect("flush count lock");
-                        p.appends -= n;
-                        p.bytes -= bytes;
-                        crate::metrics::flush_pending(p.bytes);
-                    }
-                    f.idle.notify_all();
+                    f.count(false, n, bytes);
                 }
             })
             .expect("spawn the log flusher thread");
         Flusher {
-            tx: Some(Mutex::new(tx)),
+            tx: Some(tx),
             shared,
             thread: Some(thread),
         }
@@ -260,29 +273,19 @@ impl Flusher {
     fn submit(&self, entries: Vec<(u64, Vec<u8>)>, done: Done) -> Result<(), StorageError> {
         let f = &self.shared;
         if f.failed.load(Ordering::Acquire) {
-            return Err(write_err(std::io::Error::other(
-                "an earlier log commit failed",
-            )));
+            return Err(flush_failed());
         }
-        let flush = Flush { entries, done };
-        let bytes = flush.bytes();
+        let bytes = entries.iter().map(|(_, b)| b.len()).sum();
         // Back-pressure: a stalled disk holds the Raft core here (see the constant).
         self.wait_until(|p| p.appends == 0 || p.bytes + bytes <= MAX_PENDING_FLUSH_BYTES);
-        {
-            let mut p = f.pending.lock().expect("flush count lock");
-            p.appends += 1;
-            p.bytes += bytes;
-            crate::metrics::flush_pending(p.bytes);
-        }
-        let sent = match &self.tx {
-            Some(tx) => tx.lock().expect("flush channel lock").send(flush).is_ok(),
-            None => false,
+        f.count(true, 1, bytes);
+        let flush = Flush {
+            entries,
+            bytes,
+            done,
         };
-        if !sent {
-            let mut p = f.pending.lock().expect("flush count lock");
-            p.appends -= 1;
-            p.bytes -= bytes;
-            crate::metrics::flush_pending(p.bytes);
+        if self.tx.as_ref().is_none_or(|tx| tx.send(flush).is_err()) {
+            f.count(false, 1, bytes);
             return Err(write_err(std::io::Error::other(
                 "the log flusher thread is gone",
             )));
@@ -297,9 +300,7 @@ impl Flusher {
         let f = &self.shared;
         self.wait_until(|p| p.appends == 0);
         if f.failed.load(Ordering::Acquire) {
-            return Err(write_err(std::io::Error::other(
-                "an earlier log commit failed",
-            )));
+            return Err(flush_failed());
         }
         Ok(())
     }

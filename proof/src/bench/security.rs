@@ -180,7 +180,7 @@ fn p1_side_by_side(
         .collect();
     let mut placed = Vec::new();
     for (theirs, mine) in [(0, 0), (1, 0)] {
-        let saved = pin(&pids, theirs, mine);
+        let saved = pin(&pids, theirs, mine)?;
         let r = alternate();
         unpin(saved);
         placed.push(r?);
@@ -206,8 +206,15 @@ type Saved = Vec<(libc::pid_t, libc::cpu_set_t)>;
 
 /// Puts every thread of `pids` (their `/proc/PID/task` entries) on CPU `theirs` alone and the
 /// calling thread on CPU `mine`; returns their previous affinities. A thread that cannot be
-/// moved is skipped.
-fn pin(pids: &[i32], theirs: usize, mine: usize) -> Saved {
+/// moved (one that ended meanwhile) is skipped; a CPU this machine does not have, or a calling
+/// thread that stays where it was, is an error: the row would not measure what it says.
+fn pin(pids: &[i32], theirs: usize, mine: usize) -> Result<Saved, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if theirs.max(mine) >= cpus {
+        return Err(format!(
+            "P1 placed on CPUs {mine} and {theirs}: this machine has {cpus}"
+        ));
+    }
     let mut tids: Vec<(libc::pid_t, usize)> = vec![(0, mine)]; // 0: the calling thread
     for p in pids {
         if let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) {
@@ -229,10 +236,13 @@ fn pin(pids: &[i32], theirs: usize, mine: usize) -> Saved {
             libc::CPU_SET(cpu, &mut one);
             if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0 {
                 saved.push((tid, old));
+            } else if tid == 0 {
+                unpin(saved);
+                return Err(format!("P1 placement: this thread cannot run on CPU {cpu}"));
             }
         }
     }
-    saved
+    Ok(saved)
 }
 
 /// Puts back what [`pin`] changed.

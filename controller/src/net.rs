@@ -457,8 +457,10 @@ struct Link {
     /// Requests framed on this link / replies read.
     sent: u64,
     answered: u64,
-    /// The appends still waiting for a reply: (sequence number, what they asked).
-    outstanding: VecDeque<(u64, Option<AppendKey>)>,
+    /// The requests still waiting for a reply: (sequence number, what an append asked, when it
+    /// was framed). A retry that joins one is answered as of that one's time, not its own (C3:
+    /// an ack stamped with the retry's time made a paused leader's lease look fresh).
+    outstanding: VecDeque<(u64, Option<AppendKey>, BootInstant)>,
 }
 
 /// What makes two appends the same request: a retry of an expired one asks exactly this.
@@ -493,7 +495,7 @@ impl Link {
         self.wbuf.extend_from_slice(frame);
         let seq = self.sent;
         self.sent += 1;
-        self.outstanding.push_back((seq, key));
+        self.outstanding.push_back((seq, key, BootInstant::now()));
         seq
     }
 
@@ -501,8 +503,16 @@ impl Link {
     fn find(&self, key: &AppendKey) -> Option<u64> {
         self.outstanding
             .iter()
-            .find(|(_, k)| k.as_ref() == Some(key))
-            .map(|(seq, _)| *seq)
+            .find(|(_, k, _)| k.as_ref() == Some(key))
+            .map(|(seq, _, _)| *seq)
+    }
+
+    /// When outstanding request `seq` was framed (before its bytes left).
+    fn framed_at(&self, seq: u64) -> Option<BootInstant> {
+        self.outstanding
+            .iter()
+            .find(|(s, _, _)| *s == seq)
+            .map(|(_, _, at)| *at)
     }
 
     /// Writes what is buffered, then reads replies until the one of request `seq`. Every
@@ -520,7 +530,7 @@ impl Link {
             while let Some(body) = take_frame(&mut self.rbuf, limit)? {
                 let n = self.answered;
                 self.answered += 1;
-                self.outstanding.retain(|(s, _)| *s > n);
+                self.outstanding.retain(|(s, _, _)| *s > n);
                 if n == seq {
                     return Ok(body);
                 }
@@ -651,14 +661,15 @@ fn timed_out(what: &str) -> io::Error {
 
 impl PeerClient {
     /// Sends `frame` (or waits for the identical request `key` already outstanding) and
-    /// returns the reply, within `ttl`. A call that expires leaves the link as it is (see
-    /// [`Link`]); one that fails drops it.
+    /// returns the reply with the time the answered request was framed — an earlier one's,
+    /// when this call joined it — within `ttl`. A call that expires leaves the link as it is
+    /// (see [`Link`]); one that fails drops it.
     async fn call(
         &mut self,
         frame: &[u8],
         key: Option<AppendKey>,
         ttl: Duration,
-    ) -> Result<RpcReply, CallError> {
+    ) -> Result<(RpcReply, BootInstant), CallError> {
         let res = tokio::time::timeout(ttl, self.exchange(frame, key)).await;
         let res = match res {
             Ok(r) => r,
@@ -674,7 +685,7 @@ impl PeerClient {
         &mut self,
         frame: &[u8],
         key: Option<AppendKey>,
-    ) -> Result<RpcReply, CallError> {
+    ) -> Result<(RpcReply, BootInstant), CallError> {
         self.connect().await?;
         let max_rpc = self.max_rpc;
         let link = self.link.as_mut().expect("connected above");
@@ -689,9 +700,13 @@ impl PeerClient {
                 link.push(frame, key)
             }
         };
+        let framed = link
+            .framed_at(seq)
+            .expect("outstanding until its reply is read");
         let body = link.reply(seq, max_rpc).await.map_err(CallError::Network)?;
-        postcard::from_bytes(&body)
-            .map_err(|e| CallError::Network(invalid(&format!("bad rpc reply: {e}"))))
+        let reply = postcard::from_bytes(&body)
+            .map_err(|e| CallError::Network(invalid(&format!("bad rpc reply: {e}"))))?;
+        Ok((reply, framed))
     }
 
     /// Connects (TCP, then the TLS handshake verifying that the peer is member `target`)
@@ -844,7 +859,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
         let ttl = option.hard_ttl();
-        let (vote, sent) = (rpc.vote, BootInstant::now());
+        let vote = rpc.vote;
         // P14: no more entries than the link carries within the TTL (one always goes).
         let mut whole = frame(&RpcRequestRef::Append(&rpc))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
@@ -868,9 +883,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         } else {
             whole.len()
         };
-        self.lease.sending(vote, sent);
+        self.lease.sending(vote, BootInstant::now());
         let t0 = std::time::Instant::now();
-        let reply = match self.call(&whole, Some(key), ttl).await {
+        let (reply, sent) = match self.call(&whole, Some(key), ttl).await {
             Ok(r) => r,
             Err(e) => {
                 if carried > 0 {
@@ -916,6 +931,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             .call(&req, None, option.hard_ttl())
             .await
             .map_err(rpc_err)?
+            .0
         {
             RpcReply::Vote(Ok(r)) => Ok(r),
             RpcReply::Vote(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
@@ -1469,12 +1485,19 @@ mod tests {
         rt().block_on(async {
             let (a, mut peer) = tokio::io::duplex(1 << 20);
             let mut link = Link::new(Box::new(a));
+            let framed = BootInstant::now();
             let seq = link.push(&raw(b"append 1..5"), Some(key(5)));
             let expired = tokio::time::timeout(ms(20), link.reply(seq, 1 << 20)).await;
             assert!(expired.is_err(), "no reply yet: the call expires");
             assert_eq!(peer_reads(&mut peer).await, b"append 1..5");
-            // The retry asks the same: it waits for the same request's reply.
+            // The retry asks the same: it waits for the same request's reply, which counts
+            // (C3's lease) as of when that request was framed, not as of the retry.
             assert_eq!(link.find(&key(5)), Some(seq));
+            let at = link.framed_at(seq).expect("outstanding");
+            assert!(
+                framed.since(at) == Duration::ZERO && BootInstant::now().since(at) >= ms(20),
+                "the joined request's time is its own, 20 ms before the retry"
+            );
             assert_eq!(link.find(&key(6)), None);
             peer.write_all(&raw(b"ok 5")).await.unwrap();
             assert_eq!(link.reply(seq, 1 << 20).await.unwrap(), b"ok 5");

@@ -123,8 +123,14 @@ use crate::ports::free_ports;
 impl Cluster {
     /// Start `n` nodes and return without waiting for an election.
     pub fn start(n: usize, opts: ClusterOpts) -> io::Result<Cluster> {
+        Cluster::start_in(n, opts, &std::env::temp_dir())
+    }
+
+    /// [`Cluster::start`] with the data directories under `root` (P11's budget: a memory-backed
+    /// file system, where an fsync costs nothing).
+    pub fn start_in(n: usize, opts: ClusterOpts, root: &Path) -> io::Result<Cluster> {
         let k = UNIQUE.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("xce-cluster-{}-{k}", std::process::id()));
+        let dir = root.join(format!("xce-cluster-{}-{k}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let ports = free_ports(2 * n);

@@ -110,6 +110,87 @@ pub fn submit_rate_with(clients: Vec<Client>, dur: Duration) -> Result<Rate, Str
     })
 }
 
+/// One context's calls back to back for `dur` (after one warm-up call): every call's round
+/// trip in µs, and the calls per second.
+pub fn one_context(
+    c: &Client,
+    dur: Duration,
+    call: impl Fn(&Client) -> Result<(), String>,
+) -> Result<(Vec<f64>, f64), String> {
+    call(c)?;
+    let mut v = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < dur {
+        let t = Instant::now();
+        call(c)?;
+        v.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let rate = v.len() as f64 / t0.elapsed().as_secs_f64();
+    Ok((v, rate))
+}
+
+/// What a log commit costs the disk at the least: `bytes` written after the previous ones to a
+/// file preallocated with zeros (no size or block change for the file system to journal), then
+/// `fdatasync`. `writers` files in `dir` at once (three: a write's three nodes), `n` commits
+/// each; every commit's time in µs.
+pub fn fdatasync_us(
+    dir: &Path,
+    writers: usize,
+    n: usize,
+    bytes: usize,
+) -> Result<Vec<f64>, String> {
+    use std::os::unix::fs::FileExt;
+    const FILE_BYTES: u64 = 16 << 20;
+    let files = (0..writers)
+        .map(|i| {
+            let path = dir.join(format!("xce-fsync-{}-{i}", std::process::id()));
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let _ = std::fs::remove_file(&path);
+            let zeros = vec![0u8; 1 << 20];
+            for off in (0..FILE_BYTES).step_by(zeros.len()) {
+                f.write_all_at(&zeros, off).map_err(|e| e.to_string())?;
+            }
+            f.sync_all().map_err(|e| e.to_string())?;
+            Ok(f)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let start = Barrier::new(writers);
+    let out = std::thread::scope(|s| {
+        let hs: Vec<_> = files
+            .iter()
+            .map(|f| {
+                let start = &start;
+                s.spawn(move || -> Result<Vec<f64>, String> {
+                    let buf = vec![0x5au8; bytes];
+                    let mut v = Vec::with_capacity(n);
+                    start.wait();
+                    for i in 0..n as u64 {
+                        let off = (i * bytes as u64) % (FILE_BYTES - bytes as u64);
+                        let t = Instant::now();
+                        f.write_all_at(&buf, off).map_err(|e| e.to_string())?;
+                        f.sync_data().map_err(|e| e.to_string())?;
+                        v.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                    Ok(v)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| "fdatasync thread panicked".to_string())?
+            })
+            .collect::<Result<Vec<_>, String>>()
+    })?;
+    Ok(out.into_iter().flatten().collect())
+}
+
 /// Submits `n` typical jobs with `contexts` parallel contexts; returns how long it took.
 pub fn load_jobs(masters: &str, n: u64, contexts: usize) -> Result<Duration, String> {
     let clients: Vec<Client> = (0..contexts)

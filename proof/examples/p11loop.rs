@@ -1,0 +1,57 @@
+//! P11's single context only, for profiling (BENCH.md): `p11loop <seconds>`. Starts a plain
+//! 3-node cluster as `xce-scale --only P11` does, prints the primary's and the standbys' pids
+//! (for `perf record -p` / `strace -p`), then submits back to back from one context and prints
+//! the rate and the round trip's p50/p90/p99. `P11_DELAY_MS` waits before the submits
+//! (time to attach a tool).
+use std::time::Duration;
+
+use xce_proof::bench::roundtrip::lib_client;
+use xce_proof::bench::scale::{next_job_id, one_context, typical_job};
+use xce_proof::bench::stats::Summary;
+use xce_proof::{Cluster, ClusterOpts};
+
+fn main() {
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let mut c = Cluster::start(
+        3,
+        ClusterOpts {
+            extra_args: vec![],
+            log_dir: None,
+        },
+    )
+    .unwrap();
+    let primary = c.wait_primary(Duration::from_secs(30)).unwrap();
+    let cl = lib_client(&c.masters()).unwrap();
+    for n in &c.nodes {
+        eprintln!(
+            "{} pid {}",
+            if n.id == primary {
+                "primary"
+            } else {
+                "standby"
+            },
+            n.pid().unwrap()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(
+        std::env::var("P11_DELAY_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    ));
+    let (v, rate) = one_context(&cl, Duration::from_secs(secs), |c| {
+        c.jobsubmit(typical_job(next_job_id()))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+    .unwrap();
+    let s = Summary::of(&v).unwrap();
+    println!(
+        "submits {} rate {rate:.0}/s p50 {:.0} µs p90 {:.0} p99 {:.0}",
+        s.n, s.p50, s.p90, s.p99
+    );
+    c.kill_all();
+}

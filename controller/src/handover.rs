@@ -8,7 +8,7 @@
 //!    go to the new primary with a STANDBY hint; connections it served are closed);
 //! 2. it picks the voter whose replication has matched the most of its log and commits a
 //!    [`Cmd::Handover`] entry naming it — the last entry of its term;
-//! 3. that standby applies the entry (it learns the commit with the next heartbeat) and
+//! 3. that standby applies the entry (it learns the commit from a heartbeat sent at once) and
 //!    campaigns at once (`trigger().elect()`, without a pre-vote: the one sanctioned
 //!    election, [`crate::elect`]): its log holds everything, so the old leader —
 //!    whose own lease check has long expired — grants its vote, and in a 3-node cluster the
@@ -117,6 +117,9 @@ pub async fn hand_over(
         eprintln!("node {id}: handover to node {to}: the entry did not commit; stopping anyway");
         return;
     }
+    // The standby learns of the commit from the leader's next append or heartbeat (no message
+    // of its own, `vendor/openraft/XCE-PATCH.md`): send one now, not a heartbeat interval later.
+    let _ = raft.trigger().heartbeat().await;
     // Server metrics: they change with the leader (not on every turn of the raft loop), and
     // the deadline is read on every turn.
     let mut rx = raft.server_metrics();

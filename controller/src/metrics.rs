@@ -44,6 +44,11 @@ struct AnswerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: &'static str,
     status: &'static str,
@@ -73,6 +78,7 @@ struct Metrics {
     snapshot_bytes: Gauge64,
     quorum_ack_age: GaugeF,
     flush_pending: Gauge64,
+    appends: Family<KindLabels, Counter>,
 }
 
 static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -102,6 +108,7 @@ impl Metrics {
             snapshot_bytes: Gauge64::default(),
             quorum_ack_age: GaugeF::default(),
             flush_pending: Gauge64::default(),
+            appends: Family::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -124,6 +131,12 @@ impl Metrics {
             "Durable log commits: one redb commit (fsync) each; on the primary, appends that \
              queued while one ran share the next",
             m.fsync.clone(),
+        );
+        r.register(
+            "xce_raft_appends_received",
+            "AppendEntries this node received from a leader, by kind: entries (log entries to \
+             store), empty (a heartbeat; it also carries the leader's commit index)",
+            m.appends.clone(),
         );
         r.register(
             "xce_ops",
@@ -205,6 +218,12 @@ impl Metrics {
 pub fn flush_pending(bytes: usize) {
     M.flush_pending
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// This node received an AppendEntries, with log entries or without (raft server hook).
+pub fn append_received(with_entries: bool) {
+    let kind = if with_entries { "entries" } else { "empty" };
+    M.appends.get_or_create(&KindLabels { kind }).inc();
 }
 
 /// A durable log append took `d` (store hook).

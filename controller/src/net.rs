@@ -1380,6 +1380,7 @@ async fn serve_rpcs(
                 None => Vec::new(),
             }),
             RpcRequest::Append(r) => {
+                crate::metrics::append_received(!r.entries.is_empty());
                 if r.vote.is_committed() {
                     *carried = Some(r.vote);
                 }

@@ -219,3 +219,47 @@ fn the_primarys_pending_log_shows_while_its_disk_stalls() {
         sample(&scrape(&addr), "xce_log_flush_pending_bytes") == 0.0
     });
 }
+
+/// P11: a write costs each standby one AppendEntries, the one with its entry. The leader's new
+/// commit index rides on the next append or heartbeat (`vendor/openraft/XCE-PATCH.md`); a
+/// message of its own for it doubled what a standby handled per write when writes came one at
+/// a time. Over writes made one after the other, each standby's empty appends stay within the
+/// heartbeats of that time (one per heartbeat interval, 20 ms), far below one per write.
+#[test]
+fn a_write_costs_each_standby_one_append() {
+    const WRITES: u64 = 300;
+    let ctrl = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
+    let p = ctrl.wait_settled(STARTUP);
+    let standbys: Vec<String> = (1..=3)
+        .filter(|&id| id != p)
+        .map(|id| metrics_addr(&ctrl, id))
+        .collect();
+    let mut c = ctrl.client(p);
+    c.ok(submit(1, "u", ""));
+    let kinds = |addr: &String| {
+        let b = scrape(addr);
+        (
+            count(&b, "xce_raft_appends_received_total{kind=\"entries\"}"),
+            count(&b, "xce_raft_appends_received_total{kind=\"empty\"}"),
+        )
+    };
+    let before: Vec<(f64, f64)> = standbys.iter().map(kinds).collect();
+    let t0 = Instant::now();
+    for job in 2..2 + WRITES {
+        c.ok(submit(job, "u", ""));
+    }
+    let heartbeats = t0.elapsed().as_millis() as f64 / 20.0;
+    for (addr, (entries0, empty0)) in standbys.iter().zip(before) {
+        let (entries, empty) = kinds(addr);
+        let (entries, empty) = (entries - entries0, empty - empty0);
+        assert!(
+            entries >= WRITES as f64 * 0.9,
+            "standby {addr}: {entries} appends with entries for {WRITES} writes"
+        );
+        assert!(
+            empty <= heartbeats * 1.5 + 10.0,
+            "standby {addr}: {empty} empty appends during {WRITES} writes one at a time \
+             ({heartbeats:.0} heartbeat intervals): the commit index went in messages of its own"
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! P11's single context only, for profiling (BENCH.md): `p11loop <seconds>`. Starts a plain
 //! 3-node cluster as `xce-scale --only P11` does, prints the primary's and the standbys' pids
 //! (for `perf record -p` / `strace -p`), then submits back to back from one context and prints
-//! the rate and the round trip's p50/p90/p99. `P11_DELAY_MS` waits before the submits
+//! the rate, the round trip's p50/p90/p99 and the CPU time of the three controllers per
+//! submit. `P11_DELAY_MS` waits before the submits
 //! (time to attach a tool).
 use std::time::Duration;
 
@@ -42,16 +43,41 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0),
     ));
+    let pids: Vec<u32> = c.nodes.iter().filter_map(|n| n.pid()).collect();
+    let cpu0: f64 = pids.iter().map(|&p| proc_cpu(p)).sum();
     let (v, rate) = one_context(&cl, Duration::from_secs(secs), |c| {
         c.jobsubmit(typical_job(next_job_id()))
             .map(drop)
             .map_err(|e| e.to_string())
     })
     .unwrap();
+    let cpu = pids.iter().map(|&p| proc_cpu(p)).sum::<f64>() - cpu0;
     let s = Summary::of(&v).unwrap();
     println!(
-        "submits {} rate {rate:.0}/s p50 {:.0} µs p90 {:.0} p99 {:.0}",
-        s.n, s.p50, s.p90, s.p99
+        "submits {} rate {rate:.0}/s p50 {:.0} µs p90 {:.0} p99 {:.0}; controllers' CPU {:.1} µs/submit",
+        s.n,
+        s.p50,
+        s.p90,
+        s.p99,
+        cpu / s.n as f64
     );
     c.kill_all();
+}
+
+/// A process's CPU time over all its threads, µs (schedstat: ns on CPU).
+fn proc_cpu(pid: u32) -> f64 {
+    let mut t = 0.0;
+    if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in d.flatten() {
+            if let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) {
+                t += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+                    / 1e3;
+            }
+        }
+    }
+    t
 }

@@ -44,14 +44,21 @@ fn main() {
             .unwrap_or(0),
     ));
     let pids: Vec<u32> = c.nodes.iter().filter_map(|n| n.pid()).collect();
-    let cpu0: f64 = pids.iter().map(|&p| proc_cpu(p)).sum();
+    let cpu0: f64 = pids
+        .iter()
+        .map(|&p| xce_proof::sys::process_cpu_us(p))
+        .sum();
     let (v, rate) = one_context(&cl, Duration::from_secs(secs), |c| {
         c.jobsubmit(typical_job(next_job_id()))
             .map(drop)
             .map_err(|e| e.to_string())
     })
     .unwrap();
-    let cpu = pids.iter().map(|&p| proc_cpu(p)).sum::<f64>() - cpu0;
+    let cpu = pids
+        .iter()
+        .map(|&p| xce_proof::sys::process_cpu_us(p))
+        .sum::<f64>()
+        - cpu0;
     let s = Summary::of(&v).unwrap();
     println!(
         "submits {} rate {rate:.0}/s p50 {:.0} µs p90 {:.0} p99 {:.0}; controllers' CPU {:.1} µs/submit",
@@ -62,22 +69,4 @@ fn main() {
         cpu / s.n as f64
     );
     c.kill_all();
-}
-
-/// A process's CPU time over all its threads, µs (schedstat: ns on CPU).
-fn proc_cpu(pid: u32) -> f64 {
-    let mut t = 0.0;
-    if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for e in d.flatten() {
-            if let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) {
-                t += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<f64>().ok())
-                    .unwrap_or(0.0)
-                    / 1e3;
-            }
-        }
-    }
-    t
 }

@@ -105,14 +105,14 @@ fn main() {
     while Instant::now() < end {
         for k in 0..clients.len() {
             let i = (k + round) % clients.len();
-            let (c0, s0) = (thread_cpu(), proc_cpu(pids[i]));
+            let (c0, s0) = (thread_cpu(), xce_proof::sys::process_cpu_us(pids[i]));
             for _ in 0..1000 {
                 let t = Instant::now();
                 clients[i].call(op.clone()).unwrap();
                 rtts[i].push(t.elapsed().as_secs_f64() * 1e6);
             }
             cpu[i].0 += thread_cpu() - c0;
-            cpu[i].1 += proc_cpu(pids[i]) - s0;
+            cpu[i].1 += xce_proof::sys::process_cpu_us(pids[i]) - s0;
         }
         round += 1;
     }
@@ -143,22 +143,4 @@ fn thread_cpu() -> f64 {
     };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
-}
-
-/// A process's CPU time over all its threads, µs (schedstat: ns on CPU).
-fn proc_cpu(pid: u32) -> f64 {
-    let mut t = 0.0;
-    if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for e in d.flatten() {
-            if let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) {
-                t += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<f64>().ok())
-                    .unwrap_or(0.0)
-                    / 1e3;
-            }
-        }
-    }
-    t
 }

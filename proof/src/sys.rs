@@ -28,3 +28,22 @@ pub fn thread_cpu_time() -> Duration {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
+
+/// CPU time of process `pid` over all its threads so far, µs (each thread's schedstat: ns on
+/// a CPU); threads that ended are not counted. 0 for a process that is gone.
+pub fn process_cpu_us(pid: u32) -> f64 {
+    let mut t = 0.0;
+    if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in d.flatten() {
+            if let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) {
+                t += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|x| x.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+                    / 1e3;
+            }
+        }
+    }
+    t
+}

@@ -302,9 +302,10 @@ fn status_name(status: i32) -> &'static str {
 }
 
 /// Counts changes of the leader this node knows (C18): every time it learns of a leader other
-/// than the last one it knew.
+/// than the last one it knew. (Server metrics: they change with the leader, not on every turn
+/// of the Raft core as `raft.metrics()` does.)
 pub async fn watch_leader(raft: Raft) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
     let mut last: Option<NodeId> = None;
     loop {
         let leader = rx.borrow_and_update().current_leader;

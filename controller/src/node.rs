@@ -331,23 +331,27 @@ fn role_name(s: ServerState) -> &'static str {
 }
 
 /// C8: one stderr line per change of role, term or leader.
+///
+/// Waits on the server metrics (role, vote, leader, membership), which change only with them:
+/// `raft.metrics()` changes on every turn of the Raft core, several times per write, and each
+/// change woke this task (P11). Only while this node leads unconfirmed does it follow every
+/// turn, to see the first quorum answer.
 async fn log_roles(raft: Raft, id: NodeId) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
+    let mut every_turn = raft.metrics();
     let mut last = None;
     loop {
-        let (now, fatal, unconfirmed) = {
+        let now = {
             let m = rx.borrow_and_update();
-            (
-                (m.state, m.current_term, m.current_leader),
-                m.running_state.as_ref().err().map(|e| e.to_string()),
-                // A node restarted from a leader's state is a leader only in its own eyes
-                // until a quorum answers it (it usually learns of a newer term first).
-                m.state == ServerState::Leader && m.millis_since_quorum_ack.is_none(),
-            )
+            (m.state, m.vote.leader_id().get_term(), m.current_leader)
         };
-        if let Some(e) = fatal {
-            eprintln!("node {id}: raft stopped: {e}");
-        }
+        // A node restarted from a leader's state is a leader only in its own eyes until a
+        // quorum answers it (it usually learns of a newer term first).
+        let unconfirmed = now.0 == ServerState::Leader
+            && every_turn
+                .borrow_and_update()
+                .millis_since_quorum_ack
+                .is_none();
         if last != Some(now) && !unconfirmed {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
             let ms = crate::now_ms();
@@ -360,7 +364,19 @@ async fn log_roles(raft: Raft, id: NodeId) {
             );
             last = Some(now);
         }
-        if rx.changed().await.is_err() {
+        let stopped = if unconfirmed {
+            tokio::select! {
+                r = rx.changed() => r.is_err(),
+                r = every_turn.changed() => r.is_err(),
+            }
+        } else {
+            rx.changed().await.is_err()
+        };
+        if stopped {
+            // The Raft core ended; its last metrics say why.
+            if let Err(e) = &raft.metrics().borrow().running_state {
+                eprintln!("node {id}: raft stopped: {e}");
+            }
             return;
         }
     }

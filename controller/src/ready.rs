@@ -32,6 +32,9 @@ pub struct Readiness {
     proven: watch::Sender<Option<Vote>>,
     /// C14: this node is handing leadership over (stopping): it serves as primary no more.
     handing_over: std::sync::atomic::AtomicBool,
+    /// Wakes [`run`] when a handover is called off ([`Readiness::resume`]): its vote needs
+    /// proving again, and nothing in the server metrics it waits on changes.
+    resumed: tokio::sync::Notify,
 }
 
 impl Default for Readiness {
@@ -39,6 +42,7 @@ impl Default for Readiness {
         Readiness {
             proven: watch::channel(None).0,
             handing_over: Default::default(),
+            resumed: tokio::sync::Notify::new(),
         }
     }
 }
@@ -69,6 +73,7 @@ impl Readiness {
     pub fn resume(&self) {
         self.handing_over
             .store(false, std::sync::atomic::Ordering::Release);
+        self.resumed.notify_one();
     }
 
     /// Waits up to `bound` until this node leads with a proven vote. False when it does not
@@ -97,9 +102,11 @@ impl Readiness {
 }
 
 /// Proves every vote this node leads with: commits and applies a barrier entry of that vote,
-/// then marks it ready. Runs for the node's life.
+/// then marks it ready. Runs for the node's life. Waits on the server metrics (role, vote,
+/// leader, membership), which change only with them; `raft.metrics()` changes on every turn
+/// of the Raft core, several times per write (P11).
 pub async fn run(raft: Raft, ready: std::sync::Arc<Readiness>, id: u64, commit_timeout: Duration) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
     loop {
         let (state, vote) = {
             let m = rx.borrow_and_update();
@@ -125,8 +132,9 @@ pub async fn run(raft: Raft, ready: std::sync::Arc<Readiness>, id: u64, commit_t
             }
             continue;
         }
-        if rx.changed().await.is_err() {
-            return;
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = ready.resumed.notified() => {}
         }
     }
 }

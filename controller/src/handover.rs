@@ -8,7 +8,8 @@
 //!    go to the new primary with a STANDBY hint; connections it served are closed);
 //! 2. it picks the voter whose replication has matched the most of its log and commits a
 //!    [`Cmd::Handover`] entry naming it — the last entry of its term;
-//! 3. that standby applies the entry (it learns the commit from a heartbeat sent at once) and
+//! 3. that standby applies the entry (it learns the commit from the heartbeats the old leader
+//!    asks for every few ms until the new leader shows) and
 //!    campaigns at once (`trigger().elect()`, without a pre-vote: the one sanctioned
 //!    election, [`crate::elect`]): its log holds everything, so the old leader —
 //!    whose own lease check has long expired — grants its vote, and in a 3-node cluster the
@@ -32,6 +33,8 @@ use crate::types::{LogId, NodeId, Raft};
 
 /// Longest the old leader waits for the new one before exiting anyway.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+/// How often the old leader asks for a heartbeat while it waits (see [`hand_over`]).
+const HEARTBEAT_NUDGE: Duration = Duration::from_millis(2);
 /// A handover entry older than this (by the leader's clock) is history being replayed, not a
 /// request to campaign now.
 const FRESH_MS: i64 = 2000;
@@ -117,9 +120,6 @@ pub async fn hand_over(
         eprintln!("node {id}: handover to node {to}: the entry did not commit; stopping anyway");
         return;
     }
-    // The standby learns of the commit from the leader's next append or heartbeat (no message
-    // of its own, `vendor/openraft/XCE-PATCH.md`): send one now, not a heartbeat interval later.
-    let _ = raft.trigger().heartbeat().await;
     // Server metrics: they change with the leader (not on every turn of the raft loop), and
     // the deadline is read on every turn.
     let mut rx = raft.server_metrics();
@@ -134,15 +134,24 @@ pub async fn hand_over(
             );
             return;
         }
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Ok(Ok(())) if tokio::time::Instant::now() < deadline => {}
-            _ => {
-                eprintln!(
-                    "node {id}: handover to node {to}: no new leader within {} ms; stopping anyway",
-                    HANDOVER_WAIT.as_millis()
-                );
-                return;
-            }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            eprintln!(
+                "node {id}: handover to node {to}: no new leader within {} ms; stopping anyway",
+                HANDOVER_WAIT.as_millis()
+            );
+            return;
+        }
+        // The standby learns of the commit from the leader's next append or heartbeat (no
+        // message of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends a standby a
+        // heartbeat only when no append to it is in flight: the handover entry's own append
+        // may still be. So a heartbeat is asked for every HEARTBEAT_NUDGE until the new leader
+        // shows, not left to the next heartbeat interval.
+        let _ = raft.trigger().heartbeat().await;
+        if let Ok(Err(_)) =
+            tokio::time::timeout(HEARTBEAT_NUDGE.min(deadline - now), rx.changed()).await
+        {
+            return; // the Raft core stopped
         }
     }
 }

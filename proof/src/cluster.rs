@@ -172,9 +172,9 @@ impl Cluster {
         let spec = self.spec();
         let data = self.dir.join(format!("node-{id}"));
         std::fs::create_dir_all(&data)?;
-        let stderr = match &self.opts.log_dir {
+        let stderr = match self.log_dir() {
             Some(d) => {
-                std::fs::create_dir_all(d)?;
+                std::fs::create_dir_all(&d)?;
                 Stdio::from(
                     std::fs::OpenOptions::new()
                         .create(true)
@@ -268,6 +268,59 @@ impl Cluster {
             }
         }
         None
+    }
+
+    /// Where the node logs go: the cluster's log directory, else (XCE_CLUSTER_LOGS=DIR, to read
+    /// why a test failed) DIR/<this cluster's directory name>/; None: discarded.
+    fn log_dir(&self) -> Option<PathBuf> {
+        self.opts.log_dir.clone().or_else(|| {
+            std::env::var_os("XCE_CLUSTER_LOGS")
+                .map(|d| PathBuf::from(d).join(self.dir.file_name().unwrap_or_default()))
+        })
+    }
+
+    /// One line per node for a failed test's message: running (and the role it answers), exited
+    /// on its own (with its status: a controller that could not start, e.g. its port taken),
+    /// paused, or not started. Reaps a node that exited.
+    pub fn report(&mut self) -> String {
+        let mut lines = Vec::new();
+        for n in &mut self.nodes {
+            let state = match n.child.as_mut().map(Child::try_wait) {
+                None => "not running (killed or never started)".to_string(),
+                Some(Ok(Some(status))) => {
+                    n.child = None;
+                    format!("EXITED on its own: {status}")
+                }
+                Some(Err(e)) => format!("unknown: {e}"),
+                Some(Ok(None)) if n.stopped => "paused (SIGSTOP)".to_string(),
+                Some(Ok(None)) => match probe_info(n.client, Duration::from_millis(300)) {
+                    Ok(Some(info)) => format!(
+                        "running, answers {:?} in term {} (primary it names: {})",
+                        info.role, info.term, info.primary_id
+                    ),
+                    Ok(None) => "running, hello refused".to_string(),
+                    Err(e) => format!("running, no answer to hello: {e}"),
+                },
+            };
+            lines.push(format!("node {}: {state}", n.id));
+        }
+        lines.push(match self.log_dir() {
+            Some(d) => format!("logs in {}", d.display()),
+            None => "logs discarded (XCE_CLUSTER_LOGS=DIR keeps them)".to_string(),
+        });
+        lines.join("; ")
+    }
+
+    /// [`Cluster::wait_new_primary`] for a test: panics with [`Cluster::report`] (which node
+    /// exited, which answers what) when no new primary shows by `timeout`.
+    pub fn expect_new_primary(&mut self, old: u32, timeout: Duration) -> u32 {
+        match self.wait_new_primary(old, timeout) {
+            Some(id) => id,
+            None => panic!(
+                "no primary other than node {old} within {timeout:?}: {}",
+                self.report()
+            ),
+        }
     }
 
     /// `kill -9` the node and reap it.

@@ -159,7 +159,7 @@ fn notifies_sent_into_a_frozen_primary_take_effect_exactly_once() {
         w.heartbeat("w-stop").unwrap();
         std::thread::sleep(Duration::from_millis(40));
     }
-    let q = c.wait_new_primary(p, ELECTION_WAIT).expect("new primary");
+    let q = c.expect_new_primary(p, ELECTION_WAIT);
     assert_ne!(q, p);
     let t = Instant::now();
     w.flush(ELECTION_WAIT)

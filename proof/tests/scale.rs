@@ -252,9 +252,7 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
         log_of(&logs, s)
     );
     c.kill(p);
-    let q = c
-        .wait_new_primary(p, common::ELECTION_WAIT)
-        .expect("new primary");
+    let q = c.expect_new_primary(p, common::ELECTION_WAIT);
     let _ = q;
     let ids: BTreeSet<u64> = cl
         .joblist(JobFilter::default())

@@ -158,9 +158,7 @@ fn s2_writes_survive_failover_exactly_once() {
     for trial in 0..trials {
         std::thread::sleep(Duration::from_millis(150 + (trial % 5) * 40));
         c.kill(primary);
-        let next = c
-            .wait_new_primary(primary, ELECTION_WAIT)
-            .expect("new primary");
+        let next = c.expect_new_primary(primary, ELECTION_WAIT);
         c.restart(primary).expect("restart killed node");
         primary = next;
         // Let the restarted node catch up before the next kill, so a quorum always exists.
@@ -256,9 +254,7 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
         .jobsubmit(spec("s4-during"))
         .expect("submit while the primary hangs");
     eprintln!("S4: write completed {:?} after SIGSTOP", t0.elapsed());
-    let new_primary = c
-        .wait_new_primary(primary, ELECTION_WAIT)
-        .expect("new primary");
+    let new_primary = c.expect_new_primary(primary, ELECTION_WAIT);
     assert_ne!(new_primary, primary);
 
     c.resume(primary);

@@ -8,9 +8,8 @@
 //!    go to the new primary with a STANDBY hint; connections it served are closed);
 //! 2. it picks the voter whose replication has matched the most of its log and commits a
 //!    [`Cmd::Handover`] entry naming it — the last entry of its term;
-//! 3. that standby applies the entry (it learns the commit from the heartbeats the old leader
-//!    asks for every few ms until the new leader shows) and
-//!    campaigns at once (`trigger().elect()`, without a pre-vote: the one sanctioned
+//! 3. that standby applies the entry (it learns the commit from a heartbeat the old leader
+//!    sends as soon as the standby has acknowledged the entry) and campaigns at once (`trigger().elect()`, without a pre-vote: the one sanctioned
 //!    election, [`crate::elect`]): its log holds everything, so the old leader —
 //!    whose own lease check has long expired — grants its vote, and in a 3-node cluster the
 //!    two make a majority without waiting for any election timeout;
@@ -33,8 +32,6 @@ use crate::types::{LogId, NodeId, Raft};
 
 /// Longest the old leader waits for the new one before exiting anyway.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
-/// How often the old leader asks for a heartbeat while it waits (see [`hand_over`]).
-const HEARTBEAT_NUDGE: Duration = Duration::from_millis(2);
 /// A handover entry older than this (by the leader's clock) is history being replayed, not a
 /// request to campaign now.
 const FRESH_MS: i64 = 2000;
@@ -115,15 +112,41 @@ pub async fn hand_over(
         now_ms: crate::now_ms(),
         cmd: Cmd::Handover { to },
     }]));
-    let committed = tokio::time::timeout(HANDOVER_WAIT, raft.client_write(entry)).await;
-    if !matches!(committed, Ok(Ok(_))) {
-        eprintln!("node {id}: handover to node {to}: the entry did not commit; stopping anyway");
-        return;
+    let entry = match tokio::time::timeout(HANDOVER_WAIT, raft.client_write(entry)).await {
+        Ok(Ok(resp)) => resp.log_id,
+        _ => {
+            eprintln!(
+                "node {id}: handover to node {to}: the entry did not commit; stopping anyway"
+            );
+            return;
+        }
+    };
+    let deadline = tokio::time::Instant::now() + HANDOVER_WAIT.saturating_sub(t0.elapsed());
+    // The standby learns of the commit from the leader's next append or heartbeat (no message
+    // of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends no heartbeat to a
+    // follower while an append to it is in flight — the entry's own append may still be. Once
+    // the standby has acknowledged the entry nothing is in flight to it (the entry is the last
+    // of this term), and the commit is already in its replication stream's queue ahead of the
+    // heartbeat asked for here: that one heartbeat carries it.
+    let mut every_turn = raft.metrics();
+    let acked = tokio::time::timeout_at(
+        deadline,
+        every_turn.wait_for(|m| {
+            m.state != ServerState::Leader
+                || m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&to).copied().flatten())
+                    .is_some_and(|l| l.index >= entry.index)
+        }),
+    )
+    .await
+    .map(|r| r.is_ok());
+    if acked == Ok(true) {
+        let _ = raft.trigger().heartbeat().await;
     }
     // Server metrics: they change with the leader (not on every turn of the raft loop), and
     // the deadline is read on every turn.
     let mut rx = raft.server_metrics();
-    let deadline = tokio::time::Instant::now() + HANDOVER_WAIT.saturating_sub(t0.elapsed());
     loop {
         let leader = rx.borrow_and_update().current_leader;
         if leader.is_some_and(|l| l != id) {
@@ -134,24 +157,15 @@ pub async fn hand_over(
             );
             return;
         }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            eprintln!(
-                "node {id}: handover to node {to}: no new leader within {} ms; stopping anyway",
-                HANDOVER_WAIT.as_millis()
-            );
-            return;
-        }
-        // The standby learns of the commit from the leader's next append or heartbeat (no
-        // message of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends a standby a
-        // heartbeat only when no append to it is in flight: the handover entry's own append
-        // may still be. So a heartbeat is asked for every HEARTBEAT_NUDGE until the new leader
-        // shows, not left to the next heartbeat interval.
-        let _ = raft.trigger().heartbeat().await;
-        if let Ok(Err(_)) =
-            tokio::time::timeout(HEARTBEAT_NUDGE.min(deadline - now), rx.changed()).await
-        {
-            return; // the Raft core stopped
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) if tokio::time::Instant::now() < deadline => {}
+            _ => {
+                eprintln!(
+                    "node {id}: handover to node {to}: no new leader within {} ms; stopping anyway",
+                    HANDOVER_WAIT.as_millis()
+                );
+                return;
+            }
         }
     }
 }

@@ -485,34 +485,27 @@ impl Link {
         }
     }
 
-    /// Frames `frame` as the next request; returns its sequence number. Never awaits, so the
-    /// link is consistent whenever the caller's future is dropped.
-    fn push(&mut self, frame: &[u8], key: Option<AppendKey>) -> u64 {
+    /// Frames `frame` as the next request; returns its sequence number and when it was framed.
+    /// Never awaits, so the link is consistent whenever the caller's future is dropped.
+    fn push(&mut self, frame: &[u8], key: Option<AppendKey>) -> (u64, BootInstant) {
         if self.wpos == self.wbuf.len() {
             self.wbuf.clear();
             self.wpos = 0;
         }
         self.wbuf.extend_from_slice(frame);
-        let seq = self.sent;
+        let (seq, at) = (self.sent, BootInstant::now());
         self.sent += 1;
-        self.outstanding.push_back((seq, key, BootInstant::now()));
-        seq
+        self.outstanding.push_back((seq, key, at));
+        (seq, at)
     }
 
-    /// The outstanding request that `key` repeats, if any.
-    fn find(&self, key: &AppendKey) -> Option<u64> {
+    /// The outstanding request that `key` repeats, if any: its sequence number and when it was
+    /// framed (before its bytes left).
+    fn find(&self, key: &AppendKey) -> Option<(u64, BootInstant)> {
         self.outstanding
             .iter()
             .find(|(_, k, _)| k.as_ref() == Some(key))
-            .map(|(seq, _, _)| *seq)
-    }
-
-    /// When outstanding request `seq` was framed (before its bytes left).
-    fn framed_at(&self, seq: u64) -> Option<BootInstant> {
-        self.outstanding
-            .iter()
-            .find(|(s, _, _)| *s == seq)
-            .map(|(_, _, at)| *at)
+            .map(|(seq, _, at)| (*seq, *at))
     }
 
     /// Writes what is buffered, then reads replies until the one of request `seq`. Every
@@ -689,8 +682,8 @@ impl PeerClient {
         self.connect().await?;
         let max_rpc = self.max_rpc;
         let link = self.link.as_mut().expect("connected above");
-        let seq = match key.as_ref().and_then(|k| link.find(k)) {
-            Some(seq) => seq,
+        let (seq, framed) = match key.as_ref().and_then(|k| link.find(k)) {
+            Some(joined) => joined,
             None => {
                 if link.outstanding.len() >= MAX_OUTSTANDING {
                     return Err(CallError::Network(timed_out(
@@ -700,9 +693,6 @@ impl PeerClient {
                 link.push(frame, key)
             }
         };
-        let framed = link
-            .framed_at(seq)
-            .expect("outstanding until its reply is read");
         let body = link.reply(seq, max_rpc).await.map_err(CallError::Network)?;
         let reply = postcard::from_bytes(&body)
             .map_err(|e| CallError::Network(invalid(&format!("bad rpc reply: {e}"))))?;
@@ -1486,24 +1476,24 @@ mod tests {
         rt().block_on(async {
             let (a, mut peer) = tokio::io::duplex(1 << 20);
             let mut link = Link::new(Box::new(a));
-            let framed = BootInstant::now();
-            let seq = link.push(&raw(b"append 1..5"), Some(key(5)));
+            let before = BootInstant::now();
+            let (seq, framed) = link.push(&raw(b"append 1..5"), Some(key(5)));
             let expired = tokio::time::timeout(ms(20), link.reply(seq, 1 << 20)).await;
             assert!(expired.is_err(), "no reply yet: the call expires");
             assert_eq!(peer_reads(&mut peer).await, b"append 1..5");
             // The retry asks the same: it waits for the same request's reply, which counts
             // (C3's lease) as of when that request was framed, not as of the retry.
-            assert_eq!(link.find(&key(5)), Some(seq));
-            let at = link.framed_at(seq).expect("outstanding");
+            assert_eq!(link.find(&key(5)), Some((seq, framed)));
             assert!(
-                framed.since(at) == Duration::ZERO && BootInstant::now().since(at) >= ms(20),
+                before.since(framed) == Duration::ZERO
+                    && BootInstant::now().since(framed) >= ms(20),
                 "the joined request's time is its own, 20 ms before the retry"
             );
             assert_eq!(link.find(&key(6)), None);
             peer.write_all(&raw(b"ok 5")).await.unwrap();
             assert_eq!(link.reply(seq, 1 << 20).await.unwrap(), b"ok 5");
             assert_eq!(link.find(&key(5)), None, "answered: no longer outstanding");
-            let next = link.push(&raw(b"vote"), None);
+            let (next, _) = link.push(&raw(b"vote"), None);
             let (reply, body) = tokio::join!(link.reply(next, 1 << 20), async {
                 let body = peer_reads(&mut peer).await;
                 peer.write_all(&raw(b"granted")).await.unwrap();
@@ -1520,11 +1510,11 @@ mod tests {
         rt().block_on(async {
             let (a, mut peer) = tokio::io::duplex(1 << 20);
             let mut link = Link::new(Box::new(a));
-            let first = link.push(&raw(b"one"), None);
+            let (first, _) = link.push(&raw(b"one"), None);
             assert!(tokio::time::timeout(ms(10), link.reply(first, 1024))
                 .await
                 .is_err());
-            let second = link.push(&raw(b"two"), None);
+            let (second, _) = link.push(&raw(b"two"), None);
             assert_eq!(peer_reads(&mut peer).await, b"one");
             // The first reply, then the second split across two writes.
             let mut replies = raw(b"reply one");
@@ -1550,7 +1540,7 @@ mod tests {
             let (a, mut peer) = tokio::io::duplex(64); // the "link" holds 64 bytes
             let mut link = Link::new(Box::new(a));
             let big = vec![7u8; 10_000];
-            let first = link.push(&raw(&big), Some(key(1)));
+            let (first, _) = link.push(&raw(&big), Some(key(1)));
             assert!(tokio::time::timeout(ms(10), link.reply(first, 1 << 20))
                 .await
                 .is_err());
@@ -1558,7 +1548,7 @@ mod tests {
                 link.wpos > 0 && link.wpos < link.wbuf.len(),
                 "cut off midway"
             );
-            let second = link.push(&raw(b"small"), None);
+            let (second, _) = link.push(&raw(b"small"), None);
             let (r, ()) = tokio::join!(link.reply(second, 1 << 20), async {
                 assert_eq!(peer_reads(&mut peer).await, big);
                 assert_eq!(peer_reads(&mut peer).await, b"small");

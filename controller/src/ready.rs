@@ -1,13 +1,14 @@
 //! C11 (amended): a leader serves only once its state machine holds everything committed before
 //! it took office.
 //!
-//! openraft 0.9 restores a node whose stored vote is a committed vote for itself as leader at
-//! once, in the same term, without appending anything (`Engine::startup`); its state machine
-//! is then the last snapshot, and its committed index is the snapshot's (the committed index is
-//! not saved, see `store.rs`). Its read index (`ensure_linearizable`) is that stale committed
-//! index and its lease is valid as soon as the followers accept its heartbeats: without a
-//! barrier it answers reads from the snapshot. A leader elected in a new term appends a blank
-//! entry, but nothing tells the server when that entry is applied either.
+//! A node that leads has been elected in a term of its own (a restarted node never resumes
+//! leadership in the term of a vote it read back from disk: change 3 of the vendored openraft,
+//! C19). Its state machine is then the last snapshot, and its committed index is the
+//! snapshot's (the committed index is not saved, see `store.rs`): its read index
+//! (`ensure_linearizable`) is that stale committed index and its lease is valid as soon as the
+//! followers accept its heartbeats, so without a barrier it would answer reads from the
+//! snapshot. openraft appends a blank entry for the new term, but nothing tells the server when
+//! that entry is applied.
 //!
 //! So every time this node leads under a vote it has not yet proven, [`run`] commits an entry
 //! of its own (an empty [`Batch`]) and waits until it is applied: openraft applies in log

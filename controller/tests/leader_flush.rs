@@ -60,3 +60,84 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
     let r = c.call(xce::wire::Op::JobInfo { job_id: 3 });
     assert_eq!(r.status, 0, "job 3 listed: {r:?}");
 }
+
+/// The job ids a primary lists.
+fn listed(ctrl: &Ctrl, p: u64) -> Vec<u64> {
+    let mut c = ctrl.client(p);
+    match c.ok(xce::wire::Op::JobList(Default::default())) {
+        xce::wire::ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
+        other => panic!("joblist: {other:?}"),
+    }
+}
+
+/// C19 (issue 25, defect 1): a restarted primary never reuses an index its followers hold.
+/// The primary's disk stalls, so job 2 is acknowledged on both followers' disks and not on its
+/// own; then every node is killed with `kill -9` and the old primary is started first. It read
+/// back a committed vote for itself: resumed as leader in that term, its first entry took job
+/// 2's index under job 2's log id (same term, same leader, same index), the followers kept job 2
+/// and acknowledged, and it served listings without job 2 — two histories. Every primary after
+/// every restart order must list jobs 1 and 2, exactly once each.
+#[test]
+fn a_restarted_primary_never_reuses_an_index_its_followers_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let stall_flag = dir.path().join("stall-{id}").display().to_string();
+    let stall = |id: u64| dir.path().join(format!("stall-{id}"));
+    let mut ctrl = Ctrl::start(3, &["--test-leader-flush-stall", &stall_flag]);
+    let p = ctrl.wait_settled(STARTUP);
+    let mut c = ctrl.client(p);
+    c.ok(submit(1, "u", ""));
+    std::fs::write(stall(p), b"").unwrap();
+    c.set_timeout(Duration::from_secs(10));
+    let r = c.call(submit(2, "u", ""));
+    assert_eq!(r.status, 0, "job 2 with the primary's disk stalled: {r:?}");
+    drop(c);
+
+    // Every node dies; the old primary comes back first, alone, then the others.
+    for id in ctrl.running() {
+        ctrl.kill9(id);
+    }
+    std::fs::remove_file(stall(p)).unwrap();
+    ctrl.start_node(p);
+    ctrl.wait_until(&format!("node {p} answers"), STARTUP, || {
+        Client::try_connect(&ctrl.clients[&p], Duration::from_millis(500))
+            .is_some_and(|mut c| c.try_call(hello()).is_ok())
+    });
+    for id in [1, 2, 3].into_iter().filter(|&id| id != p) {
+        ctrl.start_node(id);
+    }
+    let q = ctrl.wait_settled(STARTUP);
+    assert_eq!(
+        listed(&ctrl, q),
+        vec![1, 2],
+        "primary {q} after the old primary {p} restarted first\n{}",
+        ctrl.all_logs()
+    );
+
+    // Each later primary, after every other restart order, lists the same history.
+    let orders: [&[u64]; 3] = [&[1, 2, 3], &[3, 2, 1], &[2, 3, 1]];
+    for order in orders {
+        for id in ctrl.running() {
+            ctrl.kill9(id);
+        }
+        for &id in order {
+            ctrl.start_node(id);
+        }
+        let q = ctrl.wait_settled(STARTUP);
+        assert_eq!(
+            listed(&ctrl, q),
+            vec![1, 2],
+            "primary {q} after restarting {order:?}\n{}",
+            ctrl.all_logs()
+        );
+        // The primary killed: its successor lists the same.
+        ctrl.kill9(q);
+        let s = ctrl.wait_primary(STARTUP);
+        assert_eq!(
+            listed(&ctrl, s),
+            vec![1, 2],
+            "primary {s} after primary {q} was killed\n{}",
+            ctrl.all_logs()
+        );
+        ctrl.start_node(q);
+    }
+}

@@ -15,7 +15,6 @@ use crate::engine::handler::following_handler::FollowingHandler;
 use crate::engine::handler::leader_handler::LeaderHandler;
 use crate::engine::handler::log_handler::LogHandler;
 use crate::engine::handler::replication_handler::ReplicationHandler;
-use crate::engine::handler::replication_handler::SendNone;
 use crate::engine::handler::server_state_handler::ServerStateHandler;
 use crate::engine::handler::snapshot_handler::SnapshotHandler;
 use crate::engine::handler::vote_handler::VoteHandler;
@@ -154,18 +153,24 @@ where C: RaftTypeConfig
             self.state.membership_state.effective().is_voter(&self.config.id)
         );
 
-        // Previously it is a leader. restore it as leader at once
+        // xce patch (change 3, XCE-PATCH.md): a node never resumes leadership in the term of a
+        // vote it read back from its disk. Its log may end before entries it replicated in that
+        // term while its own flush was pending (change 1), which its followers hold; leading
+        // again under the same leader id, its next entry would take such an index under the
+        // same log id, and the followers would keep theirs: two histories. Upstream restored
+        // the leader here. Now the committed vote is held, in memory only, as not committed:
+        // the node starts exactly as one that crashed while a candidate of that vote (the case
+        // below, as upstream handles it), never as its leader, and leads again only by winning
+        // an election of a higher term (`elect`). The vote on disk is unchanged, so nothing it
+        // granted is forgotten; any vote it saves later is greater.
         if self.state.is_leader(&self.config.id) {
-            self.vote_handler().update_internal_server_state();
-
-            let mut rh = self.replication_handler();
-
-            // Restore the progress about the local log
-            rh.update_local_progress(rh.state.last_log_id().cloned());
-
-            rh.initiate_replication(SendNone::False);
-
-            return;
+            let held = Vote::new(self.state.vote_ref().leader_id().get_term(), self.config.id.clone());
+            tracing::info!(
+                "startup: committed vote {} read back; held as {} until a new election",
+                self.state.vote_ref(),
+                held
+            );
+            self.state.vote.update(C::now(), held);
         }
 
         let server_state = if self.state.membership_state.effective().is_voter(&self.config.id) {

@@ -19,14 +19,18 @@ use xce::wire;
 
 /// Request ids remembered per client for exactly-once writes (C4).
 pub const DEDUP_PER_CLIENT: usize = 256;
-/// How long a client's exactly-once window is kept after its last write (C4, defect 12), by the
-/// leader's clock stamped in each proposal: one hour, far longer than any re-send of a write
-/// can come — a call re-sends only within its retry budget (about 53 s by default, F7), and a
-/// re-send after an unknown outcome or from the notify outbox (F12) comes on the next
-/// reconnect. Only an outage of more than an hour between a write and its re-send could
-/// apply it twice. A count no longer decides: 4,096 clients were forgotten within seconds
-/// under a few thousand short-lived contexts, and a slow re-send applied twice.
-pub const DEDUP_RETAIN_MS: i64 = 60 * 60 * 1000;
+/// How long a client's exactly-once window is kept after its last write (C4, defect 12; C22):
+/// until this many more writes have been applied — a log position, the same on every replica
+/// and blind to every clock. (It was an hour by the leader's clock stamped in each proposal: a
+/// clock stepping forward, or a new primary whose clock ran ahead, forgot every window at the
+/// next sweep, and a re-send of a write whose outcome was unknown applied twice.) A call
+/// re-sends only within its retry budget (about 53 s by default, F7), and a re-send after an
+/// unknown outcome or from the notify outbox (F12) comes on the next reconnect; 2^24 writes
+/// last 7.5 minutes at the highest rate measured (P11, ~37,000 writes/s at 256 contexts), 8
+/// times the longest budget, and days at ordinary rates. A count of clients does not decide
+/// below [`DEDUP_CLIENTS_MAX`]: 4,096 clients were forgotten within seconds under a few
+/// thousand short-lived contexts, and a slow re-send applied twice.
+pub const DEDUP_RETAIN_WRITES: u64 = 1 << 24;
 /// Expired windows are swept every this many applied writes (deterministic on every replica).
 pub const DEDUP_SWEEP_EVERY: u64 = 4096;
 /// Memory guard: most clients remembered however recent; beyond it the least recently used
@@ -318,15 +322,13 @@ pub struct TaskRec {
     pub start_time: i64,
 }
 
-/// Exactly-once memory of one client: its recent request ids and their outcomes.
+/// Exactly-once memory of one client: its recent request ids and their outcomes. (Snapshots of
+/// earlier builds also hold a `last_ms`, the leader's clock at the last use: read and ignored.)
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct ClientWindow {
-    /// Apply counter at the last use, for least-recently-used eviction.
+    /// Apply counter at the last use: expiry ([`DEDUP_RETAIN_WRITES`]) and least-recently-used
+    /// eviction.
     last_used: u64,
-    /// Leader's unix ms of the last use (0 in snapshots of older versions: kept until the
-    /// first write after loading stamps it).
-    #[serde(default)]
-    last_ms: i64,
     replies: BTreeMap<u64, Outcome>,
 }
 
@@ -468,7 +470,6 @@ impl State {
         if let Some(key) = &key {
             if let Some(w) = self.dedup.get_mut(key) {
                 w.last_used = self.applied;
-                w.last_ms = w.last_ms.max(p.now_ms);
                 if let Some(first) = w.replies.get(&p.request_id) {
                     return first.clone();
                 }
@@ -476,24 +477,25 @@ impl State {
         }
         let out = self.exec(&p.cmd, p.now_ms);
         if let Some(key) = key {
-            self.remember(key, p.request_id, out.clone(), p.now_ms);
+            self.remember(key, p.request_id, out.clone());
         }
         if self.applied.is_multiple_of(DEDUP_SWEEP_EVERY) {
-            self.sweep_dedup(p.now_ms);
+            self.sweep_dedup(DEDUP_RETAIN_WRITES);
         }
         out
     }
 
-    /// Forgets clients whose last write is older than [`DEDUP_RETAIN_MS`] at `now` (the
-    /// proposal's time: the same on every replica).
-    fn sweep_dedup(&mut self, now: i64) {
+    /// Forgets clients whose last write is more than `retain` applied writes back (a log
+    /// position: the same on every replica, whatever any clock says).
+    fn sweep_dedup(&mut self, retain: u64) {
+        let now = self.applied;
         self.dedup
-            .retain(|_, w| w.last_ms == 0 || now.saturating_sub(w.last_ms) <= DEDUP_RETAIN_MS);
+            .retain(|_, w| now.saturating_sub(w.last_used) <= retain);
     }
 
-    fn remember(&mut self, key: String, request_id: u64, out: Outcome, now: i64) {
+    fn remember(&mut self, key: String, request_id: u64, out: Outcome) {
         if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS_MAX {
-            self.sweep_dedup(now);
+            self.sweep_dedup(DEDUP_RETAIN_WRITES);
         }
         if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS_MAX {
             // Deterministic: the smallest last_used, ties broken by key.
@@ -504,15 +506,13 @@ impl State {
                 .map(|(k, _)| k.clone());
             if let Some(v) = victim {
                 eprintln!(
-                    "exactly-once table full ({DEDUP_CLIENTS_MAX} clients within {} s): forgetting client {v}",
-                    DEDUP_RETAIN_MS / 1000
+                    "exactly-once table full ({DEDUP_CLIENTS_MAX} clients within the last {DEDUP_RETAIN_WRITES} writes): forgetting client {v}"
                 );
                 self.dedup.remove(&v);
             }
         }
         let w = self.dedup.entry(key).or_default();
         w.last_used = self.applied;
-        w.last_ms = w.last_ms.max(now);
         w.replies.insert(request_id, out);
         while w.replies.len() > DEDUP_PER_CLIENT {
             w.replies.pop_first();
@@ -1124,10 +1124,54 @@ mod tests {
     }
 
     /// Defect 12: a slow re-send still finds its first reply while thousands of other clients
-    /// write meanwhile (the table was 4,096 clients, least recently used forgotten), and is
-    /// forgotten only after the retention time.
+    /// write meanwhile (the table was 4,096 clients, least recently used forgotten), and a
+    /// window is forgotten only once enough writes were applied after its last use (C22: by
+    /// log position; the sweep is checked with a small retention, the real one is 2^24).
     #[test]
     fn slow_resend_within_retention_applies_once() {
+        let mut s = State::default();
+        let at = |client: u32, req: u64, cmd: Cmd| {
+            let mut id = [0u8; 16];
+            id[..4].copy_from_slice(&client.to_be_bytes());
+            Proposal {
+                client_id: id,
+                request_id: req,
+                now_ms: 1_000_000,
+                cmd,
+            }
+        };
+        let first = s.apply(&at(1, 1, Cmd::JobSubmit(spec(42))));
+        assert_eq!(first, Outcome::data(OutData::JobId(42)));
+        // 10,000 other clients write meanwhile.
+        for c in 0..10_000u32 {
+            s.apply(&at(1000 + c, 1, Cmd::Heartbeat { host: "h".into() }));
+        }
+        // The re-send of client 1's write: its first reply, not a second execution (which
+        // would be E_XCE_DUP_JOB).
+        assert_eq!(s.apply(&at(1, 1, Cmd::JobSubmit(spec(42)))), first);
+        let key1 = hex(&at(1, 0, Cmd::ClearReason { job_id: 0 }).client_id);
+        // Within the retention (counted from that re-send: a use), the sweep keeps it.
+        for i in 0..100 {
+            s.apply(&at(2, 1 + i, Cmd::Heartbeat { host: "h".into() }));
+        }
+        s.sweep_dedup(100);
+        assert!(s.dedup.contains_key(&key1), "100 writes after its last use");
+        // One write more and it is past the retention: forgotten, as are the 10,000 clients;
+        // client 2, active lately, stays.
+        s.apply(&at(2, 101, Cmd::Heartbeat { host: "h".into() }));
+        s.sweep_dedup(100);
+        assert!(
+            !s.dedup.contains_key(&key1),
+            "101 writes after its last use"
+        );
+        assert_eq!(s.dedup.len(), 1, "only the client active lately");
+    }
+
+    /// C22 (issue 25, defect 3): a window never expires by a clock. The leader's clock stepping
+    /// forward by hours, or a new primary whose clock is a day ahead, forgets no client: a
+    /// re-send of a write whose outcome was unknown still returns its first reply.
+    #[test]
+    fn a_clock_step_forgets_no_window() {
         let mut s = State::default();
         let at = |client: u32, req: u64, ms: i64, cmd: Cmd| {
             let mut id = [0u8; 16];
@@ -1142,29 +1186,21 @@ mod tests {
         let t0 = 1_000_000;
         let first = s.apply(&at(1, 1, t0, Cmd::JobSubmit(spec(42))));
         assert_eq!(first, Outcome::data(OutData::JobId(42)));
-        // 10,000 other clients write within the next minute.
-        for c in 0..10_000u32 {
-            let ms = t0 + i64::from(c) * 6;
-            s.apply(&at(1000 + c, 1, ms, Cmd::Heartbeat { host: "h".into() }));
+        // The clock steps forward (an hour, a day, a year) across several sweeps.
+        let steps = [3_600_000, 86_400_000, 365 * 86_400_000];
+        for (n, step) in steps.into_iter().enumerate() {
+            for i in 0..DEDUP_SWEEP_EVERY {
+                let req = n as u64 * DEDUP_SWEEP_EVERY + i + 1;
+                s.apply(&at(2, req, t0 + step, Cmd::Heartbeat { host: "h".into() }));
+            }
+            assert_eq!(
+                s.apply(&at(1, 1, t0 + step, Cmd::JobSubmit(spec(42)))),
+                first,
+                "the re-send after a clock step of {step} ms"
+            );
         }
-        // The re-send of client 1's write, 5 minutes after it was sent: its first reply, not a
-        // second execution (which would be E_XCE_DUP_JOB).
-        let later = t0 + 5 * 60 * 1000;
-        assert_eq!(s.apply(&at(1, 1, later, Cmd::JobSubmit(spec(42)))), first);
-        // Past the retention time (and the sweep that follows), client 1 is forgotten.
-        let much_later = later + 2 * 60 * 60 * 1000;
-        for i in 0..(2 * DEDUP_SWEEP_EVERY) {
-            s.apply(&at(
-                2,
-                1 + i,
-                much_later,
-                Cmd::Heartbeat { host: "h".into() },
-            ));
-        }
-        assert!(!s
-            .dedup
-            .contains_key(&hex(&at(1, 0, 0, Cmd::ClearReason { job_id: 0 }).client_id)));
-        assert_eq!(s.dedup.len(), 1, "only the client active lately");
+        // And a clock stepping back changes nothing either.
+        assert_eq!(s.apply(&at(1, 1, 0, Cmd::JobSubmit(spec(42)))), first);
     }
 
     #[test]

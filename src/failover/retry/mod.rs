@@ -7,6 +7,7 @@
 //! - [`call`]: one reply-bearing call, its progress an explicit [`call::Progress`]; what it saw
 //!   of each master, whether a send of it may have been applied.
 //! - [`attempt`]: one attempt — connect, confirm the primary, rejoin (hook), exchange.
+//! - [`hook`]: the reconnect hook, run with the state released (F10), for either path.
 //! - [`probe`]: asking whether a connection reaches the primary, and, while a reply is late,
 //!   whether the primary changed (F25).
 //! - [`backoff_wait`]: one unit of backoff — ask a live controller for the primary, or sleep.
@@ -25,6 +26,7 @@ mod backoff_wait;
 pub mod book;
 mod call;
 pub mod fire;
+mod hook;
 pub mod link;
 mod members;
 pub mod outbox;

@@ -10,6 +10,7 @@
 //! - [`hook`]: the reconnect hook, run with the state released (F10), for either path.
 //! - [`probe`]: asking whether a connection reaches the primary, and, while a reply is late,
 //!   whether the primary changed (F25).
+//! - [`resolver`]: host names resolved within the call's bounds (F23), for every room above.
 //! - [`backoff_wait`]: one unit of backoff — ask a live controller for the primary, or sleep.
 //! - [`fire`], [`outbox`]: the fire-and-forget path; notifications kept until a primary
 //!   acknowledges them, and the flush that waits for that (F12 amended, F17 amended).
@@ -31,6 +32,7 @@ pub mod link;
 mod members;
 pub mod outbox;
 mod probe;
+mod resolver;
 
 use std::cell::{RefCell, RefMut};
 use std::sync::Arc;

@@ -58,6 +58,38 @@ fn every_crate_keeps_its_module_order() {
     );
 }
 
+/// The layers of `src/` that may hold `unsafe` (ARCHITECTURE.md: the C surface, and the
+/// documented syscalls of transport, process and error.rs). Every other layer says
+/// `#![deny(unsafe_code)]` at its top, so the compiler holds it to the rule.
+const UNSAFE_LAYERS: &[&str] = &["error", "process", "transport", "ffi"];
+
+#[test]
+fn layers_without_unsafe_are_held_to_it_by_the_compiler() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = read_sources(&dir);
+    let mut missing = Vec::new();
+    for (path, text) in &files {
+        let top = path.iter().count() == 1 && path != Path::new("lib.rs");
+        let folder = path.iter().count() == 2 && path.ends_with("mod.rs");
+        let layer = path.iter().next().unwrap().to_string_lossy();
+        let layer = layer.trim_end_matches(".rs");
+        if !(top || folder) || UNSAFE_LAYERS.contains(&layer) {
+            continue;
+        }
+        let said = text.lines().any(|l| {
+            let l = l.trim();
+            l == "#![deny(unsafe_code)]" || l == "#![forbid(unsafe_code)]"
+        });
+        if !said {
+            missing.push(format!("src/{}", path.display()));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "layers outside {UNSAFE_LAYERS:?} without #![deny(unsafe_code)]: {missing:?}"
+    );
+}
+
 /// Every `.rs` file under `dir`, by its path relative to `dir`.
 fn read_sources(dir: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();

@@ -13,6 +13,10 @@
 //! context but carries its own deadline and cancel token ([`Client::cancel`]: its calls end
 //! with `ECANCELED`), for callers such as Go's `context.Context`.
 
+// No `unsafe` in this layer (ARCHITECTURE.md: only ffi, the documented syscalls of transport
+// and process, and error.rs have any); the compiler holds it to that.
+#![deny(unsafe_code)]
+
 mod gate;
 
 mod listing;

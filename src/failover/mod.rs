@@ -13,6 +13,10 @@
 //! - [`suspicion`]: when a reply is late (F25).
 //! - [`retry`]: the loop — the one place with sockets, sleeps and callbacks.
 
+// No `unsafe` in this layer (ARCHITECTURE.md: only ffi, the documented syscalls of transport
+// and process, and error.rs have any); the compiler holds it to that.
+#![deny(unsafe_code)]
+
 pub mod backoff;
 pub mod budget;
 pub mod classify;

@@ -208,7 +208,7 @@ fn every_environment_variable_is_in_the_table() {
 // import path) names something that exists, read the way the document writes them:
 //
 // - A table row, or a paragraph or list item, is read in order; parentheses nest, and a `;`
-//   ends the lists of its level.
+//   ends the lists of its level (a cell's text is one level inside its row).
 // - A path with no folder of its own (`frame.rs`) continues the list of the folder named just
 //   before it, at its parenthesis level or an outer one (`src/wire/codec.rs`, `frame.rs`;
 //   `controller/src/`: `node.rs`, …; a room of the rooms table is the folder of its
@@ -452,8 +452,13 @@ fn architecture_path_problems(root: &Path, text: &str) -> Vec<String> {
                 }
                 ';' => reader.close(level, true),
                 '|' => {
-                    level = 0;
-                    reader.close(0, false);
+                    // A cell's text is one level inside its row: the folders of earlier cells
+                    // (a room's own path) stay for the cells after, whatever a `;` ends.
+                    level = 1;
+                    reader.close(1, false);
+                    for b in &mut reader.bases {
+                        b.0 = 0;
+                    }
                 }
                 '`' => {
                     let end = rest.find('`').unwrap_or(rest.len());
@@ -519,6 +524,8 @@ fn a_wrong_path_in_architecture_md_is_named() {
     assert!(p[0].contains("has no `no_such_fn`"), "{p:?}");
     // Parentheses and `;` end a list: the names after them are read afresh.
     assert!(of("- `proof/` (`tests/`), `src/cluster.rs`; `fuzz/`, `docs/c-api.md`\n").is_empty());
+    // A room's path is the folder of its description, across a `;` there.
+    assert!(of("| `src/ffi/` | `panic.rs`; `cast.rs` (`log.rs`) |\n").is_empty());
     // Not paths: a Go import path, a command with spaces.
     assert!(of("- `github.com/x/y` and `member add/remove`\n").is_empty());
 }

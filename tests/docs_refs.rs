@@ -376,13 +376,16 @@ fn expand_braces(p: &str) -> Vec<String> {
 /// Whether a backticked text looks like a repository path.
 fn looks_like_path(t: &str) -> bool {
     let path = t.split("::").next().unwrap();
-    let exts = [".rs", ".md", ".c", ".h", ".sh", ".go", ".toml", ".capnp"];
-    !t.is_empty()
-        && !t.contains(char::is_whitespace)
-        && !t.contains("://")
+    if t.is_empty() || t.contains(char::is_whitespace) || t.contains("://") {
+        return false;
+    }
+    if path.contains('/') {
         // a Go import path or a host (`github.com/…`) is not a file of the repository
-        && !(path.contains('/') && path.split('/').next().unwrap().contains('.'))
-        && (path.contains('/') || exts.iter().any(|e| path.ends_with(e)))
+        return !path.split('/').next().unwrap().contains('.');
+    }
+    [".rs", ".md", ".c", ".h", ".sh", ".go", ".toml", ".capnp"]
+        .iter()
+        .any(|e| path.ends_with(e))
 }
 
 /// The document cut where a reading starts afresh: each table row, each list item, each

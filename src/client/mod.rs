@@ -13,6 +13,10 @@
 //! context but carries its own deadline and cancel token ([`Client::cancel`]: its calls end
 //! with `ECANCELED`), for callers such as Go's `context.Context`.
 
+// No `unsafe` in this layer (ARCHITECTURE.md: only ffi, the documented syscalls of transport
+// and process, and error.rs have any); the compiler holds it to that.
+#![deny(unsafe_code)]
+
 mod gate;
 
 mod listing;
@@ -75,7 +79,7 @@ pub const MAX_AUTH_TOKEN_LEN: usize = 4096;
 /// names; `None` when neither is set. An unreadable file is its errno: a caller that was given
 /// an identity must not silently run without it.
 pub fn auth_token_from_env(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, Error> {
-    use crate::failover::options::env_value;
+    use crate::failover::env::env_value;
     if let Some(t) = env_value(get, "XCE_AUTH_TOKEN") {
         return Ok(Some(t.trim().to_string()));
     }
@@ -92,7 +96,7 @@ pub fn auth_token_from_env(get: &impl Fn(&str) -> Option<String>) -> Result<Opti
 /// identity) for a configuration that names none: every program linking the library (the
 /// daemons, `xce_test`, Go) takes an identity without a new option of its own.
 pub fn tls_from_env(get: &impl Fn(&str) -> Option<String>) -> Option<TlsFiles> {
-    use crate::failover::options::env_value;
+    use crate::failover::env::env_value;
     let path = |k| env_value(get, k).map(|v| PathBuf::from(v.trim()));
     Some(TlsFiles {
         ca_file: path("XCE_TLS_CA_FILE")?,

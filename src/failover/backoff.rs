@@ -10,7 +10,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::options::{env_value, warn_bad_env, BadEnv, EnvKind};
+use super::env::{env_value, BadEnv, EnvKind};
+use super::log::warn_bad_env;
 use crate::error::Error;
 
 /// The retry knobs of one context (`xce_retry_config_t`).

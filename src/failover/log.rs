@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use super::env::BadEnv;
 use super::slot::CallbackSlot;
 
 /// Severity of a log line; `Off` as a threshold silences everything.
@@ -92,20 +93,20 @@ fn state() -> &'static LogState {
     // Said once, by the thread that read it, after the state exists (logging from inside
     // `get_or_init` would re-enter it).
     if let Some(b) = bad {
-        super::options::warn_bad_env(&[b]);
+        warn_bad_env(&[b]);
     }
     s
 }
 
 /// The threshold `XCE_LOG` asks for; an unknown value keeps the default and is reported.
-fn level_from_env(v: Option<String>) -> (Level, Option<super::options::BadEnv>) {
+fn level_from_env(v: Option<String>) -> (Level, Option<BadEnv>) {
     match v.filter(|v| !v.trim().is_empty()) {
         None => (DEFAULT_LOG_LEVEL, None),
         Some(v) => match Level::parse(&v) {
             Some(l) => (l, None),
             None => (
                 DEFAULT_LOG_LEVEL,
-                Some(super::options::BadEnv::new(
+                Some(BadEnv::new(
                     "XCE_LOG",
                     v,
                     "not one of off, error, warn, info, debug",
@@ -153,6 +154,31 @@ macro_rules! xlog {
     };
 }
 pub(crate) use xlog;
+
+/// Logs each bad value at WARN, once per variable for the life of the process: every
+/// `xcecli_start` reads the environment again, and one line says it.
+pub(crate) fn warn_bad_env(bad: &[BadEnv]) {
+    static WARNED: crate::process::ForkLock<Vec<&'static str>> =
+        crate::process::ForkLock::new(Vec::new(), |_| {});
+    for b in bad {
+        let first = {
+            let mut w = WARNED.lock();
+            !w.contains(&b.name) && {
+                w.push(b.name);
+                true
+            }
+        };
+        if first {
+            xlog!(
+                Level::Warn,
+                "ignoring {}={:?}: {}; the default stays in force",
+                b.name,
+                b.value,
+                b.why
+            );
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

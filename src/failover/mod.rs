@@ -4,7 +4,8 @@
 //! - [`backoff`]: the jittered exponential schedule and `XCE_RETRY_DEFAULTS` (F6).
 //! - [`budget`]: when a call rotates, sleeps or gives up, and with which error (F7).
 //! - [`rotate`]: redirect hint first, else the next master; sticky current master (F3, F5).
-//! - [`log`]: the replaceable log sink (F14).
+//! - [`env`]: reading the `XCE_*` variables (F15); [`log`]: the replaceable log sink (F14),
+//!   which also says once which `XCE_*` values were not used.
 //! - [`options`], [`report`]: the knobs (F8, F15), counters, events and last-error report (F17, F19).
 //! - [`wait_primary`]: where to ask for the primary while backing off, and whether to follow
 //!   the answer (F18, F25).
@@ -12,9 +13,14 @@
 //! - [`suspicion`]: when a reply is late (F25).
 //! - [`retry`]: the loop — the one place with sockets, sleeps and callbacks.
 
+// No `unsafe` in this layer (ARCHITECTURE.md: only ffi, the documented syscalls of transport
+// and process, and error.rs have any); the compiler holds it to that.
+#![deny(unsafe_code)]
+
 pub mod backoff;
 pub mod budget;
 pub mod classify;
+pub mod env;
 pub mod log;
 pub mod rotate;
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::env::{env_value, BadEnv, EnvKind};
+use super::log::warn_bad_env;
 use super::rotate::HintPolicy;
 
 /// Connect timeout of one attempt (F8).
@@ -204,74 +206,6 @@ pub const ENV_VARS: [&str; 19] = [
     "XCE_TLS_CERT_FILE",
     "XCE_TLS_KEY_FILE",
 ];
-
-/// A value of an `XCE_*` variable the library did not use (the default stays in force).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadEnv {
-    pub name: &'static str,
-    pub value: String,
-    pub why: &'static str,
-}
-
-impl BadEnv {
-    pub(crate) fn new(name: &'static str, value: String, why: &'static str) -> BadEnv {
-        BadEnv { name, value, why }
-    }
-}
-
-/// How an `XCE_*` number is spelled.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum EnvKind {
-    /// A whole number of milliseconds.
-    Millis,
-    /// A whole number (a count).
-    Count,
-    /// `0` or `1`.
-    Flag,
-}
-
-impl EnvKind {
-    pub(crate) fn parse(self, v: &str) -> Result<u32, &'static str> {
-        let n = v.trim().parse::<u32>();
-        match (self, n) {
-            (EnvKind::Flag, Ok(n @ (0 | 1))) => Ok(n),
-            (EnvKind::Flag, _) => Err("must be 0 or 1"),
-            (_, Ok(n)) => Ok(n),
-            (EnvKind::Millis, Err(_)) => Err("not a whole number of milliseconds"),
-            (EnvKind::Count, Err(_)) => Err("not a whole number"),
-        }
-    }
-}
-
-/// The variable's value; unset or empty (`XCE_X=`) both mean "not set".
-pub(crate) fn env_value(get: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
-    get(name).filter(|v| !v.trim().is_empty())
-}
-
-/// Logs each bad value at WARN, once per variable for the life of the process: every
-/// `xcecli_start` reads the environment again, and one line says it.
-pub(crate) fn warn_bad_env(bad: &[BadEnv]) {
-    static WARNED: crate::process::ForkLock<Vec<&'static str>> =
-        crate::process::ForkLock::new(Vec::new(), |_| {});
-    for b in bad {
-        let first = {
-            let mut w = WARNED.lock();
-            !w.contains(&b.name) && {
-                w.push(b.name);
-                true
-            }
-        };
-        if first {
-            super::log::xlog!(
-                super::log::Level::Warn,
-                "ignoring {}={:?}: {}; the default stays in force",
-                b.name,
-                b.value,
-                b.why
-            );
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,5 @@
-//! Handles ↔ Rust values, and the small conversions every export needs.
+//! Handles ↔ Rust values, and the small conversions every export needs (C strings, slices,
+//! fixed-size fields, a callback's opaque `arg` as [`UserData`]).
 //!
 //! F20 (amended): a handle C holds (`xcecli_ctx_t`, `xcecli_call_t`) is never a pointer to
 //! memory: it is the value of a generation-checked slot of the process's handle table
@@ -9,11 +10,22 @@
 //! export looks it up is refused: `-E_XCE_CLOSED`, however many handles were released since.
 //! NULL, a value that was never a handle, and a handle of the other kind are `-EINVAL`.
 
-use std::os::raw::{c_char, c_int};
+use std::os::raw::{c_char, c_int, c_void};
 
 use crate::client::Client;
 use crate::process::handles::{HandleTable, Kind, Refused};
 use crate::process::ForkLock;
+
+/// A C callback's opaque argument (the reconnect hook's, the event handler's, the log sink's).
+#[derive(Clone, Copy)]
+pub(crate) struct UserData(pub(crate) *mut c_void);
+
+// SAFETY: the library never dereferences the pointer; it only hands it back to the C callback
+// on whatever thread calls into the context. Thread-safety of what it points to is the
+// caller's contract (documented on each setter).
+unsafe impl Send for UserData {}
+// SAFETY: as above; shared access only copies the pointer value.
+unsafe impl Sync for UserData {}
 
 // Handles are 64-bit values (index and generation, process::handles).
 const _: () = assert!(usize::BITS == 64, "libxce handles need 64-bit pointers");

@@ -11,7 +11,7 @@
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 
-use super::cast::{set_fixed_str, try_ctx, try_mut};
+use super::cast::{set_fixed_str, try_ctx, try_mut, UserData};
 use super::client;
 use super::config::{XCE_MAXHOSTNAME_LEN, XCE_N_MAX_MASTERS};
 use super::panic::ffi_panic_boundary;
@@ -27,17 +27,6 @@ fn master_index(masters: &[client::Endpoint], e: &client::Endpoint) -> i32 {
         .and_then(|i| i32::try_from(i).ok())
         .unwrap_or(-1)
 }
-
-/// A C callback's opaque argument.
-#[derive(Clone, Copy)]
-pub(crate) struct UserData(pub(crate) *mut c_void);
-
-// SAFETY: the library never dereferences the pointer; it only hands it back to the C callback
-// on whatever thread calls into the context. Thread-safety of what it points to is the
-// caller's contract (documented on each setter).
-unsafe impl Send for UserData {}
-// SAFETY: as above; shared access only copies the pointer value.
-unsafe impl Sync for UserData {}
 
 /// Called after every successful reconnect, before the interrupted op is re-sent (F10).
 /// `ctx` is the handle of the call that reconnected; ops on it from inside the callback run as

@@ -5,8 +5,8 @@
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 
+use super::cast::UserData;
 use super::client::log as sink;
-use super::hooks::UserData;
 use super::panic::ffi_panic_boundary;
 
 /// Log level: nothing.
@@ -88,7 +88,8 @@ pub extern "C" fn xce_set_log_level(level: c_int) -> c_int {
     }
 }
 
-/// Logs an error line from the FFI layer (used by the panic boundary).
+/// Logs an error line from the FFI layer (a handle of the wrong kind, a count that does not
+/// match on free).
 pub(crate) fn error(msg: &str) {
     sink::log(sink::Level::Error, format_args!("{msg}"));
 }

@@ -4,8 +4,14 @@
 //! apiserver), so every export wraps its body in [`ffi_panic_boundary!`]. A caught panic is
 //! logged once through the library's log sink and turned into the function's "panic value":
 //! `-E_XCE_INTERNAL` for `int`, NULL for pointers, nothing for `void`.
+//!
+//! A leaf of the C surface, as in rustls-ffi: every export uses it, and it uses nothing of
+//! `ffi` (only the status codes and the log sink of the layers below).
 
 use std::any::Any;
+
+use crate::error::E_XCE_INTERNAL;
+use crate::failover::log::{xlog, Level};
 
 /// The value an export returns when its body panicked.
 pub(crate) trait PanicValue {
@@ -14,7 +20,7 @@ pub(crate) trait PanicValue {
 
 impl PanicValue for std::os::raw::c_int {
     fn panic_value() -> Self {
-        -super::E_XCE_INTERNAL
+        -E_XCE_INTERNAL
     }
 }
 
@@ -51,9 +57,10 @@ pub(crate) fn report_panic(function: &str, payload: &(dyn Any + Send)) {
     // The sink may itself be a C callback; a second panic there is caught and dropped so that
     // the boundary still returns its value.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        super::log::error(&format!(
+        xlog!(
+            Level::Error,
             "panic caught at the C boundary in {function}: {what}"
-        ));
+        );
     }));
 }
 

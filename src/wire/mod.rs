@@ -5,6 +5,10 @@
 //! - `codec`: conversion between `msg` types and the Cap'n Proto builders/readers.
 //! - `frame`: the standard stream framing over bytes / `Read` / `Write`, with size limits.
 
+// No `unsafe` in this layer (ARCHITECTURE.md: only ffi, the documented syscalls of transport
+// and process, and error.rs have any); the compiler holds it to that.
+#![deny(unsafe_code)]
+
 #[allow(clippy::all, dead_code, unused_parens, missing_docs)]
 pub mod controller_capnp {
     include!(concat!(env!("OUT_DIR"), "/controller_capnp.rs"));

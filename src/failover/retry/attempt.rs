@@ -1,10 +1,10 @@
 //! One attempt of a call: connect if needed, confirm the primary and rejoin after a reconnect
 //! (F10), send, and await the reply while watching for a changed primary (F25).
 
-use std::cell::RefCell;
 use std::time::Instant;
 
 use super::call::{Applied, Call};
+use super::hook::run_hook;
 use super::link::{forward_within_ms, frame_error};
 use super::members;
 use super::probe::Probed;
@@ -328,40 +328,6 @@ pub fn single_attempt(
                 state.book.hook_transport_error = Some(e);
             }
             Err(e)
-        }
-    }
-}
-
-/// F10: runs the hook with the state released and `in_hook` set. `Err` is the failed attempt;
-/// a context stopped from inside the hook ends the call here (F20).
-pub fn run_hook(env: &CallEnv<'_>) -> Result<(), AttemptOutcome> {
-    /// Clears `in_hook` even if the hook unwinds.
-    struct InHook<'a>(&'a RefCell<LoopState>);
-    impl Drop for InHook<'_> {
-        fn drop(&mut self) {
-            if let Ok(mut l) = self.0.try_borrow_mut() {
-                l.book.in_hook = false;
-            }
-        }
-    }
-    {
-        let mut l = env.link.borrow_mut();
-        l.book.in_hook = true;
-        l.book.hook_nth = 0;
-        l.book.hook_transport_error = None;
-    }
-    let guard = InHook(env.link);
-    let rc = env.callbacks.run_reconnect_hook();
-    drop(guard);
-    env.waker.check().map_err(AttemptOutcome::Transport)?;
-    let transport = env.link.borrow_mut().book.hook_transport_error.take();
-    match rc {
-        Some(rc) if rc < 0 => {
-            Err(transport.map_or(AttemptOutcome::Status(rc), AttemptOutcome::Transport))
-        }
-        _ => {
-            env.link.borrow_mut().book.hook_done();
-            Ok(())
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::call::Call;
-use super::probe::bounded_resolver;
+use super::resolver::bounded_resolver;
 use super::{bit, cap, clog, LoopState};
 use crate::error::{strerror, Error};
 use crate::failover::classify::is_interrupt;

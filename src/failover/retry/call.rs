@@ -332,7 +332,7 @@ impl<'a, 'e> Call<'a, 'e> {
         let env = self.env;
         let policy = env.options().hint_policy;
         let tried = self.budget.tried_since_sleep();
-        let resolve = super::probe::bounded_resolver(env, self.spec.deadline);
+        let resolve = super::resolver::bounded_resolver(env, self.spec.deadline);
         match link.rotator.offer_hint(host, port, policy, tried, &resolve) {
             HintVerdict::Accepted(_) => {}
             HintVerdict::Refused(HintRefusal::NotConfigured) => clog!(

@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::attempt::run_hook;
+use super::hook::run_hook;
 use super::outbox::Acked;
-use super::probe::bounded_resolver;
+use super::resolver::bounded_resolver;
 use super::{bit, cause_text, clog, rotate, CallEnv, LoopState};
 use crate::error::{strerror, Error};
 use crate::failover::backoff::Backoff;

@@ -4,7 +4,8 @@
 //! through (TLS-verified when TLS is on), that it is itself the serving primary — never from a
 //! standby's answer, a redirect hint, or a `waitPrimary` witness speaking of another node.
 
-use super::probe::{bounded_resolver, primary_probe};
+use super::probe::primary_probe;
+use super::resolver::bounded_resolver;
 use super::{clog, CallEnv, LoopState};
 use crate::error::Error;
 use crate::failover::log::Level;

@@ -7,8 +7,10 @@
 //! - [`call`]: one reply-bearing call, its progress an explicit [`call::Progress`]; what it saw
 //!   of each master, whether a send of it may have been applied.
 //! - [`attempt`]: one attempt — connect, confirm the primary, rejoin (hook), exchange.
+//! - [`hook`]: the reconnect hook, run with the state released (F10), for either path.
 //! - [`probe`]: asking whether a connection reaches the primary, and, while a reply is late,
 //!   whether the primary changed (F25).
+//! - [`resolver`]: host names resolved within the call's bounds (F23), for every room above.
 //! - [`backoff_wait`]: one unit of backoff — ask a live controller for the primary, or sleep.
 //! - [`fire`], [`outbox`]: the fire-and-forget path; notifications kept until a primary
 //!   acknowledges them, and the flush that waits for that (F12 amended, F17 amended).
@@ -25,10 +27,12 @@ mod backoff_wait;
 pub mod book;
 mod call;
 pub mod fire;
+mod hook;
 pub mod link;
 mod members;
 pub mod outbox;
 mod probe;
+mod resolver;
 
 use std::cell::{RefCell, RefMut};
 use std::sync::Arc;

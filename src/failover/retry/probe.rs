@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use super::call::Call;
 use super::link::Spare;
-use super::{cap, clog, CallEnv, LoopState};
+use super::resolver::bounded_resolver;
+use super::{clog, LoopState};
 use crate::failover::log::Level;
 use crate::failover::rotate::Endpoint;
 use crate::failover::wait_primary;
-use crate::transport::{resolve, Connection};
+use crate::transport::Connection;
 use crate::wire::{Hello, Op, ReplyData, RequestHead, PROTOCOL_VERSION};
 
 /// The `hello` that tells whether a new connection reaches the primary (F10, F12).
@@ -20,17 +21,6 @@ pub fn primary_probe() -> Op {
         client_name: String::new(),
         protocol_version: PROTOCOL_VERSION,
     })
-}
-
-/// Name resolution for hints and `waitPrimary` answers (F23): bounded by the connect timeout
-/// and the call's deadline, ended by a wake (then no address: the hint is not followed, and the
-/// wait that follows reports the wake).
-pub fn bounded_resolver<'a>(
-    env: &'a CallEnv<'_>,
-    deadline: Option<Instant>,
-) -> impl Fn(&str, u16) -> Vec<SocketAddr> + 'a {
-    let until = cap(Instant::now() + env.options().connect_timeout, deadline);
-    move |host: &str, port: u16| resolve::resolve(host, port, until, &env.waker).unwrap_or_default()
 }
 
 /// What a probe learned (F25).

@@ -283,7 +283,7 @@ impl ConnAuth {
         let Some(key) = &auth.token_key else {
             return Err("this cluster takes no tokens".into());
         };
-        key.verify(token, crate::now_ms() / 1000)
+        key.verify(token, crate::clock::now_ms() / 1000)
             .map_err(String::from)
     }
 }

@@ -333,7 +333,7 @@ impl Elections {
             return false;
         }
         crate::metrics::campaign("campaigned");
-        let ms = crate::now_ms();
+        let ms = crate::clock::now_ms();
         eprintln!(
             "node {}: {why}: campaigning ({tag}pre-vote for term {term} granted) at={}.{:03}",
             self.id,

@@ -61,7 +61,7 @@ pub fn note(tx: &mpsc::UnboundedSender<Applied>, log_id: LogId, batch: &Batch) {
 pub async fn follow(raft: Raft, id: NodeId, mut rx: mpsc::UnboundedReceiver<Applied>) {
     while let Some(h) = rx.recv().await {
         let term = raft.metrics().borrow().current_term;
-        let fresh = (crate::now_ms() - h.leader_ms).abs() < FRESH_MS;
+        let fresh = (crate::clock::now_ms() - h.leader_ms).abs() < FRESH_MS;
         if h.to != id || !fresh || h.log_id.leader_id.term != term {
             continue;
         }
@@ -109,7 +109,7 @@ pub async fn hand_over(
     let entry = Batch(std::sync::Arc::new(vec![Proposal {
         client_id: [0; 16],
         request_id: 0,
-        now_ms: crate::now_ms(),
+        now_ms: crate::clock::now_ms(),
         cmd: Cmd::Handover { to },
     }]));
     let entry = match tokio::time::timeout(HANDOVER_WAIT, raft.client_write(entry)).await {

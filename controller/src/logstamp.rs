@@ -52,7 +52,7 @@ pub fn utc(ms: i64) -> String {
 
 /// `line` as written: stamped, labelled unless it already starts with `label`.
 fn stamped(label: &str, line: &str) -> String {
-    let now = utc(crate::now_ms());
+    let now = utc(crate::clock::now_ms());
     if line.starts_with(label) {
         format!("{now} {line}\n")
     } else {

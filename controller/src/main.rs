@@ -9,6 +9,7 @@
 mod amnesia;
 mod auth;
 mod batch;
+mod clock;
 mod cluster;
 mod config;
 mod elect;
@@ -30,14 +31,6 @@ mod store;
 mod tenure;
 mod tls;
 mod types;
-
-/// Wall-clock unix milliseconds (stamped into proposals by the leader).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 const USAGE: &str = "\
 usage: xce-controller COMMAND [OPTIONS]

@@ -33,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::clock::BootInstant;
 use crate::tls::PeerTls;
 use crate::types::{CtrlNode, NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
@@ -197,35 +198,6 @@ async fn read_body<R: AsyncRead + Unpin + ?Sized>(
 
 // ---------------------------------------------------------------------------------------
 // Client side
-
-/// An instant on `CLOCK_BOOTTIME`: unlike `CLOCK_MONOTONIC` (std and tokio `Instant`) it
-/// keeps counting while the host is suspended, so a lease measured with it expires during a
-/// suspend as it does for the rest of the cluster (C11).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BootInstant(Duration);
-
-impl BootInstant {
-    pub fn now() -> BootInstant {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime(2) writes one timespec we own; CLOCK_BOOTTIME exists on every
-        // Linux since 2.6.39, so it cannot fail with valid arguments.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME)");
-        BootInstant(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-    }
-
-    /// Time from `earlier` to `self`, zero if `earlier` is later.
-    pub fn since(self, earlier: BootInstant) -> Duration {
-        self.0.saturating_sub(earlier.0)
-    }
-
-    pub fn add(self, d: Duration) -> BootInstant {
-        BootInstant(self.0 + d)
-    }
-}
 
 /// Whether `ok` holds for a majority of every config of a (possibly joint) membership — the
 /// quorum rule openraft applies to its `get_joint_config()` (its `QuorumSet` is not public).
@@ -1667,22 +1639,6 @@ mod tests {
         assert!(clock.lease_holds(&v, &members, 1, ms(75), sent.add(ms(10))));
         let after_suspend = sent.add(Duration::from_secs(10));
         assert!(!clock.lease_holds(&v, &members, 1, ms(75), after_suspend));
-    }
-
-    #[test]
-    fn boot_instant_is_boottime() {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: as in BootInstant::now.
-        assert_eq!(
-            unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) },
-            0
-        );
-        let boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
-        let now = BootInstant::now().0;
-        assert!(now >= boot && now - boot < Duration::from_secs(1));
     }
 
     /// C11: joint membership needs a majority of EACH config; the union would be wrong.

@@ -354,7 +354,7 @@ async fn log_roles(raft: Raft, id: NodeId) {
                 .is_none();
         if last != Some(now) && !unconfirmed {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
-            let ms = crate::now_ms();
+            let ms = crate::clock::now_ms();
             eprintln!(
                 "node {id}: role={} term={} leader={leader} at={}.{:03}",
                 role_name(now.0),
@@ -390,7 +390,7 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
         tokio::time::sleep(server::STALE_LEADER_RECHECK).await;
         let now = ctx.leader_cut_off();
         if now != was {
-            let ms = crate::now_ms();
+            let ms = crate::clock::now_ms();
             if now {
                 eprintln!(
                     "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",

@@ -119,7 +119,7 @@ pub async fn run(raft: Raft, ready: std::sync::Arc<Readiness>, id: u64, commit_t
             match res.await {
                 Ok(Ok(resp)) if raft.metrics().borrow().vote == vote => {
                     ready.proven.send_replace(Some(vote));
-                    let ms = crate::now_ms();
+                    let ms = crate::clock::now_ms();
                     eprintln!(
                         "node {id}: state machine current at {} (barrier took {} ms): serving as primary at={}.{:03}",
                         resp.log_id,

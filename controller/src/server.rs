@@ -21,8 +21,8 @@ use xce::wire::{self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyDa
 use crate::auth::{self, ConnAuth, Identity, JobFacts};
 
 use crate::batch::WriteFail;
+use crate::clock::{now_ms, BootInstant};
 use crate::config::{ClusterSpec, NodeOpts};
-use crate::net::BootInstant;
 use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
 use crate::store::SharedApplied;
 use crate::types::{CtrlNode, NodeId, Raft};
@@ -311,10 +311,6 @@ fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply {
         let st = &ctx.applied.read().expect("state lock").state;
         (st.jobs_snapshot(), st.applied_count())
     })
-}
-
-pub fn now_ms() -> i64 {
-    crate::now_ms()
 }
 
 fn role_of(state: ServerState, initialized: bool) -> ControllerRole {

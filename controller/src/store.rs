@@ -739,8 +739,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let view = {
             let a = self.applied.read().expect("state lock");
             let id = match a.last_applied {
-                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, crate::now_ms()),
-                None => format!("none-{}", crate::now_ms()),
+                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, crate::clock::now_ms()),
+                None => format!("none-{}", crate::clock::now_ms()),
             };
             let meta = SnapshotMeta {
                 last_log_id: a.last_applied,

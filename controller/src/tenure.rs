@@ -53,7 +53,7 @@ pub async fn run(ctx: Arc<Ctx>) {
         let now = ctx.serving_leader();
         if serving && !now {
             ctx.tenure.ended.send_modify(|n| *n += 1);
-            let ms = crate::now_ms();
+            let ms = crate::clock::now_ms();
             eprintln!(
                 "node {}: no longer serving as primary: closing the client connections it served at={}.{:03}",
                 ctx.id,

@@ -36,7 +36,8 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use openraft::ServerState;
 
 use crate::elect::{Elections, Hold};
-use crate::types::{NodeId, Raft, TypeConfig};
+use crate::ids::NodeId;
+use crate::types::{Raft, TypeConfig};
 
 /// The marker's file name in the data directory.
 pub const MARKER: &str = "catching-up";

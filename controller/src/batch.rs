@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::entry::Batch;
+use crate::ids::NodeId;
 use crate::state::{Outcome, Proposal};
-use crate::types::{NodeId, Raft};
+use crate::types::Raft;
 
 /// Most proposals in one entry: keeps one entry (and one replication RPC of
 /// `max_payload_entries` of them) a few MB at most.
@@ -35,19 +36,6 @@ pub const MAX_PAYLOAD_ENTRIES: u64 = 8;
 /// while the one before it is being replicated: two in flight keep both busy; more only make
 /// the batches smaller.
 pub const MAX_IN_FLIGHT: usize = 2;
-
-/// One Raft log entry of the job store: proposals applied in order, one outcome each. Shared
-/// (an `Arc`, encoded exactly as the list itself), so the copies openraft takes of an entry —
-/// the log store's cache, one per replication stream, the state machine's — cost no copy of
-/// the proposals.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Batch(pub Arc<Vec<Proposal>>);
-
-impl std::fmt::Display for Batch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "batch of {}", self.0.len())
-    }
-}
 
 /// Why a write was not committed here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

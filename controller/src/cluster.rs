@@ -231,7 +231,7 @@ impl Quorum {
 
 /// The `run` flags of node `i` of a `cluster --tls DIR`.
 fn tls_flags(dir: &std::path::Path, i: u16) -> Vec<std::ffi::OsString> {
-    let node = crate::tls::node_name(i as crate::types::NodeId);
+    let node = crate::tls::node_name(i as crate::ids::NodeId);
     let f = |name: String| dir.join(name).into_os_string();
     vec![
         "--tls-cert".into(),

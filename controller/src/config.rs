@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::types::{CtrlNode, NodeId};
+use crate::ids::{CtrlNode, NodeId};
 
 /// Leader heartbeat interval (ms). See README for how the timing defaults were measured
 /// (C15: `proof/BENCH.md` P4 compares them with the earlier 30 / 150–300).

@@ -64,8 +64,9 @@ use openraft::ServerState;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::ids::{LogId, NodeId, Vote};
 use crate::net::{joint_quorum, Forwarder, PreVoteRequest, VoteGuard};
-use crate::types::{LogId, NodeId, Raft, Vote};
+use crate::types::Raft;
 
 /// The window within which a quorum must have accepted appends SENT by the leader for it to
 /// answer a read from its state (C3): a third of openraft's leader lease (`election_max_ms`),

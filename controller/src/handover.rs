@@ -26,9 +26,10 @@ use std::time::{Duration, Instant};
 use openraft::ServerState;
 use tokio::sync::mpsc;
 
-use crate::batch::Batch;
+use crate::entry::Batch;
+use crate::ids::{LogId, NodeId};
 use crate::state::{Cmd, Proposal};
-use crate::types::{LogId, NodeId, Raft};
+use crate::types::Raft;
 
 /// Longest the old leader waits for the new one before exiting anyway.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);

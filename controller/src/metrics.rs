@@ -21,8 +21,9 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::ids::NodeId;
 use crate::server::Ctx;
-use crate::types::{NodeId, Raft};
+use crate::types::Raft;
 
 /// Bound on reading one HTTP request head and writing its answer.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);

@@ -34,8 +34,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::clock::BootInstant;
+use crate::ids::{CtrlNode, NodeId, SnapshotMeta, Vote};
 use crate::tls::PeerTls;
-use crate::types::{CtrlNode, NodeId, Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use crate::types::{Raft, Snapshot, TypeConfig};
 
 /// Largest raft RPC accepted by default: [`max_rpc_bytes`] of the client's frame limit.
 pub const MAX_RPC_BYTES: usize = 256 << 20;
@@ -778,7 +779,7 @@ async fn receive_snapshot(
             "snapshot too large",
         ));
     }
-    let snap = crate::store::SnapFile::receive_into(dir)?;
+    let snap = crate::snapshot::SnapFile::receive_into(dir)?;
     let path = snap.path.clone();
     let mut file = tokio::fs::File::from_std(snap.file);
     let copied = tokio::io::copy(&mut (&mut *stream).take(len), &mut file).await;
@@ -793,7 +794,7 @@ async fn receive_snapshot(
     file.flush().await?;
     let snapshot = Snapshot {
         meta,
-        snapshot: Box::new(crate::store::SnapFile {
+        snapshot: Box::new(crate::snapshot::SnapFile {
             path,
             file: file.into_std().await,
         }),

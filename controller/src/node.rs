@@ -8,10 +8,11 @@ use openraft::{Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::config::RunArgs;
+use crate::ids::NodeId;
 use crate::net::{LeaseClock, NetFactory, VoteGuard};
 use crate::server::{self, Ctx};
 use crate::store::{self, LogStore, StateMachineStore};
-use crate::types::{NodeId, Raft};
+use crate::types::Raft;
 use crate::{net, tls};
 
 /// Delay between members trying to initialise a brand-new cluster, by rank of id: the lowest

@@ -19,7 +19,7 @@ use rcgen::{
 };
 
 use crate::auth;
-use crate::types::NodeId;
+use crate::ids::NodeId;
 
 /// Days a CA is valid.
 pub const CA_DAYS: i64 = 3650;

@@ -22,8 +22,9 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use crate::batch::Batch;
-use crate::types::{Raft, Vote};
+use crate::entry::Batch;
+use crate::ids::Vote;
+use crate::types::Raft;
 
 /// Pause before a barrier entry that failed to commit is tried again (while still leading).
 const RETRY: Duration = Duration::from_millis(20);

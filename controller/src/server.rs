@@ -23,9 +23,10 @@ use crate::auth::{self, ConnAuth, Identity, JobFacts};
 use crate::batch::WriteFail;
 use crate::clock::{now_ms, BootInstant};
 use crate::config::{ClusterSpec, NodeOpts};
+use crate::ids::{CtrlNode, NodeId};
 use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
 use crate::store::SharedApplied;
-use crate::types::{CtrlNode, NodeId, Raft};
+use crate::types::Raft;
 
 /// How long the crowd of a failover episode is remembered after its last arrival.
 const CROWD_MEMORY: Duration = Duration::from_secs(1);

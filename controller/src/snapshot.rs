@@ -17,9 +17,10 @@
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::ids::SnapshotMeta;
 use crate::state::{Header, Interner, JobRec, JobState, State};
-use crate::types::SnapshotMeta;
 
 const MAGIC: &[u8; 8] = b"XCESNAP1";
 const END: &[u8; 8] = b"XCEEND01";
@@ -278,6 +279,39 @@ pub fn read(path: &Path) -> io::Result<(SnapshotMeta, State)> {
         return Err(bad("no end mark"));
     }
     Ok((meta, State::from_parts(header, jobs, strings)))
+}
+
+/// Raft's snapshot data: an open snapshot file (see this module). A snapshot being
+/// sent is read from the current file; one being received is written to a temporary file in
+/// the data directory and becomes the current one when installed.
+#[derive(Debug)]
+pub struct SnapFile {
+    pub path: PathBuf,
+    pub file: std::fs::File,
+}
+
+impl SnapFile {
+    /// A new, empty temporary file in `dir` to receive a snapshot into.
+    pub fn receive_into(dir: &Path) -> std::io::Result<SnapFile> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let path = dir.join(format!(
+            "snapshot.recv-{}-{}.tmp",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        Ok(SnapFile { path, file })
+    }
+
+    pub(crate) fn open(path: PathBuf) -> std::io::Result<SnapFile> {
+        let file = std::fs::File::open(&path)?;
+        Ok(SnapFile { path, file })
+    }
 }
 
 #[cfg(test)]

@@ -21,11 +21,10 @@ use openraft::{AnyError, EntryPayload, RaftLogReader, RaftSnapshotBuilder, Stora
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot;
+use crate::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
+use crate::snapshot::{self, SnapFile};
 use crate::state::{Outcome, State};
-use crate::types::{
-    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote,
-};
+use crate::types::{Entry, Snapshot, TypeConfig};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -650,39 +649,6 @@ pub struct Applied {
 
 pub type SharedApplied = Arc<RwLock<Applied>>;
 
-/// Raft's snapshot data: an open snapshot file (see [`crate::snapshot`]). A snapshot being
-/// sent is read from the current file; one being received is written to a temporary file in
-/// the data directory and becomes the current one when installed.
-#[derive(Debug)]
-pub struct SnapFile {
-    pub path: PathBuf,
-    pub file: std::fs::File,
-}
-
-impl SnapFile {
-    /// A new, empty temporary file in `dir` to receive a snapshot into.
-    pub fn receive_into(dir: &Path) -> std::io::Result<SnapFile> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = dir.join(format!(
-            "snapshot.recv-{}-{}.tmp",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)?;
-        Ok(SnapFile { path, file })
-    }
-
-    fn open(path: PathBuf) -> std::io::Result<SnapFile> {
-        let file = std::fs::File::open(&path)?;
-        Ok(SnapFile { path, file })
-    }
-}
-
 /// The state machine: the in-memory [`Applied`] state plus its snapshot file.
 pub struct StateMachineStore {
     id: u64,
@@ -906,7 +872,7 @@ pub async fn snapshot_trigger(raft: crate::types::Raft, applied: SharedApplied, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::Batch;
+    use crate::entry::Batch;
     use crate::state::{Cmd, Proposal};
     use openraft::storage::RaftLogStorageExt;
     use openraft::{CommittedLeaderId, Membership};

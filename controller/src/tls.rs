@@ -20,7 +20,7 @@ use rustls::RootCertStore;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use xce::transport::records::{self, Records, HEADER, MAX_RECORD};
 
-use crate::types::NodeId;
+use crate::ids::NodeId;
 
 fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;

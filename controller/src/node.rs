@@ -83,7 +83,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let mut sm =
         StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
     let (handover_tx, handover_rx) = tokio::sync::mpsc::unbounded_channel();
-    sm.handovers = Some(handover_tx);
+    sm.handovers = Some(Box::new(move |log_id, batch| {
+        crate::handover::note(&handover_tx, log_id, batch)
+    }));
     let applied = sm.applied.clone();
 
     let me = args.spec.nodes[&id].clone();

@@ -21,6 +21,7 @@ use openraft::{AnyError, EntryPayload, RaftLogReader, RaftSnapshotBuilder, Stora
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use crate::entry::Batch;
 use crate::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
 use crate::snapshot::{self, SnapFile};
 use crate::state::{Outcome, State};
@@ -654,9 +655,14 @@ pub struct StateMachineStore {
     id: u64,
     dir: PathBuf,
     pub applied: SharedApplied,
-    /// C14: every handover entry applied (to whom, its log id, the leader's time).
-    pub handovers: Option<tokio::sync::mpsc::UnboundedSender<crate::handover::Applied>>,
+    /// C14: told of every batch applied, with its log id (the node passes the handover's
+    /// `note`, which picks out the handover entries: to whom, its log id, the leader's time).
+    pub handovers: Option<OnApply>,
 }
+
+/// A hook the state machine calls for every batch it applies (this module owns the type, so
+/// the store needs nothing of those it tells).
+pub type OnApply = Box<dyn Fn(LogId, &Batch) + Send + Sync>;
 
 impl StateMachineStore {
     /// Restores the state from the snapshot file, if any; removes leftover temporaries.
@@ -765,8 +771,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             out.push(match e.payload {
                 EntryPayload::Blank => Vec::new(),
                 EntryPayload::Normal(batch) => {
-                    if let Some(tx) = &self.handovers {
-                        crate::handover::note(tx, e.log_id, &batch);
+                    if let Some(note) = &self.handovers {
+                        note(e.log_id, &batch);
                     }
                     batch.0.iter().map(|p| a.state.apply(p)).collect()
                 }

@@ -313,7 +313,7 @@ impl Elections {
             last_log_id: self.last_log_id().await,
         };
         if !self.pre_vote(&s, &req).await {
-            crate::metrics::campaign("not_granted");
+            crate::counters::campaign("not_granted");
             if self.logged_term.swap(term, Ordering::Relaxed) != term {
                 eprintln!(
                     "node {}: {why}: pre-vote for term {term} not granted by a quorum: not campaigning",
@@ -333,7 +333,7 @@ impl Elections {
         {
             return false;
         }
-        crate::metrics::campaign("campaigned");
+        crate::counters::campaign("campaigned");
         let ms = crate::clock::now_ms();
         eprintln!(
             "node {}: {why}: campaigning ({tag}pre-vote for term {term} granted) at={}.{:03}",

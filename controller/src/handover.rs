@@ -70,7 +70,7 @@ pub async fn follow(raft: Raft, id: NodeId, mut rx: mpsc::UnboundedReceiver<Appl
             "node {id}: the primary hands leadership over to this node ({}): campaigning",
             h.log_id
         );
-        crate::metrics::campaign("handover");
+        crate::counters::campaign("handover");
         if raft.trigger().elect().await.is_err() {
             return;
         }

@@ -1343,7 +1343,7 @@ async fn serve_rpcs(
                 None => Vec::new(),
             }),
             RpcRequest::Append(r) => {
-                crate::metrics::append_received(!r.entries.is_empty());
+                crate::counters::append_received(!r.entries.is_empty());
                 if r.vote.is_committed() {
                     *carried = Some(r.vote);
                 }
@@ -1379,7 +1379,7 @@ async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
     let granted = !srv.guard.refuses()
         && !srv.amnesia.refuses_vote(&as_vote)
         && srv.elect.would_vote(r).await;
-    crate::metrics::pre_vote(granted);
+    crate::counters::pre_vote(granted);
     granted
 }
 

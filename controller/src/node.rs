@@ -235,11 +235,15 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     tokio::spawn(crate::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     let serving = ctx.clone();
-    tokio::spawn(crate::metrics::watch_leader(raft.clone()));
+    tokio::spawn(crate::metrics_http::watch_leader(raft.clone()));
     if let Some(l) = metrics_l {
         let at = l.local_addr().map_err(|e| e.to_string())?;
         eprintln!("node {id}: metrics on http://{at}/metrics");
-        tokio::spawn(crate::metrics::serve(l, ctx.clone(), args.data.clone()));
+        tokio::spawn(crate::metrics_http::serve(
+            l,
+            ctx.clone(),
+            args.data.clone(),
+        ));
     }
     tokio::spawn(server::serve(client_l, ctx, tls));
     eprintln!(

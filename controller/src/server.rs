@@ -112,7 +112,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<Arc<rustls:
         let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let _counted = crate::metrics::connection();
+            let _counted = crate::counters::connection();
             match tls {
                 None => {
                     let io = Plain {
@@ -795,7 +795,7 @@ async fn handle(
         req.op.kind(),
         wire::OpKind::Write | wire::OpKind::FireAndForget
     ) && !matches!(req.op, Op::Nop);
-    crate::metrics::op(
+    crate::counters::op(
         req.op.name(),
         reply.status,
         write.then(|| started.elapsed()),
@@ -886,7 +886,7 @@ impl Ctx {
             r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
             () = vouched => crate::net::Forwarded::Lost,
         };
-        crate::metrics::forward(match &res {
+        crate::counters::forward(match &res {
             crate::net::Forwarded::Reply(_) => "replied",
             crate::net::Forwarded::NotSent => "unreachable",
             crate::net::Forwarded::Refused => "refused",

@@ -123,7 +123,7 @@ fn commit_entries<'a>(
         }
     }
     let res = tx.commit().map_err(write_err);
-    crate::metrics::fsync(started.elapsed());
+    crate::counters::fsync(started.elapsed());
     res
 }
 
@@ -187,7 +187,7 @@ impl FlushState {
                 p.appends -= appends;
                 p.bytes -= bytes;
             }
-            crate::metrics::flush_pending(p.bytes);
+            crate::counters::flush_pending(p.bytes);
         }
         self.idle.notify_all();
     }

@@ -251,7 +251,7 @@ fn tls_flags(dir: &std::path::Path, i: u16) -> Vec<std::ffi::OsString> {
 async fn probe(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Option<ControllerInfo> {
     let work = async {
         let tcp = TcpStream::connect(addr).await.ok()?;
-        let mut s: Box<dyn crate::net::PeerIo> = match tls {
+        let mut s: Box<dyn crate::frame::PeerIo> = match tls {
             None => Box::new(tcp),
             Some(c) => {
                 let ip = addr.parse::<std::net::SocketAddr>().ok()?.ip();

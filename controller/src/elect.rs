@@ -9,7 +9,7 @@
 //! runs the election timer: a voter that has not heard from a leader for openraft's interval
 //! (the lease after an append of a committed vote, plus a random election-min..max timeout;
 //! the timeout alone after an uncommitted vote) first asks the other voters, over the raft
-//! port ([`crate::net::PreVoteRequest`], admitted like every raft message: mutual TLS between
+//! port ([`crate::frame::PreVoteRequest`], admitted like every raft message: mutual TLS between
 //! members), whether they would vote for it in its term + 1 with its last log id. A peer says
 //! yes only if its C11 and C12 guards would not refuse the vote, it is not the leader (unless
 //! it handed over, C14), it has not accepted an append of a committed vote within the lease,
@@ -39,7 +39,7 @@
 //! **Why lease reads stay safe, by construction.** A follower F campaigns early only when
 //! `now > utime(F) + lease` on its own clock, where `utime(F)` is when F last accepted an
 //! append of the leader's vote: exactly the instants at which openraft would grant another
-//! candidate F's vote anyway (and never while C11's [`crate::net::VoteGuard`] refuses votes
+//! candidate F's vote anyway (and never while C11's [`crate::lease::VoteGuard`] refuses votes
 //! after a restart). So no new quorum can include F earlier than before. The closed connection
 //! only chooses *when* within the already-permitted time F acts; a wrong guess (a live leader
 //! whose connection closed — a firewall REJECT, a reset) costs at most a pre-vote, not safety,
@@ -64,8 +64,10 @@ use openraft::ServerState;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::forward::Forwarder;
+use crate::frame::PreVoteRequest;
 use crate::ids::{LogId, NodeId, Vote};
-use crate::net::{joint_quorum, Forwarder, PreVoteRequest, VoteGuard};
+use crate::lease::{joint_quorum, VoteGuard};
 use crate::types::Raft;
 
 /// The window within which a quorum must have accepted appends SENT by the leader for it to

@@ -9,11 +9,12 @@ use tokio::net::TcpListener;
 
 use crate::config::RunArgs;
 use crate::ids::NodeId;
-use crate::net::{LeaseClock, NetFactory, VoteGuard};
+use crate::lease::{LeaseClock, VoteGuard};
+use crate::link::NetFactory;
 use crate::server::{self, Ctx};
 use crate::store::{self, LogStore, StateMachineStore};
 use crate::types::Raft;
-use crate::{net, tls};
+use crate::{forward, frame, peer, tls};
 
 /// Delay between members trying to initialise a brand-new cluster, by rank of id: the lowest
 /// id tries at once, the next one only if the cluster is still uninitialised after this, …
@@ -73,7 +74,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
             None => None,
         },
     };
-    let max_rpc = net::max_rpc_bytes(limits.max_message_bytes);
+    let max_rpc = frame::max_rpc_bytes(limits.max_message_bytes);
     let db = store::open_db(&args.data)?;
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = crate::amnesia::Amnesia::open(id, &args.data, blank)
@@ -168,7 +169,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         early,
         timing,
         guard,
-        net::Forwarder::new(peer_tls.clone(), max_rpc),
+        forward::Forwarder::new(peer_tls.clone(), max_rpc),
         log_reader.clone(),
     );
     // C12: no campaign from a node that has not caught up since it started without data.
@@ -180,9 +181,9 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         log_reader,
     ));
     let forwarded = Arc::new(std::sync::OnceLock::new());
-    tokio::spawn(net::serve(
+    tokio::spawn(peer::serve(
         raft_l,
-        net::PeerServer {
+        peer::PeerServer {
             raft: raft.clone(),
             node_id: id,
             guard,
@@ -229,7 +230,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         auth,
         ready: ready.clone(),
         tenure: Default::default(),
-        forwarder: net::Forwarder::new(peer_tls.clone(), max_rpc),
+        forwarder: forward::Forwarder::new(peer_tls.clone(), max_rpc),
     });
     let _ = forwarded.set(ctx.clone());
     tokio::spawn(crate::tenure::run(ctx.clone()));

@@ -23,6 +23,7 @@ use crate::auth::{self, ConnAuth, Identity, JobFacts};
 use crate::batch::WriteFail;
 use crate::clock::{now_ms, BootInstant};
 use crate::config::{ClusterSpec, NodeOpts};
+use crate::forward::Forwarded;
 use crate::ids::{CtrlNode, NodeId};
 use crate::state::{self, Cmd, OutData, Outcome, Proposal, Role};
 use crate::store::SharedApplied;
@@ -63,7 +64,7 @@ pub struct Ctx {
     /// after the election spread as widely as the crowd they belong to.
     pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
     /// Followers' acceptance of this node's appends, for lease reads (C3).
-    pub lease: Arc<crate::net::LeaseClock>,
+    pub lease: Arc<crate::lease::LeaseClock>,
     /// Who may campaign (C12, C14, C15).
     pub elect: Arc<crate::elect::Elections>,
     /// Batches concurrent writes into shared Raft entries (P11).
@@ -77,7 +78,7 @@ pub struct Ctx {
     /// Who may call what (C13).
     pub auth: crate::auth::Auth,
     /// C16: forwards clients' requests to the primary when they ask (F28).
-    pub forwarder: crate::net::Forwarder,
+    pub forwarder: crate::forward::Forwarder,
 }
 
 /// A joined session: bound to the connection it was made on, never replicated.
@@ -884,16 +885,16 @@ impl Ctx {
         };
         let res = tokio::select! {
             r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
-            () = vouched => crate::net::Forwarded::Lost,
+            () = vouched => Forwarded::Lost,
         };
         crate::counters::forward(match &res {
-            crate::net::Forwarded::Reply(_) => "replied",
-            crate::net::Forwarded::NotSent => "unreachable",
-            crate::net::Forwarded::Refused => "refused",
-            crate::net::Forwarded::Lost => "lost",
+            Forwarded::Reply(_) => "replied",
+            Forwarded::NotSent => "unreachable",
+            Forwarded::Refused => "refused",
+            Forwarded::Lost => "lost",
         });
         match res {
-            crate::net::Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
+            Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
                 Ok(r) if r.seq == req.seq => Some(r),
                 _ => {
                     eprintln!(
@@ -905,8 +906,8 @@ impl Ctx {
                     self.forward_lost(req)
                 }
             },
-            crate::net::Forwarded::NotSent | crate::net::Forwarded::Refused => None,
-            crate::net::Forwarded::Lost => self.forward_lost(req),
+            Forwarded::NotSent | Forwarded::Refused => None,
+            Forwarded::Lost => self.forward_lost(req),
         }
     }
 

@@ -180,7 +180,7 @@ async fn request(
         let tcp = TcpStream::connect(&target[..])
             .await
             .map_err(|e| format!("connect: {e}"))?;
-        let mut s: Box<dyn crate::net::PeerIo> = match &caller.tls {
+        let mut s: Box<dyn crate::frame::PeerIo> = match &caller.tls {
             None => Box::new(tcp),
             Some(c) => {
                 let (host, _) = crate::server::split_addr(&addr).ok_or("want HOST:PORT")?;

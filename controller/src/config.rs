@@ -125,6 +125,18 @@ pub fn check_addr(a: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `host:port` → (host, port).
+/// `HOST:PORT` or `[IPv6]:PORT` as (host, port), the host without brackets — as the library
+/// writes a master's host, so hints, exclusions and member lists compare equal.
+pub fn split_addr(a: &str) -> Option<(String, u16)> {
+    let (h, p) = a.rsplit_once(':')?;
+    let h = h
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(h);
+    Some((h.to_string(), p.parse().ok()?))
+}
+
 /// Bound on resolving the members' names when a node starts.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -786,5 +798,12 @@ raft = "ctrl2.example:10991"
         assert_eq!(r.data, PathBuf::from("/var/lib/xce-controller"));
         assert_eq!(r.opts.tls_peer_ca, Some(PathBuf::from("/etc/xce/ca.pem")));
         assert_eq!(r.opts.token_key, Some(PathBuf::from("/etc/xce/token.key")));
+    }
+
+    #[test]
+    fn split_addr_strips_brackets() {
+        assert_eq!(split_addr("[::1]:9991"), Some(("::1".into(), 9991)));
+        assert_eq!(split_addr("h.example:1"), Some(("h.example".into(), 1)));
+        assert_eq!(split_addr("h"), None);
     }
 }

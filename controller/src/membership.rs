@@ -22,8 +22,8 @@ use openraft::ChangeMembers;
 use xce::error::{E_XCE_NOT_READY, E_XCE_STANDBY};
 use xce::wire::{Op, Reply, Request};
 
+use crate::ctx::Ctx;
 use crate::ids::{CtrlNode, NodeId};
-use crate::server::Ctx;
 
 /// Longest `member add` waits for the learner to catch up and the change to commit.
 pub const ADD_TIMEOUT: Duration = Duration::from_secs(60);

@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::counters::M;
+use crate::ctx::Ctx;
 use crate::ids::NodeId;
-use crate::server::Ctx;
 use crate::types::Raft;
 
 /// Bound on reading one HTTP request head and writing its answer.

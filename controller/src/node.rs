@@ -8,10 +8,11 @@ use openraft::{Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
 
 use crate::config::RunArgs;
+use crate::ctx::Ctx;
 use crate::ids::NodeId;
 use crate::lease::{LeaseClock, VoteGuard};
 use crate::link::NetFactory;
-use crate::server::{self, Ctx};
+use crate::server;
 use crate::store::{self, LogStore, StateMachineStore};
 use crate::types::Raft;
 use crate::{forward, frame, peer, tls};
@@ -208,7 +209,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         raft.clone(),
         ready.clone(),
         id,
-        server::COMMIT_TIMEOUT,
+        crate::ctx::COMMIT_TIMEOUT,
     ));
     // C17: a node started with --join never initialises a cluster; the leader's appends do.
     if !args.join {
@@ -225,7 +226,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease,
         elect: elect.clone(),
-        proposer: crate::batch::Proposer::start(raft.clone(), server::COMMIT_TIMEOUT),
+        proposer: crate::batch::Proposer::start(raft.clone(), crate::ctx::COMMIT_TIMEOUT),
         cursors: crate::listing::Cursors::for_node(id),
         auth,
         ready: ready.clone(),
@@ -395,7 +396,7 @@ async fn log_roles(raft: Raft, id: NodeId) {
 async fn log_cut_off(ctx: Arc<Ctx>) {
     let mut was = false;
     loop {
-        tokio::time::sleep(server::STALE_LEADER_RECHECK).await;
+        tokio::time::sleep(crate::ctx::STALE_LEADER_RECHECK).await;
         let now = ctx.leader_cut_off();
         if now != was {
             let ms = crate::clock::now_ms();

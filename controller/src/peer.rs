@@ -101,7 +101,7 @@ pub struct PeerServer {
     pub max_rpc: usize,
     /// C16: the client protocol's context, once it exists: forwarded requests are served
     /// through it.
-    pub forwarded: Arc<std::sync::OnceLock<Arc<crate::server::Ctx>>>,
+    pub forwarded: Arc<std::sync::OnceLock<Arc<crate::ctx::Ctx>>>,
 }
 
 impl PeerServer {

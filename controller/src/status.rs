@@ -8,43 +8,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::ServerState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
 
-use crate::server::Ctx;
-
 /// Default bound on asking one master (connect + answer).
 pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
-
-/// Fills the progress fields of an immediate `waitPrimary` answer.
-pub async fn progress(ctx: &Ctx, info: &mut ControllerInfo) {
-    let m = ctx.raft.metrics().borrow().clone();
-    info.last_log_index = m.last_log_index.unwrap_or(0);
-    info.applied_index = m.last_applied.map_or(0, |l| l.index);
-    info.last_contact_ms = -1;
-    if m.state == ServerState::Leader {
-        info.last_contact_ms = m.millis_since_quorum_ack.map_or(-1, |ms| ms as i64);
-    }
-    let follower = m.state == ServerState::Follower;
-    let st = ctx
-        .raft
-        .with_raft_state(move |st| {
-            let contact = follower
-                .then(|| st.vote_last_modified())
-                .flatten()
-                .map(|t| tokio::time::Instant::now().saturating_duration_since(t));
-            (st.committed.map(|c| c.index), contact)
-        })
-        .await;
-    if let Ok((committed, contact)) = st {
-        info.committed_index = committed.unwrap_or(0);
-        if let Some(c) = contact {
-            info.last_contact_ms = c.as_millis() as i64;
-        }
-    }
-}
 
 /// `status` arguments.
 #[derive(Debug, Clone)]
@@ -183,7 +152,7 @@ async fn request(
         let mut s: Box<dyn crate::frame::PeerIo> = match &caller.tls {
             None => Box::new(tcp),
             Some(c) => {
-                let (host, _) = crate::server::split_addr(&addr).ok_or("want HOST:PORT")?;
+                let (host, _) = crate::config::split_addr(&addr).ok_or("want HOST:PORT")?;
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| format!("{host}: {e}"))?;
                 Box::new(

@@ -17,31 +17,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::server::{Ctx, STALE_LEADER_RECHECK};
-
-/// The number of tenures that have ended on this node.
-pub struct Tenure {
-    ended: watch::Sender<u64>,
-}
-
-impl Default for Tenure {
-    fn default() -> Self {
-        Tenure {
-            ended: watch::channel(0).0,
-        }
-    }
-}
-
-impl Tenure {
-    /// The current tenure's number.
-    pub fn current(&self) -> u64 {
-        *self.ended.borrow()
-    }
-
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.ended.subscribe()
-    }
-}
+use crate::ctx::{Ctx, STALE_LEADER_RECHECK};
 
 /// Ends the tenure whenever this node stops serving as primary (checked on every change of
 /// Raft's metrics and every [`STALE_LEADER_RECHECK`], which is how a cut-off leader, C10,

@@ -4,42 +4,21 @@
 //! is the replicated state machine.
 //!
 //! `xce-controller run …` runs one node, `xce-controller cluster …` a loopback cluster;
-//! `xce-controller --help` and `COMMAND --help` print the options (the texts below).
+//! `xce-controller --help` and `COMMAND --help` print the options (the texts below). This file
+//! only dispatches the command line; everything else is in six folders, each importing only
+//! the folders before it (the map: ARCHITECTURE.md, "The controller"):
+//!
+//! Module order: `base`, `sm`, `raft`, `node`, `ports`, `cmd`.
 
-mod amnesia;
-mod auth;
-mod batch;
-mod clock;
-mod cluster;
-mod config;
-mod counters;
-mod ctx;
-mod elect;
-mod entry;
-mod forward;
-mod frame;
-mod handover;
-mod ids;
-mod lease;
-mod link;
-mod listing;
-mod logstamp;
-mod member;
-mod membership;
-mod metrics_http;
+mod base;
+mod cmd;
 mod node;
-mod peer;
-mod pki;
-mod progress;
-mod ready;
-mod server;
-mod snapshot;
-mod state;
-mod status;
-mod store;
-mod tenure;
-mod tls;
-mod types;
+mod ports;
+mod raft;
+mod sm;
+
+use base::{config, logstamp};
+use cmd::{cluster, member, pki, run, status};
 
 const USAGE: &str = "\
 usage: xce-controller COMMAND [OPTIONS]
@@ -178,7 +157,7 @@ fn main() {
         Some("run") => match config::RunArgs::parse(&args[1..]) {
             Ok(a) => {
                 let stamper = logstamp::install(&format!("node {}:", a.id));
-                let code = node::run(a);
+                let code = run::run(a);
                 if let Some(s) = stamper {
                     s.finish();
                 }

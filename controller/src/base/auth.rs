@@ -1,0 +1,393 @@
+//! Identities and roles on the client port (C13).
+//!
+//! A caller's identity comes from its client certificate (the name in its subject alternative
+//! name or common name) or from a token in the request (`authToken`), signed with the
+//! cluster's token key. The name says the role: `admin`, `scheduler`, `worker-<host>`,
+//! `user-<name>`. Who may call which op, and what binds them to its parameters, is declared
+//! once per op in the library's op table (`xce::wire::Op::rule`); [`check`] applies it.
+//!
+//! With neither client certificates nor a token key configured, nobody is checked: every
+//! caller is admin (a loopback test cluster, as before C13).
+
+use std::path::Path;
+
+use ring::hmac;
+use xce::wire::{roles, Bound, Op, SessionRole};
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Admin,
+    Scheduler,
+    /// Bound to its host.
+    Worker(String),
+    /// Bound to its user name.
+    User(String),
+    /// No certificate and no token, on a cluster that checks.
+    Anonymous,
+}
+
+/// Characters of a host or user name in an identity.
+fn name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+}
+
+impl Identity {
+    /// The identity a name says: `admin`, `scheduler`, `worker-<host>`, `user-<name>`.
+    pub fn parse(name: &str) -> Option<Identity> {
+        match name {
+            "admin" => Some(Identity::Admin),
+            "scheduler" => Some(Identity::Scheduler),
+            _ => {
+                if let Some(h) = name.strip_prefix("worker-").filter(|h| name_ok(h)) {
+                    Some(Identity::Worker(h.to_string()))
+                } else {
+                    name.strip_prefix("user-")
+                        .filter(|u| name_ok(u))
+                        .map(|u| Identity::User(u.to_string()))
+                }
+            }
+        }
+    }
+
+    /// The identity a client certificate names (the first of its names that says a role).
+    pub fn of_cert(der: &[u8]) -> Option<Identity> {
+        crate::base::tls::cert_names(der)
+            .iter()
+            .find_map(|n| Identity::parse(n))
+    }
+
+    /// Its bit in [`roles`].
+    pub fn role(&self) -> u8 {
+        match self {
+            Identity::Admin => roles::ADMIN,
+            Identity::Scheduler => roles::SCHEDULER,
+            Identity::Worker(_) => roles::WORKER,
+            Identity::User(_) => roles::USER,
+            Identity::Anonymous => roles::ANONYMOUS,
+        }
+    }
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Identity::Admin => f.write_str("admin"),
+            Identity::Scheduler => f.write_str("scheduler"),
+            Identity::Worker(h) => write!(f, "worker-{h}"),
+            Identity::User(u) => write!(f, "user-{u}"),
+            Identity::Anonymous => f.write_str("anonymous"),
+        }
+    }
+}
+
+/// The HMAC-SHA256 key tokens are signed with (`pki init` writes it as hex in `token.key`).
+pub struct TokenKey(hmac::Key);
+
+/// Token format version prefix.
+const TOKEN_PREFIX: &str = "xce1";
+
+/// Bytes of hex text (`None`: not hex, or an odd length).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect()
+}
+
+/// Hex digits of a token's signature (HMAC-SHA256).
+const MAC_HEX_LEN: usize = 64;
+
+impl TokenKey {
+    pub fn load(path: &Path) -> Result<TokenKey, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        match unhex(text.trim()) {
+            Some(b) if b.len() >= 16 => Ok(TokenKey(hmac::Key::new(hmac::HMAC_SHA256, &b))),
+            _ => Err(format!(
+                "{}: want at least 32 hex digits (pki init writes one)",
+                path.display()
+            )),
+        }
+    }
+
+    fn mac(&self, payload: &str) -> String {
+        hmac::sign(&self.0, payload.as_bytes())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// `xce1:<identity>:<expires unix s>:<hex HMAC of the rest>`.
+    pub fn mint(&self, name: &str, expires: i64) -> String {
+        let payload = format!("{TOKEN_PREFIX}:{name}:{expires}");
+        let mac = self.mac(&payload);
+        format!("{payload}:{mac}")
+    }
+
+    /// The identity a token names, if its signature is good and it has not expired at `now`
+    /// (unix s); else why not.
+    pub fn verify(&self, token: &str, now: i64) -> Result<Identity, &'static str> {
+        // Bounded before any work: a caller's token is at most what the library sends.
+        if token.len() > xce::client::MAX_AUTH_TOKEN_LEN {
+            return Err("token too long");
+        }
+        let (payload, mac) = token.rsplit_once(':').ok_or("not a token")?;
+        if mac.len() != MAC_HEX_LEN {
+            return Err("bad token signature");
+        }
+        let mut parts = payload.splitn(3, ':');
+        let (Some(TOKEN_PREFIX), Some(name), Some(expires)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
+            return Err("not a token");
+        };
+        let mac_bytes = unhex(mac).ok_or("bad token signature")?;
+        hmac::verify(&self.0, payload.as_bytes(), &mac_bytes).map_err(|_| "bad token signature")?;
+        let expires: i64 = expires.parse().map_err(|_| "not a token")?;
+        if now >= expires {
+            return Err("token expired");
+        }
+        Identity::parse(name).ok_or("the token names no role")
+    }
+}
+
+/// The part of a job an authorization looks at.
+pub struct JobFacts {
+    pub user: String,
+    pub exec_host: String,
+}
+
+/// Whether `who` may call `op`: `Err(why)` if not. `job` looks a job up in the applied state
+/// (only bound ops ask). The role comes from the op's rule; admin is never bound.
+pub fn check(who: &Identity, op: &Op, job: impl Fn(u64) -> Option<JobFacts>) -> Result<(), String> {
+    let rule = op.rule();
+    if rule.roles & who.role() == 0 {
+        return Err(format!("{} is not allowed to {}", who, rule.name));
+    }
+    let refuse = |why: String| Err(why);
+    match (rule.bound, who) {
+        (Bound::No, _) | (_, Identity::Admin) => Ok(()),
+        (Bound::SubmitAsSelf, Identity::User(u)) => match op {
+            // No user named: the job is the caller's (the server fills its name in).
+            Op::JobSubmit(s) if s.user == *u || s.user.is_empty() => Ok(()),
+            Op::JobSubmit(s) => refuse(format!("user {u} may not submit as user {:?}", s.user)),
+            _ => Ok(()),
+        },
+        (Bound::OwnJob, Identity::User(u)) => {
+            let id = job_of(op);
+            match id.and_then(&job) {
+                Some(j) if j.user != *u => refuse(format!(
+                    "job {} belongs to user {:?}, not to {u}",
+                    id.unwrap_or(0),
+                    j.user
+                )),
+                // Its own job, or no such job (the op itself answers ENOENT).
+                _ => Ok(()),
+            }
+        }
+        (Bound::OwnHost, Identity::Worker(h)) => match host_of(op) {
+            Some(oh) if oh != h => refuse(format!("worker of {h} may not report for host {oh}")),
+            _ => Ok(()),
+        },
+        (Bound::JobOnOwnHost, Identity::Worker(h)) => {
+            let id = job_of(op);
+            match id.and_then(&job) {
+                Some(j) if j.exec_host != *h => refuse(format!(
+                    "job {} runs on {:?}, not on {h}",
+                    id.unwrap_or(0),
+                    j.exec_host
+                )),
+                _ => Ok(()),
+            }
+        }
+        (Bound::JoinAsSelf, who) => {
+            let Op::Join(j) = op else { return Ok(()) };
+            let ok = match who {
+                Identity::Worker(h) => j.role == SessionRole::Worker && j.host == *h,
+                Identity::Scheduler => j.role == SessionRole::Scheduler,
+                Identity::User(_) => {
+                    matches!(j.role, SessionRole::Client | SessionRole::ApiServer)
+                }
+                _ => false,
+            };
+            if ok {
+                Ok(())
+            } else {
+                refuse(format!(
+                    "{who} may not join as {:?} of {:?}",
+                    j.role, j.host
+                ))
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The job an op names, if any.
+fn job_of(op: &Op) -> Option<u64> {
+    match op {
+        Op::JobCtrl { job_id, .. }
+        | Op::UpdateJusage { job_id, .. }
+        | Op::JobInfo { job_id }
+        | Op::SetPendReason { job_id, .. }
+        | Op::ClearReason { job_id }
+        | Op::JobDispatch { job_id, .. } => Some(*job_id),
+        Op::Notify(n) => Some(n.job_id),
+        _ => None,
+    }
+}
+
+/// The host an op names, if any.
+fn host_of(op: &Op) -> Option<&str> {
+    match op {
+        Op::Heartbeat { host } | Op::UpdateResvals { host, .. } => Some(host),
+        _ => None,
+    }
+}
+
+/// How a node authorizes: off (everyone is admin), or from certificates and tokens.
+pub struct Auth {
+    /// Whether callers are checked at all.
+    pub on: bool,
+    pub token_key: Option<TokenKey>,
+}
+
+/// A connection's identity from its client certificate. A token is verified on every request
+/// that carries one (one HMAC-SHA256 of a few dozen bytes).
+pub struct ConnAuth {
+    pub cert: Option<Identity>,
+}
+
+impl ConnAuth {
+    pub fn new(cert: Option<Identity>) -> ConnAuth {
+        ConnAuth { cert }
+    }
+
+    /// Who sends a request carrying `token`: the token's identity if it carries one, else the
+    /// certificate's, else anonymous; everyone is admin when `auth` is off. `Err(why)` for a
+    /// bad token.
+    pub fn who(&self, auth: &Auth, token: &str) -> Result<Identity, String> {
+        if !auth.on {
+            return Ok(Identity::Admin);
+        }
+        if token.is_empty() {
+            return Ok(self.cert.clone().unwrap_or(Identity::Anonymous));
+        }
+        let Some(key) = &auth.token_key else {
+            return Err("this cluster takes no tokens".into());
+        };
+        key.verify(token, crate::base::clock::now_ms() / 1000)
+            .map_err(String::from)
+    }
+}
+
+/// Per-connection rule for ops outside the table's bounds: a session role mismatch (protocol.md
+/// "Sessions").
+pub fn session_ok(op: &Op, joined: Option<SessionRole>) -> bool {
+    match op.rule().session {
+        None => true,
+        Some(need) => joined == Some(need),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xce::wire;
+
+    #[test]
+    fn names_say_roles() {
+        assert_eq!(Identity::parse("admin"), Some(Identity::Admin));
+        assert_eq!(
+            Identity::parse("worker-host1.example.com"),
+            Some(Identity::Worker("host1.example.com".into()))
+        );
+        assert_eq!(
+            Identity::parse("user-alice"),
+            Some(Identity::User("alice".into()))
+        );
+        for bad in [
+            "",
+            "user-",
+            "worker-",
+            "root",
+            "user-a:b",
+            "xce-node-1",
+            "Admin",
+        ] {
+            assert_eq!(Identity::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_verify_expire_and_resist_forgery() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k");
+        std::fs::write(
+            &p,
+            "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+        )
+        .unwrap();
+        let k = TokenKey::load(&p).unwrap();
+        let t = k.mint("user-alice", 1000);
+        assert_eq!(k.verify(&t, 999), Ok(Identity::User("alice".into())));
+        assert_eq!(k.verify(&t, 1000), Err("token expired"));
+        let forged = t.replace("user-alice", "user-bob");
+        assert_eq!(k.verify(&forged, 1), Err("bad token signature"));
+        let later = t.replace(":1000:", ":9999:");
+        assert_eq!(k.verify(&later, 1), Err("bad token signature"));
+        assert_eq!(k.verify("garbage", 1), Err("not a token"));
+        // Bounded before any decoding: a huge token, a signature of the wrong length.
+        let huge = format!("{t}{}", "0".repeat(1 << 20));
+        assert_eq!(k.verify(&huge, 1), Err("token too long"));
+        assert_eq!(k.verify(&format!("{t}00"), 1), Err("bad token signature"));
+        std::fs::write(&p, "abcd").unwrap();
+        assert!(TokenKey::load(&p).is_err());
+    }
+
+    #[test]
+    fn users_and_workers_are_bound() {
+        let alice = Identity::User("alice".into());
+        let w1 = Identity::Worker("h1".into());
+        let job = |id: u64| {
+            (id == 7).then(|| JobFacts {
+                user: "bob".into(),
+                exec_host: "h2".into(),
+            })
+        };
+        let kill = Op::JobCtrl {
+            job_id: 7,
+            action: wire::JobAction::Kill,
+        };
+        assert!(check(&alice, &kill, job).is_err());
+        assert!(check(&Identity::User("bob".into()), &kill, job).is_ok());
+        assert!(check(&Identity::Admin, &kill, job).is_ok());
+        assert!(check(&Identity::Scheduler, &kill, job).is_err());
+        let hb = |h: &str| Op::Heartbeat { host: h.into() };
+        assert!(check(&w1, &hb("h1"), job).is_ok());
+        assert!(check(&w1, &hb("h2"), job).is_err());
+        let notify = Op::Notify(wire::Notify {
+            kind: wire::NotifyKind::JobFinish,
+            job_id: 7,
+            exit_code: 0,
+        });
+        assert!(check(&w1, &notify, job).is_err());
+        assert!(check(&Identity::Worker("h2".into()), &notify, job).is_ok());
+        let q = Op::QueueCtrl {
+            queue: "normal".into(),
+            action: wire::QueueAction::Close,
+        };
+        for who in [&alice, &w1, &Identity::Scheduler, &Identity::Anonymous] {
+            assert!(check(who, &q, job).is_err());
+        }
+        assert!(check(&Identity::Anonymous, &Op::ResList, job).is_err());
+        assert!(check(&Identity::Anonymous, &Op::Nop, job).is_ok());
+    }
+}

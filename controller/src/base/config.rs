@@ -1,0 +1,809 @@
+//! Command-line configuration: the cluster spec and the node's knobs, with named defaults.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::base::ids::{CtrlNode, NodeId};
+
+/// Leader heartbeat interval (ms). See README for how the timing defaults were measured
+/// (C15: `proof/BENCH.md` P4 compares them with the earlier 30 / 150–300).
+pub const DEFAULT_HEARTBEAT_MS: u64 = 20;
+/// Election timeout range (ms). openraft 0.9: a follower refuses other candidates for the
+/// leader lease (= election-max) after the last append it accepted, and campaigns after the
+/// lease plus a random time in this range without one; after its leader's connection closed
+/// it campaigns when the lease lapses (C15, `raft/elect.rs`).
+pub const DEFAULT_ELECTION_MIN_MS: u64 = 60;
+pub const DEFAULT_ELECTION_MAX_MS: u64 = 120;
+/// A worker silent for longer than this is reported UNAVAIL (C5).
+pub const DEFAULT_HOST_TIMEOUT_MS: u64 = 30_000;
+/// A client connection silent for longer than this is closed (C9).
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+/// Concurrent client connections per node (C9).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Build a snapshot after this many applied entries since the last one.
+pub const DEFAULT_SNAPSHOT_LOGS: u64 = 1000;
+/// Log entries kept behind a snapshot (C15, P14): a follower that fell this far behind — a
+/// node back from a partition, a slow link — catches up from the log, in appends sized to its
+/// link, instead of by a whole snapshot that would fill a slow link for seconds (and starve
+/// the other follower's heartbeats behind it).
+pub const DEFAULT_LOG_KEEP: u64 = 20_000;
+/// Cluster name reported by `clusterconf`.
+pub const DEFAULT_CLUSTER_NAME: &str = "xce";
+
+/// `cluster`: node i's raft port is its client port + this.
+pub const RAFT_PORT_OFFSET: u16 = 1000;
+/// `cluster`: node i's metrics port is its client port + this.
+pub const METRICS_PORT_OFFSET: u16 = 2000;
+
+/// The members of the cluster: id → addresses.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSpec {
+    pub nodes: BTreeMap<NodeId, CtrlNode>,
+}
+
+impl ClusterSpec {
+    /// Parses `1=127.0.0.1:9991/127.0.0.1:10991,2=...` (client address / raft address).
+    pub fn parse(s: &str) -> Result<ClusterSpec, String> {
+        let mut nodes = BTreeMap::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (id, addrs) = part
+                .split_once('=')
+                .ok_or_else(|| format!("bad member {part:?}: want ID=CLIENT/RAFT"))?;
+            let id: NodeId = id
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad node id in {part:?}"))?;
+            if id == 0 {
+                return Err("node ids start at 1".into());
+            }
+            let (client, raft) = addrs
+                .split_once('/')
+                .ok_or_else(|| format!("bad member {part:?}: want ID=CLIENT/RAFT"))?;
+            for a in [client, raft] {
+                check_addr(a).map_err(|e| format!("bad address {a:?} in {part:?}: {e}"))?;
+            }
+            if nodes
+                .insert(
+                    id,
+                    CtrlNode {
+                        client: client.to_string(),
+                        raft: raft.to_string(),
+                    },
+                )
+                .is_some()
+            {
+                return Err(format!("node {id} listed twice"));
+            }
+        }
+        if nodes.is_empty() || nodes.len() > 8 {
+            return Err("a cluster has 1..8 nodes".into());
+        }
+        Ok(ClusterSpec { nodes })
+    }
+
+    /// The spec string of a loopback cluster as `cluster` starts it.
+    pub fn loopback(n: u16, base_port: u16) -> String {
+        (0..n)
+            .map(|i| {
+                let c = base_port + i;
+                format!(
+                    "{}=127.0.0.1:{}/127.0.0.1:{}",
+                    i + 1,
+                    c,
+                    c + RAFT_PORT_OFFSET
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// `HOST:PORT` with HOST an IP address (IPv6 in brackets) or a host name, PORT 1..65535.
+/// Names are resolved when used (bounded: [`RESOLVE_TIMEOUT`] at start, the connect timeout
+/// on the raft port; clients resolve the names they are told themselves).
+pub fn check_addr(a: &str) -> Result<(), String> {
+    if a.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let (host, port) = a.rsplit_once(':').ok_or("want HOST:PORT")?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("port {port:?} is not in 1..65535")),
+    }
+    let name_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-'))
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !name_ok {
+        return Err(format!("{host:?} is neither an IP address nor a host name"));
+    }
+    Ok(())
+}
+
+/// `host:port` → (host, port).
+/// `HOST:PORT` or `[IPv6]:PORT` as (host, port), the host without brackets — as the library
+/// writes a master's host, so hints, exclusions and member lists compare equal.
+pub fn split_addr(a: &str) -> Option<(String, u16)> {
+    let (h, p) = a.rsplit_once(':')?;
+    let h = h
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(h);
+    Some((h.to_string(), p.parse().ok()?))
+}
+
+/// Bound on resolving the members' names when a node starts.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Resolves `addr` (an IP literal at once, a name through the system resolver), bounded by
+/// [`RESOLVE_TIMEOUT`].
+pub async fn resolve(addr: &str) -> Result<Vec<std::net::SocketAddr>, String> {
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(addr)).await {
+        Ok(Ok(a)) => {
+            let a: Vec<_> = a.collect();
+            if a.is_empty() {
+                Err(format!("{addr}: the name has no address"))
+            } else {
+                Ok(a)
+            }
+        }
+        Ok(Err(e)) => Err(format!("{addr}: {e}")),
+        Err(_) => Err(format!(
+            "{addr}: no answer from the resolver within {RESOLVE_TIMEOUT:?}"
+        )),
+    }
+}
+
+/// Says which peers' names do not resolve now (they are looked up again when used).
+pub async fn warn_unresolved_peers(id: NodeId, spec: &ClusterSpec) {
+    for (&peer, n) in spec.nodes.iter().filter(|(&p, _)| p != id) {
+        for a in [&n.client, &n.raft] {
+            if a.parse::<std::net::SocketAddr>().is_err() {
+                if let Err(e) = resolve(a).await {
+                    eprintln!("node {id}: member {peer}: {e} (looked up again when used)");
+                }
+            }
+        }
+    }
+}
+
+/// C1/C17: the membership stored in the data directory wins over `--cluster` — members added
+/// or removed online (and a node started with `--join`, whose `--cluster` names only itself or
+/// the members it was started with) differ from it legitimately. Refused: a node that `--cluster`
+/// and the stored membership both know under different addresses, or the node would advertise
+/// addresses the cluster does not have (addresses cannot change in place). `stored` is empty
+/// for a brand-new node. `Ok(Some(note))` names a difference that is not refused.
+pub fn check_stored_membership(
+    id: NodeId,
+    stored: &BTreeMap<NodeId, CtrlNode>,
+    spec: &ClusterSpec,
+) -> Result<Option<String>, String> {
+    if stored.is_empty() || stored == &spec.nodes {
+        return Ok(None);
+    }
+    let show = |m: &BTreeMap<NodeId, CtrlNode>| {
+        m.iter()
+            .map(|(i, n)| format!("{i}={n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let moved: Vec<String> = spec
+        .nodes
+        .iter()
+        .filter_map(|(i, b)| match stored.get(i) {
+            Some(a) if a != b && *i == id => Some(format!(
+                "this node (id {id}) is {a} in its data, {b} in --cluster"
+            )),
+            Some(a) if a != b => Some(format!("node {i} is {a} in the data, {b} in --cluster")),
+            _ => None,
+        })
+        .collect();
+    if !moved.is_empty() {
+        return Err(format!(
+            "--cluster does not match the membership stored in the data directory: {}.\n  \
+             stored:    {}\n  --cluster: {}\n\
+             Restart with the stored addresses (addresses cannot change in place), or change the \
+             membership online (docs/operations.md).",
+            moved.join("; "),
+            show(stored),
+            show(&spec.nodes)
+        ));
+    }
+    let why = if stored.contains_key(&id) {
+        "members were added or removed online"
+    } else {
+        "this node was removed from the membership"
+    };
+    Ok(Some(format!(
+        "the membership stored in the data directory differs from --cluster ({why}): \
+         the stored one is used.\n  stored:    {}\n  --cluster: {}",
+        show(stored),
+        show(&spec.nodes)
+    )))
+}
+
+/// Knobs of one node.
+#[derive(Debug, Clone)]
+pub struct NodeOpts {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// C15: campaign as soon as the lease lapses after the leader's connection closed.
+    pub early_campaign: bool,
+    pub host_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub snapshot_logs: u64,
+    pub log_keep: u64,
+    pub cluster_name: String,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    /// Mutual TLS on the raft port against this CA bundle (C13).
+    pub tls_peer_ca: Option<PathBuf>,
+    /// Allow plaintext on a non-loopback address (C13).
+    pub insecure: bool,
+    /// The HMAC key of client tokens (C13); with it (or `--tls-client-ca`) callers are checked.
+    pub token_key: Option<PathBuf>,
+    /// `--metrics ADDR`: serve `/metrics` (C18) on this address.
+    pub metrics: Option<String>,
+    /// Test failpoint `--test-leader-flush-stall FILE`: while FILE exists, the leader's own
+    /// log flushes wait (a stalled disk on the primary only; followers' flushes go on).
+    pub test_leader_flush_stall: Option<PathBuf>,
+}
+
+impl Default for NodeOpts {
+    fn default() -> NodeOpts {
+        NodeOpts {
+            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
+            election_min_ms: DEFAULT_ELECTION_MIN_MS,
+            election_max_ms: DEFAULT_ELECTION_MAX_MS,
+            early_campaign: true,
+            host_timeout: Duration::from_millis(DEFAULT_HOST_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            snapshot_logs: DEFAULT_SNAPSHOT_LOGS,
+            log_keep: DEFAULT_LOG_KEEP,
+            cluster_name: DEFAULT_CLUSTER_NAME.to_string(),
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            tls_peer_ca: None,
+            insecure: false,
+            token_key: None,
+            metrics: None,
+            test_leader_flush_stall: None,
+        }
+    }
+}
+
+impl NodeOpts {
+    /// The combinations a node refuses to start with (checked by `run` and, for every node
+    /// at once, by `cluster`).
+    pub fn check(&self) -> Result<(), String> {
+        if self.heartbeat_ms == 0
+            || self.election_min_ms <= self.heartbeat_ms
+            || self.election_max_ms <= self.election_min_ms
+        {
+            return Err(format!(
+                "need 0 < heartbeat-ms < election-min-ms < election-max-ms (got {} < {} < {})",
+                self.heartbeat_ms, self.election_min_ms, self.election_max_ms
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err("--max-connections: at least 1".into());
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("--tls-cert and --tls-key go together".into());
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return Err("--tls-client-ca needs --tls-cert/--tls-key".into());
+        }
+        if let Some(m) = &self.metrics {
+            check_addr(m).map_err(|e| format!("--metrics {m:?}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `run` arguments.
+#[derive(Debug, Clone)]
+pub struct RunArgs {
+    pub id: NodeId,
+    pub spec: ClusterSpec,
+    pub data: PathBuf,
+    pub opts: NodeOpts,
+    /// C17 `--join`: never initialise a cluster; wait, uninitialised, to be added online.
+    pub join: bool,
+}
+
+/// `cluster` arguments; `node_flags` are passed on to every `run`.
+#[derive(Debug, Clone)]
+pub struct ClusterArgs {
+    pub nodes: u16,
+    pub base_port: u16,
+    pub data: PathBuf,
+    pub node_flags: Vec<String>,
+    /// `--tls DIR`: certificates made in DIR, every link with mutual TLS (C13).
+    pub tls: Option<PathBuf>,
+}
+
+/// Whether `addr` (`ip:port`) is a loopback address.
+pub fn is_loopback(addr: &str) -> bool {
+    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
+        return a.ip().is_loopback();
+    }
+    // RFC 6761: `localhost` and names under it are the loopback interface.
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("{flag}: bad number {v:?}"))
+}
+
+/// Applies one node knob; `Ok(false)` if `flag` is not a node knob.
+fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
+    match flag {
+        "--heartbeat-ms" => o.heartbeat_ms = num(flag, v)?,
+        "--election-min-ms" => o.election_min_ms = num(flag, v)?,
+        "--election-max-ms" => o.election_max_ms = num(flag, v)?,
+        "--early-campaign" => {
+            o.early_campaign = match v {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                _ => return Err(format!("{flag}: on or off, not {v:?}")),
+            }
+        }
+        "--host-timeout-ms" => o.host_timeout = Duration::from_millis(num(flag, v)?),
+        "--idle-timeout-ms" => o.idle_timeout = Duration::from_millis(num(flag, v)?),
+        "--max-connections" => o.max_connections = num(flag, v)?,
+        "--snapshot-logs" => o.snapshot_logs = num(flag, v)?,
+        "--log-keep" => o.log_keep = num(flag, v)?,
+        "--cluster-name" => o.cluster_name = v.to_string(),
+        "--tls-cert" => o.tls_cert = Some(v.into()),
+        "--tls-key" => o.tls_key = Some(v.into()),
+        "--tls-client-ca" => o.tls_client_ca = Some(v.into()),
+        "--tls-peer-ca" => o.tls_peer_ca = Some(v.into()),
+        "--token-key" => o.token_key = Some(v.into()),
+        "--insecure" => o.insecure = v == "true",
+        "--metrics" => o.metrics = Some(v.to_string()),
+        "--test-leader-flush-stall" => o.test_leader_flush_stall = Some(v.into()),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Splits `--flag value` pairs.
+fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(f) = it.next() {
+        // The options without a value.
+        if f == "--insecure" || f == "--join" {
+            out.push((f.clone(), "true".to_string()));
+            continue;
+        }
+        if let Some((k, v)) = f.split_once('=').filter(|_| f.starts_with("--")) {
+            out.push((k.to_string(), v.to_string()));
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("{f}: missing value"))?;
+        out.push((f.clone(), v.clone()));
+    }
+    Ok(out)
+}
+
+/// A member as the config file lists it (`[[member]]`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMember {
+    id: NodeId,
+    client: String,
+    raft: String,
+}
+
+/// Reads a `run --config FILE` (TOML) into the `run` flags it stands for, so a file and the
+/// command line mean exactly the same and flags given after it override it: every top-level
+/// key is a flag (`heartbeat_ms = 30` is `--heartbeat-ms 30`), a table prefixes its keys
+/// (`[tls] client_ca = "ca.pem"` is `--tls-client-ca ca.pem`), and `[[member]]` entries
+/// (`id`, `client`, `raft`) make `--cluster`.
+pub fn file_flags(path: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    let scalar = |key: &str, v: &toml::Value| -> Result<String, String> {
+        match v {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            toml::Value::Boolean(b) => Ok(b.to_string()),
+            other => Err(format!(
+                "--config {}: {key}: want a string, number or boolean, not {}",
+                path.display(),
+                other.type_str()
+            )),
+        }
+    };
+    for (k, v) in &table {
+        match (k.as_str(), v) {
+            ("member", v) => {
+                let members: Vec<FileMember> = v
+                    .clone()
+                    .try_into()
+                    .map_err(|e| format!("--config {}: [[member]]: {e}", path.display()))?;
+                let spec = members
+                    .iter()
+                    .map(|m| format!("{}={}/{}", m.id, m.client, m.raft))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                out.push(("--cluster".to_string(), spec));
+            }
+            (section, toml::Value::Table(t)) => {
+                for (k2, v2) in t {
+                    let key = format!("{section}_{k2}");
+                    out.push((flag_of(&key), scalar(&key, v2)?));
+                }
+            }
+            (key, v) => out.push((flag_of(key), scalar(key, v)?)),
+        }
+    }
+    Ok(out)
+}
+
+fn flag_of(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+impl RunArgs {
+    pub fn parse(args: &[String]) -> Result<RunArgs, String> {
+        let (mut id, mut spec, mut data) = (None, None, None);
+        let mut opts = NodeOpts::default();
+        let mut join = false;
+        let cli = pairs(args)?;
+        let mut all = Vec::new();
+        for (f, v) in &cli {
+            if f == "--config" {
+                let from_file = file_flags(std::path::Path::new(v))?;
+                if let Some((f, _)) = from_file.iter().find(|(f, _)| f == "--config") {
+                    return Err(format!("{v}: {f} inside a config file"));
+                }
+                all.extend(from_file);
+            }
+        }
+        // Flags after the file's: the command line overrides it.
+        all.extend(cli.into_iter().filter(|(f, _)| f != "--config"));
+        for (f, v) in all {
+            match f.as_str() {
+                "--id" => id = Some(num::<NodeId>(&f, &v)?),
+                "--cluster" => spec = Some(ClusterSpec::parse(&v)?),
+                "--data" => data = Some(PathBuf::from(v)),
+                "--join" => join = v == "true",
+                _ if node_flag(&mut opts, &f, &v)? => {}
+                _ => return Err(format!("unknown option {f}")),
+            }
+        }
+        let id = id.ok_or("--id is required")?;
+        let spec = spec.ok_or("--cluster is required")?;
+        let data = data.ok_or("--data is required")?;
+        if !spec.nodes.contains_key(&id) {
+            return Err(format!("node {id} is not in --cluster"));
+        }
+        opts.check()?;
+        if opts.tls_peer_ca.is_some() && opts.tls_cert.is_none() {
+            return Err("--tls-peer-ca needs --tls-cert/--tls-key".into());
+        }
+        let me = &spec.nodes[&id];
+        if !opts.insecure {
+            if opts.tls_cert.is_none() && !is_loopback(&me.client) {
+                return Err(format!(
+                    "the client address {} is not loopback and has no TLS (--tls-cert/--tls-key); \
+                     --insecure runs it in plaintext anyway",
+                    me.client
+                ));
+            }
+            if opts.tls_peer_ca.is_none() && !is_loopback(&me.raft) {
+                return Err(format!(
+                    "the raft address {} is not loopback and has no mutual TLS (--tls-peer-ca); \
+                     --insecure runs it in plaintext anyway",
+                    me.raft
+                ));
+            }
+        }
+        Ok(RunArgs {
+            id,
+            spec,
+            data,
+            opts,
+            join,
+        })
+    }
+}
+
+impl ClusterArgs {
+    pub fn parse(args: &[String]) -> Result<ClusterArgs, String> {
+        let mut a = ClusterArgs {
+            nodes: 3,
+            base_port: 9991,
+            data: PathBuf::new(),
+            node_flags: Vec::new(),
+            tls: None,
+        };
+        let mut data = None;
+        let mut probe = NodeOpts::default();
+        for (f, v) in pairs(args)? {
+            match f.as_str() {
+                "--nodes" => a.nodes = num(&f, &v)?,
+                "--base-port" => a.base_port = num(&f, &v)?,
+                "--data" => data = Some(PathBuf::from(v)),
+                "--tls" => a.tls = Some(PathBuf::from(v)),
+                _ if f.starts_with("--tls") || f == "--token-key" => {
+                    return Err(format!(
+                        "{f}: cluster makes its own certificates with --tls DIR"
+                    ))
+                }
+                "--insecure" => a.node_flags.push(f),
+                "--metrics" => {
+                    return Err("cluster gives node i its metrics on P+i-1+2000 itself".into())
+                }
+                _ if node_flag(&mut probe, &f, &v)? => a.node_flags.extend([f, v]),
+                _ => return Err(format!("unknown option {f}")),
+            }
+        }
+        a.data = data.ok_or("--data is required")?;
+        if !(1..=8).contains(&a.nodes) {
+            return Err("--nodes: 1..8".into());
+        }
+        let top = a.base_port as u32 + a.nodes as u32 - 1 + METRICS_PORT_OFFSET as u32;
+        if a.base_port == 0 || top > u16::MAX as u32 {
+            return Err(format!(
+                "--base-port {}: node i uses P+i-1 (clients), +{RAFT_PORT_OFFSET} (raft) and \
+                 +{METRICS_PORT_OFFSET} (metrics), so P must be in 1..={}",
+                a.base_port,
+                u16::MAX as u32 + 1 - a.nodes as u32 - METRICS_PORT_OFFSET as u32
+            ));
+        }
+        // Refused here once, not by every node after the launch.
+        probe.check()?;
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_spec() {
+        let s = ClusterSpec::parse(&ClusterSpec::loopback(3, 9991)).unwrap();
+        assert_eq!(s.nodes.len(), 3);
+        assert_eq!(s.nodes[&2].client, "127.0.0.1:9992");
+        assert_eq!(s.nodes[&3].raft, "127.0.0.1:10993");
+        assert!(ClusterSpec::parse("1=127.0.0.1:1").is_err());
+        assert!(ClusterSpec::parse("0=127.0.0.1:1/127.0.0.1:2").is_err());
+    }
+
+    #[test]
+    fn parses_run() {
+        let args: Vec<String> = [
+            "--id",
+            "2",
+            "--cluster",
+            "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4",
+            "--data",
+            "/tmp/x",
+            "--heartbeat-ms=20",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!(r.id, 2);
+        assert_eq!(r.opts.heartbeat_ms, 20);
+    }
+
+    /// C17: the stored membership wins over --cluster (members added or removed, a joined
+    /// node); a member at another address than stored is refused. `--join` parses.
+    #[test]
+    fn stored_membership_wins_but_not_a_moved_address() {
+        let spec = |s: &str| ClusterSpec::parse(s).unwrap();
+        let a = "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6";
+        let stored =
+            spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6,4=127.0.0.1:7/127.0.0.1:8")
+                .nodes;
+        assert_eq!(
+            check_stored_membership(2, &BTreeMap::new(), &spec(a)),
+            Ok(None)
+        );
+        assert_eq!(
+            check_stored_membership(2, &spec(a).nodes, &spec(a)),
+            Ok(None)
+        );
+        let note = check_stored_membership(2, &stored, &spec(a))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("added or removed online"), "{note}");
+        // A joined node whose --cluster names only itself.
+        assert!(check_stored_membership(4, &stored, &spec("4=127.0.0.1:7/127.0.0.1:8")).is_ok());
+        // A removed node.
+        let note = check_stored_membership(1, &stored, &spec(a))
+            .unwrap()
+            .unwrap();
+        assert!(note.contains("removed"), "{note}");
+        // Node 3 moved in --cluster: refused, whoever restarts.
+        let moved = spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6");
+        let e = check_stored_membership(2, &stored, &moved).unwrap_err();
+        assert!(e.contains("node 3 is") && e.contains("127.0.0.1:9"), "{e}");
+        let e = check_stored_membership(3, &stored, &moved).unwrap_err();
+        assert!(e.contains("this node (id 3)"), "{e}");
+        let args: Vec<String> = [
+            "--id",
+            "4",
+            "--cluster",
+            "4=127.0.0.1:7/127.0.0.1:8",
+            "--data",
+            "/tmp/x",
+            "--join",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert!(RunArgs::parse(&args).unwrap().join);
+        assert!(!RunArgs::parse(&args[..6]).unwrap().join);
+    }
+
+    /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there.
+    #[test]
+    fn refuses_plaintext_off_loopback() {
+        let run = |extra: &[&str]| {
+            let mut a: Vec<String> = [
+                "--id",
+                "1",
+                "--cluster",
+                "1=10.1.2.3:9991/10.1.2.3:10991",
+                "--data",
+                "/tmp/x",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            a.extend(extra.iter().map(|s| s.to_string()));
+            RunArgs::parse(&a)
+        };
+        let e = run(&[]).unwrap_err();
+        assert!(e.contains("--insecure"), "{e}");
+        let e = run(&["--tls-cert", "c", "--tls-key", "k"]).unwrap_err();
+        assert!(e.contains("raft address"), "{e}");
+        assert!(run(&["--tls-cert", "c", "--tls-key", "k", "--tls-peer-ca", "ca"]).is_ok());
+        assert!(run(&["--insecure"]).unwrap().opts.insecure);
+        let mut lo = run(&[]);
+        assert!(lo.is_err());
+        lo = RunArgs::parse(
+            &[
+                "--id",
+                "1",
+                "--cluster",
+                "1=127.0.0.1:1/127.0.0.1:2",
+                "--data",
+                "/tmp/x",
+            ]
+            .map(String::from),
+        );
+        assert!(lo.is_ok(), "loopback stays easy");
+        assert!(is_loopback("localhost:1") && is_loopback("a.localhost:2"));
+        assert!(!is_loopback("localhost.example.org:1") && !is_loopback("10.0.0.1:1"));
+    }
+
+    #[test]
+    fn config_file_then_flags_override_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            r#"
+id = 2
+data = "/var/lib/xce"
+heartbeat_ms = 50
+election_min_ms = 400
+election_max_ms = 800
+metrics = "ctrl2.example:9100"
+[tls]
+cert = "/etc/xce/c.pem"
+key = "/etc/xce/k.pem"
+peer_ca = "/etc/xce/ca.pem"
+[[member]]
+id = 1
+client = "ctrl1.example:9991"
+raft = "ctrl1.example:10991"
+[[member]]
+id = 2
+client = "ctrl2.example:9991"
+raft = "ctrl2.example:10991"
+"#,
+        )
+        .unwrap();
+        let args: Vec<String> = ["--config", f.to_str().unwrap(), "--heartbeat-ms", "60"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!(r.id, 2);
+        assert_eq!(r.data, PathBuf::from("/var/lib/xce"));
+        assert_eq!(r.opts.heartbeat_ms, 60, "the flag overrides the file");
+        assert_eq!(r.opts.election_min_ms, 400);
+        assert_eq!(r.opts.metrics.as_deref(), Some("ctrl2.example:9100"));
+        assert_eq!(r.opts.tls_key, Some(PathBuf::from("/etc/xce/k.pem")));
+        assert_eq!(r.spec.nodes[&1].raft, "ctrl1.example:10991");
+        // The command line's --cluster replaces the file's members.
+        let args: Vec<String> = [
+            "--config",
+            f.to_str().unwrap(),
+            "--cluster",
+            "2=127.0.0.1:1/127.0.0.1:2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(RunArgs::parse(&args).unwrap().spec.nodes.len(), 1);
+        std::fs::write(&f, "id = 1\n[[member]]\nid = 1\nclient = \"a:1\"\n").unwrap();
+        let e = RunArgs::parse(&args[..2]).unwrap_err();
+        assert!(e.contains("raft"), "{e}");
+        std::fs::write(&f, "id = [1]\n").unwrap();
+        let e = RunArgs::parse(&args[..2]).unwrap_err();
+        assert!(e.contains("id: want a string, number or boolean"), "{e}");
+    }
+
+    #[test]
+    fn addresses_are_ips_or_host_names() {
+        for ok in [
+            "127.0.0.1:1",
+            "[::1]:9991",
+            "localhost:9991",
+            "ctrl-1.example.org:1",
+        ] {
+            check_addr(ok).unwrap();
+        }
+        for bad in [
+            "localhost",
+            "localhost:0",
+            ":1",
+            "a..b:1",
+            "-a:1",
+            "a_b:1",
+            "h:99999",
+        ] {
+            assert!(check_addr(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let f = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/deploy/controller-1.toml"
+        );
+        let args: Vec<String> = vec!["--config".into(), f.into()];
+        let r = RunArgs::parse(&args).unwrap();
+        assert_eq!((r.id, r.spec.nodes.len()), (1, 3));
+        assert_eq!(r.spec.nodes[&3].client, "ctrl3.example.org:9991");
+        assert_eq!(r.opts.metrics.as_deref(), Some("0.0.0.0:9100"));
+        assert_eq!(r.data, PathBuf::from("/var/lib/xce-controller"));
+        assert_eq!(r.opts.tls_peer_ca, Some(PathBuf::from("/etc/xce/ca.pem")));
+        assert_eq!(r.opts.token_key, Some(PathBuf::from("/etc/xce/token.key")));
+    }
+
+    #[test]
+    fn split_addr_strips_brackets() {
+        assert_eq!(split_addr("[::1]:9991"), Some(("::1".into(), 9991)));
+        assert_eq!(split_addr("h.example:1"), Some(("h.example".into(), 1)));
+        assert_eq!(split_addr("h"), None);
+    }
+}

@@ -1,0 +1,320 @@
+//! C18: the node's metrics in the Prometheus text format (OpenMetrics), served over HTTP by
+//! `run --metrics ADDR` at `/metrics` (the endpoint, which reads the gauges:
+//! `ports/metrics.rs`).
+//!
+//! One registry per process (one node per process), built on `prometheus-client`. Counters and
+//! histograms are fed by small hooks where things happen (`fsync` in the log store, `op` and
+//! `connection` in the client server, leader changes by a watcher of openraft's metrics);
+//! gauges (term, role, indexes, sizes, cursors) are read from the node when scraped.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForwardLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabels {
+    answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+    status: &'static str,
+}
+
+type Gauge64 = Gauge<i64, std::sync::atomic::AtomicI64>;
+type GaugeF = Gauge<f64, AtomicU64>;
+
+pub(crate) struct Metrics {
+    pub(crate) registry: Registry,
+    pub(crate) term: Gauge64,
+    pub(crate) is_primary: Gauge64,
+    pub(crate) leader_changes: Counter,
+    commit: Histogram,
+    fsync: Histogram,
+    ops: Family<OpLabels, Counter>,
+    forwards: Family<ForwardLabels, Counter>,
+    pre_votes: Family<AnswerLabels, Counter>,
+    campaigns: Family<ForwardLabels, Counter>,
+    connections: Gauge64,
+    pub(crate) cursors: Gauge64,
+    pub(crate) last_log_index: Gauge64,
+    pub(crate) applied_index: Gauge64,
+    pub(crate) snapshot_index: Gauge64,
+    pub(crate) log_entries: Gauge64,
+    pub(crate) db_bytes: Gauge64,
+    pub(crate) snapshot_bytes: Gauge64,
+    pub(crate) quorum_ack_age: GaugeF,
+    flush_pending: Gauge64,
+    appends: Family<KindLabels, Counter>,
+}
+
+pub(crate) static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            term: Gauge64::default(),
+            is_primary: Gauge64::default(),
+            leader_changes: Counter::default(),
+            // 50 µs .. ~3.3 s: an fsync on a fast disk to a commit across a slow election.
+            commit: Histogram::new(exponential_buckets(0.000_05, 2.0, 17)),
+            fsync: Histogram::new(exponential_buckets(0.000_01, 2.0, 18)),
+            ops: Family::default(),
+            forwards: Family::default(),
+            pre_votes: Family::default(),
+            campaigns: Family::default(),
+            connections: Gauge64::default(),
+            cursors: Gauge64::default(),
+            last_log_index: Gauge64::default(),
+            applied_index: Gauge64::default(),
+            snapshot_index: Gauge64::default(),
+            log_entries: Gauge64::default(),
+            db_bytes: Gauge64::default(),
+            snapshot_bytes: Gauge64::default(),
+            quorum_ack_age: GaugeF::default(),
+            flush_pending: Gauge64::default(),
+            appends: Family::default(),
+        };
+        r.register("xce_raft_term", "Current Raft term", m.term.clone());
+        r.register(
+            "xce_is_primary",
+            "1 while this node is the serving primary (a leader heard by its quorum)",
+            m.is_primary.clone(),
+        );
+        r.register(
+            "xce_leader_changes",
+            "Changes of the known leader seen by this node",
+            m.leader_changes.clone(),
+        );
+        r.register(
+            "xce_commit_seconds",
+            "Time from a client write's arrival to its commit and apply (successful writes)",
+            m.commit.clone(),
+        );
+        r.register(
+            "xce_fsync_seconds",
+            "Durable log commits: one redb commit (fsync) each; on the primary, appends that \
+             queued while one ran share the next",
+            m.fsync.clone(),
+        );
+        r.register(
+            "xce_raft_appends_received",
+            "AppendEntries this node received from a leader, by kind: entries (log entries to \
+             store), empty (a heartbeat; it also carries the leader's commit index)",
+            m.appends.clone(),
+        );
+        r.register(
+            "xce_ops",
+            "Client requests answered, by op and status",
+            m.ops.clone(),
+        );
+        r.register(
+            "xce_forwards",
+            "Client requests this standby forwarded to the primary (C16), by outcome",
+            m.forwards.clone(),
+        );
+        r.register(
+            "xce_pre_votes",
+            "Pre-votes (C15) this node answered for a candidate, by answer",
+            m.pre_votes.clone(),
+        );
+        r.register(
+            "xce_campaigns",
+            "Elections this node considered, by outcome: campaigned after a granted pre-vote, \
+             not_granted (no quorum said yes: no term raised), handover (C14, no pre-vote)",
+            m.campaigns.clone(),
+        );
+        r.register(
+            "xce_client_connections",
+            "Open client connections",
+            m.connections.clone(),
+        );
+        r.register(
+            "xce_listing_cursors",
+            "Paged listings pinned on this node",
+            m.cursors.clone(),
+        );
+        r.register(
+            "xce_raft_last_log_index",
+            "Index of the last entry in this node's log",
+            m.last_log_index.clone(),
+        );
+        r.register(
+            "xce_raft_applied_index",
+            "Index of the last entry applied to the job table",
+            m.applied_index.clone(),
+        );
+        r.register(
+            "xce_raft_snapshot_index",
+            "Index the latest snapshot covers",
+            m.snapshot_index.clone(),
+        );
+        r.register(
+            "xce_log_entries",
+            "Entries kept in the log (since the last purge)",
+            m.log_entries.clone(),
+        );
+        r.register(
+            "xce_log_bytes",
+            "Size of the log database file (raft.redb)",
+            m.db_bytes.clone(),
+        );
+        r.register(
+            "xce_snapshot_bytes",
+            "Size of the latest snapshot file",
+            m.snapshot_bytes.clone(),
+        );
+        r.register(
+            "xce_quorum_ack_age_seconds",
+            "On the leader: time since a quorum last acknowledged it (-1 elsewhere)",
+            m.quorum_ack_age.clone(),
+        );
+        r.register(
+            "xce_log_flush_pending_bytes",
+            "On the primary: bytes of its own log appends not yet on its disk (writes commit \
+             on the standbys' disks meanwhile; at 16 MiB the primary waits)",
+            m.flush_pending.clone(),
+        );
+        Metrics { registry: r, ..m }
+    }
+}
+
+/// The primary's own appends not yet on its disk now total `bytes` (store hook).
+pub fn flush_pending(bytes: usize) {
+    M.flush_pending
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// This node received an AppendEntries, with log entries or without (raft server hook).
+pub fn append_received(with_entries: bool) {
+    let kind = if with_entries { "entries" } else { "empty" };
+    M.appends.get_or_create(&KindLabels { kind }).inc();
+}
+
+/// A durable log append took `d` (store hook).
+pub fn fsync(d: Duration) {
+    M.fsync.observe(d.as_secs_f64());
+}
+
+/// A client request `op` was answered with `status`; `write_took` is the time a successful
+/// write took to commit (server hook).
+pub fn op(op: &'static str, status: i32, write_took: Option<Duration>) {
+    M.ops
+        .get_or_create(&OpLabels {
+            op,
+            status: status_name(status),
+        })
+        .inc();
+    if let (0, Some(d)) = (status, write_took) {
+        M.commit.observe(d.as_secs_f64());
+    }
+}
+
+/// A client request was forwarded to the primary (C16) with this `outcome`: `replied`,
+/// `unreachable`, `refused`, `lost`.
+pub fn forward(outcome: &'static str) {
+    M.forwards.get_or_create(&ForwardLabels { outcome }).inc();
+}
+
+/// This node answered a candidate's pre-vote (C15) with `granted` (raft server hook).
+pub fn pre_vote(granted: bool) {
+    let answer = if granted { "granted" } else { "refused" };
+    M.pre_votes.get_or_create(&AnswerLabels { answer }).inc();
+}
+
+/// This node's election timer or a handover led to `outcome`: `campaigned`, `not_granted`,
+/// `handover` (raft/elect.rs and raft/handover.rs hooks).
+pub fn campaign(outcome: &'static str) {
+    M.campaigns.get_or_create(&ForwardLabels { outcome }).inc();
+}
+
+/// Counts an open client connection until dropped (server hook).
+pub struct Connection(());
+
+pub fn connection() -> Connection {
+    M.connections.inc();
+    Connection(())
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        M.connections.dec();
+    }
+}
+
+/// A bounded label for a reply status.
+fn status_name(status: i32) -> &'static str {
+    use xce::error::*;
+    match -status {
+        0 => "ok",
+        E_XCE_REDIRECT => "redirect",
+        E_XCE_NOMASTER => "nomaster",
+        E_XCE_NOT_READY => "not_ready",
+        E_XCE_STANDBY => "standby",
+        E_XCE_DUP_JOB => "dup",
+        E_XCE_PROTO => "proto",
+        E_XCE_AUTH => "auth",
+        E_XCE_TOOBIG => "toobig",
+        libc::ENOENT => "enoent",
+        libc::EINVAL => "einval",
+        libc::EEXIST => "eexist",
+        libc::EPERM => "eperm",
+        libc::ESTALE => "estale",
+        libc::EBUSY => "ebusy",
+        _ if status > 0 => "ok",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_kinds_are_prometheus_ones() {
+        fsync(Duration::from_micros(70));
+        op("jobsubmit", 0, Some(Duration::from_millis(1)));
+        op("jobsubmit", -xce::error::E_XCE_STANDBY, None);
+        let _c = connection();
+        pre_vote(true);
+        campaign("not_granted");
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &M.registry).unwrap();
+        for want in [
+            "# TYPE xce_raft_term gauge",
+            "# TYPE xce_leader_changes counter",
+            "xce_leader_changes_total 0",
+            "# TYPE xce_commit_seconds histogram",
+            "xce_commit_seconds_count 1",
+            "xce_fsync_seconds_bucket{le=\"0.00008\"} 1",
+            "xce_ops_total{op=\"jobsubmit\",status=\"ok\"} 1",
+            "xce_ops_total{op=\"jobsubmit\",status=\"standby\"} 1",
+            "xce_client_connections 1",
+            "xce_pre_votes_total{answer=\"granted\"} 1",
+            "xce_campaigns_total{outcome=\"not_granted\"} 1",
+            "# EOF",
+        ] {
+            assert!(out.contains(want), "{want:?} not in\n{out}");
+        }
+    }
+}

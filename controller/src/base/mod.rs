@@ -1,0 +1,11 @@
+//! The base: what every other folder may use, and which uses nothing of theirs — node ids
+//! and addresses, the clocks, configuration and its parsing, TLS material, identities and
+//! authorization, the metric counters, the log line stamper.
+
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod counters;
+pub mod ids;
+pub mod logstamp;
+pub mod tls;

@@ -1,0 +1,400 @@
+//! TLS (C6, C13): rustls with the `ring` provider.
+//!
+//! - The client port: a server certificate, optionally client certificates verified against
+//!   a CA bundle (the identity a client certificate names is read by [`cert_names`]).
+//! - The raft port: mutual TLS between members ([`PeerTls`]). Each node's certificate names
+//!   it `xce-node-<id>` ([`node_name`]) in its subject alternative names; a node dialling
+//!   member N verifies the server certificate for that name, and a node accepting a peer
+//!   checks that the client certificate names a configured member ([`member_of`]). A client
+//!   identity signed by the same CA (`admin`, `user-alice`, …) is not a member.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::kernel::KernelConnection;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ServerConnectionData, WebPkiClientVerifier};
+use rustls::RootCertStore;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use xce::transport::records::{self, Records, HEADER, MAX_RECORD};
+
+use crate::base::ids::NodeId;
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut BufReader::new(f)).collect();
+    let certs = certs.map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate found", path.display()));
+    }
+    Ok(certs)
+}
+
+fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    rustls_pemfile::private_key(&mut BufReader::new(f))
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .ok_or_else(|| format!("{}: no private key found", path.display()))
+}
+
+/// Every certificate of a CA bundle (PEM, one or more: old and new CA while rotating).
+fn roots(ca: &Path) -> Result<Arc<RootCertStore>, String> {
+    let mut roots = RootCertStore::empty();
+    for c in certs(ca)? {
+        roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The configuration for `--tls-cert/--tls-key [--tls-client-ca]` (the client port). With a CA,
+/// clients must present a certificate it signed, unless `allow_anonymous` (callers that
+/// authenticate with a token instead, C13).
+pub fn acceptor(
+    cert: &Path,
+    key_path: &Path,
+    client_ca: Option<&Path>,
+    allow_anonymous: bool,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = provider();
+    // TLS 1.3 only, as the protocol says (protocol.md) and every client of the port speaks:
+    // its records after the handshake are `ServerTls`'s TLS 1.3 record layer.
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut v = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider);
+            if allow_anonymous {
+                v = v.allow_unauthenticated();
+            }
+            builder.with_client_cert_verifier(v.build().map_err(|e| e.to_string())?)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs(cert)?, key(key_path)?)
+        .map_err(|e| e.to_string())?;
+    // P15: after the handshake the connection's keys go to the record layer (`ServerTls`);
+    // nothing of the handshake changes.
+    config.enable_secret_extraction = true;
+    Ok(Arc::new(config))
+}
+
+/// The name a member's certificate carries (DNS subject alternative name).
+pub fn node_name(id: NodeId) -> String {
+    format!("xce-node-{id}")
+}
+
+/// The DNS subject alternative names and the common name of a DER certificate (empty if it
+/// does not parse: such a certificate names nobody).
+pub fn cert_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
+                names.push(d.to_string());
+            }
+        }
+    }
+    for cn in cert.subject().iter_common_name() {
+        if let Ok(s) = cn.as_str() {
+            names.push(s.to_string());
+        }
+    }
+    names
+}
+
+/// The member a peer's certificate names, if it names one of `members` (SAN `xce-node-<id>`).
+pub fn member_of(der: &[u8], members: &[NodeId]) -> Option<NodeId> {
+    cert_names(der)
+        .iter()
+        .filter_map(|n| n.strip_prefix("xce-node-")?.parse::<NodeId>().ok())
+        .find(|id| members.contains(id))
+}
+
+/// Mutual TLS on the raft port: this node's certificate and the cluster's CA bundle.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub acceptor: TlsAcceptor,
+    pub connector: TlsConnector,
+}
+
+impl PeerTls {
+    /// Peers must present a certificate `ca` signed (the member check follows the handshake);
+    /// this node presents `cert` both as server and as client.
+    pub fn new(cert: &Path, key_path: &Path, ca: &Path) -> Result<PeerTls, String> {
+        let provider = provider();
+        let roots = roots(ca)?;
+        let chain = certs(cert)?;
+        let k = key(key_path)?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .map_err(|e| e.to_string())?;
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), k.clone_key())
+            .map_err(|e| e.to_string())?;
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, k)
+            .map_err(|e| e.to_string())?;
+        Ok(PeerTls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+        })
+    }
+
+    /// The server name member `id` must present when dialled.
+    pub fn server_name(id: NodeId) -> ServerName<'static> {
+        ServerName::try_from(node_name(id)).expect("xce-node-N is a valid DNS name")
+    }
+}
+
+/// A client of the client port trusting `ca`, presenting `identity` (certificate, key) if
+/// given — else none (a caller identified by a token): the `cluster` launcher's probe,
+/// `status`, `member`.
+pub fn client_connector(
+    ca: &Path,
+    identity: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<TlsConnector, String> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots(ca)?);
+    let config = match identity {
+        Some((cert, key_path)) => builder
+            .with_client_auth_cert(certs(cert)?, key(key_path)?)
+            .map_err(|e| e.to_string())?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// A client-port TLS connection: the handshake through rustls's unbuffered server (under the
+/// caller's deadline), then the connection's keys handed to the library's record layer
+/// (`xce::transport::records`, P15: the secured `hello` round trip): records are read
+/// straight into one buffer, decrypted there in place, and their plaintext appended to the
+/// caller's buffer; a reply is sealed into one buffer and sent with one write — no rustls
+/// state machine, copies or allocations per record beyond the seal's. Key updates and alerts
+/// are handled there; rustls keeps the keys.
+pub struct ServerTls {
+    tcp: tokio::net::TcpStream,
+    records: Records<KernelConnection<ServerConnectionData>>,
+    /// Received bytes not yet a whole record: at most one record and one read.
+    inbuf: Box<[u8]>,
+    inlen: usize,
+    /// Records to send; reused.
+    out: Vec<u8>,
+    /// Plaintext that arrived with the handshake's last flight.
+    early: Vec<u8>,
+    peer: Option<Vec<CertificateDer<'static>>>,
+}
+
+/// Bytes read from the socket at most at once.
+const READ_CHUNK: usize = 64 * 1024;
+/// A reply buffer bigger than this is given back once sent.
+const KEEP_OUT: usize = 64 * 1024;
+
+fn invalid(e: rustls::Error) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+}
+
+/// Whether `b` (at least a header) holds a whole TLS record.
+fn whole_record(b: &[u8]) -> bool {
+    b.len() >= HEADER && b.len() >= HEADER + u16::from_be_bytes([b[3], b[4]]) as usize
+}
+
+impl ServerTls {
+    /// The TLS handshake on an accepted connection, as `config` says (certificates verified
+    /// by rustls). Not bounded in time here: the caller's deadline is. A failure is
+    /// `InvalidData` wrapping rustls's error, after its alert was sent on a best-effort
+    /// basis; EOF is `UnexpectedEof`.
+    pub async fn accept(
+        tcp: tokio::net::TcpStream,
+        config: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<ServerTls> {
+        use rustls::unbuffered::ConnectionState;
+        use std::io::ErrorKind;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tcp;
+        let mut conn = rustls::server::UnbufferedServerConnection::new(config).map_err(invalid)?;
+        let mut inbuf: Vec<u8> = Vec::new();
+        let mut out: Vec<u8> = Vec::new();
+        let mut early: Vec<u8> = Vec::new();
+        loop {
+            let st = conn.process_tls_records(&mut inbuf);
+            let discard = st.discard;
+            let mut failed = None;
+            let mut read_more = false;
+            let mut done = false;
+            match st.state {
+                Err(e) => failed = Some(e),
+                Ok(ConnectionState::EncodeTlsData(mut s)) => {
+                    records::encode_handshake(&mut s, &mut out).map_err(invalid)?;
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => {
+                    tcp.write_all(&out).await?;
+                    out.clear();
+                    t.done();
+                }
+                Ok(ConnectionState::BlockedHandshake) => read_more = true,
+                Ok(ConnectionState::WriteTraffic(_)) => done = true,
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    // The client's first request, in the same read as its last handshake
+                    // message.
+                    while let Some(rec) = r.next_record() {
+                        early.extend_from_slice(rec.map_err(invalid)?.payload);
+                    }
+                }
+                Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
+                    return Err(ErrorKind::UnexpectedEof.into())
+                }
+                Ok(other) => {
+                    return Err(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        format!("unexpected TLS state {other:?}"),
+                    ))
+                }
+            }
+            inbuf.drain(..discard);
+            if let Some(e) = failed {
+                // rustls queued its alert: send it, best effort.
+                let alert = records::handshake_alert(conn.process_tls_records(&mut inbuf).state);
+                let _ = tcp.try_write(&alert);
+                return Err(invalid(e));
+            }
+            if done {
+                break;
+            }
+            if read_more {
+                if inbuf.len() >= xce::transport::records::MAX_HANDSHAKE + MAX_RECORD {
+                    return Err(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        "TLS handshake message too large",
+                    ));
+                }
+                let at = inbuf.len();
+                inbuf.resize(at + 16 * 1024, 0);
+                let r = tcp.read(&mut inbuf[at..]).await;
+                inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+                match r {
+                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let peer = conn.peer_certificates().map(|c| c.to_vec());
+        let (secrets, kernel) = conn.dangerous_into_kernel_connection().map_err(invalid)?;
+        let records = Records::new(secrets, kernel).map_err(invalid)?;
+        if inbuf.len() > MAX_RECORD {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                "TLS record too large",
+            ));
+        }
+        let mut buf = vec![0u8; MAX_RECORD + READ_CHUNK].into_boxed_slice();
+        buf[..inbuf.len()].copy_from_slice(&inbuf);
+        Ok(ServerTls {
+            tcp,
+            records,
+            inlen: inbuf.len(),
+            inbuf: buf,
+            out: Vec::new(),
+            early,
+            peer,
+        })
+    }
+
+    /// The client's certificate chain, if it presented one (C13).
+    pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        self.peer.as_deref()
+    }
+
+    /// Appends received plaintext to `buf`: the number of bytes (at least one), or 0 once
+    /// the client sent close_notify. A TCP close without close_notify is `UnexpectedEof`; a
+    /// record that does not decrypt or breaks the protocol is `InvalidData` (an alert sent
+    /// first, best effort). Cancel-safe while it waits for the socket: what was read stays in
+    /// the record buffer.
+    pub async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        use std::io::ErrorKind;
+        use tokio::io::AsyncWriteExt;
+        if !self.early.is_empty() {
+            let n = self.early.len();
+            buf.append(&mut self.early);
+            return Ok(n);
+        }
+        loop {
+            if self.records.peer_closed() {
+                return Ok(0);
+            }
+            if !whole_record(&self.inbuf[..self.inlen]) {
+                match self.tcp.try_read(&mut self.inbuf[self.inlen..]) {
+                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => self.inlen += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        self.tcp.readable().await?;
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let before = buf.len();
+            self.out.clear();
+            let opened = match self
+                .records
+                .open(&mut self.inbuf[..self.inlen], buf, &mut self.out)
+            {
+                Ok(o) => o,
+                Err(e) => {
+                    let mut a = Vec::new();
+                    let alert = Records::<KernelConnection<ServerConnectionData>>::alert_for(&e);
+                    if self.records.alert(alert, &mut a).is_ok() {
+                        let _ = self.tcp.try_write(&a);
+                    }
+                    return Err(invalid(e));
+                }
+            };
+            self.inbuf.copy_within(opened.consumed..self.inlen, 0);
+            self.inlen -= opened.consumed;
+            if !self.out.is_empty() {
+                // A key update's answer, before any reply under the new keys.
+                self.tcp.write_all(&self.out).await?;
+            }
+            if buf.len() > before {
+                return Ok(buf.len() - before);
+            }
+            if opened.closed {
+                return Ok(0);
+            }
+        }
+    }
+
+    /// Encrypts and sends all of `data` (records of at most 16 KiB) with one write when the
+    /// socket takes it.
+    pub async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.out.clear();
+        self.records.seal(data, &mut self.out).map_err(invalid)?;
+        let r = self.tcp.write_all(&self.out).await;
+        if self.out.capacity() > KEEP_OUT {
+            self.out = Vec::new();
+        }
+        r
+    }
+}

@@ -1,0 +1,141 @@
+//! `xce-controller member add|remove|list` (C17): membership changes through the library's
+//! client (`xce::client::Client`), so redirects to the primary, retries and exactly-once
+//! request ids are the library's. The identity (admin, for add and remove) is `status`'s: TLS
+//! files and a token, from the options or `XCE_TLS_*` / `XCE_AUTH_TOKEN`.
+
+use xce::client::{parse_masters, Client, Config, TlsFiles};
+use xce::failover::options::ClientOption;
+use xce::wire::ControllerRole;
+
+use crate::base::config::ClusterSpec;
+use crate::cmd::status::StatusArgs;
+
+/// What `member` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Add {
+        id: u32,
+        client: String,
+        raft: String,
+    },
+    Remove {
+        id: u32,
+    },
+    List,
+}
+
+/// `member` arguments: the action, then `status`'s options.
+pub struct MemberArgs {
+    pub action: Action,
+    pub conn: StatusArgs,
+}
+
+/// Longest one call waits for its reply: `member add` returns once the new node caught up.
+const REPLY_TIMEOUT_MS: u32 = 70_000;
+/// Longest one command runs, retries included.
+const CALL_DEADLINE_MS: u32 = 90_000;
+
+impl MemberArgs {
+    pub fn parse(args: &[String]) -> Result<MemberArgs, String> {
+        let (action, rest) = match args.first().map(String::as_str) {
+            Some("add") => {
+                let spec = args.get(1).ok_or("member add: missing ID=CLIENT/RAFT")?;
+                let parsed = ClusterSpec::parse(spec)?;
+                if parsed.nodes.len() != 1 {
+                    return Err(format!("member add: one ID=CLIENT/RAFT, not {spec:?}"));
+                }
+                let (&id, n) = parsed.nodes.iter().next().expect("one node");
+                let id = u32::try_from(id).map_err(|_| format!("member add: bad id {id}"))?;
+                (
+                    Action::Add {
+                        id,
+                        client: n.client.clone(),
+                        raft: n.raft.clone(),
+                    },
+                    &args[2..],
+                )
+            }
+            Some("remove") => {
+                let v = args.get(1).ok_or("member remove: missing ID")?;
+                let id = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&i| i > 0)
+                    .ok_or_else(|| format!("member remove: bad id {v:?}"))?;
+                (Action::Remove { id }, &args[2..])
+            }
+            Some("list") => (Action::List, &args[1..]),
+            Some(other) => return Err(format!("unknown member command {other:?}")),
+            None => return Err("missing member command (add, remove or list)".into()),
+        };
+        Ok(MemberArgs {
+            action,
+            conn: StatusArgs::parse(rest)?,
+        })
+    }
+}
+
+fn client(a: &StatusArgs) -> Result<Client, String> {
+    let masters = parse_masters(&a.masters.join(","))
+        .map_err(|e| format!("--masters: {}", xce::strerror(e.code())))?;
+    let config = Config {
+        masters,
+        tls: a.tls.as_ref().map(|(ca, identity)| TlsFiles {
+            ca_file: ca.clone(),
+            cert_file: identity.as_ref().map(|(c, _)| c.clone()),
+            key_file: identity.as_ref().map(|(_, k)| k.clone()),
+        }),
+        client_name: "xce-controller member".into(),
+        auth_token: (!a.token.is_empty()).then(|| a.token.clone()),
+    };
+    let c = Client::start(config).map_err(|e| format!("start: {}", xce::strerror(e.code())))?;
+    for o in [
+        ClientOption::ReplyTimeoutMs(REPLY_TIMEOUT_MS),
+        ClientOption::CallDeadlineMs(CALL_DEADLINE_MS),
+        ClientOption::Suspicion(false),
+    ] {
+        c.set_option(o)
+            .map_err(|e| format!("option: {}", xce::strerror(e.code())))?;
+    }
+    Ok(c)
+}
+
+/// Runs the command: 0 on success, 1 on a failure (printed).
+pub fn member(a: MemberArgs) -> i32 {
+    let c = match client(&a.conn) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xce-controller member: {e}");
+            return 1;
+        }
+    };
+    let res = match &a.action {
+        Action::Add { id, client, raft } => c
+            .member_add(*id, client, raft)
+            .map(|()| println!("added node {id} ({client}/{raft}) as a voter")),
+        Action::Remove { id } => c.member_remove(*id).map(|()| println!("removed node {id}")),
+        Action::List => c.clusterconf().map(|conf| {
+            for e in &conf.controllers {
+                let role = match e.role {
+                    ControllerRole::Primary => "primary",
+                    ControllerRole::Standby => "voter",
+                    _ => "learner",
+                };
+                println!("{} {}:{} {role}", e.id, e.host, e.port);
+            }
+        }),
+    };
+    let code = match res {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!(
+                "xce-controller member: {} (status {})",
+                xce::strerror(e.code()),
+                e.code()
+            );
+            1
+        }
+    };
+    c.close();
+    code
+}

@@ -1,0 +1,7 @@
+//! The commands: `run` (one node), `cluster`, `pki`, `member`, `status`.
+
+pub mod cluster;
+pub mod member;
+pub mod pki;
+pub mod run;
+pub mod status;

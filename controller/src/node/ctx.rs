@@ -1,0 +1,207 @@
+//! The node's shared context ([`Ctx`]): what the client port, the raft port's forwarded
+//! requests, the metrics endpoint and the node's watchers share, and what each of them asks
+//! of it — whether this node serves as primary (C2, C10, C11), the reply of a node that does
+//! not, a write through the log (C3).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{RaftMetrics, ServerState};
+use tokio::sync::watch;
+use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN};
+use xce::wire::{self, Op, Reply, Request};
+
+use crate::base::clock::{now_ms, BootInstant};
+use crate::base::config::{split_addr, ClusterSpec, NodeOpts};
+use crate::base::ids::{CtrlNode, NodeId};
+use crate::raft::propose::WriteFail;
+use crate::raft::store::SharedApplied;
+use crate::raft::types::Raft;
+use crate::sm::state::{Cmd, Outcome, Proposal};
+
+/// Longest a read waits for its read index, or a write for its commit, before the client gets
+/// NOT_READY (a read) or E_XCE_UNKNOWN (a write, which may still commit: the client re-sends
+/// it with the same request id).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often `waitPrimary` re-checks a standby's silent leader.
+pub const STALE_LEADER_RECHECK: Duration = Duration::from_millis(25);
+
+/// Everything a connection needs, shared by all of them.
+pub struct Ctx {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub applied: SharedApplied,
+    pub spec: ClusterSpec,
+    pub opts: NodeOpts,
+    pub limits: wire::Limits,
+    /// Clients currently held in `waitPrimary` here.
+    pub primary_waiters: std::sync::atomic::AtomicU32,
+    /// The crowd of the current failover episode: the most clients held at once, and when one
+    /// last arrived. Reported to every waiter (herd spread, F18), so stragglers that arrive just
+    /// after the election spread as widely as the crowd they belong to.
+    pub crowd: std::sync::Mutex<(std::time::Instant, u32)>,
+    /// Followers' acceptance of this node's appends, for lease reads (C3).
+    pub lease: Arc<crate::raft::lease::LeaseClock>,
+    /// Who may campaign (C12, C14, C15).
+    pub elect: Arc<crate::raft::elect::Elections>,
+    /// Batches concurrent writes into shared Raft entries (P11).
+    pub proposer: crate::raft::propose::Proposer,
+    /// Listings pinned for paged reads (P12).
+    pub cursors: crate::sm::listing::Cursors,
+    /// C11 (amended): whether this leader's state machine holds everything committed before.
+    pub ready: Arc<crate::raft::ready::Readiness>,
+    /// Defect 5: connections served as primary are closed when this node stops serving.
+    pub tenure: Tenure,
+    /// Who may call what (C13).
+    pub auth: crate::base::auth::Auth,
+    /// C16: forwards clients' requests to the primary when they ask (F28).
+    pub forwarder: crate::raft::forward::Forwarder,
+}
+
+/// The number of tenures that have ended on this node (defect 5; ended by `tenure.rs`).
+pub struct Tenure {
+    pub(crate) ended: watch::Sender<u64>,
+}
+
+impl Default for Tenure {
+    fn default() -> Self {
+        Tenure {
+            ended: watch::channel(0).0,
+        }
+    }
+}
+
+impl Tenure {
+    /// The current tenure's number.
+    pub fn current(&self) -> u64 {
+        *self.ended.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.ended.subscribe()
+    }
+}
+
+impl Ctx {
+    /// Node `id`'s addresses: from the current membership (C17: members added online), else
+    /// from `--cluster`.
+    pub(crate) fn node(&self, id: NodeId) -> Option<CtrlNode> {
+        let m = self.raft.metrics().borrow().membership_config.clone();
+        m.membership()
+            .get_node(&id)
+            .cloned()
+            .or_else(|| self.spec.nodes.get(&id).cloned())
+    }
+
+    /// [`Ctx::not_primary`] for the membership ops (C17).
+    pub(crate) fn not_primary_reply(&self, seq: u64, op: &Op, leader: Option<NodeId>) -> Reply {
+        self.not_primary(seq, op, leader)
+    }
+
+    /// [`Ctx::outcome_unknown`] for the membership ops (C17).
+    pub(crate) fn outcome_unknown_reply(&self, seq: u64, op: &Op) -> Reply {
+        self.outcome_unknown(seq, op)
+    }
+
+    /// The reply of a node that cannot serve `op` itself (C2). `leader_hint` is a leader
+    /// named by a failed read/write, if any.
+    pub(crate) fn not_primary(&self, seq: u64, op: &Op, leader_hint: Option<NodeId>) -> Reply {
+        let m = self.raft.metrics().borrow().clone();
+        let initialized = m.membership_config.membership().nodes().next().is_some();
+        let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
+        let status = match (initialized, m.state, leader) {
+            (false, _, _) => E_XCE_NOT_READY,
+            (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
+            (_, _, Some(_)) => E_XCE_STANDBY,
+            (_, ServerState::Follower | ServerState::Learner, None) => E_XCE_NOMASTER,
+            // C10: a leader cut off from its quorum knows no usable primary.
+            (_, ServerState::Leader, None) if self.leader_cut_off() => E_XCE_NOMASTER,
+            // Candidate, or a leader that cannot reach a quorum: an election is (about to be) on.
+            _ => E_XCE_NOT_READY,
+        };
+        let mut r = Reply::status(seq, -status);
+        if let Some((h, p)) = leader
+            .and_then(|l| self.node(l))
+            .and_then(|n| split_addr(&n.client))
+        {
+            r.redirect_host = h;
+            r.redirect_port = p;
+        }
+        r
+    }
+
+    /// C10: this node leads but has heard from no quorum for an election timeout
+    /// (election-max): the others may be electing a new leader, so it must not present itself
+    /// as primary. Ends when a quorum answers again (or another leader deposes it).
+    pub fn leader_cut_off(&self) -> bool {
+        self.cut_off_in(&self.raft.metrics().borrow())
+    }
+
+    fn cut_off_in(&self, m: &RaftMetrics<NodeId, CtrlNode>) -> bool {
+        if m.state != ServerState::Leader {
+            return false;
+        }
+        let configs = m.membership_config.membership().get_joint_config();
+        let window = Duration::from_millis(self.opts.election_max_ms);
+        self.lease
+            .cut_off(&m.vote, configs, self.id, window, BootInstant::now())
+    }
+
+    /// A leader that serves right now (C2, C10, C11).
+    pub fn serving_leader(&self) -> bool {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        m.state == ServerState::Leader && !self.cut_off_in(&m) && self.ready.is_ready(&m.vote)
+    }
+
+    /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
+    /// a quorum which is not answering.
+    pub(crate) async fn until_cut_off(&self) {
+        loop {
+            tokio::time::sleep(STALE_LEADER_RECHECK).await;
+            if self.leader_cut_off() {
+                return;
+            }
+        }
+    }
+
+    /// C3 write: commit through the log, then answer with the applied outcome.
+    pub(crate) async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
+        let p = Proposal {
+            client_id: req.client_id,
+            request_id: req.request_id,
+            now_ms: now_ms(),
+            cmd,
+        };
+        let res = tokio::select! {
+            r = tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)) => r,
+            () = self.until_cut_off() => return Err(self.outcome_unknown(req.seq, &req.op)),
+        };
+        match res {
+            Ok(Ok(outcome)) => Ok(outcome),
+            // openraft answers ForwardToLeader for a proposal it never appended, or for one
+            // whose entry it truncated (never committed): not applied.
+            Ok(Err(WriteFail::NotLeader(leader))) => {
+                Err(self.not_primary(req.seq, &req.op, leader))
+            }
+            // Handed to the log and not confirmed: it may still commit (F19 amended).
+            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.outcome_unknown(req.seq, &req.op)),
+        }
+    }
+
+    /// F19 (amended): a write handed to the log whose commit this node could not confirm
+    /// (commit timeout, leadership lost or cut off): `E_XCE_UNKNOWN`, never NOT_READY or
+    /// NOMASTER, which promise "not applied". The client re-sends it with the same request id
+    /// (the exactly-once table answers with the first outcome if it did commit). A redirect
+    /// hint is attached when another leader is known.
+    pub(crate) fn outcome_unknown(&self, seq: u64, op: &Op) -> Reply {
+        let mut r = self.not_primary(seq, op, None);
+        eprintln!(
+            "node {}: {} (seq {seq}) placed in the log, commit not confirmed: outcome unknown",
+            self.id,
+            op.name()
+        );
+        r.status = -E_XCE_UNKNOWN;
+        r
+    }
+}

@@ -1,0 +1,287 @@
+//! C17: membership changes online — `member add` and `member remove` (admin only), on
+//! openraft's membership change (joint consensus).
+//!
+//! Add: the new node joins as a learner and the call waits until it holds the leader's log
+//! as of then (its replication matched the leader's last index: not openraft's "blocking"
+//! `add_learner` alone, which accepts a lag of 5000 entries), then it is made a voter. A node started with
+//! `run --join` waits, uninitialised, for exactly this. Remove: a voter is taken out of the
+//! voters and the membership; the primary asked to remove itself hands leadership over first
+//! (C14) and answers STANDBY naming the new primary, where the client's loop re-sends it.
+//!
+//! Both are exactly-once for the caller: adding a voter already there with the same addresses
+//! answers 0; a removal first commits a `MemberRemoval` entry under the request's ids (the
+//! exactly-once table remembers it), so a re-send of a removal that did commit answers 0,
+//! and only a node that is not a member for a request never seen is ENOENT.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
+use std::time::Duration;
+
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::ChangeMembers;
+use xce::error::{E_XCE_NOT_READY, E_XCE_STANDBY};
+use xce::wire::{Op, Reply, Request};
+
+use crate::base::ids::{CtrlNode, NodeId};
+use crate::node::ctx::Ctx;
+
+/// Longest `member add` waits for the learner to catch up and the change to commit.
+pub const ADD_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest `member remove` waits for the change to commit.
+pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After handing leadership over for its own removal, a node that is still a voter this long
+/// after (the caller gave up) takes part in elections again.
+const RESUME_AFTER: Duration = Duration::from_secs(5);
+
+/// The current membership: every node (voters and learners) and the voters.
+fn current(ctx: &Ctx) -> (BTreeMap<NodeId, CtrlNode>, BTreeSet<NodeId>) {
+    let m = ctx.raft.metrics().borrow().membership_config.clone();
+    let nodes = m
+        .membership()
+        .nodes()
+        .map(|(i, n)| (*i, n.clone()))
+        .collect();
+    let voters = m.membership().voter_ids().collect();
+    (nodes, voters)
+}
+
+/// Serves `memberAdd` / `memberRemove` on the serving primary (authorised already).
+pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Reply {
+    let (what, res) = match &req.op {
+        Op::MemberAdd {
+            id,
+            client_addr,
+            raft_addr,
+        } => (
+            format!("member add {id}={client_addr}/{raft_addr}"),
+            add(ctx, req, *id as NodeId, client_addr, raft_addr).await,
+        ),
+        Op::MemberRemove { id } => (
+            format!("member remove {id}"),
+            remove(ctx, req, *id as NodeId).await,
+        ),
+        other => (
+            other.name().to_string(),
+            Err((-libc::EINVAL, None, "not a membership op".into())),
+        ),
+    };
+    match res {
+        Ok(()) => {
+            let (nodes, voters) = current(ctx);
+            eprintln!(
+                "node {}: {what} for {who}: done; voters {voters:?}, members {:?}",
+                ctx.id,
+                nodes.keys().collect::<Vec<_>>()
+            );
+            Reply::status(req.seq, 0)
+        }
+        Err((status, reply, why)) => {
+            eprintln!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
+            reply.map_or_else(|| Reply::status(req.seq, status), |r| *r)
+        }
+    }
+}
+
+/// A refusal or failure: the status, a ready-made reply if any (redirects), and why.
+type Fail = (i32, Option<Box<Reply>>, String);
+
+fn raft_fail(
+    ctx: &Ctx,
+    req: &Request,
+    e: RaftError<NodeId, ClientWriteError<NodeId, CtrlNode>>,
+) -> Fail {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            let r = ctx.not_primary_reply(req.seq, &req.op, f.leader_id);
+            (r.status, Some(Box::new(r)), "no longer the leader".into())
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+            let status = match c {
+                // Another change is still being committed: try again shortly.
+                ChangeMembershipError::InProgress(_) => -libc::EBUSY,
+                ChangeMembershipError::LearnerNotFound(_) => -libc::ENOENT,
+                _ => -libc::EINVAL,
+            };
+            (status, None, c.to_string())
+        }
+        RaftError::Fatal(f) => (-E_XCE_NOT_READY, None, f.to_string()),
+    }
+}
+
+fn timed_out(ctx: &Ctx, req: &Request, after: Duration) -> Fail {
+    let r = ctx.outcome_unknown_reply(req.seq, &req.op);
+    (
+        r.status,
+        Some(Box::new(r)),
+        format!(
+            "not committed within {} s: outcome unknown",
+            after.as_secs()
+        ),
+    )
+}
+
+async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> Result<(), Fail> {
+    let einval = |why: String| Err((-libc::EINVAL, None, why));
+    if id == 0 {
+        return einval("id 0 is not a node id".into());
+    }
+    if let Err(e) = crate::base::config::check_addr(client) {
+        return einval(format!("client address {client:?}: {e}"));
+    }
+    if let Err(e) = crate::base::config::check_addr(raft) {
+        return einval(format!("raft address {raft:?}: {e}"));
+    }
+    let node = CtrlNode {
+        client: client.to_string(),
+        raft: raft.to_string(),
+    };
+    let (nodes, voters) = current(ctx);
+    match nodes.get(&id) {
+        Some(n) if *n != node => {
+            return Err((
+                -libc::EEXIST,
+                None,
+                format!("node {id} is already a member at {n}"),
+            ))
+        }
+        Some(_) if voters.contains(&id) => return Ok(()),
+        _ => {}
+    }
+    if let Some((other, n)) = nodes
+        .iter()
+        .find(|(i, n)| **i != id && (n.client == node.client || n.raft == node.raft))
+    {
+        return Err((
+            -libc::EEXIST,
+            None,
+            format!("node {other} already uses an address of {node} ({n})"),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + ADD_TIMEOUT;
+    // A learner first, caught up with the leader's log before it counts for any quorum.
+    match tokio::time::timeout_at(deadline, ctx.raft.add_learner(id, node, true)).await {
+        Err(_) => return Err(timed_out(ctx, req, ADD_TIMEOUT)),
+        Ok(Err(e)) => return Err(raft_fail(ctx, req, e)),
+        Ok(Ok(_)) => {}
+    }
+    // openraft's "blocking" add_learner returns once the learner is within
+    // `replication_lag_threshold` (5000) entries of the leader: at once in a young cluster,
+    // before the learner holds anything. A voter that holds nothing refuses every vote (C12)
+    // and so, as one of the quorum a new leader needs, could block elections for good. So the
+    // learner becomes a voter only once it holds the leader's log as of now (every entry
+    // committed so far): its next append brings it to the leader's commit index (C12).
+    let target = ctx.raft.metrics().borrow().last_log_index;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let holds = ctx
+        .raft
+        .wait(Some(left))
+        .metrics(
+            |m| match &m.replication {
+                // No longer the leader: the change below is refused with its hint.
+                None => true,
+                Some(r) => r.get(&id).cloned().flatten().map(|l| l.index) >= target,
+            },
+            "the learner holds the leader's log",
+        )
+        .await;
+    if holds.is_err() {
+        return Err(timed_out(ctx, req, ADD_TIMEOUT));
+    }
+    let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+    match tokio::time::timeout_at(deadline, ctx.raft.change_membership(change, false)).await {
+        Err(_) => Err(timed_out(ctx, req, ADD_TIMEOUT)),
+        Ok(Err(e)) => Err(raft_fail(ctx, req, e)),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+async fn remove(ctx: &Ctx, req: &Request, id: NodeId) -> Result<(), Fail> {
+    let (nodes, voters) = current(ctx);
+    if !nodes.contains_key(&id) {
+        let seen = {
+            let a = ctx.applied.read().expect("state lock");
+            a.state.seen(&req.client_id, req.request_id)
+        };
+        if seen {
+            // A re-send of this very removal, whose first send committed (F16).
+            return Ok(());
+        }
+        return Err((-libc::ENOENT, None, format!("node {id} is not a member")));
+    }
+    if voters.contains(&id) && voters.len() == 1 {
+        return Err((-libc::EINVAL, None, format!("node {id} is the last voter")));
+    }
+    if id == ctx.id {
+        return Err(hand_over_first(ctx, req).await);
+    }
+    // The intent first, under the request's ids: once the removal below commits, a re-send
+    // finds it in the exactly-once table.
+    if let Err(reply) = ctx
+        .write(req, crate::sm::state::Cmd::MemberRemoval { id })
+        .await
+    {
+        let status = reply.status;
+        return Err((
+            status,
+            Some(Box::new(reply)),
+            "the removal's intent did not commit".into(),
+        ));
+    }
+    let change = if voters.contains(&id) {
+        ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+    };
+    match tokio::time::timeout(REMOVE_TIMEOUT, ctx.raft.change_membership(change, false)).await {
+        Err(_) => Err(timed_out(ctx, req, REMOVE_TIMEOUT)),
+        Ok(Err(e)) => Err(raft_fail(ctx, req, e)),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// The primary asked to remove itself: hands leadership over to the most up-to-date standby
+/// (C14) and answers STANDBY naming it, so the client re-sends the removal there. Nothing was
+/// applied yet, so the answer is retryable.
+async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
+    eprintln!(
+        "node {}: asked to remove itself: handing leadership over first",
+        ctx.id
+    );
+    crate::raft::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id).await;
+    let leader = ctx.raft.metrics().borrow().current_leader;
+    if leader.is_some_and(|l| l != ctx.id) {
+        // Elections stay off here (handover keeps the old leader from winning again) until
+        // this node is removed, or for a while if the caller never comes back.
+        let raft = ctx.raft.clone();
+        let ready = ctx.ready.clone();
+        let elect = ctx.elect.clone();
+        let id = ctx.id;
+        tokio::spawn(async move {
+            tokio::time::sleep(RESUME_AFTER).await;
+            let m = raft.metrics().borrow().membership_config.clone();
+            if m.membership().voter_ids().any(|v| v == id) {
+                eprintln!(
+                    "node {id}: still a voter after handing over for removal: electable again"
+                );
+                ready.resume();
+                elect.hold(crate::raft::elect::Hold::HandedOver, false);
+            }
+        });
+        let r = ctx.not_primary_reply(req.seq, &req.op, leader);
+        return (
+            -E_XCE_STANDBY,
+            Some(Box::new(r)),
+            format!(
+                "handed over to node {}: re-send there",
+                leader.unwrap_or_default()
+            ),
+        );
+    }
+    ctx.ready.resume();
+    ctx.elect.hold(crate::raft::elect::Hold::HandedOver, false);
+    (
+        -E_XCE_NOT_READY,
+        None,
+        "the handover did not complete: try again".into(),
+    )
+}

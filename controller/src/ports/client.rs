@@ -1,0 +1,1047 @@
+//! The client protocol server (protocol.md): framed Cap'n Proto requests over TCP or TLS,
+//! answered in order on each connection, with sessions bound to the connection.
+//!
+//! Role → status (C2), reads through a read index and writes through the log (C3), sessions
+//! and AUTH (protocol.md "Sessions"), bad input and resource limits (C9).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
+use openraft::{RaftMetrics, ServerState};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use xce::error::{E_XCE_AUTH, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce::wire::{self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyData, Request};
+
+use crate::base::auth::{self, ConnAuth, Identity, JobFacts};
+
+use crate::base::clock::{now_ms, BootInstant};
+use crate::base::config::split_addr;
+use crate::base::ids::{CtrlNode, NodeId};
+use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
+use crate::raft::forward::Forwarded;
+use crate::sm::state::{self, Cmd, OutData, Outcome, Role};
+
+/// How long the crowd of a failover episode is remembered after its last arrival.
+const CROWD_MEMORY: Duration = Duration::from_secs(1);
+
+/// Longest a `waitPrimary` is held, whatever the client asks.
+pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
+/// A frame that started arriving must be complete within this time (slow-loris guard, C9).
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a request waits for a new leader's barrier entry (C11) before NOT_READY.
+pub const READY_WAIT: Duration = Duration::from_secs(1);
+/// Bound on the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read chunk size.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A joined session: bound to the connection it was made on, never replicated.
+#[derive(Debug, Clone)]
+struct Session {
+    role: Role,
+    #[allow(dead_code)]
+    host: String,
+    #[allow(dead_code)]
+    id: u64,
+}
+
+/// Accepts client connections up to the connection limit; each is served by its own task.
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<Arc<rustls::ServerConfig>>) {
+    let slots = Arc::new(Semaphore::new(ctx.opts.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("node {}: accept: {e}", ctx.id);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            eprintln!("node {}: connection limit reached, closing {peer}", ctx.id);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _counted = crate::base::counters::connection();
+            match tls {
+                None => {
+                    let io = Plain {
+                        tcp: stream,
+                        chunk: vec![0u8; READ_CHUNK],
+                    };
+                    serve_conn(&ctx, io, peer, None).await
+                }
+                Some(cfg) => {
+                    let accept = crate::base::tls::ServerTls::accept(stream, cfg);
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
+                        Ok(Ok(s)) => {
+                            // C13: the identity the client certificate names, if any.
+                            let cert = s.peer_certificates().and_then(|c| c.first());
+                            let who = cert.and_then(|c| Identity::of_cert(c));
+                            if let (Some(c), None) = (cert, &who) {
+                                eprintln!(
+                                    "node {}: {peer}: client certificate {:?} names no role",
+                                    ctx.id,
+                                    crate::base::tls::cert_names(c)
+                                );
+                            }
+                            serve_conn(&ctx, s, peer, who).await
+                        }
+                        Ok(Err(e)) => {
+                            eprintln!("node {}: {peer}: TLS handshake failed: {e}", ctx.id)
+                        }
+                        Err(_) => eprintln!("node {}: {peer}: TLS handshake timed out", ctx.id),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A client connection's I/O: plain TCP or TLS ([`crate::base::tls::ServerTls`]).
+trait ClientIo {
+    /// Appends what arrived to `buf`: how many bytes (at least one), 0 at the end.
+    async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize>;
+    /// Sends all of `out`.
+    async fn write_all(&mut self, out: &[u8]) -> std::io::Result<()>;
+}
+
+/// Plain TCP, read through a chunk of [`READ_CHUNK`] bytes.
+///
+/// Both kinds of connection read the same way: try the socket, and wait for readiness only
+/// when it has nothing (`try_read`, then `readable`). tokio's `read` instead waits for the next
+/// readiness event after a short read without trying the socket; on the 2-core test machine a
+/// `hello` round trip took 1.3 µs longer that way (15.2 → 13.9 µs plain, 17.0 → 15.8 µs with
+/// TLS, side by side: BENCH.md P15). The pattern is the same on both paths so that P15 compares
+/// TLS with plaintext, not two ways of waiting.
+struct Plain {
+    tcp: TcpStream,
+    chunk: Vec<u8>,
+}
+
+impl ClientIo for Plain {
+    async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        loop {
+            match self.tcp.try_read(&mut self.chunk) {
+                Ok(n) => {
+                    buf.extend_from_slice(&self.chunk[..n]);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.tcp.readable().await?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    async fn write_all(&mut self, out: &[u8]) -> std::io::Result<()> {
+        self.tcp.write_all(out).await
+    }
+}
+
+impl ClientIo for crate::base::tls::ServerTls {
+    async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        crate::base::tls::ServerTls::read_into(self, buf).await
+    }
+    async fn write_all(&mut self, out: &[u8]) -> std::io::Result<()> {
+        crate::base::tls::ServerTls::write_all(self, out).await
+    }
+}
+
+async fn serve_conn<S: ClientIo>(ctx: &Ctx, mut s: S, peer: SocketAddr, cert: Option<Identity>) {
+    let mut conn = Conn {
+        peer,
+        auth: ConnAuth::new(cert),
+    };
+    let mut buf: Vec<u8> = Vec::new();
+    let mut session: Option<Session> = None;
+    let mut out = Vec::new();
+    let mut tenure = ctx.tenure.subscribe();
+    // The tenure (as primary) that served this connection: once over, the connection closes,
+    // with any requests not yet read (see node/tenure.rs).
+    let mut served: Option<u64> = None;
+    loop {
+        // Serve every complete frame already received, in order.
+        loop {
+            let n = match wire::frame_len(&buf, &ctx.limits) {
+                Ok(Some(n)) if n <= buf.len() => n,
+                Ok(_) => break,
+                Err(e) => {
+                    eprintln!("node {}: {peer}: bad frame ({e}), closing", ctx.id);
+                    return;
+                }
+            };
+            // Checked directly too: after a freeze the tenure task may not have run yet.
+            if served.is_some_and(|t| t != ctx.tenure.current() || !ctx.serving_leader()) {
+                return;
+            }
+            if served.is_none() && ctx.serving_leader() {
+                served = Some(ctx.tenure.current());
+            }
+            let req = match wire::decode_request(&buf[..n], &ctx.limits) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("node {}: {peer}: malformed request ({e}), closing", ctx.id);
+                    return;
+                }
+            };
+            buf.drain(..n);
+            let fire_and_forget = req.no_reply;
+            if let Some(reply) = handle(ctx, &mut session, &mut conn, req).await {
+                encode_reply_bounded(ctx, &reply, &mut out);
+                if let Err(e) = s.write_all(&out).await {
+                    eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
+                    return;
+                }
+            } else if fire_and_forget && served.is_some() && !ctx.serving_leader() {
+                // Deposed while it was on its way (this node learnt it only now): the client
+                // must not take the silence for success — close, so it re-sends elsewhere.
+                return;
+            }
+        }
+        let wait = if buf.is_empty() {
+            ctx.opts.idle_timeout
+        } else {
+            ctx.opts.idle_timeout.min(FRAME_TIMEOUT)
+        };
+        let read = tokio::select! {
+            r = tokio::time::timeout(wait, s.read_into(&mut buf)) => r,
+            () = crate::node::tenure::over(&mut tenure, served) => return,
+        };
+        match read {
+            Err(_) if buf.is_empty() => {
+                eprintln!("node {}: {peer}: idle for {wait:?}, closing", ctx.id);
+                return;
+            }
+            Err(_) => {
+                eprintln!(
+                    "node {}: {peer}: half-sent frame ({} bytes) timed out, closing",
+                    ctx.id,
+                    buf.len()
+                );
+                return;
+            }
+            Ok(Ok(0)) => {
+                if !buf.is_empty() {
+                    eprintln!(
+                        "node {}: {peer}: closed mid-frame ({} bytes), dropping",
+                        ctx.id,
+                        buf.len()
+                    );
+                }
+                return;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                // A client gone without TLS close_notify is a client gone.
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                ) {
+                    eprintln!("node {}: {peer}: read failed: {e}", ctx.id);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Never a frame the client is bound to refuse: a reply over the frame limit goes out as
+/// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
+fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
+    if crate::sm::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
+        eprintln!(
+            "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
+            ctx.id, reply.seq, ctx.limits.max_message_bytes
+        );
+    }
+}
+
+/// A page of a snapshot-bound listing (after the read barrier).
+fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply {
+    crate::sm::listing::answer_page(&ctx.cursors, seq, p, ctx.limits.max_message_bytes, || {
+        let st = &ctx.applied.read().expect("state lock").state;
+        (st.jobs_snapshot(), st.applied_count())
+    })
+}
+
+fn role_of(state: ServerState, initialized: bool) -> ControllerRole {
+    match state {
+        _ if !initialized => ControllerRole::Initializing,
+        ServerState::Leader => ControllerRole::Primary,
+        ServerState::Follower => ControllerRole::Standby,
+        ServerState::Candidate => ControllerRole::Candidate,
+        ServerState::Learner | ServerState::Shutdown => ControllerRole::Initializing,
+    }
+}
+
+impl Ctx {
+    /// F29: the version of this node's current membership — the log index of its entry, plus
+    /// one (the initial membership sits at index 0). Every member sees the same entry at the
+    /// same index, so a new primary of an unchanged membership stamps the same version.
+    pub fn members_version(&self) -> u64 {
+        let m = self.raft.metrics();
+        let v = m
+            .borrow()
+            .membership_config
+            .log_id()
+            .map_or(0, |l| l.index + 1);
+        v
+    }
+
+    /// This controller's view of the cluster (C8): its role, the term, the primary.
+    pub fn info(&self) -> ControllerInfo {
+        let leader = self.raft.metrics().borrow().current_leader;
+        let cut_off = leader == Some(self.id) && self.leader_cut_off();
+        self.info_with_primary(leader.filter(|_| !cut_off))
+    }
+
+    /// [`Ctx::info`] naming `primary` (None: no primary known).
+    fn info_with_primary(&self, primary: Option<NodeId>) -> ControllerInfo {
+        let m = self.raft.metrics().borrow().clone();
+        let initialized = m.membership_config.membership().nodes().next().is_some();
+        let mut role = role_of(m.state, initialized);
+        if role == ControllerRole::Primary && self.leader_cut_off() {
+            role = ControllerRole::Standby; // C10: a standby that knows no primary
+        }
+        let mut info = ControllerInfo {
+            id: self.id as u32,
+            role,
+            term: m.current_term,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol_version: wire::PROTOCOL_VERSION,
+            ..Default::default()
+        };
+        if let Some(l) = primary {
+            info.primary_id = l as u32;
+            if let Some((h, p)) = self.node(l).and_then(|n| split_addr(&n.client)) {
+                info.primary_host = h;
+                info.primary_port = p;
+            }
+        }
+        // F29: the members, only from the serving primary about itself — never a standby's
+        // (possibly stale) view, so clients learn the cluster only from its primary.
+        if primary == Some(self.id) && role == ControllerRole::Primary && self.serving_leader() {
+            info.members = members_of(&m, self.id);
+        }
+        info
+    }
+
+    /// C3 read barrier: returns `None` when this node may answer from its applied state.
+    async fn read_barrier(&self, seq: u64, op: &Op) -> Option<Reply> {
+        if self.lease_valid() {
+            return None;
+        }
+        let res = tokio::select! {
+            r = tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable()) => r,
+            () = self.until_cut_off() => return Some(self.not_primary(seq, op, None)),
+        };
+        match res {
+            Ok(Ok(_)) => None,
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Some(self.forward_reply(seq, op, &f))
+            }
+            Ok(Err(_)) | Err(_) => Some(self.not_primary_busy(seq, op)),
+        }
+    }
+
+    /// C3 without a round trip: this node leads, has applied an entry of its own term (so
+    /// everything earlier leaders committed is in its state), and a quorum accepted appends it
+    /// sent within [`crate::raft::elect::lease_read_window`] (a third of election-max) — far inside
+    /// the leader lease (election-max) during which those followers vote for no one else, nor
+    /// campaign (C15). A paused or deposed leader's acks are old, so it falls back to the read
+    /// index, which fails over to STANDBY/NOT_READY.
+    fn lease_valid(&self) -> bool {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        if m.state != ServerState::Leader
+            || m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
+            || !self.ready.is_ready(&m.vote)
+        {
+            return false;
+        }
+        let configs = m.membership_config.membership().get_joint_config();
+        let window = crate::raft::elect::lease_read_window(self.opts.election_max_ms);
+        self.lease
+            .lease_holds(&m.vote, configs, self.id, window, BootInstant::now())
+    }
+
+    fn forward_reply(&self, seq: u64, op: &Op, f: &ForwardToLeader<NodeId, CtrlNode>) -> Reply {
+        self.not_primary(seq, op, f.leader_id)
+    }
+
+    /// A leader that could not confirm its leadership or commit in time: NOT_READY, unless it
+    /// has meanwhile learnt of another leader.
+    fn not_primary_busy(&self, seq: u64, op: &Op) -> Reply {
+        let r = self.not_primary(seq, op, None);
+        if r.status == -E_XCE_STANDBY || r.status == -E_XCE_REDIRECT {
+            r
+        } else {
+            Reply::status(seq, -E_XCE_NOT_READY)
+        }
+    }
+
+    /// The leader this node can vouch for right now: itself when it leads and has heard from a
+    /// quorum within the lease-read window (C10), or — on a standby —
+    /// the leader of its committed vote if that leader's appends refreshed the vote within
+    /// the minimum election timeout. Read in one step from openraft's state, so the leader
+    /// and its freshness always belong together.
+    async fn fresh_leader(&self) -> Option<NodeId> {
+        let window = Duration::from_millis(self.opts.election_min_ms);
+        let me = self.id;
+        let found = self.raft.with_raft_state(move |st| {
+            let v = st.vote_ref();
+            let l = v.leader_id().voted_for().filter(|_| v.is_committed())?;
+            if l == me {
+                return Some(l);
+            }
+            let t = st.vote_last_modified()?;
+            (tokio::time::Instant::now().saturating_duration_since(t) < window).then_some(l)
+        });
+        let found = found.await.ok().flatten();
+        found.filter(|&l| l != me || self.vouches_for_itself())
+    }
+
+    /// A leader names itself in `waitPrimary` only while a quorum answers it, as a standby
+    /// names its leader only while appends arrive: once the lease has lapsed (reads fail over
+    /// to a read index that cannot complete), a leader cut off from its peers must not send
+    /// clients back to itself in the time before it knows it is cut off (C10). A healthy
+    /// leader hears from its quorum every heartbeat; a lapse only delays the answer until the
+    /// next re-check.
+    fn vouches_for_itself(&self) -> bool {
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        m.state == ServerState::Leader && self.ready.is_ready(&m.vote) && {
+            let configs = m.membership_config.membership().get_joint_config();
+            let window = crate::raft::elect::lease_read_window(self.opts.election_max_ms);
+            self.lease
+                .quorum_heard(&m.vote, configs, self.id, window, BootInstant::now())
+        }
+    }
+
+    fn host_timeout_ms(&self) -> i64 {
+        self.opts.host_timeout.as_millis() as i64
+    }
+}
+
+/// F29: every node of the current membership (voters and learners) with its client address
+/// (an IPv6 host without its brackets), in id order; `me` is marked the primary, the others
+/// standbys.
+fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::ControllerEntry> {
+    let mut v: Vec<wire::ControllerEntry> = m
+        .membership_config
+        .membership()
+        .nodes()
+        .filter_map(|(&id, n)| {
+            let (host, port) = split_addr(&n.client)?;
+            Some(wire::ControllerEntry {
+                id: id as u32,
+                host,
+                port,
+                role: if id == me {
+                    ControllerRole::Primary
+                } else {
+                    ControllerRole::Standby
+                },
+            })
+        })
+        .collect();
+    v.sort_by_key(|e| e.id);
+    v
+}
+
+fn outcome_reply(seq: u64, o: Outcome) -> Reply {
+    let data = match o.data {
+        OutData::None => ReplyData::None,
+        OutData::JobId(id) => ReplyData::JobId(id),
+        OutData::TaskId(id) => ReplyData::TaskId(id),
+        OutData::SessionId(id) => ReplyData::SessionId(id),
+    };
+    Reply {
+        seq,
+        status: o.status,
+        redirect_host: String::new(),
+        redirect_port: 0,
+        data,
+        members_version: 0,
+    }
+}
+
+fn role_to_wire(r: Role) -> wire::SessionRole {
+    match r {
+        Role::Worker => wire::SessionRole::Worker,
+        Role::Scheduler => wire::SessionRole::Scheduler,
+        Role::ApiServer => wire::SessionRole::ApiServer,
+        Role::Client => wire::SessionRole::Client,
+    }
+}
+
+fn role_from_wire(r: wire::SessionRole) -> Role {
+    match r {
+        wire::SessionRole::Worker => Role::Worker,
+        wire::SessionRole::Scheduler => Role::Scheduler,
+        wire::SessionRole::ApiServer => Role::ApiServer,
+        wire::SessionRole::Client => Role::Client,
+    }
+}
+
+/// A client connection: where it comes from and who it is (C13).
+struct Conn {
+    peer: SocketAddr,
+    auth: ConnAuth,
+}
+
+/// C13: refuses an op its caller may not call, with a log line naming who, what and why.
+fn refuse(ctx: &Ctx, conn: &Conn, req: &Request, who: &dyn std::fmt::Display, why: &str) -> Reply {
+    eprintln!(
+        "node {}: {}: refused {} (seq {}) for {who}: {why}",
+        ctx.id,
+        conn.peer,
+        req.op.name(),
+        req.seq
+    );
+    Reply::status(req.seq, -E_XCE_AUTH)
+}
+
+/// What the authorization of `op` needs to know of job `id`, from the applied state.
+fn job_facts(ctx: &Ctx, id: u64) -> Option<JobFacts> {
+    let a = ctx.applied.read().expect("state lock");
+    a.state.job(id).map(|j| JobFacts {
+        user: j.user,
+        exec_host: j.exec_host,
+    })
+}
+
+/// The replicated command of a write op (`None` for reads and local ops).
+fn command_of(op: &Op) -> Option<Cmd> {
+    Some(match op {
+        Op::Join(j) => Cmd::Join {
+            role: role_from_wire(j.role),
+            host: j.host.clone(),
+            ncpus: j.ncpus,
+            mem_mb: j.mem_mb,
+            attrs: j
+                .attrs
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
+        },
+        Op::JobSubmit(spec) => Cmd::JobSubmit(state::job_from_spec(spec)),
+        Op::JobDispatch { job_id, host } => Cmd::JobDispatch {
+            job_id: *job_id,
+            host: host.clone(),
+        },
+        Op::JobCtrl { job_id, action } => Cmd::JobCtrl {
+            job_id: *job_id,
+            action: match action {
+                wire::JobAction::Kill => state::JobAction::Kill,
+                wire::JobAction::Suspend => state::JobAction::Suspend,
+                wire::JobAction::Resume => state::JobAction::Resume,
+                wire::JobAction::Requeue => state::JobAction::Requeue,
+            },
+        },
+        Op::QueueCtrl { queue, action } => Cmd::QueueCtrl {
+            queue: queue.clone(),
+            action: match action {
+                wire::QueueAction::Open => state::QueueAction::Open,
+                wire::QueueAction::Close => state::QueueAction::Close,
+                wire::QueueAction::Activate => state::QueueAction::Activate,
+                wire::QueueAction::Inactivate => state::QueueAction::Inactivate,
+            },
+        },
+        Op::HostCtrl { host, action } => Cmd::HostCtrl {
+            host: host.clone(),
+            open: *action == wire::HostAction::Open,
+        },
+        Op::UpdateResvals { host, resvals } => Cmd::UpdateResvals {
+            host: host.clone(),
+            resvals: resvals
+                .iter()
+                .map(|r| (r.name.clone(), r.value.clone()))
+                .collect(),
+        },
+        Op::UpdateJusage { job_id, usage } => Cmd::UpdateJusage {
+            job_id: *job_id,
+            cpu_ms: usage.cpu_ms,
+            mem_kb: usage.mem_kb,
+        },
+        Op::RunTask { host, command } => Cmd::RunTask {
+            host: host.clone(),
+            command: command.clone(),
+        },
+        Op::SetPendReason { job_id, reason } => Cmd::SetPendReason {
+            job_id: *job_id,
+            reason: reason.clone(),
+        },
+        Op::ClearReason { job_id } => Cmd::ClearReason { job_id: *job_id },
+        Op::Notify(n) => Cmd::Notify {
+            kind: match n.kind {
+                wire::NotifyKind::JobStart => state::NotifyKind::JobStart,
+                wire::NotifyKind::JobFinish => state::NotifyKind::JobFinish,
+                wire::NotifyKind::JobFail => state::NotifyKind::JobFail,
+                wire::NotifyKind::JobStop => state::NotifyKind::JobStop,
+                wire::NotifyKind::JobChkpt => state::NotifyKind::JobChkpt,
+            },
+            job_id: n.job_id,
+            exit_code: n.exit_code,
+        },
+        Op::Heartbeat { host } => Cmd::Heartbeat { host: host.clone() },
+        _ => return None,
+    })
+}
+
+/// Serves one request; `None` when no reply is to be sent (`noReply`).
+async fn handle(
+    ctx: &Ctx,
+    session: &mut Option<Session>,
+    conn: &mut Conn,
+    req: Request,
+) -> Option<Reply> {
+    let started = std::time::Instant::now();
+    // F29: read before answering, so a hello's member list is never older than the version
+    // it is stamped with (a change in between costs the client one more hello, never a miss).
+    let members_version = ctx.members_version();
+    let mut reply = answer(ctx, session, conn, &req).await;
+    // F29: a successful answer to anything but waitPrimary comes from the serving primary
+    // (C2); it carries the membership version, so a client that stays connected learns of a
+    // member added or removed on its next reply, not only on its next connection.
+    if reply.status >= 0 && !matches!(req.op, Op::WaitPrimary { .. }) {
+        reply.members_version = members_version;
+    }
+    let write = matches!(
+        req.op.kind(),
+        wire::OpKind::Write | wire::OpKind::FireAndForget
+    ) && !matches!(req.op, Op::Nop);
+    crate::base::counters::op(
+        req.op.name(),
+        reply.status,
+        write.then(|| started.elapsed()),
+    );
+    if req.no_reply {
+        if reply.status < 0 {
+            eprintln!(
+                "node {}: fire-and-forget {} (seq {}) dropped: status {}",
+                ctx.id,
+                req.op.name(),
+                req.seq,
+                reply.status
+            );
+        }
+        None
+    } else {
+        Some(reply)
+    }
+}
+
+async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: &Request) -> Reply {
+    // C13: who is calling.
+    let who = match conn.auth.who(&ctx.auth, &req.auth_token) {
+        Ok(w) => w,
+        Err(why) => return refuse(ctx, conn, req, &"a bad token", &why),
+    };
+    answer_as(ctx, session, conn, req, who, true).await
+}
+
+/// Longest a standby waits for a forwarded request, whatever the client allows (C16): a
+/// write's commit wait on the primary, and a little for the way.
+pub const MAX_FORWARD_WAIT: Duration =
+    Duration::from_millis(COMMIT_TIMEOUT.as_millis() as u64 + 1000);
+
+/// C16: whether a standby forwards `req` when its client asks (F28): reply-bearing reads and
+/// writes that need no session (a session is bound to the connection it was joined on, which
+/// the primary does not hold), not `join` itself; never a probe or a fire-and-forget op.
+pub fn forwardable(req: &Request) -> bool {
+    let rule = req.op.rule();
+    !req.no_reply
+        && matches!(rule.kind, OpKind::Read | OpKind::Write)
+        && rule.session.is_none()
+        && !matches!(req.op, Op::Join(_))
+}
+
+impl Ctx {
+    /// C16: forwards `req` for `who` to the primary this standby follows, when the client
+    /// asked and forwarding may carry the caller's identity here; `None`: not forwarded (no
+    /// primary known, this node leads, the primary unreachable from here, or refused by it):
+    /// the caller answers as it would have. A sent write with no answer in time is
+    /// E_XCE_UNKNOWN (the client re-sends it with the same request id).
+    async fn forward(&self, req: &Request, who: &Identity) -> Option<Reply> {
+        if req.forward_within_ms == 0 || !forwardable(req) {
+            return None;
+        }
+        // Identities cross the raft port only where members are authenticated.
+        if self.auth.on && !self.forwarder.authenticated() {
+            return None;
+        }
+        if self.raft.metrics().borrow().state == ServerState::Leader {
+            return None;
+        }
+        // Only to a leader whose appends arrive here (as `waitPrimary` vouches): a dead or
+        // silent primary costs no connect attempt once the election timeout has passed.
+        let leader = self.fresh_leader().await.filter(|&l| l != self.id)?;
+        let node = self.node(leader)?;
+        let within = Duration::from_millis(req.forward_within_ms as u64).min(MAX_FORWARD_WAIT);
+        let mut frame = Vec::new();
+        let fwd = Request {
+            // Never forwarded again; the identity travels beside it, not as a token.
+            forward_within_ms: 0,
+            auth_token: String::new(),
+            ..req.clone()
+        };
+        wire::encode_request(&fwd, &mut frame);
+        // Only while this node still vouches for that leader: a primary that stops appending
+        // (paused, cut off, deposed) ends the wait within the minimum election timeout, not
+        // at the client's deadline (a sent write is then unknown, a read answered as before).
+        let vouched = async {
+            loop {
+                tokio::time::sleep(STALE_LEADER_RECHECK).await;
+                if self.fresh_leader().await != Some(leader) {
+                    return;
+                }
+            }
+        };
+        let res = tokio::select! {
+            r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
+            () = vouched => Forwarded::Lost,
+        };
+        crate::base::counters::forward(match &res {
+            Forwarded::Reply(_) => "replied",
+            Forwarded::NotSent => "unreachable",
+            Forwarded::Refused => "refused",
+            Forwarded::Lost => "lost",
+        });
+        match res {
+            Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
+                Ok(r) if r.seq == req.seq => Some(r),
+                _ => {
+                    eprintln!(
+                        "node {}: forwarded {} (seq {}): the primary's reply is unusable",
+                        self.id,
+                        req.op.name(),
+                        req.seq
+                    );
+                    self.forward_lost(req)
+                }
+            },
+            Forwarded::NotSent | Forwarded::Refused => None,
+            Forwarded::Lost => self.forward_lost(req),
+        }
+    }
+
+    /// A forwarded request that left without an answer: a write's outcome is unknown.
+    fn forward_lost(&self, req: &Request) -> Option<Reply> {
+        (req.op.kind() == OpKind::Write).then(|| self.outcome_unknown(req.seq, &req.op))
+    }
+}
+
+/// C16, on the primary: serves a request a member forwarded for `who` (its raft connection
+/// authenticated as a member when `member_tls`), bounded by `within_ms`; the reply as one
+/// framed message, or empty when not taken. Never forwarded again.
+pub async fn answer_forwarded(
+    ctx: &Ctx,
+    member_tls: bool,
+    who: &str,
+    within_ms: u32,
+    frame: &[u8],
+) -> Vec<u8> {
+    // A cluster that checks callers trusts an asserted identity only from an authenticated
+    // member.
+    if ctx.auth.on && !member_tls {
+        return Vec::new();
+    }
+    if frame.len() > ctx.limits.max_message_bytes || who.len() > 300 {
+        return Vec::new();
+    }
+    let Ok(req) = wire::decode_request(frame, &ctx.limits) else {
+        return Vec::new();
+    };
+    let who = if !ctx.auth.on {
+        Identity::Admin
+    } else if who == "anonymous" {
+        Identity::Anonymous
+    } else {
+        match Identity::parse(who) {
+            Some(w) => w,
+            None => return Vec::new(),
+        }
+    };
+    let reply = if !forwardable(&req) {
+        Reply::status(req.seq, -libc::EINVAL)
+    } else {
+        let mut conn = Conn {
+            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
+            auth: ConnAuth::new(None),
+        };
+        let within = Duration::from_millis(within_ms.max(1) as u64).min(MAX_FORWARD_WAIT);
+        let mut session = None;
+        let served = answer_as(ctx, &mut session, &mut conn, &req, who, false);
+        match tokio::time::timeout(within, served).await {
+            Ok(r) => r,
+            Err(_) if req.op.kind() == OpKind::Write => ctx.outcome_unknown(req.seq, &req.op),
+            Err(_) => Reply::status(req.seq, -E_XCE_NOT_READY),
+        }
+    };
+    let mut out = Vec::new();
+    encode_reply_bounded(ctx, &reply, &mut out);
+    out
+}
+
+/// [`answer`] for a caller known as `who`; `may_forward`: a standby may forward it (F28; a
+/// request that was forwarded to this node is never forwarded again).
+async fn answer_as(
+    ctx: &Ctx,
+    session: &mut Option<Session>,
+    conn: &mut Conn,
+    req: &Request,
+    who: Identity,
+    may_forward: bool,
+) -> Reply {
+    let seq = req.seq;
+    // C13: whether that role may call this op at all (the op's rule).
+    let rule = req.op.rule();
+    if rule.roles & who.role() == 0 {
+        let why = format!("{who} may not call {}", rule.name);
+        return refuse(ctx, conn, req, &who, &why);
+    }
+    // Answered by any node, whatever its role.
+    if let Op::WaitPrimary {
+        timeout_ms,
+        exclude_host,
+        exclude_port,
+    } = &req.op
+    {
+        let exclude = (!exclude_host.is_empty() && *exclude_port != 0)
+            .then_some((exclude_host.as_str(), *exclude_port));
+        let mut info = wait_primary(ctx, *timeout_ms, exclude).await;
+        if *timeout_ms == 0 {
+            crate::node::progress::progress(ctx, &mut info).await;
+        }
+        return Reply::ok(seq, ReplyData::CtrlInfo(info));
+    }
+    // C11: a leader that has not yet applied everything committed before it took office
+    // (just restarted, just elected) serves once it has, after a short wait.
+    if !ctx.serving_leader() {
+        ctx.ready.wait(&ctx.raft, READY_WAIT).await;
+    }
+    // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
+    if !ctx.serving_leader() {
+        // C16: unless the client could not reach the primary and asks this node to forward.
+        if may_forward {
+            if let Some(r) = ctx.forward(req, &who).await {
+                return r;
+            }
+        }
+        let mut r = ctx.not_primary(seq, &req.op, None);
+        if matches!(req.op, Op::Hello(_)) {
+            r.data = ReplyData::CtrlInfo(ctx.info());
+        }
+        return r;
+    }
+    // C13: what binds this caller to the op's parameters, on the primary's applied state.
+    if let Err(why) = auth::check(&who, &req.op, |id| job_facts(ctx, id)) {
+        return refuse(ctx, conn, req, &who, &why);
+    }
+    if !auth::session_ok(&req.op, session.as_ref().map(|s| role_to_wire(s.role))) {
+        return Reply::status(seq, -E_XCE_AUTH);
+    }
+    // C17: membership changes go through openraft's membership change, not a command.
+    if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
+        return crate::node::membership::answer(ctx, req, &who).await;
+    }
+    // The op's category (its rule) decides the path: writes and fire-and-forget ops through
+    // the log, reads through the read barrier.
+    let mut cmd = match rule.kind {
+        OpKind::Write | OpKind::FireAndForget => command_of(&req.op),
+        OpKind::Read | OpKind::Probe => None,
+    };
+    // A user's job that names no user is the user's own (C13).
+    if let (Some(Cmd::JobSubmit(spec)), Identity::User(u)) = (&mut cmd, &who) {
+        if spec.user.is_empty() {
+            spec.user = u.clone();
+        }
+    }
+    if let Some(cmd) = cmd {
+        return match ctx.write(req, cmd).await {
+            Ok(o) => {
+                if let (Op::Join(j), OutData::SessionId(id)) = (&req.op, &o.data) {
+                    if o.status == 0 {
+                        *session = Some(Session {
+                            role: role_from_wire(j.role),
+                            host: j.host.clone(),
+                            id: *id,
+                        });
+                    }
+                }
+                outcome_reply(seq, o)
+            }
+            Err(r) => r,
+        };
+    }
+    if matches!(req.op, Op::Nop) {
+        return Reply::status(seq, 0);
+    }
+    // Reads: confirm leadership and wait for the read index to be applied (C3).
+    if let Some(r) = ctx.read_barrier(seq, &req.op).await {
+        return r;
+    }
+    if let Op::JobListPage(p) = &req.op {
+        return job_list_page(ctx, seq, p);
+    }
+    read(ctx, req)
+}
+
+fn read(ctx: &Ctx, req: &Request) -> Reply {
+    let seq = req.seq;
+    let a = ctx.applied.read().expect("state lock");
+    let st = &a.state;
+    let enoent = || Reply::status(seq, -libc::ENOENT);
+    match &req.op {
+        Op::Hello(_) => Reply::ok(seq, ReplyData::CtrlInfo(ctx.info())),
+        // The unpaged op answers only what fits one frame (older clients; ours page).
+        Op::JobList(f) => {
+            let budget = crate::sm::listing::hard_budget(0, ctx.limits.max_message_bytes);
+            st.jobs(f, budget).map_or_else(
+                || Reply::status(seq, -xce::error::E_XCE_TOOBIG),
+                |jobs| Reply::ok(seq, ReplyData::Jobs(jobs)),
+            )
+        }
+        Op::JobInfo { job_id } => st
+            .job(*job_id)
+            .map_or_else(enoent, |j| Reply::ok(seq, ReplyData::Job(j))),
+        Op::ResList => Reply::ok(seq, ReplyData::Resources(st.resources())),
+        Op::WorkerList => Reply::ok(
+            seq,
+            ReplyData::Hosts(st.hosts(now_ms(), ctx.host_timeout_ms())),
+        ),
+        Op::ResVal { host } => st
+            .resvals(host)
+            .map_or_else(enoent, |r| Reply::ok(seq, ReplyData::ResVals(r))),
+        Op::ClusterConf => {
+            let info = ctx.info();
+            // C17: the current membership; a learner (still catching up) is initializing.
+            let m = ctx.raft.metrics().borrow().membership_config.clone();
+            let controllers = m
+                .membership()
+                .nodes()
+                .map(|(&id, n)| {
+                    let (host, port) = split_addr(&n.client).unwrap_or_default();
+                    wire::ControllerEntry {
+                        id: id as u32,
+                        host,
+                        port,
+                        role: if id as u32 == info.primary_id {
+                            ControllerRole::Primary
+                        } else if m.membership().voter_ids().any(|v| v == id) {
+                            ControllerRole::Standby
+                        } else {
+                            ControllerRole::Initializing
+                        },
+                    }
+                })
+                .collect();
+            Reply::ok(
+                seq,
+                ReplyData::ClusterConf(wire::ClusterConf {
+                    cluster_name: ctx.opts.cluster_name.clone(),
+                    controllers,
+                    primary_id: info.primary_id,
+                    term: info.term,
+                    queues: st.queues(),
+                }),
+            )
+        }
+        other => {
+            eprintln!(
+                "node {}: unexpected op {} in read path",
+                ctx.id,
+                other.name()
+            );
+            Reply::status(seq, -libc::EINVAL)
+        }
+    }
+}
+
+/// `waitPrimary`: answers as soon as a primary is known, or at the timeout with
+/// `primary_id = 0`. Wakes on this node's metrics watch channel (no polling). Two guards keep
+/// F18 clients away from a dead primary: a standby whose leader has gone silent (no append
+/// for an election timeout, e.g. it was just killed) does not report it — it re-checks every
+/// [`STALE_LEADER_RECHECK`] until a fresh or a new leader appears — and a leader whose client
+/// address is `exclude` (the one the client just failed to reach) is not reported either.
+async fn wait_primary(ctx: &Ctx, timeout_ms: u32, exclude: Option<(&str, u16)>) -> ControllerInfo {
+    use std::sync::atomic::Ordering::Relaxed;
+    /// Counts this waiter in `ctx.primary_waiters` until it answers (or is dropped).
+    struct Waiting<'a>(&'a std::sync::atomic::AtomicU32);
+    impl Drop for Waiting<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Relaxed);
+        }
+    }
+    let now_waiting = ctx.primary_waiters.fetch_add(1, Relaxed) + 1;
+    let _waiting = Waiting(&ctx.primary_waiters);
+    {
+        let mut crowd = ctx.crowd.lock().expect("crowd");
+        // An episode ends when no waiter has arrived for CROWD_MEMORY.
+        let peak = if crowd.0.elapsed() > CROWD_MEMORY {
+            0
+        } else {
+            crowd.1
+        };
+        *crowd = (std::time::Instant::now(), peak.max(now_waiting));
+    }
+    let answer = |primary| {
+        let mut info = ctx.info_with_primary(primary);
+        let crowd = *ctx.crowd.lock().expect("crowd");
+        info.waiters = crowd.1.max(ctx.primary_waiters.load(Relaxed));
+        info
+    };
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(timeout_ms as u64).min(MAX_WAIT_PRIMARY);
+    // The server metrics change only with the vote, the role, the leader or the membership
+    // (the full metrics are re-sent on every turn of the raft loop, which this waiter's own
+    // `fresh_leader` query causes: watching those made every wait end ready at once).
+    let mut rx = ctx.raft.server_metrics();
+    // A new leader vouches for itself once its barrier is applied (C11), which no server
+    // metric shows: wake on that too (C15), not only on the next re-check.
+    let mut proven = ctx.ready.subscribe();
+    loop {
+        proven.borrow_and_update();
+        let leader = rx.borrow_and_update().current_leader;
+        if leader.is_some() {
+            if let Some(l) = ctx.fresh_leader().await {
+                let addr = ctx.node(l).and_then(|n| split_addr(&n.client));
+                let excluded = matches!((&addr, exclude),
+                    (Some((h, p)), Some((xh, xp))) if h == xh && *p == xp);
+                if !excluded {
+                    return answer(Some(l));
+                }
+            }
+        }
+        // Metrics that change on every look (a leader's own quorum-ack clock) must not hold
+        // the answer past its timeout: the deadline is checked on every turn.
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        let until = match leader {
+            Some(_) => (tokio::time::Instant::now() + STALE_LEADER_RECHECK).min(deadline),
+            None => deadline,
+        };
+        let woke = tokio::select! {
+            r = tokio::time::timeout_at(until, rx.changed()) => r,
+            Ok(()) = proven.changed() => Ok(Ok(())),
+        };
+        match woke {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) => break,
+            Err(_) if tokio::time::Instant::now() >= deadline => break,
+            Err(_) => continue,
+        }
+    }
+    answer(None)
+}

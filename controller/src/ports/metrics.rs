@@ -1,0 +1,157 @@
+//! C18: the metrics endpoint of `run --metrics ADDR`: `GET /metrics` answers the registry
+//! of [`crate::base::counters`] as text, after reading the gauges (term, role, indexes, sizes,
+//! cursors) from the node; and the watcher that counts leader changes.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::ServerState;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::base::counters::M;
+use crate::base::ids::NodeId;
+use crate::node::ctx::Ctx;
+use crate::raft::types::Raft;
+
+/// Bound on reading one HTTP request head and writing its answer.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request head accepted (a scraper sends a few hundred bytes).
+pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// Concurrent scrapes served; more are closed at once.
+pub const MAX_SCRAPERS: usize = 16;
+/// The content type of the OpenMetrics text `prometheus-client` writes.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Counts changes of the leader this node knows (C18): every time it learns of a leader other
+/// than the last one it knew. (Server metrics: they change with the leader, not on every turn
+/// of the Raft core as `raft.metrics()` does.)
+pub async fn watch_leader(raft: Raft) {
+    let mut rx = raft.server_metrics();
+    let mut last: Option<NodeId> = None;
+    loop {
+        let leader = rx.borrow_and_update().current_leader;
+        if let Some(l) = leader {
+            if last.is_some_and(|p| p != l) {
+                M.leader_changes.inc();
+            }
+            if last.is_none() {
+                // The first leader a node learns of after (re)starting is a change too: an
+                // election happened, or this node joined one.
+                M.leader_changes.inc();
+            }
+            last = Some(l);
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn file_len(p: &std::path::Path) -> i64 {
+    std::fs::metadata(p).map(|m| m.len() as i64).unwrap_or(0)
+}
+
+/// Reads the gauges from the node, then the whole registry as text.
+fn render(ctx: &Ctx, data: &std::path::Path) -> String {
+    let m = ctx.raft.metrics().borrow().clone();
+    let idx = |i: Option<u64>| i.map_or(0, |i| i as i64);
+    M.term.set(m.current_term as i64);
+    M.is_primary
+        .set((m.state == ServerState::Leader && !ctx.leader_cut_off()) as i64);
+    M.last_log_index.set(idx(m.last_log_index));
+    M.applied_index.set(idx(m.last_applied.map(|l| l.index)));
+    M.snapshot_index.set(idx(m.snapshot.map(|l| l.index)));
+    let first = m.purged.map_or(0, |p| p.index + 1);
+    M.log_entries.set(
+        m.last_log_index
+            .map_or(0, |l| (l + 1).saturating_sub(first)) as i64,
+    );
+    M.db_bytes.set(file_len(&data.join("raft.redb")));
+    M.snapshot_bytes
+        .set(file_len(&crate::sm::snapshot::current_path(data)));
+    M.cursors.set(ctx.cursors.len() as i64);
+    M.quorum_ack_age
+        .set(match (m.state, m.millis_since_quorum_ack) {
+            (ServerState::Leader, Some(ms)) => ms as f64 / 1000.0,
+            _ => -1.0,
+        });
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &M.registry);
+    out
+}
+
+/// Serves `GET /metrics` on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBuf) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPERS));
+    let data = Arc::new(data);
+    let render_lock = Arc::new(Mutex::new(()));
+    loop {
+        let Ok((s, peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        let (ctx, data, lock) = (ctx.clone(), data.clone(), render_lock.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let work = answer(s, peer, move || {
+                let _one = lock.lock().expect("render lock");
+                render(&ctx, &data)
+            });
+            let _ = tokio::time::timeout(HTTP_TIMEOUT, work).await;
+        });
+    }
+}
+
+/// One HTTP/1.x exchange: the request head, then one answer and close.
+async fn answer(
+    mut s: TcpStream,
+    _peer: SocketAddr,
+    render: impl FnOnce() -> String,
+) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() > MAX_REQUEST_HEAD {
+            return respond(
+                &mut s,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "",
+            )
+            .await;
+        }
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, &render()).await,
+        ("HEAD", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, "").await,
+        ("GET" | "HEAD", _) => {
+            respond(&mut s, "404 Not Found", "text/plain", "see /metrics\n").await
+        }
+        _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "").await,
+    }
+}
+
+async fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+    let msg = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(msg.as_bytes()).await?;
+    s.shutdown().await
+}

@@ -1,0 +1,337 @@
+//! The raft port's listener (C13): admits members' connections and hands each RPC to the
+//! local Raft (appends through C12's amnesia check, votes behind C11's guard, pre-votes,
+//! snapshots streamed to a file, forwarded client requests to the client port's context).
+//!
+//! What a stranger costs (C13, S15): a connection is *admitted* once its TLS handshake has
+//! completed with a certificate naming a configured member (plaintext: once the length prefix
+//! of its first message has arrived, within the limit). At most [`MAX_UNADMITTED`]
+//! connections wait for admission, for at most [`ADMISSION_TIMEOUT`]; a new one evicts the
+//! oldest, so a slow-loris crowd cannot keep a member out. Every length is checked against the limit before anything is read, and a
+//! message's buffer grows with the bytes that actually arrived — a 4-byte prefix claiming
+//! 256 MiB costs nothing until 256 MiB are sent — and a frame that started must be complete
+//! within [`crate::raft::frame::FRAME_TIMEOUT`]. At most [`MAX_PEER_CONNECTIONS`] admitted
+//! connections.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::RaftError;
+use openraft::raft::{VoteRequest, VoteResponse};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, Semaphore};
+
+use crate::base::ids::{NodeId, SnapshotMeta, Vote};
+use crate::base::tls::{cert_names, member_of, PeerTls};
+use crate::ports::client::answer_forwarded;
+use crate::raft::frame::{
+    invalid, read_rest, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest,
+    RPC_IDLE_TIMEOUT,
+};
+use crate::raft::lease::VoteGuard;
+use crate::raft::types::{Raft, Snapshot};
+
+/// A connection must be admitted (TLS handshake + member check, or in plaintext the length
+/// prefix of its first message, checked against the limit) within this.
+pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connections waiting for admission at once; a new one evicts the oldest.
+pub const MAX_UNADMITTED: usize = 32;
+/// Admitted connections at once (members open a few each); more are closed at once.
+pub const MAX_PEER_CONNECTIONS: usize = 256;
+
+/// Largest snapshot file accepted from a peer.
+pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
+
+/// Receives the `len` bytes of a snapshot file that follow its header into a temporary file
+/// in `dir`, then hands it to Raft to install.
+async fn receive_snapshot(
+    stream: &mut PeerStream,
+    raft: &Raft,
+    dir: &std::path::Path,
+    vote: Vote,
+    meta: SnapshotMeta,
+    len: u64,
+) -> io::Result<RpcReply> {
+    if len > MAX_SNAPSHOT_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "snapshot too large",
+        ));
+    }
+    let snap = crate::sm::snapshot::SnapFile::receive_into(dir)?;
+    let path = snap.path.clone();
+    let mut file = tokio::fs::File::from_std(snap.file);
+    let copied = tokio::io::copy(&mut (&mut *stream).take(len), &mut file).await;
+    let ok = matches!(copied, Ok(n) if n == len);
+    if !ok {
+        let _ = std::fs::remove_file(&path);
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "snapshot cut short",
+        ));
+    }
+    file.flush().await?;
+    let snapshot = Snapshot {
+        meta,
+        snapshot: Box::new(crate::sm::snapshot::SnapFile {
+            path,
+            file: file.into_std().await,
+        }),
+    };
+    Ok(RpcReply::Snapshot(
+        raft.install_full_snapshot(vote, snapshot).await,
+    ))
+}
+
+/// What the raft listener needs, shared by every peer connection.
+pub struct PeerServer {
+    pub raft: Raft,
+    pub node_id: NodeId,
+    pub guard: VoteGuard,
+    /// C12: a node that lost its data votes and appends carefully until caught up.
+    pub amnesia: Arc<crate::raft::amnesia::Amnesia>,
+    /// C15: told when a connection that carried a leader's appends breaks.
+    pub elect: Arc<crate::raft::elect::Elections>,
+    pub dir: std::path::PathBuf,
+    /// Mutual TLS; `None`: plaintext.
+    pub tls: Option<PeerTls>,
+    /// The configured members (`--cluster`); the current membership counts too.
+    pub spec_members: Vec<NodeId>,
+    /// Largest message accepted ([`crate::raft::frame::max_rpc_bytes`]).
+    pub max_rpc: usize,
+    /// C16: the client protocol's context, once it exists: forwarded requests are served
+    /// through it.
+    pub forwarded: Arc<std::sync::OnceLock<Arc<crate::node::ctx::Ctx>>>,
+}
+
+impl PeerServer {
+    /// Every node a peer certificate may name: the current membership's nodes (voters and
+    /// learners); the configured members (`--cluster`) only while this node stores no
+    /// membership yet (a new cluster, or `run --join` waiting to be added). A node removed
+    /// online is no longer admitted, whatever `--cluster` said at start.
+    fn members(&self) -> Vec<NodeId> {
+        let m = self
+            .raft
+            .server_metrics()
+            .borrow()
+            .membership_config
+            .clone();
+        let mut ids: Vec<NodeId> = m.membership().nodes().map(|(id, _)| *id).collect();
+        if ids.is_empty() {
+            ids = self.spec_members.clone();
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// The connections waiting for admission, oldest first; evicting one drops its sender.
+#[derive(Default)]
+struct Waiting {
+    next: u64,
+    queue: VecDeque<(u64, oneshot::Sender<()>)>,
+}
+
+impl Waiting {
+    /// Registers a connection; evicts the oldest when [`MAX_UNADMITTED`] are waiting.
+    fn enter(&mut self) -> (u64, oneshot::Receiver<()>) {
+        if self.queue.len() >= MAX_UNADMITTED {
+            self.queue.pop_front();
+        }
+        let (tx, rx) = oneshot::channel();
+        self.next += 1;
+        self.queue.push_back((self.next, tx));
+        (self.next, rx)
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.queue.retain(|(k, _)| *k != id);
+    }
+}
+
+/// Accepts peer connections on the raft address and hands each RPC to the local Raft.
+pub async fn serve(listener: TcpListener, srv: PeerServer) {
+    let srv = Arc::new(srv);
+    let waiting = Arc::new(Mutex::new(Waiting::default()));
+    let admitted = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
+    let node_id = srv.node_id;
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("node {node_id}: raft accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (srv, waiting, admitted) = (srv.clone(), waiting.clone(), admitted.clone());
+        tokio::spawn(async move {
+            let (ticket, evicted) = waiting.lock().expect("waiting").enter();
+            let res = serve_peer(stream, &srv, evicted, || {
+                waiting.lock().expect("waiting").leave(ticket);
+                admitted.clone().try_acquire_owned().ok()
+            })
+            .await;
+            waiting.lock().expect("waiting").leave(ticket);
+            if let Err(e) = res {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    eprintln!("node {node_id}: raft peer {peer}: {e}");
+                }
+            }
+        });
+    }
+}
+
+/// Admission (the TLS handshake and the member check, or the first message in plaintext),
+/// raced against eviction and [`ADMISSION_TIMEOUT`]; then the connection's RPCs in order.
+/// `admit` leaves the waiting queue and takes an admitted slot (`None`: all taken).
+async fn serve_peer(
+    tcp: TcpStream,
+    srv: &PeerServer,
+    evicted: oneshot::Receiver<()>,
+    admit: impl FnOnce() -> Option<tokio::sync::OwnedSemaphorePermit>,
+) -> io::Result<()> {
+    let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    let admission = async {
+        let mut stream: PeerStream = match &srv.tls {
+            None => Box::new(tcp),
+            Some(t) => {
+                let s = t.acceptor.accept(tcp).await?;
+                let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+                let members = srv.members();
+                match cert.and_then(|c| member_of(c, &members)) {
+                    Some(_) => Box::new(s),
+                    None => {
+                        let names = cert.map(|c| cert_names(c)).unwrap_or_default();
+                        return Err(refused(format!(
+                            "refused: certificate {names:?} names no member of {members:?}"
+                        )));
+                    }
+                }
+            }
+        };
+        // Plaintext has no handshake: the first message's length prefix must arrive (its
+        // body then has FRAME_TIMEOUT, as every message's).
+        let first = match srv.tls {
+            None => {
+                let mut len = [0u8; 4];
+                stream.read_exact(&mut len).await?;
+                if u32::from_be_bytes(len) as usize > srv.max_rpc {
+                    return Err(invalid("first rpc over the limit"));
+                }
+                Some(len)
+            }
+            Some(_) => None,
+        };
+        Ok::<_, io::Error>((stream, first))
+    };
+    let (mut stream, first) = tokio::select! {
+        r = tokio::time::timeout(ADMISSION_TIMEOUT, admission) => match r {
+            Ok(r) => r?,
+            Err(_) => return Err(refused("not admitted in time".into())),
+        },
+        _ = evicted => return Err(refused("evicted while waiting for admission".into())),
+    };
+    let Some(_slot) = admit() else {
+        return Err(refused(format!(
+            "{MAX_PEER_CONNECTIONS} peer connections already: closed"
+        )));
+    };
+    // C15: the committed vote of the last append this connection carried; if the connection
+    // breaks, the leader may be gone (see `crate::raft::elect`).
+    let mut carried: Option<Vote> = None;
+    let res = serve_rpcs(&mut stream, first, srv, &mut carried).await;
+    if let (Err(_), Some(v)) = (&res, carried) {
+        srv.elect.leader_link_closed(v);
+    }
+    res
+}
+
+/// The RPCs of an admitted connection, in order; `first`: the length prefix of the first
+/// message if it was read during admission. Notes in `carried` the committed vote of the
+/// appends it carries.
+async fn serve_rpcs(
+    stream: &mut PeerStream,
+    mut first: Option<[u8; 4]>,
+    srv: &PeerServer,
+    carried: &mut Option<Vote>,
+) -> io::Result<()> {
+    loop {
+        // Idle up to RPC_IDLE_TIMEOUT between messages; a message has FRAME_TIMEOUT.
+        let len = match first.take() {
+            Some(len) => len,
+            None => {
+                let mut len = [0u8; 4];
+                match tokio::time::timeout(RPC_IDLE_TIMEOUT, stream.read_exact(&mut len)).await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(()),
+                };
+                len
+            }
+        };
+        let req: RpcRequest = read_rest(stream, len, srv.max_rpc).await?;
+        let reply = match req {
+            RpcRequest::Forward {
+                who,
+                within_ms,
+                frame,
+            } => RpcReply::Forward(match srv.forwarded.get() {
+                // C16: the peer is authenticated as a member (mutual TLS, checked at
+                // admission); over plaintext only a cluster that checks nobody takes it.
+                Some(ctx) => {
+                    answer_forwarded(ctx, srv.tls.is_some(), &who, within_ms, &frame).await
+                }
+                None => Vec::new(),
+            }),
+            RpcRequest::Append(r) => {
+                crate::base::counters::append_received(!r.entries.is_empty());
+                if r.vote.is_committed() {
+                    *carried = Some(r.vote);
+                }
+                RpcReply::Append(srv.amnesia.append(&srv.raft, r).await)
+            }
+            RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
+            RpcRequest::PreVote(r) => RpcReply::PreVote(answer_pre_vote(srv, &r).await),
+            RpcRequest::Snapshot { vote, meta, len } => {
+                receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
+            }
+        };
+        write_msg(stream, &reply).await?;
+    }
+}
+
+/// Every vote request a peer sends is answered here, and only here: the guards that may
+/// refuse it (C11's [`VoteGuard`]) come first, then openraft.
+async fn answer_vote(
+    srv: &PeerServer,
+    r: VoteRequest<NodeId>,
+) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+    if srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
+        return Ok(refuse_vote(&srv.raft));
+    }
+    srv.raft.vote(r).await
+}
+
+/// A pre-vote is answered with the refusals of [`answer_vote`] (C11, C12), then the leader
+/// stickiness and log check of [`crate::raft::elect::Elections::would_vote`]. The caller is a
+/// member: the connection was admitted (mutual TLS), as for every other message.
+async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
+    let as_vote = VoteRequest::new(Vote::new(r.term, r.candidate), r.last_log_id);
+    let granted = !srv.guard.refuses()
+        && !srv.amnesia.refuses_vote(&as_vote)
+        && srv.elect.would_vote(r).await;
+    crate::base::counters::pre_vote(granted);
+    granted
+}
+
+/// A refusal carrying this node's vote, as openraft refuses during a lease. (No last log id:
+/// openraft's log-state reader is not public, and a candidate only uses it to delay its next
+/// campaign behind a longer log.)
+fn refuse_vote(raft: &Raft) -> VoteResponse<NodeId> {
+    let vote = raft.metrics().borrow().vote;
+    VoteResponse::new(vote, None, false)
+}

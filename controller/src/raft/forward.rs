@@ -1,0 +1,215 @@
+//! Forwarding (C16): a standby's connections to the primary's raft port for client requests,
+//! and a candidate's pre-vote asking (C15) on the same kept connections.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+use crate::base::ids::NodeId;
+use crate::base::tls::PeerTls;
+use crate::raft::frame::{
+    read_msg, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest, CONNECT_TIMEOUT,
+};
+
+/// Forwarded requests in flight at once from one standby; more are answered as before (not
+/// primary + hint), so a crowd cannot take the primary's peer connections.
+pub const MAX_FORWARDS: usize = 32;
+/// Idle forwarding connections kept per primary.
+const MAX_IDLE_FORWARD_CONNS: usize = 8;
+/// An idle forwarding connection older than this is not reused (the primary closes idle peer
+/// connections after [`crate::raft::frame::RPC_IDLE_TIMEOUT`]).
+const FORWARD_CONN_IDLE: Duration = Duration::from_secs(20);
+
+/// What became of a forwarded request.
+pub enum Forwarded {
+    /// The primary's reply, one framed client-protocol message.
+    Reply(Vec<u8>),
+    /// Nothing left for the primary (unreachable, or too many forwards): not applied.
+    NotSent,
+    /// The primary did not take it (its answer was empty): not applied.
+    Refused,
+    /// Sent, and no answer in time: a write may have been applied.
+    Lost,
+}
+
+/// A kept forwarding connection and when it was last used.
+type IdleConn = (std::time::Instant, PeerStream);
+
+/// A standby's forwarding client: dials the primary's raft port (mutual TLS, verifying that
+/// the peer is the member it dials), keeps a few idle connections per primary.
+pub struct Forwarder {
+    tls: Option<PeerTls>,
+    max_rpc: usize,
+    idle: Mutex<HashMap<(NodeId, String), Vec<IdleConn>>>,
+    slots: Semaphore,
+}
+
+impl Forwarder {
+    pub fn new(tls: Option<PeerTls>, max_rpc: usize) -> Forwarder {
+        Forwarder {
+            tls,
+            max_rpc,
+            idle: Mutex::new(HashMap::new()),
+            slots: Semaphore::new(MAX_FORWARDS),
+        }
+    }
+
+    /// Whether the raft port authenticates members (mutual TLS).
+    pub fn authenticated(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    fn take_idle(&self, key: &(NodeId, String)) -> Option<PeerStream> {
+        let mut idle = self.idle.lock().expect("forward pool");
+        let v = idle.get_mut(key)?;
+        while let Some((at, s)) = v.pop() {
+            if at.elapsed() < FORWARD_CONN_IDLE {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, key: (NodeId, String), s: PeerStream) {
+        let mut idle = self.idle.lock().expect("forward pool");
+        let v = idle.entry(key).or_default();
+        if v.len() < MAX_IDLE_FORWARD_CONNS {
+            v.push((std::time::Instant::now(), s));
+        }
+    }
+
+    async fn dial(&self, target: NodeId, addr: &str, bound: Duration) -> io::Result<PeerStream> {
+        let timed_out = |what: &str| io::Error::new(io::ErrorKind::TimedOut, what.to_string());
+        let bound = bound.min(CONNECT_TIMEOUT);
+        let s = tokio::time::timeout(bound, TcpStream::connect(addr))
+            .await
+            .map_err(|_| timed_out("connect timed out"))??;
+        let _ = s.set_nodelay(true);
+        Ok(match &self.tls {
+            None => Box::new(s),
+            Some(t) => {
+                let name = PeerTls::server_name(target);
+                Box::new(
+                    tokio::time::timeout(bound, t.connector.connect(name, s))
+                        .await
+                        .map_err(|_| timed_out("TLS handshake timed out"))??,
+                )
+            }
+        })
+    }
+
+    /// C15: asks member `target` at raft address `addr` whether it would vote for `req`
+    /// (pre-vote), within `within`, on a kept connection or a new one. `None`: no answer.
+    pub async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        req: &PreVoteRequest,
+        within: Duration,
+    ) -> Option<bool> {
+        let until = tokio::time::Instant::now() + within;
+        let key = (target, addr.to_string());
+        let msg = RpcRequest::PreVote(req.clone());
+        for kept in [true, false] {
+            let mut conn = if kept {
+                match self.take_idle(&key) {
+                    Some(c) => c,
+                    None => continue,
+                }
+            } else {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                self.dial(target, addr, left).await.ok()?
+            };
+            let res = tokio::time::timeout_at(until, async {
+                write_msg(&mut conn, &msg).await?;
+                read_msg::<_, RpcReply>(&mut conn, self.max_rpc).await
+            })
+            .await;
+            match res {
+                Ok(Ok(RpcReply::PreVote(granted))) => {
+                    self.put_idle(key, conn);
+                    return Some(granted);
+                }
+                // A kept connection the peer closed meanwhile: once more on a new one.
+                Ok(Err(_)) if kept => continue,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Forwards `frame` for `who` to member `target` at raft address `addr`, waiting at most
+    /// `within` in all. A kept connection that fails before any answer is retried once on a
+    /// new one (the primary's exactly-once table makes a second send of a write harmless).
+    pub async fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        who: String,
+        within: Duration,
+        frame: Vec<u8>,
+    ) -> Forwarded {
+        let Ok(_slot) = self.slots.try_acquire() else {
+            return Forwarded::NotSent;
+        };
+        let until = tokio::time::Instant::now() + within;
+        let key = (target, addr.to_string());
+        let mut req = RpcRequest::Forward {
+            who,
+            within_ms: 0,
+            frame,
+        };
+        let mut sent = false;
+        for kept in [true, false] {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let conn = if kept {
+                match self.take_idle(&key) {
+                    Some(c) => c,
+                    None => continue,
+                }
+            } else {
+                match self.dial(target, addr, left).await {
+                    Ok(c) => c,
+                    Err(_) => break,
+                }
+            };
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if let RpcRequest::Forward { within_ms, .. } = &mut req {
+                *within_ms = left.as_millis().clamp(1, u32::MAX as u128) as u32;
+            }
+            let mut conn = conn;
+            let res = tokio::time::timeout_at(until, async {
+                write_msg(&mut conn, &req).await.map_err(|e| (false, e))?;
+                read_msg::<_, RpcReply>(&mut conn, self.max_rpc)
+                    .await
+                    .map_err(|e| (true, e))
+            })
+            .await;
+            match res {
+                Ok(Ok(RpcReply::Forward(reply))) => {
+                    self.put_idle(key, conn);
+                    return if reply.is_empty() {
+                        Forwarded::Refused
+                    } else {
+                        Forwarded::Reply(reply)
+                    };
+                }
+                Ok(Ok(_)) => return Forwarded::Lost,
+                Ok(Err((_, _))) => sent = true,
+                Err(_) => return Forwarded::Lost,
+            }
+        }
+        if sent {
+            Forwarded::Lost
+        } else {
+            Forwarded::NotSent
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The leader's lease on `CLOCK_BOOTTIME` (C3, C10, C11): which followers accepted its appends
+//! and when ([`LeaseClock`]: lease reads, a cut-off leader), the quorum rule of a possibly
+//! joint membership ([`joint_quorum`]), and a restarted node's refusal to vote ([`VoteGuard`]).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use crate::base::clock::BootInstant;
+use crate::base::ids::{NodeId, Vote};
+
+/// Whether `ok` holds for a majority of every config of a (possibly joint) membership — the
+/// quorum rule openraft applies to its `get_joint_config()` (its `QuorumSet` is not public).
+/// Counting over the union of voter ids instead would accept, during a joint change, a
+/// majority of the union that is a minority of one config.
+pub fn joint_quorum(configs: &[BTreeSet<NodeId>], ok: impl Fn(NodeId) -> bool) -> bool {
+    !configs.is_empty()
+        && configs
+            .iter()
+            .all(|c| 2 * c.iter().filter(|&&id| ok(id)).count() > c.len())
+}
+
+/// One follower's acceptance of this node's appends.
+#[derive(Debug, Clone, Copy)]
+struct Ack {
+    vote: Vote,
+    /// When the newest accepted append was sent.
+    sent: BootInstant,
+    /// When an answer last came.
+    heard: BootInstant,
+}
+
+#[derive(Default)]
+struct LeaseState {
+    acks: HashMap<NodeId, Ack>,
+    /// The committed vote this node last sent appends with, and when it first did.
+    leading: Option<(Vote, BootInstant)>,
+}
+
+/// The leader's record of which followers accepted its appends, on `CLOCK_BOOTTIME`.
+///
+/// Lease reads (C3, C11): an append is stamped with the instant it was SENT. A follower that
+/// accepts an append from a committed vote refuses to vote for anyone else for openraft's
+/// leader lease (= election-max) after it received it (and, restarted, for election-max after
+/// boot: [`VoteGuard`]); so while a quorum of the membership has accepted appends sent within a
+/// window well inside that lease, no other primary can exist and the leader may answer reads
+/// from its applied state without a read-index round.
+///
+/// Liveness (C10): a leader that has led for longer than the election timeout and has heard
+/// from no quorum within it is cut off — the rest of the cluster may be electing another.
+#[derive(Default)]
+pub struct LeaseClock {
+    state: std::sync::Mutex<LeaseState>,
+}
+
+impl LeaseClock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseState> {
+        self.state.lock().expect("lease clock")
+    }
+
+    /// An append of `vote` is about to be sent at `now`.
+    pub(crate) fn sending(&self, vote: Vote, now: BootInstant) {
+        if !vote.is_committed() {
+            return;
+        }
+        let mut st = self.lock();
+        if st.leading.map(|(v, _)| v) != Some(vote) {
+            st.leading = Some((vote, now));
+        }
+    }
+
+    /// `target` accepted an append of `vote` sent at `sent`; its answer came at `heard`.
+    pub(crate) fn record(&self, target: NodeId, vote: Vote, sent: BootInstant, heard: BootInstant) {
+        let mut st = self.lock();
+        let e = st.acks.entry(target).or_insert(Ack { vote, sent, heard });
+        if e.vote != vote {
+            *e = Ack { vote, sent, heard };
+        } else {
+            e.sent = e.sent.max(sent);
+            e.heard = e.heard.max(heard);
+        }
+    }
+
+    /// C3: whether a quorum of `configs` (counting `me`) accepted appends of `vote` sent less
+    /// than `window` before `now`.
+    pub fn lease_holds(
+        &self,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        joint_quorum(configs, |id| {
+            id == me
+                || st
+                    .acks
+                    .get(&id)
+                    .is_some_and(|a| a.vote == *vote && now.since(a.sent) < window)
+        })
+    }
+
+    /// Whether a quorum of `configs` (counting `me`) answered appends of `vote` less than
+    /// `window` before `now`.
+    pub fn quorum_heard(
+        &self,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        Self::heard_in(&st, vote, configs, me, window, now)
+    }
+
+    fn heard_in(
+        st: &LeaseState,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        joint_quorum(configs, |id| {
+            id == me
+                || st
+                    .acks
+                    .get(&id)
+                    .is_some_and(|a| a.vote == *vote && now.since(a.heard) < window)
+        })
+    }
+
+    /// C10: whether this node, leading with `vote` for longer than `window`, has heard from
+    /// no quorum of `configs` (counting `me`) within `window` before `now`. A leader that has
+    /// not sent anything yet for `vote` is not cut off (it was just elected).
+    pub fn cut_off(
+        &self,
+        vote: &Vote,
+        configs: &[BTreeSet<NodeId>],
+        me: NodeId,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        match st.leading {
+            Some((v, since)) if v == *vote && now.since(since) >= window => {}
+            _ => return false,
+        }
+        !Self::heard_in(&st, vote, configs, me, window, now)
+    }
+}
+
+/// C11: a restarted node refuses every vote for election-max after it booted, whatever vote it
+/// had stored, so that a leader's lease resting on this node's ack from just before a crash
+/// cannot overlap a leader elected with this node's vote. (openraft 0.9 also stamps a stored
+/// committed vote with the boot time; this guard does not depend on that detail.)
+#[derive(Debug, Clone, Copy)]
+pub struct VoteGuard {
+    until: BootInstant,
+}
+
+impl VoteGuard {
+    pub fn from_boot(lease: Duration) -> VoteGuard {
+        VoteGuard {
+            until: BootInstant::now().add(lease),
+        }
+    }
+
+    pub fn refuses(&self) -> bool {
+        BootInstant::now() < self.until
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(term: u64, leader: NodeId) -> Vote {
+        let mut v = Vote::new(term, leader);
+        v.commit();
+        v
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn set(ids: &[NodeId]) -> BTreeSet<NodeId> {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn lease_counts_only_fresh_acks_of_the_same_vote() {
+        let clock = LeaseClock::default();
+        let v = committed(3, 1);
+        let members = [set(&[1, 2, 3])];
+        let t0 = BootInstant(Duration::from_secs(100));
+        let now = t0.add(ms(200));
+        let holds = |c: &LeaseClock, v: &Vote| c.lease_holds(v, &members, 1, ms(75), now);
+        clock.record(3, v, t0, t0); // sent 200 ms ago: too old
+        assert!(!holds(&clock, &v));
+        clock.record(2, v, now, now);
+        assert!(holds(&clock, &v), "me + node 2 of 3");
+        // An ack of another (older) vote does not count for this one.
+        let mut c2 = LeaseClock::default();
+        c2.record(2, committed(2, 1), now, now);
+        assert!(!holds(&c2, &v));
+        // The newest send wins; a late reply to an older send does not move the clock back.
+        c2 = LeaseClock::default();
+        c2.record(2, v, now, now);
+        c2.record(2, v, t0, now);
+        assert!(holds(&c2, &v));
+        assert!(!holds(&c2, &committed(4, 2)));
+    }
+
+    /// C11: acks stamped before a suspend of the leader's host are as old as the suspend
+    /// (CLOCK_BOOTTIME keeps counting), so the lease is gone when the host wakes up.
+    #[test]
+    fn lease_is_gone_after_a_suspend() {
+        let clock = LeaseClock::default();
+        let v = committed(3, 1);
+        let members = [set(&[1, 2, 3])];
+        let sent = BootInstant::now();
+        clock.record(2, v, sent, sent);
+        assert!(clock.lease_holds(&v, &members, 1, ms(75), sent.add(ms(10))));
+        let after_suspend = sent.add(Duration::from_secs(10));
+        assert!(!clock.lease_holds(&v, &members, 1, ms(75), after_suspend));
+    }
+
+    /// C11: joint membership needs a majority of EACH config; the union would be wrong.
+    #[test]
+    fn joint_quorum_needs_a_majority_of_every_config() {
+        let uniform = [set(&[1, 2, 3])];
+        assert!(joint_quorum(&uniform, |id| id == 1 || id == 2));
+        assert!(!joint_quorum(&uniform, |id| id == 1));
+        // {1,2,3} -> {3,4,5}: 1, 2 and 4 are a majority of the union of 5, but only one of
+        // {3,4,5}.
+        let joint = [set(&[1, 2, 3]), set(&[3, 4, 5])];
+        assert!(!joint_quorum(&joint, |id| [1, 2, 4].contains(&id)));
+        assert!(joint_quorum(&joint, |id| [1, 3, 4].contains(&id)));
+        assert!(!joint_quorum(&[], |_| true));
+        // Through the lease clock: me = 1, acks from 2 and 4.
+        let clock = LeaseClock::default();
+        let v = committed(7, 1);
+        let now = BootInstant(Duration::from_secs(50));
+        clock.record(2, v, now, now);
+        clock.record(4, v, now, now);
+        assert!(!clock.lease_holds(&v, &joint, 1, ms(75), now));
+        clock.record(3, v, now, now);
+        assert!(clock.lease_holds(&v, &joint, 1, ms(75), now));
+        // A single-node cluster leads alone.
+        assert!(clock.lease_holds(&v, &[set(&[1])], 1, ms(75), now));
+    }
+
+    /// C10: cut off once no quorum has answered for the window, after leading that long.
+    #[test]
+    fn cut_off_after_a_window_without_a_quorum() {
+        let clock = LeaseClock::default();
+        let v = committed(5, 1);
+        let members = [set(&[1, 2, 3])];
+        let w = ms(300);
+        let t0 = BootInstant(Duration::from_secs(1000));
+        let cut = |now: BootInstant| clock.cut_off(&v, &members, 1, w, now);
+        // Nothing sent yet for this vote: just elected, not cut off.
+        assert!(!cut(t0.add(ms(5000))));
+        clock.sending(v, t0);
+        assert!(!cut(t0.add(ms(100))), "leading for less than the window");
+        assert!(cut(t0.add(ms(300))), "led 300 ms, nobody answered");
+        clock.record(3, v, t0.add(ms(250)), t0.add(ms(290)));
+        assert!(!cut(t0.add(ms(500))), "node 3 answered 210 ms ago");
+        assert!(cut(t0.add(ms(590))));
+        // Answers to another vote do not count; a new vote restarts the grace period.
+        let v2 = committed(6, 1);
+        clock.record(2, committed(4, 1), t0.add(ms(580)), t0.add(ms(585)));
+        assert!(cut(t0.add(ms(600))));
+        clock.sending(v2, t0.add(ms(600)));
+        assert!(!clock.cut_off(&v2, &members, 1, w, t0.add(ms(700))));
+        assert!(clock.cut_off(&v2, &members, 1, w, t0.add(ms(900))));
+        // Uncommitted votes are never "leading".
+        clock.sending(Vote::new(9, 1), t0.add(ms(900)));
+        assert!(clock.cut_off(&v2, &members, 1, w, t0.add(ms(950))));
+        // quorum_heard: the same answers, any window.
+        assert!(clock.quorum_heard(&v, &members, 1, ms(100), t0.add(ms(350))));
+        assert!(!clock.quorum_heard(&v, &members, 1, ms(50), t0.add(ms(350))));
+        // A single-node cluster is never cut off.
+        assert!(!clock.cut_off(&v2, &[set(&[1])], 1, w, t0.add(ms(5000))));
+    }
+}

@@ -1,0 +1,16 @@
+//! Raft: openraft's type configuration, the log and state-machine store, the raft port's
+//! outgoing side (messages and framing, the lease, the link that carries openraft's calls, the
+//! forwarder), elections with pre-vote, a node that lost its data (amnesia), the readiness
+//! barrier, handover, and the proposer that batches writes.
+
+pub mod amnesia;
+pub mod elect;
+pub mod forward;
+pub mod frame;
+pub mod handover;
+pub mod lease;
+pub mod link;
+pub mod propose;
+pub mod ready;
+pub mod store;
+pub mod types;

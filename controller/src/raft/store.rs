@@ -1,0 +1,1166 @@
+//! Durable Raft storage (C1): log, vote, committed index and the latest snapshot live in one
+//! `redb` database per node (`DIR/raft.redb`); every write is a committed (fsynced)
+//! transaction, so `kill -9` and a restart with the same data directory bring the node back.
+//!
+//! The state machine itself lives in memory: on start it is restored from the snapshot file
+//! (`DIR/snapshot.bin`, see `sm/snapshot.rs`) and openraft re-applies the committed log after it.
+
+// openraft's StorageError is large and imposed by its traits; boxing it here would only move
+// the conversion elsewhere.
+#![allow(clippy::result_large_err)]
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine};
+use openraft::{AnyError, EntryPayload, RaftLogReader, RaftSnapshotBuilder, StorageIOError};
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::base::clock::now_ms;
+use crate::base::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
+use crate::raft::types::{Entry, Raft, Snapshot, TypeConfig};
+use crate::sm::entry::Batch;
+use crate::sm::snapshot::{self, SnapFile};
+use crate::sm::state::{Outcome, State};
+
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const K_VOTE: &str = "vote";
+const K_COMMITTED: &str = "committed";
+const K_PURGED: &str = "purged";
+/// redb's page cache: the database holds only the log since the last snapshot, vote and
+/// committed index (the snapshot is a file of its own), so a small cache is enough. redb's
+/// default (1 GiB) let the log's pages fill the controller's memory.
+const DB_CACHE_BYTES: usize = 32 << 20;
+/// Bound on sending and installing one snapshot (openraft's default, 200 ms, is far too
+/// short for a table of 10^6 jobs: a follower would never catch up).
+pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
+
+/// A storage error stops this node's Raft (openraft treats it as fatal): say why first.
+fn read_err(e: impl std::error::Error + 'static) -> StorageError {
+    eprintln!("storage read error: {e}");
+    StorageError::IO {
+        source: StorageIOError::read(AnyError::new(&e)),
+    }
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+    eprintln!("storage write error: {e}");
+    StorageError::IO {
+        source: StorageIOError::write(AnyError::new(&e)),
+    }
+}
+
+/// Opens (creating if needed) the node's database with both tables present.
+pub fn open_db(dir: &Path) -> Result<Arc<Database>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let path = dir.join("raft.redb");
+    let db = Database::builder()
+        .set_cache_size(DB_CACHE_BYTES)
+        .create(&path)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    let tx = db.begin_write().map_err(|e| e.to_string())?;
+    {
+        tx.open_table(LOG).map_err(|e| e.to_string())?;
+        tx.open_table(META).map_err(|e| e.to_string())?;
+    }
+    tx.commit().map_err(|e| e.to_string())?;
+    Ok(Arc::new(db))
+}
+
+/// Whether the data directory holds nothing of a Raft node: no log entry, no purge point, no
+/// vote, no snapshot (C12: a brand-new node, or one whose data was lost).
+pub fn is_blank(db: &Database, dir: &Path) -> Result<bool, String> {
+    let tx = db.begin_read().map_err(|e| e.to_string())?;
+    let log = tx.open_table(LOG).map_err(|e| e.to_string())?;
+    let meta = tx.open_table(META).map_err(|e| e.to_string())?;
+    let no_log = log.first().map_err(|e| e.to_string())?.is_none();
+    let no_vote = meta.get(K_VOTE).map_err(|e| e.to_string())?.is_none();
+    let no_purge = meta.get(K_PURGED).map_err(|e| e.to_string())?.is_none();
+    Ok(no_log && no_vote && no_purge && !snapshot::current_path(dir).exists())
+}
+
+/// Runs a blocking database write without stalling the other tasks of this worker thread
+/// (on the controller's multi-threaded runtime; elsewhere, directly).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// Bytes of the leader's appends handed to the [`Flusher`] and not yet on disk beyond which
+/// the next append waits (it always may when none is pending). A primary whose disk stalls
+/// goes on leading on its followers' disks — Raft-safe, see the flusher — but not with an
+/// unbounded queue in memory: once this much waits, its Raft core waits too, its heartbeats
+/// stop, and the standbys elect another primary. 16 MiB is ≈ 250 of the largest batched entries
+/// ([`crate::raft::propose::MAX_BATCH_BYTES`]), about a second of writes at full speed here.
+const MAX_PENDING_FLUSH_BYTES: usize = 16 << 20;
+
+/// Appends entries (index, stored bytes) to the log in one committed (fsynced) transaction.
+///
+/// A follower's append runs it on the Raft core's own thread, not through [`blocking`] (P11):
+/// openraft's core waits for a follower's flush before it does anything else, so moving the
+/// commit elsewhere frees nothing on the write path, while `block_in_place` hands the worker's
+/// queue to another thread and back on every append — measured ≈ 100 µs of a ≈ 300 µs commit
+/// here. The leader's appends go to the [`Flusher`]'s thread instead: nothing waits for them.
+fn commit_entries<'a>(
+    db: &Database,
+    entries: impl IntoIterator<Item = (u64, &'a [u8])>,
+) -> Result<(), StorageError> {
+    let started = std::time::Instant::now();
+    let tx = db.begin_write().map_err(write_err)?;
+    {
+        let mut t = tx.open_table(LOG).map_err(write_err)?;
+        for (index, bytes) in entries {
+            t.insert(index, bytes).map_err(write_err)?;
+        }
+    }
+    let res = tx.commit().map_err(write_err);
+    crate::base::counters::fsync(started.elapsed());
+    res
+}
+
+/// Reports one flush: the leader's [`LogFlushed`] callback, or a test's.
+type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
+
+/// One append handed to the [`Flusher`]: its entries as stored, by index, and their bytes.
+struct Flush {
+    entries: Vec<(u64, Vec<u8>)>,
+    bytes: usize,
+    done: Done,
+}
+
+fn flush_failed() -> StorageError {
+    write_err(std::io::Error::other("an earlier log commit failed"))
+}
+
+/// The leader's appends, flushed by a thread of their own (P11). openraft (patched, see
+/// `vendor/openraft/XCE-PATCH.md`) does not wait for the leader's own flush: it replicates the
+/// entries at once — they are readable from [`Recent`] as soon as `append` returns — and counts
+/// the leader towards a quorum only when this thread reports them on disk. So the leader's
+/// fsync runs beside the followers' instead of before them, and appends that arrive while one
+/// commit runs go to disk together in the next (one fsync).
+///
+/// Ordering: appends are committed in the order they were handed over, and every other write
+/// to the database (a follower's append, truncate, purge, the vote) and every read of the log
+/// from the database first waits until none is pending ([`Flusher::wait_idle`]). Nothing can
+/// be handed over between that wait and the write: every writer is the Raft core, through
+/// `RaftLogStorage`'s `&mut self`, one call at a time (the clones are readers). A failed
+/// commit fails it and every later append (openraft stops the node on the first).
+struct Flusher {
+    /// `None` only while dropping.
+    tx: Option<std::sync::mpsc::Sender<Flush>>,
+    shared: Arc<FlushState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Appends handed to the flusher and not yet committed (or failed), and their bytes.
+#[derive(Default)]
+struct Pending {
+    appends: usize,
+    bytes: usize,
+}
+
+/// What the flusher thread and the stores share.
+struct FlushState {
+    pending: Mutex<Pending>,
+    idle: std::sync::Condvar,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl FlushState {
+    /// Counts `appends` of `bytes` handed over (`add`) or done with; wakes the waiters.
+    fn count(&self, add: bool, appends: usize, bytes: usize) {
+        {
+            let mut p = self.pending.lock().expect("flush count lock");
+            if add {
+                p.appends += appends;
+                p.bytes += bytes;
+            } else {
+                p.appends -= appends;
+                p.bytes -= bytes;
+            }
+            crate::base::counters::flush_pending(p.bytes);
+        }
+        self.idle.notify_all();
+    }
+}
+
+impl Drop for Flusher {
+    /// The last store is gone: the thread commits what is pending and ends, and the database
+    /// is closed when this returns (a node reopened in the same process finds it free).
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Flusher {
+    fn start(db: Arc<Database>, recent: Arc<Mutex<Recent>>, stall: Option<PathBuf>) -> Flusher {
+        let (tx, rx) = std::sync::mpsc::channel::<Flush>();
+        let shared = Arc::new(FlushState {
+            pending: Mutex::new(Pending::default()),
+            idle: std::sync::Condvar::new(),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        });
+        let f = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("xce-log-flush".into())
+            .spawn(move || {
+                // Ends when the sender is dropped (`Drop`).
+                while let Ok(first) = rx.recv() {
+                    while stall.as_ref().is_some_and(|p| p.exists()) {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    let mut group = vec![first];
+                    group.extend(rx.try_iter());
+                    let res = if f.failed.load(Ordering::Acquire) {
+                        Err("an earlier commit failed".to_string())
+                    } else {
+                        commit_entries(
+                            &db,
+                            group
+                                .iter()
+                                .flat_map(|g| g.entries.iter().map(|(i, b)| (*i, b.as_slice()))),
+                        )
+                        .map_err(|e| e.to_string())
+                    };
+                    if res.is_err() {
+                        // What the failed commit left is unknown: read the database from now on.
+                        f.failed.store(true, Ordering::Release);
+                        recent.lock().expect("log cache lock").clear();
+                    }
+                    let (n, bytes) = (group.len(), group.iter().map(|g| g.bytes).sum());
+                    for g in group {
+                        (g.done)(res.clone().map_err(std::io::Error::other));
+                    }
+                    f.count(false, n, bytes);
+                }
+            })
+            .expect("spawn the log flusher thread");
+        Flusher {
+            tx: Some(tx),
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// Returns once `ready` holds for what is pending; blocks (off the runtime's queue,
+    /// [`blocking`]) only if it does not hold already.
+    fn wait_until(&self, ready: impl Fn(&Pending) -> bool) {
+        let f = &self.shared;
+        if ready(&f.pending.lock().expect("flush count lock")) {
+            return;
+        }
+        blocking(|| {
+            let mut p = f.pending.lock().expect("flush count lock");
+            while !ready(&p) {
+                p = f.idle.wait(p).expect("flush count lock");
+            }
+        })
+    }
+
+    /// Hands an append to the thread; `done` is called once it is on disk (or failed).
+    fn submit(&self, entries: Vec<(u64, Vec<u8>)>, done: Done) -> Result<(), StorageError> {
+        let f = &self.shared;
+        if f.failed.load(Ordering::Acquire) {
+            return Err(flush_failed());
+        }
+        let bytes = entries.iter().map(|(_, b)| b.len()).sum();
+        // Back-pressure: a stalled disk holds the Raft core here (see the constant).
+        self.wait_until(|p| p.appends == 0 || p.bytes + bytes <= MAX_PENDING_FLUSH_BYTES);
+        f.count(true, 1, bytes);
+        let flush = Flush {
+            entries,
+            bytes,
+            done,
+        };
+        if self.tx.as_ref().is_none_or(|tx| tx.send(flush).is_err()) {
+            f.count(false, 1, bytes);
+            return Err(write_err(std::io::Error::other(
+                "the log flusher thread is gone",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Returns once no handed-over append is pending: everything appended is on disk (or the
+    /// flusher failed, which `failed` says). Blocks only when one is pending, and then off the
+    /// runtime's queue ([`blocking`]).
+    fn wait_idle(&self) -> Result<(), StorageError> {
+        let f = &self.shared;
+        self.wait_until(|p| p.appends == 0);
+        if f.failed.load(Ordering::Acquire) {
+            return Err(flush_failed());
+        }
+        Ok(())
+    }
+}
+
+fn meta_get<T: for<'a> Deserialize<'a>>(
+    db: &Database,
+    key: &str,
+) -> Result<Option<T>, StorageError> {
+    let tx = db.begin_read().map_err(read_err)?;
+    let t = tx.open_table(META).map_err(read_err)?;
+    match t.get(key).map_err(read_err)? {
+        None => Ok(None),
+        Some(v) => serde_json::from_slice(v.value())
+            .map(Some)
+            .map_err(read_err),
+    }
+}
+
+fn meta_put<T: Serialize>(db: &Database, key: &str, value: &T) -> Result<(), StorageError> {
+    let bytes = serde_json::to_vec(value).map_err(write_err)?;
+    blocking(|| {
+        let tx = db.begin_write().map_err(write_err)?;
+        {
+            let mut t = tx.open_table(META).map_err(write_err)?;
+            t.insert(key, bytes.as_slice()).map_err(write_err)?;
+        }
+        tx.commit().map_err(write_err)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Log
+
+/// First byte of a log entry stored by this version: the entry in postcard (compact binary
+/// serde, the encoding the raft RPCs already use) follows. Earlier versions stored JSON, whose
+/// first byte is `{`; such entries are still read (a data directory written by an older build
+/// opens as it was). An older build cannot read entries written by this one.
+const ENTRY_POSTCARD: u8 = 1;
+
+/// One log entry as stored: [`ENTRY_POSTCARD`], then the entry in postcard.
+fn encode_entry(e: &Entry) -> Result<Vec<u8>, StorageError> {
+    postcard::to_extend(e, vec![ENTRY_POSTCARD]).map_err(write_err)
+}
+
+/// A stored log entry, in this version's encoding or an older one's (JSON).
+fn decode_entry(bytes: &[u8]) -> Result<Entry, StorageError> {
+    match bytes.first() {
+        Some(&ENTRY_POSTCARD) => postcard::from_bytes(&bytes[1..]).map_err(read_err),
+        _ => serde_json::from_slice(bytes).map_err(read_err),
+    }
+}
+
+/// Bytes (as stored) of recent entries kept in memory: 16 of the largest batched entries
+/// ([`crate::raft::propose::MAX_BATCH_BYTES`]), two appends of [`crate::raft::propose::MAX_PAYLOAD_ENTRIES`]
+/// each — what replication and apply read right after the append. A follower further behind
+/// is sent older entries from the database, as before. (In memory an entry takes about two to
+/// three times its stored size: a few MB at most.)
+const RECENT_BYTES: usize = 1 << 20;
+
+/// The latest entries of the log, in memory (P11): replication reads every entry right after
+/// it was appended and the state machine right after it committed; both used to read it back
+/// from redb and decode it, once per follower and once more to apply. Always a contiguous
+/// suffix of the log as appended: appends add to it before they return (the leader's may still
+/// be on their way to disk, see [`Flusher`]; a follower's are on disk by then), truncate and
+/// purge remove from both it and the disk. A read that starts inside it is answered from it
+/// entirely; any other read waits for pending flushes and goes to the database.
+#[derive(Default)]
+struct Recent {
+    /// (entry, its stored size), indexes consecutive.
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn first_index(&self) -> Option<u64> {
+        self.entries.front().map(|(e, _)| e.log_id.index)
+    }
+
+    fn next_index(&self) -> Option<u64> {
+        self.entries.back().map(|(e, _)| e.log_id.index + 1)
+    }
+
+    /// Entries appended after what the cache holds.
+    fn appended(&mut self, entries: Vec<(Entry, usize)>) {
+        let Some(first) = entries.first().map(|(e, _)| e.log_id.index) else {
+            return;
+        };
+        if self.next_index() != Some(first) {
+            // Not right after what we hold (the first append since the start, or after a
+            // truncation that went below the cache): start again from these.
+            self.remove_from(first);
+            if self.next_index() != Some(first) {
+                self.clear();
+            }
+        }
+        for (e, n) in entries {
+            self.bytes += n;
+            self.entries.push_back((e, n));
+        }
+        while self.bytes > RECENT_BYTES && self.entries.len() > 1 {
+            self.pop(true);
+        }
+    }
+
+    /// Drops the first (`front`) or last entry, keeping `bytes` right.
+    fn pop(&mut self, front: bool) {
+        let popped = if front {
+            self.entries.pop_front()
+        } else {
+            self.entries.pop_back()
+        };
+        if let Some((_, n)) = popped {
+            self.bytes -= n;
+        }
+    }
+
+    /// Forgets `index` and everything after it (truncate).
+    fn remove_from(&mut self, index: u64) {
+        while self.next_index().is_some_and(|next| next > index) {
+            self.pop(false);
+        }
+    }
+
+    /// Forgets everything up to `index` (purge).
+    fn remove_upto(&mut self, index: u64) {
+        while self.first_index().is_some_and(|first| first <= index) {
+            self.pop(true);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// The entries of `[start, end)` if the cache holds `start` (the log has none past what
+    /// the cache holds); `None`: read them from the database.
+    fn range(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry>> {
+        let first = self.first_index()?;
+        if start < first {
+            return None;
+        }
+        let skip = (start - first) as usize;
+        let take = match end {
+            Some(end) => end.saturating_sub(start) as usize,
+            None => usize::MAX,
+        };
+        Some(
+            self.entries
+                .iter()
+                .skip(skip)
+                .take(take)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
+    }
+}
+
+/// The Raft log, vote and committed index. Cheap to clone (readers share the database and
+/// the cache of recent entries).
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+    recent: Arc<Mutex<Recent>>,
+    flusher: Arc<Flusher>,
+}
+
+impl LogStore {
+    /// `stall`: the test failpoint `--test-leader-flush-stall` (`None` otherwise).
+    pub fn new(db: Arc<Database>, stall: Option<PathBuf>) -> LogStore {
+        let recent: Arc<Mutex<Recent>> = Arc::default();
+        LogStore {
+            flusher: Arc::new(Flusher::start(db.clone(), recent.clone(), stall)),
+            db,
+            recent,
+        }
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().expect("log cache lock")
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => Some(e + 1),
+            Bound::Excluded(&e) => Some(e),
+            Bound::Unbounded => None,
+        };
+        if let Some(hit) = self.recent().range(start, end) {
+            return Ok(hit);
+        }
+        self.flusher.wait_idle()?;
+        let tx = self.db.begin_read().map_err(read_err)?;
+        let t = tx.open_table(LOG).map_err(read_err)?;
+        let mut out = Vec::new();
+        for item in t.range(start..).map_err(read_err)? {
+            let (k, v) = item.map_err(read_err)?;
+            if !range.contains(&k.value()) {
+                break;
+            }
+            out.push(decode_entry(v.value())?);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        self.flusher.wait_idle()?;
+        let last_purged_log_id: Option<LogId> = meta_get(&self.db, K_PURGED)?;
+        let tx = self.db.begin_read().map_err(read_err)?;
+        let t = tx.open_table(LOG).map_err(read_err)?;
+        let last = match t.last().map_err(read_err)? {
+            Some((_, v)) => Some(decode_entry(v.value())?.log_id),
+            None => last_purged_log_id,
+        };
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        self.flusher.wait_idle()?;
+        meta_put(&self.db, K_VOTE, vote)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        meta_get(&self.db, K_VOTE)
+    }
+
+    /// Not saved (openraft's default): the committed index only spares re-applying after a
+    /// restart, and the leader tells it again within a heartbeat. Saving it cost every node
+    /// one fsync per commit, half the cost of a write. (Saving it without an fsync — redb
+    /// `Durability::None` — lost an acknowledged job when the whole cluster was killed and
+    /// restarted: scenario S5.) A value an older version saved is still read.
+    async fn save_committed(&mut self, _committed: Option<LogId>) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(meta_get::<Option<LogId>>(&self.db, K_COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut encoded = Vec::new();
+        let mut kept = Vec::new();
+        for e in entries {
+            let bytes = encode_entry(&e)?;
+            encoded.push((e.log_id.index, bytes));
+            kept.push((e, encoded.last().map_or(0, |(_, b)| b.len())));
+        }
+        if callback.is_pipelined() {
+            // The leader's own: readable now (replication reads them next), on disk when the
+            // flusher says so.
+            self.recent().appended(kept);
+            let done: Done = Box::new(move |res| callback.log_io_completed(res));
+            return self.flusher.submit(encoded, done);
+        }
+        // A follower's (openraft waits for it): after anything still pending, then inline.
+        self.flusher.wait_idle()?;
+        let res = commit_entries(&self.db, encoded.iter().map(|(i, b)| (*i, b.as_slice())));
+        // The commit is durable (fsynced) when it returns: only then are the entries readable
+        // from the cache and the flush reported.
+        match &res {
+            Ok(()) => {
+                self.recent().appended(kept);
+                callback.log_io_completed(Ok(()))
+            }
+            Err(e) => {
+                // What the failed commit left is unknown: read the database from now on.
+                self.recent().clear();
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())))
+            }
+        }
+        res
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.flusher.wait_idle()?;
+        self.recent().remove_from(log_id.index);
+        blocking(|| {
+            let tx = self.db.begin_write().map_err(write_err)?;
+            {
+                let mut t = tx.open_table(LOG).map_err(write_err)?;
+                t.retain_in(log_id.index.., |_, _| false)
+                    .map_err(write_err)?;
+            }
+            tx.commit().map_err(write_err)
+        })
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.flusher.wait_idle()?;
+        self.recent().remove_upto(log_id.index);
+        let bytes = serde_json::to_vec(&log_id).map_err(write_err)?;
+        blocking(|| {
+            let tx = self.db.begin_write().map_err(write_err)?;
+            {
+                let mut m = tx.open_table(META).map_err(write_err)?;
+                m.insert(K_PURGED, bytes.as_slice()).map_err(write_err)?;
+                let mut t = tx.open_table(LOG).map_err(write_err)?;
+                t.retain_in(..=log_id.index, |_, _| false)
+                    .map_err(write_err)?;
+            }
+            tx.commit().map_err(write_err)
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// State machine
+
+/// What has been applied: readers take the read lock, `apply` the write lock (never held
+/// across an await).
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+    pub state: State,
+}
+
+pub type SharedApplied = Arc<RwLock<Applied>>;
+
+/// The state machine: the in-memory [`Applied`] state plus its snapshot file.
+pub struct StateMachineStore {
+    id: u64,
+    dir: PathBuf,
+    pub applied: SharedApplied,
+    /// C14: told of every batch applied, with its log id (the node passes the handover's
+    /// `note`, which picks out the handover entries: to whom, its log id, the leader's time).
+    pub handovers: Option<OnApply>,
+}
+
+/// A hook the state machine calls for every batch it applies (this module owns the type, so
+/// the store needs nothing of those it tells).
+pub type OnApply = Box<dyn Fn(LogId, &Batch) + Send + Sync>;
+
+impl StateMachineStore {
+    /// Restores the state from the snapshot file, if any; removes leftover temporaries.
+    pub fn open(id: u64, dir: &Path) -> Result<StateMachineStore, StorageError> {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().ends_with(".tmp") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let mut applied = Applied::default();
+        let path = snapshot::current_path(dir);
+        if path.exists() {
+            let t0 = std::time::Instant::now();
+            let (meta, state) = snapshot::read(&path).map_err(read_err)?;
+            eprintln!(
+                "node {id}: loaded snapshot {} ({} jobs) in {} ms",
+                meta.snapshot_id,
+                state.job_count(),
+                t0.elapsed().as_millis()
+            );
+            applied.state = state;
+            applied.last_applied = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+        }
+        Ok(StateMachineStore {
+            id,
+            dir: dir.to_path_buf(),
+            applied: Arc::new(RwLock::new(applied)),
+            handovers: None,
+        })
+    }
+}
+
+/// Builds snapshots from the shared state.
+pub struct SnapshotBuilder {
+    id: u64,
+    dir: PathBuf,
+    applied: SharedApplied,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        // Under the lock only the O(1) part: the job table is shared, not copied.
+        let view = {
+            let a = self.applied.read().expect("state lock");
+            let id = match a.last_applied {
+                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, now_ms()),
+                None => format!("none-{}", now_ms()),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: a.last_applied,
+                last_membership: a.membership.clone(),
+                snapshot_id: id,
+            };
+            snapshot::View::of(meta, &a.state)
+        };
+        let (dir, id) = (self.dir.clone(), self.id);
+        // Writing (and fsyncing) a large table takes a while: off the runtime's threads.
+        let meta = tokio::task::spawn_blocking(move || -> std::io::Result<SnapshotMeta> {
+            let t0 = std::time::Instant::now();
+            static BUILDS: AtomicU64 = AtomicU64::new(0);
+            let tmp = dir.join(format!(
+                "snapshot.build-{}-{}.tmp",
+                std::process::id(),
+                BUILDS.fetch_add(1, Ordering::Relaxed)
+            ));
+            let bytes = view.write(&tmp)?;
+            snapshot::install_file(&tmp, &dir)?;
+            eprintln!(
+                "node {id}: wrote snapshot {} ({bytes} bytes) in {} ms",
+                view.meta.snapshot_id,
+                t0.elapsed().as_millis()
+            );
+            Ok(view.meta.clone())
+        })
+        .await
+        .map_err(|e| write_err(std::io::Error::other(e.to_string())))?
+        .map_err(write_err)?;
+        let file = SnapFile::open(snapshot::current_path(&self.dir)).map_err(read_err)?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(file),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let a = self.applied.read().expect("state lock");
+        Ok((a.last_applied, a.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Outcome>>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut a = self.applied.write().expect("state lock");
+        let mut out = Vec::new();
+        for e in entries {
+            a.last_applied = Some(e.log_id);
+            out.push(match e.payload {
+                EntryPayload::Blank => Vec::new(),
+                EntryPayload::Normal(batch) => {
+                    if let Some(note) = &self.handovers {
+                        note(e.log_id, &batch);
+                    }
+                    batch.0.iter().map(|p| a.state.apply(p)).collect()
+                }
+                EntryPayload::Membership(m) => {
+                    a.membership = StoredMembership::new(Some(e.log_id), m);
+                    Vec::new()
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            id: self.id,
+            dir: self.dir.clone(),
+            applied: self.applied.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapFile>, StorageError> {
+        Ok(Box::new(
+            SnapFile::receive_into(&self.dir).map_err(write_err)?,
+        ))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<SnapFile>,
+    ) -> Result<(), StorageError> {
+        let (dir, id) = (self.dir.clone(), self.id);
+        let t0 = std::time::Instant::now();
+        let state = tokio::task::spawn_blocking(move || -> std::io::Result<State> {
+            let SnapFile { path, file } = *snapshot;
+            file.sync_all()?;
+            drop(file);
+            let (_, state) = snapshot::read(&path)?;
+            snapshot::install_file(&path, &dir)?;
+            Ok(state)
+        })
+        .await
+        .map_err(|e| read_err(std::io::Error::other(e.to_string())))?
+        .map_err(read_err)?;
+        let jobs = state.job_count();
+        let mut a = self.applied.write().expect("state lock");
+        a.state = state;
+        a.last_applied = meta.last_log_id;
+        a.membership = meta.last_membership.clone();
+        eprintln!(
+            "node {id}: installed snapshot {} ({jobs} jobs) in {} ms",
+            meta.snapshot_id,
+            t0.elapsed().as_millis()
+        );
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        let path = snapshot::current_path(&self.dir);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let meta = snapshot::read_meta(&path).map_err(read_err)?;
+        let file = SnapFile::open(path).map_err(read_err)?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(file),
+        }))
+    }
+}
+
+/// Proposals since the last snapshot that trigger the next one: at least `min_writes`, and at
+/// least a quarter of the table, so the log on disk stays within about a quarter of the
+/// snapshot's size and writing a snapshot costs O(1) per write on average.
+pub fn snapshot_due(since_last: u64, jobs: usize, min_writes: u64) -> bool {
+    since_last >= min_writes.max(jobs as u64 / 4)
+}
+
+/// Triggers snapshots by [`snapshot_due`] (openraft's own policy counts entries, and one
+/// entry may hold hundreds of writes).
+pub async fn snapshot_trigger(raft: Raft, applied: SharedApplied, min_writes: u64) {
+    let mut last = applied.read().expect("state lock").state.applied_count();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let (now, jobs) = {
+            let a = applied.read().expect("state lock");
+            (a.state.applied_count(), a.state.job_count())
+        };
+        if now < last {
+            // A snapshot from the leader replaced the state.
+            last = now;
+        }
+        if snapshot_due(now - last, jobs, min_writes) {
+            if raft.trigger().snapshot().await.is_err() {
+                return;
+            }
+            last = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sm::entry::Batch;
+    use crate::sm::state::{Cmd, Proposal};
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, Membership};
+
+    fn rt() -> tokio::runtime::Runtime {
+        // `blocking` (block_in_place) needs the multi-threaded runtime the controller runs.
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    /// Entries of every payload kind: a blank, a membership, writes.
+    fn entry(term: u64, index: u64) -> Entry {
+        let payload = match index % 3 {
+            0 => EntryPayload::Blank,
+            1 => {
+                EntryPayload::Membership(Membership::new(vec![[1, 2, 3].into_iter().collect()], ()))
+            }
+            _ => EntryPayload::Normal(Batch(Arc::new(vec![
+                Proposal {
+                    client_id: [index as u8; 16],
+                    request_id: index,
+                    now_ms: 1_700_000_000_000 + index as i64,
+                    cmd: Cmd::HostCtrl {
+                        host: format!("host-{index}"),
+                        open: true,
+                    },
+                },
+                Proposal {
+                    client_id: [7; 16],
+                    request_id: 0,
+                    now_ms: -1,
+                    cmd: Cmd::JobDispatch {
+                        job_id: index * 10,
+                        host: "ünïcode \"quoted\"".into(),
+                    },
+                },
+            ]))),
+        };
+        Entry {
+            log_id: log_id(term, index),
+            payload,
+        }
+    }
+
+    /// Entries compared by their JSON (the payload types have no `PartialEq`).
+    fn same(a: &[Entry], b: &[Entry]) -> bool {
+        serde_json::to_value(a).expect("json") == serde_json::to_value(b).expect("json")
+    }
+
+    fn raw(db: &Database, index: u64) -> Vec<u8> {
+        let tx = db.begin_read().expect("read");
+        let t = tx.open_table(LOG).expect("log");
+        let v = t.get(index).expect("get").expect("stored");
+        v.value().to_vec()
+    }
+
+    /// A data directory written by the previous build (every entry JSON) opens: its entries
+    /// are read, its last log id found; new entries are stored in the binary encoding beside
+    /// them, and after a reopen both kinds read back as written.
+    #[test]
+    fn a_log_written_as_json_by_an_older_build_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old: Vec<Entry> = (1..=5).map(|i| entry(1, i)).collect();
+        {
+            // What the previous build's `append` stored: `serde_json::to_vec(&entry)`.
+            let db = open_db(dir.path()).expect("open");
+            let tx = db.begin_write().expect("write");
+            {
+                let mut t = tx.open_table(LOG).expect("log");
+                for e in &old {
+                    t.insert(
+                        e.log_id.index,
+                        serde_json::to_vec(e).expect("json").as_slice(),
+                    )
+                    .expect("insert");
+                }
+            }
+            tx.commit().expect("commit");
+        }
+        let new: Vec<Entry> = (6..=9).map(|i| entry(2, i)).collect();
+        rt().block_on(async {
+            let db = open_db(dir.path()).expect("reopen");
+            assert!(!is_blank(&db, dir.path()).expect("blank?"));
+            let mut store = LogStore::new(db.clone(), None);
+            let state = store.get_log_state().await.expect("state");
+            assert_eq!(state.last_log_id, Some(log_id(1, 5)));
+            let read = store.try_get_log_entries(1..=5).await.expect("read old");
+            assert!(same(&read, &old), "old entries read back as written");
+            store.blocking_append(new.clone()).await.expect("append");
+            assert_eq!(raw(&db, 5)[0], b'{', "old entries stay as they are");
+            assert_eq!(raw(&db, 6)[0], ENTRY_POSTCARD, "new entries are binary");
+        });
+        rt().block_on(async {
+            let db = open_db(dir.path()).expect("reopen");
+            let mut store = LogStore::new(db, None);
+            let state = store.get_log_state().await.expect("state");
+            assert_eq!(state.last_log_id, Some(log_id(2, 9)));
+            let all = store.try_get_log_entries(..).await.expect("read all");
+            let want: Vec<Entry> = old.iter().chain(&new).cloned().collect();
+            assert!(same(&all, &want), "both encodings read back after a reopen");
+        });
+    }
+
+    /// Reads answered from the cache of recent entries are what the database holds, through
+    /// appends, a truncation (a follower's conflicting suffix replaced) and a purge.
+    #[test]
+    fn the_cache_of_recent_entries_matches_the_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        rt().block_on(async {
+            let db = open_db(dir.path()).expect("open");
+            let mut store = LogStore::new(db.clone(), None);
+            // Checks every range of 0..=12 against a store with an empty cache (the database).
+            let check = |mut store: LogStore, db: Arc<Database>| async move {
+                for a in 0..=12u64 {
+                    for b in a..=13u64 {
+                        let cached = store.try_get_log_entries(a..b).await.expect("cached");
+                        let disk = LogStore::new(db.clone(), None)
+                            .try_get_log_entries(a..b)
+                            .await
+                            .expect("disk");
+                        assert!(same(&cached, &disk), "range {a}..{b}");
+                    }
+                    let cached = store.try_get_log_entries(a..).await.expect("cached");
+                    let disk = LogStore::new(db.clone(), None)
+                        .try_get_log_entries(a..)
+                        .await
+                        .expect("disk");
+                    assert!(same(&cached, &disk), "range {a}..");
+                }
+            };
+            store
+                .blocking_append((1..=4).map(|i| entry(1, i)))
+                .await
+                .expect("append");
+            store
+                .blocking_append((5..=10).map(|i| entry(1, i)))
+                .await
+                .expect("append");
+            assert_eq!(store.recent().first_index(), Some(1));
+            check(store.clone(), db.clone()).await;
+            store.truncate(log_id(1, 7)).await.expect("truncate");
+            assert_eq!(store.recent().next_index(), Some(7));
+            check(store.clone(), db.clone()).await;
+            store
+                .blocking_append((7..=11).map(|i| entry(2, i)))
+                .await
+                .expect("append");
+            check(store.clone(), db.clone()).await;
+            store.purge(log_id(1, 4)).await.expect("purge");
+            assert_eq!(store.recent().first_index(), Some(5));
+            check(store.clone(), db.clone()).await;
+            let state = store.get_log_state().await.expect("state");
+            assert_eq!(state.last_purged_log_id, Some(log_id(1, 4)));
+            assert_eq!(state.last_log_id, Some(log_id(2, 11)));
+        });
+    }
+
+    /// The leader's appends, handed to the flusher thread: reported on disk in the order
+    /// handed over, none while the (test) stall holds them; every other write to the log and
+    /// every read of it from the database waits until none is pending.
+    #[test]
+    fn the_leaders_flushes_report_in_order_and_other_writes_wait_for_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stall = dir.path().join("stall");
+        std::fs::write(&stall, b"").expect("stall");
+        rt().block_on(async {
+            let db = open_db(dir.path()).expect("open");
+            let mut store = LogStore::new(db.clone(), Some(stall.clone()));
+            let reported = Arc::new(Mutex::new(Vec::new()));
+            for (first, last) in [(1, 3), (4, 6), (7, 9)] {
+                let entries: Vec<Entry> = (first..=last).map(|i| entry(1, i)).collect();
+                let encoded = entries
+                    .iter()
+                    .map(|e| (e.log_id.index, encode_entry(e).expect("encode")))
+                    .collect();
+                let r = reported.clone();
+                let done: Done = Box::new(move |res| r.lock().unwrap().push((last, res.is_ok())));
+                store.flusher.submit(encoded, done).expect("submit");
+            }
+            // Stalled: nothing reported, nothing on disk, and a truncate waits.
+            let waiter = {
+                let mut s = store.clone();
+                tokio::spawn(async move { s.truncate(log_id(1, 7)).await })
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let (none_reported, truncate_waited) =
+                (reported.lock().unwrap().is_empty(), !waiter.is_finished());
+            // Unstalled before any assertion: a stalled flusher would hold the test's end.
+            std::fs::remove_file(&stall).expect("unstall");
+            assert!(
+                none_reported,
+                "a flush was reported while the disk was stalled"
+            );
+            assert!(
+                truncate_waited,
+                "a truncate did not wait for pending flushes"
+            );
+            waiter.await.expect("join").expect("truncate");
+            assert_eq!(
+                *reported.lock().unwrap(),
+                vec![(3, true), (6, true), (9, true)]
+            );
+            // Truncated after they landed: 1..=6 on disk, 7.. gone.
+            let disk = LogStore::new(db.clone(), None)
+                .try_get_log_entries(0..)
+                .await
+                .expect("read");
+            let indexes: Vec<u64> = disk.iter().map(|e| e.log_id.index).collect();
+            assert_eq!(indexes, (1..=6).collect::<Vec<_>>());
+            let _ = store.get_log_state().await.expect("state");
+        });
+    }
+
+    /// A stalled disk holds the leader's appends back once enough wait: the next one blocks
+    /// (and with it, in the controller, the Raft core) until the disk takes what is pending.
+    #[test]
+    fn the_leaders_flushes_are_bounded_in_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stall = dir.path().join("stall");
+        std::fs::write(&stall, b"").expect("stall");
+        let db = open_db(dir.path()).expect("open");
+        let store = LogStore::new(db, Some(stall.clone()));
+        let half = MAX_PENDING_FLUSH_BYTES / 2 + 1;
+        let submit = move |store: &LogStore, index: u64| {
+            let done: Done = Box::new(|res| res.expect("flushed"));
+            store
+                .flusher
+                .submit(vec![(index, vec![7u8; half])], done)
+                .expect("submit");
+        };
+        // The first always goes (nothing pending), however large.
+        submit(&store, 1);
+        let second = {
+            let store = store.clone();
+            std::thread::spawn(move || submit(&store, 2))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let waited = !second.is_finished();
+        // Unstalled before any assertion: a stalled flusher would hold the test's end.
+        std::fs::remove_file(&stall).expect("unstall");
+        second.join().expect("second append");
+        store.flusher.wait_idle().expect("idle");
+        assert!(waited, "a second half-bound append did not wait");
+    }
+
+    /// The cache keeps the newest entries within its byte budget (at least one), consecutive;
+    /// an append after a gap starts it again.
+    #[test]
+    fn the_cache_is_bounded_and_consecutive() {
+        let mut r = Recent::default();
+        let big = RECENT_BYTES / 3 + 1;
+        r.appended((1..=2).map(|i| (entry(1, i), big)).collect());
+        r.appended(vec![(entry(1, 3), big)]);
+        assert_eq!(
+            (r.first_index(), r.next_index(), r.bytes),
+            (Some(2), Some(4), 2 * big)
+        );
+        r.appended(vec![(entry(1, 4), RECENT_BYTES * 2)]);
+        assert_eq!((r.first_index(), r.next_index()), (Some(4), Some(5)));
+        r.appended(vec![(entry(1, 9), 10)]);
+        assert_eq!(
+            (r.first_index(), r.next_index(), r.bytes),
+            (Some(9), Some(10), 10)
+        );
+        assert!(r.range(8, None).is_none(), "before the cache: the database");
+        assert_eq!(r.range(9, Some(20)).map(|v| v.len()), Some(1));
+        assert_eq!(r.range(12, None).map(|v| v.len()), Some(0));
+        // An append overlapping the cache (no truncate first) replaces its suffix.
+        r.appended((5..=7).map(|i| (entry(1, i), 1)).collect());
+        assert_eq!((r.first_index(), r.next_index()), (Some(5), Some(8)));
+        r.appended((6..=6).map(|i| (entry(2, i), 1)).collect());
+        assert_eq!(
+            (r.first_index(), r.next_index(), r.bytes),
+            (Some(5), Some(7), 2)
+        );
+    }
+}

@@ -1,0 +1,557 @@
+//! Listings of any size (P12): a snapshot-bound cursor over the job table, and the frame
+//! bound every reply obeys.
+//!
+//! The first page of a `joblistPage` pins the job table as of that moment (an O(1) clone of
+//! the persistent map, taken after the read barrier) and registers it under a random cursor;
+//! the next pages are cut from that same pinned table, so the whole listing is one
+//! linearizable read however many frames it takes. A cursor this node does not hold is
+//! -ESTALE (the client starts the listing over).
+//!
+//! Cursors are bounded by what they cost, not by a small count (defect 8: with 32 cursors and
+//! the least recently used evicted, 64 concurrent paged listers evicted each other forever).
+//! A pinned table costs only the nodes that later writes copied away from it: tables pinned
+//! at the same applied write share everything, and the bytes retained by all cursors are at
+//! most (writes since the oldest pin) × (one root-to-leaf path), and at most one table per
+//! distinct pinned version ([`retained_estimate`]). A cursor lives until its listing ends or
+//! it idles for [`CURSOR_IDLE`]; only when a new listing would take the estimate over
+//! [`CURSOR_MEMORY`] (or the count over [`MAX_CURSORS`]) is the cursor pinned longest ago
+//! dropped — so listers that make progress are never evicted by other listers, only by a
+//! write volume that would otherwise pin more memory than the budget. Nothing is logged per
+//! page; a pin when it is the only open listing, else at most once a second per node (with
+//! the count since the last line); an eviction always.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use xce::error::E_XCE_TOOBIG;
+use xce::wire::{self, JobFilter, JobListPage, JobPage, Reply, ReplyData};
+
+use crate::sm::state::{self, JobRec};
+
+/// Most listings pinned at once per node (each costs a few hundred bytes of its own; what the
+/// pinned tables retain is bounded by [`CURSOR_MEMORY`]).
+pub const MAX_CURSORS: usize = 8192;
+/// Budget for the job-table nodes that pinned listings keep alive (estimated).
+pub const CURSOR_MEMORY: usize = 512 << 20;
+/// A listing idle for this long is dropped.
+pub const CURSOR_IDLE: Duration = Duration::from_secs(60);
+/// Preferred size of one page: large enough that the round trips cost little next to the
+/// data, small enough that client and server hold little per frame.
+pub const PAGE_BYTES: usize = 4 << 20;
+/// Room kept in every frame for the envelope (seq, status, redirect, page fields).
+pub const ENVELOPE_BYTES: usize = 4096;
+/// Estimated bytes of one job in a table node (the record and its texts).
+const JOB_BYTES: usize = 320;
+/// Entries per node of the persistent map (imbl's B-tree).
+const NODE_JOBS: usize = 64;
+
+struct Pinned {
+    jobs: imbl::OrdMap<u64, JobRec>,
+    filter: JobFilter,
+    used: Instant,
+    /// The table's applied-write count when pinned (its version).
+    applied: u64,
+}
+
+/// The listings pinned on this node.
+pub struct Cursors {
+    inner: Mutex<Inner>,
+    /// [`CURSOR_MEMORY`], or less in tests.
+    budget: usize,
+    /// This node's id, for the log.
+    node: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    pinned: HashMap<u64, Pinned>,
+    /// Pinned versions (applied-write counts) → how many cursors pin each.
+    versions: BTreeMap<u64, usize>,
+    /// When idle cursors were last looked for.
+    swept: Option<Instant>,
+    /// When a pin was last logged, and pins since (at most one line a second).
+    logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl Inner {
+    fn remove(&mut self, id: u64) -> Option<Pinned> {
+        let p = self.pinned.remove(&id)?;
+        if let Some(n) = self.versions.get_mut(&p.applied) {
+            *n -= 1;
+            if *n == 0 {
+                self.versions.remove(&p.applied);
+            }
+        }
+        Some(p)
+    }
+
+    fn insert(&mut self, id: u64, p: Pinned) {
+        *self.versions.entry(p.applied).or_default() += 1;
+        self.pinned.insert(id, p);
+    }
+
+    /// Drops cursors idle for [`CURSOR_IDLE`] (looked for at most once a second).
+    fn drop_idle(&mut self) {
+        if self
+            .swept
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.swept = Some(Instant::now());
+        let idle: Vec<u64> = self
+            .pinned
+            .iter()
+            .filter(|(_, p)| p.used.elapsed() >= CURSOR_IDLE)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in idle {
+            self.remove(k);
+        }
+    }
+}
+
+impl Default for Cursors {
+    fn default() -> Self {
+        Cursors::with_budget(CURSOR_MEMORY)
+    }
+}
+
+/// The filter a cursor is bound to: the same as the request's, whatever is left of its limit.
+fn unlimited(f: &JobFilter) -> JobFilter {
+    JobFilter {
+        limit: 0,
+        ..f.clone()
+    }
+}
+
+/// Estimated bytes that tables pinned at older `versions` (applied-write counts) keep alive
+/// beyond the current table of `jobs` jobs at version `now`: every write since a version
+/// copied at most one root-to-leaf path away from it, and no version retains more than a
+/// whole table.
+pub fn retained_estimate(versions: &BTreeMap<u64, usize>, now: u64, jobs: usize) -> usize {
+    let old = versions.range(..now).count();
+    let Some((&oldest, _)) = versions.first_key_value().filter(|_| old > 0) else {
+        return 0;
+    };
+    let mut depth = 1;
+    let mut reach = NODE_JOBS;
+    while reach < jobs {
+        reach = reach.saturating_mul(NODE_JOBS);
+        depth += 1;
+    }
+    let path = depth * NODE_JOBS * JOB_BYTES;
+    let writes = usize::try_from(now - oldest).unwrap_or(usize::MAX);
+    writes
+        .saturating_mul(path)
+        .min(old.saturating_mul(jobs.max(1) * JOB_BYTES))
+}
+
+impl Cursors {
+    /// How many listings are pinned right now (metrics).
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("cursors").pinned.len()
+    }
+
+    pub fn with_budget(budget: usize) -> Cursors {
+        Cursors {
+            inner: Mutex::default(),
+            budget,
+            node: 0,
+        }
+    }
+
+    /// The cursors of node `id`, with the default budget.
+    pub fn for_node(id: u64) -> Cursors {
+        Cursors {
+            node: id,
+            ..Cursors::default()
+        }
+    }
+
+    fn pin(&self, jobs: imbl::OrdMap<u64, JobRec>, applied: u64, filter: &JobFilter) -> u64 {
+        let mut inner = self.inner.lock().expect("cursors");
+        inner.drop_idle();
+        loop {
+            let retained = retained_estimate(&inner.versions, applied, jobs.len());
+            if inner.pinned.len() < MAX_CURSORS && retained <= self.budget {
+                break;
+            }
+            // The oldest version retains the most: drop its least recently used cursor.
+            let Some((&version, _)) = inner.versions.first_key_value() else {
+                break;
+            };
+            let oldest = inner
+                .pinned
+                .iter()
+                .filter(|(_, p)| p.applied == version)
+                .min_by_key(|(_, p)| p.used)
+                .map(|(&k, _)| k);
+            let Some(k) = oldest else { break };
+            inner.remove(k);
+            eprintln!(
+                "listing {k:016x} dropped: {} listings pinned, about {} MiB retained (budget {} MiB)",
+                inner.pinned.len() + 1,
+                retained >> 20,
+                self.budget >> 20
+            );
+        }
+        let id = loop {
+            let id = rand_id();
+            if id != 0 && !inner.pinned.contains_key(&id) {
+                break id;
+            }
+        };
+        let total = jobs.len();
+        let first = inner.pinned.is_empty();
+        inner.insert(
+            id,
+            Pinned {
+                jobs,
+                filter: unlimited(filter),
+                used: Instant::now(),
+                applied,
+            },
+        );
+        // The only open listing, or at most one line a second however many start.
+        inner.unlogged += 1;
+        if first
+            || inner
+                .logged
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            eprintln!(
+                "node {}: listing {id:016x} pinned ({total} jobs); {} listings pinned since the last such line, {} open",
+                self.node,
+                inner.unlogged,
+                inner.pinned.len()
+            );
+            inner.logged = Some(Instant::now());
+            inner.unlogged = 0;
+        }
+        id
+    }
+
+    /// The pinned table of `id` if this node holds it for this filter.
+    fn get(&self, id: u64, filter: &JobFilter) -> Option<imbl::OrdMap<u64, JobRec>> {
+        let mut inner = self.inner.lock().expect("cursors");
+        let p = inner.pinned.get_mut(&id)?;
+        if p.used.elapsed() >= CURSOR_IDLE || p.filter != unlimited(filter) {
+            return None;
+        }
+        p.used = Instant::now();
+        Some(p.jobs.clone())
+    }
+
+    fn drop_cursor(&self, id: u64) {
+        self.inner.lock().expect("cursors").remove(id);
+    }
+}
+
+/// A cursor id no other listing (on any node, in any run) is likely to have.
+fn rand_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    // RandomState's keys come from the OS once per process and vary per instance.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// The bytes of jobs a reply may carry when the client accepts frames of `client_max`
+/// (0: the protocol default) and this node sends at most `server_max`.
+pub fn hard_budget(client_max: u32, server_max: usize) -> usize {
+    let client = if client_max == 0 {
+        wire::DEFAULT_MAX_MESSAGE_BYTES
+    } else {
+        client_max as usize
+    };
+    client.min(server_max).saturating_sub(ENVELOPE_BYTES)
+}
+
+/// Answers one `joblistPage`. `current` gives the job table as of now and its applied-write
+/// count (called only for a new listing, after the read barrier).
+pub fn answer_page(
+    cursors: &Cursors,
+    seq: u64,
+    req: &JobListPage,
+    server_max: usize,
+    current: impl FnOnce() -> (imbl::OrdMap<u64, JobRec>, u64),
+) -> Reply {
+    let (table, applied, after) = if req.cursor == 0 {
+        let (t, applied) = current();
+        (t, applied, None)
+    } else {
+        match cursors.get(req.cursor, &req.filter) {
+            Some(t) => (t, 0, (req.after != 0).then_some(req.after)),
+            None => return Reply::status(seq, -libc::ESTALE),
+        }
+    };
+    let max_jobs = match req.filter.limit {
+        0 => usize::MAX,
+        n => n as usize,
+    };
+    let hard = hard_budget(req.max_bytes, server_max);
+    let page = state::page(
+        &table,
+        &req.filter,
+        after,
+        max_jobs,
+        PAGE_BYTES.min(hard),
+        hard,
+    );
+    if page.too_big {
+        return Reply::status(seq, -E_XCE_TOOBIG);
+    }
+    let more = page.more && page.jobs.len() < max_jobs;
+    let total = table.len() as u64;
+    let cursor = match (more, req.cursor) {
+        (false, 0) => 0,
+        (false, c) => {
+            cursors.drop_cursor(c);
+            0
+        }
+        (true, 0) => cursors.pin(table, applied, &req.filter),
+        (true, c) => c,
+    };
+    Reply::ok(
+        seq,
+        ReplyData::JobPage(JobPage {
+            jobs: page.jobs,
+            cursor,
+            more,
+            total,
+        }),
+    )
+}
+
+/// Encodes `reply` into `out`, or — when its frame would be larger than `max_bytes`, which
+/// the peer is bound to refuse — a -E_XCE_TOOBIG status reply with the same seq instead.
+/// Returns whether the reply had to be replaced.
+pub fn encode_bounded(reply: &Reply, max_bytes: usize, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    wire::encode_reply(reply, out);
+    if out.len() <= max_bytes {
+        return false;
+    }
+    out.clear();
+    wire::encode_reply(&Reply::status(reply.seq, -E_XCE_TOOBIG), out);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sm::state::{Cmd, Proposal, State, SubmitSpec};
+
+    fn table(n: u64, command_len: usize) -> State {
+        let mut s = State::default();
+        for id in 1..=n {
+            s.apply(&Proposal {
+                client_id: [2; 16],
+                request_id: 0,
+                now_ms: 1,
+                cmd: Cmd::JobSubmit(SubmitSpec {
+                    job_id: id * 10,
+                    name: format!("j{id}"),
+                    user: if id % 2 == 0 { "even" } else { "odd" }.into(),
+                    queue: String::new(),
+                    command: "c".repeat(command_len),
+                    ncpus: 1,
+                    mem_mb: 1,
+                }),
+            });
+        }
+        s
+    }
+
+    fn page_of(r: &Reply) -> &JobPage {
+        match &r.data {
+            ReplyData::JobPage(p) => p,
+            other => panic!("status {} data {other:?}", r.status),
+        }
+    }
+
+    /// Pages through a listing, with writes between the pages; returns the ids listed.
+    fn list_all(cursors: &Cursors, s: &mut State, req: JobListPage, frame: usize) -> Vec<u64> {
+        let mut req = req;
+        let mut ids = Vec::new();
+        let mut extra = 1_000_000;
+        loop {
+            let r = answer_page(cursors, 1, &req, frame, || {
+                (s.jobs_snapshot(), s.applied_count())
+            });
+            let mut out = Vec::new();
+            assert!(
+                !encode_bounded(&r, frame, &mut out),
+                "a page over the frame"
+            );
+            let p = page_of(&r).clone();
+            ids.extend(p.jobs.iter().map(|j| j.job_id));
+            if !p.more {
+                return ids;
+            }
+            // A write between pages must not show up in this listing.
+            extra += 1;
+            s.apply(&Proposal {
+                client_id: [3; 16],
+                request_id: 0,
+                now_ms: 2,
+                cmd: Cmd::JobSubmit(SubmitSpec {
+                    job_id: extra,
+                    name: "late".into(),
+                    user: "even".into(),
+                    queue: String::new(),
+                    command: String::new(),
+                    ncpus: 1,
+                    mem_mb: 1,
+                }),
+            });
+            req.cursor = p.cursor;
+            req.after = *ids.last().unwrap();
+            if req.filter.limit != 0 {
+                req.filter.limit -= p.jobs.len() as u32;
+            }
+        }
+    }
+
+    #[test]
+    fn pages_come_from_one_snapshot_within_the_frame() {
+        let cursors = Cursors::default();
+        let mut s = table(3000, 500);
+        let frame = 64 << 10;
+        let ids = list_all(&cursors, &mut s, JobListPage::default(), frame);
+        let want: Vec<u64> = (1..=3000).map(|i| i * 10).collect();
+        assert_eq!(ids, want);
+        // The finished listing dropped its cursor.
+        assert_eq!(cursors.len(), 0);
+    }
+
+    #[test]
+    fn filter_and_limit_hold_across_pages() {
+        let cursors = Cursors::default();
+        let mut s = table(3000, 500);
+        let req = JobListPage {
+            filter: JobFilter {
+                user: "even".into(),
+                limit: 700,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let ids = list_all(&cursors, &mut s, req, 64 << 10);
+        let want: Vec<u64> = (1..=3000)
+            .filter(|i| i % 2 == 0)
+            .map(|i| i * 10)
+            .take(700)
+            .collect();
+        assert_eq!(ids, want);
+    }
+
+    #[test]
+    fn unknown_cursor_is_estale_and_a_job_too_large_is_toobig() {
+        let cursors = Cursors::default();
+        let s = table(3, 100_000);
+        let req = JobListPage {
+            cursor: 42,
+            after: 10,
+            ..Default::default()
+        };
+        let r = answer_page(&cursors, 7, &req, 1 << 20, || {
+            (s.jobs_snapshot(), s.applied_count())
+        });
+        assert_eq!((r.seq, r.status), (7, -libc::ESTALE));
+        // One job bigger than any frame this client accepts.
+        let req = JobListPage {
+            max_bytes: 50_000,
+            ..Default::default()
+        };
+        let r = answer_page(&cursors, 8, &req, 1 << 20, || {
+            (s.jobs_snapshot(), s.applied_count())
+        });
+        assert_eq!(r.status, -E_XCE_TOOBIG);
+        // A job larger than a preferred page but within the frame goes alone.
+        let r = answer_page(&cursors, 9, &JobListPage::default(), 150_000, || {
+            (s.jobs_snapshot(), s.applied_count())
+        });
+        assert_eq!(page_of(&r).jobs.len(), 1);
+    }
+
+    #[test]
+    fn a_reply_over_the_frame_goes_out_as_toobig() {
+        let big = Reply::ok(
+            5,
+            ReplyData::Jobs(vec![wire::Job {
+                command: "x".repeat(10_000),
+                ..Default::default()
+            }]),
+        );
+        let mut out = Vec::new();
+        assert!(encode_bounded(&big, 4096, &mut out));
+        let r = wire::decode_reply(&out, &wire::Limits::default()).unwrap();
+        assert_eq!((r.seq, r.status), (5, -E_XCE_TOOBIG));
+        assert!(!encode_bounded(&big, 1 << 20, &mut out));
+    }
+
+    /// Defect 8: far more concurrent listings than the old 32 all keep their cursors when
+    /// nothing is written meanwhile (they share one table), and the count is still bounded.
+    #[test]
+    fn concurrent_listings_keep_their_cursors() {
+        let cursors = Cursors::default();
+        let s = table(10, 1);
+        let ids: Vec<u64> = (0..1000)
+            .map(|_| cursors.pin(s.jobs_snapshot(), s.applied_count(), &JobFilter::default()))
+            .collect();
+        assert_eq!(cursors.len(), 1000);
+        for id in &ids {
+            assert!(cursors.get(*id, &JobFilter::default()).is_some());
+        }
+        for _ in 0..MAX_CURSORS {
+            cursors.pin(s.jobs_snapshot(), s.applied_count(), &JobFilter::default());
+        }
+        assert_eq!(cursors.len(), MAX_CURSORS);
+    }
+
+    /// Only the write volume since the oldest pin can push cursors out, oldest pin first.
+    #[test]
+    fn memory_bound_drops_the_oldest_pin() {
+        // A budget of one 100-job table.
+        let cursors = Cursors::with_budget(100 * JOB_BYTES);
+        let s = table(100, 1);
+        let f = JobFilter::default();
+        let a = cursors.pin(s.jobs_snapshot(), 1, &f);
+        let b = cursors.pin(s.jobs_snapshot(), 1, &f);
+        let c = cursors.pin(s.jobs_snapshot(), 2, &f);
+        assert_eq!(cursors.len(), 3, "one older version fits");
+        // Many writes later two older versions would retain two tables: the oldest goes.
+        let d = cursors.pin(s.jobs_snapshot(), 1000, &f);
+        assert_eq!(cursors.len(), 2);
+        assert!(cursors.get(a, &f).is_none() && cursors.get(b, &f).is_none());
+        assert!(cursors.get(c, &f).is_some() && cursors.get(d, &f).is_some());
+    }
+
+    #[test]
+    fn retained_estimate_is_bounded_by_writes_and_tables() {
+        let v: BTreeMap<u64, usize> = [(10, 2), (20, 1)].into_iter().collect();
+        assert_eq!(
+            retained_estimate(&v, 10, 1000),
+            0,
+            "pinned at the current version"
+        );
+        // 1000 jobs: two levels; 5 writes since the oldest pin.
+        assert_eq!(
+            retained_estimate(&v, 15, 1000),
+            5 * 2 * NODE_JOBS * JOB_BYTES
+        );
+        // Many writes: at most one table per older version.
+        assert_eq!(retained_estimate(&v, 1_000_000, 1000), 2 * 1000 * JOB_BYTES);
+    }
+}

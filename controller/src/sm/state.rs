@@ -1,0 +1,1223 @@
+//! The replicated job store: a pure, deterministic state machine (C4, C5).
+//!
+//! Every change is a [`Proposal`] that went through the Raft log; the leader stamps the time
+//! into it before proposing, so every node computes the same state from the same log.
+//! Reads ([`State`] queries) are answered from the applied state after a read-index check.
+//!
+//! Memory (P12): the job table is a persistent B-tree ([`imbl::OrdMap`]), so a snapshot of it
+//! — for a paged listing or a Raft snapshot — is an O(1) clone that later writes copy on
+//! write, never a copy of the table. A stored job is compact: numbers inline, the texts that
+//! repeat across jobs (user, queue, host, pending reason) interned and shared, the others
+//! (name, command) one exact-size allocation each.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use xce::error::E_XCE_DUP_JOB;
+use xce::wire;
+
+/// Request ids remembered per client for exactly-once writes (C4).
+pub const DEDUP_PER_CLIENT: usize = 256;
+/// How long a client's exactly-once window is kept after its last write (C4, defect 12; C22):
+/// until this many more writes have been applied — a log position, the same on every replica
+/// and blind to every clock. (It was an hour by the leader's clock stamped in each proposal: a
+/// clock stepping forward, or a new primary whose clock ran ahead, forgot every window at the
+/// next sweep, and a re-send of a write whose outcome was unknown applied twice.) A call
+/// re-sends only within its retry budget (about 53 s by default, F7), and a re-send after an
+/// unknown outcome or from the notify outbox (F12) comes on the next reconnect; 2^24 writes
+/// last 7.5 minutes at the highest rate measured (P11, ~37,000 writes/s at 256 contexts), 8
+/// times the longest budget, and days at ordinary rates. A count of clients does not decide
+/// below [`DEDUP_CLIENTS_MAX`]: 4,096 clients were forgotten within seconds under a few
+/// thousand short-lived contexts, and a slow re-send applied twice.
+pub const DEDUP_RETAIN_WRITES: u64 = 1 << 24;
+/// Expired windows are swept every this many applied writes (deterministic on every replica).
+pub const DEDUP_SWEEP_EVERY: u64 = 4096;
+/// Memory guard: most clients remembered however recent; beyond it the least recently used
+/// go first (logged: a re-send from one of them could apply twice). At ~100 bytes per idle
+/// client this is ~100 MB.
+pub const DEDUP_CLIENTS_MAX: usize = 1 << 20;
+/// Tasks started by `runtask` kept for inspection.
+pub const TASKS_KEPT: usize = 1024;
+/// Name of the queue a fresh cluster has.
+pub const DEFAULT_QUEUE: &str = "normal";
+/// Exit code of a killed job (128 + SIGKILL), as a shell reports it.
+pub const KILLED_EXIT_CODE: i32 = 137;
+
+/// One replicated write: who sent it (for exactly-once), when the leader took it, what it does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Proposal {
+    pub client_id: [u8; 16],
+    /// 0: not deduplicated.
+    pub request_id: u64,
+    /// Unix ms on the leader when proposed.
+    pub now_ms: i64,
+    pub cmd: Cmd,
+}
+
+impl Proposal {
+    /// Rough size of the proposal in a log entry (its texts plus a fixed part).
+    pub fn size_hint(&self) -> usize {
+        let texts = match &self.cmd {
+            Cmd::JobSubmit(s) => s.name.len() + s.user.len() + s.queue.len() + s.command.len(),
+            Cmd::Join { host, attrs, .. } => {
+                host.len() + attrs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            }
+            Cmd::UpdateResvals { host, resvals } => {
+                host.len()
+                    + resvals
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+            }
+            Cmd::RunTask { host, command } => host.len() + command.len(),
+            Cmd::SetPendReason { reason, .. } => reason.len(),
+            Cmd::JobDispatch { host, .. } | Cmd::HostCtrl { host, .. } => host.len(),
+            Cmd::Heartbeat { host } => host.len(),
+            Cmd::QueueCtrl { queue, .. } => queue.len(),
+            _ => 0,
+        };
+        160 + texts
+    }
+}
+
+/// Session roles as stored (mirror of `wire::SessionRole`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Worker,
+    Scheduler,
+    ApiServer,
+    Client,
+}
+
+/// A state change. Parameters mirror the ops of protocol.md.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Cmd {
+    Join {
+        role: Role,
+        host: String,
+        ncpus: u32,
+        mem_mb: u64,
+        attrs: Vec<(String, String)>,
+    },
+    JobSubmit(SubmitSpec),
+    JobDispatch {
+        job_id: u64,
+        host: String,
+    },
+    JobCtrl {
+        job_id: u64,
+        action: JobAction,
+    },
+    QueueCtrl {
+        queue: String,
+        action: QueueAction,
+    },
+    HostCtrl {
+        host: String,
+        open: bool,
+    },
+    UpdateResvals {
+        host: String,
+        resvals: Vec<(String, String)>,
+    },
+    UpdateJusage {
+        job_id: u64,
+        cpu_ms: u64,
+        mem_kb: u64,
+    },
+    RunTask {
+        host: String,
+        command: String,
+    },
+    SetPendReason {
+        job_id: u64,
+        reason: String,
+    },
+    ClearReason {
+        job_id: u64,
+    },
+    Notify {
+        kind: NotifyKind,
+        job_id: u64,
+        exit_code: i32,
+    },
+    Heartbeat {
+        host: String,
+    },
+    /// C14: the leader hands leadership to node `to` (no change of state; the node that
+    /// applies it live and is `to` campaigns, see `raft/handover.rs`).
+    Handover {
+        to: u64,
+    },
+    /// C17: a membership removal about to be proposed to Raft. No change of state: recorded
+    /// in the exactly-once table under the request's ids, so a re-send of a removal that did
+    /// commit is told apart from a removal of a node that never was a member.
+    MemberRemoval {
+        id: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobAction {
+    Kill,
+    Suspend,
+    Resume,
+    Requeue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueueAction {
+    Open,
+    Close,
+    Activate,
+    Inactivate,
+}
+
+/// Names as in protocol.md (JOBSTART, …).
+#[allow(clippy::enum_variant_names)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NotifyKind {
+    JobStart,
+    JobFinish,
+    JobFail,
+    JobStop,
+    JobChkpt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobState {
+    Pend,
+    Run,
+    Susp,
+    Done,
+    Exit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HostState {
+    Ok,
+    Closed,
+}
+
+/// The result of one write, as remembered for re-sends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: i32,
+    pub data: OutData,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutData {
+    #[default]
+    None,
+    JobId(u64),
+    TaskId(u64),
+    SessionId(u64),
+}
+
+impl Outcome {
+    fn ok() -> Outcome {
+        Outcome::default()
+    }
+    fn err(errno: i32) -> Outcome {
+        Outcome {
+            status: -errno,
+            data: OutData::None,
+        }
+    }
+    fn data(data: OutData) -> Outcome {
+        Outcome { status: 0, data }
+    }
+}
+
+/// A `jobsubmit` as it travels through the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitSpec {
+    pub job_id: u64,
+    pub name: String,
+    pub user: String,
+    pub queue: String,
+    pub command: String,
+    pub ncpus: u32,
+    pub mem_mb: u64,
+}
+
+/// Text shared by every stored job that has the same value (see [`Interner`]).
+pub type Sym = Arc<str>;
+
+/// A stored job: about 170 bytes inline plus its name and command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRec {
+    pub job_id: u64,
+    pub mem_mb: u64,
+    pub submit_time: i64,
+    pub start_time: i64,
+    pub end_time: i64,
+    pub cpu_ms: u64,
+    pub mem_kb: u64,
+    pub ncpus: u32,
+    pub exit_code: i32,
+    pub state: JobState,
+    pub user: Sym,
+    pub queue: Sym,
+    pub exec_host: Sym,
+    pub pend_reason: Sym,
+    pub name: Box<str>,
+    pub command: Box<str>,
+}
+
+/// One copy of each distinct user, queue, host and reason text. Entries no stored job uses
+/// any more are dropped whenever the set has doubled since the last sweep, so the set stays
+/// within twice the live distinct texts.
+#[derive(Debug, Clone, Default)]
+pub struct Interner {
+    set: HashSet<Sym>,
+    sweep_at: usize,
+}
+
+impl Interner {
+    /// Least size before a sweep is considered.
+    const MIN_SWEEP: usize = 1024;
+
+    pub fn get(&mut self, s: &str) -> Sym {
+        if let Some(x) = self.set.get(s) {
+            return x.clone();
+        }
+        if self.set.len() >= self.sweep_at.max(Self::MIN_SWEEP) {
+            // Only this set holds an unused text.
+            self.set.retain(|x| Arc::strong_count(x) > 1);
+            self.sweep_at = 2 * self.set.len();
+        }
+        let x: Sym = Arc::from(s);
+        self.set.insert(x.clone());
+        x
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostRec {
+    pub name: String,
+    pub state: HostState,
+    pub ncpus: u32,
+    pub mem_mb: u64,
+    pub attrs: Vec<(String, String)>,
+    pub njobs: u32,
+    pub last_heartbeat: i64,
+    pub resvals: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueRec {
+    pub open: bool,
+    pub active: bool,
+    pub priority: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRec {
+    pub task_id: u64,
+    pub host: String,
+    pub command: String,
+    pub start_time: i64,
+}
+
+/// Exactly-once memory of one client: its recent request ids and their outcomes. (Snapshots of
+/// earlier builds also hold a `last_ms`, the leader's clock at the last use: read and ignored.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct ClientWindow {
+    /// Apply counter at the last use: expiry ([`DEDUP_RETAIN_WRITES`]) and least-recently-used
+    /// eviction.
+    last_used: u64,
+    replies: BTreeMap<u64, Outcome>,
+}
+
+/// The whole replicated state. Snapshots write it with `snapshot.rs`: the job table in a
+/// compact binary form, everything else (small) as JSON.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub(crate) jobs: imbl::OrdMap<u64, JobRec>,
+    pub(crate) strings: Interner,
+    hosts: BTreeMap<String, HostRec>,
+    queues: BTreeMap<String, QueueRec>,
+    tasks: BTreeMap<u64, TaskRec>,
+    next_task_id: u64,
+    next_session_id: u64,
+    /// Counts applied proposals; drives the exactly-once table's eviction order.
+    applied: u64,
+    /// Keyed by the hex client id (JSON maps need string keys).
+    dedup: HashMap<String, ClientWindow>,
+}
+
+/// Everything in [`State`] but the job table: what a snapshot stores as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    hosts: BTreeMap<String, HostRec>,
+    queues: BTreeMap<String, QueueRec>,
+    tasks: BTreeMap<u64, TaskRec>,
+    next_task_id: u64,
+    next_session_id: u64,
+    applied: u64,
+    dedup: HashMap<String, ClientWindow>,
+}
+
+impl Default for State {
+    fn default() -> State {
+        let mut queues = BTreeMap::new();
+        queues.insert(
+            DEFAULT_QUEUE.to_string(),
+            QueueRec {
+                open: true,
+                active: true,
+                priority: 20,
+            },
+        );
+        State {
+            jobs: imbl::OrdMap::new(),
+            strings: Interner::default(),
+            hosts: BTreeMap::new(),
+            queues,
+            tasks: BTreeMap::new(),
+            next_task_id: 1,
+            next_session_id: 1,
+            applied: 0,
+            dedup: HashMap::new(),
+        }
+    }
+}
+
+/// The client id as the exactly-once table's key: 32 lowercase hex digits. (On every node's
+/// apply path, once per write: no `format!` per byte.)
+fn hex(id: &[u8; 16]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(32);
+    for b in id {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// Resources every controller reports, before the names learnt from workers' resvals.
+pub const RESOURCE_CATALOGUE: [(&str, &str, &str); 8] = [
+    ("ncpus", "numeric", "number of CPUs"),
+    ("maxmem", "numeric", "total memory (MB)"),
+    ("mem", "numeric", "free memory (MB)"),
+    ("swp", "numeric", "free swap (MB)"),
+    ("tmp", "numeric", "free /tmp space (MB)"),
+    ("r1m", "numeric", "1-minute run queue length"),
+    ("ut", "numeric", "CPU utilisation"),
+    ("type", "string", "host type"),
+];
+
+impl State {
+    /// Everything but the job table (cloned: it is small).
+    pub fn header(&self) -> Header {
+        Header {
+            hosts: self.hosts.clone(),
+            queues: self.queues.clone(),
+            tasks: self.tasks.clone(),
+            next_task_id: self.next_task_id,
+            next_session_id: self.next_session_id,
+            applied: self.applied,
+            dedup: self.dedup.clone(),
+        }
+    }
+
+    /// A state read back from a snapshot.
+    pub fn from_parts(h: Header, jobs: imbl::OrdMap<u64, JobRec>, strings: Interner) -> State {
+        State {
+            jobs,
+            strings,
+            hosts: h.hosts,
+            queues: h.queues,
+            tasks: h.tasks,
+            next_task_id: h.next_task_id,
+            next_session_id: h.next_session_id,
+            applied: h.applied,
+            dedup: h.dedup,
+        }
+    }
+
+    /// Proposals applied so far (the snapshot trigger's clock).
+    pub fn applied_count(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The job table as of now, in O(1): a paged listing reads it while writes go on.
+    pub fn jobs_snapshot(&self) -> imbl::OrdMap<u64, JobRec> {
+        self.jobs.clone()
+    }
+
+    /// Whether request `request_id` of client `client_id` was applied (and is still
+    /// remembered by the exactly-once table).
+    pub fn seen(&self, client_id: &[u8; 16], request_id: u64) -> bool {
+        request_id != 0
+            && self
+                .dedup
+                .get(&hex(client_id))
+                .is_some_and(|w| w.replies.contains_key(&request_id))
+    }
+
+    /// Apply one committed proposal (C4: a re-sent write returns its first outcome).
+    pub fn apply(&mut self, p: &Proposal) -> Outcome {
+        self.applied += 1;
+        let key = (p.request_id != 0).then(|| hex(&p.client_id));
+        if let Some(key) = &key {
+            if let Some(w) = self.dedup.get_mut(key) {
+                w.last_used = self.applied;
+                if let Some(first) = w.replies.get(&p.request_id) {
+                    return first.clone();
+                }
+            }
+        }
+        let out = self.exec(&p.cmd, p.now_ms);
+        if let Some(key) = key {
+            self.remember(key, p.request_id, out.clone());
+        }
+        if self.applied.is_multiple_of(DEDUP_SWEEP_EVERY) {
+            self.sweep_dedup(DEDUP_RETAIN_WRITES);
+        }
+        out
+    }
+
+    /// Forgets clients whose last write is more than `retain` applied writes back (a log
+    /// position: the same on every replica, whatever any clock says).
+    fn sweep_dedup(&mut self, retain: u64) {
+        let now = self.applied;
+        self.dedup
+            .retain(|_, w| now.saturating_sub(w.last_used) <= retain);
+    }
+
+    fn remember(&mut self, key: String, request_id: u64, out: Outcome) {
+        if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS_MAX {
+            self.sweep_dedup(DEDUP_RETAIN_WRITES);
+        }
+        if !self.dedup.contains_key(&key) && self.dedup.len() >= DEDUP_CLIENTS_MAX {
+            // Deterministic: the smallest last_used, ties broken by key.
+            let victim = self
+                .dedup
+                .iter()
+                .min_by(|a, b| a.1.last_used.cmp(&b.1.last_used).then(a.0.cmp(b.0)))
+                .map(|(k, _)| k.clone());
+            if let Some(v) = victim {
+                eprintln!(
+                    "exactly-once table full ({DEDUP_CLIENTS_MAX} clients within the last {DEDUP_RETAIN_WRITES} writes): forgetting client {v}"
+                );
+                self.dedup.remove(&v);
+            }
+        }
+        let w = self.dedup.entry(key).or_default();
+        w.last_used = self.applied;
+        w.replies.insert(request_id, out);
+        while w.replies.len() > DEDUP_PER_CLIENT {
+            w.replies.pop_first();
+        }
+    }
+
+    fn exec(&mut self, cmd: &Cmd, now: i64) -> Outcome {
+        match cmd {
+            Cmd::Join {
+                role,
+                host,
+                ncpus,
+                mem_mb,
+                attrs,
+            } => {
+                if *role == Role::Worker {
+                    if host.is_empty() {
+                        return Outcome::err(libc::EINVAL);
+                    }
+                    let h = self.hosts.entry(host.clone()).or_insert_with(|| HostRec {
+                        name: host.clone(),
+                        state: HostState::Ok,
+                        ncpus: 0,
+                        mem_mb: 0,
+                        attrs: Vec::new(),
+                        njobs: 0,
+                        last_heartbeat: now,
+                        resvals: BTreeMap::new(),
+                    });
+                    h.ncpus = *ncpus;
+                    h.mem_mb = *mem_mb;
+                    h.attrs = attrs.clone();
+                    h.last_heartbeat = now;
+                }
+                let sid = self.next_session_id;
+                self.next_session_id += 1;
+                Outcome::data(OutData::SessionId(sid))
+            }
+            Cmd::JobSubmit(spec) => {
+                if spec.job_id == 0 {
+                    return Outcome::err(libc::EINVAL);
+                }
+                if self.jobs.contains_key(&spec.job_id) {
+                    return Outcome {
+                        status: -E_XCE_DUP_JOB,
+                        data: OutData::None,
+                    };
+                }
+                let queue = if spec.queue.is_empty() {
+                    DEFAULT_QUEUE
+                } else {
+                    spec.queue.as_str()
+                };
+                match self.queues.get(queue) {
+                    None => return Outcome::err(libc::ENOENT),
+                    // A closed queue refuses submissions.
+                    Some(q) if !q.open => return Outcome::err(libc::EACCES),
+                    Some(_) => {}
+                }
+                let job = JobRec {
+                    job_id: spec.job_id,
+                    mem_mb: spec.mem_mb,
+                    submit_time: now,
+                    start_time: 0,
+                    end_time: 0,
+                    cpu_ms: 0,
+                    mem_kb: 0,
+                    ncpus: spec.ncpus,
+                    exit_code: 0,
+                    state: JobState::Pend,
+                    user: self.strings.get(&spec.user),
+                    queue: self.strings.get(queue),
+                    exec_host: self.strings.get(""),
+                    pend_reason: self.strings.get(""),
+                    name: spec.name.as_str().into(),
+                    command: spec.command.as_str().into(),
+                };
+                self.jobs.insert(job.job_id, job);
+                Outcome::data(OutData::JobId(spec.job_id))
+            }
+            Cmd::JobDispatch { job_id, host } => {
+                let Some(job) = self.jobs.get(job_id) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                let Some(h) = self.hosts.get(host) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                if job.state != JobState::Pend || h.state != HostState::Ok {
+                    return Outcome::err(libc::EINVAL);
+                }
+                if !self
+                    .queues
+                    .get(job.queue.as_ref())
+                    .is_some_and(|q| q.active)
+                {
+                    return Outcome::err(libc::EINVAL);
+                }
+                let (host_sym, empty) = (self.strings.get(host), self.strings.get(""));
+                let job = self.jobs.get_mut(job_id).expect("checked");
+                job.state = JobState::Run;
+                job.exec_host = host_sym;
+                job.start_time = now;
+                job.pend_reason = empty;
+                self.hosts.get_mut(host).expect("checked").njobs += 1;
+                Outcome::ok()
+            }
+            Cmd::JobCtrl { job_id, action } => self.job_ctrl(*job_id, *action, now),
+            Cmd::QueueCtrl { queue, action } => {
+                let Some(q) = self.queues.get_mut(queue) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                match action {
+                    QueueAction::Open => q.open = true,
+                    QueueAction::Close => q.open = false,
+                    QueueAction::Activate => q.active = true,
+                    QueueAction::Inactivate => q.active = false,
+                }
+                Outcome::ok()
+            }
+            Cmd::HostCtrl { host, open } => {
+                let Some(h) = self.hosts.get_mut(host) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                h.state = if *open {
+                    HostState::Ok
+                } else {
+                    HostState::Closed
+                };
+                Outcome::ok()
+            }
+            Cmd::UpdateResvals { host, resvals } => {
+                let Some(h) = self.hosts.get_mut(host) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                for (k, v) in resvals {
+                    h.resvals.insert(k.clone(), v.clone());
+                }
+                Outcome::ok()
+            }
+            Cmd::UpdateJusage {
+                job_id,
+                cpu_ms,
+                mem_kb,
+            } => {
+                let Some(job) = self.jobs.get_mut(job_id) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                job.cpu_ms = *cpu_ms;
+                job.mem_kb = *mem_kb;
+                Outcome::ok()
+            }
+            Cmd::RunTask { host, command } => {
+                if !self.hosts.contains_key(host) {
+                    return Outcome::err(libc::ENOENT);
+                }
+                let id = self.next_task_id;
+                self.next_task_id += 1;
+                self.tasks.insert(
+                    id,
+                    TaskRec {
+                        task_id: id,
+                        host: host.clone(),
+                        command: command.clone(),
+                        start_time: now,
+                    },
+                );
+                while self.tasks.len() > TASKS_KEPT {
+                    self.tasks.pop_first();
+                }
+                Outcome::data(OutData::TaskId(id))
+            }
+            Cmd::SetPendReason { job_id, reason } => {
+                let reason = self.strings.get(reason);
+                let Some(job) = self.jobs.get_mut(job_id) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                if job.state != JobState::Pend {
+                    return Outcome::err(libc::EINVAL);
+                }
+                job.pend_reason = reason;
+                Outcome::ok()
+            }
+            Cmd::ClearReason { job_id } => {
+                let empty = self.strings.get("");
+                let Some(job) = self.jobs.get_mut(job_id) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                job.pend_reason = empty;
+                Outcome::ok()
+            }
+            Cmd::Notify {
+                kind,
+                job_id,
+                exit_code,
+            } => self.notify(*kind, *job_id, *exit_code, now),
+            Cmd::Heartbeat { host } => {
+                let Some(h) = self.hosts.get_mut(host) else {
+                    return Outcome::err(libc::ENOENT);
+                };
+                h.last_heartbeat = now;
+                Outcome::ok()
+            }
+            Cmd::Handover { .. } | Cmd::MemberRemoval { .. } => Outcome::ok(),
+        }
+    }
+
+    /// The job leaves its host (finished, killed, requeued).
+    fn release_host(&mut self, host: &str) {
+        if let Some(h) = self.hosts.get_mut(host) {
+            h.njobs = h.njobs.saturating_sub(1);
+        }
+    }
+
+    fn job_ctrl(&mut self, job_id: u64, action: JobAction, now: i64) -> Outcome {
+        let empty = self.strings.get("");
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        let on_host =
+            matches!(job.state, JobState::Run | JobState::Susp) && !job.exec_host.is_empty();
+        let host = job.exec_host.clone();
+        match (action, job.state) {
+            (JobAction::Kill, JobState::Pend | JobState::Run | JobState::Susp) => {
+                job.state = JobState::Exit;
+                job.exit_code = KILLED_EXIT_CODE;
+                job.end_time = now;
+                if on_host {
+                    self.release_host(&host);
+                }
+            }
+            (JobAction::Suspend, JobState::Pend | JobState::Run) => job.state = JobState::Susp,
+            // A suspended job goes back to where it was: running if it has a host.
+            (JobAction::Resume, JobState::Susp) => {
+                job.state = if job.exec_host.is_empty() {
+                    JobState::Pend
+                } else {
+                    JobState::Run
+                };
+            }
+            (
+                JobAction::Requeue,
+                JobState::Run | JobState::Susp | JobState::Done | JobState::Exit,
+            ) => {
+                job.state = JobState::Pend;
+                job.exec_host = empty;
+                job.start_time = 0;
+                job.end_time = 0;
+                job.exit_code = 0;
+                if on_host {
+                    self.release_host(&host);
+                }
+            }
+            _ => return Outcome::err(libc::EINVAL),
+        }
+        Outcome::ok()
+    }
+
+    fn notify(&mut self, kind: NotifyKind, job_id: u64, exit_code: i32, now: i64) -> Outcome {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        let host = job.exec_host.clone();
+        match kind {
+            NotifyKind::JobStart => {
+                if job.state != JobState::Run {
+                    return Outcome::err(libc::EINVAL);
+                }
+                job.start_time = now;
+            }
+            NotifyKind::JobFinish | NotifyKind::JobFail => {
+                if !matches!(job.state, JobState::Run | JobState::Susp) {
+                    return Outcome::err(libc::EINVAL);
+                }
+                job.state = if kind == NotifyKind::JobFinish {
+                    JobState::Done
+                } else {
+                    JobState::Exit
+                };
+                job.exit_code = exit_code;
+                job.end_time = now;
+                self.release_host(&host);
+            }
+            NotifyKind::JobStop => {
+                if job.state != JobState::Run {
+                    return Outcome::err(libc::EINVAL);
+                }
+                job.state = JobState::Susp;
+            }
+            NotifyKind::JobChkpt => {
+                if !matches!(job.state, JobState::Run | JobState::Susp) {
+                    return Outcome::err(libc::EINVAL);
+                }
+            }
+        }
+        Outcome::ok()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Reads
+
+    pub fn job(&self, job_id: u64) -> Option<wire::Job> {
+        self.jobs.get(&job_id).map(job_to_wire)
+    }
+
+    /// Every job matching `f` (up to its limit), or `None` as soon as their encoded size would
+    /// pass `max_bytes` (the reply would not fit one frame).
+    pub fn jobs(&self, f: &wire::JobFilter, max_bytes: usize) -> Option<Vec<wire::Job>> {
+        let limit = if f.limit == 0 {
+            usize::MAX
+        } else {
+            f.limit as usize
+        };
+        let page = page(&self.jobs, f, None, limit, max_bytes, max_bytes);
+        (!page.more || page.jobs.len() == limit).then_some(page.jobs)
+    }
+
+    /// Hosts with their effective state: an OK host silent for longer than `host_timeout_ms`
+    /// is reported UNAVAIL (C5).
+    pub fn hosts(&self, now: i64, host_timeout_ms: i64) -> Vec<wire::Host> {
+        self.hosts
+            .values()
+            .map(|h| wire::Host {
+                name: h.name.clone(),
+                state: match h.state {
+                    HostState::Closed => wire::HostState::Closed,
+                    HostState::Ok if now - h.last_heartbeat > host_timeout_ms => {
+                        wire::HostState::Unavail
+                    }
+                    HostState::Ok => wire::HostState::Ok,
+                },
+                ncpus: h.ncpus,
+                mem_mb: h.mem_mb,
+                attrs: h
+                    .attrs
+                    .iter()
+                    .map(|(k, v)| wire::KeyValue {
+                        key: k.clone(),
+                        value: v.clone(),
+                    })
+                    .collect(),
+                njobs: h.njobs,
+                last_heartbeat: h.last_heartbeat,
+            })
+            .collect()
+    }
+
+    pub fn resvals(&self, host: &str) -> Option<Vec<wire::ResVal>> {
+        self.hosts.get(host).map(|h| {
+            h.resvals
+                .iter()
+                .map(|(k, v)| wire::ResVal {
+                    name: k.clone(),
+                    value: v.clone(),
+                })
+                .collect()
+        })
+    }
+
+    /// The fixed catalogue, then every other resval name a worker has reported.
+    pub fn resources(&self) -> Vec<wire::Resource> {
+        let mut out: Vec<wire::Resource> = RESOURCE_CATALOGUE
+            .iter()
+            .map(|(n, k, d)| wire::Resource {
+                name: n.to_string(),
+                kind: k.to_string(),
+                description: d.to_string(),
+            })
+            .collect();
+        let mut extra: Vec<&String> = self.hosts.values().flat_map(|h| h.resvals.keys()).collect();
+        extra.sort();
+        extra.dedup();
+        for name in extra {
+            if !out.iter().any(|r| &r.name == name) {
+                out.push(wire::Resource {
+                    name: name.clone(),
+                    kind: "string".into(),
+                    description: "reported by workers".into(),
+                });
+            }
+        }
+        out
+    }
+
+    pub fn queues(&self) -> Vec<wire::Queue> {
+        self.queues
+            .iter()
+            .map(|(n, q)| wire::Queue {
+                name: n.clone(),
+                open: q.open,
+                active: q.active,
+                priority: q.priority,
+            })
+            .collect()
+    }
+}
+
+/// Whether a stored job passes a listing filter (its limit aside).
+pub fn matches(j: &JobRec, f: &wire::JobFilter) -> bool {
+    (f.user.is_empty() || *j.user == *f.user)
+        && (f.queue.is_empty() || *j.queue == *f.queue)
+        && (f.state_mask == 0 || f.state_mask & wire_state(j.state).mask_bit() != 0)
+}
+
+/// Upper bound of one job's size in an encoded reply: its struct, its usage, and each text
+/// with its NUL and padding (codec.rs lays a job out so).
+pub fn job_wire_bytes(j: &JobRec) -> usize {
+    const FIXED: usize = 8 * (16 + 2);
+    let t = |s: &str| (s.len() + 1).div_ceil(8) * 8;
+    FIXED
+        + t(&j.name)
+        + t(&j.user)
+        + t(&j.queue)
+        + t(&j.command)
+        + t(&j.pend_reason)
+        + t(&j.exec_host)
+}
+
+/// One page of a listing.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub jobs: Vec<wire::Job>,
+    /// More matching jobs follow the last one returned.
+    pub more: bool,
+    /// One matching job alone is larger than the budget: it can never be sent.
+    pub too_big: bool,
+}
+
+/// The matching jobs of `table` with ids above `after`, in id order, until `max_jobs` jobs or
+/// `soft` bytes of encoded jobs — or `hard` bytes for the first job, so that a job larger
+/// than a preferred page still goes alone in one frame.
+pub fn page(
+    table: &imbl::OrdMap<u64, JobRec>,
+    f: &wire::JobFilter,
+    after: Option<u64>,
+    max_jobs: usize,
+    soft: usize,
+    hard: usize,
+) -> Page {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let lower = after.map_or(Unbounded, Excluded);
+    let mut out = Page::default();
+    let mut bytes = 0usize;
+    for (_, j) in table.range((lower, Unbounded)) {
+        if !matches(j, f) {
+            continue;
+        }
+        let size = job_wire_bytes(j);
+        let budget = if out.jobs.is_empty() { hard } else { soft };
+        if out.jobs.len() >= max_jobs || bytes + size > budget {
+            out.too_big = out.jobs.is_empty() && max_jobs > 0;
+            out.more = true;
+            return out;
+        }
+        bytes += size;
+        out.jobs.push(job_to_wire(j));
+    }
+    out
+}
+
+fn wire_state(s: JobState) -> wire::JobState {
+    match s {
+        JobState::Pend => wire::JobState::Pend,
+        JobState::Run => wire::JobState::Run,
+        JobState::Susp => wire::JobState::Susp,
+        JobState::Done => wire::JobState::Done,
+        JobState::Exit => wire::JobState::Exit,
+    }
+}
+
+fn job_to_wire(j: &JobRec) -> wire::Job {
+    wire::Job {
+        job_id: j.job_id,
+        name: j.name.to_string(),
+        user: j.user.to_string(),
+        queue: j.queue.to_string(),
+        command: j.command.to_string(),
+        ncpus: j.ncpus,
+        mem_mb: j.mem_mb,
+        state: wire_state(j.state),
+        pend_reason: j.pend_reason.to_string(),
+        exec_host: j.exec_host.to_string(),
+        submit_time: j.submit_time,
+        start_time: j.start_time,
+        end_time: j.end_time,
+        exit_code: j.exit_code,
+        usage: wire::Usage {
+            cpu_ms: j.cpu_ms,
+            mem_kb: j.mem_kb,
+        },
+    }
+}
+
+/// The logged form of a submitted job spec.
+pub fn job_from_spec(s: &wire::JobSpec) -> SubmitSpec {
+    SubmitSpec {
+        job_id: s.job_id,
+        name: s.name.clone(),
+        user: s.user.clone(),
+        queue: s.queue.clone(),
+        command: s.command.clone(),
+        ncpus: s.ncpus,
+        mem_mb: s.mem_mb,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(req: u64, cmd: Cmd) -> Proposal {
+        Proposal {
+            client_id: [7; 16],
+            request_id: req,
+            now_ms: 1000,
+            cmd,
+        }
+    }
+
+    fn spec(id: u64) -> SubmitSpec {
+        job_from_spec(&wire::JobSpec {
+            job_id: id,
+            user: "u".into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn resent_write_returns_first_outcome_and_changes_nothing() {
+        let mut s = State::default();
+        let first = s.apply(&p(1, Cmd::JobSubmit(spec(42))));
+        assert_eq!(first, Outcome::data(OutData::JobId(42)));
+        let before = s.jobs.clone();
+        assert_eq!(s.apply(&p(1, Cmd::JobSubmit(spec(42)))), first);
+        assert_eq!(s.jobs, before);
+        // A new request id with the same job id is a genuine duplicate.
+        assert_eq!(
+            s.apply(&p(2, Cmd::JobSubmit(spec(42)))).status,
+            -E_XCE_DUP_JOB
+        );
+    }
+
+    #[test]
+    fn job_life_cycle() {
+        let mut s = State::default();
+        let join = Cmd::Join {
+            role: Role::Worker,
+            host: "h1".into(),
+            ncpus: 4,
+            mem_mb: 1,
+            attrs: vec![],
+        };
+        assert_eq!(s.apply(&p(1, join)).data, OutData::SessionId(1));
+        s.apply(&p(2, Cmd::JobSubmit(spec(5))));
+        let d = Cmd::JobDispatch {
+            job_id: 5,
+            host: "h1".into(),
+        };
+        assert_eq!(s.apply(&p(3, d.clone())).status, 0);
+        assert_eq!(s.apply(&p(4, d)).status, -libc::EINVAL);
+        assert_eq!(s.hosts["h1"].njobs, 1);
+        let fin = Cmd::Notify {
+            kind: NotifyKind::JobFinish,
+            job_id: 5,
+            exit_code: 0,
+        };
+        assert_eq!(s.apply(&p(5, fin)).status, 0);
+        assert_eq!(s.jobs[&5].state, JobState::Done);
+        assert_eq!(s.hosts["h1"].njobs, 0);
+        let kill = Cmd::JobCtrl {
+            job_id: 5,
+            action: JobAction::Kill,
+        };
+        assert_eq!(s.apply(&p(6, kill)).status, -libc::EINVAL);
+        let close = Cmd::QueueCtrl {
+            queue: "normal".into(),
+            action: QueueAction::Close,
+        };
+        assert_eq!(s.apply(&p(7, close)).status, 0);
+        assert_eq!(
+            s.apply(&p(8, Cmd::JobSubmit(spec(6)))).status,
+            -libc::EACCES
+        );
+    }
+
+    /// The exactly-once table's key is what earlier builds stored in snapshots (`{:02x}` per
+    /// byte): a re-send across an upgrade must find its first reply.
+    #[test]
+    fn client_keys_are_the_hex_earlier_builds_stored() {
+        for b in 0..=255u8 {
+            let id = [b; 16];
+            let old: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex(&id), old);
+        }
+        let id: [u8; 16] = std::array::from_fn(|i| (i * 17) as u8);
+        assert_eq!(hex(&id), "00112233445566778899aabbccddeeff");
+    }
+
+    #[test]
+    fn dedup_table_is_bounded() {
+        let mut s = State::default();
+        for i in 1..=(DEDUP_PER_CLIENT as u64 + 10) {
+            s.apply(&p(i, Cmd::Heartbeat { host: "x".into() }));
+        }
+        assert_eq!(s.dedup.len(), 1);
+        assert_eq!(
+            s.dedup.values().next().unwrap().replies.len(),
+            DEDUP_PER_CLIENT
+        );
+    }
+
+    /// Defect 12: a slow re-send still finds its first reply while thousands of other clients
+    /// write meanwhile (the table was 4,096 clients, least recently used forgotten), and a
+    /// window is forgotten only once enough writes were applied after its last use (C22: by
+    /// log position; the sweep is checked with a small retention, the real one is 2^24).
+    #[test]
+    fn slow_resend_within_retention_applies_once() {
+        let mut s = State::default();
+        let at = |client: u32, req: u64, cmd: Cmd| {
+            let mut id = [0u8; 16];
+            id[..4].copy_from_slice(&client.to_be_bytes());
+            Proposal {
+                client_id: id,
+                request_id: req,
+                now_ms: 1_000_000,
+                cmd,
+            }
+        };
+        let first = s.apply(&at(1, 1, Cmd::JobSubmit(spec(42))));
+        assert_eq!(first, Outcome::data(OutData::JobId(42)));
+        // 10,000 other clients write meanwhile.
+        for c in 0..10_000u32 {
+            s.apply(&at(1000 + c, 1, Cmd::Heartbeat { host: "h".into() }));
+        }
+        // The re-send of client 1's write: its first reply, not a second execution (which
+        // would be E_XCE_DUP_JOB).
+        assert_eq!(s.apply(&at(1, 1, Cmd::JobSubmit(spec(42)))), first);
+        let key1 = hex(&at(1, 0, Cmd::ClearReason { job_id: 0 }).client_id);
+        // Within the retention (counted from that re-send: a use), the sweep keeps it.
+        for i in 0..100 {
+            s.apply(&at(2, 1 + i, Cmd::Heartbeat { host: "h".into() }));
+        }
+        s.sweep_dedup(100);
+        assert!(s.dedup.contains_key(&key1), "100 writes after its last use");
+        // One write more and it is past the retention: forgotten, as are the 10,000 clients;
+        // client 2, active lately, stays.
+        s.apply(&at(2, 101, Cmd::Heartbeat { host: "h".into() }));
+        s.sweep_dedup(100);
+        assert!(
+            !s.dedup.contains_key(&key1),
+            "101 writes after its last use"
+        );
+        assert_eq!(s.dedup.len(), 1, "only the client active lately");
+    }
+
+    /// C22 (issue 25, defect 3): a window never expires by a clock. The leader's clock stepping
+    /// forward by hours, or a new primary whose clock is a day ahead, forgets no client: a
+    /// re-send of a write whose outcome was unknown still returns its first reply.
+    #[test]
+    fn a_clock_step_forgets_no_window() {
+        let mut s = State::default();
+        let at = |client: u32, req: u64, ms: i64, cmd: Cmd| {
+            let mut id = [0u8; 16];
+            id[..4].copy_from_slice(&client.to_be_bytes());
+            Proposal {
+                client_id: id,
+                request_id: req,
+                now_ms: ms,
+                cmd,
+            }
+        };
+        let t0 = 1_000_000;
+        let first = s.apply(&at(1, 1, t0, Cmd::JobSubmit(spec(42))));
+        assert_eq!(first, Outcome::data(OutData::JobId(42)));
+        // The clock steps forward (an hour, a day, a year) across several sweeps.
+        let steps = [3_600_000, 86_400_000, 365 * 86_400_000];
+        for (n, step) in steps.into_iter().enumerate() {
+            for i in 0..DEDUP_SWEEP_EVERY {
+                let req = n as u64 * DEDUP_SWEEP_EVERY + i + 1;
+                s.apply(&at(2, req, t0 + step, Cmd::Heartbeat { host: "h".into() }));
+            }
+            assert_eq!(
+                s.apply(&at(1, 1, t0 + step, Cmd::JobSubmit(spec(42)))),
+                first,
+                "the re-send after a clock step of {step} ms"
+            );
+        }
+        // And a clock stepping back changes nothing either.
+        assert_eq!(s.apply(&at(1, 1, 0, Cmd::JobSubmit(spec(42)))), first);
+    }
+
+    #[test]
+    fn silent_host_is_unavail() {
+        let mut s = State::default();
+        let join = Cmd::Join {
+            role: Role::Worker,
+            host: "h".into(),
+            ncpus: 1,
+            mem_mb: 1,
+            attrs: vec![],
+        };
+        s.apply(&p(1, join));
+        assert_eq!(s.hosts(1000 + 5_000, 30_000)[0].state, wire::HostState::Ok);
+        assert_eq!(
+            s.hosts(1000 + 31_000, 30_000)[0].state,
+            wire::HostState::Unavail
+        );
+    }
+}

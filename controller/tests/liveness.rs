@@ -170,7 +170,7 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     eprintln!("after SIGCONT: primary {q} (was {p} at {paddr})");
 }
 
-/// One raw raft RPC (`common::raft_wire`, as `net.rs` speaks it on a plaintext cluster).
+/// One raw raft RPC (`common::raft_wire`, as the raft port speaks it on a plaintext cluster).
 fn raft_call(addr: &str, req: &raft_wire::RpcRequest) -> std::io::Result<raft_wire::RpcReply> {
     let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;

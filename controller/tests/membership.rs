@@ -127,7 +127,7 @@ fn s16_replace_a_dead_machine_under_load() {
     ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
     // Running; a node that initialised a cluster of its own would say so and lead it within
     // an election timeout (300 ms): none in 500 ms after it serves (a negative is only seen
-    // over time; the code path is `node.rs`: no `initialize` with --join).
+    // over time; the code path is `cmd/run.rs`: no `initialize` with --join).
     ctrl.wait_until("node 4 serves clients", Duration::from_secs(10), || {
         ctrl.log(4).contains("serving clients on")
     });

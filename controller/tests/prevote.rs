@@ -1,4 +1,5 @@
-//! C15, P14: the pre-vote answer on the raft port (`elect.rs`, `net.rs::answer_pre_vote`).
+//! C15, P14: the pre-vote answer on the raft port (`raft/elect.rs`,
+//! `ports/peer.rs::answer_pre_vote`).
 //! A node says yes only when it would grant the vote itself and has not heard from a leader
 //! within the lease; answering changes nothing on it. And a node left alone never raises its
 //! term: its own pre-vote finds no quorum. (A node cut off by the network, and one coming

@@ -175,7 +175,7 @@ impl Ctrl {
     }
 
     /// Whether node `id`'s log has (or gets within 5 s) a line containing `pat`. A node's
-    /// stderr reaches its log through a stamping thread (`logstamp.rs`), so a line written
+    /// stderr reaches its log through a stamping thread (`base/logstamp.rs`), so a line written
     /// before a reply may land in the file just after the client has the reply.
     pub fn logged(&self, id: u64, pat: &str) -> bool {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -485,7 +485,7 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
-/// The raft port's wire format, as `net.rs` speaks it: a 4-byte big-endian length, then the
+/// The raft port's wire format, as `raft/frame.rs` frames it: a 4-byte big-endian length, then the
 /// message in postcard. The controller's own types stay inside it; the variants here encode
 /// the same bytes (postcard writes an enum variant as its index, and an append without
 /// entries does not depend on the entry type).
@@ -512,7 +512,7 @@ pub mod raft_wire {
         /// Stands in for the snapshot header (never sent by the tests): keeps the variant
         /// indexes of the controller's enum.
         Snapshot,
-        /// C16: a request forwarded for `who` (controller/src/net.rs).
+        /// C16: a request forwarded for `who` (controller/src/raft/frame.rs).
         Forward {
             who: String,
             within_ms: u32,

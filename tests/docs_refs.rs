@@ -504,10 +504,11 @@ fn a_wrong_path_in_architecture_md_is_named() {
         "{p:?}"
     );
     // A controller file moved out of the folder its row names.
-    let p = of("| C1 | `controller/src/`: `node.rs`, `server.rs` (`x`; y), `moved.rs` | t |\n");
+    let p =
+        of("| C1 | `controller/src/raft/`: `elect.rs`, `store.rs` (`x`; y), `moved.rs` | t |\n");
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(
-        p[0].contains("controller/src/moved.rs does not exist"),
+        p[0].contains("controller/src/raft/moved.rs does not exist"),
         "{p:?}"
     );
     // A short name is the one file of its name in the row's code (`src/` for F rows)…

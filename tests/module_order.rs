@@ -32,10 +32,16 @@ struct Crate {
 }
 
 /// The crates whose module order is checked.
-const CRATES: &[Crate] = &[Crate {
-    dir: "src",
-    root: "lib.rs",
-}];
+const CRATES: &[Crate] = &[
+    Crate {
+        dir: "src",
+        root: "lib.rs",
+    },
+    Crate {
+        dir: "controller/src",
+        root: "main.rs",
+    },
+];
 
 #[test]
 fn every_crate_keeps_its_module_order() {

@@ -5,10 +5,12 @@
 //!
 //! `xce-controller run …` runs one node, `xce-controller cluster …` a loopback cluster;
 //! `xce-controller --help` and `COMMAND --help` print the options (the texts below). This file
-//! only dispatches the command line; everything else is in six folders, each importing only
-//! the folders before it (the map: ARCHITECTURE.md, "The controller"):
+//! only dispatches the command line; everything else is in six folders (the map:
+//! ARCHITECTURE.md, "The controller").
 //!
-//! Module order: `base`, `sm`, `raft`, `node`, `ports`, `cmd`.
+//! Folders, each importing only the ones before it (`tests/module_order.rs` checks this order,
+//! and that no files import each other in a circle): `base` → `sm` (the state machine) →
+//! `raft` → `node` → `ports` → `cmd`.
 
 mod base;
 mod cmd;

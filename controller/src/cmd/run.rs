@@ -6,16 +6,21 @@ use std::time::Duration;
 
 use openraft::{Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
+use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::base::config::RunArgs;
-use crate::base::ids::NodeId;
+use crate::base::auth::Auth;
+use crate::base::config::{NodeOpts, RunArgs};
+use crate::base::ids::{CtrlNode, NodeId};
 use crate::base::tls;
 use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
 use crate::ports::client;
 use crate::ports::peer;
+use crate::raft::amnesia::Amnesia;
+use crate::raft::elect::Elections;
 use crate::raft::lease::{LeaseClock, VoteGuard};
 use crate::raft::link::NetFactory;
-use crate::raft::store::{self, LogStore, StateMachineStore};
+use crate::raft::ready::Readiness;
+use crate::raft::store::{self, LogStore, SharedApplied, StateMachineStore};
 use crate::raft::types::Raft;
 use crate::raft::{forward, frame};
 
@@ -50,37 +55,124 @@ pub fn run(args: RunArgs) -> i32 {
 
 async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
-
-    let tls = match (&args.opts.tls_cert, &args.opts.tls_key) {
-        (Some(c), Some(k)) => Some(tls::acceptor(
-            c,
-            k,
-            args.opts.tls_client_ca.as_deref(),
-            args.opts.token_key.is_some(),
-        )?),
-        _ => None,
-    };
-    let peer_tls = match (
-        &args.opts.tls_cert,
-        &args.opts.tls_key,
-        &args.opts.tls_peer_ca,
-    ) {
-        (Some(c), Some(k), Some(ca)) => Some(tls::PeerTls::new(c, k, ca)?),
-        _ => None,
-    };
     let limits = xce::wire::Limits::default();
-    // C13: callers are checked once client certificates or tokens identify them.
-    let auth = crate::base::auth::Auth {
-        on: args.opts.tls_client_ca.is_some() || args.opts.token_key.is_some(),
-        token_key: match &args.opts.token_key {
+    let links = Links::of(&args.opts, &limits)?;
+    let auth = auth_of(&args.opts)?;
+    let stores = open_stores(&args)?;
+    let ports = bind(&args).await?;
+    let lease = Arc::new(LeaseClock::default());
+    let raft = start_raft(&args, &links, &lease, stores.log, stores.sm).await?;
+    check_membership(&raft, &args, &ports.me).await?;
+    // C11: no vote for election-max after boot (a lease may still rest on our last ack).
+    let guard = VoteGuard::from_boot(Duration::from_millis(args.opts.election_max_ms));
+    let elect = start_elections(
+        &raft,
+        &args,
+        guard,
+        &links,
+        stores.log_reader,
+        &stores.amnesia,
+    );
+    let forwarded = serve_raft_port(
+        ports.raft,
+        &raft,
+        &args,
+        guard,
+        stores.amnesia,
+        &elect,
+        &links,
+    );
+    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers);
+    let ctx = Arc::new(Ctx {
+        id,
+        raft: raft.clone(),
+        applied: stores.applied,
+        spec: args.spec.clone(),
+        opts: args.opts.clone(),
+        limits,
+        primary_waiters: Default::default(),
+        crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
+        lease,
+        elect: elect.clone(),
+        proposer: crate::raft::propose::Proposer::start(raft.clone(), COMMIT_TIMEOUT),
+        cursors: crate::sm::listing::Cursors::for_node(id),
+        auth,
+        ready: ready.clone(),
+        tenure: Default::default(),
+        forwarder: forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
+    });
+    let serving = ctx.clone();
+    serve_clients(
+        ctx,
+        ports.client,
+        ports.metrics,
+        &args,
+        &ports.me,
+        &links,
+        &forwarded,
+    )?;
+    stop_on_signal(&raft, &serving, &ready, &elect, id).await;
+    Ok(())
+}
+
+/// How this node's ports are secured and bounded: the client port's TLS, mutual TLS between
+/// members, and the largest raft message (sized from the client's frame limit).
+struct Links {
+    client_tls: Option<Arc<rustls::ServerConfig>>,
+    peer_tls: Option<tls::PeerTls>,
+    max_rpc: usize,
+}
+
+impl Links {
+    fn of(o: &NodeOpts, limits: &xce::wire::Limits) -> Result<Links, String> {
+        let tls = match (&o.tls_cert, &o.tls_key) {
+            (Some(c), Some(k)) => Some(tls::acceptor(
+                c,
+                k,
+                o.tls_client_ca.as_deref(),
+                o.token_key.is_some(),
+            )?),
+            _ => None,
+        };
+        let peer_tls = match (&o.tls_cert, &o.tls_key, &o.tls_peer_ca) {
+            (Some(c), Some(k), Some(ca)) => Some(tls::PeerTls::new(c, k, ca)?),
+            _ => None,
+        };
+        Ok(Links {
+            client_tls: tls,
+            peer_tls,
+            max_rpc: frame::max_rpc_bytes(limits.max_message_bytes),
+        })
+    }
+}
+
+/// C13: callers are checked once client certificates or tokens identify them.
+fn auth_of(o: &NodeOpts) -> Result<Auth, String> {
+    Ok(Auth {
+        on: o.tls_client_ca.is_some() || o.token_key.is_some(),
+        token_key: match &o.token_key {
             Some(p) => Some(crate::base::auth::TokenKey::load(p)?),
             None => None,
         },
-    };
-    let max_rpc = frame::max_rpc_bytes(limits.max_message_bytes);
+    })
+}
+
+/// The node's stores, opened from its data directory.
+struct Stores {
+    amnesia: Arc<Amnesia>,
+    log: LogStore,
+    log_reader: LogStore,
+    sm: StateMachineStore,
+    /// C14: the handover entries the state machine applies.
+    handovers: UnboundedReceiver<crate::raft::handover::Applied>,
+    applied: SharedApplied,
+}
+
+fn open_stores(args: &RunArgs) -> Result<Stores, String> {
+    let id = args.id;
     let db = store::open_db(&args.data)?;
     let blank = store::is_blank(&db, &args.data)?;
-    let amnesia = crate::raft::amnesia::Amnesia::open(id, &args.data, blank)
+    let amnesia = Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
     let log = LogStore::new(db.clone(), args.opts.test_leader_flush_stall.clone());
     let log_reader = log.clone();
@@ -91,7 +183,26 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         crate::raft::handover::note(&handover_tx, log_id, batch)
     }));
     let applied = sm.applied.clone();
+    Ok(Stores {
+        amnesia,
+        log,
+        log_reader,
+        sm,
+        handovers: handover_rx,
+        applied,
+    })
+}
 
+/// This node's addresses and its listeners, bound before Raft starts.
+struct Listeners {
+    me: CtrlNode,
+    client: TcpListener,
+    raft: TcpListener,
+    metrics: Option<TcpListener>,
+}
+
+async fn bind(args: &RunArgs) -> Result<Listeners, String> {
+    let id = args.id;
     let me = args.spec.nodes[&id].clone();
     // Names in --cluster: ours must resolve (bounded) to bind; a peer's that does not yet is
     // only reported (the raft port resolves it again on every connect, bounded too).
@@ -110,7 +221,21 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         ),
         None => None,
     };
+    Ok(Listeners {
+        me,
+        client: client_l,
+        raft: raft_l,
+        metrics: metrics_l,
+    })
+}
 
+async fn start_raft(
+    args: &RunArgs,
+    links: &Links,
+    lease: &Arc<LeaseClock>,
+    log: LogStore,
+    sm: StateMachineStore,
+) -> Result<Raft, String> {
     let o = &args.opts;
     let config = Config {
         cluster_name: o.cluster_name.clone(),
@@ -123,16 +248,21 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     }
     .validate()
     .map_err(|e| format!("raft config: {e}"))?;
-    let lease = Arc::new(LeaseClock::default());
     let net = NetFactory {
         lease: lease.clone(),
-        tls: peer_tls.clone(),
-        max_rpc,
+        tls: links.peer_tls.clone(),
+        max_rpc: links.max_rpc,
         budgets: Default::default(),
     };
-    let raft = Raft::new(id, Arc::new(config), net, log, sm)
+    Raft::new(args.id, Arc::new(config), net, log, sm)
         .await
-        .map_err(|e| format!("raft: {e}"))?;
+        .map_err(|e| format!("raft: {e}"))
+}
+
+/// C17: the stored membership wins over `--cluster` (a moved address is refused); a node
+/// started with `--join` says it waits to be added.
+async fn check_membership(raft: &Raft, args: &RunArgs, me: &CtrlNode) -> Result<(), String> {
+    let id = args.id;
     let stored = raft
         .with_raft_state(|st| {
             let m = st.membership_state.effective().membership();
@@ -154,10 +284,20 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
             me.client, me.raft
         );
     }
+    Ok(())
+}
 
-    // C11: no vote for election-max after boot (a lease may still rest on our last ack).
-    let guard = VoteGuard::from_boot(Duration::from_millis(o.election_max_ms));
-    // C15: one owner of the elect switch; the early campaign after a leader's close.
+/// C15: one owner of the elect switch; the early campaign after a leader's close. C12: no
+/// campaign from a node that has not caught up since it started without data.
+fn start_elections(
+    raft: &Raft,
+    args: &RunArgs,
+    guard: VoteGuard,
+    links: &Links,
+    log_reader: LogStore,
+    amnesia: &Arc<Amnesia>,
+) -> Arc<Elections> {
+    let o = &args.opts;
     let early = o.early_campaign.then(|| crate::raft::elect::EarlyTiming {
         lease: Duration::from_millis(o.election_max_ms),
         step: Duration::from_millis(o.heartbeat_ms.div_ceil(2)),
@@ -166,16 +306,15 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         min: Duration::from_millis(o.election_min_ms),
         max: Duration::from_millis(o.election_max_ms),
     };
-    let elect = crate::raft::elect::Elections::start(
+    let elect = Elections::start(
         raft.clone(),
-        id,
+        args.id,
         early,
         timing,
         guard,
-        forward::Forwarder::new(peer_tls.clone(), max_rpc),
+        forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
         log_reader.clone(),
     );
-    // C12: no campaign from a node that has not caught up since it started without data.
     amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
     tokio::spawn(crate::raft::amnesia::watch(
         raft.clone(),
@@ -183,63 +322,86 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         elect.clone(),
         log_reader,
     ));
+    elect
+}
+
+/// The raft port's listener; returns where the client port's context goes once it exists
+/// (C16: forwarded requests are served through it).
+fn serve_raft_port(
+    raft_l: TcpListener,
+    raft: &Raft,
+    args: &RunArgs,
+    guard: VoteGuard,
+    amnesia: Arc<Amnesia>,
+    elect: &Arc<Elections>,
+    links: &Links,
+) -> Forwarded {
     let forwarded = Arc::new(std::sync::OnceLock::new());
     tokio::spawn(peer::serve(
         raft_l,
         peer::PeerServer {
             raft: raft.clone(),
-            node_id: id,
+            node_id: args.id,
             guard,
             amnesia,
             elect: elect.clone(),
             dir: args.data.clone(),
-            tls: peer_tls.clone(),
+            tls: links.peer_tls.clone(),
             spec_members: args.spec.nodes.keys().copied().collect(),
-            max_rpc,
+            max_rpc: links.max_rpc,
             forwarded: forwarded.clone(),
         },
     ));
+    forwarded
+}
+
+/// Where the raft port finds the client port's context (set once it exists).
+type Forwarded = Arc<std::sync::OnceLock<Arc<Ctx>>>;
+
+/// The node's own tasks: snapshots, the role log, C14's handover follower, C11's barrier and
+/// (C17: never with --join; the leader's appends do) a new cluster's initialisation.
+fn start_tasks(
+    raft: &Raft,
+    args: &RunArgs,
+    applied: &SharedApplied,
+    handovers: UnboundedReceiver<crate::raft::handover::Applied>,
+) -> Arc<Readiness> {
+    let id = args.id;
     tokio::spawn(store::snapshot_trigger(
         raft.clone(),
         applied.clone(),
-        o.snapshot_logs,
+        args.opts.snapshot_logs,
     ));
     tokio::spawn(log_roles(raft.clone(), id));
-    tokio::spawn(crate::raft::handover::follow(raft.clone(), id, handover_rx));
-    let ready = Arc::new(crate::raft::ready::Readiness::default());
+    tokio::spawn(crate::raft::handover::follow(raft.clone(), id, handovers));
+    let ready = Arc::new(Readiness::default());
     tokio::spawn(crate::raft::ready::run(
         raft.clone(),
         ready.clone(),
         id,
         COMMIT_TIMEOUT,
     ));
-    // C17: a node started with --join never initialises a cluster; the leader's appends do.
     if !args.join {
         tokio::spawn(initialize(raft.clone(), args.clone()));
     }
-    let ctx = Arc::new(Ctx {
-        id,
-        raft: raft.clone(),
-        applied,
-        spec: args.spec.clone(),
-        opts: args.opts.clone(),
-        limits,
-        primary_waiters: Default::default(),
-        crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
-        lease,
-        elect: elect.clone(),
-        proposer: crate::raft::propose::Proposer::start(raft.clone(), COMMIT_TIMEOUT),
-        cursors: crate::sm::listing::Cursors::for_node(id),
-        auth,
-        ready: ready.clone(),
-        tenure: Default::default(),
-        forwarder: forward::Forwarder::new(peer_tls.clone(), max_rpc),
-    });
+    ready
+}
+
+/// The context's tasks, the metrics endpoint and the client port.
+fn serve_clients(
+    ctx: Arc<Ctx>,
+    client_l: TcpListener,
+    metrics_l: Option<TcpListener>,
+    args: &RunArgs,
+    me: &CtrlNode,
+    links: &Links,
+    forwarded: &Forwarded,
+) -> Result<(), String> {
+    let id = args.id;
     let _ = forwarded.set(ctx.clone());
     tokio::spawn(crate::node::tenure::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
-    let serving = ctx.clone();
-    tokio::spawn(crate::ports::metrics::watch_leader(raft.clone()));
+    tokio::spawn(crate::ports::metrics::watch_leader(ctx.raft.clone()));
     if let Some(l) = metrics_l {
         let at = l.local_addr().map_err(|e| e.to_string())?;
         eprintln!("node {id}: metrics on http://{at}/metrics");
@@ -249,7 +411,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
             args.data.clone(),
         ));
     }
-    tokio::spawn(client::serve(client_l, ctx, tls));
+    tokio::spawn(client::serve(client_l, ctx, links.client_tls.clone()));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {}{})",
         me.client,
@@ -259,28 +421,37 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
             ""
         },
         me.raft,
-        if peer_tls.is_some() {
+        if links.peer_tls.is_some() {
             " with mutual TLS"
         } else {
             ""
         },
     );
+    Ok(())
+}
 
+/// Runs until SIGTERM or SIGINT; C14: a primary hands leadership over to an up-to-date
+/// standby first.
+async fn stop_on_signal(
+    raft: &Raft,
+    serving: &Ctx,
+    ready: &Readiness,
+    elect: &Elections,
+    id: NodeId,
+) {
     wait_for_signal().await;
     eprintln!("node {id}: shutting down");
-    // C14: a primary hands leadership over to an up-to-date standby first.
     if raft.metrics().borrow().state == openraft::ServerState::Leader {
         serving.proposer.close();
     }
-    crate::raft::handover::hand_over(&raft, &ready, &elect, id).await;
+    crate::raft::handover::hand_over(raft, ready, elect, id).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
-    Ok(())
 }
 
 /// The storage side of the Raft config (P12): snapshots are triggered by
 /// [`store::snapshot_trigger`] (by writes and table size, not entries); a snapshot of a big
 /// table is streamed as a file and may take seconds to send and install.
-fn store_config(o: &crate::base::config::NodeOpts) -> Config {
+fn store_config(o: &NodeOpts) -> Config {
     Config {
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: o.log_keep,

@@ -144,6 +144,17 @@ fn expected_requests() -> Vec<Request> {
         ),
         req(17, 0, false, Op::Nop),
         req(
+            19,
+            0,
+            false,
+            Op::SnapshotSave(SnapshotSave {
+                cursor: u64::MAX - 1,
+                offset: 1 << 40,
+                max_bytes: 4 << 20,
+            }),
+        ),
+        req(20, 0, false, Op::ConsistencyCheck),
+        req(
             18,
             9,
             false,

@@ -20,7 +20,7 @@ mod raft;
 mod sm;
 
 use base::{config, logstamp};
-use cmd::{cluster, member, pki, run, status};
+use cmd::{cluster, member, pki, run, snapshot, status};
 
 const USAGE: &str = "\
 usage: xce-controller COMMAND [OPTIONS]
@@ -33,6 +33,7 @@ commands:
   pki       make a cluster's CA, node certificates, client identities and tokens
   status    print the cluster at a glance: each member's role, term, progress; the primary
   member    add, remove or list the cluster's members online (admin)
+  snapshot  save an online backup of a cluster (admin); restore a new cluster from one
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
 exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
@@ -87,6 +88,10 @@ timing and limits:
   --log-keep N           log entries kept behind a snapshot, for lagging followers
                          (default 20000)
   --cluster-name NAME    reported by clusterconf (default xce)
+  --consistency-check-ms N  the primary compares its members' state digests this often
+                         (default 2000; at least 20 times the time one digest takes; 0: only
+                         when status or snapshot save asks); a member whose state differs from
+                         the majority's stops voting and serving (docs/operations.md)
 observability:
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
 Options take their value as the next argument or as --flag=value.";
@@ -98,7 +103,9 @@ Asks every master (their client addresses) at once and prints one line per membe
 role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
 it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
 since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
-Members the primary knows that LIST leaves out are asked and shown too.
+Members the primary knows that LIST leaves out are asked and shown too. Then the cluster's id
+(a member reporting another is flagged), the result of a consistency check the primary runs
+for it (C19: the members' state digests compared) and every alarm a member reports.
 Exit status 0 with a primary, 1 without one, 2 on a usage error.
 
   --masters LIST         the controllers' client addresses, comma-separated
@@ -172,6 +179,11 @@ fn main() {
             Ok(a) => status::status(a),
             Err(e) => usage_error(&e, STATUS_USAGE),
         },
+        Some("snapshot") if wants_help(&args[1..]) => help(snapshot::USAGE),
+        Some("snapshot") => match snapshot::SnapshotArgs::parse(&args[1..]) {
+            Ok(a) => snapshot::snapshot(a),
+            Err(e) => usage_error(&e, snapshot::USAGE),
+        },
         Some("member") if wants_help(&args[1..]) => help(MEMBER_USAGE),
         Some("member") => match member::MemberArgs::parse(&args[1..]) {
             Ok(a) => member::member(a),
@@ -188,6 +200,7 @@ fn main() {
             Some("pki") => help(pki::USAGE),
             Some("status") => help(STATUS_USAGE),
             Some("member") => help(MEMBER_USAGE),
+            Some("snapshot") => help(snapshot::USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {

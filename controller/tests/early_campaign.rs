@@ -103,11 +103,12 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let ctrl = Ctrl::start(3, &flags);
     let p = ctrl.wait_settled(STARTUP);
+    let id = ctrl.cluster_id();
     let term = info(&ctrl.client(p).call(hello())).term;
     for f in (1..=3).filter(|&i| i != p) {
         let mut s = TcpStream::connect(ctrl.raft_addr(f)).unwrap();
         s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p)).unwrap();
+        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p), id).unwrap();
         assert!(
             matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
             "node {f} did not take the append: {reply:?}"

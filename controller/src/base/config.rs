@@ -28,6 +28,8 @@ pub const DEFAULT_SNAPSHOT_LOGS: u64 = 1000;
 /// link, instead of by a whole snapshot that would fill a slow link for seconds (and starve
 /// the other follower's heartbeats behind it).
 pub const DEFAULT_LOG_KEEP: u64 = 20_000;
+/// C19: how often the primary compares its members' state digests (ms).
+pub const DEFAULT_CONSISTENCY_CHECK_MS: u64 = 2000;
 /// Cluster name reported by `clusterconf`.
 pub const DEFAULT_CLUSTER_NAME: &str = "xce";
 
@@ -252,6 +254,9 @@ pub struct NodeOpts {
     pub token_key: Option<PathBuf>,
     /// `--metrics ADDR`: serve `/metrics` (C18) on this address.
     pub metrics: Option<String>,
+    /// C19: how often the primary compares its members' state digests; `None`
+    /// (`--consistency-check-ms 0`): only when asked (`status`, `snapshot save`).
+    pub consistency_check: Option<Duration>,
     /// Test failpoint `--test-leader-flush-stall FILE`: while FILE exists, the leader's own
     /// log flushes wait (a stalled disk on the primary only; followers' flushes go on).
     pub test_leader_flush_stall: Option<PathBuf>,
@@ -277,6 +282,7 @@ impl Default for NodeOpts {
             insecure: false,
             token_key: None,
             metrics: None,
+            consistency_check: Some(Duration::from_millis(DEFAULT_CONSISTENCY_CHECK_MS)),
             test_leader_flush_stall: None,
         }
     }
@@ -374,6 +380,10 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--token-key" => o.token_key = Some(v.into()),
         "--insecure" => o.insecure = v == "true",
         "--metrics" => o.metrics = Some(v.to_string()),
+        "--consistency-check-ms" => {
+            let ms: u64 = num(flag, v)?;
+            o.consistency_check = (ms > 0).then(|| Duration::from_millis(ms));
+        }
         "--test-leader-flush-stall" => o.test_leader_flush_stall = Some(v.into()),
         _ => return Ok(false),
     }

@@ -29,6 +29,11 @@ struct AnswerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhyLabels {
+    why: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -64,6 +69,11 @@ pub(crate) struct Metrics {
     pub(crate) quorum_ack_age: GaugeF,
     flush_pending: Gauge64,
     appends: Family<KindLabels, Counter>,
+    digest: Histogram,
+    digest_mismatch: Counter,
+    pub(crate) alarms: Gauge64,
+    pub(crate) checked_index: Gauge64,
+    refused: Family<WhyLabels, Counter>,
 }
 
 pub(crate) static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -94,6 +104,12 @@ impl Metrics {
             quorum_ack_age: GaugeF::default(),
             flush_pending: Gauge64::default(),
             appends: Family::default(),
+            // 100 µs .. ~52 s: a small table to 10^7 jobs.
+            digest: Histogram::new(exponential_buckets(0.000_1, 2.0, 20)),
+            digest_mismatch: Counter::default(),
+            alarms: Gauge64::default(),
+            checked_index: Gauge64::default(),
+            refused: Family::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -195,8 +211,52 @@ impl Metrics {
              on the standbys' disks meanwhile; at 16 MiB the primary waits)",
             m.flush_pending.clone(),
         );
+        r.register(
+            "xce_state_digest_seconds",
+            "C19: hashing this node's state at a checkpoint entry (off the apply path)",
+            m.digest.clone(),
+        );
+        r.register(
+            "xce_state_digest_mismatch",
+            "C19: on the primary, members found with a state digest other than the majority's \
+             (or digests without a majority), counted once per check that finds them",
+            m.digest_mismatch.clone(),
+        );
+        r.register(
+            "xce_alarms",
+            "Alarms this node reports (status shows their texts): a diverged member, its own \
+             divergence",
+            m.alarms.clone(),
+        );
+        r.register(
+            "xce_state_digest_checked_index",
+            "C19: on the primary, the last log index at which every member that answered had \
+             the same state digest (0 elsewhere)",
+            m.checked_index.clone(),
+        );
+        r.register(
+            "xce_raft_refused",
+            "Raft messages this node refused before reading them, by why: cluster (another \
+             cluster or restore, C20), diverged (this node diverged, C19)",
+            m.refused.clone(),
+        );
         Metrics { registry: r, ..m }
     }
+}
+
+/// C19: hashing the state at a checkpoint took `d` (digests hook).
+pub fn digest_took(d: Duration) {
+    M.digest.observe(d.as_secs_f64());
+}
+
+/// C19: the check found `n` members whose digest is not the majority's (check hook).
+pub fn digest_mismatch(n: u64) {
+    M.digest_mismatch.inc_by(n);
+}
+
+/// A raft message was refused: `cluster` (C20) or `diverged` (C19) (raft server hook).
+pub fn raft_refused(why: &'static str) {
+    M.refused.get_or_create(&WhyLabels { why }).inc();
 }
 
 /// The primary's own appends not yet on its disk now total `bytes` (store hook).

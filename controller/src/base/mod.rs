@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod clock;
+pub mod cluster_id;
 pub mod config;
 pub mod counters;
 pub mod ids;

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::base::auth::Auth;
+use crate::base::cluster_id::{ClusterTag, Identity};
 use crate::base::config::{NodeOpts, RunArgs};
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::base::tls;
@@ -16,6 +17,8 @@ use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
 use crate::ports::client;
 use crate::ports::peer;
 use crate::raft::amnesia::Amnesia;
+use crate::raft::digests::{Digests, Findings};
+use crate::raft::diverged::Diverged;
 use crate::raft::elect::Elections;
 use crate::raft::lease::{LeaseClock, VoteGuard};
 use crate::raft::link::NetFactory;
@@ -59,10 +62,19 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;
+    let links = Links {
+        identity: stores.identity.clone(),
+        ..links
+    };
     let ports = bind(&args).await?;
     let lease = Arc::new(LeaseClock::default());
     let raft = start_raft(&args, &links, &lease, stores.log, stores.sm).await?;
     check_membership(&raft, &args, &ports.me).await?;
+    if stores.diverged.is() {
+        // C19: a node that diverged votes, leads and stores nothing until repaired; it stays
+        // up to say so (status, NOT_READY, refusals on the raft port).
+        let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+    }
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(args.opts.election_max_ms));
     let elect = start_elections(
@@ -78,7 +90,12 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &raft,
         &args,
         guard,
-        stores.amnesia,
+        RaftPortState {
+            amnesia: stores.amnesia,
+            identity: stores.identity.clone(),
+            digests: stores.digests.clone(),
+            diverged: stores.diverged.clone(),
+        },
         &elect,
         &links,
     );
@@ -99,7 +116,17 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         auth,
         ready: ready.clone(),
         tenure: Default::default(),
-        forwarder: forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
+        forwarder: forward::Forwarder::new(
+            links.peer_tls.clone(),
+            links.max_rpc,
+            stores.identity.clone(),
+        ),
+        identity: stores.identity,
+        digests: stores.digests,
+        findings: Findings::new(),
+        diverged: stores.diverged,
+        saves: Default::default(),
+        data: args.data.clone(),
     });
     let serving = ctx.clone();
     serve_clients(
@@ -121,9 +148,12 @@ struct Links {
     client_tls: Option<Arc<rustls::ServerConfig>>,
     peer_tls: Option<tls::PeerTls>,
     max_rpc: usize,
+    /// C20: this node's cluster, stamped on and checked against every raft message.
+    identity: Arc<Identity>,
 }
 
 impl Links {
+    /// The links of `o`; their identity is a placeholder until the stores are open.
     fn of(o: &NodeOpts, limits: &xce::wire::Limits) -> Result<Links, String> {
         let tls = match (&o.tls_cert, &o.tls_key) {
             (Some(c), Some(k)) => Some(tls::acceptor(
@@ -142,6 +172,7 @@ impl Links {
             client_tls: tls,
             peer_tls,
             max_rpc: frame::max_rpc_bytes(limits.max_message_bytes),
+            identity: Identity::detached(crate::base::cluster_id::Belonging::Pending),
         })
     }
 }
@@ -166,6 +197,11 @@ struct Stores {
     /// C14: the handover entries the state machine applies.
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
     applied: SharedApplied,
+    /// C20: the cluster this node belongs to (from its data directory).
+    identity: Arc<Identity>,
+    /// C19: its state digests, and whether it diverged.
+    digests: Arc<Digests>,
+    diverged: Arc<Diverged>,
 }
 
 fn open_stores(args: &RunArgs) -> Result<Stores, String> {
@@ -174,6 +210,24 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
+    let belonging = store::open_belonging(&db, blank)?;
+    let persist_db = db.clone();
+    let identity = Identity::new(
+        belonging,
+        Box::new(move |b| store::save_belonging(&persist_db, b)),
+    );
+    match belonging {
+        crate::base::cluster_id::Belonging::Member(t) => {
+            eprintln!("node {id}: member of cluster {t}")
+        }
+        crate::base::cluster_id::Belonging::Legacy => eprintln!(
+            "node {id}: its data records no cluster id (an earlier build wrote it): it takes the \
+             one its cluster records (C20)"
+        ),
+        crate::base::cluster_id::Belonging::Pending => {}
+    }
+    let diverged = Diverged::open(id, &args.data);
+    let digests = Digests::new();
     let log = LogStore::new(db.clone(), args.opts.test_leader_flush_stall.clone());
     let log_reader = log.clone();
     let mut sm =
@@ -182,6 +236,22 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     sm.handovers = Some(Box::new(move |log_id, batch| {
         crate::raft::handover::note(&handover_tx, log_id, batch)
     }));
+    sm.digests = Some(digests.clone());
+    let adopting = identity.clone();
+    sm.on_cluster = Some(Box::new(move |c| {
+        let tag = ClusterTag {
+            id: c.id,
+            epoch: c.epoch,
+        };
+        match adopting.adopt(tag) {
+            Ok(true) => eprintln!(
+                "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!("node {id}: cluster id: {e}"),
+        }
+    }));
+    sm.note_cluster();
     let applied = sm.applied.clone();
     Ok(Stores {
         amnesia,
@@ -190,6 +260,9 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         sm,
         handovers: handover_rx,
         applied,
+        identity,
+        digests,
+        diverged,
     })
 }
 
@@ -253,6 +326,7 @@ async fn start_raft(
         tls: links.peer_tls.clone(),
         max_rpc: links.max_rpc,
         budgets: Default::default(),
+        identity: links.identity.clone(),
     };
     Raft::new(args.id, Arc::new(config), net, log, sm)
         .await
@@ -312,7 +386,11 @@ fn start_elections(
         early,
         timing,
         guard,
-        forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
+        forward::Forwarder::new(
+            links.peer_tls.clone(),
+            links.max_rpc,
+            links.identity.clone(),
+        ),
         log_reader.clone(),
     );
     amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
@@ -325,6 +403,15 @@ fn start_elections(
     elect
 }
 
+/// What the raft port's listener shares with the node: C12's amnesia, C20's identity, C19's
+/// digests and divergence.
+struct RaftPortState {
+    amnesia: Arc<Amnesia>,
+    identity: Arc<Identity>,
+    digests: Arc<Digests>,
+    diverged: Arc<Diverged>,
+}
+
 /// The raft port's listener; returns where the client port's context goes once it exists
 /// (C16: forwarded requests are served through it).
 fn serve_raft_port(
@@ -332,7 +419,7 @@ fn serve_raft_port(
     raft: &Raft,
     args: &RunArgs,
     guard: VoteGuard,
-    amnesia: Arc<Amnesia>,
+    st: RaftPortState,
     elect: &Arc<Elections>,
     links: &Links,
 ) -> Forwarded {
@@ -343,13 +430,16 @@ fn serve_raft_port(
             raft: raft.clone(),
             node_id: args.id,
             guard,
-            amnesia,
+            amnesia: st.amnesia,
             elect: elect.clone(),
             dir: args.data.clone(),
             tls: links.peer_tls.clone(),
             spec_members: args.spec.nodes.keys().copied().collect(),
             max_rpc: links.max_rpc,
             forwarded: forwarded.clone(),
+            identity: st.identity,
+            digests: st.digests,
+            diverged: st.diverged,
         },
     ));
     forwarded
@@ -400,6 +490,7 @@ fn serve_clients(
     let id = args.id;
     let _ = forwarded.set(ctx.clone());
     tokio::spawn(crate::node::tenure::run(ctx.clone()));
+    tokio::spawn(crate::node::check::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(crate::ports::metrics::watch_leader(ctx.raft.clone()));
     if let Some(l) = metrics_l {

@@ -56,6 +56,16 @@ pub struct Ctx {
     pub auth: crate::base::auth::Auth,
     /// C16: forwards clients' requests to the primary when they ask (F28).
     pub forwarder: crate::raft::forward::Forwarder,
+    /// C20: the cluster this node belongs to.
+    pub identity: Arc<crate::base::cluster_id::Identity>,
+    /// C19: this node's state digests, what its checks found as primary, whether it diverged.
+    pub digests: Arc<crate::raft::digests::Digests>,
+    pub findings: Arc<crate::raft::digests::Findings>,
+    pub diverged: Arc<crate::raft::diverged::Diverged>,
+    /// C20: the online snapshots (`snapshot save`) this primary is sending.
+    pub saves: crate::sm::backup::Saves,
+    /// This node's data directory.
+    pub data: std::path::PathBuf,
 }
 
 /// The number of tenures that have ended on this node (defect 5; ended by `tenure.rs`).
@@ -103,9 +113,21 @@ impl Ctx {
         self.outcome_unknown(seq, op)
     }
 
+    /// C19, C20: what `status` shows of this node: its own divergence, and (on the primary)
+    /// what its consistency check found.
+    pub fn alarms(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.diverged.alarm().into_iter().collect();
+        v.extend(self.findings.alarms());
+        v
+    }
+
     /// The reply of a node that cannot serve `op` itself (C2). `leader_hint` is a leader
     /// named by a failed read/write, if any.
     pub(crate) fn not_primary(&self, seq: u64, op: &Op, leader_hint: Option<NodeId>) -> Reply {
+        if self.diverged.is() {
+            // C19: out of service until repaired; it vouches for no primary either.
+            return Reply::status(seq, -E_XCE_NOT_READY);
+        }
         let m = self.raft.metrics().borrow().clone();
         let initialized = m.membership_config.membership().nodes().next().is_some();
         let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
@@ -151,7 +173,10 @@ impl Ctx {
     pub fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
-        m.state == ServerState::Leader && !self.cut_off_in(&m) && self.ready.is_ready(&m.vote)
+        m.state == ServerState::Leader
+            && !self.cut_off_in(&m)
+            && self.ready.is_ready(&m.vote)
+            && !self.diverged.is()
     }
 
     /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for

@@ -32,6 +32,8 @@ const CROWD_MEMORY: Duration = Duration::from_secs(1);
 pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
 /// A frame that started arriving must be complete within this time (slow-loris guard, C9).
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a `consistencyCheck` waits for the check before it answers with what it has.
+pub const CHECK_ANSWER_WAIT: Duration = Duration::from_millis(1500);
 /// Longest a request waits for a new leader's barrier entry (C11) before NOT_READY.
 pub const READY_WAIT: Duration = Duration::from_secs(1);
 /// Bound on the TLS handshake.
@@ -331,6 +333,13 @@ impl Ctx {
         // (possibly stale) view, so clients learn the cluster only from its primary.
         if primary == Some(self.id) && role == ControllerRole::Primary && self.serving_leader() {
             info.members = members_of(&m, self.id);
+            info.checked_index = self.findings.checked();
+        }
+        // C20, C19: the cluster, what is wrong.
+        info.cluster_id = self.identity.tag().map_or([0; 16], |t| t.id);
+        info.alarms = self.alarms();
+        if self.diverged.is() {
+            info.role = ControllerRole::Initializing;
         }
         info
     }
@@ -854,6 +863,15 @@ async fn answer_as(
     // C17: membership changes go through openraft's membership change, not a command.
     if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
         return crate::node::membership::answer(ctx, req, &who).await;
+    }
+    // C19: a consistency check now, then this primary's view (its alarms, the index checked).
+    if matches!(req.op, Op::ConsistencyCheck) {
+        let _ = tokio::time::timeout(CHECK_ANSWER_WAIT, crate::node::check::check_now(ctx)).await;
+        return Reply::ok(seq, ReplyData::CtrlInfo(ctx.info()));
+    }
+    // C20: an online snapshot, in chunks.
+    if let Op::SnapshotSave(s) = &req.op {
+        return crate::node::backup::answer(ctx, seq, s).await;
     }
     // The op's category (its rule) decides the path: writes and fire-and-forget ops through
     // the log, reads through the read barrier.

@@ -72,6 +72,8 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
     M.snapshot_bytes
         .set(file_len(&crate::sm::snapshot::current_path(data)));
     M.cursors.set(ctx.cursors.len() as i64);
+    M.alarms.set(ctx.alarms().len() as i64);
+    M.checked_index.set(ctx.findings.checked() as i64);
     M.quorum_ack_age
         .set(match (m.state, m.millis_since_quorum_ack) {
             (ServerState::Leader, Some(ms)) => ms as f64 / 1000.0,

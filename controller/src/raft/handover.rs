@@ -103,6 +103,8 @@ pub async fn hand_over(
         return;
     };
     let t0 = Instant::now();
+    // No checkpoint entry of the consistency check after the handover entry (C19).
+    let _alone = ready.proposing.lock().await;
     ready.hand_over();
     // Never take leadership back: without this, a vote grant slowed by a loaded disk let the
     // old leader's own election timer fire and win again before the standby's next campaign.

@@ -22,11 +22,13 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::base::clock::now_ms;
+use crate::base::cluster_id::Belonging;
 use crate::base::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
+use crate::raft::digests::Digests;
 use crate::raft::types::{Entry, Raft, Snapshot, TypeConfig};
 use crate::sm::entry::Batch;
 use crate::sm::snapshot::{self, SnapFile};
-use crate::sm::state::{Outcome, State};
+use crate::sm::state::{ClusterStamp, Outcome, State};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -34,6 +36,8 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const K_VOTE: &str = "vote";
 const K_COMMITTED: &str = "committed";
 const K_PURGED: &str = "purged";
+/// C20: the node's [`Belonging`] (absent: data of an earlier build, or a blank directory).
+const K_CLUSTER: &str = "cluster";
 /// redb's page cache: the database holds only the log since the last snapshot, vote and
 /// committed index (the snapshot is a file of its own), so a small cache is enough. redb's
 /// default (1 GiB) let the log's pages fill the controller's memory.
@@ -84,6 +88,43 @@ pub fn is_blank(db: &Database, dir: &Path) -> Result<bool, String> {
     let no_vote = meta.get(K_VOTE).map_err(|e| e.to_string())?.is_none();
     let no_purge = meta.get(K_PURGED).map_err(|e| e.to_string())?.is_none();
     Ok(no_log && no_vote && no_purge && !snapshot::current_path(dir).exists())
+}
+
+/// C20: what the data directory says of the node's cluster. Absent in a blank directory: it
+/// becomes [`Belonging::Pending`] (saved, so a node that crashes before it learnt its
+/// cluster's id still takes it); absent beside data: written by an earlier build
+/// ([`Belonging::Legacy`]).
+pub fn open_belonging(db: &Database, blank: bool) -> Result<Belonging, String> {
+    match meta_get::<Belonging>(db, K_CLUSTER).map_err(|e| e.to_string())? {
+        Some(b) => Ok(b),
+        None if blank => {
+            save_belonging(db, Belonging::Pending)?;
+            Ok(Belonging::Pending)
+        }
+        None => Ok(Belonging::Legacy),
+    }
+}
+
+/// C20: saves the node's [`Belonging`] (a committed, fsynced transaction).
+pub fn save_belonging(db: &Database, b: Belonging) -> Result<(), String> {
+    meta_put(db, K_CLUSTER, &b).map_err(|e| e.to_string())
+}
+
+/// C20, `snapshot restore`: a fresh data directory's database for a node restored from a
+/// snapshot at `last`: the log is empty and purged up to `last` (so it continues after the
+/// snapshot), the vote is this node's own in `last`'s term (not committed: the restored
+/// cluster's first leader is elected in a higher term, and its entries follow `last`'s), and
+/// the cluster is the restored one.
+pub fn write_restored(
+    db: &Database,
+    last: LogId,
+    vote: Vote,
+    cluster: Belonging,
+) -> Result<(), String> {
+    let s = |e: StorageError| e.to_string();
+    meta_put(db, K_PURGED, &last).map_err(s)?;
+    meta_put(db, K_VOTE, &vote).map_err(s)?;
+    meta_put(db, K_CLUSTER, &cluster).map_err(s)
 }
 
 /// Runs a blocking database write without stalling the other tasks of this worker thread
@@ -659,7 +700,17 @@ pub struct StateMachineStore {
     /// C14: told of every batch applied, with its log id (the node passes the handover's
     /// `note`, which picks out the handover entries: to whom, its log id, the leader's time).
     pub handovers: Option<OnApply>,
+    /// C19: hashes the state at every checkpoint entry (an empty batch).
+    pub digests: Option<Arc<Digests>>,
+    /// C20: told when the applied state records a cluster id (at open, after an apply or a
+    /// snapshot that changed it): the node takes it as its own.
+    pub on_cluster: Option<OnCluster>,
+    /// The cluster id last told to `on_cluster`.
+    told_cluster: Option<ClusterStamp>,
 }
+
+/// C20: the hook told of the cluster id the applied state records.
+pub type OnCluster = Box<dyn Fn(ClusterStamp) + Send + Sync>;
 
 /// A hook the state machine calls for every batch it applies (this module owns the type, so
 /// the store needs nothing of those it tells).
@@ -695,7 +746,21 @@ impl StateMachineStore {
             dir: dir.to_path_buf(),
             applied: Arc::new(RwLock::new(applied)),
             handovers: None,
+            digests: None,
+            on_cluster: None,
+            told_cluster: None,
         })
+    }
+
+    /// C20: tells `on_cluster` of the cluster id the applied state records, if it is new.
+    pub fn note_cluster(&mut self) {
+        let now = self.applied.read().expect("state lock").state.cluster();
+        if now.is_some() && now != self.told_cluster {
+            self.told_cluster = now;
+            if let (Some(hook), Some(c)) = (&self.on_cluster, now) {
+                hook(c);
+            }
+        }
     }
 }
 
@@ -765,24 +830,35 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut a = self.applied.write().expect("state lock");
         let mut out = Vec::new();
-        for e in entries {
-            a.last_applied = Some(e.log_id);
-            out.push(match e.payload {
-                EntryPayload::Blank => Vec::new(),
-                EntryPayload::Normal(batch) => {
-                    if let Some(note) = &self.handovers {
-                        note(e.log_id, &batch);
+        {
+            let mut a = self.applied.write().expect("state lock");
+            for e in entries {
+                a.last_applied = Some(e.log_id);
+                out.push(match e.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(batch) if batch.0.is_empty() => {
+                        // C19: a checkpoint entry (a barrier, or the consistency check's):
+                        // every replica hashes its state as of here.
+                        if let Some(d) = &self.digests {
+                            d.begin(e.log_id, a.membership.clone(), a.state.without_caches());
+                        }
+                        Vec::new()
                     }
-                    batch.0.iter().map(|p| a.state.apply(p)).collect()
-                }
-                EntryPayload::Membership(m) => {
-                    a.membership = StoredMembership::new(Some(e.log_id), m);
-                    Vec::new()
-                }
-            });
+                    EntryPayload::Normal(batch) => {
+                        if let Some(note) = &self.handovers {
+                            note(e.log_id, &batch);
+                        }
+                        batch.0.iter().map(|p| a.state.apply(p)).collect()
+                    }
+                    EntryPayload::Membership(m) => {
+                        a.membership = StoredMembership::new(Some(e.log_id), m);
+                        Vec::new()
+                    }
+                });
+            }
         }
+        self.note_cluster();
         Ok(out)
     }
 
@@ -819,10 +895,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         .map_err(|e| read_err(std::io::Error::other(e.to_string())))?
         .map_err(read_err)?;
         let jobs = state.job_count();
-        let mut a = self.applied.write().expect("state lock");
-        a.state = state;
-        a.last_applied = meta.last_log_id;
-        a.membership = meta.last_membership.clone();
+        {
+            let mut a = self.applied.write().expect("state lock");
+            a.state = state;
+            a.last_applied = meta.last_log_id;
+            a.membership = meta.last_membership.clone();
+        }
+        self.note_cluster();
         eprintln!(
             "node {id}: installed snapshot {} ({jobs} jobs) in {} ms",
             meta.snapshot_id,

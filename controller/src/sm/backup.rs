@@ -65,7 +65,7 @@ fn bad(what: &str) -> io::Error {
 
 /// Writes a backup of `view` (the state at `header.index`) to `path` and fsyncs it; its size.
 pub fn write(path: &Path, header: &BackupHeader, view: &View) -> io::Result<u64> {
-    let f = File::create(path)?;
+    let f = create_private(path)?;
     let mut w = BufWriter::with_capacity(1 << 20, f);
     w.write_all(MAGIC)?;
     let h = serde_json::to_vec(header).map_err(io::Error::other)?;
@@ -75,6 +75,19 @@ pub fn write(path: &Path, header: &BackupHeader, view: &View) -> io::Result<u64>
     let f = w.into_inner().map_err(|e| e.into_error())?;
     f.sync_all()?;
     f.metadata().map(|m| m.len())
+}
+
+/// Creates (truncating) a file only its owner may read: a backup holds the whole state.
+pub fn create_private(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // A file left by an earlier try keeps its mode when truncated: start afresh.
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 fn header_from(r: &mut impl Read) -> io::Result<BackupHeader> {

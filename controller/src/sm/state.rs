@@ -464,6 +464,12 @@ impl State {
         }
     }
 
+    /// A copy of this state without its caches (the interner): what a checkpoint keeps to
+    /// hash and to save (C19, C20). The job table is shared, the small parts are copied.
+    pub fn without_caches(&self) -> State {
+        State::from_parts(self.header(), self.jobs.clone(), Interner::default())
+    }
+
     /// C20: the cluster this state belongs to, if recorded.
     pub fn cluster(&self) -> Option<ClusterStamp> {
         self.cluster

@@ -268,6 +268,35 @@ impl Ctrl {
         p
     }
 
+    /// C20: the cluster's id, once every running node reports the same one through `hello`
+    /// (the first primary records it at its first consistency check, right after its
+    /// election): what a raft message to a member must carry. `connect` reaches a node's client
+    /// port (plaintext: `Client::connect`).
+    pub fn cluster_id_via(&self, connect: impl Fn(&str) -> Client) -> [u8; 16] {
+        let mut id = [0u8; 16];
+        self.wait_until("every node reports the same cluster id", STARTUP, || {
+            let ids: Vec<[u8; 16]> = self
+                .running()
+                .iter()
+                .map(|n| {
+                    let mut c = connect(&self.clients[n]);
+                    c.try_call(hello()).map_or([0; 16], |r| match r.data {
+                        ReplyData::CtrlInfo(i) => i.cluster_id,
+                        _ => [0; 16],
+                    })
+                })
+                .collect();
+            id = ids[0];
+            id != [0; 16] && ids.iter().all(|x| *x == id)
+        });
+        id
+    }
+
+    /// [`Ctrl::cluster_id_via`] on a plaintext cluster.
+    pub fn cluster_id(&self) -> [u8; 16] {
+        self.cluster_id_via(Client::connect)
+    }
+
     /// Waits until `f` holds, or fails the test with the nodes' logs.
     pub fn wait_until(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
         let deadline = Instant::now() + timeout;
@@ -486,9 +515,10 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 /// The raft port's wire format, as `raft/frame.rs` frames it: a 4-byte big-endian length, then the
-/// message in postcard. The controller's own types stay inside it; the variants here encode
-/// the same bytes (postcard writes an enum variant as its index, and an append without
-/// entries does not depend on the entry type).
+/// message in postcard, then the sender's cluster stamp (C20: the cluster id, 4 bytes of
+/// restore epoch, the mark `XCETAG01`). The controller's own types stay inside it; the variants
+/// here encode the same bytes (postcard writes an enum variant as its index, and an append
+/// without entries does not depend on the entry type).
 pub mod raft_wire {
     use std::io::{Read, Write};
 
@@ -537,7 +567,25 @@ pub mod raft_wire {
         Forward(Vec<u8>),
         /// C15: whether the pre-vote would be granted.
         PreVote(bool),
+        /// C19: a digest answer (never asked for by these tests).
+        Digest(DigestAnswer),
+        /// C19: whether a divergence notice was taken.
+        Ack(bool),
+        /// C20, C19: refused before it was read, and why.
+        Refused(String),
     }
+
+    /// Mirrors `raft/frame.rs`'s `DigestAnswer`.
+    #[derive(Deserialize, Debug)]
+    pub enum DigestAnswer {
+        Ready([u8; 32]),
+        NotYet,
+        Gone,
+        Diverged(u64),
+    }
+
+    /// No cluster id: what a stranger (or an earlier build) sends.
+    pub const NO_ID: [u8; 16] = [0; 16];
 
     /// A forwarded request for `who`: the frame of `req`.
     pub fn forward(who: &str, req: &xce::wire::Request) -> RpcRequest {
@@ -550,17 +598,24 @@ pub mod raft_wire {
         }
     }
 
-    /// One framed message.
-    pub fn frame(req: &RpcRequest) -> Vec<u8> {
-        let body = postcard::to_stdvec(req).unwrap();
+    /// One framed message, stamped with cluster `id` (restore epoch 0; [`NO_ID`]: none).
+    pub fn frame(req: &RpcRequest, id: [u8; 16]) -> Vec<u8> {
+        let mut body = postcard::to_stdvec(req).unwrap();
+        body.extend_from_slice(&id);
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(b"XCETAG01");
         let mut out = (body.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(&body);
         out
     }
 
-    /// Sends `req` and reads one reply on `s`.
-    pub fn call<S: Read + Write>(s: &mut S, req: &RpcRequest) -> std::io::Result<RpcReply> {
-        s.write_all(&frame(req))?;
+    /// Sends `req` stamped with cluster `id` and reads one reply on `s`.
+    pub fn call<S: Read + Write>(
+        s: &mut S,
+        req: &RpcRequest,
+        id: [u8; 16],
+    ) -> std::io::Result<RpcReply> {
+        s.write_all(&frame(req, id))?;
         s.flush()?;
         let mut len = [0u8; 4];
         s.read_exact(&mut len)?;

@@ -303,7 +303,9 @@ async fn serve_rpcs(
                     )
                 });
             let refused = io::Error::new(io::ErrorKind::PermissionDenied, why.to_string());
-            if tag.is_none() && decode::<RpcRequest>(msg).is_err() {
+            // Decoded only to know how to close: nothing in it is acted on.
+            let decoded = decode::<RpcRequest>(msg);
+            if tag.is_none() && decoded.is_err() {
                 // Not a raft message at all: closed unanswered, as any unreadable message.
                 return Err(refused);
             }
@@ -313,9 +315,11 @@ async fn serve_rpcs(
                 srv.identity.tag(),
             )
             .await?;
-            if tag.is_none() {
-                // Unstamped (an earlier build, or a node of no cluster yet): told, then closed.
-                // A stamped one leaves the connection open: its sender retries it cheaply.
+            // Unstamped (an earlier build, or a node of no cluster yet): told, then closed; so
+            // is a snapshot (its bytes follow on the stream). A stamped message of another
+            // cluster leaves the connection open: its sender retries it cheaply.
+            let snapshot = matches!(decoded, Ok(RpcRequest::Snapshot { .. }));
+            if tag.is_none() || decoded.is_err() || snapshot {
                 return Err(refused);
             }
             continue;

@@ -295,3 +295,77 @@ async fn read_body<R: AsyncRead + Unpin + ?Sized>(
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// C20: the stamp rides after the message. A stamped message reads back with its tag; an
+    /// earlier build, which decodes the whole body with postcard, reads the same message as
+    /// before (postcard ignores what follows); a message without a stamp reads as unstamped.
+    #[test]
+    fn the_stamp_is_invisible_to_earlier_builds() {
+        let tag = ClusterTag {
+            id: [7; 16],
+            epoch: 2,
+        };
+        let msg = RpcRequest::PreVote(PreVoteRequest {
+            term: 5,
+            candidate: 2,
+            last_log_id: None,
+        });
+        for t in [Some(tag), None] {
+            let f = frame(&msg, t).unwrap();
+            let body = &f[4..];
+            assert_eq!(
+                u32::from_be_bytes(f[..4].try_into().unwrap()) as usize,
+                body.len()
+            );
+            let (m, got) = split_tag(body);
+            assert_eq!(got, t);
+            assert!(matches!(decode::<RpcRequest>(m), Ok(RpcRequest::PreVote(p)) if p.term == 5));
+            // What an earlier build does with the whole body.
+            assert!(matches!(
+                postcard::from_bytes::<RpcRequest>(body),
+                Ok(RpcRequest::PreVote(p)) if p.term == 5
+            ));
+        }
+        let plain = postcard::to_stdvec(&msg).unwrap();
+        assert_eq!(split_tag(&plain), (&plain[..], None));
+        assert_eq!(split_tag(b"short"), (&b"short"[..], None));
+    }
+
+    /// A reply stamped with another cluster is refused; a refusal is an error that says why.
+    #[test]
+    fn replies_of_another_cluster_or_refusals_are_errors() {
+        use crate::base::cluster_id::{Belonging, Identity};
+        let ours = ClusterTag {
+            id: [1; 16],
+            epoch: 0,
+        };
+        let me = Identity::detached(Belonging::Member(ours));
+        let body = |r: &RpcReply, t| frame(r, t).unwrap()[4..].to_vec();
+        let ok = body(&RpcReply::PreVote(true), Some(ours));
+        assert!(matches!(
+            open_reply(&ok, &me, "p"),
+            Ok(RpcReply::PreVote(true))
+        ));
+        let unstamped = body(&RpcReply::PreVote(true), None);
+        assert!(
+            open_reply(&unstamped, &me, "p").is_ok(),
+            "a node of no cluster yet"
+        );
+        let other = body(
+            &RpcReply::PreVote(true),
+            Some(ClusterTag {
+                id: [2; 16],
+                epoch: 0,
+            }),
+        );
+        let e = open_reply(&other, &me, "p").err().expect("refused");
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let refused = body(&RpcReply::Refused("of another cluster".into()), None);
+        let e = open_reply(&refused, &me, "p").err().expect("refused");
+        assert!(e.to_string().contains("another cluster"), "{e}");
+    }
+}

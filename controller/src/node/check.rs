@@ -213,6 +213,8 @@ pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
         index,
         agreeing: Vec::new(),
         voters: voters.len(),
+        at: None,
+        took,
     };
     let round = match decide(&voters, &digests) {
         Verdict::Agree => {

@@ -32,6 +32,9 @@ const CROWD_MEMORY: Duration = Duration::from_secs(1);
 pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
 /// A frame that started arriving must be complete within this time (slow-loris guard, C9).
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// A `consistencyCheck` is answered from a check that finished within this (or 20 times its
+/// hashing time) instead of running another.
+pub const CHECK_REUSE: Duration = Duration::from_secs(1);
 /// Longest a `consistencyCheck` waits for the check before it answers with what it has.
 pub const CHECK_ANSWER_WAIT: Duration = Duration::from_millis(1500);
 /// Longest a request waits for a new leader's barrier entry (C11) before NOT_READY.
@@ -865,8 +868,16 @@ async fn answer_as(
         return crate::node::membership::answer(ctx, req, &who).await;
     }
     // C19: a consistency check now, then this primary's view (its alarms, the index checked).
+    // One that finished within a second (or 20 times its hashing time) answers instead: a
+    // caller cannot keep every node hashing.
     if matches!(req.op, Op::ConsistencyCheck) {
-        let _ = tokio::time::timeout(CHECK_ANSWER_WAIT, crate::node::check::check_now(ctx)).await;
+        let recent = ctx
+            .findings
+            .fresh(CHECK_REUSE, crate::node::check::COST_FACTOR);
+        if !recent {
+            let check = crate::node::check::check_now(ctx);
+            let _ = tokio::time::timeout(CHECK_ANSWER_WAIT, check).await;
+        }
         return Reply::ok(seq, ReplyData::CtrlInfo(ctx.info()));
     }
     // C20: an online snapshot, in chunks.

@@ -163,6 +163,9 @@ pub struct Round {
     /// Members whose digest equals this node's (itself included), and the voters.
     pub agreeing: Vec<NodeId>,
     pub voters: usize,
+    /// When it finished, and how long hashing this node's state took.
+    pub at: Option<Instant>,
+    pub took: Duration,
 }
 
 /// What the primary's consistency check found, for `status`, the metrics and the client port.
@@ -224,8 +227,17 @@ impl Findings {
             }
         }
         round.number = self.done.borrow().number + 1;
+        round.at = Some(Instant::now());
         self.done.send_replace(round.clone());
         round
+    }
+
+    /// Whether a check finished within `max(floor, factor × its hashing time)`: one asked for
+    /// now (`consistencyCheck`) is answered from it rather than run again, so callers cannot
+    /// keep every node hashing.
+    pub fn fresh(&self, floor: Duration, factor: u32) -> bool {
+        let r = self.done.borrow();
+        r.at.is_some_and(|at| at.elapsed() < floor.max(r.took * factor))
     }
 
     /// This node no longer leads: what it found as primary no longer holds.

@@ -219,3 +219,50 @@ mod tests {
         assert_eq!(short(&[0xab; 32]), "abababababab");
     }
 }
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use crate::sm::state::{Cmd, Proposal, SubmitSpec};
+
+    /// What a digest costs (C19, proof/BENCH.md): the state clone a checkpoint takes and the
+    /// hash, for 10^4, 10^5 and 10^6 typical jobs. `cargo test --release -p xce-controller --bin
+    /// xce-controller digest_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: run it in release, see proof/BENCH.md"]
+    fn digest_speed() {
+        let mut s = State::default();
+        let mut done = 0u64;
+        for n in [10_000u64, 100_000, 1_000_000] {
+            while done < n {
+                done += 1;
+                s.apply(&Proposal {
+                    client_id: [(done % 64) as u8; 16],
+                    request_id: done,
+                    now_ms: 1_700_000_000_000 + done as i64,
+                    cmd: Cmd::JobSubmit(SubmitSpec {
+                        job_id: done,
+                        name: format!("sim-{done}"),
+                        user: format!("user{}", done % 50),
+                        queue: String::new(),
+                        command: format!("/usr/bin/simulate --case {done} --steps 1000"),
+                        ncpus: 4,
+                        mem_mb: 8192,
+                    }),
+                });
+            }
+            let t0 = std::time::Instant::now();
+            let c = s.without_caches();
+            let cloned = t0.elapsed();
+            let t1 = std::time::Instant::now();
+            let d = of(&c);
+            let hashed = t1.elapsed();
+            eprintln!(
+                "{n} jobs: clone {:.3} ms, digest {:.1} ms ({})",
+                cloned.as_secs_f64() * 1e3,
+                hashed.as_secs_f64() * 1e3,
+                short(&d)
+            );
+        }
+    }
+}

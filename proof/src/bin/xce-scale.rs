@@ -2,7 +2,7 @@
 //! 10^4 / 10^5 / 10^6 jobs) against real `xce-controller` processes. See proof/BENCH.md.
 //!
 //! ```text
-//! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12]
+//! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12|C19]
 //!     [--jobs 10000,100000,1000000] [--baseline PATH-TO-OLD-xce-controller]
 //! ```
 //! `XCE_SCALE_FULL=1` adds 10^6 jobs to P12 (several minutes).
@@ -16,9 +16,10 @@ use xce_proof::bench::stats::Summary;
 use xce_proof::bench::table::{num, Table, Verdict};
 use xce_proof::{Cluster, ClusterOpts};
 
-const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN]
+const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12|C19] [--jobs N,N,…] [--baseline BIN]
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
-  --only P11|P12   run one of the two
+  --only P11|P12|C19
+                   run one of them (C19: what the consistency check costs, 10^4 jobs)
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
   --baseline BIN   also run P11 (and P12 at 10^4 jobs) against this controller binary, side by side
   --soak MIN       also a long run: 10^5 jobs, then MIN minutes of writes and listings, RSS/job each minute";
@@ -77,11 +78,16 @@ fn parse() -> Result<Args, String> {
 
 /// A 3-node cluster of `bin`, logs in `logs`.
 fn start(bin: &PathBuf, logs: &std::path::Path) -> Result<Cluster, String> {
+    start_with(bin, logs, &[])
+}
+
+/// [`start`] with more `run` flags.
+fn start_with(bin: &PathBuf, logs: &std::path::Path, extra: &[&str]) -> Result<Cluster, String> {
     std::env::set_var("XCE_CONTROLLER", bin);
     let c = Cluster::start(
         3,
         ClusterOpts {
-            extra_args: vec![],
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
             log_dir: Some(logs.to_path_buf()),
         },
     )
@@ -146,6 +152,94 @@ fn p11(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
         "≥ 10,000 submits/s with 64 contexts",
         Verdict::from(v >= 10_000.0, format!("{} /s", num(v))),
     );
+    Ok(t)
+}
+
+/// C19: what the online consistency check costs. A 10^4-job table; then the same submits with
+/// the check off, at its default interval and at ten times that rate, side by side, each on a
+/// fresh cluster of this branch (the rows alternate the settings twice, so a drift of the
+/// machine's load shows as a difference between the two rows of one setting).
+fn c19(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
+    let secs = if a.quick { 3 } else { 6 };
+    let rounds = if a.quick { 2 } else { 4 };
+    let jobs = 10_000u64;
+    let settings = [
+        ("0", "off"),
+        ("2000", "2000 ms (default)"),
+        ("200", "200 ms"),
+    ];
+    let mut t = Table::new(
+        "C19",
+        "what the consistency check costs: jobsubmit/s, check on vs off",
+    );
+    t.note(format!(
+        "3 controllers of this branch ({} CPUs, shared); each row a fresh cluster with {jobs} \
+         typical jobs loaded first, then {secs} s of back-to-back submits with 1 and with 64 \
+         contexts; --consistency-check-ms 0 (off: checks only when asked), 2000 (the default: \
+         a checkpoint entry, a digest of the whole state on every node, the digests compared), \
+         200 (ten times as often; the spacing floor of 20 times the digest's time still \
+         applies); {rounds} rounds, each round every setting once, so a drift of the machine's \
+         load spreads over all of them",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ));
+    t.header = [
+        "round",
+        "check every",
+        "1 context /s",
+        "64 contexts /s",
+        "failed",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut per: std::collections::BTreeMap<&str, Vec<(f64, f64)>> = Default::default();
+    for round in 1..=rounds {
+        for (setting, label) in settings {
+            let c = start_with(&a.ours, logs, &["--consistency-check-ms", setting])?;
+            let m = c.masters();
+            scale::load_jobs(&m, jobs, 64)?;
+            let one = scale::submit_rate(&m, 1, Duration::from_secs(secs))?;
+            let many = scale::submit_rate(&m, 64, Duration::from_secs(secs))?;
+            t.row(vec![
+                round.to_string(),
+                label.to_string(),
+                num(one.per_sec()),
+                num(many.per_sec()),
+                (one.failed + many.failed).to_string(),
+            ]);
+            per.entry(label)
+                .or_default()
+                .push((one.per_sec(), many.per_sec()));
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let off = per.get("off").map(|v| {
+        (
+            mean(&v.iter().map(|x| x.0).collect::<Vec<_>>()),
+            mean(&v.iter().map(|x| x.1).collect::<Vec<_>>()),
+        )
+    });
+    for (_, label) in settings {
+        let v = &per[label];
+        let (m1, m64) = (
+            mean(&v.iter().map(|x| x.0).collect::<Vec<_>>()),
+            mean(&v.iter().map(|x| x.1).collect::<Vec<_>>()),
+        );
+        let vs = off.map_or(String::new(), |(o1, o64)| {
+            format!(
+                " ({:+.1}% / {:+.1}% against off)",
+                (m1 / o1 - 1.0) * 100.0,
+                (m64 / o64 - 1.0) * 100.0
+            )
+        });
+        t.result(format!(
+            "check {label}: mean {} / {} submits/s with 1 / 64 contexts over {} clusters{vs}",
+            num(m1),
+            num(m64),
+            v.len()
+        ));
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    t.result(format!("load average at the end: {}", load.trim()));
     Ok(t)
 }
 
@@ -514,6 +608,12 @@ fn main() -> ExitCode {
         match p11_budget(&a, &logs) {
             Ok(t) => println!("{t}"),
             Err(e) => println!("P11's budget could not be measured: {e}"),
+        }
+    }
+    if a.only.as_deref() == Some("C19") {
+        match c19(&a, &logs) {
+            Ok(t) => println!("{t}"),
+            Err(e) => println!("C19 could not be measured: {e}"),
         }
     }
     if wants("P12") {

@@ -252,5 +252,5 @@ fn pycapnp_reads_our_replies() {
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("13 replies"), "{said}");
+    assert!(said.contains("14 replies"), "{said}");
 }

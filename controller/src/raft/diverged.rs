@@ -19,6 +19,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,8 @@ pub struct Diverged {
     id: NodeId,
     path: PathBuf,
     now: Mutex<Option<Divergence>>,
+    /// Whether `now` is set: read on every request's path, so without the lock.
+    flag: AtomicBool,
 }
 
 impl Diverged {
@@ -76,12 +79,13 @@ impl Diverged {
         std::sync::Arc::new(Diverged {
             id,
             path,
+            flag: AtomicBool::new(now.is_some()),
             now: Mutex::new(now),
         })
     }
 
     pub fn is(&self) -> bool {
-        self.now.lock().expect("diverged lock").is_some()
+        self.flag.load(Ordering::Acquire)
     }
 
     pub fn what(&self) -> Option<Divergence> {
@@ -141,6 +145,7 @@ impl Diverged {
             digest::short(majority)
         );
         *now = Some(d);
+        self.flag.store(true, Ordering::Release);
         Ok(true)
     }
 }

@@ -410,6 +410,20 @@ impl Connection {
     fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }
+
+    /// TLS: our send keys change every `records` records ([`Records::update_keys_after`];
+    /// false without TLS). Not a setting of the library: the interoperability tests make the
+    /// library start key updates with it (proof/tests/tls_interop.rs).
+    #[doc(hidden)]
+    pub fn tls_update_keys_after(&mut self, records: u64) -> bool {
+        match self.tls.as_mut() {
+            Some(t) => {
+                t.records.update_keys_after(records);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Drop for Connection {

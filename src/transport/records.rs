@@ -251,6 +251,11 @@ impl<K: Kernel> Records<K> {
             u8::from(request),
         ];
         self.seal_one(ContentType::Handshake, &msg, out)?;
+        self.rekey_tx()
+    }
+
+    /// The send keys' next generation (after our `KeyUpdate` went out).
+    fn rekey_tx(&mut self) -> Result<(), Error> {
         let suite = self.kernel.suite().tls13().expect("TLS 1.3");
         let (k, iv) = keys(self.kernel.update_tx()?);
         self.enc = suite.aead_alg.encrypter(k, iv);
@@ -428,6 +433,11 @@ impl<K: Kernel> Records<K> {
         Ok(())
     }
 }
+
+/// The decoder under hostile input: the harness of the `records_open` fuzz target and of
+/// its stable property test (tests and fuzzing builds only).
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 
 /// A client and a server configuration for `localhost` (self-signed, keys extractable).
 #[cfg(test)]

@@ -16,7 +16,12 @@
 //!   controller closes that connection at once and goes on serving).
 //!
 //! What OpenSSL saw is read from its `-msg` trace (`>>>` sent, `<<<` received, one line per
-//! message, inner content types of encrypted records included), written as it goes.
+//! message, inner content types of encrypted records included), written as it goes. Key
+//! updates are OpenSSL 3's stdin commands `K` (update, and ask the peer to) and `k` (update
+//! only), in `s_server` and in `s_client` (which takes commands with `-quiet` only when
+//! `-no_ign_eof` follows it). Not covered here: the controller starting a key update itself —
+//! it does so only after 2^23 records under one key, through the same `Records::seal` that the
+//! library end runs here with a lowered limit.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;

@@ -4,7 +4,8 @@
 //! - [`roundtrip`]: P1 (library vs raw TCP ping-pong) and P2 (the loop vs one bare attempt).
 //! - [`failover`]: P3, P4, P5, P6 (kill -9 the primary under armed clients) and the SVG data.
 //! - [`codec`]: P7; [`footprint`]: P8 (with the counting allocator of [`alloc`]).
-//! - [`security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off).
+//! - [`security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off); [`records`]: the
+//!   record layer side by side with rustls's unbuffered and buffered APIs (`xce-records`).
 //! - [`suspicion`]: P10 (no false suspicion on a healthy primary serving big listings).
 //! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
 
@@ -13,6 +14,7 @@ pub mod codec;
 pub mod failover;
 pub mod footprint;
 pub mod kills;
+pub mod records;
 pub mod roundtrip;
 pub mod scale;
 pub mod security;

@@ -118,7 +118,7 @@ pub fn controller_bin() -> PathBuf {
         .expect("xce-controller binary not found: run `cargo build -p xce-controller` or set XCE_CONTROLLER")
 }
 
-use crate::ports::free_ports;
+use xce_testkit::ports::free_ports;
 
 impl Cluster {
     /// Start `n` nodes and return without waiting for an election.

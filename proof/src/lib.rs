@@ -7,7 +7,7 @@ pub mod congestion;
 pub mod linearizable;
 pub mod netfaults;
 pub mod netns;
-pub mod ports;
+pub use xce_testkit::ports;
 pub mod rolling;
 pub mod sides;
 pub mod sys;

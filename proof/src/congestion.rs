@@ -1,4 +1,4 @@
-//! P14: congested links. A 3-node cluster in network namespaces ([`crate::netns`]) with every
+//! P14: congested links. A 3-node cluster in network namespaces ([`crate::harness::netns`]) with every
 //! link — clients' and peers' — limited to a low rate by a token bucket, writers submitting as
 //! fast as the cluster takes them (so replication is bulk traffic on the peer links). A round
 //! counts the elections during a stretch of congestion alone (there should be none), then
@@ -17,7 +17,7 @@ use xce::wire::JobSpec;
 
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
-use crate::netns::{self, Fault, NetCluster};
+use crate::harness::netns::{self, Fault, NetCluster};
 
 /// How a round runs.
 #[derive(Debug, Clone)]

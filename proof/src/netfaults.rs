@@ -1,7 +1,7 @@
-//! Network-fault rounds (S11, P9): a 3-node cluster in network namespaces ([`crate::netns`]),
+//! Network-fault rounds (S11, P9): a 3-node cluster in network namespaces ([`crate::harness::netns`]),
 //! concurrent writers (`jobsubmit` of fresh ids) and readers (`joblist`) through the library's
 //! [`Client`] in the client namespace, one fault per round; the history is checked for
-//! linearizability ([`crate::linearizable`]) and every acknowledged write must be listed
+//! linearizability ([`crate::check::linearizable`]) and every acknowledged write must be listed
 //! exactly once at the end. Each round measures how long the clients went without service.
 //!
 //! Used by `tests/netfaults.rs` (pass/fail) and the `xce-netfaults` command (the P9 table).
@@ -17,8 +17,8 @@ use xce::Error;
 
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
-use crate::linearizable::{self, History, Read, Violation, Write};
-use crate::netns::{self, Fault, NetCluster};
+use crate::check::linearizable::{self, History, Read, Violation, Write};
+use crate::harness::netns::{self, Fault, NetCluster};
 
 /// What goes wrong in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -347,7 +347,7 @@ fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), Str
         .find(|n| n.client.port() == port)
         .map(|n| n.client)
         .ok_or("primary not a node")?;
-    let reply = crate::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
+    let reply = crate::harness::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
         .map_err(|e| format!("raw hello: {e}"))?;
     let req = xce::wire::Request {
         seq: 1,

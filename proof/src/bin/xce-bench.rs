@@ -104,13 +104,13 @@ fn main() -> ExitCode {
     }
     let logs = std::env::temp_dir().join(format!("xce-bench-logs-{}", std::process::id()));
     opts.log_dir = Some(logs.clone());
-    xce_proof::cluster::kill_nodes_with_this_process(true);
+    xce_proof::harness::cluster::kill_nodes_with_this_process(true);
     // A thousand failing-over contexts would each log; failures are in the tables. XCE_LOG wins.
     if std::env::var_os("XCE_LOG").is_none() {
         xce::failover::log::set_level(xce::failover::log::Level::Error);
     }
     // P6 holds a thousand contexts plus their reconnects.
-    xce_proof::sys::raise_fd_limit(8192);
+    xce_proof::harness::sys::raise_fd_limit(8192);
     let started = Instant::now();
     println!(
         "xce-bench {} mode; controller {}; {} CPUs; controller logs in {}{}\n",

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use xce_proof::congestion::{self, Plan};
-use xce_proof::sides::{self, Row};
+use xce_proof::harness::sides::{self, Row};
 
 const TOOL: &str = "xce-congestion";
 

@@ -88,7 +88,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(why) = xce_proof::netns::unavailable() {
+    if let Some(why) = xce_proof::harness::netns::unavailable() {
         eprintln!("xce-netfaults: network namespaces unavailable: {why}");
         return ExitCode::FAILURE;
     }

@@ -12,8 +12,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use xce_proof::harness::sides::{self, Row};
 use xce_proof::rolling::{self, Plan, Restart};
-use xce_proof::sides::{self, Row};
 
 const TOOL: &str = "xce-rolling";
 

@@ -218,7 +218,8 @@ fn p11_budget(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
 fn wait_answers(c: &Cluster, id: u32, timeout: Duration) -> Option<Duration> {
     let t0 = Instant::now();
     while t0.elapsed() < timeout {
-        if xce_proof::cluster::probe(c.node(id).client, Duration::from_millis(200)).is_ok() {
+        if xce_proof::harness::cluster::probe(c.node(id).client, Duration::from_millis(200)).is_ok()
+        {
             return Some(t0.elapsed());
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -486,9 +487,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    xce_proof::cluster::kill_nodes_with_this_process(true);
+    xce_proof::harness::cluster::kill_nodes_with_this_process(true);
     xce::failover::log::set_level(xce::failover::log::Level::Error);
-    xce_proof::sys::raise_fd_limit(8192);
+    xce_proof::harness::sys::raise_fd_limit(8192);
     let ours = a.ours.clone();
     let logs = std::env::temp_dir().join(format!("xce-scale-logs-{}", std::process::id()));
     println!(

@@ -83,7 +83,7 @@ pub fn start(
         ExitCode::from(2)
     })?;
     if netns {
-        if let Some(why) = crate::netns::unavailable() {
+        if let Some(why) = crate::harness::netns::unavailable() {
             eprintln!("{tool}: network namespaces unavailable: {why}");
             return Err(ExitCode::FAILURE);
         }

@@ -11,7 +11,6 @@ pub mod bench;
 pub mod check;
 pub mod congestion;
 pub mod harness;
-pub mod netfaults;
 pub mod rolling;
 
 pub use harness::{build_controller, controller_bin, Cluster, ClusterOpts};

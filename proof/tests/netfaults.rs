@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
+use xce_proof::bench::p9_netfaults::{self, describe, Plan, Scenario};
 use xce_proof::harness::netns::{self, NetCluster};
-use xce_proof::netfaults::{self, describe, Plan, Scenario};
 
 fn long() -> bool {
     std::env::var_os("XCE_LONG").is_some_and(|v| v != "0")
@@ -67,7 +67,7 @@ fn scenario(s: Scenario) {
         log_dir: Some(log_dir.clone()),
         ..Plan::default()
     };
-    let results = netfaults::run(&[s], rounds, &plan, |r| eprintln!("S11 {}", describe(r)))
+    let results = p9_netfaults::run(&[s], rounds, &plan, |r| eprintln!("S11 {}", describe(r)))
         .unwrap_or_else(|e| {
             panic!(
                 "S11 {}: {e} (controller logs in {})",
@@ -75,7 +75,7 @@ fn scenario(s: Scenario) {
                 log_dir.display()
             )
         });
-    eprintln!("{}", netfaults::table(&results, &plan));
+    eprintln!("{}", p9_netfaults::table(&results, &plan));
     for r in &results {
         assert!(
             r.correct(),

@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use xce_proof::netfaults::{self, describe, Plan, Scenario};
+use xce_proof::bench::p9_netfaults::{self, describe, Plan, Scenario};
 
 const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only blackhole,isolate,silent] [--no-build]
   --rounds N      rounds per fault (default 5; the silent-standby fault runs until N rounds
@@ -103,7 +103,7 @@ fn main() -> ExitCode {
     } else {
         // A timeline: stamped on the clock of the fault lines.
         xce::failover::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
-            eprintln!("{} libxce {}: {line}", netfaults::wall(), l.as_str())
+            eprintln!("{} libxce {}: {line}", p9_netfaults::wall(), l.as_str())
         })));
     }
     let logs = std::env::temp_dir().join(format!("xce-netfaults-logs-{}", std::process::id()));
@@ -128,14 +128,14 @@ fn main() -> ExitCode {
     let mut plans = Vec::new();
     if args.before_c15 {
         plans.push(Plan {
-            controller_args: netfaults::BEFORE_C15.map(String::from).to_vec(),
+            controller_args: p9_netfaults::BEFORE_C15.map(String::from).to_vec(),
             ..plan.clone()
         });
     }
     plans.push(plan);
     let mut all = Vec::new();
     for plan in &plans {
-        let results = match netfaults::run(&args.scenarios, args.rounds, plan, |r| {
+        let results = match p9_netfaults::run(&args.scenarios, args.rounds, plan, |r| {
             eprintln!("  {}", describe(r))
         }) {
             Ok(r) => r,
@@ -144,7 +144,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        println!("{}", netfaults::table(&results, plan));
+        println!("{}", p9_netfaults::table(&results, plan));
         all.extend(results);
     }
     let results = all;

@@ -11,6 +11,5 @@ pub mod bench;
 pub mod check;
 pub mod congestion;
 pub mod harness;
-pub mod rolling;
 
 pub use harness::{build_controller, controller_bin, Cluster, ClusterOpts};

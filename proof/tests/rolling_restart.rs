@@ -3,11 +3,11 @@
 //! primary last; the primary hands leadership to an up-to-date standby before it exits
 //! (C14). No caller sees an error and every acknowledged job is listed once. The latencies
 //! during the restarts and outside them are printed; their table (P13, side by side with
-//! crash restarts or another build) is `xce-rolling`'s (see [`xce_proof::rolling`]).
+//! crash restarts or another build) is `xce-rolling`'s (see [`xce_proof::bench::p13_rolling`]).
 
 use std::time::Duration;
 
-use xce_proof::rolling::{self, Plan};
+use xce_proof::bench::p13_rolling::{self, Plan};
 
 #[test]
 fn rolling_restart_costs_callers_no_error() {
@@ -16,7 +16,7 @@ fn rolling_restart_costs_callers_no_error() {
         log_dir: Some(log_dir.clone()),
         ..Plan::default()
     };
-    let r = rolling::round(&plan).expect("rolling restart round");
+    let r = p13_rolling::round(&plan).expect("rolling restart round");
     let s = |v: &[Duration]| {
         let mut v = v.to_vec();
         v.sort();

@@ -13,6 +13,7 @@ pub mod codec;
 pub mod failover;
 pub mod footprint;
 pub mod kills;
+pub mod p13_rolling;
 pub mod p9_netfaults;
 pub mod roundtrip;
 pub mod scale;

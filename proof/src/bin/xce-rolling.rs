@@ -12,8 +12,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use xce_proof::bench::p13_rolling::{self, Plan, Restart};
 use xce_proof::harness::sides::{self, Row};
-use xce_proof::rolling::{self, Plan, Restart};
 
 const TOOL: &str = "xce-rolling";
 
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
     let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
-        let r = rolling::round(&Plan {
+        let r = p13_rolling::round(&Plan {
             restart: row.with,
             ..plan.clone()
         })?;
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    println!("{}", rolling::table(&runs, &plan));
+    println!("{}", p13_rolling::table(&runs, &plan));
     println!("({:.0} s)", started.elapsed().as_secs_f64());
     ExitCode::SUCCESS
 }

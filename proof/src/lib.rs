@@ -9,7 +9,6 @@
 
 pub mod bench;
 pub mod check;
-pub mod congestion;
 pub mod harness;
 
 pub use harness::{build_controller, controller_bin, Cluster, ClusterOpts};

@@ -14,6 +14,7 @@ pub mod failover;
 pub mod footprint;
 pub mod kills;
 pub mod p13_rolling;
+pub mod p14_congestion;
 pub mod p9_netfaults;
 pub mod roundtrip;
 pub mod scale;

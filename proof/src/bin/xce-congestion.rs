@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use xce_proof::congestion::{self, Plan};
+use xce_proof::bench::p14_congestion::{self, Plan};
 use xce_proof::harness::sides::{self, Row};
 
 const TOOL: &str = "xce-congestion";
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
     sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
     let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
-        let r = congestion::round(&plan)?;
+        let r = p14_congestion::round(&plan)?;
         eprintln!(
             "  {} round {n}: {} elections calm, {} for the fault, unavailable max {:.2} s, {} failed calls",
             row.label,
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    println!("{}", congestion::table(&runs, &plan));
+    println!("{}", p14_congestion::table(&runs, &plan));
     println!("({:.0} s)", started.elapsed().as_secs_f64());
     ExitCode::SUCCESS
 }

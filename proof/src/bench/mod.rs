@@ -3,24 +3,24 @@
 //!
 //! - [`roundtrip`]: P1 (library vs raw TCP ping-pong) and P2 (the loop vs one bare attempt).
 //! - [`failover`]: P3, P4, P5, P6 (kill -9 the primary under armed clients) and the SVG data.
-//! - [`codec`]: P7; [`footprint`]: P8 (with the counting allocator of [`alloc`]).
-//! - [`security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off).
-//! - [`suspicion`]: P10 (no false suspicion on a healthy primary serving big listings).
+//! - [`p7_codec`]: P7; [`p8_footprint`]: P8 (with the counting allocator of [`alloc`]).
+//! - [`p15_security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off).
+//! - [`p10_suspicion`]: P10 (no false suspicion on a healthy primary serving big listings).
 //! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
 
 pub mod alloc;
-pub mod codec;
 pub mod failover;
-pub mod footprint;
 pub mod kills;
+pub mod load;
+pub mod p10_suspicion;
 pub mod p13_rolling;
 pub mod p14_congestion;
+pub mod p15_security;
+pub mod p7_codec;
+pub mod p8_footprint;
 pub mod p9_netfaults;
 pub mod roundtrip;
-pub mod scale;
-pub mod security;
 pub mod stats;
-pub mod suspicion;
 pub mod svg;
 pub mod table;
 

@@ -155,7 +155,7 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
             while !stop.load(Ordering::Relaxed) {
                 let invoked = origin.elapsed();
                 let res = if writer {
-                    let s = crate::bench::scale::typical_job(new_job_id());
+                    let s = crate::bench::load::typical_job(new_job_id());
                     let r = cl.jobsubmit(s.clone());
                     if r.is_ok() {
                         acked.lock().unwrap().push(s.job_id);

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use xce_proof::bench::alloc::CountingAlloc;
-use xce_proof::bench::{codec, footprint, kills, roundtrip, suspicion, BenchOpts, Table};
+use xce_proof::bench::{kills, p10_suspicion, p7_codec, p8_footprint, roundtrip, BenchOpts, Table};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -128,7 +128,7 @@ fn main() -> ExitCode {
 
     if opts.wants("P7") {
         eprintln!("P7 …");
-        print(&codec::run(&opts), &mut all);
+        print(&p7_codec::run(&opts), &mut all);
     }
     if opts.wants("P1") || opts.wants("P2") || opts.wants("P8") {
         match roundtrip::start_steady(&opts) {
@@ -136,7 +136,7 @@ fn main() -> ExitCode {
                 // P8 first: the allocator counts every thread, so nothing else may run.
                 if opts.wants("P8") {
                     eprintln!("P8 …");
-                    match footprint::run(&steady, &opts) {
+                    match p8_footprint::run(&steady, &opts) {
                         Ok(t) => print(&t, &mut all),
                         Err(e) => fail("P8", e, &mut all),
                     }
@@ -179,7 +179,7 @@ fn main() -> ExitCode {
 
     if opts.wants("P15") {
         eprintln!("P15 …");
-        match xce_proof::bench::security::run(&opts) {
+        match xce_proof::bench::p15_security::run(&opts) {
             Ok(t) => print(&t, &mut all),
             Err(e) => fail("P15", e, &mut all),
         }
@@ -187,7 +187,7 @@ fn main() -> ExitCode {
 
     if opts.wants("P10") {
         eprintln!("P10 …");
-        match suspicion::run(&opts) {
+        match p10_suspicion::run(&opts) {
             Ok(t) => print(&t, &mut all),
             Err(e) => fail("P10", e, &mut all),
         }

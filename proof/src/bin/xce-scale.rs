@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use xce_proof::bench::scale;
+use xce_proof::bench::load;
 use xce_proof::bench::stats::Summary;
 use xce_proof::bench::table::{num, Table, Verdict};
 use xce_proof::{Cluster, ClusterOpts};
@@ -123,7 +123,7 @@ fn p11(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
         let m = c.masters();
         let mut one = None;
         for n in [1usize, 16, 64, 256] {
-            let r = scale::submit_rate(&m, n, Duration::from_secs(secs))?;
+            let r = load::submit_rate(&m, n, Duration::from_secs(secs))?;
             let rate = r.per_sec();
             let base = *one.get_or_insert(rate);
             t.row(vec![
@@ -180,8 +180,8 @@ fn p11_budget(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
         c.wait_primary(Duration::from_secs(30))
             .ok_or("no primary")?;
         let cl = xce_proof::bench::roundtrip::lib_client(&c.masters())?;
-        let (v, rate) = scale::one_context(&cl, secs, |c| {
-            c.jobsubmit(scale::typical_job(scale::next_job_id()))
+        let (v, rate) = load::one_context(&cl, secs, |c| {
+            c.jobsubmit(load::typical_job(load::next_job_id()))
                 .map(drop)
                 .map_err(|e| format!("jobsubmit: {e}"))
         })?;
@@ -191,14 +191,14 @@ fn p11_budget(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
         );
         rates.push((label, rate));
         if root == &disk {
-            let (v, _) = scale::one_context(&cl, secs, |c| {
+            let (v, _) = load::one_context(&cl, secs, |c| {
                 c.hello().map(drop).map_err(|e| format!("hello: {e}"))
             })?;
             t.dist_row("hello round trip to the primary (no disk)", Summary::of(&v));
         }
     }
     for writers in [1, 3] {
-        let v = scale::fdatasync_us(&disk, writers, 2_000, 512)?;
+        let v = load::fdatasync_us(&disk, writers, 2_000, 512)?;
         t.dist_row(
             format!("fdatasync of a 512-byte append, {writers} file(s) at once"),
             Summary::of(&v),
@@ -270,28 +270,28 @@ fn p12_row(
 ) -> Result<(f64, Option<Duration>), String> {
     let mut c = start(bin, logs)?;
     let m = c.masters();
-    let load = scale::load_jobs(&m, n, 64)?;
+    let load = load::load_jobs(&m, n, 64)?;
     // Let snapshots and compaction settle.
     std::thread::sleep(Duration::from_secs(3));
     let p = c.wait_primary(Duration::from_secs(5)).ok_or("no primary")?;
     let mut rss = Vec::new();
     let mut disk = Vec::new();
     for node in &c.nodes {
-        let r = node.pid().and_then(scale::rss_bytes).unwrap_or(0) as f64 / n as f64;
+        let r = node.pid().and_then(load::rss_bytes).unwrap_or(0) as f64 / n as f64;
         rss.push(format!("{}{:.0}", if node.id == p { "P " } else { "" }, r));
         disk.push(format!(
             "{:.0}",
-            scale::disk_bytes(&scale::node_dir(&c, node.id)) as f64 / n as f64
+            load::disk_bytes(&load::node_dir(&c, node.id)) as f64 / n as f64
         ));
     }
     let worst_rss = c
         .nodes
         .iter()
-        .map(|x| x.pid().and_then(scale::rss_bytes).unwrap_or(0))
+        .map(|x| x.pid().and_then(load::rss_bytes).unwrap_or(0))
         .max()
         .unwrap_or(0) as f64
         / n as f64;
-    let list = scale::c_joblist_ids(&m)?;
+    let list = load::c_joblist_ids(&m)?;
     let list_cell = if list.rc >= 0 {
         format!(
             "{:.0} ms ({} jobs)",
@@ -316,7 +316,7 @@ fn p12_row(
     let s2 = (1..=3u32).rev().find(|&i| i != p).unwrap();
     let before = count_log(logs, s2, "installed snapshot");
     c.kill(s2);
-    let _ = std::fs::remove_dir_all(scale::node_dir(&c, s2));
+    let _ = std::fs::remove_dir_all(load::node_dir(&c, s2));
     c.restart(s2).map_err(|e| e.to_string())?;
     let catchup = wait_log(
         logs,
@@ -402,7 +402,7 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
     use std::sync::Arc;
     let mut c = start(&a.ours, logs)?;
     let m = c.masters();
-    scale::load_jobs(&m, base, 64)?;
+    load::load_jobs(&m, base, 64)?;
     let stop = Arc::new(AtomicBool::new(false));
     let writes = Arc::new(AtomicU64::new(0));
     let mut t = Table::new("P12-soak", "memory per job over a long run");
@@ -419,8 +419,8 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
         handles.push(std::thread::spawn(move || {
             let mut prev = None;
             while !stop.load(Ordering::Relaxed) {
-                let id = scale::next_job_id();
-                if cl.jobsubmit(scale::typical_job(id)).is_ok() {
+                let id = load::next_job_id();
+                if cl.jobsubmit(load::typical_job(id)).is_ok() {
                     writes.fetch_add(1, Ordering::Relaxed);
                 }
                 if let Some(p) = prev.replace(id) {
@@ -435,7 +435,7 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
         let (stop, m) = (stop.clone(), m.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let _ = scale::c_joblist_ids(&m);
+                let _ = load::c_joblist_ids(&m);
                 for _ in 0..200 {
                     if stop.load(Ordering::Relaxed) {
                         return;
@@ -455,7 +455,7 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
         jobs = base + w.div_ceil(2);
         let mut row = vec![minute.to_string(), jobs.to_string(), w.to_string()];
         for n in &c.nodes {
-            let r = n.pid().and_then(scale::rss_bytes).unwrap_or(0);
+            let r = n.pid().and_then(load::rss_bytes).unwrap_or(0);
             row.push(format!("{:.0}", r as f64 / jobs as f64));
         }
         t.row(row);
@@ -472,7 +472,7 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
     std::thread::sleep(Duration::from_secs(10));
     let mut row = vec![format!("node {s} restarted"), jobs.to_string(), "—".into()];
     for n in &c.nodes {
-        let r = n.pid().and_then(scale::rss_bytes).unwrap_or(0);
+        let r = n.pid().and_then(load::rss_bytes).unwrap_or(0);
         row.push(format!("{:.0}", r as f64 / jobs as f64));
     }
     t.row(row);

@@ -12,7 +12,7 @@ use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::failover::{Options, XCE_RETRY_DEFAULTS};
 use xce::wire::{Hello, Op};
 
-use super::scale::{next_job_id, submit_rate_with, typical_job};
+use super::load::{next_job_id, submit_rate_with, typical_job};
 use super::{BenchOpts, Summary, Table};
 use crate::{controller_bin, Cluster, ClusterOpts};
 

@@ -9,6 +9,7 @@
 //! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
 
 pub mod alloc;
+pub mod args;
 pub mod failover;
 pub mod kills;
 pub mod load;

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use xce_proof::bench::alloc::CountingAlloc;
+use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::{kills, p10_suspicion, p7_codec, p8_footprint, roundtrip, BenchOpts, Table};
 
 #[global_allocator]
@@ -22,53 +23,6 @@ const USAGE: &str =
   --only      run only these benchmarks (P1 … P8, P10, P15)
   --svg FILE  also draw one failover (both policies) to FILE
   --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
-
-struct Args {
-    opts: BenchOpts,
-    build: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut opts = BenchOpts::default();
-    let mut build = true;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => opts.quick = true,
-            "--no-build" => build = false,
-            "--kills" => {
-                let v = it.next().ok_or("--kills needs a number")?;
-                let n: usize = v
-                    .parse()
-                    .map_err(|_| format!("--kills: bad number {v:?}"))?;
-                if n == 0 {
-                    return Err("--kills: at least 1".into());
-                }
-                opts.kills = Some(n);
-            }
-            "--only" => {
-                let v = it.next().ok_or("--only needs a list, e.g. P1,P3")?;
-                for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    let ok = (id.len() == 2
-                        && id[..1].eq_ignore_ascii_case("p")
-                        && matches!(id.as_bytes()[1], b'1'..=b'8'))
-                        || id.eq_ignore_ascii_case("p10")
-                        || id.eq_ignore_ascii_case("p15");
-                    if !ok {
-                        return Err(format!(
-                            "--only: unknown benchmark {id:?} (P1 … P8, P10, P15)"
-                        ));
-                    }
-                    opts.only.push(id.to_ascii_uppercase());
-                }
-            }
-            "--svg" => opts.svg = Some(PathBuf::from(it.next().ok_or("--svg needs a file name")?)),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(Args { opts, build })
-}
 
 fn print(t: &Table, all: &mut Vec<Table>) {
     println!("{t}");
@@ -85,30 +39,50 @@ fn fail(id: &'static str, e: String, all: &mut Vec<Table>) {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xce-bench: {e}");
+    let cmd = Command::new("xce-bench", USAGE, &[Shared::Quick, Shared::NoBuild]);
+    let mut opts = BenchOpts::default();
+    // The start turns the library's log down to errors (XCE_LOG wins): a thousand failing-over
+    // contexts would each log, and failures are in the tables.
+    let common = match cmd.run(Needs::default(), &mut |flag, value| {
+        match flag {
+            "--kills" => {
+                let v = value.text("a number")?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("--kills: bad number {v:?}"))?;
+                if n == 0 {
+                    return Err("--kills: at least 1".into());
+                }
+                opts.kills = Some(n);
             }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
+            "--only" => {
+                let v = value.text("a list, e.g. P1,P3")?;
+                for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let ok = (id.len() == 2
+                        && id[..1].eq_ignore_ascii_case("p")
+                        && matches!(id.as_bytes()[1], b'1'..=b'8'))
+                        || id.eq_ignore_ascii_case("p10")
+                        || id.eq_ignore_ascii_case("p15");
+                    if !ok {
+                        return Err(format!(
+                            "--only: unknown benchmark {id:?} (P1 … P8, P10, P15)"
+                        ));
+                    }
+                    opts.only.push(id.to_ascii_uppercase());
+                }
+            }
+            "--svg" => opts.svg = Some(PathBuf::from(value.text("a file name")?)),
+            _ => return Ok(false),
         }
+        Ok(true)
+    }) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
-    let mut opts = args.opts;
-    if args.build {
-        if let Err(e) = xce_proof::build_controller() {
-            eprintln!("xce-bench: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
+    opts.quick = common.quick;
     let logs = std::env::temp_dir().join(format!("xce-bench-logs-{}", std::process::id()));
     opts.log_dir = Some(logs.clone());
     xce_proof::harness::cluster::kill_nodes_with_this_process(true);
-    // A thousand failing-over contexts would each log; failures are in the tables. XCE_LOG wins.
-    if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
-    }
     // P6 holds a thousand contexts plus their reconnects.
     xce_proof::harness::sys::raise_fd_limit(8192);
     let started = Instant::now();

@@ -11,6 +11,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
 use xce_proof::bench::p14_congestion::{self, Plan};
 use xce_proof::harness::sides::{self, Row};
 
@@ -21,15 +22,16 @@ fn main() -> ExitCode {
         "usage: {TOOL} [--rounds N] [--rate R] [--writers N] [--before PATH] [--args FLAGS] [--no-build]
   --rate R       tc rate of every link (default 1mbit)
   --writers N    writer threads (default 8)
-{}",
-        sides::COMMON_USAGE
+{SIDE_BY_SIDE_USAGE}"
     );
+    let cmd = Command::new(TOOL, usage, SIDE_BY_SIDE).rounds(3);
     let (mut rate, mut writers) = ("1mbit".to_string(), 8usize);
-    let parsed = sides::parse(&mut |flag, value| {
+    let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
         match flag {
-            "--rate" => rate = value("a rate")?,
+            "--rate" => rate = value.text("a rate")?,
             "--writers" => {
-                writers = value("a number")?
+                writers = value
+                    .text("a number")?
                     .parse()
                     .ok()
                     .filter(|&n| n > 0 && n <= 256)
@@ -38,8 +40,7 @@ fn main() -> ExitCode {
             _ => return Ok(false),
         }
         Ok(true)
-    });
-    let args = match sides::start(TOOL, &usage, parsed, true) {
+    }) {
         Ok(a) => a,
         Err(code) => return code,
     };
@@ -48,7 +49,7 @@ fn main() -> ExitCode {
         rate,
         writers,
         log_dir: Some(logs.clone()),
-        controller_args: args.extra.clone(),
+        controller_args: args.controller_args.clone(),
         ..Plan::default()
     };
     let mut rows = Vec::new();

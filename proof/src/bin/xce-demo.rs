@@ -7,6 +7,7 @@
 //! `xce-demo [--kills N]` (default 1).
 
 use std::collections::HashMap;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use xce::failover::report::Event;
 use xce::failover::RetryConfig;
 use xce::wire::{JobFilter, JobSpec};
 use xce::Error;
+use xce_proof::bench::args::{Command, Needs};
 use xce_proof::{Cluster, ClusterOpts};
 
 /// One line of the timeline, at `at` after the demo's start.
@@ -52,23 +54,34 @@ struct CallRecord {
     result: Result<(), Error>,
 }
 
-fn main() {
-    let kills: usize = std::env::args()
-        .skip_while(|a| a != "--kills")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    if let Err(e) = run(kills) {
-        eprintln!("xce-demo: {e}");
-        std::process::exit(1);
+const USAGE: &str = "usage: xce-demo [--kills N]
+  --kills N  kill -9 the primary N times (default 1)
+XCE_LOG=warn|info|debug: the library's own log lines on stderr beside the timeline";
+
+fn main() -> ExitCode {
+    let cmd = Command::new("xce-demo", USAGE, &[]);
+    let mut kills = 1;
+    // The start turns the library's log down to errors: the timeline shows what the library
+    // did, its own WARN lines only with XCE_LOG set.
+    if let Err(code) = cmd.run(Needs::default(), &mut |flag, value| {
+        if flag != "--kills" {
+            return Ok(false);
+        }
+        kills = value.positive("a number")?;
+        Ok(true)
+    }) {
+        return code;
+    }
+    match run(kills) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xce-demo: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
 fn run(kills: usize) -> Result<(), String> {
-    // The timeline shows what the library did; its own WARN lines only with XCE_LOG set.
-    if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
-    }
     let log_dir = std::env::temp_dir().join(format!("xce-demo-logs-{}", std::process::id()));
     println!("== libxce failover demo: 3 controllers on loopback, clients through libxce ==\n");
     let t0 = Instant::now();

@@ -10,6 +10,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::p9_netfaults::{self, describe, Plan, Scenario};
 
 const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only blackhole,isolate,silent] [--no-build]
@@ -22,43 +23,25 @@ const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only 
 XCE_LOG=info|debug: the library's log lines on stderr, each stamped (wall-clock seconds, ms),
   with the instant each round's fault is set and healed on the same clock: a round's timeline";
 
-struct Args {
-    rounds: usize,
-    fault_for: Duration,
-    scenarios: Vec<Scenario>,
-    build: bool,
-    before_c15: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        rounds: 5,
-        fault_for: Duration::from_secs(5),
-        scenarios: Scenario::ALL.to_vec(),
-        build: true,
-        before_c15: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "--rounds" => {
-                a.rounds = value("a number")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or("--rounds: a positive number")?
-            }
+fn main() -> ExitCode {
+    let cmd = Command::new("xce-netfaults", USAGE, &[Shared::Rounds, Shared::NoBuild]).rounds(5);
+    let mut fault_for = Duration::from_secs(5);
+    let mut scenarios = Scenario::ALL.to_vec();
+    let mut before_c15 = false;
+    let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
+        match flag {
             "--fault-secs" => {
-                let s: f64 = value("seconds")?
+                let s: f64 = value
+                    .text("seconds")?
                     .parse()
                     .ok()
                     .filter(|&s: &f64| s > 0.0 && s < 3600.0)
                     .ok_or("--fault-secs: seconds, > 0")?;
-                a.fault_for = Duration::from_secs_f64(s);
+                fault_for = Duration::from_secs_f64(s);
             }
             "--only" => {
-                a.scenarios = value("a list")?
+                scenarios = value
+                    .text("a list")?
                     .split(',')
                     .map(|s| match s.trim() {
                         "blackhole" => Ok(Scenario::BlackholedPrimary),
@@ -68,39 +51,15 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
-            "--no-build" => a.build = false,
-            "--before-c15" => a.before_c15 = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            "--before-c15" => before_c15 = true,
+            _ => return Ok(false),
         }
-    }
-    Ok(a)
-}
-
-fn main() -> ExitCode {
-    let args = match parse_args() {
+        Ok(true)
+    }) {
         Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xce-netfaults: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if let Some(why) = xce_proof::harness::netns::unavailable() {
-        eprintln!("xce-netfaults: network namespaces unavailable: {why}");
-        return ExitCode::FAILURE;
-    }
-    if args.build {
-        if let Err(e) = xce_proof::build_controller() {
-            eprintln!("xce-netfaults: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
-    } else {
+    if std::env::var_os("XCE_LOG").is_some() {
         // A timeline: stamped on the clock of the fault lines.
         xce::failover::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
             eprintln!("{} libxce {}: {line}", p9_netfaults::wall(), l.as_str())
@@ -108,7 +67,7 @@ fn main() -> ExitCode {
     }
     let logs = std::env::temp_dir().join(format!("xce-netfaults-logs-{}", std::process::id()));
     let plan = Plan {
-        fault_for: args.fault_for,
+        fault_for,
         log_dir: Some(logs.clone()),
         ..Plan::default()
     };
@@ -126,7 +85,7 @@ fn main() -> ExitCode {
     );
     let started = Instant::now();
     let mut plans = Vec::new();
-    if args.before_c15 {
+    if before_c15 {
         plans.push(Plan {
             controller_args: p9_netfaults::BEFORE_C15.map(String::from).to_vec(),
             ..plan.clone()
@@ -135,7 +94,7 @@ fn main() -> ExitCode {
     plans.push(plan);
     let mut all = Vec::new();
     for plan in &plans {
-        let results = match p9_netfaults::run(&args.scenarios, args.rounds, plan, |r| {
+        let results = match p9_netfaults::run(&scenarios, args.rounds, plan, |r| {
             eprintln!("  {}", describe(r))
         }) {
             Ok(r) => r,

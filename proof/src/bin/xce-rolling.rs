@@ -12,6 +12,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
 use xce_proof::bench::p13_rolling::{self, Plan, Restart};
 use xce_proof::harness::sides::{self, Row};
 
@@ -21,22 +22,21 @@ fn main() -> ExitCode {
     let usage = format!(
         "usage: {TOOL} [--rounds N] [--crash] [--before PATH] [--args FLAGS] [--no-build]
   --crash        also restart this build by kill -9 (a row of its own)
-{}",
-        sides::COMMON_USAGE
+{SIDE_BY_SIDE_USAGE}"
     );
+    let cmd = Command::new(TOOL, usage, SIDE_BY_SIDE).rounds(3);
     let mut crash = false;
-    let parsed = sides::parse(&mut |flag, _| {
+    let args = match cmd.run(Needs::default(), &mut |flag, _| {
         crash |= flag == "--crash";
         Ok(flag == "--crash")
-    });
-    let args = match sides::start(TOOL, &usage, parsed, false) {
+    }) {
         Ok(a) => a,
         Err(code) => return code,
     };
     let logs = std::env::temp_dir().join(format!("{TOOL}-logs-{}", std::process::id()));
     let plan = Plan {
         log_dir: Some(logs.clone()),
-        controller_args: args.extra.clone(),
+        controller_args: args.controller_args.clone(),
         ..Plan::default()
     };
     let current = xce_proof::controller_bin();

@@ -11,12 +11,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::load;
 use xce_proof::bench::stats::Summary;
 use xce_proof::bench::table::{num, Table, Verdict};
 use xce_proof::{Cluster, ClusterOpts};
 
-const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN]
+const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN] [--soak MIN]
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
   --only P11|P12   run one of the two
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
@@ -32,47 +33,6 @@ struct Args {
     soak: u64,
     /// This branch's controller (resolved once: `start` sets XCE_CONTROLLER).
     ours: PathBuf,
-}
-
-fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        quick: false,
-        only: None,
-        jobs: vec![10_000, 100_000],
-        baseline: None,
-        soak: 0,
-        ours: xce_proof::controller_bin(),
-    };
-    if std::env::var_os("XCE_SCALE_FULL").is_some_and(|v| v != "0") {
-        a.jobs.push(1_000_000);
-    }
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        match x.as_str() {
-            "--quick" => a.quick = true,
-            "--soak" => {
-                a.soak = it
-                    .next()
-                    .ok_or("--soak needs minutes")?
-                    .parse()
-                    .map_err(|e| format!("--soak: {e}"))?
-            }
-            "--only" => a.only = Some(it.next().ok_or("--only needs P11 or P12")?.to_uppercase()),
-            "--jobs" => {
-                a.jobs = it
-                    .next()
-                    .ok_or("--jobs needs a list")?
-                    .split(',')
-                    .map(|s| s.trim().parse::<u64>().map_err(|e| format!("--jobs: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--baseline" => {
-                a.baseline = Some(PathBuf::from(it.next().ok_or("--baseline needs a path")?))
-            }
-            _ => return Err(format!("unknown argument {x:?}")),
-        }
-    }
-    Ok(a)
 }
 
 /// A 3-node cluster of `bin`, logs in `logs`.
@@ -480,15 +440,46 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
 }
 
 fn main() -> ExitCode {
-    let a = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("xce-scale: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let cmd = Command::new("xce-scale", USAGE, &[Shared::Quick]);
+    let mut a = Args {
+        quick: false,
+        only: None,
+        jobs: vec![10_000, 100_000],
+        baseline: None,
+        soak: 0,
+        ours: PathBuf::new(),
     };
+    if std::env::var_os("XCE_SCALE_FULL").is_some_and(|v| v != "0") {
+        a.jobs.push(1_000_000);
+    }
+    let common = match cmd.run(Needs::default(), &mut |flag, value| {
+        match flag {
+            "--soak" => {
+                a.soak = value
+                    .text("minutes")?
+                    .parse()
+                    .map_err(|e| format!("--soak: {e}"))?
+            }
+            "--only" => a.only = Some(value.text("P11 or P12")?.to_uppercase()),
+            "--jobs" => {
+                a.jobs = value
+                    .text("a list")?
+                    .split(',')
+                    .map(|s| s.trim().parse::<u64>().map_err(|e| format!("--jobs: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--baseline" => a.baseline = Some(PathBuf::from(value.text("a path")?)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    a.quick = common.quick;
+    // This branch's controller, resolved once: the runs set XCE_CONTROLLER.
+    a.ours = xce_proof::controller_bin();
     xce_proof::harness::cluster::kill_nodes_with_this_process(true);
-    xce::failover::log::set_level(xce::failover::log::Level::Error);
     xce_proof::harness::sys::raise_fd_limit(8192);
     let ours = a.ours.clone();
     let logs = std::env::temp_dir().join(format!("xce-scale-logs-{}", std::process::id()));

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use xce_proof::bench::p9_netfaults::{self, describe, Plan, Scenario};
+use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
+use xce_proof::bench::plan::Plan;
 use xce_proof::harness::netns::{self, NetCluster};
 
 fn long() -> bool {
@@ -65,7 +66,7 @@ fn scenario(s: Scenario) {
     let plan = Plan {
         fault_for,
         log_dir: Some(log_dir.clone()),
-        ..Plan::default()
+        ..p9_netfaults::plan()
     };
     let results = p9_netfaults::run(&[s], rounds, &plan, |r| eprintln!("S11 {}", describe(r)))
         .unwrap_or_else(|e| {

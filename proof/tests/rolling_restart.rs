@@ -7,14 +7,15 @@
 
 use std::time::Duration;
 
-use xce_proof::bench::p13_rolling::{self, Plan};
+use xce_proof::bench::p13_rolling;
+use xce_proof::bench::plan::Plan;
 
 #[test]
 fn rolling_restart_costs_callers_no_error() {
     let log_dir = std::env::temp_dir().join(format!("xce-rolling-{}", std::process::id()));
     let plan = Plan {
         log_dir: Some(log_dir.clone()),
-        ..Plan::default()
+        ..p13_rolling::plan()
     };
     let r = p13_rolling::round(&plan).expect("rolling restart round");
     let s = |v: &[Duration]| {

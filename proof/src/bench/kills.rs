@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::failover::{kill_round, timeline_round, CallRecord, Policy, Rig, Round, PROBE_INTERVAL};
+use super::plan::BEFORE_C15;
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};
 use crate::Cluster;
@@ -19,18 +20,6 @@ const P4_MIN_KILLS: usize = 20;
 /// P4 (raised, C15): kill → first success, median and p99 (ms).
 const P4_P50_MS: f64 = 150.0;
 const P4_P99_MS: f64 = 300.0;
-/// The controller timing before C15, for P4's side-by-side series.
-const BEFORE_C15: [&str; 8] = [
-    "--heartbeat-ms",
-    "30",
-    "--election-min-ms",
-    "150",
-    "--election-max-ms",
-    "300",
-    "--early-campaign",
-    "off",
-];
-
 /// What one series of one-client kills measured.
 #[derive(Default)]
 struct Series {

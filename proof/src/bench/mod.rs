@@ -20,6 +20,7 @@ pub mod p15_security;
 pub mod p7_codec;
 pub mod p8_footprint;
 pub mod p9_netfaults;
+pub mod plan;
 pub mod roundtrip;
 pub mod stats;
 pub mod svg;

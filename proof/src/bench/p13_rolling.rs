@@ -9,7 +9,6 @@
 //! or with crash restarts).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::JobFilter;
 
+use crate::bench::plan::Plan;
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::{Cluster, ClusterOpts};
@@ -39,39 +39,30 @@ impl Restart {
     }
 }
 
-/// How a round runs.
+/// What P13 adds to a [`Plan`]: how the nodes are restarted, and the listings' size.
 #[derive(Debug, Clone)]
-pub struct Plan {
-    pub writers: usize,
-    pub listers: usize,
-    /// A lister's page: the listing path on every call, at a cost that does not grow with
-    /// the jobs written during the run.
-    pub list_limit: u32,
-    /// Each context's pause between calls.
-    pub pause: Duration,
-    /// Load before the first restart.
-    pub warmup: Duration,
+pub struct Restarts {
+    pub restart: Restart,
     /// After a node is started again, before the next restart (the restart's window ends).
     pub settle: Duration,
-    pub restart: Restart,
-    /// Controller logs (`node-N.log`); `None`: a temporary directory, removed afterwards.
-    pub log_dir: Option<PathBuf>,
-    pub controller_args: Vec<String>,
+    /// A reader's page: the listing path on every call, at a cost that does not grow with
+    /// the jobs written during the run.
+    pub list_limit: u32,
 }
 
-impl Default for Plan {
-    fn default() -> Plan {
-        Plan {
-            writers: 64,
-            listers: 8,
-            list_limit: 500,
-            pause: Duration::from_millis(10),
-            warmup: Duration::from_secs(2),
-            settle: Duration::from_millis(1500),
+/// How a round runs: 64 writing and 8 listing contexts, 10 ms between calls, 2 s of load
+/// before the first restart, SIGTERM, 1.5 s after each node is back, pages of 500 jobs.
+pub fn plan() -> Plan<Restarts> {
+    Plan {
+        writers: 64,
+        readers: 8,
+        pace: Duration::from_millis(10),
+        warmup: Duration::from_secs(2),
+        ..Plan::with(Restarts {
             restart: Restart::Terminate,
-            log_dir: None,
-            controller_args: Vec::new(),
-        }
+            settle: Duration::from_millis(1500),
+            list_limit: 500,
+        })
     }
 }
 
@@ -112,7 +103,7 @@ const PRIMARY_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs one round on a fresh 3-node cluster of `$XCE_CONTROLLER` (see
 /// [`crate::controller_bin`]).
-pub fn round(plan: &Plan) -> Result<RoundResult, String> {
+pub fn round(plan: &Plan<Restarts>) -> Result<RoundResult, String> {
     let own_logs = plan.log_dir.is_none();
     let log_dir = plan.log_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!(
@@ -124,8 +115,8 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
     let mut c = Cluster::start(
         3,
         ClusterOpts {
-            extra_args: plan.controller_args.clone(),
             log_dir: Some(log_dir.clone()),
+            ..plan.cluster_opts()
         },
     )
     .map_err(|e| format!("start cluster: {e}"))?;
@@ -137,7 +128,11 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
     res
 }
 
-fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundResult, String> {
+fn run(
+    c: &mut Cluster,
+    plan: &Plan<Restarts>,
+    log_dir: &std::path::Path,
+) -> Result<RoundResult, String> {
     let p0 = c.wait_primary(PRIMARY_WAIT).ok_or("no primary elected")?;
     let masters = c.masters();
     let origin = Instant::now();
@@ -145,10 +140,10 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
     let acked = Arc::new(Mutex::new(Vec::new()));
     let errors = Arc::new(Mutex::new((0usize, Vec::<String>::new())));
     let mut threads = Vec::new();
-    for w in 0..plan.writers + plan.listers {
+    for w in 0..plan.writers + plan.readers {
         let (stop, masters, acked, errors) =
             (stop.clone(), masters.clone(), acked.clone(), errors.clone());
-        let (writer, pause, limit) = (w < plan.writers, plan.pause, plan.list_limit);
+        let (writer, pause, limit) = (w < plan.writers, plan.pace, plan.more.list_limit);
         threads.push(std::thread::spawn(move || -> Result<Vec<Call>, String> {
             let cl = client_for(&masters)?;
             let mut calls = Vec::new();
@@ -199,7 +194,7 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
         // A node's log file goes on across restarts and rounds: only what this stop wrote.
         let log_path = log_dir.join(format!("node-{id}.log"));
         let log_from = std::fs::metadata(&log_path).map_or(0, |m| m.len() as usize);
-        match plan.restart {
+        match plan.more.restart {
             Restart::Terminate => {
                 if !c.terminate(id, Duration::from_secs(10)) {
                     out.stuck.push(id);
@@ -211,7 +206,7 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
             failed = Some(format!("start node {id} again: {e}"));
             break;
         }
-        std::thread::sleep(plan.settle);
+        std::thread::sleep(plan.more.settle);
         windows.push((start, origin.elapsed()));
         // Read from the node's own log, not from who answered `hello` as primary just before
         // the stop: on a loaded machine that probe can time out (a handover then went uncounted).
@@ -279,7 +274,7 @@ fn p999(v: &[Duration]) -> Option<f64> {
 }
 
 /// The P13 table: one row per (controller, restart kind) measured.
-pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
+pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Restarts>) -> Table {
     let mut t = Table::new("P13", "rolling restart under load: errors and latency");
     t.note(format!(
         "3 controllers and the clients on this machine; {} writing and {} listing contexts \
@@ -287,10 +282,10 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
          a call is 'during' when invoked between a node's signal and {:.1} s after it was \
          started again; a fresh cluster per round",
         plan.writers,
-        plan.listers,
-        plan.pause.as_millis(),
-        plan.list_limit,
-        plan.settle.as_secs_f64()
+        plan.readers,
+        plan.pace.as_millis(),
+        plan.more.list_limit,
+        plan.more.settle.as_secs_f64()
     ));
     t.header = [
         "controller, restart",

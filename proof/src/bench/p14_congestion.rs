@@ -7,7 +7,6 @@
 //!
 //! Used by the `xce-congestion` command (the P14 table).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,41 +14,38 @@ use std::time::{Duration, Instant};
 use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::JobSpec;
 
+use crate::bench::plan::{Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::harness::netns::{self, Fault, NetCluster};
 
-/// How a round runs.
+/// What P14 adds to a [`Plan`]: the links' shaping, the entries' size, the calm stretch.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct Links {
     /// tc's rate for every link, e.g. `1mbit`.
     pub rate: String,
     /// tc's queue bound for every link, e.g. `200ms`.
     pub latency: String,
-    pub writers: usize,
     /// Bytes of each job's command (the size of a log entry follows it).
     pub command_bytes: usize,
     /// Congestion without a fault, before the fault.
     pub calm_for: Duration,
-    /// How long the primary stays blackholed.
-    pub fault_for: Duration,
-    /// Controller logs (`node-N.log`); `None`: discarded.
-    pub log_dir: Option<PathBuf>,
-    pub controller_args: Vec<String>,
 }
 
-impl Default for Plan {
-    fn default() -> Plan {
-        Plan {
+/// How a round runs: every link at 1 Mbit/s (queue 200 ms), 8 writers submitting 256-byte
+/// commands back to back, 1 s to get going, 8 s of congestion alone, the primary blackholed
+/// for 4 s.
+pub fn plan() -> Plan<Links> {
+    Plan {
+        writers: 8,
+        warmup: Duration::from_secs(1),
+        fault_for: Duration::from_secs(4),
+        ..Plan::with(Links {
             rate: "1mbit".into(),
             latency: "200ms".into(),
-            writers: 8,
             command_bytes: 256,
             calm_for: Duration::from_secs(8),
-            fault_for: Duration::from_secs(4),
-            log_dir: None,
-            controller_args: Vec::new(),
-        }
+        })
     }
 }
 
@@ -70,9 +66,6 @@ pub struct RoundResult {
     /// Calls that failed (any error), calm stretch and after the fault.
     pub errors: usize,
 }
-
-/// Bound on waiting for a primary or for service again.
-pub const ROUND_BOUND: Duration = Duration::from_secs(60);
 
 fn spec(job_id: u64, command: &str) -> JobSpec {
     JobSpec {
@@ -128,18 +121,18 @@ fn longest_gap(ok: &[Duration], from: Duration, to: Duration) -> Duration {
 }
 
 /// Runs one round on a fresh cluster.
-pub fn round(plan: &Plan) -> Result<RoundResult, String> {
+pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
     let cluster = NetCluster::start(3, &plan.controller_args, plan.log_dir.clone())
         .map_err(|e| format!("namespaces/cluster: {e}"))?;
     let p = cluster
         .wait_primary(None, ROUND_BOUND)
         .ok_or("no primary elected")?;
     cluster
-        .shape(&plan.rate, &plan.latency)
+        .shape(&plan.more.rate, &plan.more.latency)
         .map_err(|e| format!("shaping: {e}"))?;
     let probe = Duration::from_secs(2);
     let masters = cluster.masters();
-    let command: String = "x".repeat(plan.command_bytes);
+    let command: String = "x".repeat(plan.more.command_bytes);
     let origin = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..plan.writers)
@@ -153,13 +146,13 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
             )
         })
         .collect();
-    // A second to get going, then the calm stretch.
-    std::thread::sleep(Duration::from_secs(1));
+    // The warm-up to get going, then the calm stretch.
+    std::thread::sleep(plan.warmup);
     let term0 = cluster
         .max_term(probe)
         .ok_or("no term before the calm stretch")?;
     let t_calm = origin.elapsed();
-    std::thread::sleep(plan.calm_for);
+    std::thread::sleep(plan.more.calm_for);
     let t_fault = origin.elapsed();
     let term1 = cluster
         .max_term(probe)
@@ -206,18 +199,18 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
 }
 
 /// The P14 table: one row per controller binary measured (`label`, rounds).
-pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
+pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
     let mut t = Table::new("P14", "congested links: elections and unavailability");
     t.note(format!(
         "3 controllers in network namespaces, every link (clients' and peers') limited to {} \
          both ways (tc tbf, queue {}), {} writers submitting {}-byte commands back to back; per \
          round: {:.0} s of congestion alone, then the primary blackholed for {:.0} s; a fresh \
          cluster per round",
-        plan.rate,
-        plan.latency,
+        plan.more.rate,
+        plan.more.latency,
         plan.writers,
-        plan.command_bytes,
-        plan.calm_for.as_secs_f64(),
+        plan.more.command_bytes,
+        plan.more.calm_for.as_secs_f64(),
         plan.fault_for.as_secs_f64()
     ));
     t.note(
@@ -256,7 +249,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
             .map(|r| r.calm_gap.as_secs_f64())
             .fold(0.0, f64::max);
         let rate = rs.iter().map(|r| r.calm_writes).sum::<usize>() as f64
-            / (rs.len() as f64 * plan.calm_for.as_secs_f64());
+            / (rs.len() as f64 * plan.more.calm_for.as_secs_f64());
         t.row(vec![
             label.clone(),
             rs.len().to_string(),

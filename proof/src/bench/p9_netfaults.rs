@@ -6,7 +6,6 @@
 //!
 //! Used by `tests/netfaults.rs` (pass/fail) and the `xce-netfaults` command (the P9 table).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::{JobFilter, JobSpec};
 use xce::Error;
 
+use crate::bench::plan::{Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::check::linearizable::{self, History, Read, Violation, Write};
@@ -50,55 +50,22 @@ impl Scenario {
     }
 }
 
-/// How a round runs.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// How long the fault lasts.
-    pub fault_for: Duration,
-    /// Service before the fault.
-    pub warmup: Duration,
-    pub writers: usize,
-    pub readers: usize,
-    /// Pause between one thread's calls.
-    pub pace: Duration,
-    /// Controller logs (`node-N.log`, appended round after round); `None`: discarded.
-    pub log_dir: Option<PathBuf>,
-    /// Extra `xce-controller run` flags.
-    pub controller_args: Vec<String>,
-}
-
-impl Default for Plan {
-    fn default() -> Plan {
-        Plan {
-            fault_for: Duration::from_secs(5),
-            warmup: Duration::from_secs(1),
-            writers: 3,
-            readers: 3,
-            pace: Duration::from_millis(20),
-            log_dir: None,
-            controller_args: Vec::new(),
-        }
+/// How a round runs: 3 writers and 3 readers, 20 ms between calls, 1 s of service before a
+/// fault that lasts 5 s.
+pub fn plan() -> Plan {
+    Plan {
+        writers: 3,
+        readers: 3,
+        pace: Duration::from_millis(20),
+        warmup: Duration::from_secs(1),
+        fault_for: Duration::from_secs(5),
+        ..Plan::with(())
     }
 }
 
 /// P9 (raised, C15): per-thread unavailability, median and max (s).
 pub const P9_P50_S: f64 = 0.4;
 pub const P9_MAX_S: f64 = 0.6;
-
-/// The controller timing before C15 (`xce-netfaults --before-c15` runs it beside the defaults).
-pub const BEFORE_C15: [&str; 8] = [
-    "--heartbeat-ms",
-    "30",
-    "--election-min-ms",
-    "150",
-    "--election-max-ms",
-    "300",
-    "--early-campaign",
-    "off",
-];
-
-/// How long anything (election, recovery after the heal) may take before the round fails.
-pub const ROUND_BOUND: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -476,11 +443,7 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
         plan.readers,
         plan.pace.as_millis(),
         secs(plan.fault_for),
-        if plan.controller_args.is_empty() {
-            "the defaults".to_string()
-        } else {
-            plan.controller_args.join(" ")
-        }
+        plan.timing()
     ));
     t.note(
         "unavailability: a thread's longest time between two successes (ending after the fault); \

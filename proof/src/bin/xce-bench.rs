@@ -80,7 +80,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     opts.quick = common.quick;
-    let logs = std::env::temp_dir().join(format!("xce-bench-logs-{}", std::process::id()));
+    let logs = xce_proof::bench::plan::log_dir("xce-bench");
     opts.log_dir = Some(logs.clone());
     xce_proof::harness::cluster::kill_nodes_with_this_process(true);
     // P6 holds a thousand contexts plus their reconnects.

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
-use xce_proof::bench::p14_congestion::{self, Plan};
+use xce_proof::bench::p14_congestion::{self, Links};
+use xce_proof::bench::plan::{self, Plan};
 use xce_proof::harness::sides::{self, Row};
 
 const TOOL: &str = "xce-congestion";
@@ -44,13 +45,17 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let logs = std::env::temp_dir().join(format!("{TOOL}-logs-{}", std::process::id()));
+    let logs = plan::log_dir(TOOL);
+    let defaults = p14_congestion::plan();
     let plan = Plan {
-        rate,
         writers,
         log_dir: Some(logs.clone()),
         controller_args: args.controller_args.clone(),
-        ..Plan::default()
+        more: Links {
+            rate,
+            ..defaults.more.clone()
+        },
+        ..defaults
     };
     let mut rows = Vec::new();
     if let Some(b) = &args.before {

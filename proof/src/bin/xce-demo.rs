@@ -82,7 +82,7 @@ fn main() -> ExitCode {
 }
 
 fn run(kills: usize) -> Result<(), String> {
-    let log_dir = std::env::temp_dir().join(format!("xce-demo-logs-{}", std::process::id()));
+    let log_dir = xce_proof::bench::plan::log_dir("xce-demo");
     println!("== libxce failover demo: 3 controllers on loopback, clients through libxce ==\n");
     let t0 = Instant::now();
     let tl = Timeline {

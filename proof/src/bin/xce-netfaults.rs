@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use xce_proof::bench::args::{Command, Needs, Shared};
-use xce_proof::bench::p9_netfaults::{self, describe, Plan, Scenario};
+use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
+use xce_proof::bench::plan::{self, Plan};
 
 const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only blackhole,isolate,silent] [--no-build]
   --rounds N      rounds per fault (default 5; the silent-standby fault runs until N rounds
@@ -65,11 +66,11 @@ fn main() -> ExitCode {
             eprintln!("{} libxce {}: {line}", p9_netfaults::wall(), l.as_str())
         })));
     }
-    let logs = std::env::temp_dir().join(format!("xce-netfaults-logs-{}", std::process::id()));
+    let logs = plan::log_dir("xce-netfaults");
     let plan = Plan {
         fault_for,
         log_dir: Some(logs.clone()),
-        ..Plan::default()
+        ..p9_netfaults::plan()
     };
     println!(
         "xce-netfaults: {} rounds per fault; controller {}; {} CPUs; controller logs in {}{}\n",
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
     let mut plans = Vec::new();
     if before_c15 {
         plans.push(Plan {
-            controller_args: p9_netfaults::BEFORE_C15.map(String::from).to_vec(),
+            controller_args: plan::BEFORE_C15.map(String::from).to_vec(),
             ..plan.clone()
         });
     }

@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
-use xce_proof::bench::p13_rolling::{self, Plan, Restart};
+use xce_proof::bench::p13_rolling::{self, Restart, Restarts};
+use xce_proof::bench::plan::{self, Plan};
 use xce_proof::harness::sides::{self, Row};
 
 const TOOL: &str = "xce-rolling";
@@ -33,11 +34,11 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let logs = std::env::temp_dir().join(format!("{TOOL}-logs-{}", std::process::id()));
+    let logs = plan::log_dir(TOOL);
     let plan = Plan {
         log_dir: Some(logs.clone()),
         controller_args: args.controller_args.clone(),
-        ..Plan::default()
+        ..p13_rolling::plan()
     };
     let current = xce_proof::controller_bin();
     // The row under test last: the table's verdict is its.
@@ -65,7 +66,10 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
         let r = p13_rolling::round(&Plan {
-            restart: row.with,
+            more: Restarts {
+                restart: row.with,
+                ..plan.more.clone()
+            },
             ..plan.clone()
         })?;
         eprintln!(

@@ -482,7 +482,7 @@ fn main() -> ExitCode {
     xce_proof::harness::cluster::kill_nodes_with_this_process(true);
     xce_proof::harness::sys::raise_fd_limit(8192);
     let ours = a.ours.clone();
-    let logs = std::env::temp_dir().join(format!("xce-scale-logs-{}", std::process::id()));
+    let logs = xce_proof::bench::plan::log_dir("xce-scale");
     println!(
         "xce-scale: controller {}{}; logs in {}; load average {}",
         ours.display(),

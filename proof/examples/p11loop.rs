@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use xce_proof::bench::load::{next_job_id, one_context, typical_job};
-use xce_proof::bench::roundtrip::lib_client;
 use xce_proof::bench::stats::Summary;
+use xce_proof::bench::steady::lib_client;
 use xce_proof::{Cluster, ClusterOpts};
 
 fn main() {

@@ -19,7 +19,7 @@ use xce::client::{Client, Config};
 use xce::failover::{ClientOption, Event, Options, XCE_RETRY_DEFAULTS};
 use xce::wire::{self, Limits, ReplyData, Request};
 
-use super::roundtrip::{hello_op, CLIENT_NAME};
+use super::steady::{hello_op, CLIENT_NAME};
 use crate::Cluster;
 
 /// Interval between two probes of one node (the resolution of "ready").

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use xce::client::Client;
 use xce::wire::JobSpec;
 
-use super::roundtrip::lib_client;
+use super::steady::lib_client;
 use crate::Cluster;
 
 /// A job of "typical size": short names and a one-line command, as a site's jobs have.

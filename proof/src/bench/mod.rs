@@ -17,12 +17,14 @@ pub mod p10_suspicion;
 pub mod p13_rolling;
 pub mod p14_congestion;
 pub mod p15_security;
+pub mod p1_roundtrip;
+pub mod p2_loop_cost;
 pub mod p7_codec;
 pub mod p8_footprint;
 pub mod p9_netfaults;
 pub mod plan;
-pub mod roundtrip;
 pub mod stats;
+pub mod steady;
 pub mod svg;
 pub mod table;
 

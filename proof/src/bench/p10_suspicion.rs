@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use xce::client::Client;
 use xce::wire::{JobFilter, JobSpec};
 
-use super::roundtrip::lib_client;
+use super::steady::lib_client;
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};
 use crate::Cluster;

@@ -2,7 +2,7 @@
 //! library. Run while no other bench thread is alive: the allocator counts every thread.
 
 use super::alloc::live_bytes;
-use super::roundtrip::{lib_client, Steady};
+use super::steady::{lib_client, Steady};
 use super::table::{Table, Verdict};
 use super::BenchOpts;
 

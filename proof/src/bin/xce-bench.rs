@@ -11,7 +11,10 @@ use std::time::Instant;
 
 use xce_proof::bench::alloc::CountingAlloc;
 use xce_proof::bench::args::{Command, Needs, Shared};
-use xce_proof::bench::{kills, p10_suspicion, p7_codec, p8_footprint, roundtrip, BenchOpts, Table};
+use xce_proof::bench::{
+    kills, p10_suspicion, p1_roundtrip, p2_loop_cost, p7_codec, p8_footprint, steady, BenchOpts,
+    Table,
+};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -105,7 +108,7 @@ fn main() -> ExitCode {
         print(&p7_codec::run(&opts), &mut all);
     }
     if opts.wants("P1") || opts.wants("P2") || opts.wants("P8") {
-        match roundtrip::start_steady(&opts) {
+        match steady::start_steady(&opts) {
             Ok(steady) => {
                 // P8 first: the allocator counts every thread, so nothing else may run.
                 if opts.wants("P8") {
@@ -117,14 +120,14 @@ fn main() -> ExitCode {
                 }
                 if opts.wants("P1") {
                     eprintln!("P1 …");
-                    match roundtrip::p1(&steady, &opts) {
+                    match p1_roundtrip::run(&steady, &opts) {
                         Ok(t) => print(&t, &mut all),
                         Err(e) => fail("P1", e, &mut all),
                     }
                 }
                 if opts.wants("P2") {
                     eprintln!("P2 …");
-                    match roundtrip::p2(&steady, &opts) {
+                    match p2_loop_cost::run(&steady, &opts) {
                         Ok(t) => print(&t, &mut all),
                         Err(e) => fail("P2", e, &mut all),
                     }

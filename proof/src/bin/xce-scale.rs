@@ -139,7 +139,7 @@ fn p11_budget(a: &Args, logs: &std::path::Path) -> Result<Table, String> {
         .map_err(|e| format!("start in {}: {e}", root.display()))?;
         c.wait_primary(Duration::from_secs(30))
             .ok_or("no primary")?;
-        let cl = xce_proof::bench::roundtrip::lib_client(&c.masters())?;
+        let cl = xce_proof::bench::steady::lib_client(&c.masters())?;
         let (v, rate) = load::one_context(&cl, secs, |c| {
             c.jobsubmit(load::typical_job(load::next_job_id()))
                 .map(drop)
@@ -374,7 +374,7 @@ fn soak(a: &Args, logs: &std::path::Path, base: u64, minutes: u64) -> Result<Tab
         .to_vec();
     let mut handles = Vec::new();
     for _ in 0..16 {
-        let cl = xce_proof::bench::roundtrip::lib_client(&m)?;
+        let cl = xce_proof::bench::steady::lib_client(&m)?;
         let (stop, writes) = (stop.clone(), writes.clone());
         handles.push(std::thread::spawn(move || {
             let mut prev = None;

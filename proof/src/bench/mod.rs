@@ -19,12 +19,17 @@ pub mod p14_congestion;
 pub mod p15_security;
 pub mod p1_roundtrip;
 pub mod p2_loop_cost;
+pub mod p3_client_added;
+pub mod p4_unavailability;
+pub mod p5_baseline;
+pub mod p6_herd;
 pub mod p7_codec;
 pub mod p8_footprint;
 pub mod p9_netfaults;
 pub mod plan;
 pub mod stats;
 pub mod steady;
+pub mod suite;
 pub mod svg;
 pub mod table;
 
@@ -69,5 +74,15 @@ impl BenchOpts {
             extra_args: Vec::new(),
             log_dir: self.log_dir.clone(),
         }
+    }
+
+    /// A fresh 3-node cluster of [`BenchOpts::cluster_opts`] and its elected primary.
+    pub fn start_cluster(&self) -> Result<(crate::Cluster, u32), String> {
+        let cluster = crate::Cluster::start(3, self.cluster_opts())
+            .map_err(|e| format!("start cluster: {e}"))?;
+        let primary = cluster
+            .wait_primary(std::time::Duration::from_secs(20))
+            .ok_or("no primary elected within 20 s")?;
+        Ok((cluster, primary))
     }
 }

@@ -12,7 +12,6 @@ use xce::wire::{JobFilter, JobSpec};
 use super::steady::lib_client;
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};
-use crate::Cluster;
 
 /// Jobs in the table the readers list whole.
 pub const JOBS: usize = 10_000;
@@ -63,11 +62,7 @@ struct Reader {
 }
 
 pub fn run(opts: &BenchOpts) -> Result<Table, String> {
-    let cluster =
-        Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
-    cluster
-        .wait_primary(Duration::from_secs(20))
-        .ok_or("no primary elected within 20 s")?;
+    let (cluster, _) = opts.start_cluster()?;
     let masters = cluster.masters();
     let t0 = Instant::now();
     fill(&masters, JOBS, 16)?;

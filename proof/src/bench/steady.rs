@@ -31,11 +31,7 @@ pub struct Steady {
 
 /// Starts 3 controllers, waits for a primary, submits [`JOBLIST_JOBS`] jobs.
 pub fn start_steady(opts: &BenchOpts) -> Result<Steady, String> {
-    let cluster =
-        Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
-    let id = cluster
-        .wait_primary(Duration::from_secs(20))
-        .ok_or("no primary elected within 20 s")?;
+    let (cluster, id) = opts.start_cluster()?;
     let primary = cluster.node(id).client;
     let c = lib_client(&cluster.masters())?;
     for i in 0..JOBLIST_JOBS {

@@ -14,6 +14,8 @@ pub mod failover;
 pub mod kills;
 pub mod load;
 pub mod p10_suspicion;
+pub mod p11_throughput;
+pub mod p12_job_table;
 pub mod p13_rolling;
 pub mod p14_congestion;
 pub mod p15_security;
@@ -84,5 +86,40 @@ impl BenchOpts {
             .wait_primary(std::time::Duration::from_secs(20))
             .ok_or("no primary elected within 20 s")?;
         Ok((cluster, primary))
+    }
+}
+
+/// What `xce-scale`'s command line asked for (P11, P12).
+#[derive(Debug, Clone)]
+pub struct ScaleOpts {
+    /// 3 s per throughput point instead of 6.
+    pub quick: bool,
+    /// `P11` or `P12` alone; `None`: both.
+    pub only: Option<String>,
+    /// P12's table sizes.
+    pub jobs: Vec<u64>,
+    /// Another controller binary, measured beside this branch's.
+    pub baseline: Option<PathBuf>,
+    /// Minutes of the long run (0: none).
+    pub soak: u64,
+    /// This branch's controller (resolved once: the runs set `XCE_CONTROLLER`).
+    pub ours: PathBuf,
+}
+
+impl Default for ScaleOpts {
+    /// Both benchmarks, P12 at 10^4 and 10^5 jobs (and 10^6 with `XCE_SCALE_FULL=1`).
+    fn default() -> ScaleOpts {
+        let mut jobs = vec![10_000, 100_000];
+        if std::env::var_os("XCE_SCALE_FULL").is_some_and(|v| v != "0") {
+            jobs.push(1_000_000);
+        }
+        ScaleOpts {
+            quick: false,
+            only: None,
+            jobs,
+            baseline: None,
+            soak: 0,
+            ours: PathBuf::new(),
+        }
     }
 }

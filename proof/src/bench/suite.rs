@@ -1,6 +1,6 @@
-//! The command that runs several benchmarks in one go, `xce-bench` ([`bench`]: P1–P8, P10,
-//! P15 against real controllers on loopback), and prints each table as it is measured, then a
-//! summary of every target.
+//! The commands that run several benchmarks in one go and print each table as it is
+//! measured: `xce-bench` ([`bench`]: P1–P8, P10, P15 against real controllers on loopback,
+//! then a summary of every target) and `xce-scale` ([`scale`]: P11, P12, the long run).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -9,8 +9,9 @@ use std::time::Instant;
 use super::steady::{start_steady, Steady};
 use super::table::Verdict;
 use super::{
-    kills, p10_suspicion, p15_security, p1_roundtrip, p2_loop_cost, p3_client_added,
-    p4_unavailability, p5_baseline, p6_herd, p7_codec, p8_footprint, plan, BenchOpts, Table,
+    kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p1_roundtrip, p2_loop_cost,
+    p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec, p8_footprint, plan,
+    BenchOpts, ScaleOpts, Table,
 };
 use crate::harness::{cluster, sys};
 
@@ -156,4 +157,46 @@ fn summary(mut all: Vec<Table>, started: Instant) {
             println!("  {:<3} {word:<12} {what}", t.id);
         }
     }
+}
+
+/// `xce-scale`: P11 (and one context's write taken apart), P12, and the long run when asked,
+/// each table printed as measured (or why it could not be).
+pub fn scale(mut opts: ScaleOpts) -> ExitCode {
+    opts.ours = crate::controller_bin();
+    cluster::kill_nodes_with_this_process(true);
+    sys::raise_fd_limit(8192);
+    let logs = plan::log_dir("xce-scale");
+    println!(
+        "xce-scale: controller {}{}; logs in {}; load average {}",
+        opts.ours.display(),
+        opts.baseline
+            .as_ref()
+            .map_or(String::new(), |b| format!(", baseline {}", b.display())),
+        logs.display(),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    let t0 = Instant::now();
+    let wants = |id: &str| opts.only.as_deref().is_none_or(|o| o == id);
+    let show = |what: &str, r: Result<Table, String>| match r {
+        Ok(t) => println!("{t}"),
+        Err(e) => println!("{what} could not be measured: {e}"),
+    };
+    if wants("P11") {
+        show("P11", p11_throughput::table(&opts, &logs));
+        show("P11's budget", p11_throughput::budget(&opts, &logs));
+    }
+    if wants("P12") {
+        show("P12", p12_job_table::table(&opts, &logs));
+    }
+    if opts.soak > 0 {
+        show(
+            "soak",
+            p12_job_table::soak(&opts, &logs, 100_000, opts.soak),
+        );
+    }
+    std::env::set_var("XCE_CONTROLLER", &opts.ours);
+    println!("xce-scale: {:.0} s", t0.elapsed().as_secs_f64());
+    ExitCode::SUCCESS
 }

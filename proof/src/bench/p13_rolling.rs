@@ -9,6 +9,7 @@
 //! or with crash restarts).
 
 use std::collections::HashMap;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,9 +17,11 @@ use std::time::{Duration, Instant};
 use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::JobFilter;
 
-use crate::bench::plan::Plan;
+use crate::bench::args::Common;
+use crate::bench::plan::{log_dir, Plan};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
+use crate::harness::sides::{self, Row};
 use crate::{Cluster, ClusterOpts};
 
 /// How each controller is restarted.
@@ -351,4 +354,69 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Restarts>) -> Tabl
         );
     }
     t
+}
+
+/// The command's name (its binary).
+pub const TOOL: &str = "xce-rolling";
+
+/// `xce-rolling`: rounds of this build restarted by SIGTERM, beside `--before`'s binary and (with
+/// `crash`) this build restarted by kill -9, round for round; the P13 table.
+pub fn command(args: &Common, crash: bool) -> ExitCode {
+    let logs = log_dir(TOOL);
+    let plan = Plan {
+        log_dir: Some(logs.clone()),
+        controller_args: args.controller_args.clone(),
+        ..plan()
+    };
+    let current = crate::controller_bin();
+    // The row under test last: the table's verdict is its.
+    let mut rows = Vec::new();
+    if let Some(b) = &args.before {
+        rows.push(Row {
+            label: "before, SIGTERM".into(),
+            bin: b.clone(),
+            with: Restart::Terminate,
+        });
+    }
+    if crash {
+        rows.push(Row {
+            label: "this build, kill -9".into(),
+            bin: current.clone(),
+            with: Restart::Kill,
+        });
+    }
+    rows.push(Row {
+        label: "this build, SIGTERM".into(),
+        bin: current,
+        with: Restart::Terminate,
+    });
+    sides::banner(TOOL, args.rounds, &rows, &logs);
+    let started = Instant::now();
+    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
+        let r = round(&Plan {
+            more: Restarts {
+                restart: row.with,
+                ..plan.more.clone()
+            },
+            ..plan.clone()
+        })?;
+        eprintln!(
+            "  {} round {n}: {} calls, {} errors {:?}, {} acknowledged ({} lost, {} twice), handed over {}",
+            row.label,
+            r.outside.len() + r.during.len(),
+            r.errors,
+            r.error_samples.first(),
+            r.acked,
+            r.missing,
+            r.duplicated,
+            r.handed_over
+        );
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    println!("{}", table(&runs, &plan));
+    println!("({:.0} s)", started.elapsed().as_secs_f64());
+    ExitCode::SUCCESS
 }

@@ -7,6 +7,7 @@
 //!
 //! Used by the `xce-congestion` command (the P14 table).
 
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +15,12 @@ use std::time::{Duration, Instant};
 use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::JobSpec;
 
-use crate::bench::plan::{Plan, ROUND_BOUND};
+use crate::bench::args::Common;
+use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::harness::netns::{self, Fault, NetCluster};
+use crate::harness::sides::{self, Row};
 
 /// What P14 adds to a [`Plan`]: the links' shaping, the entries' size, the calm stretch.
 #[derive(Debug, Clone)]
@@ -282,4 +285,57 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
         );
     }
     t
+}
+
+/// The command's name (its binary).
+pub const TOOL: &str = "xce-congestion";
+
+/// `xce-congestion`: rounds of this build (and of `--before`'s binary, round for round) with
+/// every link at `rate` and `writers` writers (each `None`: [`plan`]'s); the P14 table.
+pub fn command(args: &Common, rate: Option<String>, writers: Option<usize>) -> ExitCode {
+    let logs = log_dir(TOOL);
+    let defaults = plan();
+    let plan = Plan {
+        writers: writers.unwrap_or(defaults.writers),
+        log_dir: Some(logs.clone()),
+        controller_args: args.controller_args.clone(),
+        more: Links {
+            rate: rate.unwrap_or_else(|| defaults.more.rate.clone()),
+            ..defaults.more.clone()
+        },
+        ..defaults
+    };
+    let mut rows = Vec::new();
+    if let Some(b) = &args.before {
+        rows.push(Row {
+            label: "before".into(),
+            bin: b.clone(),
+            with: (),
+        });
+    }
+    rows.push(Row {
+        label: "this build".into(),
+        bin: crate::controller_bin(),
+        with: (),
+    });
+    sides::banner(TOOL, args.rounds, &rows, &logs);
+    let started = Instant::now();
+    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
+        let r = round(&plan)?;
+        eprintln!(
+            "  {} round {n}: {} elections calm, {} for the fault, unavailable max {:.2} s, {} failed calls",
+            row.label,
+            r.calm_elections,
+            r.fault_elections,
+            r.unavailable.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64(),
+            r.errors
+        );
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    println!("{}", table(&runs, &plan));
+    println!("({:.0} s)", started.elapsed().as_secs_f64());
+    ExitCode::SUCCESS
 }

@@ -6,6 +6,7 @@
 //!
 //! Used by `tests/netfaults.rs` (pass/fail) and the `xce-netfaults` command (the P9 table).
 
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::{JobFilter, JobSpec};
 use xce::Error;
 
-use crate::bench::plan::{Plan, ROUND_BOUND};
+use crate::bench::plan::{log_dir, Plan, BEFORE_C15, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::check::linearizable::{self, History, Read, Violation, Write};
@@ -579,6 +580,74 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
         Verdict::from(bad.is_empty(), format!("{} rounds", results.len())),
     );
     t
+}
+
+/// `xce-netfaults`: `rounds` rounds of each of `scenarios`, faults lasting `fault_for` (`None`:
+/// [`plan`]'s), with the controller's defaults (first with the timing before C15 too, when
+/// `before_c15`); a P9 table per timing. Fails when a history was not linearizable or a client
+/// was never served again.
+pub fn command(
+    rounds: usize,
+    scenarios: &[Scenario],
+    fault_for: Option<Duration>,
+    before_c15: bool,
+) -> ExitCode {
+    if std::env::var_os("XCE_LOG").is_some() {
+        // A timeline: stamped on the clock of the fault lines.
+        xce::failover::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
+            eprintln!("{} libxce {}: {line}", wall(), l.as_str())
+        })));
+    }
+    let logs = log_dir("xce-netfaults");
+    let defaults = plan();
+    let plan = Plan {
+        fault_for: fault_for.unwrap_or(defaults.fault_for),
+        log_dir: Some(logs.clone()),
+        ..defaults
+    };
+    println!(
+        "xce-netfaults: {} rounds per fault; controller {}; {} CPUs; controller logs in {}{}\n",
+        rounds,
+        crate::controller_bin().display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        logs.display(),
+        if cfg!(debug_assertions) {
+            "; WARNING: debug build, numbers are not representative"
+        } else {
+            ""
+        }
+    );
+    let started = Instant::now();
+    let mut plans = Vec::new();
+    if before_c15 {
+        plans.push(Plan {
+            controller_args: BEFORE_C15.map(String::from).to_vec(),
+            ..plan.clone()
+        });
+    }
+    plans.push(plan);
+    let mut all = Vec::new();
+    for plan in &plans {
+        let results = match run(scenarios, rounds, plan, |r| eprintln!("  {}", describe(r))) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("{}", table(&results, plan));
+        all.extend(results);
+    }
+    let results = all;
+    println!("({:.0} s)", started.elapsed().as_secs_f64());
+    if results.iter().all(|r| r.correct() && r.recovered()) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "xce-netfaults: a history was not linearizable or a client was never served again"
+        );
+        ExitCode::FAILURE
+    }
 }
 
 /// One line per round, for progress output.

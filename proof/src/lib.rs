@@ -5,10 +5,13 @@
 //!   benchmarks and the demo;
 //! - [`bench`]: the benchmarks P1–P15 (acceptance.md), one module each, behind the commands
 //!   in `src/bin/`;
-//! - [`check`]: the linearizability checker of the histories the scenarios and P9 record.
+//! - [`check`]: the linearizability checker of the histories the scenarios and P9 record;
+//!
+//! and [`demo`], the failover demo (`xce-demo`) on the harness.
 
 pub mod bench;
 pub mod check;
+pub mod demo;
 pub mod harness;
 
 pub use harness::{build_controller, controller_bin, Cluster, ClusterOpts};

@@ -7,6 +7,7 @@
 //! Run by `xce-demo [--kills N]` (default 1), which `scripts/demo.sh` builds and starts.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -58,16 +59,41 @@ struct CallRecord {
 pub fn run(kills: usize) -> Result<(), String> {
     let log_dir = crate::bench::plan::log_dir("xce-demo");
     println!("== libxce failover demo: 3 controllers on loopback, clients through libxce ==\n");
-    let t0 = Instant::now();
     let tl = Timeline {
-        t0,
+        t0: Instant::now(),
         lines: Arc::default(),
     };
-    let mut cluster = Cluster::start(
+    let (mut cluster, primary) = start_cluster(&log_dir, &tl)?;
+    let masters = cluster.masters();
+    let (patient, hasty) = clients(&masters, &tl)?;
+    let load = Load::start(patient, hasty);
+    let kills = kill_primaries(&mut cluster, primary, kills, &tl)?;
+    std::thread::sleep(Duration::from_millis(1000));
+    let ran = load.stop()?;
+    narrate_calls(&tl, &kills, &ran);
+    print_timeline(&tl);
+    let jobs = count_jobs(&masters, &ran.submitted)?;
+    print_summary(&ran, &jobs, &kills);
+    cluster.stop_all(Duration::from_secs(5));
+    println!("cluster stopped (SIGTERM to every node)");
+    let _ = std::fs::remove_dir_all(&log_dir);
+    let failed_writes = ran.writes.iter().filter(|c| c.result.is_err()).count();
+    if jobs.lost > 0 || jobs.dups > 0 || failed_writes > 0 {
+        return Err(format!(
+            "{} lost, {} duplicated, {failed_writes} failed writes",
+            jobs.lost, jobs.dups
+        ));
+    }
+    Ok(())
+}
+
+/// Three controllers on loopback, each node printed, and the first primary (on the timeline).
+fn start_cluster(log_dir: &Path, tl: &Timeline) -> Result<(Cluster, u32), String> {
+    let cluster = Cluster::start(
         3,
         ClusterOpts {
             extra_args: vec![],
-            log_dir: Some(log_dir.clone()),
+            log_dir: Some(log_dir.to_path_buf()),
         },
     )
     .map_err(|e| format!("starting controllers: {e}"))?;
@@ -79,22 +105,28 @@ pub fn run(kills: usize) -> Result<(), String> {
             n.pid().unwrap_or(0)
         );
     }
-    let mut primary = cluster
+    let primary = cluster
         .wait_primary(Duration::from_secs(20))
         .ok_or("no primary elected within 20 s")?;
     tl.now("cluster", format!("node {primary} elected primary"));
     println!("controller logs: {}\n", log_dir.display());
+    Ok((cluster, primary))
+}
 
-    let masters = cluster.masters();
-    let mk = |name: &str| -> Result<Client, String> {
-        let mut cfg = Config::new(parse_masters(&masters).map_err(|e| e.to_string())?);
-        cfg.client_name = name.into();
-        Client::start(cfg).map_err(|e| format!("client {name}: {e}"))
-    };
-    // The default budget (20 sleeps, 50 ms doubling to 5 s): rides out an election.
-    let patient = mk("patient")?;
-    // A budget far shorter than an election: says "cluster not ready" instead of waiting.
-    let hasty = mk("hasty")?;
+/// A context over `masters` named `name`, with the default budget.
+fn client(masters: &str, name: &str) -> Result<Client, String> {
+    let mut cfg = Config::new(parse_masters(masters).map_err(|e| e.to_string())?);
+    cfg.client_name = name.into();
+    Client::start(cfg).map_err(|e| format!("client {name}: {e}"))
+}
+
+/// The two clients of the demo, each connected to the primary and narrating its failovers:
+/// `patient`, with the default budget (20 sleeps, 50 ms doubling to 5 s: rides out an
+/// election), and `hasty`, with a budget far shorter than an election (says "cluster not
+/// ready" instead of waiting).
+fn clients(masters: &str, tl: &Timeline) -> Result<(Client, Client), String> {
+    let patient = client(masters, "patient")?;
+    let hasty = client(masters, "hasty")?;
     hasty
         .set_retry_config(Some(RetryConfig {
             max_retries: 2,
@@ -107,50 +139,130 @@ pub fn run(kills: usize) -> Result<(), String> {
         // Find the primary first (a client may have started on a standby): the timeline is
         // about the kill, not about the first redirect.
         cl.hello().map_err(|e| format!("{who}: hello: {e}"))?;
-        let tl = tl.clone();
-        // Every give-up is counted in the summary; the timeline shows the first in a row.
-        let gave_up = AtomicBool::new(false);
-        cl.set_event_handler(Some(Arc::new(move |e: &Event| match e {
-            Event::FailoverStarted { from, cause } => {
-                tl.now(who, format!("failover started: {from} failed ({})", outcome_text(cause)))
-            }
-            Event::Rotation { to, .. } => tl.now(who, format!("  tries {to}")),
-            Event::FailoverFinished { to, duration } => {
-                gave_up.store(false, Ordering::Relaxed);
+        narrate_events(cl, who, tl);
+    }
+    Ok((patient, hasty))
+}
+
+/// Puts `cl`'s failover events on the timeline as `who`.
+fn narrate_events(cl: &Client, who: &'static str, tl: &Timeline) {
+    let tl = tl.clone();
+    // Every give-up is counted in the summary; the timeline shows the first in a row.
+    let gave_up = AtomicBool::new(false);
+    cl.set_event_handler(Some(Arc::new(move |e: &Event| match e {
+        Event::FailoverStarted { from, cause } => tl.now(
+            who,
+            format!("failover started: {from} failed ({})", outcome_text(cause)),
+        ),
+        Event::Rotation { to, .. } => tl.now(who, format!("  tries {to}")),
+        Event::FailoverFinished { to, duration } => {
+            gave_up.store(false, Ordering::Relaxed);
+            tl.now(
+                who,
+                format!(
+                    "failover finished: {to} serves, {} ms after the first failure",
+                    duration.as_millis()
+                ),
+            )
+        }
+        Event::NotReady {
+            error,
+            attempts,
+            elapsed,
+        } => {
+            if !gave_up.swap(true, Ordering::Relaxed) {
                 tl.now(
                     who,
-                    format!("failover finished: {to} serves, {} ms after the first failure", duration.as_millis()),
+                    format!(
+                        "call gave up: \"{error}\" after {attempts} attempts in {} ms (its budget is short)",
+                        elapsed.as_millis()
+                    ),
                 )
             }
-            Event::NotReady { error, attempts, elapsed } => {
-                if !gave_up.swap(true, Ordering::Relaxed) {
-                    tl.now(
-                        who,
-                        format!(
-                            "call gave up: \"{error}\" after {attempts} attempts in {} ms (its budget is short)",
-                            elapsed.as_millis()
-                        ),
-                    )
-                }
-            }
-        })));
+        }
+    })));
+}
+
+/// The work the two clients do while the primaries are killed: `patient` submits, `hasty`
+/// lists, each on a thread of its own.
+struct Load {
+    patient: Arc<Client>,
+    stop: Arc<AtomicBool>,
+    submitted: Arc<Mutex<Vec<u64>>>,
+    writer: std::thread::JoinHandle<Vec<CallRecord>>,
+    reader: std::thread::JoinHandle<Vec<CallRecord>>,
+}
+
+impl Load {
+    fn start(patient: Client, hasty: Client) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let patient = Arc::new(patient);
+        let submitted = Arc::new(Mutex::new(Vec::<u64>::new()));
+        let writer = {
+            let (cl, stop, submitted) = (patient.clone(), stop.clone(), submitted.clone());
+            std::thread::spawn(move || workload(&cl, &stop, Some(&submitted)))
+        };
+        let reader = {
+            let stop = stop.clone();
+            std::thread::spawn(move || workload(&hasty, &stop, None))
+        };
+        Load {
+            patient,
+            stop,
+            submitted,
+            writer,
+            reader,
+        }
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let patient = Arc::new(patient);
-    let hasty = Arc::new(hasty);
-    let submitted = Arc::new(Mutex::new(Vec::<u64>::new()));
-    let writer = {
-        let (cl, stop, submitted) = (patient.clone(), stop.clone(), submitted.clone());
-        std::thread::spawn(move || workload(&cl, &stop, Some(&submitted)))
-    };
-    let reader = {
-        let (cl, stop) = (hasty.clone(), stop.clone());
-        std::thread::spawn(move || workload(&cl, &stop, None))
-    };
+    /// Stops both threads: what they did, with the patient client (for its statistics).
+    fn stop(self) -> Result<Ran, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let writes = self.writer.join().map_err(|_| "writer thread panicked")?;
+        let reads = self.reader.join().map_err(|_| "reader thread panicked")?;
+        let submitted = self.submitted.lock().unwrap().clone();
+        Ok(Ran {
+            patient: self.patient,
+            submitted,
+            writes,
+            reads,
+        })
+    }
+}
 
-    let mut kill_times = Vec::new();
-    let mut elections = Vec::new();
+/// What the load did.
+struct Ran {
+    patient: Arc<Client>,
+    /// The ids of the acknowledged submits.
+    submitted: Vec<u64>,
+    writes: Vec<CallRecord>,
+    reads: Vec<CallRecord>,
+}
+
+/// One kill of the primary: when, and when the next one was elected.
+struct Kill {
+    killed: Instant,
+    elected: Instant,
+}
+
+impl Kill {
+    /// The patient client's first success after this kill.
+    fn first_success<'a>(&self, writes: &'a [CallRecord]) -> Option<&'a CallRecord> {
+        writes
+            .iter()
+            .find(|c| c.end > self.killed && c.result.is_ok())
+    }
+}
+
+/// `kills` times, 1.5 s apart: kill -9 the primary, wait for the next, restart the killed node
+/// a second later (it rejoins as a standby); each step on the timeline.
+fn kill_primaries(
+    cluster: &mut Cluster,
+    mut primary: u32,
+    kills: usize,
+    tl: &Timeline,
+) -> Result<Vec<Kill>, String> {
+    let mut out = Vec::new();
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(1500));
         let pid = cluster.node(primary).pid().unwrap_or(0);
@@ -173,8 +285,7 @@ pub fn run(kills: usize) -> Result<(), String> {
                 (elected - killed).as_millis()
             ),
         );
-        kill_times.push(killed);
-        elections.push(elected);
+        out.push(Kill { killed, elected });
         std::thread::sleep(Duration::from_millis(1000));
         cluster
             .restart(primary)
@@ -185,32 +296,33 @@ pub fn run(kills: usize) -> Result<(), String> {
         );
         primary = next;
     }
-    std::thread::sleep(Duration::from_millis(1000));
-    stop.store(true, Ordering::Relaxed);
-    let writes = writer.join().map_err(|_| "writer thread panicked")?;
-    let reads = reader.join().map_err(|_| "reader thread panicked")?;
+    Ok(out)
+}
 
-    // Summarise the calls around each kill.
-    for (k, (&killed, &elected)) in kill_times.iter().zip(&elections).enumerate() {
-        let waited: Vec<&CallRecord> = writes
+/// Puts the calls around each kill on the timeline: the writes that waited through the
+/// failover, the first and last "cluster not ready" of the hasty reader, the first success.
+fn narrate_calls(tl: &Timeline, kills: &[Kill], ran: &Ran) {
+    for (k, kill) in kills.iter().enumerate() {
+        let waited = ran
+            .writes
             .iter()
-            .filter(|c| c.end > killed && c.start < elected)
-            .collect();
-        for c in &waited {
+            .filter(|c| c.end > kill.killed && c.start < kill.elected);
+        for c in waited {
             tl.at(
                 c.end,
                 "patient",
                 format!(
                     "a call that waited through the failover: submitted at +{} ms, {} after {} ms",
-                    c.start.saturating_duration_since(t0).as_millis(),
+                    c.start.saturating_duration_since(tl.t0).as_millis(),
                     result_text(&c.result),
                     (c.end - c.start).as_millis()
                 ),
             );
         }
-        let not_ready: Vec<&CallRecord> = reads
+        let not_ready: Vec<&CallRecord> = ran
+            .reads
             .iter()
-            .filter(|c| c.end > killed && c.result == Err(Error::NotReady))
+            .filter(|c| c.end > kill.killed && c.result == Err(Error::NotReady))
             .collect();
         if let (Some(first), Some(last)) = (not_ready.first(), not_ready.last()) {
             tl.at(
@@ -223,24 +335,31 @@ pub fn run(kills: usize) -> Result<(), String> {
             );
             tl.at(last.end, "hasty", "joblist: cluster not ready (last)");
         }
-        if let Some(ok) = writes.iter().find(|c| c.end > killed && c.result.is_ok()) {
+        if let Some(ok) = kill.first_success(&ran.writes) {
             tl.at(
                 ok.end,
                 "patient",
                 format!(
                     "RECOVERED (kill {}): first success {} ms after the kill",
                     k + 1,
-                    (ok.end - killed).as_millis()
+                    (ok.end - kill.killed).as_millis()
                 ),
             );
         }
     }
+}
 
-    print_timeline(&tl);
+/// The demo's jobs as the cluster lists them, against the ids acknowledged.
+struct Jobs {
+    acknowledged: usize,
+    stored: usize,
+    lost: usize,
+    dups: usize,
+}
 
-    // Exactly one job per submitted id.
-    let ids = submitted.lock().unwrap().clone();
-    let checker = mk("checker")?;
+/// Exactly one job per submitted id: lists the demo's jobs through a fresh context.
+fn count_jobs(masters: &str, submitted: &[u64]) -> Result<Jobs, String> {
+    let checker = client(masters, "checker")?;
     let stored = checker
         .joblist(JobFilter {
             user: "demo".into(),
@@ -251,8 +370,19 @@ pub fn run(kills: usize) -> Result<(), String> {
     for j in &stored {
         *counts.entry(j.job_id).or_default() += 1;
     }
-    let lost = ids.iter().filter(|id| !counts.contains_key(id)).count();
-    let dups = counts.values().filter(|&&n| n > 1).count();
+    Ok(Jobs {
+        acknowledged: submitted.len(),
+        stored: stored.len(),
+        lost: submitted
+            .iter()
+            .filter(|id| !counts.contains_key(id))
+            .count(),
+        dups: counts.values().filter(|&&n| n > 1).count(),
+    })
+}
+
+fn print_summary(ran: &Ran, jobs: &Jobs, kills: &[Kill]) {
+    let (writes, reads) = (&ran.writes, &ran.reads);
     let failed_writes = writes.iter().filter(|c| c.result.is_err()).count();
     let ok_reads = reads.iter().filter(|c| c.result.is_ok()).count();
     let not_ready = reads
@@ -268,37 +398,25 @@ pub fn run(kills: usize) -> Result<(), String> {
     );
     println!("hasty client (short budget):     {} joblists: {ok_reads} ok, {not_ready} \"cluster not ready\", {other} other errors", reads.len());
     println!(
-        "jobs: {} acknowledged, {} stored, {lost} lost, {dups} duplicated",
-        ids.len(),
-        stored.len()
+        "jobs: {} acknowledged, {} stored, {} lost, {} duplicated",
+        jobs.acknowledged, jobs.stored, jobs.lost, jobs.dups
     );
-    let s = patient.stats();
+    let s = ran.patient.stats();
     println!(
         "patient stats: {} requests, {} retries, {} rotations, {} failovers, last failover {} ms, {} ms in backoff",
         s.requests, s.retries, s.rotations, s.failovers, s.last_failover_ms, s.backoff_ms
     );
-    for (k, (&killed, &elected)) in kill_times.iter().zip(&elections).enumerate() {
-        if let Some(ok) = writes.iter().find(|c| c.end > killed && c.result.is_ok()) {
+    for (k, kill) in kills.iter().enumerate() {
+        if let Some(ok) = kill.first_success(writes) {
             println!(
                 "kill {}: election {} ms, first success {} ms after the kill ({} ms after the election)",
                 k + 1,
-                (elected - killed).as_millis(),
-                (ok.end - killed).as_millis(),
-                ok.end.saturating_duration_since(elected).as_millis()
+                (kill.elected - kill.killed).as_millis(),
+                (ok.end - kill.killed).as_millis(),
+                ok.end.saturating_duration_since(kill.elected).as_millis()
             );
         }
     }
-
-    drop(checker);
-    cluster.stop_all(Duration::from_secs(5));
-    println!("cluster stopped (SIGTERM to every node)");
-    let _ = std::fs::remove_dir_all(&log_dir);
-    if lost > 0 || dups > 0 || failed_writes > 0 {
-        return Err(format!(
-            "{lost} lost, {dups} duplicated, {failed_writes} failed writes"
-        ));
-    }
-    Ok(())
 }
 
 /// Submits (with `ids`) or lists every 40 ms until `stop`, recording every call.

@@ -432,7 +432,8 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// The P9 table over `results`.
+/// The P9 table over `results`: a row per fault (and one for the rounds where the silent
+/// standby was elected), the history, the three targets.
 pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
     let mut t = Table::new("P9", "network faults: fault → clients served again");
     t.note(format!(
@@ -464,97 +465,108 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
     ]
     .map(String::from)
     .to_vec();
-    let mut targets_ok = true;
-    let mut target_detail = Vec::new();
-    let mut no_not_ready = true;
     // The rounds where the silent standby won are a row of their own: the new primary silent
     // to every client (F28: served through the other standby, which forwards).
-    let rows = Scenario::ALL
+    let kinds = Scenario::ALL
         .into_iter()
         .map(|s| (s, false))
         .chain([(Scenario::SilentStandbyThenBlackhole, true)]);
-    for (s, silent_elected) in rows {
-        let rs: Vec<&RoundResult> = results
-            .iter()
-            .filter(|r| r.scenario == s && r.silent_elected == silent_elected)
-            .collect();
-        if rs.is_empty() {
-            continue;
-        }
-        let name = if silent_elected {
-            "the silent standby elected: new primary silent to clients"
-        } else {
-            s.name()
-        };
-        let med = |v: Vec<f64>| Summary::of(&v).map_or("-".to_string(), |s| num(s.p50));
-        let elected: Vec<f64> = rs
-            .iter()
-            .filter_map(|r| r.new_primary.map(|(_, d)| secs(d)))
-            .collect();
-        let served = |k: Kind| -> Vec<f64> {
-            rs.iter()
-                .flat_map(|r| &r.threads)
-                .filter(|t| t.kind == k)
-                .map(|t| secs(t.served_again))
-                .collect()
-        };
-        let unavail: Vec<f64> = rs
-            .iter()
-            .flat_map(|r| &r.threads)
-            .map(|t| secs(t.unavailable))
-            .collect();
-        let u = Summary::of(&unavail);
-        let not_ready: usize = rs
-            .iter()
-            .flat_map(|r| &r.threads)
-            .map(|t| t.not_ready)
-            .sum();
-        let other: usize = rs
-            .iter()
-            .flat_map(|r| &r.threads)
-            .map(|t| t.other_errors.len())
-            .sum();
-        let lin = rs.iter().filter(|r| r.correct()).count();
-        let repeated = results
-            .iter()
-            .filter(|r| r.scenario == s && r.silent_elected)
-            .count();
-        t.row(vec![
-            name.to_string(),
-            if repeated > 0 && !silent_elected {
-                format!("{} (+{repeated} silent standby elected)", rs.len())
-            } else {
-                rs.len().to_string()
-            },
-            med(elected),
-            med(served(Kind::Writer)),
-            med(served(Kind::Reader)),
-            u.map_or("-".into(), |u| num(u.p50)),
-            u.map_or("-".into(), |u| num(u.max)),
-            not_ready.to_string(),
-            other.to_string(),
-            format!("{lin}/{}", rs.len()),
-        ]);
-        if s != Scenario::SilentStandbyThenBlackhole || silent_elected {
-            if let Some(u) = u {
-                targets_ok &= u.p50 <= P9_P50_S && u.max <= P9_MAX_S;
-                target_detail.push(format!("{name}: {} / {} s", num(u.p50), num(u.max)));
-            }
-        }
-        if s == Scenario::IsolatedPrimary {
-            no_not_ready = not_ready == 0;
-        }
+    let rows: Vec<Row> = kinds.filter_map(|(s, e)| row(results, s, e)).collect();
+    for r in &rows {
+        t.row(r.cells.clone());
     }
-    let acked: usize = results.iter().map(|r| r.writes_acked).sum();
-    let failed: usize = results.iter().map(|r| r.writes_failed).sum();
-    let reads: usize = results.iter().map(|r| r.reads).sum();
-    let bad: Vec<String> = results
+    let bad = violations(results);
+    history(&mut t, results, &bad);
+    targets(&mut t, results, &rows, &bad);
+    t
+}
+
+/// One row of the P9 table, and what the targets read from it.
+struct Row {
+    scenario: Scenario,
+    silent_elected: bool,
+    name: &'static str,
+    cells: Vec<String>,
+    unavailable: Option<Summary>,
+    not_ready: usize,
+}
+
+/// The row of the rounds of `s` whose silent standby was elected or not (`None`: no such round).
+fn row(results: &[RoundResult], s: Scenario, silent_elected: bool) -> Option<Row> {
+    let rs: Vec<&RoundResult> = results
+        .iter()
+        .filter(|r| r.scenario == s && r.silent_elected == silent_elected)
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let name = if silent_elected {
+        "the silent standby elected: new primary silent to clients"
+    } else {
+        s.name()
+    };
+    let threads = || rs.iter().flat_map(|r| &r.threads);
+    let med = |v: Vec<f64>| Summary::of(&v).map_or("-".to_string(), |s| num(s.p50));
+    let elected: Vec<f64> = rs
+        .iter()
+        .filter_map(|r| r.new_primary.map(|(_, d)| secs(d)))
+        .collect();
+    let served = |k: Kind| -> Vec<f64> {
+        threads()
+            .filter(|t| t.kind == k)
+            .map(|t| secs(t.served_again))
+            .collect()
+    };
+    let u = Summary::of(&threads().map(|t| secs(t.unavailable)).collect::<Vec<_>>());
+    let not_ready: usize = threads().map(|t| t.not_ready).sum();
+    let other: usize = threads().map(|t| t.other_errors.len()).sum();
+    let lin = rs.iter().filter(|r| r.correct()).count();
+    let repeated = results
+        .iter()
+        .filter(|r| r.scenario == s && r.silent_elected)
+        .count();
+    let cells = vec![
+        name.to_string(),
+        if repeated > 0 && !silent_elected {
+            format!("{} (+{repeated} silent standby elected)", rs.len())
+        } else {
+            rs.len().to_string()
+        },
+        med(elected),
+        med(served(Kind::Writer)),
+        med(served(Kind::Reader)),
+        u.map_or("-".into(), |u| num(u.p50)),
+        u.map_or("-".into(), |u| num(u.max)),
+        not_ready.to_string(),
+        other.to_string(),
+        format!("{lin}/{}", rs.len()),
+    ];
+    Some(Row {
+        scenario: s,
+        silent_elected,
+        name,
+        cells,
+        unavailable: u,
+        not_ready,
+    })
+}
+
+/// The first few violations over every round's history.
+fn violations(results: &[RoundResult]) -> Vec<String> {
+    results
         .iter()
         .filter_map(|r| r.history.as_ref().err())
         .flatten()
         .take(5)
         .map(ToString::to_string)
-        .collect();
+        .collect()
+}
+
+/// The history of every round together: writes acknowledged and failed, reads, violations.
+fn history(t: &mut Table, results: &[RoundResult], bad: &[String]) {
+    let acked: usize = results.iter().map(|r| r.writes_acked).sum();
+    let failed: usize = results.iter().map(|r| r.writes_failed).sum();
+    let reads: usize = results.iter().map(|r| r.reads).sum();
     t.result(format!(
         "history: {acked} acknowledged writes (all listed exactly once at the end: {}), {failed} \
          failed writes (outcome unknown), {reads} reads; violations: {}",
@@ -565,6 +577,25 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
             bad.join("; ")
         }
     ));
+}
+
+/// Unavailability within P9's bounds (blackholed, isolated primary, new primary silent to
+/// clients), no NOT_READY while the primary is isolated, every history linearizable.
+fn targets(t: &mut Table, results: &[RoundResult], rows: &[Row], bad: &[String]) {
+    let mut targets_ok = true;
+    let mut target_detail = Vec::new();
+    let mut no_not_ready = true;
+    for r in rows {
+        if r.scenario != Scenario::SilentStandbyThenBlackhole || r.silent_elected {
+            if let Some(u) = r.unavailable {
+                targets_ok &= u.p50 <= P9_P50_S && u.max <= P9_MAX_S;
+                target_detail.push(format!("{}: {} / {} s", r.name, num(u.p50), num(u.max)));
+            }
+        }
+        if r.scenario == Scenario::IsolatedPrimary {
+            no_not_ready = r.not_ready == 0;
+        }
+    }
     t.target(
         format!(
             "per-thread unavailability ≤ {P9_P50_S} s median, ≤ {P9_MAX_S} s max (blackholed, isolated primary, new primary silent to clients; P9 raised)"
@@ -579,7 +610,6 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
         "every history linearizable, every acknowledged write present exactly once",
         Verdict::from(bad.is_empty(), format!("{} rounds", results.len())),
     );
-    t
 }
 
 /// `xce-netfaults`: `rounds` rounds of each of `scenarios`, faults lasting `fault_for` (`None`:

@@ -207,7 +207,8 @@ fn longest_gap(calls: &[Call], start: Duration, fault: Duration) -> Option<(Dura
     best
 }
 
-/// Runs one round of `scenario` on a fresh cluster.
+/// Runs one round of `scenario` on a fresh cluster: clients calling, the fault, every client
+/// served again, a final listing; the history checked.
 pub fn round(scenario: Scenario, plan: &Plan) -> Result<RoundResult, String> {
     let cluster = NetCluster::start(3, &plan.controller_args, plan.log_dir.clone())
         .map_err(|e| format!("namespaces/cluster: {e}"))?;
@@ -216,54 +217,109 @@ pub fn round(scenario: Scenario, plan: &Plan) -> Result<RoundResult, String> {
         .ok_or("no primary elected")?;
     let masters = cluster.masters();
     let origin = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let kinds: Vec<Kind> = std::iter::repeat_n(Kind::Writer, plan.writers)
-        .chain(std::iter::repeat_n(Kind::Reader, plan.readers))
-        .collect();
-    let last_ok: Vec<Arc<AtomicU64>> = kinds.iter().map(|_| Arc::default()).collect();
-    let handles: Vec<_> = kinds
-        .iter()
-        .zip(&last_ok)
-        .map(|(&k, last)| {
-            client_thread(
-                cluster.client_ns.clone(),
-                masters.clone(),
-                k,
-                origin,
-                plan.pace,
-                stop.clone(),
-                last.clone(),
-            )
-        })
-        .collect();
-    let outcome = run_fault(&cluster, scenario, p, plan, origin, &last_ok);
-    stop.store(true, Ordering::Relaxed);
-    let mut per_thread = Vec::new();
-    for h in handles {
-        per_thread.push(h.join().map_err(|_| "client thread panicked")??);
-    }
+    let clients = Clients::start(&cluster, &masters, plan, origin);
+    let outcome = run_fault(&cluster, scenario, p, plan, origin, &clients.last_ok);
+    let per_thread = clients.stop()?;
     let (t_fault, t_healed, new_primary, silent) = outcome?;
+    let final_read = final_listing(&cluster, &masters, origin)?;
+    let (mut history, threads) = record(&per_thread, plan, t_fault, t_healed)?;
+    let writes_acked = history.writes.iter().filter(|w| w.acked).count();
+    let writes_failed = history.writes.len() - writes_acked;
+    let reads = history.reads.len();
+    history.reads.push(final_read);
+    let checked = linearizable::check(&history);
+    Ok(RoundResult {
+        scenario,
+        old_primary: p,
+        new_primary,
+        silent_elected: silent,
+        threads,
+        writes_acked,
+        writes_failed,
+        reads,
+        history: checked,
+    })
+}
 
-    // The final listing, after every call has completed, is the history's last read.
-    let final_read = {
-        let masters = masters.clone();
-        netns::in_ns(&cluster.client_ns, move || {
-            let c = client_in_ns(&masters)?;
-            let invoked = origin.elapsed();
-            let ids = ids(c.joblist(JobFilter::default()))?;
-            Ok::<_, Error>(Read {
-                invoked,
-                completed: origin.elapsed(),
-                ids,
+/// The round's client threads: [`Plan::writers`] writers, then [`Plan::readers`] readers, in
+/// the client namespace, each noting the time of its last success.
+struct Clients {
+    kinds: Vec<Kind>,
+    stop: Arc<AtomicBool>,
+    last_ok: Vec<Arc<AtomicU64>>,
+    handles: Vec<std::thread::JoinHandle<Result<Vec<Call>, String>>>,
+}
+
+impl Clients {
+    fn start(cluster: &NetCluster, masters: &str, plan: &Plan, origin: Instant) -> Clients {
+        let stop = Arc::new(AtomicBool::new(false));
+        let kinds: Vec<Kind> = std::iter::repeat_n(Kind::Writer, plan.writers)
+            .chain(std::iter::repeat_n(Kind::Reader, plan.readers))
+            .collect();
+        let last_ok: Vec<Arc<AtomicU64>> = kinds.iter().map(|_| Arc::default()).collect();
+        let handles = kinds
+            .iter()
+            .zip(&last_ok)
+            .map(|(&k, last)| {
+                client_thread(
+                    cluster.client_ns.clone(),
+                    masters.to_string(),
+                    k,
+                    origin,
+                    plan.pace,
+                    stop.clone(),
+                    last.clone(),
+                )
             })
-        })
-        .map_err(|e| format!("final listing: {e}"))?
-        .map_err(|e| format!("final listing: {e}"))?
-    };
+            .collect();
+        Clients {
+            kinds,
+            stop,
+            last_ok,
+            handles,
+        }
+    }
 
+    /// Stops every thread: each one's kind and calls.
+    fn stop(self) -> Result<Vec<(Kind, Vec<Call>)>, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut per_thread = Vec::new();
+        for (h, kind) in self.handles.into_iter().zip(self.kinds) {
+            per_thread.push((kind, h.join().map_err(|_| "client thread panicked")??));
+        }
+        Ok(per_thread)
+    }
+}
+
+/// The final listing, after every call has completed: the history's last read.
+fn final_listing(cluster: &NetCluster, masters: &str, origin: Instant) -> Result<Read, String> {
+    let masters = masters.to_string();
+    netns::in_ns(&cluster.client_ns, move || {
+        let c = client_in_ns(&masters)?;
+        let invoked = origin.elapsed();
+        let ids = ids(c.joblist(JobFilter::default()))?;
+        Ok::<_, Error>(Read {
+            invoked,
+            completed: origin.elapsed(),
+            ids,
+        })
+    })
+    .map_err(|e| format!("final listing: {e}"))?
+    .map_err(|e| format!("final listing: {e}"))
+}
+
+/// The history of the threads' calls (writes, and the reads that succeeded), and what each
+/// thread saw of the fault (`t_fault`) and after the heal (`t_healed`).
+fn record(
+    per_thread: &[(Kind, Vec<Call>)],
+    plan: &Plan,
+    t_fault: Duration,
+    t_healed: Duration,
+) -> Result<(History, Vec<ThreadResult>), String> {
     let mut history = History::default();
     let mut threads = Vec::new();
-    for (calls, &kind) in per_thread.iter().zip(&kinds) {
+    for (kind, calls) in per_thread {
+        let kind = *kind;
         for c in calls {
             match kind {
                 Kind::Writer => history.writes.push(Write {
@@ -283,42 +339,39 @@ pub fn round(scenario: Scenario, plan: &Plan) -> Result<RoundResult, String> {
                 }
             }
         }
-        let after: Vec<&Call> = calls.iter().filter(|c| c.completed > t_fault).collect();
-        let (unavailable, end) = longest_gap(calls, plan.warmup / 2, t_fault)
-            .ok_or_else(|| format!("a {kind:?} thread never succeeded after the fault"))?;
-        threads.push(ThreadResult {
-            kind,
-            unavailable,
-            served_again: end.saturating_sub(t_fault),
-            not_ready: after
-                .iter()
-                .filter(|c| c.result.as_ref().err() == Some(&Error::NotReady))
-                .count(),
-            other_errors: after
-                .iter()
-                .filter_map(|c| c.result.as_ref().err().copied())
-                .filter(|e| *e != Error::NotReady)
-                .collect(),
-            recovered: calls
-                .iter()
-                .any(|c| c.result.is_ok() && c.completed > t_healed),
-        });
+        threads.push(thread_result(kind, calls, plan, t_fault, t_healed)?);
     }
-    let writes_acked = history.writes.iter().filter(|w| w.acked).count();
-    let writes_failed = history.writes.len() - writes_acked;
-    let reads = history.reads.len();
-    history.reads.push(final_read);
-    let checked = linearizable::check(&history);
-    Ok(RoundResult {
-        scenario,
-        old_primary: p,
-        new_primary,
-        silent_elected: silent,
-        threads,
-        writes_acked,
-        writes_failed,
-        reads,
-        history: checked,
+    Ok((history, threads))
+}
+
+/// What one thread saw: its longest gap ending after the fault, its errors after the fault,
+/// whether it succeeded after the heal.
+fn thread_result(
+    kind: Kind,
+    calls: &[Call],
+    plan: &Plan,
+    t_fault: Duration,
+    t_healed: Duration,
+) -> Result<ThreadResult, String> {
+    let after: Vec<&Call> = calls.iter().filter(|c| c.completed > t_fault).collect();
+    let (unavailable, end) = longest_gap(calls, plan.warmup / 2, t_fault)
+        .ok_or_else(|| format!("a {kind:?} thread never succeeded after the fault"))?;
+    Ok(ThreadResult {
+        kind,
+        unavailable,
+        served_again: end.saturating_sub(t_fault),
+        not_ready: after
+            .iter()
+            .filter(|c| c.result.as_ref().err() == Some(&Error::NotReady))
+            .count(),
+        other_errors: after
+            .iter()
+            .filter_map(|c| c.result.as_ref().err().copied())
+            .filter(|e| *e != Error::NotReady)
+            .collect(),
+        recovered: calls
+            .iter()
+            .any(|c| c.result.is_ok() && c.completed > t_healed),
     })
 }
 

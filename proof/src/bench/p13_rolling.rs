@@ -131,6 +131,8 @@ pub fn round(plan: &Plan<Restarts>) -> Result<RoundResult, String> {
     res
 }
 
+/// The round on a started cluster: load, every node restarted in turn (primary last), then
+/// the calls split into during and outside the restarts, and the acknowledged jobs listed.
 fn run(
     c: &mut Cluster,
     plan: &Plan<Restarts>,
@@ -138,16 +140,76 @@ fn run(
 ) -> Result<RoundResult, String> {
     let p0 = c.wait_primary(PRIMARY_WAIT).ok_or("no primary elected")?;
     let masters = c.masters();
-    let origin = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let errors = Arc::new(Mutex::new((0usize, Vec::<String>::new())));
-    let mut threads = Vec::new();
-    for w in 0..plan.writers + plan.readers {
-        let (stop, masters, acked, errors) =
-            (stop.clone(), masters.clone(), acked.clone(), errors.clone());
-        let (writer, pause, limit) = (w < plan.writers, plan.pace, plan.more.list_limit);
-        threads.push(std::thread::spawn(move || -> Result<Vec<Call>, String> {
+    let mut load = Load::start(&masters, plan);
+    std::thread::sleep(plan.warmup);
+    let mut out = RoundResult::default();
+    let restarts = restart_each(c, p0, plan, log_dir, load.origin, &mut out);
+    std::thread::sleep(Duration::from_secs(1));
+    let calls = load.stop_threads()?;
+    let windows = restarts?;
+    for call in calls {
+        let during = windows
+            .iter()
+            .any(|&(a, b)| call.invoked >= a && call.invoked < b);
+        if during {
+            out.during.push(call.took);
+        } else {
+            out.outside.push(call.took);
+        }
+    }
+    let (n, samples) = std::mem::take(&mut *load.errors.lock().unwrap());
+    out.errors = n;
+    out.error_samples = samples;
+    let acked = load.acked.lock().unwrap().clone();
+    count_listed(&masters, &acked, &mut out)?;
+    Ok(out)
+}
+
+/// The writers and listers of a round, each a thread with a context of its own.
+struct Load {
+    origin: Instant,
+    stop: Arc<AtomicBool>,
+    /// The ids of the acknowledged writes.
+    acked: Arc<Mutex<Vec<u64>>>,
+    /// Calls that failed, and the first few errors.
+    errors: Arc<Mutex<(usize, Vec<String>)>>,
+    threads: Vec<std::thread::JoinHandle<Result<Vec<Call>, String>>>,
+}
+
+impl Load {
+    fn start(masters: &str, plan: &Plan<Restarts>) -> Load {
+        let mut load = Load {
+            origin: Instant::now(),
+            stop: Arc::new(AtomicBool::new(false)),
+            acked: Arc::new(Mutex::new(Vec::new())),
+            errors: Arc::new(Mutex::new((0usize, Vec::<String>::new()))),
+            threads: Vec::new(),
+        };
+        for w in 0..plan.writers + plan.readers {
+            let writer = w < plan.writers;
+            let thread = load.client_thread(masters, writer, plan.pace, plan.more.list_limit);
+            load.threads.push(thread);
+        }
+        load
+    }
+
+    /// A writer (`jobsubmit`, acknowledged ids kept) or a lister (`joblist` of `limit` jobs),
+    /// calling every `pause` until the load stops.
+    fn client_thread(
+        &self,
+        masters: &str,
+        writer: bool,
+        pause: Duration,
+        limit: u32,
+    ) -> std::thread::JoinHandle<Result<Vec<Call>, String>> {
+        let (stop, masters, acked, errors, origin) = (
+            self.stop.clone(),
+            masters.to_string(),
+            self.acked.clone(),
+            self.errors.clone(),
+            self.origin,
+        );
+        std::thread::spawn(move || -> Result<Vec<Call>, String> {
             let cl = client_for(&masters)?;
             let mut calls = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -183,15 +245,34 @@ fn run(
                 std::thread::sleep(pause);
             }
             Ok(calls)
-        }));
+        })
     }
 
-    std::thread::sleep(plan.warmup);
+    /// Stops every thread: all their calls.
+    fn stop_threads(&mut self) -> Result<Vec<Call>, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut calls = Vec::new();
+        for t in std::mem::take(&mut self.threads) {
+            calls.extend(t.join().map_err(|_| "a client thread panicked")??);
+        }
+        Ok(calls)
+    }
+}
+
+/// Restarts every node in turn, the primary `p0` last (so that it hands over to a standby
+/// restarted before it), as `plan` says; notes in `out` the nodes stuck on SIGTERM and the
+/// handovers their logs tell of. The windows of the restarts (from `origin`): from a node's
+/// signal until `settle` after it was started again.
+fn restart_each(
+    c: &mut Cluster,
+    p0: u32,
+    plan: &Plan<Restarts>,
+    log_dir: &std::path::Path,
+    origin: Instant,
+    out: &mut RoundResult,
+) -> Result<Vec<(Duration, Duration)>, String> {
     let mut windows = Vec::new();
-    let mut out = RoundResult::default();
-    // The primary last, so that it hands over to a standby restarted before it.
     let order: Vec<u32> = (1..=3).filter(|&i| i != p0).chain([p0]).collect();
-    let mut failed = None;
     for id in order {
         let start = origin.elapsed();
         // A node's log file goes on across restarts and rounds: only what this stop wrote.
@@ -205,10 +286,8 @@ fn run(
             }
             Restart::Kill => c.kill(id),
         }
-        if let Err(e) = c.restart(id) {
-            failed = Some(format!("start node {id} again: {e}"));
-            break;
-        }
+        c.restart(id)
+            .map_err(|e| format!("start node {id} again: {e}"))?;
         std::thread::sleep(plan.more.settle);
         windows.push((start, origin.elapsed()));
         // Read from the node's own log, not from who answered `hello` as primary just before
@@ -219,32 +298,12 @@ fn run(
             out.handed_over += 1;
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    let mut calls = Vec::new();
-    for t in threads {
-        calls.extend(t.join().map_err(|_| "a client thread panicked")??);
-    }
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    for call in calls {
-        let during = windows
-            .iter()
-            .any(|&(a, b)| call.invoked >= a && call.invoked < b);
-        if during {
-            out.during.push(call.took);
-        } else {
-            out.outside.push(call.took);
-        }
-    }
-    let (n, samples) = std::mem::take(&mut *errors.lock().unwrap());
-    out.errors = n;
-    out.error_samples = samples;
+    Ok(windows)
+}
 
-    // Every acknowledged job listed exactly once (paged: thousands were written).
-    let acked = acked.lock().unwrap().clone();
-    let listed = client_for(&masters)?
+/// Every acknowledged job listed exactly once (paged: thousands were written).
+fn count_listed(masters: &str, acked: &[u64], out: &mut RoundResult) -> Result<(), String> {
+    let listed = client_for(masters)?
         .joblist_all(JobFilter::default())
         .map_err(|e| format!("joblist_all: {e}"))?;
     let mut count: HashMap<u64, usize> = HashMap::new();
@@ -257,7 +316,7 @@ fn run(
         .iter()
         .filter(|id| count.get(id).is_some_and(|&n| n > 1))
         .count();
-    Ok(out)
+    Ok(())
 }
 
 /// Latencies in milliseconds.

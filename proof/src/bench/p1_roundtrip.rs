@@ -65,44 +65,10 @@ impl Ping {
 /// P1. Per iteration, in turn: library hello, ping-pong of hello's sizes, library joblist,
 /// ping-pong of joblist's sizes, and the same two frames raw to the controller (no library).
 pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
-    let client = lib_client(&steady.cluster.masters())?;
-    let hello_req = request_frame(hello_op()).len();
-    let jl_req = request_frame(joblist_op()).len();
-    let hello_rep = reply_frame(steady.primary, &request_frame(hello_op()))?.len();
-    let jl_rep = reply_frame(steady.primary, &request_frame(joblist_op()))?.len();
-    let (pa, ha) = spawn_pong(hello_req, hello_rep)?;
-    let (pb, hb) = spawn_pong(jl_req, jl_rep)?;
-    let mut ping_h = Ping::connect(pa, hello_req, hello_rep)?;
-    let mut ping_j = Ping::connect(pb, jl_req, jl_rep)?;
-    let mut direct = Direct::connect(steady.primary)?;
-
+    let sizes = Sizes::of(steady)?;
     let warm = opts.pick(100, 300);
-    let iters = opts.pick(400, 3000);
-    let mut s: [Vec<Duration>; 6] = Default::default();
-    let deadline = Instant::now() + Duration::from_secs(opts.pick(30, 120));
-    for i in 0..warm + iters {
-        if Instant::now() > deadline {
-            break;
-        }
-        let sample = [
-            timed(|| lib_hello(&client))?,
-            ping_h.round()?,
-            timed(|| lib_joblist(&client))?,
-            ping_j.round()?,
-            timed(|| direct_hello(&mut direct))?,
-            timed(|| direct_joblist(&mut direct))?,
-        ];
-        if i >= warm {
-            for (v, d) in s.iter_mut().zip(sample) {
-                v.push(d);
-            }
-        }
-    }
-    drop((ping_h, ping_j));
-    let _ = (ha.join(), hb.join());
-    let sum: Vec<Option<Summary>> = s.iter().map(|v| Summary::of_us(v)).collect();
-    let p50 = |i: usize| sum[i].map_or(f64::NAN, |s| s.p50);
-
+    let samples = measure(steady, &sizes, opts, warm)?;
+    let sum: Vec<Option<Summary>> = samples.iter().map(|v| Summary::of_us(v)).collect();
     let mut t = Table::new(
         "P1",
         "small round trip: library vs raw TCP ping-pong of the same byte sizes",
@@ -110,8 +76,14 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     t.note(format!(
         "3 controllers (default timing), loopback; {} interleaved iterations after {warm} warm-up; \
          each iteration runs all six rows once, in order",
-        s[0].len()
+        samples[0].len()
     ));
+    let Sizes {
+        hello_req,
+        hello_rep,
+        jl_req,
+        jl_rep,
+    } = sizes;
     t.note(format!(
         "frames: hello {hello_req} B → {hello_rep} B; joblist ({JOBLIST_JOBS} jobs) {jl_req} B → {jl_rep} B; \
          ping-pong = blocking TcpStream (TCP_NODELAY) to a thread that reads N bytes and writes M bytes"
@@ -135,6 +107,73 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
         "  diag: joblist frame to the controller, no library loop",
         sum[5],
     );
+    ratios(&mut t, &sum);
+    Ok(t)
+}
+
+/// The framed sizes of hello and joblist, request and reply, as the primary answers them.
+#[derive(Clone, Copy)]
+struct Sizes {
+    hello_req: usize,
+    hello_rep: usize,
+    jl_req: usize,
+    jl_rep: usize,
+}
+
+impl Sizes {
+    fn of(steady: &Steady) -> Result<Sizes, String> {
+        Ok(Sizes {
+            hello_req: request_frame(hello_op()).len(),
+            jl_req: request_frame(joblist_op()).len(),
+            hello_rep: reply_frame(steady.primary, &request_frame(hello_op()))?.len(),
+            jl_rep: reply_frame(steady.primary, &request_frame(joblist_op()))?.len(),
+        })
+    }
+}
+
+/// The six rows' round trips, interleaved: `warm` iterations thrown away, then up to 400
+/// (3,000 in full mode) within 30 s (120 s).
+fn measure(
+    steady: &Steady,
+    z: &Sizes,
+    opts: &BenchOpts,
+    warm: usize,
+) -> Result<[Vec<Duration>; 6], String> {
+    let client = lib_client(&steady.cluster.masters())?;
+    let (pa, ha) = spawn_pong(z.hello_req, z.hello_rep)?;
+    let (pb, hb) = spawn_pong(z.jl_req, z.jl_rep)?;
+    let mut ping_h = Ping::connect(pa, z.hello_req, z.hello_rep)?;
+    let mut ping_j = Ping::connect(pb, z.jl_req, z.jl_rep)?;
+    let mut direct = Direct::connect(steady.primary)?;
+    let iters = opts.pick(400, 3000);
+    let mut s: [Vec<Duration>; 6] = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(opts.pick(30, 120));
+    for i in 0..warm + iters {
+        if Instant::now() > deadline {
+            break;
+        }
+        let sample = [
+            timed(|| lib_hello(&client))?,
+            ping_h.round()?,
+            timed(|| lib_joblist(&client))?,
+            ping_j.round()?,
+            timed(|| direct_hello(&mut direct))?,
+            timed(|| direct_joblist(&mut direct))?,
+        ];
+        if i >= warm {
+            for (v, d) in s.iter_mut().zip(sample) {
+                v.push(d);
+            }
+        }
+    }
+    drop((ping_h, ping_j));
+    let _ = (ha.join(), hb.join());
+    Ok(s)
+}
+
+/// The ratios library / ping-pong, where the time goes, and the ≤ 1.5× target.
+fn ratios(t: &mut Table, sum: &[Option<Summary>]) {
+    let p50 = |i: usize| sum[i].map_or(f64::NAN, |s| s.p50);
     let rh = p50(0) / p50(1);
     let rj = p50(2) / p50(3);
     t.result(format!(
@@ -166,5 +205,4 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
             },
         ),
     );
-    Ok(t)
 }

@@ -220,17 +220,31 @@ fn measure_p2(
 
 /// P2: the three ways side by side, against the controller and the canned server.
 pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
+    let n = opts.pick(2_000, 10_000);
+    let budget = Duration::from_secs(opts.pick(20, 60));
+    let (hello, jl) = against_the_controller(steady, n, budget)?;
+    let canned = against_a_canned_server(steady, n, budget)?;
+    Ok(table(&hello, &jl, &canned))
+}
+
+/// hello and joblist, three ways, against the steady cluster's primary.
+fn against_the_controller(
+    steady: &Steady,
+    n: usize,
+    budget: Duration,
+) -> Result<(P2Op, P2Op), String> {
     let clients: Vec<Client> = (0..P2_SETS)
         .map(|_| lib_client(&steady.cluster.masters()))
         .collect::<Result<_, _>>()?;
-    let n = opts.pick(2_000, 10_000);
-    let budget = Duration::from_secs(opts.pick(20, 60));
     let hello = measure_p2(&clients, steady.primary, false, n, budget)?;
     let jl = measure_p2(&clients, steady.primary, true, n, budget)?;
-    drop(clients);
+    Ok((hello, jl))
+}
 
-    // Diagnostic: the same against a canned-reply server in this process, where the server's
-    // work is small and equal for all, so the loop's own cost shows.
+/// Diagnostic: hello three ways against a canned-reply server in this process (the primary's
+/// own hello reply), where the server's work is small and equal for all, so the loop's own
+/// cost shows.
+fn against_a_canned_server(steady: &Steady, n: usize, budget: Duration) -> Result<P2Op, String> {
     let info = wire::decode_reply(
         &reply_frame(steady.primary, &request_frame(hello_op()))?,
         &Limits::default(),
@@ -248,7 +262,11 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     let canned = measure_p2(&fakes, faddr, false, n, budget)?;
     drop(fakes);
     let _ = fh.join();
+    Ok(canned)
+}
 
+/// The P2 table: each op three ways, the overheads, the target.
+fn table(hello: &P2Op, jl: &P2Op, canned: &P2Op) -> Table {
     let mut t = Table::new("P2", "cost of the failover loop on the happy path");
     t.note(
         "with loop = Client::hello / Client::joblist; bare = the same request on the library's own \
@@ -262,9 +280,9 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
     ));
     t.dist_header("op", "µs");
     for (name, m) in [
-        ("hello", &hello),
-        (&format!("joblist({JOBLIST_JOBS})") as &str, &jl),
-        ("  diag: hello, in-process canned server", &canned),
+        ("hello", hello),
+        (&format!("joblist({JOBLIST_JOBS})") as &str, jl),
+        ("  diag: hello, in-process canned server", canned),
     ] {
         t.dist_row(format!("{name}: through the loop"), Some(m.with_loop));
         t.dist_row(format!("{name}: bare attempt, no loop"), Some(m.bare));
@@ -273,7 +291,7 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
             Some(m.control),
         );
     }
-    for (name, m) in [("hello", &hello), ("joblist", &jl), ("canned", &canned)] {
+    for (name, m) in [("hello", hello), ("joblist", jl), ("canned", canned)] {
         if let Some(first) = m.discarded.first() {
             t.result(format!(
                 "{name}: {} triple(s) discarded because a call failed; first: {first}",
@@ -309,5 +327,5 @@ pub fn run(steady: &Steady, opts: &BenchOpts) -> Result<Table, String> {
             ),
         ),
     );
-    Ok(t)
+    t
 }

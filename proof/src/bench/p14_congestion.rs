@@ -235,48 +235,11 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
     .map(String::from)
     .to_vec();
     let mut verdict = None;
-    for (label, rs) in runs {
-        if rs.is_empty() {
-            continue;
-        }
-        let per_fault: Vec<f64> = rs.iter().map(|r| r.fault_elections as f64).collect();
-        let unavail: Vec<f64> = rs
-            .iter()
-            .flat_map(|r| r.unavailable.iter().map(|d| d.as_secs_f64()))
-            .collect();
-        let calm: u64 = rs.iter().map(|r| r.calm_elections).sum();
-        let pf = Summary::of(&per_fault);
-        let un = Summary::of(&unavail);
-        let calm_gap = rs
-            .iter()
-            .map(|r| r.calm_gap.as_secs_f64())
-            .fold(0.0, f64::max);
-        let rate = rs.iter().map(|r| r.calm_writes).sum::<usize>() as f64
-            / (rs.len() as f64 * plan.more.calm_for.as_secs_f64());
-        t.row(vec![
-            label.clone(),
-            rs.len().to_string(),
-            calm.to_string(),
-            pf.map_or("-".into(), |s| num(s.p50)),
-            pf.map_or("-".into(), |s| num(s.max)),
-            un.map_or("-".into(), |s| num(s.p50)),
-            un.map_or("-".into(), |s| num(s.max)),
-            num(calm_gap),
-            num(rate),
-            rs.iter().map(|r| r.errors).sum::<usize>().to_string(),
-        ]);
+    for (label, rs) in runs.iter().filter(|(_, rs)| !rs.is_empty()) {
+        let (cells, v) = row(label, rs, plan);
+        t.row(cells);
         // The verdict is the last row's (the controller under test).
-        let max_pf = pf.map_or(f64::INFINITY, |s| s.max);
-        let max_un = un.map_or(f64::INFINITY, |s| s.max);
-        verdict = Some((
-            calm == 0 && max_pf <= 1.0 && max_un <= 2.0,
-            format!(
-                "{label}: {calm} elections under congestion alone, at most {} per fault, \
-                 unavailability at most {} s",
-                num(max_pf),
-                num(max_un)
-            ),
-        ));
+        verdict = Some(v);
     }
     if let Some((ok, detail)) = verdict {
         t.target(
@@ -285,6 +248,49 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
         );
     }
     t
+}
+
+/// The row of one controller binary's rounds, and its verdict: no election under congestion
+/// alone, at most one per fault, unavailability at most 2 s.
+fn row(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> (Vec<String>, (bool, String)) {
+    let per_fault: Vec<f64> = rs.iter().map(|r| r.fault_elections as f64).collect();
+    let unavail: Vec<f64> = rs
+        .iter()
+        .flat_map(|r| r.unavailable.iter().map(|d| d.as_secs_f64()))
+        .collect();
+    let calm: u64 = rs.iter().map(|r| r.calm_elections).sum();
+    let pf = Summary::of(&per_fault);
+    let un = Summary::of(&unavail);
+    let calm_gap = rs
+        .iter()
+        .map(|r| r.calm_gap.as_secs_f64())
+        .fold(0.0, f64::max);
+    let rate = rs.iter().map(|r| r.calm_writes).sum::<usize>() as f64
+        / (rs.len() as f64 * plan.more.calm_for.as_secs_f64());
+    let cells = vec![
+        label.to_string(),
+        rs.len().to_string(),
+        calm.to_string(),
+        pf.map_or("-".into(), |s| num(s.p50)),
+        pf.map_or("-".into(), |s| num(s.max)),
+        un.map_or("-".into(), |s| num(s.p50)),
+        un.map_or("-".into(), |s| num(s.max)),
+        num(calm_gap),
+        num(rate),
+        rs.iter().map(|r| r.errors).sum::<usize>().to_string(),
+    ];
+    let max_pf = pf.map_or(f64::INFINITY, |s| s.max);
+    let max_un = un.map_or(f64::INFINITY, |s| s.max);
+    let verdict = (
+        calm == 0 && max_pf <= 1.0 && max_un <= 2.0,
+        format!(
+            "{label}: {calm} elections under congestion alone, at most {} per fault, \
+             unavailability at most {} s",
+            num(max_pf),
+            num(max_un)
+        ),
+    );
+    (cells, verdict)
 }
 
 /// The command's name (its binary).

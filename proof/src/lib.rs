@@ -1,10 +1,10 @@
 //! The proof of libxce, in three roles:
 //!
 //! - [`harness`]: real controller processes on loopback or in network namespaces, started,
-//!   killed, paused, cut off — used by the failover scenarios (`tests/`), the
-//!   benchmarks and the demo;
-//! - [`bench`]: the benchmarks P1–P15 (acceptance.md), one module each, behind the commands
-//!   in `src/bin/`;
+//!   killed, paused, cut off — used by the failover scenarios (`tests/`), the benchmarks and
+//!   the demo;
+//! - [`bench`](mod@bench): the benchmarks P1–P15 (acceptance.md), one module each, behind
+//!   the commands in `src/bin/`;
 //! - [`check`]: the linearizability checker of the histories the scenarios and P9 record;
 //!
 //! and [`demo`], the failover demo (`xce-demo`) on the harness.

@@ -1,12 +1,34 @@
-//! The benchmark command `xce-bench` (acceptance.md P1–P8): each benchmark runs against real
-//! `xce-controller` processes on loopback and returns one [`Table`] with its verdict.
+//! The benchmarks of acceptance.md, one module each; each runs against real `xce-controller`
+//! processes (or in process, P7) and returns one [`Table`] with its verdict. The commands in
+//! `src/bin/` parse their flags ([`args`]) and call [`suite`] or a benchmark's `command`.
 //!
-//! - [`roundtrip`]: P1 (library vs raw TCP ping-pong) and P2 (the loop vs one bare attempt).
-//! - [`failover`]: P3, P4, P5, P6 (kill -9 the primary under armed clients) and the SVG data.
-//! - [`p7_codec`]: P7; [`p8_footprint`]: P8 (with the counting allocator of [`alloc`]).
-//! - [`p15_security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off).
-//! - [`p10_suspicion`]: P10 (no false suspicion on a healthy primary serving big listings).
-//! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
+//! | benchmark | module | command |
+//! |---|---|---|
+//! | P1 small round trip vs raw TCP | [`p1_roundtrip`] | `xce-bench` |
+//! | P2 the loop's cost on the happy path | [`p2_loop_cost`] | `xce-bench` |
+//! | P3 client-added failover latency | [`p3_client_added`] | `xce-bench` |
+//! | P4 kill -9 → first success | [`p4_unavailability`] | `xce-bench` |
+//! | P5 against a baseline policy | [`p5_baseline`] | `xce-bench` |
+//! | P6 the herd of 1,000 contexts | [`p6_herd`] | `xce-bench` |
+//! | P7 codec | [`p7_codec`] | `xce-bench` |
+//! | P8 footprint of an idle context | [`p8_footprint`] | `xce-bench` |
+//! | P9 network faults | [`p9_netfaults`] | `xce-netfaults` |
+//! | P10 no false suspicion | [`p10_suspicion`] | `xce-bench` |
+//! | P11 write throughput | [`p11_throughput`] | `xce-scale` |
+//! | P12 the job table at scale | [`p12_job_table`] | `xce-scale` |
+//! | P13 rolling restart | [`p13_rolling`] | `xce-rolling` |
+//! | P14 congested links | [`p14_congestion`] | `xce-congestion` |
+//! | P15 the price of security | [`p15_security`] | `xce-bench` |
+//!
+//! What they share:
+//! - [`args`]: the one command-line parser and start; [`plan`]: the one [`plan::Plan`] of the
+//!   round-based benchmarks and its defaults; [`suite`]: `xce-bench` and `xce-scale`.
+//! - [`steady`]: a steady cluster, default-policy contexts, a bare attempt (P1, P2, P8);
+//!   [`failover`]: kill rounds under armed clients and the prober (P3–P6, the SVG);
+//!   [`kills`]: the kill series P3–P6 read; [`load`]: writers, job tables, what a node holds
+//!   (P11, P12, P13, P15).
+//! - [`stats`], [`table`], [`svg`], [`alloc`]: percentiles, the printed tables, the picture,
+//!   the counting allocator (P8).
 
 pub mod alloc;
 pub mod args;

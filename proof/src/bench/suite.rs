@@ -1,5 +1,5 @@
 //! The commands that run several benchmarks in one go and print each table as it is
-//! measured: `xce-bench` ([`bench`]: P1–P8, P10, P15 against real controllers on loopback,
+//! measured: `xce-bench` ([`bench`](fn@bench): P1–P8, P10, P15 against real controllers on loopback,
 //! then a summary of every target) and `xce-scale` ([`scale`]: P11, P12, the long run).
 
 use std::path::Path;

@@ -1,5 +1,6 @@
-//! `xce-bench`: the benchmarks P1–P8 of acceptance.md against real `xce-controller` processes
-//! on loopback, one table per benchmark. See proof/BENCH.md.
+//! `xce-bench`: the benchmarks P1–P8, P10 and P15 of acceptance.md against real
+//! `xce-controller` processes on loopback, one table per benchmark (`bench::suite::bench`).
+//! See proof/BENCH.md.
 //!
 //! ```text
 //! cargo run --release -p xce-proof --bin xce-bench -- [--quick] [--only P1,P3] [--svg out.svg]

@@ -23,9 +23,6 @@
 //! it does so only after 2^23 records under one key, through the same `Records::seal` that the
 //! library end runs here with a lowered limit.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -33,11 +30,11 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use support::TestPki;
 use xce::transport::{Connection, WakeState};
 use xce::wire::{self, Limits, Op, Reply, Request};
 use xce::Error;
 use xce_proof::{Cluster, ClusterOpts};
+use xce_testkit::fake::TestPki;
 
 /// The bound of every wait in these tests (nothing here takes more than a fraction of it).
 const WAIT: Duration = Duration::from_secs(20);

@@ -29,6 +29,11 @@ use crate::raft::{forward, frame};
 pub const INIT_STAGGER: Duration = Duration::from_millis(500);
 
 pub fn run(args: RunArgs) -> i32 {
+    // C13 amended (issue 27): what the node writes is readable by its user only — its data
+    // (the job table, commands, identities), whoever made the directory. Every file and
+    // directory it creates from here on is 0600/0700 whatever the caller's umask.
+    // SAFETY: umask(2) cannot fail and touches no memory.
+    unsafe { libc::umask(0o077) };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -170,6 +175,7 @@ struct Stores {
 
 fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let id = args.id;
+    private_dir(&args.data)?;
     let db = store::open_db(&args.data)?;
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = Amnesia::open(id, &args.data, blank)
@@ -193,6 +199,45 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     })
 }
 
+/// C13 amended: the data directory (created if missing) and everything in it readable by the
+/// node's user only: 0700 directories, 0600 files. A directory made by someone else (a
+/// launcher, an older build: 0755 with `raft.redb` 0644) is tightened; one the node cannot
+/// tighten refuses the start.
+fn private_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let shown = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(shown)?;
+    fn tighten(p: &std::path::Path, depth: u32) -> std::io::Result<()> {
+        let meta = std::fs::symlink_metadata(p)?;
+        let want = if meta.is_dir() { 0o700 } else { 0o600 };
+        if meta.file_type().is_symlink() {
+            return Ok(());
+        }
+        if meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(
+                p,
+                std::fs::Permissions::from_mode(meta.permissions().mode() & want),
+            )?;
+        }
+        if meta.is_dir() && depth < 4 {
+            for e in std::fs::read_dir(p)? {
+                tighten(&e?.path(), depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+    tighten(dir, 0).map_err(|e| {
+        format!(
+            "{}: cannot make the data directory readable by this user only: {e}",
+            dir.display()
+        )
+    })
+}
+
 /// This node's addresses and its listeners, bound before Raft starts.
 struct Listeners {
     me: CtrlNode,
@@ -202,23 +247,34 @@ struct Listeners {
 }
 
 async fn bind(args: &RunArgs) -> Result<Listeners, String> {
+    use crate::base::config::{exposure, resolve, Port};
     let id = args.id;
     let me = args.spec.nodes[&id].clone();
     // Names in --cluster: ours must resolve (bounded) to bind; a peer's that does not yet is
     // only reported (the raft port resolves it again on every connect, bounded too).
     crate::base::config::warn_unresolved_peers(id, &args.spec).await;
-    let client_l = TcpListener::bind(&crate::base::config::resolve(&me.client).await?[..])
+    // C13 amended (issue 27): the loopback rule judges each address as bound — a name leads
+    // wherever the resolver says (a hosts file, a DNS search domain), `localhost` included.
+    let judged = |port: Port, name: &str, l: TcpListener| -> Result<TcpListener, String> {
+        let at = l.local_addr().map_err(|e| format!("{name}: {e}"))?;
+        exposure(port, name, at.ip(), &args.opts)?;
+        Ok(l)
+    };
+    let client_l = TcpListener::bind(&resolve(&me.client).await?[..])
         .await
         .map_err(|e| format!("bind {}: {e}", me.client))?;
-    let raft_l = TcpListener::bind(&crate::base::config::resolve(&me.raft).await?[..])
+    let client_l = judged(Port::Client, &me.client, client_l)?;
+    let raft_l = TcpListener::bind(&resolve(&me.raft).await?[..])
         .await
         .map_err(|e| format!("bind {}: {e}", me.raft))?;
+    let raft_l = judged(Port::Raft, &me.raft, raft_l)?;
     let metrics_l = match &args.opts.metrics {
-        Some(a) => Some(
-            TcpListener::bind(a)
+        Some(a) => {
+            let l = TcpListener::bind(&resolve(a).await?[..])
                 .await
-                .map_err(|e| format!("bind metrics {a}: {e}"))?,
-        ),
+                .map_err(|e| format!("bind metrics {a}: {e}"))?;
+            Some(judged(Port::Metrics, a, l)?)
+        }
         None => None,
     };
     Ok(Listeners {

@@ -167,8 +167,19 @@ impl Ctx {
 
     /// C3 write: commit through the log, then answer with the applied outcome.
     pub(crate) async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
+        self.write_as(req, req.client_id, cmd).await
+    }
+
+    /// [`Ctx::write`] remembered in the exactly-once table under `client_id` (C13 amended:
+    /// the caller's id bound to its identity, `base/auth.rs::bound_client_id`).
+    pub(crate) async fn write_as(
+        &self,
+        req: &Request,
+        client_id: [u8; 16],
+        cmd: Cmd,
+    ) -> Result<Outcome, Reply> {
         let p = Proposal {
-            client_id: req.client_id,
+            client_id,
             request_id: req.request_id,
             now_ms: now_ms(),
             cmd,

@@ -19,7 +19,8 @@ use crate::raft::types::Raft;
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest request head accepted (a scraper sends a few hundred bytes).
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
-/// Concurrent scrapes served; more are closed at once.
+/// Connections served at once; a newcomer evicts the oldest (issue 27: 16 idle connections
+/// held every slot for [`HTTP_TIMEOUT`] and each scrape meanwhile was closed unanswered).
 pub const MAX_SCRAPERS: usize = 16;
 /// The content type of the OpenMetrics text `prometheus-client` writes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -83,9 +84,12 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `listener` until the process ends.
+/// Serves `GET /metrics` on `listener` until the process ends. Connections are a crowd of
+/// [`MAX_SCRAPERS`] (`base/crowd.rs`): a new one evicts the oldest, so connections that send
+/// nothing cannot starve a scraper — an answer takes milliseconds, an idle connection is the
+/// oldest long before its [`HTTP_TIMEOUT`].
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBuf) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPERS));
+    let crowd = crate::base::crowd::Crowd::new(MAX_SCRAPERS);
     let data = Arc::new(data);
     let render_lock = Arc::new(Mutex::new(()));
     loop {
@@ -93,17 +97,17 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBu
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            continue;
-        };
+        let (place, _) = crowd.enter();
         let (ctx, data, lock) = (ctx.clone(), data.clone(), render_lock.clone());
         tokio::spawn(async move {
-            let _permit = permit;
             let work = answer(s, peer, move || {
                 let _one = lock.lock().expect("render lock");
                 render(&ctx, &data)
             });
-            let _ = tokio::time::timeout(HTTP_TIMEOUT, work).await;
+            tokio::select! {
+                _ = tokio::time::timeout(HTTP_TIMEOUT, work) => {}
+                () = place.evicted() => {}
+            }
         });
     }
 }

@@ -41,6 +41,9 @@ pub const MAX_UNADMITTED: usize = 32;
 /// Admitted connections at once (members open a few each); more are closed at once.
 pub const MAX_PEER_CONNECTIONS: usize = 256;
 
+/// Connection-level log lines a stranger can cause, rate-limited with a count (issue 27).
+static REFUSALS: crate::base::ratelog::RateLog = crate::base::ratelog::RateLog::new();
+
 /// Largest snapshot file accepted from a peer.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
 
@@ -158,6 +161,13 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
     let waiting = Arc::new(Mutex::new(Waiting::default()));
     let admitted = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
     let node_id = srv.node_id;
+    tokio::spawn(async move {
+        let prefix = format!("node {node_id}: ");
+        loop {
+            tokio::time::sleep(crate::base::ratelog::INTERVAL).await;
+            REFUSALS.flush(&prefix);
+        }
+    });
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -171,7 +181,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
         let (srv, waiting, admitted) = (srv.clone(), waiting.clone(), admitted.clone());
         tokio::spawn(async move {
             let (ticket, evicted) = waiting.lock().expect("waiting").enter();
-            let res = serve_peer(stream, &srv, evicted, || {
+            let res = serve_peer(stream, peer, &srv, evicted, || {
                 waiting.lock().expect("waiting").leave(ticket);
                 admitted.clone().try_acquire_owned().ok()
             })
@@ -179,7 +189,19 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
             waiting.lock().expect("waiting").leave(ticket);
             if let Err(e) = res {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
-                    eprintln!("node {node_id}: raft peer {peer}: {e}");
+                    // Issue 27: a stranger causes one line per connection: rate-limited.
+                    let text = e.to_string();
+                    let kind = match e.kind() {
+                        io::ErrorKind::PermissionDenied if text.contains("names no member") => {
+                            "raft peer names no member"
+                        }
+                        io::ErrorKind::PermissionDenied if text.contains("evicted") => {
+                            "raft peer evicted"
+                        }
+                        io::ErrorKind::PermissionDenied => "raft peer refused",
+                        _ => "raft peer connection failed",
+                    };
+                    REFUSALS.note(kind, || format!("node {node_id}: raft peer {peer}: {e}"));
                 }
             }
         });
@@ -191,6 +213,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
 /// `admit` leaves the waiting queue and takes an admitted slot (`None`: all taken).
 async fn serve_peer(
     tcp: TcpStream,
+    peer: std::net::SocketAddr,
     srv: &PeerServer,
     evicted: oneshot::Receiver<()>,
     admit: impl FnOnce() -> Option<tokio::sync::OwnedSemaphorePermit>,
@@ -244,7 +267,7 @@ async fn serve_peer(
     // C15: the committed vote of the last append this connection carried; if the connection
     // breaks, the leader may be gone (see `crate::raft::elect`).
     let mut carried: Option<Vote> = None;
-    let res = serve_rpcs(&mut stream, first, srv, &mut carried).await;
+    let res = serve_rpcs(&mut stream, peer, first, srv, &mut carried).await;
     if let (Err(_), Some(v)) = (&res, carried) {
         srv.elect.leader_link_closed(v);
     }
@@ -256,6 +279,7 @@ async fn serve_peer(
 /// appends it carries.
 async fn serve_rpcs(
     stream: &mut PeerStream,
+    peer: std::net::SocketAddr,
     mut first: Option<[u8; 4]>,
     srv: &PeerServer,
     carried: &mut Option<Vote>,
@@ -283,7 +307,7 @@ async fn serve_rpcs(
                 // C16: the peer is authenticated as a member (mutual TLS, checked at
                 // admission); over plaintext only a cluster that checks nobody takes it.
                 Some(ctx) => {
-                    answer_forwarded(ctx, srv.tls.is_some(), &who, within_ms, &frame).await
+                    answer_forwarded(ctx, srv.tls.is_some(), peer, &who, within_ms, &frame).await
                 }
                 None => Vec::new(),
             }),

@@ -252,9 +252,6 @@ pub struct NodeOpts {
     pub token_key: Option<PathBuf>,
     /// `--metrics ADDR`: serve `/metrics` (C18) on this address.
     pub metrics: Option<String>,
-    /// Test failpoint `--test-leader-flush-stall FILE`: while FILE exists, the leader's own
-    /// log flushes wait (a stalled disk on the primary only; followers' flushes go on).
-    pub test_leader_flush_stall: Option<PathBuf>,
 }
 
 impl Default for NodeOpts {
@@ -277,7 +274,6 @@ impl Default for NodeOpts {
             insecure: false,
             token_key: None,
             metrics: None,
-            test_leader_flush_stall: None,
         }
     }
 }
@@ -374,7 +370,6 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--token-key" => o.token_key = Some(v.into()),
         "--insecure" => o.insecure = v == "true",
         "--metrics" => o.metrics = Some(v.to_string()),
-        "--test-leader-flush-stall" => o.test_leader_flush_stall = Some(v.into()),
         _ => return Ok(false),
     }
     Ok(true)

@@ -6,6 +6,8 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod counters;
+pub mod failpoints;
+pub mod fault;
 pub mod ids;
 pub mod logstamp;
 pub mod tls;

@@ -334,9 +334,44 @@ impl Ctrl {
         self.wait_primary_among(&ids, timeout)
     }
 
+    /// Node `id`'s progress (an immediate `waitPrimary`): (last log, committed, applied index).
+    pub fn progress(&self, id: u64) -> Option<(u64, u64, u64)> {
+        let mut c = Client::try_connect(&self.clients[&id], Duration::from_millis(500))?;
+        c.set_timeout(Duration::from_secs(2));
+        let r = c
+            .try_call(Op::WaitPrimary {
+                timeout_ms: 0,
+                exclude_host: String::new(),
+                exclude_port: 0,
+            })
+            .ok()?;
+        match r.data {
+            ReplyData::CtrlInfo(i) => Some((i.last_log_index, i.committed_index, i.applied_index)),
+            _ => None,
+        }
+    }
+
     /// Waits for a primary and for every other running node to follow it (a fresh node is
-    /// NOT_READY until the primary's first append reaches it).
+    /// NOT_READY until the primary's first append reaches it) and to know the commit of the
+    /// primary's first entry (its barrier): only then has a node that started without data
+    /// caught up (C12: a leader's commit index of its own term), and votes.
     pub fn wait_settled(&self, timeout: Duration) -> u64 {
+        let p = self.wait_settled_roles(timeout);
+        let Some((_, committed, _)) = self.progress(p) else {
+            return p;
+        };
+        for s in self.running().into_iter().filter(|&s| s != p) {
+            self.wait_until(
+                &format!("node {s} knows commit {committed}"),
+                timeout,
+                || self.progress(s).is_some_and(|(_, c, _)| c >= committed),
+            );
+        }
+        p
+    }
+
+    /// [`Ctrl::wait_settled`] without waiting for the standbys' commit index.
+    pub fn wait_settled_roles(&self, timeout: Duration) -> u64 {
         let p = self.wait_primary(timeout);
         let paddr = self.clients[&p].clone();
         for s in self.running().into_iter().filter(|&s| s != p) {

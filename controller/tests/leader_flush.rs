@@ -37,7 +37,7 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
         .keys()
         .find(|&&id| id != p)
         .expect("a follower");
-    ctrl.signal(f, libc::SIGSTOP);
+    ctrl.stop(f);
     let req = c.request(submit(3, "u", ""));
     c.send(&req).unwrap();
     c.set_timeout(Duration::from_secs(2));

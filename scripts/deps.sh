@@ -19,6 +19,7 @@ declare -A APT=(
   [objcopy]=binutils         # scripts/install.sh: split debug info, strip; check-exports.sh
   [pkg-config]=pkg-config
   [ip]=iproute2              # network namespaces of the S11 network-fault tests (run as root)
+  [openssl]=openssl          # s_server/s_client: the TLS record layer's interoperability tests
 )
 missing=()
 for cmd in "${!APT[@]}"; do

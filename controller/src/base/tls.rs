@@ -201,6 +201,8 @@ pub struct ServerTls {
     /// Plaintext that arrived with the handshake's last flight.
     early: Vec<u8>,
     peer: Option<Vec<CertificateDer<'static>>>,
+    /// A fatal alert went out: no close_notify after it.
+    failed: bool,
 }
 
 /// Bytes read from the socket at most at once.
@@ -317,6 +319,7 @@ impl ServerTls {
             out: Vec::new(),
             early,
             peer,
+            failed: false,
         })
     }
 
@@ -364,6 +367,7 @@ impl ServerTls {
                 Err(e) => {
                     let mut a = Vec::new();
                     let alert = Records::<KernelConnection<ServerConnectionData>>::alert_for(&e);
+                    self.failed = true;
                     if self.records.alert(alert, &mut a).is_ok() {
                         let _ = self.tcp.try_write(&a);
                     }
@@ -396,5 +400,20 @@ impl ServerTls {
             self.out = Vec::new();
         }
         r
+    }
+}
+
+impl Drop for ServerTls {
+    /// Closing: a `close_notify` first (RFC 8446 6.1: the end of our data, not a truncation;
+    /// none after a fatal alert), best effort — a client whose receive buffer cannot take 24
+    /// bytes reads nothing any more.
+    fn drop(&mut self) {
+        if self.failed {
+            return;
+        }
+        let mut a = Vec::new();
+        if self.records.close_notify(&mut a).is_ok() {
+            let _ = self.tcp.try_write(&a);
+        }
     }
 }

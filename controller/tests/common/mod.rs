@@ -59,10 +59,8 @@ pub const STARTUP: Duration = Duration::from_secs(20);
 /// Per-request socket timeout of the test client.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Ports below the ephemeral range (the proof crate's, shared by path).
-#[path = "../../../proof/src/ports.rs"]
-mod ports;
-pub use ports::free_ports;
+/// Ports below the ephemeral range (the test kit's, shared with the proof crate's clusters).
+pub use xce_testkit::ports::free_ports;
 
 /// A controller cluster of real processes; every node's stderr goes to `DIR/node-N.log`.
 pub struct Ctrl {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
 
-/// One controller node of a [`Cluster`].
 /// `1=client/raft,2=…` as `xce-controller run --cluster` takes it, from (id, client, raft).
 pub fn cluster_spec(nodes: impl Iterator<Item = (u32, SocketAddr, SocketAddr)>) -> String {
     nodes
@@ -26,6 +25,7 @@ pub fn master_list(clients: impl Iterator<Item = SocketAddr>) -> String {
     clients.map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// One controller node of a [`Cluster`].
 pub struct Node {
     pub id: u32,
     pub client: SocketAddr,
@@ -129,7 +129,7 @@ pub fn controller_bin() -> PathBuf {
         .expect("xce-controller binary not found: run `cargo build -p xce-controller` or set XCE_CONTROLLER")
 }
 
-use crate::ports::free_ports;
+use xce_testkit::ports::free_ports;
 
 impl Cluster {
     /// Start `n` nodes and return without waiting for an election.

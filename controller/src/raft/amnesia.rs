@@ -19,14 +19,18 @@
 //!
 //! The marker goes (fsynced) once the node has caught up (C12 amended: caught up means caught
 //! up — [`caught_up_by`], a pure decision, decides it from one of two facts):
-//! - **a leader's commit index of its own term**: an AppendEntries of a committed leader vote
-//!   succeeded, the request's `leader_commit` is an entry of that leader's term, and the node's
-//!   log now matches the leader's up to at least it. Committed in the leader's term, that entry
-//!   comes after everything the leader held when it was elected — every entry committed before
-//!   (Raft's leader completeness) — so the node now holds all of it, and from then on
-//!   remembers what it acknowledges like any other node. A commit index of an earlier term (a
-//!   leader just elected, or restarted: it learns the commit with its first entry) or none
-//!   does not count: it may stop short of a write a previous leader acknowledged;
+//! - **the leader's log, into the leader's own term, and its commit index**: an AppendEntries
+//!   of a committed leader vote of term T succeeded, and the node's log now matches the
+//!   leader's up to an entry `m` that (a) is of term T — the leader wrote it after everything it
+//!   held when it was elected, which is every entry committed before term T (Raft's leader
+//!   completeness) — and (b) is at or past the request's commit index — every entry committed
+//!   in term T so far. A write this node helped acknowledge before it lost its data was
+//!   committed before this process started, so before the leader built this append: in an
+//!   earlier term it is covered by (a), in term T by the leader's commit index, (b). From then
+//!   on the node remembers what it acknowledges like any other node. A log that matches only
+//!   entries of earlier terms does not count, whatever the commit index says (it may stop
+//!   short of a write a previous leader acknowledged, or the leader's commit index may not have
+//!   caught up with its own election yet);
 //! - **its own election since it started blank**: the store saved a committed vote of this node
 //!   (openraft saves it the moment the node wins, before its first entry as leader; the store
 //!   calls [`Amnesia::vote_saved`] once it is on disk). A quorum elected it, so its log held
@@ -96,15 +100,18 @@ pub fn caught_up_by(fact: &Fact) -> Option<String> {
     match *fact {
         Fact::Append {
             vote,
-            matched,
-            leader_commit: Some(c),
+            matched: Some(m),
+            leader_commit,
         } if vote.is_committed()
-            && c.leader_id.term == vote.leader_id().term
-            && matched.is_some_and(|m| m.index >= c.index) =>
+            && m.leader_id.term == vote.leader_id().term
+            && leader_commit.is_none_or(|c| m.index >= c.index) =>
         {
             Some(format!(
-                "caught up to the leader's commit index {} (term {})",
-                c.index, c.leader_id.term
+                "its log matches the leader's into the leader's term {} (index {}) and reaches \
+                 its commit index ({})",
+                m.leader_id.term,
+                m.index,
+                leader_commit.map_or_else(|| "none".to_string(), |c| c.index.to_string())
             ))
         }
         Fact::VoteSaved { vote, me }
@@ -336,7 +343,7 @@ mod tests {
                 false,
             ),
             (
-                "a commit index of an earlier term (a leader that has not committed yet)",
+                "matched only entries of an earlier term, at a commit index of that term",
                 append(
                     committed(5, 1),
                     Some(log_id(4, 3, 50)),
@@ -345,8 +352,31 @@ mod tests {
                 false,
             ),
             (
-                "no commit index (a restarted leader)",
+                "matched only entries of an earlier term, no commit index (a restarted leader)",
                 append(committed(5, 1), Some(log_id(4, 3, 50)), None),
+                false,
+            ),
+            (
+                "the leader's first entry of its term, its commit index not caught up yet",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 51)),
+                    Some(log_id(4, 3, 50)),
+                ),
+                true,
+            ),
+            (
+                "the leader's first entry of its term, no commit index yet (a new cluster)",
+                append(committed(1, 1), Some(log_id(1, 1, 1)), None),
+                true,
+            ),
+            (
+                "an entry of the leader's term, short of a commit index of that term",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 51)),
+                    Some(log_id(5, 1, 57)),
+                ),
                 false,
             ),
             (

@@ -35,7 +35,8 @@ commands:
   member    add, remove or list the cluster's members online (admin)
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
-exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
+exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error,
+74 when the node stopped for a storage fault (a full or failing disk, C21)";
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]

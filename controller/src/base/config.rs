@@ -255,9 +255,6 @@ pub struct NodeOpts {
     /// `--metrics-public`: the metrics endpoint (plaintext, no authentication) may be bound
     /// off loopback (issue 27: refused otherwise, unless `--insecure`).
     pub metrics_public: bool,
-    /// Test failpoint `--test-leader-flush-stall FILE`: while FILE exists, the leader's own
-    /// log flushes wait (a stalled disk on the primary only; followers' flushes go on).
-    pub test_leader_flush_stall: Option<PathBuf>,
 }
 
 impl Default for NodeOpts {
@@ -281,7 +278,6 @@ impl Default for NodeOpts {
             token_key: None,
             metrics: None,
             metrics_public: false,
-            test_leader_flush_stall: None,
         }
     }
 }
@@ -432,7 +428,6 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--insecure" => o.insecure = v == "true",
         "--metrics" => o.metrics = Some(v.to_string()),
         "--metrics-public" => o.metrics_public = v == "true",
-        "--test-leader-flush-stall" => o.test_leader_flush_stall = Some(v.into()),
         _ => return Ok(false),
     }
     Ok(true)

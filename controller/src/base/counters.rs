@@ -29,6 +29,11 @@ struct AnswerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StorageLabels {
+    op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -64,6 +69,8 @@ pub(crate) struct Metrics {
     pub(crate) quorum_ack_age: GaugeF,
     flush_pending: Gauge64,
     appends: Family<KindLabels, Counter>,
+    storage_faults: Family<StorageLabels, Counter>,
+    storage_fault: Gauge64,
 }
 
 pub(crate) static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -94,6 +101,8 @@ impl Metrics {
             quorum_ack_age: GaugeF::default(),
             flush_pending: Gauge64::default(),
             appends: Family::default(),
+            storage_faults: Family::default(),
+            storage_fault: Gauge64::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -141,7 +150,8 @@ impl Metrics {
         r.register(
             "xce_campaigns",
             "Elections this node considered, by outcome: campaigned after a granted pre-vote, \
-             not_granted (no quorum said yes: no term raised), handover (C14, no pre-vote)",
+             not_granted (no quorum said yes: no term raised), called_off (an append accepted \
+             after the decision: no term raised), handover (C14, no pre-vote)",
             m.campaigns.clone(),
         );
         r.register(
@@ -195,6 +205,18 @@ impl Metrics {
              on the standbys' disks meanwhile; at 16 MiB the primary waits)",
             m.flush_pending.clone(),
         );
+        r.register(
+            "xce_storage_faults",
+            "C21: failed writes, fsyncs or reads of this node's data directory, by what was \
+             written (log_append, log_flush, log_truncate, log_purge, vote, snapshot, marker, \
+             read, raft): the first one stops the node, which exits with status 74",
+            m.storage_faults.clone(),
+        );
+        r.register(
+            "xce_storage_fault",
+            "C21: 1 once this node's storage failed (it serves and votes no more and exits)",
+            m.storage_fault.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 }
@@ -203,6 +225,12 @@ impl Metrics {
 pub fn flush_pending(bytes: usize) {
     M.flush_pending
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// C21: a write, fsync or read of the data directory failed (`base/fault.rs`).
+pub fn storage_fault(op: &'static str) {
+    M.storage_faults.get_or_create(&StorageLabels { op }).inc();
+    M.storage_fault.set(1);
 }
 
 /// This node received an AppendEntries, with log entries or without (raft server hook).
@@ -243,7 +271,7 @@ pub fn pre_vote(granted: bool) {
 }
 
 /// This node's election timer or a handover led to `outcome`: `campaigned`, `not_granted`,
-/// `handover` (raft/elect.rs and raft/handover.rs hooks).
+/// `called_off`, `handover` (raft/elect.rs and raft/handover.rs hooks).
 pub fn campaign(outcome: &'static str) {
     M.campaigns.get_or_create(&ForwardLabels { outcome }).inc();
 }

@@ -8,6 +8,8 @@ pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod crowd;
+pub mod failpoints;
+pub mod fault;
 pub mod ids;
 pub mod logstamp;
 pub mod ratelog;

@@ -10,6 +10,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::base::auth::Auth;
 use crate::base::config::{NodeOpts, RunArgs};
+use crate::base::fault::{self, EXIT_STORAGE_FAULT};
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::base::tls;
 use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
@@ -34,6 +35,11 @@ pub fn run(args: RunArgs) -> i32 {
     // directory it creates from here on is 0600/0700 whatever the caller's umask.
     // SAFETY: umask(2) cannot fail and touches no memory.
     unsafe { libc::umask(0o077) };
+    // Failpoints set at start (a build with failpoints; refused without).
+    if let Err(e) = crate::base::failpoints::from_env() {
+        eprintln!("node {}: {e}", args.id);
+        return 2;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -46,7 +52,17 @@ pub fn run(args: RunArgs) -> i32 {
         }
     };
     let id = args.id;
-    match rt.block_on(run_node(args)) {
+    let res = rt.block_on(run_node(args));
+    if let Some(why) = fault::storage_fault() {
+        // C21: exit as a crash would, touching the disk no more: nothing is flushed, handed
+        // over or shut down (a store stuck on the failed disk must not hold the exit).
+        eprintln!(
+            "node {id}: stopped by a storage fault ({why}): exit status {EXIT_STORAGE_FAULT}"
+        );
+        rt.shutdown_background();
+        return EXIT_STORAGE_FAULT;
+    }
+    match res {
         Ok(()) => {
             rt.shutdown_timeout(Duration::from_secs(1));
             0
@@ -64,6 +80,17 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;
+    // C22: the last index of the log as this process found it (handover entries at or below it
+    // are history replayed from disk).
+    let start_last = {
+        use openraft::storage::RaftLogStorage;
+        let mut log = stores.log_reader.clone();
+        log.get_log_state()
+            .await
+            .map_err(|e| format!("raft log: {e}"))?
+            .last_log_id
+            .map(|l| l.index)
+    };
     let ports = bind(&args).await?;
     let lease = Arc::new(LeaseClock::default());
     let raft = start_raft(&args, &links, &lease, stores.log, stores.sm).await?;
@@ -87,7 +114,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &elect,
         &links,
     );
-    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers);
+    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers, start_last);
     let ctx = Arc::new(Ctx {
         id,
         raft: raft.clone(),
@@ -116,8 +143,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &links,
         &forwarded,
     )?;
-    stop_on_signal(&raft, &serving, &ready, &elect, id).await;
-    Ok(())
+    tokio::select! {
+        () = stop_on_signal(&raft, &serving, &ready, &elect, id) => Ok(()),
+        // C21: `run` ends the process with its own status.
+        why = fault::wait() => Err(format!("storage fault: {why}")),
+    }
 }
 
 /// How this node's ports are secured and bounded: the client port's TLS, mutual TLS between
@@ -180,7 +210,10 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let log = LogStore::new(db.clone(), args.opts.test_leader_flush_stall.clone());
+    let log = LogStore::new(db.clone(), &args.data);
+    // C12: the node's own election, told by the store once its vote is on disk.
+    let told = amnesia.clone();
+    log.on_vote(Box::new(move |vote| told.vote_saved(vote)));
     let log_reader = log.clone();
     let mut sm =
         StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
@@ -369,14 +402,13 @@ fn start_elections(
         timing,
         guard,
         forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
-        log_reader.clone(),
+        log_reader,
     );
     amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
     tokio::spawn(crate::raft::amnesia::watch(
         raft.clone(),
         amnesia.clone(),
         elect.clone(),
-        log_reader,
     ));
     elect
 }
@@ -421,6 +453,7 @@ fn start_tasks(
     args: &RunArgs,
     applied: &SharedApplied,
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
+    start_last: Option<u64>,
 ) -> Arc<Readiness> {
     let id = args.id;
     tokio::spawn(store::snapshot_trigger(
@@ -428,8 +461,13 @@ fn start_tasks(
         applied.clone(),
         args.opts.snapshot_logs,
     ));
-    tokio::spawn(log_roles(raft.clone(), id));
-    tokio::spawn(crate::raft::handover::follow(raft.clone(), id, handovers));
+    tokio::spawn(log_roles(raft.clone(), id, args.data.clone()));
+    tokio::spawn(crate::raft::handover::follow(
+        raft.clone(),
+        id,
+        start_last,
+        handovers,
+    ));
     let ready = Arc::new(Readiness::default());
     tokio::spawn(crate::raft::ready::run(
         raft.clone(),
@@ -574,7 +612,7 @@ fn role_name(s: ServerState) -> &'static str {
 /// `raft.metrics()` changes on every turn of the Raft core, several times per write, and each
 /// change woke this task (P11). Only while this node leads unconfirmed does it follow every
 /// turn, to see the first quorum answer.
-async fn log_roles(raft: Raft, id: NodeId) {
+async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
     let mut rx = raft.server_metrics();
     let mut every_turn = raft.metrics();
     let mut last = None;
@@ -611,9 +649,15 @@ async fn log_roles(raft: Raft, id: NodeId) {
             rx.changed().await.is_err()
         };
         if stopped {
-            // The Raft core ended; its last metrics say why.
-            if let Err(e) = &raft.metrics().borrow().running_state {
-                eprintln!("node {id}: raft stopped: {e}");
+            // The Raft core ended; its last metrics say why. Ended by an error (storage,
+            // above all), it is this node's storage fault (C21): the process exits.
+            let state = raft.metrics().borrow().running_state.clone();
+            match state {
+                Err(openraft::error::Fatal::Stopped) | Ok(()) => {}
+                Err(e) => {
+                    eprintln!("node {id}: raft stopped: {e}");
+                    fault::record("raft", &data, &e);
+                }
             }
             return;
         }

@@ -110,6 +110,8 @@ impl Ctx {
         let initialized = m.membership_config.membership().nodes().next().is_some();
         let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
         let status = match (initialized, m.state, leader) {
+            // C21: a node whose disk failed serves nothing (it is about to exit).
+            _ if crate::base::fault::faulted() => E_XCE_NOT_READY,
             (false, _, _) => E_XCE_NOT_READY,
             (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
             (_, _, Some(_)) => E_XCE_STANDBY,
@@ -151,7 +153,10 @@ impl Ctx {
     pub fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
-        m.state == ServerState::Leader && !self.cut_off_in(&m) && self.ready.is_ready(&m.vote)
+        m.state == ServerState::Leader
+            && !self.cut_off_in(&m)
+            && self.ready.is_ready(&m.vote)
+            && !crate::base::fault::faulted()
     }
 
     /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for

@@ -1,6 +1,11 @@
 //! C18: the metrics endpoint of `run --metrics ADDR`: `GET /metrics` answers the registry
 //! of [`crate::base::counters`] as text, after reading the gauges (term, role, indexes, sizes,
 //! cursors) from the node; and the watcher that counts leader changes.
+//!
+//! In a build with failpoints (`base/failpoints.rs`) only, it also lets another process set
+//! them, as TiKV's status server does: `PUT /fail/NAME` (the body: the `fail` crate's actions,
+//! e.g. `pause`, `return(EIO)`), `DELETE /fail/NAME`, `GET /fail` (what is set). A release
+//! build answers 404 there.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::base::counters::M;
+use crate::base::failpoints;
 use crate::base::ids::NodeId;
 use crate::node::ctx::Ctx;
 use crate::raft::types::Raft;
@@ -19,6 +25,8 @@ use crate::raft::types::Raft;
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest request head accepted (a scraper sends a few hundred bytes).
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// Longest request body accepted (a failpoint's actions).
+pub const MAX_REQUEST_BODY: usize = 1024;
 /// Connections served at once; a newcomer evicts the oldest (issue 27: 16 idle connections
 /// held every slot for [`HTTP_TIMEOUT`] and each scrape meanwhile was closed unanswered).
 pub const MAX_SCRAPERS: usize = 16;
@@ -141,6 +149,20 @@ async fn answer(
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    if failpoints::enabled() && (path == "/fail" || path.starts_with("/fail/")) {
+        let end = head
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(head.len(), |p| p + 4);
+        let (status, body) = match read_body(&mut s, &head[..end], head[end..].to_vec()).await? {
+            Some(b) => control(method, path, &b),
+            None => (
+                "413 Content Too Large",
+                format!("at most {MAX_REQUEST_BODY} bytes\n"),
+            ),
+        };
+        return respond(&mut s, status, "text/plain", &body).await;
+    }
     match (method, path) {
         ("GET", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, &render()).await,
         ("HEAD", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, "").await,
@@ -148,6 +170,51 @@ async fn answer(
             respond(&mut s, "404 Not Found", "text/plain", "see /metrics\n").await
         }
         _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "").await,
+    }
+}
+
+/// The request body after `head` (`Content-Length`, at most [`MAX_REQUEST_BODY`]; `None`
+/// when larger), starting with the bytes already read past the head.
+async fn read_body(
+    s: &mut TcpStream,
+    head: &[u8],
+    mut body: Vec<u8>,
+) -> std::io::Result<Option<String>> {
+    let head = String::from_utf8_lossy(head);
+    let len = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    if len > MAX_REQUEST_BODY || body.len() > MAX_REQUEST_BODY {
+        return Ok(None);
+    }
+    let mut chunk = [0u8; 256];
+    while body.len() < len {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(len);
+    Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The failpoint control (builds with failpoints only): `PUT /fail/NAME` sets NAME to the
+/// body, `DELETE /fail/NAME` clears it, `GET /fail` lists what is set.
+fn control(method: &str, path: &str, body: &str) -> (&'static str, String) {
+    let name = path.strip_prefix("/fail/").unwrap_or("");
+    let done = |r: Result<(), String>| match r {
+        Ok(()) => ("200 OK", String::new()),
+        Err(e) => ("400 Bad Request", format!("{e}\n")),
+    };
+    match (method, name) {
+        ("GET", "") => ("200 OK", failpoints::list()),
+        ("PUT", n) if !n.is_empty() => done(failpoints::set(n, body)),
+        ("DELETE", n) if !n.is_empty() => done(failpoints::clear(n)),
+        _ => ("405 Method Not Allowed", String::new()),
     }
 }
 

@@ -63,10 +63,21 @@ async fn receive_snapshot(
             "snapshot too large",
         ));
     }
-    let snap = crate::sm::snapshot::SnapFile::receive_into(dir)?;
+    // C21: a failure to write the file is this node's storage fault; the peer's stream ending
+    // early is not.
+    let disk = |e: io::Error, path: &std::path::Path| {
+        crate::base::fault::record("snapshot", path, &e);
+        e
+    };
+    let snap = crate::sm::snapshot::SnapFile::receive_into(dir).map_err(|e| disk(e, dir))?;
     let path = snap.path.clone();
     let mut file = tokio::fs::File::from_std(snap.file);
     let copied = tokio::io::copy(&mut (&mut *stream).take(len), &mut file).await;
+    if let Err(e) = &copied {
+        if is_disk_error(e) {
+            return Err(disk(io::Error::new(e.kind(), e.to_string()), &path));
+        }
+    }
     let ok = matches!(copied, Ok(n) if n == len);
     if !ok {
         let _ = std::fs::remove_file(&path);
@@ -75,7 +86,7 @@ async fn receive_snapshot(
             "snapshot cut short",
         ));
     }
-    file.flush().await?;
+    file.flush().await.map_err(|e| disk(e, &path))?;
     let snapshot = Snapshot {
         meta,
         snapshot: Box::new(crate::sm::snapshot::SnapFile {
@@ -86,6 +97,15 @@ async fn receive_snapshot(
     Ok(RpcReply::Snapshot(
         raft.install_full_snapshot(vote, snapshot).await,
     ))
+}
+
+/// Whether a copy from a peer into a file failed on the file's side (a full or failing disk),
+/// not on the network's.
+fn is_disk_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EROFS | libc::EFBIG)
+    )
 }
 
 /// What the raft listener needs, shared by every peer connection.
@@ -334,7 +354,8 @@ async fn answer_vote(
     srv: &PeerServer,
     r: VoteRequest<NodeId>,
 ) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
-    if srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
+    // C21: a node whose disk failed promises nothing more.
+    if crate::base::fault::faulted() || srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
         return Ok(refuse_vote(&srv.raft));
     }
     srv.raft.vote(r).await
@@ -345,7 +366,8 @@ async fn answer_vote(
 /// member: the connection was admitted (mutual TLS), as for every other message.
 async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
     let as_vote = VoteRequest::new(Vote::new(r.term, r.candidate), r.last_log_id);
-    let granted = !srv.guard.refuses()
+    let granted = !crate::base::fault::faulted()
+        && !srv.guard.refuses()
         && !srv.amnesia.refuses_vote(&as_vote)
         && srv.elect.would_vote(r).await;
     crate::base::counters::pre_vote(granted);

@@ -75,7 +75,11 @@ pub fn kill_nodes_with_this_process(on: bool) {
 }
 
 /// Builds the controller in this crate's profile (unless `XCE_CONTROLLER` names one), so that
-/// a command of this crate never measures a stale one.
+/// a command of this crate never measures a stale one. With failpoints (the controller's
+/// feature `failpoints`, docs/controller.md): the scenarios and the nemesis inject faults
+/// through them, and the binary is then the one the controller's own tests run (their
+/// dev-dependency turns the feature on), so neither build replaces the other's with a
+/// different one. A release build of the workspace (`cargo build --release`) has none.
 pub fn build_controller() -> Result<(), String> {
     if std::env::var_os("XCE_CONTROLLER").is_some() {
         return Ok(());
@@ -83,7 +87,14 @@ pub fn build_controller() -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args(["build", "--quiet", "-p", "xce-controller"]);
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "xce-controller",
+            "--features",
+            "xce-controller/failpoints",
+        ]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }

@@ -2,18 +2,16 @@
 //! binary, re-executed for one test) so that it can close every fd or fork without harming the
 //! test harness; the fake controller stays in the parent.
 
-mod support;
-
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::error::*;
 use xce::failover::{Endpoint, Options};
 use xce::Error;
+use xce_testkit::fake::*;
 
 const CHILD: &str = "XCE_FD_TEST_CHILD";
 const PORT: &str = "XCE_FD_TEST_PORT";

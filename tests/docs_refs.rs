@@ -527,7 +527,10 @@ fn a_wrong_path_in_architecture_md_is_named() {
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].contains("has no `no_such_fn`"), "{p:?}");
     // Parentheses and `;` end a list: the names after them are read afresh.
-    assert!(of("- `proof/` (`tests/`), `src/cluster.rs`; `fuzz/`, `docs/c-api.md`\n").is_empty());
+    assert!(
+        of("- `proof/` (`tests/`), `src/harness/cluster.rs`; `fuzz/`, `docs/c-api.md`\n")
+            .is_empty()
+    );
     // A room's path is the folder of its description, across a `;` there.
     assert!(of("| `src/ffi/` | `panic.rs`; `cast.rs` (`log.rs`) |\n").is_empty());
     // Not paths: a Go import path, a command with spaces.

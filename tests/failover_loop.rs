@@ -1,18 +1,16 @@
 //! The retry loop against scripted fake controllers (failover.md F1–F19).
 
-mod support;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use support::*;
 use xce::client::{Client, Config, TlsFiles};
 use xce::error::*;
 use xce::failover::{ClientOption, Endpoint, Event, Options, RetryConfig};
 use xce::wire::*;
 use xce::Error;
+use xce_testkit::fake::*;
 
 fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
     Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")

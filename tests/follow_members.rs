@@ -4,14 +4,12 @@
 //! configured masters are never dropped; the learned ones are bounded; the happy path pays
 //! nothing (one `hello` per new connection, none per call).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::failover::{Endpoint, Options, MAX_LEARNED_MASTERS};
 use xce::wire::*;
+use xce_testkit::fake::*;
 
 fn learning() -> Options {
     Options {

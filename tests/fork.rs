@@ -14,20 +14,18 @@
 //! - a notification the parent queued stays the parent's: the child neither keeps nor sends it;
 //! - `new_job_id` never repeats across a fork.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{new_job_id, Client, Config};
 use xce::failover::log;
 use xce::transport::resolve::{hold_system_lock_for, resolve};
 use xce::transport::WakeState;
 use xce::wire::{JobAction, Notify, NotifyKind, Op};
+use xce_testkit::fake::*;
 
 /// How long a child may take before the case fails.
 const CHILD_LIMIT: Duration = Duration::from_secs(20);

@@ -9,8 +9,6 @@
 //! One case runs in a child process under `RLIMIT_AS` = 1 GiB, where an unbounded decode
 //! used to abort the process ("memory allocation of … bytes failed").
 
-mod support;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Write;
@@ -464,7 +462,12 @@ fn options() -> Options {
 }
 
 fn rust_client(ep: Endpoint) -> Client {
-    Client::start_with(Config::new(vec![ep]), options(), support::fast_retry(1)).expect("start")
+    Client::start_with(
+        Config::new(vec![ep]),
+        options(),
+        xce_testkit::fake::fast_retry(1),
+    )
+    .expect("start")
 }
 
 /// A C context on `ep` with the same knobs.

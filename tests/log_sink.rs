@@ -1,15 +1,13 @@
 //! F14: the replaceable log sink (its own test binary: the sink is process-wide).
 
-mod support;
-
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use support::*;
 use xce::client::{Client, Config};
 use xce::error::*;
 use xce::failover::log::{self, Level};
 use xce::Error;
+use xce_testkit::fake::*;
 
 #[test]
 fn rotations_log_at_info_and_exhaustion_at_warn_through_the_installed_sink() {

@@ -3,18 +3,16 @@
 //! that failed and a disagreeing cluster gets the budget's time, F10 a hook that removes
 //! itself, F16 a DUP after answered sends, F24 the last error is the last error.
 
-mod support;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::error::*;
 use xce::failover::{Endpoint, Options, RetryConfig};
 use xce::wire::*;
 use xce::Error;
+use xce_testkit::fake::*;
 
 fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
     Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")

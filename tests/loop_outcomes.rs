@@ -3,16 +3,14 @@
 //! listing (F22 amended), and a write the reconnect hook repeats keeps its request id (F16).
 //! Each test failed on the loop before the fix.
 
-mod support;
-
 use std::sync::Arc;
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::error::*;
 use xce::failover::{Endpoint, Options, RetryConfig};
 use xce::wire::*;
 use xce::Error;
+use xce_testkit::fake::*;
 
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the library
 /// before the status existed (to show the tests failing there).

@@ -13,17 +13,15 @@
 //! them. The child also sees the library's helper threads (`/proc/self/task/*/comm`) and its
 //! wake pipes (`/proc/self/fd`) without other tests running beside it.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::failover::{Endpoint, Options};
 use xce::Error;
+use xce_testkit::fake::*;
 
 /// Set in the child: run the test body instead of spawning.
 const CHILD_ENV: &str = "XCE_NAME_LOOKUP_CHILD";

@@ -1,16 +1,14 @@
 //! F12 (amended), with scripted controllers: a notification keeps its request id until a
 //! primary acknowledges it, whatever the connections in between; the outbox is bounded.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::error::*;
 use xce::failover::{Endpoint, Options};
 use xce::wire::*;
 use xce::Error;
+use xce_testkit::fake::*;
 
 fn client(masters: &[Endpoint], options: Options) -> Client {
     Client::start_with(Config::new(masters.to_vec()), options, fast_retry(3)).expect("start")

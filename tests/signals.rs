@@ -5,14 +5,12 @@
 //! - "stop requested" ends the call in progress and every later call at once, until cleared —
 //!   the race-free stop of a single-threaded daemon.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::Error;
+use xce_testkit::fake::*;
 
 fn client_on(fake: &FakeController, reply_timeout: Duration) -> Arc<Client> {
     let mut opts = fast_options();

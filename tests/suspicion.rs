@@ -2,16 +2,14 @@
 //! loop ask another controller whether the primary changed; only a new primary, named by a
 //! controller that answered, abandons the late request.
 
-mod support;
-
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::failover::{Endpoint, Options};
 use xce::transport::{Connection, WakeState};
 use xce::wire::*;
+use xce_testkit::fake::*;
 
 fn watchful() -> Options {
     Options {

@@ -3,8 +3,6 @@
 //! text in the error, in the last error of a call, and in the log. Real sockets on loopback;
 //! every server is a thread of this test that ends with it.
 
-mod support;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -14,12 +12,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use support::{fast_options, fast_retry, FakeController};
 use xce::client::{Client, Config, TlsFiles};
 use xce::error::E_XCE_TLS;
 use xce::failover::log::{self, Level};
 use xce::failover::{Endpoint, Options};
 use xce::{Error, TlsCause};
+use xce_testkit::fake::{fast_options, fast_retry, FakeController};
 
 /// A CA and, per case, a server identity it signs (or another CA signs).
 struct Pki {

@@ -36,7 +36,8 @@ commands:
   snapshot  save an online backup of a cluster (admin); restore a new cluster from one
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
-exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
+exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error,
+74 when the node stopped for a storage fault (a full or failing disk, C21)";
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]
@@ -73,7 +74,9 @@ security (docs/security.md; `xce-controller pki` makes the files):
                          the caller's role; with neither, every caller is admin
   --tls-peer-ca FILE     mutual TLS on the raft port: peers must present a certificate this CA
                          (bundle) signed that names a member (xce-node-ID)
-  --insecure             allow plaintext on an address that is not loopback (refused otherwise)
+  --insecure             allow plaintext, or TLS without a way to check callers, on an address
+                         that is not loopback (refused otherwise: judged on the address bound,
+                         so a name that resolves off loopback counts as off loopback)
 timing and limits:
   --heartbeat-ms N       leader heartbeat interval (default 20)
   --election-min-ms N    election timeout, lower bound (default 60; > heartbeat)
@@ -83,7 +86,9 @@ timing and limits:
                          closed (a crashed primary), not a random timeout later (default on)
   --host-timeout-ms N    a worker silent this long is UNAVAIL (default 30000)
   --idle-timeout-ms N    an idle client connection is closed after this (default 600000)
-  --max-connections N    concurrent client connections (default 1024)
+  --max-connections N    concurrent authenticated client connections (default 1024); besides
+                         them, at most 64 unauthenticated ones (in their TLS handshake, 3 s at
+                         most, or anonymous, 10 s at most), the oldest closed for a newcomer
   --snapshot-logs N      snapshot after this many applied entries (default 1000)
   --log-keep N           log entries kept behind a snapshot, for lagging followers
                          (default 20000)
@@ -94,6 +99,8 @@ timing and limits:
                          the majority's stops voting and serving (docs/operations.md)
 observability:
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
+  --metrics-public       allow --metrics on an address that is not loopback: the endpoint is
+                         plaintext HTTP without authentication (firewall it)
 Options take their value as the next argument or as --flag=value.";
 
 const STATUS_USAGE: &str = "\

@@ -6,9 +6,9 @@
 //! (time to attach a tool).
 use std::time::Duration;
 
-use xce_proof::bench::roundtrip::lib_client;
-use xce_proof::bench::scale::{next_job_id, one_context, typical_job};
+use xce_proof::bench::load::{next_job_id, one_context, typical_job};
 use xce_proof::bench::stats::Summary;
+use xce_proof::bench::steady::lib_client;
 use xce_proof::{Cluster, ClusterOpts};
 
 fn main() {
@@ -46,7 +46,7 @@ fn main() {
     let pids: Vec<u32> = c.nodes.iter().filter_map(|n| n.pid()).collect();
     let cpu0: f64 = pids
         .iter()
-        .map(|&p| xce_proof::sys::process_cpu_us(p))
+        .map(|&p| xce_proof::harness::sys::process_cpu_us(p))
         .sum();
     let (v, rate) = one_context(&cl, Duration::from_secs(secs), |c| {
         c.jobsubmit(typical_job(next_job_id()))
@@ -56,7 +56,7 @@ fn main() {
     .unwrap();
     let cpu = pids
         .iter()
-        .map(|&p| xce_proof::sys::process_cpu_us(p))
+        .map(|&p| xce_proof::harness::sys::process_cpu_us(p))
         .sum::<f64>()
         - cpu0;
     let s = Summary::of(&v).unwrap();

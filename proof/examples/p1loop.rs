@@ -105,14 +105,17 @@ fn main() {
     while Instant::now() < end {
         for k in 0..clients.len() {
             let i = (k + round) % clients.len();
-            let (c0, s0) = (thread_cpu(), xce_proof::sys::process_cpu_us(pids[i]));
+            let (c0, s0) = (
+                thread_cpu(),
+                xce_proof::harness::sys::process_cpu_us(pids[i]),
+            );
             for _ in 0..1000 {
                 let t = Instant::now();
                 clients[i].call(op.clone()).unwrap();
                 rtts[i].push(t.elapsed().as_secs_f64() * 1e6);
             }
             cpu[i].0 += thread_cpu() - c0;
-            cpu[i].1 += xce_proof::sys::process_cpu_us(pids[i]) - s0;
+            cpu[i].1 += xce_proof::harness::sys::process_cpu_us(pids[i]) - s0;
         }
         round += 1;
     }

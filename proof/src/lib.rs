@@ -1,15 +1,17 @@
-//! The proof of libxce: a harness of real controller processes on loopback, used by the
-//! failover scenarios (S1–S10, `tests/`), the benchmark command (P1–P8) and the demo.
+//! The proof of libxce, in three roles:
+//!
+//! - [`harness`]: real controller processes on loopback or in network namespaces, started,
+//!   killed, paused, cut off — used by the failover scenarios (`tests/`), the benchmarks and
+//!   the demo;
+//! - [`bench`](mod@bench): the benchmarks P1–P15 (acceptance.md), one module each, behind
+//!   the commands in `src/bin/`;
+//! - [`check`]: the linearizability checker of the histories the scenarios and P9 record;
+//!
+//! and [`demo`], the failover demo (`xce-demo`) on the harness.
 
 pub mod bench;
-pub mod cluster;
-pub mod congestion;
-pub mod linearizable;
-pub mod netfaults;
-pub mod netns;
-pub mod ports;
-pub mod rolling;
-pub mod sides;
-pub mod sys;
+pub mod check;
+pub mod demo;
+pub mod harness;
 
-pub use cluster::{build_controller, controller_bin, Cluster, ClusterOpts};
+pub use harness::{build_controller, controller_bin, Cluster, ClusterOpts};

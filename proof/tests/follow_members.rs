@@ -11,7 +11,7 @@ use common::*;
 use xce::client::Client;
 use xce::failover::Endpoint;
 use xce::wire::{Hello, Op, ReplyData, PROTOCOL_VERSION};
-use xce_proof::cluster::raw_call;
+use xce_proof::harness::cluster::raw_call;
 
 fn ep(a: std::net::SocketAddr) -> Endpoint {
     Endpoint::new(a.ip().to_string(), a.port())

@@ -5,16 +5,13 @@
 //! fails over — never crashes, hangs or allocates the claimed size — and the context stays
 //! usable.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::*;
 use xce::client::{Client, Config};
 use xce::failover::Endpoint;
 use xce::wire::JobFilter;
 use xce::Error;
+use xce_testkit::fake::*;
 
 /// Every call here must end well inside this (reply timeouts are 300 ms in `fast_options`).
 const CALL_BOUND: Duration = Duration::from_secs(5);

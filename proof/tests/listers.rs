@@ -171,7 +171,7 @@ fn measure_listers() {
     let jobs: usize = std::env::var("XCE_LIST_JOBS")
         .ok()
         .map_or(100_000, |s| s.parse().expect("XCE_LIST_JOBS"));
-    xce_proof::sys::raise_fd_limit(4096);
+    xce_proof::harness::sys::raise_fd_limit(4096);
     let (c, _) = cluster(3);
     let t = Instant::now();
     fill(&c, jobs);

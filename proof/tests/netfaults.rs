@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
-use xce_proof::netfaults::{self, describe, Plan, Scenario};
-use xce_proof::netns::{self, NetCluster};
+use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
+use xce_proof::bench::plan::Plan;
+use xce_proof::harness::netns::{self, NetCluster};
 
 fn long() -> bool {
     std::env::var_os("XCE_LONG").is_some_and(|v| v != "0")
@@ -65,9 +66,9 @@ fn scenario(s: Scenario) {
     let plan = Plan {
         fault_for,
         log_dir: Some(log_dir.clone()),
-        ..Plan::default()
+        ..p9_netfaults::plan()
     };
-    let results = netfaults::run(&[s], rounds, &plan, |r| eprintln!("S11 {}", describe(r)))
+    let results = p9_netfaults::run(&[s], rounds, &plan, |r| eprintln!("S11 {}", describe(r)))
         .unwrap_or_else(|e| {
             panic!(
                 "S11 {}: {e} (controller logs in {})",
@@ -75,7 +76,7 @@ fn scenario(s: Scenario) {
                 log_dir.display()
             )
         });
-    eprintln!("{}", netfaults::table(&results, &plan));
+    eprintln!("{}", p9_netfaults::table(&results, &plan));
     for r in &results {
         assert!(
             r.correct(),
@@ -186,7 +187,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     use xce::client::{parse_masters, Client, Config};
     use xce::failover::log;
     use xce::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
-    use xce_proof::netns::Fault;
+    use xce_proof::harness::netns::Fault;
 
     if skip().is_some() {
         return;
@@ -365,7 +366,7 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     use xce::failover::backoff::RetryConfig;
     use xce::failover::Options;
     use xce::wire::{JobFilter, JobSpec};
-    use xce_proof::netns::Fault;
+    use xce_proof::harness::netns::Fault;
 
     if skip().is_some() {
         return;
@@ -513,7 +514,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
     use std::time::Instant;
     use xce::client::{new_job_id, parse_masters, Client, Config};
     use xce::wire::{JobFilter, JobSpec};
-    use xce_proof::netns::Fault;
+    use xce_proof::harness::netns::Fault;
 
     if skip().is_some() {
         return;
@@ -612,7 +613,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     use xce::client::{new_job_id, parse_masters, Client, Config};
     use xce::failover::Endpoint;
     use xce::wire::{JobFilter, JobSpec};
-    use xce_proof::netns::Fault;
+    use xce_proof::harness::netns::Fault;
 
     if skip().is_some() {
         return;
@@ -695,7 +696,7 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
     use std::time::Instant;
     use xce::client::{new_job_id, parse_masters, Client, Config};
     use xce::wire::{JobFilter, JobSpec};
-    use xce_proof::netns::Fault;
+    use xce_proof::harness::netns::Fault;
 
     if skip().is_some() {
         return;

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use xce::wire::{ControllerInfo, ControllerRole};
-use xce_proof::netns::{self, Fault, NetCluster};
+use xce_proof::harness::netns::{self, Fault, NetCluster};
 
 /// Slower than the defaults (a debug build on a loaded machine must not miss a lease by
 /// accident; the property holds for any timing): lease 600 ms, election timeout 300–600 ms.
@@ -44,7 +44,7 @@ fn infos(c: &NetCluster) -> Vec<(u32, Option<ControllerInfo>)> {
         targets
             .iter()
             .map(|&(id, a)| {
-                let info = xce_proof::cluster::probe_info(a, Duration::from_millis(500))
+                let info = xce_proof::harness::cluster::probe_info(a, Duration::from_millis(500))
                     .ok()
                     .flatten();
                 (id, info)

@@ -1,7 +1,7 @@
 //! C11 (amended): a primary restarted in place — SIGTERM and start again at once, or kill -9
 //! and start within 0.1 s — serves nothing stale. Eight writer threads submit fresh job ids and
 //! two lister threads list the whole table while the primary is restarted again and again;
-//! the history is checked for linearizability (`xce_proof::linearizable`) and every
+//! the history is checked for linearizability (`xce_proof::check::linearizable`) and every
 //! acknowledged job must be listed exactly once at the end.
 //!
 //! Snapshots are taken every 100 writes, so a restarted node's last snapshot is always behind
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::wire::JobFilter;
-use xce_proof::linearizable::{self, History, Read, Write};
+use xce_proof::check::linearizable::{self, History, Read, Write};
 use xce_proof::ClusterOpts;
 
 const WRITERS: usize = 8;

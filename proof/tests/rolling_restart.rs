@@ -3,20 +3,21 @@
 //! primary last; the primary hands leadership to an up-to-date standby before it exits
 //! (C14). No caller sees an error and every acknowledged job is listed once. The latencies
 //! during the restarts and outside them are printed; their table (P13, side by side with
-//! crash restarts or another build) is `xce-rolling`'s (see [`xce_proof::rolling`]).
+//! crash restarts or another build) is `xce-rolling`'s (see [`xce_proof::bench::p13_rolling`]).
 
 use std::time::Duration;
 
-use xce_proof::rolling::{self, Plan};
+use xce_proof::bench::p13_rolling;
+use xce_proof::bench::plan::Plan;
 
 #[test]
 fn rolling_restart_costs_callers_no_error() {
     let log_dir = std::env::temp_dir().join(format!("xce-rolling-{}", std::process::id()));
     let plan = Plan {
         log_dir: Some(log_dir.clone()),
-        ..Plan::default()
+        ..p13_rolling::plan()
     };
-    let r = rolling::round(&plan).expect("rolling restart round");
+    let r = p13_rolling::round(&plan).expect("rolling restart round");
     let s = |v: &[Duration]| {
         let mut v = v.to_vec();
         v.sort();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::{client, cluster_with, long};
 use xce::error::{Error, E_XCE_TOOBIG};
 use xce::wire::{JobFilter, JobSpec, Op};
-use xce_proof::bench::scale::c_joblist_ids;
+use xce_proof::bench::load::c_joblist_ids;
 use xce_proof::{Cluster, ClusterOpts};
 
 /// A job of about 1.2 KB on the wire (a long command line), so that a table over 16 MiB

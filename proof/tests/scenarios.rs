@@ -14,7 +14,7 @@ use xce::wire::JobFilter;
 use xce::Error;
 #[allow(unused_imports)]
 use xce_proof as _;
-use xce_proof::sys::{raise_fd_limit, thread_cpu_time};
+use xce_proof::harness::sys::{raise_fd_limit, thread_cpu_time};
 
 /// S1, the brief's reproduction: jobs submitted and listed; kill -9 the primary; a client with
 /// a budget shorter than the election gets "cluster not ready"; a default-budget client blocks
@@ -260,7 +260,8 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
     c.resume(primary);
     let deadline = Instant::now() + ELECTION_WAIT;
     loop {
-        let role = xce_proof::cluster::probe(c.node(primary).client, Duration::from_millis(500));
+        let role =
+            xce_proof::harness::cluster::probe(c.node(primary).client, Duration::from_millis(500));
         if matches!(role, Ok(None)) {
             break; // answers with a non-primary status: a standby again
         }

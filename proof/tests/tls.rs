@@ -2,17 +2,14 @@
 //! `--tls-cert/--tls-key`, certificates made at test time); a client trusting the wrong CA gets
 //! `E_XCE_TLS` and never falls back to plaintext.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::TestPki;
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::failover::RetryConfig;
 use xce::wire::{JobFilter, JobSpec};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
+use xce_testkit::fake::TestPki;
 
 fn tls_client(c: &Cluster, ca: std::path::PathBuf) -> Result<Client, Error> {
     let mut cfg = Config::new(parse_masters(&c.masters()).unwrap());

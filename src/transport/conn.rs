@@ -410,6 +410,20 @@ impl Connection {
     fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }
+
+    /// TLS: our send keys change every `records` records ([`Records::update_keys_after`];
+    /// false without TLS). Not a setting of the library: the interoperability tests make the
+    /// library start key updates with it (proof/tests/tls_interop.rs).
+    #[doc(hidden)]
+    pub fn tls_update_keys_after(&mut self, records: u64) -> bool {
+        match self.tls.as_mut() {
+            Some(t) => {
+                t.records.update_keys_after(records);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Drop for Connection {
@@ -419,11 +433,23 @@ impl Drop for Connection {
     /// kernel does not go on retransmitting that request after the loop re-sent it under the
     /// same request id — for minutes on a path that drops packets, long enough for the
     /// controller's exactly-once window (the client's last 256 request ids) to move past it
-    /// once the path heals. A healthy connection closes cleanly, and so does one a forked
-    /// child inherited (the socket is its parent's too).
+    /// once the path heals. A healthy connection closes cleanly: with TLS, a `close_notify`
+    /// first (RFC 8446 6.1: the end of our data, not a truncation), best effort. One a forked
+    /// child inherited closes with neither: the socket and its TLS stream are the parent's.
     fn drop(&mut self) {
         if self.ident.same_file(self.sock.as_raw_fd()) {
-            if self.dead && self.opened_in == crate::process::fork_generation() {
+            let ours = self.opened_in == crate::process::fork_generation();
+            if !self.dead && ours {
+                if let Some(t) = self.tls.as_mut() {
+                    let mut alert = Vec::new();
+                    if t.records.close_notify(&mut alert).is_ok() {
+                        // Non-blocking: a send buffer that cannot take 24 bytes is a peer
+                        // that reads nothing any more.
+                        let _ = (&*self.sock).write(&alert);
+                    }
+                }
+            }
+            if self.dead && ours {
                 let abort = libc::linger {
                     l_onoff: 1,
                     l_linger: 0,

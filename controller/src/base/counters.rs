@@ -34,6 +34,11 @@ struct WhyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StorageLabels {
+    op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -74,6 +79,8 @@ pub(crate) struct Metrics {
     pub(crate) alarms: Gauge64,
     pub(crate) checked_index: Gauge64,
     refused: Family<WhyLabels, Counter>,
+    storage_faults: Family<StorageLabels, Counter>,
+    storage_fault: Gauge64,
 }
 
 pub(crate) static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -110,6 +117,8 @@ impl Metrics {
             alarms: Gauge64::default(),
             checked_index: Gauge64::default(),
             refused: Family::default(),
+            storage_faults: Family::default(),
+            storage_fault: Gauge64::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -157,7 +166,8 @@ impl Metrics {
         r.register(
             "xce_campaigns",
             "Elections this node considered, by outcome: campaigned after a granted pre-vote, \
-             not_granted (no quorum said yes: no term raised), handover (C14, no pre-vote)",
+             not_granted (no quorum said yes: no term raised), called_off (an append accepted \
+             after the decision: no term raised), handover (C14, no pre-vote)",
             m.campaigns.clone(),
         );
         r.register(
@@ -240,6 +250,18 @@ impl Metrics {
              cluster or restore, C20), diverged (this node diverged, C19)",
             m.refused.clone(),
         );
+        r.register(
+            "xce_storage_faults",
+            "C21: failed writes, fsyncs or reads of this node's data directory, by what was \
+             written (log_append, log_flush, log_truncate, log_purge, vote, snapshot, marker, \
+             read, raft): the first one stops the node, which exits with status 74",
+            m.storage_faults.clone(),
+        );
+        r.register(
+            "xce_storage_fault",
+            "C21: 1 once this node's storage failed (it serves and votes no more and exits)",
+            m.storage_fault.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 }
@@ -263,6 +285,12 @@ pub fn raft_refused(why: &'static str) {
 pub fn flush_pending(bytes: usize) {
     M.flush_pending
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// C21: a write, fsync or read of the data directory failed (`base/fault.rs`).
+pub fn storage_fault(op: &'static str) {
+    M.storage_faults.get_or_create(&StorageLabels { op }).inc();
+    M.storage_fault.set(1);
 }
 
 /// This node received an AppendEntries, with log entries or without (raft server hook).
@@ -303,7 +331,7 @@ pub fn pre_vote(granted: bool) {
 }
 
 /// This node's election timer or a handover led to `outcome`: `campaigned`, `not_granted`,
-/// `handover` (raft/elect.rs and raft/handover.rs hooks).
+/// `called_off`, `handover` (raft/elect.rs and raft/handover.rs hooks).
 pub fn campaign(outcome: &'static str) {
     M.campaigns.get_or_create(&ForwardLabels { outcome }).inc();
 }

@@ -132,6 +132,8 @@ impl Ctx {
         let initialized = m.membership_config.membership().nodes().next().is_some();
         let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
         let status = match (initialized, m.state, leader) {
+            // C21: a node whose disk failed serves nothing (it is about to exit).
+            _ if crate::base::fault::faulted() => E_XCE_NOT_READY,
             (false, _, _) => E_XCE_NOT_READY,
             (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
             (_, _, Some(_)) => E_XCE_STANDBY,
@@ -177,6 +179,7 @@ impl Ctx {
             && !self.cut_off_in(&m)
             && self.ready.is_ready(&m.vote)
             && !self.diverged.is()
+            && !crate::base::fault::faulted()
     }
 
     /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
@@ -192,8 +195,19 @@ impl Ctx {
 
     /// C3 write: commit through the log, then answer with the applied outcome.
     pub(crate) async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
+        self.write_as(req, req.client_id, cmd).await
+    }
+
+    /// [`Ctx::write`] remembered in the exactly-once table under `client_id` (C13 amended:
+    /// the caller's id bound to its identity, `base/auth.rs::bound_client_id`).
+    pub(crate) async fn write_as(
+        &self,
+        req: &Request,
+        client_id: [u8; 16],
+        cmd: Cmd,
+    ) -> Result<Outcome, Reply> {
         let p = Proposal {
-            client_id: req.client_id,
+            client_id,
             request_id: req.request_id,
             now_ms: now_ms(),
             cmd,

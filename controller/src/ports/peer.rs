@@ -47,6 +47,9 @@ pub const MAX_UNADMITTED: usize = 32;
 /// Admitted connections at once (members open a few each); more are closed at once.
 pub const MAX_PEER_CONNECTIONS: usize = 256;
 
+/// Connection-level log lines a stranger can cause, rate-limited with a count (issue 27).
+static REFUSALS: crate::base::ratelog::RateLog = crate::base::ratelog::RateLog::new();
+
 /// Largest snapshot file accepted from a peer.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
 
@@ -66,10 +69,21 @@ async fn receive_snapshot(
             "snapshot too large",
         ));
     }
-    let snap = crate::sm::snapshot::SnapFile::receive_into(dir)?;
+    // C21: a failure to write the file is this node's storage fault; the peer's stream ending
+    // early is not.
+    let disk = |e: io::Error, path: &std::path::Path| {
+        crate::base::fault::record("snapshot", path, &e);
+        e
+    };
+    let snap = crate::sm::snapshot::SnapFile::receive_into(dir).map_err(|e| disk(e, dir))?;
     let path = snap.path.clone();
     let mut file = tokio::fs::File::from_std(snap.file);
     let copied = tokio::io::copy(&mut (&mut *stream).take(len), &mut file).await;
+    if let Err(e) = &copied {
+        if is_disk_error(e) {
+            return Err(disk(io::Error::new(e.kind(), e.to_string()), &path));
+        }
+    }
     let ok = matches!(copied, Ok(n) if n == len);
     if !ok {
         let _ = std::fs::remove_file(&path);
@@ -78,7 +92,7 @@ async fn receive_snapshot(
             "snapshot cut short",
         ));
     }
-    file.flush().await?;
+    file.flush().await.map_err(|e| disk(e, &path))?;
     let snapshot = Snapshot {
         meta,
         snapshot: Box::new(crate::sm::snapshot::SnapFile {
@@ -89,6 +103,15 @@ async fn receive_snapshot(
     Ok(RpcReply::Snapshot(
         raft.install_full_snapshot(vote, snapshot).await,
     ))
+}
+
+/// Whether a copy from a peer into a file failed on the file's side (a full or failing disk),
+/// not on the network's.
+fn is_disk_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EROFS | libc::EFBIG)
+    )
 }
 
 /// What the raft listener needs, shared by every peer connection.
@@ -170,6 +193,13 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
     let waiting = Arc::new(Mutex::new(Waiting::default()));
     let admitted = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
     let node_id = srv.node_id;
+    tokio::spawn(async move {
+        let prefix = format!("node {node_id}: ");
+        loop {
+            tokio::time::sleep(crate::base::ratelog::INTERVAL).await;
+            REFUSALS.flush(&prefix);
+        }
+    });
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -191,7 +221,19 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
             waiting.lock().expect("waiting").leave(ticket);
             if let Err(e) = res {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
-                    eprintln!("node {node_id}: raft peer {peer}: {e}");
+                    // Issue 27: a stranger causes one line per connection: rate-limited.
+                    let text = e.to_string();
+                    let kind = match e.kind() {
+                        io::ErrorKind::PermissionDenied if text.contains("names no member") => {
+                            "raft peer names no member"
+                        }
+                        io::ErrorKind::PermissionDenied if text.contains("evicted") => {
+                            "raft peer evicted"
+                        }
+                        io::ErrorKind::PermissionDenied => "raft peer refused",
+                        _ => "raft peer connection failed",
+                    };
+                    REFUSALS.note(kind, || format!("node {node_id}: raft peer {peer}: {e}"));
                 }
             }
         });
@@ -257,7 +299,7 @@ async fn serve_peer(
     // C15: the committed vote of the last append this connection carried; if the connection
     // breaks, the leader may be gone (see `crate::raft::elect`).
     let mut carried: Option<Vote> = None;
-    let res = serve_rpcs(&mut stream, first, srv, &mut carried, &peer.to_string()).await;
+    let res = serve_rpcs(&mut stream, peer, first, srv, &mut carried).await;
     if let (Err(_), Some(v)) = (&res, carried) {
         srv.elect.leader_link_closed(v);
     }
@@ -269,10 +311,10 @@ async fn serve_peer(
 /// appends it carries.
 async fn serve_rpcs(
     stream: &mut PeerStream,
+    peer: std::net::SocketAddr,
     mut first: Option<[u8; 4]>,
     srv: &PeerServer,
     carried: &mut Option<Vote>,
-    peer: &str,
 ) -> io::Result<()> {
     loop {
         // Idle up to RPC_IDLE_TIMEOUT between messages; a message has FRAME_TIMEOUT.
@@ -293,7 +335,7 @@ async fn serve_rpcs(
         if let Err(why) = srv.identity.check(tag) {
             crate::base::counters::raft_refused("cluster");
             // One line per interval per sending host and cluster (a peer may reconnect often).
-            let host = peer.rsplit_once(':').map_or(peer, |(h, _)| h);
+            let host = peer.ip();
             srv.identity
                 .log_limited(&format!("request {host} {tag:?}"), |skipped| {
                     eprintln!(
@@ -348,7 +390,7 @@ async fn serve_rpcs(
                 // C16: the peer is authenticated as a member (mutual TLS, checked at
                 // admission); over plaintext only a cluster that checks nobody takes it.
                 Some(ctx) => {
-                    answer_forwarded(ctx, srv.tls.is_some(), &who, within_ms, &frame).await
+                    answer_forwarded(ctx, srv.tls.is_some(), peer, &who, within_ms, &frame).await
                 }
                 None => Vec::new(),
             }),
@@ -431,7 +473,8 @@ async fn answer_vote(
     srv: &PeerServer,
     r: VoteRequest<NodeId>,
 ) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
-    if srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
+    // C21: a node whose disk failed promises nothing more.
+    if crate::base::fault::faulted() || srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
         return Ok(refuse_vote(&srv.raft));
     }
     srv.raft.vote(r).await
@@ -442,7 +485,8 @@ async fn answer_vote(
 /// member: the connection was admitted (mutual TLS), as for every other message.
 async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
     let as_vote = VoteRequest::new(Vote::new(r.term, r.candidate), r.last_log_id);
-    let granted = !srv.guard.refuses()
+    let granted = !crate::base::fault::faulted()
+        && !srv.guard.refuses()
         && !srv.amnesia.refuses_vote(&as_vote)
         && srv.elect.would_vote(r).await;
     crate::base::counters::pre_vote(granted);

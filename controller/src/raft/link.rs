@@ -465,14 +465,35 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let tag = self.identity.tag();
         let mut whole = frame(&RpcRequestRef::Append(&rpc), tag)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        // `Some(last)`: the append was cut short after `last` (`None`: before its first entry).
         let mut cut = None;
         if whole.len() > self.budget.bytes && rpc.entries.len() > 1 {
             let keep = entries_within(&rpc.entries, self.budget.bytes);
             if keep < rpc.entries.len() {
                 rpc.entries.truncate(keep);
-                cut = rpc.entries.last().map(|e| e.log_id);
+                cut = Some(rpc.entries.last().map(|e| e.log_id));
                 whole = frame(&RpcRequestRef::Append(&rpc), tag)
                     .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            }
+        }
+        // Failpoint `repl-max-index` (C12's test): no entry past N leaves this leader.
+        if let Some(max) = crate::base::failpoints::number(crate::base::failpoints::REPL_MAX_INDEX)
+        {
+            let max = u64::try_from(max).unwrap_or(0);
+            let keep = rpc
+                .entries
+                .iter()
+                .take_while(|e| e.log_id.index <= max)
+                .count();
+            if keep < rpc.entries.len() {
+                rpc.entries.truncate(keep);
+                cut = Some(rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id));
+                whole = frame(&RpcRequestRef::Append(&rpc), tag)
+                    .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+                if keep == 0 {
+                    // Nothing to send but the heartbeat: not at once again.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
         let key = AppendKey {
@@ -510,7 +531,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                     // The follower has every entry sent: up to the last one (openraft's API
                     // for an append the network sent only the start of).
                     (AppendEntriesResponse::Success, Some(last)) => {
-                        AppendEntriesResponse::PartialSuccess(Some(last))
+                        AppendEntriesResponse::PartialSuccess(last)
                     }
                     (r, _) => r,
                 })

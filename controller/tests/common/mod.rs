@@ -59,10 +59,8 @@ pub const STARTUP: Duration = Duration::from_secs(20);
 /// Per-request socket timeout of the test client.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Ports below the ephemeral range (the proof crate's, shared by path).
-#[path = "../../../proof/src/ports.rs"]
-mod ports;
-pub use ports::free_ports;
+/// Ports below the ephemeral range (the test kit's, shared with the proof crate's clusters).
+pub use xce_testkit::ports::free_ports;
 
 /// A controller cluster of real processes; every node's stderr goes to `DIR/node-N.log`.
 pub struct Ctrl {
@@ -166,8 +164,118 @@ impl Ctrl {
         unsafe { libc::kill(self.pid(id), sig) };
     }
 
+    /// SIGSTOP node `id` and wait until it is stopped (`kill` only queues the signal: a node
+    /// running on another core goes on for a moment, and may still answer a message sent
+    /// right after).
+    pub fn stop(&self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+        let stat = format!("/proc/{}/stat", self.pid(id));
+        self.wait_until(
+            &format!("node {id} stopped"),
+            Duration::from_secs(5),
+            || {
+                // The state follows the command name in parentheses: "PID (NAME) T ...".
+                std::fs::read_to_string(&stat)
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit(')')
+                            .next()
+                            .map(|r| r.trim_start().starts_with('T'))
+                    })
+                    .unwrap_or(false)
+            },
+        );
+    }
+
     pub fn running(&self) -> Vec<u64> {
         self.procs.keys().copied().collect()
+    }
+
+    /// Node `id`'s exit status once it has exited by itself within `timeout` (reaped then),
+    /// `None` if it is still running.
+    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = self.procs.get_mut(&id)?.try_wait().unwrap();
+            if let Some(st) = st {
+                self.procs.remove(&id);
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The metrics address node `id` printed (`metrics on http://ADDR/metrics`; the node runs
+    /// with `--metrics 127.0.0.1:0`): its latest start's.
+    pub fn metrics_addr(&self, id: u64) -> String {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            let log = self.log(id);
+            if let Some(rest) = log
+                .rsplit("metrics on http://")
+                .next()
+                .filter(|_| log.contains("metrics on http://"))
+            {
+                return rest.split("/metrics").next().unwrap().to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} printed no metrics URL:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sets failpoint `name` to `actions` on running node `id` (its metrics endpoint:
+    /// `PUT /fail/NAME`; the binary under test has failpoints, see controller/Cargo.toml).
+    pub fn fail_set(&self, id: u64, name: &str, actions: &str) {
+        let (status, body) = http(
+            &self.metrics_addr(id),
+            "PUT",
+            &format!("/fail/{name}"),
+            actions,
+        );
+        assert_eq!(
+            status, "HTTP/1.1 200 OK",
+            "PUT /fail/{name} on node {id}: {body}"
+        );
+    }
+
+    /// Clears failpoint `name` on running node `id` (`DELETE /fail/NAME`).
+    pub fn fail_clear(&self, id: u64, name: &str) {
+        let (status, body) = http(
+            &self.metrics_addr(id),
+            "DELETE",
+            &format!("/fail/{name}"),
+            "",
+        );
+        assert_eq!(
+            status, "HTTP/1.1 200 OK",
+            "DELETE /fail/{name} on node {id}: {body}"
+        );
+    }
+
+    /// The value of the metric sample `name` (with its labels) on node `id`, 0 when absent;
+    /// `None` when the node does not answer.
+    pub fn metric(&self, id: u64, name: &str) -> Option<f64> {
+        let (_, body) = try_http(&self.metrics_addr(id), "GET", "/metrics", "").ok()?;
+        Some(
+            body.lines()
+                .find_map(|l| {
+                    let (n, v) = l.rsplit_once(' ')?;
+                    (n == name).then(|| v.parse().unwrap())
+                })
+                .unwrap_or(0.0),
+        )
+    }
+
+    /// How many times node `id` has started (its log's metrics-address lines): wait for
+    /// one more after a restart before asking for its new metrics address.
+    pub fn starts(&self, id: u64) -> usize {
+        self.log(id).matches("metrics on http://").count()
     }
 
     pub fn log(&self, id: u64) -> String {
@@ -247,9 +355,44 @@ impl Ctrl {
         self.wait_primary_among(&ids, timeout)
     }
 
+    /// Node `id`'s progress (an immediate `waitPrimary`): (last log, committed, applied index).
+    pub fn progress(&self, id: u64) -> Option<(u64, u64, u64)> {
+        let mut c = Client::try_connect(&self.clients[&id], Duration::from_millis(500))?;
+        c.set_timeout(Duration::from_secs(2));
+        let r = c
+            .try_call(Op::WaitPrimary {
+                timeout_ms: 0,
+                exclude_host: String::new(),
+                exclude_port: 0,
+            })
+            .ok()?;
+        match r.data {
+            ReplyData::CtrlInfo(i) => Some((i.last_log_index, i.committed_index, i.applied_index)),
+            _ => None,
+        }
+    }
+
     /// Waits for a primary and for every other running node to follow it (a fresh node is
-    /// NOT_READY until the primary's first append reaches it).
+    /// NOT_READY until the primary's first append reaches it) and to know the commit of the
+    /// primary's first entry (its barrier): only then has a node that started without data
+    /// caught up (C12: a leader's commit index of its own term), and votes.
     pub fn wait_settled(&self, timeout: Duration) -> u64 {
+        let p = self.wait_settled_roles(timeout);
+        let Some((_, committed, _)) = self.progress(p) else {
+            return p;
+        };
+        for s in self.running().into_iter().filter(|&s| s != p) {
+            self.wait_until(
+                &format!("node {s} knows commit {committed}"),
+                timeout,
+                || self.progress(s).is_some_and(|(_, c, _)| c >= committed),
+            );
+        }
+        p
+    }
+
+    /// [`Ctrl::wait_settled`] without waiting for the standbys' commit index.
+    pub fn wait_settled_roles(&self, timeout: Duration) -> u64 {
         let p = self.wait_primary(timeout);
         let paddr = self.clients[&p].clone();
         for s in self.running().into_iter().filter(|&s| s != p) {
@@ -324,6 +467,35 @@ impl Drop for Ctrl {
             eprintln!("{}", self.all_logs());
         }
     }
+}
+
+/// One HTTP/1.1 request with `body`: (status line, body).
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (String, String) {
+    try_http(addr, method, path, body)
+        .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
+}
+
+/// [`http`], or why not.
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(String, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
 }
 
 pub trait Stream: Read + Write + Send {}

@@ -19,7 +19,7 @@ use xce::client::{Client, Config};
 use xce::failover::{ClientOption, Event, Options, XCE_RETRY_DEFAULTS};
 use xce::wire::{self, Limits, ReplyData, Request};
 
-use super::roundtrip::{hello_op, CLIENT_NAME};
+use super::steady::{hello_op, CLIENT_NAME};
 use crate::Cluster;
 
 /// Interval between two probes of one node (the resolution of "ready").
@@ -454,7 +454,7 @@ impl Round {
 /// Raw `hello` to `addr`: Ok(true) when the node answers as a standby that knows a primary
 /// (or serves as primary), Ok(false) when it answers otherwise.
 fn knows_primary(addr: SocketAddr) -> bool {
-    match crate::cluster::raw_call(addr, hello_op(), Duration::from_millis(300)) {
+    match crate::harness::cluster::raw_call(addr, hello_op(), Duration::from_millis(300)) {
         Ok(r) if r.status >= 0 => true,
         Ok(r) => matches!(r.data, ReplyData::CtrlInfo(ref i) if i.primary_id != 0),
         Err(_) => false,

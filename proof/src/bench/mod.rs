@@ -1,23 +1,62 @@
-//! The benchmark command `xce-bench` (acceptance.md P1–P8): each benchmark runs against real
-//! `xce-controller` processes on loopback and returns one [`Table`] with its verdict.
+//! The benchmarks of acceptance.md, one module each; each runs against real `xce-controller`
+//! processes (or in process, P7) and returns one [`Table`] with its verdict. The commands in
+//! `src/bin/` parse their flags ([`args`]) and call [`suite`] or a benchmark's `command`.
 //!
-//! - [`roundtrip`]: P1 (library vs raw TCP ping-pong) and P2 (the loop vs one bare attempt).
-//! - [`failover`]: P3, P4, P5, P6 (kill -9 the primary under armed clients) and the SVG data.
-//! - [`codec`]: P7; [`footprint`]: P8 (with the counting allocator of [`alloc`]).
-//! - [`security`]: P15 (P1, P4, P11 with mTLS + authorization on vs off).
-//! - [`suspicion`]: P10 (no false suspicion on a healthy primary serving big listings).
-//! - [`stats`], [`table`], [`svg`]: percentiles, the printed tables, the picture.
+//! | benchmark | module | command |
+//! |---|---|---|
+//! | P1 small round trip vs raw TCP | [`p1_roundtrip`] | `xce-bench` |
+//! | P2 the loop's cost on the happy path | [`p2_loop_cost`] | `xce-bench` |
+//! | P3 client-added failover latency | [`p3_client_added`] | `xce-bench` |
+//! | P4 kill -9 → first success | [`p4_unavailability`] | `xce-bench` |
+//! | P5 against a baseline policy | [`p5_baseline`] | `xce-bench` |
+//! | P6 the herd of 1,000 contexts | [`p6_herd`] | `xce-bench` |
+//! | P7 codec | [`p7_codec`] | `xce-bench` |
+//! | P8 footprint of an idle context | [`p8_footprint`] | `xce-bench` |
+//! | P9 network faults | [`p9_netfaults`] | `xce-netfaults` |
+//! | P10 no false suspicion | [`p10_suspicion`] | `xce-bench` |
+//! | P11 write throughput | [`p11_throughput`] | `xce-scale` |
+//! | P12 the job table at scale | [`p12_job_table`] | `xce-scale` |
+//! | P13 rolling restart | [`p13_rolling`] | `xce-rolling` |
+//! | P14 congested links | [`p14_congestion`] | `xce-congestion` |
+//! | P15 the price of security | [`p15_security`] | `xce-bench` |
+//! | P15's TLS record layer side by side with rustls's APIs | [`records`] | `xce-records` |
+//!
+//! What they share:
+//! - [`args`]: the one command-line parser and start; [`plan`]: the one [`plan::Plan`] of the
+//!   round-based benchmarks and its defaults; [`suite`]: `xce-bench` and `xce-scale`.
+//! - [`steady`]: a steady cluster, default-policy contexts, a bare attempt (P1, P2, P8);
+//!   [`failover`]: kill rounds under armed clients and the prober (P3–P6, the SVG);
+//!   [`kills`]: the kill series P3–P6 read; [`load`]: writers, job tables, what a node holds
+//!   (P11, P12, P13, P15).
+//! - [`stats`], [`table`], [`svg`], [`alloc`]: percentiles, the printed tables, the picture,
+//!   the counting allocator (P8).
 
 pub mod alloc;
-pub mod codec;
+pub mod args;
+pub mod c19_check;
 pub mod failover;
-pub mod footprint;
 pub mod kills;
-pub mod roundtrip;
-pub mod scale;
-pub mod security;
+pub mod load;
+pub mod p10_suspicion;
+pub mod p11_throughput;
+pub mod p12_job_table;
+pub mod p13_rolling;
+pub mod p14_congestion;
+pub mod p15_security;
+pub mod p1_roundtrip;
+pub mod p2_loop_cost;
+pub mod p3_client_added;
+pub mod p4_unavailability;
+pub mod p5_baseline;
+pub mod p6_herd;
+pub mod p7_codec;
+pub mod p8_footprint;
+pub mod p9_netfaults;
+pub mod plan;
+pub mod records;
 pub mod stats;
-pub mod suspicion;
+pub mod steady;
+pub mod suite;
 pub mod svg;
 pub mod table;
 
@@ -61,6 +100,51 @@ impl BenchOpts {
         crate::ClusterOpts {
             extra_args: Vec::new(),
             log_dir: self.log_dir.clone(),
+        }
+    }
+
+    /// A fresh 3-node cluster of [`BenchOpts::cluster_opts`] and its elected primary.
+    pub fn start_cluster(&self) -> Result<(crate::Cluster, u32), String> {
+        let cluster = crate::Cluster::start(3, self.cluster_opts())
+            .map_err(|e| format!("start cluster: {e}"))?;
+        let primary = cluster
+            .wait_primary(std::time::Duration::from_secs(20))
+            .ok_or("no primary elected within 20 s")?;
+        Ok((cluster, primary))
+    }
+}
+
+/// What `xce-scale`'s command line asked for (P11, P12).
+#[derive(Debug, Clone)]
+pub struct ScaleOpts {
+    /// 3 s per throughput point instead of 6.
+    pub quick: bool,
+    /// `P11`, `P12` or `C19` alone; `None`: P11 and P12 (C19 runs only when named).
+    pub only: Option<String>,
+    /// P12's table sizes.
+    pub jobs: Vec<u64>,
+    /// Another controller binary, measured beside this branch's.
+    pub baseline: Option<PathBuf>,
+    /// Minutes of the long run (0: none).
+    pub soak: u64,
+    /// This branch's controller (resolved once: the runs set `XCE_CONTROLLER`).
+    pub ours: PathBuf,
+}
+
+impl Default for ScaleOpts {
+    /// Both benchmarks, P12 at 10^4 and 10^5 jobs (and 10^6 with `XCE_SCALE_FULL=1`).
+    fn default() -> ScaleOpts {
+        let mut jobs = vec![10_000, 100_000];
+        if std::env::var_os("XCE_SCALE_FULL").is_some_and(|v| v != "0") {
+            jobs.push(1_000_000);
+        }
+        ScaleOpts {
+            quick: false,
+            only: None,
+            jobs,
+            baseline: None,
+            soak: 0,
+            ours: PathBuf::new(),
         }
     }
 }

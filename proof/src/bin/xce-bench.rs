@@ -1,5 +1,6 @@
-//! `xce-bench`: the benchmarks P1–P8 of acceptance.md against real `xce-controller` processes
-//! on loopback, one table per benchmark. See proof/BENCH.md.
+//! `xce-bench`: the benchmarks P1–P8, P10 and P15 of acceptance.md against real
+//! `xce-controller` processes on loopback, one table per benchmark (`bench::suite::bench`).
+//! See proof/BENCH.md.
 //!
 //! ```text
 //! cargo run --release -p xce-proof --bin xce-bench -- [--quick] [--only P1,P3] [--svg out.svg]
@@ -7,10 +8,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use xce_proof::bench::alloc::CountingAlloc;
-use xce_proof::bench::{codec, footprint, kills, roundtrip, suspicion, BenchOpts, Table};
+use xce_proof::bench::args::{Command, Needs, Shared};
+use xce_proof::bench::{suite, BenchOpts};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -23,21 +24,15 @@ const USAGE: &str =
   --svg FILE  also draw one failover (both policies) to FILE
   --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
 
-struct Args {
-    opts: BenchOpts,
-    build: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
+fn main() -> ExitCode {
+    let cmd = Command::new("xce-bench", USAGE, &[Shared::Quick, Shared::NoBuild]);
     let mut opts = BenchOpts::default();
-    let mut build = true;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => opts.quick = true,
-            "--no-build" => build = false,
+    // The start turns the library's log down to errors (XCE_LOG wins): a thousand failing-over
+    // contexts would each log, and failures are in the tables.
+    let common = match cmd.run(Needs::default(), &mut |flag, value| {
+        match flag {
             "--kills" => {
-                let v = it.next().ok_or("--kills needs a number")?;
+                let v = value.text("a number")?;
                 let n: usize = v
                     .parse()
                     .map_err(|_| format!("--kills: bad number {v:?}"))?;
@@ -47,7 +42,7 @@ fn parse_args() -> Result<Args, String> {
                 opts.kills = Some(n);
             }
             "--only" => {
-                let v = it.next().ok_or("--only needs a list, e.g. P1,P3")?;
+                let v = value.text("a list, e.g. P1,P3")?;
                 for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
                     let ok = (id.len() == 2
                         && id[..1].eq_ignore_ascii_case("p")
@@ -62,148 +57,14 @@ fn parse_args() -> Result<Args, String> {
                     opts.only.push(id.to_ascii_uppercase());
                 }
             }
-            "--svg" => opts.svg = Some(PathBuf::from(it.next().ok_or("--svg needs a file name")?)),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            "--svg" => opts.svg = Some(PathBuf::from(value.text("a file name")?)),
+            _ => return Ok(false),
         }
-    }
-    Ok(Args { opts, build })
-}
-
-fn print(t: &Table, all: &mut Vec<Table>) {
-    println!("{t}");
-    all.push(t.clone());
-}
-
-fn fail(id: &'static str, e: String, all: &mut Vec<Table>) {
-    let mut t = Table::new(id, "could not be measured");
-    t.target(
-        "see above",
-        xce_proof::bench::table::Verdict::NotMeasured(e),
-    );
-    print(&t, all);
-}
-
-fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xce-bench: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+        Ok(true)
+    }) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
-    let mut opts = args.opts;
-    if args.build {
-        if let Err(e) = xce_proof::build_controller() {
-            eprintln!("xce-bench: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    let logs = std::env::temp_dir().join(format!("xce-bench-logs-{}", std::process::id()));
-    opts.log_dir = Some(logs.clone());
-    xce_proof::cluster::kill_nodes_with_this_process(true);
-    // A thousand failing-over contexts would each log; failures are in the tables. XCE_LOG wins.
-    if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
-    }
-    // P6 holds a thousand contexts plus their reconnects.
-    xce_proof::sys::raise_fd_limit(8192);
-    let started = Instant::now();
-    println!(
-        "xce-bench {} mode; controller {}; {} CPUs; controller logs in {}{}\n",
-        if opts.quick { "quick" } else { "full" },
-        xce_proof::controller_bin().display(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        logs.display(),
-        if cfg!(debug_assertions) {
-            "; WARNING: debug build, numbers are not representative"
-        } else {
-            ""
-        }
-    );
-    let mut all = Vec::new();
-
-    if opts.wants("P7") {
-        eprintln!("P7 …");
-        print(&codec::run(&opts), &mut all);
-    }
-    if opts.wants("P1") || opts.wants("P2") || opts.wants("P8") {
-        match roundtrip::start_steady(&opts) {
-            Ok(steady) => {
-                // P8 first: the allocator counts every thread, so nothing else may run.
-                if opts.wants("P8") {
-                    eprintln!("P8 …");
-                    match footprint::run(&steady, &opts) {
-                        Ok(t) => print(&t, &mut all),
-                        Err(e) => fail("P8", e, &mut all),
-                    }
-                }
-                if opts.wants("P1") {
-                    eprintln!("P1 …");
-                    match roundtrip::p1(&steady, &opts) {
-                        Ok(t) => print(&t, &mut all),
-                        Err(e) => fail("P1", e, &mut all),
-                    }
-                }
-                if opts.wants("P2") {
-                    eprintln!("P2 …");
-                    match roundtrip::p2(&steady, &opts) {
-                        Ok(t) => print(&t, &mut all),
-                        Err(e) => fail("P2", e, &mut all),
-                    }
-                }
-            }
-            Err(e) => {
-                for id in ["P8", "P1", "P2"] {
-                    if opts.wants(id) {
-                        fail(id, e.clone(), &mut all);
-                    }
-                }
-            }
-        }
-    }
-    if ["P3", "P4", "P5", "P6"].iter().any(|id| opts.wants(id)) || opts.svg.is_some() {
-        eprintln!("P3–P6 (kills) …");
-        match kills::run(&opts) {
-            Ok(ts) => {
-                for t in &ts {
-                    print(t, &mut all);
-                }
-            }
-            Err(e) => fail("P3-P6", e, &mut all),
-        }
-    }
-
-    if opts.wants("P15") {
-        eprintln!("P15 …");
-        match xce_proof::bench::security::run(&opts) {
-            Ok(t) => print(&t, &mut all),
-            Err(e) => fail("P15", e, &mut all),
-        }
-    }
-
-    if opts.wants("P10") {
-        eprintln!("P10 …");
-        match suspicion::run(&opts) {
-            Ok(t) => print(&t, &mut all),
-            Err(e) => fail("P10", e, &mut all),
-        }
-    }
-
-    all.sort_by_key(|t| t.id);
-    println!("== summary ({:.0} s) ==", started.elapsed().as_secs_f64());
-    for t in &all {
-        for (what, v) in &t.targets {
-            let word = match v {
-                xce_proof::bench::table::Verdict::Met(_) => "MET",
-                xce_proof::bench::table::Verdict::NotMet(_) => "NOT MET",
-                xce_proof::bench::table::Verdict::NotMeasured(_) => "NOT MEASURED",
-            };
-            println!("  {:<3} {word:<12} {what}", t.id);
-        }
-    }
-    ExitCode::SUCCESS
+    opts.quick = common.quick;
+    suite::bench(opts)
 }

@@ -9,79 +9,38 @@
 //! ```
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
-use xce_proof::congestion::{self, Plan};
-use xce_proof::sides::{self, Row};
-
-const TOOL: &str = "xce-congestion";
+use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
+use xce_proof::bench::p14_congestion::{self, TOOL};
 
 fn main() -> ExitCode {
     let usage = format!(
         "usage: {TOOL} [--rounds N] [--rate R] [--writers N] [--before PATH] [--args FLAGS] [--no-build]
   --rate R       tc rate of every link (default 1mbit)
   --writers N    writer threads (default 8)
-{}",
-        sides::COMMON_USAGE
+{SIDE_BY_SIDE_USAGE}"
     );
-    let (mut rate, mut writers) = ("1mbit".to_string(), 8usize);
-    let parsed = sides::parse(&mut |flag, value| {
+    let cmd = Command::new(TOOL, usage, SIDE_BY_SIDE).rounds(3);
+    let (mut rate, mut writers) = (None, None);
+    let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
         match flag {
-            "--rate" => rate = value("a rate")?,
+            "--rate" => rate = Some(value.text("a rate")?),
             "--writers" => {
-                writers = value("a number")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0 && n <= 256)
-                    .ok_or("--writers: 1..256")?
+                writers = Some(
+                    value
+                        .text("a number")?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0 && n <= 256)
+                        .ok_or("--writers: 1..256")?,
+                )
             }
             _ => return Ok(false),
         }
         Ok(true)
-    });
-    let args = match sides::start(TOOL, &usage, parsed, true) {
+    }) {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let logs = std::env::temp_dir().join(format!("{TOOL}-logs-{}", std::process::id()));
-    let plan = Plan {
-        rate,
-        writers,
-        log_dir: Some(logs.clone()),
-        controller_args: args.extra.clone(),
-        ..Plan::default()
-    };
-    let mut rows = Vec::new();
-    if let Some(b) = &args.before {
-        rows.push(Row {
-            label: "before".into(),
-            bin: b.clone(),
-            with: (),
-        });
-    }
-    rows.push(Row {
-        label: "this build".into(),
-        bin: xce_proof::controller_bin(),
-        with: (),
-    });
-    sides::banner(TOOL, args.rounds, &rows, &logs);
-    let started = Instant::now();
-    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
-        let r = congestion::round(&plan)?;
-        eprintln!(
-            "  {} round {n}: {} elections calm, {} for the fault, unavailable max {:.2} s, {} failed calls",
-            row.label,
-            r.calm_elections,
-            r.fault_elections,
-            r.unavailable.iter().max().unwrap_or(&Duration::ZERO).as_secs_f64(),
-            r.errors
-        );
-        Ok(r)
-    }) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    println!("{}", congestion::table(&runs, &plan));
-    println!("({:.0} s)", started.elapsed().as_secs_f64());
-    ExitCode::SUCCESS
+    p14_congestion::command(&args, rate, writers)
 }

@@ -8,9 +8,10 @@
 //! ```
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use xce_proof::netfaults::{self, describe, Plan, Scenario};
+use xce_proof::bench::args::{Command, Needs, Shared};
+use xce_proof::bench::p9_netfaults::{self, Scenario};
 
 const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only blackhole,isolate,silent] [--no-build]
   --rounds N      rounds per fault (default 5; the silent-standby fault runs until N rounds
@@ -22,43 +23,25 @@ const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only 
 XCE_LOG=info|debug: the library's log lines on stderr, each stamped (wall-clock seconds, ms),
   with the instant each round's fault is set and healed on the same clock: a round's timeline";
 
-struct Args {
-    rounds: usize,
-    fault_for: Duration,
-    scenarios: Vec<Scenario>,
-    build: bool,
-    before_c15: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        rounds: 5,
-        fault_for: Duration::from_secs(5),
-        scenarios: Scenario::ALL.to_vec(),
-        build: true,
-        before_c15: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "--rounds" => {
-                a.rounds = value("a number")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or("--rounds: a positive number")?
-            }
+fn main() -> ExitCode {
+    let cmd = Command::new("xce-netfaults", USAGE, &[Shared::Rounds, Shared::NoBuild]).rounds(5);
+    let mut fault_for = None;
+    let mut scenarios = Scenario::ALL.to_vec();
+    let mut before_c15 = false;
+    let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
+        match flag {
             "--fault-secs" => {
-                let s: f64 = value("seconds")?
+                let s: f64 = value
+                    .text("seconds")?
                     .parse()
                     .ok()
                     .filter(|&s: &f64| s > 0.0 && s < 3600.0)
                     .ok_or("--fault-secs: seconds, > 0")?;
-                a.fault_for = Duration::from_secs_f64(s);
+                fault_for = Some(Duration::from_secs_f64(s));
             }
             "--only" => {
-                a.scenarios = value("a list")?
+                scenarios = value
+                    .text("a list")?
                     .split(',')
                     .map(|s| match s.trim() {
                         "blackhole" => Ok(Scenario::BlackholedPrimary),
@@ -68,93 +51,13 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
-            "--no-build" => a.build = false,
-            "--before-c15" => a.before_c15 = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
+            "--before-c15" => before_c15 = true,
+            _ => return Ok(false),
         }
-    }
-    Ok(a)
-}
-
-fn main() -> ExitCode {
-    let args = match parse_args() {
+        Ok(true)
+    }) {
         Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xce-netfaults: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if let Some(why) = xce_proof::netns::unavailable() {
-        eprintln!("xce-netfaults: network namespaces unavailable: {why}");
-        return ExitCode::FAILURE;
-    }
-    if args.build {
-        if let Err(e) = xce_proof::build_controller() {
-            eprintln!("xce-netfaults: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-    if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
-    } else {
-        // A timeline: stamped on the clock of the fault lines.
-        xce::failover::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
-            eprintln!("{} libxce {}: {line}", netfaults::wall(), l.as_str())
-        })));
-    }
-    let logs = std::env::temp_dir().join(format!("xce-netfaults-logs-{}", std::process::id()));
-    let plan = Plan {
-        fault_for: args.fault_for,
-        log_dir: Some(logs.clone()),
-        ..Plan::default()
-    };
-    println!(
-        "xce-netfaults: {} rounds per fault; controller {}; {} CPUs; controller logs in {}{}\n",
-        args.rounds,
-        xce_proof::controller_bin().display(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        logs.display(),
-        if cfg!(debug_assertions) {
-            "; WARNING: debug build, numbers are not representative"
-        } else {
-            ""
-        }
-    );
-    let started = Instant::now();
-    let mut plans = Vec::new();
-    if args.before_c15 {
-        plans.push(Plan {
-            controller_args: netfaults::BEFORE_C15.map(String::from).to_vec(),
-            ..plan.clone()
-        });
-    }
-    plans.push(plan);
-    let mut all = Vec::new();
-    for plan in &plans {
-        let results = match netfaults::run(&args.scenarios, args.rounds, plan, |r| {
-            eprintln!("  {}", describe(r))
-        }) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
-                return ExitCode::FAILURE;
-            }
-        };
-        println!("{}", netfaults::table(&results, plan));
-        all.extend(results);
-    }
-    let results = all;
-    println!("({:.0} s)", started.elapsed().as_secs_f64());
-    if results.iter().all(|r| r.correct() && r.recovered()) {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!(
-            "xce-netfaults: a history was not linearizable or a client was never served again"
-        );
-        ExitCode::FAILURE
-    }
+    p9_netfaults::command(args.rounds, &scenarios, fault_for, before_c15)
 }

@@ -10,81 +10,24 @@
 //! ```
 
 use std::process::ExitCode;
-use std::time::Instant;
 
-use xce_proof::rolling::{self, Plan, Restart};
-use xce_proof::sides::{self, Row};
-
-const TOOL: &str = "xce-rolling";
+use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
+use xce_proof::bench::p13_rolling::{self, TOOL};
 
 fn main() -> ExitCode {
     let usage = format!(
         "usage: {TOOL} [--rounds N] [--crash] [--before PATH] [--args FLAGS] [--no-build]
   --crash        also restart this build by kill -9 (a row of its own)
-{}",
-        sides::COMMON_USAGE
+{SIDE_BY_SIDE_USAGE}"
     );
+    let cmd = Command::new(TOOL, usage, SIDE_BY_SIDE).rounds(3);
     let mut crash = false;
-    let parsed = sides::parse(&mut |flag, _| {
+    let args = match cmd.run(Needs::default(), &mut |flag, _| {
         crash |= flag == "--crash";
         Ok(flag == "--crash")
-    });
-    let args = match sides::start(TOOL, &usage, parsed, false) {
+    }) {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let logs = std::env::temp_dir().join(format!("{TOOL}-logs-{}", std::process::id()));
-    let plan = Plan {
-        log_dir: Some(logs.clone()),
-        controller_args: args.extra.clone(),
-        ..Plan::default()
-    };
-    let current = xce_proof::controller_bin();
-    // The row under test last: the table's verdict is its.
-    let mut rows = Vec::new();
-    if let Some(b) = &args.before {
-        rows.push(Row {
-            label: "before, SIGTERM".into(),
-            bin: b.clone(),
-            with: Restart::Terminate,
-        });
-    }
-    if crash {
-        rows.push(Row {
-            label: "this build, kill -9".into(),
-            bin: current.clone(),
-            with: Restart::Kill,
-        });
-    }
-    rows.push(Row {
-        label: "this build, SIGTERM".into(),
-        bin: current,
-        with: Restart::Terminate,
-    });
-    sides::banner(TOOL, args.rounds, &rows, &logs);
-    let started = Instant::now();
-    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
-        let r = rolling::round(&Plan {
-            restart: row.with,
-            ..plan.clone()
-        })?;
-        eprintln!(
-            "  {} round {n}: {} calls, {} errors {:?}, {} acknowledged ({} lost, {} twice), handed over {}",
-            row.label,
-            r.outside.len() + r.during.len(),
-            r.errors,
-            r.error_samples.first(),
-            r.acked,
-            r.missing,
-            r.duplicated,
-            r.handed_over
-        );
-        Ok(r)
-    }) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    println!("{}", rolling::table(&runs, &plan));
-    println!("({:.0} s)", started.elapsed().as_secs_f64());
-    ExitCode::SUCCESS
+    p13_rolling::command(&args, crash)
 }

@@ -112,53 +112,82 @@ impl fmt::Display for Violation {
 /// At most this many violations are reported.
 pub const MAX_VIOLATIONS: usize = 20;
 
-/// Checks `h`; `Err` lists (up to [`MAX_VIOLATIONS`]) violations.
+/// Checks `h`; `Err` lists (up to [`MAX_VIOLATIONS`]) violations, condition by condition
+/// (the module's 1–5).
 pub fn check(h: &History) -> Result<(), Vec<Violation>> {
-    let mut out = Vec::new();
-    let push = |v: Violation, out: &mut Vec<Violation>| {
-        if out.len() < MAX_VIOLATIONS {
-            out.push(v);
-        }
-    };
+    let mut out = Found::default();
+    let writes = writes_by_id(h, &mut out);
+    let sets = read_sets(h, &writes, &mut out);
+    chain(h, &sets, &mut out);
+    real_time(h, &sets, &mut out);
+    acknowledged(h, &writes, &sets, &mut out);
+    if out.0.is_empty() {
+        Ok(())
+    } else {
+        Err(out.0)
+    }
+}
 
+/// The violations found, at most [`MAX_VIOLATIONS`].
+#[derive(Default)]
+struct Found(Vec<Violation>);
+
+impl Found {
+    fn push(&mut self, v: Violation) {
+        if self.0.len() < MAX_VIOLATIONS {
+            self.0.push(v);
+        }
+    }
+}
+
+/// Each write by the id it wrote (an id written twice is a violation).
+fn writes_by_id<'h>(h: &'h History, out: &mut Found) -> HashMap<u64, &'h Write> {
     let mut writes: HashMap<u64, &Write> = HashMap::with_capacity(h.writes.len());
     for w in &h.writes {
         if writes.insert(w.id, w).is_some() {
-            push(Violation::DuplicateWrite { id: w.id }, &mut out);
+            out.push(Violation::DuplicateWrite { id: w.id });
         }
     }
+    writes
+}
 
-    // 1. Distinct, written, not from the future.
+/// 1. Each read's set: distinct, written, not from the future.
+fn read_sets(h: &History, writes: &HashMap<u64, &Write>, out: &mut Found) -> Vec<HashSet<u64>> {
     let mut sets: Vec<HashSet<u64>> = Vec::with_capacity(h.reads.len());
     for (i, r) in h.reads.iter().enumerate() {
         let mut set = HashSet::with_capacity(r.ids.len());
         for &id in &r.ids {
             if !set.insert(id) {
-                push(Violation::DuplicateInRead { read: i, id }, &mut out);
+                out.push(Violation::DuplicateInRead { read: i, id });
             }
             match writes.get(&id) {
-                None => push(Violation::NeverWritten { read: i, id }, &mut out),
+                None => out.push(Violation::NeverWritten { read: i, id }),
                 Some(w) if w.invoked > r.completed => {
-                    push(Violation::FromTheFuture { read: i, id }, &mut out)
+                    out.push(Violation::FromTheFuture { read: i, id })
                 }
                 Some(_) => {}
             }
         }
         sets.push(set);
     }
+    sets
+}
 
-    // 2. A chain: sorted by size, each set contains the one before.
+/// 2. A chain: sorted by size, each set contains the one before.
+fn chain(h: &History, sets: &[HashSet<u64>], out: &mut Found) {
     let mut by_size: Vec<usize> = (0..h.reads.len()).collect();
     by_size.sort_by_key(|&i| (sets[i].len(), h.reads[i].invoked));
     for pair in by_size.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         if !sets[a].is_subset(&sets[b]) {
-            push(Violation::NotAChain { a, b }, &mut out);
+            out.push(Violation::NotAChain { a, b });
         }
     }
+}
 
-    // 3. Real time between reads: along a chain, "subset" is "not smaller". For each read, the
-    //    largest read that completed before it began.
+/// 3. Real time between reads: along a chain, "subset" is "not smaller". For each read, the
+///    largest read that completed before it began.
+fn real_time(h: &History, sets: &[HashSet<u64>], out: &mut Found) {
     let mut by_completion: Vec<usize> = (0..h.reads.len()).collect();
     by_completion.sort_by_key(|&i| h.reads[i].completed);
     let mut by_invocation: Vec<usize> = (0..h.reads.len()).collect();
@@ -177,19 +206,26 @@ pub fn check(h: &History) -> Result<(), Vec<Violation>> {
         }
         if let Some(earlier) = biggest {
             if !sets[earlier].is_subset(&sets[later]) {
-                push(Violation::WentBack { earlier, later }, &mut out);
+                out.push(Violation::WentBack { earlier, later });
             }
         }
     }
+}
 
-    // 4 and 5: acknowledged writes in order of completion; a read must contain every one that
-    //    completed before it began, and before the latest invocation among the ids it lists.
+/// 4 and 5: acknowledged writes in order of completion; a read must contain every one that
+///    completed before it began, and before the latest invocation among the ids it lists.
+fn acknowledged(
+    h: &History,
+    writes: &HashMap<u64, &Write>,
+    sets: &[HashSet<u64>],
+    out: &mut Found,
+) {
     let mut acked: Vec<&Write> = h.writes.iter().filter(|w| w.acked).collect();
     acked.sort_by_key(|w| w.completed);
     for (i, r) in h.reads.iter().enumerate() {
         for w in acked.iter().take_while(|w| w.completed < r.invoked) {
             if !sets[i].contains(&w.id) {
-                push(Violation::LostAck { read: i, id: w.id }, &mut out);
+                out.push(Violation::LostAck { read: i, id: w.id });
             }
         }
         let latest = r
@@ -200,23 +236,14 @@ pub fn check(h: &History) -> Result<(), Vec<Violation>> {
         if let Some(b) = latest {
             for a in acked.iter().take_while(|a| a.completed < b.invoked) {
                 if !sets[i].contains(&a.id) && a.completed >= r.invoked {
-                    push(
-                        Violation::OrderBroken {
-                            read: i,
-                            present: b.id,
-                            missing: a.id,
-                        },
-                        &mut out,
-                    );
+                    out.push(Violation::OrderBroken {
+                        read: i,
+                        present: b.id,
+                        missing: a.id,
+                    });
                 }
             }
         }
-    }
-
-    if out.is_empty() {
-        Ok(())
-    } else {
-        Err(out)
     }
 }
 

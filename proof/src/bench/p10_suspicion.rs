@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use xce::client::Client;
 use xce::wire::{JobFilter, JobSpec};
 
-use super::roundtrip::lib_client;
+use super::steady::lib_client;
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};
-use crate::Cluster;
 
 /// Jobs in the table the readers list whole.
 pub const JOBS: usize = 10_000;
@@ -54,6 +53,7 @@ fn fill(masters: &str, n: usize, threads: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// What one reader saw: its listings' latencies, its context's suspicions and failovers.
 struct Reader {
     latencies: Vec<Duration>,
     suspicions: u64,
@@ -62,63 +62,20 @@ struct Reader {
     errors: u64,
 }
 
+/// P10: the table filled, then writers and readers together for 10 s (40 s in full mode).
 pub fn run(opts: &BenchOpts) -> Result<Table, String> {
-    let cluster =
-        Cluster::start(3, opts.cluster_opts()).map_err(|e| format!("start cluster: {e}"))?;
-    cluster
-        .wait_primary(Duration::from_secs(20))
-        .ok_or("no primary elected within 20 s")?;
+    let (cluster, _) = opts.start_cluster()?;
     let masters = cluster.masters();
     let t0 = Instant::now();
     fill(&masters, JOBS, 16)?;
     let fill_s = t0.elapsed().as_secs_f64();
-
     let secs = opts.pick(10, 40);
     let stop = Arc::new(AtomicBool::new(false));
-    // The load: writers submitting as fast as the primary takes them.
     let writes = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..4)
-        .map(|w| {
-            let (masters, stop, writes) = (masters.clone(), stop.clone(), writes.clone());
-            std::thread::spawn(move || {
-                let Ok(c) = lib_client(&masters) else { return };
-                let mut i = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    if c.jobsubmit(spec(JOBS + w * 1_000_000 + i)).is_ok() {
-                        writes.fetch_add(1, Ordering::Relaxed);
-                    }
-                    i += 1;
-                }
-            })
-        })
+        .map(|w| writer(&masters, w, &stop, &writes))
         .collect();
-    let readers: Vec<_> = (0..4)
-        .map(|_| {
-            let (masters, stop) = (masters.clone(), stop.clone());
-            std::thread::spawn(move || -> Result<Reader, String> {
-                let c: Client = lib_client(&masters)?;
-                let mut r = Reader {
-                    latencies: vec![],
-                    suspicions: 0,
-                    suspicion_failovers: 0,
-                    rotations: 0,
-                    errors: 0,
-                };
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    match c.joblist(JobFilter::default()) {
-                        Ok(jobs) if jobs.len() >= JOBS => r.latencies.push(t.elapsed()),
-                        Ok(_) | Err(_) => r.errors += 1,
-                    }
-                }
-                let s = c.stats();
-                r.suspicions = s.suspicions;
-                r.suspicion_failovers = s.suspicion_failovers;
-                r.rotations = s.rotations;
-                Ok(r)
-            })
-        })
-        .collect();
+    let readers: Vec<_> = (0..4).map(|_| reader(&masters, &stop)).collect();
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
     let mut all = vec![];
@@ -128,7 +85,61 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     for h in writers {
         let _ = h.join();
     }
+    table(&all, writes.load(Ordering::Relaxed), secs, fill_s)
+}
 
+/// The load: writer `w` submitting as fast as the primary takes them, counting in `writes`.
+fn writer(
+    masters: &str,
+    w: usize,
+    stop: &Arc<AtomicBool>,
+    writes: &Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    let (masters, stop, writes) = (masters.to_string(), stop.clone(), writes.clone());
+    std::thread::spawn(move || {
+        let Ok(c) = lib_client(&masters) else { return };
+        let mut i = 0;
+        while !stop.load(Ordering::Relaxed) {
+            if c.jobsubmit(spec(JOBS + w * 1_000_000 + i)).is_ok() {
+                writes.fetch_add(1, Ordering::Relaxed);
+            }
+            i += 1;
+        }
+    })
+}
+
+/// A reader listing the whole table back to back until `stop`.
+fn reader(
+    masters: &str,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Result<Reader, String>> {
+    let (masters, stop) = (masters.to_string(), stop.clone());
+    std::thread::spawn(move || -> Result<Reader, String> {
+        let c: Client = lib_client(&masters)?;
+        let mut r = Reader {
+            latencies: vec![],
+            suspicions: 0,
+            suspicion_failovers: 0,
+            rotations: 0,
+            errors: 0,
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            match c.joblist(JobFilter::default()) {
+                Ok(jobs) if jobs.len() >= JOBS => r.latencies.push(t.elapsed()),
+                Ok(_) | Err(_) => r.errors += 1,
+            }
+        }
+        let s = c.stats();
+        r.suspicions = s.suspicions;
+        r.suspicion_failovers = s.suspicion_failovers;
+        r.rotations = s.rotations;
+        Ok(r)
+    })
+}
+
+/// The P10 table over what the readers saw and the writes made during `secs` s.
+fn table(all: &[Reader], writes: u64, secs: u64, fill_s: f64) -> Result<Table, String> {
     let lat: Vec<Duration> = all.iter().flat_map(|r| r.latencies.clone()).collect();
     let sum = Summary::of_us(&lat).ok_or("no joblist completed")?;
     let suspicions: u64 = all.iter().map(|r| r.suspicions).sum();
@@ -155,7 +166,7 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     ]);
     t.row(vec![
         "writes during the run (load)".into(),
-        writes.load(Ordering::Relaxed).to_string(),
+        writes.to_string(),
     ]);
     t.row(vec![
         "late replies probed (suspicions)".into(),

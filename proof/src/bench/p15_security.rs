@@ -12,7 +12,7 @@ use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::failover::{Options, XCE_RETRY_DEFAULTS};
 use xce::wire::{Hello, Op};
 
-use super::scale::{next_job_id, submit_rate_with, typical_job};
+use super::load::{next_job_id, submit_rate_with, typical_job};
 use super::{BenchOpts, Summary, Table};
 use crate::{controller_bin, Cluster, ClusterOpts};
 
@@ -347,7 +347,7 @@ fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), Str
         .find(|n| n.client.port() == port)
         .map(|n| n.client)
         .ok_or("primary not a node")?;
-    let reply = crate::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
+    let reply = crate::harness::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
         .map_err(|e| format!("raw hello: {e}"))?;
     let req = xce::wire::Request {
         seq: 1,
@@ -378,10 +378,38 @@ fn rustls_cost(
     rep: usize,
     n: usize,
 ) -> Result<(f64, Option<f64>), String> {
-    use rustls::crypto::cipher::{AeadKey, InboundOpaqueMessage, Iv, OutboundPlainMessage};
-    use rustls::{ContentType, ProtocolVersion};
-    use std::io::{Read, Write};
-    let e = |e: &dyn std::fmt::Display| format!("in-memory TLS: {e}");
+    let (cl, sv) = tls_in_memory(pki, host)?;
+    let mut tls = InMemory {
+        cl,
+        sv,
+        pipe: Vec::new(),
+        buf: vec![0u8; req.max(rep)],
+    };
+    let (rq, rp) = (vec![0xa5u8; req], vec![0x5au8; rep]);
+    let full = fastest_of_5(n, |_| tls.round_trip(&rq, &rp))?;
+    let aead = tls
+        .cl
+        .negotiated_cipher_suite()
+        .and_then(|s| s.tls13())
+        .map(|s| s.aead_alg)
+        .filter(|a| a.key_len() == 32);
+    let Some(alg) = aead else {
+        return Ok((full, None));
+    };
+    Ok((full, Some(seal_open_cost(alg, &rq, &rp, n)?)))
+}
+
+fn tls_error(e: &dyn std::fmt::Display) -> String {
+    format!("in-memory TLS: {e}")
+}
+
+/// A TLS 1.3 client (the library's configuration, as admin) and server (as the controller's
+/// client port: node 1's certificate, client certificates required) in memory, handshaken.
+fn tls_in_memory(
+    pki: &Path,
+    host: &str,
+) -> Result<(rustls::ClientConnection, rustls::ServerConnection), String> {
+    let e = tls_error;
     let pem = |name: &str| -> Result<Vec<u8>, String> {
         std::fs::read(pki.join(name)).map_err(|x| e(&x))
     };
@@ -419,6 +447,16 @@ fn rustls_cost(
     let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|x| e(&x))?;
     let mut cl = rustls::ClientConnection::new(client_cfg, name).map_err(|x| e(&x))?;
     let mut sv = rustls::ServerConnection::new(Arc::new(server_cfg)).map_err(|x| e(&x))?;
+    handshake(&mut cl, &mut sv)?;
+    Ok((cl, sv))
+}
+
+/// The handshake, flight by flight through a buffer.
+fn handshake(
+    cl: &mut rustls::ClientConnection,
+    sv: &mut rustls::ServerConnection,
+) -> Result<(), String> {
+    let e = tls_error;
     let mut pipe = Vec::new();
     for _ in 0..10 {
         if !(cl.is_handshaking() || sv.is_handshaking() || cl.wants_write() || sv.wants_write()) {
@@ -436,99 +474,156 @@ fn rustls_cost(
     if cl.is_handshaking() || sv.is_handshaking() {
         return Err("in-memory TLS: no handshake".into());
     }
-    let (rq, rp) = (vec![0xa5u8; req], vec![0x5au8; rep]);
-    let mut buf = vec![0u8; req.max(rep)];
-    let mut round = || -> Result<(), String> {
-        cl.writer().write_all(&rq).map_err(|x| e(&x))?;
-        cl.write_tls(&mut pipe).map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Both ends of a TLS connection in memory, the buffer between them, a plaintext buffer.
+struct InMemory {
+    cl: rustls::ClientConnection,
+    sv: rustls::ServerConnection,
+    pipe: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl InMemory {
+    /// One round trip: `rq` from the client to the server, `rp` back.
+    fn round_trip(&mut self, rq: &[u8], rp: &[u8]) -> Result<(), String> {
+        use std::io::{Read, Write};
+        let e = tls_error;
+        let InMemory { cl, sv, pipe, buf } = self;
+        cl.writer().write_all(rq).map_err(|x| e(&x))?;
+        cl.write_tls(pipe).map_err(|x| e(&x))?;
         sv.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
         pipe.clear();
         sv.process_new_packets().map_err(|x| e(&x))?;
-        sv.reader().read_exact(&mut buf[..req]).map_err(|x| e(&x))?;
-        sv.writer().write_all(&rp).map_err(|x| e(&x))?;
-        sv.write_tls(&mut pipe).map_err(|x| e(&x))?;
+        sv.reader()
+            .read_exact(&mut buf[..rq.len()])
+            .map_err(|x| e(&x))?;
+        sv.writer().write_all(rp).map_err(|x| e(&x))?;
+        sv.write_tls(pipe).map_err(|x| e(&x))?;
         cl.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
         pipe.clear();
         cl.process_new_packets().map_err(|x| e(&x))?;
-        cl.reader().read_exact(&mut buf[..rep]).map_err(|x| e(&x))
-    };
-    let min = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
-    let mut full = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..n {
-            round()?;
-        }
-        full.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        cl.reader()
+            .read_exact(&mut buf[..rp.len()])
+            .map_err(|x| e(&x))
     }
-    let aead = cl
-        .negotiated_cipher_suite()
-        .and_then(|s| s.tls13())
-        .map(|s| s.aead_alg)
-        .filter(|a| a.key_len() == 32);
-    let Some(alg) = aead else {
-        return Ok((min(full), None));
-    };
-    let mut enc = alg.encrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
-    let mut dec = alg.decrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
-    let mut seal_open = Vec::new();
+}
+
+/// µs per call of `once` (given its index in the batch): the fastest of 5 batches of `n`.
+fn fastest_of_5(n: usize, mut once: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
+    let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();
         for i in 0..n as u64 {
-            for m in [&rq, &rp] {
-                let plain = OutboundPlainMessage {
-                    typ: ContentType::ApplicationData,
-                    version: ProtocolVersion::TLSv1_2,
-                    payload: m[..].into(),
-                };
-                let mut rec = enc.encrypt(plain, i).map_err(|x| e(&x))?.encode();
-                let body = InboundOpaqueMessage::new(
-                    ContentType::ApplicationData,
-                    ProtocolVersion::TLSv1_2,
-                    &mut rec[5..],
-                );
-                let p = dec.decrypt(body, i).map_err(|x| e(&x))?;
-                if p.payload.len() != m.len() {
-                    return Err("in-memory TLS: seal/open lost bytes".into());
-                }
-            }
+            once(i)?;
         }
-        seal_open.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        best = best.min(t.elapsed().as_secs_f64() * 1e6 / n as f64);
     }
-    Ok((min(full), Some(min(seal_open))))
+    Ok(best)
 }
 
-/// Runs both modes (P1 side by side, then P4 and P11 off first) and compares.
+/// µs per round trip of the AEAD alone: `rq` and `rp` sealed and opened through rustls' own
+/// record encrypter and decrypter of `alg` (the fastest of 5 batches of `n`).
+fn seal_open_cost(
+    alg: &'static dyn rustls::crypto::cipher::Tls13AeadAlgorithm,
+    rq: &[u8],
+    rp: &[u8],
+    n: usize,
+) -> Result<f64, String> {
+    use rustls::crypto::cipher::{AeadKey, InboundOpaqueMessage, Iv, OutboundPlainMessage};
+    use rustls::{ContentType, ProtocolVersion};
+    let e = tls_error;
+    let mut enc = alg.encrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
+    let mut dec = alg.decrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
+    fastest_of_5(n, |i| {
+        for m in [rq, rp] {
+            let plain = OutboundPlainMessage {
+                typ: ContentType::ApplicationData,
+                version: ProtocolVersion::TLSv1_2,
+                payload: m.into(),
+            };
+            let mut rec = enc.encrypt(plain, i).map_err(|x| e(&x))?.encode();
+            let body = InboundOpaqueMessage::new(
+                ContentType::ApplicationData,
+                ProtocolVersion::TLSv1_2,
+                &mut rec[5..],
+            );
+            let p = dec.decrypt(body, i).map_err(|x| e(&x))?;
+            if p.payload.len() != m.len() {
+                return Err("in-memory TLS: seal/open lost bytes".into());
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Runs both modes (P1 side by side, then P11, then P4 off first) and compares.
 pub fn run(opts: &BenchOpts) -> Result<Table, String> {
-    let dir = std::env::temp_dir().join(format!("xce-p15-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    pki(&dir)?;
-    let off_mode = Mode {
-        name: "off",
-        pki: None,
-    };
-    let on_mode = Mode {
-        name: "mTLS + roles",
-        pki: Some(dir.clone()),
-    };
-    let ([free, one_cpu, two_cpus], (req_len, rep_len)) =
-        p1_side_by_side([&off_mode, &on_mode], opts)?;
-    let [[off_rate1, off_rate64], [on_rate1, on_rate64]] =
-        rates_side_by_side([&off_mode, &on_mode], opts)?;
-    let off = measure(&off_mode, opts)?;
-    let on = measure(&on_mode, opts)?;
-    let rustls = rustls_cost(
-        &dir,
-        "127.0.0.1",
-        req_len,
-        rep_len,
-        opts.pick(20_000, 100_000),
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    let m = Both::measure(opts)?;
     let mut t = Table::new(
         "P15",
         "the price of security: mTLS + authorization on vs off",
     );
+    notes(&mut t, &m, opts);
+    let worst = rows(&mut t, &m);
+    t.target(
+        "every judged row ≤ 10% slower with security on",
+        super::table::Verdict::from(worst <= 10.0, format!("worst {worst:+.1}%")),
+    );
+    Ok(t)
+}
+
+/// Everything P15 measured of both modes.
+struct Both {
+    /// P1 unplaced, on one CPU, on two CPUs.
+    p1: [P1Placement; 3],
+    /// P1's request and reply sizes.
+    sizes: (usize, usize),
+    /// P11's `[1 context, 64 contexts]` per mode.
+    rates: [[f64; 2]; 2],
+    /// P4's kill → first write per mode.
+    kills: [Summary; 2],
+    /// What rustls alone costs (full round trip, AEAD alone).
+    rustls: Result<(f64, Option<f64>), String>,
+}
+
+impl Both {
+    fn measure(opts: &BenchOpts) -> Result<Both, String> {
+        let dir = std::env::temp_dir().join(format!("xce-p15-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        pki(&dir)?;
+        let off_mode = Mode {
+            name: "off",
+            pki: None,
+        };
+        let on_mode = Mode {
+            name: "mTLS + roles",
+            pki: Some(dir.clone()),
+        };
+        let (p1, sizes) = p1_side_by_side([&off_mode, &on_mode], opts)?;
+        let rates = rates_side_by_side([&off_mode, &on_mode], opts)?;
+        let off = measure(&off_mode, opts)?;
+        let on = measure(&on_mode, opts)?;
+        let rustls = rustls_cost(
+            &dir,
+            "127.0.0.1",
+            sizes.0,
+            sizes.1,
+            opts.pick(20_000, 100_000),
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(Both {
+            p1,
+            sizes,
+            rates,
+            kills: [off.kills, on.kills],
+            rustls,
+        })
+    }
+}
+
+fn notes(t: &mut Table, m: &Both, opts: &BenchOpts) {
     t.note("3 controllers on loopback; on: every link mutual TLS (raft and client port), every op authorized, the library as admin with a certificate");
     t.note(format!(
         "P1: {} hellos through the library per mode, both clusters running, in alternating batches of 1,000, three times: threads where the scheduler puts them (shown, not judged: on 2 vCPUs a whole run of either mode lands on one CPU or across both by chance, ±30% on the p50 of the same build), then the bench and both clusters on one CPU, then the bench on CPU 0 and the clusters on CPU 1; P11: jobsubmit/s over {} s per mode, both clusters running, the modes taking turns in slices; P4: {} kill -9 of the primary with a writer running",
@@ -537,30 +632,119 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
         opts.pick(5, 20)
     ));
     // What bounds P1 from below: rustls itself, without any socket.
-    match rustls {
+    let (req_len, rep_len) = m.sizes;
+    match &m.rustls {
         Ok((full, aead)) => t.note(format!(
             "P1's floor with TLS: a buffered rustls connection (what the record layer replaced; both ends in memory, no socket; request {req_len} B, reply {rep_len} B) costs {full:.2} µs per round trip{}, against a 10% budget of {:.2} µs",
             aead.map(|a| format!(" (AEAD seal + open: {a:.2} µs)")).unwrap_or_default(),
-            one_cpu.off.p50 / 10.0
+            m.p1[1].off.p50 / 10.0
         )),
         Err(e) => t.note(format!("rustls alone: not measured ({e})")),
     }
+}
+
+/// The rows `off | on | on vs off`; returns the worst slowdown (%) among the judged rows.
+fn rows(t: &mut Table, m: &Both) -> f64 {
     t.header = ["what", "off", "on", "on vs off"]
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let pct = |a: f64, b: f64| (b - a) / a * 100.0;
-    let mut worst: f64 = f64::MIN;
-    let mut row = |what: &str, a: f64, b: f64, unit: &str, higher_is_better: bool, judged: bool| {
+    let mut rows = Rows { t, worst: f64::MIN };
+    let [free, one_cpu, two_cpus] = &m.p1;
+    rows.add(
+        "P1 p50, threads unplaced",
+        free.off.p50,
+        free.on.p50,
+        "µs",
+        false,
+        false,
+    );
+    rows.add(
+        "P1 p99, threads unplaced",
+        free.off.p99,
+        free.on.p99,
+        "µs",
+        false,
+        false,
+    );
+    for (what, p) in [
+        ("one CPU", one_cpu),
+        ("bench / clusters on 2 CPUs", two_cpus),
+    ] {
+        rows.add(
+            &format!("P1 p50, {what}"),
+            p.off.p50,
+            p.on.p50,
+            "µs",
+            false,
+            true,
+        );
+        rows.add(
+            &format!("P1 p99, {what}"),
+            p.off.p99,
+            p.on.p99,
+            "µs",
+            false,
+            false,
+        );
+    }
+    let [off, on] = &m.kills;
+    rows.add(
+        "P4 kill → first write p50",
+        off.p50,
+        on.p50,
+        "ms",
+        false,
+        true,
+    );
+    rows.add(
+        "P4 kill → first write p99",
+        off.p99,
+        on.p99,
+        "ms",
+        false,
+        true,
+    );
+    let [[off1, off64], [on1, on64]] = m.rates;
+    rows.add("P11 jobsubmit/s, 1 context", off1, on1, "/s", true, true);
+    rows.add(
+        "P11 jobsubmit/s, 64 contexts",
+        off64,
+        on64,
+        "/s",
+        true,
+        true,
+    );
+    rows.worst
+}
+
+/// The table's rows, and the worst slowdown of the judged ones.
+struct Rows<'a> {
+    t: &'a mut Table,
+    worst: f64,
+}
+
+impl Rows<'_> {
+    /// A row: `a` off, `b` on, in `unit`; judged rows count towards the verdict.
+    fn add(
+        &mut self,
+        what: &str,
+        a: f64,
+        b: f64,
+        unit: &str,
+        higher_is_better: bool,
+        judged: bool,
+    ) {
+        let pct = |a: f64, b: f64| (b - a) / a * 100.0;
         let slower = if higher_is_better {
             pct(b, a)
         } else {
             pct(a, b)
         };
         if judged {
-            worst = worst.max(slower);
+            self.worst = self.worst.max(slower);
         }
-        t.rows.push(vec![
+        self.t.rows.push(vec![
             what.to_string(),
             format!("{a:.1} {unit}"),
             format!("{b:.1} {unit}"),
@@ -570,80 +754,5 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
                 if judged { "" } else { " (not judged)" }
             ),
         ]);
-    };
-
-    row(
-        "P1 p50, threads unplaced",
-        free.off.p50,
-        free.on.p50,
-        "µs",
-        false,
-        false,
-    );
-    row(
-        "P1 p99, threads unplaced",
-        free.off.p99,
-        free.on.p99,
-        "µs",
-        false,
-        false,
-    );
-    for (what, p) in [
-        ("one CPU", &one_cpu),
-        ("bench / clusters on 2 CPUs", &two_cpus),
-    ] {
-        row(
-            &format!("P1 p50, {what}"),
-            p.off.p50,
-            p.on.p50,
-            "µs",
-            false,
-            true,
-        );
-        row(
-            &format!("P1 p99, {what}"),
-            p.off.p99,
-            p.on.p99,
-            "µs",
-            false,
-            false,
-        );
     }
-    row(
-        "P4 kill → first write p50",
-        off.kills.p50,
-        on.kills.p50,
-        "ms",
-        false,
-        true,
-    );
-    row(
-        "P4 kill → first write p99",
-        off.kills.p99,
-        on.kills.p99,
-        "ms",
-        false,
-        true,
-    );
-    row(
-        "P11 jobsubmit/s, 1 context",
-        off_rate1,
-        on_rate1,
-        "/s",
-        true,
-        true,
-    );
-    row(
-        "P11 jobsubmit/s, 64 contexts",
-        off_rate64,
-        on_rate64,
-        "/s",
-        true,
-        true,
-    );
-    t.target(
-        "every judged row ≤ 10% slower with security on",
-        super::table::Verdict::from(worst <= 10.0, format!("worst {worst:+.1}%")),
-    );
-    Ok(t)
 }

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
 
-/// One controller node of a [`Cluster`].
 /// `1=client/raft,2=…` as `xce-controller run --cluster` takes it, from (id, client, raft).
 pub fn cluster_spec(nodes: impl Iterator<Item = (u32, SocketAddr, SocketAddr)>) -> String {
     nodes
@@ -26,6 +25,7 @@ pub fn master_list(clients: impl Iterator<Item = SocketAddr>) -> String {
     clients.map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// One controller node of a [`Cluster`].
 pub struct Node {
     pub id: u32,
     pub client: SocketAddr,
@@ -75,7 +75,11 @@ pub fn kill_nodes_with_this_process(on: bool) {
 }
 
 /// Builds the controller in this crate's profile (unless `XCE_CONTROLLER` names one), so that
-/// a command of this crate never measures a stale one.
+/// a command of this crate never measures a stale one. With failpoints (the controller's
+/// feature `failpoints`, docs/controller.md): the scenarios and the nemesis inject faults
+/// through them, and the binary is then the one the controller's own tests run (their
+/// dev-dependency turns the feature on), so neither build replaces the other's with a
+/// different one. A release build of the workspace (`cargo build --release`) has none.
 pub fn build_controller() -> Result<(), String> {
     if std::env::var_os("XCE_CONTROLLER").is_some() {
         return Ok(());
@@ -83,7 +87,14 @@ pub fn build_controller() -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args(["build", "--quiet", "-p", "xce-controller"]);
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "xce-controller",
+            "--features",
+            "xce-controller/failpoints",
+        ]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
@@ -118,7 +129,7 @@ pub fn controller_bin() -> PathBuf {
         .expect("xce-controller binary not found: run `cargo build -p xce-controller` or set XCE_CONTROLLER")
 }
 
-use crate::ports::free_ports;
+use xce_testkit::ports::free_ports;
 
 impl Cluster {
     /// Start `n` nodes and return without waiting for an election.

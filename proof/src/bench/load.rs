@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use xce::client::Client;
 use xce::wire::JobSpec;
 
-use super::roundtrip::lib_client;
-use crate::Cluster;
+use super::steady::lib_client;
+use crate::{Cluster, ClusterOpts};
 
 /// A job of "typical size": short names and a one-line command, as a site's jobs have.
 pub fn typical_job(job_id: u64) -> JobSpec {
@@ -315,4 +315,26 @@ pub fn c_joblist_ids(masters: &str) -> Result<CListing, String> {
 /// The data directory of node `id` of a [`Cluster`].
 pub fn node_dir(c: &Cluster, id: u32) -> std::path::PathBuf {
     c.data_dir().join(format!("node-{id}"))
+}
+
+/// A 3-node cluster of controller binary `bin` (it sets `XCE_CONTROLLER`) with an elected
+/// primary, logs in `logs`.
+pub fn cluster_of(bin: &Path, logs: &Path) -> Result<Cluster, String> {
+    cluster_with(bin, logs, &[])
+}
+
+/// [`cluster_of`] with more `run` flags.
+pub fn cluster_with(bin: &Path, logs: &Path, extra: &[&str]) -> Result<Cluster, String> {
+    std::env::set_var("XCE_CONTROLLER", bin);
+    let c = Cluster::start(
+        3,
+        ClusterOpts {
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            log_dir: Some(logs.to_path_buf()),
+        },
+    )
+    .map_err(|e| format!("start: {e}"))?;
+    c.wait_primary(Duration::from_secs(30))
+        .ok_or("no primary")?;
+    Ok(c)
 }

@@ -9,7 +9,7 @@
 //! or with crash restarts).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::wire::JobFilter;
 
+use crate::bench::args::Common;
+use crate::bench::plan::{log_dir, Plan};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
+use crate::harness::sides::{self, Row};
 use crate::{Cluster, ClusterOpts};
 
 /// How each controller is restarted.
@@ -39,39 +42,30 @@ impl Restart {
     }
 }
 
-/// How a round runs.
+/// What P13 adds to a [`Plan`]: how the nodes are restarted, and the listings' size.
 #[derive(Debug, Clone)]
-pub struct Plan {
-    pub writers: usize,
-    pub listers: usize,
-    /// A lister's page: the listing path on every call, at a cost that does not grow with
-    /// the jobs written during the run.
-    pub list_limit: u32,
-    /// Each context's pause between calls.
-    pub pause: Duration,
-    /// Load before the first restart.
-    pub warmup: Duration,
+pub struct Restarts {
+    pub restart: Restart,
     /// After a node is started again, before the next restart (the restart's window ends).
     pub settle: Duration,
-    pub restart: Restart,
-    /// Controller logs (`node-N.log`); `None`: a temporary directory, removed afterwards.
-    pub log_dir: Option<PathBuf>,
-    pub controller_args: Vec<String>,
+    /// A reader's page: the listing path on every call, at a cost that does not grow with
+    /// the jobs written during the run.
+    pub list_limit: u32,
 }
 
-impl Default for Plan {
-    fn default() -> Plan {
-        Plan {
-            writers: 64,
-            listers: 8,
-            list_limit: 500,
-            pause: Duration::from_millis(10),
-            warmup: Duration::from_secs(2),
-            settle: Duration::from_millis(1500),
+/// How a round runs: 64 writing and 8 listing contexts, 10 ms between calls, 2 s of load
+/// before the first restart, SIGTERM, 1.5 s after each node is back, pages of 500 jobs.
+pub fn plan() -> Plan<Restarts> {
+    Plan {
+        writers: 64,
+        readers: 8,
+        pace: Duration::from_millis(10),
+        warmup: Duration::from_secs(2),
+        ..Plan::with(Restarts {
             restart: Restart::Terminate,
-            log_dir: None,
-            controller_args: Vec::new(),
-        }
+            settle: Duration::from_millis(1500),
+            list_limit: 500,
+        })
     }
 }
 
@@ -112,7 +106,7 @@ const PRIMARY_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs one round on a fresh 3-node cluster of `$XCE_CONTROLLER` (see
 /// [`crate::controller_bin`]).
-pub fn round(plan: &Plan) -> Result<RoundResult, String> {
+pub fn round(plan: &Plan<Restarts>) -> Result<RoundResult, String> {
     let own_logs = plan.log_dir.is_none();
     let log_dir = plan.log_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!(
@@ -124,8 +118,8 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
     let mut c = Cluster::start(
         3,
         ClusterOpts {
-            extra_args: plan.controller_args.clone(),
             log_dir: Some(log_dir.clone()),
+            ..plan.cluster_opts()
         },
     )
     .map_err(|e| format!("start cluster: {e}"))?;
@@ -137,25 +131,91 @@ pub fn round(plan: &Plan) -> Result<RoundResult, String> {
     res
 }
 
-fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundResult, String> {
+/// The round on a started cluster: load, every node restarted in turn (primary last), then
+/// the calls split into during and outside the restarts, and the acknowledged jobs listed.
+fn run(
+    c: &mut Cluster,
+    plan: &Plan<Restarts>,
+    log_dir: &std::path::Path,
+) -> Result<RoundResult, String> {
     let p0 = c.wait_primary(PRIMARY_WAIT).ok_or("no primary elected")?;
     let masters = c.masters();
-    let origin = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let errors = Arc::new(Mutex::new((0usize, Vec::<String>::new())));
-    let mut threads = Vec::new();
-    for w in 0..plan.writers + plan.listers {
-        let (stop, masters, acked, errors) =
-            (stop.clone(), masters.clone(), acked.clone(), errors.clone());
-        let (writer, pause, limit) = (w < plan.writers, plan.pause, plan.list_limit);
-        threads.push(std::thread::spawn(move || -> Result<Vec<Call>, String> {
+    let mut load = Load::start(&masters, plan);
+    std::thread::sleep(plan.warmup);
+    let mut out = RoundResult::default();
+    let restarts = restart_each(c, p0, plan, log_dir, load.origin, &mut out);
+    std::thread::sleep(Duration::from_secs(1));
+    let calls = load.stop_threads()?;
+    let windows = restarts?;
+    for call in calls {
+        let during = windows
+            .iter()
+            .any(|&(a, b)| call.invoked >= a && call.invoked < b);
+        if during {
+            out.during.push(call.took);
+        } else {
+            out.outside.push(call.took);
+        }
+    }
+    let (n, samples) = std::mem::take(&mut *load.errors.lock().unwrap());
+    out.errors = n;
+    out.error_samples = samples;
+    let acked = load.acked.lock().unwrap().clone();
+    count_listed(&masters, &acked, &mut out)?;
+    Ok(out)
+}
+
+/// The writers and listers of a round, each a thread with a context of its own.
+struct Load {
+    origin: Instant,
+    stop: Arc<AtomicBool>,
+    /// The ids of the acknowledged writes.
+    acked: Arc<Mutex<Vec<u64>>>,
+    /// Calls that failed, and the first few errors.
+    errors: Arc<Mutex<(usize, Vec<String>)>>,
+    threads: Vec<std::thread::JoinHandle<Result<Vec<Call>, String>>>,
+}
+
+impl Load {
+    fn start(masters: &str, plan: &Plan<Restarts>) -> Load {
+        let mut load = Load {
+            origin: Instant::now(),
+            stop: Arc::new(AtomicBool::new(false)),
+            acked: Arc::new(Mutex::new(Vec::new())),
+            errors: Arc::new(Mutex::new((0usize, Vec::<String>::new()))),
+            threads: Vec::new(),
+        };
+        for w in 0..plan.writers + plan.readers {
+            let writer = w < plan.writers;
+            let thread = load.client_thread(masters, writer, plan.pace, plan.more.list_limit);
+            load.threads.push(thread);
+        }
+        load
+    }
+
+    /// A writer (`jobsubmit`, acknowledged ids kept) or a lister (`joblist` of `limit` jobs),
+    /// calling every `pause` until the load stops.
+    fn client_thread(
+        &self,
+        masters: &str,
+        writer: bool,
+        pause: Duration,
+        limit: u32,
+    ) -> std::thread::JoinHandle<Result<Vec<Call>, String>> {
+        let (stop, masters, acked, errors, origin) = (
+            self.stop.clone(),
+            masters.to_string(),
+            self.acked.clone(),
+            self.errors.clone(),
+            self.origin,
+        );
+        std::thread::spawn(move || -> Result<Vec<Call>, String> {
             let cl = client_for(&masters)?;
             let mut calls = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let invoked = origin.elapsed();
                 let res = if writer {
-                    let s = crate::bench::scale::typical_job(new_job_id());
+                    let s = crate::bench::load::typical_job(new_job_id());
                     let r = cl.jobsubmit(s.clone());
                     if r.is_ok() {
                         acked.lock().unwrap().push(s.job_id);
@@ -185,21 +245,40 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
                 std::thread::sleep(pause);
             }
             Ok(calls)
-        }));
+        })
     }
 
-    std::thread::sleep(plan.warmup);
+    /// Stops every thread: all their calls.
+    fn stop_threads(&mut self) -> Result<Vec<Call>, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut calls = Vec::new();
+        for t in std::mem::take(&mut self.threads) {
+            calls.extend(t.join().map_err(|_| "a client thread panicked")??);
+        }
+        Ok(calls)
+    }
+}
+
+/// Restarts every node in turn, the primary `p0` last (so that it hands over to a standby
+/// restarted before it), as `plan` says; notes in `out` the nodes stuck on SIGTERM and the
+/// handovers their logs tell of. The windows of the restarts (from `origin`): from a node's
+/// signal until `settle` after it was started again.
+fn restart_each(
+    c: &mut Cluster,
+    p0: u32,
+    plan: &Plan<Restarts>,
+    log_dir: &std::path::Path,
+    origin: Instant,
+    out: &mut RoundResult,
+) -> Result<Vec<(Duration, Duration)>, String> {
     let mut windows = Vec::new();
-    let mut out = RoundResult::default();
-    // The primary last, so that it hands over to a standby restarted before it.
     let order: Vec<u32> = (1..=3).filter(|&i| i != p0).chain([p0]).collect();
-    let mut failed = None;
     for id in order {
         let start = origin.elapsed();
         // A node's log file goes on across restarts and rounds: only what this stop wrote.
         let log_path = log_dir.join(format!("node-{id}.log"));
         let log_from = std::fs::metadata(&log_path).map_or(0, |m| m.len() as usize);
-        match plan.restart {
+        match plan.more.restart {
             Restart::Terminate => {
                 if !c.terminate(id, Duration::from_secs(10)) {
                     out.stuck.push(id);
@@ -207,11 +286,9 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
             }
             Restart::Kill => c.kill(id),
         }
-        if let Err(e) = c.restart(id) {
-            failed = Some(format!("start node {id} again: {e}"));
-            break;
-        }
-        std::thread::sleep(plan.settle);
+        c.restart(id)
+            .map_err(|e| format!("start node {id} again: {e}"))?;
+        std::thread::sleep(plan.more.settle);
         windows.push((start, origin.elapsed()));
         // Read from the node's own log, not from who answered `hello` as primary just before
         // the stop: on a loaded machine that probe can time out (a handover then went uncounted).
@@ -221,32 +298,12 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
             out.handed_over += 1;
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    let mut calls = Vec::new();
-    for t in threads {
-        calls.extend(t.join().map_err(|_| "a client thread panicked")??);
-    }
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    for call in calls {
-        let during = windows
-            .iter()
-            .any(|&(a, b)| call.invoked >= a && call.invoked < b);
-        if during {
-            out.during.push(call.took);
-        } else {
-            out.outside.push(call.took);
-        }
-    }
-    let (n, samples) = std::mem::take(&mut *errors.lock().unwrap());
-    out.errors = n;
-    out.error_samples = samples;
+    Ok(windows)
+}
 
-    // Every acknowledged job listed exactly once (paged: thousands were written).
-    let acked = acked.lock().unwrap().clone();
-    let listed = client_for(&masters)?
+/// Every acknowledged job listed exactly once (paged: thousands were written).
+fn count_listed(masters: &str, acked: &[u64], out: &mut RoundResult) -> Result<(), String> {
+    let listed = client_for(masters)?
         .joblist_all(JobFilter::default())
         .map_err(|e| format!("joblist_all: {e}"))?;
     let mut count: HashMap<u64, usize> = HashMap::new();
@@ -259,7 +316,7 @@ fn run(c: &mut Cluster, plan: &Plan, log_dir: &std::path::Path) -> Result<RoundR
         .iter()
         .filter(|id| count.get(id).is_some_and(|&n| n > 1))
         .count();
-    Ok(out)
+    Ok(())
 }
 
 /// Latencies in milliseconds.
@@ -279,7 +336,7 @@ fn p999(v: &[Duration]) -> Option<f64> {
 }
 
 /// The P13 table: one row per (controller, restart kind) measured.
-pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
+pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Restarts>) -> Table {
     let mut t = Table::new("P13", "rolling restart under load: errors and latency");
     t.note(format!(
         "3 controllers and the clients on this machine; {} writing and {} listing contexts \
@@ -287,10 +344,10 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
          a call is 'during' when invoked between a node's signal and {:.1} s after it was \
          started again; a fresh cluster per round",
         plan.writers,
-        plan.listers,
-        plan.pause.as_millis(),
-        plan.list_limit,
-        plan.settle.as_secs_f64()
+        plan.readers,
+        plan.pace.as_millis(),
+        plan.more.list_limit,
+        plan.more.settle.as_secs_f64()
     ));
     t.header = [
         "controller, restart",
@@ -356,4 +413,69 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan) -> Table {
         );
     }
     t
+}
+
+/// The command's name (its binary).
+pub const TOOL: &str = "xce-rolling";
+
+/// `xce-rolling`: rounds of this build restarted by SIGTERM, beside `--before`'s binary and (with
+/// `crash`) this build restarted by kill -9, round for round; the P13 table.
+pub fn command(args: &Common, crash: bool) -> ExitCode {
+    let logs = log_dir(TOOL);
+    let plan = Plan {
+        log_dir: Some(logs.clone()),
+        controller_args: args.controller_args.clone(),
+        ..plan()
+    };
+    let current = crate::controller_bin();
+    // The row under test last: the table's verdict is its.
+    let mut rows = Vec::new();
+    if let Some(b) = &args.before {
+        rows.push(Row {
+            label: "before, SIGTERM".into(),
+            bin: b.clone(),
+            with: Restart::Terminate,
+        });
+    }
+    if crash {
+        rows.push(Row {
+            label: "this build, kill -9".into(),
+            bin: current.clone(),
+            with: Restart::Kill,
+        });
+    }
+    rows.push(Row {
+        label: "this build, SIGTERM".into(),
+        bin: current,
+        with: Restart::Terminate,
+    });
+    sides::banner(TOOL, args.rounds, &rows, &logs);
+    let started = Instant::now();
+    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
+        let r = round(&Plan {
+            more: Restarts {
+                restart: row.with,
+                ..plan.more.clone()
+            },
+            ..plan.clone()
+        })?;
+        eprintln!(
+            "  {} round {n}: {} calls, {} errors {:?}, {} acknowledged ({} lost, {} twice), handed over {}",
+            row.label,
+            r.outside.len() + r.during.len(),
+            r.errors,
+            r.error_samples.first(),
+            r.acked,
+            r.missing,
+            r.duplicated,
+            r.handed_over
+        );
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    println!("{}", table(&runs, &plan));
+    println!("({:.0} s)", started.elapsed().as_secs_f64());
+    ExitCode::SUCCESS
 }

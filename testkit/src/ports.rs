@@ -7,7 +7,8 @@
 //! range only an explicit bind takes a port, so ports come from there: a random block, each
 //! port checked by a bind, never handed out twice by one process.
 //!
-//! Shared by path with the controller's integration tests (`controller/tests/common`).
+//! Used by the proof crate's clusters (`proof/`) and the controller's integration tests
+//! (`controller/tests/common`).
 
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};

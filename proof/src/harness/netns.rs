@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use xce::wire::ControllerRole;
 
-use crate::cluster::{controller_bin, probe};
+use crate::harness::cluster::{controller_bin, probe};
 
 const NS_PREFIX: &str = "xcenf-";
 const LINK_PREFIX: &str = "xn";
@@ -432,12 +432,12 @@ impl NetCluster {
 
     /// `1=client/raft,…` for `xce-controller run --cluster`.
     pub fn spec(&self) -> String {
-        crate::cluster::cluster_spec(self.nodes.iter().map(|n| (n.id, n.client, n.raft)))
+        crate::harness::cluster::cluster_spec(self.nodes.iter().map(|n| (n.id, n.client, n.raft)))
     }
 
     /// The library's master list, in node order.
     pub fn masters(&self) -> String {
-        crate::cluster::master_list(self.nodes.iter().map(|n| n.client))
+        crate::harness::cluster::master_list(self.nodes.iter().map(|n| n.client))
     }
 
     pub fn node(&self, id: u32) -> &NetNode {
@@ -552,7 +552,11 @@ impl NetCluster {
         in_ns(&self.client_ns, move || {
             targets
                 .iter()
-                .filter_map(|&a| crate::cluster::probe_info(a, timeout).ok().flatten())
+                .filter_map(|&a| {
+                    crate::harness::cluster::probe_info(a, timeout)
+                        .ok()
+                        .flatten()
+                })
                 .map(|i| i.term)
                 .max()
         })

@@ -1,0 +1,301 @@
+//! The command line of every benchmark command (`src/bin/`): one parser, one start.
+//!
+//! A command names the [`Shared`] flags it takes (their meaning is the same everywhere) and
+//! parses its own through a closure; `-h`/`--help` prints its usage (exit 0), anything else it
+//! does not know is an error (the usage on stderr, exit 2). [`Command::start`] then does what
+//! every command does before measuring: checks that network namespaces can be made (when it
+//! needs them), builds the controller (unless `--no-build`, for the commands that take it), and
+//! turns the library's log down to errors unless `XCE_LOG` says otherwise.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A flag several commands take, with the same meaning in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// `--quick`: fewer samples.
+    Quick,
+    /// `--no-build`: do not build the controller first. A command without it never builds.
+    NoBuild,
+    /// `--rounds N`: rounds per row or per fault (N > 0).
+    Rounds,
+    /// `--before PATH`: also measure this controller binary, round for round.
+    Before,
+    /// `--args FLAGS`: extra `xce-controller run` flags, for every binary measured.
+    ControllerArgs,
+}
+
+/// What the [`Shared`] flags said (each at its default when the command does not take it).
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub quick: bool,
+    /// Build the controller before measuring (the commands that take `--no-build`).
+    pub build: bool,
+    pub rounds: usize,
+    pub before: Option<PathBuf>,
+    /// Extra `xce-controller run` flags.
+    pub controller_args: Vec<String>,
+}
+
+/// The flags of the side-by-side commands (`xce-congestion`, `xce-rolling`).
+pub const SIDE_BY_SIDE: &[Shared] = &[
+    Shared::Rounds,
+    Shared::Before,
+    Shared::ControllerArgs,
+    Shared::NoBuild,
+];
+
+/// The usage lines of [`SIDE_BY_SIDE`] (`--rounds` defaults to 3 there).
+pub const SIDE_BY_SIDE_USAGE: &str = "  --rounds N     rounds per row (default 3)
+  --before PATH  also measure this controller binary, round for round, in the same run
+  --args FLAGS   extra `xce-controller run` flags, for every binary measured
+  --no-build     do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
+
+/// Why parsing stopped without a [`Common`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// `-h` or `--help`.
+    Help,
+    /// A flag unknown, without its value, or with a bad one.
+    Bad(String),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Stop {
+        Stop::Bad(e)
+    }
+}
+
+/// The value of the flag being parsed: the next argument.
+pub struct Value<'a> {
+    flag: &'a str,
+    rest: &'a mut dyn Iterator<Item = String>,
+}
+
+impl Value<'_> {
+    /// The next argument; without one, "`FLAG needs WHAT`".
+    pub fn text(&mut self, what: &str) -> Result<String, String> {
+        self.rest
+            .next()
+            .ok_or_else(|| format!("{} needs {what}", self.flag))
+    }
+
+    /// A number > 0; "`FLAG: a positive number`" when it is not one.
+    pub fn positive(&mut self, what: &str) -> Result<usize, String> {
+        let flag = self.flag;
+        self.text(what)?
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{flag}: a positive number"))
+    }
+}
+
+/// A command's own flag: `own(flag, value)` returns `Ok(false)` for a flag it does not know.
+pub type OwnFlag<'a> = dyn FnMut(&str, &mut Value<'_>) -> Result<bool, String> + 'a;
+
+/// What a command needs before it measures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Needs {
+    /// Network namespaces (root, `ip`): the command fails at once without them.
+    pub netns: bool,
+}
+
+/// One benchmark command: its name, its usage text, the shared flags it takes.
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub tool: &'static str,
+    pub usage: String,
+    pub shared: &'static [Shared],
+    /// `--rounds`' default.
+    pub rounds: usize,
+}
+
+impl Command {
+    pub fn new(tool: &'static str, usage: impl Into<String>, shared: &'static [Shared]) -> Self {
+        Command {
+            tool,
+            usage: usage.into(),
+            shared,
+            rounds: 1,
+        }
+    }
+
+    /// The same with `--rounds`' default.
+    pub fn rounds(self, rounds: usize) -> Self {
+        Command { rounds, ..self }
+    }
+
+    fn takes(&self, s: Shared) -> bool {
+        self.shared.contains(&s)
+    }
+
+    /// Parses `args` (without the program name): the shared flags here, the command's own
+    /// through `own`.
+    pub fn parse(
+        &self,
+        args: impl IntoIterator<Item = String>,
+        own: &mut OwnFlag<'_>,
+    ) -> Result<Common, Stop> {
+        let mut c = Common {
+            quick: false,
+            build: self.takes(Shared::NoBuild),
+            rounds: self.rounds,
+            before: None,
+            controller_args: Vec::new(),
+        };
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            if arg == "-h" || arg == "--help" {
+                return Err(Stop::Help);
+            }
+            let mut value = Value {
+                flag: &arg,
+                rest: &mut it,
+            };
+            let shared = match arg.as_str() {
+                "--quick" => Some(Shared::Quick),
+                "--no-build" => Some(Shared::NoBuild),
+                "--rounds" => Some(Shared::Rounds),
+                "--before" => Some(Shared::Before),
+                "--args" => Some(Shared::ControllerArgs),
+                _ => None,
+            }
+            .filter(|&s| self.takes(s));
+            match shared {
+                Some(Shared::Quick) => c.quick = true,
+                Some(Shared::NoBuild) => c.build = false,
+                Some(Shared::Rounds) => c.rounds = value.positive("a number")?,
+                Some(Shared::Before) => c.before = Some(PathBuf::from(value.text("a path")?)),
+                Some(Shared::ControllerArgs) => {
+                    c.controller_args = value
+                        .text("flags")?
+                        .split_whitespace()
+                        .map(String::from)
+                        .collect()
+                }
+                None => {
+                    if !own(&arg, &mut value)? {
+                        return Err(Stop::Bad(format!("unknown argument {arg:?}")));
+                    }
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// The start of the command: on `--help` prints the usage (exit 0), on a bad command line
+    /// the error and the usage (exit 2); with `needs.netns`, fails unless network namespaces
+    /// can be made; builds the controller unless `--no-build` (commands that take it); sets the
+    /// library's log to errors only unless `XCE_LOG` is set.
+    pub fn start(&self, parsed: Result<Common, Stop>, needs: Needs) -> Result<Common, ExitCode> {
+        let args = match parsed {
+            Ok(a) => a,
+            Err(Stop::Help) => {
+                println!("{}", self.usage);
+                return Err(ExitCode::SUCCESS);
+            }
+            Err(Stop::Bad(e)) => {
+                eprintln!("{}: {e}", self.tool);
+                eprintln!("{}", self.usage);
+                return Err(ExitCode::from(2));
+            }
+        };
+        if needs.netns {
+            if let Some(why) = crate::harness::netns::unavailable() {
+                eprintln!("{}: network namespaces unavailable: {why}", self.tool);
+                return Err(ExitCode::FAILURE);
+            }
+        }
+        if args.build {
+            if let Err(e) = crate::build_controller() {
+                eprintln!("{}: {e}", self.tool);
+                return Err(ExitCode::FAILURE);
+            }
+        }
+        if std::env::var_os("XCE_LOG").is_none() {
+            xce::failover::log::set_level(xce::failover::log::Level::Error);
+        }
+        Ok(args)
+    }
+
+    /// [`Command::parse`] of the process's arguments, then [`Command::start`].
+    pub fn run(&self, needs: Needs, own: &mut OwnFlag<'_>) -> Result<Common, ExitCode> {
+        self.start(self.parse(std::env::args().skip(1), own), needs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn none(_: &str, _: &mut Value<'_>) -> Result<bool, String> {
+        Ok(false)
+    }
+
+    #[test]
+    fn shared_flags_only_where_taken() {
+        let cmd = Command::new("t", "", &[Shared::Rounds, Shared::NoBuild]).rounds(3);
+        let c = cmd.parse(args(""), &mut none).unwrap();
+        assert_eq!((c.rounds, c.build, c.quick), (3, true, false));
+        let c = cmd.parse(args("--rounds 7 --no-build"), &mut none).unwrap();
+        assert_eq!((c.rounds, c.build), (7, false));
+        assert_eq!(
+            cmd.parse(args("--quick"), &mut none).unwrap_err(),
+            Stop::Bad("unknown argument \"--quick\"".into())
+        );
+        // A command without --no-build never builds.
+        let c = Command::new("t", "", &[Shared::Quick])
+            .parse(args("--quick"), &mut none)
+            .unwrap();
+        assert_eq!((c.quick, c.build), (true, false));
+    }
+
+    #[test]
+    fn values_and_help() {
+        let cmd = Command::new("t", "", &[Shared::Rounds, Shared::ControllerArgs]);
+        assert_eq!(
+            cmd.parse(args("--rounds"), &mut none).unwrap_err(),
+            Stop::Bad("--rounds needs a number".into())
+        );
+        assert_eq!(
+            cmd.parse(args("--rounds 0"), &mut none).unwrap_err(),
+            Stop::Bad("--rounds: a positive number".into())
+        );
+        let c = cmd.parse(["--args".to_string(), "--a 1  --b".to_string()], &mut none);
+        assert_eq!(c.unwrap().controller_args, args("--a 1 --b"));
+        assert_eq!(
+            cmd.parse(args("--rounds 2 --help --bogus"), &mut none)
+                .unwrap_err(),
+            Stop::Help
+        );
+    }
+
+    #[test]
+    fn own_flags() {
+        let cmd = Command::new("t", "", &[]);
+        let mut seen = Vec::new();
+        let mut own = |flag: &str, v: &mut Value<'_>| -> Result<bool, String> {
+            match flag {
+                "--x" => seen.push(v.text("an x")?),
+                "--y" => seen.push("y".into()),
+                _ => return Ok(false),
+            }
+            Ok(true)
+        };
+        cmd.parse(args("--y --x 5"), &mut own).unwrap();
+        assert_eq!(
+            cmd.parse(args("--x"), &mut own).unwrap_err(),
+            Stop::Bad("--x needs an x".into())
+        );
+        assert_eq!(
+            cmd.parse(args("--z"), &mut own).unwrap_err(),
+            Stop::Bad("unknown argument \"--z\"".into())
+        );
+        assert_eq!(seen, ["y", "5"]);
+    }
+}

@@ -240,6 +240,57 @@ impl Cluster {
         }
     }
 
+    /// The progress an immediate `waitPrimary` of node `id` reports: (primary it knows, last
+    /// log index, committed index); `None` when it does not answer.
+    pub fn progress(&self, id: u32) -> Option<(u32, u64, u64)> {
+        let op = Op::WaitPrimary {
+            timeout_ms: 0,
+            exclude_host: String::new(),
+            exclude_port: 0,
+        };
+        match raw_call(self.node(id).client, op, Duration::from_millis(500)).ok()?.data {
+            ReplyData::CtrlInfo(i) => Some((i.primary_id, i.last_log_index, i.committed_index)),
+            _ => None,
+        }
+    }
+
+    /// A primary, once every other running node follows it and knows the commit index of its
+    /// first entries (its barrier, of its own term): only then has a node that started without
+    /// data caught up and votes (C12), so the cluster survives losing any one node. Polls
+    /// until `timeout`.
+    pub fn wait_settled(&self, timeout: Duration) -> Option<u32> {
+        let deadline = Instant::now() + timeout;
+        let p = self.wait_primary(timeout)?;
+        let committed = loop {
+            match self.progress(p) {
+                Some((_, _, c)) if c > 0 => break c,
+                _ if Instant::now() >= deadline => return None,
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let others: Vec<u32> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running() && !n.stopped && n.id != p)
+            .map(|n| n.id)
+            .collect();
+        for s in others {
+            loop {
+                if self
+                    .progress(s)
+                    .is_some_and(|(leader, _, c)| leader == p && c >= committed)
+                {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Some(p)
+    }
+
     /// Waits until every running node accepts TCP connections on its client port (for TLS
     /// clusters, where the plaintext role probe cannot be used). False at the timeout.
     pub fn wait_listening(&self, timeout: Duration) -> bool {

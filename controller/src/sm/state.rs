@@ -560,6 +560,7 @@ impl State {
         }
     }
 
+    /// One command applied: one call per kind (each below, in the order of `Cmd`).
     fn exec(&mut self, cmd: &Cmd, now: i64) -> Outcome {
         match cmd {
             Cmd::Join {
@@ -568,205 +569,244 @@ impl State {
                 ncpus,
                 mem_mb,
                 attrs,
-            } => {
-                if *role == Role::Worker {
-                    if host.is_empty() {
-                        return Outcome::err(libc::EINVAL);
-                    }
-                    let h = self.hosts.entry(host.clone()).or_insert_with(|| HostRec {
-                        name: host.clone(),
-                        state: HostState::Ok,
-                        ncpus: 0,
-                        mem_mb: 0,
-                        attrs: Vec::new(),
-                        njobs: 0,
-                        last_heartbeat: now,
-                        resvals: BTreeMap::new(),
-                    });
-                    h.ncpus = *ncpus;
-                    h.mem_mb = *mem_mb;
-                    h.attrs = attrs.clone();
-                    h.last_heartbeat = now;
-                }
-                let sid = self.next_session_id;
-                self.next_session_id += 1;
-                Outcome::data(OutData::SessionId(sid))
-            }
-            Cmd::JobSubmit(spec) => {
-                if spec.job_id == 0 {
-                    return Outcome::err(libc::EINVAL);
-                }
-                if self.jobs.contains_key(&spec.job_id) {
-                    return Outcome {
-                        status: -E_XCE_DUP_JOB,
-                        data: OutData::None,
-                    };
-                }
-                let queue = if spec.queue.is_empty() {
-                    DEFAULT_QUEUE
-                } else {
-                    spec.queue.as_str()
-                };
-                match self.queues.get(queue) {
-                    None => return Outcome::err(libc::ENOENT),
-                    // A closed queue refuses submissions.
-                    Some(q) if !q.open => return Outcome::err(libc::EACCES),
-                    Some(_) => {}
-                }
-                let job = JobRec {
-                    job_id: spec.job_id,
-                    mem_mb: spec.mem_mb,
-                    submit_time: now,
-                    start_time: 0,
-                    end_time: 0,
-                    cpu_ms: 0,
-                    mem_kb: 0,
-                    ncpus: spec.ncpus,
-                    exit_code: 0,
-                    state: JobState::Pend,
-                    user: self.strings.get(&spec.user),
-                    queue: self.strings.get(queue),
-                    exec_host: self.strings.get(""),
-                    pend_reason: self.strings.get(""),
-                    name: spec.name.as_str().into(),
-                    command: spec.command.as_str().into(),
-                };
-                self.jobs.insert(job.job_id, job);
-                Outcome::data(OutData::JobId(spec.job_id))
-            }
-            Cmd::JobDispatch { job_id, host } => {
-                let Some(job) = self.jobs.get(job_id) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                let Some(h) = self.hosts.get(host) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                if job.state != JobState::Pend || h.state != HostState::Ok {
-                    return Outcome::err(libc::EINVAL);
-                }
-                if !self
-                    .queues
-                    .get(job.queue.as_ref())
-                    .is_some_and(|q| q.active)
-                {
-                    return Outcome::err(libc::EINVAL);
-                }
-                let (host_sym, empty) = (self.strings.get(host), self.strings.get(""));
-                let job = self.jobs.get_mut(job_id).expect("checked");
-                job.state = JobState::Run;
-                job.exec_host = host_sym;
-                job.start_time = now;
-                job.pend_reason = empty;
-                self.hosts.get_mut(host).expect("checked").njobs += 1;
-                Outcome::ok()
-            }
+            } => self.join(*role, host, *ncpus, *mem_mb, attrs, now),
+            Cmd::JobSubmit(spec) => self.job_submit(spec, now),
+            Cmd::JobDispatch { job_id, host } => self.job_dispatch(*job_id, host, now),
             Cmd::JobCtrl { job_id, action } => self.job_ctrl(*job_id, *action, now),
-            Cmd::QueueCtrl { queue, action } => {
-                let Some(q) = self.queues.get_mut(queue) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                match action {
-                    QueueAction::Open => q.open = true,
-                    QueueAction::Close => q.open = false,
-                    QueueAction::Activate => q.active = true,
-                    QueueAction::Inactivate => q.active = false,
-                }
-                Outcome::ok()
-            }
-            Cmd::HostCtrl { host, open } => {
-                let Some(h) = self.hosts.get_mut(host) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                h.state = if *open {
-                    HostState::Ok
-                } else {
-                    HostState::Closed
-                };
-                Outcome::ok()
-            }
-            Cmd::UpdateResvals { host, resvals } => {
-                let Some(h) = self.hosts.get_mut(host) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                for (k, v) in resvals {
-                    h.resvals.insert(k.clone(), v.clone());
-                }
-                Outcome::ok()
-            }
+            Cmd::QueueCtrl { queue, action } => self.queue_ctrl(queue, *action),
+            Cmd::HostCtrl { host, open } => self.host_ctrl(host, *open),
+            Cmd::UpdateResvals { host, resvals } => self.update_resvals(host, resvals),
             Cmd::UpdateJusage {
                 job_id,
                 cpu_ms,
                 mem_kb,
-            } => {
-                let Some(job) = self.jobs.get_mut(job_id) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                job.cpu_ms = *cpu_ms;
-                job.mem_kb = *mem_kb;
-                Outcome::ok()
-            }
-            Cmd::RunTask { host, command } => {
-                if !self.hosts.contains_key(host) {
-                    return Outcome::err(libc::ENOENT);
-                }
-                let id = self.next_task_id;
-                self.next_task_id += 1;
-                self.tasks.insert(
-                    id,
-                    TaskRec {
-                        task_id: id,
-                        host: host.clone(),
-                        command: command.clone(),
-                        start_time: now,
-                    },
-                );
-                while self.tasks.len() > TASKS_KEPT {
-                    self.tasks.pop_first();
-                }
-                Outcome::data(OutData::TaskId(id))
-            }
-            Cmd::SetPendReason { job_id, reason } => {
-                let reason = self.strings.get(reason);
-                let Some(job) = self.jobs.get_mut(job_id) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                if job.state != JobState::Pend {
-                    return Outcome::err(libc::EINVAL);
-                }
-                job.pend_reason = reason;
-                Outcome::ok()
-            }
-            Cmd::ClearReason { job_id } => {
-                let empty = self.strings.get("");
-                let Some(job) = self.jobs.get_mut(job_id) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                job.pend_reason = empty;
-                Outcome::ok()
-            }
+            } => self.update_jusage(*job_id, *cpu_ms, *mem_kb),
+            Cmd::RunTask { host, command } => self.run_task(host, command, now),
+            Cmd::SetPendReason { job_id, reason } => self.set_pend_reason(*job_id, reason),
+            Cmd::ClearReason { job_id } => self.set_pend_reason_any(*job_id, ""),
             Cmd::Notify {
                 kind,
                 job_id,
                 exit_code,
             } => self.notify(*kind, *job_id, *exit_code, now),
-            Cmd::Heartbeat { host } => {
-                let Some(h) = self.hosts.get_mut(host) else {
-                    return Outcome::err(libc::ENOENT);
-                };
-                h.last_heartbeat = now;
-                Outcome::ok()
-            }
+            Cmd::Heartbeat { host } => self.heartbeat(host, now),
             Cmd::Handover { .. } | Cmd::MemberRemoval { .. } => Outcome::ok(),
-            Cmd::ClusterId { id, epoch } => {
-                if self.cluster.is_none() {
-                    self.cluster = Some(ClusterStamp {
-                        id: *id,
-                        epoch: *epoch,
-                    });
-                }
-                Outcome::ok()
-            }
+            Cmd::ClusterId { id, epoch } => self.cluster_id(*id, *epoch),
         }
+    }
+
+    /// A session opens; a worker's host is registered or its resources refreshed.
+    fn join(
+        &mut self,
+        role: Role,
+        host: &str,
+        ncpus: u32,
+        mem_mb: u64,
+        attrs: &[(String, String)],
+        now: i64,
+    ) -> Outcome {
+        if role == Role::Worker {
+            if host.is_empty() {
+                return Outcome::err(libc::EINVAL);
+            }
+            let h = self
+                .hosts
+                .entry(host.to_string())
+                .or_insert_with(|| HostRec {
+                    name: host.to_string(),
+                    state: HostState::Ok,
+                    ncpus: 0,
+                    mem_mb: 0,
+                    attrs: Vec::new(),
+                    njobs: 0,
+                    last_heartbeat: now,
+                    resvals: BTreeMap::new(),
+                });
+            h.ncpus = ncpus;
+            h.mem_mb = mem_mb;
+            h.attrs = attrs.to_vec();
+            h.last_heartbeat = now;
+        }
+        let sid = self.next_session_id;
+        self.next_session_id += 1;
+        Outcome::data(OutData::SessionId(sid))
+    }
+
+    /// A new job, pending in its queue (the default queue when none is named).
+    fn job_submit(&mut self, spec: &SubmitSpec, now: i64) -> Outcome {
+        if spec.job_id == 0 {
+            return Outcome::err(libc::EINVAL);
+        }
+        if self.jobs.contains_key(&spec.job_id) {
+            return Outcome {
+                status: -E_XCE_DUP_JOB,
+                data: OutData::None,
+            };
+        }
+        let queue = if spec.queue.is_empty() {
+            DEFAULT_QUEUE
+        } else {
+            spec.queue.as_str()
+        };
+        match self.queues.get(queue) {
+            None => return Outcome::err(libc::ENOENT),
+            // A closed queue refuses submissions.
+            Some(q) if !q.open => return Outcome::err(libc::EACCES),
+            Some(_) => {}
+        }
+        let job = JobRec {
+            job_id: spec.job_id,
+            mem_mb: spec.mem_mb,
+            submit_time: now,
+            start_time: 0,
+            end_time: 0,
+            cpu_ms: 0,
+            mem_kb: 0,
+            ncpus: spec.ncpus,
+            exit_code: 0,
+            state: JobState::Pend,
+            user: self.strings.get(&spec.user),
+            queue: self.strings.get(queue),
+            exec_host: self.strings.get(""),
+            pend_reason: self.strings.get(""),
+            name: spec.name.as_str().into(),
+            command: spec.command.as_str().into(),
+        };
+        self.jobs.insert(job.job_id, job);
+        Outcome::data(OutData::JobId(spec.job_id))
+    }
+
+    /// A pending job starts on an open host, from an active queue.
+    fn job_dispatch(&mut self, job_id: u64, host: &str, now: i64) -> Outcome {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        let Some(h) = self.hosts.get(host) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        if job.state != JobState::Pend || h.state != HostState::Ok {
+            return Outcome::err(libc::EINVAL);
+        }
+        if !self
+            .queues
+            .get(job.queue.as_ref())
+            .is_some_and(|q| q.active)
+        {
+            return Outcome::err(libc::EINVAL);
+        }
+        let (host_sym, empty) = (self.strings.get(host), self.strings.get(""));
+        let job = self.jobs.get_mut(&job_id).expect("checked");
+        job.state = JobState::Run;
+        job.exec_host = host_sym;
+        job.start_time = now;
+        job.pend_reason = empty;
+        self.hosts.get_mut(host).expect("checked").njobs += 1;
+        Outcome::ok()
+    }
+
+    fn queue_ctrl(&mut self, queue: &str, action: QueueAction) -> Outcome {
+        let Some(q) = self.queues.get_mut(queue) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        match action {
+            QueueAction::Open => q.open = true,
+            QueueAction::Close => q.open = false,
+            QueueAction::Activate => q.active = true,
+            QueueAction::Inactivate => q.active = false,
+        }
+        Outcome::ok()
+    }
+
+    fn host_ctrl(&mut self, host: &str, open: bool) -> Outcome {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        h.state = if open {
+            HostState::Ok
+        } else {
+            HostState::Closed
+        };
+        Outcome::ok()
+    }
+
+    fn update_resvals(&mut self, host: &str, resvals: &[(String, String)]) -> Outcome {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        for (k, v) in resvals {
+            h.resvals.insert(k.clone(), v.clone());
+        }
+        Outcome::ok()
+    }
+
+    fn update_jusage(&mut self, job_id: u64, cpu_ms: u64, mem_kb: u64) -> Outcome {
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        job.cpu_ms = cpu_ms;
+        job.mem_kb = mem_kb;
+        Outcome::ok()
+    }
+
+    /// A task on a known host; the newest `TASKS_KEPT` are kept.
+    fn run_task(&mut self, host: &str, command: &str, now: i64) -> Outcome {
+        if !self.hosts.contains_key(host) {
+            return Outcome::err(libc::ENOENT);
+        }
+        let id = self.next_task_id;
+        self.next_task_id += 1;
+        self.tasks.insert(
+            id,
+            TaskRec {
+                task_id: id,
+                host: host.to_string(),
+                command: command.to_string(),
+                start_time: now,
+            },
+        );
+        while self.tasks.len() > TASKS_KEPT {
+            self.tasks.pop_first();
+        }
+        Outcome::data(OutData::TaskId(id))
+    }
+
+    /// A pending job's reason (only while it pends).
+    fn set_pend_reason(&mut self, job_id: u64, reason: &str) -> Outcome {
+        let reason = self.strings.get(reason);
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        if job.state != JobState::Pend {
+            return Outcome::err(libc::EINVAL);
+        }
+        job.pend_reason = reason;
+        Outcome::ok()
+    }
+
+    /// A job's reason set whatever its state (`ClearReason`: the empty one).
+    fn set_pend_reason_any(&mut self, job_id: u64, reason: &str) -> Outcome {
+        let reason = self.strings.get(reason);
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        job.pend_reason = reason;
+        Outcome::ok()
+    }
+
+    fn heartbeat(&mut self, host: &str, now: i64) -> Outcome {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Outcome::err(libc::ENOENT);
+        };
+        h.last_heartbeat = now;
+        Outcome::ok()
+    }
+
+    /// C20: the cluster's id; the first one applied wins.
+    fn cluster_id(&mut self, id: [u8; 16], epoch: u32) -> Outcome {
+        if self.cluster.is_none() {
+            self.cluster = Some(ClusterStamp { id, epoch });
+        }
+        Outcome::ok()
     }
 
     /// The job leaves its host (finished, killed, requeued).

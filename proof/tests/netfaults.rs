@@ -201,8 +201,8 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     const JOBS: usize = 100;
     let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
     let p = cluster
-        .wait_primary(None, Duration::from_secs(20))
-        .expect("a primary");
+        .wait_settled(Duration::from_secs(20))
+        .expect("a primary that every node follows");
     let masters = cluster.masters();
     let join = |role, host: &str| Join {
         role,
@@ -374,8 +374,8 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     quiet_library();
     let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
     let p = cluster
-        .wait_primary(None, Duration::from_secs(20))
-        .expect("a primary");
+        .wait_settled(Duration::from_secs(20))
+        .expect("a primary that every node follows");
     let masters = cluster.masters();
     let spec = |name: &str| JobSpec {
         job_id: new_job_id(),
@@ -522,8 +522,8 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
     quiet_library();
     let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
     let p = cluster
-        .wait_primary(None, Duration::from_secs(20))
-        .expect("a primary");
+        .wait_settled(Duration::from_secs(20))
+        .expect("a primary that every node follows");
     let masters = cluster.masters();
     let spec = |name: &str| JobSpec {
         job_id: new_job_id(),
@@ -621,8 +621,8 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     quiet_library();
     let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
     let p = cluster
-        .wait_primary(None, Duration::from_secs(20))
-        .expect("a primary");
+        .wait_settled(Duration::from_secs(20))
+        .expect("a primary that every node follows");
     let masters = cluster.masters();
     let spec = |name: &str| JobSpec {
         job_id: new_job_id(),
@@ -704,8 +704,8 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
     quiet_library();
     let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
     let p = cluster
-        .wait_primary(None, Duration::from_secs(20))
-        .expect("a primary");
+        .wait_settled(Duration::from_secs(20))
+        .expect("a primary that every node follows");
     let masters = cluster.masters();
     let spec = |name: &str| JobSpec {
         job_id: new_job_id(),

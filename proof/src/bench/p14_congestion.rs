@@ -128,8 +128,8 @@ pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
     let cluster = NetCluster::start(3, &plan.controller_args, plan.log_dir.clone())
         .map_err(|e| format!("namespaces/cluster: {e}"))?;
     let p = cluster
-        .wait_primary(None, ROUND_BOUND)
-        .ok_or("no primary elected")?;
+        .wait_settled(ROUND_BOUND)
+        .ok_or("no primary that every node follows")?;
     cluster
         .shape(&plan.more.rate, &plan.more.latency)
         .map_err(|e| format!("shaping: {e}"))?;

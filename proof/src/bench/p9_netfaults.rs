@@ -213,8 +213,8 @@ pub fn round(scenario: Scenario, plan: &Plan) -> Result<RoundResult, String> {
     let cluster = NetCluster::start(3, &plan.controller_args, plan.log_dir.clone())
         .map_err(|e| format!("namespaces/cluster: {e}"))?;
     let p = cluster
-        .wait_primary(None, ROUND_BOUND)
-        .ok_or("no primary elected")?;
+        .wait_settled(ROUND_BOUND)
+        .ok_or("no primary that every node follows")?;
     let masters = cluster.masters();
     let origin = Instant::now();
     let clients = Clients::start(&cluster, &masters, plan, origin);

@@ -521,6 +521,52 @@ impl NetCluster {
         .flatten()
     }
 
+    /// A primary, once every other node follows it and knows the commit index of its first
+    /// entries (probed from the client namespace): only then has a node that started without
+    /// data caught up and votes (C12), so the cluster survives losing any one node — a test
+    /// that breaks a node right after [`Self::wait_primary`] may find no quorum left (as
+    /// [`crate::Cluster::wait_settled`]). Polls until `timeout`.
+    pub fn wait_settled(&self, timeout: Duration) -> Option<u32> {
+        let deadline = Instant::now() + timeout;
+        let p = self.wait_primary(None, timeout)?;
+        let nodes: Vec<(u32, SocketAddr)> = self.nodes.iter().map(|n| (n.id, n.client)).collect();
+        let progress = |addr: SocketAddr| -> Option<(u32, u64)> {
+            let op = xce::wire::Op::WaitPrimary {
+                timeout_ms: 0,
+                exclude_host: String::new(),
+                exclude_port: 0,
+            };
+            match crate::harness::cluster::raw_call(addr, op, Duration::from_millis(500))
+                .ok()?
+                .data
+            {
+                xce::wire::ReplyData::CtrlInfo(i) => Some((i.primary_id, i.committed_index)),
+                _ => None,
+            }
+        };
+        in_ns(&self.client_ns, move || {
+            let paddr = nodes.iter().find(|n| n.0 == p)?.1;
+            let committed = loop {
+                match progress(paddr) {
+                    Some((_, c)) if c > 0 => break c,
+                    _ if Instant::now() >= deadline => return None,
+                    _ => std::thread::sleep(Duration::from_millis(10)),
+                }
+            };
+            for &(_, addr) in nodes.iter().filter(|n| n.0 != p) {
+                while !progress(addr).is_some_and(|(leader, c)| leader == p && c >= committed) {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            Some(p)
+        })
+        .ok()
+        .flatten()
+    }
+
     /// Sets (`on`) or clears a fault.
     pub fn fault(&self, f: Fault, on: bool) -> io::Result<()> {
         let up = !on;

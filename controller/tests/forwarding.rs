@@ -24,6 +24,10 @@ fn tls_cluster(dir: &std::path::Path) -> (Ctrl, u64) {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let ctrl = Ctrl::start(3, &flags);
     let p = wait_tls_primary(&ctrl, dir, "admin");
+    // C20: a node takes the cluster's id when it applies it; until then its raft messages are
+    // unstamped and a member that has it refuses them (a forward then answers STANDBY, which
+    // the library follows). The tests start from a settled cluster: every node has the id.
+    ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     (ctrl, p)
 }
 

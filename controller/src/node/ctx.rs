@@ -113,10 +113,14 @@ impl Ctx {
         self.outcome_unknown(seq, op)
     }
 
-    /// C19, C20: what `status` shows of this node: its own divergence, and (on the primary)
-    /// what its consistency check found.
+    /// C19, C20, C21: what `status` shows of this node: a storage fault (in the moment before
+    /// it exits), its own divergence, and (on the primary) what its consistency check found.
     pub fn alarms(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.diverged.alarm().into_iter().collect();
+        let mut v: Vec<String> = crate::base::fault::storage_fault()
+            .map(|why| format!("storage fault: {why} (C21: this node is exiting)"))
+            .into_iter()
+            .collect();
+        v.extend(self.diverged.alarm());
         v.extend(self.findings.alarms());
         v
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use xce::wire::{ControllerRole, Job};
 
 use super::clients::{user_key, Call, CallOp};
-use crate::check::linearizable::{self, History, Read, Write};
+use crate::check::linearizable::{self, History, Read, Violation, Write};
 use crate::harness::netns::NetCluster;
 
 /// At most this many violations are printed per check.
@@ -98,18 +98,33 @@ pub fn histories(calls: &[Call], last: &FinalRead<'_>) -> (BTreeMap<u32, History
     (by_key, foreign)
 }
 
-/// Every key's history linearizable (the final listing included as its last read).
-pub fn linearizable(by_key: &BTreeMap<u32, History>, foreign: &[u64]) -> Verdict {
+/// A time span of the run (from its origin): where a violation happened.
+pub type Span = (Duration, Duration);
+
+fn widen(a: Option<Span>, b: Span) -> Option<Span> {
+    Some(a.map_or(b, |(lo, hi)| (lo.min(b.0), hi.max(b.1))))
+}
+
+/// Every key's history linearizable (the final listing included as its last read); on a
+/// violation, also when the earliest one began.
+pub fn linearizable(by_key: &BTreeMap<u32, History>, foreign: &[u64]) -> (Verdict, Option<Span>) {
     let mut bad: Vec<String> = foreign
         .iter()
         .map(|id| format!("job {id} listed under a user that is no key of the run"))
         .collect();
     let (mut writes, mut reads) = (0, 0);
+    let mut first = None;
     for (k, h) in by_key {
         writes += h.writes.len();
         reads += h.reads.len();
         if let Err(v) = linearizable::check(h) {
-            bad.extend(v.iter().map(|v| format!("key {k}: {v}")));
+            for v in &v {
+                let (what, span) = explain(v, h);
+                if first.is_none_or(|(lo, _): Span| span.0 < lo) {
+                    first = Some(span);
+                }
+                bad.push(format!("key {k}: {what}"));
+            }
         }
     }
     let what = format!(
@@ -117,10 +132,102 @@ pub fn linearizable(by_key: &BTreeMap<u32, History>, foreign: &[u64]) -> Verdict
         by_key.len()
     );
     if bad.is_empty() {
-        Verdict::Passed(what)
+        (Verdict::Passed(what), None)
     } else {
-        Verdict::Failed(format!("{what}; {}", shown(&bad)))
+        (Verdict::Failed(format!("{what}; {}", shown(&bad))), first)
     }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A violation in the run's time (the checker names reads by index), and when it happened.
+fn explain(v: &Violation, h: &History) -> (String, Span) {
+    let mut span: Option<Span> = None;
+    let mut read = |i: usize| {
+        let r = &h.reads[i];
+        span = widen(span, (r.invoked, r.completed));
+        format!(
+            "the read at {:.3}–{:.3} s ({} jobs)",
+            secs(r.invoked),
+            secs(r.completed),
+            r.ids.len()
+        )
+    };
+    let write = |id: u64| match h.writes.iter().find(|w| w.id == id) {
+        Some(w) => format!(
+            "job {id} (written {:.3}–{:.3} s, {})",
+            secs(w.invoked),
+            secs(w.completed),
+            if w.acked {
+                "acknowledged"
+            } else {
+                "outcome unknown"
+            }
+        ),
+        None => format!("job {id}"),
+    };
+    let text = match *v {
+        Violation::DuplicateWrite { id } => format!("{} written twice", write(id)),
+        Violation::DuplicateInRead { read: r, id } => format!("{} lists job {id} twice", read(r)),
+        Violation::NeverWritten { read: r, id } => {
+            format!(
+                "{} lists job {id}, which no call wrote under this key",
+                read(r)
+            )
+        }
+        Violation::FromTheFuture { read: r, id } => {
+            format!("{} lists {}, invoked after it", read(r), write(id))
+        }
+        Violation::NotAChain { a, b } => {
+            let only = |x: usize, y: usize| {
+                let other: HashSet<u64> = h.reads[y].ids.iter().copied().collect();
+                h.reads[x].ids.iter().filter(|i| !other.contains(i)).count()
+            };
+            let (oa, ob) = (only(a, b), only(b, a));
+            format!(
+                "{} and {}: neither contains the other ({oa} jobs only in the first, {ob} only in the second)",
+                read(a),
+                read(b)
+            )
+        }
+        Violation::WentBack { earlier, later } => format!(
+            "{} began after {} completed, yet lists less",
+            read(later),
+            read(earlier)
+        ),
+        Violation::LostAck { read: r, id } => {
+            format!(
+                "{} misses {}, acknowledged before it began",
+                read(r),
+                write(id)
+            )
+        }
+        Violation::OrderBroken {
+            read: r,
+            present,
+            missing,
+        } => format!(
+            "{} lists {} but not {}, acknowledged before the first was invoked",
+            read(r),
+            write(present),
+            write(missing)
+        ),
+    };
+    let involved = match *v {
+        Violation::DuplicateWrite { id }
+        | Violation::FromTheFuture { id, .. }
+        | Violation::LostAck { id, .. } => vec![id],
+        Violation::OrderBroken {
+            present, missing, ..
+        } => vec![present, missing],
+        _ => Vec::new(),
+    };
+    for w in h.writes.iter().filter(|w| involved.contains(&w.id)) {
+        span = widen(span, (w.invoked, w.completed));
+    }
+    (text, span.unwrap_or_default())
 }
 
 fn shown(v: &[String]) -> String {
@@ -134,11 +241,14 @@ fn shown(v: &[String]) -> String {
 
 /// Every acknowledged write in the final listing exactly once; nothing listed that no call
 /// wrote; an unacknowledged write (outcome unknown) at most once.
-pub fn exactly_once(calls: &[Call], jobs: &[Job]) -> Verdict {
+/// On a violation, also when the earliest write it names was made.
+pub fn exactly_once(calls: &[Call], jobs: &[Job]) -> (Verdict, Option<Span>) {
     let mut written: HashMap<u64, bool> = HashMap::new();
+    let mut when: HashMap<u64, Span> = HashMap::new();
     for c in calls {
         if let CallOp::Write { id, result } = &c.op {
             written.insert(*id, result.is_ok());
+            when.insert(*id, (c.invoked, c.completed));
         }
     }
     let mut times: HashMap<u64, usize> = HashMap::new();
@@ -147,15 +257,26 @@ pub fn exactly_once(calls: &[Call], jobs: &[Job]) -> Verdict {
     }
     let mut bad = Vec::new();
     let mut acked = 0;
+    let mut first: Option<Span> = None;
     for (&id, &ok) in &written {
         let n = times.get(&id).copied().unwrap_or(0);
-        if ok {
+        let wrong = if ok {
             acked += 1;
-            if n != 1 {
-                bad.push(format!("acknowledged job {id} listed {n} times"));
+            n != 1
+        } else {
+            n > 1
+        };
+        if wrong {
+            let (inv, done) = when[&id];
+            let what = if ok { "acknowledged" } else { "unacknowledged" };
+            bad.push(format!(
+                "{what} job {id} (written {:.3}–{:.3} s) listed {n} times",
+                secs(inv),
+                secs(done)
+            ));
+            if first.is_none_or(|(lo, _)| inv < lo) {
+                first = Some((inv, done));
             }
-        } else if n > 1 {
-            bad.push(format!("unacknowledged job {id} listed {n} times"));
         }
     }
     for (&id, &n) in &times {
@@ -174,9 +295,9 @@ pub fn exactly_once(calls: &[Call], jobs: &[Job]) -> Verdict {
         jobs.len()
     );
     if bad.is_empty() {
-        Verdict::Passed(what)
+        (Verdict::Passed(what), None)
     } else {
-        Verdict::Failed(format!("{what}; {}", shown(&bad)))
+        (Verdict::Failed(format!("{what}; {}", shown(&bad))), first)
     }
 }
 
@@ -391,7 +512,7 @@ mod tests {
         assert_eq!(by_key.len(), 2);
         assert_eq!(by_key[&0].reads.last().unwrap().ids, [1]);
         assert!(matches!(
-            linearizable(&by_key, &foreign),
+            linearizable(&by_key, &foreign).0,
             Verdict::Passed(_)
         ));
 
@@ -406,10 +527,17 @@ mod tests {
         ];
         let (by_key, foreign) = histories(&calls, &end(&jobs));
         assert_eq!(foreign, [9]);
-        let Verdict::Failed(why) = linearizable(&by_key, &foreign) else {
+        let (Verdict::Failed(why), Some(span)) = linearizable(&by_key, &foreign) else {
             panic!("a lost write passed")
         };
-        assert!(why.contains("key 1: read 1 misses 2"), "{why}");
+        assert!(
+            why.contains(
+                "key 1: the read at 0.100–0.101 s (0 jobs) misses job 2 (written 0.010–0.011 s, \
+                 acknowledged), acknowledged before it began"
+            ),
+            "{why}"
+        );
+        assert_eq!(span, (ms(10), ms(101)));
         assert!(why.contains("job 9 listed under a user"), "{why}");
     }
 
@@ -422,26 +550,28 @@ mod tests {
         ];
         let fine = [job(1, 0), job(2, 0)];
         assert_eq!(
-            exactly_once(&calls, &fine),
+            exactly_once(&calls, &fine).0,
             Verdict::Passed(
                 "1 acknowledged writes; 1 of 2 with an unknown outcome took effect; 2 jobs listed"
                     .into()
             )
         );
         let twice = [job(1, 0), job(1, 0), job(2, 0), job(2, 0), job(7, 0)];
-        let Verdict::Failed(why) = exactly_once(&calls, &twice) else {
+        let (Verdict::Failed(why), Some(span)) = exactly_once(&calls, &twice) else {
             panic!("duplicates passed")
         };
         for s in [
-            "acknowledged job 1 listed 2 times",
-            "unacknowledged job 2 listed 2 times",
+            "acknowledged job 1 (written 0.000–0.001 s) listed 2 times",
+            "unacknowledged job 2 (written 0.000–0.001 s) listed 2 times",
             "job 7 listed 1 times, written by no call",
         ] {
             assert!(why.contains(s), "{why}");
         }
-        assert!(
-            matches!(exactly_once(&calls, &[]), Verdict::Failed(w) if w.contains("job 1 listed 0"))
-        );
+        assert_eq!(span, (ms(0), ms(1)));
+        assert!(matches!(
+            exactly_once(&calls, &[]).0,
+            Verdict::Failed(w) if w.contains("job 1 (written 0.000–0.001 s) listed 0")
+        ));
     }
 
     #[test]

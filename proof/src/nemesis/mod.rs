@@ -25,7 +25,7 @@ pub mod schedule;
 use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use checks::{Check, FinalRead, Verdict};
 use clients::{Call, CallOp, Clients};
@@ -55,7 +55,7 @@ const LOG_PATTERNS: [&str; 12] = [
     "caught up",
     "quorum",
 ];
-const LOG_LINES_SHOWN: usize = 200;
+const LOG_LINES_SHOWN: usize = 300;
 
 /// What a run is.
 #[derive(Debug, Clone)]
@@ -125,6 +125,10 @@ pub struct Report {
     pub elections: usize,
     pub nodes_at_end: Vec<String>,
     pub checks: Vec<Check>,
+    /// When the first violation happened (from the origin), if one did.
+    pub suspect: Option<checks::Span>,
+    /// The wall-clock time (UTC) of the origin, to find the node log lines of a time.
+    pub origin_utc: SystemTime,
     /// The node log lines a failure shows.
     pub log_excerpt: String,
 }
@@ -149,13 +153,14 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     cluster
         .wait_primary(None, START_BOUND)
         .ok_or_else(|| format!("no primary elected: {}", cluster.log_lines(&["role="])))?;
-    let origin = Instant::now();
+    let (origin, origin_utc) = (Instant::now(), SystemTime::now());
     let clients = Clients::start(&cluster, opts.seed, origin)?;
     let mut exec = Executor::new(&mut cluster, origin, opts.live);
     exec.note(format!(
-        "start: seed {}, {} episodes",
+        "start: seed {}, {} episodes; 0 s is {} in the node logs",
         opts.seed,
-        schedule.episodes.len()
+        schedule.episodes.len(),
+        utc(origin_utc)
     ));
     let aborted = exec
         .run(&schedule)
@@ -184,15 +189,55 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         elections: 0,
         nodes_at_end: Vec::new(),
         checks,
+        suspect: None,
+        origin_utc,
         log_excerpt: String::new(),
     };
     if report.aborted.is_none() {
         end_checks(&cluster, &mut report, origin, healed);
     }
-    let log = cluster.log_lines(&LOG_PATTERNS);
-    let lines: Vec<&str> = log.lines().collect();
-    report.log_excerpt = lines[lines.len().saturating_sub(LOG_LINES_SHOWN)..].join("\n");
+    report.log_excerpt = log_excerpt(&cluster, &report);
     Ok(report)
+}
+
+/// The node log lines of interest around the first violation (from 10 s before to 5 s
+/// after), else the last ones; at most [`LOG_LINES_SHOWN`].
+fn log_excerpt(cluster: &NetCluster, r: &Report) -> String {
+    let log = cluster.log_lines(&LOG_PATTERNS);
+    let mut lines: Vec<&str> = log.lines().collect();
+    if let Some((from, to)) = r.suspect {
+        // Stamps sort as text (`2026-12-03T11:55:18.303Z`).
+        let lo = utc(r.origin_utc + from.saturating_sub(Duration::from_secs(10)));
+        let hi = utc(r.origin_utc + to + Duration::from_secs(5));
+        lines.retain(|l| {
+            l.get(..24)
+                .is_some_and(|t| t >= lo.as_str() && t <= hi.as_str())
+        });
+    }
+    lines[lines.len().saturating_sub(LOG_LINES_SHOWN)..].join("\n")
+}
+
+/// `t` as the node logs stamp their lines: `2026-12-03T11:55:18.303Z` (UTC).
+pub fn utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (days, rem) = (d.as_secs() / 86_400, d.as_secs() % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
 }
 
 /// Every client thread served again after the end's heal (bounded).
@@ -238,14 +283,17 @@ fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Ins
                 completed,
             };
             let (by_key, foreign) = checks::histories(&r.calls, &last);
+            let (verdict, lin_span) = checks::linearizable(&by_key, &foreign);
             r.checks.push(Check {
                 name: "the client history is linearizable",
-                verdict: checks::linearizable(&by_key, &foreign),
+                verdict,
             });
+            let (verdict, once_span) = checks::exactly_once(&r.calls, &jobs);
             r.checks.push(Check {
                 name: "every acknowledged write listed exactly once",
-                verdict: checks::exactly_once(&r.calls, &jobs),
+                verdict,
             });
+            r.suspect = lin_span.or(once_span);
         }
         Err(e) => r.checks.push(Check {
             name: "the final listing",
@@ -399,8 +447,17 @@ impl Report {
         for c in self.checks.iter().filter(|c| c.failed()) {
             s.push_str(&format!("{c}\n"));
         }
+        let which = match self.suspect {
+            Some((from, to)) => format!(
+                "of interest from 10 s before the first violation ({:.3}–{:.3} s) to 5 s after",
+                from.as_secs_f64(),
+                to.as_secs_f64()
+            ),
+            None => "of interest, the last ones".to_string(),
+        };
         s.push_str(&format!(
-            "node log lines (the last {LOG_LINES_SHOWN} of interest):\n{}\n",
+            "node log lines {which} (at most {LOG_LINES_SHOWN}; 0 s is {}):\n{}\n",
+            utc(self.origin_utc),
             self.log_excerpt
         ));
         s.push_str(&format!("node logs: {}\n", self.opts.log_dir.display()));
@@ -454,5 +511,19 @@ pub fn command(opts: Options) -> ExitCode {
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_as_the_node_logs_do() {
+        let at = |s: u64, ms: u64| UNIX_EPOCH + Duration::from_millis(s * 1000 + ms);
+        assert_eq!(utc(at(0, 0)), "1970-01-01T00:00:00.000Z");
+        // 2000-02-29 (a leap day of a century leap year) 23:59:59.999.
+        assert_eq!(utc(at(951_868_799, 999)), "2000-02-29T23:59:59.999Z");
+        assert_eq!(utc(at(1_796_298_918, 303)), "2026-12-03T11:55:18.303Z");
     }
 }

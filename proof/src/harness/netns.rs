@@ -748,6 +748,18 @@ impl NetCluster {
         self.spawn(id)
     }
 
+    /// Starts the nodes `ids` again from their data directories (`kill -9` first of any that
+    /// runs), in that order, `gaps[i]` between the `i`-th and the next (missing gaps: none).
+    pub fn start_in_order(&mut self, ids: &[u32], gaps: &[Duration]) -> io::Result<()> {
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(gaps.get(i - 1).copied().unwrap_or_default());
+            }
+            self.restart(id)?;
+        }
+        Ok(())
+    }
+
     /// Starts node `id` with `--join` (C17: a blank node waits, uninitialised, to be added),
     /// `kill -9` first if it runs.
     pub fn restart_joining(&mut self, id: u32) -> io::Result<()> {

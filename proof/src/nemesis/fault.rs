@@ -376,9 +376,9 @@ impl Fault {
             }
             Fault::KillAll(order) => {
                 let (ranks, how) = st.ranked();
-                for &n in &ranks {
-                    st.cluster.kill(n);
-                }
+                // The primary first: the others cannot elect one in between.
+                st.cluster.kill(ranks[0]);
+                st.cluster.kill_all();
                 one(
                     ranks,
                     format!("kill -9 of all, old primary {how}; restart: {order}"),
@@ -531,42 +531,26 @@ fn restart_in_order(
     ranks: &[u32],
     order: &RestartOrder,
 ) -> Result<String, Trouble> {
-    let start = |st: &mut Stage<'_>, id: u32| st.cluster.restart(id).map_err(harness("restart"));
-    let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-    match order {
+    let (seq, gaps): (Vec<u32>, Vec<Duration>) = match order {
         RestartOrder::OldPrimaryFirst { gap } => {
-            start(st, ranks[0])?;
-            std::thread::sleep(*gap);
-            for &id in &ranks[1..] {
-                start(st, id)?;
-            }
-            Ok(format!(
-                "node {} started, {} ms later nodes {}",
-                ranks[0],
-                gap.as_millis(),
-                ids(&ranks[1..])
-            ))
+            let mut gaps = vec![*gap];
+            gaps.resize(ranks.len() - 1, Duration::ZERO);
+            (ranks.to_vec(), gaps)
         }
-        RestartOrder::AllAtOnce => {
-            for &id in ranks {
-                start(st, id)?;
-            }
-            Ok(format!("nodes {} started at once", ids(ranks)))
-        }
-        RestartOrder::OneByOne { ranks: order, gaps } => {
-            let seq: Vec<u32> = order.iter().map(|&r| ranks[r as usize]).collect();
-            for (i, &id) in seq.iter().enumerate() {
-                if i > 0 {
-                    std::thread::sleep(gaps[(i - 1) % gaps.len()]);
-                }
-                start(st, id)?;
-            }
-            let gaps: Vec<String> = gaps.iter().map(|g| g.as_millis().to_string()).collect();
-            Ok(format!(
-                "nodes {} started one by one, gaps {} ms",
-                ids(&seq),
-                gaps.join(", ")
-            ))
-        }
-    }
+        RestartOrder::AllAtOnce => (ranks.to_vec(), vec![Duration::ZERO; ranks.len() - 1]),
+        RestartOrder::OneByOne { ranks: order, gaps } => (
+            order.iter().map(|&r| ranks[r as usize]).collect(),
+            gaps.clone(),
+        ),
+    };
+    st.cluster
+        .start_in_order(&seq, &gaps)
+        .map_err(harness("restart"))?;
+    let ids: Vec<String> = seq.iter().map(u32::to_string).collect();
+    let gaps: Vec<String> = gaps.iter().map(|g| g.as_millis().to_string()).collect();
+    Ok(format!(
+        "nodes {} started in this order, {} ms apart",
+        ids.join(", "),
+        gaps.join(", ")
+    ))
 }

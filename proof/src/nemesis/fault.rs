@@ -241,14 +241,13 @@ pub enum Fault {
     },
 }
 
-/// What applying a fault did: the nodes it resolved to (in the fault's own order), a line for
-/// the executed schedule, and whether it went all the way (a membership change the cluster
-/// refused stops a replacement half-way; the heal then only undoes what was done).
+/// What applying a fault did: the nodes it resolved to (in the fault's own order) and a line
+/// for the executed schedule. (A fault that could not be applied has no heal: a `member
+/// remove` the cluster refused leaves the node as it was.)
 #[derive(Debug, Clone)]
 pub struct Applied {
     pub nodes: Vec<u32>,
     pub note: String,
-    pub complete: bool,
 }
 
 /// Why a step did not happen as planned.
@@ -356,13 +355,7 @@ impl Fault {
 
     /// Breaks the cluster as planned.
     pub fn apply(&self, st: &mut Stage<'_>) -> Result<Applied, Trouble> {
-        let one = |nodes: Vec<u32>, note: String| {
-            Ok(Applied {
-                nodes,
-                note,
-                complete: true,
-            })
-        };
+        let one = |nodes: Vec<u32>, note: String| Ok(Applied { nodes, note });
         match self {
             Fault::Kill(t) => {
                 let (n, how) = st.resolve(*t);
@@ -489,11 +482,7 @@ fn slow_links(st: &mut Stage<'_>, links: Links, rate: &str) -> Result<Applied, T
             (vec![n], format!("the links of {how} at {rate}"))
         }
     };
-    Ok(Applied {
-        nodes,
-        note,
-        complete: true,
-    })
+    Ok(Applied { nodes, note })
 }
 
 /// The first half of a replacement: `member remove` of a standby, then its process killed
@@ -507,7 +496,6 @@ fn remove_member(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
     Ok(Applied {
         nodes: vec![n],
         note: format!("member remove {how}; killed, data directory emptied"),
-        complete: true,
     })
 }
 

@@ -49,6 +49,12 @@ struct Request {
     # C17 (admin only, writes): membership changes; clusterconf lists the members.
     memberAdd @28 :MemberAdd;
     memberRemove @29 :MemberRemove;
+    # C19 (any identity; answered by the serving primary): compare the members' state digests
+    # now, and answer with this primary's controller info (alarms, checkedIndex) after it.
+    consistencyCheck @31 :Void;
+    # C20 (admin only): an online, consistent snapshot of the state for `snapshot save`,
+    # fetched in chunks.
+    snapshotSave @32 :SnapshotSave;
   }
 
   authToken @27 :Text;     # C13: a signed token naming the caller, for callers without a
@@ -80,6 +86,7 @@ struct Reply {
     taskId @13 :UInt64;
     sessionId @14 :UInt64;
     jobPage @15 :JobPage;
+    snapshotChunk @17 :SnapshotChunk;
   }
 
   # F29: the membership version of the serving primary that sent this successful reply (the
@@ -357,6 +364,40 @@ struct ControllerInfo {
   # serving primary about itself (a hello, or a waitPrimary it answers as the primary); empty
   # from anyone else. Clients add the ones they do not know to their rotation.
   members @13 :List(ControllerEntry);
+  # C20: the cluster this node belongs to: 16 bytes made when the cluster was initialised (or
+  # restored from a backup: a new one); empty: none yet (a new node, or data of an earlier
+  # build). Members of one cluster all report the same.
+  clusterId @14 :Data;
+  # C19/C21: what is wrong, one short text each (a state digest mismatch, a diverged node,
+  # ...); empty: nothing. A standby reports its own; the primary also those it found.
+  alarms @15 :List(Text);
+  # C19: the last log index at which the primary compared its members' state digests and
+  # found no disagreement (0: none yet, or not the primary).
+  checkedIndex @16 :UInt64;
+}
+
+# C20: one chunk of an online snapshot (`xce-controller snapshot save`). The first request
+# (cursor 0) makes the primary commit a checkpoint entry, write the state as of that entry to
+# a file and answer its first chunk with the file's cursor; each next request sends that cursor
+# back with the offset of the next byte wanted. A cursor the node does not hold (a new primary
+# after a failover, or one dropped after idling) is -ESTALE: start again with cursor 0.
+struct SnapshotSave {
+  cursor @0 :UInt64;       # 0: start a new snapshot
+  offset @1 :UInt64;       # with a cursor: the next byte wanted
+  maxBytes @2 :UInt32;     # most bytes of data wanted in one chunk (0: the controller's choice)
+}
+
+struct SnapshotChunk {
+  cursor @0 :UInt64;
+  offset @1 :UInt64;       # where `data` starts in the file
+  data @2 :Data;
+  totalBytes @3 :UInt64;   # the whole file
+  index @4 :UInt64;        # the log index the state is as of
+  term @5 :UInt64;         # ... and that entry's term
+  digest @6 :Data;         # SHA-256 of the state at `index` (C19)
+  clusterId @7 :Data;      # the cluster it was saved from
+  agreeing @8 :UInt32;     # members whose digest at `index` equals `digest` (the primary too)
+  voters @9 :UInt32;       # voters of the membership at that time
 }
 
 struct ControllerEntry {

@@ -20,6 +20,9 @@ declare -A APT=(
   [pkg-config]=pkg-config
   [ip]=iproute2              # network namespaces of the S11 network-fault tests (run as root)
   [openssl]=openssl          # s_server/s_client: the TLS record layer's interoperability tests
+  [unshare]=util-linux       # S15 extended: a namespace with its own hosts file (the loopback rule)
+  [setpriv]=util-linux       # S15 extended: reading a node's data files as another user
+  [mount]=mount              # S15 extended: the hosts file bind-mounted in that namespace
 )
 missing=()
 for cmd in "${!APT[@]}"; do

@@ -157,8 +157,8 @@ fn unknown_union_members_are_proto() {
         "taskId is member 9"
     );
     assert!(decode_reply(&frame, &L).is_ok());
-    // Members 0..=11 exist (11: jobPage, the paged listing).
-    for bad in [12u16, 13, 0x7FFF, 0xFFFF] {
+    // Members 0..=12 exist (11: jobPage, the paged listing; 12: snapshotChunk).
+    for bad in [13u16, 14, 0x7FFF, 0xFFFF] {
         frame[at..at + 2].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(decode_reply(&frame, &L), Err(Error::Proto), "{bad}");
     }
@@ -171,8 +171,9 @@ fn unknown_union_members_are_proto() {
         "nop is member 20"
     );
     assert!(decode_request(&frame, &L).is_ok());
-    // Members 0..=24 exist (22: joblistPage; 23, 24: memberAdd, memberRemove).
-    for bad in [25u16, 0xFFFF] {
+    // Members 0..=26 exist (22: joblistPage; 23, 24: memberAdd, memberRemove; 25, 26:
+    // consistencyCheck, snapshotSave).
+    for bad in [27u16, 0xFFFF] {
         frame[at..at + 2].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(decode_request(&frame, &L), Err(Error::Proto), "{bad}");
     }

@@ -144,6 +144,17 @@ fn expected_requests() -> Vec<Request> {
         ),
         req(17, 0, false, Op::Nop),
         req(
+            19,
+            0,
+            false,
+            Op::SnapshotSave(SnapshotSave {
+                cursor: u64::MAX - 1,
+                offset: 1 << 40,
+                max_bytes: 4 << 20,
+            }),
+        ),
+        req(20, 0, false, Op::ConsistencyCheck),
+        req(
             18,
             9,
             false,
@@ -241,5 +252,5 @@ fn pycapnp_reads_our_replies() {
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("13 replies"), "{said}");
+    assert!(said.contains("14 replies"), "{said}");
 }

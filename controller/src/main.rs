@@ -20,7 +20,7 @@ mod raft;
 mod sm;
 
 use base::{config, logstamp};
-use cmd::{cluster, member, pki, run, status};
+use cmd::{cluster, member, pki, run, snapshot, status};
 
 const USAGE: &str = "\
 usage: xce-controller COMMAND [OPTIONS]
@@ -33,9 +33,11 @@ commands:
   pki       make a cluster's CA, node certificates, client identities and tokens
   status    print the cluster at a glance: each member's role, term, progress; the primary
   member    add, remove or list the cluster's members online (admin)
+  snapshot  save an online backup of a cluster (admin); restore a new cluster from one
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
-exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error";
+exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error,
+74 when the node stopped for a storage fault (a full or failing disk, C21)";
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]
@@ -72,7 +74,9 @@ security (docs/security.md; `xce-controller pki` makes the files):
                          the caller's role; with neither, every caller is admin
   --tls-peer-ca FILE     mutual TLS on the raft port: peers must present a certificate this CA
                          (bundle) signed that names a member (xce-node-ID)
-  --insecure             allow plaintext on an address that is not loopback (refused otherwise)
+  --insecure             allow plaintext, or TLS without a way to check callers, on an address
+                         that is not loopback (refused otherwise: judged on the address bound,
+                         so a name that resolves off loopback counts as off loopback)
 timing and limits:
   --heartbeat-ms N       leader heartbeat interval (default 20)
   --election-min-ms N    election timeout, lower bound (default 60; > heartbeat)
@@ -82,13 +86,21 @@ timing and limits:
                          closed (a crashed primary), not a random timeout later (default on)
   --host-timeout-ms N    a worker silent this long is UNAVAIL (default 30000)
   --idle-timeout-ms N    an idle client connection is closed after this (default 600000)
-  --max-connections N    concurrent client connections (default 1024)
+  --max-connections N    concurrent authenticated client connections (default 1024); besides
+                         them, at most 64 unauthenticated ones (in their TLS handshake, 3 s at
+                         most, or anonymous, 10 s at most), the oldest closed for a newcomer
   --snapshot-logs N      snapshot after this many applied entries (default 1000)
   --log-keep N           log entries kept behind a snapshot, for lagging followers
                          (default 20000)
   --cluster-name NAME    reported by clusterconf (default xce)
+  --consistency-check-ms N  the primary compares its members' state digests this often
+                         (default 2000; at least 20 times the time one digest takes; 0: only
+                         when status or snapshot save asks); a member whose state differs from
+                         the majority's stops voting and serving (docs/operations.md)
 observability:
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
+  --metrics-public       allow --metrics on an address that is not loopback: the endpoint is
+                         plaintext HTTP without authentication (firewall it)
 Options take their value as the next argument or as --flag=value.";
 
 const STATUS_USAGE: &str = "\
@@ -98,7 +110,9 @@ Asks every master (their client addresses) at once and prints one line per membe
 role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
 it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
 since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
-Members the primary knows that LIST leaves out are asked and shown too.
+Members the primary knows that LIST leaves out are asked and shown too. Then the cluster's id
+(a member reporting another is flagged), the result of a consistency check the primary runs
+for it (C19: the members' state digests compared) and every alarm a member reports.
 Exit status 0 with a primary, 1 without one, 2 on a usage error.
 
   --masters LIST         the controllers' client addresses, comma-separated
@@ -172,6 +186,11 @@ fn main() {
             Ok(a) => status::status(a),
             Err(e) => usage_error(&e, STATUS_USAGE),
         },
+        Some("snapshot") if wants_help(&args[1..]) => help(snapshot::USAGE),
+        Some("snapshot") => match snapshot::SnapshotArgs::parse(&args[1..]) {
+            Ok(a) => snapshot::snapshot(a),
+            Err(e) => usage_error(&e, snapshot::USAGE),
+        },
         Some("member") if wants_help(&args[1..]) => help(MEMBER_USAGE),
         Some("member") => match member::MemberArgs::parse(&args[1..]) {
             Ok(a) => member::member(a),
@@ -188,6 +207,7 @@ fn main() {
             Some("pki") => help(pki::USAGE),
             Some("status") => help(STATUS_USAGE),
             Some("member") => help(MEMBER_USAGE),
+            Some("snapshot") => help(snapshot::USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {

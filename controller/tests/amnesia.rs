@@ -150,3 +150,90 @@ fn new_cluster_forms_without_its_first_node_and_the_late_node_catches_up() {
     let p2 = c.wait_primary_among(&rest, STARTUP);
     assert_eq!(ask(&c, &[p2], 5), vec![(p2, 0)]);
 }
+
+/// C12 amended (issue 25, defect 2): an old entry of its own, replicated back, is not "caught
+/// up". F led once (term t_F, its last entry at index K); L leads now; N is down; W is
+/// acknowledged by {L, F}; F loses its data and restarts; L replicates the old log to F, held
+/// (failpoint `repl-max-index` on L) at K, so F's partial log ends in an entry F wrote as
+/// leader; L dies before F has W; N returns without W. Under the old rule ("the log ends with
+/// an entry this node wrote as leader") F voted again and elected N, which served a table
+/// without W (ENOENT). Now F refuses: the cluster stays unavailable until L is back, with W.
+#[test]
+fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
+    let mut c = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
+    let f = c.wait_settled(STARTUP);
+    // F leads: entries of its own term, the last at index K.
+    let mut cl = c.client(f);
+    for i in 0..10 {
+        cl.ok(submit(100 + i, "alice", ""));
+    }
+    drop(cl);
+    let k = c.metric(f, "xce_raft_last_log_index").expect("F's metrics") as u64;
+
+    // L takes over; F comes back with its data and follows L; N goes down.
+    c.kill9(f);
+    let others: Vec<u64> = (1..=3).filter(|&i| i != f).collect();
+    let l = c.wait_primary_among(&others, STARTUP);
+    let n = *others.iter().find(|&&i| i != l).unwrap();
+    c.start_node(f);
+    c.wait_settled(STARTUP);
+    c.kill9(n);
+    let w = 777_777;
+    c.client(l).ok(submit(w, "alice", ""));
+
+    // F loses its data; L's appends stop at K, in F's own old entry.
+    c.fail_set(l, "repl-max-index", &format!("return({k})"));
+    c.kill9(f);
+    std::fs::remove_dir_all(c.dir.path().join(format!("data-{f}"))).unwrap();
+    let (f_log_from, f_starts) = (c.log(f).len(), c.starts(f));
+    c.start_node(f);
+    c.wait_until("F restarted", STARTUP, || c.starts(f) > f_starts);
+    c.wait_until("F's log at K", STARTUP, || {
+        c.metric(f, "xce_raft_last_log_index") == Some(k as f64)
+    });
+    assert!(
+        c.metric(f, "xce_raft_last_log_index") == Some(k as f64),
+        "F's log went past K"
+    );
+
+    // L dies before F has W; N returns without W.
+    c.kill9(l);
+    c.start_node(n);
+    let t0 = Instant::now();
+    let mut served = 0;
+    while t0.elapsed() < Duration::from_secs(6) {
+        for (id, status) in ask(&c, &[f, n], w) {
+            assert_eq!(
+                status,
+                0,
+                "node {id} answered jobinfo(W) with ENOENT: F counted its own old entry as \
+                 caught up and helped elect N\n{}",
+                c.all_logs()
+            );
+            served += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("while L was down: {served} answers from a primary (all with W)");
+    let since = c.log(f).get(f_log_from..).unwrap_or_default().to_string();
+    assert!(
+        !since.contains("votes and campaigns again"),
+        "F counted itself caught up without W\n{}",
+        c.all_logs()
+    );
+
+    // L is back (without the failpoint): W is there, and F catches up for real.
+    c.start_node(l);
+    c.wait_until("jobinfo(W) from a primary", Duration::from_secs(30), || {
+        let got = ask(&c, &[1, 2, 3], w);
+        for &(id, s) in &got {
+            assert_eq!(s, 0, "node {id}: W lost\n{}", c.all_logs());
+        }
+        !got.is_empty()
+    });
+    c.wait_until("F caught up", Duration::from_secs(30), || {
+        c.log(f)
+            .get(f_log_from..)
+            .is_some_and(|l| l.contains("votes and campaigns again"))
+    });
+}

@@ -103,11 +103,12 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let ctrl = Ctrl::start(3, &flags);
     let p = ctrl.wait_settled(STARTUP);
+    let id = ctrl.cluster_id();
     let term = info(&ctrl.client(p).call(hello())).term;
     for f in (1..=3).filter(|&i| i != p) {
         let mut s = TcpStream::connect(ctrl.raft_addr(f)).unwrap();
         s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p)).unwrap();
+        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p), id).unwrap();
         assert!(
             matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
             "node {f} did not take the append: {reply:?}"
@@ -127,4 +128,70 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
         );
     }
     assert!(!ctrl.all_logs().contains("(C15"), "{}", ctrl.all_logs());
+}
+
+/// Issue 25, defect 4: the campaign's "no append accepted since" check and the election are
+/// one step. The primary is stopped (SIGSTOP); both standbys decide to campaign (pre-vote
+/// granted) and are held right there by the failpoint `elect-campaign=pause`; the primary is
+/// resumed and its appends are accepted (refreshing its lease on them); then the standbys go
+/// on. Checked and elected in two turns of the Raft core, they raised the term anyway and
+/// deposed a healthy primary that was still serving reads from its lease; now the election is
+/// called off in the very turn that would start it.
+#[test]
+fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
+    let mut flags = slow("on");
+    flags.extend(["--metrics".to_string(), "127.0.0.1:0".to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(3, &flags);
+    let p = ctrl.wait_settled(STARTUP);
+    let term = info(&ctrl.client(p).call(hello())).term;
+    let standbys: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
+    for &s in &standbys {
+        ctrl.fail_set(s, "elect-campaign", "pause");
+    }
+    let logs_from: Vec<usize> = standbys.iter().map(|&s| ctrl.log(s).len()).collect();
+    let since = |i: usize| {
+        ctrl.log(standbys[i])
+            .get(logs_from[i]..)
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    ctrl.signal(p, libc::SIGSTOP);
+    ctrl.wait_until("both standbys decided to campaign", STARTUP, || {
+        (0..2).all(|i| since(i).contains("failpoint elect-campaign reached"))
+    });
+    let empty = "xce_raft_appends_received_total{kind=\"empty\"}";
+    let before: Vec<f64> = standbys
+        .iter()
+        .map(|&s| ctrl.metric(s, empty).unwrap())
+        .collect();
+    ctrl.signal(p, libc::SIGCONT);
+    ctrl.wait_until(
+        "both standbys accepted the resumed primary's appends",
+        STARTUP,
+        || {
+            standbys
+                .iter()
+                .zip(&before)
+                .all(|(&s, b)| ctrl.metric(s, empty).is_some_and(|n| n > *b))
+        },
+    );
+    for &s in &standbys {
+        ctrl.fail_clear(s, "elect-campaign");
+    }
+    // Each standby either calls its campaign off or raises the term: wait for one of the two.
+    let term_of = |id: u64| info(&ctrl.client(id).call(hello())).term;
+    ctrl.wait_until("each standby's campaign ends", STARTUP, || {
+        (0..2).all(|i| since(i).contains("called off") || term_of(standbys[i]) > term)
+    });
+    for id in 1..=3 {
+        let i = info(&ctrl.client(id).call(hello()));
+        assert_eq!(
+            (i.term, i.primary_id as u64),
+            (term, p),
+            "node {id}: a campaign decided before the primary's append went on after it\n{}",
+            ctrl.all_logs()
+        );
+    }
 }

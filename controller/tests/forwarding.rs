@@ -174,7 +174,12 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
         );
         if let Ok(mut s) = s {
             assert!(
-                raft_wire::call(&mut s, &raft_wire::forward("admin", &close)).is_err(),
+                raft_wire::call(
+                    &mut s,
+                    &raft_wire::forward("admin", &close),
+                    raft_wire::NO_ID
+                )
+                .is_err(),
                 "{who:?} as a peer was answered"
             );
         }
@@ -195,8 +200,9 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
         &pname,
     )
     .expect("a member's handshake");
+    let id = ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     let mut ask = |who: &str, req: &wire::Request| -> Vec<u8> {
-        match raft_wire::call(&mut member, &raft_wire::forward(who, req)) {
+        match raft_wire::call(&mut member, &raft_wire::forward(who, req), id) {
             Ok(raft_wire::RpcReply::Forward(b)) => b,
             other => panic!("forward for {who}: {other:?}"),
         }

@@ -107,6 +107,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     let ctrl = Ctrl::start(3, &flags);
     let admin = |addr: &str| tls_client(addr, dir, Some("admin"));
     let primary = wait_tls_primary(&ctrl, dir, "admin");
+    let id = ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     let job_id = rand_u64() >> 1;
     admin(&ctrl.clients[&primary]).ok(submit(job_id, "alice", ""));
     // Let the standbys hear of the job and settle.
@@ -124,7 +125,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
         raft_wire::append(term + 100, 3),
     ] {
         let mut s = plain(&xaddr);
-        let _ = s.write_all(&raft_wire::frame(&req));
+        let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
         assert!(closed(&mut s), "plaintext frame answered");
     }
     // 2. Another CA's certificate naming a member: the handshake fails.
@@ -138,7 +139,10 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     match r {
         Err(_) => {}
         Ok(mut s) => {
-            let _ = s.write_all(&raft_wire::frame(&raft_wire::vote(term + 100, 3)));
+            let _ = s.write_all(&raft_wire::frame(
+                &raft_wire::vote(term + 100, 3),
+                raft_wire::NO_ID,
+            ));
             assert!(closed(&mut s), "wrong-CA peer answered");
         }
     }
@@ -153,7 +157,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
             match tls_stream(&xaddr, &dir.join("ca.pem"), Some((&c, &k)), &x_name) {
                 Err(_) => {}
                 Ok(mut s) => {
-                    let _ = s.write_all(&raft_wire::frame(&req));
+                    let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
                     let _ = s.flush();
                     assert!(closed(&mut s), "{who} as a peer was answered");
                 }
@@ -162,7 +166,10 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     }
     // 4. No client certificate at all.
     if let Ok(mut s) = tls_stream(&xaddr, &dir.join("ca.pem"), None, &x_name) {
-        let _ = s.write_all(&raft_wire::frame(&raft_wire::vote(term + 100, 3)));
+        let _ = s.write_all(&raft_wire::frame(
+            &raft_wire::vote(term + 100, 3),
+            raft_wire::NO_ID,
+        ));
         assert!(closed(&mut s), "anonymous peer answered");
     }
     // 5. Huge and truncated frames, as bytes on the TLS port.
@@ -198,7 +205,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     )
     .expect("a member's handshake during the crowd");
     // An old vote (term 0): harmless, and answered (refused) by a node that admitted us.
-    match raft_wire::call(&mut member, &raft_wire::vote(0, me)) {
+    match raft_wire::call(&mut member, &raft_wire::vote(0, me), id) {
         Ok(raft_wire::RpcReply::Vote(Ok(r))) => assert!(!r.vote_granted),
         other => panic!("member not answered during the crowd: {other:?}"),
     }
@@ -229,6 +236,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
 fn s15_length_prefixes_cost_what_arrives() {
     let ctrl = Ctrl::start(3, &CALM);
     let p = ctrl.wait_primary(STARTUP);
+    let id = ctrl.cluster_id();
     let x = if p == 1 { 2 } else { 1 };
     let xaddr = ctrl.raft_addr(x);
     let (rss0, vm0) = mem_kb(ctrl.pid(x));
@@ -256,7 +264,7 @@ fn s15_length_prefixes_cost_what_arrives() {
     let mut c = ctrl.client(p);
     c.ok(submit(rand_u64() >> 1, "u", ""));
     let mut s = plain(&xaddr);
-    match raft_wire::call(&mut s, &raft_wire::vote(0, p)) {
+    match raft_wire::call(&mut s, &raft_wire::vote(0, p), id) {
         Ok(raft_wire::RpcReply::Vote(Ok(r))) => assert!(!r.vote_granted),
         other => panic!("x did not answer a vote while held: {other:?}"),
     }
@@ -273,7 +281,7 @@ fn s15_length_prefixes_cost_what_arrives() {
         assert!(closed(&mut s), "{bytes:?} answered");
     }
     let mut s = plain(&xaddr);
-    match raft_wire::call(&mut s, &raft_wire::vote(0, p)) {
+    match raft_wire::call(&mut s, &raft_wire::vote(0, p), id) {
         Ok(raft_wire::RpcReply::Vote(Ok(r))) => assert!(!r.vote_granted),
         other => panic!("x did not answer a vote after bad frames: {other:?}"),
     }
@@ -364,7 +372,10 @@ fn a_removed_member_is_no_peer_any_more() {
     ) {
         Err(_) => {}
         Ok(mut s) => {
-            let _ = s.write_all(&raft_wire::frame(&raft_wire::vote(term + 100, gone)));
+            let _ = s.write_all(&raft_wire::frame(
+                &raft_wire::vote(term + 100, gone),
+                raft_wire::NO_ID,
+            ));
             let _ = s.flush();
             assert!(
                 closed(&mut s),

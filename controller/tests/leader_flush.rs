@@ -1,7 +1,7 @@
 //! P11: the primary replicates its entries while its own disk flushes them (the patched
 //! openraft, `controller/vendor/openraft/XCE-PATCH.md`), and counts itself towards a quorum only
-//! once they are on its disk. Three real controllers; the failpoint
-//! `--test-leader-flush-stall FILE` holds the primary's own flushes while FILE exists (a stalled
+//! once they are on its disk. Three real controllers; the failpoint `log-flush=pause`, set on
+//! the primary through its metrics endpoint, holds its own flushes until cleared (a stalled
 //! disk on the primary only). Neither check depends on timing: one waits for an acknowledgement
 //! that must come, the other for one that must not come until the stall ends.
 
@@ -13,15 +13,12 @@ use common::*;
 
 #[test]
 fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on_less() {
-    let dir = tempfile::tempdir().unwrap();
-    let stall = dir.path().join("stall");
-    let stall_flag = stall.display().to_string();
-    let ctrl = Ctrl::start(3, &["--test-leader-flush-stall", &stall_flag]);
+    let ctrl = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
     let p = ctrl.wait_settled(STARTUP);
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
 
-    std::fs::write(&stall, b"").unwrap();
+    ctrl.fail_set(p, "log-flush", "pause");
     // Both followers up: their two disks are a quorum; the primary's stalled flush is not on
     // the write's path.
     c.set_timeout(Duration::from_secs(10));
@@ -40,7 +37,7 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
         .keys()
         .find(|&&id| id != p)
         .expect("a follower");
-    ctrl.signal(f, libc::SIGSTOP);
+    ctrl.stop(f);
     let req = c.request(submit(3, "u", ""));
     c.send(&req).unwrap();
     c.set_timeout(Duration::from_secs(2));
@@ -52,7 +49,7 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
         ctrl.all_logs()
     );
     // The stall ends: the primary's flush and the running follower's make a quorum.
-    std::fs::remove_file(&stall).unwrap();
+    ctrl.fail_clear(p, "log-flush");
     c.set_timeout(Duration::from_secs(10));
     let r = c.recv().expect("job 3 once the primary's disk is back");
     assert_eq!(r.status, 0, "job 3: {r:?}");
@@ -79,24 +76,21 @@ fn listed(ctrl: &Ctrl, p: u64) -> Vec<u64> {
 /// every restart order must list jobs 1 and 2, exactly once each.
 #[test]
 fn a_restarted_primary_never_reuses_an_index_its_followers_hold() {
-    let dir = tempfile::tempdir().unwrap();
-    let stall_flag = dir.path().join("stall-{id}").display().to_string();
-    let stall = |id: u64| dir.path().join(format!("stall-{id}"));
-    let mut ctrl = Ctrl::start(3, &["--test-leader-flush-stall", &stall_flag]);
+    let mut ctrl = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
     let p = ctrl.wait_settled(STARTUP);
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
-    std::fs::write(stall(p), b"").unwrap();
+    ctrl.fail_set(p, "log-flush", "pause");
     c.set_timeout(Duration::from_secs(10));
     let r = c.call(submit(2, "u", ""));
     assert_eq!(r.status, 0, "job 2 with the primary's disk stalled: {r:?}");
     drop(c);
 
-    // Every node dies; the old primary comes back first, alone, then the others.
+    // Every node dies (the failpoint with it); the old primary comes back first, alone, then
+    // the others.
     for id in ctrl.running() {
         ctrl.kill9(id);
     }
-    std::fs::remove_file(stall(p)).unwrap();
     ctrl.start_node(p);
     ctrl.wait_until(&format!("node {p} answers"), STARTUP, || {
         Client::try_connect(&ctrl.clients[&p], Duration::from_millis(500))

@@ -171,10 +171,14 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
 }
 
 /// One raw raft RPC (`common::raft_wire`, as the raft port speaks it on a plaintext cluster).
-fn raft_call(addr: &str, req: &raft_wire::RpcRequest) -> std::io::Result<raft_wire::RpcReply> {
+fn raft_call(
+    addr: &str,
+    req: &raft_wire::RpcRequest,
+    id: [u8; 16],
+) -> std::io::Result<raft_wire::RpcReply> {
     let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    raft_wire::call(&mut s, req)
+    raft_wire::call(&mut s, req, id)
 }
 
 /// A vote request from `candidate` in `term` with a log far ahead of anyone's.
@@ -203,13 +207,14 @@ fn vote_right_after_restart(
     ctrl: &mut Ctrl,
     f: u64,
     req: &raft_wire::RpcRequest,
+    id: [u8; 16],
 ) -> (raft_wire::RpcReply, Duration) {
     let faddr = ctrl.raft_addr(f);
     ctrl.kill9(f);
     ctrl.start_node(f);
     let booted = Instant::now();
     loop {
-        match raft_call(&faddr, req) {
+        match raft_call(&faddr, req, id) {
             Ok(r) => return (r, booted.elapsed()),
             Err(_) if booted.elapsed() < BOUND => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => panic!("raft port of node {f}: {e}\n{}", ctrl.all_logs()),
@@ -240,6 +245,7 @@ fn restarted_node_refuses_votes_during_the_lease() {
     ];
     let mut ctrl = Ctrl::start(3, &args);
     let p = ctrl.wait_settled(STARTUP * 2);
+    let id = ctrl.cluster_id();
     let term = info(&ctrl.client(p).call(hello())).term;
     let f = others(&[1, 2, 3], p)[0];
     let g = others(&[1, 2, 3], p)[1];
@@ -247,7 +253,7 @@ fn restarted_node_refuses_votes_during_the_lease() {
     ctrl.kill9(p);
     ctrl.kill9(g);
 
-    let (reply, after) = vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1, g));
+    let (reply, after) = vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1, g), id);
     eprintln!("1. committed vote, asked {after:?} after the restart: {reply:?}");
     if after < Duration::from_millis(2500) {
         assert_eq!(granted(&reply), Some(false), "{reply:?}");
@@ -256,9 +262,9 @@ fn restarted_node_refuses_votes_during_the_lease() {
     // Past the guard and the lease, f votes for g and so stores an uncommitted vote. (A lone
     // node no longer campaigns: its pre-vote finds no quorum, C15.)
     std::thread::sleep(Duration::from_millis(3500).saturating_sub(after));
-    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 500, g)).unwrap();
+    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 500, g), id).unwrap();
     assert_eq!(granted(&reply), Some(true), "{reply:?}");
-    let (reply, after) = vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1000, g));
+    let (reply, after) = vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1000, g), id);
     eprintln!("2. uncommitted vote, asked {after:?} after the restart: {reply:?}");
     if after < Duration::from_millis(2500) {
         assert_eq!(granted(&reply), Some(false), "{reply:?}");
@@ -266,7 +272,7 @@ fn restarted_node_refuses_votes_during_the_lease() {
 
     // 3. After the guard (3 s), in a term above any f may have reached campaigning.
     std::thread::sleep(Duration::from_millis(3500).saturating_sub(after));
-    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 2000, g)).unwrap();
+    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 2000, g), id).unwrap();
     eprintln!("3. after the guard: {reply:?}");
     assert_eq!(granted(&reply), Some(true), "{reply:?}");
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use openraft::{CommittedLeaderId, LogId};
 
-fn pre_vote(addr: &str, term: u64, candidate: u64, last: Option<(u64, u64)>) -> bool {
+fn pre_vote(addr: &str, id: [u8; 16], term: u64, candidate: u64, last: Option<(u64, u64)>) -> bool {
     let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))
         .expect("raft port");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -22,7 +22,7 @@ fn pre_vote(addr: &str, term: u64, candidate: u64, last: Option<(u64, u64)>) -> 
         candidate,
         last_log_id: last.map(|(t, i)| LogId::new(CommittedLeaderId::new(t, candidate), i)),
     };
-    match raft_wire::call(&mut s, &req).expect("pre-vote answered") {
+    match raft_wire::call(&mut s, &req, id).expect("pre-vote answered") {
         raft_wire::RpcReply::PreVote(granted) => granted,
         other => panic!("not a pre-vote answer: {other:?}"),
     }
@@ -48,6 +48,7 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
         ],
     );
     let p = ctrl.wait_settled(STARTUP);
+    let id = ctrl.cluster_id();
     let t = term(&ctrl, p);
     let rest: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
     let (f, g) = (rest[0], rest[1]);
@@ -55,11 +56,11 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // lease. The leader and a standby that hears it both say no.
     let ahead = Some((t + 10, 1_000_000));
     assert!(
-        !pre_vote(&ctrl.raft_addr(p), t + 10, g, ahead),
+        !pre_vote(&ctrl.raft_addr(p), id, t + 10, g, ahead),
         "the leader said yes"
     );
     assert!(
-        !pre_vote(&ctrl.raft_addr(f), t + 10, g, ahead),
+        !pre_vote(&ctrl.raft_addr(f), id, t + 10, g, ahead),
         "a standby hearing its leader said yes"
     );
 
@@ -77,11 +78,11 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     );
     // A candidate whose log is behind f's: no. One at least as up to date: yes.
     assert!(
-        !pre_vote(&ctrl.raft_addr(f), t + 1, g, None),
+        !pre_vote(&ctrl.raft_addr(f), id, t + 1, g, None),
         "yes to a shorter log"
     );
     assert!(
-        pre_vote(&ctrl.raft_addr(f), t + 1, g, ahead),
+        pre_vote(&ctrl.raft_addr(f), id, t + 1, g, ahead),
         "no although f hears no leader"
     );
     // Answering changed nothing: no vote given, no term taken.

@@ -4,7 +4,11 @@
 //! fails for a domain reason, each refused one is E_XCE_AUTH), the bindings (a user controls
 //! only its own jobs, a worker reports only for its host), tokens for callers without a
 //! certificate, and certificate problems that are terminal at once (E_XCE_TLS) instead of
-//! retried for the whole budget.
+//! retried for the whole budget. S15 extended (issue 27, C9 and C13 amended): a flood of
+//! strangers on every node does not stop a certificate holder, and an expired certificate is
+//! refused even to a context that connected before it expired. (The raw-socket side of S15
+//! extended — deadlines, budgets, memory, the loopback rule, data files — is
+//! `controller/tests/hostile_clients.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -619,4 +623,250 @@ fn secured_cluster_fails_over_stop_and_kill() {
         !logs.contains("storage write error") && !logs.contains("panicked"),
         "node logs show a failure"
     );
+}
+
+/// S15 extended (C9 amended, issue 27): every node of a TLS cluster flooded as an attacker
+/// would, for as long as the test runs — 1,030 idle TCP connections each (more than
+/// `--max-connections`), every one the node closes replaced at once, a top-up of 2 sockets per
+/// node every 50 ms, and 32 anonymous TLS connections per node that complete their handshake
+/// and send `nop`, reconnecting when closed — and a libxce context with a certificate is
+/// still served: it starts, and its 3 calls succeed (before: 0 of 3, `-ECONNRESET` at start);
+/// a token holder too.
+#[test]
+fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
+    use std::io::Read;
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let t = tls_cluster("flood", 3, true);
+    let admin = t.client(Some("admin"));
+    admin.hello().unwrap();
+    let addrs: Vec<SocketAddr> = t.cluster.nodes.iter().map(|n| n.client).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
+    let nops = Arc::new(AtomicUsize::new(0));
+    let connect = |a: &SocketAddr| {
+        let s = TcpStream::connect_timeout(a, Duration::from_secs(1)).ok()?;
+        s.set_nonblocking(true).ok()?;
+        Some(s)
+    };
+    // Per node: 1,030 idle sockets kept open (a closed one replaced), 2 more every 50 ms.
+    let keepers: Vec<_> = addrs
+        .iter()
+        .map(|&a| {
+            let (stop, opened, held) = (stop.clone(), opened.clone(), held.clone());
+            std::thread::spawn(move || {
+                let mut socks: Vec<TcpStream> = (0..1030).filter_map(|_| connect(&a)).collect();
+                opened.fetch_add(socks.len(), Ordering::Relaxed);
+                held.fetch_add(socks.len(), Ordering::Relaxed);
+                while !stop.load(Ordering::Relaxed) {
+                    for s in socks.iter_mut() {
+                        let mut b = [0u8; 64];
+                        let gone = match s.read(&mut b) {
+                            Ok(0) => true,
+                            Ok(_) => false,
+                            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                        };
+                        if gone {
+                            if let Some(n) = connect(&a) {
+                                *s = n;
+                                opened.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    for _ in 0..2 {
+                        if let Some(n) = connect(&a) {
+                            socks.push(n);
+                            opened.fetch_add(1, Ordering::Relaxed);
+                            held.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    // Per node: 32 anonymous TLS connections doing nop, each replaced when closed.
+    let anonymous: Vec<_> = addrs
+        .iter()
+        .map(|&a| {
+            let (stop, nops, opened) = (stop.clone(), nops.clone(), opened.clone());
+            let cfg =
+                xce::transport::tls::client_config(&t.path.join("ca.pem"), None, None).unwrap();
+            std::thread::spawn(move || {
+                use xce::transport::{Connection, WakeState};
+                let ws = WakeState::new();
+                let host = a.ip().to_string();
+                let dial = || {
+                    let d = Instant::now() + Duration::from_secs(2);
+                    let l = xce::wire::Limits::default();
+                    Connection::connect(&host, a.port(), Some(&cfg), l, d, &ws.waker_now()).ok()
+                };
+                let mut conns: Vec<Option<Connection>> = (0..32).map(|_| dial()).collect();
+                let mut seq = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for c in conns.iter_mut() {
+                        if c.is_none() {
+                            *c = dial();
+                            opened.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let Some(conn) = c else { continue };
+                        seq += 1;
+                        let req = xce::wire::Request {
+                            seq,
+                            client_id: [9; 16],
+                            request_id: 0,
+                            no_reply: false,
+                            op: Op::Nop,
+                            auth_token: String::new(),
+                            forward_within_ms: 0,
+                        };
+                        let d = Instant::now() + Duration::from_secs(2);
+                        let ok = conn.send(&req, d, &ws.waker_now()).is_ok()
+                            && conn.recv(seq, d, &ws.waker_now()).is_ok();
+                        if ok {
+                            nops.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            *c = None;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        })
+        .collect();
+    // Until the floods are in place on every node, and a few seconds more (beyond main's
+    // 10-second handshake timeout, which the keepers outlast by replacing what closes).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held.load(Ordering::Relaxed) < 3 * 1030 {
+        assert!(Instant::now() < deadline, "the flood did not get in place");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(12));
+
+    // A certificate holder: a new context, and its calls.
+    let start = Instant::now();
+    let mut served = 0;
+    match Client::start({
+        let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
+        cfg.tls = Some(t.files(Some("user-alice")));
+        cfg.auth_token = Some(String::new());
+        cfg
+    }) {
+        Err(e) => eprintln!("the certificate holder's start: {e}"),
+        Ok(alice) => {
+            eprintln!("the certificate holder started in {:?}", start.elapsed());
+            for i in 0..3 {
+                let t0 = Instant::now();
+                let r = match i {
+                    0 => alice.jobsubmit(spec("alice")).map(|_| ()),
+                    1 => alice.joblist(JobFilter::default()).map(|_| ()),
+                    _ => alice.hello().map(|_| ()),
+                };
+                match r {
+                    Ok(()) => served += 1,
+                    Err(e) => eprintln!("call {i}: {e} {:?}", alice.last_error()),
+                }
+                eprintln!("call {i}: {:?}", t0.elapsed());
+            }
+        }
+    }
+    let took = start.elapsed();
+    // A token holder too.
+    let bob_token = pki(&["token", t.path.to_str().unwrap(), "user-bob"]);
+    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
+    cfg.tls = Some(t.files(None));
+    cfg.auth_token = Some(bob_token);
+    let bob_ok = Client::start(cfg)
+        .and_then(|b| b.jobsubmit(spec("bob")))
+        .is_ok();
+    stop.store(true, Ordering::Relaxed);
+    for k in keepers.into_iter().chain(anonymous) {
+        k.join().unwrap();
+    }
+    let logs = t.logs();
+    let count = |pat: &str| logs.lines().filter(|l| l.contains(pat)).count();
+    eprintln!(
+        "flood: {} strangers' connections opened ({} idle sockets held at the end), {} \
+         anonymous nops answered; the certificate holder's start and 3 calls: {served}/3 \
+         served in {took:?}; the token holder: {bob_ok}",
+        opened.load(Ordering::Relaxed),
+        held.load(Ordering::Relaxed),
+        nops.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "node log lines: {} \"connection limit reached\", {} \"unauthenticated connections \
+         already\" (rate-limited), {} counts of lines held back",
+        count("connection limit reached"),
+        count("unauthenticated connections already"),
+        count(" more ")
+    );
+    assert_eq!(served, 3, "the certificate holder was not served");
+    assert!(bob_ok, "the token holder was not served");
+}
+
+/// A certificate for identity `name` valid for `valid` (`pki identity --valid`), issued into
+/// `out` with the CA key of `ca` kept where it is (`--ca-key`).
+fn short_lived(ca: &Path, out: &Path, name: &str, valid: &str) {
+    let key = ca.join("ca.key");
+    pki(&[
+        "identity",
+        out.to_str().unwrap(),
+        name,
+        "--ca-key",
+        key.to_str().unwrap(),
+        "--valid",
+        valid,
+    ]);
+}
+
+/// S15 extended (C13 amended, issue 27): no identity outlives its certificate. A context
+/// with an 8-second admin certificate is admin while it is valid (closing a queue that does
+/// not exist: ENOENT); once it expired, the same context — whose connection the node closed
+/// at the expiry, and whose TLS session cache holds whatever the node offered — is refused,
+/// terminally (E_XCE_TLS: the node's `certificate_expired`), never admin again (before: the
+/// kept connection, and resumptions after it, stayed admin for as long as the node ran).
+#[test]
+fn s15_an_expired_certificate_is_refused_to_a_context_made_before() {
+    let t = tls_cluster("expiry", 1, false);
+    let secs = 8;
+    let out = t.path.join("short");
+    short_lived(&t.path, &out, "admin", &format!("{secs}s"));
+    assert!(!out.join("ca.key").exists(), "the CA key stays where it is");
+    let born = Instant::now();
+    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
+    cfg.tls = Some(TlsFiles {
+        ca_file: out.join("ca.pem"),
+        cert_file: Some(out.join("admin.pem")),
+        key_file: Some(out.join("admin.key")),
+    });
+    cfg.auth_token = Some(String::new());
+    let c = Client::start(cfg).unwrap();
+    assert_eq!(
+        c.queuectrl("no-such-queue", QueueAction::Close),
+        Err(Error::Errno(libc::ENOENT)),
+        "admin before expiry"
+    );
+    std::thread::sleep(Duration::from_secs(secs + 1).saturating_sub(born.elapsed()));
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let r = c.queuectrl("no-such-queue", QueueAction::Close);
+        seen.push((r, start.elapsed()));
+        assert!(
+            matches!(r, Err(Error::Tls(_)) | Err(Error::Auth)),
+            "after expiry: {r:?} ({:?})",
+            c.last_error()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "retried: {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!("an {secs}-second admin certificate after its expiry: {seen:?}");
+    assert!(t.logged("certificate expired"));
 }

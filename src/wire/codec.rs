@@ -270,6 +270,7 @@ fn est_request(op: &Op) -> usize {
             ..
         } => sw::<cp::member_add::Builder>() + tw(client_addr) + tw(raft_addr),
         Op::MemberRemove { .. } => sw::<cp::member_remove::Builder>(),
+        Op::SnapshotSave(_) => sw::<cp::snapshot_save::Builder>(),
         Op::SetPendReason { reason, .. } => 4 + tw(reason),
         Op::Notify(_) => sw::<cp::notify::Builder>(),
         // Small fixed-size structs (at most 2 data words + 2 pointers) or Void.
@@ -281,6 +282,7 @@ fn est_request(op: &Op) -> usize {
         | Op::ResList
         | Op::WorkerList
         | Op::ClusterConf
+        | Op::ConsistencyCheck
         | Op::Nop => 6,
         Op::JobListPage(p) => est_job_list_page(p),
     };
@@ -298,6 +300,11 @@ fn est_reply(rep: &Reply) -> usize {
                 + est_list(&c.members, sw::<cp::controller_entry::Builder>(), |e| {
                     tw(&e.host)
                 })
+                + 3
+                + est_list(&c.alarms, 1, |a| tw(a))
+        }
+        ReplyData::SnapshotChunk(c) => {
+            sw::<cp::snapshot_chunk::Builder>() + c.data.len().div_ceil(8) + c.digest.len() / 8 + 6
         }
         ReplyData::Jobs(v) => est_list(v, job, est_job_ptrs),
         ReplyData::Job(j) => job + est_job_ptrs(j),
@@ -485,6 +492,13 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
             set_text!(x, set_raft_addr, raft_addr);
         }
         Op::MemberRemove { id } => o.init_member_remove().set_id(*id),
+        Op::ConsistencyCheck => o.set_consistency_check(()),
+        Op::SnapshotSave(x) => {
+            let mut y = o.init_snapshot_save();
+            y.set_cursor(x.cursor);
+            y.set_offset(x.offset);
+            y.set_max_bytes(x.max_bytes);
+        }
         Op::WaitPrimary {
             timeout_ms,
             exclude_host,
@@ -579,8 +593,34 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             x.set_applied_index(c.applied_index);
             x.set_last_contact_ms(c.last_contact_ms);
             if !c.members.is_empty() {
-                put_controller_entries(&c.members, x.init_members(list_len(c.members.len())));
+                put_controller_entries(
+                    &c.members,
+                    x.reborrow().init_members(list_len(c.members.len())),
+                );
             }
+            if c.cluster_id != [0; 16] {
+                x.set_cluster_id(&c.cluster_id);
+            }
+            if !c.alarms.is_empty() {
+                let mut l = x.reborrow().init_alarms(list_len(c.alarms.len()));
+                for (i, a) in c.alarms.iter().enumerate() {
+                    l.set(i as u32, a.as_str());
+                }
+            }
+            x.set_checked_index(c.checked_index);
+        }
+        ReplyData::SnapshotChunk(c) => {
+            let mut x = d.init_snapshot_chunk();
+            x.set_cursor(c.cursor);
+            x.set_offset(c.offset);
+            x.set_data(&c.data);
+            x.set_total_bytes(c.total_bytes);
+            x.set_index(c.index);
+            x.set_term(c.term);
+            x.set_digest(&c.digest);
+            x.set_cluster_id(&c.cluster_id);
+            x.set_agreeing(c.agreeing);
+            x.set_voters(c.voters);
         }
         ReplyData::Jobs(v) => {
             let mut l = d.init_jobs(list_len(v.len()));
@@ -784,6 +824,15 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
         W::MemberRemove(x) => Op::MemberRemove {
             id: x.proto()?.get_id(),
         },
+        W::ConsistencyCheck(()) => Op::ConsistencyCheck,
+        W::SnapshotSave(x) => {
+            let x = x.proto()?;
+            Op::SnapshotSave(SnapshotSave {
+                cursor: x.get_cursor(),
+                offset: x.get_offset(),
+                max_bytes: x.get_max_bytes(),
+            })
+        }
     };
     Ok(Request {
         seq: r.get_seq(),
@@ -845,6 +894,32 @@ fn get_controller_entries(
     })
 }
 
+/// A list of texts, charged to the budget before it is allocated (as [`get_list`]).
+fn get_texts(
+    b: &Budget,
+    l: capnp::Result<capnp::text_list::Reader<'_>>,
+) -> Result<Vec<String>, Error> {
+    let l = l.proto()?;
+    let n = l.len() as usize;
+    b.charge(n.saturating_mul(std::mem::size_of::<String>()))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::Errno(libc::ENOMEM))?;
+    for t in l.iter() {
+        v.push(t.proto()?.to_str().proto()?.to_owned());
+    }
+    Ok(v)
+}
+
+/// C20: a cluster id is 16 bytes or absent (all zero); any other length is a malformed reply.
+fn cluster_id(d: capnp::Result<capnp::data::Reader<'_>>) -> Result<[u8; 16], Error> {
+    let d = d.proto()?;
+    match d.len() {
+        0 => Ok([0; 16]),
+        _ => d.try_into().proto(),
+    }
+}
+
 fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
     get_list(b, l, |x| {
         Ok(ResVal {
@@ -903,6 +978,24 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 applied_index: x.get_applied_index(),
                 last_contact_ms: x.get_last_contact_ms(),
                 members: get_controller_entries(b, x.get_members())?,
+                cluster_id: cluster_id(x.get_cluster_id())?,
+                alarms: get_texts(b, x.get_alarms())?,
+                checked_index: x.get_checked_index(),
+            })
+        }
+        W::SnapshotChunk(x) => {
+            let x = x.proto()?;
+            ReplyData::SnapshotChunk(SnapshotChunk {
+                cursor: x.get_cursor(),
+                offset: x.get_offset(),
+                data: x.get_data().proto()?.to_vec(),
+                total_bytes: x.get_total_bytes(),
+                index: x.get_index(),
+                term: x.get_term(),
+                digest: x.get_digest().proto()?.to_vec(),
+                cluster_id: cluster_id(x.get_cluster_id())?,
+                agreeing: x.get_agreeing(),
+                voters: x.get_voters(),
             })
         }
         W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),

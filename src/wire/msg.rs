@@ -132,6 +132,11 @@ pub enum Op {
     MemberRemove {
         id: u32,
     },
+    /// C19: the primary compares its members' state digests now and answers with its
+    /// [`ControllerInfo`] (alarms, `checked_index`) afterwards.
+    ConsistencyCheck,
+    /// C20: one chunk of an online snapshot (schema: SnapshotSave).
+    SnapshotSave(SnapshotSave),
 }
 
 /// Who may call an op (C13): a set of the identities' roles, one bit each.
@@ -232,6 +237,8 @@ impl Op {
             JobListPage(_) =>       rule!("joblist_page",    R,  IDENTIFIED,                No,           None),
             MemberAdd { .. } =>     rule!("member_add",      W,  ADMIN,                     No,           None),
             MemberRemove { .. } =>  rule!("member_remove",   W,  ADMIN,                     No,           None),
+            ConsistencyCheck =>     rule!("consistency_check", R, IDENTIFIED,               No,           None),
+            SnapshotSave(_) =>      rule!("snapshot_save",   R,  ADMIN,                     No,           None),
         };
         r
     }
@@ -318,6 +325,7 @@ pub enum ReplyData {
     TaskId(u64),
     SessionId(u64),
     JobPage(JobPage),
+    SnapshotChunk(SnapshotChunk),
 }
 
 // ---------------------------------------------------------------------------------------
@@ -561,6 +569,45 @@ pub struct ControllerInfo {
     /// F29: the cluster's current members, filled only by the serving primary about itself;
     /// empty from a standby, a candidate or an older controller.
     pub members: Vec<ControllerEntry>,
+    /// C20: the id of the cluster the node belongs to (all zero: none yet, or an older
+    /// controller). Members of one cluster report the same.
+    pub cluster_id: [u8; 16],
+    /// C19/C21: what is wrong on (or, from the primary, with) the cluster, one short text
+    /// each; empty: nothing known.
+    pub alarms: Vec<String>,
+    /// C19: the last log index at which the primary found its members' state digests equal
+    /// (0: none yet, or not from the primary).
+    pub checked_index: u64,
+}
+
+/// C20: a request for one chunk of an online snapshot (`cursor` 0: start one).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotSave {
+    pub cursor: u64,
+    /// With a cursor: the next byte wanted.
+    pub offset: u64,
+    /// Most bytes of data wanted (0: the controller's choice).
+    pub max_bytes: u32,
+}
+
+/// C20: one chunk of an online snapshot's file, with what it is a snapshot of.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotChunk {
+    pub cursor: u64,
+    /// Where `data` starts in the file.
+    pub offset: u64,
+    pub data: Vec<u8>,
+    pub total_bytes: u64,
+    /// The log index (and its term) the state is as of.
+    pub index: u64,
+    pub term: u64,
+    /// SHA-256 of the state at `index` (32 bytes; C19).
+    pub digest: Vec<u8>,
+    pub cluster_id: [u8; 16],
+    /// Members whose state digest at `index` equals `digest` (the primary included), of
+    /// `voters`.
+    pub agreeing: u32,
+    pub voters: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

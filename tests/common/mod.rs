@@ -37,9 +37,11 @@ pub fn op_index(op: &Op) -> usize {
         Op::JobListPage(_) => 22,
         Op::MemberAdd { .. } => 23,
         Op::MemberRemove { .. } => 24,
+        Op::ConsistencyCheck => 25,
+        Op::SnapshotSave(_) => 26,
     }
 }
-pub const OP_VARIANTS: usize = 25;
+pub const OP_VARIANTS: usize = 27;
 
 /// Index of a reply payload variant (no wildcard, as for `op_index`).
 pub fn data_index(d: &ReplyData) -> usize {
@@ -56,9 +58,10 @@ pub fn data_index(d: &ReplyData) -> usize {
         ReplyData::TaskId(_) => 9,
         ReplyData::SessionId(_) => 10,
         ReplyData::JobPage(_) => 11,
+        ReplyData::SnapshotChunk(_) => 12,
     }
 }
-pub const DATA_VARIANTS: usize = 12;
+pub const DATA_VARIANTS: usize = 13;
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -200,6 +203,12 @@ pub fn sample_ops() -> Vec<Op> {
             raft_addr: "[fd00::4]:10991".into(),
         },
         Op::MemberRemove { id: 1 },
+        Op::ConsistencyCheck,
+        Op::SnapshotSave(SnapshotSave {
+            cursor: 0x0123_4567_89ab_cdef,
+            offset: 1 << 33,
+            max_bytes: 4 << 20,
+        }),
     ]
 }
 
@@ -235,6 +244,12 @@ pub fn sample_datas() -> Vec<ReplyData> {
                     role: ControllerRole::Standby,
                 },
             ],
+            cluster_id: *b"cluster-id-16-by",
+            alarms: vec![
+                "node 3: state digest differs at index 1234".into(),
+                "ünïcode".into(),
+            ],
+            checked_index: 1230,
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -301,6 +316,18 @@ pub fn sample_datas() -> Vec<ReplyData> {
             cursor: 0xfeed_f00d,
             more: true,
             total: 1_000_000,
+        }),
+        ReplyData::SnapshotChunk(SnapshotChunk {
+            cursor: 9,
+            offset: 1 << 32,
+            data: (0..=255u8).collect(),
+            total_bytes: (1 << 32) + 256,
+            index: 123_456,
+            term: 7,
+            digest: vec![0xab; 32],
+            cluster_id: *b"another-cluster!",
+            agreeing: 2,
+            voters: 3,
         }),
     ]
 }
@@ -520,6 +547,14 @@ pub fn op() -> impl Strategy<Value = Op> {
                     })
                 }
             ),
+        Just(Op::ConsistencyCheck),
+        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(cursor, offset, max_bytes)| {
+            Op::SnapshotSave(SnapshotSave {
+                cursor,
+                offset,
+                max_bytes,
+            })
+        }),
     ]
 }
 
@@ -664,6 +699,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         any::<u32>(),
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
         proptest::collection::vec(controller_entry(), 0..4),
+        (any::<[u8; 16]>(), vec(text(), 0..3), any::<u64>()),
     )
         .prop_map(
             |(
@@ -678,6 +714,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 waiters,
                 (last_log_index, committed_index, applied_index, last_contact_ms),
                 members,
+                (cluster_id, alarms, checked_index),
             )| {
                 ControllerInfo {
                     id,
@@ -694,6 +731,9 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     applied_index,
                     last_contact_ms,
                     members,
+                    cluster_id,
+                    alarms,
+                    checked_index,
                 }
             },
         );
@@ -722,6 +762,36 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 total
             })
         ),
+        (
+            (any::<u64>(), any::<u64>(), vec(any::<u8>(), 0..64)),
+            (any::<u64>(), any::<u64>(), any::<u64>()),
+            (
+                vec(any::<u8>(), 0..33),
+                any::<[u8; 16]>(),
+                any::<u32>(),
+                any::<u32>()
+            ),
+        )
+            .prop_map(
+                |(
+                    (cursor, offset, data),
+                    (total_bytes, index, term),
+                    (digest, cluster_id, agreeing, voters),
+                )| {
+                    ReplyData::SnapshotChunk(SnapshotChunk {
+                        cursor,
+                        offset,
+                        data,
+                        total_bytes,
+                        index,
+                        term,
+                        digest,
+                        cluster_id,
+                        agreeing,
+                        voters,
+                    })
+                }
+            ),
     ]
 }
 

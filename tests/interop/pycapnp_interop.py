@@ -74,6 +74,17 @@ def write_requests(s, out):
     r.op.nop = None
     msgs.append(r)
 
+    r = s.Request.new_message(seq=19, clientId=CLIENT_ID)
+    ss = r.op.init("snapshotSave")
+    ss.cursor = 2**64 - 2
+    ss.offset = 1 << 40
+    ss.maxBytes = 4 << 20
+    msgs.append(r)
+
+    r = s.Request.new_message(seq=20, clientId=CLIENT_ID)
+    r.op.consistencyCheck = None
+    msgs.append(r)
+
     # A tiny first segment forces a multi-segment message (far pointers, a longer table).
     r = s.Request.new_message(num_first_segment_words=4)
     r.seq = 18
@@ -159,7 +170,10 @@ def expected_replies():
         env(2, {"which": "ctrlInfo", "ctrlInfo": {
             "id": 2, "role": "standby", "term": 17, "primaryId": 3,
             "primaryHost": "ctl3.example", "primaryPort": 7070,
-            "version": "xce-controller 0.1.0", "protocolVersion": 1, "waiters": 12}}),
+            "version": "xce-controller 0.1.0", "protocolVersion": 1, "waiters": 12,
+            "clusterId": b"cluster-id-16-by",
+            "alarms": ["node 3: state digest differs at index 1234", "\u00fcn\u00efcode"],
+            "checkedIndex": 1230}}),
         env(3, {"which": "jobs", "jobs": [job(1), job(2), EMPTY_JOB]}),
         env(4, {"which": "job", "job": job(3)}),
         env(5, {"which": "jobId", "jobId": 0xDEADBEEF00000001}),
@@ -186,6 +200,11 @@ def expected_replies():
         env(11, {"which": "sessionId", "sessionId": 88}),
         env(12, {"which": "jobPage", "jobPage": {
             "jobs": [job(1), job(2)], "cursor": 0xFEEDF00D, "more": True, "total": 1000000}}),
+        env(13, {"which": "snapshotChunk", "snapshotChunk": {
+            "cursor": 9, "offset": 1 << 32, "data": bytes(range(256)),
+            "totalBytes": (1 << 32) + 256, "index": 123456, "term": 7,
+            "digest": b"\xab" * 32, "clusterId": b"another-cluster!",
+            "agreeing": 2, "voters": 3}}),
         # A big one: 2000 jobs.
         {"seq": 12, "status": 2000, "redirectHost": "", "redirectPort": 0,
          "data": {"which": "jobs", "jobs": [job(i) for i in range(2000)]}},

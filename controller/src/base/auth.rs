@@ -288,6 +288,34 @@ impl ConnAuth {
     }
 }
 
+/// The client id a write of `who` is remembered under in the exactly-once table (C4, C13
+/// amended): a client id is bound to the identity that uses it, so that a caller who reuses
+/// another's ids (learnt from a log, say) is a different client — it gets its own write
+/// applied, never the other's stored reply (issue 27: bob reusing alice's ids got alice's
+/// reply, and his write was dropped).
+///
+/// `admin` (and every caller of a cluster that checks nobody, where everyone is admin) keeps
+/// the id it sent, so the table's keys are the ones earlier builds stored (their snapshots and
+/// logs, and a write re-sent across an upgrade, find their first reply). Every other identity's
+/// id is the first 16 bytes of SHA-256 over a label, the identity's name and the id: the same
+/// on every node and in every term (an identity and a client id make one key, whichever node
+/// proposes it), and no identity can name another's key — not even admin's, which would need
+/// a SHA-256 preimage. The log entry and the state machine are unchanged: the leader proposes
+/// the bound id in the entry's `client_id`, as it proposed the sent one before.
+pub fn bound_client_id(who: &Identity, client_id: [u8; 16]) -> [u8; 16] {
+    if *who == Identity::Admin {
+        return client_id;
+    }
+    let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+    d.update(b"xce client id bound to an identity, v1\0");
+    d.update(who.to_string().as_bytes());
+    d.update(b"\0");
+    d.update(&client_id);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d.finish().as_ref()[..16]);
+    out
+}
+
 /// Per-connection rule for ops outside the table's bounds: a session role mismatch (protocol.md
 /// "Sessions").
 pub fn session_ok(op: &Op, joined: Option<SessionRole>) -> bool {
@@ -301,6 +329,9 @@ pub fn session_ok(op: &Op, joined: Option<SessionRole>) -> bool {
 mod tests {
     use super::*;
     use xce::wire;
+
+    /// `bound_client_id(user-alice, [7; 16])`, as this build derives it.
+    const PINNED_ALICE_7: &str = "d416ea16ecfac5b73012c3f3b1395afd";
 
     #[test]
     fn names_say_roles() {
@@ -389,5 +420,40 @@ mod tests {
         }
         assert!(check(&Identity::Anonymous, &Op::ResList, job).is_err());
         assert!(check(&Identity::Anonymous, &Op::Nop, job).is_ok());
+    }
+
+    /// C13 amended: a client id is bound to its identity. Admin keeps the id as sent (the keys
+    /// earlier builds stored); any other identity gets its own key, stable, different for
+    /// every identity and every id, and never equal to the id as sent.
+    #[test]
+    fn client_ids_are_bound_to_identities() {
+        let alice = Identity::User("alice".into());
+        let bob = Identity::User("bob".into());
+        let ids = [[0u8; 16], [7u8; 16], std::array::from_fn(|i| i as u8)];
+        for id in ids {
+            assert_eq!(bound_client_id(&Identity::Admin, id), id);
+            let mut keys = vec![id];
+            for who in [
+                &alice,
+                &bob,
+                &Identity::Scheduler,
+                &Identity::Worker("h1".into()),
+                &Identity::Worker("h2".into()),
+                &Identity::User("h1".into()),
+            ] {
+                let k = bound_client_id(who, id);
+                assert_eq!(k, bound_client_id(who, id), "stable");
+                assert!(!keys.contains(&k), "{who}: {k:?} collides");
+                keys.push(k);
+            }
+        }
+        assert_ne!(
+            bound_client_id(&alice, ids[0]),
+            bound_client_id(&alice, ids[1])
+        );
+        // Pinned: every node and every later build derive the same key.
+        let k = bound_client_id(&alice, [7u8; 16]);
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, PINNED_ALICE_7);
     }
 }

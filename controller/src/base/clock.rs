@@ -1,14 +1,23 @@
 //! Time: the wall clock stamped into proposals and log lines, and `CLOCK_BOOTTIME` for
 //! leases.
+//!
+//! C22: nothing that decides safety or exactly-once reads the wall clock. What does read it
+//! (a job's times, a host's last heartbeat, token expiry, log stamps, snapshot names) goes
+//! through [`now_ms`], which the failpoint `clock-offset-ms` moves (C22's tests step one
+//! node's clock with it).
 
 use std::time::Duration;
 
-/// Wall-clock unix milliseconds (stamped into proposals by the leader).
+/// Wall-clock unix milliseconds (stamped into proposals by the leader), moved by the
+/// failpoint `clock-offset-ms` in a build with failpoints.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
+    let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    ms.saturating_add(
+        crate::base::failpoints::number(crate::base::failpoints::CLOCK_OFFSET_MS).unwrap_or(0),
+    )
 }
 
 /// An instant on `CLOCK_BOOTTIME`: unlike `CLOCK_MONOTONIC` (std and tokio `Instant`) it

@@ -28,6 +28,8 @@ pub const DEFAULT_SNAPSHOT_LOGS: u64 = 1000;
 /// link, instead of by a whole snapshot that would fill a slow link for seconds (and starve
 /// the other follower's heartbeats behind it).
 pub const DEFAULT_LOG_KEEP: u64 = 20_000;
+/// C19: how often the primary compares its members' state digests (ms).
+pub const DEFAULT_CONSISTENCY_CHECK_MS: u64 = 2000;
 /// Cluster name reported by `clusterconf`.
 pub const DEFAULT_CLUSTER_NAME: &str = "xce";
 
@@ -252,9 +254,12 @@ pub struct NodeOpts {
     pub token_key: Option<PathBuf>,
     /// `--metrics ADDR`: serve `/metrics` (C18) on this address.
     pub metrics: Option<String>,
-    /// Test failpoint `--test-leader-flush-stall FILE`: while FILE exists, the leader's own
-    /// log flushes wait (a stalled disk on the primary only; followers' flushes go on).
-    pub test_leader_flush_stall: Option<PathBuf>,
+    /// C19: how often the primary compares its members' state digests; `None`
+    /// (`--consistency-check-ms 0`): only when asked (`status`, `snapshot save`).
+    pub consistency_check: Option<Duration>,
+    /// `--metrics-public`: the metrics endpoint (plaintext, no authentication) may be bound
+    /// off loopback (issue 27: refused otherwise, unless `--insecure`).
+    pub metrics_public: bool,
 }
 
 impl Default for NodeOpts {
@@ -277,7 +282,8 @@ impl Default for NodeOpts {
             insecure: false,
             token_key: None,
             metrics: None,
-            test_leader_flush_stall: None,
+            consistency_check: Some(Duration::from_millis(DEFAULT_CONSISTENCY_CHECK_MS)),
+            metrics_public: false,
         }
     }
 }
@@ -333,15 +339,68 @@ pub struct ClusterArgs {
     pub tls: Option<PathBuf>,
 }
 
-/// Whether `addr` (`ip:port`) is a loopback address.
-pub fn is_loopback(addr: &str) -> bool {
-    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
-        return a.ip().is_loopback();
+/// The IP address of `addr` if it is an IP literal (`ip:port`, `[ipv6]:port`); `None` for a
+/// host name, which says nothing about where it leads.
+pub fn ip_literal(addr: &str) -> Option<std::net::IpAddr> {
+    addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+}
+
+/// Whether `ip` is a loopback address (an IPv4-mapped IPv6 loopback included).
+pub fn is_loopback_ip(ip: std::net::IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// The node's listening ports, for [`exposure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    Client,
+    Raft,
+    Metrics,
+}
+
+/// The loopback rule (C13, amended by issue 27): whether port `port`, given as `name` and
+/// bound to `bound`, may serve there with these options. It judges the address bound — never
+/// a name: `localhost` or `*.localhost` lead wherever the resolver (a hosts file, a DNS
+/// search domain) says. Off loopback, without `--insecure`:
+/// - the client port needs TLS **and** a way to authenticate callers (`--tls-client-ca` or
+///   `--token-key`): TLS alone encrypts, but makes every caller admin;
+/// - the raft port needs mutual TLS (`--tls-peer-ca`);
+/// - the metrics endpoint (plaintext HTTP, no authentication) needs `--metrics-public`.
+pub fn exposure(
+    port: Port,
+    name: &str,
+    bound: std::net::IpAddr,
+    o: &NodeOpts,
+) -> Result<(), String> {
+    if o.insecure || is_loopback_ip(bound) {
+        return Ok(());
     }
-    // RFC 6761: `localhost` and names under it are the loopback interface.
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    host == "localhost" || host.ends_with(".localhost")
+    let at = if ip_literal(name) == Some(bound) {
+        name.to_string()
+    } else {
+        format!("{name} (bound to {bound})")
+    };
+    match port {
+        Port::Client if o.tls_cert.is_none() => Err(format!(
+            "the client address {at} is not loopback and has no TLS (--tls-cert/--tls-key); \
+             --insecure runs it in plaintext anyway"
+        )),
+        Port::Client if o.tls_client_ca.is_none() && o.token_key.is_none() => Err(format!(
+            "the client address {at} is not loopback and checks no caller: with TLS but \
+             neither --tls-client-ca nor --token-key every caller is admin; give one of them \
+             (--insecure runs it so anyway)"
+        )),
+        Port::Raft if o.tls_peer_ca.is_none() => Err(format!(
+            "the raft address {at} is not loopback and has no mutual TLS (--tls-peer-ca); \
+             --insecure runs it in plaintext anyway"
+        )),
+        Port::Metrics if !o.metrics_public => Err(format!(
+            "the metrics address {at} is not loopback and the endpoint is plaintext HTTP \
+             without authentication: --metrics-public serves it there anyway (firewall it), \
+             or bind it to loopback"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -374,7 +433,11 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--token-key" => o.token_key = Some(v.into()),
         "--insecure" => o.insecure = v == "true",
         "--metrics" => o.metrics = Some(v.to_string()),
-        "--test-leader-flush-stall" => o.test_leader_flush_stall = Some(v.into()),
+        "--consistency-check-ms" => {
+            let ms: u64 = num(flag, v)?;
+            o.consistency_check = (ms > 0).then(|| Duration::from_millis(ms));
+        }
+        "--metrics-public" => o.metrics_public = v == "true",
         _ => return Ok(false),
     }
     Ok(true)
@@ -386,7 +449,7 @@ fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
     let mut it = args.iter();
     while let Some(f) = it.next() {
         // The options without a value.
-        if f == "--insecure" || f == "--join" {
+        if f == "--insecure" || f == "--join" || f == "--metrics-public" {
             out.push((f.clone(), "true".to_string()));
             continue;
         }
@@ -501,21 +564,17 @@ impl RunArgs {
         if opts.tls_peer_ca.is_some() && opts.tls_cert.is_none() {
             return Err("--tls-peer-ca needs --tls-cert/--tls-key".into());
         }
+        // The loopback rule at once for IP literals; a host name is judged by the address it is
+        // bound to, when the node binds it (cmd/run.rs).
         let me = &spec.nodes[&id];
-        if !opts.insecure {
-            if opts.tls_cert.is_none() && !is_loopback(&me.client) {
-                return Err(format!(
-                    "the client address {} is not loopback and has no TLS (--tls-cert/--tls-key); \
-                     --insecure runs it in plaintext anyway",
-                    me.client
-                ));
-            }
-            if opts.tls_peer_ca.is_none() && !is_loopback(&me.raft) {
-                return Err(format!(
-                    "the raft address {} is not loopback and has no mutual TLS (--tls-peer-ca); \
-                     --insecure runs it in plaintext anyway",
-                    me.raft
-                ));
+        let ports = [
+            (Port::Client, Some(&me.client)),
+            (Port::Raft, Some(&me.raft)),
+        ];
+        let metrics = (Port::Metrics, opts.metrics.as_ref());
+        for (port, addr) in ports.into_iter().chain([metrics]) {
+            if let Some(ip) = addr.and_then(|a| ip_literal(a)) {
+                exposure(port, addr.map_or("", |a| a), ip, &opts)?;
             }
         }
         Ok(RunArgs {
@@ -550,7 +609,7 @@ impl ClusterArgs {
                         "{f}: cluster makes its own certificates with --tls DIR"
                     ))
                 }
-                "--insecure" => a.node_flags.push(f),
+                "--insecure" | "--metrics-public" => a.node_flags.push(f),
                 "--metrics" => {
                     return Err("cluster gives node i its metrics on P+i-1+2000 itself".into())
                 }
@@ -660,46 +719,104 @@ mod tests {
         assert!(!RunArgs::parse(&args[..6]).unwrap().join);
     }
 
-    /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there.
+    /// C13: plaintext off loopback only with --insecure; raft needs mutual TLS there; the
+    /// client port needs a way to authenticate (issue 27). IP literals are judged when the
+    /// options are read; names only where they are bound.
     #[test]
     fn refuses_plaintext_off_loopback() {
-        let run = |extra: &[&str]| {
-            let mut a: Vec<String> = [
-                "--id",
-                "1",
-                "--cluster",
-                "1=10.1.2.3:9991/10.1.2.3:10991",
-                "--data",
-                "/tmp/x",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let run = |cluster: &str, extra: &[&str]| {
+            let mut a: Vec<String> = ["--id", "1", "--cluster", cluster, "--data", "/tmp/x"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
             a.extend(extra.iter().map(|s| s.to_string()));
             RunArgs::parse(&a)
         };
-        let e = run(&[]).unwrap_err();
+        let off = "1=10.1.2.3:9991/10.1.2.3:10991";
+        let e = run(off, &[]).unwrap_err();
         assert!(e.contains("--insecure"), "{e}");
-        let e = run(&["--tls-cert", "c", "--tls-key", "k"]).unwrap_err();
+        let tls = ["--tls-cert", "c", "--tls-key", "k"];
+        let e = run(off, &tls).unwrap_err();
+        assert!(e.contains("checks no caller"), "{e}");
+        let e = run(off, &[&tls[..], &["--token-key", "t"]].concat()).unwrap_err();
         assert!(e.contains("raft address"), "{e}");
-        assert!(run(&["--tls-cert", "c", "--tls-key", "k", "--tls-peer-ca", "ca"]).is_ok());
-        assert!(run(&["--insecure"]).unwrap().opts.insecure);
-        let mut lo = run(&[]);
-        assert!(lo.is_err());
-        lo = RunArgs::parse(
-            &[
-                "--id",
-                "1",
-                "--cluster",
-                "1=127.0.0.1:1/127.0.0.1:2",
-                "--data",
-                "/tmp/x",
-            ]
-            .map(String::from),
+        let secured = [&tls[..], &["--tls-client-ca", "ca", "--tls-peer-ca", "ca"]].concat();
+        assert!(run(off, &secured).is_ok());
+        assert!(run(off, &["--insecure"]).unwrap().opts.insecure);
+        let e = run(
+            off,
+            &[&secured[..], &["--metrics", "0.0.0.0:9100"]].concat(),
+        )
+        .unwrap_err();
+        assert!(e.contains("metrics address 0.0.0.0:9100"), "{e}");
+        let public = [
+            &secured[..],
+            &["--metrics", "0.0.0.0:9100", "--metrics-public"],
+        ]
+        .concat();
+        assert!(run(off, &public).unwrap().opts.metrics_public);
+        assert!(
+            run("1=127.0.0.1:1/127.0.0.1:2", &[]).is_ok(),
+            "loopback stays easy"
         );
-        assert!(lo.is_ok(), "loopback stays easy");
-        assert!(is_loopback("localhost:1") && is_loopback("a.localhost:2"));
-        assert!(!is_loopback("localhost.example.org:1") && !is_loopback("10.0.0.1:1"));
+        assert!(run("1=[::1]:1/[::ffff:127.0.0.1]:2", &[]).is_ok());
+        // A name is not trusted for what it says: judged once bound (cmd/run.rs).
+        assert!(run("1=evil.localhost:1/localhost:2", &[]).is_ok());
+        assert!(run("1=ctl1.example.org:1/ctl1.example.org:2", &[]).is_ok());
+    }
+
+    /// The loopback rule on the address bound, for every port and option (issue 27).
+    #[test]
+    fn exposure_judges_the_bound_address() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let opts = |f: &[&str]| {
+            let mut o = NodeOpts::default();
+            for &flag in f {
+                let v = if matches!(flag, "--insecure" | "--metrics-public") {
+                    "true"
+                } else {
+                    "x"
+                };
+                assert!(node_flag(&mut o, flag, v).unwrap(), "{flag}");
+            }
+            o
+        };
+        let tls = ["--tls-cert", "--tls-key"];
+        let checked = ["--tls-cert", "--tls-key", "--tls-client-ca"];
+        let tokens = ["--tls-cert", "--tls-key", "--token-key"];
+        let peers = ["--tls-cert", "--tls-key", "--tls-peer-ca"];
+        use Port::*;
+        #[rustfmt::skip]
+        let table: &[(Port, &str, &[&str], bool)] = &[
+            (Client,  "127.0.0.1",        &[],                 true),
+            (Client,  "127.9.9.9",        &[],                 true),
+            (Client,  "::1",              &[],                 true),
+            (Client,  "::ffff:127.0.0.1", &[],                 true),
+            (Client,  "192.0.2.2",        &[],                 false),
+            (Client,  "0.0.0.0",          &[],                 false),
+            (Client,  "::",               &[],                 false),
+            (Client,  "192.0.2.2",        &tls,                false), // every caller admin
+            (Client,  "192.0.2.2",        &checked,            true),
+            (Client,  "192.0.2.2",        &tokens,             true),
+            (Client,  "192.0.2.2",        &["--insecure"],     true),
+            (Raft,    "192.0.2.2",        &checked,            false),
+            (Raft,    "192.0.2.2",        &peers,              true),
+            (Raft,    "192.0.2.2",        &["--insecure"],     true),
+            (Metrics, "127.0.0.1",        &[],                 true),
+            (Metrics, "0.0.0.0",          &peers,              false),
+            (Metrics, "0.0.0.0",          &["--metrics-public"], true),
+            (Metrics, "192.0.2.2",        &["--insecure"],     true),
+        ];
+        for (port, addr, flags, ok) in table {
+            let r = exposure(*port, "evil.localhost:9", ip(addr), &opts(flags));
+            assert_eq!(r.is_ok(), *ok, "{port:?} on {addr} with {flags:?}: {r:?}");
+            if let Err(e) = r {
+                assert!(
+                    e.contains(&format!("evil.localhost:9 (bound to {addr})")),
+                    "{e}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -794,7 +911,8 @@ raft = "ctrl2.example:10991"
         let r = RunArgs::parse(&args).unwrap();
         assert_eq!((r.id, r.spec.nodes.len()), (1, 3));
         assert_eq!(r.spec.nodes[&3].client, "ctrl3.example.org:9991");
-        assert_eq!(r.opts.metrics.as_deref(), Some("0.0.0.0:9100"));
+        assert_eq!(r.opts.metrics.as_deref(), Some("ctrl1.example.org:9100"));
+        assert!(r.opts.metrics_public);
         assert_eq!(r.data, PathBuf::from("/var/lib/xce-controller"));
         assert_eq!(r.opts.tls_peer_ca, Some(PathBuf::from("/etc/xce/ca.pem")));
         assert_eq!(r.opts.token_key, Some(PathBuf::from("/etc/xce/token.key")));

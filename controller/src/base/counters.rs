@@ -29,6 +29,16 @@ struct AnswerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhyLabels {
+    why: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StorageLabels {
+    op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -64,6 +74,13 @@ pub(crate) struct Metrics {
     pub(crate) quorum_ack_age: GaugeF,
     flush_pending: Gauge64,
     appends: Family<KindLabels, Counter>,
+    digest: Histogram,
+    digest_mismatch: Counter,
+    pub(crate) alarms: Gauge64,
+    pub(crate) checked_index: Gauge64,
+    refused: Family<WhyLabels, Counter>,
+    storage_faults: Family<StorageLabels, Counter>,
+    storage_fault: Gauge64,
 }
 
 pub(crate) static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -94,6 +111,14 @@ impl Metrics {
             quorum_ack_age: GaugeF::default(),
             flush_pending: Gauge64::default(),
             appends: Family::default(),
+            // 100 µs .. ~52 s: a small table to 10^7 jobs.
+            digest: Histogram::new(exponential_buckets(0.000_1, 2.0, 20)),
+            digest_mismatch: Counter::default(),
+            alarms: Gauge64::default(),
+            checked_index: Gauge64::default(),
+            refused: Family::default(),
+            storage_faults: Family::default(),
+            storage_fault: Gauge64::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -141,7 +166,8 @@ impl Metrics {
         r.register(
             "xce_campaigns",
             "Elections this node considered, by outcome: campaigned after a granted pre-vote, \
-             not_granted (no quorum said yes: no term raised), handover (C14, no pre-vote)",
+             not_granted (no quorum said yes: no term raised), called_off (an append accepted \
+             after the decision: no term raised), handover (C14, no pre-vote)",
             m.campaigns.clone(),
         );
         r.register(
@@ -195,14 +221,76 @@ impl Metrics {
              on the standbys' disks meanwhile; at 16 MiB the primary waits)",
             m.flush_pending.clone(),
         );
+        r.register(
+            "xce_state_digest_seconds",
+            "C19: hashing this node's state at a checkpoint entry (off the apply path)",
+            m.digest.clone(),
+        );
+        r.register(
+            "xce_state_digest_mismatch",
+            "C19: on the primary, members found with a state digest other than the majority's \
+             (or digests without a majority), counted once per check that finds them",
+            m.digest_mismatch.clone(),
+        );
+        r.register(
+            "xce_alarms",
+            "Alarms this node reports (status shows their texts): a diverged member, its own \
+             divergence",
+            m.alarms.clone(),
+        );
+        r.register(
+            "xce_state_digest_checked_index",
+            "C19: on the primary, the last log index at which every member that answered had \
+             the same state digest (0 elsewhere)",
+            m.checked_index.clone(),
+        );
+        r.register(
+            "xce_raft_refused",
+            "Raft messages this node refused before reading them, by why: cluster (another \
+             cluster or restore, C20), diverged (this node diverged, C19)",
+            m.refused.clone(),
+        );
+        r.register(
+            "xce_storage_faults",
+            "C21: failed writes, fsyncs or reads of this node's data directory, by what was \
+             written (log_append, log_flush, log_truncate, log_purge, vote, snapshot, marker, \
+             read, raft): the first one stops the node, which exits with status 74",
+            m.storage_faults.clone(),
+        );
+        r.register(
+            "xce_storage_fault",
+            "C21: 1 once this node's storage failed (it serves and votes no more and exits)",
+            m.storage_fault.clone(),
+        );
         Metrics { registry: r, ..m }
     }
+}
+
+/// C19: hashing the state at a checkpoint took `d` (digests hook).
+pub fn digest_took(d: Duration) {
+    M.digest.observe(d.as_secs_f64());
+}
+
+/// C19: the check found `n` members whose digest is not the majority's (check hook).
+pub fn digest_mismatch(n: u64) {
+    M.digest_mismatch.inc_by(n);
+}
+
+/// A raft message was refused: `cluster` (C20) or `diverged` (C19) (raft server hook).
+pub fn raft_refused(why: &'static str) {
+    M.refused.get_or_create(&WhyLabels { why }).inc();
 }
 
 /// The primary's own appends not yet on its disk now total `bytes` (store hook).
 pub fn flush_pending(bytes: usize) {
     M.flush_pending
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// C21: a write, fsync or read of the data directory failed (`base/fault.rs`).
+pub fn storage_fault(op: &'static str) {
+    M.storage_faults.get_or_create(&StorageLabels { op }).inc();
+    M.storage_fault.set(1);
 }
 
 /// This node received an AppendEntries, with log entries or without (raft server hook).
@@ -243,7 +331,7 @@ pub fn pre_vote(granted: bool) {
 }
 
 /// This node's election timer or a handover led to `outcome`: `campaigned`, `not_granted`,
-/// `handover` (raft/elect.rs and raft/handover.rs hooks).
+/// `called_off`, `handover` (raft/elect.rs and raft/handover.rs hooks).
 pub fn campaign(outcome: &'static str) {
     M.campaigns.get_or_create(&ForwardLabels { outcome }).inc();
 }

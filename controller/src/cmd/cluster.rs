@@ -59,7 +59,7 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     let tls = match &args.tls {
         None => None,
         Some(dir) => {
-            crate::cmd::pki::local(dir, args.nodes)?;
+            crate::cmd::pki::local(dir, args.nodes, &Default::default())?;
             println!("certificates in {}: ca.pem, admin, scheduler, worker-host1, user-alice, user-bob (.pem/.key), token.key", dir.display());
             Some((
                 dir.clone(),

@@ -75,7 +75,9 @@ impl MemberArgs {
     }
 }
 
-fn client(a: &StatusArgs) -> Result<Client, String> {
+/// A library client for the commands that go through the primary (member, snapshot save),
+/// with `status`'s identity, named `name` in the controllers' logs.
+pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
     let masters = parse_masters(&a.masters.join(","))
         .map_err(|e| format!("--masters: {}", xce::strerror(e.code())))?;
     let config = Config {
@@ -85,7 +87,7 @@ fn client(a: &StatusArgs) -> Result<Client, String> {
             cert_file: identity.as_ref().map(|(c, _)| c.clone()),
             key_file: identity.as_ref().map(|(_, k)| k.clone()),
         }),
-        client_name: "xce-controller member".into(),
+        client_name: name.into(),
         auth_token: (!a.token.is_empty()).then(|| a.token.clone()),
     };
     let c = Client::start(config).map_err(|e| format!("start: {}", xce::strerror(e.code())))?;
@@ -102,7 +104,7 @@ fn client(a: &StatusArgs) -> Result<Client, String> {
 
 /// Runs the command: 0 on success, 1 on a failure (printed).
 pub fn member(a: MemberArgs) -> i32 {
-    let c = match client(&a.conn) {
+    let c = match client(&a.conn, "xce-controller member") {
         Ok(c) => c,
         Err(e) => {
             eprintln!("xce-controller member: {e}");

@@ -1,7 +1,8 @@
-//! The commands: `run` (one node), `cluster`, `pki`, `member`, `status`.
+//! The commands: `run` (one node), `cluster`, `pki`, `member`, `status`, `snapshot`.
 
 pub mod cluster;
 pub mod member;
 pub mod pki;
 pub mod run;
+pub mod snapshot;
 pub mod status;

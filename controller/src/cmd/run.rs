@@ -9,13 +9,17 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::base::auth::Auth;
+use crate::base::cluster_id::{ClusterTag, Identity};
 use crate::base::config::{NodeOpts, RunArgs};
+use crate::base::fault::{self, EXIT_STORAGE_FAULT};
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::base::tls;
 use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
 use crate::ports::client;
 use crate::ports::peer;
 use crate::raft::amnesia::Amnesia;
+use crate::raft::digests::{Digests, Findings};
+use crate::raft::diverged::Diverged;
 use crate::raft::elect::Elections;
 use crate::raft::lease::{LeaseClock, VoteGuard};
 use crate::raft::link::NetFactory;
@@ -29,6 +33,16 @@ use crate::raft::{forward, frame};
 pub const INIT_STAGGER: Duration = Duration::from_millis(500);
 
 pub fn run(args: RunArgs) -> i32 {
+    // C13 amended (issue 27): what the node writes is readable by its user only — its data
+    // (the job table, commands, identities), whoever made the directory. Every file and
+    // directory it creates from here on is 0600/0700 whatever the caller's umask.
+    // SAFETY: umask(2) cannot fail and touches no memory.
+    unsafe { libc::umask(0o077) };
+    // Failpoints set at start (a build with failpoints; refused without).
+    if let Err(e) = crate::base::failpoints::from_env() {
+        eprintln!("node {}: {e}", args.id);
+        return 2;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -41,7 +55,17 @@ pub fn run(args: RunArgs) -> i32 {
         }
     };
     let id = args.id;
-    match rt.block_on(run_node(args)) {
+    let res = rt.block_on(run_node(args));
+    if let Some(why) = fault::storage_fault() {
+        // C21: exit as a crash would, touching the disk no more: nothing is flushed, handed
+        // over or shut down (a store stuck on the failed disk must not hold the exit).
+        eprintln!(
+            "node {id}: stopped by a storage fault ({why}): exit status {EXIT_STORAGE_FAULT}"
+        );
+        rt.shutdown_background();
+        return EXIT_STORAGE_FAULT;
+    }
+    match res {
         Ok(()) => {
             rt.shutdown_timeout(Duration::from_secs(1));
             0
@@ -59,10 +83,30 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;
+    let links = Links {
+        identity: stores.identity.clone(),
+        ..links
+    };
+    // C22: the last index of the log as this process found it (handover entries at or below it
+    // are history replayed from disk).
+    let start_last = {
+        use openraft::storage::RaftLogStorage;
+        let mut log = stores.log_reader.clone();
+        log.get_log_state()
+            .await
+            .map_err(|e| format!("raft log: {e}"))?
+            .last_log_id
+            .map(|l| l.index)
+    };
     let ports = bind(&args).await?;
     let lease = Arc::new(LeaseClock::default());
     let raft = start_raft(&args, &links, &lease, stores.log, stores.sm).await?;
     check_membership(&raft, &args, &ports.me).await?;
+    if stores.diverged.is() {
+        // C19: a node that diverged votes, leads and stores nothing until repaired; it stays
+        // up to say so (status, NOT_READY, refusals on the raft port).
+        let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+    }
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(args.opts.election_max_ms));
     let elect = start_elections(
@@ -78,11 +122,16 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &raft,
         &args,
         guard,
-        stores.amnesia,
+        RaftPortState {
+            amnesia: stores.amnesia,
+            identity: stores.identity.clone(),
+            digests: stores.digests.clone(),
+            diverged: stores.diverged.clone(),
+        },
         &elect,
         &links,
     );
-    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers);
+    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers, start_last);
     let ctx = Arc::new(Ctx {
         id,
         raft: raft.clone(),
@@ -99,7 +148,17 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         auth,
         ready: ready.clone(),
         tenure: Default::default(),
-        forwarder: forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
+        forwarder: forward::Forwarder::new(
+            links.peer_tls.clone(),
+            links.max_rpc,
+            stores.identity.clone(),
+        ),
+        identity: stores.identity,
+        digests: stores.digests,
+        findings: Findings::new(),
+        diverged: stores.diverged,
+        saves: Default::default(),
+        data: args.data.clone(),
     });
     let serving = ctx.clone();
     serve_clients(
@@ -111,8 +170,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &links,
         &forwarded,
     )?;
-    stop_on_signal(&raft, &serving, &ready, &elect, id).await;
-    Ok(())
+    tokio::select! {
+        () = stop_on_signal(&raft, &serving, &ready, &elect, id) => Ok(()),
+        // C21: `run` ends the process with its own status.
+        why = fault::wait() => Err(format!("storage fault: {why}")),
+    }
 }
 
 /// How this node's ports are secured and bounded: the client port's TLS, mutual TLS between
@@ -121,9 +183,12 @@ struct Links {
     client_tls: Option<Arc<rustls::ServerConfig>>,
     peer_tls: Option<tls::PeerTls>,
     max_rpc: usize,
+    /// C20: this node's cluster, stamped on and checked against every raft message.
+    identity: Arc<Identity>,
 }
 
 impl Links {
+    /// The links of `o`; their identity is a placeholder until the stores are open.
     fn of(o: &NodeOpts, limits: &xce::wire::Limits) -> Result<Links, String> {
         let tls = match (&o.tls_cert, &o.tls_key) {
             (Some(c), Some(k)) => Some(tls::acceptor(
@@ -142,6 +207,7 @@ impl Links {
             client_tls: tls,
             peer_tls,
             max_rpc: frame::max_rpc_bytes(limits.max_message_bytes),
+            identity: Identity::detached(crate::base::cluster_id::Belonging::Pending),
         })
     }
 }
@@ -166,15 +232,42 @@ struct Stores {
     /// C14: the handover entries the state machine applies.
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
     applied: SharedApplied,
+    /// C20: the cluster this node belongs to (from its data directory).
+    identity: Arc<Identity>,
+    /// C19: its state digests, and whether it diverged.
+    digests: Arc<Digests>,
+    diverged: Arc<Diverged>,
 }
 
 fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let id = args.id;
+    private_dir(&args.data)?;
     let db = store::open_db(&args.data)?;
     let blank = store::is_blank(&db, &args.data)?;
     let amnesia = Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let log = LogStore::new(db.clone(), args.opts.test_leader_flush_stall.clone());
+    let belonging = store::open_belonging(&db, blank)?;
+    let persist_db = db.clone();
+    let identity = Identity::new(
+        belonging,
+        Box::new(move |b| store::save_belonging(&persist_db, b)),
+    );
+    match belonging {
+        crate::base::cluster_id::Belonging::Member(t) => {
+            eprintln!("node {id}: member of cluster {t}")
+        }
+        crate::base::cluster_id::Belonging::Legacy => eprintln!(
+            "node {id}: its data records no cluster id (an earlier build wrote it): it takes the \
+             one its cluster records (C20)"
+        ),
+        crate::base::cluster_id::Belonging::Pending => {}
+    }
+    let diverged = Diverged::open(id, &args.data);
+    let digests = Digests::new();
+    let log = LogStore::new(db.clone(), &args.data);
+    // C12: the node's own election, told by the store once its vote is on disk.
+    let told = amnesia.clone();
+    log.on_vote(Box::new(move |vote| told.vote_saved(vote)));
     let log_reader = log.clone();
     let mut sm =
         StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
@@ -182,6 +275,22 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     sm.handovers = Some(Box::new(move |log_id, batch| {
         crate::raft::handover::note(&handover_tx, log_id, batch)
     }));
+    sm.digests = Some(digests.clone());
+    let adopting = identity.clone();
+    sm.on_cluster = Some(Box::new(move |c| {
+        let tag = ClusterTag {
+            id: c.id,
+            epoch: c.epoch,
+        };
+        match adopting.adopt(tag) {
+            Ok(true) => eprintln!(
+                "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!("node {id}: cluster id: {e}"),
+        }
+    }));
+    sm.note_cluster();
     let applied = sm.applied.clone();
     Ok(Stores {
         amnesia,
@@ -190,6 +299,48 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         sm,
         handovers: handover_rx,
         applied,
+        identity,
+        digests,
+        diverged,
+    })
+}
+
+/// C13 amended: the data directory (created if missing) and everything in it readable by the
+/// node's user only: 0700 directories, 0600 files. A directory made by someone else (a
+/// launcher, an older build: 0755 with `raft.redb` 0644) is tightened; one the node cannot
+/// tighten refuses the start.
+fn private_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let shown = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(shown)?;
+    fn tighten(p: &std::path::Path, depth: u32) -> std::io::Result<()> {
+        let meta = std::fs::symlink_metadata(p)?;
+        let want = if meta.is_dir() { 0o700 } else { 0o600 };
+        if meta.file_type().is_symlink() {
+            return Ok(());
+        }
+        if meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(
+                p,
+                std::fs::Permissions::from_mode(meta.permissions().mode() & want),
+            )?;
+        }
+        if meta.is_dir() && depth < 4 {
+            for e in std::fs::read_dir(p)? {
+                tighten(&e?.path(), depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+    tighten(dir, 0).map_err(|e| {
+        format!(
+            "{}: cannot make the data directory readable by this user only: {e}",
+            dir.display()
+        )
     })
 }
 
@@ -202,23 +353,34 @@ struct Listeners {
 }
 
 async fn bind(args: &RunArgs) -> Result<Listeners, String> {
+    use crate::base::config::{exposure, resolve, Port};
     let id = args.id;
     let me = args.spec.nodes[&id].clone();
     // Names in --cluster: ours must resolve (bounded) to bind; a peer's that does not yet is
     // only reported (the raft port resolves it again on every connect, bounded too).
     crate::base::config::warn_unresolved_peers(id, &args.spec).await;
-    let client_l = TcpListener::bind(&crate::base::config::resolve(&me.client).await?[..])
+    // C13 amended (issue 27): the loopback rule judges each address as bound — a name leads
+    // wherever the resolver says (a hosts file, a DNS search domain), `localhost` included.
+    let judged = |port: Port, name: &str, l: TcpListener| -> Result<TcpListener, String> {
+        let at = l.local_addr().map_err(|e| format!("{name}: {e}"))?;
+        exposure(port, name, at.ip(), &args.opts)?;
+        Ok(l)
+    };
+    let client_l = TcpListener::bind(&resolve(&me.client).await?[..])
         .await
         .map_err(|e| format!("bind {}: {e}", me.client))?;
-    let raft_l = TcpListener::bind(&crate::base::config::resolve(&me.raft).await?[..])
+    let client_l = judged(Port::Client, &me.client, client_l)?;
+    let raft_l = TcpListener::bind(&resolve(&me.raft).await?[..])
         .await
         .map_err(|e| format!("bind {}: {e}", me.raft))?;
+    let raft_l = judged(Port::Raft, &me.raft, raft_l)?;
     let metrics_l = match &args.opts.metrics {
-        Some(a) => Some(
-            TcpListener::bind(a)
+        Some(a) => {
+            let l = TcpListener::bind(&resolve(a).await?[..])
                 .await
-                .map_err(|e| format!("bind metrics {a}: {e}"))?,
-        ),
+                .map_err(|e| format!("bind metrics {a}: {e}"))?;
+            Some(judged(Port::Metrics, a, l)?)
+        }
         None => None,
     };
     Ok(Listeners {
@@ -253,6 +415,7 @@ async fn start_raft(
         tls: links.peer_tls.clone(),
         max_rpc: links.max_rpc,
         budgets: Default::default(),
+        identity: links.identity.clone(),
     };
     Raft::new(args.id, Arc::new(config), net, log, sm)
         .await
@@ -312,7 +475,11 @@ fn start_elections(
         early,
         timing,
         guard,
-        forward::Forwarder::new(links.peer_tls.clone(), links.max_rpc),
+        forward::Forwarder::new(
+            links.peer_tls.clone(),
+            links.max_rpc,
+            links.identity.clone(),
+        ),
         log_reader.clone(),
     );
     amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
@@ -320,9 +487,17 @@ fn start_elections(
         raft.clone(),
         amnesia.clone(),
         elect.clone(),
-        log_reader,
     ));
     elect
+}
+
+/// What the raft port's listener shares with the node: C12's amnesia, C20's identity, C19's
+/// digests and divergence.
+struct RaftPortState {
+    amnesia: Arc<Amnesia>,
+    identity: Arc<Identity>,
+    digests: Arc<Digests>,
+    diverged: Arc<Diverged>,
 }
 
 /// The raft port's listener; returns where the client port's context goes once it exists
@@ -332,7 +507,7 @@ fn serve_raft_port(
     raft: &Raft,
     args: &RunArgs,
     guard: VoteGuard,
-    amnesia: Arc<Amnesia>,
+    st: RaftPortState,
     elect: &Arc<Elections>,
     links: &Links,
 ) -> Forwarded {
@@ -343,13 +518,16 @@ fn serve_raft_port(
             raft: raft.clone(),
             node_id: args.id,
             guard,
-            amnesia,
+            amnesia: st.amnesia,
             elect: elect.clone(),
             dir: args.data.clone(),
             tls: links.peer_tls.clone(),
             spec_members: args.spec.nodes.keys().copied().collect(),
             max_rpc: links.max_rpc,
             forwarded: forwarded.clone(),
+            identity: st.identity,
+            digests: st.digests,
+            diverged: st.diverged,
         },
     ));
     forwarded
@@ -365,6 +543,7 @@ fn start_tasks(
     args: &RunArgs,
     applied: &SharedApplied,
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
+    start_last: Option<u64>,
 ) -> Arc<Readiness> {
     let id = args.id;
     tokio::spawn(store::snapshot_trigger(
@@ -372,8 +551,13 @@ fn start_tasks(
         applied.clone(),
         args.opts.snapshot_logs,
     ));
-    tokio::spawn(log_roles(raft.clone(), id));
-    tokio::spawn(crate::raft::handover::follow(raft.clone(), id, handovers));
+    tokio::spawn(log_roles(raft.clone(), id, args.data.clone()));
+    tokio::spawn(crate::raft::handover::follow(
+        raft.clone(),
+        id,
+        start_last,
+        handovers,
+    ));
     let ready = Arc::new(Readiness::default());
     tokio::spawn(crate::raft::ready::run(
         raft.clone(),
@@ -400,6 +584,7 @@ fn serve_clients(
     let id = args.id;
     let _ = forwarded.set(ctx.clone());
     tokio::spawn(crate::node::tenure::run(ctx.clone()));
+    tokio::spawn(crate::node::check::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(crate::ports::metrics::watch_leader(ctx.raft.clone()));
     if let Some(l) = metrics_l {
@@ -518,7 +703,7 @@ fn role_name(s: ServerState) -> &'static str {
 /// `raft.metrics()` changes on every turn of the Raft core, several times per write, and each
 /// change woke this task (P11). Only while this node leads unconfirmed does it follow every
 /// turn, to see the first quorum answer.
-async fn log_roles(raft: Raft, id: NodeId) {
+async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
     let mut rx = raft.server_metrics();
     let mut every_turn = raft.metrics();
     let mut last = None;
@@ -555,9 +740,15 @@ async fn log_roles(raft: Raft, id: NodeId) {
             rx.changed().await.is_err()
         };
         if stopped {
-            // The Raft core ended; its last metrics say why.
-            if let Err(e) = &raft.metrics().borrow().running_state {
-                eprintln!("node {id}: raft stopped: {e}");
+            // The Raft core ended; its last metrics say why. Ended by an error (storage,
+            // above all), it is this node's storage fault (C21): the process exits.
+            let state = raft.metrics().borrow().running_state.clone();
+            match state {
+                Err(openraft::error::Fatal::Stopped) | Ok(()) => {}
+                Err(e) => {
+                    eprintln!("node {id}: raft stopped: {e}");
+                    fault::record("raft", &data, &e);
+                }
             }
             return;
         }

@@ -2,7 +2,9 @@
 //! an immediate `waitPrimary` (any node answers it, whatever its role), which carries the
 //! node's role, term, the primary it knows and its progress (log, commit and applied index,
 //! last contact); the table says who is primary, how far each member lags behind it, and,
-//! clearly, when there is no quorum.
+//! clearly, when there is no quorum. Then the cluster's id (C20: a member of another is
+//! flagged), a consistency check the primary runs for it (C19, op `consistencyCheck`) and every
+//! alarm a member reports.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -217,8 +219,105 @@ fn role(r: ControllerRole) -> &'static str {
     }
 }
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// C20, C19: the cluster's id, members of another, the consistency check's result (`check`:
+/// the primary's answer to `consistencyCheck`), and the alarms every member reports.
+fn render_health(
+    rows: &[Row],
+    primary: Option<&ControllerInfo>,
+    check: Option<&Result<ControllerInfo, String>>,
+    out: &mut String,
+) {
+    let answered: Vec<&ControllerInfo> = rows.iter().filter_map(|r| r.info.as_ref().ok()).collect();
+    let none = [0u8; 16];
+    // The cluster: the primary's, else the one most members report.
+    let cluster = primary.map(|p| p.cluster_id).or_else(|| {
+        let mut ids: Vec<[u8; 16]> = answered.iter().map(|i| i.cluster_id).collect();
+        ids.sort_unstable();
+        ids.iter()
+            .max_by_key(|id| ids.iter().filter(|x| x == id).count())
+            .copied()
+    });
+    match cluster {
+        Some(c) if c != none => out.push_str(&format!(
+            "cluster: {}
+",
+            hex(&c)
+        )),
+        Some(_) => out.push_str(
+            "cluster: no id recorded yet
+",
+        ),
+        None => {}
+    }
+    for r in rows {
+        if let (Ok(i), Some(c)) = (&r.info, cluster) {
+            if i.cluster_id != c && i.cluster_id != none && c != none {
+                out.push_str(&format!(
+                    "warning: node {} ({}) belongs to cluster {}, not this one: its data is \
+                     another cluster's or another restore's; the members refuse it (C20)
+",
+                    i.id,
+                    r.addr,
+                    hex(&i.cluster_id)
+                ));
+            }
+        }
+    }
+    let mut alarms: Vec<String> = Vec::new();
+    let mut note = |who: &ControllerInfo, a: &str| {
+        let line = format!("  node {}: {a}", who.id);
+        if !alarms.contains(&line) {
+            alarms.push(line);
+        }
+    };
+    match check {
+        Some(Ok(c)) => {
+            if c.checked_index > 0 {
+                out.push_str(&format!(
+                    "consistency: every member that answered had the same state at index {}
+",
+                    c.checked_index
+                ));
+            } else {
+                out.push_str(
+                    "consistency: no agreement found yet (see the alarms)
+",
+                );
+            }
+            for a in &c.alarms {
+                note(c, a);
+            }
+        }
+        Some(Err(e)) => out.push_str(&format!(
+            "consistency: not checked: {e}
+"
+        )),
+        None => {}
+    }
+    for i in &answered {
+        for a in &i.alarms {
+            note(i, a);
+        }
+    }
+    if !alarms.is_empty() {
+        out.push_str(
+            "ALARMS:
+",
+        );
+        for a in alarms {
+            out.push_str(&a);
+            out.push('\n');
+        }
+    }
+}
+
 /// The table and the verdict; `Ok` when a primary serves with a quorum, `Err` otherwise.
-pub fn render(rows: &[Row]) -> (String, bool) {
+/// `check`: the primary's answer to a consistency check, if one was asked.
+pub fn render(rows: &[Row], check: Option<&Result<ControllerInfo, String>>) -> (String, bool) {
     let mut out = String::new();
     let answered: Vec<&ControllerInfo> = rows.iter().filter_map(|r| r.info.as_ref().ok()).collect();
     // The primary: a node that says it is, in the highest term any node reports.
@@ -288,6 +387,7 @@ pub fn render(rows: &[Row]) -> (String, bool) {
             false
         }
     };
+    render_health(rows, primary, check, &mut out);
     (out, ok)
 }
 
@@ -316,7 +416,7 @@ pub fn status(args: StatusArgs) -> i32 {
         },
         token: args.token.clone(),
     });
-    let rows = rt.block_on(async {
+    let (rows, check) = rt.block_on(async {
         let asks = args
             .masters
             .iter()
@@ -337,7 +437,16 @@ pub fn status(args: StatusArgs) -> i32 {
                 .as_ref()
                 .is_ok_and(|i| i.role == ControllerRole::Primary)
         });
+        let mut check = None;
         if let Some(p) = primary {
+            // C19: the primary compares its members' state digests now.
+            check = Some(
+                match request(p.addr.clone(), Op::ConsistencyCheck, args.timeout, &caller).await {
+                    Ok(ReplyData::CtrlInfo(i)) => Ok(i),
+                    Ok(_) => Err("an answer without controller info".to_string()),
+                    Err(e) => Err(e),
+                },
+            );
             let known: Vec<String> = rows.iter().map(|r| r.addr.clone()).collect();
             let missing: Vec<String> = members(p.addr.clone(), args.timeout, &caller)
                 .await
@@ -358,9 +467,9 @@ pub fn status(args: StatusArgs) -> i32 {
                     .map(|(addr, info)| Row { addr, info }),
             );
         }
-        rows
+        (rows, check)
     });
-    let (text, ok) = render(&rows);
+    let (text, ok) = render(&rows, check.as_ref());
     print!("{text}");
     if ok {
         0

@@ -56,6 +56,16 @@ pub struct Ctx {
     pub auth: crate::base::auth::Auth,
     /// C16: forwards clients' requests to the primary when they ask (F28).
     pub forwarder: crate::raft::forward::Forwarder,
+    /// C20: the cluster this node belongs to.
+    pub identity: Arc<crate::base::cluster_id::Identity>,
+    /// C19: this node's state digests, what its checks found as primary, whether it diverged.
+    pub digests: Arc<crate::raft::digests::Digests>,
+    pub findings: Arc<crate::raft::digests::Findings>,
+    pub diverged: Arc<crate::raft::diverged::Diverged>,
+    /// C20: the online snapshots (`snapshot save`) this primary is sending.
+    pub saves: crate::sm::backup::Saves,
+    /// This node's data directory.
+    pub data: std::path::PathBuf,
 }
 
 /// The number of tenures that have ended on this node (defect 5; ended by `tenure.rs`).
@@ -103,13 +113,27 @@ impl Ctx {
         self.outcome_unknown(seq, op)
     }
 
+    /// C19, C20: what `status` shows of this node: its own divergence, and (on the primary)
+    /// what its consistency check found.
+    pub fn alarms(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.diverged.alarm().into_iter().collect();
+        v.extend(self.findings.alarms());
+        v
+    }
+
     /// The reply of a node that cannot serve `op` itself (C2). `leader_hint` is a leader
     /// named by a failed read/write, if any.
     pub(crate) fn not_primary(&self, seq: u64, op: &Op, leader_hint: Option<NodeId>) -> Reply {
+        if self.diverged.is() {
+            // C19: out of service until repaired; it vouches for no primary either.
+            return Reply::status(seq, -E_XCE_NOT_READY);
+        }
         let m = self.raft.metrics().borrow().clone();
         let initialized = m.membership_config.membership().nodes().next().is_some();
         let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
         let status = match (initialized, m.state, leader) {
+            // C21: a node whose disk failed serves nothing (it is about to exit).
+            _ if crate::base::fault::faulted() => E_XCE_NOT_READY,
             (false, _, _) => E_XCE_NOT_READY,
             (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
             (_, _, Some(_)) => E_XCE_STANDBY,
@@ -151,7 +175,11 @@ impl Ctx {
     pub fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
-        m.state == ServerState::Leader && !self.cut_off_in(&m) && self.ready.is_ready(&m.vote)
+        m.state == ServerState::Leader
+            && !self.cut_off_in(&m)
+            && self.ready.is_ready(&m.vote)
+            && !self.diverged.is()
+            && !crate::base::fault::faulted()
     }
 
     /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
@@ -167,8 +195,19 @@ impl Ctx {
 
     /// C3 write: commit through the log, then answer with the applied outcome.
     pub(crate) async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
+        self.write_as(req, req.client_id, cmd).await
+    }
+
+    /// [`Ctx::write`] remembered in the exactly-once table under `client_id` (C13 amended:
+    /// the caller's id bound to its identity, `base/auth.rs::bound_client_id`).
+    pub(crate) async fn write_as(
+        &self,
+        req: &Request,
+        client_id: [u8; 16],
+        cmd: Cmd,
+    ) -> Result<Outcome, Reply> {
         let p = Proposal {
-            client_id: req.client_id,
+            client_id,
             request_id: req.request_id,
             now_ms: now_ms(),
             cmd,

@@ -1,6 +1,9 @@
 //! The node: the shared context (`Ctx`) the ports and the node's tasks use, tenures as
-//! primary, membership changes, the progress a `waitPrimary` reports.
+//! primary, membership changes, the progress a `waitPrimary` reports, the primary's
+//! consistency check (C19) and online snapshots (C20).
 
+pub mod backup;
+pub mod check;
 pub mod ctx;
 pub mod membership;
 pub mod progress;

@@ -3,6 +3,20 @@
 //!
 //! Role → status (C2), reads through a read index and writes through the log (C3), sessions
 //! and AUTH (protocol.md "Sessions"), bad input and resource limits (C9).
+//!
+//! What a stranger costs (C9 amended, issue 27). A connection is *authenticated* once it
+//! shows an identity: a client certificate at its TLS handshake, or the first request that
+//! carries a valid token (on a node that checks nobody, every caller is admin: at its TLS
+//! handshake, or at once in plaintext). Until then it is a stranger, in a crowd of its own
+//! ([`MAX_UNAUTHENTICATED`] places, `base/crowd.rs`) where a newcomer evicts the oldest; it
+//! takes one of the node's `--max-connections` slots only once authenticated, so strangers
+//! never keep an authenticated caller out. A handshake must finish within
+//! [`HANDSHAKE_TIMEOUT`]; an anonymous connection (a completed handshake without a
+//! certificate, where tokens are accepted) lives at most [`ANONYMOUS_LIFETIME`] whatever it
+//! sends, and its frames are at most [`ANONYMOUS_MAX_FRAME`] bytes; every frame must be
+//! complete within [`FRAME_TIMEOUT`] of its first byte. A connection closes when its
+//! certificate expires (C13 amended). Refused and closed connections are logged at most once
+//! a second per kind, with a count (`base/ratelog.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +26,8 @@ use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{RaftMetrics, ServerState};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use xce::error::{E_XCE_AUTH, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyData, Request};
 
@@ -20,7 +35,9 @@ use crate::base::auth::{self, ConnAuth, Identity, JobFacts};
 
 use crate::base::clock::{now_ms, BootInstant};
 use crate::base::config::split_addr;
+use crate::base::crowd::{Crowd, Place};
 use crate::base::ids::{CtrlNode, NodeId};
+use crate::base::ratelog::RateLog;
 use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
 use crate::raft::forward::Forwarded;
 use crate::sm::state::{self, Cmd, OutData, Outcome, Role};
@@ -30,12 +47,29 @@ const CROWD_MEMORY: Duration = Duration::from_secs(1);
 
 /// Longest a `waitPrimary` is held, whatever the client asks.
 pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);
-/// A frame that started arriving must be complete within this time (slow-loris guard, C9).
+/// A frame must be complete within this time of its first byte (slow-loris guard, C9): a
+/// deadline of the frame, not of each read.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// A `consistencyCheck` is answered from a check that finished within this (or 20 times its
+/// hashing time) instead of running another.
+pub const CHECK_REUSE: Duration = Duration::from_secs(1);
+/// Longest a `consistencyCheck` waits for the check before it answers with what it has.
+pub const CHECK_ANSWER_WAIT: Duration = Duration::from_millis(1500);
 /// Longest a request waits for a new leader's barrier entry (C11) before NOT_READY.
 pub const READY_WAIT: Duration = Duration::from_secs(1);
-/// Bound on the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on the TLS handshake (C9 amended), from the TCP accept.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Unauthenticated connections at once — waiting for their handshake, or anonymous after it
+/// (C9 amended): a newcomer evicts the oldest. Apart from `--max-connections`, which only
+/// authenticated connections take.
+pub const MAX_UNAUTHENTICATED: usize = 64;
+/// Longest an anonymous connection lives, whatever it sends (C9 amended): `nop` does not keep
+/// it for ever.
+pub const ANONYMOUS_LIFETIME: Duration = Duration::from_secs(10);
+/// Largest frame an unauthenticated connection may send: room for `hello`, `waitPrimary`,
+/// `nop`, or a token caller's first request (a job's spec with its command) — not the
+/// 16 MiB of an authenticated one.
+pub const ANONYMOUS_MAX_FRAME: usize = 64 * 1024;
 /// Read chunk size.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -49,28 +83,43 @@ struct Session {
     id: u64,
 }
 
-/// Accepts client connections up to the connection limit; each is served by its own task.
+/// Connection-level log lines a stranger can cause, rate-limited with a count.
+static REFUSALS: RateLog = RateLog::new();
+
+/// Accepts client connections; each is served by its own task. A new connection enters the
+/// crowd of strangers (evicting the oldest one when full) and takes one of the node's
+/// connection slots once authenticated (see the module doc).
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<Arc<rustls::ServerConfig>>) {
     let slots = Arc::new(Semaphore::new(ctx.opts.max_connections));
+    let strangers = Crowd::new(MAX_UNAUTHENTICATED);
+    let prefix = format!("node {}: ", ctx.id);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(crate::base::ratelog::INTERVAL).await;
+            REFUSALS.flush(&prefix);
+        }
+    });
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("node {}: accept: {e}", ctx.id);
+                REFUSALS.note("accept failed", || format!("node {}: accept: {e}", ctx.id));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            eprintln!("node {}: connection limit reached, closing {peer}", ctx.id);
-            drop(stream);
-            continue;
-        };
+        let (place, _) = strangers.enter();
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         let tls = tls.clone();
+        let standing = Standing {
+            stranger: Some(place),
+            slot: None,
+            slots: slots.clone(),
+            anonymous_until: None,
+            cert_until: None,
+        };
         tokio::spawn(async move {
-            let _permit = permit;
             let _counted = crate::base::counters::connection();
             match tls {
                 None => {
@@ -78,32 +127,174 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, tls: Option<Arc<rustls:
                         tcp: stream,
                         chunk: vec![0u8; READ_CHUNK],
                     };
-                    serve_conn(&ctx, io, peer, None).await
+                    let mut standing = standing;
+                    // Nobody is checked: every caller is admin, authenticated at once.
+                    if !ctx.auth.on && !standing.promote(&ctx, peer) {
+                        return;
+                    }
+                    if ctx.auth.on {
+                        standing.anonymous_until = Some(Instant::now() + ANONYMOUS_LIFETIME);
+                    }
+                    serve_conn(&ctx, io, peer, None, standing).await
                 }
                 Some(cfg) => {
-                    let accept = crate::base::tls::ServerTls::accept(stream, cfg);
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
-                        Ok(Ok(s)) => {
-                            // C13: the identity the client certificate names, if any.
-                            let cert = s.peer_certificates().and_then(|c| c.first());
-                            let who = cert.and_then(|c| Identity::of_cert(c));
-                            if let (Some(c), None) = (cert, &who) {
-                                eprintln!(
-                                    "node {}: {peer}: client certificate {:?} names no role",
-                                    ctx.id,
-                                    crate::base::tls::cert_names(c)
-                                );
-                            }
-                            serve_conn(&ctx, s, peer, who).await
-                        }
-                        Ok(Err(e)) => {
-                            eprintln!("node {}: {peer}: TLS handshake failed: {e}", ctx.id)
-                        }
-                        Err(_) => eprintln!("node {}: {peer}: TLS handshake timed out", ctx.id),
+                    if let Some((s, who, standing)) =
+                        handshake(&ctx, stream, peer, cfg, standing).await
+                    {
+                        serve_conn(&ctx, s, peer, who, standing).await
                     }
                 }
             }
         });
+    }
+}
+
+/// The TLS handshake of a stranger, raced against [`HANDSHAKE_TIMEOUT`] and eviction; then
+/// the certificate's validity (C13 amended) and the connection's standing: authenticated by a
+/// certificate that names a role (or on a node that checks nobody), else anonymous.
+async fn handshake(
+    ctx: &Ctx,
+    stream: TcpStream,
+    peer: SocketAddr,
+    cfg: Arc<rustls::ServerConfig>,
+    mut standing: Standing,
+) -> Option<(crate::base::tls::ServerTls, Option<Identity>, Standing)> {
+    let accept = crate::base::tls::ServerTls::accept(stream, cfg);
+    let evicted = async {
+        match &standing.stranger {
+            Some(p) => p.evicted().await,
+            None => std::future::pending().await,
+        }
+    };
+    let id = ctx.id;
+    let mut s = tokio::select! {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept) => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                REFUSALS.note("TLS handshake failed", || {
+                    format!("node {id}: {peer}: TLS handshake failed: {e}")
+                });
+                return None;
+            }
+            Err(_) => {
+                REFUSALS.note("TLS handshake timed out", || {
+                    format!("node {id}: {peer}: TLS handshake not done within {HANDSHAKE_TIMEOUT:?}, closing")
+                });
+                return None;
+            }
+        },
+        () = evicted => {
+            note_evicted(id, peer, "during its TLS handshake");
+            return None;
+        }
+    };
+    // C13: the identity the client certificate names, if any.
+    let chain = s.peer_certificates().map(<[_]>::to_vec);
+    let cert = chain.as_ref().and_then(|c| c.first());
+    let who = cert.and_then(|c| Identity::of_cert(c));
+    if let (Some(c), None) = (cert, &who) {
+        REFUSALS.note("certificate names no role", || {
+            format!(
+                "node {id}: {peer}: client certificate {:?} names no role",
+                crate::base::tls::cert_names(c)
+            )
+        });
+    }
+    // C13 amended: no identity outlives its certificate — checked after every handshake, and
+    // the connection closes when the certificate expires.
+    if let Some(chain) = &chain {
+        match crate::base::tls::chain_not_after(chain, now_ms() / 1000) {
+            Ok(until) => {
+                let left = Duration::from_secs(until.saturating_sub(now_ms() / 1000).max(0) as u64);
+                standing.cert_until = Some(Instant::now() + left);
+            }
+            Err(why) => {
+                REFUSALS.note("certificate refused", || {
+                    format!("node {id}: {peer}: refused: {why}")
+                });
+                s.fail(rustls::AlertDescription::CertificateExpired);
+                return None;
+            }
+        }
+    }
+    if who.is_some() || !ctx.auth.on {
+        if !standing.promote(ctx, peer) {
+            return None;
+        }
+    } else {
+        standing.anonymous_until = Some(Instant::now() + ANONYMOUS_LIFETIME);
+    }
+    Some((s, who, standing))
+}
+
+fn note_evicted(id: NodeId, peer: SocketAddr, when: &str) {
+    REFUSALS.note("unauthenticated connection evicted", || {
+        format!(
+            "node {id}: {peer}: closed {when}: {MAX_UNAUTHENTICATED} unauthenticated connections \
+             already, the oldest go first"
+        )
+    });
+}
+
+/// Where a connection stands (C9 amended): a stranger in the crowd of unauthenticated
+/// connections, or authenticated and holding one of the node's connection slots; and until
+/// when it may live (anonymous: [`ANONYMOUS_LIFETIME`]; with a certificate: its expiry).
+struct Standing {
+    stranger: Option<Place>,
+    slot: Option<OwnedSemaphorePermit>,
+    slots: Arc<Semaphore>,
+    anonymous_until: Option<Instant>,
+    cert_until: Option<Instant>,
+}
+
+impl Standing {
+    /// Authenticated: leaves the crowd for a connection slot. `false` (logged): every slot is
+    /// taken, and the connection is to be closed.
+    fn promote(&mut self, ctx: &Ctx, peer: SocketAddr) -> bool {
+        if self.slot.is_some() {
+            return true;
+        }
+        match self.slots.clone().try_acquire_owned() {
+            Ok(permit) => {
+                self.slot = Some(permit);
+                self.stranger = None;
+                self.anonymous_until = None;
+                true
+            }
+            Err(_) => {
+                REFUSALS.note("connection limit reached", || {
+                    format!(
+                        "node {}: connection limit reached ({} authenticated), closing {peer}",
+                        ctx.id, ctx.opts.max_connections
+                    )
+                });
+                false
+            }
+        }
+    }
+
+    fn authenticated(&self) -> bool {
+        self.slot.is_some()
+    }
+
+    /// The first of the instants the connection must close at, and why.
+    fn until(&self) -> Option<(Instant, &'static str)> {
+        let a = self
+            .anonymous_until
+            .map(|t| (t, "anonymous for its whole lifetime"));
+        let c = self.cert_until.map(|t| (t, "its certificate expired"));
+        match (a, c) {
+            (Some(a), Some(c)) => Some(if a.0 <= c.0 { a } else { c }),
+            (x, None) | (None, x) => x,
+        }
+    }
+
+    /// Resolves when the connection is evicted from the crowd (never once authenticated).
+    async fn evicted(&self) {
+        match &self.stranger {
+            Some(p) => p.evicted().await,
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -113,6 +304,8 @@ trait ClientIo {
     async fn read_into(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize>;
     /// Sends all of `out`.
     async fn write_all(&mut self, out: &[u8]) -> std::io::Result<()>;
+    /// Ends the connection with a fatal TLS alert (nothing in plaintext).
+    fn fail(&mut self, _alert: rustls::AlertDescription) {}
 }
 
 /// Plain TCP, read through a chunk of [`READ_CHUNK`] bytes.
@@ -154,14 +347,33 @@ impl ClientIo for crate::base::tls::ServerTls {
     async fn write_all(&mut self, out: &[u8]) -> std::io::Result<()> {
         crate::base::tls::ServerTls::write_all(self, out).await
     }
+    fn fail(&mut self, alert: rustls::AlertDescription) {
+        crate::base::tls::ServerTls::fail(self, alert)
+    }
 }
 
-async fn serve_conn<S: ClientIo>(ctx: &Ctx, mut s: S, peer: SocketAddr, cert: Option<Identity>) {
+async fn serve_conn<S: ClientIo>(
+    ctx: &Ctx,
+    mut s: S,
+    peer: SocketAddr,
+    cert: Option<Identity>,
+    mut standing: Standing,
+) {
+    let id = ctx.id;
     let mut conn = Conn {
-        peer,
+        peer: Origin::Client(peer),
         auth: ConnAuth::new(cert),
+        shown: false,
+    };
+    let anonymous_limits = xce::wire::Limits {
+        max_message_bytes: ANONYMOUS_MAX_FRAME.min(ctx.limits.max_message_bytes),
+        ..ctx.limits
     };
     let mut buf: Vec<u8> = Vec::new();
+    // When the first byte of the frame in `buf` arrived (C9: the frame's deadline), and of
+    // the last read (the next frame's bytes in `buf` arrived with it at the latest).
+    let mut frame_start: Option<Instant> = None;
+    let mut last_read = Instant::now();
     let mut session: Option<Session> = None;
     let mut out = Vec::new();
     let mut tenure = ctx.tenure.subscribe();
@@ -171,14 +383,26 @@ async fn serve_conn<S: ClientIo>(ctx: &Ctx, mut s: S, peer: SocketAddr, cert: Op
     loop {
         // Serve every complete frame already received, in order.
         loop {
-            let n = match wire::frame_len(&buf, &ctx.limits) {
+            let limits = if standing.authenticated() {
+                &ctx.limits
+            } else {
+                &anonymous_limits
+            };
+            let n = match wire::frame_len(&buf, limits) {
                 Ok(Some(n)) if n <= buf.len() => n,
                 Ok(_) => break,
                 Err(e) => {
-                    eprintln!("node {}: {peer}: bad frame ({e}), closing", ctx.id);
+                    let why = frame_refusal(&e, limits, standing.authenticated());
+                    REFUSALS.note("bad frame", || format!("node {id}: {peer}: {why}, closing"));
                     return;
                 }
             };
+            if let Some((t, why)) = standing.until() {
+                if Instant::now() >= t {
+                    close_at_end_of_life(&mut s, id, peer, why);
+                    return;
+                }
+            }
             // Checked directly too: after a freeze the tenure task may not have run yet.
             if served.is_some_and(|t| t != ctx.tenure.current() || !ctx.serving_leader()) {
                 return;
@@ -186,19 +410,42 @@ async fn serve_conn<S: ClientIo>(ctx: &Ctx, mut s: S, peer: SocketAddr, cert: Op
             if served.is_none() && ctx.serving_leader() {
                 served = Some(ctx.tenure.current());
             }
-            let req = match wire::decode_request(&buf[..n], &ctx.limits) {
+            let req = match wire::decode_request(&buf[..n], limits) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("node {}: {peer}: malformed request ({e}), closing", ctx.id);
+                    REFUSALS.note("malformed request", || {
+                        format!("node {id}: {peer}: malformed request ({e}), closing")
+                    });
                     return;
                 }
             };
             buf.drain(..n);
+            frame_start = (!buf.is_empty()).then_some(last_read);
             let fire_and_forget = req.no_reply;
-            if let Some(reply) = handle(ctx, &mut session, &mut conn, req).await {
+            // A stranger's request is bounded by its lifetime and its place in the crowd.
+            let handled = handle(ctx, &mut session, &mut conn, req);
+            let reply = match (standing.authenticated(), standing.until()) {
+                (false, Some((t, why))) => tokio::select! {
+                    r = tokio::time::timeout_at(t, handled) => match r {
+                        Ok(r) => r,
+                        Err(_) => {
+                            close_at_end_of_life(&mut s, id, peer, why);
+                            return;
+                        }
+                    },
+                    () = standing.evicted() => {
+                        note_evicted(id, peer, "while anonymous");
+                        return;
+                    }
+                },
+                _ => handled.await,
+            };
+            if let Some(reply) = reply {
                 encode_reply_bounded(ctx, &reply, &mut out);
                 if let Err(e) = s.write_all(&out).await {
-                    eprintln!("node {}: {peer}: write failed: {e}", ctx.id);
+                    REFUSALS.note("write failed", || {
+                        format!("node {id}: {peer}: write failed: {e}")
+                    });
                     return;
                 }
             } else if fire_and_forget && served.is_some() && !ctx.serving_leader() {
@@ -206,51 +453,114 @@ async fn serve_conn<S: ClientIo>(ctx: &Ctx, mut s: S, peer: SocketAddr, cert: Op
                 // must not take the silence for success — close, so it re-sends elsewhere.
                 return;
             }
-        }
-        let wait = if buf.is_empty() {
-            ctx.opts.idle_timeout
-        } else {
-            ctx.opts.idle_timeout.min(FRAME_TIMEOUT)
-        };
-        let read = tokio::select! {
-            r = tokio::time::timeout(wait, s.read_into(&mut buf)) => r,
-            () = crate::node::tenure::over(&mut tenure, served) => return,
-        };
-        match read {
-            Err(_) if buf.is_empty() => {
-                eprintln!("node {}: {peer}: idle for {wait:?}, closing", ctx.id);
+            // C9 amended: a request that showed an identity (a valid token; everyone where
+            // nobody is checked) authenticates its connection.
+            if conn.shown && !standing.authenticated() && !standing.promote(ctx, peer) {
                 return;
             }
+        }
+        // The read waits until the first of: the idle timeout, the frame's deadline, the end
+        // of the connection's life.
+        let now = Instant::now();
+        let mut wait = (now + ctx.opts.idle_timeout, Closing::Idle);
+        if let Some(t) = frame_start {
+            wait = wait.min((t + FRAME_TIMEOUT, Closing::Frame));
+        }
+        if let Some((t, why)) = standing.until() {
+            wait = wait.min((t, Closing::Life(why)));
+        }
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(wait.0, s.read_into(&mut buf)) => r,
+            () = crate::node::tenure::over(&mut tenure, served) => return,
+            () = standing.evicted() => {
+                note_evicted(id, peer, "while anonymous");
+                return;
+            }
+        };
+        match read {
             Err(_) => {
-                eprintln!(
-                    "node {}: {peer}: half-sent frame ({} bytes) timed out, closing",
-                    ctx.id,
-                    buf.len()
-                );
+                match wait.1 {
+                    Closing::Idle => REFUSALS.note("idle", || {
+                        format!(
+                            "node {id}: {peer}: idle for {:?}, closing",
+                            ctx.opts.idle_timeout
+                        )
+                    }),
+                    Closing::Frame => REFUSALS.note("frame deadline", || {
+                        format!(
+                            "node {id}: {peer}: frame not complete within {FRAME_TIMEOUT:?} of its \
+                             first byte ({} bytes), closing",
+                            buf.len()
+                        )
+                    }),
+                    Closing::Life(why) => close_at_end_of_life(&mut s, id, peer, why),
+                }
                 return;
             }
             Ok(Ok(0)) => {
                 if !buf.is_empty() {
-                    eprintln!(
-                        "node {}: {peer}: closed mid-frame ({} bytes), dropping",
-                        ctx.id,
-                        buf.len()
-                    );
+                    REFUSALS.note("closed mid-frame", || {
+                        format!(
+                            "node {id}: {peer}: closed mid-frame ({} bytes), dropping",
+                            buf.len()
+                        )
+                    });
                 }
                 return;
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => {
+                last_read = Instant::now();
+                if frame_start.is_none() {
+                    frame_start = Some(last_read);
+                }
+            }
             Ok(Err(e)) => {
                 // A client gone without TLS close_notify is a client gone.
                 if !matches!(
                     e.kind(),
                     std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
                 ) {
-                    eprintln!("node {}: {peer}: read failed: {e}", ctx.id);
+                    REFUSALS.note("read failed", || {
+                        format!("node {id}: {peer}: read failed: {e}")
+                    });
                 }
                 return;
             }
         }
+    }
+}
+
+/// Why a read wait ends.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Closing {
+    Idle,
+    Frame,
+    Life(&'static str),
+}
+
+/// Closes a connection at the end of its life (anonymous lifetime, certificate expiry), with
+/// the TLS alert that says so for an expired certificate.
+fn close_at_end_of_life<S: ClientIo>(s: &mut S, id: NodeId, peer: SocketAddr, why: &'static str) {
+    if why.contains("certificate") {
+        s.fail(rustls::AlertDescription::CertificateExpired);
+    }
+    REFUSALS.note(why, || format!("node {id}: {peer}: {why}, closing"));
+}
+
+/// What was wrong with a frame's segment table, in the words of a request: the library's
+/// `TooBig` reads "reply too large", its own side of the wire (issue 27).
+fn frame_refusal(e: &xce::Error, limits: &xce::wire::Limits, authenticated: bool) -> String {
+    let whose = if authenticated {
+        ""
+    } else {
+        " of an unauthenticated connection"
+    };
+    match e {
+        xce::Error::TooBig => format!(
+            "bad frame: a request over the frame limit{whose} ({} bytes)",
+            limits.max_message_bytes
+        ),
+        other => format!("bad frame ({other})"),
     }
 }
 
@@ -331,6 +641,13 @@ impl Ctx {
         // (possibly stale) view, so clients learn the cluster only from its primary.
         if primary == Some(self.id) && role == ControllerRole::Primary && self.serving_leader() {
             info.members = members_of(&m, self.id);
+            info.checked_index = self.findings.checked();
+        }
+        // C20, C19: the cluster, what is wrong.
+        info.cluster_id = self.identity.tag().map_or([0; 16], |t| t.id);
+        info.alarms = self.alarms();
+        if self.diverged.is() {
+            info.role = ControllerRole::Initializing;
         }
         info
     }
@@ -493,10 +810,29 @@ fn role_from_wire(r: wire::SessionRole) -> Role {
     }
 }
 
-/// A client connection: where it comes from and who it is (C13).
+/// A client connection: where it comes from and who it is (C13); `shown`: a request of
+/// it showed an identity (C9 amended: the connection is authenticated).
 struct Conn {
-    peer: SocketAddr,
+    peer: Origin,
     auth: ConnAuth,
+    shown: bool,
+}
+
+/// Where a request comes from, as refusals name it.
+enum Origin {
+    /// A client's connection to this node.
+    Client(SocketAddr),
+    /// Forwarded by a member (C16), over its raft connection from this address.
+    Forwarded(SocketAddr),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Client(a) => write!(f, "{a}"),
+            Origin::Forwarded(a) => write!(f, "forwarded by the member at {a}"),
+        }
+    }
 }
 
 /// C13: refuses an op its caller may not call, with a log line naming who, what and why.
@@ -647,6 +983,7 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
         Ok(w) => w,
         Err(why) => return refuse(ctx, conn, req, &"a bad token", &why),
     };
+    conn.shown |= who != Identity::Anonymous;
     answer_as(ctx, session, conn, req, who, true).await
 }
 
@@ -747,6 +1084,7 @@ impl Ctx {
 pub async fn answer_forwarded(
     ctx: &Ctx,
     member_tls: bool,
+    from: SocketAddr,
     who: &str,
     within_ms: u32,
     frame: &[u8],
@@ -776,8 +1114,9 @@ pub async fn answer_forwarded(
         Reply::status(req.seq, -libc::EINVAL)
     } else {
         let mut conn = Conn {
-            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
+            peer: Origin::Forwarded(from),
             auth: ConnAuth::new(None),
+            shown: false,
         };
         let within = Duration::from_millis(within_ms.max(1) as u64).min(MAX_FORWARD_WAIT);
         let mut session = None;
@@ -855,6 +1194,23 @@ async fn answer_as(
     if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
         return crate::node::membership::answer(ctx, req, &who).await;
     }
+    // C19: a consistency check now, then this primary's view (its alarms, the index checked).
+    // One that finished within a second (or 20 times its hashing time) answers instead: a
+    // caller cannot keep every node hashing.
+    if matches!(req.op, Op::ConsistencyCheck) {
+        let recent = ctx
+            .findings
+            .fresh(CHECK_REUSE, crate::node::check::COST_FACTOR);
+        if !recent {
+            let check = crate::node::check::check_now(ctx);
+            let _ = tokio::time::timeout(CHECK_ANSWER_WAIT, check).await;
+        }
+        return Reply::ok(seq, ReplyData::CtrlInfo(ctx.info()));
+    }
+    // C20: an online snapshot, in chunks.
+    if let Op::SnapshotSave(s) = &req.op {
+        return crate::node::backup::answer(ctx, seq, s).await;
+    }
     // The op's category (its rule) decides the path: writes and fire-and-forget ops through
     // the log, reads through the read barrier.
     let mut cmd = match rule.kind {
@@ -868,7 +1224,9 @@ async fn answer_as(
         }
     }
     if let Some(cmd) = cmd {
-        return match ctx.write(req, cmd).await {
+        // C13 amended: the exactly-once table knows this caller's ids as its own.
+        let client_id = auth::bound_client_id(&who, req.client_id);
+        return match ctx.write_as(req, client_id, cmd).await {
             Ok(o) => {
                 if let (Op::Join(j), OutData::SessionId(id)) = (&req.op, &o.data) {
                     if o.status == 0 {

@@ -1,6 +1,11 @@
 //! C18: the metrics endpoint of `run --metrics ADDR`: `GET /metrics` answers the registry
 //! of [`crate::base::counters`] as text, after reading the gauges (term, role, indexes, sizes,
 //! cursors) from the node; and the watcher that counts leader changes.
+//!
+//! In a build with failpoints (`base/failpoints.rs`) only, it also lets another process set
+//! them, as TiKV's status server does: `PUT /fail/NAME` (the body: the `fail` crate's actions,
+//! e.g. `pause`, `return(EIO)`), `DELETE /fail/NAME`, `GET /fail` (what is set). A release
+//! build answers 404 there.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::base::counters::M;
+use crate::base::failpoints;
 use crate::base::ids::NodeId;
 use crate::node::ctx::Ctx;
 use crate::raft::types::Raft;
@@ -19,7 +25,10 @@ use crate::raft::types::Raft;
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest request head accepted (a scraper sends a few hundred bytes).
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
-/// Concurrent scrapes served; more are closed at once.
+/// Longest request body accepted (a failpoint's actions).
+pub const MAX_REQUEST_BODY: usize = 1024;
+/// Connections served at once; a newcomer evicts the oldest (issue 27: 16 idle connections
+/// held every slot for [`HTTP_TIMEOUT`] and each scrape meanwhile was closed unanswered).
 pub const MAX_SCRAPERS: usize = 16;
 /// The content type of the OpenMetrics text `prometheus-client` writes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -72,6 +81,8 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
     M.snapshot_bytes
         .set(file_len(&crate::sm::snapshot::current_path(data)));
     M.cursors.set(ctx.cursors.len() as i64);
+    M.alarms.set(ctx.alarms().len() as i64);
+    M.checked_index.set(ctx.findings.checked() as i64);
     M.quorum_ack_age
         .set(match (m.state, m.millis_since_quorum_ack) {
             (ServerState::Leader, Some(ms)) => ms as f64 / 1000.0,
@@ -83,9 +94,12 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `listener` until the process ends.
+/// Serves `GET /metrics` on `listener` until the process ends. Connections are a crowd of
+/// [`MAX_SCRAPERS`] (`base/crowd.rs`): a new one evicts the oldest, so connections that send
+/// nothing cannot starve a scraper — an answer takes milliseconds, an idle connection is the
+/// oldest long before its [`HTTP_TIMEOUT`].
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBuf) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPERS));
+    let crowd = crate::base::crowd::Crowd::new(MAX_SCRAPERS);
     let data = Arc::new(data);
     let render_lock = Arc::new(Mutex::new(()));
     loop {
@@ -93,17 +107,17 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBu
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            continue;
-        };
+        let (place, _) = crowd.enter();
         let (ctx, data, lock) = (ctx.clone(), data.clone(), render_lock.clone());
         tokio::spawn(async move {
-            let _permit = permit;
             let work = answer(s, peer, move || {
                 let _one = lock.lock().expect("render lock");
                 render(&ctx, &data)
             });
-            let _ = tokio::time::timeout(HTTP_TIMEOUT, work).await;
+            tokio::select! {
+                _ = tokio::time::timeout(HTTP_TIMEOUT, work) => {}
+                () = place.evicted() => {}
+            }
         });
     }
 }
@@ -137,6 +151,20 @@ async fn answer(
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    if failpoints::enabled() && (path == "/fail" || path.starts_with("/fail/")) {
+        let end = head
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(head.len(), |p| p + 4);
+        let (status, body) = match read_body(&mut s, &head[..end], head[end..].to_vec()).await? {
+            Some(b) => control(method, path, &b),
+            None => (
+                "413 Content Too Large",
+                format!("at most {MAX_REQUEST_BODY} bytes\n"),
+            ),
+        };
+        return respond(&mut s, status, "text/plain", &body).await;
+    }
     match (method, path) {
         ("GET", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, &render()).await,
         ("HEAD", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, "").await,
@@ -144,6 +172,51 @@ async fn answer(
             respond(&mut s, "404 Not Found", "text/plain", "see /metrics\n").await
         }
         _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "").await,
+    }
+}
+
+/// The request body after `head` (`Content-Length`, at most [`MAX_REQUEST_BODY`]; `None`
+/// when larger), starting with the bytes already read past the head.
+async fn read_body(
+    s: &mut TcpStream,
+    head: &[u8],
+    mut body: Vec<u8>,
+) -> std::io::Result<Option<String>> {
+    let head = String::from_utf8_lossy(head);
+    let len = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    if len > MAX_REQUEST_BODY || body.len() > MAX_REQUEST_BODY {
+        return Ok(None);
+    }
+    let mut chunk = [0u8; 256];
+    while body.len() < len {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(len);
+    Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The failpoint control (builds with failpoints only): `PUT /fail/NAME` sets NAME to the
+/// body, `DELETE /fail/NAME` clears it, `GET /fail` lists what is set.
+fn control(method: &str, path: &str, body: &str) -> (&'static str, String) {
+    let name = path.strip_prefix("/fail/").unwrap_or("");
+    let done = |r: Result<(), String>| match r {
+        Ok(()) => ("200 OK", String::new()),
+        Err(e) => ("400 Bad Request", format!("{e}\n")),
+    };
+    match (method, name) {
+        ("GET", "") => ("200 OK", failpoints::list()),
+        ("PUT", n) if !n.is_empty() => done(failpoints::set(n, body)),
+        ("DELETE", n) if !n.is_empty() => done(failpoints::clear(n)),
+        _ => ("405 Method Not Allowed", String::new()),
     }
 }
 

@@ -1,6 +1,9 @@
 //! The raft port's listener (C13): admits members' connections and hands each RPC to the
 //! local Raft (appends through C12's amnesia check, votes behind C11's guard, pre-votes,
-//! snapshots streamed to a file, forwarded client requests to the client port's context).
+//! snapshots streamed to a file, forwarded client requests to the client port's context,
+//! the consistency check's questions, C19). Every message is judged by its cluster stamp
+//! before anything else in it is read (C20): one of another cluster or restore is refused,
+//! and logged; a node that diverged (C19) refuses everything but the check's questions.
 //!
 //! What a stranger costs (C13, S15): a connection is *admitted* once its TLS handshake has
 //! completed with a certificate naming a configured member (plaintext: once the length prefix
@@ -23,12 +26,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::base::cluster_id::Identity;
 use crate::base::ids::{NodeId, SnapshotMeta, Vote};
 use crate::base::tls::{cert_names, member_of, PeerTls};
 use crate::ports::client::answer_forwarded;
+use crate::raft::digests::Digests;
+use crate::raft::diverged::Diverged;
 use crate::raft::frame::{
-    invalid, read_rest, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest,
-    RPC_IDLE_TIMEOUT,
+    decode, invalid, more, read_rest, split_tag, write_msg, DigestAnswer, PeerStream,
+    PreVoteRequest, RpcReply, RpcRequest, RPC_IDLE_TIMEOUT,
 };
 use crate::raft::lease::VoteGuard;
 use crate::raft::types::{Raft, Snapshot};
@@ -40,6 +46,9 @@ pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MAX_UNADMITTED: usize = 32;
 /// Admitted connections at once (members open a few each); more are closed at once.
 pub const MAX_PEER_CONNECTIONS: usize = 256;
+
+/// Connection-level log lines a stranger can cause, rate-limited with a count (issue 27).
+static REFUSALS: crate::base::ratelog::RateLog = crate::base::ratelog::RateLog::new();
 
 /// Largest snapshot file accepted from a peer.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
@@ -60,10 +69,21 @@ async fn receive_snapshot(
             "snapshot too large",
         ));
     }
-    let snap = crate::sm::snapshot::SnapFile::receive_into(dir)?;
+    // C21: a failure to write the file is this node's storage fault; the peer's stream ending
+    // early is not.
+    let disk = |e: io::Error, path: &std::path::Path| {
+        crate::base::fault::record("snapshot", path, &e);
+        e
+    };
+    let snap = crate::sm::snapshot::SnapFile::receive_into(dir).map_err(|e| disk(e, dir))?;
     let path = snap.path.clone();
     let mut file = tokio::fs::File::from_std(snap.file);
     let copied = tokio::io::copy(&mut (&mut *stream).take(len), &mut file).await;
+    if let Err(e) = &copied {
+        if is_disk_error(e) {
+            return Err(disk(io::Error::new(e.kind(), e.to_string()), &path));
+        }
+    }
     let ok = matches!(copied, Ok(n) if n == len);
     if !ok {
         let _ = std::fs::remove_file(&path);
@@ -72,7 +92,7 @@ async fn receive_snapshot(
             "snapshot cut short",
         ));
     }
-    file.flush().await?;
+    file.flush().await.map_err(|e| disk(e, &path))?;
     let snapshot = Snapshot {
         meta,
         snapshot: Box::new(crate::sm::snapshot::SnapFile {
@@ -83,6 +103,15 @@ async fn receive_snapshot(
     Ok(RpcReply::Snapshot(
         raft.install_full_snapshot(vote, snapshot).await,
     ))
+}
+
+/// Whether a copy from a peer into a file failed on the file's side (a full or failing disk),
+/// not on the network's.
+fn is_disk_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EROFS | libc::EFBIG)
+    )
 }
 
 /// What the raft listener needs, shared by every peer connection.
@@ -104,6 +133,12 @@ pub struct PeerServer {
     /// C16: the client protocol's context, once it exists: forwarded requests are served
     /// through it.
     pub forwarded: Arc<std::sync::OnceLock<Arc<crate::node::ctx::Ctx>>>,
+    /// C20: this node's cluster: every message's stamp is checked against it.
+    pub identity: Arc<Identity>,
+    /// C19: this node's state digests, for the primary's check.
+    pub digests: Arc<Digests>,
+    /// C19: whether this node diverged (then it refuses all but the check's questions).
+    pub diverged: Arc<Diverged>,
 }
 
 impl PeerServer {
@@ -158,6 +193,13 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
     let waiting = Arc::new(Mutex::new(Waiting::default()));
     let admitted = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
     let node_id = srv.node_id;
+    tokio::spawn(async move {
+        let prefix = format!("node {node_id}: ");
+        loop {
+            tokio::time::sleep(crate::base::ratelog::INTERVAL).await;
+            REFUSALS.flush(&prefix);
+        }
+    });
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -171,7 +213,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
         let (srv, waiting, admitted) = (srv.clone(), waiting.clone(), admitted.clone());
         tokio::spawn(async move {
             let (ticket, evicted) = waiting.lock().expect("waiting").enter();
-            let res = serve_peer(stream, &srv, evicted, || {
+            let res = serve_peer(stream, peer, &srv, evicted, || {
                 waiting.lock().expect("waiting").leave(ticket);
                 admitted.clone().try_acquire_owned().ok()
             })
@@ -179,7 +221,19 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
             waiting.lock().expect("waiting").leave(ticket);
             if let Err(e) = res {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
-                    eprintln!("node {node_id}: raft peer {peer}: {e}");
+                    // Issue 27: a stranger causes one line per connection: rate-limited.
+                    let text = e.to_string();
+                    let kind = match e.kind() {
+                        io::ErrorKind::PermissionDenied if text.contains("names no member") => {
+                            "raft peer names no member"
+                        }
+                        io::ErrorKind::PermissionDenied if text.contains("evicted") => {
+                            "raft peer evicted"
+                        }
+                        io::ErrorKind::PermissionDenied => "raft peer refused",
+                        _ => "raft peer connection failed",
+                    };
+                    REFUSALS.note(kind, || format!("node {node_id}: raft peer {peer}: {e}"));
                 }
             }
         });
@@ -191,6 +245,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
 /// `admit` leaves the waiting queue and takes an admitted slot (`None`: all taken).
 async fn serve_peer(
     tcp: TcpStream,
+    peer: std::net::SocketAddr,
     srv: &PeerServer,
     evicted: oneshot::Receiver<()>,
     admit: impl FnOnce() -> Option<tokio::sync::OwnedSemaphorePermit>,
@@ -244,7 +299,7 @@ async fn serve_peer(
     // C15: the committed vote of the last append this connection carried; if the connection
     // breaks, the leader may be gone (see `crate::raft::elect`).
     let mut carried: Option<Vote> = None;
-    let res = serve_rpcs(&mut stream, first, srv, &mut carried).await;
+    let res = serve_rpcs(&mut stream, peer, first, srv, &mut carried).await;
     if let (Err(_), Some(v)) = (&res, carried) {
         srv.elect.leader_link_closed(v);
     }
@@ -256,6 +311,7 @@ async fn serve_peer(
 /// appends it carries.
 async fn serve_rpcs(
     stream: &mut PeerStream,
+    peer: std::net::SocketAddr,
     mut first: Option<[u8; 4]>,
     srv: &PeerServer,
     carried: &mut Option<Vote>,
@@ -273,7 +329,58 @@ async fn serve_rpcs(
                 len
             }
         };
-        let req: RpcRequest = read_rest(stream, len, srv.max_rpc).await?;
+        let body = read_rest(stream, len, srv.max_rpc).await?;
+        // C20: the stamp first; nothing else of a refused message is read.
+        let (msg, tag) = split_tag(&body);
+        if let Err(why) = srv.identity.check(tag) {
+            crate::base::counters::raft_refused("cluster");
+            // One line per interval per sending host and cluster (a peer may reconnect often).
+            let host = peer.ip();
+            srv.identity
+                .log_limited(&format!("request {host} {tag:?}"), |skipped| {
+                    eprintln!(
+                        "node {}: refused a raft message from {peer}: {why}{}",
+                        srv.node_id,
+                        more(skipped)
+                    )
+                });
+            let refused = io::Error::new(io::ErrorKind::PermissionDenied, why.to_string());
+            // Decoded only to know how to close: nothing in it is acted on.
+            let decoded = decode::<RpcRequest>(msg);
+            if tag.is_none() && decoded.is_err() {
+                // Not a raft message at all: closed unanswered, as any unreadable message.
+                return Err(refused);
+            }
+            write_msg(
+                stream,
+                &RpcReply::Refused(why.to_string()),
+                srv.identity.tag(),
+            )
+            .await?;
+            // Unstamped (an earlier build, or a node of no cluster yet): told, then closed; so
+            // is a snapshot (its bytes follow on the stream). A stamped message of another
+            // cluster leaves the connection open: its sender retries it cheaply.
+            let snapshot = matches!(decoded, Ok(RpcRequest::Snapshot { .. }));
+            if tag.is_none() || decoded.is_err() || snapshot {
+                return Err(refused);
+            }
+            continue;
+        }
+        let req: RpcRequest = decode(msg)?;
+        // C19: a node that diverged answers only the check's questions.
+        if srv.diverged.is()
+            && !matches!(req, RpcRequest::Digest { .. } | RpcRequest::Diverged { .. })
+        {
+            crate::base::counters::raft_refused("diverged");
+            let why = "this node's state diverged from its cluster's: it votes, stores and \
+                       serves nothing until repaired (C19)";
+            write_msg(stream, &RpcReply::Refused(why.into()), srv.identity.tag()).await?;
+            if matches!(req, RpcRequest::Snapshot { .. }) {
+                // The snapshot's bytes follow on the stream: close rather than read them.
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "diverged"));
+            }
+            continue;
+        }
         let reply = match req {
             RpcRequest::Forward {
                 who,
@@ -283,7 +390,7 @@ async fn serve_rpcs(
                 // C16: the peer is authenticated as a member (mutual TLS, checked at
                 // admission); over plaintext only a cluster that checks nobody takes it.
                 Some(ctx) => {
-                    answer_forwarded(ctx, srv.tls.is_some(), &who, within_ms, &frame).await
+                    answer_forwarded(ctx, srv.tls.is_some(), peer, &who, within_ms, &frame).await
                 }
                 None => Vec::new(),
             }),
@@ -299,8 +406,64 @@ async fn serve_rpcs(
             RpcRequest::Snapshot { vote, meta, len } => {
                 receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
+            RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
+            RpcRequest::Diverged {
+                index,
+                majority,
+                from,
+                term,
+            } => RpcReply::Ack(told_diverged(srv, index, &majority, from, term).await),
         };
-        write_msg(stream, &reply).await?;
+        write_msg(stream, &reply, srv.identity.tag()).await?;
+    }
+}
+
+/// C19: this node's digest at the checkpoint `index`, for the primary's check.
+fn answer_digest(srv: &PeerServer, index: u64) -> DigestAnswer {
+    if let Some(d) = srv.diverged.what() {
+        return DigestAnswer::Diverged(d.index);
+    }
+    let applied = srv.raft.metrics().borrow().last_applied.map(|l| l.index);
+    srv.digests.answer(index, applied)
+}
+
+/// C19: the primary `from` (of `term`) says this node's digest at `index` is not the
+/// majority's `majority`. Taken only from the leader this node follows in that term, and only
+/// when its own digest there indeed differs; then this node marks itself and stops its Raft
+/// core (`raft/diverged.rs`).
+async fn told_diverged(
+    srv: &PeerServer,
+    index: u64,
+    majority: &crate::sm::digest::Digest,
+    from: NodeId,
+    term: u64,
+) -> bool {
+    if srv.diverged.is() {
+        return true;
+    }
+    let m = srv.raft.metrics().borrow().clone();
+    if m.current_leader != Some(from) || m.current_term != term {
+        eprintln!(
+            "node {}: node {from} (term {term}) says this node diverged at index {index}, but it \
+             is not the leader this node follows (node {:?}, term {}): ignored",
+            srv.node_id, m.current_leader, m.current_term
+        );
+        return false;
+    }
+    match srv.digests.get(index) {
+        Some(ours) if ours != *majority => {
+            crate::raft::diverged::stop(&srv.diverged, &srv.raft, index, &ours, majority, from)
+                .await
+        }
+        Some(_) => {
+            eprintln!(
+                "node {}: node {from} says this node diverged at index {index}, but its digest \
+                 there is the majority's: ignored",
+                srv.node_id
+            );
+            false
+        }
+        None => false,
     }
 }
 
@@ -310,7 +473,8 @@ async fn answer_vote(
     srv: &PeerServer,
     r: VoteRequest<NodeId>,
 ) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
-    if srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
+    // C21: a node whose disk failed promises nothing more.
+    if crate::base::fault::faulted() || srv.guard.refuses() || srv.amnesia.refuses_vote(&r) {
         return Ok(refuse_vote(&srv.raft));
     }
     srv.raft.vote(r).await
@@ -321,7 +485,8 @@ async fn answer_vote(
 /// member: the connection was admitted (mutual TLS), as for every other message.
 async fn answer_pre_vote(srv: &PeerServer, r: &PreVoteRequest) -> bool {
     let as_vote = VoteRequest::new(Vote::new(r.term, r.candidate), r.last_log_id);
-    let granted = !srv.guard.refuses()
+    let granted = !crate::base::fault::faulted()
+        && !srv.guard.refuses()
         && !srv.amnesia.refuses_vote(&as_vote)
         && srv.elect.would_vote(r).await;
     crate::base::counters::pre_vote(granted);

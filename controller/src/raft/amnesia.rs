@@ -17,12 +17,38 @@
 //! - does not campaign (a [`Hold`] on `elect.rs`'s election timer) once its log holds more than the
 //!   bootstrap entry: a partly caught-up log may lack an acknowledged write.
 //!
-//! The marker goes (fsynced) once the node has caught up to the commit index a leader told it:
-//! an AppendEntries of a committed leader vote succeeded and the node's log now matches the
-//! leader's up to at least that request's `leader_commit` — so it holds every entry committed
-//! as of then, and from then on remembers what it acknowledges like any other node. A node
-//! that becomes leader (the bootstrap leader) drops it too. The marker survives restarts, so a
-//! node that crashes half-way through catching up still does not vote.
+//! The marker goes (fsynced) once the node has caught up (C12 amended: caught up means caught
+//! up — [`caught_up_by`], a pure decision, decides it from one of two facts):
+//! - **the leader's log, into the leader's own term, and its commit index**: an AppendEntries
+//!   of a committed leader vote of term T succeeded, and the node's log now matches the
+//!   leader's up to an entry `m` that (a) is of term T — the leader wrote it after everything it
+//!   held when it was elected, which is every entry committed before term T (Raft's leader
+//!   completeness) — and (b) is at or past the request's commit index — every entry committed
+//!   in term T so far. A write this node helped acknowledge before it lost its data was
+//!   committed before this process started, so before the leader built this append: in an
+//!   earlier term it is covered by (a), in term T by the leader's commit index, (b). From then
+//!   on the node remembers what it acknowledges like any other node. A log that matches only
+//!   entries of earlier terms does not count, whatever the commit index says (it may stop
+//!   short of a write a previous leader acknowledged, or the leader's commit index may not have
+//!   caught up with its own election yet);
+//! - **its own election since it started blank**: the store saved a committed vote of this node
+//!   (openraft saves it the moment the node wins, before its first entry as leader; the store
+//!   calls [`Amnesia::vote_saved`] once it is on disk). A quorum elected it, so its log held
+//!   everything committed (the bootstrap leader of a new cluster, or a handover, C14). Told by
+//!   the store, not read from the metrics, so a leadership too short for the metrics to show
+//!   (elected, deposed at once in a brand-new cluster) still counts.
+//!
+//! What never counts (issue 25, defect 2): who wrote the entries the node holds. Before, a log
+//! ending with an entry this node wrote as leader counted; but after a rolling restart every
+//! node has led, and the current leader replicates a blank node's old entries back to it: a
+//! partial log ending in one of them passed that test, the node voted again, and a write
+//! acknowledged by {leader, this node before it lost its data} could be lost
+//! (`controller/tests/amnesia.rs`, `an_old_entry_of_its_own_replicated_back_is_not_caught_up`).
+//! The marker holds nothing (an older build's marker is read the same way).
+//!
+//! The marker survives restarts, so a node that crashes half-way through catching up still
+//! does not vote. Writing or removing it is a storage write like any other: a failure is the
+//! node's storage fault (C21, `base/fault.rs`).
 //!
 //! Not covered (no algorithm can be): a majority of nodes losing their data at once.
 
@@ -33,9 +59,8 @@ use std::sync::Arc;
 
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
-use openraft::ServerState;
 
-use crate::base::ids::NodeId;
+use crate::base::ids::{LogId, NodeId, Vote};
 use crate::raft::elect::{Elections, Hold};
 use crate::raft::types::{Raft, TypeConfig};
 
@@ -55,14 +80,77 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// What a node that started blank learns, one fact at a time.
+#[derive(Debug, Clone, Copy)]
+pub enum Fact {
+    /// Raft accepted an AppendEntries of `vote`; the node's log now matches the leader's up to
+    /// `matched`; the request's commit index was `leader_commit`.
+    Append {
+        vote: Vote,
+        matched: Option<LogId>,
+        leader_commit: Option<LogId>,
+    },
+    /// The store saved `vote` (on disk); this node is `me`.
+    VoteSaved { vote: Vote, me: NodeId },
+}
+
+/// C12 (amended): whether `fact` shows that a node which started blank has caught up, and
+/// why (see the module documentation). Pure: the table test below is the rule.
+pub fn caught_up_by(fact: &Fact) -> Option<String> {
+    match *fact {
+        Fact::Append {
+            vote,
+            matched: Some(m),
+            leader_commit,
+        } if vote.is_committed()
+            && m.leader_id.term == vote.leader_id().term
+            && leader_commit.is_none_or(|c| m.index >= c.index) =>
+        {
+            Some(format!(
+                "its log matches the leader's into the leader's term {} (index {}) and reaches \
+                 its commit index ({})",
+                m.leader_id.term,
+                m.index,
+                leader_commit.map_or_else(|| "none".to_string(), |c| c.index.to_string())
+            ))
+        }
+        Fact::VoteSaved { vote, me }
+            if vote.is_committed() && vote.leader_id().voted_for() == Some(me) =>
+        {
+            Some(format!(
+                "elected leader in term {} since it started blank",
+                vote.leader_id().term
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Writes (`create`) or removes the marker, fsynced with its directory; a failure is this
+/// node's storage fault (C21).
+fn marker_io(marker: &Path, create: bool) -> io::Result<()> {
+    let dir = marker.parent().unwrap_or(Path::new("."));
+    let res =
+        crate::base::failpoints::storage(crate::base::failpoints::MARKER_SAVE).and_then(|()| {
+            if create {
+                std::fs::File::create(marker)?.sync_all()?;
+            } else {
+                std::fs::remove_file(marker)?;
+            }
+            sync_dir(dir)
+        });
+    if let Err(e) = &res {
+        crate::base::fault::record("marker", marker, e);
+    }
+    res
+}
+
 impl Amnesia {
     /// Called before Raft starts. `blank`: the store has no log, no vote and no snapshot.
     pub fn open(id: NodeId, dir: &Path, blank: bool) -> io::Result<Arc<Amnesia>> {
         let marker = dir.join(MARKER);
         if blank && !marker.exists() {
-            let f = std::fs::File::create(&marker)?;
-            f.sync_all()?;
-            sync_dir(dir)?;
+            marker_io(&marker, true)?;
         }
         let unsure = marker.exists();
         if unsure {
@@ -102,7 +190,7 @@ impl Amnesia {
     }
 
     /// An AppendEntries handled by Raft (hook in the raft server): notes when it brings this
-    /// node up to the leader's commit index.
+    /// node up to the leader's commit index ([`caught_up_by`]).
     pub async fn append(
         &self,
         raft: &Raft,
@@ -112,35 +200,46 @@ impl Amnesia {
             return raft.append_entries(req).await;
         }
         let reach = req.entries.last().map(|e| e.log_id).or(req.prev_log_id);
-        let (commit, from_leader) = (req.leader_commit, req.vote.is_committed());
+        let (leader_commit, vote) = (req.leader_commit, req.vote);
         let res = raft.append_entries(req).await;
         let matched = match &res {
             Ok(AppendEntriesResponse::Success) => reach,
             Ok(AppendEntriesResponse::PartialSuccess(m)) => *m,
             _ => return res,
         };
-        let caught_up = match commit {
-            None => true,
-            Some(c) => matched.is_some_and(|m| m.index >= c.index),
+        let fact = Fact::Append {
+            vote,
+            matched,
+            leader_commit,
         };
-        if from_leader && caught_up {
-            self.caught_up(&format!(
-                "caught up to the leader's commit index {}",
-                commit.map_or_else(|| "none".to_string(), |c| c.index.to_string())
-            ));
+        if let Some(why) = caught_up_by(&fact) {
+            self.caught_up(&why);
         }
         res
+    }
+
+    /// The store saved `vote` (its hook, `raft/store.rs`): this node's own election counts.
+    pub fn vote_saved(&self, vote: &Vote) {
+        if !self.unsure() {
+            return;
+        }
+        let fact = Fact::VoteSaved {
+            vote: *vote,
+            me: self.id,
+        };
+        if let Some(why) = caught_up_by(&fact) {
+            self.caught_up(&why);
+        }
     }
 
     fn caught_up(&self, why: &str) {
         if !self.unsure.swap(false, Ordering::AcqRel) {
             return;
         }
-        let res = std::fs::remove_file(&self.marker)
-            .and_then(|()| sync_dir(self.marker.parent().unwrap_or(Path::new("."))));
-        if let Err(e) = res {
-            // The marker stays: after a restart this node waits for a leader again (safe).
-            eprintln!("node {}: removing {}: {e}", self.id, self.marker.display());
+        if marker_io(&self.marker, false).is_err() {
+            // A storage fault (C21): the node stops; the marker may stay, and after a restart
+            // this node waits for a leader again (safe).
+            return;
         }
         eprintln!("node {}: {why}: votes and campaigns again (C12)", self.id);
     }
@@ -158,46 +257,169 @@ impl Amnesia {
     }
 }
 
-/// Follows the node's state: a leader is caught up by definition; elections follow
-/// [`Amnesia::sync_elect`]. Runs until the marker is gone.
-/// Whether the last entry of this node's log was written by node `me` as leader.
-async fn wrote_as_leader(log: &mut crate::raft::store::LogStore, me: NodeId) -> bool {
-    use openraft::storage::RaftLogStorage;
-    log.get_log_state()
-        .await
-        .ok()
-        .and_then(|st| st.last_log_id)
-        .is_some_and(|l| l.leader_id.node_id == me && l.index > 0)
-}
-
-/// Follows the node until it is sure (caught up, or led): `log` is its log store.
-pub async fn watch(
-    raft: Raft,
-    amnesia: Arc<Amnesia>,
-    elect: Arc<Elections>,
-    mut log: crate::raft::store::LogStore,
-) {
+/// Follows the node's log until it is sure: elections follow [`Amnesia::sync_elect`].
+pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>, elect: Arc<Elections>) {
     let mut rx = raft.metrics();
     loop {
-        let (state, last) = {
-            let m = rx.borrow_and_update();
-            (m.state, m.last_log_index)
-        };
-        if state == ServerState::Leader {
-            amnesia.caught_up("leads the cluster");
-        } else if amnesia.unsure() && wrote_as_leader(&mut log, amnesia.id).await {
-            // A leadership too short for the metrics to show (elected, wrote its first entry,
-            // deposed at once by a concurrent candidate of a brand-new cluster) still left
-            // its entry in the log: a quorum elected it, so its log held everything committed.
-            // Without this, two such nodes of a new cluster refused every candidate for good.
-            amnesia.caught_up("its log holds an entry it wrote as leader");
-        }
+        let last = rx.borrow_and_update().last_log_index;
         amnesia.sync_elect(&elect, last);
         if !amnesia.unsure() {
             return;
         }
         if rx.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn log_id(term: u64, leader: NodeId, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, leader), index)
+    }
+
+    fn committed(term: u64, leader: NodeId) -> Vote {
+        let mut v = Vote::new(term, leader);
+        v.commit();
+        v
+    }
+
+    /// C12 amended, as a table: (what, the fact, caught up?). Node F is 2; it led in term 3;
+    /// the current leader L is 1, in term 5.
+    #[test]
+    fn caught_up_means_caught_up() {
+        let append = |vote, matched, leader_commit| Fact::Append {
+            vote,
+            matched,
+            leader_commit,
+        };
+        let cases: Vec<(&str, Fact, bool)> = vec![
+            (
+                "issue 25 defect 2: the log ends in F's own old entry, the commit is ahead",
+                append(
+                    committed(5, 1),
+                    Some(log_id(3, 2, 40)),
+                    Some(log_id(5, 1, 57)),
+                ),
+                false,
+            ),
+            (
+                "F's own old entry even as the last entry the leader has",
+                append(
+                    committed(5, 1),
+                    Some(log_id(3, 2, 40)),
+                    Some(log_id(3, 2, 40)),
+                ),
+                false,
+            ),
+            (
+                "matched the leader's commit index of its own term",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 57)),
+                    Some(log_id(5, 1, 57)),
+                ),
+                true,
+            ),
+            (
+                "beyond it",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 60)),
+                    Some(log_id(5, 1, 57)),
+                ),
+                true,
+            ),
+            (
+                "short of it",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 56)),
+                    Some(log_id(5, 1, 57)),
+                ),
+                false,
+            ),
+            (
+                "matched only entries of an earlier term, at a commit index of that term",
+                append(
+                    committed(5, 1),
+                    Some(log_id(4, 3, 50)),
+                    Some(log_id(4, 3, 50)),
+                ),
+                false,
+            ),
+            (
+                "matched only entries of an earlier term, no commit index (a restarted leader)",
+                append(committed(5, 1), Some(log_id(4, 3, 50)), None),
+                false,
+            ),
+            (
+                "the leader's first entry of its term, its commit index not caught up yet",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 51)),
+                    Some(log_id(4, 3, 50)),
+                ),
+                true,
+            ),
+            (
+                "the leader's first entry of its term, no commit index yet (a new cluster)",
+                append(committed(1, 1), Some(log_id(1, 1, 1)), None),
+                true,
+            ),
+            (
+                "an entry of the leader's term, short of a commit index of that term",
+                append(
+                    committed(5, 1),
+                    Some(log_id(5, 1, 51)),
+                    Some(log_id(5, 1, 57)),
+                ),
+                false,
+            ),
+            (
+                "an append of an uncommitted vote",
+                append(
+                    Vote::new(5, 1),
+                    Some(log_id(5, 1, 57)),
+                    Some(log_id(5, 1, 57)),
+                ),
+                false,
+            ),
+            (
+                "nothing matched",
+                append(committed(5, 1), None, Some(log_id(5, 1, 57))),
+                false,
+            ),
+            (
+                "F elected (its committed vote saved)",
+                Fact::VoteSaved {
+                    vote: committed(6, 2),
+                    me: 2,
+                },
+                true,
+            ),
+            (
+                "F a candidate (its uncommitted vote saved)",
+                Fact::VoteSaved {
+                    vote: Vote::new(6, 2),
+                    me: 2,
+                },
+                false,
+            ),
+            (
+                "F follows another leader (that leader's vote saved)",
+                Fact::VoteSaved {
+                    vote: committed(6, 1),
+                    me: 2,
+                },
+                false,
+            ),
+        ];
+        for (what, fact, want) in cases {
+            assert_eq!(caught_up_by(&fact).is_some(), want, "{what}: {fact:?}");
         }
     }
 }

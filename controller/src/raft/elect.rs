@@ -36,6 +36,23 @@
 //! rank among the other voters (lowest id first: a later candidate of the same term has a
 //! higher id, so an earlier one that lost grants it its vote).
 //!
+//! **The decision and the election are one step (issue 25, defect 4).** A campaign decides on
+//! what it read of the Raft state (no append accepted since `utime`, the vote unchanged), then
+//! asks for a pre-vote, which takes a round trip. Re-reading the state and then calling
+//! `trigger().elect()` were two turns of the Raft core: an append accepted between them
+//! refreshed the old leader's lease on this node (so that leader went on serving lease reads,
+//! counting this node's acknowledgement), and the node campaigned right after anyway — with a
+//! slow third node, a new leader could be elected while the old one still served reads from
+//! its lease. Now the election goes through `trigger().elect_if(vote, utime)` (openraft change
+//! 4, `vendor/openraft/XCE-PATCH.md`): the Raft core compares the vote and its last-modified
+//! time with the ones the decision read, and elects only if both are unchanged, in the same
+//! turn — no append can be accepted between the check and the new term. So every campaign
+//! starts at an instant at which this node has accepted no append for the lease (the
+//! decision's condition still holds), which is what the argument below needs.
+//! `controller/tests/early_campaign.rs` holds the window open with the failpoint
+//! `elect-campaign` and resumes the old leader inside it: its append is accepted, and no term
+//! is raised.
+//!
 //! **Why lease reads stay safe, by construction.** A follower F campaigns early only when
 //! `now > utime(F) + lease` on its own clock, where `utime(F)` is when F last accepted an
 //! append of the leader's vote: exactly the instants at which openraft would grant another
@@ -207,9 +224,9 @@ impl Elections {
         *self.holds.lock().expect("elect holds") & why as u8 != 0
     }
 
-    /// Whether this node may campaign at all now.
+    /// Whether this node may campaign at all now (no hold, and its disk has not failed: C21).
     pub fn allowed(&self) -> bool {
-        *self.holds.lock().expect("elect holds") == 0
+        *self.holds.lock().expect("elect holds") == 0 && !crate::base::fault::faulted()
     }
 
     /// The raft server: a connection that carried appends of the committed `vote` closed.
@@ -324,26 +341,38 @@ impl Elections {
             }
             return false;
         }
-        // Still no append accepted, still no hold, still not leading.
-        let Some(now) = self.seen().await else {
-            return false;
-        };
-        if now.vote != s.vote
-            || now.utime != s.utime
-            || now.state == ServerState::Leader
-            || !self.allowed()
-        {
+        // Defect 4's window, held open by a failpoint in its test: after the decision, before
+        // the election.
+        crate::base::failpoints::pause_in_task(crate::base::failpoints::ELECT_CAMPAIGN);
+        if !self.allowed() {
             return false;
         }
-        crate::base::counters::campaign("campaigned");
-        let ms = crate::base::clock::now_ms();
-        eprintln!(
-            "node {}: {why}: campaigning ({tag}pre-vote for term {term} granted) at={}.{:03}",
-            self.id,
-            ms / 1000,
-            ms % 1000
-        );
-        self.raft.trigger().elect().await.is_ok()
+        // Still no append accepted, still the same vote, still not leading — checked in the
+        // very turn of the Raft core that starts the election (openraft change 4, see the
+        // module documentation): an append accepted after the decision calls it off.
+        match self.raft.trigger().elect_if(s.vote, s.utime).await {
+            Ok(true) => {
+                crate::base::counters::campaign("campaigned");
+                let ms = crate::base::clock::now_ms();
+                eprintln!(
+                    "node {}: {why}: campaigning ({tag}pre-vote for term {term} granted) at={}.{:03}",
+                    self.id,
+                    ms / 1000,
+                    ms % 1000
+                );
+                true
+            }
+            Ok(false) => {
+                crate::base::counters::campaign("called_off");
+                eprintln!(
+                    "node {}: {why}: campaign for term {term} called off: an append was accepted \
+                     (or the vote changed) since the decision (C15)",
+                    self.id
+                );
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Asks every other voter; true once the granting nodes (this one included) are a quorum

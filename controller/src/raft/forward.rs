@@ -1,18 +1,20 @@
 //! Forwarding (C16): a standby's connections to the primary's raft port for client requests,
-//! and a candidate's pre-vote asking (C15) on the same kept connections.
+//! and on the same kept connections a candidate's pre-vote asking (C15) and the primary's
+//! questions of the consistency check (C19).
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use crate::base::cluster_id::Identity;
 use crate::base::ids::NodeId;
 use crate::base::tls::PeerTls;
 use crate::raft::frame::{
-    read_msg, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest, CONNECT_TIMEOUT,
+    read_reply, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest, CONNECT_TIMEOUT,
 };
 
 /// Forwarded requests in flight at once from one standby; more are answered as before (not
@@ -44,15 +46,18 @@ type IdleConn = (std::time::Instant, PeerStream);
 pub struct Forwarder {
     tls: Option<PeerTls>,
     max_rpc: usize,
+    /// C20: this node's cluster, stamped on every request and checked on every reply.
+    identity: Arc<Identity>,
     idle: Mutex<HashMap<(NodeId, String), Vec<IdleConn>>>,
     slots: Semaphore,
 }
 
 impl Forwarder {
-    pub fn new(tls: Option<PeerTls>, max_rpc: usize) -> Forwarder {
+    pub fn new(tls: Option<PeerTls>, max_rpc: usize, identity: Arc<Identity>) -> Forwarder {
         Forwarder {
             tls,
             max_rpc,
+            identity,
             idle: Mutex::new(HashMap::new()),
             slots: Semaphore::new(MAX_FORWARDS),
         }
@@ -111,9 +116,28 @@ impl Forwarder {
         req: &PreVoteRequest,
         within: Duration,
     ) -> Option<bool> {
+        match self
+            .ask(target, addr, &RpcRequest::PreVote(req.clone()), within)
+            .await
+        {
+            Some(RpcReply::PreVote(granted)) => Some(granted),
+            _ => None,
+        }
+    }
+
+    /// Sends `msg` (a question that changes nothing if asked twice: a pre-vote, a digest) to
+    /// member `target` at raft address `addr` and returns its answer, within `within`, on a
+    /// kept connection or a new one. `None`: no answer (unreachable, refused, an earlier build
+    /// that does not know the question and closed the connection).
+    pub async fn ask(
+        &self,
+        target: NodeId,
+        addr: &str,
+        msg: &RpcRequest,
+        within: Duration,
+    ) -> Option<RpcReply> {
         let until = tokio::time::Instant::now() + within;
         let key = (target, addr.to_string());
-        let msg = RpcRequest::PreVote(req.clone());
         for kept in [true, false] {
             let mut conn = if kept {
                 match self.take_idle(&key) {
@@ -125,14 +149,20 @@ impl Forwarder {
                 self.dial(target, addr, left).await.ok()?
             };
             let res = tokio::time::timeout_at(until, async {
-                write_msg(&mut conn, &msg).await?;
-                read_msg::<_, RpcReply>(&mut conn, self.max_rpc).await
+                write_msg(&mut conn, msg, self.identity.tag()).await?;
+                read_reply(&mut conn, self.max_rpc, &self.identity, addr).await
             })
             .await;
             match res {
-                Ok(Ok(RpcReply::PreVote(granted))) => {
+                Ok(Ok(reply)) => {
                     self.put_idle(key, conn);
-                    return Some(granted);
+                    return Some(reply);
+                }
+                // Refused (C19, C20): asking again changes nothing. The peer keeps the
+                // connection open (it judges each message alone): keep it too.
+                Ok(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    self.put_idle(key, conn);
+                    return None;
                 }
                 // A kept connection the peer closed meanwhile: once more on a new one.
                 Ok(Err(_)) if kept => continue,
@@ -186,8 +216,10 @@ impl Forwarder {
             }
             let mut conn = conn;
             let res = tokio::time::timeout_at(until, async {
-                write_msg(&mut conn, &req).await.map_err(|e| (false, e))?;
-                read_msg::<_, RpcReply>(&mut conn, self.max_rpc)
+                write_msg(&mut conn, &req, self.identity.tag())
+                    .await
+                    .map_err(|e| (false, e))?;
+                read_reply(&mut conn, self.max_rpc, &self.identity, addr)
                     .await
                     .map_err(|e| (true, e))
             })
@@ -202,6 +234,10 @@ impl Forwarder {
                     };
                 }
                 Ok(Ok(_)) => return Forwarded::Lost,
+                // Refused before it was read (C19, C20): not applied.
+                Ok(Err((_, e))) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Forwarded::Refused
+                }
                 Ok(Err((_, _))) => sent = true,
                 Err(_) => return Forwarded::Lost,
             }

@@ -1,5 +1,6 @@
 //! The raft port's messages (C13): each message a 4-byte big-endian length, then the
-//! message in postcard (compact binary serde; never JSON); the limits both ends apply. The
+//! message in postcard (compact binary serde; never JSON), then the sender's cluster tag
+//! (C20, [`append_tag`]); the limits both ends apply. The
 //! outgoing side is `link.rs` (openraft's calls) and `forward.rs` (pre-votes, forwarded client
 //! requests); the listener is `ports/peer.rs`.
 
@@ -13,8 +14,10 @@ use openraft::raft::{
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::base::cluster_id::{ClusterTag, Identity};
 use crate::base::ids::{NodeId, SnapshotMeta, Vote};
 use crate::raft::types::TypeConfig;
+use crate::sm::digest::Digest;
 
 /// Largest raft RPC accepted by default: [`max_rpc_bytes`] of the client's frame limit.
 pub const MAX_RPC_BYTES: usize = 256 << 20;
@@ -59,6 +62,32 @@ pub(crate) enum RpcRequest {
     },
     /// C15, P14: would the peer vote for this candidate now? (`elect.rs`: pre-vote.)
     PreVote(PreVoteRequest),
+    /// C19: the peer's state digest at the checkpoint entry `index` (`node/check.rs`).
+    Digest {
+        index: u64,
+    },
+    /// C19: the primary `from`, leading in `term`, found the peer's digest at `index` differs
+    /// from the one a majority of the voters has (`majority`): the peer checks that against
+    /// its own and, if so, stops voting and serving (`raft/diverged.rs`).
+    Diverged {
+        index: u64,
+        majority: Digest,
+        from: NodeId,
+        term: u64,
+    },
+}
+
+/// C19: a node's answer about its state digest at a checkpoint entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DigestAnswer {
+    Ready(Digest),
+    /// Not applied that entry yet, or still hashing.
+    NotYet,
+    /// Applied past it without a digest there (installed a snapshot past it, or it is older
+    /// than the digests kept).
+    Gone,
+    /// This node diverged earlier, at this index: it answers nothing else.
+    Diverged(u64),
 }
 
 /// Pre-vote (C15, Raft thesis §9.6): a node asks this before raising its term. Nothing
@@ -89,6 +118,92 @@ pub(crate) enum RpcReply {
     Forward(Vec<u8>),
     /// Whether the peer would grant the vote of a [`PreVoteRequest`].
     PreVote(bool),
+    /// C19: the answer to [`RpcRequest::Digest`].
+    Digest(DigestAnswer),
+    /// C19: whether the peer took a [`RpcRequest::Diverged`] (its own digest differs).
+    Ack(bool),
+    /// C20, C19: the message was refused before it was read: of another cluster (and why),
+    /// or this node diverged. The connection stays open; each message is judged alone.
+    Refused(String),
+}
+
+/// C20: the last bytes of every raft message: the sender's cluster id (16 bytes, all zero:
+/// none), its restore epoch (4 bytes, little-endian), then this mark. postcard ignores bytes
+/// after a message, so an earlier build reads a stamped message as before; this build reads
+/// a message without the mark (an earlier build's) as unstamped.
+pub(crate) const TAG_MARK: &[u8; 8] = b"XCETAG01";
+/// The stamp's length.
+pub(crate) const TAG_BYTES: usize = 16 + 4 + 8;
+
+/// Appends the stamp of `tag` (`None`: no id) to a message.
+pub(crate) fn append_tag(buf: &mut Vec<u8>, tag: Option<ClusterTag>) {
+    let t = tag.unwrap_or(ClusterTag {
+        id: [0; 16],
+        epoch: 0,
+    });
+    buf.extend_from_slice(&t.id);
+    buf.extend_from_slice(&t.epoch.to_le_bytes());
+    buf.extend_from_slice(TAG_MARK);
+}
+
+/// A message's body without its stamp, and the tag the stamp names (`None`: no id, or no
+/// stamp at all).
+pub(crate) fn split_tag(body: &[u8]) -> (&[u8], Option<ClusterTag>) {
+    if body.len() < TAG_BYTES || !body.ends_with(TAG_MARK) {
+        return (body, None);
+    }
+    let at = body.len() - TAG_BYTES;
+    let (msg, stamp) = body.split_at(at);
+    let id: [u8; 16] = stamp[..16].try_into().expect("16 bytes");
+    let epoch = u32::from_le_bytes(stamp[16..20].try_into().expect("4 bytes"));
+    let tag = (id != [0; 16]).then_some(ClusterTag { id, epoch });
+    (msg, tag)
+}
+
+/// A reply as its receiver takes it (C20): refused when its stamp names another cluster than
+/// this node's, or when the peer refused the request (logged, at most once per interval per
+/// peer); else decoded.
+pub(crate) fn open_reply(body: &[u8], me: &Identity, peer: &str) -> io::Result<RpcReply> {
+    let (msg, tag) = split_tag(body);
+    if let (Some(ours), Some(theirs)) = (me.tag(), tag) {
+        if ours != theirs {
+            let why = crate::base::cluster_id::Refusal::Another { ours, theirs };
+            me.log_limited(&format!("reply {peer}"), |skipped| {
+                eprintln!(
+                    "raft peer {peer}: its reply is {why}; dropped{}",
+                    more(skipped)
+                )
+            });
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                why.to_string(),
+            ));
+        }
+    }
+    let reply: RpcReply =
+        postcard::from_bytes(msg).map_err(|e| invalid(&format!("bad rpc reply: {e}")))?;
+    if let RpcReply::Refused(why) = &reply {
+        me.log_limited(&format!("refused by {peer}"), |skipped| {
+            eprintln!(
+                "raft peer {peer} refused this node's message: {why}{}",
+                more(skipped)
+            )
+        });
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refused: {why}"),
+        ));
+    }
+    Ok(reply)
+}
+
+/// " (N more since the last line)" when N > 0.
+pub(crate) fn more(skipped: u64) -> String {
+    if skipped == 0 {
+        String::new()
+    } else {
+        format!(" ({skipped} more since the last such line)")
+    }
 }
 
 /// A peer connection: plain TCP or TLS over it.
@@ -100,42 +215,57 @@ pub(crate) fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-/// One message: its length (4 bytes, big-endian), then its postcard encoding.
+/// One message framed: its length (4 bytes, big-endian), its postcard encoding, the stamp of
+/// `tag` ([`append_tag`]).
+pub(crate) fn frame<T: Serialize>(msg: &T, tag: Option<ClusterTag>) -> io::Result<Vec<u8>> {
+    let mut buf = postcard::to_extend(msg, vec![0u8; 4]).map_err(io::Error::other)?;
+    append_tag(&mut buf, tag);
+    let len = u32::try_from(buf.len() - 4).map_err(|_| io::Error::other("rpc too large"))?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// Writes one message ([`frame`]).
 pub(crate) async fn write_msg<W: AsyncWrite + Unpin + ?Sized, T: Serialize>(
     w: &mut W,
     msg: &T,
+    tag: Option<ClusterTag>,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; 4];
-    let mut buf = postcard::to_extend(msg, std::mem::take(&mut buf)).map_err(io::Error::other)?;
-    let len = u32::try_from(buf.len() - 4).map_err(|_| io::Error::other("rpc too large"))?;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
+    let buf = frame(msg, tag)?;
     w.write_all(&buf).await?;
     w.flush().await
 }
 
-/// Reads one message of at most `limit` bytes. The length is checked before anything else is
-/// read, and the buffer grows by at most [`READ_STEP`] per read, so memory follows the bytes
-/// that arrived, never the length claimed. Once the prefix arrived the rest must come within
-/// [`FRAME_TIMEOUT`].
-pub(crate) async fn read_msg<R: AsyncRead + Unpin + ?Sized, T: DeserializeOwned>(
+/// Reads one reply of at most `limit` bytes and opens it ([`open_reply`]). The length is
+/// checked before anything else is read, and the buffer grows by at most [`READ_STEP`] per
+/// read, so memory follows the bytes that arrived, never the length claimed. Once the prefix
+/// arrived the rest must come within [`FRAME_TIMEOUT`].
+pub(crate) async fn read_reply<R: AsyncRead + Unpin + ?Sized>(
     r: &mut R,
     limit: usize,
-) -> io::Result<T> {
+    me: &Identity,
+    peer: &str,
+) -> io::Result<RpcReply> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
-    read_rest(r, len, limit).await
+    let body = read_rest(r, len, limit).await?;
+    open_reply(&body, me, peer)
 }
 
-/// The rest of a message whose length prefix `len` was read.
-pub(crate) async fn read_rest<R: AsyncRead + Unpin + ?Sized, T: DeserializeOwned>(
+/// The rest of a message whose length prefix `len` was read: its body, stamp included.
+pub(crate) async fn read_rest<R: AsyncRead + Unpin + ?Sized>(
     r: &mut R,
     len: [u8; 4],
     limit: usize,
-) -> io::Result<T> {
-    let body = tokio::time::timeout(FRAME_TIMEOUT, read_body(r, len, limit))
+) -> io::Result<Vec<u8>> {
+    tokio::time::timeout(FRAME_TIMEOUT, read_body(r, len, limit))
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "rpc frame timed out"))??;
-    postcard::from_bytes(&body).map_err(|e| invalid(&format!("bad rpc: {e}")))
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "rpc frame timed out"))?
+}
+
+/// A message's postcard body decoded.
+pub(crate) fn decode<T: DeserializeOwned>(msg: &[u8]) -> io::Result<T> {
+    postcard::from_bytes(msg).map_err(|e| invalid(&format!("bad rpc: {e}")))
 }
 
 async fn read_body<R: AsyncRead + Unpin + ?Sized>(
@@ -164,4 +294,78 @@ async fn read_body<R: AsyncRead + Unpin + ?Sized>(
         body.truncate(at + n);
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// C20: the stamp rides after the message. A stamped message reads back with its tag; an
+    /// earlier build, which decodes the whole body with postcard, reads the same message as
+    /// before (postcard ignores what follows); a message without a stamp reads as unstamped.
+    #[test]
+    fn the_stamp_is_invisible_to_earlier_builds() {
+        let tag = ClusterTag {
+            id: [7; 16],
+            epoch: 2,
+        };
+        let msg = RpcRequest::PreVote(PreVoteRequest {
+            term: 5,
+            candidate: 2,
+            last_log_id: None,
+        });
+        for t in [Some(tag), None] {
+            let f = frame(&msg, t).unwrap();
+            let body = &f[4..];
+            assert_eq!(
+                u32::from_be_bytes(f[..4].try_into().unwrap()) as usize,
+                body.len()
+            );
+            let (m, got) = split_tag(body);
+            assert_eq!(got, t);
+            assert!(matches!(decode::<RpcRequest>(m), Ok(RpcRequest::PreVote(p)) if p.term == 5));
+            // What an earlier build does with the whole body.
+            assert!(matches!(
+                postcard::from_bytes::<RpcRequest>(body),
+                Ok(RpcRequest::PreVote(p)) if p.term == 5
+            ));
+        }
+        let plain = postcard::to_stdvec(&msg).unwrap();
+        assert_eq!(split_tag(&plain), (&plain[..], None));
+        assert_eq!(split_tag(b"short"), (&b"short"[..], None));
+    }
+
+    /// A reply stamped with another cluster is refused; a refusal is an error that says why.
+    #[test]
+    fn replies_of_another_cluster_or_refusals_are_errors() {
+        use crate::base::cluster_id::{Belonging, Identity};
+        let ours = ClusterTag {
+            id: [1; 16],
+            epoch: 0,
+        };
+        let me = Identity::detached(Belonging::Member(ours));
+        let body = |r: &RpcReply, t| frame(r, t).unwrap()[4..].to_vec();
+        let ok = body(&RpcReply::PreVote(true), Some(ours));
+        assert!(matches!(
+            open_reply(&ok, &me, "p"),
+            Ok(RpcReply::PreVote(true))
+        ));
+        let unstamped = body(&RpcReply::PreVote(true), None);
+        assert!(
+            open_reply(&unstamped, &me, "p").is_ok(),
+            "a node of no cluster yet"
+        );
+        let other = body(
+            &RpcReply::PreVote(true),
+            Some(ClusterTag {
+                id: [2; 16],
+                epoch: 0,
+            }),
+        );
+        let e = open_reply(&other, &me, "p").err().expect("refused");
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let refused = body(&RpcReply::Refused("of another cluster".into()), None);
+        let e = open_reply(&refused, &me, "p").err().expect("refused");
+        assert!(e.to_string().contains("another cluster"), "{e}");
+    }
 }

@@ -17,6 +17,12 @@
 //!    step 1 on, and grants pre-votes although it still leads, so if the standby's first
 //!    campaign fails, its next one (an election timeout later, after a pre-vote) still wins.
 //!
+//! C22: the standby judges a handover entry from facts of its own only ([`fresh`]): the entry
+//! names it, was appended to its log by this process (not replayed from its disk at start),
+//! and is of the current term of the leader it still follows. Before, it compared the old
+//! leader's wall clock (stamped in the entry) with its own: a clock 2 s apart disabled every
+//! handover silently, and the node fell back to an ordinary election.
+//!
 //! If no new leader appears within [`HANDOVER_WAIT`] (a 5-node cluster whose other followers
 //! still hold the lease, a leader that led for less than the lease), the node exits anyway
 //! and an ordinary election follows, as before.
@@ -33,37 +39,56 @@ use crate::sm::state::{Cmd, Proposal};
 
 /// Longest the old leader waits for the new one before exiting anyway.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
-/// A handover entry older than this (by the leader's clock) is history being replayed, not a
-/// request to campaign now.
-const FRESH_MS: i64 = 2000;
 
 /// A handover entry as the state machine applied it.
 #[derive(Debug, Clone, Copy)]
 pub struct Applied {
     pub to: NodeId,
     pub log_id: LogId,
-    pub leader_ms: i64,
+}
+
+/// C22: whether the handover entry `h`, applied on node `me`, asks it to campaign now. From
+/// this node's facts only: the entry names it; its index is past `start_last`, the last index
+/// this process found in its log at start (an entry at or below it is history replayed from
+/// disk); it is of the current `term`; and `leader`, the leader this node follows now, is the
+/// one that wrote it. No clock is read.
+pub fn fresh(
+    h: &Applied,
+    me: NodeId,
+    start_last: Option<u64>,
+    term: u64,
+    leader: Option<NodeId>,
+) -> bool {
+    h.to == me
+        && start_last.is_none_or(|l| h.log_id.index > l)
+        && h.log_id.leader_id.term == term
+        && leader == Some(h.log_id.leader_id.node_id)
 }
 
 /// Called by the state machine for every applied batch.
 pub fn note(tx: &mpsc::UnboundedSender<Applied>, log_id: LogId, batch: &Batch) {
     for p in batch.0.iter() {
         if let Cmd::Handover { to } = p.cmd {
-            let _ = tx.send(Applied {
-                to,
-                log_id,
-                leader_ms: p.now_ms,
-            });
+            let _ = tx.send(Applied { to, log_id });
         }
     }
 }
 
-/// The standby's side: campaigns when a fresh handover entry of the current term names it.
-pub async fn follow(raft: Raft, id: NodeId, mut rx: mpsc::UnboundedReceiver<Applied>) {
+/// The standby's side: campaigns when a [`fresh`] handover entry names it. `start_last`: the
+/// last log index this node's log held when the process started.
+pub async fn follow(
+    raft: Raft,
+    id: NodeId,
+    start_last: Option<u64>,
+    mut rx: mpsc::UnboundedReceiver<Applied>,
+) {
     while let Some(h) = rx.recv().await {
-        let term = raft.metrics().borrow().current_term;
-        let fresh = (crate::base::clock::now_ms() - h.leader_ms).abs() < FRESH_MS;
-        if h.to != id || !fresh || h.log_id.leader_id.term != term {
+        let (term, leader) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (m.current_term, m.current_leader)
+        };
+        if !fresh(&h, id, start_last, term, leader) {
             continue;
         }
         eprintln!(
@@ -103,6 +128,8 @@ pub async fn hand_over(
         return;
     };
     let t0 = Instant::now();
+    // No checkpoint entry of the consistency check after the handover entry (C19).
+    let _alone = ready.proposing.lock().await;
     ready.hand_over();
     // Never take leadership back: without this, a vote grant slowed by a loaded disk let the
     // old leader's own election timer fire and win again before the standby's next campaign.
@@ -167,6 +194,55 @@ pub async fn hand_over(
                 );
                 return;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    /// C22: freshness from this node's facts alone (no clock), as a table. Node 2 is named by
+    /// leader 1's handover entry at index 50 of term 4; node 2's log ended at 40 when it started.
+    #[test]
+    fn a_handover_is_fresh_by_this_nodes_facts_alone() {
+        let h = Applied {
+            to: 2,
+            log_id: LogId::new(CommittedLeaderId::new(4, 1), 50),
+        };
+        let cases = [
+            (
+                "appended since start, current term, still following 1",
+                2,
+                Some(40),
+                4,
+                Some(1),
+                true,
+            ),
+            (
+                "a node that started with an empty log",
+                2,
+                None,
+                4,
+                Some(1),
+                true,
+            ),
+            ("names another node", 3, Some(40), 4, Some(1), false),
+            (
+                "replayed from disk at start",
+                2,
+                Some(50),
+                4,
+                Some(1),
+                false,
+            ),
+            ("a later term", 2, Some(40), 5, Some(1), false),
+            ("another leader now", 2, Some(40), 4, Some(3), false),
+            ("no leader known", 2, Some(40), 4, None, false),
+        ];
+        for (what, me, start_last, term, leader, want) in cases {
+            assert_eq!(fresh(&h, me, start_last, term, leader), want, "{what}");
         }
     }
 }

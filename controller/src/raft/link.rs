@@ -19,15 +19,16 @@ use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::base::clock::BootInstant;
+use crate::base::cluster_id::Identity;
 use crate::base::ids::{CtrlNode, NodeId, Vote};
 use crate::base::tls::PeerTls;
 use crate::raft::frame::{
-    invalid, read_msg, PeerStream, RpcReply, RpcRequest, RpcRequestRef, CONNECT_TIMEOUT, READ_STEP,
+    frame, invalid, open_reply, read_reply, PeerStream, RpcReply, RpcRequest, RpcRequestRef,
+    CONNECT_TIMEOUT, READ_STEP,
 };
 use crate::raft::lease::LeaseClock;
 use crate::raft::types::{Snapshot, TypeConfig};
@@ -46,6 +47,8 @@ pub struct NetFactory {
     /// What each peer's link was found to carry ([`AppendBudget`]), kept across the clients
     /// openraft makes per term: a new leader does not start by flooding a slow link.
     pub budgets: Arc<Mutex<HashMap<NodeId, usize>>>,
+    /// C20: this node's cluster, stamped on every request and checked on every reply.
+    pub identity: Arc<Identity>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetFactory {
@@ -61,6 +64,7 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
             lease: self.lease.clone(),
             tls: self.tls.clone(),
             max_rpc: self.max_rpc,
+            identity: self.identity.clone(),
         }
     }
 }
@@ -220,14 +224,6 @@ fn entries_within(entries: &[crate::raft::types::Entry], budget: usize) -> usize
     n.max(1)
 }
 
-/// One message framed: its length (4 bytes, big-endian), then its postcard encoding.
-fn frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
-    let mut buf = postcard::to_extend(msg, vec![0u8; 4]).map_err(io::Error::other)?;
-    let len = u32::try_from(buf.len() - 4).map_err(|_| io::Error::other("rpc too large"))?;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf)
-}
-
 /// C15, P14: how many bytes of entries one append may carry to a peer, so that it crosses the
 /// link within openraft's one-heartbeat budget. Starts at [`INITIAL_BUDGET`] (or what the
 /// peer's previous client learned); an append that expires halves it, one answered within a
@@ -285,12 +281,17 @@ pub struct PeerClient {
     lease: std::sync::Arc<LeaseClock>,
     tls: Option<PeerTls>,
     max_rpc: usize,
+    identity: Arc<Identity>,
 }
 
-/// Why a call failed: the peer could not be reached at all, or the exchange broke.
+/// Why a call failed: the peer could not be reached at all, the exchange broke, or the peer
+/// (or this node) refused the message for its cluster (C20) or because it diverged (C19).
 enum CallError {
     Unreachable(io::Error),
     Network(io::Error),
+    /// Openraft backs off as from an unreachable peer; the link stays (the peer keeps it
+    /// open and judges each message alone), so the next try costs no new handshake.
+    Refused(io::Error),
 }
 
 fn timed_out(what: &str) -> io::Error {
@@ -313,7 +314,7 @@ impl PeerClient {
             Ok(r) => r,
             Err(_) => return Err(CallError::Network(timed_out("rpc timed out"))),
         };
-        if res.is_err() {
+        if matches!(res, Err(CallError::Unreachable(_) | CallError::Network(_))) {
             self.link = None;
         }
         res
@@ -339,8 +340,13 @@ impl PeerClient {
             }
         };
         let body = link.reply(seq, max_rpc).await.map_err(CallError::Network)?;
-        let reply = postcard::from_bytes(&body)
-            .map_err(|e| CallError::Network(invalid(&format!("bad rpc reply: {e}"))))?;
+        let reply = open_reply(&body, &self.identity, &self.addr).map_err(|e| {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                CallError::Refused(e)
+            } else {
+                CallError::Network(e)
+            }
+        })?;
         Ok((reply, framed))
     }
 
@@ -407,7 +413,7 @@ impl PeerClient {
             self.connect().await?;
             let mut link = self.link.take().expect("connected above");
             let conn = &mut link.conn;
-            let header = frame(&req).map_err(CallError::Network)?;
+            let header = frame(&req, self.identity.tag()).map_err(CallError::Network)?;
             conn.write_all(&header).await.map_err(CallError::Network)?;
             let mut file = tokio::fs::File::from_std(file);
             let copied = tokio::io::copy(&mut (&mut file).take(len), conn)
@@ -420,7 +426,9 @@ impl PeerClient {
                 )));
             }
             conn.flush().await.map_err(CallError::Network)?;
-            read_msg(conn, max_rpc).await.map_err(CallError::Network)
+            read_reply(conn, max_rpc, &self.identity, &self.addr)
+                .await
+                .map_err(CallError::Network)
         })
         .await;
         res.unwrap_or_else(|_| {
@@ -434,7 +442,9 @@ impl PeerClient {
 
 fn rpc_err<E: std::error::Error>(e: CallError) -> RPCError<NodeId, CtrlNode, E> {
     match e {
-        CallError::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
+        CallError::Unreachable(e) | CallError::Refused(e) => {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
         CallError::Network(e) => RPCError::Network(NetworkError::new(&e)),
     }
 }
@@ -452,16 +462,38 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let ttl = option.hard_ttl();
         let vote = rpc.vote;
         // P14: no more entries than the link carries within the TTL (one always goes).
-        let mut whole = frame(&RpcRequestRef::Append(&rpc))
+        let tag = self.identity.tag();
+        let mut whole = frame(&RpcRequestRef::Append(&rpc), tag)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        // `Some(last)`: the append was cut short after `last` (`None`: before its first entry).
         let mut cut = None;
         if whole.len() > self.budget.bytes && rpc.entries.len() > 1 {
             let keep = entries_within(&rpc.entries, self.budget.bytes);
             if keep < rpc.entries.len() {
                 rpc.entries.truncate(keep);
-                cut = rpc.entries.last().map(|e| e.log_id);
-                whole = frame(&RpcRequestRef::Append(&rpc))
+                cut = Some(rpc.entries.last().map(|e| e.log_id));
+                whole = frame(&RpcRequestRef::Append(&rpc), tag)
                     .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            }
+        }
+        // Failpoint `repl-max-index` (C12's test): no entry past N leaves this leader.
+        if let Some(max) = crate::base::failpoints::number(crate::base::failpoints::REPL_MAX_INDEX)
+        {
+            let max = u64::try_from(max).unwrap_or(0);
+            let keep = rpc
+                .entries
+                .iter()
+                .take_while(|e| e.log_id.index <= max)
+                .count();
+            if keep < rpc.entries.len() {
+                rpc.entries.truncate(keep);
+                cut = Some(rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id));
+                whole = frame(&RpcRequestRef::Append(&rpc), tag)
+                    .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+                if keep == 0 {
+                    // Nothing to send but the heartbeat: not at once again.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
         let key = AppendKey {
@@ -499,7 +531,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                     // The follower has every entry sent: up to the last one (openraft's API
                     // for an append the network sent only the start of).
                     (AppendEntriesResponse::Success, Some(last)) => {
-                        AppendEntriesResponse::PartialSuccess(Some(last))
+                        AppendEntriesResponse::PartialSuccess(last)
                     }
                     (r, _) => r,
                 })
@@ -516,7 +548,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
-        let req = frame(&RpcRequestRef::Vote(&rpc))
+        let req = frame(&RpcRequestRef::Vote(&rpc), self.identity.tag())
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         match self
             .call(&req, None, option.hard_ttl())
@@ -554,7 +586,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 e,
             ))),
             Ok(_) => Err(StreamingError::Network(NetworkError::new(&unexpected()))),
-            Err(CallError::Unreachable(e)) => {
+            Err(CallError::Unreachable(e) | CallError::Refused(e)) => {
                 Err(StreamingError::Unreachable(Unreachable::new(&e)))
             }
             Err(CallError::Network(e)) => Err(StreamingError::Network(NetworkError::new(&e))),
@@ -747,8 +779,8 @@ mod tests {
     fn borrowed_requests_encode_like_owned_ones() {
         let vote = VoteRequest::new(committed(3, 2), None);
         assert_eq!(
-            frame(&RpcRequestRef::Vote(&vote)).unwrap(),
-            frame(&RpcRequest::Vote(vote.clone())).unwrap()
+            frame(&RpcRequestRef::Vote(&vote), None).unwrap(),
+            frame(&RpcRequest::Vote(vote.clone()), None).unwrap()
         );
         let append = AppendEntriesRequest::<TypeConfig> {
             vote: committed(3, 2),
@@ -761,8 +793,8 @@ mod tests {
             ],
         };
         assert_eq!(
-            frame(&RpcRequestRef::Append(&append)).unwrap(),
-            frame(&RpcRequest::Append(append.clone())).unwrap()
+            frame(&RpcRequestRef::Append(&append), None).unwrap(),
+            frame(&RpcRequest::Append(append.clone()), None).unwrap()
         );
         assert_eq!(
             entries_within(&append.entries, 0),

@@ -1,9 +1,12 @@
 //! Raft: openraft's type configuration, the log and state-machine store, the raft port's
 //! outgoing side (messages and framing, the lease, the link that carries openraft's calls, the
 //! forwarder), elections with pre-vote, a node that lost its data (amnesia), the readiness
-//! barrier, handover, and the proposer that batches writes.
+//! barrier, handover, the proposer that batches writes, and C19's state digests and the
+//! marker of a node that diverged.
 
 pub mod amnesia;
+pub mod digests;
+pub mod diverged;
 pub mod elect;
 pub mod forward;
 pub mod frame;

@@ -37,6 +37,10 @@ pub struct Readiness {
     /// Wakes [`run`] when a handover is called off ([`Readiness::resume`]): its vote needs
     /// proving again, and nothing in the server metrics it waits on changes.
     resumed: tokio::sync::Notify,
+    /// C14 with C19: held by a handover from its start, and by the consistency check while it
+    /// decides to commit a checkpoint entry and hands it to Raft, so no checkpoint follows the
+    /// handover entry in its term (the named standby's log must be the longest).
+    pub proposing: tokio::sync::Mutex<()>,
 }
 
 impl Default for Readiness {
@@ -45,6 +49,7 @@ impl Default for Readiness {
             proven: watch::channel(None).0,
             handing_over: Default::default(),
             resumed: tokio::sync::Notify::new(),
+            proposing: tokio::sync::Mutex::new(()),
         }
     }
 }

@@ -22,11 +22,13 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::base::clock::now_ms;
+use crate::base::cluster_id::Belonging;
 use crate::base::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
+use crate::raft::digests::Digests;
 use crate::raft::types::{Entry, Raft, Snapshot, TypeConfig};
 use crate::sm::entry::Batch;
 use crate::sm::snapshot::{self, SnapFile};
-use crate::sm::state::{Outcome, State};
+use crate::sm::state::{ClusterStamp, Outcome, State};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -34,6 +36,8 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const K_VOTE: &str = "vote";
 const K_COMMITTED: &str = "committed";
 const K_PURGED: &str = "purged";
+/// C20: the node's [`Belonging`] (absent: data of an earlier build, or a blank directory).
+const K_CLUSTER: &str = "cluster";
 /// redb's page cache: the database holds only the log since the last snapshot, vote and
 /// committed index (the snapshot is a file of its own), so a small cache is enough. redb's
 /// default (1 GiB) let the log's pages fill the controller's memory.
@@ -42,25 +46,45 @@ const DB_CACHE_BYTES: usize = 32 << 20;
 /// short for a table of 10^6 jobs: a follower would never catch up).
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
 
-/// A storage error stops this node's Raft (openraft treats it as fatal): say why first.
+/// The database file in a node's data directory.
+pub const DB_FILE: &str = "raft.redb";
+
+/// A storage error stops this node's Raft (openraft treats it as fatal); where it is returned
+/// to openraft it is also the node's storage fault (C21, [`noted`]), which names the file.
 fn read_err(e: impl std::error::Error + 'static) -> StorageError {
-    eprintln!("storage read error: {e}");
     StorageError::IO {
         source: StorageIOError::read(AnyError::new(&e)),
     }
 }
 
 fn write_err(e: impl std::error::Error + 'static) -> StorageError {
-    eprintln!("storage write error: {e}");
     StorageError::IO {
         source: StorageIOError::write(AnyError::new(&e)),
     }
 }
 
+/// C21: a failed storage operation `op` on `file` is this node's storage fault
+/// (`base/fault.rs`: the node stops serving and voting and exits); returns `res` as it was.
+fn noted<T>(
+    op: &'static str,
+    file: &Path,
+    res: Result<T, StorageError>,
+) -> Result<T, StorageError> {
+    if let Err(e) = &res {
+        crate::base::fault::record(op, file, e);
+    }
+    res
+}
+
+/// A storage failpoint (`base/failpoints.rs`) as a write error.
+fn failpoint(name: &str) -> Result<(), StorageError> {
+    crate::base::failpoints::storage(name).map_err(write_err)
+}
+
 /// Opens (creating if needed) the node's database with both tables present.
 pub fn open_db(dir: &Path) -> Result<Arc<Database>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let path = dir.join("raft.redb");
+    let path = dir.join(DB_FILE);
     let db = Database::builder()
         .set_cache_size(DB_CACHE_BYTES)
         .create(&path)
@@ -84,6 +108,43 @@ pub fn is_blank(db: &Database, dir: &Path) -> Result<bool, String> {
     let no_vote = meta.get(K_VOTE).map_err(|e| e.to_string())?.is_none();
     let no_purge = meta.get(K_PURGED).map_err(|e| e.to_string())?.is_none();
     Ok(no_log && no_vote && no_purge && !snapshot::current_path(dir).exists())
+}
+
+/// C20: what the data directory says of the node's cluster. Absent in a blank directory: it
+/// becomes [`Belonging::Pending`] (saved, so a node that crashes before it learnt its
+/// cluster's id still takes it); absent beside data: written by an earlier build
+/// ([`Belonging::Legacy`]).
+pub fn open_belonging(db: &Database, blank: bool) -> Result<Belonging, String> {
+    match meta_get::<Belonging>(db, K_CLUSTER).map_err(|e| e.to_string())? {
+        Some(b) => Ok(b),
+        None if blank => {
+            save_belonging(db, Belonging::Pending)?;
+            Ok(Belonging::Pending)
+        }
+        None => Ok(Belonging::Legacy),
+    }
+}
+
+/// C20: saves the node's [`Belonging`] (a committed, fsynced transaction).
+pub fn save_belonging(db: &Database, b: Belonging) -> Result<(), String> {
+    meta_put(db, K_CLUSTER, &b).map_err(|e| e.to_string())
+}
+
+/// C20, `snapshot restore`: a fresh data directory's database for a node restored from a
+/// snapshot at `last`: the log is empty and purged up to `last` (so it continues after the
+/// snapshot), the vote is this node's own in `last`'s term (not committed: the restored
+/// cluster's first leader is elected in a higher term, and its entries follow `last`'s), and
+/// the cluster is the restored one.
+pub fn write_restored(
+    db: &Database,
+    last: LogId,
+    vote: Vote,
+    cluster: Belonging,
+) -> Result<(), String> {
+    let s = |e: StorageError| e.to_string();
+    meta_put(db, K_PURGED, &last).map_err(s)?;
+    meta_put(db, K_VOTE, &vote).map_err(s)?;
+    meta_put(db, K_CLUSTER, &cluster).map_err(s)
 }
 
 /// Runs a blocking database write without stalling the other tasks of this worker thread
@@ -206,7 +267,7 @@ impl Drop for Flusher {
 }
 
 impl Flusher {
-    fn start(db: Arc<Database>, recent: Arc<Mutex<Recent>>, stall: Option<PathBuf>) -> Flusher {
+    fn start(db: Arc<Database>, recent: Arc<Mutex<Recent>>, file: Arc<PathBuf>) -> Flusher {
         let (tx, rx) = std::sync::mpsc::channel::<Flush>();
         let shared = Arc::new(FlushState {
             pending: Mutex::new(Pending::default()),
@@ -219,24 +280,26 @@ impl Flusher {
             .spawn(move || {
                 // Ends when the sender is dropped (`Drop`).
                 while let Ok(first) = rx.recv() {
-                    while stall.as_ref().is_some_and(|p| p.exists()) {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                    }
+                    // `log-flush`: `pause` stalls this disk here (appends queue behind it).
+                    let point = failpoint(crate::base::failpoints::LOG_FLUSH);
                     let mut group = vec![first];
                     group.extend(rx.try_iter());
                     let res = if f.failed.load(Ordering::Acquire) {
                         Err("an earlier commit failed".to_string())
                     } else {
-                        commit_entries(
-                            &db,
-                            group
-                                .iter()
-                                .flat_map(|g| g.entries.iter().map(|(i, b)| (*i, b.as_slice()))),
-                        )
-                        .map_err(|e| e.to_string())
+                        let res = point.and_then(|()| {
+                            commit_entries(
+                                &db,
+                                group.iter().flat_map(|g| {
+                                    g.entries.iter().map(|(i, b)| (*i, b.as_slice()))
+                                }),
+                            )
+                        });
+                        noted("log_flush", &file, res).map_err(|e| e.to_string())
                     };
                     if res.is_err() {
-                        // What the failed commit left is unknown: read the database from now on.
+                        // What the failed commit left is unknown: read the database from now on
+                        // (never retried: C21, `base/fault.rs`).
                         f.failed.store(true, Ordering::Release);
                         recent.lock().expect("log cache lock").clear();
                     }
@@ -466,19 +529,34 @@ impl Recent {
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// The database's file, named by a storage fault (C21).
+    file: Arc<PathBuf>,
     recent: Arc<Mutex<Recent>>,
     flusher: Arc<Flusher>,
+    /// C12: told of every vote saved, once it is on disk (`raft/amnesia.rs`).
+    on_vote: Arc<std::sync::OnceLock<OnVote>>,
 }
 
+/// A hook the log store calls with every vote it saved (the node passes C12's).
+pub type OnVote = Box<dyn Fn(&Vote) + Send + Sync>;
+
 impl LogStore {
-    /// `stall`: the test failpoint `--test-leader-flush-stall` (`None` otherwise).
-    pub fn new(db: Arc<Database>, stall: Option<PathBuf>) -> LogStore {
+    /// The log of the database `db` opened from the data directory `dir`.
+    pub fn new(db: Arc<Database>, dir: &Path) -> LogStore {
         let recent: Arc<Mutex<Recent>> = Arc::default();
+        let file = Arc::new(dir.join(DB_FILE));
         LogStore {
-            flusher: Arc::new(Flusher::start(db.clone(), recent.clone(), stall)),
+            flusher: Arc::new(Flusher::start(db.clone(), recent.clone(), file.clone())),
             db,
+            file,
             recent,
+            on_vote: Arc::default(),
         }
+    }
+
+    /// Sets the hook told of every vote saved (once; later calls are ignored).
+    pub fn on_vote(&self, hook: OnVote) {
+        let _ = self.on_vote.set(hook);
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
@@ -505,17 +583,20 @@ impl RaftLogReader<TypeConfig> for LogStore {
             return Ok(hit);
         }
         self.flusher.wait_idle()?;
-        let tx = self.db.begin_read().map_err(read_err)?;
-        let t = tx.open_table(LOG).map_err(read_err)?;
-        let mut out = Vec::new();
-        for item in t.range(start..).map_err(read_err)? {
-            let (k, v) = item.map_err(read_err)?;
-            if !range.contains(&k.value()) {
-                break;
+        let read = || {
+            let tx = self.db.begin_read().map_err(read_err)?;
+            let t = tx.open_table(LOG).map_err(read_err)?;
+            let mut out = Vec::new();
+            for item in t.range(start..).map_err(read_err)? {
+                let (k, v) = item.map_err(read_err)?;
+                if !range.contains(&k.value()) {
+                    break;
+                }
+                out.push(decode_entry(v.value())?);
             }
-            out.push(decode_entry(v.value())?);
-        }
-        Ok(out)
+            Ok(out)
+        };
+        noted("read", &self.file, read())
     }
 }
 
@@ -524,17 +605,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         self.flusher.wait_idle()?;
-        let last_purged_log_id: Option<LogId> = meta_get(&self.db, K_PURGED)?;
-        let tx = self.db.begin_read().map_err(read_err)?;
-        let t = tx.open_table(LOG).map_err(read_err)?;
-        let last = match t.last().map_err(read_err)? {
-            Some((_, v)) => Some(decode_entry(v.value())?.log_id),
-            None => last_purged_log_id,
+        let read = || {
+            let last_purged_log_id: Option<LogId> = meta_get(&self.db, K_PURGED)?;
+            let tx = self.db.begin_read().map_err(read_err)?;
+            let t = tx.open_table(LOG).map_err(read_err)?;
+            let last = match t.last().map_err(read_err)? {
+                Some((_, v)) => Some(decode_entry(v.value())?.log_id),
+                None => last_purged_log_id,
+            };
+            Ok(LogState {
+                last_purged_log_id,
+                last_log_id: last,
+            })
         };
-        Ok(LogState {
-            last_purged_log_id,
-            last_log_id: last,
-        })
+        noted("read", &self.file, read())
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -543,11 +627,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.flusher.wait_idle()?;
-        meta_put(&self.db, K_VOTE, vote)
+        let res = failpoint(crate::base::failpoints::VOTE_SAVE)
+            .and_then(|()| meta_put(&self.db, K_VOTE, vote));
+        noted("vote", &self.file, res)?;
+        if let Some(hook) = self.on_vote.get() {
+            hook(vote);
+        }
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        meta_get(&self.db, K_VOTE)
+        noted("read", &self.file, meta_get(&self.db, K_VOTE))
     }
 
     /// Not saved (openraft's default): the committed index only spares re-applying after a
@@ -560,7 +650,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(meta_get::<Option<LogId>>(&self.db, K_COMMITTED)?.flatten())
+        let read = meta_get::<Option<LogId>>(&self.db, K_COMMITTED);
+        Ok(noted("read", &self.file, read)?.flatten())
     }
 
     async fn append<I>(
@@ -575,7 +666,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut encoded = Vec::new();
         let mut kept = Vec::new();
         for e in entries {
-            let bytes = encode_entry(&e)?;
+            let bytes = noted("log_append", &self.file, encode_entry(&e))?;
             encoded.push((e.log_id.index, bytes));
             kept.push((e, encoded.last().map_or(0, |(_, b)| b.len())));
         }
@@ -588,7 +679,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // A follower's (openraft waits for it): after anything still pending, then inline.
         self.flusher.wait_idle()?;
-        let res = commit_entries(&self.db, encoded.iter().map(|(i, b)| (*i, b.as_slice())));
+        let res = failpoint(crate::base::failpoints::LOG_APPEND).and_then(|()| {
+            commit_entries(&self.db, encoded.iter().map(|(i, b)| (*i, b.as_slice())))
+        });
+        let res = noted("log_append", &self.file, res);
         // The commit is durable (fsynced) when it returns: only then are the entries readable
         // from the cache and the flush reported.
         match &res {
@@ -608,7 +702,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.flusher.wait_idle()?;
         self.recent().remove_from(log_id.index);
-        blocking(|| {
+        let res = blocking(|| {
+            failpoint(crate::base::failpoints::LOG_TRUNCATE)?;
             let tx = self.db.begin_write().map_err(write_err)?;
             {
                 let mut t = tx.open_table(LOG).map_err(write_err)?;
@@ -616,14 +711,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     .map_err(write_err)?;
             }
             tx.commit().map_err(write_err)
-        })
+        });
+        noted("log_truncate", &self.file, res)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.flusher.wait_idle()?;
         self.recent().remove_upto(log_id.index);
         let bytes = serde_json::to_vec(&log_id).map_err(write_err)?;
-        blocking(|| {
+        let res = blocking(|| {
+            failpoint(crate::base::failpoints::LOG_PURGE)?;
             let tx = self.db.begin_write().map_err(write_err)?;
             {
                 let mut m = tx.open_table(META).map_err(write_err)?;
@@ -633,7 +730,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     .map_err(write_err)?;
             }
             tx.commit().map_err(write_err)
-        })
+        });
+        noted("log_purge", &self.file, res)
     }
 }
 
@@ -659,7 +757,17 @@ pub struct StateMachineStore {
     /// C14: told of every batch applied, with its log id (the node passes the handover's
     /// `note`, which picks out the handover entries: to whom, its log id, the leader's time).
     pub handovers: Option<OnApply>,
+    /// C19: hashes the state at every checkpoint entry (an empty batch).
+    pub digests: Option<Arc<Digests>>,
+    /// C20: told when the applied state records a cluster id (at open, after an apply or a
+    /// snapshot that changed it): the node takes it as its own.
+    pub on_cluster: Option<OnCluster>,
+    /// The cluster id last told to `on_cluster`.
+    told_cluster: Option<ClusterStamp>,
 }
+
+/// C20: the hook told of the cluster id the applied state records.
+pub type OnCluster = Box<dyn Fn(ClusterStamp) + Send + Sync>;
 
 /// A hook the state machine calls for every batch it applies (this module owns the type, so
 /// the store needs nothing of those it tells).
@@ -695,7 +803,21 @@ impl StateMachineStore {
             dir: dir.to_path_buf(),
             applied: Arc::new(RwLock::new(applied)),
             handovers: None,
+            digests: None,
+            on_cluster: None,
+            told_cluster: None,
         })
+    }
+
+    /// C20: tells `on_cluster` of the cluster id the applied state records, if it is new.
+    pub fn note_cluster(&mut self) {
+        let now = self.applied.read().expect("state lock").state.cluster();
+        if now.is_some() && now != self.told_cluster {
+            self.told_cluster = now;
+            if let (Some(hook), Some(c)) = (&self.on_cluster, now) {
+                hook(c);
+            }
+        }
     }
 }
 
@@ -724,7 +846,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let (dir, id) = (self.dir.clone(), self.id);
         // Writing (and fsyncing) a large table takes a while: off the runtime's threads.
-        let meta = tokio::task::spawn_blocking(move || -> std::io::Result<SnapshotMeta> {
+        let res = tokio::task::spawn_blocking(move || -> std::io::Result<SnapshotMeta> {
+            crate::base::failpoints::storage(crate::base::failpoints::SNAPSHOT_SAVE)?;
             let t0 = std::time::Instant::now();
             static BUILDS: AtomicU64 = AtomicU64::new(0);
             let tmp = dir.join(format!(
@@ -742,9 +865,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             Ok(view.meta.clone())
         })
         .await
-        .map_err(|e| write_err(std::io::Error::other(e.to_string())))?
-        .map_err(write_err)?;
-        let file = SnapFile::open(snapshot::current_path(&self.dir)).map_err(read_err)?;
+        .map_err(|e| write_err(std::io::Error::other(e.to_string())))
+        .and_then(|r| r.map_err(write_err));
+        let current = snapshot::current_path(&self.dir);
+        let meta = noted("snapshot", &current, res)?;
+        let file = noted(
+            "read",
+            &current,
+            SnapFile::open(current.clone()).map_err(read_err),
+        )?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(file),
@@ -765,24 +894,35 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut a = self.applied.write().expect("state lock");
         let mut out = Vec::new();
-        for e in entries {
-            a.last_applied = Some(e.log_id);
-            out.push(match e.payload {
-                EntryPayload::Blank => Vec::new(),
-                EntryPayload::Normal(batch) => {
-                    if let Some(note) = &self.handovers {
-                        note(e.log_id, &batch);
+        {
+            let mut a = self.applied.write().expect("state lock");
+            for e in entries {
+                a.last_applied = Some(e.log_id);
+                out.push(match e.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(batch) if batch.0.is_empty() => {
+                        // C19: a checkpoint entry (a barrier, or the consistency check's):
+                        // every replica hashes its state as of here.
+                        if let Some(d) = &self.digests {
+                            d.begin(e.log_id, a.membership.clone(), a.state.without_caches());
+                        }
+                        Vec::new()
                     }
-                    batch.0.iter().map(|p| a.state.apply(p)).collect()
-                }
-                EntryPayload::Membership(m) => {
-                    a.membership = StoredMembership::new(Some(e.log_id), m);
-                    Vec::new()
-                }
-            });
+                    EntryPayload::Normal(batch) => {
+                        if let Some(note) = &self.handovers {
+                            note(e.log_id, &batch);
+                        }
+                        batch.0.iter().map(|p| a.state.apply(p)).collect()
+                    }
+                    EntryPayload::Membership(m) => {
+                        a.membership = StoredMembership::new(Some(e.log_id), m);
+                        Vec::new()
+                    }
+                });
+            }
         }
+        self.note_cluster();
         Ok(out)
     }
 
@@ -795,9 +935,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapFile>, StorageError> {
-        Ok(Box::new(
-            SnapFile::receive_into(&self.dir).map_err(write_err)?,
-        ))
+        let file = SnapFile::receive_into(&self.dir).map_err(write_err);
+        Ok(Box::new(noted(
+            "snapshot",
+            &snapshot::current_path(&self.dir),
+            file,
+        )?))
     }
 
     async fn install_snapshot(
@@ -807,8 +950,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), StorageError> {
         let (dir, id) = (self.dir.clone(), self.id);
         let t0 = std::time::Instant::now();
-        let state = tokio::task::spawn_blocking(move || -> std::io::Result<State> {
+        let res = tokio::task::spawn_blocking(move || -> std::io::Result<State> {
             let SnapFile { path, file } = *snapshot;
+            crate::base::failpoints::storage(crate::base::failpoints::SNAPSHOT_SAVE)?;
             file.sync_all()?;
             drop(file);
             let (_, state) = snapshot::read(&path)?;
@@ -816,13 +960,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             Ok(state)
         })
         .await
-        .map_err(|e| read_err(std::io::Error::other(e.to_string())))?
-        .map_err(read_err)?;
+        .map_err(|e| write_err(std::io::Error::other(e.to_string())))
+        .and_then(|r| r.map_err(write_err));
+        let state = noted("snapshot", &snapshot::current_path(&self.dir), res)?;
         let jobs = state.job_count();
-        let mut a = self.applied.write().expect("state lock");
-        a.state = state;
-        a.last_applied = meta.last_log_id;
-        a.membership = meta.last_membership.clone();
+        {
+            let mut a = self.applied.write().expect("state lock");
+            a.state = state;
+            a.last_applied = meta.last_log_id;
+            a.membership = meta.last_membership.clone();
+        }
+        self.note_cluster();
         eprintln!(
             "node {id}: installed snapshot {} ({jobs} jobs) in {} ms",
             meta.snapshot_id,
@@ -836,8 +984,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         if !path.exists() {
             return Ok(None);
         }
-        let meta = snapshot::read_meta(&path).map_err(read_err)?;
-        let file = SnapFile::open(path).map_err(read_err)?;
+        let meta = noted("read", &path, snapshot::read_meta(&path).map_err(read_err))?;
+        let file = noted(
+            "read",
+            &path,
+            SnapFile::open(path.clone()).map_err(read_err),
+        )?;
         Ok(Some(Snapshot {
             meta,
             snapshot: Box::new(file),
@@ -970,7 +1122,7 @@ mod tests {
         rt().block_on(async {
             let db = open_db(dir.path()).expect("reopen");
             assert!(!is_blank(&db, dir.path()).expect("blank?"));
-            let mut store = LogStore::new(db.clone(), None);
+            let mut store = LogStore::new(db.clone(), dir.path());
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_log_id, Some(log_id(1, 5)));
             let read = store.try_get_log_entries(1..=5).await.expect("read old");
@@ -981,7 +1133,7 @@ mod tests {
         });
         rt().block_on(async {
             let db = open_db(dir.path()).expect("reopen");
-            let mut store = LogStore::new(db, None);
+            let mut store = LogStore::new(db, dir.path());
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_log_id, Some(log_id(2, 9)));
             let all = store.try_get_log_entries(..).await.expect("read all");
@@ -997,20 +1149,21 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         rt().block_on(async {
             let db = open_db(dir.path()).expect("open");
-            let mut store = LogStore::new(db.clone(), None);
+            let mut store = LogStore::new(db.clone(), dir.path());
+            let path = dir.path();
             // Checks every range of 0..=12 against a store with an empty cache (the database).
             let check = |mut store: LogStore, db: Arc<Database>| async move {
                 for a in 0..=12u64 {
                     for b in a..=13u64 {
                         let cached = store.try_get_log_entries(a..b).await.expect("cached");
-                        let disk = LogStore::new(db.clone(), None)
+                        let disk = LogStore::new(db.clone(), path)
                             .try_get_log_entries(a..b)
                             .await
                             .expect("disk");
                         assert!(same(&cached, &disk), "range {a}..{b}");
                     }
                     let cached = store.try_get_log_entries(a..).await.expect("cached");
-                    let disk = LogStore::new(db.clone(), None)
+                    let disk = LogStore::new(db.clone(), path)
                         .try_get_log_entries(a..)
                         .await
                         .expect("disk");
@@ -1044,17 +1197,37 @@ mod tests {
         });
     }
 
+    /// The `log-flush` failpoint is process-wide: the tests that pause it run one at a time.
+    static FLUSH_POINT: Mutex<()> = Mutex::new(());
+
+    /// Stalls every flusher of this process (`log-flush=pause`) until the guard is dropped.
+    struct Stall(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+    impl Stall {
+        fn start() -> Stall {
+            let one = FLUSH_POINT.lock().unwrap_or_else(|e| e.into_inner());
+            crate::base::failpoints::set(crate::base::failpoints::LOG_FLUSH, "pause")
+                .expect("failpoints are compiled into the tests");
+            Stall(one)
+        }
+    }
+
+    impl Drop for Stall {
+        fn drop(&mut self) {
+            let _ = crate::base::failpoints::clear(crate::base::failpoints::LOG_FLUSH);
+        }
+    }
+
     /// The leader's appends, handed to the flusher thread: reported on disk in the order
-    /// handed over, none while the (test) stall holds them; every other write to the log and
-    /// every read of it from the database waits until none is pending.
+    /// handed over, none while the `log-flush` failpoint stalls them; every other write to the
+    /// log and every read of it from the database waits until none is pending.
     #[test]
     fn the_leaders_flushes_report_in_order_and_other_writes_wait_for_them() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let stall = dir.path().join("stall");
-        std::fs::write(&stall, b"").expect("stall");
+        let stall = Stall::start();
         rt().block_on(async {
             let db = open_db(dir.path()).expect("open");
-            let mut store = LogStore::new(db.clone(), Some(stall.clone()));
+            let mut store = LogStore::new(db.clone(), dir.path());
             let reported = Arc::new(Mutex::new(Vec::new()));
             for (first, last) in [(1, 3), (4, 6), (7, 9)] {
                 let entries: Vec<Entry> = (first..=last).map(|i| entry(1, i)).collect();
@@ -1075,7 +1248,7 @@ mod tests {
             let (none_reported, truncate_waited) =
                 (reported.lock().unwrap().is_empty(), !waiter.is_finished());
             // Unstalled before any assertion: a stalled flusher would hold the test's end.
-            std::fs::remove_file(&stall).expect("unstall");
+            drop(stall);
             assert!(
                 none_reported,
                 "a flush was reported while the disk was stalled"
@@ -1090,7 +1263,7 @@ mod tests {
                 vec![(3, true), (6, true), (9, true)]
             );
             // Truncated after they landed: 1..=6 on disk, 7.. gone.
-            let disk = LogStore::new(db.clone(), None)
+            let disk = LogStore::new(db.clone(), dir.path())
                 .try_get_log_entries(0..)
                 .await
                 .expect("read");
@@ -1105,10 +1278,9 @@ mod tests {
     #[test]
     fn the_leaders_flushes_are_bounded_in_memory() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let stall = dir.path().join("stall");
-        std::fs::write(&stall, b"").expect("stall");
+        let stall = Stall::start();
         let db = open_db(dir.path()).expect("open");
-        let store = LogStore::new(db, Some(stall.clone()));
+        let store = LogStore::new(db, dir.path());
         let half = MAX_PENDING_FLUSH_BYTES / 2 + 1;
         let submit = move |store: &LogStore, index: u64| {
             let done: Done = Box::new(|res| res.expect("flushed"));
@@ -1126,7 +1298,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(100));
         let waited = !second.is_finished();
         // Unstalled before any assertion: a stalled flusher would hold the test's end.
-        std::fs::remove_file(&stall).expect("unstall");
+        drop(stall);
         second.join().expect("second append");
         store.flusher.wait_idle().expect("idle");
         assert!(waited, "a second half-bound append did not wait");

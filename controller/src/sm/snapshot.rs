@@ -222,17 +222,22 @@ impl View {
     pub fn write(&self, path: &Path) -> io::Result<u64> {
         let f = File::create(path)?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
-        w.write_all(MAGIC)?;
-        put_json(&mut w, &self.meta)?;
-        put_json(&mut w, &self.header)?;
-        w.write_all(&(self.jobs.len() as u64).to_le_bytes())?;
-        for j in self.jobs.values() {
-            put_job(&mut w, j)?;
-        }
-        w.write_all(END)?;
+        self.write_to(&mut w)?;
         let f = w.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
         f.metadata().map(|m| m.len())
+    }
+
+    /// Writes the snapshot to `w` (a file of its own, or a backup's tail: `backup.rs`).
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(MAGIC)?;
+        put_json(w, &self.meta)?;
+        put_json(w, &self.header)?;
+        w.write_all(&(self.jobs.len() as u64).to_le_bytes())?;
+        for j in self.jobs.values() {
+            put_job(w, j)?;
+        }
+        w.write_all(END)
     }
 }
 
@@ -256,14 +261,18 @@ pub fn read_meta(path: &Path) -> io::Result<SnapshotMeta> {
 
 /// Reads a whole snapshot file back into a state.
 pub fn read(path: &Path) -> io::Result<(SnapshotMeta, State)> {
-    let mut r = BufReader::with_capacity(1 << 20, File::open(path)?);
+    read_from(&mut BufReader::with_capacity(1 << 20, File::open(path)?))
+}
+
+/// Reads a snapshot from `r` (a file of its own, or a backup's tail).
+pub fn read_from(r: &mut impl Read) -> io::Result<(SnapshotMeta, State)> {
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic)?;
     if &magic != MAGIC {
         return Err(bad("not a snapshot file"));
     }
-    let meta: SnapshotMeta = get_json(&mut r)?;
-    let header: Header = get_json(&mut r)?;
+    let meta: SnapshotMeta = get_json(r)?;
+    let header: Header = get_json(r)?;
     let mut n = [0u8; 8];
     r.read_exact(&mut n)?;
     let n = u64::from_le_bytes(n);
@@ -271,7 +280,7 @@ pub fn read(path: &Path) -> io::Result<(SnapshotMeta, State)> {
     let mut buf = Vec::new();
     let mut jobs = imbl::OrdMap::new();
     for _ in 0..n {
-        let j = get_job(&mut r, &mut strings, &mut buf)?;
+        let j = get_job(r, &mut strings, &mut buf)?;
         jobs.insert(j.job_id, j);
     }
     r.read_exact(&mut magic)?;

@@ -156,6 +156,13 @@ pub enum Cmd {
     MemberRemoval {
         id: u64,
     },
+    /// C20: the cluster's id, proposed by a primary that finds none in the state (a new
+    /// cluster, or one whose data an earlier build wrote). The first one applied is the
+    /// cluster's for good; later ones change nothing.
+    ClusterId {
+        id: [u8; 16],
+        epoch: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +205,16 @@ pub enum JobState {
 pub enum HostState {
     Ok,
     Closed,
+}
+
+/// C20: the id of the cluster a state belongs to, and its restore epoch (0: made when the
+/// cluster was initialised; n: restored n times from a backup). Part of the replicated state
+/// (and so of its digest), which is how every member, and a new member through the log or a
+/// snapshot, learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClusterStamp {
+    pub id: [u8; 16],
+    pub epoch: u32,
 }
 
 /// The result of one write, as remembered for re-sends.
@@ -347,6 +364,8 @@ pub struct State {
     applied: u64,
     /// Keyed by the hex client id (JSON maps need string keys).
     dedup: HashMap<String, ClientWindow>,
+    /// C20: the cluster's id (`None`: not recorded yet).
+    cluster: Option<ClusterStamp>,
 }
 
 /// Everything in [`State`] but the job table: what a snapshot stores as JSON.
@@ -359,6 +378,9 @@ pub struct Header {
     next_session_id: u64,
     applied: u64,
     dedup: HashMap<String, ClientWindow>,
+    /// Absent in snapshots of earlier builds.
+    #[serde(default)]
+    cluster: Option<ClusterStamp>,
 }
 
 impl Default for State {
@@ -382,6 +404,7 @@ impl Default for State {
             next_session_id: 1,
             applied: 0,
             dedup: HashMap::new(),
+            cluster: None,
         }
     }
 }
@@ -421,6 +444,7 @@ impl State {
             next_session_id: self.next_session_id,
             applied: self.applied,
             dedup: self.dedup.clone(),
+            cluster: self.cluster,
         }
     }
 
@@ -436,7 +460,24 @@ impl State {
             next_session_id: h.next_session_id,
             applied: h.applied,
             dedup: h.dedup,
+            cluster: h.cluster,
         }
+    }
+
+    /// A copy of this state without its caches (the interner): what a checkpoint keeps to
+    /// hash and to save (C19, C20). The job table is shared, the small parts are copied.
+    pub fn without_caches(&self) -> State {
+        State::from_parts(self.header(), self.jobs.clone(), Interner::default())
+    }
+
+    /// C20: the cluster this state belongs to, if recorded.
+    pub fn cluster(&self) -> Option<ClusterStamp> {
+        self.cluster
+    }
+
+    /// C20: `snapshot restore` makes a new cluster of a backup's state.
+    pub fn set_cluster(&mut self, c: ClusterStamp) {
+        self.cluster = Some(c);
     }
 
     /// Proposals applied so far (the snapshot trigger's clock).
@@ -716,6 +757,15 @@ impl State {
                 Outcome::ok()
             }
             Cmd::Handover { .. } | Cmd::MemberRemoval { .. } => Outcome::ok(),
+            Cmd::ClusterId { id, epoch } => {
+                if self.cluster.is_none() {
+                    self.cluster = Some(ClusterStamp {
+                        id: *id,
+                        epoch: *epoch,
+                    });
+                }
+                Outcome::ok()
+            }
         }
     }
 
@@ -906,6 +956,166 @@ impl State {
                 priority: q.priority,
             })
             .collect()
+    }
+}
+
+/// C19: a state's canonical bytes, for its digest ([`State::canonical`]): fixed-width
+/// little-endian numbers, texts as their length then their bytes, collections as their count
+/// then their elements in key order. Written in chunks to a sink (the hasher).
+struct Canon<'a, F: FnMut(&[u8])> {
+    out: &'a mut F,
+    buf: Vec<u8>,
+}
+
+impl<F: FnMut(&[u8])> Canon<'_, F> {
+    const CHUNK: usize = 64 << 10;
+
+    fn raw(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= Self::CHUNK {
+            (self.out)(&self.buf);
+            self.buf.clear();
+        }
+    }
+    fn u64(&mut self, v: u64) {
+        self.raw(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.raw(&v.to_le_bytes());
+    }
+    fn u8(&mut self, v: u8) {
+        self.raw(&[v]);
+    }
+    fn len(&mut self, n: usize) {
+        self.u64(n as u64);
+    }
+    fn text(&mut self, s: &str) {
+        self.len(s.len());
+        self.raw(s.as_bytes());
+    }
+    fn pairs(&mut self, kv: &[(String, String)]) {
+        self.len(kv.len());
+        for (k, v) in kv {
+            self.text(k);
+            self.text(v);
+        }
+    }
+    fn finish(self) {
+        if !self.buf.is_empty() {
+            (self.out)(&self.buf);
+        }
+    }
+}
+
+impl State {
+    /// C19: feeds `out` this state's canonical bytes: everything the log determines (the
+    /// cluster id, the counters, queues, hosts, tasks, the exactly-once table sorted by client,
+    /// every job with every field), in a fixed order, and nothing else (not the interner, not
+    /// a cache): two replicas that applied the same entries feed the same bytes, and two
+    /// states that differ in anything a client can read, or in what a later entry would do,
+    /// feed different ones. Meant for a clone taken at an entry (the job table is shared, so
+    /// the clone is cheap), hashed off the apply path.
+    pub fn canonical(&self, out: &mut impl FnMut(&[u8])) {
+        let mut c = Canon {
+            out,
+            buf: Vec::with_capacity(Canon::<fn(&[u8])>::CHUNK + 1024),
+        };
+        c.raw(b"xce-state-v1");
+        match self.cluster {
+            None => c.u8(0),
+            Some(k) => {
+                c.u8(1);
+                c.raw(&k.id);
+                c.u64(u64::from(k.epoch));
+            }
+        }
+        c.u64(self.applied);
+        c.u64(self.next_task_id);
+        c.u64(self.next_session_id);
+        c.len(self.queues.len());
+        for (name, q) in &self.queues {
+            c.text(name);
+            c.u8(u8::from(q.open) | u8::from(q.active) << 1);
+            c.i64(i64::from(q.priority));
+        }
+        c.len(self.hosts.len());
+        for (name, h) in &self.hosts {
+            c.text(name);
+            c.text(&h.name);
+            c.u8(match h.state {
+                HostState::Ok => 0,
+                HostState::Closed => 1,
+            });
+            c.u64(u64::from(h.ncpus));
+            c.u64(h.mem_mb);
+            c.pairs(&h.attrs);
+            c.u64(u64::from(h.njobs));
+            c.i64(h.last_heartbeat);
+            c.len(h.resvals.len());
+            for (k, v) in &h.resvals {
+                c.text(k);
+                c.text(v);
+            }
+        }
+        c.len(self.tasks.len());
+        for t in self.tasks.values() {
+            c.u64(t.task_id);
+            c.text(&t.host);
+            c.text(&t.command);
+            c.i64(t.start_time);
+        }
+        let mut clients: Vec<(&String, &ClientWindow)> = self.dedup.iter().collect();
+        clients.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        c.len(clients.len());
+        for (key, w) in clients {
+            c.text(key);
+            c.u64(w.last_used);
+            c.len(w.replies.len());
+            for (req, o) in &w.replies {
+                c.u64(*req);
+                c.i64(i64::from(o.status));
+                match o.data {
+                    OutData::None => c.u8(0),
+                    OutData::JobId(v) => {
+                        c.u8(1);
+                        c.u64(v)
+                    }
+                    OutData::TaskId(v) => {
+                        c.u8(2);
+                        c.u64(v)
+                    }
+                    OutData::SessionId(v) => {
+                        c.u8(3);
+                        c.u64(v)
+                    }
+                }
+            }
+        }
+        c.len(self.jobs.len());
+        for j in self.jobs.values() {
+            c.u64(j.job_id);
+            c.u64(j.mem_mb);
+            c.i64(j.submit_time);
+            c.i64(j.start_time);
+            c.i64(j.end_time);
+            c.u64(j.cpu_ms);
+            c.u64(j.mem_kb);
+            c.u64(u64::from(j.ncpus));
+            c.i64(i64::from(j.exit_code));
+            c.u8(match j.state {
+                JobState::Pend => 0,
+                JobState::Run => 1,
+                JobState::Susp => 2,
+                JobState::Done => 3,
+                JobState::Exit => 4,
+            });
+            for t in [&j.user, &j.queue, &j.exec_host, &j.pend_reason] {
+                c.text(t);
+            }
+            c.text(&j.name);
+            c.text(&j.command);
+        }
+        c.finish();
     }
 }
 

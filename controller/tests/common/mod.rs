@@ -164,8 +164,118 @@ impl Ctrl {
         unsafe { libc::kill(self.pid(id), sig) };
     }
 
+    /// SIGSTOP node `id` and wait until it is stopped (`kill` only queues the signal: a node
+    /// running on another core goes on for a moment, and may still answer a message sent
+    /// right after).
+    pub fn stop(&self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+        let stat = format!("/proc/{}/stat", self.pid(id));
+        self.wait_until(
+            &format!("node {id} stopped"),
+            Duration::from_secs(5),
+            || {
+                // The state follows the command name in parentheses: "PID (NAME) T ...".
+                std::fs::read_to_string(&stat)
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit(')')
+                            .next()
+                            .map(|r| r.trim_start().starts_with('T'))
+                    })
+                    .unwrap_or(false)
+            },
+        );
+    }
+
     pub fn running(&self) -> Vec<u64> {
         self.procs.keys().copied().collect()
+    }
+
+    /// Node `id`'s exit status once it has exited by itself within `timeout` (reaped then),
+    /// `None` if it is still running.
+    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = self.procs.get_mut(&id)?.try_wait().unwrap();
+            if let Some(st) = st {
+                self.procs.remove(&id);
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The metrics address node `id` printed (`metrics on http://ADDR/metrics`; the node runs
+    /// with `--metrics 127.0.0.1:0`): its latest start's.
+    pub fn metrics_addr(&self, id: u64) -> String {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            let log = self.log(id);
+            if let Some(rest) = log
+                .rsplit("metrics on http://")
+                .next()
+                .filter(|_| log.contains("metrics on http://"))
+            {
+                return rest.split("/metrics").next().unwrap().to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} printed no metrics URL:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sets failpoint `name` to `actions` on running node `id` (its metrics endpoint:
+    /// `PUT /fail/NAME`; the binary under test has failpoints, see controller/Cargo.toml).
+    pub fn fail_set(&self, id: u64, name: &str, actions: &str) {
+        let (status, body) = http(
+            &self.metrics_addr(id),
+            "PUT",
+            &format!("/fail/{name}"),
+            actions,
+        );
+        assert_eq!(
+            status, "HTTP/1.1 200 OK",
+            "PUT /fail/{name} on node {id}: {body}"
+        );
+    }
+
+    /// Clears failpoint `name` on running node `id` (`DELETE /fail/NAME`).
+    pub fn fail_clear(&self, id: u64, name: &str) {
+        let (status, body) = http(
+            &self.metrics_addr(id),
+            "DELETE",
+            &format!("/fail/{name}"),
+            "",
+        );
+        assert_eq!(
+            status, "HTTP/1.1 200 OK",
+            "DELETE /fail/{name} on node {id}: {body}"
+        );
+    }
+
+    /// The value of the metric sample `name` (with its labels) on node `id`, 0 when absent;
+    /// `None` when the node does not answer.
+    pub fn metric(&self, id: u64, name: &str) -> Option<f64> {
+        let (_, body) = try_http(&self.metrics_addr(id), "GET", "/metrics", "").ok()?;
+        Some(
+            body.lines()
+                .find_map(|l| {
+                    let (n, v) = l.rsplit_once(' ')?;
+                    (n == name).then(|| v.parse().unwrap())
+                })
+                .unwrap_or(0.0),
+        )
+    }
+
+    /// How many times node `id` has started (its log's metrics-address lines): wait for
+    /// one more after a restart before asking for its new metrics address.
+    pub fn starts(&self, id: u64) -> usize {
+        self.log(id).matches("metrics on http://").count()
     }
 
     pub fn log(&self, id: u64) -> String {
@@ -245,9 +355,44 @@ impl Ctrl {
         self.wait_primary_among(&ids, timeout)
     }
 
+    /// Node `id`'s progress (an immediate `waitPrimary`): (last log, committed, applied index).
+    pub fn progress(&self, id: u64) -> Option<(u64, u64, u64)> {
+        let mut c = Client::try_connect(&self.clients[&id], Duration::from_millis(500))?;
+        c.set_timeout(Duration::from_secs(2));
+        let r = c
+            .try_call(Op::WaitPrimary {
+                timeout_ms: 0,
+                exclude_host: String::new(),
+                exclude_port: 0,
+            })
+            .ok()?;
+        match r.data {
+            ReplyData::CtrlInfo(i) => Some((i.last_log_index, i.committed_index, i.applied_index)),
+            _ => None,
+        }
+    }
+
     /// Waits for a primary and for every other running node to follow it (a fresh node is
-    /// NOT_READY until the primary's first append reaches it).
+    /// NOT_READY until the primary's first append reaches it) and to know the commit of the
+    /// primary's first entry (its barrier): only then has a node that started without data
+    /// caught up (C12: a leader's commit index of its own term), and votes.
     pub fn wait_settled(&self, timeout: Duration) -> u64 {
+        let p = self.wait_settled_roles(timeout);
+        let Some((_, committed, _)) = self.progress(p) else {
+            return p;
+        };
+        for s in self.running().into_iter().filter(|&s| s != p) {
+            self.wait_until(
+                &format!("node {s} knows commit {committed}"),
+                timeout,
+                || self.progress(s).is_some_and(|(_, c, _)| c >= committed),
+            );
+        }
+        p
+    }
+
+    /// [`Ctrl::wait_settled`] without waiting for the standbys' commit index.
+    pub fn wait_settled_roles(&self, timeout: Duration) -> u64 {
         let p = self.wait_primary(timeout);
         let paddr = self.clients[&p].clone();
         for s in self.running().into_iter().filter(|&s| s != p) {
@@ -264,6 +409,35 @@ impl Ctrl {
             });
         }
         p
+    }
+
+    /// C20: the cluster's id, once every running node reports the same one through `hello`
+    /// (the first primary records it at its first consistency check, right after its
+    /// election): what a raft message to a member must carry. `connect` reaches a node's client
+    /// port (plaintext: `Client::connect`).
+    pub fn cluster_id_via(&self, connect: impl Fn(&str) -> Client) -> [u8; 16] {
+        let mut id = [0u8; 16];
+        self.wait_until("every node reports the same cluster id", STARTUP, || {
+            let ids: Vec<[u8; 16]> = self
+                .running()
+                .iter()
+                .map(|n| {
+                    let mut c = connect(&self.clients[n]);
+                    c.try_call(hello()).map_or([0; 16], |r| match r.data {
+                        ReplyData::CtrlInfo(i) => i.cluster_id,
+                        _ => [0; 16],
+                    })
+                })
+                .collect();
+            id = ids[0];
+            id != [0; 16] && ids.iter().all(|x| *x == id)
+        });
+        id
+    }
+
+    /// [`Ctrl::cluster_id_via`] on a plaintext cluster.
+    pub fn cluster_id(&self) -> [u8; 16] {
+        self.cluster_id_via(Client::connect)
     }
 
     /// Waits until `f` holds, or fails the test with the nodes' logs.
@@ -293,6 +467,35 @@ impl Drop for Ctrl {
             eprintln!("{}", self.all_logs());
         }
     }
+}
+
+/// One HTTP/1.1 request with `body`: (status line, body).
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (String, String) {
+    try_http(addr, method, path, body)
+        .unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
+}
+
+/// [`http`], or why not.
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(String, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
 }
 
 pub trait Stream: Read + Write + Send {}
@@ -484,9 +687,10 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 /// The raft port's wire format, as `raft/frame.rs` frames it: a 4-byte big-endian length, then the
-/// message in postcard. The controller's own types stay inside it; the variants here encode
-/// the same bytes (postcard writes an enum variant as its index, and an append without
-/// entries does not depend on the entry type).
+/// message in postcard, then the sender's cluster stamp (C20: the cluster id, 4 bytes of
+/// restore epoch, the mark `XCETAG01`). The controller's own types stay inside it; the variants
+/// here encode the same bytes (postcard writes an enum variant as its index, and an append
+/// without entries does not depend on the entry type).
 pub mod raft_wire {
     use std::io::{Read, Write};
 
@@ -535,7 +739,25 @@ pub mod raft_wire {
         Forward(Vec<u8>),
         /// C15: whether the pre-vote would be granted.
         PreVote(bool),
+        /// C19: a digest answer (never asked for by these tests).
+        Digest(DigestAnswer),
+        /// C19: whether a divergence notice was taken.
+        Ack(bool),
+        /// C20, C19: refused before it was read, and why.
+        Refused(String),
     }
+
+    /// Mirrors `raft/frame.rs`'s `DigestAnswer`.
+    #[derive(Deserialize, Debug)]
+    pub enum DigestAnswer {
+        Ready([u8; 32]),
+        NotYet,
+        Gone,
+        Diverged(u64),
+    }
+
+    /// No cluster id: what a stranger (or an earlier build) sends.
+    pub const NO_ID: [u8; 16] = [0; 16];
 
     /// A forwarded request for `who`: the frame of `req`.
     pub fn forward(who: &str, req: &xce::wire::Request) -> RpcRequest {
@@ -548,17 +770,24 @@ pub mod raft_wire {
         }
     }
 
-    /// One framed message.
-    pub fn frame(req: &RpcRequest) -> Vec<u8> {
-        let body = postcard::to_stdvec(req).unwrap();
+    /// One framed message, stamped with cluster `id` (restore epoch 0; [`NO_ID`]: none).
+    pub fn frame(req: &RpcRequest, id: [u8; 16]) -> Vec<u8> {
+        let mut body = postcard::to_stdvec(req).unwrap();
+        body.extend_from_slice(&id);
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(b"XCETAG01");
         let mut out = (body.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(&body);
         out
     }
 
-    /// Sends `req` and reads one reply on `s`.
-    pub fn call<S: Read + Write>(s: &mut S, req: &RpcRequest) -> std::io::Result<RpcReply> {
-        s.write_all(&frame(req))?;
+    /// Sends `req` stamped with cluster `id` and reads one reply on `s`.
+    pub fn call<S: Read + Write>(
+        s: &mut S,
+        req: &RpcRequest,
+        id: [u8; 16],
+    ) -> std::io::Result<RpcReply> {
+        s.write_all(&frame(req, id))?;
         s.flush()?;
         let mut len = [0u8; 4];
         s.read_exact(&mut len)?;

@@ -320,11 +320,16 @@ pub fn node_dir(c: &Cluster, id: u32) -> std::path::PathBuf {
 /// A 3-node cluster of controller binary `bin` (it sets `XCE_CONTROLLER`) with an elected
 /// primary, logs in `logs`.
 pub fn cluster_of(bin: &Path, logs: &Path) -> Result<Cluster, String> {
+    cluster_with(bin, logs, &[])
+}
+
+/// [`cluster_of`] with more `run` flags.
+pub fn cluster_with(bin: &Path, logs: &Path, extra: &[&str]) -> Result<Cluster, String> {
     std::env::set_var("XCE_CONTROLLER", bin);
     let c = Cluster::start(
         3,
         ClusterOpts {
-            extra_args: vec![],
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
             log_dir: Some(logs.to_path_buf()),
         },
     )

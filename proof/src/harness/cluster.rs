@@ -75,7 +75,11 @@ pub fn kill_nodes_with_this_process(on: bool) {
 }
 
 /// Builds the controller in this crate's profile (unless `XCE_CONTROLLER` names one), so that
-/// a command of this crate never measures a stale one.
+/// a command of this crate never measures a stale one. With failpoints (the controller's
+/// feature `failpoints`, docs/controller.md): the scenarios and the nemesis inject faults
+/// through them, and the binary is then the one the controller's own tests run (their
+/// dev-dependency turns the feature on), so neither build replaces the other's with a
+/// different one. A release build of the workspace (`cargo build --release`) has none.
 pub fn build_controller() -> Result<(), String> {
     if std::env::var_os("XCE_CONTROLLER").is_some() {
         return Ok(());
@@ -83,7 +87,14 @@ pub fn build_controller() -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args(["build", "--quiet", "-p", "xce-controller"]);
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "xce-controller",
+            "--features",
+            "xce-controller/failpoints",
+        ]);
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
@@ -227,6 +238,57 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// The progress an immediate `waitPrimary` of node `id` reports: (primary it knows, last
+    /// log index, committed index); `None` when it does not answer.
+    pub fn progress(&self, id: u32) -> Option<(u32, u64, u64)> {
+        let op = Op::WaitPrimary {
+            timeout_ms: 0,
+            exclude_host: String::new(),
+            exclude_port: 0,
+        };
+        match raw_call(self.node(id).client, op, Duration::from_millis(500)).ok()?.data {
+            ReplyData::CtrlInfo(i) => Some((i.primary_id, i.last_log_index, i.committed_index)),
+            _ => None,
+        }
+    }
+
+    /// A primary, once every other running node follows it and knows the commit index of its
+    /// first entries (its barrier, of its own term): only then has a node that started without
+    /// data caught up and votes (C12), so the cluster survives losing any one node. Polls
+    /// until `timeout`.
+    pub fn wait_settled(&self, timeout: Duration) -> Option<u32> {
+        let deadline = Instant::now() + timeout;
+        let p = self.wait_primary(timeout)?;
+        let committed = loop {
+            match self.progress(p) {
+                Some((_, _, c)) if c > 0 => break c,
+                _ if Instant::now() >= deadline => return None,
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let others: Vec<u32> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running() && !n.stopped && n.id != p)
+            .map(|n| n.id)
+            .collect();
+        for s in others {
+            loop {
+                if self
+                    .progress(s)
+                    .is_some_and(|(leader, _, c)| leader == p && c >= committed)
+                {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Some(p)
     }
 
     /// Waits until every running node accepts TCP connections on its client port (for TLS

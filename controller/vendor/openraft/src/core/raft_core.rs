@@ -1215,6 +1215,19 @@ where
                             // Node is switched to learner.
                         }
                     }
+                    ExternalCommand::ElectIf { vote, utime, tx } => {
+                        // xce patch (change 4): the check and the election in one turn of the
+                        // core: no append can be accepted between them.
+                        let st = &self.engine.state;
+                        let unchanged = st.vote_ref() == &vote && st.vote_last_modified() == utime;
+                        let go = unchanged
+                            && self.engine.leader.is_none()
+                            && st.membership_state.effective().is_voter(&self.id);
+                        if go {
+                            self.engine.elect();
+                        }
+                        let _ = tx.send(Ok(go));
+                    }
                     ExternalCommand::Heartbeat => {
                         self.send_heartbeat("ExternalCommand");
                     }

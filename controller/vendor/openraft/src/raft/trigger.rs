@@ -1,9 +1,14 @@
 //! Trigger an action to RaftCore by external caller.
 
 use crate::core::raft_msg::external_command::ExternalCommand;
+use crate::core::raft_msg::RaftMsg;
 use crate::error::Fatal;
+use crate::error::RaftError;
 use crate::raft::RaftInner;
+use crate::type_config::alias::InstantOf;
+use crate::AsyncRuntime;
 use crate::RaftTypeConfig;
+use crate::Vote;
 
 /// Trigger is an interface to trigger an action to RaftCore by external caller.
 ///
@@ -44,6 +49,20 @@ where C: RaftTypeConfig
     /// It is not affected by `Raft::enable_elect(false)`.
     pub async fn elect(&self) -> Result<(), Fatal<C::NodeId>> {
         self.raft_inner.send_external_command(ExternalCommand::Elect, "trigger_elect").await
+    }
+
+    /// xce patch (change 4): trigger an election at once only if this node's vote and the
+    /// time it was last modified are still `vote` and `utime` (as read from
+    /// `RaftState::vote_ref` and `RaftState::vote_last_modified`), checked in the same turn of
+    /// `RaftCore` that starts the election. Returns whether it started one: `false` when the
+    /// vote changed, an append was accepted since (it touches the time), this node leads, or
+    /// it is not a voter.
+    pub async fn elect_if(&self, vote: Vote<C::NodeId>, utime: Option<InstantOf<C>>) -> Result<bool, Fatal<C::NodeId>> {
+        let (tx, rx) = C::AsyncRuntime::oneshot();
+        let cmd = ExternalCommand::ElectIf { vote, utime, tx };
+        self.raft_inner.call_core(RaftMsg::ExternalCommand { cmd }, rx).await.map_err(|e: RaftError<C::NodeId>| {
+            e.into_fatal().unwrap_or(Fatal::Stopped)
+        })
     }
 
     /// Trigger a heartbeat at once and return at once.

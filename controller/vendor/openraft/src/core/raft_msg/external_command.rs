@@ -3,8 +3,10 @@
 use std::fmt;
 
 use crate::core::raft_msg::ResultSender;
+use crate::type_config::alias::InstantOf;
 use crate::RaftTypeConfig;
 use crate::Snapshot;
+use crate::Vote;
 
 /// Application-triggered Raft actions for testing and administration.
 ///
@@ -15,6 +17,15 @@ use crate::Snapshot;
 pub(crate) enum ExternalCommand<C: RaftTypeConfig> {
     /// Initiate an election at once.
     Elect,
+
+    /// xce patch (change 4): initiate an election at once only if this node's vote and the
+    /// time it was last modified (an accepted append touches it) are still `vote` and
+    /// `utime`, in the same turn of `RaftCore` as the election; `tx` is told whether it did.
+    ElectIf {
+        vote: Vote<C::NodeId>,
+        utime: Option<InstantOf<C>>,
+        tx: ResultSender<C, bool>,
+    },
 
     /// Send a heartbeat message, only if the node is leader, or it will be ignored.
     Heartbeat,
@@ -48,6 +59,9 @@ where C: RaftTypeConfig
         match self {
             ExternalCommand::Elect => {
                 write!(f, "Elect")
+            }
+            ExternalCommand::ElectIf { vote, .. } => {
+                write!(f, "ElectIf[{}]", vote)
             }
             ExternalCommand::Heartbeat => {
                 write!(f, "Heartbeat")

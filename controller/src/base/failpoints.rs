@@ -1,0 +1,210 @@
+//! Failpoints: faults a test or a harness injects into a running node (the `fail` crate, as
+//! TiKV uses it). Compiled in only with the cargo feature `failpoints` (the controller's own,
+//! `fail/failpoints` underneath; the controller's tests and benches turn it on, a release build
+//! has none: every point below is then an empty function). docs/controller.md, "Failpoints",
+//! is the user's side of this list.
+//!
+//! Set at start with the crate's own variable, `FAILPOINTS="NAME=ACTIONS;…"`, or on a running
+//! node through its metrics endpoint (`run --metrics ADDR`): `PUT /fail/NAME` with the actions
+//! as the body, `DELETE /fail/NAME`, `GET /fail` lists what is set (`ports/metrics.rs`).
+//! ACTIONS is the `fail` crate's syntax: `pause`, `return(ARG)`, `sleep(MS)`, `off`, with
+//! `N*` (at most N times) and `P%` prefixes and `->` between alternatives.
+//!
+//! The names are here and nowhere else ([`NAMES`]); a name not in it is refused.
+
+use std::io;
+
+/// The leader's own log flush (`raft/store.rs`, the flusher thread, before the commit):
+/// `pause` stalls the primary's disk (its followers' go on); `return(EIO|ENOSPC)` fails it.
+pub const LOG_FLUSH: &str = "log-flush";
+/// A follower's log append, its commit and fsync (`raft/store.rs`): `return(EIO|ENOSPC)`.
+pub const LOG_APPEND: &str = "log-append";
+/// Removing a log suffix (a follower's conflicting entries): `return(EIO|ENOSPC)`.
+pub const LOG_TRUNCATE: &str = "log-truncate";
+/// Removing a log prefix behind a snapshot: `return(EIO|ENOSPC)`.
+pub const LOG_PURGE: &str = "log-purge";
+/// Saving the vote: `return(EIO|ENOSPC)`.
+pub const VOTE_SAVE: &str = "vote-save";
+/// Writing a snapshot file (built here, or received from the leader): `return(EIO|ENOSPC)`.
+pub const SNAPSHOT_SAVE: &str = "snapshot-save";
+/// Writing or removing C12's marker file (`raft/amnesia.rs`): `return(EIO|ENOSPC)`.
+pub const MARKER_SAVE: &str = "marker-save";
+/// This node's wall clock, moved by `return(MS)` milliseconds (negative: back). C22's tests:
+/// every reading of the wall clock goes through `base/clock.rs::now_ms`, which adds it.
+pub const CLOCK_OFFSET_MS: &str = "clock-offset-ms";
+/// C15: between a campaign's decision (pre-vote granted, no append since) and the election:
+/// `pause` holds it there (defect 4's window).
+pub const ELECT_CAMPAIGN: &str = "elect-campaign";
+/// On a leader: no append carries an entry past index `return(N)` (`raft/link.rs`); the
+/// followers' logs stop there until it is cleared. C12's test: a follower's partial log.
+pub const REPL_MAX_INDEX: &str = "repl-max-index";
+
+/// Every failpoint: its name and what it does.
+pub const NAMES: &[(&str, &str)] = &[
+    (
+        LOG_FLUSH,
+        "the leader's own log flush: pause, return(EIO|ENOSPC)",
+    ),
+    (
+        LOG_APPEND,
+        "a follower's log append (commit, fsync): return(EIO|ENOSPC)",
+    ),
+    (LOG_TRUNCATE, "removing a log suffix: return(EIO|ENOSPC)"),
+    (LOG_PURGE, "removing a log prefix: return(EIO|ENOSPC)"),
+    (VOTE_SAVE, "saving the vote: return(EIO|ENOSPC)"),
+    (SNAPSHOT_SAVE, "writing a snapshot file: return(EIO|ENOSPC)"),
+    (
+        MARKER_SAVE,
+        "writing or removing the C12 marker: return(EIO|ENOSPC)",
+    ),
+    (CLOCK_OFFSET_MS, "the wall clock moved by return(MS)"),
+    (
+        ELECT_CAMPAIGN,
+        "between a campaign's decision and the election: pause",
+    ),
+    (
+        REPL_MAX_INDEX,
+        "a leader's appends carry no entry past return(N)",
+    ),
+];
+
+/// Whether this build has failpoints (the `failpoints` feature).
+pub const fn enabled() -> bool {
+    fail::has_failpoints()
+}
+
+/// Whether `name` is one of [`NAMES`].
+pub fn known(name: &str) -> bool {
+    NAMES.iter().any(|(n, _)| *n == name)
+}
+
+/// Sets `name` to `actions` (the `fail` crate's syntax); refuses unknown names, bad actions
+/// and builds without failpoints.
+pub fn set(name: &str, actions: &str) -> Result<(), String> {
+    if !enabled() {
+        return Err("this build has no failpoints (cargo feature `failpoints`)".into());
+    }
+    if !known(name) {
+        return Err(format!("no failpoint {name:?}"));
+    }
+    fail::cfg(name, actions.trim())?;
+    eprintln!("failpoint {name} set: {}", actions.trim());
+    Ok(())
+}
+
+/// Clears `name` (a paused point goes on).
+pub fn clear(name: &str) -> Result<(), String> {
+    if !known(name) {
+        return Err(format!("no failpoint {name:?}"));
+    }
+    fail::remove(name);
+    eprintln!("failpoint {name} cleared");
+    Ok(())
+}
+
+/// What is set: `NAME=ACTIONS` lines.
+pub fn list() -> String {
+    let mut set: Vec<String> = fail::list()
+        .into_iter()
+        .map(|(n, a)| format!("{n}={a}\n"))
+        .collect();
+    set.sort();
+    set.concat()
+}
+
+/// `FAILPOINTS="NAME=ACTIONS;…"` (the `fail` crate's variable), read once at start. Without
+/// the feature a set variable is refused, so a harness never believes a fault was injected.
+pub fn from_env() -> Result<(), String> {
+    let Ok(spec) = std::env::var("FAILPOINTS") else {
+        return Ok(());
+    };
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, actions) = item
+            .split_once('=')
+            .ok_or_else(|| format!("FAILPOINTS: {item:?} is not NAME=ACTIONS"))?;
+        set(name.trim(), actions).map_err(|e| format!("FAILPOINTS: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether `name` is set to anything (a pause is about to be taken: said in the log, so a
+/// test waits for that line instead of guessing).
+fn armed(name: &str) -> bool {
+    enabled() && fail::list().iter().any(|(n, a)| n == name && !a.is_empty())
+}
+
+#[allow(dead_code)] // used only where failpoints are compiled in
+/// The I/O error a storage failpoint returns: `return(ENOSPC)`, `return(EIO)` (the default)
+/// or any errno number.
+fn io_error(arg: Option<String>) -> io::Error {
+    let code = match arg.as_deref().map(str::trim) {
+        Some("ENOSPC") => libc::ENOSPC,
+        Some("EDQUOT") => libc::EDQUOT,
+        Some(n) => n.parse().unwrap_or(libc::EIO),
+        None => libc::EIO,
+    };
+    io::Error::from_raw_os_error(code)
+}
+
+/// A storage failpoint: `Err` when `name` returns (its errno), after a pause or sleep if
+/// asked. Blocks the calling thread while paused.
+#[allow(unused_variables)]
+pub fn storage(name: &str) -> io::Result<()> {
+    if armed(name) {
+        eprintln!("failpoint {name} reached");
+    }
+    fail::fail_point!(name, |arg| Err(io_error(arg)));
+    Ok(())
+}
+
+/// A pause point on the runtime: the paused task's worker hands its other tasks on first
+/// (`block_in_place`), so the node goes on answering while this task waits.
+#[allow(unused_variables)]
+pub fn pause_in_task(name: &str) {
+    if !armed(name) {
+        return;
+    }
+    eprintln!("failpoint {name} reached");
+    let pause = || fail::fail_point!(name);
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(pause)
+        }
+        _ => pause(),
+    }
+}
+
+/// A number a failpoint returns (`return(N)`), if set.
+#[allow(unused_variables)]
+pub fn number(name: &str) -> Option<i64> {
+    let read = || -> Option<i64> {
+        fail::fail_point!(name, |arg: Option<String>| arg
+            .and_then(|a| a.trim().parse().ok()));
+        None
+    };
+    if enabled() {
+        read()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_io_errors_are_the_asked_errno() {
+        let mut names: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), NAMES.len());
+        assert_eq!(
+            io_error(Some("ENOSPC".into())).raw_os_error(),
+            Some(libc::ENOSPC)
+        );
+        assert_eq!(io_error(None).raw_os_error(), Some(libc::EIO));
+        assert_eq!(io_error(Some("5".into())).raw_os_error(), Some(5));
+        assert!(set("no-such-point", "off").is_err());
+    }
+}

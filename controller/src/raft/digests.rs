@@ -1,0 +1,335 @@
+//! C19: the state digests this node computed, and what the primary's consistency check found.
+//!
+//! **Where digests are taken.** Every replica must hash its state at exactly the same point of
+//! the log, or two healthy nodes would disagree. The point is a *checkpoint entry*: a log entry
+//! whose batch is empty — the readiness barrier every new leader commits (`ready.rs`) and the
+//! entry the primary's check commits (`node/check.rs`). An empty batch changes nothing, and an
+//! earlier build applies it as nothing too, so checkpoints need no new entry type. When the
+//! state machine applies one (`store.rs`) it hands [`Digests::begin`] a clone of its state as
+//! of that entry — O(1) for the job table (a persistent map shared with the live state), a
+//! copy of the small parts — and the hash (SHA-256 over the canonical bytes, `sm/digest.rs`)
+//! runs on a blocking thread while writes go on. The last [`KEEP`] digests are kept, and the
+//! latest checkpoint's state itself (for `snapshot save`, which saves the state the check
+//! compared).
+//!
+//! **What the check found** ([`Findings`]): the alarms the primary raised (a node whose digest
+//! differs from the majority's; digests without a majority), the last index at which every
+//! member that answered agreed, and the lock that runs one check at a time.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::base::ids::{LogId, NodeId, StoredMembership};
+use crate::raft::frame::DigestAnswer;
+use crate::sm::digest::{self, Digest};
+use crate::sm::state::State;
+
+/// Digests kept (the newest).
+pub const KEEP: usize = 16;
+
+/// The state as of a checkpoint entry, and its digest.
+pub struct Checkpoint {
+    pub log_id: LogId,
+    pub membership: StoredMembership,
+    pub state: State,
+    pub digest: Digest,
+    /// How long hashing it took.
+    pub took: Duration,
+}
+
+#[derive(Default)]
+struct Kept {
+    /// (index, digest), newest last.
+    done: VecDeque<(u64, Digest)>,
+    /// Checkpoints being hashed.
+    pending: BTreeSet<u64>,
+    /// The newest checkpoint hashed.
+    latest: Option<Arc<Checkpoint>>,
+}
+
+/// This node's digests at its checkpoint entries.
+pub struct Digests {
+    kept: Mutex<Kept>,
+    /// Bumped whenever a digest is done: waiters wake on it.
+    changed: watch::Sender<u64>,
+}
+
+impl Digests {
+    pub fn new() -> Arc<Digests> {
+        Arc::new(Digests {
+            kept: Mutex::new(Kept::default()),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().expect("digests lock")
+    }
+
+    /// The state machine applied the checkpoint entry `log_id`; `state` is a clone of its
+    /// state as of that entry. Hashes it on a blocking thread (inline without a runtime).
+    pub fn begin(self: &Arc<Self>, log_id: LogId, membership: StoredMembership, state: State) {
+        self.kept().pending.insert(log_id.index);
+        let me = self.clone();
+        let work = move || {
+            let t0 = Instant::now();
+            let d = digest::of(&state);
+            me.finish(Checkpoint {
+                log_id,
+                membership,
+                state,
+                digest: d,
+                took: t0.elapsed(),
+            });
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn_blocking(work);
+            }
+            Err(_) => work(),
+        }
+    }
+
+    fn finish(&self, c: Checkpoint) {
+        crate::base::counters::digest_took(c.took);
+        {
+            let mut k = self.kept();
+            let index = c.log_id.index;
+            k.pending.remove(&index);
+            k.done.retain(|(i, _)| *i != index);
+            k.done.push_back((index, c.digest));
+            k.done.make_contiguous().sort_unstable_by_key(|(i, _)| *i);
+            while k.done.len() > KEEP {
+                k.done.pop_front();
+            }
+            if k.latest.as_ref().is_none_or(|l| l.log_id.index <= index) {
+                k.latest = Some(Arc::new(c));
+            }
+        }
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// The digest at `index`, if done.
+    pub fn get(&self, index: u64) -> Option<Digest> {
+        let k = self.kept();
+        k.done.iter().find(|(i, _)| *i == index).map(|(_, d)| *d)
+    }
+
+    /// The answer to a peer asking for the digest at `index`, this node having applied up to
+    /// `applied`.
+    pub fn answer(&self, index: u64, applied: Option<u64>) -> DigestAnswer {
+        let k = self.kept();
+        if let Some((_, d)) = k.done.iter().find(|(i, _)| *i == index) {
+            return DigestAnswer::Ready(*d);
+        }
+        if k.pending.contains(&index) || applied.is_none_or(|a| a < index) {
+            return DigestAnswer::NotYet;
+        }
+        DigestAnswer::Gone
+    }
+
+    /// Waits up to `within` for the digest at `index` (this node applies it).
+    pub async fn wait(&self, index: u64, within: Duration) -> Option<Digest> {
+        let mut rx = self.changed.subscribe();
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            rx.borrow_and_update();
+            if let Some(d) = self.get(index) {
+                return Some(d);
+            }
+            match tokio::time::timeout_at(until, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return self.get(index),
+            }
+        }
+    }
+
+    /// The newest checkpoint hashed, with its state.
+    pub fn latest(&self) -> Option<Arc<Checkpoint>> {
+        self.kept().latest.clone()
+    }
+}
+
+/// One finished consistency check (on the primary).
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// Counts checks since this node started.
+    pub number: u64,
+    /// The checkpoint compared.
+    pub index: u64,
+    /// Members whose digest equals this node's (itself included), and the voters.
+    pub agreeing: Vec<NodeId>,
+    pub voters: usize,
+    /// When it finished, and how long hashing this node's state took.
+    pub at: Option<Instant>,
+    pub took: Duration,
+}
+
+/// What the primary's consistency check found, for `status`, the metrics and the client port.
+pub struct Findings {
+    inner: Mutex<FindingsInner>,
+    done: watch::Sender<Round>,
+    /// Held by the check running (`node/check.rs`): one at a time.
+    pub running: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct FindingsInner {
+    /// Per node: why it is flagged.
+    alarms: BTreeMap<NodeId, String>,
+    /// Digests that disagree without a majority.
+    no_majority: Option<String>,
+    /// The last index at which every member that answered agreed.
+    checked: u64,
+}
+
+impl Findings {
+    pub fn new() -> Arc<Findings> {
+        Arc::new(Findings {
+            inner: Mutex::default(),
+            done: watch::channel(Round::default()).0,
+            running: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, FindingsInner> {
+        self.inner.lock().expect("findings lock")
+    }
+
+    /// The last check finished.
+    #[cfg(test)]
+    fn last(&self) -> Round {
+        self.done.borrow().clone()
+    }
+
+    /// A check finished: the alarms it raised or cleared, and whether every member that
+    /// answered agreed. Returns the round, numbered.
+    pub fn finished(
+        &self,
+        mut round: Round,
+        raised: BTreeMap<NodeId, String>,
+        cleared: &[NodeId],
+        no_majority: Option<String>,
+        agreed: bool,
+    ) -> Round {
+        {
+            let mut f = self.inner();
+            for n in cleared {
+                f.alarms.remove(n);
+            }
+            f.alarms.extend(raised);
+            f.no_majority = no_majority;
+            if agreed {
+                f.checked = round.index;
+            }
+        }
+        round.number = self.done.borrow().number + 1;
+        round.at = Some(Instant::now());
+        self.done.send_replace(round.clone());
+        round
+    }
+
+    /// Whether a check finished within `max(floor, factor × its hashing time)`: one asked for
+    /// now (`consistencyCheck`) is answered from it rather than run again, so callers cannot
+    /// keep every node hashing.
+    pub fn fresh(&self, floor: Duration, factor: u32) -> bool {
+        let r = self.done.borrow();
+        r.at.is_some_and(|at| at.elapsed() < floor.max(r.took * factor))
+    }
+
+    /// This node no longer leads: what it found as primary no longer holds.
+    pub fn forget(&self) {
+        let mut f = self.inner();
+        f.alarms.clear();
+        f.no_majority = None;
+        f.checked = 0;
+    }
+
+    /// The alarms raised, one text each.
+    pub fn alarms(&self) -> Vec<String> {
+        let f = self.inner();
+        f.alarms
+            .values()
+            .cloned()
+            .chain(f.no_majority.clone())
+            .collect()
+    }
+
+    /// The last index at which every member that answered agreed (0: none).
+    pub fn checked(&self) -> u64 {
+        self.inner().checked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn log_id(index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    /// Digests are answered once hashed; an entry not applied yet is NotYet, one applied
+    /// without a checkpoint (or forgotten) is Gone; only the newest are kept.
+    #[test]
+    fn answers_follow_what_was_applied_and_kept() {
+        let d = Digests::new();
+        assert_eq!(d.answer(5, Some(4)), DigestAnswer::NotYet);
+        assert_eq!(d.answer(5, None), DigestAnswer::NotYet);
+        d.begin(log_id(5), Default::default(), State::default());
+        let want = digest::of(&State::default());
+        assert_eq!(d.answer(5, Some(5)), DigestAnswer::Ready(want));
+        assert_eq!(d.answer(4, Some(5)), DigestAnswer::Gone);
+        assert_eq!(d.latest().map(|c| c.log_id.index), Some(5));
+        for i in 10..10 + KEEP as u64 {
+            d.begin(log_id(i), Default::default(), State::default());
+        }
+        assert_eq!(d.answer(5, Some(100)), DigestAnswer::Gone, "forgotten");
+        assert_eq!(d.latest().map(|c| c.log_id.index), Some(9 + KEEP as u64));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        assert_eq!(
+            rt.block_on(d.wait(10, Duration::from_millis(10))),
+            Some(want)
+        );
+        assert_eq!(rt.block_on(d.wait(99, Duration::from_millis(10))), None);
+    }
+
+    /// Alarms stay until a later check clears them; a node that stops leading forgets them.
+    #[test]
+    fn findings_keep_alarms_until_cleared() {
+        let f = Findings::new();
+        let round = |index| Round {
+            index,
+            ..Default::default()
+        };
+        f.finished(
+            round(10),
+            [(3, "node 3 differs".to_string())].into(),
+            &[],
+            None,
+            false,
+        );
+        assert_eq!(f.alarms(), vec!["node 3 differs".to_string()]);
+        assert_eq!((f.checked(), f.last().number), (0, 1));
+        f.finished(
+            round(20),
+            BTreeMap::new(),
+            &[1, 2],
+            Some("no majority".into()),
+            false,
+        );
+        assert_eq!(f.alarms().len(), 2);
+        f.finished(round(30), BTreeMap::new(), &[1, 2, 3], None, true);
+        assert!(f.alarms().is_empty());
+        assert_eq!((f.checked(), f.last().number), (30, 3));
+        f.forget();
+        assert_eq!(f.checked(), 0);
+    }
+}

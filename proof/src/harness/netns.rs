@@ -548,7 +548,7 @@ impl NetCluster {
 
     /// Starts node `id` from its data directory with `more` flags after the cluster's own.
     /// `{id}` in an extra argument is the node's id, `{dir}` the cluster's directory (per-node
-    /// files such as S18's disk-stall switch).
+    /// files).
     fn spawn_with(&mut self, id: u32, more: &[&str]) -> io::Result<()> {
         let spec = self.spec();
         let data = self.dir.join(format!("node-{id}"));
@@ -792,6 +792,64 @@ impl NetCluster {
             }
         }
         out
+    }
+
+    /// Waits up to `timeout` for node `id` to exit on its own and reaps it (S18's disk full:
+    /// the node must exit 74); `None` if it still runs then, or was not running.
+    pub fn wait_exit(&mut self, id: u32, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let node = &mut self.nodes[id as usize - 1];
+        loop {
+            match node.child.as_mut().map(Child::try_wait) {
+                Some(Ok(Some(status))) => {
+                    node.child = None;
+                    node.paused = false;
+                    return Some(status);
+                }
+                Some(Ok(None)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// One HTTP request to `127.0.0.1:port` inside node `id`'s namespace (its `--metrics`
+    /// endpoint bound there: reachable whatever the faults on its links), bounded by
+    /// `timeout`: the status line and the body.
+    pub fn node_http(
+        &self,
+        id: u32,
+        port: u16,
+        method: &str,
+        path: &str,
+        body: &str,
+        timeout: Duration,
+    ) -> io::Result<(String, String)> {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        in_ns(
+            &self.node(id).ns,
+            move || -> io::Result<(String, String)> {
+                use std::io::{Read, Write};
+                let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+                s.set_read_timeout(Some(timeout))?;
+                s.set_write_timeout(Some(timeout))?;
+                s.write_all(req.as_bytes())?;
+                let mut out = Vec::new();
+                // The reply is small and the server closes: bounded by the timeout and 1 MiB.
+                s.take(1 << 20).read_to_end(&mut out)?;
+                let out = String::from_utf8_lossy(&out).into_owned();
+                let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+                Ok((
+                    head.lines().next().unwrap_or("").to_string(),
+                    body.to_string(),
+                ))
+            },
+        )?
     }
 
     /// Runs `xce-controller ARGS` in the client namespace (`member add`, `status`, …), killed

@@ -1,18 +1,26 @@
 //! What S18 checks at the end of a run: the client history is linearizable (key by key,
 //! [`crate::check::linearizable`]), every acknowledged write is listed exactly once, one
 //! primary per term (the nodes' own log lines), no node stuck (every member answers and
-//! follows one primary, applied index caught up, the membership whole), and — once the state
-//! digest lands — every node's state equal ([`digests_equal`]).
+//! follows one primary, applied index caught up, the membership whole), and every node's
+//! state equal (C19's online consistency check, [`digests_equal`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use xce::wire::{ControllerRole, Job};
+use xce::wire::{ControllerInfo, ControllerRole, Job, Op, ReplyData};
 
 use super::clients::{user_key, Call, CallOp};
+use super::fault::METRICS_PORT;
 use crate::check::linearizable::{self, History, Read, Violation, Write};
-use crate::harness::netns::NetCluster;
+use crate::harness::netns::{self, NetCluster};
+
+/// How long the end's consistency check may take to pass the last write's index.
+const DIGEST_BOUND: Duration = Duration::from_secs(30);
+/// Bound on one `consistencyCheck` (the primary waits up to 5 s for its members' digests).
+const CHECK_CALL_BOUND: Duration = Duration::from_secs(15);
+/// The node log lines of C19's check finding a difference (`node/check.rs`).
+const MISMATCH_LINES: [&str; 2] = ["state digest mismatch", "state digests at index"];
 
 /// At most this many violations are printed per check.
 const SHOWN: usize = 10;
@@ -339,19 +347,128 @@ pub fn one_primary_per_term(by_term: &BTreeMap<u64, BTreeSet<u32>>) -> Verdict {
     }
 }
 
-/// TODO(C19, the online consistency check): every node's state digest equal at one index.
-/// The digest is not on main yet, and no other honest way to read a standby's state exists
-/// there (a standby does not serve listings; making each node primary in turn to list
-/// through it is too intrusive for the end of a run). The lead fills this in when the
-/// digest lands (each node's `(index, digest)` from `status` or the metrics endpoint, all
-/// equal at the primary's commit index); until then the check is NOT CHECKED, never passed.
-pub fn digests_equal(_cluster: &NetCluster) -> Verdict {
-    Verdict::NotChecked(
-        "digests_equal() is a TODO hook until the state digest (C19) lands; what is checked \
-         meanwhile: every node's applied index equals the primary's commit index (no node \
-         stuck), and every primary of the run served reads that the history checks"
-            .into(),
-    )
+/// C19: every node's state equal, by the controller's own online consistency check. At the
+/// end (healed, settled: `end` is the primary and its commit index, past the last write) the
+/// primary is asked `consistencyCheck` (what `xce-controller status` asks) until the index it
+/// checked is at least `end`'s (bounded); then:
+/// - the check's answer has no alarm, and neither has any node's own answer (a diverged node
+///   names itself);
+/// - every member had the checkpoint: answers, and has applied at least the checked index
+///   (the primary leaves a member that does not answer out of a check and its answer does not
+///   name who answered — the one thing this cannot see);
+/// - no node's data directory has a `diverged` marker, now or when looked at during the run
+///   (`seen`);
+/// - `xce_state_digest_mismatch_total` is 0 on every node (it counts since the node's last
+///   start) and no node logged a mismatch during the run (the logs span every start).
+pub fn digests_equal(
+    cluster: &NetCluster,
+    end: Option<(u32, u64)>,
+    seen: &BTreeSet<u32>,
+) -> Verdict {
+    let Some((p, commit)) = end else {
+        return Verdict::Failed("no settled primary at the end to ask".into());
+    };
+    let mut bad = Vec::new();
+    let addr = cluster.node(p).client;
+    let deadline = Instant::now() + DIGEST_BOUND;
+    let mut asked = 0;
+    let info: Option<ControllerInfo> = loop {
+        asked += 1;
+        let answer = netns::in_ns(&cluster.client_ns, move || {
+            crate::harness::cluster::raw_call(addr, Op::ConsistencyCheck, CHECK_CALL_BOUND)
+        });
+        let why = match answer {
+            Ok(Ok(r)) => match r.data {
+                ReplyData::CtrlInfo(i) if i.checked_index >= commit || !i.alarms.is_empty() => {
+                    break Some(i)
+                }
+                ReplyData::CtrlInfo(i) => format!("checked index {} < {commit}", i.checked_index),
+                _ => format!("status {} without controller info", r.status),
+            },
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("client namespace: {e}"),
+        };
+        if Instant::now() >= deadline {
+            bad.push(format!(
+                "consistencyCheck on node {p} ({asked} asks in {} s): {why}",
+                DIGEST_BOUND.as_secs()
+            ));
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let checked = info.as_ref().map_or(0, |i| i.checked_index);
+    if let Some(i) = &info {
+        for a in &i.alarms {
+            bad.push(format!("the primary (node {p}) raised an alarm: {a}"));
+        }
+    }
+    for (id, a) in cluster.progress(Duration::from_secs(2)) {
+        match a {
+            Ok(i) => {
+                for alarm in &i.alarms {
+                    bad.push(format!("node {id}'s alarm: {alarm}"));
+                }
+                if i.applied_index < checked {
+                    bad.push(format!(
+                        "node {id} applied {} < the checked index {checked}",
+                        i.applied_index
+                    ));
+                }
+            }
+            Err(e) => bad.push(format!("node {id} does not answer: {e}")),
+        }
+    }
+    let n = cluster.nodes.len() as u32;
+    for id in 1..=n {
+        let marker = cluster.node_data(id).join("diverged");
+        if marker.exists() || seen.contains(&id) {
+            bad.push(format!(
+                "node {id} has a diverged marker ({})",
+                marker.display()
+            ));
+        }
+        let metric = "xce_state_digest_mismatch_total";
+        match cluster.node_http(
+            id,
+            METRICS_PORT,
+            "GET",
+            "/metrics",
+            "",
+            Duration::from_secs(5),
+        ) {
+            Ok((_, body)) => match metric_value(&body, metric) {
+                Some(v) if v == 0.0 => {}
+                Some(v) => bad.push(format!("node {id}: {metric} {v}")),
+                None => bad.push(format!("node {id}: no {metric} in its metrics")),
+            },
+            Err(e) => bad.push(format!("node {id}: GET /metrics: {e}")),
+        }
+    }
+    let logged = cluster.log_lines(&MISMATCH_LINES);
+    if !logged.trim().is_empty() && !logged.starts_with("(no node logs") {
+        bad.push(format!(
+            "the node logs name a digest mismatch: {}",
+            shown(&logged.lines().map(str::to_string).collect::<Vec<_>>())
+        ));
+    }
+    if bad.is_empty() {
+        Verdict::Passed(format!(
+            "the primary (node {p}) compared the members' digests at index {checked} ≥ the \
+             commit index {commit} after the last write: equal, no alarm; {n} nodes applied it, \
+             no diverged marker, {n} × xce_state_digest_mismatch_total 0, no mismatch logged"
+        ))
+    } else {
+        Verdict::Failed(shown(&bad))
+    }
+}
+
+/// The value of an unlabelled sample `name` in Prometheus text.
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (n, v) = l.rsplit_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 /// What every node answered at the end.
@@ -359,6 +476,8 @@ pub struct Settled {
     pub verdict: Verdict,
     /// One line per node: its last answer.
     pub nodes: Vec<String>,
+    /// The primary and its commit index, once settled.
+    pub end: Option<(u32, u64)>,
 }
 
 /// "No node stuck": within `bound` of the heal, every member answers, one is the serving primary and
@@ -374,9 +493,14 @@ pub fn settle(cluster: &NetCluster, healed: Instant, bound: Duration) -> Settled
         match why {
             None => {
                 let took = healed.elapsed().as_secs_f64();
+                let end = answers.iter().find_map(|(id, a)| match a {
+                    Ok(i) if i.role == ControllerRole::Primary => Some((*id, i.committed_index)),
+                    _ => None,
+                });
                 return Settled {
                     verdict: Verdict::Passed(format!("settled {took:.1} s after the heal")),
                     nodes,
+                    end,
                 };
             }
             Some(why) if Instant::now() >= deadline => {
@@ -386,6 +510,7 @@ pub fn settle(cluster: &NetCluster, healed: Instant, bound: Duration) -> Settled
                         bound.as_secs()
                     )),
                     nodes,
+                    end: None,
                 }
             }
             Some(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -393,9 +518,9 @@ pub fn settle(cluster: &NetCluster, healed: Instant, bound: Duration) -> Settled
     }
 }
 
-type Answers = [(u32, Result<xce::wire::ControllerInfo, String>)];
+type Answers = [(u32, Result<ControllerInfo, String>)];
 
-fn node_line(id: u32, a: &Result<xce::wire::ControllerInfo, String>) -> String {
+fn node_line(id: u32, a: &Result<ControllerInfo, String>) -> String {
     match a {
         Ok(i) => format!(
             "node {id}: {:?} term {} primary {} log {} commit {} applied {}",

@@ -2,10 +2,10 @@
 //! the one before ran late), its faults applied and healed, every step written down with
 //! the time it happened — the schedule as executed, which a failure prints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::fault::{stall_file, Applied, Fault, Kind, Stage, Trouble};
+use super::fault::{Applied, Fault, Kind, Stage, Trouble, METRICS_PORT, STORAGE_FAULT_EXIT};
 use super::schedule::{Episode, Schedule};
 use crate::harness::netns::{self, NetCluster};
 
@@ -25,6 +25,10 @@ pub struct Executed {
     pub findings: Vec<String>,
     /// Faults applied, by kind.
     pub applied: BTreeMap<Kind, usize>,
+    /// Nodes that exited 74 as they must (a full disk injected), and how long it took.
+    pub expected_exits: Vec<(u32, Duration)>,
+    /// Nodes whose data directory held a `diverged` marker (C19) when looked at.
+    pub diverged: BTreeSet<u32>,
 }
 
 pub struct Executor<'c> {
@@ -58,10 +62,30 @@ impl<'c> Executor<'c> {
         self.done.findings.push(what);
     }
 
-    /// Nodes that exited without being killed: a crash, a panic, an exit of its own.
+    /// Nodes that exited without being killed: a crash, a panic, an exit of its own (an
+    /// exit 74 — a storage fault — with no disk fault injected included); and nodes that
+    /// found themselves diverged (C19: a `diverged` marker in the data directory).
     fn watch_exits(&mut self) {
         for (id, status) in self.stage.cluster.reap_exited() {
-            self.finding(format!("node {id} exited on its own: {status}"));
+            if status.code() == Some(STORAGE_FAULT_EXIT) {
+                self.finding(format!(
+                    "node {id} exited {STORAGE_FAULT_EXIT} (a storage fault, C21) with no disk \
+                     fault injected"
+                ));
+            } else {
+                self.finding(format!("node {id} exited on its own: {status}"));
+            }
+        }
+        for id in 1..=self.stage.cluster.nodes.len() as u32 {
+            let marker = self.stage.cluster.node_data(id).join("diverged");
+            if marker.exists() && self.done.diverged.insert(id) {
+                let what = std::fs::read_to_string(&marker).unwrap_or_default();
+                self.finding(format!(
+                    "node {id} diverged (C19): {} holds {:?}",
+                    marker.display(),
+                    what.trim()
+                ));
+            }
         }
     }
 
@@ -93,9 +117,15 @@ impl<'c> Executor<'c> {
             }
             self.watch_exits();
             match f.apply(&mut self.stage) {
-                Ok(a) => {
+                Ok(mut a) => {
                     self.note(format!("#{i} apply {}: {}", f.kind().name(), a.note));
                     *self.done.applied.entry(f.kind()).or_default() += 1;
+                    if let Some(why) = a.finding.take() {
+                        self.finding(format!("#{i} {}: {why}", f.kind().name()));
+                    }
+                    if let Some(exit) = a.expected_exit {
+                        self.done.expected_exits.push(exit);
+                    }
                     applied.push((f, a));
                 }
                 Err(Trouble::Cluster(why)) => {
@@ -126,10 +156,12 @@ impl<'c> Executor<'c> {
         harness_error.map_or(Ok(()), Err)
     }
 
-    /// The end of the run: every link up and unshaped, every node continued, every disk
-    /// flushing, every node that is down started again (from its data directory).
+    /// The end of the run: every link up and unshaped, every node continued, every
+    /// failpoint cleared (each fault cleared its own: one still set is named), every node
+    /// that is down started again (from its data directory).
     pub fn heal_everything(&mut self) -> Result<(), String> {
         self.watch_exits();
+        let mut left = Vec::new();
         let c = &mut *self.stage.cluster;
         c.unshape().map_err(|e| format!("unshape: {e}"))?;
         let mut started = Vec::new();
@@ -139,15 +171,36 @@ impl<'c> Executor<'c> {
             if c.node(id).is_paused() {
                 c.resume(id);
             }
-            let stall = stall_file(c, id);
-            if stall.exists() {
-                std::fs::remove_file(&stall).map_err(|e| format!("{}: {e}", stall.display()))?;
+            if c.node(id).is_running() {
+                let bound = Duration::from_secs(5);
+                let (status, set) = c
+                    .node_http(id, METRICS_PORT, "GET", "/fail", "", bound)
+                    .map_err(|e| format!("GET /fail on node {id}: {e}"))?;
+                if !status.contains(" 200 ") {
+                    return Err(format!("GET /fail on node {id}: {status}"));
+                }
+                for name in set
+                    .lines()
+                    .filter_map(|l| l.split_once('='))
+                    .map(|(n, _)| n)
+                {
+                    let path = format!("/fail/{name}");
+                    c.node_http(id, METRICS_PORT, "DELETE", &path, "", bound)
+                        .map_err(|e| format!("DELETE {path} on node {id}: {e}"))?;
+                    left.push(format!("{name} on node {id}"));
+                }
             }
             if !c.node(id).is_running() {
                 c.restart(id)
                     .map_err(|e| format!("restart node {id}: {e}"))?;
                 started.push(id);
             }
+        }
+        if !left.is_empty() {
+            self.note(format!(
+                "end: failpoints still set, cleared now: {}",
+                left.join(", ")
+            ));
         }
         self.note(format!(
             "end: every fault healed; nodes started again: {started:?}"

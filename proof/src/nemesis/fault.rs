@@ -2,12 +2,17 @@
 //! [`Stage`] (the cluster in its namespaces). A fault names its nodes by role ([`Target`]),
 //! resolved when it is applied; what it resolved to is in the [`Applied`] its heal takes.
 //!
+//! The faults inside a node (a stalled or full disk, a clock step) are the controller's
+//! failpoints (its cargo feature `failpoints`, docs/controller.md "Failpoints"), set and
+//! cleared through each node's metrics endpoint, bound to the loopback of the node's own
+//! namespace ([`METRICS_PORT`]): reachable whatever is done to its links.
+//!
 //! A kind whose mechanism is not on main yet exists here so that the schedule's shape is
 //! settled, but cannot be selected: [`Kind::pending`] says why, the command refuses it at
 //! start, [`Kind::selectable`] leaves it out, and its `apply` fails loudly rather than
 //! pretend it ran. Enabling one is: write its `apply`/`heal` and drop its `pending` line.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::harness::netns::{self, NetCluster};
 
@@ -20,6 +25,22 @@ const MEMBER_CMD_BOUND: Duration = Duration::from_secs(100);
 const TERM_GRACE: Duration = Duration::from_secs(10);
 /// The queue of a shaped link (`tc tbf latency`).
 const SHAPED_QUEUE: &str = "50ms";
+/// Every node's `--metrics` port, on 127.0.0.1 inside its own namespace (failpoints, metrics).
+pub const METRICS_PORT: u16 = 9100;
+/// Bound on one request to a node's metrics endpoint.
+const HTTP_BOUND: Duration = Duration::from_secs(2);
+/// How long a node's metrics endpoint is tried (a node just started may not listen yet).
+const HTTP_RETRY: Duration = Duration::from_secs(10);
+/// C21: a node whose disk fails exits with this status ("within seconds").
+pub const STORAGE_FAULT_EXIT: i32 = 74;
+/// How long a node whose disk is full has to exit [`STORAGE_FAULT_EXIT`].
+pub const DISK_FULL_EXIT_BOUND: Duration = Duration::from_secs(10);
+/// The failpoints a full disk fails: a follower's append, the leader's own flush, the vote.
+const DISK_FULL_POINTS: [&str; 3] = ["log-append", "log-flush", "vote-save"];
+/// The failpoint that stalls a leader's own log flushes.
+const DISK_STALL_POINT: &str = "log-flush";
+/// The failpoint that moves a node's wall clock (milliseconds).
+const CLOCK_POINT: &str = "clock-offset-ms";
 
 /// The kinds of fault, as `--faults` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,13 +113,20 @@ impl Kind {
                  added again (member add): the replacement procedure of docs/operations.md"
             }
             Kind::DiskStall => {
-                "one node's own log flushes held while it leads (--test-leader-flush-stall)"
+                "one node's own log flushes held while it leads (failpoint log-flush=pause), \
+                 sometimes with every node killed on top"
             }
             Kind::Terminate => {
                 "SIGTERM of the primary (it hands over, C14), started again at the heal"
             }
-            Kind::DiskFull => "one node's disk full (ENOSPC on write and fsync)",
-            Kind::ClockStep => "one node's wall clock stepped by minutes to an hour",
+            Kind::DiskFull => {
+                "one node's disk full (failpoints log-append, log-flush, vote-save = \
+                 return(ENOSPC)): it must exit 74 within 10 s (C21); started again from its data"
+            }
+            Kind::ClockStep => {
+                "one node's wall clock stepped by an hour, forward or back (failpoint \
+                 clock-offset-ms), cleared at the heal (C22)"
+            }
             Kind::LeaderTransfer => "leadership moved to a named standby",
         }
     }
@@ -106,17 +134,10 @@ impl Kind {
     /// Why the kind cannot be selected yet: its mechanism is not on main. `None`: it can.
     pub fn pending(self) -> Option<&'static str> {
         match self {
-            Kind::DiskFull => Some(
-                "needs the controller's `failpoints` feature (PUT /fail/NAME on the metrics \
-                 endpoint) and C21 (a full disk stops the node, non-zero exit): not on main yet",
+            Kind::LeaderTransfer => Some(
+                "needs `xce-controller leader transfer [--to N]` (issue 26, being built on \
+                 another branch): not on main yet",
             ),
-            Kind::ClockStep => Some(
-                "needs the controller's `failpoints` feature (a wall-clock step, C22): not on \
-                 main yet",
-            ),
-            Kind::LeaderTransfer => {
-                Some("needs `xce-controller leader transfer --to N`: not on main yet")
-            }
             _ => None,
         }
     }
@@ -137,20 +158,12 @@ impl Kind {
             _ => 1,
         }
     }
-
-    /// The `xce-controller run` flags the kind needs on every node (`{dir}`, `{id}`: see
-    /// [`NetCluster`]'s extra arguments).
-    pub fn controller_args(self) -> Vec<String> {
-        match self {
-            Kind::DiskStall => vec!["--test-leader-flush-stall".into(), stall_file_arg()],
-            _ => Vec::new(),
-        }
-    }
 }
 
-/// The disk-stall switch of a node: while the file exists its own log flushes wait.
-fn stall_file_arg() -> String {
-    "{dir}/stall-{id}".into()
+/// The `xce-controller run` flags every node of a run gets: its metrics endpoint on the
+/// loopback of its own namespace (failpoints and the end's metrics go through it).
+pub fn controller_args() -> Vec<String> {
+    vec!["--metrics".into(), format!("127.0.0.1:{METRICS_PORT}")]
 }
 
 /// A node named by its role when the fault is applied.
@@ -244,10 +257,16 @@ pub enum Fault {
 /// What applying a fault did: the nodes it resolved to (in the fault's own order) and a line
 /// for the executed schedule. (A fault that could not be applied has no heal: a `member
 /// remove` the cluster refused leaves the node as it was.)
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Applied {
     pub nodes: Vec<u32>,
     pub note: String,
+    /// What the cluster did that it must not, while the fault was applied (a node with a
+    /// full disk that did not exit 74): a finding; the fault is still healed.
+    pub finding: Option<String>,
+    /// A node that exited [`STORAGE_FAULT_EXIT`] as it must (disk full), and how long after
+    /// the fault.
+    pub expected_exit: Option<(u32, Duration)>,
 }
 
 /// Why a step did not happen as planned.
@@ -312,6 +331,46 @@ impl Stage<'_> {
         (ranks, how)
     }
 
+    /// `METHOD /fail/NAME` on node `id`'s metrics endpoint (retried while it does not
+    /// answer, up to [`HTTP_RETRY`]). A node without failpoints (a build without the feature)
+    /// answers other than 200: the harness's fault, the run proves nothing. A running node
+    /// whose endpoint never answers: the cluster's.
+    fn failpoint(&self, id: u32, method: &str, name: &str, actions: &str) -> Result<(), Trouble> {
+        let what = format!("{method} /fail/{name} {actions} on node {id}");
+        let deadline = Instant::now() + HTTP_RETRY;
+        loop {
+            let path = format!("/fail/{name}");
+            match self
+                .cluster
+                .node_http(id, METRICS_PORT, method, &path, actions, HTTP_BOUND)
+            {
+                Ok((status, _)) if status.contains(" 200 ") => return Ok(()),
+                Ok((status, body)) => {
+                    return Err(Trouble::Harness(format!(
+                        "{what}: {status} {} (is the controller built with the `failpoints` \
+                         feature?)",
+                        body.trim()
+                    )))
+                }
+                Err(e) if !self.cluster.node(id).is_running() => {
+                    return Err(Trouble::Harness(format!("{what}: the node is down: {e}")))
+                }
+                Err(e) if exited(self.cluster, id) => {
+                    return Err(Trouble::Cluster(format!(
+                        "{what}: the node exited on its own: {e}"
+                    )))
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(Trouble::Cluster(format!(
+                        "{what}: its metrics endpoint did not answer in {} s: {e}",
+                        HTTP_RETRY.as_secs()
+                    )))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
     fn member_cmd(&self, args: &[&str]) -> Result<(), Trouble> {
         let masters = self.cluster.masters();
         let mut all = vec!["member"];
@@ -355,7 +414,13 @@ impl Fault {
 
     /// Breaks the cluster as planned.
     pub fn apply(&self, st: &mut Stage<'_>) -> Result<Applied, Trouble> {
-        let one = |nodes: Vec<u32>, note: String| Ok(Applied { nodes, note });
+        let one = |nodes: Vec<u32>, note: String| {
+            Ok(Applied {
+                nodes,
+                note,
+                ..Applied::default()
+            })
+        };
         match self {
             Fault::Kill(t) => {
                 let (n, how) = st.resolve(*t);
@@ -393,9 +458,11 @@ impl Fault {
             Fault::MemberReplace(t) => remove_member(st, *t),
             Fault::DiskStall(t) => {
                 let (n, how) = st.resolve(*t);
-                let f = stall_file(st.cluster, n);
-                std::fs::write(&f, b"").map_err(harness("disk stall"))?;
-                one(vec![n], format!("disk stall on {how}"))
+                st.failpoint(n, "PUT", DISK_STALL_POINT, "pause")?;
+                one(
+                    vec![n],
+                    format!("disk stall on {how} ({DISK_STALL_POINT}=pause)"),
+                )
             }
             Fault::Terminate => {
                 let (p, how) = st.resolve(Target::Primary);
@@ -407,13 +474,21 @@ impl Fault {
                 };
                 one(vec![p], format!("SIGTERM {how}: {end}"))
             }
-            Fault::DiskFull(_) | Fault::ClockStep { .. } | Fault::LeaderTransfer { .. } => {
-                Err(Trouble::Harness(format!(
-                    "{} cannot run: {}",
-                    self.kind().name(),
-                    self.kind().pending().unwrap_or("no mechanism written yet")
-                )))
+            Fault::DiskFull(t) => disk_full(st, *t),
+            Fault::ClockStep { target, secs } => {
+                let (n, how) = st.resolve(*target);
+                let ms = secs * 1000;
+                st.failpoint(n, "PUT", CLOCK_POINT, &format!("return({ms})"))?;
+                one(
+                    vec![n],
+                    format!("wall clock of {how} stepped by {secs} s ({CLOCK_POINT}={ms})"),
+                )
             }
+            Fault::LeaderTransfer { .. } => Err(Trouble::Harness(format!(
+                "{} cannot run: {}",
+                self.kind().name(),
+                self.kind().pending().unwrap_or("no mechanism written yet")
+            ))),
         }
     }
 
@@ -450,20 +525,115 @@ impl Fault {
             }
             Fault::MemberReplace(_) => add_member(st, a),
             Fault::DiskStall(_) => {
-                let f = stall_file(st.cluster, node);
-                std::fs::remove_file(&f).map_err(harness("disk stall heal"))?;
-                Ok(format!("node {node}'s disk flushes again"))
+                // A node killed and started again meanwhile (kill of all on top) has no
+                // failpoint set: clearing it is harmless.
+                st.failpoint(node, "DELETE", DISK_STALL_POINT, "")?;
+                Ok(format!(
+                    "node {node}'s disk flushes again (DELETE {DISK_STALL_POINT})"
+                ))
             }
-            Fault::DiskFull(_) | Fault::ClockStep { .. } | Fault::LeaderTransfer { .. } => Err(
-                Trouble::Harness(format!("{} was never applied", self.kind().name())),
-            ),
+            Fault::DiskFull(_) => {
+                // The node exited 74 (or, a finding already recorded, still runs: killed).
+                st.cluster.restart(node).map_err(harness("restart"))?;
+                Ok(format!("node {node} started again from its data directory"))
+            }
+            Fault::ClockStep { .. } => {
+                st.failpoint(node, "DELETE", CLOCK_POINT, "")?;
+                Ok(format!(
+                    "node {node}'s wall clock back (DELETE {CLOCK_POINT})"
+                ))
+            }
+            Fault::LeaderTransfer { .. } => Err(Trouble::Harness(format!(
+                "{} was never applied",
+                self.kind().name()
+            ))),
         }
     }
 }
 
-/// Node `id`'s disk-stall switch ([`Kind::controller_args`]).
-pub fn stall_file(c: &NetCluster, id: u32) -> std::path::PathBuf {
-    c.data_dir().join(format!("stall-{id}"))
+/// Whether node `id`'s process has ended (a zombie not reaped yet, or gone): `/proc`.
+fn exited(c: &NetCluster, id: u32) -> bool {
+    let Some(pid) = c.node(id).pid() else {
+        return true;
+    };
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state after the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
+/// C21: node `t`'s disk fills (ENOSPC on a follower's append, the leader's flush, the vote):
+/// it must exit [`STORAGE_FAULT_EXIT`] within [`DISK_FULL_EXIT_BOUND`]. That exit is expected
+/// (recorded as such); any other exit, or none, is a finding. The node is left down for the
+/// heal to start again with its data as it was.
+fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
+    let (n, how) = st.resolve(t);
+    let t0 = Instant::now();
+    let mut set = Vec::new();
+    for p in DISK_FULL_POINTS {
+        if set.is_empty() {
+            st.failpoint(n, "PUT", p, "return(ENOSPC)")?;
+            set.push(p);
+            continue;
+        }
+        // The first point set can stop the node before the next is set: once its process
+        // is gone, the rest are moot.
+        let path = format!("/fail/{p}");
+        let deadline = Instant::now() + HTTP_RETRY;
+        loop {
+            let r =
+                st.cluster
+                    .node_http(n, METRICS_PORT, "PUT", &path, "return(ENOSPC)", HTTP_BOUND);
+            match r {
+                Ok((status, _)) if status.contains(" 200 ") => {
+                    set.push(p);
+                    break;
+                }
+                _ if exited(st.cluster, n) || Instant::now() >= deadline => break,
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        if exited(st.cluster, n) {
+            break;
+        }
+    }
+    let status = st.cluster.wait_exit(n, DISK_FULL_EXIT_BOUND);
+    let took = t0.elapsed();
+    let note = format!("disk full on {how} ({}=return(ENOSPC))", set.join(", "));
+    Ok(match status.and_then(|s| s.code()) {
+        Some(STORAGE_FAULT_EXIT) => Applied {
+            nodes: vec![n],
+            note: format!(
+                "{note}: it exited {STORAGE_FAULT_EXIT} after {:.2} s, as it must (C21)",
+                took.as_secs_f64()
+            ),
+            expected_exit: Some((n, took)),
+            ..Applied::default()
+        },
+        _ => {
+            let what = match status {
+                None => format!(
+                    "still running {} s after its disk filled",
+                    DISK_FULL_EXIT_BOUND.as_secs()
+                ),
+                Some(s) => format!("it exited {s}, not {STORAGE_FAULT_EXIT}"),
+            };
+            // Killed: no failpoint outlives the fault.
+            st.cluster.kill(n);
+            Applied {
+                nodes: vec![n],
+                note: format!("{note}: {what}"),
+                finding: Some(format!(
+                    "node {n}'s disk full (ENOSPC injected): {what} (C21: exit \
+                     {STORAGE_FAULT_EXIT} within seconds)"
+                )),
+                ..Applied::default()
+            }
+        }
+    })
 }
 
 fn slow_links(st: &mut Stage<'_>, links: Links, rate: &str) -> Result<Applied, Trouble> {
@@ -482,7 +652,11 @@ fn slow_links(st: &mut Stage<'_>, links: Links, rate: &str) -> Result<Applied, T
             (vec![n], format!("the links of {how} at {rate}"))
         }
     };
-    Ok(Applied { nodes, note })
+    Ok(Applied {
+        nodes,
+        note,
+        ..Applied::default()
+    })
 }
 
 /// The first half of a replacement: `member remove` of a standby, then its process killed
@@ -496,6 +670,7 @@ fn remove_member(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
     Ok(Applied {
         nodes: vec![n],
         note: format!("member remove {how}; killed, data directory emptied"),
+        ..Applied::default()
     })
 }
 

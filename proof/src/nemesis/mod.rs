@@ -144,10 +144,8 @@ impl Report {
 pub fn run(opts: &Options) -> Result<Report, String> {
     refuse_pending(&opts.kinds)?;
     let schedule = Schedule::generate(opts.seed, opts.length, &opts.kinds);
-    let mut args = opts.controller_args.clone();
-    for k in &opts.kinds {
-        args.extend(k.controller_args());
-    }
+    let mut args = fault::controller_args();
+    args.extend(opts.controller_args.iter().cloned());
     let mut cluster = NetCluster::start(schedule::NODES, &args, Some(opts.log_dir.clone()))
         .map_err(|e| format!("namespaces/cluster: {e}"))?;
     cluster
@@ -271,6 +269,7 @@ fn served_again(clients: &Clients, origin: Instant, exec: &mut Executor<'_>) -> 
 fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Instant) {
     let settled = checks::settle(cluster, healed, SETTLE_BOUND);
     r.nodes_at_end = settled.nodes;
+    let end = settled.end;
     r.checks.push(Check {
         name: "no node stuck (every member answers, one primary, applied = commit, members whole)",
         verdict: settled.verdict,
@@ -315,8 +314,8 @@ fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Ins
         },
     });
     r.checks.push(Check {
-        name: "every node's state equal",
-        verdict: checks::digests_equal(cluster),
+        name: "every node's state equal (C19's consistency check, no alarm, no node diverged)",
+        verdict: checks::digests_equal(cluster, end, &r.executed.diverged),
     });
     r.checks.push(exercised(r));
 }
@@ -395,6 +394,19 @@ impl Report {
             };
             t.row(vec![format!("fault {}", k.name()), cell]);
         }
+        let exits = &self.executed.expected_exits;
+        let slowest = exits
+            .iter()
+            .map(|(_, d)| d.as_secs_f64())
+            .fold(0.0, f64::max);
+        t.row(vec![
+            "disk full: nodes that exited 74 as they must (slowest s)".to_string(),
+            if exits.is_empty() {
+                "0".to_string()
+            } else {
+                format!("{} ({})", exits.len(), num(slowest))
+            },
+        ]);
         let [wa, wf, ra, rf] = call_counts(&self.calls);
         let rows = [
             ("writes acknowledged", wa),

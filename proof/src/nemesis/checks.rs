@@ -365,45 +365,120 @@ pub fn digests_equal(
     end: Option<(u32, u64)>,
     seen: &BTreeSet<u32>,
 ) -> Verdict {
-    let Some((p, commit)) = end else {
+    let Some((primary, commit)) = end else {
         return Verdict::Failed("no settled primary at the end to ask".into());
     };
-    let mut bad = Vec::new();
-    let addr = cluster.node(p).client;
+    let addr = cluster.node(primary).client;
     let deadline = Instant::now() + DIGEST_BOUND;
     let mut asked = 0;
-    let info: Option<ControllerInfo> = loop {
+    let check = loop {
         asked += 1;
         let answer = netns::in_ns(&cluster.client_ns, move || {
             crate::harness::cluster::raw_call(addr, Op::ConsistencyCheck, CHECK_CALL_BOUND)
         });
-        let why = match answer {
+        let got = match answer {
             Ok(Ok(r)) => match r.data {
-                ReplyData::CtrlInfo(i) if i.checked_index >= commit || !i.alarms.is_empty() => {
-                    break Some(i)
-                }
-                ReplyData::CtrlInfo(i) => format!("checked index {} < {commit}", i.checked_index),
-                _ => format!("status {} without controller info", r.status),
+                ReplyData::CtrlInfo(i) => Ok(i),
+                _ => Err(format!("status {} without controller info", r.status)),
             },
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => format!("client namespace: {e}"),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("client namespace: {e}")),
         };
-        if Instant::now() >= deadline {
-            bad.push(format!(
-                "consistencyCheck on node {p} ({asked} asks in {} s): {why}",
-                DIGEST_BOUND.as_secs()
-            ));
-            break None;
+        let done = got
+            .as_ref()
+            .is_ok_and(|i| i.checked_index >= commit || !i.alarms.is_empty());
+        if done || Instant::now() >= deadline {
+            break got;
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let checked = info.as_ref().map_or(0, |i| i.checked_index);
-    if let Some(i) = &info {
-        for a in &i.alarms {
-            bad.push(format!("the primary (node {p}) raised an alarm: {a}"));
+    let n = cluster.nodes.len() as u32;
+    let markers = (1..=n)
+        .filter(|&id| cluster.node_data(id).join("diverged").exists() || seen.contains(&id))
+        .collect();
+    let mismatches = (1..=n)
+        .map(|id| {
+            let got = cluster.node_http(
+                id,
+                METRICS_PORT,
+                "GET",
+                "/metrics",
+                "",
+                Duration::from_secs(5),
+            );
+            (
+                id,
+                got.map(|(_, body)| metric_value(&body, MISMATCH_METRIC))
+                    .map_err(|e| e.to_string()),
+            )
+        })
+        .collect();
+    let log = cluster.log_lines(&MISMATCH_LINES);
+    let logged =
+        (!log.starts_with("(no node logs")).then(|| log.lines().map(String::from).collect());
+    judge_digests(&DigestFacts {
+        primary,
+        commit,
+        check,
+        asked,
+        answers: cluster.progress(Duration::from_secs(2)),
+        markers,
+        mismatches,
+        logged,
+    })
+}
+
+/// The metric C19's check counts a mismatch in.
+const MISMATCH_METRIC: &str = "xce_state_digest_mismatch_total";
+
+/// What the end's digest check gathered from the cluster ([`digests_equal`]).
+pub struct DigestFacts {
+    /// The settled primary and its commit index after the last write.
+    pub primary: u32,
+    pub commit: u64,
+    /// The primary's last answer to `consistencyCheck` (or why there was none), after
+    /// `asked` asks.
+    pub check: Result<ControllerInfo, String>,
+    pub asked: usize,
+    /// Every node's own answer (`waitPrimary`, immediate) after the check.
+    pub answers: Vec<(u32, Result<ControllerInfo, String>)>,
+    /// Nodes with a `diverged` marker, now or when looked at during the run.
+    pub markers: Vec<u32>,
+    /// Each node's [`MISMATCH_METRIC`] (`None`: not in its metrics), or why it was not read.
+    pub mismatches: Vec<(u32, Result<Option<f64>, String>)>,
+    /// The node log lines naming a mismatch (`None`: no logs kept).
+    pub logged: Option<Vec<String>>,
+}
+
+/// C19's verdict on what [`digests_equal`] gathered.
+pub fn judge_digests(f: &DigestFacts) -> Verdict {
+    let (p, commit) = (f.primary, f.commit);
+    let mut bad = Vec::new();
+    let checked = match &f.check {
+        Ok(i) => {
+            if i.checked_index < commit {
+                bad.push(format!(
+                    "the primary (node {p}) checked index {} < the commit index {commit} after \
+                     the last write ({} asks in {} s)",
+                    i.checked_index,
+                    f.asked,
+                    DIGEST_BOUND.as_secs()
+                ));
+            }
+            for a in &i.alarms {
+                bad.push(format!("the primary (node {p}) raised an alarm: {a}"));
+            }
+            i.checked_index
         }
-    }
-    for (id, a) in cluster.progress(Duration::from_secs(2)) {
+        Err(e) => {
+            bad.push(format!(
+                "consistencyCheck on node {p} ({} asks): {e}",
+                f.asked
+            ));
+            0
+        }
+    };
+    for (id, a) in &f.answers {
         match a {
             Ok(i) => {
                 for alarm in &i.alarms {
@@ -419,44 +494,31 @@ pub fn digests_equal(
             Err(e) => bad.push(format!("node {id} does not answer: {e}")),
         }
     }
-    let n = cluster.nodes.len() as u32;
-    for id in 1..=n {
-        let marker = cluster.node_data(id).join("diverged");
-        if marker.exists() || seen.contains(&id) {
-            bad.push(format!(
-                "node {id} has a diverged marker ({})",
-                marker.display()
-            ));
-        }
-        let metric = "xce_state_digest_mismatch_total";
-        match cluster.node_http(
-            id,
-            METRICS_PORT,
-            "GET",
-            "/metrics",
-            "",
-            Duration::from_secs(5),
-        ) {
-            Ok((_, body)) => match metric_value(&body, metric) {
-                Some(v) if v == 0.0 => {}
-                Some(v) => bad.push(format!("node {id}: {metric} {v}")),
-                None => bad.push(format!("node {id}: no {metric} in its metrics")),
-            },
+    for id in &f.markers {
+        bad.push(format!("node {id} has a diverged marker (C19)"));
+    }
+    for (id, m) in &f.mismatches {
+        match m {
+            Ok(Some(v)) if *v == 0.0 => {}
+            Ok(Some(v)) => bad.push(format!("node {id}: {MISMATCH_METRIC} {v}")),
+            Ok(None) => bad.push(format!("node {id}: no {MISMATCH_METRIC} in its metrics")),
             Err(e) => bad.push(format!("node {id}: GET /metrics: {e}")),
         }
     }
-    let logged = cluster.log_lines(&MISMATCH_LINES);
-    if !logged.trim().is_empty() && !logged.starts_with("(no node logs") {
-        bad.push(format!(
+    match &f.logged {
+        None => bad.push("no node logs kept: mismatches logged during the run unseen".into()),
+        Some(l) if !l.is_empty() => bad.push(format!(
             "the node logs name a digest mismatch: {}",
-            shown(&logged.lines().map(str::to_string).collect::<Vec<_>>())
-        ));
+            shown(l)
+        )),
+        Some(_) => {}
     }
+    let n = f.answers.len();
     if bad.is_empty() {
         Verdict::Passed(format!(
             "the primary (node {p}) compared the members' digests at index {checked} ≥ the \
              commit index {commit} after the last write: equal, no alarm; {n} nodes applied it, \
-             no diverged marker, {n} × xce_state_digest_mismatch_total 0, no mismatch logged"
+             no diverged marker, {n} × {MISMATCH_METRIC} 0, no mismatch logged"
         ))
     } else {
         Verdict::Failed(shown(&bad))
@@ -697,6 +759,93 @@ mod tests {
             exactly_once(&calls, &[]).0,
             Verdict::Failed(w) if w.contains("job 1 (written 0.000–0.001 s) listed 0")
         ));
+    }
+
+    fn info(checked: u64, applied: u64, alarms: &[&str]) -> ControllerInfo {
+        ControllerInfo {
+            checked_index: checked,
+            applied_index: applied,
+            alarms: alarms.iter().map(|a| a.to_string()).collect(),
+            ..ControllerInfo::default()
+        }
+    }
+
+    fn clean() -> DigestFacts {
+        DigestFacts {
+            primary: 1,
+            commit: 100,
+            check: Ok(info(101, 101, &[])),
+            asked: 1,
+            answers: (1..=3).map(|id| (id, Ok(info(0, 101, &[])))).collect(),
+            markers: Vec::new(),
+            mismatches: (1..=3).map(|id| (id, Ok(Some(0.0)))).collect(),
+            logged: Some(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn the_digest_check_passes_only_when_every_fact_is_clean() {
+        assert!(matches!(judge_digests(&clean()), Verdict::Passed(_)));
+        type Spoil = fn(&mut DigestFacts);
+        let table: [(Spoil, &str); 11] = [
+            (
+                |f| f.check = Ok(info(99, 101, &[])),
+                "checked index 99 < the commit index 100",
+            ),
+            (
+                |f| f.check = Err("timed out".into()),
+                "consistencyCheck on node 1 (1 asks): timed out",
+            ),
+            (
+                |f| f.check = Ok(info(101, 101, &["node 2: differs"])),
+                "raised an alarm: node 2: differs",
+            ),
+            (
+                |f| f.answers[1].1 = Ok(info(0, 101, &["node 2: diverged"])),
+                "node 2's alarm: node 2: diverged",
+            ),
+            (
+                |f| f.answers[2].1 = Ok(info(0, 100, &[])),
+                "node 3 applied 100 < the checked index 101",
+            ),
+            (
+                |f| f.answers[2].1 = Err("refused".into()),
+                "node 3 does not answer: refused",
+            ),
+            (|f| f.markers = vec![2], "node 2 has a diverged marker"),
+            (
+                |f| f.mismatches[0].1 = Ok(Some(1.0)),
+                "node 1: xce_state_digest_mismatch_total 1",
+            ),
+            (
+                |f| f.mismatches[1].1 = Ok(None),
+                "node 2: no xce_state_digest_mismatch_total",
+            ),
+            (|f| f.logged = None, "no node logs kept"),
+            (
+                |f| f.logged = Some(vec!["node 1: state digest mismatch at index 7".into()]),
+                "the node logs name a digest mismatch: node 1: state digest mismatch",
+            ),
+        ];
+        for (spoil, want) in table {
+            let mut f = clean();
+            spoil(&mut f);
+            match judge_digests(&f) {
+                Verdict::Failed(why) => assert!(why.contains(want), "{why} lacks {want:?}"),
+                v => panic!("{v:?} for a run that should fail with {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn metric_samples_are_read_by_exact_name() {
+        let text = "# TYPE xce_state_digest_mismatch counter\n\
+                    xce_state_digest_mismatch_total 3\n\
+                    xce_state_digest_mismatch_total_x 9\n\
+                    xce_alarms 0\n# EOF\n";
+        assert_eq!(metric_value(text, MISMATCH_METRIC), Some(3.0));
+        assert_eq!(metric_value(text, "xce_alarms"), Some(0.0));
+        assert_eq!(metric_value(text, "xce_state_digest"), None);
     }
 
     #[test]

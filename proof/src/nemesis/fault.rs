@@ -150,6 +150,11 @@ impl Kind {
             .collect()
     }
 
+    /// Whether the kind works through the controller's failpoints.
+    pub fn uses_failpoints(self) -> bool {
+        matches!(self, Kind::DiskStall | Kind::DiskFull | Kind::ClockStep)
+    }
+
     /// How often the schedule draws it, relative to the others.
     pub fn weight(self) -> u64 {
         match self {

@@ -151,6 +151,20 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     cluster
         .wait_primary(None, START_BOUND)
         .ok_or_else(|| format!("no primary elected: {}", cluster.log_lines(&["role="])))?;
+    if opts.kinds.iter().any(|k| k.uses_failpoints()) {
+        // A controller without failpoints would abort the run at its first such fault.
+        let bound = Duration::from_secs(5);
+        match cluster.node_http(1, fault::METRICS_PORT, "GET", "/fail", "", bound) {
+            Ok((status, _)) if status.contains(" 200 ") => {}
+            got => {
+                return Err(format!(
+                    "{} has no failpoints (GET /fail on node 1: {got:?}): build it with \
+                     `--features xce-controller/failpoints`, or leave out --no-build",
+                    crate::controller_bin().display()
+                ))
+            }
+        }
+    }
     let (origin, origin_utc) = (Instant::now(), SystemTime::now());
     let clients = Clients::start(&cluster, opts.seed, origin)?;
     let mut exec = Executor::new(&mut cluster, origin, opts.live);

@@ -1,9 +1,10 @@
 //! S18, the nemesis, for one minute (acceptance.md): a seeded schedule of faults — kill -9
 //! (the primary more often), SIGSTOP/SIGCONT, the whole cluster killed and restarted in an
 //! order, partitions, blackholes, slow links, a standby removed and added back blank, a
-//! stalled disk, SIGTERM — over three real controllers in network namespaces, while 8 client
-//! threads write and list through the library; then every fault healed and the run checked
-//! (`xce_proof::nemesis`).
+//! stalled disk, a full disk (the node must exit 74), a wall clock stepped an hour, SIGTERM —
+//! over three real controllers (built with their failpoints) in network namespaces, while 8
+//! client threads write and list through the library; then every fault healed and the run
+//! checked, node states by C19's consistency check (`xce_proof::nemesis`).
 //!
 //! The seed is `XCE_NEMESIS_SEED` when set, else taken from the clock; it is printed first,
 //! and a failure prints it with the schedule as executed, the violations, the node log lines
@@ -20,6 +21,11 @@ use xce_proof::nemesis::{self, fault::Kind, Options};
 fn s18_nemesis() {
     if let Some(why) = netns::unavailable() {
         panic!("S18 needs network namespaces (root, `ip`, `tc`) and cannot run here: {why}");
+    }
+    // The nodes are this profile's controller with its failpoints (disk stall, disk full and
+    // clock step go through them): a stale binary, or one without the feature, is rebuilt.
+    if let Err(e) = xce_proof::build_controller() {
+        panic!("S18 needs the controller with failpoints: {e}");
     }
     if std::env::var_os("XCE_LOG").is_none() {
         xce::failover::log::set_level(xce::failover::log::Level::Error);

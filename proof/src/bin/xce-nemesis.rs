@@ -1,8 +1,9 @@
 //! `xce-nemesis`: S18 of acceptance.md — a seeded, randomised schedule of faults (kill -9,
 //! SIGSTOP/SIGCONT, the whole cluster killed and restarted in an order, partitions,
-//! blackholes, slow links, a member removed and added back blank, a stalled disk, SIGTERM)
-//! over three real controllers in network namespaces, 8 client threads through the library;
-//! then every fault healed and the run checked. Needs root and `ip`/`tc` (iproute2).
+//! blackholes, slow links, a member removed and added back blank, a stalled disk, a full
+//! disk, a wall clock stepped an hour, SIGTERM) over three real controllers (built with their
+//! failpoints) in network namespaces, 8 client threads through the library; then every fault
+//! healed and the run checked. Needs root and `ip`/`tc` (iproute2).
 //!
 //! ```text
 //! cargo run --release -p xce-proof --bin xce-nemesis -- --seed 42 --minutes 30

@@ -4,7 +4,8 @@
 //! - [`cluster`]: N controllers on loopback; kill -9, SIGSTOP/SIGCONT, SIGTERM, restart; raw
 //!   `hello` probes; cleaned up when dropped (also when a test panics).
 //! - [`netns`]: the same in network namespaces (root and `ip`), where a fault is a link going
-//!   down (blackholed, cut from its peers, silent to clients) or shaped by `tc`.
+//!   down (blackholed, cut from its peers, silent to clients) or shaped by `tc`; and, for the
+//!   nemesis, a node's data wiped and `xce-controller` commands run beside the clients.
 //! - [`ports`]: loopback ports below the ephemeral range (from the test kit, shared with the
 //!   controller's tests).
 //! - [`sys`]: process facts (descriptor limit, CPU time of a thread or a process).

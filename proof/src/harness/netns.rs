@@ -1,4 +1,4 @@
-//! Network namespaces for the network-fault scenarios (S11, P9): each controller in its own
+//! Network namespaces for the network-fault scenarios (S11, P9, S18): each controller in its own
 //! namespace, clients in another, joined by two bridges in the root namespace — a *client*
 //! network and a *peer* (raft) network — so that every fault is a bridge port going down:
 //!
@@ -8,6 +8,11 @@
 //! - blackholed node (no RST, packets vanish): both its ports down;
 //! - node cut off from its peers but reachable by clients: its peer port down;
 //! - node silent to clients (SYNs vanish): its client port down.
+//!
+//! A [`NetCluster`] also breaks its processes (S18): `kill -9` of one or all, SIGSTOP/SIGCONT,
+//! SIGTERM, a restart (with `--join`, after its data directory was emptied), and runs
+//! `xce-controller` commands (`member add`, …) and `status`'s progress question from the
+//! client namespace; links are shaped (`tc tbf`) all together or one node's.
 //!
 //! Needs root and `ip` (iproute2). Everything made is named `xcenf-<pid>-<n>-…` (namespaces)
 //! or `xn<pid base36><n>…` (links), removed when the [`Lab`] is dropped (also on panic), and
@@ -23,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use xce::wire::ControllerRole;
+use xce::wire::{ControllerInfo, ControllerRole};
 
 use crate::harness::cluster::{controller_bin, probe};
 
@@ -264,6 +269,50 @@ impl Lab {
         Ok(())
     }
 
+    /// [`Lab::shape`] for the links of the namespaces `only` accepts (S18: one node's links).
+    pub fn shape_where(
+        &self,
+        rate: &str,
+        latency: &str,
+        only: impl Fn(&str) -> bool,
+    ) -> io::Result<()> {
+        for (port, ns, dev) in self.links.iter().filter(|(_, ns, _)| only(ns)) {
+            let bucket = [
+                "root", "tbf", "rate", rate, "burst", "16kb", "latency", latency,
+            ];
+            let mut outer = vec!["qdisc", "replace", "dev", port.as_str()];
+            outer.extend(bucket);
+            tc(&outer)?;
+            let mut inner = vec!["-n", ns.as_str(), "qdisc", "replace", "dev", dev.as_str()];
+            inner.extend(bucket);
+            tc(&inner)?;
+        }
+        Ok(())
+    }
+
+    /// Removes what [`Lab::shape`] or [`Lab::shape_where`] set, on every link (a link without
+    /// it is left as it is).
+    pub fn unshape(&self) -> io::Result<()> {
+        for (port, ns, dev) in &self.links {
+            for (netns, d) in [(None, port), (Some(ns), dev)] {
+                let mut args: Vec<&str> = Vec::new();
+                if let Some(ns) = netns {
+                    args.extend(["-n", ns.as_str()]);
+                }
+                args.extend(["qdisc", "del", "dev", d.as_str(), "root"]);
+                // "No such file or directory" (or "Cannot delete qdisc with handle of zero")
+                // on a link that was not shaped: nothing to remove.
+                if let Err(e) = tc(&args) {
+                    let m = e.to_string();
+                    if !(m.contains("No such file") || m.contains("handle of zero")) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The prefix of every namespace this lab makes (`xcenf-<pid>-<n>`).
     pub fn tag(&self) -> &str {
         &self.tag
@@ -322,6 +371,37 @@ pub fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static
     .map_err(|_| io::Error::other("thread in namespace panicked"))?
 }
 
+/// A command whose process runs in namespace `ns` and dies with the thread that starts it
+/// (`PR_SET_PDEATHSIG`: start it from a thread that outlives it).
+fn in_namespace(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> io::Result<Command> {
+    let nsf = File::open(Path::new("/var/run/netns").join(ns))?;
+    let mut cmd = Command::new(program);
+    // SAFETY: between fork and exec only async-signal-safe syscalls: setns(2) into the
+    // namespace (the fd is moved into the closure, so it stays open until the command is
+    // dropped) and prctl(2) so that the process dies with this one.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(nsf.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// What an `xce-controller` command run by [`NetCluster::controller_cmd`] said.
+#[derive(Debug, Clone)]
+pub struct CmdOutput {
+    /// Its exit code; `None`: killed at the deadline (or by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
 /// One controller of a [`NetCluster`].
 pub struct NetNode {
     pub id: u32,
@@ -334,6 +414,23 @@ pub struct NetNode {
     pub client_port: String,
     pub peer_port: String,
     child: Option<Child>,
+    /// Stopped with SIGSTOP ([`NetCluster::pause`]) and not continued since.
+    paused: bool,
+}
+
+impl NetNode {
+    /// The node's process id while it runs (paused or not).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
 }
 
 /// A fault, set and cleared by [`NetCluster::fault`].
@@ -393,6 +490,7 @@ impl NetCluster {
                 client_port,
                 peer_port,
                 child: None,
+                paused: false,
             });
         }
         let dir = std::env::temp_dir().join(&lab.tag);
@@ -445,6 +543,13 @@ impl NetCluster {
     }
 
     fn spawn(&mut self, id: u32) -> io::Result<()> {
+        self.spawn_with(id, &[])
+    }
+
+    /// Starts node `id` from its data directory with `more` flags after the cluster's own.
+    /// `{id}` in an extra argument is the node's id, `{dir}` the cluster's directory (per-node
+    /// files).
+    fn spawn_with(&mut self, id: u32, more: &[&str]) -> io::Result<()> {
         let spec = self.spec();
         let data = self.dir.join(format!("node-{id}"));
         std::fs::create_dir_all(&data)?;
@@ -460,34 +565,25 @@ impl NetCluster {
             }
             None => Stdio::null(),
         };
-        let ns = File::open(Path::new("/var/run/netns").join(&self.nodes[id as usize - 1].ns))?;
-        let nsfd = ns.as_raw_fd();
-        let mut cmd = Command::new(controller_bin());
-        cmd.args(["run", "--id", &id.to_string(), "--cluster", &spec, "--data"])
+        let (id_s, dir_s) = (id.to_string(), self.dir.display().to_string());
+        let mut cmd = in_namespace(&self.nodes[id as usize - 1].ns, controller_bin())?;
+        cmd.args(["run", "--id", &id_s, "--cluster", &spec, "--data"])
             .arg(&data)
             // The lab's addresses are not loopback; its links are plaintext on purpose (C13).
             .arg("--insecure")
-            .args(&self.extra_args)
+            .args(
+                self.extra_args
+                    .iter()
+                    .map(|a| a.replace("{id}", &id_s).replace("{dir}", &dir_s)),
+            )
+            .args(more)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        // SAFETY: between fork and exec only async-signal-safe syscalls: setns(2) into the
-        // node's namespace (the fd stays open in the parent until spawn returns) and prctl(2)
-        // so that the node dies with this process.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(nsfd, libc::CLONE_NEWNET) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let child = cmd.spawn()?;
-        drop(ns);
-        self.nodes[id as usize - 1].child = Some(child);
+        let node = &mut self.nodes[id as usize - 1];
+        node.child = Some(child);
+        node.paused = false;
         Ok(())
     }
 
@@ -613,6 +709,297 @@ impl NetCluster {
     /// Where the nodes keep their data.
     pub fn data_dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Node `id`'s data directory.
+    pub fn node_data(&self, id: u32) -> PathBuf {
+        self.dir.join(format!("node-{id}"))
+    }
+
+    /// `ID=client/raft` of node `id`, as `member add` takes it.
+    pub fn node_spec(&self, id: u32) -> String {
+        let n = self.node(id);
+        crate::harness::cluster::cluster_spec(std::iter::once((n.id, n.client, n.raft)))
+    }
+
+    /// Sends `sig` to node `id` if it runs (a child of ours, not reaped yet).
+    fn signal(&self, id: u32, sig: libc::c_int) {
+        if let Some(pid) = self.node(id).pid() {
+            // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        }
+    }
+
+    /// `kill -9` node `id` and reap it; false if it was not running.
+    pub fn kill(&mut self, id: u32) -> bool {
+        let node = &mut self.nodes[id as usize - 1];
+        node.paused = false;
+        match node.child.take() {
+            Some(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `kill -9` every node that runs.
+    pub fn kill_all(&mut self) {
+        for id in 1..=self.nodes.len() as u32 {
+            self.kill(id);
+        }
+    }
+
+    /// SIGSTOP: node `id` is alive but silent.
+    pub fn pause(&mut self, id: u32) {
+        self.signal(id, libc::SIGSTOP);
+        let node = &mut self.nodes[id as usize - 1];
+        node.paused = node.child.is_some();
+    }
+
+    /// SIGCONT after [`NetCluster::pause`].
+    pub fn resume(&mut self, id: u32) {
+        self.signal(id, libc::SIGCONT);
+        self.nodes[id as usize - 1].paused = false;
+    }
+
+    /// SIGTERM node `id` (the primary hands over, C14) and wait up to `grace` for it to exit,
+    /// then `kill -9`: true when it exited by itself.
+    pub fn terminate(&mut self, id: u32, grace: Duration) -> bool {
+        self.resume(id);
+        self.signal(id, libc::SIGTERM);
+        let Some(mut child) = self.nodes[id as usize - 1].child.take() else {
+            return true;
+        };
+        let deadline = Instant::now() + grace;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => return true,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Starts node `id` again from its data directory (`kill -9` first if it runs).
+    pub fn restart(&mut self, id: u32) -> io::Result<()> {
+        self.kill(id);
+        self.spawn(id)
+    }
+
+    /// Starts the nodes `ids` again from their data directories (`kill -9` first of any that
+    /// runs), in that order, `gaps[i]` between the `i`-th and the next (missing gaps: none).
+    pub fn start_in_order(&mut self, ids: &[u32], gaps: &[Duration]) -> io::Result<()> {
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(gaps.get(i - 1).copied().unwrap_or_default());
+            }
+            self.restart(id)?;
+        }
+        Ok(())
+    }
+
+    /// Starts node `id` with `--join` (C17: a blank node waits, uninitialised, to be added),
+    /// `kill -9` first if it runs.
+    pub fn restart_joining(&mut self, id: u32) -> io::Result<()> {
+        self.kill(id);
+        self.spawn_with(id, &["--join"])
+    }
+
+    /// Empties node `id`'s data directory (a lost or replaced disk). The node must be down.
+    pub fn wipe(&mut self, id: u32) -> io::Result<()> {
+        if self.node(id).is_running() {
+            return Err(io::Error::other(format!("node {id} runs: not wiped")));
+        }
+        let data = self.node_data(id);
+        match std::fs::remove_dir_all(&data) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::create_dir_all(&data)
+    }
+
+    /// The nodes that exited on their own since the last call (a crash, a panic, an exit the
+    /// controller chose), with how; each is reaped and counts as not running from then on.
+    pub fn reap_exited(&mut self) -> Vec<(u32, std::process::ExitStatus)> {
+        let mut out = Vec::new();
+        for n in &mut self.nodes {
+            if let Some(Ok(Some(status))) = n.child.as_mut().map(Child::try_wait) {
+                n.child = None;
+                n.paused = false;
+                out.push((n.id, status));
+            }
+        }
+        out
+    }
+
+    /// Waits up to `timeout` for node `id` to exit on its own and reaps it (S18's disk full:
+    /// the node must exit 74); `None` if it still runs then, or was not running.
+    pub fn wait_exit(&mut self, id: u32, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let node = &mut self.nodes[id as usize - 1];
+        loop {
+            match node.child.as_mut().map(Child::try_wait) {
+                Some(Ok(Some(status))) => {
+                    node.child = None;
+                    node.paused = false;
+                    return Some(status);
+                }
+                Some(Ok(None)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// One HTTP request to `127.0.0.1:port` inside node `id`'s namespace (its `--metrics`
+    /// endpoint bound there: reachable whatever the faults on its links), bounded by
+    /// `timeout`: the status line and the body.
+    pub fn node_http(
+        &self,
+        id: u32,
+        port: u16,
+        method: &str,
+        path: &str,
+        body: &str,
+        timeout: Duration,
+    ) -> io::Result<(String, String)> {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        in_ns(
+            &self.node(id).ns,
+            move || -> io::Result<(String, String)> {
+                use std::io::{Read, Write};
+                let addr = SocketAddr::from(([127, 0, 0, 1], port));
+                let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+                s.set_read_timeout(Some(timeout))?;
+                s.set_write_timeout(Some(timeout))?;
+                s.write_all(req.as_bytes())?;
+                let mut out = Vec::new();
+                // The reply is small and the server closes: bounded by the timeout and 1 MiB.
+                s.take(1 << 20).read_to_end(&mut out)?;
+                let out = String::from_utf8_lossy(&out).into_owned();
+                let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+                Ok((
+                    head.lines().next().unwrap_or("").to_string(),
+                    body.to_string(),
+                ))
+            },
+        )?
+    }
+
+    /// Runs `xce-controller ARGS` in the client namespace (`member add`, `status`, …), killed
+    /// at `timeout`. Its output goes through files in the cluster's directory (no pipe to
+    /// drain while waiting).
+    pub fn controller_cmd(&self, args: &[&str], timeout: Duration) -> io::Result<CmdOutput> {
+        static CMDS: AtomicU32 = AtomicU32::new(0);
+        let k = CMDS.fetch_add(1, Ordering::Relaxed);
+        let (out_path, err_path) = (
+            self.dir.join(format!("cmd-{k}.out")),
+            self.dir.join(format!("cmd-{k}.err")),
+        );
+        let mut child = in_namespace(&self.client_ns, controller_bin())?
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(File::create(&out_path)?)
+            .stderr(File::create(&err_path)?)
+            .spawn()?;
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match child.try_wait()? {
+                Some(st) => break Some(st),
+                None if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        let out = CmdOutput {
+            code: status.and_then(|s| s.code()),
+            stdout: read(&out_path),
+            stderr: read(&err_path),
+        };
+        let _ = std::fs::remove_file(&out_path);
+        let _ = std::fs::remove_file(&err_path);
+        Ok(out)
+    }
+
+    /// An immediate `waitPrimary` to every node from the client namespace (what `status`
+    /// asks): each node's answer — role, term, the primary it names, its log, commit and
+    /// applied index — or why there is none.
+    pub fn progress(&self, timeout: Duration) -> Vec<(u32, Result<ControllerInfo, String>)> {
+        let targets: Vec<(u32, SocketAddr)> = self.nodes.iter().map(|n| (n.id, n.client)).collect();
+        in_ns(&self.client_ns, move || {
+            let asks: Vec<_> = targets
+                .into_iter()
+                .map(|(id, addr)| {
+                    std::thread::spawn(move || (id, immediate_wait_primary(addr, timeout)))
+                })
+                .collect();
+            asks.into_iter()
+                .map(|h| h.join().expect("a progress probe panicked"))
+                .collect()
+        })
+        .unwrap_or_else(|e| {
+            self.nodes
+                .iter()
+                .map(|n| (n.id, Err(format!("client namespace: {e}"))))
+                .collect()
+        })
+    }
+
+    /// The members the serving primary at node `id` names in `hello` (F29), from the client
+    /// namespace; `None` when it does not answer as a serving primary.
+    pub fn members_seen_by(&self, id: u32, timeout: Duration) -> Option<Vec<u32>> {
+        let addr = self.node(id).client;
+        in_ns(&self.client_ns, move || {
+            crate::harness::cluster::probe_info(addr, timeout)
+                .ok()
+                .flatten()
+                .filter(|i| !i.members.is_empty())
+                .map(|i| i.members.iter().map(|m| m.id).collect())
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// Limits node `id`'s links (client and peer) to `rate` both ways ([`Lab::shape_where`]).
+    pub fn shape_node(&self, id: u32, rate: &str, latency: &str) -> io::Result<()> {
+        let ns = self.node(id).ns.clone();
+        self.lab.shape_where(rate, latency, |n| n == ns)
+    }
+
+    /// Takes every link's shaping off ([`Lab::unshape`]).
+    pub fn unshape(&self) -> io::Result<()> {
+        self.lab.unshape()
+    }
+}
+
+/// One immediate `waitPrimary` (timeout 0: the node's own view and progress, `status`'s
+/// question) on a fresh connection.
+fn immediate_wait_primary(addr: SocketAddr, timeout: Duration) -> Result<ControllerInfo, String> {
+    let op = xce::wire::Op::WaitPrimary {
+        timeout_ms: 0,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    };
+    let reply = crate::harness::cluster::raw_call(addr, op, timeout).map_err(|e| e.to_string())?;
+    match reply.data {
+        xce::wire::ReplyData::CtrlInfo(i) => Ok(i),
+        _ => Err(format!("status {} without controller info", reply.status)),
     }
 }
 

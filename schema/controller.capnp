@@ -362,7 +362,9 @@ struct ControllerInfo {
                              # quorum last answered it (the primary); -1: none or unknown
   # F29: the cluster's current members (id, client host and port, role), filled only by the
   # serving primary about itself (a hello, or a waitPrimary it answers as the primary); empty
-  # from anyone else. Clients add the ones they do not know to their rotation.
+  # from anyone else, except in an immediate waitPrimary answer (timeoutMs 0, `status`): there
+  # every node lists the membership it holds (C18 amended). Clients add the ones a hello names
+  # to their rotation.
   members @13 :List(ControllerEntry);
   # C20: the cluster this node belongs to: 16 bytes made when the cluster was initialised (or
   # restored from a backup: a new one); empty: none yet (a new node, or data of an earlier
@@ -374,6 +376,10 @@ struct ControllerInfo {
   # C19: the last log index at which the primary compared its members' state digests and
   # found no disagreement (0: none yet, or not the primary).
   checkedIndex @16 :UInt64;
+  # C18 (amended): ms since this node's process started (0: not said, an older controller).
+  # Filled in an immediate waitPrimary answer, with members (this node's own view of the
+  # membership: a standby's too, for `status`; clients learn members only from a hello).
+  uptimeMs @17 :UInt64;
 }
 
 # C20: one chunk of an online snapshot (`xce-controller snapshot save`). The first request

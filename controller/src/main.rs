@@ -31,12 +31,14 @@ commands:
   run       run one node of a cluster
   cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
   pki       make a cluster's CA, node certificates, client identities and tokens
-  status    print the cluster at a glance: each member's role, term, progress; the primary
+  status    the cluster at a glance and a health check: each member for itself; exit 0 healthy,
+            1 degraded, 2 no quorum, 3 cannot tell (--json for scripts)
   member    add, remove or list the cluster's members online (admin)
   snapshot  save an online backup of a cluster (admin); restore a new cluster from one
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
-exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error,
+exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error (status:
+its own, see `status --help`),
 74 when the node stopped for a storage fault (a full or failing disk, C21)";
 
 const RUN_USAGE: &str = "\
@@ -104,18 +106,29 @@ observability:
 Options take their value as the next argument or as --flag=value.";
 
 const STATUS_USAGE: &str = "\
-usage: xce-controller status --masters HOST:PORT,... [--timeout-ms N] [--ca F --cert F --key F] [--token T]
+usage: xce-controller status --masters HOST:PORT,... [--json] [--timeout-ms N]
+                             [--ca F --cert F --key F] [--token T]
 
-Asks every master (their client addresses) at once and prints one line per member: its id,
-role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
-it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
-since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
-Members the primary knows that LIST leaves out are asked and shown too. Then the cluster's id
-(a member reporting another is flagged), the result of a consistency check the primary runs
-for it (C19: the members' state digests compared) and every alarm a member reports.
-Exit status 0 with a primary, 1 without one, 2 on a usage error.
+A health check (C18): asks every master at once, each answering for itself, then every member
+LIST left out (the member set comes from the members: one node is enough), and prints one line
+per member, counted once by its id whatever names reached it: role, Raft term, the leader it
+follows, last log, commit and applied index, lag behind the primary (entries it has yet to
+apply), last contact (a standby: since its leader's last append; the primary: since a quorum
+last answered it), uptime and version. Then the primary (or NO QUORUM), anything wrong (a
+member that does not answer or does not follow, a learner, two primaries, a node of another
+cluster, TLS failures by name), the cluster's id, a consistency check the primary runs (C19)
+and every alarm a member reports; last the verdict.
 
-  --masters LIST         the controllers' client addresses, comma-separated
+exit status (the verdict; a monitor can use it):
+  0  healthy: a primary serves, every member answers and follows it, no alarm
+  1  degraded: a primary serves with a quorum, but a member is down, behind or not following,
+     a learner is left, an alarm is raised, or an old primary still says it leads
+  2  no quorum: no primary; writes and reads fail until a majority is back
+  3  cannot tell: nothing answered (down, network, TLS), the list reaches two clusters, or a
+     usage error
+
+  --masters LIST         client addresses of any members, comma-separated (one is enough)
+  --json                 print one JSON object instead (fields: docs/operations.md, \"status\")
   --timeout-ms N         bound on asking one master (default 2000)
   --ca FILE, --cert FILE, --key FILE
                          TLS on the client port (docs/security.md): the CA bundle and an
@@ -163,6 +176,7 @@ certificate per node and the identities admin, scheduler, worker-host1, user-ali
 (CERTDIR/NAME.pem + .key) and a token key are made there first (kept if present).";
 
 fn main() {
+    base::build::mark_start();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let wants_help = |rest: &[String]| rest.iter().any(|a| a == "-h" || a == "--help");
     let code = match args.first().map(String::as_str) {
@@ -184,7 +198,8 @@ fn main() {
         Some("status") if wants_help(&args[1..]) => help(STATUS_USAGE),
         Some("status") => match status::StatusArgs::parse(&args[1..]) {
             Ok(a) => status::status(a),
-            Err(e) => usage_error(&e, STATUS_USAGE),
+            // The verdict's codes are 0-2: a usage error is "cannot tell".
+            Err(e) => usage_error(&e, STATUS_USAGE).max(status::Health::CannotTell as i32),
         },
         Some("snapshot") if wants_help(&args[1..]) => help(snapshot::USAGE),
         Some("snapshot") => match snapshot::SnapshotArgs::parse(&args[1..]) {
@@ -211,7 +226,7 @@ fn main() {
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {
-            println!("xce-controller {}", env!("CARGO_PKG_VERSION"));
+            println!("xce-controller {}", base::build::version());
             0
         }
         Some(other) => usage_error(&format!("unknown command {other:?}"), USAGE),

@@ -608,6 +608,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
                 }
             }
             x.set_checked_index(c.checked_index);
+            x.set_uptime_ms(c.uptime_ms);
         }
         ReplyData::SnapshotChunk(c) => {
             let mut x = d.init_snapshot_chunk();
@@ -981,6 +982,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 cluster_id: cluster_id(x.get_cluster_id())?,
                 alarms: get_texts(b, x.get_alarms())?,
                 checked_index: x.get_checked_index(),
+                uptime_ms: x.get_uptime_ms(),
             })
         }
         W::SnapshotChunk(x) => {

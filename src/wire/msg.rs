@@ -578,6 +578,9 @@ pub struct ControllerInfo {
     /// C19: the last log index at which the primary found its members' state digests equal
     /// (0: none yet, or not from the primary).
     pub checked_index: u64,
+    /// C18 (amended): ms since the node's process started, in an immediate `waitPrimary`
+    /// answer (0: not said).
+    pub uptime_ms: u64,
 }
 
 /// C20: a request for one chunk of an online snapshot (`cursor` 0: start one).

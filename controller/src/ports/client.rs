@@ -626,7 +626,7 @@ impl Ctx {
             id: self.id as u32,
             role,
             term: m.current_term,
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: crate::base::build::version(),
             protocol_version: wire::PROTOCOL_VERSION,
             ..Default::default()
         };

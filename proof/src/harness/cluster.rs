@@ -248,7 +248,10 @@ impl Cluster {
             exclude_host: String::new(),
             exclude_port: 0,
         };
-        match raw_call(self.node(id).client, op, Duration::from_millis(500)).ok()?.data {
+        match raw_call(self.node(id).client, op, Duration::from_millis(500))
+            .ok()?
+            .data
+        {
             ReplyData::CtrlInfo(i) => Some((i.primary_id, i.last_log_index, i.committed_index)),
             _ => None,
         }

@@ -55,6 +55,9 @@ struct Request {
     # C20 (admin only): an online, consistent snapshot of the state for `snapshot save`,
     # fetched in chunks.
     snapshotSave @32 :SnapshotSave;
+    # C14 on demand (admin only; issue 26): the primary hands leadership over to a live,
+    # caught-up voter (`xce-controller leader transfer`).
+    leaderTransfer @33 :LeaderTransfer;
   }
 
   authToken @27 :Text;     # C13: a signed token naming the caller, for callers without a
@@ -260,6 +263,17 @@ struct MemberAdd {
 # first and answers STANDBY with the new primary: the client retries there.
 struct MemberRemove {
   id @0 :UInt32;
+}
+
+# C14 on demand (issue 26): hand leadership over to voter `to` (0: the primary's choice among
+# the voters that answered it recently, the most caught up). `from`: the primary the caller saw
+# (0: any); a node that is not it answers 0 at once (the transfer happened: a re-send after the
+# old primary closed the connection). A target that is not a live, caught-up voter is refused
+# at once (EINVAL, ENOENT, EHOSTDOWN, EAGAIN); `to` already primary answers 0; a handover
+# that did not produce a new primary within 2 s is ETIMEDOUT (the old primary serves on).
+struct LeaderTransfer {
+  to @0 :UInt32;
+  from @1 :UInt32;
 }
 
 # ---------------------------------------------------------------------------------------

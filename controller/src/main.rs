@@ -20,7 +20,7 @@ mod raft;
 mod sm;
 
 use base::{config, logstamp};
-use cmd::{cluster, member, pki, run, snapshot, status};
+use cmd::{cluster, leader, member, pki, run, snapshot, status};
 
 const USAGE: &str = "\
 usage: xce-controller COMMAND [OPTIONS]
@@ -34,6 +34,7 @@ commands:
   status    the cluster at a glance and a health check: each member for itself; exit 0 healthy,
             1 degraded, 2 no quorum, 3 cannot tell (--json for scripts)
   member    add, remove or list the cluster's members online (admin)
+  leader    transfer: hand leadership over to a live, caught-up voter (admin)
   snapshot  save an online backup of a cluster (admin); restore a new cluster from one
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
@@ -137,6 +138,24 @@ exit status (the verdict; a monitor can use it):
   --token TOKEN          a token instead of a certificate (with --ca alone); default
                          XCE_AUTH_TOKEN";
 
+const LEADER_USAGE: &str = "\
+usage: xce-controller leader transfer [--to N] --masters LIST [--ca F --cert F --key F] [--token T]
+
+Hands leadership over now (C14's SIGTERM handover on demand: a rolling restart, moving the
+primary off a machine) through the primary, found from LIST like any client; admin identity.
+The primary refuses at once a target that is not a member, not a voter, has not answered it
+recently (stopped, down, cut off) or is not caught up (a second to catch up); then it commits a
+handover entry naming it, the target campaigns, and clients follow the new primary (writes in
+flight are answered by it). Without --to the primary picks the most caught-up voter among those
+that answered it recently. Exit status 0 when node N (without --to: another voter) is primary
+afterwards, 1 when refused or not confirmed within 5 s (the reason printed), 2 on a usage error.
+
+  --to N                 the voter to hand over to
+  --masters LIST         client addresses of any members, comma-separated
+  --ca FILE, --cert FILE, --key FILE, --token TOKEN
+                         as for status (default XCE_TLS_CA_FILE, XCE_TLS_CERT_FILE,
+                         XCE_TLS_KEY_FILE, XCE_AUTH_TOKEN)";
+
 const MEMBER_USAGE: &str = "\
 usage: xce-controller member add ID=CLIENT/RAFT --masters LIST [--ca F --cert F --key F] [--token T]
        xce-controller member remove ID --masters LIST [...]
@@ -206,6 +225,11 @@ fn main() {
             Ok(a) => snapshot::snapshot(a),
             Err(e) => usage_error(&e, snapshot::USAGE),
         },
+        Some("leader") if wants_help(&args[1..]) => help(LEADER_USAGE),
+        Some("leader") => match leader::LeaderArgs::parse(&args[1..]) {
+            Ok(a) => leader::leader(a),
+            Err(e) => usage_error(&e, LEADER_USAGE),
+        },
         Some("member") if wants_help(&args[1..]) => help(MEMBER_USAGE),
         Some("member") => match member::MemberArgs::parse(&args[1..]) {
             Ok(a) => member::member(a),
@@ -222,6 +246,7 @@ fn main() {
             Some("pki") => help(pki::USAGE),
             Some("status") => help(STATUS_USAGE),
             Some("member") => help(MEMBER_USAGE),
+            Some("leader") => help(LEADER_USAGE),
             Some("snapshot") => help(snapshot::USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },

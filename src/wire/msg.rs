@@ -137,6 +137,12 @@ pub enum Op {
     ConsistencyCheck,
     /// C20: one chunk of an online snapshot (schema: SnapshotSave).
     SnapshotSave(SnapshotSave),
+    /// C14 on demand (issue 26): hand leadership over to voter `to` (0: the primary's choice);
+    /// `from`: the primary the caller saw (0: any).
+    LeaderTransfer {
+        to: u32,
+        from: u32,
+    },
 }
 
 /// Who may call an op (C13): a set of the identities' roles, one bit each.
@@ -239,6 +245,7 @@ impl Op {
             MemberRemove { .. } =>  rule!("member_remove",   W,  ADMIN,                     No,           None),
             ConsistencyCheck =>     rule!("consistency_check", R, IDENTIFIED,               No,           None),
             SnapshotSave(_) =>      rule!("snapshot_save",   R,  ADMIN,                     No,           None),
+            LeaderTransfer { .. } => rule!("leader_transfer", W,  ADMIN,                     No,           None),
         };
         r
     }

@@ -629,7 +629,7 @@ async fn stop_on_signal(
     if raft.metrics().borrow().state == openraft::ServerState::Leader {
         serving.proposer.close();
     }
-    crate::raft::handover::hand_over(raft, ready, elect, id).await;
+    crate::raft::handover::hand_over(raft, ready, elect, id, &serving.liveness()).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
 }
 

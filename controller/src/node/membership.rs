@@ -247,7 +247,8 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         "node {}: asked to remove itself: handing leadership over first",
         ctx.id
     );
-    crate::raft::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id).await;
+    crate::raft::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id, &ctx.liveness())
+        .await;
     let leader = ctx.raft.metrics().borrow().current_leader;
     if leader.is_some_and(|l| l != ctx.id) {
         // Elections stay off here (handover keeps the old leader from winning again) until

@@ -1194,6 +1194,10 @@ async fn answer_as(
     if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
         return crate::node::membership::answer(ctx, req, &who).await;
     }
+    // C14 on demand (issue 26): a handover to a live, caught-up voter.
+    if let Op::LeaderTransfer { to, from } = req.op {
+        return crate::node::transfer::answer(ctx, req, &who, to, from).await;
+    }
     // C19: a consistency check now, then this primary's view (its alarms, the index checked).
     // One that finished within a second (or 20 times its hashing time) answers instead: a
     // caller cannot keep every node hashing.

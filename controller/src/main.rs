@@ -40,7 +40,8 @@ commands:
 
 exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error (status:
 its own, see `status --help`),
-74 when the node stopped for a storage fault (a full or failing disk, C21)";
+74 when the node stopped for a storage fault (a full or failing disk, C21), 78 when it learned it
+was removed from the cluster (member remove)";
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]

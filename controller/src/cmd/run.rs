@@ -65,6 +65,11 @@ pub fn run(args: RunArgs) -> i32 {
         rt.shutdown_background();
         return EXIT_STORAGE_FAULT;
     }
+    if let Some(why) = crate::raft::removed::removal() {
+        eprintln!("node {id}: {why}");
+        rt.shutdown_timeout(Duration::from_secs(1));
+        return crate::raft::removed::EXIT_REMOVED;
+    }
     match res {
         Ok(()) => {
             rt.shutdown_timeout(Duration::from_secs(1));
@@ -174,6 +179,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         () = stop_on_signal(&raft, &serving, &ready, &elect, id) => Ok(()),
         // C21: `run` ends the process with its own status.
         why = fault::wait() => Err(format!("storage fault: {why}")),
+        // Issue 26: a removed member learns it and stops (`run` exits with its status).
+        why = crate::raft::removed::watch(raft.clone(), id) => {
+            let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+            Err(why)
+        }
     }
 }
 

@@ -183,6 +183,8 @@ pub(crate) fn open_reply(body: &[u8], me: &Identity, peer: &str) -> io::Result<R
     let reply: RpcReply =
         postcard::from_bytes(msg).map_err(|e| invalid(&format!("bad rpc reply: {e}")))?;
     if let RpcReply::Refused(why) = &reply {
+        // Issue 26: a member says this node is no member (removed): the watcher decides.
+        crate::raft::removed::refused(why);
         me.log_limited(&format!("refused by {peer}"), |skipped| {
             eprintln!(
                 "raft peer {peer} refused this node's message: {why}{}",

@@ -103,6 +103,7 @@ timing and limits:
                          the majority's stops voting and serving (docs/operations.md)
 observability:
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
+                         and a health check at http://ADDR/health (200 or 503, JSON)
   --metrics-public       allow --metrics on an address that is not loopback: the endpoint is
                          plaintext HTTP without authentication (firewall it)
 Options take their value as the next argument or as --flag=value.";

@@ -711,7 +711,7 @@ impl Ctx {
     /// the leader of its committed vote if that leader's appends refreshed the vote within
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
-    async fn fresh_leader(&self) -> Option<NodeId> {
+    pub(crate) async fn fresh_leader(&self) -> Option<NodeId> {
         let window = Duration::from_millis(self.opts.election_min_ms);
         let me = self.id;
         let found = self.raft.with_raft_state(move |st| {

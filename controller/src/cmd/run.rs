@@ -180,7 +180,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         // C21: `run` ends the process with its own status.
         why = fault::wait() => Err(format!("storage fault: {why}")),
         // Issue 26: a removed member learns it and stops (`run` exits with its status).
-        why = crate::raft::removed::watch(raft.clone(), id) => {
+        why = crate::raft::removed::watch(raft.clone(), id, args.join) => {
             let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
             Err(why)
         }

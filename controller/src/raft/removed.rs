@@ -4,8 +4,10 @@
 //! exits with [`EXIT_REMOVED`] (a status systemd is told not to restart).
 //!
 //! How it finds out, from facts only the cluster can give:
-//! - its own log: the effective membership excludes it — at start (its log holds a removal of
-//!   it), or while running once that membership is committed;
+//! - its own log: the effective membership excludes it — at start, unless started with
+//!   `--join` (a node being added replays memberships from before its addition: none names it
+//!   yet), or while running once that membership is committed and an earlier one of this
+//!   process named it;
 //! - a member's refusal: a member whose membership excludes this node answers its raft
 //!   messages (pre-votes, votes; over mutual TLS, the connection its certificate names) with
 //!   [`refusal`], naming the log index of that membership. Taken only when that index is past
@@ -55,23 +57,28 @@ pub fn refused(why: &str) {
 
 /// Whether this node is removed. `own`: its effective membership's log index (None: no
 /// membership, a `--join` node), whether that membership names it, whether it is committed;
-/// `at_start`: the first look, at start; `told`: the highest index a member's refusal named.
+/// `at_start`: the first look, at start of a node started without `--join`; `seen_me`: an
+/// earlier membership of this process named it; `told`: the highest index a member's refusal
+/// named.
 pub fn decide(
     own: Option<u64>,
     names_me: bool,
     committed: bool,
     at_start: bool,
+    seen_me: bool,
     told: Option<u64>,
 ) -> bool {
     let Some(own) = own else {
         return false; // no membership yet: nothing to be removed from
     };
-    if !names_me && (at_start || committed) {
+    if !names_me && (at_start || (committed && seen_me)) {
         return true;
     }
     match told {
         Some(t) if names_me => t > own,
-        Some(t) => t >= own,
+        // Left out by its own membership too: confirmed, unless no membership of this process
+        // ever named it (a node being added, replaying memberships from before it).
+        Some(t) => seen_me && t >= own,
         None => false,
     }
 }
@@ -83,9 +90,10 @@ pub fn removal() -> Option<String> {
 
 /// Watches this node's membership and members' refusals; resolves with why once the node is
 /// removed ([`decide`]).
-pub async fn watch(raft: Raft, id: NodeId) -> String {
+pub async fn watch(raft: Raft, id: NodeId, join: bool) -> String {
     let mut rx = raft.server_metrics();
-    let mut at_start = true;
+    let mut at_start = !join;
+    let mut seen_me = false;
     loop {
         let (own, names_me) = {
             let m = rx.borrow_and_update();
@@ -105,7 +113,7 @@ pub async fn watch(raft: Raft, id: NodeId) -> String {
             _ => false,
         };
         let told = TOLD_INDEX.load(Ordering::Acquire).checked_sub(1);
-        if decide(own, names_me, committed, at_start, told) {
+        if decide(own, names_me, committed, at_start, seen_me, told) {
             let why = match told {
                 Some(t) if names_me || !(at_start || committed) => format!(
                     "a member says this node was removed from the cluster (its membership at log \
@@ -127,6 +135,7 @@ pub async fn watch(raft: Raft, id: NodeId) -> String {
             return why;
         }
         at_start = false;
+        seen_me |= names_me;
         // A membership change, a refusal, or (the membership not yet committed) a moment.
         tokio::select! {
             r = rx.changed() => if r.is_err() { return std::future::pending().await },
@@ -149,14 +158,25 @@ mod tests {
 
     #[test]
     fn who_is_removed() {
-        // (what, own index, names me, committed, at start, told, removed)
-        let cases = [
+        // (what, own index, names me, committed, at start, seen me, told, removed)
+        type Case = (
+            &'static str,
+            Option<u64>,
+            bool,
+            bool,
+            bool,
+            bool,
+            Option<u64>,
+            bool,
+        );
+        let cases: [Case; 11] = [
             (
                 "a member, nothing said",
                 Some(10),
                 true,
                 false,
                 false,
+                true,
                 None,
                 false,
             ),
@@ -165,7 +185,8 @@ mod tests {
                 None,
                 false,
                 false,
-                true,
+                false,
+                false,
                 Some(50),
                 false,
             ),
@@ -175,8 +196,29 @@ mod tests {
                 false,
                 false,
                 true,
+                false,
                 None,
                 true,
+            ),
+            (
+                "a joiner replaying old memberships",
+                Some(0),
+                false,
+                true,
+                false,
+                false,
+                None,
+                false,
+            ),
+            (
+                "a joiner told by a member",
+                Some(0),
+                false,
+                false,
+                false,
+                false,
+                Some(0),
+                false,
             ),
             (
                 "removed while running, committed",
@@ -184,15 +226,17 @@ mod tests {
                 false,
                 true,
                 false,
+                true,
                 None,
                 true,
             ),
             (
-                "removed while running, not committed yet",
+                "removed while running, not committed",
                 Some(10),
                 false,
                 false,
                 false,
+                true,
                 None,
                 false,
             ),
@@ -202,24 +246,27 @@ mod tests {
                 true,
                 false,
                 false,
+                true,
                 Some(12),
                 true,
             ),
             (
-                "a member behind it (a new voter) says nothing",
+                "a member behind it says nothing",
                 Some(10),
                 true,
                 false,
                 false,
+                true,
                 Some(8),
                 false,
             ),
             (
-                "a member at its own view: still in it",
+                "a member at its own view",
                 Some(10),
                 true,
                 false,
                 false,
+                true,
                 Some(10),
                 false,
             ),
@@ -229,16 +276,14 @@ mod tests {
                 false,
                 false,
                 false,
+                true,
                 Some(10),
                 true,
             ),
         ];
-        for (what, own, names_me, committed, at_start, told, want) in cases {
-            assert_eq!(
-                decide(own, names_me, committed, at_start, told),
-                want,
-                "{what}"
-            );
+        for (what, own, names_me, committed, at_start, seen_me, told, want) in cases {
+            let got = decide(own, names_me, committed, at_start, seen_me, told);
+            assert_eq!(got, want, "{what}");
         }
     }
 }

@@ -167,12 +167,18 @@ Changes the cluster's membership online (docs/operations.md, \"Replace a dead ma
 through the primary (found from LIST like any client). add and remove need the admin
 identity; list any identity.
 
-  add ID=CLIENT/RAFT     add node ID at these addresses: it is a learner until it has caught up
-                         with the log, then a voter (returns then). Start it first with
-                         `xce-controller run --id ID --cluster ... --data DIR --join`
+  add ID=CLIENT/RAFT     add node ID at these addresses. Start it first with
+                         `xce-controller run --id ID --cluster ... --data DIR --join`: the
+                         primary asks it who it is and refuses at once (within 5 s, nothing
+                         changed) unless it is node ID, blank, of no other cluster; then it is
+                         a learner until it has caught up with the log, then a voter (returns
+                         then); a learner that does not catch up is taken out again
   remove ID              remove node ID (alive or dead); the primary removing itself hands
-                         leadership over first. The last voter cannot be removed
-  list                   one line per member: id, client address, primary / voter / learner
+                         leadership over first. The last voter cannot be removed; a removed
+                         node that runs again exits with status 78
+  list                   one line per member: id, client address, primary / voter / learner,
+                         reachable or unreachable (why), lag behind the primary. Any member
+                         answers (a standby too)
 
   --masters LIST         the controllers' client addresses, comma-separated
   --ca FILE, --cert FILE, --key FILE

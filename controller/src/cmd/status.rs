@@ -44,6 +44,22 @@ pub struct Caller {
     token: String,
 }
 
+impl Caller {
+    /// The caller `a` describes (its TLS files read now).
+    pub fn of(a: &StatusArgs) -> Result<Caller, String> {
+        Ok(Caller {
+            tls: match &a.tls {
+                None => None,
+                Some((ca, identity)) => Some(
+                    client_connector(ca, identity.as_ref())
+                        .map_err(|e| format!("TLS files: {e}"))?,
+                ),
+            },
+            token: a.token.clone(),
+        })
+    }
+}
+
 impl StatusArgs {
     pub fn parse(args: &[String]) -> Result<StatusArgs, String> {
         let mut masters = None;
@@ -838,7 +854,7 @@ pub fn status(args: StatusArgs) -> i32 {
         },
         token: args.token.clone(),
     });
-    let (view, check) = rt.block_on(gather(&args, caller));
+    let (view, check) = rt.block_on(gather(&args, caller, true));
     if args.json {
         print!("{}", render_json(&view, check.as_ref()));
     } else {
@@ -849,9 +865,10 @@ pub fn status(args: StatusArgs) -> i32 {
 
 /// Asks the list, then the members the list left out, then (a primary found) a consistency
 /// check; resolves the addresses that did not answer, to match them to members.
-async fn gather(
+pub(crate) async fn gather(
     args: &StatusArgs,
     caller: Arc<Caller>,
+    consistency: bool,
 ) -> (View, Option<Result<ControllerInfo, String>>) {
     let asks = args
         .masters
@@ -910,7 +927,7 @@ async fn gather(
     }
     let view = judge(&rows, &resolved);
     let mut check = None;
-    if let Some((id, _)) = view.primary {
+    if let Some((id, _)) = view.primary.filter(|_| consistency) {
         let at = view
             .nodes
             .iter()

@@ -465,6 +465,19 @@ async fn serve_rpcs(
                 receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
             RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
+            RpcRequest::Identify => RpcReply::Identity {
+                id: srv.node_id,
+                initialised: srv
+                    .raft
+                    .server_metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .next()
+                    .is_some(),
+                cluster: srv.identity.tag().map(|t| t.id),
+            },
             RpcRequest::Diverged {
                 index,
                 majority,

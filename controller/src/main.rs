@@ -51,7 +51,7 @@ Runs node N of the cluster described by --cluster. Its state (raft log, vote, sn
 in DIR, so a killed node restarts and rejoins. SIGTERM or SIGINT stops it.
 
   --config FILE          read the options from a TOML file (docs/operations.md): each key is
-                         an option (heartbeat_ms = 30), a table prefixes its keys ([tls] cert),
+                         an option (heartbeat_ms = 20), a table prefixes its keys ([tls] cert),
                          [[member]] entries (id, client, raft) make --cluster; options given
                          on the command line override the file
 required (on the command line or in the file):
@@ -219,6 +219,15 @@ fn main() {
                     s.finish();
                 }
                 code
+            }
+            // Issue 26: an error in a config file names its key and line, without the usage.
+            Err(e)
+                if args
+                    .iter()
+                    .any(|a| a == "--config" || a.starts_with("--config=")) =>
+            {
+                eprintln!("xce-controller run: {e} (see `xce-controller run --help`)");
+                2
             }
             Err(e) => usage_error(&e, RUN_USAGE),
         },

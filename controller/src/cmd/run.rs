@@ -606,6 +606,18 @@ fn serve_clients(
             args.data.clone(),
         ));
     }
+    // Issue 26: ports in the kernel's ephemeral range collide with outgoing connections.
+    let mut ports = vec![("client", port_of(&me.client)), ("raft", port_of(&me.raft))];
+    if let Some(m) = &args.opts.metrics {
+        ports.push(("metrics", port_of(m)));
+    }
+    if let Some(range) = ephemeral_range() {
+        for (what, port) in ports {
+            if let Some(why) = port.and_then(|p| in_ephemeral(what, p, range)) {
+                eprintln!("node {id}: warning: {why}");
+            }
+        }
+    }
     tokio::spawn(client::serve(client_l, ctx, links.client_tls.clone()));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {}{})",
@@ -792,5 +804,52 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
             }
             was = now;
         }
+    }
+}
+
+/// The port of `HOST:PORT` (None: 0 or unparsable).
+fn port_of(addr: &str) -> Option<u16> {
+    crate::base::config::split_addr(addr)
+        .map(|(_, p)| p)
+        .filter(|&p| p != 0)
+}
+
+/// The kernel's ephemeral port range (`/proc/sys/net/ipv4/ip_local_port_range`).
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// Issue 26: why `port` (the `what` port) is a bad choice when it lies in the ephemeral
+/// `range`: outgoing connections of this machine take ports from it, so a restart can find
+/// it taken ("Address already in use").
+fn in_ephemeral(what: &str, port: u16, range: (u16, u16)) -> Option<String> {
+    (range.0..=range.1).contains(&port).then(|| {
+        format!(
+            "the {what} port {port} is in the kernel's ephemeral range {}-{} \
+             (ip_local_port_range): an outgoing connection may hold it when this node restarts \
+             (\"Address already in use\"); use a port below {} (docs/operations.md)",
+            range.0, range.1, range.0
+        )
+    })
+}
+
+#[cfg(test)]
+mod ephemeral_tests {
+    use super::*;
+
+    #[test]
+    fn ports_in_the_ephemeral_range_are_named() {
+        let r = (32768, 60999);
+        assert!(in_ephemeral("client", 9991, r).is_none());
+        assert!(in_ephemeral("raft", 32767, r).is_none());
+        assert!(in_ephemeral("raft", 32768, r)
+            .unwrap()
+            .contains("raft port 32768"));
+        assert!(in_ephemeral("metrics", 60999, r).is_some());
+        assert!(in_ephemeral("metrics", 61000, r).is_none());
+        assert_eq!(port_of("[::1]:9100"), Some(9100));
+        assert_eq!(port_of("127.0.0.1:0"), None);
     }
 }

@@ -85,6 +85,11 @@ pub fn run(args: RunArgs) -> i32 {
 async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
     let limits = xce::wire::Limits::default();
+    // Issue 26: a node started with another node's certificate says so at once (before, it
+    // started without a word and its peers' refusals were all there was).
+    if let (Some(cert), Some(_)) = (&args.opts.tls_cert, &args.opts.tls_peer_ca) {
+        tls::check_own_cert(cert, id)?;
+    }
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;

@@ -102,6 +102,11 @@ timing and limits:
                          when status or snapshot save asks); a member whose state differs from
                          the majority's stops voting and serving (docs/operations.md)
 observability:
+  --log-level LEVEL      error, warn, info (default) or debug: lines below it are not written
+  --log-format FORMAT    text (default: TIME node N: [LEVEL: ]text) or json (one object a line:
+                         ts, level, source, msg)
+  --log-file PATH        append the lines to PATH instead of stderr (under systemd stderr is
+                         the journal)
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
                          and a health check at http://ADDR/health (200 or 503, JSON)
   --metrics-public       allow --metrics on an address that is not loopback: the endpoint is
@@ -213,7 +218,8 @@ fn main() {
         Some("pki") => pki::main(&args[1..]),
         Some("run") => match config::RunArgs::parse(&args[1..]) {
             Ok(a) => {
-                let stamper = logstamp::install(&format!("node {}:", a.id));
+                let stamper =
+                    logstamp::install_with(&format!("node {}:", a.id), a.opts.log.clone());
                 let code = run::run(a);
                 if let Some(s) = stamper {
                     s.finish();

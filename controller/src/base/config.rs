@@ -232,6 +232,9 @@ pub fn check_stored_membership(
 /// Knobs of one node.
 #[derive(Debug, Clone)]
 pub struct NodeOpts {
+    /// Issue 26: the node's log lines — the least level written, the format, a file instead
+    /// of stderr (`base/logstamp.rs`).
+    pub log: crate::base::logstamp::LogOpts,
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
@@ -265,6 +268,7 @@ pub struct NodeOpts {
 impl Default for NodeOpts {
     fn default() -> NodeOpts {
         NodeOpts {
+            log: Default::default(),
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             election_min_ms: DEFAULT_ELECTION_MIN_MS,
             election_max_ms: DEFAULT_ELECTION_MAX_MS,
@@ -410,6 +414,15 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
 /// Applies one node knob; `Ok(false)` if `flag` is not a node knob.
 fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
     match flag {
+        "--log-level" => o.log.level = crate::base::logstamp::Level::parse(v)?,
+        "--log-format" => {
+            o.log.json = match v {
+                "text" => false,
+                "json" => true,
+                _ => return Err(format!("{flag}: text or json, not {v:?}")),
+            }
+        }
+        "--log-file" => o.log.file = Some(PathBuf::from(v)),
         "--heartbeat-ms" => o.heartbeat_ms = num(flag, v)?,
         "--election-min-ms" => o.election_min_ms = num(flag, v)?,
         "--election-max-ms" => o.election_max_ms = num(flag, v)?,

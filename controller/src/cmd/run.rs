@@ -66,7 +66,7 @@ pub fn run(args: RunArgs) -> i32 {
         return EXIT_STORAGE_FAULT;
     }
     if let Some(why) = crate::raft::removed::removal() {
-        eprintln!("node {id}: {why}");
+        crate::log_error!("node {id}: {why}");
         rt.shutdown_timeout(Duration::from_secs(1));
         return crate::raft::removed::EXIT_REMOVED;
     }
@@ -619,7 +619,7 @@ fn serve_clients(
     if let Some(range) = ephemeral_range() {
         for (what, port) in ports {
             if let Some(why) = port.and_then(|p| in_ephemeral(what, p, range)) {
-                eprintln!("node {id}: warning: {why}");
+                crate::log_warn!("node {id}: {why}");
             }
         }
     }

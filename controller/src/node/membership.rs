@@ -76,7 +76,7 @@ pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Rep
             Reply::status(req.seq, 0)
         }
         Err((status, reply, why)) => {
-            eprintln!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
+            crate::log_warn!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
             reply.map_or_else(|| Reply::status(req.seq, status), |r| *r)
         }
     }

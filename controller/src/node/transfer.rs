@@ -40,7 +40,7 @@ pub async fn answer(
             Reply::status(req.seq, 0)
         }
         Err((status, why)) => {
-            eprintln!(
+            crate::log_warn!(
                 "node {}: {what} for {who}: refused (status {status}): {why}",
                 ctx.id
             );

@@ -174,7 +174,7 @@ pub async fn hand_over(
         |v| live.heard(&m, v),
     ) else {
         if !voters.is_empty() {
-            eprintln!(
+            crate::log_warn!(
                 "node {id}: handover: no voter answered within {} ms: none named",
                 live.window.as_millis()
             );
@@ -211,7 +211,7 @@ pub async fn hand_over_to(
     let entry = match tokio::time::timeout(HANDOVER_WAIT, raft.client_write(entry)).await {
         Ok(Ok(resp)) => resp.log_id,
         _ => {
-            eprintln!("node {id}: handover to node {to}: the entry did not commit");
+            crate::log_warn!("node {id}: handover to node {to}: the entry did not commit");
             return None;
         }
     };
@@ -254,7 +254,7 @@ pub async fn hand_over_to(
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) if tokio::time::Instant::now() < deadline => {}
             _ => {
-                eprintln!(
+                crate::log_warn!(
                     "node {id}: handover to node {to}: no new leader within {} ms",
                     HANDOVER_WAIT.as_millis()
                 );

@@ -103,7 +103,7 @@ timing and limits:
                          the majority's stops voting and serving (docs/operations.md)
 observability:
   --log-level LEVEL      error, warn, info (default) or debug: lines below it are not written
-  --log-format FORMAT    text (default: TIME node N: [LEVEL: ]text) or json (one object a line:
+  --log-format FORMAT    text (default: TIME [LEVEL] node N: text) or json (one object a line:
                          ts, level, source, msg)
   --log-file PATH        append the lines to PATH instead of stderr (under systemd stderr is
                          the journal)

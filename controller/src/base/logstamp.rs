@@ -120,8 +120,8 @@ macro_rules! log_info { ($($arg:tt)*) => { $crate::log_at!($crate::base::logstam
 #[macro_export]
 macro_rules! log_debug { ($($arg:tt)*) => { $crate::log_at!($crate::base::logstamp::Level::Debug, $($arg)*) }; }
 
-/// The line as written out: `None` when below `opts.level`; text (`TIME node 2: text`, a
-/// level word before the text unless `info`) or one JSON object.
+/// The line as written out: `None` when below `opts.level`; text (`TIME node 2: text`, the
+/// level's word before the label unless `info`: `TIME WARN node 2: text`) or one JSON object.
 pub fn render(label: &str, line: &str, opts: &LogOpts) -> Option<String> {
     let (lvl, text) = level_of(line);
     if lvl > opts.level {
@@ -140,7 +140,8 @@ pub fn render(label: &str, line: &str, opts: &LogOpts) -> Option<String> {
     }
     Some(match lvl {
         Level::Info => format!("{now} {label} {text}\n"),
-        l => format!("{now} {label} {}: {text}\n", l.word().to_uppercase()),
+        // The level before the label: `node N: text` reads the same at every level.
+        l => format!("{now} {} {label} {text}\n", l.word().to_uppercase()),
     })
 }
 
@@ -312,7 +313,7 @@ mod tests {
             .ends_with("Z node 2: role=primary\n"));
         assert!(render("node 2:", &warn, &text)
             .unwrap()
-            .ends_with("Z node 2: WARN: disk slow\n"));
+            .ends_with("Z WARN node 2: disk slow\n"));
         assert_eq!(render("node 2:", &debug, &text), None);
         let errors_only = LogOpts {
             level: Level::Error,

@@ -167,7 +167,7 @@ pub async fn warn_unresolved_peers(id: NodeId, spec: &ClusterSpec) {
         for a in [&n.client, &n.raft] {
             if a.parse::<std::net::SocketAddr>().is_err() {
                 if let Err(e) = resolve(a).await {
-                    eprintln!("node {id}: member {peer}: {e} (looked up again when used)");
+                    crate::log_warn!("node {id}: member {peer}: {e} (looked up again when used)");
                 }
             }
         }

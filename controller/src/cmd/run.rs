@@ -40,7 +40,7 @@ pub fn run(args: RunArgs) -> i32 {
     unsafe { libc::umask(0o077) };
     // Failpoints set at start (a build with failpoints; refused without).
     if let Err(e) = crate::base::failpoints::from_env() {
-        eprintln!("node {}: {e}", args.id);
+        crate::log_error!("node {}: {e}", args.id);
         return 2;
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -50,7 +50,7 @@ pub fn run(args: RunArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("node {}: runtime: {e}", args.id);
+            crate::log_error!("node {}: runtime: {e}", args.id);
             return 1;
         }
     };
@@ -59,7 +59,7 @@ pub fn run(args: RunArgs) -> i32 {
     if let Some(why) = fault::storage_fault() {
         // C21: exit as a crash would, touching the disk no more: nothing is flushed, handed
         // over or shut down (a store stuck on the failed disk must not hold the exit).
-        eprintln!(
+        crate::log_error!(
             "node {id}: stopped by a storage fault ({why}): exit status {EXIT_STORAGE_FAULT}"
         );
         rt.shutdown_background();
@@ -76,7 +76,7 @@ pub fn run(args: RunArgs) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("node {id}: {e}");
+            crate::log_error!("node {id}: {e}");
             1
         }
     }
@@ -302,7 +302,7 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
                 "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
             ),
             Ok(false) => {}
-            Err(e) => eprintln!("node {id}: cluster id: {e}"),
+            Err(e) => crate::log_warn!("node {id}: cluster id: {e}"),
         }
     }));
     sm.note_cluster();
@@ -773,7 +773,7 @@ async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
             match state {
                 Err(openraft::error::Fatal::Stopped) | Ok(()) => {}
                 Err(e) => {
-                    eprintln!("node {id}: raft stopped: {e}");
+                    crate::log_error!("node {id}: raft stopped: {e}");
                     fault::record("raft", &data, &e);
                 }
             }
@@ -792,7 +792,7 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
         if now != was {
             let ms = crate::base::clock::now_ms();
             if now {
-                eprintln!(
+                crate::log_warn!(
                     "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
                     ctx.id,
                     ctx.opts.election_max_ms,

@@ -244,7 +244,7 @@ impl Ctx {
     /// hint is attached when another leader is known.
     pub(crate) fn outcome_unknown(&self, seq: u64, op: &Op) -> Reply {
         let mut r = self.not_primary(seq, op, None);
-        eprintln!(
+        crate::log_warn!(
             "node {}: {} (seq {seq}) placed in the log, commit not confirmed: outcome unknown",
             self.id,
             op.name()

@@ -568,9 +568,11 @@ fn frame_refusal(e: &xce::Error, limits: &xce::wire::Limits, authenticated: bool
 /// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
 fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
     if crate::sm::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
-        eprintln!(
+        crate::log_warn!(
             "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
-            ctx.id, reply.seq, ctx.limits.max_message_bytes
+            ctx.id,
+            reply.seq,
+            ctx.limits.max_message_bytes
         );
     }
 }
@@ -837,7 +839,7 @@ impl std::fmt::Display for Origin {
 
 /// C13: refuses an op its caller may not call, with a log line naming who, what and why.
 fn refuse(ctx: &Ctx, conn: &Conn, req: &Request, who: &dyn std::fmt::Display, why: &str) -> Reply {
-    eprintln!(
+    crate::log_warn!(
         "node {}: {}: refused {} (seq {}) for {who}: {why}",
         ctx.id,
         conn.peer,
@@ -963,7 +965,7 @@ async fn handle(
     );
     if req.no_reply {
         if reply.status < 0 {
-            eprintln!(
+            crate::log_warn!(
                 "node {}: fire-and-forget {} (seq {}) dropped: status {}",
                 ctx.id,
                 req.op.name(),
@@ -1058,7 +1060,7 @@ impl Ctx {
             Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
                 Ok(r) if r.seq == req.seq => Some(r),
                 _ => {
-                    eprintln!(
+                    crate::log_warn!(
                         "node {}: forwarded {} (seq {}): the primary's reply is unusable",
                         self.id,
                         req.op.name(),
@@ -1320,7 +1322,7 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
             )
         }
         other => {
-            eprintln!(
+            crate::log_error!(
                 "node {}: unexpected op {} in read path",
                 ctx.id,
                 other.name()

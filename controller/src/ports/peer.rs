@@ -222,7 +222,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("node {node_id}: raft accept: {e}");
+                crate::log_warn!("node {node_id}: raft accept: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -381,7 +381,7 @@ async fn serve_rpcs(
             let host = peer.ip();
             srv.identity
                 .log_limited(&format!("request {host} {tag:?}"), |skipped| {
-                    eprintln!(
+                    crate::log_warn!(
                         "node {}: refused a raft message from {peer}: {why}{}",
                         srv.node_id,
                         more(skipped)
@@ -527,10 +527,12 @@ async fn told_diverged(
     }
     let m = srv.raft.metrics().borrow().clone();
     if m.current_leader != Some(from) || m.current_term != term {
-        eprintln!(
+        crate::log_warn!(
             "node {}: node {from} (term {term}) says this node diverged at index {index}, but it \
              is not the leader this node follows (node {:?}, term {}): ignored",
-            srv.node_id, m.current_leader, m.current_term
+            srv.node_id,
+            m.current_leader,
+            m.current_term
         );
         return false;
     }
@@ -540,7 +542,7 @@ async fn told_diverged(
                 .await
         }
         Some(_) => {
-            eprintln!(
+            crate::log_warn!(
                 "node {}: node {from} says this node diverged at index {index}, but its digest \
                  there is the majority's: ignored",
                 srv.node_id

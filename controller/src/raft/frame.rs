@@ -179,7 +179,7 @@ pub(crate) fn open_reply(body: &[u8], me: &Identity, peer: &str) -> io::Result<R
         if ours != theirs {
             let why = crate::base::cluster_id::Refusal::Another { ours, theirs };
             me.log_limited(&format!("reply {peer}"), |skipped| {
-                eprintln!(
+                crate::log_warn!(
                     "raft peer {peer}: its reply is {why}; dropped{}",
                     more(skipped)
                 )
@@ -196,7 +196,7 @@ pub(crate) fn open_reply(body: &[u8], me: &Identity, peer: &str) -> io::Result<R
         // Issue 26: a member says this node is no member (removed): the watcher decides.
         crate::raft::removed::refused(why);
         me.log_limited(&format!("refused by {peer}"), |skipped| {
-            eprintln!(
+            crate::log_warn!(
                 "raft peer {peer} refused this node's message: {why}{}",
                 more(skipped)
             )

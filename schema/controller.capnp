@@ -55,6 +55,9 @@ struct Request {
     # C20 (admin only): an online, consistent snapshot of the state for `snapshot save`,
     # fetched in chunks.
     snapshotSave @32 :SnapshotSave;
+    # C14 on demand (admin only; issue 26): the primary hands leadership over to a live,
+    # caught-up voter (`xce-controller leader transfer`).
+    leaderTransfer @33 :LeaderTransfer;
   }
 
   authToken @27 :Text;     # C13: a signed token naming the caller, for callers without a
@@ -262,6 +265,17 @@ struct MemberRemove {
   id @0 :UInt32;
 }
 
+# C14 on demand (issue 26): hand leadership over to voter `to` (0: the primary's choice among
+# the voters that answered it recently, the most caught up). `from`: the primary the caller saw
+# (0: any); a node that is not it answers 0 at once (the transfer happened: a re-send after the
+# old primary closed the connection). A target that is not a live, caught-up voter is refused
+# at once (EINVAL, ENOENT, EHOSTDOWN, EAGAIN); `to` already primary answers 0; a handover
+# that did not produce a new primary within 2 s is ETIMEDOUT (the old primary serves on).
+struct LeaderTransfer {
+  to @0 :UInt32;
+  from @1 :UInt32;
+}
+
 # ---------------------------------------------------------------------------------------
 # Domain model
 
@@ -362,7 +376,9 @@ struct ControllerInfo {
                              # quorum last answered it (the primary); -1: none or unknown
   # F29: the cluster's current members (id, client host and port, role), filled only by the
   # serving primary about itself (a hello, or a waitPrimary it answers as the primary); empty
-  # from anyone else. Clients add the ones they do not know to their rotation.
+  # from anyone else, except in an immediate waitPrimary answer (timeoutMs 0, `status`): there
+  # every node lists the membership it holds (C18 amended). Clients add the ones a hello names
+  # to their rotation.
   members @13 :List(ControllerEntry);
   # C20: the cluster this node belongs to: 16 bytes made when the cluster was initialised (or
   # restored from a backup: a new one); empty: none yet (a new node, or data of an earlier
@@ -374,6 +390,10 @@ struct ControllerInfo {
   # C19: the last log index at which the primary compared its members' state digests and
   # found no disagreement (0: none yet, or not the primary).
   checkedIndex @16 :UInt64;
+  # C18 (amended): ms since this node's process started (0: not said, an older controller).
+  # Filled in an immediate waitPrimary answer, with members (this node's own view of the
+  # membership: a standby's too, for `status`; clients learn members only from a hello).
+  uptimeMs @17 :UInt64;
 }
 
 # C20: one chunk of an online snapshot (`xce-controller snapshot save`). The first request

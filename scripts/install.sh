@@ -108,11 +108,19 @@ if [ $build -eq 1 ]; then
       || { echo "install.sh: cargo build of xce-controller failed" >&2; exit 1; }
   fi
 else
-  [ -f target/release/libxce.a ] && [ -f "$dist/native-static-libs" ] \
-    || { echo "install.sh: --no-build, but no previous build in target/release" >&2; exit 1; }
+  # Issue 26: no cargo needed. A library built by `cargo build --release` (not by this script)
+  # has no recorded native-static-libs: the list rustc prints for linux-gnu is used then.
+  [ -f target/release/libxce.a ] \
+    || { echo "install.sh: --no-build, but no target/release/libxce.a (build it first: cargo build --release -p xce)" >&2; exit 1; }
   [ $tools -eq 0 ] || [ -x target/release/xce-controller ] \
-    || { echo "install.sh: --no-build, but no target/release/xce-controller (or use --no-tools)" >&2; exit 1; }
-  native=$(cat "$dist/native-static-libs")
+    || { echo "install.sh: --no-build, but no target/release/xce-controller (build it: cargo build --release -p xce-controller; or use --no-tools)" >&2; exit 1; }
+  mkdir -p "$dist"
+  if [ -f "$dist/native-static-libs" ]; then
+    native=$(cat "$dist/native-static-libs")
+  else
+    native="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
+    echo "install.sh: --no-build: no recorded native-static-libs, using: $native" >&2
+  fi
 fi
 
 # 2. The installable shared library, linked from the static one: rustc gives a cdylib its own

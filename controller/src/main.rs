@@ -20,7 +20,7 @@ mod raft;
 mod sm;
 
 use base::{config, logstamp};
-use cmd::{cluster, member, pki, run, snapshot, status};
+use cmd::{cluster, leader, member, pki, run, snapshot, status};
 
 const USAGE: &str = "\
 usage: xce-controller COMMAND [OPTIONS]
@@ -31,13 +31,17 @@ commands:
   run       run one node of a cluster
   cluster   start an N-node cluster on loopback in one directory (Ctrl-C stops it)
   pki       make a cluster's CA, node certificates, client identities and tokens
-  status    print the cluster at a glance: each member's role, term, progress; the primary
+  status    the cluster at a glance and a health check: each member for itself; exit 0 healthy,
+            1 degraded, 2 no quorum, 3 cannot tell (--json for scripts)
   member    add, remove or list the cluster's members online (admin)
+  leader    transfer: hand leadership over to a live, caught-up voter (admin)
   snapshot  save an online backup of a cluster (admin); restore a new cluster from one
   help      this text; `xce-controller help COMMAND` or `COMMAND --help` for a command's options
 
-exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error,
-74 when the node stopped for a storage fault (a full or failing disk, C21)";
+exit status: 0 on a clean stop, 1 when the node or cluster fails, 2 on a usage error (status:
+its own, see `status --help`),
+74 when the node stopped for a storage fault (a full or failing disk, C21), 78 when it learned it
+was removed from the cluster (member remove)";
 
 const RUN_USAGE: &str = "\
 usage: xce-controller run --id N --cluster ID=CLIENT/RAFT,... --data DIR [OPTIONS]
@@ -47,7 +51,7 @@ Runs node N of the cluster described by --cluster. Its state (raft log, vote, sn
 in DIR, so a killed node restarts and rejoins. SIGTERM or SIGINT stops it.
 
   --config FILE          read the options from a TOML file (docs/operations.md): each key is
-                         an option (heartbeat_ms = 30), a table prefixes its keys ([tls] cert),
+                         an option (heartbeat_ms = 20), a table prefixes its keys ([tls] cert),
                          [[member]] entries (id, client, raft) make --cluster; options given
                          on the command line override the file
 required (on the command line or in the file):
@@ -98,24 +102,41 @@ timing and limits:
                          when status or snapshot save asks); a member whose state differs from
                          the majority's stops voting and serving (docs/operations.md)
 observability:
+  --log-level LEVEL      error, warn, info (default) or debug: lines below it are not written
+  --log-format FORMAT    text (default: TIME [LEVEL] node N: text) or json (one object a line:
+                         ts, level, source, msg)
+  --log-file PATH        append the lines to PATH instead of stderr (under systemd stderr is
+                         the journal)
   --metrics ADDR         serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)
+                         and a health check at http://ADDR/health (200 or 503, JSON)
   --metrics-public       allow --metrics on an address that is not loopback: the endpoint is
                          plaintext HTTP without authentication (firewall it)
 Options take their value as the next argument or as --flag=value.";
 
 const STATUS_USAGE: &str = "\
-usage: xce-controller status --masters HOST:PORT,... [--timeout-ms N] [--ca F --cert F --key F] [--token T]
+usage: xce-controller status --masters HOST:PORT,... [--json] [--timeout-ms N]
+                             [--ca F --cert F --key F] [--token T]
 
-Asks every master (their client addresses) at once and prints one line per member: its id,
-role, Raft term, last log index, commit index, applied index, lag behind the primary (entries
-it has yet to apply) and last contact (a standby: since its leader's last append; the primary:
-since a quorum last answered it), then the primary — or NO QUORUM when no member is primary.
-Members the primary knows that LIST leaves out are asked and shown too. Then the cluster's id
-(a member reporting another is flagged), the result of a consistency check the primary runs
-for it (C19: the members' state digests compared) and every alarm a member reports.
-Exit status 0 with a primary, 1 without one, 2 on a usage error.
+A health check (C18): asks every master at once, each answering for itself, then every member
+LIST left out (the member set comes from the members: one node is enough), and prints one line
+per member, counted once by its id whatever names reached it: role, Raft term, the leader it
+follows, last log, commit and applied index, lag behind the primary (entries it has yet to
+apply), last contact (a standby: since its leader's last append; the primary: since a quorum
+last answered it), uptime and version. Then the primary (or NO QUORUM), anything wrong (a
+member that does not answer or does not follow, a learner, two primaries, a node of another
+cluster, TLS failures by name), the cluster's id, a consistency check the primary runs (C19)
+and every alarm a member reports; last the verdict.
 
-  --masters LIST         the controllers' client addresses, comma-separated
+exit status (the verdict; a monitor can use it):
+  0  healthy: a primary serves, every member answers and follows it, no alarm
+  1  degraded: a primary serves with a quorum, but a member is down, behind or not following,
+     a learner is left, an alarm is raised, or an old primary still says it leads
+  2  no quorum: no primary; writes and reads fail until a majority is back
+  3  cannot tell: nothing answered (down, network, TLS), the list reaches two clusters, or a
+     usage error
+
+  --masters LIST         client addresses of any members, comma-separated (one is enough)
+  --json                 print one JSON object instead (fields: docs/operations.md, \"status\")
   --timeout-ms N         bound on asking one master (default 2000)
   --ca FILE, --cert FILE, --key FILE
                          TLS on the client port (docs/security.md): the CA bundle and an
@@ -123,6 +144,24 @@ Exit status 0 with a primary, 1 without one, 2 on a usage error.
                          XCE_TLS_CERT_FILE, XCE_TLS_KEY_FILE
   --token TOKEN          a token instead of a certificate (with --ca alone); default
                          XCE_AUTH_TOKEN";
+
+const LEADER_USAGE: &str = "\
+usage: xce-controller leader transfer [--to N] --masters LIST [--ca F --cert F --key F] [--token T]
+
+Hands leadership over now (C14's SIGTERM handover on demand: a rolling restart, moving the
+primary off a machine) through the primary, found from LIST like any client; admin identity.
+The primary refuses at once a target that is not a member, not a voter, has not answered it
+recently (stopped, down, cut off) or is not caught up (a second to catch up); then it commits a
+handover entry naming it, the target campaigns, and clients follow the new primary (writes in
+flight are answered by it). Without --to the primary picks the most caught-up voter among those
+that answered it recently. Exit status 0 when node N (without --to: another voter) is primary
+afterwards, 1 when refused or not confirmed within 5 s (the reason printed), 2 on a usage error.
+
+  --to N                 the voter to hand over to
+  --masters LIST         client addresses of any members, comma-separated
+  --ca FILE, --cert FILE, --key FILE, --token TOKEN
+                         as for status (default XCE_TLS_CA_FILE, XCE_TLS_CERT_FILE,
+                         XCE_TLS_KEY_FILE, XCE_AUTH_TOKEN)";
 
 const MEMBER_USAGE: &str = "\
 usage: xce-controller member add ID=CLIENT/RAFT --masters LIST [--ca F --cert F --key F] [--token T]
@@ -133,12 +172,18 @@ Changes the cluster's membership online (docs/operations.md, \"Replace a dead ma
 through the primary (found from LIST like any client). add and remove need the admin
 identity; list any identity.
 
-  add ID=CLIENT/RAFT     add node ID at these addresses: it is a learner until it has caught up
-                         with the log, then a voter (returns then). Start it first with
-                         `xce-controller run --id ID --cluster ... --data DIR --join`
+  add ID=CLIENT/RAFT     add node ID at these addresses. Start it first with
+                         `xce-controller run --id ID --cluster ... --data DIR --join`: the
+                         primary asks it who it is and refuses at once (within 5 s, nothing
+                         changed) unless it is node ID, blank, of no other cluster; then it is
+                         a learner until it has caught up with the log, then a voter (returns
+                         then); a learner that does not catch up is taken out again
   remove ID              remove node ID (alive or dead); the primary removing itself hands
-                         leadership over first. The last voter cannot be removed
-  list                   one line per member: id, client address, primary / voter / learner
+                         leadership over first. The last voter cannot be removed; a removed
+                         node that runs again exits with status 78
+  list                   one line per member: id, client address, primary / voter / learner,
+                         reachable or unreachable (why), lag behind the primary. Any member
+                         answers (a standby too)
 
   --masters LIST         the controllers' client addresses, comma-separated
   --ca FILE, --cert FILE, --key FILE
@@ -163,6 +208,7 @@ certificate per node and the identities admin, scheduler, worker-host1, user-ali
 (CERTDIR/NAME.pem + .key) and a token key are made there first (kept if present).";
 
 fn main() {
+    base::build::mark_start();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let wants_help = |rest: &[String]| rest.iter().any(|a| a == "-h" || a == "--help");
     let code = match args.first().map(String::as_str) {
@@ -172,24 +218,40 @@ fn main() {
         Some("pki") => pki::main(&args[1..]),
         Some("run") => match config::RunArgs::parse(&args[1..]) {
             Ok(a) => {
-                let stamper = logstamp::install(&format!("node {}:", a.id));
+                let stamper =
+                    logstamp::install_with(&format!("node {}:", a.id), a.opts.log.clone());
                 let code = run::run(a);
                 if let Some(s) = stamper {
                     s.finish();
                 }
                 code
             }
+            // Issue 26: an error in a config file names its key and line, without the usage.
+            Err(e)
+                if args
+                    .iter()
+                    .any(|a| a == "--config" || a.starts_with("--config=")) =>
+            {
+                eprintln!("xce-controller run: {e} (see `xce-controller run --help`)");
+                2
+            }
             Err(e) => usage_error(&e, RUN_USAGE),
         },
         Some("status") if wants_help(&args[1..]) => help(STATUS_USAGE),
         Some("status") => match status::StatusArgs::parse(&args[1..]) {
             Ok(a) => status::status(a),
-            Err(e) => usage_error(&e, STATUS_USAGE),
+            // The verdict's codes are 0-2: a usage error is "cannot tell".
+            Err(e) => usage_error(&e, STATUS_USAGE).max(status::Health::CannotTell as i32),
         },
         Some("snapshot") if wants_help(&args[1..]) => help(snapshot::USAGE),
         Some("snapshot") => match snapshot::SnapshotArgs::parse(&args[1..]) {
             Ok(a) => snapshot::snapshot(a),
             Err(e) => usage_error(&e, snapshot::USAGE),
+        },
+        Some("leader") if wants_help(&args[1..]) => help(LEADER_USAGE),
+        Some("leader") => match leader::LeaderArgs::parse(&args[1..]) {
+            Ok(a) => leader::leader(a),
+            Err(e) => usage_error(&e, LEADER_USAGE),
         },
         Some("member") if wants_help(&args[1..]) => help(MEMBER_USAGE),
         Some("member") => match member::MemberArgs::parse(&args[1..]) {
@@ -207,11 +269,12 @@ fn main() {
             Some("pki") => help(pki::USAGE),
             Some("status") => help(STATUS_USAGE),
             Some("member") => help(MEMBER_USAGE),
+            Some("leader") => help(LEADER_USAGE),
             Some("snapshot") => help(snapshot::USAGE),
             Some(other) => usage_error(&format!("no command {other:?}"), USAGE),
         },
         Some("-V" | "--version" | "version") => {
-            println!("xce-controller {}", env!("CARGO_PKG_VERSION"));
+            println!("xce-controller {}", base::build::version());
             0
         }
         Some(other) => usage_error(&format!("unknown command {other:?}"), USAGE),

@@ -384,7 +384,9 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     assert_eq!(with.status.code(), Some(0), "{text}");
     assert!(text.contains("3 of 3 members answer"), "{text}");
     let without = status(false);
-    assert_eq!(without.status.code(), Some(1));
+    // Issue 26: the TLS failure named, "cannot tell" (3) — not NO QUORUM.
+    assert_eq!(without.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&without.stdout).contains("the port speaks TLS"));
     // The CA alone and a token as the identity (a caller without a certificate).
     let token = Command::new(BIN)
         .args(["pki", "token"])

@@ -321,11 +321,12 @@ fn a_called_off_self_removal_serves_again() {
         "{}",
         ctrl.all_logs()
     );
+    // Issue 26: a standby stopped for longer than the handover's window is not named at all.
     assert!(
         ctrl.logged(
             p,
             &format!("handover to node {standby}: the entry did not commit")
-        ),
+        ) || ctrl.logged(p, "handover: no voter answered"),
         "{}",
         ctrl.log(p)
     );

@@ -281,3 +281,56 @@ fn a_write_costs_each_standby_one_append() {
         );
     }
 }
+
+/// Issue 26: what a node runs (`xce_build_info{version,commit} 1`) and `/health` for a load
+/// balancer: 200 on every node of a healthy cluster, 503 on the survivor once two of three are
+/// gone; the body parses.
+#[test]
+fn build_info_and_health() {
+    let mut ctrl = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
+    let p = ctrl.wait_settled(STARTUP);
+    let addrs: Vec<(u64, String)> = (1..=3).map(|i| (i, metrics_addr(&ctrl, i))).collect();
+    for (id, a) in &addrs {
+        let body = scrape(a);
+        let line = body
+            .lines()
+            .find(|l| l.starts_with("xce_build_info{"))
+            .unwrap_or_else(|| panic!("node {id}: no xce_build_info:\n{body}"));
+        assert!(
+            line.contains("version=\"0.") && line.contains("commit=\""),
+            "{line}"
+        );
+        assert!(line.ends_with(" 1"), "{line}");
+        // Every node of a healthy cluster is healthy (a standby once it follows the primary).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, body) = get(a, "/health");
+            let v: serde_json::Value = serde_json::from_str(body.trim()).expect(&body);
+            if status.contains("200") {
+                assert_eq!(v["status"], "ok", "{body}");
+                assert_eq!(v["leader"].as_u64(), Some(p), "{body}");
+                assert_eq!(v["id"].as_u64(), Some(*id), "{body}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id}: {status} {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Two of three gone: the survivor is unavailable (503).
+    let survivor = (1..=3).find(|&i| i != p).unwrap();
+    for i in (1..=3).filter(|&i| i != survivor) {
+        ctrl.kill9(i);
+    }
+    let a = &addrs[survivor as usize - 1].1;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = get(a, "/health");
+        if status.contains("503") {
+            let v: serde_json::Value = serde_json::from_str(body.trim()).expect(&body);
+            assert_eq!(v["status"], "unavailable", "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -196,5 +196,10 @@ raft = "127.0.0.1:{r}"
         Duration::from_secs(10),
     );
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("unknown option --heartbeat"), "{err}");
+    // Issue 26: the file's key and line, without ~50 lines of usage.
+    assert!(
+        err.contains("bad.toml: line 2: unknown option heartbeat"),
+        "{err}"
+    );
+    assert!(err.lines().count() <= 2, "{err}");
 }

@@ -271,6 +271,7 @@ fn est_request(op: &Op) -> usize {
         } => sw::<cp::member_add::Builder>() + tw(client_addr) + tw(raft_addr),
         Op::MemberRemove { .. } => sw::<cp::member_remove::Builder>(),
         Op::SnapshotSave(_) => sw::<cp::snapshot_save::Builder>(),
+        Op::LeaderTransfer { .. } => sw::<cp::leader_transfer::Builder>(),
         Op::SetPendReason { reason, .. } => 4 + tw(reason),
         Op::Notify(_) => sw::<cp::notify::Builder>(),
         // Small fixed-size structs (at most 2 data words + 2 pointers) or Void.
@@ -493,6 +494,11 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
         }
         Op::MemberRemove { id } => o.init_member_remove().set_id(*id),
         Op::ConsistencyCheck => o.set_consistency_check(()),
+        Op::LeaderTransfer { to, from } => {
+            let mut y = o.init_leader_transfer();
+            y.set_to(*to);
+            y.set_from(*from);
+        }
         Op::SnapshotSave(x) => {
             let mut y = o.init_snapshot_save();
             y.set_cursor(x.cursor);
@@ -608,6 +614,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
                 }
             }
             x.set_checked_index(c.checked_index);
+            x.set_uptime_ms(c.uptime_ms);
         }
         ReplyData::SnapshotChunk(c) => {
             let mut x = d.init_snapshot_chunk();
@@ -825,6 +832,13 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
             id: x.proto()?.get_id(),
         },
         W::ConsistencyCheck(()) => Op::ConsistencyCheck,
+        W::LeaderTransfer(x) => {
+            let x = x.proto()?;
+            Op::LeaderTransfer {
+                to: x.get_to(),
+                from: x.get_from(),
+            }
+        }
         W::SnapshotSave(x) => {
             let x = x.proto()?;
             Op::SnapshotSave(SnapshotSave {
@@ -981,6 +995,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 cluster_id: cluster_id(x.get_cluster_id())?,
                 alarms: get_texts(b, x.get_alarms())?,
                 checked_index: x.get_checked_index(),
+                uptime_ms: x.get_uptime_ms(),
             })
         }
         W::SnapshotChunk(x) => {

@@ -137,6 +137,12 @@ pub enum Op {
     ConsistencyCheck,
     /// C20: one chunk of an online snapshot (schema: SnapshotSave).
     SnapshotSave(SnapshotSave),
+    /// C14 on demand (issue 26): hand leadership over to voter `to` (0: the primary's choice);
+    /// `from`: the primary the caller saw (0: any).
+    LeaderTransfer {
+        to: u32,
+        from: u32,
+    },
 }
 
 /// Who may call an op (C13): a set of the identities' roles, one bit each.
@@ -239,6 +245,7 @@ impl Op {
             MemberRemove { .. } =>  rule!("member_remove",   W,  ADMIN,                     No,           None),
             ConsistencyCheck =>     rule!("consistency_check", R, IDENTIFIED,               No,           None),
             SnapshotSave(_) =>      rule!("snapshot_save",   R,  ADMIN,                     No,           None),
+            LeaderTransfer { .. } => rule!("leader_transfer", W,  ADMIN,                     No,           None),
         };
         r
     }
@@ -578,6 +585,9 @@ pub struct ControllerInfo {
     /// C19: the last log index at which the primary found its members' state digests equal
     /// (0: none yet, or not from the primary).
     pub checked_index: u64,
+    /// C18 (amended): ms since the node's process started, in an immediate `waitPrimary`
+    /// answer (0: not said).
+    pub uptime_ms: u64,
 }
 
 /// C20: a request for one chunk of an online snapshot (`cursor` 0: start one).

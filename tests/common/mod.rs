@@ -39,9 +39,10 @@ pub fn op_index(op: &Op) -> usize {
         Op::MemberRemove { .. } => 24,
         Op::ConsistencyCheck => 25,
         Op::SnapshotSave(_) => 26,
+        Op::LeaderTransfer { .. } => 27,
     }
 }
-pub const OP_VARIANTS: usize = 27;
+pub const OP_VARIANTS: usize = 28;
 
 /// Index of a reply payload variant (no wildcard, as for `op_index`).
 pub fn data_index(d: &ReplyData) -> usize {
@@ -209,6 +210,7 @@ pub fn sample_ops() -> Vec<Op> {
             offset: 1 << 33,
             max_bytes: 4 << 20,
         }),
+        Op::LeaderTransfer { to: 3, from: 1 },
     ]
 }
 
@@ -250,6 +252,7 @@ pub fn sample_datas() -> Vec<ReplyData> {
                 "ünïcode".into(),
             ],
             checked_index: 1230,
+            uptime_ms: 86_400_123,
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -555,6 +558,7 @@ pub fn op() -> impl Strategy<Value = Op> {
                 max_bytes,
             })
         }),
+        (any::<u32>(), any::<u32>()).prop_map(|(to, from)| Op::LeaderTransfer { to, from }),
     ]
 }
 
@@ -699,7 +703,12 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         any::<u32>(),
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
         proptest::collection::vec(controller_entry(), 0..4),
-        (any::<[u8; 16]>(), vec(text(), 0..3), any::<u64>()),
+        (
+            any::<[u8; 16]>(),
+            vec(text(), 0..3),
+            any::<u64>(),
+            any::<u64>(),
+        ),
     )
         .prop_map(
             |(
@@ -714,7 +723,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 waiters,
                 (last_log_index, committed_index, applied_index, last_contact_ms),
                 members,
-                (cluster_id, alarms, checked_index),
+                (cluster_id, alarms, checked_index, uptime_ms),
             )| {
                 ControllerInfo {
                     id,
@@ -734,6 +743,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     cluster_id,
                     alarms,
                     checked_index,
+                    uptime_ms,
                 }
             },
         );

@@ -167,7 +167,7 @@ pub async fn warn_unresolved_peers(id: NodeId, spec: &ClusterSpec) {
         for a in [&n.client, &n.raft] {
             if a.parse::<std::net::SocketAddr>().is_err() {
                 if let Err(e) = resolve(a).await {
-                    eprintln!("node {id}: member {peer}: {e} (looked up again when used)");
+                    crate::log_warn!("node {id}: member {peer}: {e} (looked up again when used)");
                 }
             }
         }
@@ -232,6 +232,9 @@ pub fn check_stored_membership(
 /// Knobs of one node.
 #[derive(Debug, Clone)]
 pub struct NodeOpts {
+    /// Issue 26: the node's log lines — the least level written, the format, a file instead
+    /// of stderr (`base/logstamp.rs`).
+    pub log: crate::base::logstamp::LogOpts,
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
@@ -265,6 +268,7 @@ pub struct NodeOpts {
 impl Default for NodeOpts {
     fn default() -> NodeOpts {
         NodeOpts {
+            log: Default::default(),
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             election_min_ms: DEFAULT_ELECTION_MIN_MS,
             election_max_ms: DEFAULT_ELECTION_MAX_MS,
@@ -410,6 +414,15 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
 /// Applies one node knob; `Ok(false)` if `flag` is not a node knob.
 fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
     match flag {
+        "--log-level" => o.log.level = crate::base::logstamp::Level::parse(v)?,
+        "--log-format" => {
+            o.log.json = match v {
+                "text" => false,
+                "json" => true,
+                _ => return Err(format!("{flag}: text or json, not {v:?}")),
+            }
+        }
+        "--log-file" => o.log.file = Some(PathBuf::from(v)),
         "--heartbeat-ms" => o.heartbeat_ms = num(flag, v)?,
         "--election-min-ms" => o.election_min_ms = num(flag, v)?,
         "--election-max-ms" => o.election_max_ms = num(flag, v)?,
@@ -522,6 +535,39 @@ pub fn file_flags(path: &std::path::Path) -> Result<Vec<(String, String)>, Strin
     Ok(out)
 }
 
+/// The key a flag stands for in a config file (`--heartbeat-ms` → `heartbeat_ms`).
+fn key_of(flag: &str) -> String {
+    flag.trim_start_matches("--").replace('-', "_")
+}
+
+/// Issue 26: `FILE: line N: KEY` for the flag `flag` read from the config file `file` (text
+/// `text`): the first line that sets its key (a table's key by its own name), else the file.
+fn where_in(file: &str, text: &str, flag: &str) -> String {
+    let key = key_of(flag);
+    let keys: Vec<String> = if flag == "--cluster" {
+        vec!["[[member]]".into()]
+    } else {
+        // `tls_cert` is `cert` under `[tls]`: try the whole key, then its last part.
+        let mut k = vec![key.clone()];
+        if let Some((_, last)) = key.split_once('_') {
+            k.push(last.to_string());
+        }
+        k
+    };
+    for k in &keys {
+        for (n, line) in text.lines().enumerate() {
+            let l = line.trim_start();
+            let sets = l
+                .strip_prefix(k.as_str())
+                .is_some_and(|r| r.trim_start().starts_with('=') || k.starts_with('['));
+            if sets {
+                return format!("{file}: line {}", n + 1);
+            }
+        }
+    }
+    file.to_string()
+}
+
 fn flag_of(key: &str) -> String {
     format!("--{}", key.replace('_', "-"))
 }
@@ -533,34 +579,51 @@ impl RunArgs {
         let mut join = false;
         let cli = pairs(args)?;
         let mut all = Vec::new();
+        // Issue 26: where each flag of a file came from, so an error names the file's key and
+        // line, not the flag it stands for.
+        let mut origin: Vec<Option<String>> = Vec::new();
+        let mut file: Option<String> = None;
         for (f, v) in &cli {
             if f == "--config" {
                 let from_file = file_flags(std::path::Path::new(v))?;
                 if let Some((f, _)) = from_file.iter().find(|(f, _)| f == "--config") {
                     return Err(format!("{v}: {f} inside a config file"));
                 }
+                let text = std::fs::read_to_string(v).unwrap_or_default();
+                for (f, _) in &from_file {
+                    origin.push(Some(where_in(v, &text, f)));
+                }
                 all.extend(from_file);
+                file = Some(v.clone());
             }
         }
         // Flags after the file's: the command line overrides it.
         all.extend(cli.into_iter().filter(|(f, _)| f != "--config"));
-        for (f, v) in all {
+        for (k, (f, v)) in all.into_iter().enumerate() {
+            let named = |e: String| match origin.get(k).cloned().flatten() {
+                Some(at) => format!("{at}: {}", e.replace(&f, &key_of(&f))),
+                None => e,
+            };
             match f.as_str() {
-                "--id" => id = Some(num::<NodeId>(&f, &v)?),
-                "--cluster" => spec = Some(ClusterSpec::parse(&v)?),
+                "--id" => id = Some(num::<NodeId>(&f, &v).map_err(named)?),
+                "--cluster" => spec = Some(ClusterSpec::parse(&v).map_err(named)?),
                 "--data" => data = Some(PathBuf::from(v)),
                 "--join" => join = v == "true",
-                _ if node_flag(&mut opts, &f, &v)? => {}
-                _ => return Err(format!("unknown option {f}")),
+                _ if node_flag(&mut opts, &f, &v).map_err(named)? => {}
+                _ => return Err(named(format!("unknown option {f}"))),
             }
         }
+        let in_file = |e: String| match &file {
+            Some(p) => format!("{p}: {}", e.replace("--", "").replace('-', "_")),
+            None => e,
+        };
         let id = id.ok_or("--id is required")?;
         let spec = spec.ok_or("--cluster is required")?;
         let data = data.ok_or("--data is required")?;
         if !spec.nodes.contains_key(&id) {
             return Err(format!("node {id} is not in --cluster"));
         }
-        opts.check()?;
+        opts.check().map_err(in_file)?;
         if opts.tls_peer_ca.is_some() && opts.tls_cert.is_none() {
             return Err("--tls-peer-ca needs --tls-cert/--tls-key".into());
         }
@@ -923,5 +986,37 @@ raft = "ctrl2.example:10991"
         assert_eq!(split_addr("[::1]:9991"), Some(("::1".into(), 9991)));
         assert_eq!(split_addr("h.example:1"), Some(("h.example".into(), 1)));
         assert_eq!(split_addr("h"), None);
+    }
+
+    /// Issue 26: an error in a config file names the file, the line and the key, not the
+    /// command-line flag it stands for.
+    #[test]
+    fn config_errors_name_the_files_key_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            "id = 1\ndata = \"/tmp/x\"\nheartbeat_ms = \"x\"\n[[member]]\nid = 1\n\
+             client = \"127.0.0.1:9991\"\nraft = \"127.0.0.1:10991\"\n",
+        )
+        .unwrap();
+        let args: Vec<String> = vec!["--config".into(), f.display().to_string()];
+        let e = RunArgs::parse(&args).err().unwrap();
+        assert!(
+            e.contains("c.toml: line 3: heartbeat_ms: bad number"),
+            "{e}"
+        );
+        assert!(!e.contains("--heartbeat-ms"), "{e}");
+        std::fs::write(
+            &f,
+            "id = 1\ndata = \"/tmp/x\"\nheartbeat_ms = 500\n[[member]]\nid = 1\n\
+             client = \"127.0.0.1:9991\"\nraft = \"127.0.0.1:10991\"\n",
+        )
+        .unwrap();
+        let e = RunArgs::parse(&args).err().unwrap();
+        assert!(
+            e.contains("c.toml: need 0 < heartbeat_ms < election_min_ms"),
+            "{e}"
+        );
     }
 }

@@ -262,6 +262,15 @@ impl Metrics {
             "C21: 1 once this node's storage failed (it serves and votes no more and exits)",
             m.storage_fault.clone(),
         );
+        // Issue 26: what runs, for a rolling upgrade (`xce_build_info{version,commit} 1`).
+        r.register(
+            "xce_build",
+            "What this node runs: the version and the commit it was built from",
+            prometheus_client::metrics::info::Info::new(vec![
+                ("version", crate::base::build::VERSION.to_string()),
+                ("commit", crate::base::build::COMMIT.to_string()),
+            ]),
+        );
         Metrics { registry: r, ..m }
     }
 }

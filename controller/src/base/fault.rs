@@ -33,13 +33,13 @@ pub fn record(op: &'static str, file: &Path, err: &dyn std::fmt::Display) {
     crate::base::counters::storage_fault(op);
     let why = format!("{op} {}: {err}", file.display());
     if FAULT.set(why.clone()).is_ok() {
-        eprintln!(
+        crate::log_error!(
             "storage fault: {why}: this node serves and votes no more and exits with status \
              {EXIT_STORAGE_FAULT} (C21)"
         );
         TOLD.notify_one();
     } else {
-        eprintln!("storage fault (after the first): {why}");
+        crate::log_error!("storage fault (after the first): {why}");
     }
 }
 

@@ -8,6 +8,14 @@
 //! forwarding thread takes each line as soon as it is written; a normal stop drains the pipe,
 //! and a panic is written straight to the original stderr).
 //!
+//! Levels and formats (issue 26): a line may start with a level mark ([`mark`], written by
+//! [`crate::log_warn!`] and its siblings); a line without one is `info`. Lines below
+//! `--log-level` are dropped here; `--log-format json` writes each line as one JSON object with
+//! stable field names — `ts` (the UTC stamp), `level` (`error`, `warn`, `info`, `debug`),
+//! `source` (the label without its colon, e.g. `node 2`), `msg` (the text after the label);
+//! `--log-file PATH` appends to a file instead of stderr (under systemd, stderr is the journal:
+//! `journalctl -u xce-controller`, `-o json` for its own fields).
+//!
 //! Syscalls (documented here, the only ones): pipe2, fcntl(F_DUPFD_CLOEXEC), dup2, close.
 
 use std::fs::File;
@@ -21,6 +29,121 @@ static ORIG: OnceLock<RawFd> = OnceLock::new();
 
 /// Longest line forwarded as one; a longer one is split (each part stamped).
 const MAX_LINE: usize = 64 * 1024;
+
+/// A log line's level, most severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Level {
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+}
+
+impl Level {
+    pub fn parse(v: &str) -> Result<Level, String> {
+        Ok(match v {
+            "error" => Level::Error,
+            "warn" | "warning" => Level::Warn,
+            "info" => Level::Info,
+            "debug" => Level::Debug,
+            _ => {
+                return Err(format!(
+                    "--log-level: error, warn, info or debug, not {v:?}"
+                ))
+            }
+        })
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+}
+
+/// The mark a line of `level` starts with (stripped by the stamper): a control character and
+/// the level's initial, which no text of ours starts with.
+pub fn mark(level: Level) -> &'static str {
+    match level {
+        Level::Error => "\u{1}E",
+        Level::Warn => "\u{1}W",
+        Level::Info => "\u{1}I",
+        Level::Debug => "\u{1}D",
+    }
+}
+
+/// A line's level and its text without the mark (no mark: `info`, or `warn` for a text that
+/// says `warning:`).
+pub fn level_of(line: &str) -> (Level, &str) {
+    if let Some(rest) = line.strip_prefix('\u{1}') {
+        let lvl = match rest.as_bytes().first() {
+            Some(b'E') => Level::Error,
+            Some(b'W') => Level::Warn,
+            Some(b'D') => Level::Debug,
+            _ => Level::Info,
+        };
+        return (lvl, rest.get(1..).unwrap_or(""));
+    }
+    let lvl = if line.contains(": warning: ") || line.starts_with("warning: ") {
+        Level::Warn
+    } else {
+        Level::Info
+    };
+    (lvl, line)
+}
+
+/// How a node writes its lines (`--log-level`, `--log-format`, `--log-file`).
+#[derive(Debug, Clone, Default)]
+pub struct LogOpts {
+    pub level: Level,
+    pub json: bool,
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// Writes a line at a level through the stamper (`log_warn!("node {id}: …")`).
+#[macro_export]
+macro_rules! log_at {
+    ($lvl:expr, $($arg:tt)*) => {
+        eprintln!("{}{}", $crate::base::logstamp::mark($lvl), format_args!($($arg)*))
+    };
+}
+#[macro_export]
+macro_rules! log_error { ($($arg:tt)*) => { $crate::log_at!($crate::base::logstamp::Level::Error, $($arg)*) }; }
+#[macro_export]
+macro_rules! log_warn { ($($arg:tt)*) => { $crate::log_at!($crate::base::logstamp::Level::Warn, $($arg)*) }; }
+#[macro_export]
+macro_rules! log_info { ($($arg:tt)*) => { $crate::log_at!($crate::base::logstamp::Level::Info, $($arg)*) }; }
+#[macro_export]
+macro_rules! log_debug { ($($arg:tt)*) => { $crate::log_at!($crate::base::logstamp::Level::Debug, $($arg)*) }; }
+
+/// The line as written out: `None` when below `opts.level`; text (`TIME node 2: text`, the
+/// level's word before the label unless `info`: `TIME WARN node 2: text`) or one JSON object.
+pub fn render(label: &str, line: &str, opts: &LogOpts) -> Option<String> {
+    let (lvl, text) = level_of(line);
+    if lvl > opts.level {
+        return None;
+    }
+    let text = text.strip_prefix(label).map_or(text, str::trim_start);
+    let now = utc(crate::base::clock::now_ms());
+    if opts.json {
+        let v = serde_json::json!({
+            "ts": now,
+            "level": lvl.word(),
+            "source": label.trim_end_matches(':'),
+            "msg": text,
+        });
+        return Some(format!("{v}\n"));
+    }
+    Some(match lvl {
+        Level::Info => format!("{now} {label} {text}\n"),
+        // The level before the label: `node N: text` reads the same at every level.
+        l => format!("{now} {} {label} {text}\n", l.word().to_uppercase()),
+    })
+}
 
 /// Stamps stderr until [`Stamper::finish`].
 pub struct Stamper {
@@ -69,9 +192,9 @@ fn write_orig(text: &str) {
     }
 }
 
-/// Routes stderr through the stamping thread; `label` is e.g. `node 2:`. `None` (stderr left
-/// as it is, said once) if a syscall fails.
-pub fn install(label: &str) -> Option<Stamper> {
+/// Routes stderr through the stamping thread with a level, a format and maybe a file
+/// (`--log-file`, appended to; stderr if it cannot be opened, said once).
+pub fn install_with(label: &str, opts: LogOpts) -> Option<Stamper> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 with a valid 2-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -110,6 +233,22 @@ pub fn install(label: &str) -> Option<Stamper> {
     let thread = std::thread::Builder::new()
         .name("log-stamp".into())
         .spawn(move || {
+            let mut file = opts.file.as_ref().and_then(|p| {
+                match std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        write_orig(&stamped(
+                            &label,
+                            &format!("--log-file {}: {e}: logging to stderr", p.display()),
+                        ));
+                        None
+                    }
+                }
+            });
             // SAFETY: `r` is the pipe's read end, owned by this thread from here on.
             let mut rd = BufReader::new(unsafe { File::from_raw_fd(r) });
             let mut buf = Vec::new();
@@ -119,7 +258,14 @@ pub fn install(label: &str) -> Option<Stamper> {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {
                         let line = String::from_utf8_lossy(&buf);
-                        write_orig(&stamped(&label, line.trim_end_matches('\n')));
+                        if let Some(out) = render(&label, line.trim_end_matches('\n'), &opts) {
+                            match &mut file {
+                                Some(f) => {
+                                    let _ = f.write_all(out.as_bytes());
+                                }
+                                None => write_orig(&out),
+                            }
+                        }
                     }
                 }
             }
@@ -153,5 +299,40 @@ mod tests {
         assert_eq!(utc(1_796_101_423_730), "2026-12-01T05:03:43.730Z");
         assert_eq!(stamped("node 2:", "node 2: x").len(), 24 + 1 + 9 + 1);
         assert!(stamped("node 2:", "storage error").ends_with(" node 2: storage error\n"));
+    }
+
+    /// Issue 26: levels filter, the text format keeps info lines as before, JSON lines parse
+    /// with their stable fields.
+    #[test]
+    fn levels_and_formats() {
+        let text = LogOpts::default();
+        let warn = format!("{}node 2: disk slow", mark(Level::Warn));
+        let debug = format!("{}node 2: detail", mark(Level::Debug));
+        assert!(render("node 2:", "node 2: role=primary", &text)
+            .unwrap()
+            .ends_with("Z node 2: role=primary\n"));
+        assert!(render("node 2:", &warn, &text)
+            .unwrap()
+            .ends_with("Z WARN node 2: disk slow\n"));
+        assert_eq!(render("node 2:", &debug, &text), None);
+        let errors_only = LogOpts {
+            level: Level::Error,
+            ..LogOpts::default()
+        };
+        assert_eq!(render("node 2:", &warn, &errors_only), None);
+        assert_eq!(level_of("node 2: warning: the raft port").0, Level::Warn);
+        let json = LogOpts {
+            json: true,
+            level: Level::Debug,
+            ..LogOpts::default()
+        };
+        let line = render("node 2:", &debug, &json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["level"], "debug");
+        assert_eq!(v["source"], "node 2");
+        assert_eq!(v["msg"], "detail");
+        assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(Level::parse("warn"), Ok(Level::Warn));
+        assert!(Level::parse("loud").is_err());
     }
 }

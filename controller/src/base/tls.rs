@@ -358,6 +358,26 @@ pub fn cert_names(der: &[u8]) -> Vec<String> {
 }
 
 /// The member a peer's certificate names, if it names one of `members` (SAN `xce-node-<id>`).
+/// Issue 26: refuses a certificate file `cert` that does not name `xce-node-ID` for this
+/// node's `id` — its peers would refuse it (mutual TLS on the raft port checks that name), and
+/// the refusals would show on the wrong side. The names it has, in the error.
+pub fn check_own_cert(cert: &Path, id: NodeId) -> Result<(), String> {
+    let chain = certs(cert)?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| format!("{}: no certificate", cert.display()))?;
+    let names = cert_names(leaf);
+    let want = format!("xce-node-{id}");
+    if names.contains(&want) {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: the certificate names {names:?}, not {want}: this is node {id}, and its peers \
+         would refuse it (make one with `xce-controller pki node DIR {id} HOSTS`)",
+        cert.display()
+    ))
+}
+
 pub fn member_of(der: &[u8], members: &[NodeId]) -> Option<NodeId> {
     cert_names(der)
         .iter()

@@ -5,7 +5,6 @@
 
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::failover::options::ClientOption;
-use xce::wire::ControllerRole;
 
 use crate::base::config::ClusterSpec;
 use crate::cmd::status::StatusArgs;
@@ -104,6 +103,9 @@ pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
 
 /// Runs the command: 0 on success, 1 on a failure (printed).
 pub fn member(a: MemberArgs) -> i32 {
+    if a.action == Action::List {
+        return list(&a.conn);
+    }
     let c = match client(&a.conn, "xce-controller member") {
         Ok(c) => c,
         Err(e) => {
@@ -116,23 +118,28 @@ pub fn member(a: MemberArgs) -> i32 {
             .member_add(*id, client, raft)
             .map(|()| println!("added node {id} ({client}/{raft}) as a voter")),
         Action::Remove { id } => c.member_remove(*id).map(|()| println!("removed node {id}")),
-        Action::List => c.clusterconf().map(|conf| {
-            for e in &conf.controllers {
-                let role = match e.role {
-                    ControllerRole::Primary => "primary",
-                    ControllerRole::Standby => "voter",
-                    _ => "learner",
-                };
-                println!("{} {}:{} {role}", e.id, e.host, e.port);
-            }
-        }),
+        Action::List => Ok(()),
     };
     let code = match res {
         Ok(()) => 0,
         Err(e) => {
             eprintln!(
-                "xce-controller member: {} (status {})",
+                "xce-controller member: {}{} (status {})",
                 xce::strerror(e.code()),
+                match (&a.action, e.code().saturating_abs()) {
+                    (Action::Add { raft, .. }, libc::EHOSTUNREACH) => format!(
+                        ": the primary cannot reach the new node at {raft} (the primary's log \
+                         says why); nothing was changed"
+                    ),
+                    (Action::Add { id, raft, .. }, libc::EINVAL) => format!(
+                        ": the node at {raft} is not a blank `run --join` node {id} of this \
+                         cluster (another id, another cluster's, or initialised: the primary's \
+                         log says which); nothing was changed"
+                    ),
+                    (Action::Add { id, .. }, libc::ETIMEDOUT) =>
+                        format!(": node {id} did not catch up; it was taken out again"),
+                    _ => String::new(),
+                },
                 e.code()
             );
             1
@@ -140,4 +147,65 @@ pub fn member(a: MemberArgs) -> i32 {
     };
     c.close();
     code
+}
+
+/// Issue 26: `member list` as `status` asks — every node answers for itself and names the
+/// members it holds — so a standby alone answers at once (through the library it waited for a
+/// primary it could not reach). One line per member: id, client address, role (primary,
+/// voter, learner), reachable or not, and its lag behind the primary.
+fn list(a: &StatusArgs) -> i32 {
+    let caller = match crate::cmd::status::Caller::of(a) {
+        Ok(c) => std::sync::Arc::new(c),
+        Err(e) => {
+            eprintln!("xce-controller member: {e}");
+            return 1;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("xce-controller member: runtime: {e}");
+            return 1;
+        }
+    };
+    let (view, _) = rt.block_on(crate::cmd::status::gather(a, caller, false));
+    let head = view.primary.and_then(|(p, _)| {
+        view.nodes
+            .iter()
+            .find(|n| n.member && n.id == p)
+            .and_then(|n| n.info.as_ref())
+            .map(|i| i.last_log_index)
+    });
+    let members: Vec<_> = view.nodes.iter().filter(|n| n.member).collect();
+    if members.is_empty() {
+        eprintln!(
+            "xce-controller member: no member answered: {}",
+            view.notes.join("; ")
+        );
+        return 1;
+    }
+    for n in members {
+        let role = match (&n.info, view.primary) {
+            (_, Some((p, _))) if p == n.id => "primary",
+            _ if !n.voter => "learner",
+            _ => "voter",
+        };
+        let (reach, lag) = match &n.info {
+            Some(i) => (
+                "reachable".to_string(),
+                head.map_or("-".into(), |h| {
+                    h.saturating_sub(i.applied_index).to_string()
+                }),
+            ),
+            None => (
+                format!("unreachable ({})", n.error.as_deref().unwrap_or("-")),
+                "-".to_string(),
+            ),
+        };
+        println!("{} {} {role} {reach} lag {lag}", n.id, n.addrs[0]);
+    }
+    0
 }

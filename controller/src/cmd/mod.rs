@@ -1,6 +1,7 @@
-//! The commands: `run` (one node), `cluster`, `pki`, `member`, `status`, `snapshot`.
+//! The commands: `run` (one node), `cluster`, `pki`, `member`, `leader`, `status`, `snapshot`.
 
 pub mod cluster;
+pub mod leader;
 pub mod member;
 pub mod pki;
 pub mod run;

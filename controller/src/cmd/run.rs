@@ -40,7 +40,7 @@ pub fn run(args: RunArgs) -> i32 {
     unsafe { libc::umask(0o077) };
     // Failpoints set at start (a build with failpoints; refused without).
     if let Err(e) = crate::base::failpoints::from_env() {
-        eprintln!("node {}: {e}", args.id);
+        crate::log_error!("node {}: {e}", args.id);
         return 2;
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -50,7 +50,7 @@ pub fn run(args: RunArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("node {}: runtime: {e}", args.id);
+            crate::log_error!("node {}: runtime: {e}", args.id);
             return 1;
         }
     };
@@ -59,11 +59,16 @@ pub fn run(args: RunArgs) -> i32 {
     if let Some(why) = fault::storage_fault() {
         // C21: exit as a crash would, touching the disk no more: nothing is flushed, handed
         // over or shut down (a store stuck on the failed disk must not hold the exit).
-        eprintln!(
+        crate::log_error!(
             "node {id}: stopped by a storage fault ({why}): exit status {EXIT_STORAGE_FAULT}"
         );
         rt.shutdown_background();
         return EXIT_STORAGE_FAULT;
+    }
+    if let Some(why) = crate::raft::removed::removal() {
+        crate::log_error!("node {id}: {why}");
+        rt.shutdown_timeout(Duration::from_secs(1));
+        return crate::raft::removed::EXIT_REMOVED;
     }
     match res {
         Ok(()) => {
@@ -71,7 +76,7 @@ pub fn run(args: RunArgs) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("node {id}: {e}");
+            crate::log_error!("node {id}: {e}");
             1
         }
     }
@@ -80,6 +85,11 @@ pub fn run(args: RunArgs) -> i32 {
 async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
     let limits = xce::wire::Limits::default();
+    // Issue 26: a node started with another node's certificate says so at once (before, it
+    // started without a word and its peers' refusals were all there was).
+    if let (Some(cert), Some(_)) = (&args.opts.tls_cert, &args.opts.tls_peer_ca) {
+        tls::check_own_cert(cert, id)?;
+    }
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;
@@ -174,6 +184,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         () = stop_on_signal(&raft, &serving, &ready, &elect, id) => Ok(()),
         // C21: `run` ends the process with its own status.
         why = fault::wait() => Err(format!("storage fault: {why}")),
+        // Issue 26: a removed member learns it and stops (`run` exits with its status).
+        why = crate::raft::removed::watch(raft.clone(), id, args.join) => {
+            let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+            Err(why)
+        }
     }
 }
 
@@ -287,7 +302,7 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
                 "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
             ),
             Ok(false) => {}
-            Err(e) => eprintln!("node {id}: cluster id: {e}"),
+            Err(e) => crate::log_warn!("node {id}: cluster id: {e}"),
         }
     }));
     sm.note_cluster();
@@ -596,6 +611,18 @@ fn serve_clients(
             args.data.clone(),
         ));
     }
+    // Issue 26: ports in the kernel's ephemeral range collide with outgoing connections.
+    let mut ports = vec![("client", port_of(&me.client)), ("raft", port_of(&me.raft))];
+    if let Some(m) = &args.opts.metrics {
+        ports.push(("metrics", port_of(m)));
+    }
+    if let Some(range) = ephemeral_range() {
+        for (what, port) in ports {
+            if let Some(why) = port.and_then(|p| in_ephemeral(what, p, range)) {
+                crate::log_warn!("node {id}: {why}");
+            }
+        }
+    }
     tokio::spawn(client::serve(client_l, ctx, links.client_tls.clone()));
     eprintln!(
         "node {id}: serving clients on {}{} (raft {}{})",
@@ -629,7 +656,7 @@ async fn stop_on_signal(
     if raft.metrics().borrow().state == openraft::ServerState::Leader {
         serving.proposer.close();
     }
-    crate::raft::handover::hand_over(raft, ready, elect, id).await;
+    crate::raft::handover::hand_over(raft, ready, elect, id, &serving.liveness()).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
 }
 
@@ -746,7 +773,7 @@ async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
             match state {
                 Err(openraft::error::Fatal::Stopped) | Ok(()) => {}
                 Err(e) => {
-                    eprintln!("node {id}: raft stopped: {e}");
+                    crate::log_error!("node {id}: raft stopped: {e}");
                     fault::record("raft", &data, &e);
                 }
             }
@@ -765,7 +792,7 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
         if now != was {
             let ms = crate::base::clock::now_ms();
             if now {
-                eprintln!(
+                crate::log_warn!(
                     "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
                     ctx.id,
                     ctx.opts.election_max_ms,
@@ -782,5 +809,52 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
             }
             was = now;
         }
+    }
+}
+
+/// The port of `HOST:PORT` (None: 0 or unparsable).
+fn port_of(addr: &str) -> Option<u16> {
+    crate::base::config::split_addr(addr)
+        .map(|(_, p)| p)
+        .filter(|&p| p != 0)
+}
+
+/// The kernel's ephemeral port range (`/proc/sys/net/ipv4/ip_local_port_range`).
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// Issue 26: why `port` (the `what` port) is a bad choice when it lies in the ephemeral
+/// `range`: outgoing connections of this machine take ports from it, so a restart can find
+/// it taken ("Address already in use").
+fn in_ephemeral(what: &str, port: u16, range: (u16, u16)) -> Option<String> {
+    (range.0..=range.1).contains(&port).then(|| {
+        format!(
+            "the {what} port {port} is in the kernel's ephemeral range {}-{} \
+             (ip_local_port_range): an outgoing connection may hold it when this node restarts \
+             (\"Address already in use\"); use a port below {} (docs/operations.md)",
+            range.0, range.1, range.0
+        )
+    })
+}
+
+#[cfg(test)]
+mod ephemeral_tests {
+    use super::*;
+
+    #[test]
+    fn ports_in_the_ephemeral_range_are_named() {
+        let r = (32768, 60999);
+        assert!(in_ephemeral("client", 9991, r).is_none());
+        assert!(in_ephemeral("raft", 32767, r).is_none());
+        assert!(in_ephemeral("raft", 32768, r)
+            .unwrap()
+            .contains("raft port 32768"));
+        assert!(in_ephemeral("metrics", 60999, r).is_some());
+        assert!(in_ephemeral("metrics", 61000, r).is_none());
+        assert_eq!(port_of("[::1]:9100"), Some(9100));
+        assert_eq!(port_of("127.0.0.1:0"), None);
     }
 }

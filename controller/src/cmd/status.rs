@@ -1,15 +1,19 @@
-//! `xce-controller status --masters LIST` (C18): the cluster at a glance. Every master is asked
-//! an immediate `waitPrimary` (any node answers it, whatever its role), which carries the
-//! node's role, term, the primary it knows and its progress (log, commit and applied index,
-//! last contact); the table says who is primary, how far each member lags behind it, and,
-//! clearly, when there is no quorum. Then the cluster's id (C20: a member of another is
-//! flagged), a consistency check the primary runs for it (C19, op `consistencyCheck`) and every
-//! alarm a member reports.
+//! `xce-controller status --masters LIST` (C18, amended by issue 26): the cluster at a glance,
+//! and a health check a monitor can use. Every master is asked an immediate `waitPrimary` (any
+//! node answers it for itself, whatever its role): its role, term, the primary it follows,
+//! its progress (log, commit and applied index, last contact), version, uptime, alarms and
+//! the membership it holds. The member set comes from the members (the primary's, else the
+//! most recent a node holds), every member the list left out is asked too, and answers are
+//! counted per node id (one node reached under two names counts once). Then the cluster's id
+//! (C20: a member of another cluster is flagged, and two clusters behind one list), a
+//! consistency check the primary runs for it (C19) and every alarm a member reports. The
+//! verdict is an exit status ([`Health`]): healthy, degraded, no quorum, cannot tell.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
@@ -29,6 +33,8 @@ pub struct StatusArgs {
     pub tls: Option<(PathBuf, Option<(PathBuf, PathBuf)>)>,
     /// C13: a token for a caller without a certificate (`--token`, else `XCE_AUTH_TOKEN`).
     pub token: String,
+    /// `--json`: one JSON object instead of the table.
+    pub json: bool,
 }
 
 /// Who `status` asks as: TLS and a token, or neither.
@@ -36,6 +42,22 @@ pub struct StatusArgs {
 pub struct Caller {
     tls: Option<tokio_rustls::TlsConnector>,
     token: String,
+}
+
+impl Caller {
+    /// The caller `a` describes (its TLS files read now).
+    pub fn of(a: &StatusArgs) -> Result<Caller, String> {
+        Ok(Caller {
+            tls: match &a.tls {
+                None => None,
+                Some((ca, identity)) => Some(
+                    client_connector(ca, identity.as_ref())
+                        .map_err(|e| format!("TLS files: {e}"))?,
+                ),
+            },
+            token: a.token.clone(),
+        })
+    }
 }
 
 impl StatusArgs {
@@ -49,8 +71,13 @@ impl StatusArgs {
             env("XCE_TLS_KEY_FILE"),
         );
         let mut token = std::env::var("XCE_AUTH_TOKEN").unwrap_or_default();
+        let mut json = false;
         let mut it = args.iter();
         while let Some(f) = it.next() {
+            if f == "--json" {
+                json = true;
+                continue;
+            }
             let (k, v) = match f.split_once('=').filter(|_| f.starts_with("--")) {
                 Some((k, v)) => (k.to_string(), v.to_string()),
                 None => (
@@ -102,6 +129,7 @@ impl StatusArgs {
             timeout,
             tls,
             token,
+            json,
         })
     }
 }
@@ -129,15 +157,21 @@ pub async fn ask(
     }
 }
 
-/// The members the primary at `addr` knows (`clusterconf`), as client addresses.
-async fn members(addr: String, timeout: Duration, caller: &Caller) -> Vec<String> {
-    match request(addr, Op::ClusterConf, timeout, caller).await {
-        Ok(ReplyData::ClusterConf(cc)) => cc
-            .controllers
-            .iter()
-            .map(|c| format!("{}:{}", c.host, c.port))
-            .collect(),
-        _ => Vec::new(),
+/// A TLS handshake's failure, named for an operator.
+fn tls_error(e: &std::io::Error) -> String {
+    let t = e.to_string();
+    if t.contains("UnknownIssuer") || t.contains("BadSignature") {
+        format!("TLS: the node's certificate is not signed by the CA given (--ca): {t}")
+    } else if t.contains("NotValidForName") {
+        format!("TLS: the node's certificate does not name the host asked: {t}")
+    } else if t.contains("Expired") {
+        format!("TLS: a certificate has expired: {t}")
+    } else if t.contains("CertificateRequired") || t.contains("certificate required") {
+        format!("TLS: the node wants a client certificate (--cert, --key): {t}")
+    } else if t.contains("InvalidContentType") || t.contains("corrupt message") {
+        format!("TLS: the port does not speak TLS (plaintext? drop --ca): {t}")
+    } else {
+        format!("TLS: handshake failed: {t}")
     }
 }
 
@@ -159,11 +193,7 @@ async fn request(
                 let (host, _) = crate::base::config::split_addr(&addr).ok_or("want HOST:PORT")?;
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| format!("{host}: {e}"))?;
-                Box::new(
-                    c.connect(name, tcp)
-                        .await
-                        .map_err(|e| format!("TLS: {e}"))?,
-                )
+                Box::new(c.connect(name, tcp).await.map_err(|e| tls_error(&e))?)
             }
         };
         let req = Request {
@@ -182,6 +212,17 @@ async fn request(
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
+            // A TLS record (an alert, or a handshake) where a reply was due: the port speaks
+            // TLS and this caller did not.
+            if caller.tls.is_none()
+                && buf.len() >= 2
+                && matches!(buf[0], 0x15 | 0x16)
+                && buf[1] == 3
+            {
+                return Err(
+                    "TLS: the port speaks TLS: give --ca (and --cert/--key, or --token)".into(),
+                );
+            }
             match wire::frame_len(&buf, &limits) {
                 Ok(Some(n)) if n <= buf.len() => {
                     let rep = wire::decode_reply(&buf[..n], &limits)
@@ -223,45 +264,469 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// `HOST:PORT`, an IPv6 host in brackets (`[::1]:9991`).
+pub fn join_addr(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The verdict, as the exit status a monitor reads (the Nagios convention: OK, WARNING,
+/// CRITICAL, UNKNOWN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// A primary serves, every member answers and follows it, no alarm.
+    Healthy = 0,
+    /// A primary serves with a quorum, but a member is unreachable, not following, still a
+    /// learner, or an alarm is raised (or an older primary still says it leads).
+    Degraded = 1,
+    /// No primary: writes and reads fail until a majority is back.
+    NoQuorum = 2,
+    /// Nothing answered (down, the network, TLS), or the list reaches two clusters.
+    CannotTell = 3,
+}
+
+impl Health {
+    pub fn word(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::NoQuorum => "no quorum",
+            Health::CannotTell => "cannot tell",
+        }
+    }
+}
+
+/// One node of the member set (or an address that named none): the names it was reached
+/// under, its answer (the first), what is wrong.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The member's id (0: an address that answered nothing and is no member's).
+    pub id: u32,
+    pub addrs: Vec<String>,
+    pub info: Option<ControllerInfo>,
+    /// Why it did not answer (when `info` is `None`).
+    pub error: Option<String>,
+    /// A voter of the member set (false: a learner, or not in it).
+    pub voter: bool,
+    /// Whether the member set names it (false: an address of the list that answered as no
+    /// member, or did not answer and is no member's address).
+    pub member: bool,
+}
+
+/// What `status` concluded from the answers: pure, so table-tested.
+#[derive(Debug)]
+pub struct View {
+    pub nodes: Vec<Node>,
+    pub cluster: Option<[u8; 16]>,
+    /// Node id and term of the primary of the highest term.
+    pub primary: Option<(u32, u64)>,
+    pub health: Health,
+    /// One line each: why the verdict is not healthy, and anything flagged.
+    pub notes: Vec<String>,
+}
+
+fn is_tls(e: &str) -> bool {
+    e.starts_with("TLS")
+}
+
+/// Judges the answers. `rows`: every address asked with its answer (the list's and the
+/// members' the list left out); `resolved`: for each address, the socket addresses it
+/// resolves to (matches an unanswered list address to a member's), may be empty.
+pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> View {
+    let none = [0u8; 16];
+    let answered: Vec<(&str, &ControllerInfo)> = rows
+        .iter()
+        .filter_map(|r| r.info.as_ref().ok().map(|i| (r.addr.as_str(), i)))
+        .collect();
+    let mut notes = Vec::new();
+    // C20: the clusters the answers belong to.
+    let mut clusters: Vec<[u8; 16]> = answered
+        .iter()
+        .map(|(_, i)| i.cluster_id)
+        .filter(|c| *c != none)
+        .collect();
+    clusters.sort_unstable();
+    clusters.dedup();
+    // The primary: a node that says it is, in the highest term any node reports.
+    let top_term = answered.iter().map(|(_, i)| i.term).max().unwrap_or(0);
+    let primaries: Vec<&ControllerInfo> = answered
+        .iter()
+        .map(|(_, i)| *i)
+        .filter(|i| i.role == ControllerRole::Primary)
+        .collect();
+    let primary = primaries.iter().find(|i| i.term == top_term).copied();
+    let cluster = primary
+        .map(|p| p.cluster_id)
+        .or_else(|| clusters.first().copied())
+        .filter(|c| *c != none || clusters.is_empty());
+    // The member set: the primary's, else the one of the most advanced node that holds one.
+    let holder = primary.filter(|p| !p.members.is_empty()).or_else(|| {
+        answered
+            .iter()
+            .map(|(_, i)| *i)
+            .filter(|i| !i.members.is_empty() && Some(i.cluster_id) == cluster.or(Some(none)))
+            .max_by_key(|i| (i.term, i.last_log_index))
+    });
+    let members: Vec<wire::ControllerEntry> = holder.map(|h| h.members.clone()).unwrap_or_default();
+    let mut nodes: Vec<Node> = members
+        .iter()
+        .map(|m| Node {
+            id: m.id,
+            addrs: vec![join_addr(&m.host, m.port)],
+            info: None,
+            error: None,
+            voter: m.role != ControllerRole::Initializing,
+            member: true,
+        })
+        .collect();
+    let resolved_of = |a: &str| -> &[std::net::SocketAddr] {
+        resolved
+            .iter()
+            .find(|(x, _)| x == a)
+            .map_or(&[][..], |(_, v)| &v[..])
+    };
+    for r in rows {
+        match &r.info {
+            Ok(i) => {
+                // One node per id (of this cluster): the same node under another name joins it.
+                let ours = cluster.is_none_or(|c| i.cluster_id == c || i.cluster_id == none);
+                let at = nodes
+                    .iter()
+                    .position(|n| ours && n.member && n.id == i.id)
+                    .or_else(|| {
+                        nodes.iter().position(|n| {
+                            !n.member
+                                && n.info
+                                    .as_ref()
+                                    .is_some_and(|x| x.id == i.id && x.cluster_id == i.cluster_id)
+                        })
+                    });
+                let n = match at {
+                    Some(k) => &mut nodes[k],
+                    None => {
+                        nodes.push(Node {
+                            id: i.id,
+                            addrs: vec![],
+                            info: None,
+                            error: None,
+                            voter: false,
+                            member: false,
+                        });
+                        nodes.last_mut().expect("pushed")
+                    }
+                };
+                if !n.addrs.contains(&r.addr) {
+                    n.addrs.push(r.addr.clone());
+                }
+                if n.info.is_none() {
+                    n.info = Some(i.clone());
+                    n.error = None;
+                }
+            }
+            Err(e) => {
+                // An address that did not answer: a member's (by name, or by what both
+                // resolve to), else a row of its own.
+                let mine = resolved_of(&r.addr);
+                let at = nodes.iter().position(|n| {
+                    n.member
+                        && n.addrs.iter().any(|a| {
+                            *a == r.addr || resolved_of(a).iter().any(|x| mine.contains(x))
+                        })
+                });
+                match at {
+                    Some(k) => {
+                        let n = &mut nodes[k];
+                        if !n.addrs.contains(&r.addr) {
+                            n.addrs.push(r.addr.clone());
+                        }
+                        if n.info.is_none() && n.error.is_none() {
+                            n.error = Some(e.clone());
+                        }
+                    }
+                    None => nodes.push(Node {
+                        id: 0,
+                        addrs: vec![r.addr.clone()],
+                        info: None,
+                        error: Some(e.clone()),
+                        voter: false,
+                        member: false,
+                    }),
+                }
+            }
+        }
+    }
+    for n in nodes
+        .iter_mut()
+        .filter(|n| n.info.is_none() && n.error.is_none())
+    {
+        n.error = Some("not asked".into());
+    }
+    // Two clusters behind one list: primaries of two (a member with another cluster's data but
+    // no primary of its own is judged below, flagged).
+    let two_clusters = {
+        let mut led: Vec<[u8; 16]> = primaries.iter().map(|p| p.cluster_id).collect();
+        led.sort_unstable();
+        led.dedup();
+        clusters.len() > 1 && (led.len() > 1 || primary.is_none())
+    };
+    // The verdict.
+    let errors: Vec<&String> = rows.iter().filter_map(|r| r.info.as_ref().err()).collect();
+    let health = if answered.is_empty() {
+        if !errors.is_empty() && errors.iter().all(|e| is_tls(e)) {
+            notes.push(format!("TLS failure: {}", errors[0]));
+        } else {
+            notes.push("no node answered: down, unreachable, or the list is wrong".into());
+        }
+        Health::CannotTell
+    } else if two_clusters {
+        notes.push(format!(
+            "TWO CLUSTERS: the list reaches nodes of {} clusters ({}): each is judged on its \
+             own only when asked on its own",
+            clusters.len(),
+            clusters
+                .iter()
+                .map(|c| hex(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for p in &primaries {
+            notes.push(format!(
+                "primary: node {} of cluster {}, term {}",
+                p.id,
+                hex(&p.cluster_id),
+                p.term
+            ));
+        }
+        Health::CannotTell
+    } else if let Some(p) = primary {
+        let mut degraded = Vec::new();
+        for q in primaries.iter().filter(|q| q.id != p.id) {
+            degraded.push(format!(
+                "TWO PRIMARIES: node {} still says it leads in term {} (node {} leads in term \
+                 {}): it has not heard of the new term yet",
+                q.id, q.term, p.id, p.term
+            ));
+        }
+        for n in nodes.iter().filter(|n| n.member) {
+            match &n.info {
+                None => degraded.push(format!(
+                    "node {} ({}) does not answer: {}",
+                    n.id,
+                    n.addrs.join(", "),
+                    n.error.as_deref().unwrap_or("-")
+                )),
+                Some(i) if !n.voter => degraded.push(format!(
+                    "node {} is a learner (catching up, or a member add that did not finish)",
+                    i.id
+                )),
+                Some(i) if i.id != p.id && i.primary_id != p.id => degraded.push(format!(
+                    "node {} does not follow the primary (it follows {})",
+                    i.id,
+                    match i.primary_id {
+                        0 => "no one".to_string(),
+                        x => format!("node {x}"),
+                    }
+                )),
+                Some(_) => {}
+            }
+        }
+        for n in nodes.iter().filter(|n| !n.member) {
+            match &n.info {
+                Some(i) if Some(i.cluster_id) != cluster && i.cluster_id != none => {
+                    degraded.push(format!(
+                        "node {} ({}) belongs to another cluster ({}): the members refuse it",
+                        i.id,
+                        n.addrs.join(", "),
+                        hex(&i.cluster_id)
+                    ))
+                }
+                Some(i) => degraded.push(format!(
+                    "node {} ({}) answers but is not a member: a removed node still running?",
+                    i.id,
+                    n.addrs.join(", ")
+                )),
+                None => degraded.push(format!(
+                    "{} is no member's address and does not answer: {}",
+                    n.addrs.join(", "),
+                    n.error.as_deref().unwrap_or("-")
+                )),
+            }
+        }
+        if answered.iter().any(|(_, i)| !i.alarms.is_empty()) {
+            degraded.push("alarms raised (below)".into());
+        }
+        let healthy = degraded.is_empty();
+        notes.extend(degraded);
+        if healthy {
+            Health::Healthy
+        } else {
+            Health::Degraded
+        }
+    } else {
+        let voters = nodes.iter().filter(|n| n.member && n.voter).count();
+        let up = nodes
+            .iter()
+            .filter(|n| n.member && n.voter && n.info.is_some())
+            .count();
+        notes.push(if voters > 0 {
+            format!(
+                "NO QUORUM: no primary ({up} of {voters} members answer, a majority of {} is \
+                 needed to elect one); writes and reads fail until it is back",
+                voters / 2 + 1
+            )
+        } else {
+            "NO QUORUM: no primary, and no node holds a membership".to_string()
+        });
+        Health::NoQuorum
+    };
+    View {
+        nodes,
+        cluster,
+        primary: primary.map(|p| (p.id, p.term)),
+        health,
+        notes,
+    }
+}
+
+fn ms_text(ms: u64) -> String {
+    match ms {
+        0 => "-".into(),
+        ms if ms < 120_000 => format!("{}s", ms / 1000),
+        ms if ms < 7_200_000 => format!("{}m", ms / 60_000),
+        ms if ms < 172_800_000 => format!("{}h", ms / 3_600_000),
+        ms => format!("{}d", ms / 86_400_000),
+    }
+}
+
+/// The table, the verdict and the health lines (C20, C19: the cluster, the consistency
+/// check, alarms). `check`: the primary's answer to a consistency check, if one was asked.
+pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> String {
+    let mut out = String::new();
+    let head_index = view.primary.and_then(|(id, _)| {
+        view.nodes
+            .iter()
+            .find(|n| n.member && n.id == id)
+            .and_then(|n| n.info.as_ref())
+            .map(|i| i.last_log_index)
+    });
+    out.push_str(&format!(
+        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} VERSION\n",
+        "MASTER",
+        "ID",
+        "ROLE",
+        "TERM",
+        "LEADER",
+        "LOG",
+        "COMMIT",
+        "APPLIED",
+        "LAG",
+        "LAST-CONTACT",
+        "UPTIME"
+    ));
+    for n in &view.nodes {
+        let addr = n.addrs.join(",");
+        match &n.info {
+            Some(i) => {
+                let lag = head_index.map_or("-".to_string(), |h| {
+                    h.saturating_sub(i.applied_index).to_string()
+                });
+                let contact = match i.last_contact_ms {
+                    ms if ms < 0 => "-".to_string(),
+                    ms => format!("{ms} ms"),
+                };
+                let mut r = role(i.role).to_string();
+                if !n.member {
+                    r = format!("{r}!");
+                } else if !n.voter {
+                    r = "learner".into();
+                }
+                out.push_str(&format!(
+                    "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {}\n",
+                    addr,
+                    i.id,
+                    r,
+                    i.term,
+                    match i.primary_id {
+                        0 => "-".to_string(),
+                        x => x.to_string(),
+                    },
+                    i.last_log_index,
+                    i.committed_index,
+                    i.applied_index,
+                    lag,
+                    contact,
+                    ms_text(i.uptime_ms),
+                    if i.version.is_empty() {
+                        "-"
+                    } else {
+                        &i.version
+                    }
+                ));
+            }
+            None => {
+                let id = if n.member {
+                    n.id.to_string()
+                } else {
+                    "?".into()
+                };
+                out.push_str(&format!(
+                    "{:<24} {:>3} unreachable: {}\n",
+                    addr,
+                    id,
+                    n.error.as_deref().unwrap_or("-")
+                ));
+            }
+        }
+    }
+    let members = view.nodes.iter().filter(|n| n.member).count();
+    let up = view
+        .nodes
+        .iter()
+        .filter(|n| n.member && n.info.is_some())
+        .count();
+    if let Some((id, term)) = view.primary {
+        let at = view
+            .nodes
+            .iter()
+            .find(|n| n.id == id && n.info.is_some())
+            .map_or("-".to_string(), |n| n.addrs.join(","));
+        out.push_str(&format!(
+            "primary: node {id} ({at}), term {term}; {up} of {members} members answer\n"
+        ));
+    }
+    for n in &view.notes {
+        out.push_str(n);
+        out.push('\n');
+    }
+    render_health(view, check, &mut out);
+    out.push_str(&format!(
+        "health: {} (exit {})\n",
+        view.health.word(),
+        view.health as i32
+    ));
+    out
+}
+
 /// C20, C19: the cluster's id, members of another, the consistency check's result (`check`:
 /// the primary's answer to `consistencyCheck`), and the alarms every member reports.
-fn render_health(
-    rows: &[Row],
-    primary: Option<&ControllerInfo>,
-    check: Option<&Result<ControllerInfo, String>>,
-    out: &mut String,
-) {
-    let answered: Vec<&ControllerInfo> = rows.iter().filter_map(|r| r.info.as_ref().ok()).collect();
+fn render_health(view: &View, check: Option<&Result<ControllerInfo, String>>, out: &mut String) {
     let none = [0u8; 16];
-    // The cluster: the primary's, else the one most members report.
-    let cluster = primary.map(|p| p.cluster_id).or_else(|| {
-        let mut ids: Vec<[u8; 16]> = answered.iter().map(|i| i.cluster_id).collect();
-        ids.sort_unstable();
-        ids.iter()
-            .max_by_key(|id| ids.iter().filter(|x| x == id).count())
-            .copied()
-    });
-    match cluster {
-        Some(c) if c != none => out.push_str(&format!(
-            "cluster: {}
-",
-            hex(&c)
-        )),
-        Some(_) => out.push_str(
-            "cluster: no id recorded yet
-",
-        ),
+    match view.cluster {
+        Some(c) if c != none => out.push_str(&format!("cluster: {}\n", hex(&c))),
+        Some(_) => out.push_str("cluster: no id recorded yet\n"),
         None => {}
     }
-    for r in rows {
-        if let (Ok(i), Some(c)) = (&r.info, cluster) {
+    for n in &view.nodes {
+        if let (Some(i), Some(c)) = (&n.info, view.cluster) {
             if i.cluster_id != c && i.cluster_id != none && c != none {
                 out.push_str(&format!(
                     "warning: node {} ({}) belongs to cluster {}, not this one: its data is \
-                     another cluster's or another restore's; the members refuse it (C20)
-",
+                     another cluster's or another restore's; the members refuse it (C20)\n",
                     i.id,
-                    r.addr,
+                    n.addrs.join(","),
                     hex(&i.cluster_id)
                 ));
             }
@@ -278,36 +743,26 @@ fn render_health(
         Some(Ok(c)) => {
             if c.checked_index > 0 {
                 out.push_str(&format!(
-                    "consistency: every member that answered had the same state at index {}
-",
+                    "consistency: every member that answered had the same state at index {}\n",
                     c.checked_index
                 ));
             } else {
-                out.push_str(
-                    "consistency: no agreement found yet (see the alarms)
-",
-                );
+                out.push_str("consistency: no agreement found yet (see the alarms)\n");
             }
             for a in &c.alarms {
                 note(c, a);
             }
         }
-        Some(Err(e)) => out.push_str(&format!(
-            "consistency: not checked: {e}
-"
-        )),
+        Some(Err(e)) => out.push_str(&format!("consistency: not checked: {e}\n")),
         None => {}
     }
-    for i in &answered {
+    for i in view.nodes.iter().filter_map(|n| n.info.as_ref()) {
         for a in &i.alarms {
             note(i, a);
         }
     }
     if !alarms.is_empty() {
-        out.push_str(
-            "ALARMS:
-",
-        );
+        out.push_str("ALARMS:\n");
         for a in alarms {
             out.push_str(&a);
             out.push('\n');
@@ -315,83 +770,57 @@ fn render_health(
     }
 }
 
-/// The table and the verdict; `Ok` when a primary serves with a quorum, `Err` otherwise.
-/// `check`: the primary's answer to a consistency check, if one was asked.
-pub fn render(rows: &[Row], check: Option<&Result<ControllerInfo, String>>) -> (String, bool) {
-    let mut out = String::new();
-    let answered: Vec<&ControllerInfo> = rows.iter().filter_map(|r| r.info.as_ref().ok()).collect();
-    // The primary: a node that says it is, in the highest term any node reports.
-    let top_term = answered.iter().map(|i| i.term).max().unwrap_or(0);
-    let primary = answered
+/// The view as one JSON object (`status --json`); the field names are stable
+/// (docs/operations.md, "status").
+pub fn render_json(view: &View, check: Option<&Result<ControllerInfo, String>>) -> String {
+    let nodes: Vec<serde_json::Value> = view
+        .nodes
         .iter()
-        .filter(|i| i.role == ControllerRole::Primary && i.term == top_term)
-        .max_by_key(|i| i.term)
-        .copied();
-    let head_index = primary.map(|p| p.last_log_index);
-    out.push_str(&format!(
-        "{:<24} {:>3} {:<12} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
-        "MASTER", "ID", "ROLE", "TERM", "LOG", "COMMIT", "APPLIED", "LAG", "LAST-CONTACT"
-    ));
-    for r in rows {
-        match &r.info {
-            Ok(i) => {
-                let lag = head_index.map_or("-".to_string(), |h| {
-                    h.saturating_sub(i.applied_index).to_string()
-                });
-                let contact = match i.last_contact_ms {
-                    ms if ms < 0 => "-".to_string(),
-                    ms => format!("{ms} ms"),
-                };
-                out.push_str(&format!(
-                    "{:<24} {:>3} {:<12} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12}\n",
-                    r.addr,
-                    i.id,
-                    role(i.role),
-                    i.term,
-                    i.last_log_index,
-                    i.committed_index,
-                    i.applied_index,
-                    lag,
-                    contact
-                ));
+        .map(|n| {
+            let mut v = json!({
+                "id": n.id,
+                "addresses": n.addrs,
+                "member": n.member,
+                "voter": n.voter,
+                "reachable": n.info.is_some(),
+            });
+            if let Some(i) = &n.info {
+                v["role"] = json!(role(i.role));
+                v["term"] = json!(i.term);
+                v["leader"] = json!(i.primary_id);
+                v["log_index"] = json!(i.last_log_index);
+                v["commit_index"] = json!(i.committed_index);
+                v["applied_index"] = json!(i.applied_index);
+                v["last_contact_ms"] = json!(i.last_contact_ms);
+                v["version"] = json!(i.version);
+                v["uptime_ms"] = json!(i.uptime_ms);
+                v["cluster"] = json!(hex(&i.cluster_id));
+                v["alarms"] = json!(i.alarms);
             }
-            Err(e) => out.push_str(&format!("{:<24} unreachable: {e}\n", r.addr)),
-        }
-    }
-    let n = rows.len();
-    let majority = n / 2 + 1;
-    let ok = match primary {
-        Some(p) => {
-            out.push_str(&format!(
-                "primary: node {} ({}:{}), term {}; {} of {n} members answer\n",
-                p.id,
-                p.primary_host,
-                p.primary_port,
-                p.term,
-                answered.len()
-            ));
-            if answered.len() < majority {
-                out.push_str(&format!(
-                    "warning: only {} of {n} answer here; a majority ({majority}) is needed\n",
-                    answered.len()
-                ));
+            if let Some(e) = &n.error {
+                v["error"] = json!(e);
             }
-            true
-        }
-        None => {
-            out.push_str(&format!(
-                "NO QUORUM: no primary ({} of {n} members answer, a majority of {majority} is \
-                 needed to elect one); writes and reads fail until it is back\n",
-                answered.len()
-            ));
-            false
-        }
+            v
+        })
+        .collect();
+    let consistency = match check {
+        Some(Ok(c)) => json!({"checked_index": c.checked_index, "alarms": c.alarms}),
+        Some(Err(e)) => json!({"error": e}),
+        None => serde_json::Value::Null,
     };
-    render_health(rows, primary, check, &mut out);
-    (out, ok)
+    let v = json!({
+        "health": view.health.word(),
+        "exit": view.health as i32,
+        "cluster": view.cluster.map(|c| hex(&c)),
+        "primary": view.primary.map(|(id, term)| json!({"id": id, "term": term})),
+        "nodes": nodes,
+        "notes": view.notes,
+        "consistency": consistency,
+    });
+    format!("{v}\n")
 }
 
-/// Runs the command: prints the table; exit status 0 with a primary, 1 without.
+/// Runs the command: prints the table (or `--json`); the exit status is the [`Health`].
 pub fn status(args: StatusArgs) -> i32 {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -400,7 +829,7 @@ pub fn status(args: StatusArgs) -> i32 {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("status: runtime: {e}");
-            return 1;
+            return Health::CannotTell as i32;
         }
     };
     let caller = Arc::new(Caller {
@@ -409,73 +838,118 @@ pub fn status(args: StatusArgs) -> i32 {
             Some((ca, identity)) => match client_connector(ca, identity.as_ref()) {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    eprintln!("status: TLS files: {e}");
-                    return 2;
+                    let why = format!("TLS files: {e}");
+                    if args.json {
+                        println!(
+                            "{}",
+                            json!({"health": Health::CannotTell.word(),
+                                   "exit": Health::CannotTell as i32, "notes": [why]})
+                        );
+                    } else {
+                        println!("cannot tell: {why}");
+                    }
+                    return Health::CannotTell as i32;
                 }
             },
         },
         token: args.token.clone(),
     });
-    let (rows, check) = rt.block_on(async {
-        let asks = args
-            .masters
+    let (view, check) = rt.block_on(gather(&args, caller, true));
+    if args.json {
+        print!("{}", render_json(&view, check.as_ref()));
+    } else {
+        print!("{}", render(&view, check.as_ref()));
+    }
+    view.health as i32
+}
+
+/// Asks the list, then the members the list left out, then (a primary found) a consistency
+/// check; resolves the addresses that did not answer, to match them to members.
+pub(crate) async fn gather(
+    args: &StatusArgs,
+    caller: Arc<Caller>,
+    consistency: bool,
+) -> (View, Option<Result<ControllerInfo, String>>) {
+    let asks = args
+        .masters
+        .iter()
+        .map(|a| ask(a.clone(), args.timeout, caller.clone()));
+    let answers = futures_join(asks.collect()).await;
+    let mut rows = args
+        .masters
+        .iter()
+        .zip(answers)
+        .map(|(a, info)| Row {
+            addr: a.clone(),
+            info,
+        })
+        .collect::<Vec<_>>();
+    // The members no answer came from yet (by id), asked at their own addresses.
+    let view = judge(&rows, &[]);
+    let missing: Vec<String> = view
+        .nodes
+        .iter()
+        .filter(|n| n.member && n.info.is_none())
+        .flat_map(|n| n.addrs.first().cloned())
+        .filter(|a| !rows.iter().any(|r| &r.addr == a))
+        .collect();
+    let answers = futures_join(
+        missing
             .iter()
-            .map(|a| ask(a.clone(), args.timeout, caller.clone()));
-        let answers = futures_join(asks.collect()).await;
-        let mut rows = args
-            .masters
-            .iter()
+            .map(|a| ask(a.clone(), args.timeout, caller.clone()))
+            .collect(),
+    )
+    .await;
+    rows.extend(
+        missing
+            .into_iter()
             .zip(answers)
-            .map(|(a, info)| Row {
-                addr: a.clone(),
-                info,
+            .map(|(addr, info)| Row { addr, info }),
+    );
+    // Names of what did not answer, and of the members, resolved to match them.
+    let mut names: Vec<String> = rows
+        .iter()
+        .filter(|r| r.info.is_err())
+        .map(|r| r.addr.clone())
+        .collect();
+    names.extend(
+        view.nodes
+            .iter()
+            .filter(|n| n.member)
+            .flat_map(|n| n.addrs.clone()),
+    );
+    names.sort();
+    names.dedup();
+    let mut resolved = Vec::new();
+    for n in names {
+        let r = crate::base::config::resolve(&n).await.unwrap_or_default();
+        resolved.push((n, r));
+    }
+    let view = judge(&rows, &resolved);
+    let mut check = None;
+    if let Some((id, _)) = view.primary.filter(|_| consistency) {
+        let at = view
+            .nodes
+            .iter()
+            .find(|n| n.id == id && n.info.is_some())
+            .and_then(|n| {
+                n.addrs
+                    .iter()
+                    .find(|a| rows.iter().any(|r| &r.addr == *a && r.info.is_ok()))
             })
-            .collect::<Vec<_>>();
-        // Members the primary knows that the list left out are shown (and counted) too.
-        let primary = rows.iter().find(|r| {
-            r.info
-                .as_ref()
-                .is_ok_and(|i| i.role == ControllerRole::Primary)
-        });
-        let mut check = None;
-        if let Some(p) = primary {
+            .cloned();
+        if let Some(at) = at {
             // C19: the primary compares its members' state digests now.
             check = Some(
-                match request(p.addr.clone(), Op::ConsistencyCheck, args.timeout, &caller).await {
+                match request(at, Op::ConsistencyCheck, args.timeout, &caller).await {
                     Ok(ReplyData::CtrlInfo(i)) => Ok(i),
                     Ok(_) => Err("an answer without controller info".to_string()),
                     Err(e) => Err(e),
                 },
             );
-            let known: Vec<String> = rows.iter().map(|r| r.addr.clone()).collect();
-            let missing: Vec<String> = members(p.addr.clone(), args.timeout, &caller)
-                .await
-                .into_iter()
-                .filter(|m| !known.contains(m))
-                .collect();
-            let answers = futures_join(
-                missing
-                    .iter()
-                    .map(|a| ask(a.clone(), args.timeout, caller.clone()))
-                    .collect(),
-            )
-            .await;
-            rows.extend(
-                missing
-                    .into_iter()
-                    .zip(answers)
-                    .map(|(addr, info)| Row { addr, info }),
-            );
         }
-        (rows, check)
-    });
-    let (text, ok) = render(&rows, check.as_ref());
-    print!("{text}");
-    if ok {
-        0
-    } else {
-        1
     }
+    (view, check)
 }
 
 /// Awaits all `futs` concurrently (each is bounded by its own timeout).
@@ -489,4 +963,174 @@ where
         out.push(h.await.expect("status task"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: [u8; 16] = [1; 16];
+    const B: [u8; 16] = [2; 16];
+
+    fn entry(id: u32, port: u16, r: ControllerRole) -> wire::ControllerEntry {
+        wire::ControllerEntry {
+            id,
+            host: "127.0.0.1".into(),
+            port,
+            role: r,
+        }
+    }
+
+    /// Node `id` of cluster `c` in `term` following `leader`, holding members 1..=3 (ports
+    /// 9001..) led by `leader`.
+    fn node(id: u32, c: [u8; 16], term: u64, leader: u32) -> ControllerInfo {
+        let role = if id == leader {
+            ControllerRole::Primary
+        } else {
+            ControllerRole::Standby
+        };
+        ControllerInfo {
+            id,
+            role,
+            term,
+            primary_id: leader,
+            cluster_id: c,
+            members: (1..=3)
+                .map(|m| {
+                    let r = if m == leader {
+                        ControllerRole::Primary
+                    } else {
+                        ControllerRole::Standby
+                    };
+                    entry(m, 9000 + m as u16, r)
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn row(addr: &str, info: Result<ControllerInfo, &str>) -> Row {
+        Row {
+            addr: addr.into(),
+            info: info.map_err(String::from),
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
+        let cases: Vec<(&str, Vec<Row>, Health, usize)> = vec![
+            // (what, rows, verdict, members answering)
+            (
+                "one standby asked, everyone answers",
+                vec![
+                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
+                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+                    row("127.0.0.1:9003", Ok(node(3, A, 5, 1))),
+                ],
+                Health::Healthy,
+                3,
+            ),
+            (
+                "one node under two names counts once",
+                vec![
+                    row("localhost:9001", Ok(node(1, A, 5, 1))),
+                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
+                    row("127.0.0.1:9003", Ok(node(3, A, 5, 1))),
+                ],
+                Health::Healthy,
+                3,
+            ),
+            (
+                "a member down",
+                vec![
+                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
+                    row("127.0.0.1:9003", down()),
+                ],
+                Health::Degraded,
+                2,
+            ),
+            (
+                "a standby following no one",
+                vec![
+                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
+                    row("127.0.0.1:9003", Ok(node(3, A, 5, 0))),
+                ],
+                Health::Degraded,
+                3,
+            ),
+            (
+                "an old primary of a lower term",
+                vec![
+                    row("127.0.0.1:9001", Ok(node(1, A, 4, 1))),
+                    row("127.0.0.1:9002", Ok(node(2, A, 5, 2))),
+                    row("127.0.0.1:9003", Ok(node(3, A, 5, 2))),
+                ],
+                Health::Degraded,
+                3,
+            ),
+            (
+                "two clusters' primaries",
+                vec![
+                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+                    row("127.0.0.1:9101", Ok(node(1, B, 5, 1))),
+                ],
+                Health::CannotTell,
+                1,
+            ),
+            (
+                "no primary",
+                vec![
+                    row("127.0.0.1:9001", down()),
+                    row("127.0.0.1:9002", Ok(node(2, A, 6, 0))),
+                    row("127.0.0.1:9003", down()),
+                ],
+                Health::NoQuorum,
+                1,
+            ),
+            (
+                "nothing answers",
+                vec![row("127.0.0.1:9001", down()), row("127.0.0.1:9002", down())],
+                Health::CannotTell,
+                0,
+            ),
+        ];
+        for (what, rows, want, up) in cases {
+            let v = judge(&rows, &[]);
+            assert_eq!(v.health, want, "{what}: {v:?}");
+            let got = v
+                .nodes
+                .iter()
+                .filter(|n| n.member && n.info.is_some())
+                .count();
+            assert_eq!(got, up, "{what}: {v:?}");
+            let text = render(&v, None);
+            assert!(!text.contains("(:0)"), "{what}: {text}");
+        }
+    }
+
+    #[test]
+    fn ipv6_in_brackets() {
+        assert_eq!(join_addr("::1", 53301), "[::1]:53301");
+        assert_eq!(join_addr("127.0.0.1", 1), "127.0.0.1:1");
+    }
+
+    #[test]
+    fn an_unanswered_name_matches_the_member_it_resolves_to() {
+        let one: std::net::SocketAddr = "127.0.0.1:9003".parse().unwrap();
+        let rows = vec![
+            row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+            row("localhost:9003", Err("connect: refused")),
+        ];
+        let resolved = vec![
+            ("localhost:9003".to_string(), vec![one]),
+            ("127.0.0.1:9003".to_string(), vec![one]),
+        ];
+        let v = judge(&rows, &resolved);
+        assert_eq!(v.nodes.len(), 3, "{v:?}");
+        assert!(v.nodes[2].addrs.contains(&"localhost:9003".to_string()));
+    }
 }

@@ -104,7 +104,7 @@ async fn start(ctx: &Ctx) -> Result<(u64, Save), i32> {
     let cp = c.checkpoint.expect("checked above");
     let majority = c.round.voters / 2 + 1;
     if c.round.agreeing.len() < majority {
-        eprintln!(
+        crate::log_warn!(
             "node {}: snapshot save: the state at index {} is confirmed by {} of {} voters, not \
              a majority: nothing saved (C19)",
             ctx.id,
@@ -157,7 +157,7 @@ async fn start(ctx: &Ctx) -> Result<(u64, Save), i32> {
         Ok(Ok(n)) => n,
         other => {
             let _ = std::fs::remove_file(&path);
-            eprintln!(
+            crate::log_error!(
                 "node {}: snapshot save: writing {}: {other:?}",
                 ctx.id,
                 path.display()

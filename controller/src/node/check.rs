@@ -232,7 +232,7 @@ pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
         } => {
             crate::base::counters::digest_mismatch(differ.len() as u64);
             for (n, d) in &differ {
-                eprintln!(
+                crate::log_error!(
                     "node {me}: state digest mismatch at index {index}: node {n} has {}, {} \
                      {} (the majority of {} voters): node {n} diverged (C19)",
                     digest::short(d),
@@ -270,7 +270,9 @@ pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
                         )
                         .await;
                     if !matches!(told, Some(RpcReply::Ack(true))) {
-                        eprintln!("node {me}: node {n} did not take the news that it diverged");
+                        crate::log_warn!(
+                            "node {me}: node {n} did not take the news that it diverged"
+                        );
                     }
                 }
             }
@@ -289,7 +291,7 @@ pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
                 voters.len(),
                 parts.join("; ")
             );
-            eprintln!("node {me}: {text} (C19)");
+            crate::log_warn!("node {me}: {text} (C19)");
             round.agreeing = groups
                 .iter()
                 .find(|(d, _)| *d == mine)
@@ -391,7 +393,7 @@ async fn record_cluster_id(ctx: &Ctx) {
                 );
             }
         }
-        _ => eprintln!(
+        _ => crate::log_warn!(
             "node {}: recording the cluster's id did not commit; the next check tries again",
             ctx.id
         ),

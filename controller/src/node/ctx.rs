@@ -93,6 +93,15 @@ impl Tenure {
 }
 
 impl Ctx {
+    /// C14 (issue 26): how this leader judges its voters for a handover — answered within
+    /// twice the election maximum.
+    pub fn liveness(&self) -> crate::raft::handover::Liveness<'_> {
+        crate::raft::handover::Liveness {
+            lease: &self.lease,
+            window: crate::raft::handover::Liveness::window(self.opts.election_max_ms),
+        }
+    }
+
     /// Node `id`'s addresses: from the current membership (C17: members added online), else
     /// from `--cluster`.
     pub(crate) fn node(&self, id: NodeId) -> Option<CtrlNode> {
@@ -239,7 +248,7 @@ impl Ctx {
     /// hint is attached when another leader is known.
     pub(crate) fn outcome_unknown(&self, seq: u64, op: &Op) -> Reply {
         let mut r = self.not_primary(seq, op, None);
-        eprintln!(
+        crate::log_warn!(
             "node {}: {} (seq {seq}) placed in the log, commit not confirmed: outcome unknown",
             self.id,
             op.name()

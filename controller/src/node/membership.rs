@@ -76,7 +76,7 @@ pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Rep
             Reply::status(req.seq, 0)
         }
         Err((status, reply, why)) => {
-            eprintln!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
+            crate::log_warn!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
             reply.map_or_else(|| Reply::status(req.seq, status), |r| *r)
         }
     }
@@ -157,12 +157,113 @@ async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> 
             format!("node {other} already uses an address of {node} ({n})"),
         ));
     }
+    // Issue 26: a node not yet a member is asked who it is first: it must answer as node `id`,
+    // blank (a `--join` node), of no other cluster — else nothing is changed.
+    if !nodes.contains_key(&id) {
+        identify(ctx, id, raft).await?;
+    }
     let deadline = tokio::time::Instant::now() + ADD_TIMEOUT;
-    // A learner first, caught up with the leader's log before it counts for any quorum.
-    match tokio::time::timeout_at(deadline, ctx.raft.add_learner(id, node, true)).await {
+    // A learner first, caught up with the leader's log before it counts for any quorum. Not
+    // openraft's blocking wait: ours below, which takes the learner out again on failure.
+    match tokio::time::timeout_at(deadline, ctx.raft.add_learner(id, node, false)).await {
         Err(_) => return Err(timed_out(ctx, req, ADD_TIMEOUT)),
         Ok(Err(e)) => return Err(raft_fail(ctx, req, e)),
         Ok(Ok(_)) => {}
+    }
+    match caught_up_voter(ctx, req, id, deadline).await {
+        Ok(()) => Ok(()),
+        Err(fail) => {
+            // Issue 26: never a learner left behind by a failed add.
+            take_out(ctx, id).await;
+            Err(fail)
+        }
+    }
+}
+
+/// Issue 26: how long the node to add has to say who it is.
+pub const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a new learner has to acknowledge its first append.
+pub const FIRST_ACK: Duration = Duration::from_secs(10);
+
+/// Issue 26: asks the node at `raft` who it is; refuses (nothing changed) unless it is node
+/// `id`, blank, of no other cluster.
+async fn identify(ctx: &Ctx, id: NodeId, raft: &str) -> Result<(), Fail> {
+    use crate::raft::frame::RpcReply;
+    let refuse =
+        |status: i32, why: String| Err((status, None, format!("node {id} at {raft}: {why}")));
+    match ctx.forwarder.identify(id, raft, IDENTIFY_TIMEOUT).await {
+        Err(why) => refuse(-libc::EHOSTUNREACH, why),
+        Ok(RpcReply::Identity { id: other, .. }) if other != id => {
+            refuse(-libc::EINVAL, format!("it is node {other}, not node {id}"))
+        }
+        Ok(RpcReply::Identity {
+            cluster: Some(c), ..
+        }) if Some(c) != ctx.identity.tag().map(|t| t.id) => refuse(
+            -libc::EINVAL,
+            format!(
+                "it belongs to another cluster ({}): start it blank with --join",
+                c.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            ),
+        ),
+        Ok(RpcReply::Identity {
+            initialised: true, ..
+        }) => refuse(
+            -libc::EINVAL,
+            "it already holds a membership: start it with an empty data directory and --join"
+                .into(),
+        ),
+        Ok(RpcReply::Identity { .. }) => Ok(()),
+        Ok(_) => refuse(-libc::EINVAL, "an answer that is not who it is".into()),
+    }
+}
+
+/// Issue 26: takes learner `id` out again after a failed add (bounded; logged).
+async fn take_out(ctx: &Ctx, id: NodeId) {
+    let (nodes, voters) = current(ctx);
+    if !nodes.contains_key(&id) || voters.contains(&id) {
+        return;
+    }
+    let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+    let r = tokio::time::timeout(REMOVE_TIMEOUT, ctx.raft.change_membership(change, false)).await;
+    eprintln!(
+        "node {}: member add {id} failed: the learner {}",
+        ctx.id,
+        match r {
+            Ok(Ok(_)) => "was taken out again".to_string(),
+            Ok(Err(e)) => format!("could not be taken out: {e}"),
+            Err(_) => "could not be taken out in time".to_string(),
+        }
+    );
+}
+
+/// The learner `id` holds the leader's log, then is made a voter, by `deadline`.
+async fn caught_up_voter(
+    ctx: &Ctx,
+    req: &Request,
+    id: NodeId,
+    deadline: tokio::time::Instant,
+) -> Result<(), Fail> {
+    // Issue 26: a learner that acknowledges nothing within FIRST_ACK fails the add at once.
+    let first = ctx
+        .raft
+        .wait(Some(FIRST_ACK))
+        .metrics(
+            |m| match &m.replication {
+                None => true,
+                Some(r) => r.get(&id).cloned().flatten().is_some(),
+            },
+            "the learner acknowledged an append",
+        )
+        .await;
+    if first.is_err() {
+        return Err((
+            -libc::ETIMEDOUT,
+            None,
+            format!(
+                "node {id} acknowledged no append within {} s",
+                FIRST_ACK.as_secs()
+            ),
+        ));
     }
     // openraft's "blocking" add_learner returns once the learner is within
     // `replication_lag_threshold` (5000) entries of the leader: at once in a young cluster,
@@ -247,7 +348,8 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
         "node {}: asked to remove itself: handing leadership over first",
         ctx.id
     );
-    crate::raft::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id).await;
+    crate::raft::handover::hand_over(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id, &ctx.liveness())
+        .await;
     let leader = ctx.raft.metrics().borrow().current_leader;
     if leader.is_some_and(|l| l != ctx.id) {
         // Elections stay off here (handover keeps the old leader from winning again) until

@@ -568,9 +568,11 @@ fn frame_refusal(e: &xce::Error, limits: &xce::wire::Limits, authenticated: bool
 /// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
 fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
     if crate::sm::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
-        eprintln!(
+        crate::log_warn!(
             "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
-            ctx.id, reply.seq, ctx.limits.max_message_bytes
+            ctx.id,
+            reply.seq,
+            ctx.limits.max_message_bytes
         );
     }
 }
@@ -626,7 +628,7 @@ impl Ctx {
             id: self.id as u32,
             role,
             term: m.current_term,
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: crate::base::build::version(),
             protocol_version: wire::PROTOCOL_VERSION,
             ..Default::default()
         };
@@ -711,7 +713,7 @@ impl Ctx {
     /// the leader of its committed vote if that leader's appends refreshed the vote within
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
-    async fn fresh_leader(&self) -> Option<NodeId> {
+    pub(crate) async fn fresh_leader(&self) -> Option<NodeId> {
         let window = Duration::from_millis(self.opts.election_min_ms);
         let me = self.id;
         let found = self.raft.with_raft_state(move |st| {
@@ -837,7 +839,7 @@ impl std::fmt::Display for Origin {
 
 /// C13: refuses an op its caller may not call, with a log line naming who, what and why.
 fn refuse(ctx: &Ctx, conn: &Conn, req: &Request, who: &dyn std::fmt::Display, why: &str) -> Reply {
-    eprintln!(
+    crate::log_warn!(
         "node {}: {}: refused {} (seq {}) for {who}: {why}",
         ctx.id,
         conn.peer,
@@ -963,7 +965,7 @@ async fn handle(
     );
     if req.no_reply {
         if reply.status < 0 {
-            eprintln!(
+            crate::log_warn!(
                 "node {}: fire-and-forget {} (seq {}) dropped: status {}",
                 ctx.id,
                 req.op.name(),
@@ -1058,7 +1060,7 @@ impl Ctx {
             Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &self.limits) {
                 Ok(r) if r.seq == req.seq => Some(r),
                 _ => {
-                    eprintln!(
+                    crate::log_warn!(
                         "node {}: forwarded {} (seq {}): the primary's reply is unusable",
                         self.id,
                         req.op.name(),
@@ -1194,6 +1196,10 @@ async fn answer_as(
     if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
         return crate::node::membership::answer(ctx, req, &who).await;
     }
+    // C14 on demand (issue 26): a handover to a live, caught-up voter.
+    if let Op::LeaderTransfer { to, from } = req.op {
+        return crate::node::transfer::answer(ctx, req, &who, to, from).await;
+    }
     // C19: a consistency check now, then this primary's view (its alarms, the index checked).
     // One that finished within a second (or 20 times its hashing time) answers instead: a
     // caller cannot keep every node hashing.
@@ -1316,7 +1322,7 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
             )
         }
         other => {
-            eprintln!(
+            crate::log_error!(
                 "node {}: unexpected op {} in read path",
                 ctx.id,
                 other.name()

@@ -110,10 +110,16 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBu
         let (place, _) = crowd.enter();
         let (ctx, data, lock) = (ctx.clone(), data.clone(), render_lock.clone());
         tokio::spawn(async move {
-            let work = answer(s, peer, move || {
-                let _one = lock.lock().expect("render lock");
-                render(&ctx, &data)
-            });
+            let hctx = ctx.clone();
+            let work = answer(
+                s,
+                peer,
+                move || {
+                    let _one = lock.lock().expect("render lock");
+                    render(&ctx, &data)
+                },
+                move || async move { health_of(&hctx).await },
+            );
             tokio::select! {
                 _ = tokio::time::timeout(HTTP_TIMEOUT, work) => {}
                 () = place.evicted() => {}
@@ -122,11 +128,45 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBu
     }
 }
 
+/// Issue 26: `GET /health` for a load balancer or a supervisor: 200 while this node is part
+/// of a working cluster — the serving primary, or a standby following a primary it heard from
+/// within the election timeout — else 503 (no primary known, a candidate, not initialised,
+/// diverged, a storage fault). The body says why, one JSON object: `status` ("ok" or
+/// "unavailable"), `id`, `role`, `term`, `leader` (0: none), `version`, `uptime_ms`.
+pub async fn health_of(ctx: &Ctx) -> (bool, String) {
+    let info = ctx.info();
+    let leader = ctx.fresh_leader().await;
+    let ok = !crate::base::fault::faulted()
+        && !ctx.diverged.is()
+        && match info.role {
+            xce::wire::ControllerRole::Primary => ctx.serving_leader(),
+            xce::wire::ControllerRole::Standby => leader.is_some_and(|l| l != ctx.id),
+            _ => false,
+        };
+    let role = match info.role {
+        xce::wire::ControllerRole::Primary => "primary",
+        xce::wire::ControllerRole::Standby => "standby",
+        xce::wire::ControllerRole::Candidate => "candidate",
+        xce::wire::ControllerRole::Initializing => "initializing",
+    };
+    let body = serde_json::json!({
+        "status": if ok { "ok" } else { "unavailable" },
+        "id": ctx.id,
+        "role": role,
+        "term": info.term,
+        "leader": leader.unwrap_or(0),
+        "version": crate::base::build::version(),
+        "uptime_ms": crate::base::build::uptime_ms(),
+    });
+    (ok, format!("{body}\n"))
+}
+
 /// One HTTP/1.x exchange: the request head, then one answer and close.
-async fn answer(
+async fn answer<H: std::future::Future<Output = (bool, String)>>(
     mut s: TcpStream,
     _peer: SocketAddr,
     render: impl FnOnce() -> String,
+    health: impl FnOnce() -> H,
 ) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];
@@ -166,10 +206,30 @@ async fn answer(
         return respond(&mut s, status, "text/plain", &body).await;
     }
     match (method, path) {
+        ("GET" | "HEAD", "/health") => {
+            let (ok, body) = health().await;
+            let status = if ok {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
+            let body = if method == "HEAD" {
+                String::new()
+            } else {
+                body
+            };
+            respond(&mut s, status, "application/json", &body).await
+        }
         ("GET", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, &render()).await,
         ("HEAD", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, "").await,
         ("GET" | "HEAD", _) => {
-            respond(&mut s, "404 Not Found", "text/plain", "see /metrics\n").await
+            respond(
+                &mut s,
+                "404 Not Found",
+                "text/plain",
+                "see /metrics or /health\n",
+            )
+            .await
         }
         _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "").await,
     }

@@ -146,6 +146,24 @@ impl PeerServer {
     /// learners); the configured members (`--cluster`) only while this node stores no
     /// membership yet (a new cluster, or `run --join` waiting to be added). A node removed
     /// online is no longer admitted, whatever `--cluster` said at start.
+    /// Issue 26: the refusal for `who` when this node's membership (initialised, at a known
+    /// log index) leaves it out; None when it names `who`, or this node has none yet.
+    fn removal_of(&self, who: NodeId) -> Option<String> {
+        let m = self
+            .raft
+            .server_metrics()
+            .borrow()
+            .membership_config
+            .clone();
+        let mut ids: Vec<NodeId> = m.membership().nodes().map(|(id, _)| *id).collect();
+        if ids.is_empty() || ids.contains(&who) {
+            return None;
+        }
+        ids.sort_unstable();
+        let index = m.log_id().map_or(0, |l| l.index);
+        Some(crate::raft::removed::refusal(who, index, &ids))
+    }
+
     fn members(&self) -> Vec<NodeId> {
         let m = self
             .raft
@@ -204,7 +222,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("node {node_id}: raft accept: {e}");
+                crate::log_warn!("node {node_id}: raft accept: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -224,6 +242,9 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
                     // Issue 27: a stranger causes one line per connection: rate-limited.
                     let text = e.to_string();
                     let kind = match e.kind() {
+                        io::ErrorKind::PermissionDenied if text.starts_with("removed") => {
+                            "raft peer removed"
+                        }
                         io::ErrorKind::PermissionDenied if text.contains("names no member") => {
                             "raft peer names no member"
                         }
@@ -262,6 +283,28 @@ async fn serve_peer(
                     Some(_) => Box::new(s),
                     None => {
                         let names = cert.map(|c| cert_names(c)).unwrap_or_default();
+                        // Issue 26: a node this membership left out is told so (it exits).
+                        let who = names
+                            .iter()
+                            .find_map(|n| n.strip_prefix("xce-node-")?.parse::<NodeId>().ok());
+                        if let Some(why) = who.and_then(|w| srv.removal_of(w)) {
+                            let mut s: PeerStream = Box::new(s);
+                            let _ = write_msg(
+                                &mut s,
+                                &RpcReply::Refused(why.clone()),
+                                srv.identity.tag(),
+                            )
+                            .await;
+                            // Read until the node closes (it has its answer), briefly: a
+                            // close with its request unread would reset the connection, and
+                            // the answer with it.
+                            let drain = async {
+                                let mut buf = [0u8; 4096];
+                                while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+                            };
+                            let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+                            return Err(refused(format!("removed: {why}")));
+                        }
                         return Err(refused(format!(
                             "refused: certificate {names:?} names no member of {members:?}"
                         )));
@@ -338,7 +381,7 @@ async fn serve_rpcs(
             let host = peer.ip();
             srv.identity
                 .log_limited(&format!("request {host} {tag:?}"), |skipped| {
-                    eprintln!(
+                    crate::log_warn!(
                         "node {}: refused a raft message from {peer}: {why}{}",
                         srv.node_id,
                         more(skipped)
@@ -351,12 +394,17 @@ async fn serve_rpcs(
                 // Not a raft message at all: closed unanswered, as any unreadable message.
                 return Err(refused);
             }
-            write_msg(
-                stream,
-                &RpcReply::Refused(why.to_string()),
-                srv.identity.tag(),
-            )
-            .await?;
+            // Issue 26: a node this membership left out (removed before the cluster recorded
+            // its id, so its messages are unstamped) is told that instead, which it acts on.
+            let who = match &decoded {
+                Ok(RpcRequest::PreVote(r)) => Some(r.candidate),
+                Ok(RpcRequest::Vote(r)) => r.vote.leader_id().voted_for(),
+                _ => None,
+            };
+            let why = who
+                .and_then(|w| srv.removal_of(w))
+                .unwrap_or_else(|| why.to_string());
+            write_msg(stream, &RpcReply::Refused(why), srv.identity.tag()).await?;
             // Unstamped (an earlier build, or a node of no cluster yet): told, then closed; so
             // is a snapshot (its bytes follow on the stream). A stamped message of another
             // cluster leaves the connection open: its sender retries it cheaply.
@@ -401,12 +449,35 @@ async fn serve_rpcs(
                 }
                 RpcReply::Append(srv.amnesia.append(&srv.raft, r).await)
             }
+            // Issue 26: a node this membership left out asks in vain, and is told so.
+            RpcRequest::Vote(r) if refuse_removed(srv, peer, r.vote.leader_id().voted_for()) => {
+                RpcReply::Refused(
+                    srv.removal_of(r.vote.leader_id().voted_for().unwrap_or(0))
+                        .unwrap_or_default(),
+                )
+            }
+            RpcRequest::PreVote(r) if refuse_removed(srv, peer, Some(r.candidate)) => {
+                RpcReply::Refused(srv.removal_of(r.candidate).unwrap_or_default())
+            }
             RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
             RpcRequest::PreVote(r) => RpcReply::PreVote(answer_pre_vote(srv, &r).await),
             RpcRequest::Snapshot { vote, meta, len } => {
                 receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
             RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
+            RpcRequest::Identify => RpcReply::Identity {
+                id: srv.node_id,
+                initialised: srv
+                    .raft
+                    .server_metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .next()
+                    .is_some(),
+                cluster: srv.identity.tag().map(|t| t.id),
+            },
             RpcRequest::Diverged {
                 index,
                 majority,
@@ -416,6 +487,19 @@ async fn serve_rpcs(
         };
         write_msg(stream, &reply, srv.identity.tag()).await?;
     }
+}
+
+/// Issue 26: whether a vote or pre-vote of `who` is refused as from a removed node (this
+/// membership leaves it out); logged once, then at most once a second with a count.
+fn refuse_removed(srv: &PeerServer, peer: std::net::SocketAddr, who: Option<NodeId>) -> bool {
+    let Some(why) = who.and_then(|w| srv.removal_of(w)) else {
+        return false;
+    };
+    crate::base::counters::raft_refused("removed");
+    REFUSALS.note("raft peer removed", || {
+        format!("node {}: raft peer {peer}: refused, {why}", srv.node_id)
+    });
+    true
 }
 
 /// C19: this node's digest at the checkpoint `index`, for the primary's check.
@@ -443,10 +527,12 @@ async fn told_diverged(
     }
     let m = srv.raft.metrics().borrow().clone();
     if m.current_leader != Some(from) || m.current_term != term {
-        eprintln!(
+        crate::log_warn!(
             "node {}: node {from} (term {term}) says this node diverged at index {index}, but it \
              is not the leader this node follows (node {:?}, term {}): ignored",
-            srv.node_id, m.current_leader, m.current_term
+            srv.node_id,
+            m.current_leader,
+            m.current_term
         );
         return false;
     }
@@ -456,7 +542,7 @@ async fn told_diverged(
                 .await
         }
         Some(_) => {
-            eprintln!(
+            crate::log_warn!(
                 "node {}: node {from} says this node diverged at index {index}, but its digest \
                  there is the majority's: ignored",
                 srv.node_id

@@ -68,7 +68,7 @@ impl Diverged {
                     found_by: 0,
                     at_ms: 0,
                 });
-            eprintln!(
+            crate::log_error!(
                 "node {id}: {}: this node's state diverged from its cluster's at index {} (C19): \
                  not voting or serving until repaired (docs/operations.md)",
                 path.display(),
@@ -136,7 +136,7 @@ impl Diverged {
         if let Some(dir) = self.path.parent() {
             std::fs::File::open(dir)?.sync_all()?;
         }
-        eprintln!(
+        crate::log_error!(
             "node {}: this node's state digest at index {index} is {}, the majority's {} \
              (found by node {found_by}): this node diverged (C19); it stops voting and serving \
              until repaired (docs/operations.md)",
@@ -173,7 +173,7 @@ pub async fn stop(
         Err(e) => {
             // Not marked: it could not say so after a restart. Stop anyway; the next check
             // finds it again if it comes back.
-            eprintln!(
+            crate::log_error!(
                 "node {}: writing {}: {e}; stopping Raft anyway",
                 diverged.id,
                 diverged.path.display()

@@ -172,6 +172,42 @@ impl Forwarder {
         None
     }
 
+    /// Issue 26 (C17): asks the node at raft address `addr`, expected to be node `target`, who
+    /// it is, on a new connection within `within`: its answer, or why there is none, in words.
+    pub async fn identify(
+        &self,
+        target: NodeId,
+        addr: &str,
+        within: Duration,
+    ) -> Result<RpcReply, String> {
+        let until = tokio::time::Instant::now() + within;
+        // A node started a moment ago may not listen yet: dialled again until `within`.
+        let mut conn = loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match self.dial(target, addr, left).await {
+                Ok(c) => break c,
+                Err(e) if left > Duration::from_millis(200) => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(format!("cannot reach it: {e}")),
+            }
+        };
+        let res = tokio::time::timeout_at(until, async {
+            write_msg(&mut conn, &RpcRequest::Identify, self.identity.tag()).await?;
+            read_reply(&mut conn, self.max_rpc, &self.identity, addr).await
+        })
+        .await;
+        match res {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => Err(e.to_string()),
+            Ok(Err(e)) => Err(format!(
+                "no answer to who it is ({e}): not an xce-controller of this build?"
+            )),
+            Err(_) => Err(format!("no answer within {} ms", within.as_millis())),
+        }
+    }
+
     /// Forwards `frame` for `who` to member `target` at raft address `addr`, waiting at most
     /// `within` in all. A kept connection that fails before any answer is retried once on a
     /// new one (the primary's exactly-once table makes a second send of a write harmless).

@@ -75,6 +75,9 @@ pub(crate) enum RpcRequest {
         from: NodeId,
         term: u64,
     },
+    /// Issue 26 (C17): who is there? Asked by a primary of a node it is about to add: the
+    /// answer must be that node, blank (a `--join` node), of no other cluster.
+    Identify,
 }
 
 /// C19: a node's answer about its state digest at a checkpoint entry.
@@ -125,6 +128,13 @@ pub(crate) enum RpcReply {
     /// C20, C19: the message was refused before it was read: of another cluster (and why),
     /// or this node diverged. The connection stays open; each message is judged alone.
     Refused(String),
+    /// Issue 26: the answer to [`RpcRequest::Identify`]: this node's id, whether it holds a
+    /// membership (initialised), and its cluster's id (None: none yet).
+    Identity {
+        id: NodeId,
+        initialised: bool,
+        cluster: Option<[u8; 16]>,
+    },
 }
 
 /// C20: the last bytes of every raft message: the sender's cluster id (16 bytes, all zero:
@@ -169,7 +179,7 @@ pub(crate) fn open_reply(body: &[u8], me: &Identity, peer: &str) -> io::Result<R
         if ours != theirs {
             let why = crate::base::cluster_id::Refusal::Another { ours, theirs };
             me.log_limited(&format!("reply {peer}"), |skipped| {
-                eprintln!(
+                crate::log_warn!(
                     "raft peer {peer}: its reply is {why}; dropped{}",
                     more(skipped)
                 )
@@ -183,8 +193,10 @@ pub(crate) fn open_reply(body: &[u8], me: &Identity, peer: &str) -> io::Result<R
     let reply: RpcReply =
         postcard::from_bytes(msg).map_err(|e| invalid(&format!("bad rpc reply: {e}")))?;
     if let RpcReply::Refused(why) = &reply {
+        // Issue 26: a member says this node is no member (removed): the watcher decides.
+        crate::raft::removed::refused(why);
         me.log_limited(&format!("refused by {peer}"), |skipped| {
-            eprintln!(
+            crate::log_warn!(
                 "raft peer {peer} refused this node's message: {why}{}",
                 more(skipped)
             )

@@ -102,17 +102,64 @@ pub async fn follow(
     }
 }
 
-/// The leader's side, on SIGTERM: hands leadership over and waits for the new leader (up to
-/// [`HANDOVER_WAIT`]). Does nothing on a node that does not lead or leads alone.
+/// Whom a handover may name (issue 26): among `voters` (this node left out), those `heard`
+/// recently — a stopped or dead voter's last answer is old, however far its log reached —
+/// the one whose replication matched the most of the log (`matched`), the higher id on a tie.
+/// Pure: a table test below.
+pub fn pick(
+    voters: &[NodeId],
+    matched: impl Fn(NodeId) -> Option<u64>,
+    heard: impl Fn(NodeId) -> bool,
+) -> Option<NodeId> {
+    voters
+        .iter()
+        .copied()
+        .filter(|&v| heard(v))
+        .max_by_key(|&v| (matched(v), v))
+}
+
+/// How a leader judges its voters: answered within `window` on its lease clock.
+pub struct Liveness<'a> {
+    pub lease: &'a crate::raft::lease::LeaseClock,
+    pub window: Duration,
+}
+
+impl Liveness<'_> {
+    /// The window a voter must have answered within to be named by a handover: twice the
+    /// election maximum (a live voter answers every heartbeat; a stopped one not for far longer).
+    pub fn window(election_max_ms: u64) -> Duration {
+        Duration::from_millis(2 * election_max_ms.max(1))
+    }
+
+    /// Whether `v` answered an append of the vote in `m` within the window.
+    pub fn heard(
+        &self,
+        m: &openraft::RaftMetrics<NodeId, crate::base::ids::CtrlNode>,
+        v: NodeId,
+    ) -> bool {
+        self.lease.heard_from(
+            v,
+            &m.vote,
+            self.window,
+            crate::base::clock::BootInstant::now(),
+        )
+    }
+}
+
+/// The leader's side, on SIGTERM (and a primary asked to remove itself): hands leadership over
+/// to the voter [`pick`] names and waits for the new leader (up to [`HANDOVER_WAIT`]). Does
+/// nothing on a node that does not lead, leads alone, or has heard from no voter recently (an
+/// ordinary election follows its exit). The new leader, if one appeared.
 pub async fn hand_over(
     raft: &Raft,
     ready: &crate::raft::ready::Readiness,
     elect: &crate::raft::elect::Elections,
     id: NodeId,
-) {
+    live: &Liveness<'_>,
+) -> Option<NodeId> {
     let m = raft.metrics().borrow().clone();
     if m.state != ServerState::Leader {
-        return;
+        return None;
     }
     let voters: Vec<NodeId> = m
         .membership_config
@@ -121,12 +168,33 @@ pub async fn hand_over(
         .filter(|&v| v != id)
         .collect();
     let matched = m.replication.clone().unwrap_or_default();
-    let Some(&to) = voters
-        .iter()
-        .max_by_key(|v| (matched.get(v).copied().flatten().map(|l| l.index), **v))
-    else {
-        return;
+    let Some(to) = pick(
+        &voters,
+        |v| matched.get(&v).copied().flatten().map(|l| l.index),
+        |v| live.heard(&m, v),
+    ) else {
+        if !voters.is_empty() {
+            crate::log_warn!(
+                "node {id}: handover: no voter answered within {} ms: none named",
+                live.window.as_millis()
+            );
+        }
+        return None;
     };
+    hand_over_to(raft, ready, elect, id, to).await
+}
+
+/// Hands leadership over to voter `to` (chosen by the caller) and waits for a new leader (up
+/// to [`HANDOVER_WAIT`]): the new leader, if one appeared. The node serves as primary no more
+/// and its elections stay held ([`crate::raft::elect::Hold::HandedOver`]) whatever the outcome:
+/// a caller that keeps running releases both ([`crate::raft::ready::Readiness::resume`]).
+pub async fn hand_over_to(
+    raft: &Raft,
+    ready: &crate::raft::ready::Readiness,
+    elect: &crate::raft::elect::Elections,
+    id: NodeId,
+    to: NodeId,
+) -> Option<NodeId> {
     let t0 = Instant::now();
     // No checkpoint entry of the consistency check after the handover entry (C19).
     let _alone = ready.proposing.lock().await;
@@ -143,10 +211,8 @@ pub async fn hand_over(
     let entry = match tokio::time::timeout(HANDOVER_WAIT, raft.client_write(entry)).await {
         Ok(Ok(resp)) => resp.log_id,
         _ => {
-            eprintln!(
-                "node {id}: handover to node {to}: the entry did not commit; stopping anyway"
-            );
-            return;
+            crate::log_warn!("node {id}: handover to node {to}: the entry did not commit");
+            return None;
         }
     };
     let deadline = tokio::time::Instant::now() + HANDOVER_WAIT.saturating_sub(t0.elapsed());
@@ -183,16 +249,16 @@ pub async fn hand_over(
                 leader.unwrap_or_default(),
                 t0.elapsed().as_millis()
             );
-            return;
+            return leader;
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) if tokio::time::Instant::now() < deadline => {}
             _ => {
-                eprintln!(
-                    "node {id}: handover to node {to}: no new leader within {} ms; stopping anyway",
+                crate::log_warn!(
+                    "node {id}: handover to node {to}: no new leader within {} ms",
                     HANDOVER_WAIT.as_millis()
                 );
-                return;
+                return None;
             }
         }
     }
@@ -202,6 +268,54 @@ pub async fn hand_over(
 mod tests {
     use super::*;
     use openraft::CommittedLeaderId;
+
+    /// Issue 26: a handover names a voter heard recently with the most of the log; never a
+    /// stopped one, however far its log reached (it picked one: a 2 s stall).
+    #[test]
+    fn a_handover_names_a_voter_heard_recently() {
+        let voters = [2, 3, 4];
+        type Case = (&'static str, [Option<u64>; 3], [bool; 3], Option<NodeId>);
+        let cases: [Case; 5] = [
+            (
+                "all heard: the most matched",
+                [Some(9), Some(10), Some(8)],
+                [true; 3],
+                Some(3),
+            ),
+            (
+                "the most matched is stopped",
+                [Some(9), Some(10), Some(8)],
+                [true, false, true],
+                Some(2),
+            ),
+            (
+                "a tie: the higher id",
+                [Some(10), Some(10), None],
+                [true, true, true],
+                Some(3),
+            ),
+            (
+                "nobody heard",
+                [Some(9), Some(10), Some(8)],
+                [false; 3],
+                None,
+            ),
+            (
+                "heard but nothing matched yet",
+                [None, None, None],
+                [false, false, true],
+                Some(4),
+            ),
+        ];
+        for (what, matched, heard, want) in cases {
+            let got = pick(
+                &voters,
+                |v| matched[(v - 2) as usize],
+                |v| heard[(v - 2) as usize],
+            );
+            assert_eq!(got, want, "{what}");
+        }
+    }
 
     /// C22: freshness from this node's facts alone (no clock), as a table. Node 2 is named by
     /// leader 1's handover entry at index 50 of term 4; node 2's log ended at 40 when it started.

@@ -100,6 +100,21 @@ impl LeaseClock {
         })
     }
 
+    /// C14 (issue 26): whether `target` answered an append of `vote` less than `window` before
+    /// `now` — a voter a handover may name (a stopped or dead one has not).
+    pub fn heard_from(
+        &self,
+        target: NodeId,
+        vote: &Vote,
+        window: Duration,
+        now: BootInstant,
+    ) -> bool {
+        let st = self.lock();
+        st.acks
+            .get(&target)
+            .is_some_and(|a| a.vote == *vote && now.since(a.heard) < window)
+    }
+
     /// Whether a quorum of `configs` (counting `me`) answered appends of `vote` less than
     /// `window` before `now`.
     pub fn quorum_heard(

@@ -33,6 +33,9 @@ use crate::raft::frame::{
 use crate::raft::lease::LeaseClock;
 use crate::raft::types::{Snapshot, TypeConfig};
 
+/// Issue 26: TLS refusals of outgoing raft connections, rate-limited with a count.
+static LINK_REFUSALS: crate::base::ratelog::RateLog = crate::base::ratelog::RateLog::new();
+
 /// Pause before retrying an unreachable peer (openraft's default is 500 ms): short, so that a
 /// restarted node gets the log, and can vote sensibly, soon after it is back.
 pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(100);
@@ -386,7 +389,21 @@ impl PeerClient {
                 self.link = Some(Link::new(stream));
                 Ok(())
             }
-            Ok(Err(e)) => Err(CallError::Unreachable(e)),
+            Ok(Err(e)) => {
+                // Issue 26: a member whose certificate does not name it is refused here, at the
+                // dialling side: said (who and why), at most once a second.
+                let text = e.to_string();
+                if self.tls.is_some() && (text.contains("certificate") || text.contains("alert")) {
+                    LINK_REFUSALS.note("raft link TLS", || {
+                        format!(
+                            "raft link to node {} at {}: TLS refused: {text} (its certificate \
+                             must name xce-node-{} and be signed by --tls-peer-ca)",
+                            self.target, self.addr, self.target
+                        )
+                    });
+                }
+                Err(CallError::Unreachable(e))
+            }
             Err(e) => Err(CallError::Unreachable(io::Error::other(e.to_string()))),
         }
     }

@@ -1,7 +1,7 @@
 //! Raft: openraft's type configuration, the log and state-machine store, the raft port's
 //! outgoing side (messages and framing, the lease, the link that carries openraft's calls, the
 //! forwarder), elections with pre-vote, a node that lost its data (amnesia), the readiness
-//! barrier, handover, the proposer that batches writes, and C19's state digests and the
+//! barrier, handover, a removed member that learns it, the proposer that batches writes, and C19's state digests and the
 //! marker of a node that diverged.
 
 pub mod amnesia;
@@ -15,5 +15,6 @@ pub mod lease;
 pub mod link;
 pub mod propose;
 pub mod ready;
+pub mod removed;
 pub mod store;
 pub mod types;

@@ -75,6 +75,13 @@ impl Proposer {
             .store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Proposes again after a handover that left this node leading, or that ended with it a
+    /// follower that may lead again later (`leader transfer`, issue 26).
+    pub fn reopen(&self) {
+        self.closed
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
     /// Proposes one write; resolves once its entry is committed and applied (or failed).
     /// The caller bounds the wait.
     pub async fn write(&self, proposal: Proposal) -> Result<Outcome, WriteFail> {

@@ -191,7 +191,7 @@ impl Cursors {
                 .map(|(&k, _)| k);
             let Some(k) = oldest else { break };
             inner.remove(k);
-            eprintln!(
+            crate::log_warn!(
                 "listing {k:016x} dropped: {} listings pinned, about {} MiB retained (budget {} MiB)",
                 inner.pinned.len() + 1,
                 retained >> 20,

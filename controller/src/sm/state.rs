@@ -546,8 +546,10 @@ impl State {
                 .min_by(|a, b| a.1.last_used.cmp(&b.1.last_used).then(a.0.cmp(b.0)))
                 .map(|(k, _)| k.clone());
             if let Some(v) = victim {
+                // A warning (base/logstamp.rs reads "warning:"): this file imports nothing
+                // of the crate.
                 eprintln!(
-                    "exactly-once table full ({DEDUP_CLIENTS_MAX} clients within the last {DEDUP_RETAIN_WRITES} writes): forgetting client {v}"
+                    "warning: exactly-once table full ({DEDUP_CLIENTS_MAX} clients within the last {DEDUP_RETAIN_WRITES} writes): forgetting client {v}"
                 );
                 self.dedup.remove(&v);
             }

@@ -564,3 +564,70 @@ fn a_new_voter_holds_the_log_before_it_counts() {
     must_write(&ctrl, &c, &format!("after the kill, node {q} primary"));
     c.close();
 }
+
+/// Issue 26 × C17, found by the nemesis (S18, seed 4242): the documented replacement of a
+/// machine with the same id and addresses — `member remove`, the data directory emptied, `run
+/// --join`, `member add`. The blank node is sent the log from its start: the first membership
+/// names it (it was an original member), a later one removes it (history: the removal that
+/// came before this addition). It took that for its own removal and exited 78 half a second
+/// after it started; `member add` answered "outcome unknown" after 60 s and took the learner
+/// out again. A process started with `--join` replays history: only a member's word (a refusal
+/// naming a membership past its own) tells it it was removed.
+#[test]
+fn a_machine_replaced_with_the_same_id_is_added_not_sent_away() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let s = if p == 1 { 2 } else { 1 };
+    let every = ctrl.clients.values().cloned().collect::<Vec<_>>().join(",");
+    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    must_write(&ctrl, &c, "a write before the removal");
+    member(&ctrl, &every, &["remove", &s.to_string()]);
+    ctrl.kill9(s);
+    // History after the removal, more than one append carries: the new node's log passes
+    // through the removal as its effective membership before it reaches its addition.
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+            std::thread::spawn({
+                move || {
+                    for _ in 0..250 {
+                        c.jobsubmit(JobSpec {
+                            name: "history".into(),
+                            user: "alice".into(),
+                            command: "true".into(),
+                            ncpus: 1,
+                            ..Default::default()
+                        })
+                        .expect("a write after the removal");
+                    }
+                    c.close();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    std::fs::remove_dir_all(ctrl.dir.path().join(format!("data-{s}"))).unwrap();
+    let spec = ctrl
+        .spec
+        .split(',')
+        .find(|m| m.starts_with(&format!("{s}=")))
+        .unwrap()
+        .to_string();
+    let client = ctrl.clients[&s].clone();
+    ctrl.start_extra_node(s, &client, &spec, &["--join"]);
+    member(&ctrl, &every, &["add", &spec]);
+    let out = member(&ctrl, &every, &["list"]);
+    assert!(listed(&out).contains(&s), "node {s} not listed:\n{out}");
+    assert!(
+        !ctrl.log(s).contains("exit status 78"),
+        "node {s} took an old membership for its removal:\n{}",
+        ctrl.log(s)
+    );
+    // A voter again: the primary killed, the two left elect one and serve.
+    ctrl.kill9(p);
+    ctrl.wait_primary(STARTUP);
+    must_write(&ctrl, &c, "a write after the primary was killed");
+    c.close();
+}

@@ -57,28 +57,36 @@ pub fn refused(why: &str) {
 
 /// Whether this node is removed. `own`: its effective membership's log index (None: no
 /// membership, a `--join` node), whether that membership names it, whether it is committed;
-/// `at_start`: the first look, at start of a node started without `--join`; `seen_me`: an
-/// earlier membership of this process named it; `told`: the highest index a member's refusal
-/// named.
+/// `at_start`: the first look, at start of a node started without `--join`; `seen_me`: the log
+/// index of the latest membership of this process that named it (a removal is a membership
+/// *after* that one: an older one that leaves it out is history replayed — a snapshot taken
+/// before this node was added, installed after the membership that adds it); `told`: the
+/// highest index a member's refusal named; `joined`: this process started with `--join`
+/// (blank): its own log replays the cluster's history, in which this id may have been a member
+/// and been removed before it was emptied and added again (the documented replacement with
+/// the same id): only a member's refusal counts for it.
 pub fn decide(
     own: Option<u64>,
     names_me: bool,
     committed: bool,
     at_start: bool,
-    seen_me: bool,
+    seen_me: Option<u64>,
     told: Option<u64>,
+    joined: bool,
 ) -> bool {
     let Some(own) = own else {
         return false; // no membership yet: nothing to be removed from
     };
-    if !names_me && (at_start || (committed && seen_me)) {
+    // Its own membership leaves it out and came after one that named it.
+    let after_me = seen_me.is_some_and(|s| own > s);
+    if !names_me && (at_start || (committed && after_me && !joined)) {
         return true;
     }
     match told {
         Some(t) if names_me => t > own,
         // Left out by its own membership too: confirmed, unless no membership of this process
-        // ever named it (a node being added, replaying memberships from before it).
-        Some(t) => seen_me && t >= own,
+        // named it before that one (a node being added, replaying memberships from before it).
+        Some(t) => after_me && t >= own,
         None => false,
     }
 }
@@ -93,7 +101,7 @@ pub fn removal() -> Option<String> {
 pub async fn watch(raft: Raft, id: NodeId, join: bool) -> String {
     let mut rx = raft.server_metrics();
     let mut at_start = !join;
-    let mut seen_me = false;
+    let mut seen_me: Option<u64> = None;
     loop {
         let (own, names_me) = {
             let m = rx.borrow_and_update();
@@ -113,7 +121,7 @@ pub async fn watch(raft: Raft, id: NodeId, join: bool) -> String {
             _ => false,
         };
         let told = TOLD_INDEX.load(Ordering::Acquire).checked_sub(1);
-        if decide(own, names_me, committed, at_start, seen_me, told) {
+        if decide(own, names_me, committed, at_start, seen_me, told, join) {
             let why = match told {
                 Some(t) if names_me || !(at_start || committed) => format!(
                     "a member says this node was removed from the cluster (its membership at log \
@@ -135,7 +143,9 @@ pub async fn watch(raft: Raft, id: NodeId, join: bool) -> String {
             return why;
         }
         at_start = false;
-        seen_me |= names_me;
+        if names_me {
+            seen_me = seen_me.max(own);
+        }
         // A membership change, a refusal, or (the membership not yet committed) a moment.
         tokio::select! {
             r = rx.changed() => if r.is_err() { return std::future::pending().await },
@@ -165,18 +175,18 @@ mod tests {
             bool,
             bool,
             bool,
-            bool,
+            Option<u64>,
             Option<u64>,
             bool,
         );
-        let cases: [Case; 11] = [
+        let cases: [Case; 14] = [
             (
                 "a member, nothing said",
                 Some(10),
                 true,
                 false,
                 false,
-                true,
+                Some(5),
                 None,
                 false,
             ),
@@ -186,7 +196,7 @@ mod tests {
                 false,
                 false,
                 false,
-                false,
+                None,
                 Some(50),
                 false,
             ),
@@ -196,7 +206,7 @@ mod tests {
                 false,
                 false,
                 true,
-                false,
+                None,
                 None,
                 true,
             ),
@@ -206,7 +216,7 @@ mod tests {
                 false,
                 true,
                 false,
-                false,
+                None,
                 None,
                 false,
             ),
@@ -216,7 +226,7 @@ mod tests {
                 false,
                 false,
                 false,
-                false,
+                None,
                 Some(0),
                 false,
             ),
@@ -226,7 +236,7 @@ mod tests {
                 false,
                 true,
                 false,
-                true,
+                Some(5),
                 None,
                 true,
             ),
@@ -236,7 +246,7 @@ mod tests {
                 false,
                 false,
                 false,
-                true,
+                Some(5),
                 None,
                 false,
             ),
@@ -246,7 +256,7 @@ mod tests {
                 true,
                 false,
                 false,
-                true,
+                Some(5),
                 Some(12),
                 true,
             ),
@@ -256,7 +266,7 @@ mod tests {
                 true,
                 false,
                 false,
-                true,
+                Some(5),
                 Some(8),
                 false,
             ),
@@ -266,7 +276,7 @@ mod tests {
                 true,
                 false,
                 false,
-                true,
+                Some(5),
                 Some(10),
                 false,
             ),
@@ -276,13 +286,45 @@ mod tests {
                 false,
                 false,
                 false,
-                true,
+                Some(5),
                 Some(10),
                 true,
             ),
+            (
+                "a joiner replaying its own id's earlier removal (seed 4242)",
+                Some(3803),
+                false,
+                true,
+                false,
+                Some(1),
+                None,
+                false,
+            ),
+            (
+                "a joiner given a snapshot from before the membership that adds it",
+                Some(3803),
+                false,
+                true,
+                false,
+                Some(3900),
+                None,
+                false,
+            ),
+            (
+                "the same, told by a member at that old index",
+                Some(3803),
+                false,
+                false,
+                false,
+                Some(3900),
+                Some(3803),
+                false,
+            ),
         ];
         for (what, own, names_me, committed, at_start, seen_me, told, want) in cases {
-            let got = decide(own, names_me, committed, at_start, seen_me, told);
+            // The cases named "joiner" are processes started with --join.
+            let joined = what.contains("joiner");
+            let got = decide(own, names_me, committed, at_start, seen_me, told, joined);
             assert_eq!(got, want, "{what}");
         }
     }

@@ -127,19 +127,16 @@ impl Kind {
                 "one node's wall clock stepped by an hour, forward or back (failpoint \
                  clock-offset-ms), cleared at the heal (C22)"
             }
-            Kind::LeaderTransfer => "leadership moved to a named standby",
+            Kind::LeaderTransfer => {
+                "leadership moved to a named standby (`xce-controller leader transfer --to N`, \
+                 C14 on demand); a refusal with its reason is an answer, a hang is a finding"
+            }
         }
     }
 
     /// Why the kind cannot be selected yet: its mechanism is not on main. `None`: it can.
     pub fn pending(self) -> Option<&'static str> {
-        match self {
-            Kind::LeaderTransfer => Some(
-                "needs `xce-controller leader transfer [--to N]` (issue 26, being built on \
-                 another branch): not on main yet",
-            ),
-            _ => None,
-        }
+        None
     }
 
     /// Every kind that can be selected today.
@@ -489,11 +486,7 @@ impl Fault {
                     format!("wall clock of {how} stepped by {secs} s ({CLOCK_POINT}={ms})"),
                 )
             }
-            Fault::LeaderTransfer { .. } => Err(Trouble::Harness(format!(
-                "{} cannot run: {}",
-                self.kind().name(),
-                self.kind().pending().unwrap_or("no mechanism written yet")
-            ))),
+            Fault::LeaderTransfer { to } => leader_transfer(st, *to),
         }
     }
 
@@ -548,10 +541,8 @@ impl Fault {
                     "node {node}'s wall clock back (DELETE {CLOCK_POINT})"
                 ))
             }
-            Fault::LeaderTransfer { .. } => Err(Trouble::Harness(format!(
-                "{} was never applied",
-                self.kind().name()
-            ))),
+            // Nothing to undo: the cluster has a primary either way.
+            Fault::LeaderTransfer { .. } => Ok("nothing to undo".into()),
         }
     }
 }
@@ -675,6 +666,40 @@ fn remove_member(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
     Ok(Applied {
         nodes: vec![n],
         note: format!("member remove {how}; killed, data directory emptied"),
+        ..Applied::default()
+    })
+}
+
+/// Leadership handed to node `t` on demand (C14 through `leader transfer --to N`). The primary
+/// may refuse, with its reason, a target that is down, cut off or behind (another fault may
+/// hold it): exit 1 is an answer, noted. A command still running at its deadline is a finding
+/// (issue 26: it answers within seconds).
+fn leader_transfer(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
+    let (n, how) = st.resolve(t);
+    let masters = st.cluster.masters();
+    let to = n.to_string();
+    let args = ["leader", "transfer", "--to", &to, "--masters", &masters];
+    let out = st
+        .cluster
+        .controller_cmd(&args, MEMBER_CMD_BOUND)
+        .map_err(harness("xce-controller leader transfer"))?;
+    let note = match out.code {
+        Some(0) => format!("leader transfer to {how}: {}", out.stdout.trim()),
+        Some(1) => format!("leader transfer to {how} refused: {}", out.stderr.trim()),
+        code => {
+            return Err(Trouble::Cluster(format!(
+                "`xce-controller {}`: {} — {}",
+                args.join(" "),
+                code.map_or("still running at its deadline".to_string(), |c| format!(
+                    "exit {c}"
+                )),
+                out.stderr.trim()
+            )))
+        }
+    };
+    Ok(Applied {
+        nodes: vec![n],
+        note,
         ..Applied::default()
     })
 }

@@ -171,9 +171,9 @@ fn unknown_union_members_are_proto() {
         "nop is member 20"
     );
     assert!(decode_request(&frame, &L).is_ok());
-    // Members 0..=26 exist (22: joblistPage; 23, 24: memberAdd, memberRemove; 25, 26:
-    // consistencyCheck, snapshotSave).
-    for bad in [27u16, 0xFFFF] {
+    // Members 0..=27 exist (22: joblistPage; 23, 24: memberAdd, memberRemove; 25, 26:
+    // consistencyCheck, snapshotSave; 27: leaderTransfer).
+    for bad in [28u16, 0xFFFF] {
         frame[at..at + 2].copy_from_slice(&bad.to_le_bytes());
         assert_eq!(decode_request(&frame, &L), Err(Error::Proto), "{bad}");
     }

@@ -312,9 +312,11 @@ fn a_hung_master_lookup_obeys_the_call_deadline_and_its_late_answer_is_cached() 
             // already, with its helper thread and its completion eventfd.
             let fds = eventfds() - 1;
             // The helper names itself once it runs (a loaded machine may not have run it yet).
-            wait_until("the prefetch's lookup thread", Duration::from_secs(5), || {
-                lookup_threads() == 1
-            });
+            wait_until(
+                "the prefetch's lookup thread",
+                Duration::from_secs(5),
+                || lookup_threads() == 1,
+            );
             let main_mask = own_blocked_signals();
 
             let t = Instant::now();

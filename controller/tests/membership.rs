@@ -335,7 +335,7 @@ fn a_called_off_self_removal_serves_again() {
     // its lease, may campaign once it runs again on a loaded machine.
     ctrl.wait_until("a write is served again", Duration::from_secs(10), || {
         ctrl.running().iter().any(|&n| {
-            Client::try_connect(&ctrl.clients[&n], Duration::from_millis(500)).is_some_and(
+            common::Client::try_connect(&ctrl.clients[&n], Duration::from_millis(500)).is_some_and(
                 |mut c| {
                     c.try_call(submit(rand_u64() >> 1, "alice", ""))
                         .is_ok_and(|r| r.status == 0)

@@ -240,21 +240,10 @@ impl Cluster {
         }
     }
 
-    /// The progress an immediate `waitPrimary` of node `id` reports: (primary it knows, last
-    /// log index, committed index); `None` when it does not answer.
-    pub fn progress(&self, id: u32) -> Option<(u32, u64, u64)> {
-        let op = Op::WaitPrimary {
-            timeout_ms: 0,
-            exclude_host: String::new(),
-            exclude_port: 0,
-        };
-        match raw_call(self.node(id).client, op, Duration::from_millis(500))
-            .ok()?
-            .data
-        {
-            ReplyData::CtrlInfo(i) => Some((i.primary_id, i.last_log_index, i.committed_index)),
-            _ => None,
-        }
+    /// The answer of node `id` to an immediate `waitPrimary` (what `status` asks): the
+    /// primary it knows, its log and commit index; `None` when it does not answer.
+    pub fn progress(&self, id: u32) -> Option<wire::ControllerInfo> {
+        immediate_wait_primary(self.node(id).client, Duration::from_millis(500)).ok()
     }
 
     /// A primary, once every other running node follows it and knows the commit index of its
@@ -264,34 +253,13 @@ impl Cluster {
     pub fn wait_settled(&self, timeout: Duration) -> Option<u32> {
         let deadline = Instant::now() + timeout;
         let p = self.wait_primary(timeout)?;
-        let committed = loop {
-            match self.progress(p) {
-                Some((_, _, c)) if c > 0 => break c,
-                _ if Instant::now() >= deadline => return None,
-                _ => std::thread::sleep(Duration::from_millis(10)),
-            }
-        };
         let others: Vec<u32> = self
             .nodes
             .iter()
             .filter(|n| n.is_running() && !n.stopped && n.id != p)
             .map(|n| n.id)
             .collect();
-        for s in others {
-            loop {
-                if self
-                    .progress(s)
-                    .is_some_and(|(leader, _, c)| leader == p && c >= committed)
-                {
-                    break;
-                }
-                if Instant::now() >= deadline {
-                    return None;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        Some(p)
+        settle(p, &others, deadline, |id| self.progress(id))
     }
 
     /// Waits until every running node accepts TCP connections on its client port (for TLS
@@ -425,20 +393,7 @@ impl Cluster {
         let Some(mut child) = node.child.take() else {
             return true;
         };
-        let deadline = Instant::now() + grace;
-        let exited = loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break true,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(2))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break false;
-                }
-            }
-        };
+        let exited = crate::harness::sys::reap_within(&mut child, grace);
         node.stopped = false;
         exited
     }
@@ -525,6 +480,55 @@ fn hello_reply(addr: SocketAddr, timeout: Duration) -> io::Result<Reply> {
         }),
         timeout,
     )
+}
+
+/// An immediate `waitPrimary` to `addr` (the progress question `status` asks every node):
+/// the node's own answer — role, term, the primary it names, its log, commit and applied index.
+pub fn immediate_wait_primary(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<wire::ControllerInfo, String> {
+    let op = Op::WaitPrimary {
+        timeout_ms: 0,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    };
+    let reply = raw_call(addr, op, timeout).map_err(|e| e.to_string())?;
+    match reply.data {
+        ReplyData::CtrlInfo(i) => Ok(i),
+        _ => Err(format!("status {} without controller info", reply.status)),
+    }
+}
+
+/// The settle rule of [`Cluster::wait_settled`] and `NetCluster::wait_settled`: primary `p`
+/// knows a commit index, then every node of `others` names `p` and knows at least that index.
+/// `ask` is one node's immediate `waitPrimary`; polls every 10 ms until `deadline`.
+pub(crate) fn settle(
+    p: u32,
+    others: &[u32],
+    deadline: Instant,
+    ask: impl Fn(u32) -> Option<wire::ControllerInfo>,
+) -> Option<u32> {
+    let until = |ok: &dyn Fn() -> Option<u64>| -> Option<u64> {
+        loop {
+            if let Some(v) = ok() {
+                return Some(v);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let committed = until(&|| ask(p).map(|i| i.committed_index).filter(|&c| c > 0))?;
+    for &s in others {
+        until(&|| {
+            ask(s)
+                .filter(|i| i.primary_id == p && i.committed_index >= committed)
+                .map(|i| i.committed_index)
+        })?;
+    }
+    Some(p)
 }
 
 /// `hello` to `addr` on a fresh connection: the node's answer, if it gave one.

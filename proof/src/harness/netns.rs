@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use xce::wire::{ControllerInfo, ControllerRole};
 
-use crate::harness::cluster::{controller_bin, probe};
+use crate::harness::cluster::{controller_bin, immediate_wait_primary, probe};
 
 const NS_PREFIX: &str = "xcenf-";
 const LINK_PREFIX: &str = "xn";
@@ -626,38 +626,13 @@ impl NetCluster {
         let deadline = Instant::now() + timeout;
         let p = self.wait_primary(None, timeout)?;
         let nodes: Vec<(u32, SocketAddr)> = self.nodes.iter().map(|n| (n.id, n.client)).collect();
-        let progress = |addr: SocketAddr| -> Option<(u32, u64)> {
-            let op = xce::wire::Op::WaitPrimary {
-                timeout_ms: 0,
-                exclude_host: String::new(),
-                exclude_port: 0,
-            };
-            match crate::harness::cluster::raw_call(addr, op, Duration::from_millis(500))
-                .ok()?
-                .data
-            {
-                xce::wire::ReplyData::CtrlInfo(i) => Some((i.primary_id, i.committed_index)),
-                _ => None,
-            }
-        };
+        let others: Vec<u32> = nodes.iter().map(|n| n.0).filter(|&id| id != p).collect();
         in_ns(&self.client_ns, move || {
-            let paddr = nodes.iter().find(|n| n.0 == p)?.1;
-            let committed = loop {
-                match progress(paddr) {
-                    Some((_, c)) if c > 0 => break c,
-                    _ if Instant::now() >= deadline => return None,
-                    _ => std::thread::sleep(Duration::from_millis(10)),
-                }
+            let ask = |id: u32| {
+                let addr = nodes.iter().find(|n| n.0 == id)?.1;
+                immediate_wait_primary(addr, Duration::from_millis(500)).ok()
             };
-            for &(_, addr) in nodes.iter().filter(|n| n.0 != p) {
-                while !progress(addr).is_some_and(|(leader, c)| leader == p && c >= committed) {
-                    if Instant::now() >= deadline {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-            Some(p)
+            crate::harness::cluster::settle(p, &others, deadline, ask)
         })
         .ok()
         .flatten()
@@ -772,20 +747,7 @@ impl NetCluster {
         let Some(mut child) = self.nodes[id as usize - 1].child.take() else {
             return true;
         };
-        let deadline = Instant::now() + grace;
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => return true,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return false;
-                }
-            }
-        }
+        crate::harness::sys::reap_within(&mut child, grace)
     }
 
     /// Starts node `id` again from its data directory (`kill -9` first if it runs).
@@ -985,21 +947,6 @@ impl NetCluster {
     /// Takes every link's shaping off ([`Lab::unshape`]).
     pub fn unshape(&self) -> io::Result<()> {
         self.lab.unshape()
-    }
-}
-
-/// One immediate `waitPrimary` (timeout 0: the node's own view and progress, `status`'s
-/// question) on a fresh connection.
-fn immediate_wait_primary(addr: SocketAddr, timeout: Duration) -> Result<ControllerInfo, String> {
-    let op = xce::wire::Op::WaitPrimary {
-        timeout_ms: 0,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    };
-    let reply = crate::harness::cluster::raw_call(addr, op, timeout).map_err(|e| e.to_string())?;
-    match reply.data {
-        xce::wire::ReplyData::CtrlInfo(i) => Ok(i),
-        _ => Err(format!("status {} without controller info", reply.status)),
     }
 }
 

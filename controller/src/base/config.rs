@@ -458,11 +458,17 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
 
 /// Splits `--flag value` pairs.
 fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
+    // The options without a value.
+    flag_pairs(args, &["--insecure", "--join", "--metrics-public"])
+}
+
+/// Command-line flags as (flag, value) pairs: `--flag value` or `--flag=value`; a flag of
+/// `switches` takes no value and reads as "true". Every command's parser starts here.
+pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(f) = it.next() {
-        // The options without a value.
-        if f == "--insecure" || f == "--join" || f == "--metrics-public" {
+        if switches.contains(&f.as_str()) {
             out.push((f.clone(), "true".to_string()));
             continue;
         }

@@ -28,7 +28,7 @@ use crate::base::ids::{LogId, NodeId, SnapshotMeta, StoredMembership, Vote};
 use crate::cmd::status::StatusArgs;
 use crate::sm::backup::{self, BackupHeader};
 use crate::sm::digest;
-use crate::sm::state::ClusterStamp;
+use crate::sm::state::{ClusterStamp, State};
 
 pub const USAGE: &str = "\
 usage: xce-controller snapshot save FILE --masters LIST [--ca F --cert F --key F] [--token T]
@@ -95,17 +95,7 @@ impl SnapshotArgs {
             "show" => Err(format!("snapshot show: unexpected {:?}", rest[0])),
             "restore" => {
                 let (mut data, mut id, mut spec, mut restore_id) = (None, None, None, None);
-                let mut it = rest.iter();
-                while let Some(f) = it.next() {
-                    let (k, v) = match f.split_once('=').filter(|_| f.starts_with("--")) {
-                        Some((k, v)) => (k.to_string(), v.to_string()),
-                        None => (
-                            f.clone(),
-                            it.next()
-                                .ok_or_else(|| format!("{f}: missing value"))?
-                                .clone(),
-                        ),
-                    };
+                for (k, v) in crate::base::config::flag_pairs(rest, &[])? {
                     match k.as_str() {
                         "--data" => data = Some(PathBuf::from(v)),
                         "--id" => {
@@ -282,7 +272,7 @@ fn save(file: &Path, conn: &StatusArgs) -> Result<(), String> {
 }
 
 /// Reads a whole backup and checks its state's digest against the one recorded.
-fn verify(file: &Path) -> Result<BackupHeader, String> {
+fn read_checked(file: &Path) -> Result<(BackupHeader, State), String> {
     let (h, _, state) = backup::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let got = digest::hex(&digest::of(&state));
     if got != h.digest {
@@ -292,7 +282,12 @@ fn verify(file: &Path) -> Result<BackupHeader, String> {
             h.digest
         ));
     }
-    Ok(h)
+    Ok((h, state))
+}
+
+/// [`read_checked`], the header only.
+fn verify(file: &Path) -> Result<BackupHeader, String> {
+    read_checked(file).map(|(h, _)| h)
 }
 
 fn show(file: &Path) -> Result<(), String> {
@@ -325,15 +320,7 @@ fn restore(
     spec: &ClusterSpec,
     restore_id: &str,
 ) -> Result<(), String> {
-    let (h, _, mut state) = backup::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let got = digest::hex(&digest::of(&state));
-    if got != h.digest {
-        return Err(format!(
-            "{}: damaged: its state's digest is {got}, the one recorded {}",
-            file.display(),
-            h.digest
-        ));
-    }
+    let (h, mut state) = read_checked(file)?;
     let backup_id = backup::unhex::<16>(&h.backup_id)
         .ok_or_else(|| format!("{}: a backup id that is not 16 bytes", file.display()))?;
     if data.exists() {

@@ -72,22 +72,9 @@ impl StatusArgs {
         );
         let mut token = std::env::var("XCE_AUTH_TOKEN").unwrap_or_default();
         let mut json = false;
-        let mut it = args.iter();
-        while let Some(f) = it.next() {
-            if f == "--json" {
-                json = true;
-                continue;
-            }
-            let (k, v) = match f.split_once('=').filter(|_| f.starts_with("--")) {
-                Some((k, v)) => (k.to_string(), v.to_string()),
-                None => (
-                    f.clone(),
-                    it.next()
-                        .ok_or_else(|| format!("{f}: missing value"))?
-                        .clone(),
-                ),
-            };
+        for (k, v) in crate::base::config::flag_pairs(args, &["--json"])? {
             match k.as_str() {
+                "--json" => json = true,
                 "--masters" => {
                     let list: Vec<String> = v
                         .split(',')

@@ -142,36 +142,36 @@ pub struct PeerServer {
 }
 
 impl PeerServer {
+    /// The membership this node holds: its node ids (voters and learners, sorted) and the log
+    /// index of its entry (0 for the initial one).
+    fn held_membership(&self) -> (Vec<NodeId>, u64) {
+        let m = self
+            .raft
+            .server_metrics()
+            .borrow()
+            .membership_config
+            .clone();
+        let mut ids: Vec<NodeId> = m.membership().nodes().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        (ids, m.log_id().map_or(0, |l| l.index))
+    }
+
+    /// Issue 26: the refusal for `who` when this node's membership (initialised, at a known
+    /// log index) leaves it out; None when it names `who`, or this node has none yet.
+    fn removal_of(&self, who: NodeId) -> Option<String> {
+        let (ids, index) = self.held_membership();
+        if ids.is_empty() || ids.contains(&who) {
+            return None;
+        }
+        Some(crate::raft::removed::refusal(who, index, &ids))
+    }
+
     /// Every node a peer certificate may name: the current membership's nodes (voters and
     /// learners); the configured members (`--cluster`) only while this node stores no
     /// membership yet (a new cluster, or `run --join` waiting to be added). A node removed
     /// online is no longer admitted, whatever `--cluster` said at start.
-    /// Issue 26: the refusal for `who` when this node's membership (initialised, at a known
-    /// log index) leaves it out; None when it names `who`, or this node has none yet.
-    fn removal_of(&self, who: NodeId) -> Option<String> {
-        let m = self
-            .raft
-            .server_metrics()
-            .borrow()
-            .membership_config
-            .clone();
-        let mut ids: Vec<NodeId> = m.membership().nodes().map(|(id, _)| *id).collect();
-        if ids.is_empty() || ids.contains(&who) {
-            return None;
-        }
-        ids.sort_unstable();
-        let index = m.log_id().map_or(0, |l| l.index);
-        Some(crate::raft::removed::refusal(who, index, &ids))
-    }
-
     fn members(&self) -> Vec<NodeId> {
-        let m = self
-            .raft
-            .server_metrics()
-            .borrow()
-            .membership_config
-            .clone();
-        let mut ids: Vec<NodeId> = m.membership().nodes().map(|(id, _)| *id).collect();
+        let (mut ids, _) = self.held_membership();
         if ids.is_empty() {
             ids = self.spec_members.clone();
         }

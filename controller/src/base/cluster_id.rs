@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 
 /// A refusal is logged at most this often for one peer (each side).
 pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// How many peers' refusal lines are remembered at once ([`Identity::log_limited`]).
+pub const REFUSAL_KEYS_MAX: usize = 1024;
 
 /// A cluster's id and restore epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,9 +201,19 @@ impl Identity {
 
     /// Calls `log` unless a line for `key` was logged within [`REFUSAL_LOG_EVERY`]; the line
     /// says how many were left out meanwhile.
+    ///
+    /// Keys come from peers' addresses, so the table is bounded: past [`REFUSAL_KEYS_MAX`]
+    /// keys, those quiet for an interval are forgotten (their next line is written at once);
+    /// if all are recent, the table starts afresh (lines stay bounded by the connection rate).
     pub fn log_limited(&self, key: &str, log: impl FnOnce(u64)) {
         let mut m = self.logged.lock().expect("refusal log lock");
         let now = Instant::now();
+        if m.len() >= REFUSAL_KEYS_MAX && !m.contains_key(key) {
+            m.retain(|_, (at, _)| now.duration_since(*at) < REFUSAL_LOG_EVERY);
+            if m.len() >= REFUSAL_KEYS_MAX {
+                m.clear();
+            }
+        }
         let e = m
             .entry(key.to_string())
             .or_insert((now - REFUSAL_LOG_EVERY * 2, 0));
@@ -306,5 +318,15 @@ mod tests {
             id.log_limited("peer b", |skipped| lines.push(("b", skipped)));
         }
         assert_eq!(lines, vec![("a", 0), ("b", 0)]);
+    }
+
+    /// Keys a peer chooses (its addresses) do not grow the table without bound.
+    #[test]
+    fn the_refusal_table_is_bounded() {
+        let id = Identity::detached(Belonging::Pending);
+        for k in 0..REFUSAL_KEYS_MAX * 3 {
+            id.log_limited(&format!("peer {k}"), |_| {});
+            assert!(id.logged.lock().unwrap().len() <= REFUSAL_KEYS_MAX);
+        }
     }
 }

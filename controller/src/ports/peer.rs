@@ -377,10 +377,11 @@ async fn serve_rpcs(
         let (msg, tag) = split_tag(&body);
         if let Err(why) = srv.identity.check(tag) {
             crate::base::counters::raft_refused("cluster");
-            // One line per interval per sending host and cluster (a peer may reconnect often).
+            // One line per interval per sending host (a peer may reconnect often; the stamp is
+            // the sender's choice, so it is not part of the key).
             let host = peer.ip();
             srv.identity
-                .log_limited(&format!("request {host} {tag:?}"), |skipped| {
+                .log_limited(&format!("request {host}"), |skipped| {
                     crate::log_warn!(
                         "node {}: refused a raft message from {peer}: {why}{}",
                         srv.node_id,

@@ -83,6 +83,7 @@ fn removed_while_dead_then_restarted(tls: Option<&std::path::Path>) {
     remove(&ctrl, &masters, gone, &cli_tls);
     let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|&i| i != gone).collect();
     let marks: Vec<usize> = survivors.iter().map(|&s| ctrl.log(s).len()).collect();
+    let marked = Instant::now();
 
     // Started again with its old data: its log still names it; the members tell it.
     let before = ctrl.log(gone).len();
@@ -103,11 +104,14 @@ fn removed_while_dead_then_restarted(tls: Option<&std::path::Path>) {
         "tls {}: exited {EXIT_REMOVED} after {took:?}",
         tls.is_some()
     );
-    // The survivors: a few lines about it at most.
+    // The survivors: rate-limited — the first line of a kind at once, then at most one a
+    // second (two kinds at most: a refused connection, a refused message). The bound follows
+    // the time the node took (a loaded machine stretches it), not a fixed count.
+    let secs = marked.elapsed().as_secs() as usize;
     for (k, &s) in survivors.iter().enumerate() {
         let n = lines_since(&ctrl, s, marks[k], "raft peer");
-        eprintln!("node {s}: {n} lines about the removed node");
-        assert!(n <= 3, "node {s}: {n} lines:\n{}", ctrl.log(s));
+        eprintln!("node {s}: {n} lines about the removed node in {secs} s or so");
+        assert!(n <= 2 * (2 + secs), "node {s}: {n} lines:\n{}", ctrl.log(s));
     }
 }
 

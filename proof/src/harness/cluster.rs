@@ -80,6 +80,13 @@ pub fn kill_nodes_with_this_process(on: bool) {
 /// through them, and the binary is then the one the controller's own tests run (their
 /// dev-dependency turns the feature on), so neither build replaces the other's with a
 /// different one. A release build of the workspace (`cargo build --release`) has none.
+///
+/// For the commands (`xce-bench`, `xce-nemesis`, …), never from a test: a `cargo build` during
+/// `cargo test` resolves features for `-p xce-controller` alone and rewrites
+/// `target/debug/deps/libxce.rlib` — the library is also a cdylib, so its rlib has no hash in
+/// its name — and the outer run's doctests then link crates built against the other one
+/// (rustdoc: E0463 "can't find crate for xce_testkit"; reproduced by a test that only calls
+/// this, followed by the doctests).
 pub fn build_controller() -> Result<(), String> {
     if std::env::var_os("XCE_CONTROLLER").is_some() {
         return Ok(());

@@ -70,18 +70,7 @@ pub fn joblist_op() -> Op {
 
 /// The framed request the library sends for `op` (a read: request id 0).
 pub(crate) fn request_frame(op: Op) -> Vec<u8> {
-    let req = Request {
-        seq: 1,
-        client_id: [7; 16],
-        request_id: 0,
-        no_reply: false,
-        op,
-        auth_token: String::new(),
-        forward_within_ms: 0,
-    };
-    let mut buf = Vec::new();
-    wire::encode_request(&req, &mut buf);
-    buf
+    crate::harness::cluster::request_frame(1, [7; 16], op)
 }
 
 /// Sends `frame` to `addr` raw and returns the reply frame as received.

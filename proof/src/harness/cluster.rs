@@ -547,16 +547,12 @@ pub fn probe_info(addr: SocketAddr, timeout: Duration) -> io::Result<Option<wire
     })
 }
 
-/// Send one request on a fresh connection and read its reply (no retry, no failover).
-pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    let seq = PROBE_SEQ.fetch_add(1, Ordering::Relaxed);
+/// The framed request for `op` as a raw client sends it: no request id (a read, or a write sent
+/// once), no token, no forwarding mark.
+pub fn request_frame(seq: u64, client_id: [u8; 16], op: Op) -> Vec<u8> {
     let req = Request {
         seq,
-        client_id: [0; 16],
+        client_id,
         request_id: 0,
         no_reply: false,
         op,
@@ -565,6 +561,16 @@ pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply
     };
     let mut buf = Vec::new();
     wire::encode_request(&req, &mut buf);
+    buf
+}
+
+/// Send one request on a fresh connection and read its reply (no retry, no failover).
+pub fn raw_call(addr: SocketAddr, op: Op, timeout: Duration) -> io::Result<Reply> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut buf = request_frame(PROBE_SEQ.fetch_add(1, Ordering::Relaxed), [0; 16], op);
     s.write_all(&buf)?;
     let limits = Limits::default();
     wire::read_frame(&mut s, &limits, &mut buf).map_err(to_io)?;

@@ -268,8 +268,7 @@ fn s15_anonymous_connections_do_not_live_for_ever() {
     // Closed while it kept sending nop, within the run (its lifetime and 8 s more; the idle
     // timeout it used to live on is 600 s): not a tighter bound, which a loaded machine's
     // late poll would decide.
-    let t = anon_closed.expect("an anonymous connection lived on nop");
-    assert!(t < ANONYMOUS_LIFETIME + Duration::from_secs(8), "{t:?}");
+    anon_closed.expect("an anonymous connection lived on nop for its lifetime and 8 s more");
 }
 
 /// C9 amended: a frame must be complete within 30 s of its first byte, however it trickles

@@ -86,6 +86,8 @@ timing and limits:
   --election-min-ms N    election timeout, lower bound (default 60; > heartbeat)
   --election-max-ms N    election timeout, upper bound and leader lease (default 120;
                          > election-min)
+  --election-ceiling-ms N  on a slow or congested link the lease and the election timeout
+                         stretch to fit the measured silences, up to this (default 2000)
   --early-campaign on|off  campaign when the lease lapses after the primary's connection
                          closed (a crashed primary), not a random timeout later (default on)
   --host-timeout-ms N    a worker silent this long is UNAVAIL (default 30000)

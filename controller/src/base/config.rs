@@ -15,6 +15,10 @@ pub const DEFAULT_HEARTBEAT_MS: u64 = 20;
 /// it campaigns when the lease lapses (C15, `raft/elect.rs`).
 pub const DEFAULT_ELECTION_MIN_MS: u64 = 60;
 pub const DEFAULT_ELECTION_MAX_MS: u64 = 120;
+/// C15 (amended): the most the adaptive timings stretch the lease to on a congested link (ms):
+/// a follower then campaigns at most this long plus its stretched timeout after the last append
+/// it accepted (`raft/pace.rs`).
+pub const DEFAULT_ELECTION_CEILING_MS: u64 = 2000;
 /// A worker silent for longer than this is reported UNAVAIL (C5).
 pub const DEFAULT_HOST_TIMEOUT_MS: u64 = 30_000;
 /// A client connection silent for longer than this is closed (C9).
@@ -238,6 +242,9 @@ pub struct NodeOpts {
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
+    /// C15 (amended): the adaptive lease's ceiling (`raft/pace.rs`); election-max is its floor
+    /// (a ceiling below it is election-max: no adaptation).
+    pub election_ceiling_ms: u64,
     /// C15: campaign as soon as the lease lapses after the leader's connection closed.
     pub early_campaign: bool,
     pub host_timeout: Duration,
@@ -272,6 +279,7 @@ impl Default for NodeOpts {
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             election_min_ms: DEFAULT_ELECTION_MIN_MS,
             election_max_ms: DEFAULT_ELECTION_MAX_MS,
+            election_ceiling_ms: DEFAULT_ELECTION_CEILING_MS,
             early_campaign: true,
             host_timeout: Duration::from_millis(DEFAULT_HOST_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
@@ -426,6 +434,7 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
         "--heartbeat-ms" => o.heartbeat_ms = num(flag, v)?,
         "--election-min-ms" => o.election_min_ms = num(flag, v)?,
         "--election-max-ms" => o.election_max_ms = num(flag, v)?,
+        "--election-ceiling-ms" => o.election_ceiling_ms = num(flag, v)?,
         "--early-campaign" => {
             o.early_campaign = match v {
                 "on" | "true" => true,

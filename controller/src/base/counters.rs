@@ -72,6 +72,8 @@ pub(crate) struct Metrics {
     pub(crate) db_bytes: Gauge64,
     pub(crate) snapshot_bytes: Gauge64,
     pub(crate) quorum_ack_age: GaugeF,
+    pub(crate) adaptive_lease: GaugeF,
+    pub(crate) link_silence: GaugeF,
     flush_pending: Gauge64,
     appends: Family<KindLabels, Counter>,
     digest: Histogram,
@@ -109,6 +111,8 @@ impl Metrics {
             db_bytes: Gauge64::default(),
             snapshot_bytes: Gauge64::default(),
             quorum_ack_age: GaugeF::default(),
+            adaptive_lease: GaugeF::default(),
+            link_silence: GaugeF::default(),
             flush_pending: Gauge64::default(),
             appends: Family::default(),
             // 100 µs .. ~52 s: a small table to 10^7 jobs.
@@ -214,6 +218,19 @@ impl Metrics {
             "xce_quorum_ack_age_seconds",
             "On the leader: time since a quorum last acknowledged it (-1 elsewhere)",
             m.quorum_ack_age.clone(),
+        );
+        r.register(
+            "xce_adaptive_lease_seconds",
+            "C15: how long this node waits without an append before it campaigns, as a leader \
+             without answers before it calls itself cut off: election-max on a quiet link, \
+             stretched up to the ceiling on a slow one",
+            m.adaptive_lease.clone(),
+        );
+        r.register(
+            "xce_link_silence_seconds",
+            "C15: the worst recent silence of a live peer (the third-longest gap between its \
+             messages in the last 10 s) that the adaptive lease follows",
+            m.link_silence.clone(),
         );
         r.register(
             "xce_log_flush_pending_bytes",

@@ -38,6 +38,9 @@ pub const ELECT_CAMPAIGN: &str = "elect-campaign";
 /// On a leader: no append carries an entry past index `return(N)` (`raft/link.rs`); the
 /// followers' logs stop there until it is cleared. C12's test: a follower's partial log.
 pub const REPL_MAX_INDEX: &str = "repl-max-index";
+/// C15 (amended): the adaptive lease set to `return(MS)` (within election-max and the
+/// ceiling, `raft/pace.rs`): tests drive the adaptive timings to their bounds with it.
+pub const PACE_LEASE_MS: &str = "pace-lease-ms";
 
 /// Every failpoint: its name and what it does.
 pub const NAMES: &[(&str, &str)] = &[
@@ -65,6 +68,10 @@ pub const NAMES: &[(&str, &str)] = &[
     (
         REPL_MAX_INDEX,
         "a leader's appends carry no entry past return(N)",
+    ),
+    (
+        PACE_LEASE_MS,
+        "the adaptive lease set to return(MS), within its bounds",
     ),
 ];
 

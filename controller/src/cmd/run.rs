@@ -23,6 +23,7 @@ use crate::raft::diverged::Diverged;
 use crate::raft::elect::Elections;
 use crate::raft::lease::{LeaseClock, VoteGuard};
 use crate::raft::link::NetFactory;
+use crate::raft::pace::Pace;
 use crate::raft::ready::Readiness;
 use crate::raft::store::{self, LogStore, SharedApplied, StateMachineStore};
 use crate::raft::types::Raft;
@@ -110,7 +111,12 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     };
     let ports = bind(&args).await?;
     let lease = Arc::new(LeaseClock::default());
-    let raft = start_raft(&args, &links, &lease, stores.log, stores.sm).await?;
+    // C15 (amended): the silences of live peers, measured by the raft ports of both ends.
+    let pace = Arc::new(Pace::new(crate::raft::pace::Bounds {
+        lease: Duration::from_millis(args.opts.election_max_ms),
+        ceiling: Duration::from_millis(args.opts.election_ceiling_ms),
+    }));
+    let raft = start_raft(&args, &links, &lease, &pace, stores.log, stores.sm).await?;
     check_membership(&raft, &args, &ports.me).await?;
     if stores.diverged.is() {
         // C19: a node that diverged votes, leads and stores nothing until repaired; it stays
@@ -125,6 +131,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         guard,
         &links,
         stores.log_reader,
+        pace,
         &stores.amnesia,
     );
     let forwarded = serve_raft_port(
@@ -410,6 +417,7 @@ async fn start_raft(
     args: &RunArgs,
     links: &Links,
     lease: &Arc<LeaseClock>,
+    pace: &Arc<Pace>,
     log: LogStore,
     sm: StateMachineStore,
 ) -> Result<Raft, String> {
@@ -427,6 +435,8 @@ async fn start_raft(
     .map_err(|e| format!("raft config: {e}"))?;
     let net = NetFactory {
         lease: lease.clone(),
+        pace: pace.clone(),
+        heartbeat: Duration::from_millis(o.heartbeat_ms),
         tls: links.peer_tls.clone(),
         max_rpc: links.max_rpc,
         budgets: Default::default(),
@@ -473,16 +483,17 @@ fn start_elections(
     guard: VoteGuard,
     links: &Links,
     log_reader: LogStore,
+    pace: Arc<Pace>,
     amnesia: &Arc<Amnesia>,
 ) -> Arc<Elections> {
     let o = &args.opts;
     let early = o.early_campaign.then(|| crate::raft::elect::EarlyTiming {
-        lease: Duration::from_millis(o.election_max_ms),
         step: Duration::from_millis(o.heartbeat_ms.div_ceil(2)),
     });
     let timing = crate::raft::elect::Timing {
         min: Duration::from_millis(o.election_min_ms),
         max: Duration::from_millis(o.election_max_ms),
+        pace,
     };
     let elect = Elections::start(
         raft.clone(),

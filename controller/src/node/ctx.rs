@@ -168,7 +168,7 @@ impl Ctx {
     }
 
     /// C10: this node leads but has heard from no quorum for an election timeout
-    /// (election-max): the others may be electing a new leader, so it must not present itself
+    /// (election-max, stretched on a slow link: C15 amended): the others may be electing a new leader, so it must not present itself
     /// as primary. Ends when a quorum answers again (or another leader deposes it).
     pub fn leader_cut_off(&self) -> bool {
         self.cut_off_in(&self.raft.metrics().borrow())
@@ -179,7 +179,8 @@ impl Ctx {
             return false;
         }
         let configs = m.membership_config.membership().get_joint_config();
-        let window = Duration::from_millis(self.opts.election_max_ms);
+        // C15 (amended): election-max on a quiet link, stretched on a slow one (`raft/pace.rs`).
+        let window = self.elect.pace().lease();
         self.lease
             .cut_off(&m.vote, configs, self.id, window, BootInstant::now())
     }

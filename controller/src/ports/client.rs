@@ -714,7 +714,11 @@ impl Ctx {
     /// the minimum election timeout. Read in one step from openraft's state, so the leader
     /// and its freshness always belong together.
     pub(crate) async fn fresh_leader(&self) -> Option<NodeId> {
-        let window = Duration::from_millis(self.opts.election_min_ms);
+        // Stretched on a slow link (C15 amended): appends come further apart there.
+        let window = self
+            .elect
+            .pace()
+            .stretch(Duration::from_millis(self.opts.election_min_ms));
         let me = self.id;
         let found = self.raft.with_raft_state(move |st| {
             let v = st.vote_ref();
@@ -740,7 +744,14 @@ impl Ctx {
         let m = rx.borrow();
         m.state == ServerState::Leader && self.ready.is_ready(&m.vote) && {
             let configs = m.membership_config.membership().get_joint_config();
-            let window = crate::raft::elect::lease_read_window(self.opts.election_max_ms);
+            // Liveness, not safety: stretched on a slow link (C15 amended), where answers come
+            // further apart. A lease read (`lease_valid`) never is.
+            let window = self
+                .elect
+                .pace()
+                .stretch(crate::raft::elect::lease_read_window(
+                    self.opts.election_max_ms,
+                ));
             self.lease
                 .quorum_heard(&m.vote, configs, self.id, window, BootInstant::now())
         }

@@ -88,6 +88,10 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
             (ServerState::Leader, Some(ms)) => ms as f64 / 1000.0,
             _ => -1.0,
         });
+    let pace = ctx.elect.pace();
+    let now = crate::base::clock::BootInstant::now();
+    M.adaptive_lease.set(pace.lease_at(now).as_secs_f64());
+    M.link_silence.set(pace.worst(now).as_secs_f64());
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &M.registry);

@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::RaftError;
-use openraft::raft::{VoteRequest, VoteResponse};
+use openraft::raft::{AppendEntriesResponse, VoteRequest, VoteResponse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::base::clock::BootInstant;
 use crate::base::cluster_id::Identity;
 use crate::base::ids::{NodeId, SnapshotMeta, Vote};
 use crate::base::tls::{cert_names, member_of, PeerTls};
@@ -448,7 +449,15 @@ async fn serve_rpcs(
                 if r.vote.is_committed() {
                     *carried = Some(r.vote);
                 }
-                RpcReply::Append(srv.amnesia.append(&srv.raft, r).await)
+                let vote = r.vote;
+                let answer = srv.amnesia.append(&srv.raft, r).await;
+                // C15 (amended): the silences between a live leader's accepted appends.
+                if let (Ok(a), Some(leader)) = (&answer, vote.leader_id().voted_for()) {
+                    if vote.is_committed() && !matches!(a, AppendEntriesResponse::HigherVote(_)) {
+                        srv.elect.pace().heard(leader, vote, BootInstant::now());
+                    }
+                }
+                RpcReply::Append(answer)
             }
             // Issue 26: a node this membership left out asks in vain, and is told so.
             RpcRequest::Vote(r) if refuse_removed(srv, peer, r.vote.leader_id().voted_for()) => {

@@ -70,6 +70,14 @@
 //! ```text
 //!     W · (1 + ρ)  <  lease · (1 − ρ)        (W = lease / 3: holds for any ρ < 1/2)
 //! ```
+//!
+//! **Adaptive timing (C15 amended).** Where this module says "the lease" for a decision of its
+//! own — when the timer campaigns, when a pre-vote is refused, when the early campaign starts —
+//! it means the adaptive lease of [`Pace`]: election-max on a quiet link, stretched to fit the
+//! measured silences on a slow one, never below election-max. The `lease` and `W` of the
+//! inequality are the configured ones and never adapt (openraft refuses real votes for
+//! election-max; [`lease_read_window`] takes the configured value), so waiting longer changes
+//! when a node acts, never what the inequality compares (`raft/pace.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,6 +93,7 @@ use crate::base::ids::{LogId, NodeId, Vote};
 use crate::raft::forward::Forwarder;
 use crate::raft::frame::PreVoteRequest;
 use crate::raft::lease::{joint_quorum, VoteGuard};
+use crate::raft::pace::Pace;
 use crate::raft::types::Raft;
 
 /// The window within which a quorum must have accepted appends SENT by the leader for it to
@@ -107,27 +116,28 @@ pub enum Hold {
 /// The timing of the early campaign.
 #[derive(Debug, Clone, Copy)]
 pub struct EarlyTiming {
-    /// openraft's leader lease: election-max.
-    pub lease: Duration,
     /// Delay between ranks (half a heartbeat); rank 0 waits half of it past the lease, for a
     /// follower that accepted the last append a little later than this one.
     pub step: Duration,
 }
 
-/// The election timer's timing: openraft's (`--election-min-ms`, `--election-max-ms`).
-#[derive(Debug, Clone, Copy)]
+/// The election timer's timing: openraft's (`--election-min-ms`, `--election-max-ms`),
+/// stretched as the links are slow (C15 amended, [`Pace`]: never below these).
+#[derive(Clone)]
 pub struct Timing {
     pub min: Duration,
     pub max: Duration,
+    pub pace: Arc<Pace>,
 }
 
 impl Timing {
-    /// openraft's leader lease: election-max.
+    /// The lease a follower waits out after the last append it accepted before it campaigns
+    /// or grants a pre-vote: openraft's leader lease (election-max), stretched on slow links.
     fn lease(&self) -> Duration {
-        self.max
+        self.pace.lease()
     }
 
-    /// A random election timeout in min..max.
+    /// A random election timeout in min..max (stretch it when it is used: [`Pace::stretch`]).
     fn random(&self) -> Duration {
         let span = (self.max - self.min).as_micros().max(1) as u64;
         let r = ring::rand::generate::<[u8; 8]>(&ring::rand::SystemRandom::new())
@@ -139,7 +149,7 @@ impl Timing {
     /// How long a pre-vote waits for its quorum: a few leases (a congested link queues a
     /// request for hundreds of milliseconds; a quorum that answers ends it at once).
     fn pre_vote_wait(&self) -> Duration {
-        self.max * 4
+        self.lease() * 4
     }
 }
 
@@ -218,6 +228,11 @@ impl Elections {
         } else {
             *holds &= !(why as u8);
         }
+    }
+
+    /// C15 (amended): the measured silences of this node's peers ([`Pace`]).
+    pub fn pace(&self) -> &Arc<Pace> {
+        &self.timing.pace
     }
 
     pub fn held(&self, why: Hold) -> bool {
@@ -321,7 +336,7 @@ impl Elections {
         // A candidate this node just said yes to is probably campaigning: no rival.
         if self
             .granted_at()
-            .is_some_and(|g| g.elapsed() < self.timing.min)
+            .is_some_and(|g| g.elapsed() < self.timing.pace.stretch(self.timing.min))
         {
             return false;
         }
@@ -415,6 +430,9 @@ async fn run_timer(e: Arc<Elections>) {
         {
             Some(not_before) // the only voter: at once, as openraft does
         } else {
+            // Stretched now, as the lease is (C15 amended): the links may have slowed since
+            // the timeout was drawn.
+            let timeout = e.timing.pace.stretch(timeout);
             let wait = if s.vote.is_committed() {
                 e.timing.lease() + timeout
             } else {
@@ -433,7 +451,7 @@ async fn run_timer(e: Arc<Elections>) {
                         .await;
                 }
                 timeout = e.timing.random();
-                not_before = Instant::now() + timeout;
+                not_before = Instant::now() + e.timing.pace.stretch(timeout);
             }
             _ => {
                 // Until due, or a change of role or leader; re-read at least every lease.
@@ -495,8 +513,11 @@ async fn watch_closes(e: Arc<Elections>, mut rx: mpsc::UnboundedReceiver<Vote>) 
         if f.utime > closed_at {
             continue; // an append came after the close: the leader is there
         }
-        let at = f.utime + t.lease + t.step / 2 + t.step * f.rank;
-        tokio::time::sleep_until(at).await;
+        // The lease as it is when the wait ends (it may have stretched meanwhile, C15 amended).
+        let at = || f.utime + e.timing.lease() + t.step / 2 + t.step * f.rank;
+        while Instant::now() < at() {
+            tokio::time::sleep_until(at()).await;
+        }
         // Still following that vote, with no append accepted since: its lease has lapsed here.
         let Some(now) = following(&e.raft, e.id, vote).await else {
             continue;
@@ -517,12 +538,24 @@ async fn watch_closes(e: Arc<Elections>, mut rx: mpsc::UnboundedReceiver<Vote>) 
 mod tests {
     use super::*;
 
-    #[test]
-    fn election_timeouts_are_random_within_min_max() {
-        let t = Timing {
+    fn timing(pace: Arc<Pace>) -> Timing {
+        Timing {
             min: Duration::from_millis(60),
             max: Duration::from_millis(120),
-        };
+            pace,
+        }
+    }
+
+    fn pace() -> Arc<Pace> {
+        Arc::new(Pace::new(crate::raft::pace::Bounds {
+            lease: Duration::from_millis(120),
+            ceiling: Duration::from_millis(2000),
+        }))
+    }
+
+    #[test]
+    fn election_timeouts_are_random_within_min_max() {
+        let t = timing(pace());
         let seen: Vec<Duration> = (0..200).map(|_| t.random()).collect();
         assert!(seen.iter().all(|d| *d >= t.min && *d < t.max), "{seen:?}");
         let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
@@ -531,6 +564,30 @@ mod tests {
             "not random: {} distinct",
             distinct.len()
         );
+        assert_eq!(t.lease(), t.max, "a quiet link: openraft's lease");
+    }
+
+    /// C15 (amended): on a slow link the lease and the timeouts stretch by one factor, so the
+    /// timeout keeps its spread; neither ever drops below the configured values.
+    #[test]
+    fn a_slow_link_stretches_lease_and_timeouts_alike() {
+        let p = pace();
+        let mut v = Vote::new(3, 1);
+        v.commit();
+        let now = crate::base::clock::BootInstant::now();
+        let mut at = crate::base::clock::BootInstant(now.0 - Duration::from_millis(1250));
+        p.heard(1, v, at);
+        for _ in 0..4 {
+            at = at.add(Duration::from_millis(300)); // gaps of 300 ms: lease 600 ms, × 5
+            p.heard(1, v, at);
+        }
+        let t = timing(p);
+        // `lease()` reads the clock: the samples above are the last 1.25 s before it.
+        assert_eq!(t.lease(), Duration::from_millis(600));
+        let seen: Vec<Duration> = (0..200).map(|_| t.pace.stretch(t.random())).collect();
+        let (lo, hi) = (Duration::from_millis(300), Duration::from_millis(600));
+        assert!(seen.iter().all(|d| *d >= lo && *d < hi), "{seen:?}");
+        assert!(t.pre_vote_wait() >= t.lease());
     }
 
     /// The inequality of the module documentation, for the default and the old timings and a

@@ -31,6 +31,7 @@ use crate::raft::frame::{
     CONNECT_TIMEOUT, READ_STEP,
 };
 use crate::raft::lease::LeaseClock;
+use crate::raft::pace::Pace;
 use crate::raft::types::{Snapshot, TypeConfig};
 
 /// Issue 26: TLS refusals of outgoing raft connections, rate-limited with a count.
@@ -43,6 +44,11 @@ pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(100);
 /// Creates one [`PeerClient`] per target for openraft.
 pub struct NetFactory {
     pub lease: std::sync::Arc<LeaseClock>,
+    /// C15 (amended): answers' silences are measured here; a slow link carries more requests
+    /// unanswered before it is reset.
+    pub pace: Arc<Pace>,
+    /// openraft's heartbeat interval (one request per interval when idle).
+    pub heartbeat: Duration,
     /// Mutual TLS to peers; `None`: plaintext (loopback, or `--insecure`).
     pub tls: Option<PeerTls>,
     /// Largest reply accepted from a peer ([`crate::raft::frame::max_rpc_bytes`]).
@@ -65,6 +71,8 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
             connecting: None,
             budget: AppendBudget::new(self.max_rpc, target, self.budgets.clone()),
             lease: self.lease.clone(),
+            pace: self.pace.clone(),
+            heartbeat: self.heartbeat,
             tls: self.tls.clone(),
             max_rpc: self.max_rpc,
             identity: self.identity.clone(),
@@ -73,7 +81,8 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
 }
 
 /// Requests written on a link whose replies have not come; one more resets the link (the
-/// peer is not answering: blackholed, stopped).
+/// peer is not answering: blackholed, stopped). On a slow link, as many as go out in one
+/// adaptive lease ([`PeerClient::max_outstanding`]).
 const MAX_OUTSTANDING: usize = 8;
 /// Bound on a TLS handshake with a peer, done in the background (not within openraft's TTL of
 /// one heartbeat interval: a handshake's certificates take ≈ 30 ms alone on a 1 Mbit/s link).
@@ -282,6 +291,8 @@ pub struct PeerClient {
     connecting: Option<tokio::task::JoinHandle<Result<PeerStream, io::Error>>>,
     budget: AppendBudget,
     lease: std::sync::Arc<LeaseClock>,
+    pace: Arc<Pace>,
+    heartbeat: Duration,
     tls: Option<PeerTls>,
     max_rpc: usize,
     identity: Arc<Identity>,
@@ -302,6 +313,13 @@ fn timed_out(what: &str) -> io::Error {
 }
 
 impl PeerClient {
+    /// [`MAX_OUTSTANDING`], or on a slow link the requests of one adaptive lease: a link is
+    /// reset when its peer has answered nothing for longer than the lease (C15 amended).
+    fn max_outstanding(&self) -> usize {
+        let per_lease = self.pace.lease().as_micros() / self.heartbeat.as_micros().max(1);
+        MAX_OUTSTANDING.max(usize::try_from(per_lease).unwrap_or(usize::MAX))
+    }
+
     /// Sends `frame` (or waits for the identical request `key` already outstanding) and
     /// returns the reply with the time the answered request was framed — an earlier one's,
     /// when this call joined it — within `ttl`. A call that expires leaves the link as it is
@@ -330,11 +348,12 @@ impl PeerClient {
     ) -> Result<(RpcReply, BootInstant), CallError> {
         self.connect().await?;
         let max_rpc = self.max_rpc;
+        let max_outstanding = self.max_outstanding();
         let link = self.link.as_mut().expect("connected above");
         let (seq, framed) = match key.as_ref().and_then(|k| link.find(k)) {
             Some(joined) => joined,
             None => {
-                if link.outstanding.len() >= MAX_OUTSTANDING {
+                if link.outstanding.len() >= max_outstanding {
                     return Err(CallError::Network(timed_out(
                         "peer answers none of the last requests",
                     )));
@@ -541,8 +560,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             RpcReply::Append(Ok(r)) => {
                 // Every answer but HigherVote means the follower took our vote (and its lease).
                 if vote.is_committed() && !matches!(r, AppendEntriesResponse::HigherVote(_)) {
-                    self.lease
-                        .record(self.target, vote, sent, BootInstant::now());
+                    let heard = BootInstant::now();
+                    self.lease.record(self.target, vote, sent, heard);
+                    self.pace.heard(self.target, vote, heard);
                 }
                 Ok(match (r, cut) {
                     // The follower has every entry sent: up to the last one (openraft's API

@@ -13,6 +13,7 @@ pub mod frame;
 pub mod handover;
 pub mod lease;
 pub mod link;
+pub mod pace;
 pub mod propose;
 pub mod ready;
 pub mod removed;

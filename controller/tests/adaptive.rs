@@ -1,0 +1,151 @@
+//! C15 (amended): the adaptive lease at its bounds, with real controller processes on loopback.
+//! The failpoint `pace-lease-ms` sets a node's adaptive lease (within election-max and the
+//! ceiling); the primary is frozen (SIGSTOP) while the others elect a new one and change a job,
+//! then resumed with a read already queued: whatever the two sides' adaptive values, the old
+//! primary never answers that read — or any read after it — with the state from before the
+//! change (the lease argument of docs/controller.md, "Adaptive timing").
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce::wire::{JobAction, JobState, Op};
+
+/// The ceiling the tests run with: well above election-max, short enough for a test.
+const CEILING_MS: u64 = 2000;
+
+fn others(ids: &[u64], not: u64) -> Vec<u64> {
+    ids.iter().copied().filter(|&i| i != not).collect()
+}
+
+fn cluster() -> Ctrl {
+    Ctrl::start(
+        3,
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--election-ceiling-ms",
+            &CEILING_MS.to_string(),
+        ],
+    )
+}
+
+/// Sets node `id`'s adaptive lease to `ms` and waits until its metrics say so (`want`: the
+/// value within the bounds).
+fn set_lease(ctrl: &Ctrl, id: u64, ms: u64, want: f64) {
+    ctrl.fail_set(id, "pace-lease-ms", &format!("return({ms})"));
+    ctrl.wait_until(
+        &format!("node {id}'s adaptive lease at {want} s"),
+        STARTUP,
+        || ctrl.metric(id, "xce_adaptive_lease_seconds") == Some(want),
+    );
+}
+
+/// The primary `p` at `primary_ms`, the others at `others_ms`: freeze `p`, change job 5 on the
+/// new primary, resume `p` with a read queued; no read `p` answers shows job 5 unchanged.
+fn no_stale_read(primary_ms: u64, others_ms: u64) {
+    let ctrl = cluster();
+    let p = ctrl.wait_settled(STARTUP);
+    let bound = |ms: u64| ms.clamp(120, CEILING_MS) as f64 / 1000.0;
+    set_lease(&ctrl, p, primary_ms, bound(primary_ms));
+    for s in others(&[1, 2, 3], p) {
+        set_lease(&ctrl, s, others_ms, bound(others_ms));
+    }
+    let mut old = ctrl.client(p);
+    old.ok(submit(5, "u", ""));
+    assert_eq!(job(old.ok(Op::JobInfo { job_id: 5 })).state, JobState::Pend);
+
+    ctrl.signal(p, libc::SIGSTOP);
+    // The standbys wait out their own (stretched) lease and timeout: up to 3 × the ceiling.
+    let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), STARTUP + Duration::from_secs(6));
+    let mut new = ctrl.client(q);
+    new.ok(Op::JobCtrl {
+        job_id: 5,
+        action: JobAction::Kill,
+    });
+    assert_eq!(job(new.ok(Op::JobInfo { job_id: 5 })).state, JobState::Exit);
+
+    // Queued while `p` is frozen: the first thing it sees when it runs again.
+    let req = old.request(Op::JobInfo { job_id: 5 });
+    old.send(&req).unwrap();
+    ctrl.signal(p, libc::SIGCONT);
+    let (mut answered, mut queued) = (0, true);
+    for attempt in 1.. {
+        assert!(
+            attempt <= 10,
+            "the deposed primary {p} never answered twice"
+        );
+        let r = if std::mem::take(&mut queued) {
+            old.recv()
+        } else {
+            old.try_call(Op::JobInfo { job_id: 5 })
+        };
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                // It closes the connections it served as primary once it learns it was
+                // deposed: ask again on a new one.
+                eprintln!("deposed primary {p} closed the connection: {e}");
+                old = ctrl.client(p);
+                continue;
+            }
+        };
+        eprintln!("deposed primary {p}, read {answered}: status {}", r.status);
+        match r.status {
+            0 => assert_eq!(
+                job(r.data).state,
+                JobState::Exit,
+                "stale read from the deposed primary {p} (its adaptive lease {primary_ms} ms, \
+                 the others' {others_ms} ms)"
+            ),
+            s => assert!(
+                [
+                    -E_XCE_STANDBY,
+                    -E_XCE_NOT_READY,
+                    -E_XCE_NOMASTER,
+                    -E_XCE_REDIRECT
+                ]
+                .contains(&s),
+                "unexpected status {s}"
+            ),
+        }
+        answered += 1;
+        if answered == 2 {
+            break;
+        }
+    }
+}
+
+/// The primary at the ceiling (it calls itself cut off only after 2 s), the standbys at the
+/// floor (they elect after election-max plus a timeout).
+#[test]
+fn a_primary_at_the_ceiling_serves_no_stale_read() {
+    no_stale_read(CEILING_MS, 0);
+}
+
+/// The standbys at the ceiling (they refuse pre-votes and wait 2 s plus a stretched timeout),
+/// the primary at the floor.
+#[test]
+fn standbys_at_the_ceiling_and_a_primary_at_the_floor_serve_no_stale_read() {
+    no_stale_read(0, CEILING_MS);
+}
+
+/// Beyond the ceiling is the ceiling, below the floor is the floor: what the failpoint asks
+/// for is bounded as a measured value is.
+#[test]
+fn the_adaptive_lease_stays_within_its_bounds() {
+    let ctrl = cluster();
+    let p = ctrl.wait_settled(STARTUP);
+    set_lease(&ctrl, p, 60_000, CEILING_MS as f64 / 1000.0);
+    set_lease(&ctrl, p, 1, 0.12);
+    ctrl.fail_clear(p, "pace-lease-ms");
+    // Measured again: election-max on a quiet loopback, more on a machine busy enough to
+    // delay heartbeats — never outside the bounds.
+    let lease = ctrl.metric(p, "xce_adaptive_lease_seconds").unwrap();
+    assert!(
+        (0.12..=CEILING_MS as f64 / 1000.0).contains(&lease),
+        "measured lease {lease} s"
+    );
+}

@@ -228,7 +228,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        crate::raft::frame::raft_socket(&stream);
         let (srv, waiting, admitted) = (srv.clone(), waiting.clone(), admitted.clone());
         tokio::spawn(async move {
             let (ticket, evicted) = waiting.lock().expect("waiting").enter();

@@ -93,7 +93,7 @@ impl Forwarder {
         let s = tokio::time::timeout(bound, TcpStream::connect(addr))
             .await
             .map_err(|_| timed_out("connect timed out"))??;
-        let _ = s.set_nodelay(true);
+        crate::raft::frame::raft_socket(&s);
         Ok(match &self.tls {
             None => Box::new(s),
             Some(t) => {

@@ -23,6 +23,44 @@ use crate::sm::digest::Digest;
 pub const MAX_RPC_BYTES: usize = 256 << 20;
 /// Upper bound on connecting to a peer, whatever openraft's TTL.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Linux's `TC_PRIO_INTERACTIVE`: the band a `pfifo_fast` or `prio` queue serves first.
+const SOCKET_PRIORITY: libc::c_int = 6;
+/// DSCP CS6 ("network control", RFC 4594) in the IP header's traffic-class byte: what routers
+/// and a `prio`/DSCP-aware queue send ahead of bulk traffic.
+const DSCP_CS6: libc::c_int = 48 << 2;
+
+/// C15 (amended): a raft connection (either end) goes out first where the host or the network
+/// has a priority queue — heartbeats and votes are small and must not wait behind bulk bytes
+/// (listing replies, snapshots) leaving the same interface: no Nagle delay, socket priority 6,
+/// DSCP CS6. Best effort: an option the kernel refuses (e.g. no `CAP_NET_ADMIN` for priorities
+/// above 6 — 6 needs none) is left as it was.
+pub fn raft_socket(s: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let _ = s.set_nodelay(true);
+    let fd = s.as_raw_fd();
+    let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
+    let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| {
+        // SAFETY: setsockopt(2) on a socket this stream owns, with a c_int we own and its
+        // size; a failure is only an error code.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    // The class first: setting IP_TOS also sets the socket's priority from it.
+    if v6 {
+        set(libc::IPPROTO_IPV6, libc::IPV6_TCLASS, DSCP_CS6);
+    } else {
+        set(libc::IPPROTO_IP, libc::IP_TOS, DSCP_CS6);
+    }
+    set(libc::SOL_SOCKET, libc::SO_PRIORITY, SOCKET_PRIORITY);
+}
 /// A peer connection idle for this long is closed by the receiving side.
 pub const RPC_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A message that started arriving must be complete within this (slow-loris guard; an append
@@ -310,6 +348,45 @@ async fn read_body<R: AsyncRead + Unpin + ?Sized>(
 
 #[cfg(test)]
 mod tests {
+    /// C15 (amended): both ends of a raft connection ask for the priority band and CS6.
+    #[test]
+    fn a_raft_socket_asks_for_priority_and_cs6() {
+        use std::os::fd::AsRawFd;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (a, _) = l.accept().await.unwrap();
+            for s in [&c, &a] {
+                raft_socket(s);
+                let get = |level, name| {
+                    let mut v: libc::c_int = -1;
+                    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                    // SAFETY: getsockopt(2) into a c_int we own, with its size.
+                    let rc = unsafe {
+                        libc::getsockopt(
+                            s.as_raw_fd(),
+                            level,
+                            name,
+                            (&mut v as *mut libc::c_int).cast(),
+                            &mut len,
+                        )
+                    };
+                    assert_eq!(rc, 0);
+                    v
+                };
+                assert_eq!(get(libc::SOL_SOCKET, libc::SO_PRIORITY), SOCKET_PRIORITY);
+                assert_eq!(get(libc::IPPROTO_IP, libc::IP_TOS), DSCP_CS6);
+                assert!(s.nodelay().unwrap());
+            }
+        });
+    }
+
     use super::*;
 
     /// C20: the stamp rides after the message. A stamped message reads back with its tag; an

@@ -385,7 +385,7 @@ impl PeerClient {
                 let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
                     .await
                     .map_err(|_| timed_out("connect timed out"))??;
-                let _ = s.set_nodelay(true);
+                crate::raft::frame::raft_socket(&s);
                 let stream: PeerStream = match &tls {
                     None => Box::new(s),
                     Some(t) => {

@@ -269,6 +269,72 @@ fn silent_server_is_detected_by_the_reply_timeout() {
     assert_eq!(b.ops(), vec!["hello"]);
 }
 
+/// A listing of `n` jobs, about 100 bytes each on the wire.
+fn jobs(n: u64) -> ReplyData {
+    ReplyData::Jobs(
+        (1..=n)
+            .map(|i| Job {
+                job_id: i,
+                name: format!("job-{i:06}-{}", "x".repeat(64)),
+                ..Default::default()
+            })
+            .collect(),
+    )
+}
+
+/// Issue 29 (F8 on a slow link): a reply that keeps arriving is waited for past the reply
+/// timeout — not abandoned, re-sent and abandoned again. ~20 KB in 2 KB chunks 100 ms apart
+/// (≈ 1 s, more than three reply timeouts): one request, answered.
+#[test]
+fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
+    let a = FakeController::start(vec![Step::Trickle {
+        data: jobs(200),
+        chunk: 2048,
+        every: Duration::from_millis(100),
+    }]);
+    let opts = Options {
+        reply_timeout: Duration::from_millis(300),
+        ..fast_options()
+    };
+    let c = client(&eps(&[&a]), opts, fast_retry(5));
+    let t = Instant::now();
+    let got = c.joblist_all(JobFilter::default()).unwrap();
+    assert_eq!(got.len(), 200);
+    assert!(
+        t.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
+}
+
+/// A peer that trickles a reply slower than the floor rate (`MIN_REPLY_RATE`) is not waited
+/// for: a 20 KB frame at 256 B/s is given up after the reply timeout plus its length at the
+/// floor rate (≈ 2.8 s), not after the minutes it would take; the loop asks again.
+#[test]
+fn a_reply_slower_than_the_floor_rate_is_given_up() {
+    let a = FakeController::start(vec![Step::Trickle {
+        data: jobs(200),
+        chunk: 64,
+        every: Duration::from_millis(250),
+    }]);
+    let opts = Options {
+        reply_timeout: Duration::from_millis(300),
+        ..fast_options()
+    };
+    let c = client(&eps(&[&a]), opts, fast_retry(5));
+    let t = Instant::now();
+    let got = c.joblist_all(JobFilter::default()).unwrap();
+    assert_eq!(
+        got.len(),
+        1,
+        "the second answer is the fake's default listing"
+    );
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    assert_eq!(a.ops(), vec!["joblist", "joblist"]);
+}
+
 #[test]
 fn a_reply_with_the_wrong_seq_is_dropped() {
     let a = FakeController::start(vec![Step::WrongSeqFirst]);

@@ -6,7 +6,7 @@ use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustls::client::ClientConnectionData;
 use rustls::kernel::KernelConnection;
@@ -34,6 +34,43 @@ const KEEP_BUFFER: usize = 64 * 1024;
 /// Replies with a wrong `seq` tolerated on one connection before it counts as broken (F9):
 /// a stale reply or two after a timeout is normal, a stream of them is not.
 pub const MAX_STRAY_REPLIES: u32 = 16;
+/// Issue 29: the slowest a reply that is arriving may come (bytes per second of its frame)
+/// and still be waited for past the reply timeout ([`Progress`]).
+pub const MIN_REPLY_RATE: u64 = 8 * 1024;
+
+/// Issue 29 (F8 on a slow link): a reply deadline that follows progress. The reply timeout
+/// detects a silent peer — no byte for `idle` — not a slow one: each byte of the reply moves
+/// the deadline to `idle` from then, as long as the frame keeps coming at [`MIN_REPLY_RATE`]
+/// on average (its whole time is bounded by `idle` plus its length at that rate, once its
+/// length is known) and never past `hard` (the call's deadline). A large listing page over a
+/// congested link then arrives instead of being abandoned and asked for again.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub idle: Duration,
+    pub hard: Option<Instant>,
+}
+
+impl Progress {
+    /// The deadline after bytes arrived at `now`, for a receive that started at `started` with
+    /// `deadline`, the frame's total length `total` when known.
+    pub fn extend(
+        &self,
+        deadline: Instant,
+        started: Instant,
+        total: Option<usize>,
+        now: Instant,
+    ) -> Instant {
+        let Some(total) = total else {
+            return deadline;
+        };
+        let budget = self.idle + Duration::from_millis(total as u64 * 1000 / MIN_REPLY_RATE);
+        let mut until = (now + self.idle).min(started + budget);
+        if let Some(h) = self.hard {
+            until = until.min(h);
+        }
+        deadline.max(until)
+    }
+}
 
 /// A TLS connection after its handshake (P15): rustls made it and keeps its keys up to date
 /// ([`Records`]); records are decrypted in place in `inbuf` and their plaintext appended
@@ -318,7 +355,20 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<Reply, Error> {
-        let r = self.recv_inner(expected_seq, deadline, waker);
+        self.recv_progress(expected_seq, deadline, None, waker)
+    }
+
+    /// [`Connection::recv`] whose deadline follows the reply's progress (issue 29, [`Progress`]).
+    pub fn recv_progress(
+        &mut self,
+        expected_seq: u64,
+        deadline: Instant,
+        progress: Option<Progress>,
+        waker: &Waker,
+    ) -> Result<Reply, Error> {
+        let r = self
+            .recv_frames(Some(expected_seq), deadline, progress, waker)
+            .map(|r| r.expect("a reply when one is awaited"));
         self.note(r)
     }
 
@@ -367,7 +417,7 @@ impl Connection {
         if self.pending_acks.is_empty() {
             return Ok(true);
         }
-        match self.recv_frames(None, deadline, waker) {
+        match self.recv_frames(None, deadline, None, waker) {
             Ok(_) => Ok(true),
             Err(Error::Errno(libc::ETIMEDOUT)) => Ok(false),
             Err(e) => self.note(Err(e)),
@@ -668,7 +718,7 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<Reply, Error> {
-        self.recv_frames(Some(expected_seq), deadline, waker)
+        self.recv_frames(Some(expected_seq), deadline, None, waker)
             .map(|r| r.expect("a reply when one is awaited"))
     }
 
@@ -678,9 +728,11 @@ impl Connection {
     fn recv_frames(
         &mut self,
         expected: Option<u64>,
-        deadline: Instant,
+        mut deadline: Instant,
+        progress: Option<Progress>,
         waker: &Waker,
     ) -> Result<Option<Reply>, Error> {
+        let started = Instant::now();
         loop {
             if expected.is_none() && self.pending_acks.is_empty() {
                 return Ok(None);
@@ -725,6 +777,9 @@ impl Connection {
                 continue;
             }
             self.fill(total, deadline, waker)?;
+            if let Some(p) = progress {
+                deadline = p.extend(deadline, started, total, Instant::now());
+            }
         }
     }
 
@@ -997,6 +1052,46 @@ fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 29: the reply deadline follows progress, within the frame's floor-rate budget and
+    /// the call's deadline; before the frame's length is known it does not move.
+    #[test]
+    fn a_reply_deadline_follows_progress_within_its_budget() {
+        let t0 = Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        let p = Progress {
+            idle: ms(300),
+            hard: None,
+        };
+        let d0 = t0 + ms(300);
+        assert_eq!(
+            p.extend(d0, t0, None, t0 + ms(200)),
+            d0,
+            "length not known yet"
+        );
+        // 16 KiB: budget 300 ms + 2 s. Bytes at 1 s: the deadline is 1.3 s.
+        assert_eq!(
+            p.extend(d0, t0, Some(16 * 1024), t0 + ms(1000)),
+            t0 + ms(1300)
+        );
+        // Bytes at 2.2 s: capped by the budget, 2.3 s.
+        assert_eq!(
+            p.extend(d0, t0, Some(16 * 1024), t0 + ms(2200)),
+            t0 + ms(2300)
+        );
+        // Never earlier than it was.
+        let later = t0 + ms(5000);
+        assert_eq!(p.extend(later, t0, Some(16), t0 + ms(10)), later);
+        // Never past the call's deadline.
+        let hard = Progress {
+            hard: Some(t0 + ms(800)),
+            ..p
+        };
+        assert_eq!(
+            hard.extend(d0, t0, Some(16 * 1024), t0 + ms(1000)),
+            t0 + ms(800)
+        );
+    }
+
     use super::*;
     use std::io::Read;
     use std::net::TcpListener;

@@ -14,6 +14,6 @@ pub mod resolve;
 pub mod tls;
 pub mod waker;
 
-pub use conn::{Connection, MAX_STRAY_REPLIES};
+pub use conn::{Connection, Progress, MAX_STRAY_REPLIES, MIN_REPLY_RATE};
 pub use resolve::{LookupFailure, ResolveError};
 pub use waker::{CallSettle, CancelToken, Wait, WakeState, Waker};

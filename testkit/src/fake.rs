@@ -56,6 +56,12 @@ pub enum Step {
     /// Success (this payload, or the one the op expects) stamped with this membership version
     /// (F29: `Reply::members_version`).
     Versioned(u64, Option<ReplyData>),
+    /// Success with this payload written `chunk` bytes at a time, `every` apart: a slow link.
+    Trickle {
+        data: ReplyData,
+        chunk: usize,
+        every: Duration,
+    },
 }
 
 impl Step {
@@ -275,6 +281,16 @@ fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step)
             let mut r = data.map_or_else(|| ok_reply(req), |d| Reply::ok(req.seq, d));
             r.members_version = version;
             encode_reply(&r, &mut out)
+        }
+        Step::Trickle { data, chunk, every } => {
+            encode_reply(&Reply::ok(req.seq, data), &mut out);
+            for part in out.chunks(chunk.max(1)) {
+                if stream.write_all(part).is_err() || stream.flush().is_err() {
+                    return false;
+                }
+                std::thread::sleep(every);
+            }
+            return true;
         }
         Step::Split(wait_primary, other) => {
             let step = if matches!(req.op, Op::WaitPrimary { .. }) {

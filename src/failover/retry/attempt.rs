@@ -12,7 +12,7 @@ use super::{cap, clog, CallEnv, LoopState};
 use crate::error::Error;
 use crate::failover::classify::{is_interrupt, is_no_primary_status, AttemptOutcome};
 use crate::failover::log::Level;
-use crate::transport::Connection;
+use crate::transport::{Connection, Progress};
 use crate::wire::{Op, OpKind, Reply, RequestHead};
 
 impl Call<'_, '_> {
@@ -51,6 +51,11 @@ impl Call<'_, '_> {
         }
         let deadline = self.spec.deadline;
         let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
+        // Issue 29: a reply that is arriving is waited for (F8 detects silence, not slowness).
+        state.link.progress = Some(Progress {
+            idle: env.options().reply_timeout,
+            hard: deadline,
+        });
         let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();
         // A call that is itself a `hello` asks for the members with its own request.
         let op_is_hello = matches!(self.spec.op, Op::Hello(_));
@@ -170,7 +175,7 @@ impl Call<'_, '_> {
                         return (Err(Error::Errno(libc::ETIMEDOUT)), true);
                     }
                     Probed::Nothing => match state.link.conn.as_mut() {
-                        Some(c) => c.recv(seq, until, &env.waker),
+                        Some(c) => c.recv_progress(seq, until, state.link.progress, &env.waker),
                         None => Err(Error::Errno(libc::ENOTCONN)),
                     },
                 }

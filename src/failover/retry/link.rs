@@ -11,7 +11,7 @@ use crate::failover::log::{xlog, Level};
 use crate::failover::rotate::{Endpoint, Rotator};
 use crate::failover::suspicion::RoundTrips;
 use crate::transport::resolve;
-use crate::transport::{Connection, LookupFailure, Waker};
+use crate::transport::{Connection, LookupFailure, Progress, Waker};
 use crate::wire::{ClientId, Limits, Op, Reply, RequestHead};
 
 /// How long a connect runs alone before the next master is tried beside it (F2, F25): far
@@ -56,6 +56,9 @@ pub struct Link {
     /// standby that named it (once), and the connection that made it ([`Link::adopt_direct`]).
     pub direct_wanted: Option<usize>,
     pub direct: Option<(usize, Connection)>,
+    /// Issue 29: the reply deadline of the call in progress follows its reply's progress
+    /// (set by each attempt; `None`: a fixed reply timeout).
+    pub progress: Option<Progress>,
 }
 
 /// F25/F28: a probe's connection to `witness`, which named configured master `named` the
@@ -86,6 +89,7 @@ impl Link {
             spare: None,
             direct_wanted: None,
             direct: None,
+            progress: None,
         }
     }
 
@@ -300,7 +304,8 @@ impl Link {
             Err(e) => (Err(e), false),
             Ok(seq) => match self.conn.as_mut() {
                 Some(conn) => (
-                    conn.recv(seq, until, waker).map_err(|e| frame_error(op, e)),
+                    conn.recv_progress(seq, until, self.progress, waker)
+                        .map_err(|e| frame_error(op, e)),
                     true,
                 ),
                 None => (Err(Error::Errno(libc::ENOTCONN)), true),

@@ -1105,7 +1105,7 @@ int xcecli_joblist_filter(xcecli_ctx_t ctx,
  * Starts a listing of the jobs matching `filter` (NULL: all jobs; its `limit` counts over the
  * whole listing) that comes back in pages, all of them from one snapshot of the job table on
  * the primary: one consistent view, whatever the table's size. `max_page_bytes` bounds each
- * page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 4 MiB).
+ * page's reply (0: the protocol's 16 MiB limit; the controller sends pages of about 64 KiB).
  * Nothing is sent yet. On success writes a new pager to `*pager_out` (release it with
  * `xcecli_joblist_close`) and returns 0; -EINVAL for a NULL argument or a bad `state_mask`.
  * The pager holds its own reference to the context (after `xcecli_stop`, its pages are

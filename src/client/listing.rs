@@ -21,7 +21,7 @@ use super::Client;
 pub const MAX_LISTING_RESTARTS: u32 = 16;
 
 /// Environment knob: largest page frame to ask for, in bytes (0 or unset: the protocol's
-/// frame limit; the controller prefers pages of about 4 MiB within it).
+/// frame limit; the controller prefers pages of about 64 KiB within it).
 pub const ENV_PAGE_BYTES: &str = "XCE_LIST_PAGE_BYTES";
 
 /// A listing in progress: yields the pages of one snapshot, in job id order.

@@ -161,6 +161,11 @@ pub struct RoundResult {
     pub listings: Vec<Listing>,
     /// Listers that completed no listing in the round.
     pub idle_listers: usize,
+    /// Times a primary stopped serving during the calm stretch, closing its clients'
+    /// connections ([`STEP_DOWN_LINE`] in the node logs; 0 without logs).
+    pub calm_step_downs: usize,
+    /// The library's counters.
+    pub library: Library,
     /// What the nodes' counters say about candidacies (for the log line).
     pub campaigns: String,
 }
@@ -217,12 +222,31 @@ fn prefill(cluster: &NetCluster, plan: &Plan<Links>) -> Result<(), String> {
     Ok(())
 }
 
+/// The library's counters of a round's contexts, summed: `[writers, listers]`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Library {
+    /// Attempts beyond the first of a call (a reply timeout re-sends, a failover retries).
+    pub retries: [u64; 2],
+    /// Moves from one controller to another, or reconnects to the same one.
+    pub rotations: [u64; 2],
+}
+
+/// What a round's clients recorded.
+struct Records {
+    /// Per writer, its calls.
+    calls: Vec<Vec<Call>>,
+    /// Per lister, its listings.
+    listings: Vec<Vec<Listing>>,
+    library: Library,
+}
+
 /// The writer and lister threads of a round, each with a context of its own.
 struct Crew {
     writers: Vec<JoinHandle<Result<Vec<Call>, String>>>,
     listers: Vec<JoinHandle<Result<Vec<Listing>, String>>>,
-    /// A handle of every context, to stop the calls in progress at the end.
-    clients: Vec<Client>,
+    /// A handle of every context (and whether a writer's), to stop the calls in progress at
+    /// the end and read the library's counters.
+    clients: Vec<(bool, Client)>,
     /// Per writer, its last success (ms from the origin, +1; 0: none yet).
     served: Vec<Arc<AtomicU64>>,
     stop: Arc<AtomicBool>,
@@ -235,17 +259,17 @@ struct Seat {
     masters: String,
     origin: Instant,
     stop: Arc<AtomicBool>,
-    /// Sends the thread's context to the round, once started.
-    started: mpsc::Sender<Client>,
+    /// Sends the thread's context to the round, once started (and whether a writer's).
+    started: mpsc::Sender<(bool, Client)>,
 }
 
 impl Seat {
     /// Enters the namespace and starts a context, handing a handle of it to the round.
-    fn sit(&self) -> Result<Client, String> {
+    fn sit(&self, writer: bool) -> Result<Client, String> {
         netns::enter(&self.ns).map_err(|e| format!("enter {}: {e}", self.ns))?;
         let client = start_client(&self.masters)?;
         self.started
-            .send(client.clone())
+            .send((writer, client.clone()))
             .map_err(|_| "the round is gone")?;
         Ok(client)
     }
@@ -257,7 +281,7 @@ fn writer(
     served: Arc<AtomicU64>,
 ) -> JoinHandle<Result<Vec<Call>, String>> {
     std::thread::spawn(move || {
-        let client = seat.sit()?;
+        let client = seat.sit(true)?;
         let mut calls = Vec::new();
         while !seat.stop.load(Ordering::Relaxed) {
             let start = seat.origin.elapsed();
@@ -306,7 +330,7 @@ fn list_all(pager: &mut JobPager) -> (Result<usize, Error>, u32) {
 
 fn lister(seat: Seat, page_bytes: u32) -> JoinHandle<Result<Vec<Listing>, String>> {
     std::thread::spawn(move || {
-        let client = seat.sit()?;
+        let client = seat.sit(false)?;
         let mut listings = Vec::new();
         while !seat.stop.load(Ordering::Relaxed) {
             let start = seat.origin.elapsed();
@@ -391,11 +415,10 @@ impl Crew {
     }
 
     /// Stops every thread (the calls in progress end with a stop request) and collects their
-    /// calls and listings.
-    #[allow(clippy::type_complexity)]
-    fn finish(self) -> Result<(Vec<Vec<Call>>, Vec<Vec<Listing>>), String> {
+    /// calls and listings, and the library's counters.
+    fn finish(self) -> Result<Records, String> {
         self.stop.store(true, Ordering::Relaxed);
-        for c in &self.clients {
+        for (_, c) in &self.clients {
             c.request_stop();
         }
         let mut calls = Vec::new();
@@ -406,10 +429,19 @@ impl Crew {
         for h in self.listers {
             listings.push(h.join().map_err(|_| "lister thread panicked")??);
         }
-        for c in &self.clients {
+        let mut library = Library::default();
+        for (writer, c) in &self.clients {
+            let st = c.stats();
+            let k = usize::from(!writer);
+            library.retries[k] += st.retries;
+            library.rotations[k] += st.rotations;
             c.close();
         }
-        Ok((calls, listings))
+        Ok(Records {
+            calls,
+            listings,
+            library,
+        })
     }
 }
 
@@ -594,14 +626,50 @@ pub fn unshaped(rate: &str) -> bool {
     rate == "off"
 }
 
-/// Runs one round on a fresh cluster.
-pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
+/// The node log line of a primary that stops serving (`node/tenure.rs`): deposed, or cut off
+/// — no quorum answered within election-max (C10), no election needed —; either way it
+/// closes the client connections it served.
+const STEP_DOWN_LINE: &str = "no longer serving as primary";
+
+/// The size of each node's log file now (0 without logs), to count the lines written after.
+fn log_sizes(plan: &Plan<Links>, n: u32) -> Vec<u64> {
+    (1..=n)
+        .map(|id| {
+            plan.log_dir
+                .as_ref()
+                .and_then(|d| std::fs::metadata(d.join(format!("node-{id}.log"))).ok())
+                .map_or(0, |m| m.len())
+        })
+        .collect()
+}
+
+/// Lines containing `pat` that the node logs gained between `from` and `to` ([`log_sizes`]).
+fn lines_between(plan: &Plan<Links>, from: &[u64], to: &[u64], pat: &str) -> usize {
+    let Some(d) = &plan.log_dir else { return 0 };
+    let mut n = 0;
+    for (i, (&a, &b)) in from.iter().zip(to).enumerate() {
+        let Ok(text) = std::fs::read(d.join(format!("node-{}.log", i + 1))) else {
+            continue;
+        };
+        let part = text
+            .get(a as usize..(b as usize).min(text.len()))
+            .unwrap_or(&[]);
+        n += String::from_utf8_lossy(part)
+            .lines()
+            .filter(|l| l.contains(pat))
+            .count();
+    }
+    n
+}
+
+/// A fresh cluster with metrics on each node's loopback, settled, its table pre-filled, its
+/// links shaped; and the highest term then.
+fn setup(plan: &Plan<Links>, marks: &mut Marks) -> Result<(NetCluster, u64), String> {
     let mut args = plan.controller_args.clone();
     args.extend(["--metrics".to_string(), format!("127.0.0.1:{METRICS_PORT}")]);
-    let mut marks = Marks::open(plan);
     let bin = std::env::var("XCE_CONTROLLER").unwrap_or_default();
     marks.mark(&format!("round: starting a cluster ({bin})"));
-    let mut cluster = NetCluster::start(3, &args, plan.log_dir.clone())
+    let cluster = NetCluster::start(3, &args, plan.log_dir.clone())
         .map_err(|e| format!("namespaces/cluster: {e}"))?;
     cluster
         .wait_settled(ROUND_BOUND)
@@ -614,23 +682,31 @@ pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
     }
     let term0 = max_term(&cluster).ok_or("no term before the calm stretch")?;
     marks.mark(&format!(
-        "round: {} jobs pre-filled, links shaped, term {term0}",
-        plan.more.jobs
+        "round: {} jobs pre-filled, links shaped ({} / {}), term {term0}; clients start",
+        plan.more.jobs, plan.more.rate, plan.more.latency
     ));
+    Ok((cluster, term0))
+}
+
+/// Runs one round on a fresh cluster.
+pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
+    let mut marks = Marks::open(plan);
+    let (mut cluster, term0) = setup(plan, &mut marks)?;
+    let n = cluster.nodes.len() as u32;
+    let logs0 = log_sizes(plan, n);
     let origin = Instant::now();
     let crew = Crew::start(&cluster, plan, origin)?;
     std::thread::sleep(plan.more.calm_for.saturating_sub(origin.elapsed()));
     let t_fault = origin.elapsed();
     let term1 = max_term(&cluster);
-    marks.mark(&format!(
-        "round: calm stretch over, term {term1:?}; the fault"
-    ));
+    let logs1 = log_sizes(plan, n);
+    marks.mark(&format!("round: calm stretch over, term {term1:?}"));
     let during = fault(&mut cluster, plan, &crew, origin, &mut marks);
     let end = origin.elapsed();
     let term2 = max_term(&cluster);
     let campaigns = campaign_counts(&cluster);
     marks.mark(&format!("round: end, term {term2:?}; {campaigns}"));
-    let (calls, listings) = crew.finish()?;
+    let records = crew.finish()?;
     let during = during?;
     let term1 = term1.ok_or("no term after the calm stretch")?;
     let faulted = plan.more.fault != FaultKind::None;
@@ -643,9 +719,11 @@ pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
         ),
         false => None,
     };
-    let mut r = tally(&calls, listings, t_fault, end, faulted);
+    let mut r = tally(&records.calls, records.listings, t_fault, end, faulted);
     r.calm_elections = term1.saturating_sub(term0);
     r.fault_elections = fault_elections;
+    r.calm_step_downs = lines_between(plan, &logs0, &logs1, STEP_DOWN_LINE);
+    r.library = records.library;
     r.campaigns = campaigns;
     Ok(r)
 }
@@ -669,6 +747,8 @@ fn tally(
         errors: 0,
         listings: Vec::new(),
         idle_listers: 0,
+        calm_step_downs: 0,
+        library: Library::default(),
         campaigns: String::new(),
     };
     for w in calls {
@@ -756,12 +836,15 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
          the longest single write that ended then; after the fault: a writer's longest time \
          without a success from the fault until every writer was served again (at most 30 s) \
          + 2 s; listings: completed / failed / cut by the round's end, the completed ones' \
-         duration",
+         duration; step-downs: a primary that stopped serving during congestion alone, deposed \
+         or cut off (no quorum answered within election-max, C10), closing its clients' \
+         connections (node logs)",
     );
     t.header = [
         "controller",
         "rounds",
         "elections, congestion alone (total)",
+        "primary step-downs (total)",
         "longest wait s: median",
         "max",
         "longest call s",
@@ -838,6 +921,10 @@ fn row(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> Vec<String> {
         label.to_string(),
         rs.len().to_string(),
         rs.iter().map(|r| r.calm_elections).sum::<u64>().to_string(),
+        rs.iter()
+            .map(|r| r.calm_step_downs)
+            .sum::<usize>()
+            .to_string(),
         f_or_dash(w, |s| s.p50),
         f_or_dash(w, |s| s.max),
         num(call),
@@ -906,12 +993,14 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
     });
     format!(
         "  {label} round {n}: {} elections calm (longest wait {:.2} s, longest call {:.2} s, \
-         {} writes), {} for the fault (unavailable max {:.2} s), {} failed writes; listings \
-         {ok} ok / {failed} failed / {cut} cut, max {:.2} s, {restarts} restarts{}; {}",
+         {} writes, {} step-downs), {} for the fault (unavailable max {:.2} s), {} failed \
+         writes; listings {ok} ok / {failed} failed / {cut} cut, max {:.2} s, {restarts} \
+         restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; {}",
         r.calm_elections,
         r.calm_wait.as_secs_f64(),
         r.calm_call.as_secs_f64(),
         r.calm_writes,
+        r.calm_step_downs,
         r.fault_elections.map_or("-".into(), |e| e.to_string()),
         r.unavailable
             .iter()
@@ -921,6 +1010,10 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
         r.errors,
         secs.iter().copied().fold(0.0, f64::max),
         first_err.map_or(String::new(), |e| format!(" (first failure: {e})")),
+        r.library.retries[0],
+        r.library.rotations[0],
+        r.library.retries[1],
+        r.library.rotations[1],
         r.campaigns,
     )
 }

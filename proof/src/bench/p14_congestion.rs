@@ -166,7 +166,10 @@ pub struct RoundResult {
     pub calm_step_downs: usize,
     /// The library's counters.
     pub library: Library,
-    /// What the nodes' counters say about candidacies (for the log line).
+    /// KB/s sent during the calm stretch on the busiest node's peer link and on the busiest
+    /// node's client link (a link carries 125 KB/s at 1 Mbit/s).
+    pub uplinks: [f64; 2],
+    /// What the nodes' counters say about candidacies and forwards (for the log line).
     pub campaigns: String,
 }
 
@@ -497,23 +500,27 @@ fn primary(cluster: &NetCluster, bound: Duration) -> Option<u32> {
     }
 }
 
-/// The running nodes' candidacy counters, summed by label: `campaigns campaigned 1,
-/// not_granted 2; pre-votes no 3` (what led to the round's elections).
-fn campaign_counts(cluster: &NetCluster) -> String {
+/// The counters [`counts`] sums, with the word it prints for each.
+const COUNTED: [(&str, &str); 3] = [
+    ("xce_campaigns_total{", "campaigns"),
+    ("xce_pre_votes_total{", "pre-votes"),
+    ("xce_forwards_total{", "forwards"),
+];
+
+/// The running nodes' candidacy and forwarding counters (C15, C16), summed by label:
+/// `campaigns campaigned 1, campaigns not_granted 2, forwards replied 40, pre-votes refused 3`
+/// — what led to the round's elections, and how many client requests the standbys forwarded
+/// to the primary over the raft links.
+fn counts(cluster: &NetCluster) -> String {
     let mut sums: Vec<(String, f64)> = Vec::new();
     for (_, m) in all_metrics(cluster) {
         for l in m.lines() {
-            let Some(rest) = l
-                .strip_prefix("xce_campaigns_total{")
-                .map(|r| ("campaigns", r))
-                .or_else(|| {
-                    l.strip_prefix("xce_pre_votes_total{")
-                        .map(|r| ("pre-votes", r))
-                })
+            let Some((what, rest)) = COUNTED
+                .iter()
+                .find_map(|(prefix, what)| Some((*what, l.strip_prefix(prefix)?)))
             else {
                 continue;
             };
-            let (what, rest) = rest;
             let Some((labels, v)) = rest.rsplit_once("} ") else {
                 continue;
             };
@@ -532,7 +539,7 @@ fn campaign_counts(cluster: &NetCluster) -> String {
     sums.sort_by(|a, b| a.0.cmp(&b.0));
     let parts: Vec<String> = sums.iter().map(|(k, v)| format!("{k} {v}")).collect();
     if parts.is_empty() {
-        "no candidacies counted".into()
+        "no candidacy or forward counted".into()
     } else {
         parts.join(", ")
     }
@@ -662,6 +669,34 @@ fn lines_between(plan: &Plan<Links>, from: &[u64], to: &[u64], pat: &str) -> usi
     n
 }
 
+/// Bytes each node has sent so far on its peer link and on its client link: what the bridge
+/// port of its veth pair received (root namespace, `/sys/class/net/PORT/statistics`).
+fn uplinks(cluster: &NetCluster) -> Vec<[u64; 2]> {
+    let rx = |port: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{port}/statistics/rx_bytes"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    cluster
+        .nodes
+        .iter()
+        .map(|n| [rx(&n.peer_port), rx(&n.client_port)])
+        .collect()
+}
+
+/// The busiest node's peer and client uplinks between two [`uplinks`] readings, in KB/s
+/// over `secs`: `[peer, client]` (each the node that sent the most on it).
+fn busiest(before: &[[u64; 2]], after: &[[u64; 2]], secs: f64) -> [f64; 2] {
+    let mut best = [0.0f64; 2];
+    for (a, b) in before.iter().zip(after) {
+        for k in 0..2 {
+            best[k] = best[k].max(b[k].saturating_sub(a[k]) as f64 / 1000.0 / secs);
+        }
+    }
+    best
+}
+
 /// A fresh cluster with metrics on each node's loopback, settled, its table pre-filled, its
 /// links shaped; and the highest term then.
 fn setup(plan: &Plan<Links>, marks: &mut Marks) -> Result<(NetCluster, u64), String> {
@@ -693,18 +728,18 @@ pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
     let mut marks = Marks::open(plan);
     let (mut cluster, term0) = setup(plan, &mut marks)?;
     let n = cluster.nodes.len() as u32;
-    let logs0 = log_sizes(plan, n);
+    let (logs0, bytes0) = (log_sizes(plan, n), uplinks(&cluster));
     let origin = Instant::now();
     let crew = Crew::start(&cluster, plan, origin)?;
     std::thread::sleep(plan.more.calm_for.saturating_sub(origin.elapsed()));
     let t_fault = origin.elapsed();
     let term1 = max_term(&cluster);
-    let logs1 = log_sizes(plan, n);
+    let (logs1, bytes1) = (log_sizes(plan, n), uplinks(&cluster));
     marks.mark(&format!("round: calm stretch over, term {term1:?}"));
     let during = fault(&mut cluster, plan, &crew, origin, &mut marks);
     let end = origin.elapsed();
     let term2 = max_term(&cluster);
-    let campaigns = campaign_counts(&cluster);
+    let campaigns = counts(&cluster);
     marks.mark(&format!("round: end, term {term2:?}; {campaigns}"));
     let records = crew.finish()?;
     let during = during?;
@@ -724,6 +759,7 @@ pub fn round(plan: &Plan<Links>) -> Result<RoundResult, String> {
     r.fault_elections = fault_elections;
     r.calm_step_downs = lines_between(plan, &logs0, &logs1, STEP_DOWN_LINE);
     r.library = records.library;
+    r.uplinks = busiest(&bytes0, &bytes1, t_fault.as_secs_f64());
     r.campaigns = campaigns;
     Ok(r)
 }
@@ -749,6 +785,7 @@ fn tally(
         idle_listers: 0,
         calm_step_downs: 0,
         library: Library::default(),
+        uplinks: [0.0; 2],
         campaigns: String::new(),
     };
     for w in calls {
@@ -995,7 +1032,8 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
         "  {label} round {n}: {} elections calm (longest wait {:.2} s, longest call {:.2} s, \
          {} writes, {} step-downs), {} for the fault (unavailable max {:.2} s), {} failed \
          writes; listings {ok} ok / {failed} failed / {cut} cut, max {:.2} s, {restarts} \
-         restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; {}",
+         restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; busiest \
+         uplinks, calm: peer {:.0} KB/s, client {:.0} KB/s; {}",
         r.calm_elections,
         r.calm_wait.as_secs_f64(),
         r.calm_call.as_secs_f64(),
@@ -1014,6 +1052,8 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
         r.library.rotations[0],
         r.library.retries[1],
         r.library.rotations[1],
+        r.uplinks[0],
+        r.uplinks[1],
         r.campaigns,
     )
 }

@@ -1,39 +1,73 @@
-//! `xce-congestion`: the P14 table of acceptance.md — every link limited to 1 Mbit/s (tc tbf)
-//! while writers submit back to back: elections during congestion alone, elections per fault
-//! (the primary blackholed) and the writers' unavailability. Needs root, `ip` and `tc`.
+//! `xce-congestion`: the P14 table of acceptance.md (amended by issue 29) — every link limited
+//! to 1 Mbit/s (tc tbf, queue 50 ms) while 3 writers submit and 3 listers list a pre-filled
+//! table of 1,000 jobs, through the library: elections during 20 s of congestion alone, the
+//! writers' longest wait, the listings, then the primary killed (or blackholed, or nothing) and
+//! the elections and unavailability after it. Needs root, `ip` and `tc`.
 //! `--before PATH` measures another controller binary (e.g. an older build) in the same run,
-//! round for round, so that the two rows are side by side.
+//! round for round, so that the two rows are side by side. The bench before issue 29:
+//! `--listers 0 --jobs 0 --writers 8 --queue 200ms --calm-s 8 --fault blackhole`.
 //!
 //! ```text
-//! cargo run --release -p xce-proof --bin xce-congestion -- [--rounds 3] [--before PATH]
+//! cargo run --release -p xce-proof --bin xce-congestion -- [--rounds 3] [--fault none] [--before PATH]
 //! ```
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
-use xce_proof::bench::p14_congestion::{self, TOOL};
+use xce_proof::bench::args::{Command, Needs, Value, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
+use xce_proof::bench::p14_congestion::{self, FaultKind, TOOL};
+
+/// `FLAG: N in lo..=hi` unless the value is a number in that range.
+fn within(value: &mut Value<'_>, flag: &str, lo: usize, hi: usize) -> Result<usize, String> {
+    value
+        .text("a number")?
+        .parse()
+        .ok()
+        .filter(|n| (lo..=hi).contains(n))
+        .ok_or_else(|| format!("{flag}: {lo}..{hi}"))
+}
 
 fn main() -> ExitCode {
     let usage = format!(
-        "usage: {TOOL} [--rounds N] [--rate R] [--writers N] [--before PATH] [--args FLAGS] [--no-build]
-  --rate R       tc rate of every link (default 1mbit)
-  --writers N    writer threads (default 8)
+        "usage: {TOOL} [--rounds N] [--rate R] [--queue L] [--writers N] [--listers N] [--jobs N]
+       [--page-bytes B] [--calm-s S] [--fault kill|blackhole|none] [--before PATH] [--args FLAGS]
+       [--no-build]
+  --rate R        tc rate of every link (default 1mbit; off: no shaping, a control for the
+                  machine's own elections)
+  --queue L       tc tbf queue (latency) of every link (default 50ms)
+  --writers N     writer threads, each with its own context (default 3)
+  --listers N     lister threads listing the whole table back to back (default 3; 0: writers only)
+  --jobs N        jobs submitted before the shaping (default 1000)
+  --page-bytes B  the largest listing page asked for (default 0: the controller's choice)
+  --calm-s S      seconds of congestion alone, from the clients' start (default 20)
+  --fault F       after the calm stretch, still congested: kill (kill -9 of the primary, the
+                  default), blackhole (both its links down 4 s) or none
+  the bench before issue 29: --listers 0 --jobs 0 --writers 8 --queue 200ms --calm-s 8 --fault blackhole
 {SIDE_BY_SIDE_USAGE}"
     );
     let cmd = Command::new(TOOL, usage, SIDE_BY_SIDE).rounds(3);
-    let (mut rate, mut writers) = (None, None);
+    let mut plan = p14_congestion::plan();
     let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
+        let m = &mut plan.more;
         match flag {
-            "--rate" => rate = Some(value.text("a rate")?),
-            "--writers" => {
-                writers = Some(
-                    value
-                        .text("a number")?
-                        .parse()
-                        .ok()
-                        .filter(|&n| n > 0 && n <= 256)
-                        .ok_or("--writers: 1..256")?,
-                )
+            "--rate" => m.rate = value.text("a rate")?,
+            "--queue" => m.latency = value.text("a tc latency (50ms)")?,
+            "--writers" => plan.writers = within(value, flag, 1, 256)?,
+            "--listers" => plan.readers = within(value, flag, 0, 64)?,
+            "--jobs" => m.jobs = within(value, flag, 0, 1_000_000)?,
+            "--page-bytes" => m.page_bytes = within(value, flag, 0, 1 << 24)? as u32,
+            "--calm-s" => {
+                m.calm_for = value
+                    .text("seconds")?
+                    .parse()
+                    .ok()
+                    .filter(|&s: &f64| s > 0.0 && s <= 3600.0)
+                    .map(Duration::from_secs_f64)
+                    .ok_or("--calm-s: seconds in (0, 3600]")?
+            }
+            "--fault" => {
+                m.fault = FaultKind::parse(&value.text("kill, blackhole or none")?)
+                    .ok_or("--fault: kill, blackhole or none")?
             }
             _ => return Ok(false),
         }
@@ -42,5 +76,5 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    p14_congestion::command(&args, rate, writers)
+    p14_congestion::command(&args, plan)
 }

@@ -130,6 +130,48 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
     assert!(!ctrl.all_logs().contains("(C15"), "{}", ctrl.all_logs());
 }
 
+/// C15 (amended): a primary that gives up on a raft connection while it lives (its peer
+/// answered none of the last requests: a slow link) says so before it closes (`Bye`); the
+/// peer then takes the close for what it is. Forged on connections of their own, after an
+/// append of the primary's vote: one follower is told goodbye, the other sees a bare close —
+/// only the second counts its close as evidence.
+#[test]
+fn a_goodbye_before_the_close_is_no_evidence_of_a_crash() {
+    let flags = slow("on");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(3, &flags);
+    let p = ctrl.wait_settled(STARTUP);
+    let id = ctrl.cluster_id();
+    let term = info(&ctrl.client(p).call(hello())).term;
+    let f: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
+    let (told, bare) = (f[0], f[1]);
+    for (node, bye) in [(told, true), (bare, false)] {
+        let mut s = TcpStream::connect(ctrl.raft_addr(node)).unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p), id).unwrap();
+        assert!(
+            matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
+            "node {node} did not take the append: {reply:?}"
+        );
+        if bye {
+            s.write_all(&raft_wire::frame(&raft_wire::RpcRequest::Bye, id))
+                .unwrap();
+            // The node closes its end after a goodbye, unanswered.
+            let mut rest = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut rest).unwrap();
+            assert!(rest.is_empty(), "a goodbye is not answered");
+        }
+        drop(s);
+    }
+    let closed = "closed without a goodbye";
+    ctrl.wait_until("the bare close noted", STARTUP, || {
+        ctrl.logged(bare, closed)
+    });
+    // The bare close is noted at once; the told node handled its close before (it read the
+    // goodbye before its connection ended, and closed it itself).
+    assert!(!ctrl.logged(told, closed), "{}", ctrl.log(told));
+}
+
 /// Issue 25, defect 4: the campaign's "no append accepted since" check and the election are
 /// one step. The primary is stopped (SIGSTOP); both standbys decide to campaign (pre-vote
 /// granted) and are held right there by the failpoint `elect-campaign=pause`; the primary is

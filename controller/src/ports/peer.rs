@@ -217,6 +217,7 @@ pub async fn serve(listener: TcpListener, srv: PeerServer) {
         loop {
             tokio::time::sleep(crate::base::ratelog::INTERVAL).await;
             REFUSALS.flush(&prefix);
+            crate::raft::link::flush_logs(&prefix);
         }
     });
     loop {
@@ -475,6 +476,8 @@ async fn serve_rpcs(
                 receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
             }
             RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
+            // C15 (amended): the leader closes this connection on purpose; not a death.
+            RpcRequest::Bye => return Ok(()),
             RpcRequest::Identify => RpcReply::Identity {
                 id: srv.node_id,
                 initialised: srv

@@ -513,6 +513,12 @@ async fn watch_closes(e: Arc<Elections>, mut rx: mpsc::UnboundedReceiver<Vote>) 
         if f.utime > closed_at {
             continue; // an append came after the close: the leader is there
         }
+        eprintln!(
+            "node {}: the raft connection of the primary (node {}) closed without a goodbye: \
+             campaigning when the lease lapses unless an append comes first",
+            e.id,
+            vote.leader_id().voted_for().unwrap_or_default()
+        );
         // The lease as it is when the wait ends (it may have stretched meanwhile, C15 amended).
         let at = || f.utime + e.timing.lease() + t.step / 2 + t.step * f.rank;
         while Instant::now() < at() {

@@ -116,6 +116,12 @@ pub(crate) enum RpcRequest {
     /// Issue 26 (C17): who is there? Asked by a primary of a node it is about to add: the
     /// answer must be that node, blank (a `--join` node), of no other cluster.
     Identify,
+    /// C15 (amended): the last message of a connection the leader gives up on while it lives
+    /// (its peer answered none of the last requests: a slow or congested link) — unanswered.
+    /// The connection's close then is not evidence that the leader died: the follower does
+    /// not campaign early on it (`raft/elect.rs`). A peer of an earlier build cannot read it
+    /// and closes, which is what it saw before.
+    Bye,
 }
 
 /// C19: a node's answer about its state digest at a checkpoint entry.

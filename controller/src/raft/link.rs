@@ -36,10 +36,19 @@ use crate::raft::types::{Snapshot, TypeConfig};
 
 /// Issue 26: TLS refusals of outgoing raft connections, rate-limited with a count.
 static LINK_REFUSALS: crate::base::ratelog::RateLog = crate::base::ratelog::RateLog::new();
+/// C15 (amended): links given up on while their peer may be alive, rate-limited with a count.
+static GIVEN_UP: crate::base::ratelog::RateLog = crate::base::ratelog::RateLog::new();
 
 /// Pause before retrying an unreachable peer (openraft's default is 500 ms): short, so that a
 /// restarted node gets the log, and can vote sensibly, soon after it is back.
 pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Writes the counts of this side's rate-limited lines held back (called every
+/// [`crate::base::ratelog::INTERVAL`] by the raft port's task), so none goes unreported.
+pub fn flush_logs(prefix: &str) {
+    LINK_REFUSALS.flush(prefix);
+    GIVEN_UP.flush(prefix);
+}
 
 /// Creates one [`PeerClient`] per target for openraft.
 pub struct NetFactory {
@@ -144,6 +153,30 @@ impl Link {
             answered: 0,
             outstanding: VecDeque::new(),
         }
+    }
+
+    /// C15 (amended): gives up on this link while its peer may be alive (it answered none of
+    /// the last requests): what is buffered goes out, then [`RpcRequest::Bye`] — after which
+    /// the peer closes without taking the close for this leader's death — and the replies are
+    /// read and dropped until the peer's close, all within `within`, in a task of its own.
+    fn farewell(mut self, tag: Option<crate::base::cluster_id::ClusterTag>, within: Duration) {
+        let Ok(bye) = frame(&RpcRequest::Bye, tag) else {
+            return;
+        };
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+        }
+        self.wbuf.extend_from_slice(&bye);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(within, async {
+                self.conn.write_all(&self.wbuf[self.wpos..]).await?;
+                self.conn.flush().await?;
+                while self.conn.read(&mut self.scratch).await? > 0 {}
+                io::Result::Ok(())
+            })
+            .await;
+        });
     }
 
     /// Frames `frame` as the next request; returns its sequence number and when it was framed.
@@ -354,6 +387,19 @@ impl PeerClient {
             Some(joined) => joined,
             None => {
                 if link.outstanding.len() >= max_outstanding {
+                    // Given up while the peer may be alive: said, so that it does not
+                    // campaign on the close (C15 amended).
+                    if let Some(old) = self.link.take() {
+                        let within = (self.pace.lease() * 2).max(Duration::from_secs(1));
+                        old.farewell(self.identity.tag(), within);
+                        GIVEN_UP.note("raft link given up", || {
+                            format!(
+                                "raft link to node {}: no answer to the last {max_outstanding} \
+                                 requests: given up (said to the peer) and reconnecting",
+                                self.target
+                            )
+                        });
+                    }
                     return Err(CallError::Network(timed_out(
                         "peer answers none of the last requests",
                     )));

@@ -726,6 +726,13 @@ pub mod raft_wire {
             candidate: u64,
             last_log_id: Option<openraft::LogId<u64>>,
         },
+        /// Stand-ins for C19's digest questions and issue 26's `Identify` (never sent by these
+        /// tests): keep the variant indexes.
+        Digest,
+        Diverged,
+        Identify,
+        /// C15 (amended): the leader's last message on a connection it gives up on.
+        Bye,
     }
 
     #[derive(Deserialize, Debug)]

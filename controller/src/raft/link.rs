@@ -331,6 +331,18 @@ pub struct PeerClient {
     identity: Arc<Identity>,
 }
 
+/// C15 (amended): openraft drops a client when it rebuilds a replication stream or this node
+/// stops leading; the process lives on, so the link ends with a goodbye ([`Link::farewell`]).
+/// A killed process drops nothing: its peers see a bare close, the evidence of a crash.
+impl Drop for PeerClient {
+    fn drop(&mut self) {
+        if let (Some(link), Ok(_)) = (self.link.take(), tokio::runtime::Handle::try_current()) {
+            let within = (self.pace.lease() * 2).max(Duration::from_secs(1));
+            link.farewell(self.identity.tag(), within);
+        }
+    }
+}
+
 /// Why a call failed: the peer could not be reached at all, the exchange broke, or the peer
 /// (or this node) refused the message for its cluster (C20) or because it diverged (C19).
 enum CallError {

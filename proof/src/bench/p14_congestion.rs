@@ -822,6 +822,13 @@ fn listing_counts<'a>(ls: impl Iterator<Item = &'a Listing>) -> (usize, usize, u
     (secs.len(), failed, cut, secs)
 }
 
+/// The longest time a listing cut by a round's end had been running, in seconds.
+fn longest_cut<'a>(ls: impl Iterator<Item = &'a Listing>) -> f64 {
+    ls.filter(|l| l.ending == Ending::Cut)
+        .map(|l| (l.end - l.start).as_secs_f64())
+        .fold(0.0, f64::max)
+}
+
 /// The table's note: what a round does.
 fn setup_note(plan: &Plan<Links>) -> String {
     let m = &plan.more;
@@ -993,8 +1000,11 @@ fn judge(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> (bool, String) 
     );
     if plan.readers > 0 {
         ok &= failed == 0 && idle == 0;
+        let cut = longest_cut(rs.iter().flat_map(|r| &r.listings));
         detail.push_str(&format!(
-            ", {failed} listings failed, {idle} lister-rounds without a complete listing"
+            ", {failed} listings failed, {idle} lister-rounds without a complete listing (the \
+             longest listing cut by a round's end had run {} s)",
+            num(cut)
         ));
     }
     if plan.more.fault != FaultKind::None {
@@ -1031,8 +1041,8 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
     format!(
         "  {label} round {n}: {} elections calm (longest wait {:.2} s, longest call {:.2} s, \
          {} writes, {} step-downs), {} for the fault (unavailable max {:.2} s), {} failed \
-         writes; listings {ok} ok / {failed} failed / {cut} cut, max {:.2} s, {restarts} \
-         restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; busiest \
+         writes; listings {ok} ok / {failed} failed / {cut} cut, max {:.2} s, cut after up to \
+         {:.2} s, {restarts} restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; busiest \
          uplinks, calm: peer {:.0} KB/s, client {:.0} KB/s; {}",
         r.calm_elections,
         r.calm_wait.as_secs_f64(),
@@ -1047,6 +1057,7 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
             .as_secs_f64(),
         r.errors,
         secs.iter().copied().fold(0.0, f64::max),
+        longest_cut(r.listings.iter()),
         first_err.map_or(String::new(), |e| format!(" (first failure: {e})")),
         r.library.retries[0],
         r.library.rotations[0],
@@ -1145,6 +1156,7 @@ mod tests {
         assert_eq!(r.unavailable, vec![s(500)]);
         let (ok, failed, cut, secs) = listing_counts(r.listings.iter());
         assert_eq!((ok, failed, cut, secs), (1, 1, 1, vec![0.7]));
+        assert_eq!(longest_cut(r.listings.iter()), 1.9);
     }
 
     #[test]

@@ -847,21 +847,29 @@ fn setup_note(plan: &Plan<Links>) -> String {
             m.rate, m.latency
         ),
     };
+    let filled = match m.jobs {
+        0 => String::new(),
+        n => format!(
+            "{n} jobs of {}-byte commands submitted before the shaping; ",
+            m.command_bytes
+        ),
+    };
+    let listers = match plan.readers {
+        0 => "no listers".to_string(),
+        n => format!(
+            "{n} listers listing the whole table back to back (the library's pager, pages of {})",
+            match m.page_bytes {
+                0 => "the controller's size".to_string(),
+                b => format!("at most {b} bytes"),
+            }
+        ),
+    };
     format!(
-        "3 controllers in network namespaces, {links}; {} jobs of {}-byte commands submitted before the \
-         shaping; {} writers submitting {}-byte commands back to back and {} listers listing \
-         the whole table back to back (the library's pager, pages of {}), each with a context \
-         of its own; per round: {:.0} s of congestion alone from the clients' start, {fault}; \
-         a fresh cluster per round",
-        m.jobs,
-        m.command_bytes,
+        "3 controllers in network namespaces, {links}; {filled}{} writers submitting {}-byte \
+         commands back to back and {listers}, each with a context of its own; per round: {:.0} \
+         s of congestion alone from the clients' start, {fault}; a fresh cluster per round",
         plan.writers,
         m.command_bytes,
-        plan.readers,
-        match m.page_bytes {
-            0 => "the controller's size".to_string(),
-            b => format!("at most {b} bytes"),
-        },
         m.calm_for.as_secs_f64(),
     )
 }

@@ -822,6 +822,13 @@ fn listing_counts<'a>(ls: impl Iterator<Item = &'a Listing>) -> (usize, usize, u
     (secs.len(), failed, cut, secs)
 }
 
+/// The longest time a listing cut by a round's end had been running, in seconds.
+fn longest_cut<'a>(ls: impl Iterator<Item = &'a Listing>) -> f64 {
+    ls.filter(|l| l.ending == Ending::Cut)
+        .map(|l| (l.end - l.start).as_secs_f64())
+        .fold(0.0, f64::max)
+}
+
 /// The table's note: what a round does.
 fn setup_note(plan: &Plan<Links>) -> String {
     let m = &plan.more;
@@ -840,21 +847,29 @@ fn setup_note(plan: &Plan<Links>) -> String {
             m.rate, m.latency
         ),
     };
+    let filled = match m.jobs {
+        0 => String::new(),
+        n => format!(
+            "{n} jobs of {}-byte commands submitted before the shaping; ",
+            m.command_bytes
+        ),
+    };
+    let listers = match plan.readers {
+        0 => "no listers".to_string(),
+        n => format!(
+            "{n} listers listing the whole table back to back (the library's pager, pages of {})",
+            match m.page_bytes {
+                0 => "the controller's size".to_string(),
+                b => format!("at most {b} bytes"),
+            }
+        ),
+    };
     format!(
-        "3 controllers in network namespaces, {links}; {} jobs of {}-byte commands submitted before the \
-         shaping; {} writers submitting {}-byte commands back to back and {} listers listing \
-         the whole table back to back (the library's pager, pages of {}), each with a context \
-         of its own; per round: {:.0} s of congestion alone from the clients' start, {fault}; \
-         a fresh cluster per round",
-        m.jobs,
-        m.command_bytes,
+        "3 controllers in network namespaces, {links}; {filled}{} writers submitting {}-byte \
+         commands back to back and {listers}, each with a context of its own; per round: {:.0} \
+         s of congestion alone from the clients' start, {fault}; a fresh cluster per round",
         plan.writers,
         m.command_bytes,
-        plan.readers,
-        match m.page_bytes {
-            0 => "the controller's size".to_string(),
-            b => format!("at most {b} bytes"),
-        },
         m.calm_for.as_secs_f64(),
     )
 }
@@ -993,8 +1008,11 @@ fn judge(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> (bool, String) 
     );
     if plan.readers > 0 {
         ok &= failed == 0 && idle == 0;
+        let cut = longest_cut(rs.iter().flat_map(|r| &r.listings));
         detail.push_str(&format!(
-            ", {failed} listings failed, {idle} lister-rounds without a complete listing"
+            ", {failed} listings failed, {idle} lister-rounds without a complete listing (the \
+             longest listing cut by a round's end had run {} s)",
+            num(cut)
         ));
     }
     if plan.more.fault != FaultKind::None {
@@ -1031,8 +1049,8 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
     format!(
         "  {label} round {n}: {} elections calm (longest wait {:.2} s, longest call {:.2} s, \
          {} writes, {} step-downs), {} for the fault (unavailable max {:.2} s), {} failed \
-         writes; listings {ok} ok / {failed} failed / {cut} cut, max {:.2} s, {restarts} \
-         restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; busiest \
+         writes; listings {ok} ok / {failed} failed / {cut} cut, max {:.2} s, cut after up to \
+         {:.2} s, {restarts} restarts{}; library retries / rotations: writers {} / {}, listers {} / {}; busiest \
          uplinks, calm: peer {:.0} KB/s, client {:.0} KB/s; {}",
         r.calm_elections,
         r.calm_wait.as_secs_f64(),
@@ -1047,6 +1065,7 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
             .as_secs_f64(),
         r.errors,
         secs.iter().copied().fold(0.0, f64::max),
+        longest_cut(r.listings.iter()),
         first_err.map_or(String::new(), |e| format!(" (first failure: {e})")),
         r.library.retries[0],
         r.library.rotations[0],
@@ -1145,6 +1164,7 @@ mod tests {
         assert_eq!(r.unavailable, vec![s(500)]);
         let (ok, failed, cut, secs) = listing_counts(r.listings.iter());
         assert_eq!((ok, failed, cut, secs), (1, 1, 1, vec![0.7]));
+        assert_eq!(longest_cut(r.listings.iter()), 1.9);
     }
 
     #[test]

@@ -282,15 +282,13 @@ fn jobs(n: u64) -> ReplyData {
     )
 }
 
-/// Issue 29 (F8 on a slow link): a reply that keeps arriving is waited for past the reply
-/// timeout — not abandoned, re-sent and abandoned again. ~20 KB in 2 KB chunks 100 ms apart
-/// (≈ 1 s, more than three reply timeouts): one request, answered.
-#[test]
-fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
+/// A fake whose first answer is a listing of 200 jobs written `chunk` bytes every `every`, and
+/// a client with a 300 ms reply timeout; the listing and how long it took.
+fn trickled(chunk: usize, every: Duration) -> (FakeController, Vec<Job>, Duration) {
     let a = FakeController::start(vec![Step::Trickle {
         data: jobs(200),
-        chunk: 2048,
-        every: Duration::from_millis(100),
+        chunk,
+        every,
     }]);
     let opts = Options {
         reply_timeout: Duration::from_millis(300),
@@ -299,12 +297,17 @@ fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
     let c = client(&eps(&[&a]), opts, fast_retry(5));
     let t = Instant::now();
     let got = c.joblist_all(JobFilter::default()).unwrap();
+    (a, got, t.elapsed())
+}
+
+/// Issue 29 (F8 on a slow link): a reply that keeps arriving is waited for past the reply
+/// timeout — not abandoned, re-sent and abandoned again. ~20 KB in 2 KB chunks 100 ms apart
+/// (≈ 1 s, more than three reply timeouts): one request, answered.
+#[test]
+fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
+    let (a, got, took) = trickled(2048, Duration::from_millis(100));
     assert_eq!(got.len(), 200);
-    assert!(
-        t.elapsed() >= Duration::from_millis(600),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(took >= Duration::from_millis(600), "{took:?}");
     assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
 }
 
@@ -313,24 +316,12 @@ fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
 /// floor rate (≈ 2.8 s), not after the minutes it would take; the loop asks again.
 #[test]
 fn a_reply_slower_than_the_floor_rate_is_given_up() {
-    let a = FakeController::start(vec![Step::Trickle {
-        data: jobs(200),
-        chunk: 64,
-        every: Duration::from_millis(250),
-    }]);
-    let opts = Options {
-        reply_timeout: Duration::from_millis(300),
-        ..fast_options()
-    };
-    let c = client(&eps(&[&a]), opts, fast_retry(5));
-    let t = Instant::now();
-    let got = c.joblist_all(JobFilter::default()).unwrap();
+    let (a, got, took) = trickled(64, Duration::from_millis(250));
     assert_eq!(
         got.len(),
         1,
         "the second answer is the fake's default listing"
     );
-    let took = t.elapsed();
     assert!(took < Duration::from_secs(8), "{took:?}");
     assert_eq!(a.ops(), vec!["joblist", "joblist"]);
 }

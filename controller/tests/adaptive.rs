@@ -10,8 +10,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
-use xce::wire::{JobAction, JobState, Op};
 
 /// The ceiling the tests run with: well above election-max, short enough for a test.
 const CEILING_MS: u64 = 2000;
@@ -53,69 +51,13 @@ fn no_stale_read(primary_ms: u64, others_ms: u64) {
     for s in others(&[1, 2, 3], p) {
         set_lease(&ctrl, s, others_ms, bound(others_ms));
     }
-    let mut old = ctrl.client(p);
-    old.ok(submit(5, "u", ""));
-    assert_eq!(job(old.ok(Op::JobInfo { job_id: 5 })).state, JobState::Pend);
-
-    ctrl.signal(p, libc::SIGSTOP);
     // The standbys wait out their own (stretched) lease and timeout: up to 3 × the ceiling.
-    let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), STARTUP + Duration::from_secs(6));
-    let mut new = ctrl.client(q);
-    new.ok(Op::JobCtrl {
-        job_id: 5,
-        action: JobAction::Kill,
-    });
-    assert_eq!(job(new.ok(Op::JobInfo { job_id: 5 })).state, JobState::Exit);
-
-    // Queued while `p` is frozen: the first thing it sees when it runs again.
-    let req = old.request(Op::JobInfo { job_id: 5 });
-    old.send(&req).unwrap();
-    ctrl.signal(p, libc::SIGCONT);
-    let (mut answered, mut queued) = (0, true);
-    for attempt in 1.. {
-        assert!(
-            attempt <= 10,
-            "the deposed primary {p} never answered twice"
-        );
-        let r = if std::mem::take(&mut queued) {
-            old.recv()
-        } else {
-            old.try_call(Op::JobInfo { job_id: 5 })
-        };
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                // It closes the connections it served as primary once it learns it was
-                // deposed: ask again on a new one.
-                eprintln!("deposed primary {p} closed the connection: {e}");
-                old = ctrl.client(p);
-                continue;
-            }
-        };
-        eprintln!("deposed primary {p}, read {answered}: status {}", r.status);
-        match r.status {
-            0 => assert_eq!(
-                job(r.data).state,
-                JobState::Exit,
-                "stale read from the deposed primary {p} (its adaptive lease {primary_ms} ms, \
-                 the others' {others_ms} ms)"
-            ),
-            s => assert!(
-                [
-                    -E_XCE_STANDBY,
-                    -E_XCE_NOT_READY,
-                    -E_XCE_NOMASTER,
-                    -E_XCE_REDIRECT
-                ]
-                .contains(&s),
-                "unexpected status {s}"
-            ),
-        }
-        answered += 1;
-        if answered == 2 {
-            break;
-        }
-    }
+    deposed_reads_are_fresh(
+        &ctrl,
+        p,
+        STARTUP + Duration::from_secs(6),
+        &format!("its adaptive lease {primary_ms} ms, the others' {others_ms} ms"),
+    );
 }
 
 /// The primary at the ceiling (it calls itself cut off only after 2 s), the standbys at the

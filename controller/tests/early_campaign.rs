@@ -97,22 +97,35 @@ fn without_the_early_campaign_a_crash_waits_for_the_random_timeout() {
 /// A connection that carried the live primary's appends closes (here: a forged append of its
 /// vote on a connection of our own, then a close): the primary's next heartbeat arrives
 /// before the lease lapses, so the follower does not campaign.
-#[test]
-fn a_closed_connection_of_a_live_primary_starts_no_election() {
+/// A settled cluster on the slow timings (early campaign on): its primary, cluster id and term.
+fn settled_slow() -> (Ctrl, u64, [u8; 16], u64) {
     let flags = slow("on");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let ctrl = Ctrl::start(3, &flags);
     let p = ctrl.wait_settled(STARTUP);
     let id = ctrl.cluster_id();
     let term = info(&ctrl.client(p).call(hello())).term;
+    (ctrl, p, id, term)
+}
+
+/// A raft connection of its own to `node` carrying one forged append of primary `p`'s vote in
+/// `term` (cluster `id`), taken by the node.
+fn forged_append(ctrl: &Ctrl, node: u64, p: u64, term: u64, id: [u8; 16]) -> TcpStream {
+    let mut s = TcpStream::connect(ctrl.raft_addr(node)).unwrap();
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p), id).unwrap();
+    assert!(
+        matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
+        "node {node} did not take the append: {reply:?}"
+    );
+    s
+}
+
+#[test]
+fn a_closed_connection_of_a_live_primary_starts_no_election() {
+    let (ctrl, p, id, term) = settled_slow();
     for f in (1..=3).filter(|&i| i != p) {
-        let mut s = TcpStream::connect(ctrl.raft_addr(f)).unwrap();
-        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p), id).unwrap();
-        assert!(
-            matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
-            "node {f} did not take the append: {reply:?}"
-        );
+        let mut s = forged_append(&ctrl, f, p, term, id);
         s.flush().unwrap();
         drop(s);
     }
@@ -137,22 +150,11 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
 /// only the second counts its close as evidence.
 #[test]
 fn a_goodbye_before_the_close_is_no_evidence_of_a_crash() {
-    let flags = slow("on");
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = Ctrl::start(3, &flags);
-    let p = ctrl.wait_settled(STARTUP);
-    let id = ctrl.cluster_id();
-    let term = info(&ctrl.client(p).call(hello())).term;
+    let (ctrl, p, id, term) = settled_slow();
     let f: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
     let (told, bare) = (f[0], f[1]);
     for (node, bye) in [(told, true), (bare, false)] {
-        let mut s = TcpStream::connect(ctrl.raft_addr(node)).unwrap();
-        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p), id).unwrap();
-        assert!(
-            matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
-            "node {node} did not take the append: {reply:?}"
-        );
+        let mut s = forged_append(&ctrl, node, p, term, id);
         if bye {
             s.write_all(&raft_wire::frame(&raft_wire::RpcRequest::Bye, id))
                 .unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
-use xce::wire::{ControllerRole, JobAction, JobFilter, JobState, Op, ReplyData, SessionRole};
+use xce::wire::{ControllerRole, JobFilter, JobState, Op, ReplyData, SessionRole};
 
 /// Default election timeout is 300–600 ms; allow for detection, the vote round, the first
 /// commit and a loaded debug build.
@@ -142,72 +142,7 @@ fn deposed_primary_never_answers_stale_reads() {
     // Settled, not only a primary: a standby still catching up from blank (C12) votes for
     // nobody, so stopping the primary then left no quorum (seen on a loaded machine).
     let p = ctrl.wait_settled(STARTUP);
-    let mut old = ctrl.client(p);
-    old.ok(submit(5, "u", ""));
-    assert_eq!(job(old.ok(Op::JobInfo { job_id: 5 })).state, JobState::Pend);
-
-    ctrl.signal(p, libc::SIGSTOP);
-    let q = ctrl.wait_primary_among(&others(&[1, 2, 3], p), STARTUP);
-    let mut new = ctrl.client(q);
-    new.ok(Op::JobCtrl {
-        job_id: 5,
-        action: JobAction::Kill,
-    });
-    assert_eq!(job(new.ok(Op::JobInfo { job_id: 5 })).state, JobState::Exit);
-
-    // The read is queued while the old primary is stopped: it is the first thing it sees.
-    let req = old.request(Op::JobInfo { job_id: 5 });
-    old.send(&req).unwrap();
-    ctrl.signal(p, libc::SIGCONT);
-    // Two answered reads: the queued one, then a fresh one. The deposed node closes the
-    // connections it served as primary (defect 5) — the queued read's, and one made in the
-    // moment before it learnt it was deposed: nothing stale either; ask it again (bounded).
-    let (mut answered, mut queued) = (0, true);
-    for attempt in 1.. {
-        assert!(
-            attempt <= 10,
-            "the deposed primary {p} never answered twice"
-        );
-        let r = if std::mem::take(&mut queued) {
-            old.recv()
-        } else {
-            old.try_call(Op::JobInfo { job_id: 5 })
-        };
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("deposed primary {p} closed the connection: {e}");
-                old = ctrl.client(p);
-                continue;
-            }
-        };
-        eprintln!(
-            "deposed primary {p}, read {answered}: status {} hint {}",
-            r.status,
-            hint(&r)
-        );
-        match r.status {
-            0 => assert_eq!(
-                job(r.data).state,
-                JobState::Exit,
-                "stale read from a deposed primary"
-            ),
-            s => assert!(
-                [
-                    -E_XCE_STANDBY,
-                    -E_XCE_NOT_READY,
-                    -E_XCE_NOMASTER,
-                    -E_XCE_REDIRECT
-                ]
-                .contains(&s),
-                "unexpected status {s}"
-            ),
-        }
-        answered += 1;
-        if answered == 2 {
-            break;
-        }
-    }
+    let mut old = deposed_reads_are_fresh(&ctrl, p, STARTUP, "default timing");
     // And it does not call itself primary (a connection it closes on learning it was deposed
     // is asked again).
     let h = (1..=10)

@@ -622,6 +622,80 @@ impl Client {
     }
 }
 
+/// C3: no stale read from a deposed primary. Primary `p` of a settled cluster takes job 5;
+/// `p` is frozen (SIGSTOP) while the others elect a primary (within `elect_within`) that kills
+/// the job; `p` is resumed with a read already queued, the first thing it sees. Two answered
+/// reads follow — the queued one, then a fresh one (the deposed node closes the connections it
+/// served as primary; one made in the moment before it learnt it was deposed is asked again,
+/// bounded): each shows the job killed, or is a refusal. `what` names the case in a failure.
+/// Returns a client of `p` for more questions.
+pub fn deposed_reads_are_fresh(ctrl: &Ctrl, p: u64, elect_within: Duration, what: &str) -> Client {
+    use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+    use xce::wire::{JobAction, JobState};
+    let mut old = ctrl.client(p);
+    old.ok(submit(5, "u", ""));
+    assert_eq!(job(old.ok(Op::JobInfo { job_id: 5 })).state, JobState::Pend);
+    ctrl.signal(p, libc::SIGSTOP);
+    let rest: Vec<u64> = ctrl.clients.keys().copied().filter(|&i| i != p).collect();
+    let q = ctrl.wait_primary_among(&rest, elect_within);
+    let mut new = ctrl.client(q);
+    new.ok(Op::JobCtrl {
+        job_id: 5,
+        action: JobAction::Kill,
+    });
+    assert_eq!(job(new.ok(Op::JobInfo { job_id: 5 })).state, JobState::Exit);
+    let req = old.request(Op::JobInfo { job_id: 5 });
+    old.send(&req).unwrap();
+    ctrl.signal(p, libc::SIGCONT);
+    let (mut answered, mut queued) = (0, true);
+    for attempt in 1.. {
+        assert!(
+            attempt <= 10,
+            "the deposed primary {p} never answered twice ({what})"
+        );
+        let r = if std::mem::take(&mut queued) {
+            old.recv()
+        } else {
+            old.try_call(Op::JobInfo { job_id: 5 })
+        };
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("deposed primary {p} closed the connection: {e}");
+                old = ctrl.client(p);
+                continue;
+            }
+        };
+        eprintln!(
+            "deposed primary {p}, read {answered}: status {} hint {}",
+            r.status,
+            hint(&r)
+        );
+        match r.status {
+            0 => assert_eq!(
+                job(r.data).state,
+                JobState::Exit,
+                "stale read from the deposed primary {p} ({what})"
+            ),
+            s => assert!(
+                [
+                    -E_XCE_STANDBY,
+                    -E_XCE_NOT_READY,
+                    -E_XCE_NOMASTER,
+                    -E_XCE_REDIRECT
+                ]
+                .contains(&s),
+                "unexpected status {s} ({what})"
+            ),
+        }
+        answered += 1;
+        if answered == 2 {
+            return old;
+        }
+    }
+    unreachable!()
+}
+
 pub fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -82,12 +82,16 @@ fn the_adaptive_lease_stays_within_its_bounds() {
     let p = ctrl.wait_settled(STARTUP);
     set_lease(&ctrl, p, 60_000, CEILING_MS as f64 / 1000.0);
     set_lease(&ctrl, p, 1, 0.12);
+    // Cleared, the measured value is back: off the ceiling the failpoint held it at (any
+    // value within the bounds is a possible measurement, so the check is that it moves).
+    set_lease(&ctrl, p, 60_000, CEILING_MS as f64 / 1000.0);
     ctrl.fail_clear(p, "pace-lease-ms");
-    // Measured again: election-max on a quiet loopback, more on a machine busy enough to
-    // delay heartbeats — never outside the bounds.
-    let lease = ctrl.metric(p, "xce_adaptive_lease_seconds").unwrap();
-    assert!(
-        (0.12..=CEILING_MS as f64 / 1000.0).contains(&lease),
-        "measured lease {lease} s"
+    ctrl.wait_until(
+        "the measured lease once the failpoint is cleared",
+        STARTUP,
+        || {
+            ctrl.metric(p, "xce_adaptive_lease_seconds")
+                .is_some_and(|l| l < CEILING_MS as f64 / 1000.0)
+        },
     );
 }

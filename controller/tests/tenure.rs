@@ -53,3 +53,72 @@ fn deposed_primary_closes_the_connections_it_served() {
     assert!(asker.try_call(hello()).is_ok());
     let _ = &mut ctrl;
 }
+
+/// C10 in two steps. A primary that hears from no quorum for one window (election-max here: a
+/// quiet link) stops presenting itself, but the clients it serves are turned away only after a
+/// second window: a silence in between — what the first long gaps of a link that has just
+/// become congested look like — costs them no reconnection. The failpoint `lease-deaf` makes
+/// the primary count no answer as heard while replication and commits go on. Before: the first
+/// window closed every connection the primary served, so a write on it failed.
+#[test]
+fn a_quorum_silent_for_one_window_turns_no_served_client_away() {
+    // Windows of a second: the test's own steps fit well inside one.
+    let ctrl = Ctrl::start(
+        3,
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--election-min-ms",
+            "500",
+            "--election-max-ms",
+            "1000",
+        ],
+    );
+    let p = ctrl.wait_settled(STARTUP);
+    let mut worker = ctrl.client(p);
+    worker.ok(join(SessionRole::Worker, "w1"));
+    worker.ok(Op::Heartbeat { host: "w1".into() });
+
+    ctrl.fail_set(p, "lease-deaf", "return");
+    // The first step: no longer presented as primary.
+    assert!(
+        ctrl.logged(p, "no answer from a quorum for"),
+        "node {p} never called itself cut off\n{}",
+        ctrl.all_logs()
+    );
+    // Its client is still served, on the same connection (the write commits: the followers
+    // do answer, the primary only does not count it).
+    worker.ok(Op::Heartbeat { host: "w1".into() });
+    ctrl.fail_clear(p, "lease-deaf");
+    assert!(ctrl.logged(p, "a quorum answers again"));
+    worker.ok(Op::Heartbeat { host: "w1".into() });
+    assert!(
+        !ctrl
+            .log(p)
+            .contains("closing the client connections it served"),
+        "a silence of one window ended node {p}'s tenure\n{}",
+        ctrl.all_logs()
+    );
+
+    // The second step: a silence of two windows closes the connection it served, and `hello`
+    // is turned away.
+    ctrl.fail_set(p, "lease-deaf", "return");
+    assert!(
+        worker.closed_within(Duration::from_secs(10)),
+        "node {p}, silent for two windows, kept its client's connection open\n{}",
+        ctrl.all_logs()
+    );
+    assert!(ctrl.logged(p, "closing the client connections it served"));
+    let mut asker = ctrl.client(p);
+    assert_eq!(
+        asker.call(hello()).status,
+        -xce::error::E_XCE_NOMASTER,
+        "a stranded primary answered hello as primary"
+    );
+    ctrl.fail_clear(p, "lease-deaf");
+    ctrl.wait_until(&format!("node {p} serving again"), STARTUP, || {
+        asker
+            .try_call(hello())
+            .is_ok_and(|r| r.status == 0 && info(&r).primary_id as u64 == p)
+    });
+}

@@ -41,6 +41,10 @@ pub const REPL_MAX_INDEX: &str = "repl-max-index";
 /// C15 (amended): the adaptive lease set to `return(MS)` (within election-max and the
 /// ceiling, `raft/pace.rs`): tests drive the adaptive timings to their bounds with it.
 pub const PACE_LEASE_MS: &str = "pace-lease-ms";
+/// C10: on a leader, `return` makes the followers' answers to appends count for nothing in its
+/// lease bookkeeping (`raft/link.rs`): it hears no quorum, as on a congested link, while
+/// replication and commits go on. Tests hold a quorum's silence for as long as they choose.
+pub const LEASE_DEAF: &str = "lease-deaf";
 
 /// Every failpoint: its name and what it does.
 pub const NAMES: &[(&str, &str)] = &[
@@ -72,6 +76,10 @@ pub const NAMES: &[(&str, &str)] = &[
     (
         PACE_LEASE_MS,
         "the adaptive lease set to return(MS), within its bounds",
+    ),
+    (
+        LEASE_DEAF,
+        "a leader counts no answer to its appends as heard: return",
     ),
 ];
 
@@ -194,6 +202,16 @@ pub fn number(name: &str) -> Option<i64> {
     } else {
         None
     }
+}
+
+/// Whether `name` is set to `return` (with or without an argument).
+#[allow(unused_variables)]
+pub fn returns(name: &str) -> bool {
+    let read = || -> bool {
+        fail::fail_point!(name, |_| true);
+        false
+    };
+    enabled() && read()
 }
 
 #[cfg(test)]

@@ -806,7 +806,7 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
                 crate::log_warn!(
                     "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
                     ctx.id,
-                    ctx.opts.election_max_ms,
+                    ctx.elect.pace().lease().as_millis(),
                     ms / 1000,
                     ms % 1000
                 );

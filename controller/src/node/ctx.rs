@@ -25,6 +25,9 @@ use crate::sm::state::{Cmd, Outcome, Proposal};
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often `waitPrimary` re-checks a standby's silent leader.
 pub const STALE_LEADER_RECHECK: Duration = Duration::from_millis(25);
+/// C10's second step: a leader that has heard from no quorum for this many C10 windows stops
+/// serving the clients it serves ([`Ctx::leader_stranded`]).
+pub const STRANDED_AFTER: u32 = 2;
 
 /// Everything a connection needs, shared by all of them.
 pub struct Ctx {
@@ -168,40 +171,64 @@ impl Ctx {
     }
 
     /// C10: this node leads but has heard from no quorum for an election timeout
-    /// (election-max, stretched on a slow link: C15 amended): the others may be electing a new leader, so it must not present itself
-    /// as primary. Ends when a quorum answers again (or another leader deposes it).
+    /// (election-max, stretched on a slow link: C15 amended): the others may be electing a new
+    /// leader, so it must not present itself as primary (`hello`, `waitPrimary`, the role in
+    /// its metrics and `status`). Ends when a quorum answers again (or another leader deposes
+    /// it).
     pub fn leader_cut_off(&self) -> bool {
-        self.cut_off_in(&self.raft.metrics().borrow())
+        self.cut_off_in(&self.raft.metrics().borrow(), 1)
     }
 
-    fn cut_off_in(&self, m: &RaftMetrics<NodeId, CtrlNode>) -> bool {
+    /// C10, the second step: the silence has lasted [`STRANDED_AFTER`] windows. Only now does
+    /// this leader stop serving the clients it serves (their connections close, waiting
+    /// writes end as outcome unknown, waiting reads as not primary). A silence between one
+    /// window and this is what a link that has just become congested looks like (the first
+    /// long gaps, before the adaptive lease has measured them): the clients' calls wait it out
+    /// instead of being turned away and reconnecting over the same congested links. Nothing
+    /// else rests on it: a lease read needs fresh answers from a quorum whatever this says
+    /// (`ports/client.rs::lease_valid`), a deposed leader stops serving at once (its state is
+    /// no longer Leader), a write commits only through a quorum, and a request read by a leader
+    /// that is deposed before applying it still closes its connection (`node/tenure.rs`).
+    pub fn leader_stranded(&self) -> bool {
+        self.cut_off_in(&self.raft.metrics().borrow(), STRANDED_AFTER)
+    }
+
+    /// Whether this node, leading, has heard from no quorum within `windows` times the
+    /// C10 window.
+    fn cut_off_in(&self, m: &RaftMetrics<NodeId, CtrlNode>, windows: u32) -> bool {
         if m.state != ServerState::Leader {
             return false;
         }
         let configs = m.membership_config.membership().get_joint_config();
         // C15 (amended): election-max on a quiet link, stretched on a slow one (`raft/pace.rs`).
-        let window = self.elect.pace().lease();
+        let window = self.elect.pace().lease() * windows;
         self.lease
             .cut_off(&m.vote, configs, self.id, window, BootInstant::now())
     }
 
-    /// A leader that serves right now (C2, C10, C11).
+    /// A leader that serves the clients' ops right now (C2, C10's second step, C11).
     pub fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
         m.state == ServerState::Leader
-            && !self.cut_off_in(&m)
+            && !self.cut_off_in(&m, STRANDED_AFTER)
             && self.ready.is_ready(&m.vote)
             && !self.diverged.is()
             && !crate::base::fault::faulted()
     }
 
-    /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
-    /// a quorum which is not answering.
-    pub(crate) async fn until_cut_off(&self) {
+    /// A leader that tells those who ask that it is the primary (`hello`): it serves, and it
+    /// has heard from a quorum within one C10 window.
+    pub fn presenting_primary(&self) -> bool {
+        self.serving_leader() && !self.leader_cut_off()
+    }
+
+    /// Resolves once this node is a stranded leader (C10's second step): ends a read or write
+    /// that waits for a quorum which is not answering.
+    pub(crate) async fn until_stranded(&self) {
         loop {
             tokio::time::sleep(STALE_LEADER_RECHECK).await;
-            if self.leader_cut_off() {
+            if self.leader_stranded() {
                 return;
             }
         }
@@ -228,7 +255,7 @@ impl Ctx {
         };
         let res = tokio::select! {
             r = tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)) => r,
-            () = self.until_cut_off() => return Err(self.outcome_unknown(req.seq, &req.op)),
+            () = self.until_stranded() => return Err(self.outcome_unknown(req.seq, &req.op)),
         };
         match res {
             Ok(Ok(outcome)) => Ok(outcome),

@@ -619,7 +619,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 // Every answer but HigherVote means the follower took our vote (and its lease).
                 if vote.is_committed() && !matches!(r, AppendEntriesResponse::HigherVote(_)) {
                     let heard = BootInstant::now();
-                    self.lease.record(self.target, vote, sent, heard);
+                    if !crate::base::failpoints::returns(crate::base::failpoints::LEASE_DEAF) {
+                        self.lease.record(self.target, vote, sent, heard);
+                    }
                     self.pace.heard(self.target, vote, heard);
                 }
                 Ok(match (r, cut) {

@@ -285,19 +285,47 @@ fn jobs(n: u64) -> ReplyData {
 /// A fake whose first answer is a listing of 200 jobs written `chunk` bytes every `every`, and
 /// a client with a 300 ms reply timeout; the listing and how long it took.
 fn trickled(chunk: usize, every: Duration) -> (FakeController, Vec<Job>, Duration) {
+    let (a, got, took, _) = trickled_among(chunk, every, false);
+    (a, got, took)
+}
+
+/// [`trickled`]; `watchful`: with two standbys beside the primary that hold `waitPrimary`
+/// (they know no other primary) and suspicion on (F25), so a late reply would be suspected.
+fn trickled_among(
+    chunk: usize,
+    every: Duration,
+    watchful: bool,
+) -> (FakeController, Vec<Job>, Duration, xce::failover::Stats) {
     let a = FakeController::start(vec![Step::Trickle {
         data: jobs(200),
         chunk,
         every,
     }]);
+    let standbys: Vec<FakeController> = (0..if watchful { 2 } else { 0 })
+        .map(|_| {
+            FakeController::start(vec![
+                Step::Split(
+                    Box::new(Step::After(
+                        Duration::from_secs(5),
+                        Box::new(Step::Primary(a.endpoint())),
+                    )),
+                    Box::new(Step::Standby(Some(a.endpoint()))),
+                );
+                4
+            ])
+        })
+        .collect();
     let opts = Options {
         reply_timeout: Duration::from_millis(300),
+        suspicion: watchful,
         ..fast_options()
     };
-    let c = client(&eps(&[&a]), opts, fast_retry(5));
+    let mut all = vec![&a];
+    all.extend(standbys.iter());
+    let c = client(&eps(&all), opts, fast_retry(5));
     let t = Instant::now();
     let got = c.joblist_all(JobFilter::default()).unwrap();
-    (a, got, t.elapsed())
+    (a, got, t.elapsed(), c.stats())
 }
 
 /// Issue 29 (F8 on a slow link): a reply that keeps arriving is waited for past the reply
@@ -309,6 +337,18 @@ fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
     assert_eq!(got.len(), 200);
     assert!(took >= Duration::from_millis(600), "{took:?}");
     assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
+}
+
+/// The same with other controllers to suspect the primary with (F25): a reply that has begun
+/// to arrive is slow, not late — nobody is asked, nothing is abandoned. Before: with the
+/// suspicion threshold at the reply timeout, the wait ended there whatever had arrived, and
+/// the page was asked for again.
+#[test]
+fn a_slow_reply_that_keeps_arriving_is_not_suspected() {
+    let (a, got, _, st) = trickled_among(2048, Duration::from_millis(100), true);
+    assert_eq!(got.len(), 200, "{st:?}");
+    assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
+    assert_eq!((st.suspicions, st.rotations), (0, 0), "{st:?}");
 }
 
 /// A peer that trickles a reply slower than the floor rate (`MIN_REPLY_RATE`) is not waited

@@ -375,13 +375,20 @@ impl Connection {
     /// [`Connection::recv`] with a soft deadline: `Ok(None)` when it passes first, and the
     /// connection stays usable (what arrived so far stays buffered). F25: the loop waits this
     /// way up to the suspicion threshold, then asks another controller while waiting on.
+    /// With `progress`, a reply that is arriving moves `deadline` as [`Connection::recv_progress`]
+    /// does (issue 29: a reply that has begun to arrive is slow, not late); `deadline` is left
+    /// where the wait ended, so a caller that waits again goes on from there.
     pub fn recv_by(
         &mut self,
         expected_seq: u64,
-        deadline: Instant,
+        deadline: &mut Instant,
+        progress: Option<Progress>,
         waker: &Waker,
     ) -> Result<Option<Reply>, Error> {
-        match self.recv_inner(expected_seq, deadline, waker) {
+        let r = self
+            .recv_frames_by(Some(expected_seq), deadline, progress, waker)
+            .map(|r| r.expect("a reply when one is awaited"));
+        match r {
             Err(Error::Errno(libc::ETIMEDOUT)) => Ok(None),
             r => self.note(r).map(Some),
         }
@@ -712,16 +719,6 @@ impl Connection {
         r
     }
 
-    fn recv_inner(
-        &mut self,
-        expected_seq: u64,
-        deadline: Instant,
-        waker: &Waker,
-    ) -> Result<Reply, Error> {
-        self.recv_frames(Some(expected_seq), deadline, None, waker)
-            .map(|r| r.expect("a reply when one is awaited"))
-    }
-
     /// Receives frames until the reply to `expected` arrives (`Ok(Some)`), or — with `None` —
     /// until no acknowledgement is pending (`Ok(None)`). Acknowledgements met on the way are
     /// kept for [`Connection::take_acks`].
@@ -729,6 +726,17 @@ impl Connection {
         &mut self,
         expected: Option<u64>,
         mut deadline: Instant,
+        progress: Option<Progress>,
+        waker: &Waker,
+    ) -> Result<Option<Reply>, Error> {
+        self.recv_frames_by(expected, &mut deadline, progress, waker)
+    }
+
+    /// [`Connection::recv_frames`] that leaves `deadline` where `progress` moved it.
+    fn recv_frames_by(
+        &mut self,
+        expected: Option<u64>,
+        deadline: &mut Instant,
         progress: Option<Progress>,
         waker: &Waker,
     ) -> Result<Option<Reply>, Error> {
@@ -776,9 +784,9 @@ impl Connection {
                 }
                 continue;
             }
-            self.fill(total, deadline, waker)?;
+            self.fill(total, *deadline, waker)?;
             if let Some(p) = progress {
-                deadline = p.extend(deadline, started, total, Instant::now());
+                *deadline = p.extend(*deadline, started, total, Instant::now());
             }
         }
     }

@@ -129,11 +129,14 @@ impl Call<'_, '_> {
                 link.try_direct(&env.waker, fd, connect_until);
             }
         }
-        let suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
+        let progress = link.progress;
+        // Issue 29: a reply that begins to arrive before the threshold is slow, not late — its
+        // progress moves the wait past `until` and nobody is asked; a silent one is suspected.
+        let mut suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
         let Some(conn) = link.conn.as_mut() else {
             return (Err(Error::Errno(libc::ENOTCONN)), true);
         };
-        let early = match conn.recv_by(seq, suspect_at, &env.waker) {
+        let early = match conn.recv_by(seq, &mut suspect_at, progress, &env.waker) {
             Ok(None) if Instant::now() < until => None,
             Ok(None) => Some(Err(Error::Errno(libc::ETIMEDOUT))),
             Ok(Some(reply)) => Some(Ok(reply)),
@@ -236,23 +239,40 @@ impl Call<'_, '_> {
             .send_op(&head, op, until, &env.waker)
             .ok()
             .map(|()| through);
+        // The direct reply's deadline, moved by its progress (issue 29) as it arrives.
+        let progress = link.progress;
+        let mut direct_until = until;
         let direct_outcome = loop {
+            if Instant::now() >= until {
+                // The witness had until the reply timeout; the direct reply, still arriving,
+                // is waited for alone (the witness's request abandoned as below).
+                if let Some(mut w) = other.take() {
+                    w.mark_dead();
+                }
+            }
             let Some(direct) = link.conn.as_mut() else {
                 break Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
             };
             let Some(w) = other.as_mut() else {
-                break Hedged::Direct(direct.recv(seq, until, &env.waker));
+                break Hedged::Direct(direct.recv_progress(
+                    seq,
+                    direct_until,
+                    progress,
+                    &env.waker,
+                ));
             };
-            match direct.recv_by(seq, until, &env.waker.watching(w.raw_fd())) {
+            let watch_w = env.waker.watching(w.raw_fd());
+            match direct.recv_by(seq, &mut direct_until, progress, &watch_w) {
                 Ok(Some(r)) => break Hedged::Direct(Ok(r)),
                 Err(e) => break Hedged::Direct(Err(e)),
-                Ok(None) if Instant::now() >= until => {
+                Ok(None) if Instant::now() >= direct_until => {
                     break Hedged::Direct(Err(Error::Errno(libc::ETIMEDOUT)))
                 }
                 Ok(None) => {}
             }
             let direct_fd = direct.raw_fd();
-            match w.recv_by(wseq, until, &env.waker.watching(direct_fd)) {
+            let mut w_until = until;
+            match w.recv_by(wseq, &mut w_until, None, &env.waker.watching(direct_fd)) {
                 Ok(Some(r)) if !is_no_primary_status(r.status) => {
                     let Some(w) = other.take() else {
                         break Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));

@@ -315,6 +315,20 @@ fn herd_rounds(
     Ok(())
 }
 
+/// P16: `kills` kills of the primary of a fresh 3-node cluster with the controller's own
+/// timing on quiet (loopback) links, one client of ours released at each — P4's measurement,
+/// for a run that also measures the same build on congested links (`xce-congestion --p16`).
+pub fn quiet_series(kills: usize, log_dir: Option<std::path::PathBuf>) -> Series {
+    let opts = BenchOpts {
+        quick: false,
+        only: Vec::new(),
+        svg: None,
+        log_dir,
+        kills: Some(kills),
+    };
+    one_client_series(&opts, &[], kills)
+}
+
 /// `kills` kills of the primary of a fresh 3-node cluster started with `extra` flags, one
 /// client of ours released at each (P4's comparison with the timing before C15).
 fn one_client_series(opts: &BenchOpts, extra: &[&str], kills: usize) -> Series {

@@ -43,6 +43,7 @@ pub mod p12_job_table;
 pub mod p13_rolling;
 pub mod p14_congestion;
 pub mod p15_security;
+pub mod p16_adaptation;
 pub mod p1_roundtrip;
 pub mod p2_loop_cost;
 pub mod p3_client_added;

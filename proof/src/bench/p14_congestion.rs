@@ -80,12 +80,14 @@ pub struct Links {
     pub command_bytes: usize,
     /// Jobs submitted before the shaping (what each listing reads, with the writers' jobs).
     pub jobs: usize,
-    /// The largest page a lister asks for (0: the controller's choice, about 4 MiB).
+    /// The largest page a lister asks for (0: the controller's choice, 64 KiB).
     pub page_bytes: u32,
     /// Congestion without a fault, from the clients' start.
     pub calm_for: Duration,
     /// The fault after the calm stretch.
     pub fault: FaultKind,
+    /// P16: kills of the primary on quiet links before each round, same build (0: none).
+    pub quiet_kills: usize,
 }
 
 /// How a round runs (issue 29's amended P14): every link at 1 Mbit/s (tbf queue 50 ms), 1,000
@@ -104,6 +106,7 @@ pub fn plan() -> Plan<Links> {
             page_bytes: 0,
             calm_for: Duration::from_secs(20),
             fault: FaultKind::Kill,
+            quiet_kills: 0,
         })
     }
 }
@@ -171,6 +174,8 @@ pub struct RoundResult {
     pub uplinks: [f64; 2],
     /// What the nodes' counters say about candidacies and forwards (for the log line).
     pub campaigns: String,
+    /// P16 (`--p16 N`): the same build's kills on quiet links, measured before this round.
+    pub quiet: Option<crate::bench::p16_adaptation::Quiet>,
 }
 
 fn spec(name: &str, command: &str) -> JobSpec {
@@ -787,6 +792,7 @@ fn tally(
         library: Library::default(),
         uplinks: [0.0; 2],
         campaigns: String::new(),
+        quiet: None,
     };
     for w in calls {
         let ok: Vec<Duration> = w.iter().filter(|c| c.ok).map(|c| c.end).collect();
@@ -993,7 +999,7 @@ fn row(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> Vec<String> {
 }
 
 /// One controller binary's verdict against [`target_text`], and by how much.
-fn judge(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> (bool, String) {
+pub(crate) fn judge(label: &str, rs: &[RoundResult], plan: &Plan<Links>) -> (bool, String) {
     let calm: u64 = rs.iter().map(|r| r.calm_elections).sum();
     let wait = rs
         .iter()
@@ -1102,7 +1108,11 @@ pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
     sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
     let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
-        let r = round(&plan)?;
+        // P16: the same build on quiet links first, then congested.
+        let quiet = (plan.more.quiet_kills > 0)
+            .then(|| crate::bench::p16_adaptation::Quiet::measure(plan.more.quiet_kills, &logs));
+        let mut r = round(&plan)?;
+        r.quiet = quiet;
         eprintln!("{}", round_line(&row.label, n, &r));
         Ok(r)
     }) {
@@ -1110,6 +1120,9 @@ pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
         Err(code) => return code,
     };
     println!("{}", table(&runs, &plan));
+    if plan.more.quiet_kills > 0 {
+        println!("{}", crate::bench::p16_adaptation::table(&runs, &plan));
+    }
     println!("({:.0} s)", started.elapsed().as_secs_f64());
     ExitCode::SUCCESS
 }

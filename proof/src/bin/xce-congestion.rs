@@ -6,6 +6,8 @@
 //! `--before PATH` measures another controller binary (e.g. an older build) in the same run,
 //! round for round, so that the two rows are side by side. The bench before issue 29:
 //! `--listers 0 --jobs 0 --writers 8 --queue 200ms --calm-s 8 --fault blackhole`.
+//! `--p16 N` adds P16: N kills of each build's primary on quiet links before each of its
+//! rounds, and a table of both (fast on a quiet link, calm on a congested one, same run).
 //!
 //! ```text
 //! cargo run --release -p xce-proof --bin xce-congestion -- [--rounds 3] [--fault none] [--before PATH]
@@ -30,8 +32,8 @@ fn within(value: &mut Value<'_>, flag: &str, lo: usize, hi: usize) -> Result<usi
 fn main() -> ExitCode {
     let usage = format!(
         "usage: {TOOL} [--rounds N] [--rate R] [--queue L] [--writers N] [--listers N] [--jobs N]
-       [--page-bytes B] [--calm-s S] [--fault kill|blackhole|none] [--before PATH] [--args FLAGS]
-       [--no-build]
+       [--page-bytes B] [--calm-s S] [--fault kill|blackhole|none] [--p16 N] [--before PATH]
+       [--args FLAGS] [--no-build]
   --rate R        tc rate of every link (default 1mbit; off: no shaping, a control for the
                   machine's own elections)
   --queue L       tc tbf queue (latency) of every link (default 50ms)
@@ -42,6 +44,8 @@ fn main() -> ExitCode {
   --calm-s S      seconds of congestion alone, from the clients' start (default 20)
   --fault F       after the calm stretch, still congested: kill (kill -9 of the primary, the
                   default), blackhole (both its links down 4 s) or none
+  --p16 N         P16: before each round, N kills of the same build's primary on quiet
+                  links (P4's method); a second table puts both side by side (default 0: off)
   the bench before issue 29: --listers 0 --jobs 0 --writers 8 --queue 200ms --calm-s 8 --fault blackhole
 {SIDE_BY_SIDE_USAGE}"
     );
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
                     .map(Duration::from_secs_f64)
                     .ok_or("--calm-s: seconds in (0, 3600]")?
             }
+            "--p16" => m.quiet_kills = within(value, flag, 0, 1000)?,
             "--fault" => {
                 m.fault = FaultKind::parse(&value.text("kill, blackhole or none")?)
                     .ok_or("--fault: kill, blackhole or none")?

@@ -228,3 +228,64 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
     assert!(r.status >= 0, "{r:?}");
     assert_eq!(count(&mut admin, j), 1);
 }
+
+/// The `tos:` of every established TCP connection whose local address is `local` (`ss`).
+fn tos_at(local: &str) -> Vec<(String, String)> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnH", "--tos", "state", "established"])
+        .output()
+        .expect("ss (iproute2)");
+    assert!(out.status.success(), "ss failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let tos = f.iter().find_map(|t| t.strip_prefix("tos:"))?;
+            (f.get(2) == Some(&local)).then(|| (f[3].to_string(), tos.to_string()))
+        })
+        .collect()
+}
+
+/// C15 (amended): forwarded requests and their replies are bulk. The standby forwards on
+/// connections of their own, and the primary's end of such a connection gives up the raft
+/// priority (DSCP 0), while the raft links it dialled keep CS6. Before: every connection of the
+/// raft port was CS6, a listing's forwarded pages included.
+#[test]
+fn forwarded_bulk_does_not_claim_the_raft_priority() {
+    let ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    let s = (1..=3).find(|&i| i != p).unwrap();
+    let mut c = ctrl.client(s);
+    let r = forwarded(&mut c, Op::JobList(wire::JobFilter::default()));
+    assert_eq!(r.status, 0, "the standby forwarded the listing");
+    // The primary's accepted connections: the forwarding one is bulk now.
+    let accepted = tos_at(&ctrl.raft_addr(p));
+    assert!(
+        accepted.iter().any(|(_, tos)| tos == "0"),
+        "no connection of the primary's raft port gave up the priority: {accepted:?}"
+    );
+    // The raft links the primary dialled to the standbys keep CS6 (0xc0).
+    let standbys: Vec<String> = (1..=3)
+        .filter(|&i| i != p)
+        .map(|i| ctrl.raft_addr(i))
+        .collect();
+    let mut links = 0;
+    let out = std::process::Command::new("ss")
+        .args(["-tnH", "--tos", "state", "established"])
+        .output()
+        .expect("ss");
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() > 4 && standbys.iter().any(|a| a == f[3]) && !standbys.iter().any(|a| a == f[2])
+        {
+            if let Some(tos) = f.iter().find_map(|t| t.strip_prefix("tos:")) {
+                links += 1;
+                assert_eq!(tos, "0xc0", "a connection to a standby's raft port: {l}");
+            }
+        }
+    }
+    assert!(
+        links >= 2,
+        "the primary's raft links to both standbys: {links}"
+    );
+}

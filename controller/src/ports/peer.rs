@@ -35,7 +35,7 @@ use crate::raft::digests::Digests;
 use crate::raft::diverged::Diverged;
 use crate::raft::frame::{
     decode, invalid, more, read_rest, split_tag, write_msg, DigestAnswer, PeerStream,
-    PreVoteRequest, RpcReply, RpcRequest, RPC_IDLE_TIMEOUT,
+    PreVoteRequest, RpcReply, RpcRequest, Traffic, RPC_IDLE_TIMEOUT,
 };
 use crate::raft::lease::VoteGuard;
 use crate::raft::types::{Raft, Snapshot};
@@ -274,6 +274,12 @@ async fn serve_peer(
     admit: impl FnOnce() -> Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> io::Result<()> {
     let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    // The socket under the stream (kept open by it for the whole connection): a connection
+    // that carries forwarded requests is marked as bulk (C15 amended, `raft/frame.rs`).
+    let sock = {
+        use std::os::fd::AsRawFd;
+        (tcp.as_raw_fd(), tcp.local_addr().is_ok_and(|a| a.is_ipv6()))
+    };
     let admission = async {
         let mut stream: PeerStream = match &srv.tls {
             None => Box::new(tcp),
@@ -344,7 +350,7 @@ async fn serve_peer(
     // C15: the committed vote of the last append this connection carried; if the connection
     // breaks, the leader may be gone (see `crate::raft::elect`).
     let mut carried: Option<Vote> = None;
-    let res = serve_rpcs(&mut stream, peer, first, srv, &mut carried).await;
+    let res = serve_rpcs(&mut stream, sock, peer, first, srv, &mut carried).await;
     if let (Err(_), Some(v)) = (&res, carried) {
         srv.elect.leader_link_closed(v);
     }
@@ -356,11 +362,13 @@ async fn serve_peer(
 /// appends it carries.
 async fn serve_rpcs(
     stream: &mut PeerStream,
+    sock: (std::os::fd::RawFd, bool),
     peer: std::net::SocketAddr,
     mut first: Option<[u8; 4]>,
     srv: &PeerServer,
     carried: &mut Option<Vote>,
 ) -> io::Result<()> {
+    let mut bulk = false;
     loop {
         // Idle up to RPC_IDLE_TIMEOUT between messages; a message has FRAME_TIMEOUT.
         let len = match first.take() {
@@ -431,6 +439,12 @@ async fn serve_rpcs(
                 return Err(io::Error::new(io::ErrorKind::PermissionDenied, "diverged"));
             }
             continue;
+        }
+        // The standby keeps forwarding connections apart from its pre-votes: this one's
+        // replies are bulk (a listing's pages), and go without the priority.
+        if matches!(req, RpcRequest::Forward { .. }) && !bulk {
+            bulk = true;
+            crate::raft::frame::set_traffic(sock.0, sock.1, Traffic::Bulk);
         }
         let reply = match req {
             RpcRequest::Forward {

@@ -1,6 +1,9 @@
 //! Forwarding (C16): a standby's connections to the primary's raft port for client requests,
-//! and on the same kept connections a candidate's pre-vote asking (C15) and the primary's
-//! questions of the consistency check (C19).
+//! and, on kept connections of their own, a candidate's pre-vote asking (C15) and the
+//! primary's questions of the consistency check (C19). The two kinds never share a connection:
+//! forwarded requests and their replies (a listing's pages) are bulk, the questions are control
+//! traffic with the raft link's priority (`raft/frame.rs::Traffic`), so a pre-vote never waits
+//! behind a page in one stream, nor a page take the priority queue.
 
 use std::collections::HashMap;
 use std::io;
@@ -14,7 +17,8 @@ use crate::base::cluster_id::Identity;
 use crate::base::ids::NodeId;
 use crate::base::tls::PeerTls;
 use crate::raft::frame::{
-    read_reply, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest, CONNECT_TIMEOUT,
+    read_reply, write_msg, PeerStream, PreVoteRequest, RpcReply, RpcRequest, Traffic,
+    CONNECT_TIMEOUT,
 };
 
 /// Forwarded requests in flight at once from one standby; more are answered as before (not
@@ -40,6 +44,8 @@ pub enum Forwarded {
 
 /// A kept forwarding connection and when it was last used.
 type IdleConn = (std::time::Instant, PeerStream);
+/// Kept connections per member, address and kind of traffic.
+type PoolKey = (NodeId, String, Traffic);
 
 /// A standby's forwarding client: dials the primary's raft port (mutual TLS, verifying that
 /// the peer is the member it dials), keeps a few idle connections per primary.
@@ -48,7 +54,7 @@ pub struct Forwarder {
     max_rpc: usize,
     /// C20: this node's cluster, stamped on every request and checked on every reply.
     identity: Arc<Identity>,
-    idle: Mutex<HashMap<(NodeId, String), Vec<IdleConn>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<IdleConn>>>,
     slots: Semaphore,
 }
 
@@ -68,7 +74,7 @@ impl Forwarder {
         self.tls.is_some()
     }
 
-    fn take_idle(&self, key: &(NodeId, String)) -> Option<PeerStream> {
+    fn take_idle(&self, key: &PoolKey) -> Option<PeerStream> {
         let mut idle = self.idle.lock().expect("forward pool");
         let v = idle.get_mut(key)?;
         while let Some((at, s)) = v.pop() {
@@ -79,7 +85,7 @@ impl Forwarder {
         None
     }
 
-    fn put_idle(&self, key: (NodeId, String), s: PeerStream) {
+    fn put_idle(&self, key: PoolKey, s: PeerStream) {
         let mut idle = self.idle.lock().expect("forward pool");
         let v = idle.entry(key).or_default();
         if v.len() < MAX_IDLE_FORWARD_CONNS {
@@ -87,13 +93,24 @@ impl Forwarder {
         }
     }
 
-    async fn dial(&self, target: NodeId, addr: &str, bound: Duration) -> io::Result<PeerStream> {
+    async fn dial(
+        &self,
+        target: NodeId,
+        addr: &str,
+        bound: Duration,
+        traffic: Traffic,
+    ) -> io::Result<PeerStream> {
+        use std::os::fd::AsRawFd;
         let timed_out = |what: &str| io::Error::new(io::ErrorKind::TimedOut, what.to_string());
         let bound = bound.min(CONNECT_TIMEOUT);
         let s = tokio::time::timeout(bound, TcpStream::connect(addr))
             .await
             .map_err(|_| timed_out("connect timed out"))??;
         crate::raft::frame::raft_socket(&s);
+        if traffic == Traffic::Bulk {
+            let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
+            crate::raft::frame::set_traffic(s.as_raw_fd(), v6, Traffic::Bulk);
+        }
         Ok(match &self.tls {
             None => Box::new(s),
             Some(t) => {
@@ -137,7 +154,7 @@ impl Forwarder {
         within: Duration,
     ) -> Option<RpcReply> {
         let until = tokio::time::Instant::now() + within;
-        let key = (target, addr.to_string());
+        let key = (target, addr.to_string(), Traffic::Control);
         for kept in [true, false] {
             let mut conn = if kept {
                 match self.take_idle(&key) {
@@ -146,7 +163,7 @@ impl Forwarder {
                 }
             } else {
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
-                self.dial(target, addr, left).await.ok()?
+                self.dial(target, addr, left, Traffic::Control).await.ok()?
             };
             let res = tokio::time::timeout_at(until, async {
                 write_msg(&mut conn, msg, self.identity.tag()).await?;
@@ -184,7 +201,7 @@ impl Forwarder {
         // A node started a moment ago may not listen yet: dialled again until `within`.
         let mut conn = loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
-            match self.dial(target, addr, left).await {
+            match self.dial(target, addr, left, Traffic::Control).await {
                 Ok(c) => break c,
                 Err(e) if left > Duration::from_millis(200) => {
                     let _ = e;
@@ -223,7 +240,7 @@ impl Forwarder {
             return Forwarded::NotSent;
         };
         let until = tokio::time::Instant::now() + within;
-        let key = (target, addr.to_string());
+        let key = (target, addr.to_string(), Traffic::Bulk);
         let mut req = RpcRequest::Forward {
             who,
             within_ms: 0,
@@ -241,7 +258,7 @@ impl Forwarder {
                     None => continue,
                 }
             } else {
-                match self.dial(target, addr, left).await {
+                match self.dial(target, addr, left, Traffic::Bulk).await {
                     Ok(c) => c,
                     Err(_) => break,
                 }

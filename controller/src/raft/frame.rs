@@ -34,15 +34,35 @@ const DSCP_CS6: libc::c_int = 48 << 2;
 /// has a priority queue — heartbeats and votes are small and must not wait behind bulk bytes
 /// (listing replies, snapshots) leaving the same interface: no Nagle delay, socket priority 6,
 /// DSCP CS6. Best effort: an option the kernel refuses (e.g. no `CAP_NET_ADMIN` for priorities
-/// above 6 — 6 needs none) is left as it was.
+/// above 6 — 6 needs none) is left as it was. A connection that carries bulk instead (a
+/// standby's forwarded requests and their replies, C16) is set back to [`Traffic::Bulk`].
 pub fn raft_socket(s: &tokio::net::TcpStream) {
     use std::os::fd::AsRawFd;
     let _ = s.set_nodelay(true);
-    let fd = s.as_raw_fd();
     let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
+    set_traffic(s.as_raw_fd(), v6, Traffic::Control);
+}
+
+/// What a raft-port connection carries, for the queues of the host and the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Traffic {
+    /// Appends, heartbeats, votes, pre-votes, the consistency check's questions: priority 6
+    /// and CS6.
+    Control,
+    /// Forwarded client requests and their replies (a listing's pages): the default priority
+    /// and class, so they never claim the queue that control traffic is served from.
+    Bulk,
+}
+
+/// Marks the socket `fd` (IPv6 when `v6`) for `t`. The socket must stay open for the call.
+pub fn set_traffic(fd: std::os::fd::RawFd, v6: bool, t: Traffic) {
+    let (class, priority) = match t {
+        Traffic::Control => (DSCP_CS6, SOCKET_PRIORITY),
+        Traffic::Bulk => (0, 0),
+    };
     let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| {
-        // SAFETY: setsockopt(2) on a socket this stream owns, with a c_int we own and its
-        // size; a failure is only an error code.
+        // SAFETY: setsockopt(2) on a socket the caller keeps open, with a c_int we own and
+        // its size; a failure is only an error code.
         unsafe {
             libc::setsockopt(
                 fd,
@@ -55,11 +75,11 @@ pub fn raft_socket(s: &tokio::net::TcpStream) {
     };
     // The class first: setting IP_TOS also sets the socket's priority from it.
     if v6 {
-        set(libc::IPPROTO_IPV6, libc::IPV6_TCLASS, DSCP_CS6);
+        set(libc::IPPROTO_IPV6, libc::IPV6_TCLASS, class);
     } else {
-        set(libc::IPPROTO_IP, libc::IP_TOS, DSCP_CS6);
+        set(libc::IPPROTO_IP, libc::IP_TOS, class);
     }
-    set(libc::SOL_SOCKET, libc::SO_PRIORITY, SOCKET_PRIORITY);
+    set(libc::SOL_SOCKET, libc::SO_PRIORITY, priority);
 }
 /// A peer connection idle for this long is closed by the receiving side.
 pub const RPC_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -389,6 +409,14 @@ mod tests {
                 assert_eq!(get(libc::SOL_SOCKET, libc::SO_PRIORITY), SOCKET_PRIORITY);
                 assert_eq!(get(libc::IPPROTO_IP, libc::IP_TOS), DSCP_CS6);
                 assert!(s.nodelay().unwrap());
+                // A connection that carries forwarded bulk gives the priority back, and can
+                // take it again.
+                set_traffic(s.as_raw_fd(), false, Traffic::Bulk);
+                assert_eq!(get(libc::SOL_SOCKET, libc::SO_PRIORITY), 0);
+                assert_eq!(get(libc::IPPROTO_IP, libc::IP_TOS), 0);
+                set_traffic(s.as_raw_fd(), false, Traffic::Control);
+                assert_eq!(get(libc::SOL_SOCKET, libc::SO_PRIORITY), SOCKET_PRIORITY);
+                assert_eq!(get(libc::IPPROTO_IP, libc::IP_TOS), DSCP_CS6);
             }
         });
     }

@@ -806,7 +806,7 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
                 crate::log_warn!(
                     "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
                     ctx.id,
-                    ctx.elect.pace().lease().as_millis(),
+                    ctx.cut_off_window().as_millis(),
                     ms / 1000,
                     ms % 1000
                 );

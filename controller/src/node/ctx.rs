@@ -25,9 +25,10 @@ use crate::sm::state::{Cmd, Outcome, Proposal};
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often `waitPrimary` re-checks a standby's silent leader.
 pub const STALE_LEADER_RECHECK: Duration = Duration::from_millis(25);
-/// C10's second step: a leader that has heard from no quorum for this many C10 windows stops
-/// serving the clients it serves ([`Ctx::leader_stranded`]).
-pub const STRANDED_AFTER: u32 = 2;
+/// C10: a leader that has heard from no quorum for this many adaptive leases calls itself cut
+/// off ([`Ctx::leader_cut_off`]): the lease plus the longest election timeout its followers
+/// wait before they campaign (election-max at most, stretched by the same factor).
+pub const CUT_OFF_WINDOWS: u32 = 2;
 
 /// Everything a connection needs, shared by all of them.
 pub struct Ctx {
@@ -170,65 +171,60 @@ impl Ctx {
         r
     }
 
-    /// C10: this node leads but has heard from no quorum for an election timeout
-    /// (election-max, stretched on a slow link: C15 amended): the others may be electing a new
-    /// leader, so it must not present itself as primary (`hello`, `waitPrimary`, the role in
-    /// its metrics and `status`). Ends when a quorum answers again (or another leader deposes
-    /// it).
+    /// C10: this node leads but has heard from no quorum for [`CUT_OFF_WINDOWS`] adaptive
+    /// leases (election-max on a quiet link, stretched on a slow one: C15 amended) — as long as
+    /// its followers wait before they campaign (the lease, then an election timeout of at most
+    /// election-max, stretched alike): the others may be electing a new leader, so it must not
+    /// present itself as primary, nor serve its clients (their connections close, waiting
+    /// writes end as outcome unknown, waiting reads as not primary). Ends when a quorum
+    /// answers again (or another leader deposes it). A silence shorter than that is what the
+    /// first long gaps of a link that has just become congested look like, before the adaptive
+    /// lease has measured them: the clients' calls wait it out instead of being turned away
+    /// and reconnecting over the same congested links. Nothing else rests on it: a lease read
+    /// needs fresh answers from a quorum whatever this says (`ports/client.rs::lease_valid`), a
+    /// deposed leader stops serving at once (its state is no longer Leader), a write commits
+    /// only through a quorum, and a request read by a leader that is deposed before applying it
+    /// still closes its connection (`node/tenure.rs`).
     pub fn leader_cut_off(&self) -> bool {
-        self.cut_off_in(&self.raft.metrics().borrow(), 1)
+        self.cut_off_in(&self.raft.metrics().borrow())
     }
 
-    /// C10, the second step: the silence has lasted [`STRANDED_AFTER`] windows. Only now does
-    /// this leader stop serving the clients it serves (their connections close, waiting
-    /// writes end as outcome unknown, waiting reads as not primary). A silence between one
-    /// window and this is what a link that has just become congested looks like (the first
-    /// long gaps, before the adaptive lease has measured them): the clients' calls wait it out
-    /// instead of being turned away and reconnecting over the same congested links. Nothing
-    /// else rests on it: a lease read needs fresh answers from a quorum whatever this says
-    /// (`ports/client.rs::lease_valid`), a deposed leader stops serving at once (its state is
-    /// no longer Leader), a write commits only through a quorum, and a request read by a leader
-    /// that is deposed before applying it still closes its connection (`node/tenure.rs`).
-    pub fn leader_stranded(&self) -> bool {
-        self.cut_off_in(&self.raft.metrics().borrow(), STRANDED_AFTER)
+    /// The silence after which a leader calls itself cut off (C10).
+    pub fn cut_off_window(&self) -> Duration {
+        self.elect.pace().lease() * CUT_OFF_WINDOWS
     }
 
-    /// Whether this node, leading, has heard from no quorum within `windows` times the
-    /// C10 window.
-    fn cut_off_in(&self, m: &RaftMetrics<NodeId, CtrlNode>, windows: u32) -> bool {
+    fn cut_off_in(&self, m: &RaftMetrics<NodeId, CtrlNode>) -> bool {
         if m.state != ServerState::Leader {
             return false;
         }
         let configs = m.membership_config.membership().get_joint_config();
-        // C15 (amended): election-max on a quiet link, stretched on a slow one (`raft/pace.rs`).
-        let window = self.elect.pace().lease() * windows;
-        self.lease
-            .cut_off(&m.vote, configs, self.id, window, BootInstant::now())
+        self.lease.cut_off(
+            &m.vote,
+            configs,
+            self.id,
+            self.cut_off_window(),
+            BootInstant::now(),
+        )
     }
 
-    /// A leader that serves the clients' ops right now (C2, C10's second step, C11).
+    /// A leader that serves right now (C2, C10, C11).
     pub fn serving_leader(&self) -> bool {
         let rx = self.raft.metrics();
         let m = rx.borrow();
         m.state == ServerState::Leader
-            && !self.cut_off_in(&m, STRANDED_AFTER)
+            && !self.cut_off_in(&m)
             && self.ready.is_ready(&m.vote)
             && !self.diverged.is()
             && !crate::base::fault::faulted()
     }
 
-    /// A leader that tells those who ask that it is the primary (`hello`): it serves, and it
-    /// has heard from a quorum within one C10 window.
-    pub fn presenting_primary(&self) -> bool {
-        self.serving_leader() && !self.leader_cut_off()
-    }
-
-    /// Resolves once this node is a stranded leader (C10's second step): ends a read or write
-    /// that waits for a quorum which is not answering.
-    pub(crate) async fn until_stranded(&self) {
+    /// Resolves once this node is a cut-off leader (C10): ends a read or write that waits for
+    /// a quorum which is not answering.
+    pub(crate) async fn until_cut_off(&self) {
         loop {
             tokio::time::sleep(STALE_LEADER_RECHECK).await;
-            if self.leader_stranded() {
+            if self.leader_cut_off() {
                 return;
             }
         }
@@ -255,7 +251,7 @@ impl Ctx {
         };
         let res = tokio::select! {
             r = tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)) => r,
-            () = self.until_stranded() => return Err(self.outcome_unknown(req.seq, &req.op)),
+            () = self.until_cut_off() => return Err(self.outcome_unknown(req.seq, &req.op)),
         };
         match res {
             Ok(Ok(outcome)) => Ok(outcome),

@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use crate::node::ctx::{Ctx, STALE_LEADER_RECHECK};
 
 /// Ends the tenure whenever this node stops serving as primary (checked on every change of
-/// Raft's metrics and every [`STALE_LEADER_RECHECK`], which is how a stranded leader — C10's
-/// second step, `Ctx::leader_stranded` — is noticed). Runs for the node's life.
+/// Raft's metrics and every [`STALE_LEADER_RECHECK`], which is how a cut-off leader, C10,
+/// is noticed). Runs for the node's life.
 pub async fn run(ctx: Arc<Ctx>) {
     let mut rx = ctx.raft.metrics();
     let mut serving = false;

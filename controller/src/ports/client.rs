@@ -661,7 +661,7 @@ impl Ctx {
         }
         let res = tokio::select! {
             r = tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable()) => r,
-            () = self.until_stranded() => return Some(self.not_primary(seq, op, None)),
+            () = self.until_cut_off() => return Some(self.not_primary(seq, op, None)),
         };
         match res {
             Ok(Ok(_)) => None,
@@ -1182,14 +1182,8 @@ async fn answer_as(
     if !ctx.serving_leader() {
         ctx.ready.wait(&ctx.raft, READY_WAIT).await;
     }
-    // C2: only the primary serves anything else (C10: not a leader cut off from its quorum;
-    // `hello` asks who leads, and a leader that has not heard from a quorum for a window
-    // no longer says it does, while it still serves the ops of its clients for a second one).
-    let serving = match req.op {
-        Op::Hello(_) => ctx.presenting_primary(),
-        _ => ctx.serving_leader(),
-    };
-    if !serving {
+    // C2: only the primary serves anything else (C10: not a leader cut off from its quorum).
+    if !ctx.serving_leader() {
         // C16: unless the client could not reach the primary and asks this node to forward.
         if may_forward {
             if let Some(r) = ctx.forward(req, &who).await {

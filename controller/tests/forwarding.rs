@@ -229,8 +229,9 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
     assert_eq!(count(&mut admin, j), 1);
 }
 
-/// The `tos:` of every established TCP connection whose local address is `local` (`ss`).
-fn tos_at(local: &str) -> Vec<(String, String)> {
+/// Every established TCP connection on this host: its local and peer addresses and its
+/// traffic class (`tos:` of `ss --tos`).
+fn sockets_tos() -> Vec<(String, String, String)> {
     let out = std::process::Command::new("ss")
         .args(["-tnH", "--tos", "state", "established"])
         .output()
@@ -241,7 +242,11 @@ fn tos_at(local: &str) -> Vec<(String, String)> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let tos = f.iter().find_map(|t| t.strip_prefix("tos:"))?;
-            (f.get(2) == Some(&local)).then(|| (f[3].to_string(), tos.to_string()))
+            Some((
+                f.get(2)?.to_string(),
+                f.get(3)?.to_string(),
+                tos.to_string(),
+            ))
         })
         .collect()
 }
@@ -258,34 +263,29 @@ fn forwarded_bulk_does_not_claim_the_raft_priority() {
     let mut c = ctrl.client(s);
     let r = forwarded(&mut c, Op::JobList(wire::JobFilter::default()));
     assert_eq!(r.status, 0, "the standby forwarded the listing");
+    let sockets = sockets_tos();
     // The primary's accepted connections: the forwarding one is bulk now.
-    let accepted = tos_at(&ctrl.raft_addr(p));
+    let primary = ctrl.raft_addr(p);
+    let accepted: Vec<_> = sockets.iter().filter(|(l, _, _)| *l == primary).collect();
     assert!(
-        accepted.iter().any(|(_, tos)| tos == "0"),
+        accepted.iter().any(|(_, _, tos)| tos == "0"),
         "no connection of the primary's raft port gave up the priority: {accepted:?}"
     );
-    // The raft links the primary dialled to the standbys keep CS6 (0xc0).
+    // Every connection dialled to a standby's raft port (the primary's raft links, questions)
+    // keeps CS6 (0xc0).
     let standbys: Vec<String> = (1..=3)
         .filter(|&i| i != p)
         .map(|i| ctrl.raft_addr(i))
         .collect();
-    let mut links = 0;
-    let out = std::process::Command::new("ss")
-        .args(["-tnH", "--tos", "state", "established"])
-        .output()
-        .expect("ss");
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() > 4 && standbys.iter().any(|a| a == f[3]) && !standbys.iter().any(|a| a == f[2])
-        {
-            if let Some(tos) = f.iter().find_map(|t| t.strip_prefix("tos:")) {
-                links += 1;
-                assert_eq!(tos, "0xc0", "a connection to a standby's raft port: {l}");
-            }
-        }
-    }
+    let dialled: Vec<_> = sockets
+        .iter()
+        .filter(|(l, r, _)| standbys.contains(r) && !standbys.contains(l))
+        .collect();
     assert!(
-        links >= 2,
-        "the primary's raft links to both standbys: {links}"
+        dialled.len() >= 2,
+        "the primary's raft links to both standbys: {dialled:?}"
     );
+    for (l, r, tos) in dialled {
+        assert_eq!(tos, "0xc0", "{l} → {r}, a standby's raft port");
+    }
 }

@@ -259,6 +259,9 @@ fn sockets_tos() -> Vec<(String, String, String)> {
 fn forwarded_bulk_does_not_claim_the_raft_priority() {
     let ctrl = Ctrl::start(3, &[]);
     let p = ctrl.wait_settled(STARTUP);
+    // C20: a standby forwards only once it has the cluster's id (before, the primary refuses
+    // its unstamped messages and the standby answers STANDBY): wait for that event.
+    ctrl.cluster_id();
     let s = (1..=3).find(|&i| i != p).unwrap();
     let mut c = ctrl.client(s);
     let r = forwarded(&mut c, Op::JobList(wire::JobFilter::default()));

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, cluster_with, long};
+use common::{client, client_with, cluster_with, long};
 use xce::error::{Error, E_XCE_TOOBIG};
 use xce::wire::{JobFilter, JobSpec, Op};
 use xce_proof::bench::load::c_joblist_ids;
@@ -158,15 +158,13 @@ fn a_reply_too_large_for_a_frame_is_toobig_at_once_without_failover() {
     // threshold to find that the answer does not fit, and a late reply is rightly asked about
     // at another controller (a rotation through it that says nothing about this error). Off,
     // a rotation here can only be the error taken for a broken primary.
-    let mut cfg =
-        xce::client::Config::new(xce::client::parse_masters(&c.masters()).expect("masters"));
-    cfg.client_name = "scenario".into();
-    let options = xce::failover::Options {
-        suspicion: false,
-        ..Default::default()
-    };
-    let cl = xce::client::Client::start_with(cfg, options, xce::failover::XCE_RETRY_DEFAULTS)
-        .expect("client start");
+    let cl = client_with(
+        &c,
+        xce::failover::Options {
+            suspicion: false,
+            ..Default::default()
+        },
+    );
     cl.hello().expect("hello");
     let before = cl.stats();
     let t0 = Instant::now();

@@ -816,7 +816,9 @@ fn tally(
 
 /// Listings of a set of rounds: completed, failed, cut by the round's end; the durations of
 /// the completed ones.
-fn listing_counts<'a>(ls: impl Iterator<Item = &'a Listing>) -> (usize, usize, usize, Vec<f64>) {
+pub(crate) fn listing_counts<'a>(
+    ls: impl Iterator<Item = &'a Listing>,
+) -> (usize, usize, usize, Vec<f64>) {
     let (mut failed, mut cut, mut secs) = (0, 0, Vec::new());
     for l in ls {
         match l.ending {

@@ -6,13 +6,11 @@
 
 use std::path::Path;
 
-use crate::bench::p14_congestion::{judge, Links, RoundResult};
+use crate::bench::p14_congestion::{judge, listing_counts, Links, RoundResult};
+use crate::bench::p4_unavailability::P4_P50_MS as QUIET_MEDIAN_MS;
 use crate::bench::plan::Plan;
 use crate::bench::stats::Summary;
 use crate::bench::table::{num, Table, Verdict};
-
-/// P4's limit on a quiet link: the median kill → first success, ms.
-pub const QUIET_MEDIAN_MS: f64 = 150.0;
 
 /// One series of kills on quiet links.
 #[derive(Debug, Clone, Default)]
@@ -106,12 +104,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
             .iter()
             .map(|r| r.calm_wait.as_secs_f64())
             .fold(0.0, f64::max);
-        let ls = rs.iter().flat_map(|r| &r.listings);
-        let (ok, failed, cut) = ls.fold((0, 0, 0), |(o, f, c), l| match l.ending {
-            crate::bench::p14_congestion::Ending::Listed(_) => (o + 1, f, c),
-            crate::bench::p14_congestion::Ending::Failed(_) => (o, f + 1, c),
-            crate::bench::p14_congestion::Ending::Cut => (o, f, c + 1),
-        });
+        let (ok, failed, cut, _) = listing_counts(rs.iter().flat_map(|r| &r.listings));
         t.row(vec![
             label.clone(),
             q.first_success_ms.len().to_string(),

@@ -8,7 +8,7 @@ use super::table::Table;
 use super::Summary;
 
 /// P4 (raised, C15): kill → first success, median and p99 (ms).
-const P4_P50_MS: f64 = 150.0;
+pub const P4_P50_MS: f64 = 150.0;
 const P4_P99_MS: f64 = 300.0;
 
 /// The P4 table.

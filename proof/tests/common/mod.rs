@@ -38,9 +38,23 @@ pub fn client(c: &Cluster) -> Client {
 }
 
 pub fn client_for(masters: &str) -> Client {
+    Client::start(scenario_config(masters)).expect("client start")
+}
+
+/// [`client`] with these options (the default retry budget).
+pub fn client_with(c: &Cluster, options: xce::failover::Options) -> Client {
+    Client::start_with(
+        scenario_config(&c.masters()),
+        options,
+        xce::failover::XCE_RETRY_DEFAULTS,
+    )
+    .expect("client start")
+}
+
+fn scenario_config(masters: &str) -> Config {
     let mut cfg = Config::new(parse_masters(masters).expect("masters"));
     cfg.client_name = "scenario".into();
-    Client::start(cfg).expect("client start")
+    cfg
 }
 
 /// A budget far shorter than an election: 2 sleeps of 10–20 ms.

@@ -148,6 +148,8 @@ pub struct Identity {
     now: Mutex<Belonging>,
     persist: Persist,
     logged: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Woken when this node takes its cluster's id ([`Identity::tagged`]).
+    adopted: tokio::sync::Notify,
 }
 
 impl Identity {
@@ -156,6 +158,7 @@ impl Identity {
             now: Mutex::new(now),
             persist,
             logged: Mutex::new(HashMap::new()),
+            adopted: tokio::sync::Notify::new(),
         })
     }
 
@@ -173,6 +176,21 @@ impl Identity {
         match self.belonging() {
             Belonging::Member(t) => Some(t),
             _ => None,
+        }
+    }
+
+    /// The tag, once this node has one: at once if it has, else when [`Identity::adopt`]
+    /// takes it (callers bound the wait).
+    pub async fn tagged(&self) -> ClusterTag {
+        loop {
+            let adopted = self.adopted.notified();
+            tokio::pin!(adopted);
+            // Registered before the check: an adoption between the two still wakes it.
+            adopted.as_mut().enable();
+            if let Some(t) = self.tag() {
+                return t;
+            }
+            adopted.await;
         }
     }
 
@@ -194,6 +212,8 @@ impl Identity {
             Belonging::Legacy | Belonging::Pending => {
                 (self.persist)(Belonging::Member(tag))?;
                 *now = Belonging::Member(tag);
+                drop(now);
+                self.adopted.notify_waiters();
                 Ok(true)
             }
         }
@@ -307,6 +327,22 @@ mod tests {
         let id = Identity::new(Belonging::Legacy, Box::new(|_| Err("disk".into())));
         assert!(id.adopt(tag(1, 0)).is_err());
         assert_eq!(id.belonging(), Belonging::Legacy);
+    }
+
+    /// A wait for the tag ends when another task adopts it, and at once for a member.
+    #[tokio::test]
+    async fn a_wait_for_the_tag_ends_when_it_is_adopted() {
+        let id = Identity::detached(Belonging::Pending);
+        let waiting = tokio::spawn({
+            let id = id.clone();
+            async move { id.tagged().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        assert_eq!(id.adopt(tag(3, 0)), Ok(true));
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert_eq!(got.unwrap().unwrap(), tag(3, 0));
+        assert_eq!(id.tagged().await, tag(3, 0));
     }
 
     #[test]

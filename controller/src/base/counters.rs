@@ -345,7 +345,8 @@ pub fn op(op: &'static str, status: i32, write_took: Option<Duration>) {
 }
 
 /// A client request was forwarded to the primary (C16) with this `outcome`: `replied`,
-/// `unreachable`, `refused`, `lost`.
+/// `unreachable`, `refused`, `lost`; `unstamped`: refused while this node had no cluster id
+/// yet (C20), sent again once it has (counted besides the final outcome).
 pub fn forward(outcome: &'static str) {
     M.forwards.get_or_create(&ForwardLabels { outcome }).inc();
 }

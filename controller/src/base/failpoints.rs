@@ -45,6 +45,10 @@ pub const PACE_LEASE_MS: &str = "pace-lease-ms";
 /// lease bookkeeping (`raft/link.rs`): it hears no quorum, as on a congested link, while
 /// replication and commits go on. Tests hold a quorum's silence for as long as they choose.
 pub const LEASE_DEAF: &str = "lease-deaf";
+/// C20: `pause` holds this node's taking of its cluster's id (applied from the log) until
+/// the failpoint is cleared (`cmd/run.rs`); the node goes on unstamped meanwhile, as a fresh
+/// standby does for a few appends. C16's test: a standby that forwards before it has the id.
+pub const CLUSTER_ADOPT: &str = "cluster-adopt";
 
 /// Every failpoint: its name and what it does.
 pub const NAMES: &[(&str, &str)] = &[
@@ -76,6 +80,10 @@ pub const NAMES: &[(&str, &str)] = &[
     (
         PACE_LEASE_MS,
         "the adaptive lease set to return(MS), within its bounds",
+    ),
+    (
+        CLUSTER_ADOPT,
+        "taking the cluster's id from the log: pause (held until cleared)",
     ),
     (
         LEASE_DEAF,
@@ -187,6 +195,21 @@ pub fn pause_in_task(name: &str) {
         }
         _ => pause(),
     }
+}
+
+/// Blocks the calling thread while `name` is paused (`pause`); at once otherwise. For a plain
+/// thread (not a runtime task).
+#[allow(unused_variables)]
+pub fn hold(name: &str) {
+    if armed(name) {
+        eprintln!("failpoint {name} reached");
+    }
+    fail::fail_point!(name);
+}
+
+/// Whether `name` is set to anything: a point taken off the caller's thread only when set.
+pub fn is_armed(name: &str) -> bool {
+    armed(name)
 }
 
 /// A number a failpoint returns (`return(N)`), if set.

@@ -304,12 +304,25 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
             id: c.id,
             epoch: c.epoch,
         };
-        match adopting.adopt(tag) {
+        let adopting = adopting.clone();
+        let adopt = move || {
+            match adopting.adopt(tag) {
             Ok(true) => eprintln!(
                 "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
             ),
             Ok(false) => {}
             Err(e) => crate::log_warn!("node {id}: cluster id: {e}"),
+        }
+        };
+        // Tests only: the id taken later, off the applying thread (failpoint `cluster-adopt`).
+        use crate::base::failpoints;
+        if failpoints::is_armed(failpoints::CLUSTER_ADOPT) {
+            std::thread::spawn(move || {
+                failpoints::hold(failpoints::CLUSTER_ADOPT);
+                adopt();
+            });
+        } else {
+            adopt();
         }
     }));
     sm.note_cluster();

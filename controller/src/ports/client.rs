@@ -1057,8 +1057,37 @@ impl Ctx {
                 }
             }
         };
+        let until = tokio::time::Instant::now() + within;
+        let send = async {
+            let unstamped = self.identity.tag().is_none();
+            let r = self
+                .forwarder
+                .forward(leader, &node.raft, who.to_string(), within, frame.clone())
+                .await;
+            // C20: a primary that has recorded the cluster's id refuses a member without one,
+            // and that id is in the log it replicates here: a fresh standby takes it within a
+            // few appends. Sent unstamped and refused: once more when the id arrives, within
+            // the client's budget (before, a brand-new cluster's standby answered STANDBY).
+            if !(unstamped && matches!(r, Forwarded::Refused)) {
+                return r;
+            }
+            crate::base::counters::forward("unstamped");
+            if tokio::time::timeout_at(until, self.identity.tagged())
+                .await
+                .is_err()
+            {
+                return r;
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return r;
+            }
+            self.forwarder
+                .forward(leader, &node.raft, who.to_string(), left, frame)
+                .await
+        };
         let res = tokio::select! {
-            r = self.forwarder.forward(leader, &node.raft, who.to_string(), within, frame) => r,
+            r = send => r,
             () = vouched => Forwarded::Lost,
         };
         crate::base::counters::forward(match &res {

@@ -68,6 +68,8 @@ pub struct Ctrl {
     pub spec: String,
     pub clients: BTreeMap<u64, String>,
     pub extra: Vec<String>,
+    /// Environment every node starts with (e.g. `FAILPOINTS`, set before the first start).
+    pub env: Vec<(String, String)>,
     procs: BTreeMap<u64, Child>,
 }
 
@@ -97,6 +99,7 @@ impl Ctrl {
             spec: spec.join(","),
             clients,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             procs: BTreeMap::new(),
         };
         ctrl
@@ -139,6 +142,7 @@ impl Ctrl {
             .arg("--data")
             .arg(self.dir.path().join(format!("data-{id}")))
             .args(flags)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -433,6 +437,17 @@ impl Ctrl {
             id != [0; 16] && ids.iter().all(|x| *x == id)
         });
         id
+    }
+
+    /// The cluster id node `id` reports in its hello on a plaintext cluster (`[0; 16]`: none
+    /// yet); `None` when it does not answer.
+    pub fn cluster_id_of(&self, id: u64) -> Option<[u8; 16]> {
+        let mut c = Client::try_connect(&self.clients[&id], IO_TIMEOUT)?;
+        let r = c.try_call(hello()).ok()?;
+        match r.data {
+            ReplyData::CtrlInfo(i) => Some(i.cluster_id),
+            _ => None,
+        }
     }
 
     /// [`Ctrl::cluster_id_via`] on a plaintext cluster.

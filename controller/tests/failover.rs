@@ -157,17 +157,10 @@ fn deposed_primary_never_answers_stale_reads() {
     assert!(h.status != 0 || info(&h).role != ControllerRole::Primary || info(&h).id as u64 != p);
 }
 
-#[test]
-fn restarted_node_catches_up_from_a_snapshot() {
-    let mut ctrl = Ctrl::start(3, &["--snapshot-logs", "10", "--log-keep", "10"]);
-    let p = ctrl.wait_settled(STARTUP);
-    let s = others(&[1, 2, 3], p)[0];
-    let up = others(&[1, 2, 3], s);
-    ctrl.kill9(s);
-    // Writes through the library: on a loaded machine the two remaining nodes may trade
-    // leadership (a lease lapses while a process waits for a CPU), and a raw connection's
-    // write then answers E_XCE_UNKNOWN or STANDBY. The library re-sends it, exactly once (C4),
-    // so what follows holds whoever leads.
+/// Writes through the library to the running nodes `up` (another is down) until each has taken
+/// a snapshot after the first 40 writes, and purged its log behind it: the node that is down
+/// can then catch up only from a snapshot. How many jobs were written.
+fn write_past_snapshots(ctrl: &Ctrl, up: &[u64]) -> u64 {
     let masters = up
         .iter()
         .map(|i| ctrl.clients[i].clone())
@@ -199,6 +192,21 @@ fn restarted_node_catches_up_from_a_snapshot() {
         written += 1;
         write(written);
     }
+    written
+}
+
+#[test]
+fn restarted_node_catches_up_from_a_snapshot() {
+    let mut ctrl = Ctrl::start(3, &["--snapshot-logs", "10", "--log-keep", "10"]);
+    let p = ctrl.wait_settled(STARTUP);
+    let s = others(&[1, 2, 3], p)[0];
+    let up = others(&[1, 2, 3], s);
+    ctrl.kill9(s);
+    // Writes through the library: on a loaded machine the two remaining nodes may trade
+    // leadership (a lease lapses while a process waits for a CPU), and a raw connection's
+    // write then answers E_XCE_UNKNOWN or STANDBY. The library re-sends it, exactly once (C4),
+    // so what follows holds whoever leads.
+    let written = write_past_snapshots(&ctrl, &up);
     ctrl.start_node(s);
     ctrl.wait_until("snapshot installed on the restarted node", STARTUP, || {
         ctrl.log(s)
@@ -284,4 +292,56 @@ fn wait_primary_on_a_standby_skips_a_dead_primary() {
         [-E_XCE_NOT_READY, -E_XCE_NOMASTER, -E_XCE_STANDBY].contains(&r.status),
         "{r:?}"
     );
+}
+
+/// C15 (amended): a snapshot goes to a follower on a connection of its own that is bulk at both
+/// ends (priority 0, DSCP 0), while the raft link to that follower keeps CS6. Before: the
+/// snapshot's connection was CS6 like every raft connection, its megabytes in the queue the
+/// heartbeats are served from. The follower's install is held (failpoint `snapshot-save`
+/// paused) so the connection is there while the sockets are read.
+#[test]
+fn a_snapshot_goes_as_bulk_beside_the_raft_link() {
+    let mut ctrl = Ctrl::start(
+        3,
+        &[
+            "--snapshot-logs",
+            "10",
+            "--log-keep",
+            "10",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let p = ctrl.wait_settled(STARTUP);
+    let s = others(&[1, 2, 3], p)[0];
+    let up = others(&[1, 2, 3], s);
+    ctrl.kill9(s);
+    write_past_snapshots(&ctrl, &up);
+    ctrl.env
+        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
+    ctrl.start_node(s);
+    ctrl.wait_until("the restarted node's install held", STARTUP, || {
+        ctrl.logged(s, "failpoint snapshot-save reached")
+    });
+    let raft = ctrl.raft_addr(s);
+    let mut seen = Vec::new();
+    ctrl.wait_until(
+        "a bulk connection dialled to the follower's raft port, beside a CS6 one",
+        STARTUP,
+        || {
+            seen = sockets_tos()
+                .into_iter()
+                .filter(|(l, r, _)| *r == raft || *l == raft)
+                .collect();
+            let dialled = |tos: &str| seen.iter().any(|(_, r, t)| *r == raft && t == tos);
+            let accepted = |tos: &str| seen.iter().any(|(l, _, t)| *l == raft && t == tos);
+            dialled("0") && accepted("0") && dialled("0xc0") && accepted("0xc0")
+        },
+    );
+    eprintln!("sockets of node {s}'s raft port: {seen:?}");
+    ctrl.fail_clear(s, "snapshot-save");
+    ctrl.wait_until("snapshot installed on the restarted node", STARTUP, || {
+        ctrl.log(s)
+            .contains(&format!("node {s}: installed snapshot"))
+    });
 }

@@ -227,28 +227,6 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
     assert_eq!(count(&mut admin, j), 1);
 }
 
-/// Every established TCP connection on this host: its local and peer addresses and its
-/// traffic class (`tos:` of `ss --tos`).
-fn sockets_tos() -> Vec<(String, String, String)> {
-    let out = std::process::Command::new("ss")
-        .args(["-tnH", "--tos", "state", "established"])
-        .output()
-        .expect("ss (iproute2)");
-    assert!(out.status.success(), "ss failed");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let tos = f.iter().find_map(|t| t.strip_prefix("tos:"))?;
-            Some((
-                f.get(2)?.to_string(),
-                f.get(3)?.to_string(),
-                tos.to_string(),
-            ))
-        })
-        .collect()
-}
-
 /// C15 (amended): forwarded requests and their replies are bulk. The standby forwards on
 /// connections of their own, and the primary's end of such a connection gives up the raft
 /// priority (DSCP 0), while the raft links it dialled keep CS6. Before: every connection of the

@@ -440,9 +440,14 @@ async fn serve_rpcs(
             }
             continue;
         }
-        // The standby keeps forwarding connections apart from its pre-votes: this one's
-        // replies are bulk (a listing's pages), and go without the priority.
-        if matches!(req, RpcRequest::Forward { .. }) && !bulk {
+        // The standby keeps forwarding connections apart from its pre-votes, and the leader
+        // sends a snapshot on a connection of its own: this one is bulk (a listing's pages, a
+        // snapshot's megabytes), and goes without the priority.
+        if matches!(
+            req,
+            RpcRequest::Forward { .. } | RpcRequest::Snapshot { .. }
+        ) && !bulk
+        {
             bulk = true;
             crate::raft::frame::set_traffic(sock.0, sock.1, Traffic::Bulk);
         }

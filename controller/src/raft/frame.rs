@@ -35,7 +35,8 @@ const DSCP_CS6: libc::c_int = 48 << 2;
 /// (listing replies, snapshots) leaving the same interface: no Nagle delay, socket priority 6,
 /// DSCP CS6. Best effort: an option the kernel refuses (e.g. no `CAP_NET_ADMIN` for priorities
 /// above 6 — 6 needs none) is left as it was. A connection that carries bulk instead (a
-/// standby's forwarded requests and their replies, C16) is set back to [`Traffic::Bulk`].
+/// standby's forwarded requests and their replies, C16; a snapshot) is set back to
+/// [`Traffic::Bulk`].
 pub fn raft_socket(s: &tokio::net::TcpStream) {
     use std::os::fd::AsRawFd;
     let _ = s.set_nodelay(true);
@@ -49,8 +50,9 @@ pub enum Traffic {
     /// Appends, heartbeats, votes, pre-votes, the consistency check's questions: priority 6
     /// and CS6.
     Control,
-    /// Forwarded client requests and their replies (a listing's pages): the default priority
-    /// and class, so they never claim the queue that control traffic is served from.
+    /// Forwarded client requests and their replies (a listing's pages), snapshots sent to a
+    /// follower: the default priority and class, so they never claim the queue that control
+    /// traffic is served from.
     Bulk,
 }
 

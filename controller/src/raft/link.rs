@@ -28,7 +28,7 @@ use crate::base::ids::{CtrlNode, NodeId, Vote};
 use crate::base::tls::PeerTls;
 use crate::raft::frame::{
     frame, invalid, open_reply, read_reply, PeerStream, RpcReply, RpcRequest, RpcRequestRef,
-    CONNECT_TIMEOUT, READ_STEP,
+    Traffic, CONNECT_TIMEOUT, READ_STEP,
 };
 use crate::raft::lease::LeaseClock;
 use crate::raft::pace::Pace;
@@ -440,22 +440,7 @@ impl PeerClient {
         if self.connecting.is_none() {
             let (addr, tls, target) = (self.addr.clone(), self.tls.clone(), self.target);
             self.connecting = Some(tokio::spawn(async move {
-                let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
-                    .await
-                    .map_err(|_| timed_out("connect timed out"))??;
-                crate::raft::frame::raft_socket(&s);
-                let stream: PeerStream = match &tls {
-                    None => Box::new(s),
-                    Some(t) => {
-                        let name = PeerTls::server_name(target);
-                        let tls =
-                            tokio::time::timeout(HANDSHAKE_TIMEOUT, t.connector.connect(name, s))
-                                .await
-                                .map_err(|_| timed_out("TLS handshake timed out"))??;
-                        Box::new(tls)
-                    }
-                };
-                Ok(stream)
+                dial(&addr, tls.as_ref(), target, Traffic::Control).await
             }));
         }
         let handle = self.connecting.as_mut().expect("set above");
@@ -466,24 +451,57 @@ impl PeerClient {
                 self.link = Some(Link::new(stream));
                 Ok(())
             }
-            Ok(Err(e)) => {
-                // Issue 26: a member whose certificate does not name it is refused here, at the
-                // dialling side: said (who and why), at most once a second.
-                let text = e.to_string();
-                if self.tls.is_some() && (text.contains("certificate") || text.contains("alert")) {
-                    LINK_REFUSALS.note("raft link TLS", || {
-                        format!(
-                            "raft link to node {} at {}: TLS refused: {text} (its certificate \
-                             must name xce-node-{} and be signed by --tls-peer-ca)",
-                            self.target, self.addr, self.target
-                        )
-                    });
-                }
-                Err(CallError::Unreachable(e))
-            }
+            Ok(Err(e)) => Err(self.unreachable(e)),
             Err(e) => Err(CallError::Unreachable(io::Error::other(e.to_string()))),
         }
     }
+
+    /// A failed dial: unreachable, and a TLS refusal said (who and why), at most once a
+    /// second (issue 26: a member whose certificate does not name it is refused here, at the
+    /// dialling side).
+    fn unreachable(&self, e: io::Error) -> CallError {
+        let text = e.to_string();
+        if self.tls.is_some() && (text.contains("certificate") || text.contains("alert")) {
+            LINK_REFUSALS.note("raft link TLS", || {
+                format!(
+                    "raft link to node {} at {}: TLS refused: {text} (its certificate must name \
+                     xce-node-{} and be signed by --tls-peer-ca)",
+                    self.target, self.addr, self.target
+                )
+            });
+        }
+        CallError::Unreachable(e)
+    }
+}
+
+/// Connects to member `target` at `addr` (TCP, then the TLS handshake verifying that the peer
+/// is that member), bounded by [`CONNECT_TIMEOUT`] and [`HANDSHAKE_TIMEOUT`]; the socket marked
+/// for `traffic` before the first byte.
+async fn dial(
+    addr: &str,
+    tls: Option<&PeerTls>,
+    target: NodeId,
+    traffic: Traffic,
+) -> io::Result<PeerStream> {
+    let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| timed_out("connect timed out"))??;
+    crate::raft::frame::raft_socket(&s);
+    if traffic != Traffic::Control {
+        use std::os::fd::AsRawFd;
+        let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
+        crate::raft::frame::set_traffic(s.as_raw_fd(), v6, traffic);
+    }
+    Ok(match tls {
+        None => Box::new(s),
+        Some(t) => {
+            let name = PeerTls::server_name(target);
+            let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, t.connector.connect(name, s))
+                .await
+                .map_err(|_| timed_out("TLS handshake timed out"))??;
+            Box::new(tls)
+        }
+    })
 }
 
 impl PeerClient {
@@ -502,11 +520,12 @@ impl PeerClient {
             let len = file.metadata().map_err(CallError::Network)?.len();
             let req = RpcRequest::Snapshot { vote, meta, len };
             // A snapshot goes on a connection of its own, held here: a call cut short leaves
-            // nothing half-used behind.
-            self.link = None;
-            self.connect().await?;
-            let mut link = self.link.take().expect("connected above");
-            let conn = &mut link.conn;
+            // nothing half-used behind. It is bulk (C15 amended): its megabytes never claim
+            // the queue the raft links' appends and heartbeats are served from.
+            let mut conn = dial(&self.addr, self.tls.as_ref(), self.target, Traffic::Bulk)
+                .await
+                .map_err(|e| self.unreachable(e))?;
+            let conn = &mut conn;
             let header = frame(&req, self.identity.tag()).map_err(CallError::Network)?;
             conn.write_all(&header).await.map_err(CallError::Network)?;
             let mut file = tokio::fs::File::from_std(file);

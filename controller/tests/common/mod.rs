@@ -1054,3 +1054,25 @@ pub fn mem_kb(pid: i32) -> (u64, u64) {
     };
     (field("VmRSS:"), field("VmSize:"))
 }
+
+/// Every established TCP connection on this host: its local and peer addresses and its
+/// traffic class (`tos:` of `ss --tos`).
+pub fn sockets_tos() -> Vec<(String, String, String)> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnH", "--tos", "state", "established"])
+        .output()
+        .expect("ss (iproute2)");
+    assert!(out.status.success(), "ss failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let tos = f.iter().find_map(|t| t.strip_prefix("tos:"))?;
+            Some((
+                f.get(2)?.to_string(),
+                f.get(3)?.to_string(),
+                tos.to_string(),
+            ))
+        })
+        .collect()
+}

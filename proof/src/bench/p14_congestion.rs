@@ -28,7 +28,7 @@ use crate::bench::args::Common;
 use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
-use crate::harness::netns::{self, Fault, NetCluster};
+use crate::harness::netns::{self, Fault, NetCluster, Queue};
 use crate::harness::sides::{self, Row};
 
 /// Every node's `--metrics` port, on 127.0.0.1 inside its own namespace.
@@ -88,6 +88,11 @@ pub struct Links {
     pub fault: FaultKind,
     /// P16: kills of the primary on quiet links before each round, same build (0: none).
     pub quiet_kills: usize,
+    /// What each link's token bucket queues into, in this round.
+    pub queue: Queue,
+    /// The queues the command measures, a row each per binary (`--queues`): what the raft
+    /// port's priority buys shows between [`Queue::OneBand`] and [`Queue::Bands`].
+    pub queues: Vec<Queue>,
 }
 
 /// How a round runs (issue 29's amended P14): every link at 1 Mbit/s (tbf queue 50 ms), 1,000
@@ -107,6 +112,8 @@ pub fn plan() -> Plan<Links> {
             calm_for: Duration::from_secs(20),
             fault: FaultKind::Kill,
             quiet_kills: 0,
+            queue: Queue::Tbf,
+            queues: vec![Queue::Tbf],
         })
     }
 }
@@ -717,13 +724,16 @@ fn setup(plan: &Plan<Links>, marks: &mut Marks) -> Result<(NetCluster, u64), Str
     prefill(&cluster, plan)?;
     if !unshaped(&plan.more.rate) {
         cluster
-            .shape(&plan.more.rate, &plan.more.latency)
+            .shape_queued(&plan.more.rate, &plan.more.latency, plan.more.queue)
             .map_err(|e| format!("shaping: {e}"))?;
     }
     let term0 = max_term(&cluster).ok_or("no term before the calm stretch")?;
     marks.mark(&format!(
-        "round: {} jobs pre-filled, links shaped ({} / {}), term {term0}; clients start",
-        plan.more.jobs, plan.more.rate, plan.more.latency
+        "round: {} jobs pre-filled, links shaped ({} / {}, {}), term {term0}; clients start",
+        plan.more.jobs,
+        plan.more.rate,
+        plan.more.latency,
+        plan.more.queue.label()
     ));
     Ok((cluster, term0))
 }
@@ -851,8 +861,18 @@ fn setup_note(plan: &Plan<Links>) -> String {
     let links = match unshaped(&m.rate) {
         true => "no link shaped (a control)".to_string(),
         false => format!(
-            "every link (clients' and peers') limited to {} both ways (tc tbf, queue {})",
-            m.rate, m.latency
+            "every link (clients' and peers') limited to {} both ways (tc tbf, queue {}{})",
+            m.rate,
+            m.latency,
+            match m.queues.as_slice() {
+                [Queue::Tbf] => String::new(),
+                _ => format!(
+                    "; the bucket's queue per row: one band = a packet FIFO of {} packets (the bucket's own depth), \
+                     priority bands = pfifo_fast, each band that deep, the raft port's socket \
+                     priority 6 served before the default 0",
+                    netns::queue_packets(&m.rate, &m.latency).unwrap_or(0)
+                ),
+            }
         ),
     };
     let filled = match m.jobs {
@@ -1094,26 +1114,34 @@ pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
         controller_args: args.controller_args.clone(),
         ..plan
     };
-    let mut rows = Vec::new();
+    let mut bins = Vec::new();
     if let Some(b) = &args.before {
-        rows.push(Row {
-            label: "before".into(),
-            bin: b.clone(),
-            with: (),
-        });
+        bins.push(("before", b.clone()));
     }
-    rows.push(Row {
-        label: "this build".into(),
-        bin: crate::controller_bin(),
-        with: (),
-    });
+    bins.push(("this build", crate::controller_bin()));
+    let named = plan.more.queues != [Queue::Tbf];
+    let mut rows = Vec::new();
+    for (label, bin) in bins {
+        for &queue in &plan.more.queues {
+            rows.push(Row {
+                label: match named {
+                    true => format!("{label}, {}", queue.label()),
+                    false => label.to_string(),
+                },
+                bin: bin.clone(),
+                with: queue,
+            });
+        }
+    }
     sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
     let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
         // P16: the same build on quiet links first, then congested.
         let quiet = (plan.more.quiet_kills > 0)
             .then(|| crate::bench::p16_adaptation::Quiet::measure(plan.more.quiet_kills, &logs));
-        let mut r = round(&plan)?;
+        let mut this = plan.clone();
+        this.more.queue = row.with;
+        let mut r = round(&this)?;
         r.quiet = quiet;
         eprintln!("{}", round_line(&row.label, n, &r));
         Ok(r)

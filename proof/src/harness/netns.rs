@@ -117,13 +117,18 @@ impl Queue {
     }
 }
 
+/// `12.5ms` → (12.5, "ms"): a number and the unit after it (lower case); none without a unit.
+fn number_and_unit(s: &str) -> Option<(f64, String)> {
+    let s = s.trim().to_ascii_lowercase();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (n, unit) = s.split_at(split);
+    Some((n.parse().ok()?, unit.to_string()))
+}
+
 /// tc's rate (`1mbit`, `500kbit`, `2mbps`, …) in bits per second.
 pub fn tc_rate_bits(rate: &str) -> Option<u64> {
-    let r = rate.trim().to_ascii_lowercase();
-    let split = r.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-    let (n, unit) = r.split_at(split);
-    let n: f64 = n.parse().ok()?;
-    let per = match unit {
+    let (n, unit) = number_and_unit(rate)?;
+    let per = match unit.as_str() {
         "bit" => 1.0,
         "kbit" => 1e3,
         "mbit" => 1e6,
@@ -140,11 +145,8 @@ pub fn tc_rate_bits(rate: &str) -> Option<u64> {
 
 /// tc's time (`50ms`, `1s`, `200us`).
 pub fn tc_time(t: &str) -> Option<Duration> {
-    let t = t.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-    let (n, unit) = t.split_at(split);
-    let n: f64 = n.parse().ok()?;
-    let secs = match unit {
+    let (n, unit) = number_and_unit(t)?;
+    let secs = match unit.as_str() {
         "s" | "sec" => n,
         "ms" | "msec" => n / 1e3,
         "us" | "usec" => n / 1e6,

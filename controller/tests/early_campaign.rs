@@ -201,7 +201,7 @@ fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
             .to_string()
     };
 
-    ctrl.signal(p, libc::SIGSTOP);
+    ctrl.stop(p);
     // Usually both decide; but one held at the failpoint may not answer the other's pre-vote
     // in time, and then only one does (the order is the scheduler's). Each that decided is
     // what is checked.

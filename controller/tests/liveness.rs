@@ -58,7 +58,7 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     let mut w = ctrl.client(p);
     let followers = others(&[1, 2, 3], p);
     for &f in &followers {
-        ctrl.signal(f, libc::SIGSTOP);
+        ctrl.stop(f);
     }
     let stopped_at = Instant::now();
     let pending = w.request(submit(2, "u", ""));

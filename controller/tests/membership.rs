@@ -310,7 +310,7 @@ fn a_called_off_self_removal_serves_again() {
     let ctrl = Ctrl::start(2, &[]);
     let p = ctrl.wait_settled(STARTUP);
     let standby = 3 - p;
-    ctrl.signal(standby, libc::SIGSTOP);
+    ctrl.stop(standby);
     let mut c = ctrl.client(p);
     c.set_timeout(Duration::from_secs(20));
     let r = c.call(Op::MemberRemove { id: p as u32 });

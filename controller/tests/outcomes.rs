@@ -23,7 +23,7 @@ fn a_write_the_primary_cannot_confirm_is_answered_unknown_and_a_resend_applies_o
     c.ok(submit(1, "u", ""));
     let followers: Vec<u64> = ctrl.running().into_iter().filter(|&i| i != p).collect();
     for &f in &followers {
-        ctrl.signal(f, libc::SIGSTOP);
+        ctrl.stop(f);
     }
     // The primary still holds its lease: it accepts the write, appends it, and cannot commit.
     let req = c.request(submit(2, "u", ""));

@@ -29,7 +29,7 @@ fn deposed_primary_closes_the_connections_it_served() {
         "a standby answers hello as a standby"
     );
 
-    ctrl.signal(p, libc::SIGSTOP);
+    ctrl.stop(p);
     let rest: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
     let p2 = ctrl.wait_primary_among(&rest, STARTUP);
     worker.fire(Op::Heartbeat { host: "w1".into() });

@@ -6,6 +6,8 @@
 //!   PKI made at test time.
 //! - [`ports`]: loopback ports below the kernel's ephemeral range for clusters of real
 //!   controller processes.
+//! - [`procs`]: whether a SIGSTOP has taken effect on every thread of a process.
 
 pub mod fake;
 pub mod ports;
+pub mod procs;

@@ -168,26 +168,17 @@ impl Ctrl {
         unsafe { libc::kill(self.pid(id), sig) };
     }
 
-    /// SIGSTOP node `id` and wait until it is stopped (`kill` only queues the signal: a node
-    /// running on another core goes on for a moment, and may still answer a message sent
-    /// right after).
+    /// SIGSTOP node `id` and wait until every thread of it is stopped (`kill` only queues the
+    /// signal: a node running on another core goes on for a moment, and may still answer a
+    /// message sent right after — a follower acknowledging the append a test meant it never to
+    /// see).
     pub fn stop(&self, id: u64) {
         self.signal(id, libc::SIGSTOP);
-        let stat = format!("/proc/{}/stat", self.pid(id));
+        let pid = self.pid(id);
         self.wait_until(
             &format!("node {id} stopped"),
             Duration::from_secs(5),
-            || {
-                // The state follows the command name in parentheses: "PID (NAME) T ...".
-                std::fs::read_to_string(&stat)
-                    .ok()
-                    .and_then(|s| {
-                        s.rsplit(')')
-                            .next()
-                            .map(|r| r.trim_start().starts_with('T'))
-                    })
-                    .unwrap_or(false)
-            },
+            || xce_testkit::procs::all_threads_stopped(pid),
         );
     }
 

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
 
+/// How long a pause ([`Cluster::pause`]) waits for every thread of the node to stop.
+pub const PAUSE_TAKES_EFFECT: Duration = Duration::from_secs(5);
+
 /// `1=client/raft,2=…` as `xce-controller run --cluster` takes it, from (id, client, raft).
 pub fn cluster_spec(nodes: impl Iterator<Item = (u32, SocketAddr, SocketAddr)>) -> String {
     nodes
@@ -373,9 +376,13 @@ impl Cluster {
         node.stopped = false;
     }
 
-    /// SIGSTOP: the node is alive but silent (a hung primary, F8 / S4).
+    /// SIGSTOP: the node is alive but silent (a hung primary, F8 / S4). Returns once every
+    /// thread of it is stopped (at most 5 s): until then it could still answer.
     pub fn pause(&mut self, id: u32) {
         self.signal(id, libc::SIGSTOP);
+        if let Some(pid) = self.node(id).pid() {
+            xce_testkit::procs::stopped(pid as i32, PAUSE_TAKES_EFFECT);
+        }
         self.nodes[id as usize - 1].stopped = true;
     }
 

@@ -851,9 +851,13 @@ impl NetCluster {
         }
     }
 
-    /// SIGSTOP: node `id` is alive but silent.
+    /// SIGSTOP: node `id` is alive but silent. Returns once every thread of it is stopped (at
+    /// most 5 s): until then it could still answer.
     pub fn pause(&mut self, id: u32) {
         self.signal(id, libc::SIGSTOP);
+        if let Some(pid) = self.node(id).pid() {
+            xce_testkit::procs::stopped(pid as i32, crate::harness::cluster::PAUSE_TAKES_EFFECT);
+        }
         let node = &mut self.nodes[id as usize - 1];
         node.paused = node.child.is_some();
     }

@@ -152,7 +152,7 @@ pub fn from_env() -> Result<(), String> {
 
 /// Whether `name` is set to anything (a pause is about to be taken: said in the log, so a
 /// test waits for that line instead of guessing).
-fn armed(name: &str) -> bool {
+pub fn armed(name: &str) -> bool {
     enabled() && fail::list().iter().any(|(n, a)| n == name && !a.is_empty())
 }
 
@@ -205,11 +205,6 @@ pub fn hold(name: &str) {
         eprintln!("failpoint {name} reached");
     }
     fail::fail_point!(name);
-}
-
-/// Whether `name` is set to anything: a point taken off the caller's thread only when set.
-pub fn is_armed(name: &str) -> bool {
-    armed(name)
 }
 
 /// A number a failpoint returns (`return(N)`), if set.

@@ -305,18 +305,10 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
             epoch: c.epoch,
         };
         let adopting = adopting.clone();
-        let adopt = move || {
-            match adopting.adopt(tag) {
-            Ok(true) => eprintln!(
-                "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
-            ),
-            Ok(false) => {}
-            Err(e) => crate::log_warn!("node {id}: cluster id: {e}"),
-        }
-        };
+        let adopt = move || adopt_logged(&adopting, id, tag);
         // Tests only: the id taken later, off the applying thread (failpoint `cluster-adopt`).
         use crate::base::failpoints;
-        if failpoints::is_armed(failpoints::CLUSTER_ADOPT) {
+        if failpoints::armed(failpoints::CLUSTER_ADOPT) {
             std::thread::spawn(move || {
                 failpoints::hold(failpoints::CLUSTER_ADOPT);
                 adopt();
@@ -338,6 +330,17 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         digests,
         diverged,
     })
+}
+
+/// C20: takes the cluster id the applied log records, and says so once.
+fn adopt_logged(identity: &Identity, id: NodeId, tag: ClusterTag) {
+    match identity.adopt(tag) {
+        Ok(true) => eprintln!(
+            "node {id}: member of cluster {tag} (its log records it; kept in the data directory)"
+        ),
+        Ok(false) => {}
+        Err(e) => crate::log_warn!("node {id}: cluster id: {e}"),
+    }
 }
 
 /// C13 amended: the data directory (created if missing) and everything in it readable by the

@@ -1059,18 +1059,19 @@ impl Ctx {
         };
         let until = tokio::time::Instant::now() + within;
         let send = async {
-            let unstamped = self.identity.tag().is_none();
-            let r = self
-                .forwarder
-                .forward(leader, &node.raft, who.to_string(), within, frame.clone())
-                .await;
             // C20: a primary that has recorded the cluster's id refuses a member without one,
             // and that id is in the log it replicates here: a fresh standby takes it within a
             // few appends. Sent unstamped and refused: once more when the id arrives, within
             // the client's budget (before, a brand-new cluster's standby answered STANDBY).
-            if !(unstamped && matches!(r, Forwarded::Refused)) {
+            // Only an unstamped node keeps a copy of the request for that.
+            let again = self.identity.tag().is_none().then(|| frame.clone());
+            let r = self
+                .forwarder
+                .forward(leader, &node.raft, who.to_string(), within, frame)
+                .await;
+            let Some(frame) = again.filter(|_| matches!(r, Forwarded::Refused)) else {
                 return r;
-            }
+            };
             crate::base::counters::forward("unstamped");
             if tokio::time::timeout_at(until, self.identity.tagged())
                 .await

@@ -9,8 +9,8 @@
 //! the node checks the claim against its own digest at that index, writes a marker file
 //! (`DIR/diverged`, fsynced) and stops its Raft core: from then on it grants no vote or
 //! pre-vote, takes no append or snapshot (the raft port refuses them), never campaigns,
-//! answers clients NOT_READY and shows the alarm in `status`. A primary that finds itself in
-//! the minority does the same, so it stops leading and the others elect a primary as after a
+//! answers clients NOT_READY and shows the alarm in `status`. A primary that finds itself
+//! diverged does the same, so it stops leading and the others elect a primary as after a
 //! crash. The marker survives restarts: a restarted node stays stopped.
 //!
 //! The repair is the one for a lost disk: stop the node, empty its data directory (the marker

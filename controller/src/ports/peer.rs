@@ -360,6 +360,16 @@ async fn serve_peer(
     res
 }
 
+/// What becomes of a message, and of its connection.
+enum Next {
+    /// Answer it.
+    Serve,
+    /// It was answered (a refusal): read the next message.
+    Skip,
+    /// Close the connection: cleanly, or with why.
+    Close(io::Result<()>),
+}
+
 /// The RPCs of an admitted connection, in order; `first`: the length prefix of the first
 /// message if it was read during admission. Notes in `carried` the committed vote of the
 /// appends it carries.
@@ -389,73 +399,16 @@ async fn serve_rpcs(
         // C20: the stamp first; nothing else of a refused message is read.
         let (msg, tag) = split_tag(&body);
         if let Err(why) = srv.identity.check(tag) {
-            // C12 (fifth round): a node that lost its data has no cluster id yet; its question
-            // of where this node stands is answered all the same (it changes nothing here,
-            // and the connection was admitted as a member's).
-            if tag.is_none() && matches!(decode::<RpcRequest>(msg), Ok(RpcRequest::Standing)) {
-                let answer = RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft));
-                write_msg(stream, &answer, srv.identity.tag()).await?;
-                continue;
+            match refuse_stamp(stream, peer, srv, msg, tag, why).await? {
+                Next::Close(r) => return r,
+                Next::Serve | Next::Skip => continue,
             }
-            crate::base::counters::raft_refused("cluster");
-            // One line per interval per sending host (a peer may reconnect often; the stamp is
-            // the sender's choice, so it is not part of the key).
-            let host = peer.ip();
-            srv.identity
-                .log_limited(&format!("request {host}"), |skipped| {
-                    crate::log_warn!(
-                        "node {}: refused a raft message from {peer}: {why}{}",
-                        srv.node_id,
-                        more(skipped)
-                    )
-                });
-            let refused = io::Error::new(io::ErrorKind::PermissionDenied, why.to_string());
-            // Decoded only to know how to close: nothing in it is acted on.
-            let decoded = decode::<RpcRequest>(msg);
-            if tag.is_none() && decoded.is_err() {
-                // Not a raft message at all: closed unanswered, as any unreadable message.
-                return Err(refused);
-            }
-            // Issue 26: a node this membership left out (removed before the cluster recorded
-            // its id, so its messages are unstamped) is told that instead, which it acts on.
-            let who = match &decoded {
-                Ok(RpcRequest::PreVote(r)) => Some(r.candidate),
-                Ok(RpcRequest::Vote(r)) => r.vote.leader_id().voted_for(),
-                _ => None,
-            };
-            let why = who
-                .and_then(|w| srv.removal_of(w))
-                .unwrap_or_else(|| why.to_string());
-            write_msg(stream, &RpcReply::Refused(why), srv.identity.tag()).await?;
-            // Unstamped (an earlier build, or a node of no cluster yet): told, then closed; so
-            // is a snapshot (its bytes follow on the stream). A stamped message of another
-            // cluster leaves the connection open: its sender retries it cheaply.
-            let snapshot = matches!(decoded, Ok(RpcRequest::Snapshot { .. }));
-            if tag.is_none() || decoded.is_err() || snapshot {
-                return Err(refused);
-            }
-            continue;
         }
         let req: RpcRequest = decode(msg)?;
-        // C19: a node that diverged answers only the check's questions.
-        if srv.diverged.is()
-            && !matches!(
-                req,
-                RpcRequest::Digest { .. }
-                    | RpcRequest::Diverged { .. }
-                    | RpcRequest::AppliedIds { .. }
-                    | RpcRequest::Standing
-            )
-        {
-            crate::base::counters::raft_refused("diverged");
-            let why = "this node's state diverged from its cluster's: it votes, stores and \
-                       serves nothing until repaired (C19)";
-            write_msg(stream, &RpcReply::Refused(why.into()), srv.identity.tag()).await?;
-            if matches!(req, RpcRequest::Snapshot { .. }) {
-                // The snapshot's bytes follow on the stream: close rather than read them.
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "diverged"));
-            }
-            continue;
+        match refuse_diverged(stream, srv, &req).await? {
+            Next::Serve => {}
+            Next::Skip => continue,
+            Next::Close(r) => return r,
         }
         // The standby keeps forwarding connections apart from its pre-votes, and the leader
         // sends a snapshot on a connection of its own: this one is bulk (a listing's pages, a
@@ -468,91 +421,9 @@ async fn serve_rpcs(
             bulk = true;
             crate::raft::frame::set_traffic(sock.0, sock.1, Traffic::Bulk);
         }
-        let reply = match req {
-            RpcRequest::Forward {
-                who,
-                within_ms,
-                frame,
-            } => RpcReply::Forward(match srv.forwarded.get() {
-                // C16: the peer is authenticated as a member (mutual TLS, checked at
-                // admission); over plaintext only a cluster that checks nobody takes it.
-                Some(ctx) => {
-                    answer_forwarded(ctx, srv.tls.is_some(), peer, &who, within_ms, &frame).await
-                }
-                None => Vec::new(),
-            }),
-            // C12 (fifth round): a node that lost its data takes no append below its floor
-            // (nor before it knows it): not stored, not acknowledged, counted by no quorum.
-            RpcRequest::Append(r) if refuse_append(srv, peer, &r.vote).is_some() => {
-                RpcReply::Refused(refuse_append(srv, peer, &r.vote).unwrap_or_default())
-            }
-            RpcRequest::Append(r) => {
-                crate::base::counters::append_received(!r.entries.is_empty());
-                if r.vote.is_committed() {
-                    *carried = Some(r.vote);
-                }
-                let vote = r.vote;
-                let answer = srv.amnesia.append(&srv.raft, r).await;
-                // C15 (amended): the silences between a live leader's accepted appends.
-                if let (Ok(a), Some(leader)) = (&answer, vote.leader_id().voted_for()) {
-                    if vote.is_committed() && !matches!(a, AppendEntriesResponse::HigherVote(_)) {
-                        srv.elect.pace().heard(leader, vote, BootInstant::now());
-                    }
-                }
-                RpcReply::Append(answer)
-            }
-            // Issue 26: a node this membership left out asks in vain, and is told so.
-            RpcRequest::Vote(r) if refuse_removed(srv, peer, r.vote.leader_id().voted_for()) => {
-                RpcReply::Refused(
-                    srv.removal_of(r.vote.leader_id().voted_for().unwrap_or(0))
-                        .unwrap_or_default(),
-                )
-            }
-            RpcRequest::PreVote(r) if refuse_removed(srv, peer, Some(r.candidate)) => {
-                RpcReply::Refused(srv.removal_of(r.candidate).unwrap_or_default())
-            }
-            RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
-            RpcRequest::PreVote(r) => RpcReply::PreVote(answer_pre_vote(srv, &r).await),
-            RpcRequest::Snapshot { vote, .. } if refuse_append(srv, peer, &vote).is_some() => {
-                let why = refuse_append(srv, peer, &vote).unwrap_or_default();
-                write_msg(stream, &RpcReply::Refused(why), srv.identity.tag()).await?;
-                // The snapshot's bytes follow on the stream: close rather than read them.
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    "catching up",
-                ));
-            }
-            RpcRequest::Snapshot { vote, meta, len } => {
-                receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
-            }
-            RpcRequest::Standing => {
-                RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft))
-            }
-            RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
-            RpcRequest::AppliedIds { from, to } => {
-                RpcReply::AppliedIds(srv.digests.applied_ids(from, to))
-            }
-            // C15 (amended): the leader closes this connection on purpose; not a death.
-            RpcRequest::Bye => return Ok(()),
-            RpcRequest::Identify => RpcReply::Identity {
-                id: srv.node_id,
-                initialised: srv
-                    .raft
-                    .server_metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .nodes()
-                    .next()
-                    .is_some(),
-                cluster: srv.identity.tag().map(|t| t.id),
-            },
-            RpcRequest::Diverged {
-                index,
-                majority,
-                from,
-                term,
-            } => RpcReply::Ack(told_diverged(srv, index, &majority, from, term).await),
+        let reply = match answer(stream, peer, srv, req, carried).await? {
+            Ok(reply) => reply,
+            Err(close) => return close,
         };
         if matches!(reply, RpcReply::Append(_)) {
             // C11 (fifth round): every answer to an append states how long this node now
@@ -564,6 +435,193 @@ async fn serve_rpcs(
             write_msg(stream, &reply, srv.identity.tag()).await?;
         }
     }
+}
+
+/// C20: a message whose stamp this node does not take — of another cluster or restore, or
+/// unstamped while this node has an id — is refused before anything in it is acted on, and
+/// logged (one line per interval per sending host: a peer may reconnect often; the stamp is
+/// the sender's choice, so it is not part of the key). C12 (fifth round): the one exception is
+/// a blank node's question of where this node stands (it has no id yet; the question changes
+/// nothing here, and the connection was admitted as a member's).
+async fn refuse_stamp(
+    stream: &mut PeerStream,
+    peer: std::net::SocketAddr,
+    srv: &PeerServer,
+    msg: &[u8],
+    tag: Option<crate::base::cluster_id::ClusterTag>,
+    why: crate::base::cluster_id::Refusal,
+) -> io::Result<Next> {
+    // Decoded only to know how to answer or close: nothing else in it is acted on.
+    let decoded = decode::<RpcRequest>(msg);
+    if tag.is_none() && matches!(decoded, Ok(RpcRequest::Standing)) {
+        let answer = RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft));
+        write_msg(stream, &answer, srv.identity.tag()).await?;
+        return Ok(Next::Skip);
+    }
+    crate::base::counters::raft_refused("cluster");
+    let host = peer.ip();
+    srv.identity
+        .log_limited(&format!("request {host}"), |skipped| {
+            crate::log_warn!(
+                "node {}: refused a raft message from {peer}: {why}{}",
+                srv.node_id,
+                more(skipped)
+            )
+        });
+    let refused = io::Error::new(io::ErrorKind::PermissionDenied, why.to_string());
+    if tag.is_none() && decoded.is_err() {
+        // Not a raft message at all: closed unanswered, as any unreadable message.
+        return Ok(Next::Close(Err(refused)));
+    }
+    // Issue 26: a node this membership left out (removed before the cluster recorded its id,
+    // so its messages are unstamped) is told that instead, which it acts on.
+    let who = match &decoded {
+        Ok(RpcRequest::PreVote(r)) => Some(r.candidate),
+        Ok(RpcRequest::Vote(r)) => r.vote.leader_id().voted_for(),
+        _ => None,
+    };
+    let why = who
+        .and_then(|w| srv.removal_of(w))
+        .unwrap_or_else(|| why.to_string());
+    write_msg(stream, &RpcReply::Refused(why), srv.identity.tag()).await?;
+    // Unstamped (an earlier build, or a node of no cluster yet): told, then closed; so is a
+    // snapshot (its bytes follow on the stream). A stamped message of another cluster leaves
+    // the connection open: its sender retries it cheaply.
+    let snapshot = matches!(decoded, Ok(RpcRequest::Snapshot { .. }));
+    if tag.is_none() || decoded.is_err() || snapshot {
+        return Ok(Next::Close(Err(refused)));
+    }
+    Ok(Next::Skip)
+}
+
+/// C19: a node that diverged answers only the check's questions (and a blank node's
+/// question of where it stands); everything else is refused, saying why.
+async fn refuse_diverged(
+    stream: &mut PeerStream,
+    srv: &PeerServer,
+    req: &RpcRequest,
+) -> io::Result<Next> {
+    let allowed = matches!(
+        req,
+        RpcRequest::Digest { .. }
+            | RpcRequest::Diverged { .. }
+            | RpcRequest::AppliedIds { .. }
+            | RpcRequest::Standing
+    );
+    if !srv.diverged.is() || allowed {
+        return Ok(Next::Serve);
+    }
+    crate::base::counters::raft_refused("diverged");
+    let why = "this node's state diverged from its cluster's: it votes, stores and serves \
+               nothing until repaired (C19)";
+    write_msg(stream, &RpcReply::Refused(why.into()), srv.identity.tag()).await?;
+    if matches!(req, RpcRequest::Snapshot { .. }) {
+        // The snapshot's bytes follow on the stream: close rather than read them.
+        return Ok(Next::Close(Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "diverged",
+        ))));
+    }
+    Ok(Next::Skip)
+}
+
+/// The answer to one admitted request (`Err`: close the connection, cleanly or with why).
+async fn answer(
+    stream: &mut PeerStream,
+    peer: std::net::SocketAddr,
+    srv: &PeerServer,
+    req: RpcRequest,
+    carried: &mut Option<Vote>,
+) -> io::Result<Result<RpcReply, io::Result<()>>> {
+    Ok(Ok(match req {
+        RpcRequest::Forward {
+            who,
+            within_ms,
+            frame,
+        } => RpcReply::Forward(match srv.forwarded.get() {
+            // C16: the peer is authenticated as a member (mutual TLS, checked at admission);
+            // over plaintext only a cluster that checks nobody takes it.
+            Some(ctx) => {
+                answer_forwarded(ctx, srv.tls.is_some(), peer, &who, within_ms, &frame).await
+            }
+            None => Vec::new(),
+        }),
+        // C12 (fifth round): a node that lost its data takes no append below its floor (nor
+        // before it knows it): not stored, not acknowledged, counted by no quorum.
+        RpcRequest::Append(r) => match refuse_append(srv, peer, &r.vote) {
+            Some(why) => RpcReply::Refused(why),
+            None => RpcReply::Append(append(srv, r, carried).await),
+        },
+        // Issue 26: a node this membership left out asks in vain, and is told so.
+        RpcRequest::Vote(r) if refuse_removed(srv, peer, r.vote.leader_id().voted_for()) => {
+            RpcReply::Refused(
+                srv.removal_of(r.vote.leader_id().voted_for().unwrap_or(0))
+                    .unwrap_or_default(),
+            )
+        }
+        RpcRequest::PreVote(r) if refuse_removed(srv, peer, Some(r.candidate)) => {
+            RpcReply::Refused(srv.removal_of(r.candidate).unwrap_or_default())
+        }
+        RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
+        RpcRequest::PreVote(r) => RpcReply::PreVote(answer_pre_vote(srv, &r).await),
+        RpcRequest::Snapshot { vote, meta, len } => match refuse_append(srv, peer, &vote) {
+            Some(why) => {
+                write_msg(stream, &RpcReply::Refused(why), srv.identity.tag()).await?;
+                // The snapshot's bytes follow on the stream: close rather than read them.
+                let e = io::Error::new(io::ErrorKind::PermissionDenied, "catching up");
+                return Ok(Err(Err(e)));
+            }
+            None => receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?,
+        },
+        RpcRequest::Standing => RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft)),
+        RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
+        RpcRequest::AppliedIds { from, to } => {
+            RpcReply::AppliedIds(srv.digests.applied_ids(from, to))
+        }
+        // C15 (amended): the leader closes this connection on purpose; not a death.
+        RpcRequest::Bye => return Ok(Err(Ok(()))),
+        RpcRequest::Identify => RpcReply::Identity {
+            id: srv.node_id,
+            initialised: srv
+                .raft
+                .server_metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .nodes()
+                .next()
+                .is_some(),
+            cluster: srv.identity.tag().map(|t| t.id),
+        },
+        RpcRequest::Diverged {
+            index,
+            majority,
+            from,
+            term,
+        } => RpcReply::Ack(told_diverged(srv, index, &majority, from, term).await),
+    }))
+}
+
+/// An append this node takes: through C12's check into Raft; notes the leader's vote the
+/// connection carries (C15's early campaign) and the silences between a live leader's
+/// accepted appends (C15 amended).
+async fn append(
+    srv: &PeerServer,
+    r: openraft::raft::AppendEntriesRequest<crate::raft::types::TypeConfig>,
+    carried: &mut Option<Vote>,
+) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+    crate::base::counters::append_received(!r.entries.is_empty());
+    if r.vote.is_committed() {
+        *carried = Some(r.vote);
+    }
+    let vote = r.vote;
+    let answer = srv.amnesia.append(&srv.raft, r).await;
+    if let (Ok(a), Some(leader)) = (&answer, vote.leader_id().voted_for()) {
+        if vote.is_committed() && !matches!(a, AppendEntriesResponse::HigherVote(_)) {
+            srv.elect.pace().heard(leader, vote, BootInstant::now());
+        }
+    }
+    answer
 }
 
 /// C12 (fifth round): why an append or snapshot of `vote` is refused by this node, which

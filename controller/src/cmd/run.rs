@@ -148,7 +148,14 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &elect,
         &links,
     );
-    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers, start_last);
+    let ready = start_tasks(
+        &raft,
+        &args,
+        &stores.applied,
+        stores.handovers,
+        start_last,
+        &elect,
+    );
     let ctx = Arc::new(Ctx {
         id,
         raft: raft.clone(),
@@ -586,6 +593,7 @@ fn start_tasks(
     applied: &SharedApplied,
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
     start_last: Option<u64>,
+    elect: &Arc<Elections>,
 ) -> Arc<Readiness> {
     let id = args.id;
     tokio::spawn(store::snapshot_trigger(
@@ -596,6 +604,7 @@ fn start_tasks(
     tokio::spawn(log_roles(raft.clone(), id, args.data.clone()));
     tokio::spawn(crate::raft::handover::follow(
         raft.clone(),
+        elect.clone(),
         id,
         start_last,
         handovers,

@@ -144,9 +144,15 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
     // C14: nothing more proposed (the handover entry is the last of this term), then the
     // handover; whatever came of it, this node proposes, serves and may campaign again.
     ctx.proposer.close();
-    let new =
-        crate::raft::handover::hand_over_to(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id, target)
-            .await;
+    let others: Vec<NodeId> = voters
+        .iter()
+        .copied()
+        .filter(|&v| v != ctx.id && v != target && live.heard(&m, v))
+        .collect();
+    let new = crate::raft::handover::hand_over_to(
+        &ctx.raft, &ctx.ready, &ctx.elect, ctx.id, target, &others,
+    )
+    .await;
     ctx.proposer.reopen();
     ctx.elect.hold(crate::raft::elect::Hold::HandedOver, false);
     ctx.ready.resume();

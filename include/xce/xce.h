@@ -128,6 +128,12 @@
 #define E_XCE_STOP_REQUESTED 2015
 
 /**
+ * C24: the primary refused new work (a job submission, a task) because its storage quota is
+ * reached (the NOSPACE alarm); reads and kills go on. Deterministic: never a failover.
+ */
+#define E_XCE_NOSPACE 2016
+
+/**
  * Most masters a configuration holds.
  */
 #define XCE_N_MAX_MASTERS 8

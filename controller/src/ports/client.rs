@@ -802,6 +802,7 @@ fn outcome_reply(seq: u64, o: Outcome) -> Reply {
         redirect_port: 0,
         data,
         members_version: 0,
+        detail: String::new(),
     }
 }
 

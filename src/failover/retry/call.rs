@@ -104,6 +104,8 @@ pub struct Call<'a, 'e> {
     /// F28: this call failed to reach a master directly (a transport failure, or a connect
     /// that raced past a silent master): its next attempts ask a standby to forward.
     pub missed_directly: bool,
+    /// The final answer's `detail`, for the report.
+    pub detail: String,
 }
 
 impl<'a, 'e> Call<'a, 'e> {
@@ -131,6 +133,7 @@ impl<'a, 'e> Call<'a, 'e> {
             seen: Seen::default(),
             following: Following::default(),
             missed_directly: false,
+            detail: String::new(),
         })
     }
 
@@ -170,6 +173,8 @@ impl<'a, 'e> Call<'a, 'e> {
             Classification::Success => Progress::Done(Ok(self.succeed(reply))),
             Classification::Terminal => {
                 self.record(outcome);
+                // The controller's words for a final refusal, for the report (F19).
+                self.detail = reply.map(|r| r.detail).unwrap_or_default();
                 let e = match outcome {
                     AttemptOutcome::Status(s) => Error::from_code(s).unwrap_or(Error::Internal),
                     AttemptOutcome::Transport(e) => e,
@@ -411,6 +416,7 @@ impl<'a, 'e> Call<'a, 'e> {
             masters,
             is_write: self.spec.is_write,
             may_have_been_applied: self.applied.may_have_been(),
+            detail: std::mem::take(&mut self.detail),
         });
         e
     }

@@ -210,6 +210,7 @@ impl CallTrace {
             is_write: self.is_write,
             // The write was answered: applied, even though its answer was unusable.
             may_have_been_applied: self.is_write,
+            detail: String::new(),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod cluster_id;
 pub mod config;
 pub mod counters;
 pub mod crowd;
+pub mod disk;
 pub mod failpoints;
 pub mod fault;
 pub mod ids;

@@ -44,6 +44,21 @@ pub fn run(args: RunArgs) -> i32 {
         crate::log_error!("node {}: {e}", args.id);
         return 2;
     }
+    // C24: a node whose disk has less free than its floor does not start: it would fault
+    // again under load (C21), and a supervisor restarting it would loop without a word.
+    let (quota, floor) = (args.opts.quota_bytes, args.opts.disk_floor_bytes);
+    match crate::base::disk::start(&args.data, quota, floor) {
+        Ok(g) => crate::log_info!(
+            "node {}: disk: quota {}, floor {} (C24)",
+            args.id,
+            crate::base::disk::bytes(g.quota),
+            crate::base::disk::bytes(g.floor)
+        ),
+        Err(why) => {
+            crate::log_error!("node {}: {why}: exit status {EXIT_STORAGE_FAULT}", args.id);
+            return EXIT_STORAGE_FAULT;
+        }
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -638,6 +653,7 @@ fn serve_clients(
     tokio::spawn(crate::node::check::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(crate::ports::metrics::watch_leader(ctx.raft.clone()));
+    tokio::spawn(crate::node::peers::watch(ctx.clone()));
     if let Some(l) = metrics_l {
         let at = l.local_addr().map_err(|e| e.to_string())?;
         eprintln!("node {id}: metrics on http://{at}/metrics");

@@ -578,6 +578,24 @@ pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> 
     }
 }
 
+/// C24: a size in a table column: `-` when not said, else 1024-based with one unit letter.
+fn size_text(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    if b == 0 {
+        return "-".into();
+    }
+    let (mut v, mut u) = (b as f64, 0);
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v < 10.0 && u > 0 {
+        format!("{v:.1}{}", UNITS[u])
+    } else {
+        format!("{v:.0}{}", UNITS[u])
+    }
+}
+
 fn ms_text(ms: u64) -> String {
     match ms {
         0 => "-".into(),
@@ -600,7 +618,8 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
             .map(|i| i.last_log_index)
     });
     out.push_str(&format!(
-        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} VERSION\n",
+        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {:>6} {:>6} \
+         VERSION\n",
         "MASTER",
         "ID",
         "ROLE",
@@ -611,7 +630,9 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
         "APPLIED",
         "LAG",
         "LAST-CONTACT",
-        "UPTIME"
+        "UPTIME",
+        "DB",
+        "FREE"
     ));
     for n in &view.nodes {
         let addr = n.addrs.join(",");
@@ -631,7 +652,8 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
                     r = "learner".into();
                 }
                 out.push_str(&format!(
-                    "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {}\n",
+                    "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} \
+                     {:>6} {:>6} {}\n",
                     addr,
                     i.id,
                     r,
@@ -646,6 +668,8 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
                     lag,
                     contact,
                     ms_text(i.uptime_ms),
+                    size_text(i.db_size_bytes),
+                    size_text(i.disk_free_bytes),
                     if i.version.is_empty() {
                         "-"
                     } else {
@@ -722,7 +746,16 @@ fn render_health(view: &View, check: Option<&Result<ControllerInfo, String>>, ou
     let mut alarms: Vec<String> = Vec::new();
     let mut note = |who: &ControllerInfo, a: &str| {
         let line = format!("  node {}: {a}", who.id);
-        if !alarms.contains(&line) {
+        // One line per node and kind: two answers of one node (its own and the consistency
+        // check's) measure a size a moment apart.
+        let kind = |l: &str| {
+            l.split_once(": ")
+                .map(|(n, r)| (n.to_string(), r.split(':').next().map(str::to_string)))
+        };
+        if !alarms
+            .iter()
+            .any(|x| *x == line || (a.starts_with("NOSPACE") && kind(x) == kind(&line)))
+        {
             alarms.push(line);
         }
     };
@@ -781,6 +814,9 @@ pub fn render_json(view: &View, check: Option<&Result<ControllerInfo, String>>) 
                 v["last_contact_ms"] = json!(i.last_contact_ms);
                 v["version"] = json!(i.version);
                 v["uptime_ms"] = json!(i.uptime_ms);
+                v["db_size_bytes"] = json!(i.db_size_bytes);
+                v["disk_free_bytes"] = json!(i.disk_free_bytes);
+                v["quota_bytes"] = json!(i.quota_bytes);
                 v["cluster"] = json!(hex(&i.cluster_id));
                 v["alarms"] = json!(i.alarms);
             }

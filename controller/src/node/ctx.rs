@@ -135,6 +135,7 @@ impl Ctx {
             .collect();
         v.extend(self.diverged.alarm());
         v.extend(self.findings.alarms());
+        v.extend(crate::base::disk::alarm()); // C24
         v
     }
 

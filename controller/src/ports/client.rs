@@ -1272,6 +1272,15 @@ async fn answer_as(
         }
     }
     if let Some(cmd) = cmd {
+        // C24: past the quota (or below the disk floor) new work is refused before it reaches
+        // the log; what finishes or stops work already admitted goes on.
+        if matches!(cmd, Cmd::JobSubmit(_) | Cmd::RunTask { .. }) {
+            if let Some(why) = crate::base::disk::alarm() {
+                let mut r = Reply::status(seq, -xce::error::E_XCE_NOSPACE);
+                r.detail = why;
+                return r;
+            }
+        }
         // C13 amended: the exactly-once table knows this caller's ids as its own.
         let client_id = auth::bound_client_id(&who, req.client_id);
         return match ctx.write_as(req, client_id, cmd).await {

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod build;
+pub mod cause;
 pub mod clock;
 pub mod cluster_id;
 pub mod config;

@@ -247,6 +247,51 @@ pub async fn hand_over(
     hand_over_to(raft, ready, elect, id, to, &others).await
 }
 
+/// After the handover entry at `index` committed: the heartbeat that tells `to` (and the
+/// `others`) of the commit, once they hold the entry (by `deadline`).
+async fn tell_commit(
+    raft: &Raft,
+    to: NodeId,
+    others: &[NodeId],
+    index: u64,
+    deadline: tokio::time::Instant,
+) {
+    let holds = |m: &openraft::RaftMetrics<NodeId, crate::base::ids::CtrlNode>, v: NodeId| {
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&v).copied().flatten())
+            .is_some_and(|l| l.index >= index)
+    };
+    // The standby learns of the commit from the leader's next append or heartbeat (no message
+    // of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends no heartbeat to a
+    // follower while an append to it is in flight — the entry's own append may still be. Once
+    // the standby has acknowledged the entry nothing is in flight to it (the entry is the last
+    // of this term), and the commit is already in its replication stream's queue ahead of the
+    // heartbeat asked for here: that one heartbeat carries it.
+    let mut every_turn = raft.metrics();
+    let acked = tokio::time::timeout_at(
+        deadline,
+        every_turn.wait_for(|m| m.state != ServerState::Leader || holds(m, to)),
+    )
+    .await
+    .map(|r| r.is_ok());
+    if acked != Ok(true) {
+        return;
+    }
+    // Issue 36: the others learn of the commit from the same heartbeat, and yield to `to`
+    // instead of racing it once the leases lapse (more than three voters). The old leader
+    // sends nothing more once it has voted for `to`: one that lacks the commit then never
+    // applies the entry before the election.
+    let until = deadline.min(tokio::time::Instant::now() + OTHERS_ACK);
+    let _ = tokio::time::timeout_at(
+        until,
+        every_turn
+            .wait_for(|m| m.state != ServerState::Leader || others.iter().all(|&v| holds(m, v))),
+    )
+    .await;
+    let _ = raft.trigger().heartbeat().await;
+}
+
 /// Longest the leader waits, after the named voter acknowledged the handover entry, for the
 /// `others` to acknowledge it too (issue 36).
 pub const OTHERS_ACK: Duration = Duration::from_millis(100);
@@ -286,46 +331,7 @@ pub async fn hand_over_to(
         }
     };
     let deadline = tokio::time::Instant::now() + HANDOVER_WAIT.saturating_sub(t0.elapsed());
-    // The standby learns of the commit from the leader's next append or heartbeat (no message
-    // of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends no heartbeat to a
-    // follower while an append to it is in flight — the entry's own append may still be. Once
-    // the standby has acknowledged the entry nothing is in flight to it (the entry is the last
-    // of this term), and the commit is already in its replication stream's queue ahead of the
-    // heartbeat asked for here: that one heartbeat carries it.
-    let mut every_turn = raft.metrics();
-    let acked = tokio::time::timeout_at(
-        deadline,
-        every_turn.wait_for(|m| {
-            m.state != ServerState::Leader
-                || m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(&to).copied().flatten())
-                    .is_some_and(|l| l.index >= entry.index)
-        }),
-    )
-    .await
-    .map(|r| r.is_ok());
-    if acked == Ok(true) {
-        // Issue 36: the others learn of the commit from the same heartbeat, and yield to `to`
-        // instead of racing it once the leases lapse (more than three voters). The old leader
-        // sends nothing more once it has voted for `to`: one that lacks the commit then never
-        // applies the entry before the election.
-        let holds = |m: &openraft::RaftMetrics<NodeId, crate::base::ids::CtrlNode>, v: NodeId| {
-            m.replication
-                .as_ref()
-                .and_then(|r| r.get(&v).copied().flatten())
-                .is_some_and(|l| l.index >= entry.index)
-        };
-        let until = deadline.min(tokio::time::Instant::now() + OTHERS_ACK);
-        let _ = tokio::time::timeout_at(
-            until,
-            every_turn.wait_for(|m| {
-                m.state != ServerState::Leader || others.iter().all(|&v| holds(m, v))
-            }),
-        )
-        .await;
-        let _ = raft.trigger().heartbeat().await;
-    }
+    tell_commit(raft, to, others, entry.index, deadline).await;
     // Server metrics: they change with the leader (not on every turn of the raft loop), and
     // the deadline is read on every turn.
     let mut rx = raft.server_metrics();

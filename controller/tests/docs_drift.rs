@@ -119,3 +119,25 @@ fn documented_commands_exist() {
         "{cmds:?}"
     );
 }
+
+/// Issue 36: every option `run --help` lists is in the manual page (it lacked `--log-keep`,
+/// `--early-campaign` and `--metrics-public`).
+#[test]
+fn every_run_option_is_in_the_man_page() {
+    let run = help(&["run", "--help"]);
+    let man = read("docs/man/xce-controller.1").replace("\\-", "-");
+    let options: Vec<&str> = run
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .filter_map(|l| l.split([' ', '=']).next())
+        .collect();
+    assert!(options.len() > 25, "{run}");
+    let missing: Vec<&&str> = options
+        .iter()
+        .filter(|o| !man.contains(&format!("--{o}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/man/xce-controller.1: {missing:?}"
+    );
+}

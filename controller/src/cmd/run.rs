@@ -71,6 +71,18 @@ pub fn run(args: RunArgs) -> i32 {
         }
     };
     let id = args.id;
+    // Issue 36: SIGHUP reopens the log file and never ends the node (its default action).
+    // Registered before anything else runs, so no window is left where it would.
+    let hup = {
+        let _in = rt.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    };
+    match hup {
+        Ok(hup) => {
+            rt.spawn(reopen_on_hangup(hup, id));
+        }
+        Err(e) => crate::log_warn!("node {id}: no SIGHUP handler ({e}): SIGHUP would end it"),
+    }
     let res = rt.block_on(run_node(args));
     if let Some(why) = fault::storage_fault() {
         // C21: exit as a crash would, touching the disk no more: nothing is flushed, handed
@@ -722,6 +734,15 @@ fn store_config(o: &NodeOpts) -> Config {
         install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
         max_payload_entries: crate::raft::propose::MAX_PAYLOAD_ENTRIES,
         ..Default::default()
+    }
+}
+
+/// Issue 36: on every SIGHUP, the log file is opened again (`base/logstamp.rs`), said in the
+/// new file's first line.
+async fn reopen_on_hangup(mut hup: tokio::signal::unix::Signal, id: NodeId) {
+    while hup.recv().await.is_some() {
+        crate::base::logstamp::reopen();
+        crate::log_info!("node {id}: SIGHUP: log file reopened");
     }
 }
 

@@ -296,7 +296,7 @@ impl<'a, 'e> Call<'a, 'e> {
                 self.spec.deadline,
             );
             if self.offer_hint(&mut state.link, host, port, true) {
-                super::members::vouch(&mut state, env, until);
+                super::vouch::vouch(&mut state, env, until);
                 self.offer_hint(&mut state.link, host, port, false);
             }
         }

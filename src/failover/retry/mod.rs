@@ -33,6 +33,7 @@ mod members;
 pub mod outbox;
 mod probe;
 mod resolver;
+mod vouch;
 
 use std::cell::{RefCell, RefMut};
 use std::sync::Arc;

@@ -97,6 +97,11 @@ struct Reply {
   # answer, a waitPrimary answer, or an older controller). A client that sees it differ from the
   # version of the member list it learned asks this primary's hello again.
   membersVersion @16 :UInt64;
+
+  # Why, in words, for an operator: set on refusals of the admin ops (memberAdd: which check
+  # failed and why; leaderTransfer; snapshotSave) and on -E_XCE_NOSPACE; empty otherwise. Shown
+  # with the status, never parsed.
+  detail @18 :Text;
 }
 
 # ---------------------------------------------------------------------------------------
@@ -394,6 +399,12 @@ struct ControllerInfo {
   # Filled in an immediate waitPrimary answer, with members (this node's own view of the
   # membership: a standby's too, for `status`; clients learn members only from a hello).
   uptimeMs @17 :UInt64;
+  # C24: this node's data directory — every file it keeps there, in bytes on disk — and the
+  # free space of its filesystem, and the quota past which a primary refuses new work with
+  # -E_XCE_NOSPACE (0: not said; filled in an immediate waitPrimary answer, as uptimeMs).
+  dbSizeBytes @18 :UInt64;
+  diskFreeBytes @19 :UInt64;
+  quotaBytes @20 :UInt64;
 }
 
 # C20: one chunk of an online snapshot (`xce-controller snapshot save`). The first request

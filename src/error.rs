@@ -45,13 +45,18 @@ pub const E_XCE_OUTBOX_FULL: i32 = 2014;
 /// handler): the call was ended, or not made. Client-side only: never on the wire.
 pub const E_XCE_STOP_REQUESTED: i32 = 2015;
 
+/// C24: the primary refused new work because its data directory passed its quota (or its
+/// disk's free space its floor): the NOSPACE alarm is raised. Reads, kills, notifications and
+/// heartbeats go on; an operator frees space or raises the quota. The same on every master,
+/// so never a reason to fail over (terminal for the call).
+pub const E_XCE_NOSPACE: i32 = 2016;
 /// C19: the cluster's CORRUPT alarm is raised — its members' states differ where no log id can
 /// tell which is the history — and it refuses writes until an operator repairs it (reads go
 /// on). The same on every master: terminal for the call, never a reason to fail over.
 pub const E_XCE_CORRUPT: i32 = 2017;
 
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 16] = [
+pub const XCE_CODES: [(i32, &str); 17] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -67,8 +72,68 @@ pub const XCE_CODES: [(i32, &str); 16] = [
     (E_XCE_UNKNOWN, "E_XCE_UNKNOWN"),
     (E_XCE_OUTBOX_FULL, "E_XCE_OUTBOX_FULL"),
     (E_XCE_STOP_REQUESTED, "E_XCE_STOP_REQUESTED"),
+    (E_XCE_NOSPACE, "E_XCE_NOSPACE"),
     (E_XCE_CORRUPT, "E_XCE_CORRUPT"),
 ];
+
+/// The errno names a controller or the library sends or returns, for [`status_name`].
+const ERRNO_NAMES: [(i32, &str); 31] = [
+    (libc::EPERM, "EPERM"),
+    (libc::ENOENT, "ENOENT"),
+    (libc::EINTR, "EINTR"),
+    (libc::EIO, "EIO"),
+    (libc::EBADF, "EBADF"),
+    (libc::EAGAIN, "EAGAIN"),
+    (libc::ENOMEM, "ENOMEM"),
+    (libc::EACCES, "EACCES"),
+    (libc::EBUSY, "EBUSY"),
+    (libc::EEXIST, "EEXIST"),
+    (libc::EINVAL, "EINVAL"),
+    (libc::ENOSPC, "ENOSPC"),
+    (libc::EPIPE, "EPIPE"),
+    (libc::ERANGE, "ERANGE"),
+    (libc::ENOSYS, "ENOSYS"),
+    (libc::ESTALE, "ESTALE"),
+    (libc::EPROTO, "EPROTO"),
+    (libc::EMSGSIZE, "EMSGSIZE"),
+    (libc::EADDRINUSE, "EADDRINUSE"),
+    (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
+    (libc::ENETUNREACH, "ENETUNREACH"),
+    (libc::ECONNABORTED, "ECONNABORTED"),
+    (libc::ECONNRESET, "ECONNRESET"),
+    (libc::ENOTCONN, "ENOTCONN"),
+    (libc::ETIMEDOUT, "ETIMEDOUT"),
+    (libc::ECONNREFUSED, "ECONNREFUSED"),
+    (libc::EHOSTDOWN, "EHOSTDOWN"),
+    (libc::EHOSTUNREACH, "EHOSTUNREACH"),
+    (libc::EALREADY, "EALREADY"),
+    (libc::ECANCELED, "ECANCELED"),
+    (libc::EOVERFLOW, "EOVERFLOW"),
+];
+
+/// The name of a status or code, either sign: `E_XCE_AUTH` for -2007, `EINVAL` for -22, `E22`
+/// for an errno without a name here. What a tool prints beside every number it shows.
+pub fn status_name(code: i32) -> String {
+    let c = code.checked_abs().unwrap_or(i32::MAX);
+    if c == 0 {
+        return "OK".into();
+    }
+    XCE_CODES
+        .iter()
+        .chain(ERRNO_NAMES.iter())
+        .find(|(n, _)| *n == c)
+        .map_or_else(|| format!("E{c}"), |(_, name)| (*name).to_string())
+}
+
+/// `status -2007 (E_XCE_AUTH: not authorised: ...)`: a status as tools print it, its number
+/// with its name and text.
+pub fn status_text(status: i32) -> String {
+    format!(
+        "status {status} ({}: {})",
+        status_name(status),
+        strerror(status)
+    )
+}
 
 /// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
 /// see [`Error::code`]); the cause travels in the text of the last error and of the log, as
@@ -198,6 +263,9 @@ pub enum Error {
     /// F27: the context's "stop requested" state is set.
     #[error("stop requested")]
     StopRequested,
+    /// C24: the cluster's storage quota is reached; new work is refused.
+    #[error("no space: the controller's storage quota is reached (new work refused)")]
+    NoSpace,
     /// C19: the CORRUPT alarm is raised; writes are refused until the repair.
     #[error("the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired")]
     Corrupt,
@@ -227,6 +295,7 @@ impl Error {
             Error::Unknown => E_XCE_UNKNOWN,
             Error::OutboxFull => E_XCE_OUTBOX_FULL,
             Error::StopRequested => E_XCE_STOP_REQUESTED,
+            Error::NoSpace => E_XCE_NOSPACE,
             Error::Corrupt => E_XCE_CORRUPT,
             Error::Errno(e) => e,
         }
@@ -270,6 +339,7 @@ impl Error {
             E_XCE_UNKNOWN => Error::Unknown,
             E_XCE_OUTBOX_FULL => Error::OutboxFull,
             E_XCE_STOP_REQUESTED => Error::StopRequested,
+            E_XCE_NOSPACE => Error::NoSpace,
             E_XCE_CORRUPT => Error::Corrupt,
             e => Error::Errno(e),
         })
@@ -333,6 +403,7 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_UNKNOWN => "outcome unknown: placed in the log, not confirmed",
         E_XCE_OUTBOX_FULL => "notification outbox full",
         E_XCE_STOP_REQUESTED => "stop requested",
+        E_XCE_NOSPACE => "no space: the controller's storage quota is reached (new work refused)",
         E_XCE_CORRUPT => {
             "the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired"
         }
@@ -379,6 +450,7 @@ mod tests {
     fn codes_have_the_values_of_protocol_md() {
         let expected = [
             2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010, 2011, 2012, 2013, 2014,
+            2015, 2016,
         ];
         for ((code, _), want) in XCE_CODES.iter().zip(expected) {
             assert_eq!(*code, want);
@@ -425,6 +497,22 @@ mod tests {
         assert_eq!(strerror(0), "success");
         assert_eq!(strerror(99_999), "unknown error");
         assert_eq!(strerror(i32::MIN), "unknown error");
+    }
+
+    #[test]
+    fn every_status_has_a_name() {
+        assert_eq!(status_name(-E_XCE_AUTH), "E_XCE_AUTH");
+        assert_eq!(status_name(E_XCE_NOSPACE), "E_XCE_NOSPACE");
+        assert_eq!(status_name(-libc::EHOSTUNREACH), "EHOSTUNREACH");
+        assert_eq!(status_name(-999), "E999");
+        assert_eq!(status_name(i32::MIN), format!("E{}", i32::MAX));
+        assert_eq!(
+            status_text(-2007),
+            "status -2007 (E_XCE_AUTH: not authorised: authentication failed or no joined session)"
+        );
+        for (code, name) in XCE_CODES.iter().chain(ERRNO_NAMES.iter()) {
+            assert_eq!(status_name(-code), *name);
+        }
     }
 
     #[test]

@@ -95,9 +95,19 @@ timing and limits:
   --max-connections N    concurrent authenticated client connections (default 1024); besides
                          them, at most 64 unauthenticated ones (in their TLS handshake, 3 s at
                          most, or anonymous, 10 s at most), the oldest closed for a newcomer
-  --snapshot-logs N      snapshot after this many applied entries (default 1000)
+  --snapshot-logs N      snapshot after this many writes since the last snapshot, or a
+                         quarter of the jobs in the table if that is more (so the log on disk
+                         stays within about a quarter of the snapshot) (default 1000)
   --log-keep N           log entries kept behind a snapshot, for lagging followers
                          (default 20000)
+  --quota-bytes SIZE     C24: past this many bytes in the data directory (every file in it,
+                         on disk) the NOSPACE alarm is raised and the primary refuses new work
+                         (job submissions, tasks: E_XCE_NOSPACE) while reads, kills and
+                         notifications go on (default: half the filesystem, at most 8G;
+                         SIZE is bytes, or a number with K, M, G, T)
+  --disk-floor-bytes SIZE  the alarm too when the filesystem has less free than this; a node
+                         started below it exits 74 at once (default: 1% of the filesystem,
+                         at least 32M, at most 256M)
   --cluster-name NAME    reported by clusterconf (default xce)
   --consistency-check-ms N  the primary compares its members' state digests this often
                          (default 2000; at least 20 times the time one digest takes; 0: only

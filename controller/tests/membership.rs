@@ -273,7 +273,11 @@ fn refusals() {
         CLI_TIMEOUT,
     );
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("No such file or directory"), "{err}");
+    // Issue 36: the primary's reason and the status with its name.
+    assert!(
+        err.contains("node 7 is not a member") && err.contains("(status -2 ENOENT)"),
+        "{err}"
+    );
 }
 
 /// Removing the primary: it hands leadership over first, the command's client follows the

@@ -29,14 +29,29 @@ fn metrics_addr(ctrl: &Ctrl, id: u64) -> String {
 
 /// One `GET path`: (status line, body).
 fn get(addr: &str, path: &str) -> (String, String) {
+    let (status, _, body) = get_accepting(addr, path, None);
+    (status, body)
+}
+
+/// One `GET path` with an `Accept` header (if any): (status line, head, body).
+fn get_accepting(addr: &str, path: &str, accept: Option<&str>) -> (String, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
+    (
+        head.lines().next().unwrap().to_string(),
+        head.to_string(),
+        body.to_string(),
+    )
 }
+
+/// What Prometheus's scraper sends (it prefers OpenMetrics).
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 /// The value of the sample named exactly `name` (with its labels, if any).
 fn sample(body: &str, name: &str) -> f64 {
@@ -70,10 +85,67 @@ fn elections(addrs: &[&(u64, String)]) -> (f64, f64) {
 }
 
 fn scrape(addr: &str) -> String {
-    let (status, body) = get(addr, "/metrics");
+    let (status, _, body) = get_accepting(addr, "/metrics", Some(PROMETHEUS_ACCEPT));
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
     assert!(body.ends_with("# EOF\n"), "{body}");
     body
+}
+
+/// Issue 36: the Prometheus text format unless OpenMetrics is asked for (content
+/// negotiation); every labelled counter exported at 0 from the start; the data directory's
+/// size and its filesystem's free space (C24); on the primary, each member's match index,
+/// last contact and round trip.
+#[test]
+fn formats_zero_counters_disk_and_peers() {
+    let ctrl = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
+    let p = ctrl.wait_settled(STARTUP);
+    let addr = metrics_addr(&ctrl, p);
+    for accept in [None, Some("*/*"), Some("text/plain;version=0.0.4")] {
+        let (status, head, body) = get_accepting(&addr, "/metrics", accept);
+        assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+        assert!(
+            head.contains("Content-Type: text/plain; version=0.0.4"),
+            "{accept:?}: {head}"
+        );
+        assert!(body.contains("# TYPE xce_ops_total counter"), "{body}");
+        assert!(body.contains("# TYPE xce_build_info gauge"), "{body}");
+        assert!(!body.contains("# EOF"), "{body}");
+    }
+    let (_, head, _) = get_accepting(&addr, "/metrics", Some(PROMETHEUS_ACCEPT));
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    let b = scrape(&addr);
+    // Before any of these happened: 0, not absent.
+    for name in [
+        "xce_campaigns_total{outcome=\"handover\"}",
+        "xce_forwards_total{outcome=\"replied\"}",
+        "xce_storage_faults_total{op=\"vote\"}",
+        "xce_raft_refused_total{why=\"diverged\"}",
+        "xce_pre_votes_total{answer=\"refused\"}",
+    ] {
+        assert_eq!(sample(&b, name), 0.0, "{name}");
+    }
+    assert!(sample(&b, "xce_db_size_bytes") > 0.0, "{b}");
+    assert!(sample(&b, "xce_disk_free_bytes") > 0.0, "{b}");
+    assert!(sample(&b, "xce_quota_bytes") > 0.0, "{b}");
+    assert_eq!(sample(&b, "xce_nospace_alarm"), 0.0, "{b}");
+    for peer in (1..=3).filter(|&i| i != p) {
+        let m = sample(&b, &format!("xce_peer_match_index{{peer=\"{peer}\"}}"));
+        assert!(m >= 1.0, "peer {peer}: {b}");
+        let c = sample(
+            &b,
+            &format!("xce_peer_last_contact_seconds{{peer=\"{peer}\"}}"),
+        );
+        assert!((0.0..5.0).contains(&c), "peer {peer}: {c}");
+        let r = sample(
+            &b,
+            &format!("xce_peer_round_trip_seconds{{peer=\"{peer}\"}}"),
+        );
+        assert!((0.0..5.0).contains(&r), "peer {peer}: {r}");
+    }
+    // A standby reports no peers.
+    let s = (1..=3).find(|&i| i != p).unwrap();
+    let b = scrape(&metrics_addr(&ctrl, s));
+    assert!(!b.contains("xce_peer_match_index{"), "{b}");
 }
 
 #[test]

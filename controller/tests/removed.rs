@@ -99,6 +99,11 @@ fn removed_while_dead_then_restarted(tls: Option<&std::path::Path>) {
         ctrl.all_logs()
     );
     assert!(log.contains("removed from the cluster"), "{log}");
+    // Issue 36: the way back in the docs' order (it said `member add`, then `run --join`).
+    assert!(
+        log.contains("start it with `run --join`, then add it again with `member add`"),
+        "{log}"
+    );
     assert!(took < Duration::from_secs(10), "{took:?}");
     eprintln!(
         "tls {}: exited {EXIT_REMOVED} after {took:?}",

@@ -142,6 +142,19 @@ fn s19_restore_keeps_every_write_acknowledged_before_the_save_and_refuses_old_da
     let spare = ctrl.dir.path().join("spare");
     let (code, out) = restore(&damaged, &spare, 1, &ctrl.spec, "s19");
     assert_eq!(code, Some(1), "a damaged backup restored:\n{out}");
+    // Issue 36: a truncated file and a file that is no backup are named as such (before:
+    // "failed to fill whole buffer", "text is not UTF-8").
+    let truncated = ctrl.dir.path().join("truncated.xcb");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let (code, out) = restore(&truncated, &spare, 1, &ctrl.spec, "s19");
+    assert!(code == Some(1) && out.contains("truncated: "), "{out}");
+    let other = ctrl.dir.path().join("other.xcb");
+    std::fs::write(&other, vec![0xffu8; 4096]).unwrap();
+    let (code, out) = restore(&other, &spare, 1, &ctrl.spec, "s19");
+    assert!(
+        code == Some(1) && out.contains("not a backup `xce-controller snapshot save` wrote"),
+        "{out}"
+    );
     let (code, out) = restore(&file, &old(1), 1, &ctrl.spec, "s19");
     assert!(
         code == Some(1) && out.contains("not empty"),
@@ -155,6 +168,18 @@ fn s19_restore_keeps_every_write_acknowledged_before_the_save_and_refuses_old_da
         ids.push(after(&out, "new cluster ").to_string());
     }
     assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+    // C13 amended (issue 36): what restore wrote is the node's user's only (it was 0755/0644
+    // until the node's first start).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&data(1)), 0o700, "{}", data(1).display());
+        for e in std::fs::read_dir(data(1)).unwrap() {
+            let e = e.unwrap().path();
+            let want = if e.is_dir() { 0o700 } else { 0o600 };
+            assert_eq!(mode(&e), want, "{}", e.display());
+        }
+    }
     assert_ne!(ids[0], old_cluster);
     // Another restore of the same file is another cluster.
     let (code, out) = restore(&file, &spare, 1, &ctrl.spec, "s19-again");

@@ -97,6 +97,9 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
             assert_eq!(n["reachable"], true, "{v}");
             assert!(n["version"].as_str().unwrap().starts_with("0."), "{v}");
             assert!(n["uptime_ms"].as_u64().unwrap() > 0, "{v}");
+            for k in ["db_size_bytes", "disk_free_bytes", "quota_bytes"] {
+                assert!(n[k].as_u64().unwrap() > 0, "{k}: {v}");
+            }
             assert_eq!(n["leader"].as_u64(), Some(p), "{v}");
         }
     }
@@ -128,7 +131,15 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
         );
         assert!(log >= 6 && commit >= 6 && applied >= 6, "{out}");
         assert!(r[9].parse::<u64>().is_ok() && r[10] == "ms", "{out}");
-        assert!(r[12].starts_with("0."), "version:\n{out}");
+        // C24 (issue 36): the data directory's size and its filesystem's free space.
+        for (k, what) in [(12, "DB"), (13, "FREE")] {
+            assert!(
+                r[k].ends_with(['K', 'M', 'G', 'T'])
+                    && r[k][..r[k].len() - 1].parse::<f64>().is_ok(),
+                "{what}:\n{out}"
+            );
+        }
+        assert!(r[14].starts_with("0."), "version:\n{out}");
     }
 
     // One node under two names (localhost and 127.0.0.1) is one member: 3 of 3, not 4 of 4.

@@ -110,7 +110,19 @@ fn exits_for_its_storage(ctrl: &mut Ctrl, id: u64, what: &str) {
 
 #[test]
 fn a_primary_whose_disk_fills_exits_and_nothing_acknowledged_is_lost() {
-    let mut ctrl = Ctrl::prepare(3, &["--metrics", "127.0.0.1:0"]);
+    // C21's own path, past C24's guard (a quota and a floor would refuse the writes first,
+    // `disk_guard.rs`): what a node does once the disk is full after all.
+    let mut ctrl = Ctrl::prepare(
+        3,
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--quota-bytes",
+            "1T",
+            "--disk-floor-bytes",
+            "0",
+        ],
+    );
     let small = Tmpfs::mount(&ctrl.dir.path().join("data-1"), "16m");
     for id in 1..=3 {
         ctrl.start_node(id);

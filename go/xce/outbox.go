@@ -20,6 +20,9 @@ const (
 	CodeUnknown = C.E_XCE_UNKNOWN
 	// CodeOutboxFull: a notification or heartbeat was not accepted (E_XCE_OUTBOX_FULL).
 	CodeOutboxFull = C.E_XCE_OUTBOX_FULL
+	// CodeNoSpace: the primary refused new work because its storage quota is reached
+	// (E_XCE_NOSPACE, C24); reads and kills go on. Never retried.
+	CodeNoSpace = C.E_XCE_NOSPACE
 )
 
 // OutboxMax is XCE_OUTBOX_MAX: most notifications and heartbeats waiting for a primary's
@@ -31,6 +34,8 @@ var (
 	ErrTooBig = &Error{Code: CodeTooBig}
 	// ErrOutboxFull: the notification was not accepted; Flush, then send it again.
 	ErrOutboxFull = &Error{Code: CodeOutboxFull}
+	// ErrNoSpace: the cluster refuses new work until space is freed (C24).
+	ErrNoSpace = &Error{Code: CodeNoSpace}
 )
 
 // Flush waits until every notification and heartbeat accepted so far was acknowledged by a

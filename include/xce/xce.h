@@ -128,6 +128,12 @@
 #define E_XCE_STOP_REQUESTED 2015
 
 /**
+ * C24: the primary refused new work (a job submission, a task) because its storage quota is
+ * reached (the NOSPACE alarm); reads and kills go on. Deterministic: never a failover.
+ */
+#define E_XCE_NOSPACE 2016
+
+/**
  * C19: the cluster's CORRUPT alarm is raised (its replicas' states differ where no log id
  * can tell which is right): writes are refused until an operator repairs it; reads go on.
  * The same on every controller: never retried.

@@ -3,8 +3,8 @@
 //! Pure: no I/O, no clock. The table test below is the contract of failover.md's status table.
 
 use crate::error::{
-    Error, E_XCE_DUP_JOB, E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY,
-    E_XCE_UNKNOWN,
+    Error, E_XCE_DUP_JOB, E_XCE_NOMASTER, E_XCE_NOSPACE, E_XCE_NOT_READY, E_XCE_REDIRECT,
+    E_XCE_STANDBY, E_XCE_UNKNOWN,
 };
 
 /// What one attempt produced, before any decision is taken.
@@ -66,6 +66,8 @@ fn classify_status(status: i32, may_have_been_applied: bool, is_write: bool) -> 
         E_XCE_DUP_JOB | libc::EEXIST if is_write && may_have_been_applied => {
             Classification::Success
         }
+        // C24: the primary's quota is reached; every master would say the same.
+        E_XCE_NOSPACE => Classification::Terminal,
         _ => Classification::Terminal,
     }
 }
@@ -199,6 +201,9 @@ mod tests {
             // status): the same on every master, never a failover
             (t(Error::TooBig), false, false, Terminal),
             (s(-crate::error::E_XCE_TOOBIG), false, false, Terminal),
+            // C24: a primary past its storage quota refuses new work: final, on a re-send too
+            (s(-E_XCE_NOSPACE), false, true, Terminal),
+            (s(-E_XCE_NOSPACE), true, true, Terminal),
             // C19: the CORRUPT alarm is the same on every controller: never a failover.
             (s(-crate::error::E_XCE_CORRUPT), true, true, Terminal),
             // a paged listing's cursor unknown to this controller: the listing starts over

@@ -96,6 +96,9 @@ pub struct CallReport {
     /// For a write: it was sent at least once and no reply came back, so the controller may have
     /// applied it.
     pub may_have_been_applied: bool,
+    /// Why, in the controller's words, when its final answer said (`Reply.detail`: a refused
+    /// admin op, a quota refusal); empty otherwise.
+    pub detail: String,
 }
 
 fn outcome_text(o: &AttemptOutcome) -> String {
@@ -122,6 +125,9 @@ impl fmt::Display for CallReport {
                 (None, Some(o)) => write!(f, "; {} {}", m.endpoint, outcome_text(o))?,
                 (None, None) => write!(f, "; {} not tried", m.endpoint)?,
             }
+        }
+        if !self.detail.is_empty() {
+            write!(f, "; the controller says: {}", self.detail)?;
         }
         if self.is_write {
             if self.may_have_been_applied {
@@ -209,8 +215,19 @@ mod tests {
             ],
             is_write: true,
             may_have_been_applied: true,
+            detail: String::new(),
         };
         let s = r.to_string();
+        assert!(!s.contains("the controller says"), "{s}");
+        let with = CallReport {
+            detail: "node 4 at h:2: it is node 5".into(),
+            ..r.clone()
+        };
+        assert!(
+            with.to_string()
+                .contains("; the controller says: node 4 at h:2: it is node 5"),
+            "{with}"
+        );
         assert!(
             s.starts_with("jobsubmit failed: cluster not ready after 5 attempts in 1.500 s"),
             "{s}"

@@ -112,7 +112,15 @@ pub struct Rotator {
     cursor: usize,
     current: Target,
     hint: Option<Target>,
+    /// F29 for redirects: the members the last master asked for them reported (any role, on
+    /// the connection the context talks through): a redirect hint naming one of them is
+    /// followed although it names no master in rotation. Replaced, never grown.
+    vouched: Vec<Endpoint>,
 }
+
+/// Most members kept as vouched for (F29): a Raft cluster has at most 7 members; the bound
+/// only keeps a hostile or buggy answer from costing more than a few resolutions per hint.
+pub const MAX_VOUCHED: usize = 16;
 
 impl Rotator {
     /// A rotator positioned on the first master. `masters` must not be empty.
@@ -124,7 +132,36 @@ impl Rotator {
             cursor: 0,
             current: Target::Master(0),
             hint: None,
+            vouched: Vec::new(),
         }
+    }
+
+    /// F29 for redirects: records the members a master reported (its membership as it holds
+    /// it, a standby's too), at most [`MAX_VOUCHED`]. A hint naming one of them is followed as
+    /// an unlisted target (once); it joins the rotation only when it answers as the primary
+    /// and names its members itself (`retry/members.rs`). The caller vouches that `members`
+    /// came from a master on the connection the context talks through.
+    pub fn vouch(&mut self, members: Vec<Endpoint>) {
+        self.vouched = members;
+        self.vouched.truncate(MAX_VOUCHED);
+    }
+
+    /// Whether a member list reported by a master names `host:port` (same name and port, or a
+    /// shared resolved address).
+    fn is_vouched(&self, host: &str, port: u16, resolve: Resolve<'_>) -> bool {
+        if self
+            .vouched
+            .iter()
+            .any(|m| m.port == port && m.host.eq_ignore_ascii_case(host))
+        {
+            return true;
+        }
+        let wanted = resolve(host, port);
+        !wanted.is_empty()
+            && self
+                .vouched
+                .iter()
+                .any(|m| resolve(&m.host, m.port).iter().any(|a| wanted.contains(a)))
     }
 
     /// Every master in rotation: the configured ones, then the learned ones (F29).
@@ -205,7 +242,9 @@ impl Rotator {
 
     /// Offers the redirect hint of the last reply (F5). `tried` holds one bit per configured
     /// master that failed since the last sleep (the current one included). An accepted hint is
-    /// the next target, used once; a refused one leaves plain rotation in force.
+    /// the next target, used once; a refused one leaves plain rotation in force. A host in no
+    /// master's place is followed with [`HintPolicy::AnyHost`], or when a member list a master
+    /// reported names it ([`Rotator::vouch`], F29).
     pub fn offer_hint(
         &mut self,
         host: &str,
@@ -222,16 +261,15 @@ impl Rotator {
                 return HintVerdict::Refused(HintRefusal::AlreadyTried)
             }
             (Some(i), _) => Target::Master(i),
-            (None, HintPolicy::AnyHost) => {
+            (None, p) if p == HintPolicy::AnyHost || self.is_vouched(host, port, resolve) => {
+                // F29: a host a master's member list names is followed like one of any host.
                 let t = Target::Unlisted(Endpoint::new(host, port));
                 if self.current == t {
                     return HintVerdict::Refused(HintRefusal::NamesCurrent);
                 }
                 t
             }
-            (None, HintPolicy::ConfiguredOnly) => {
-                return HintVerdict::Refused(HintRefusal::NotConfigured)
-            }
+            (None, _) => return HintVerdict::Refused(HintRefusal::NotConfigured),
         };
         self.hint = Some(target.clone());
         HintVerdict::Accepted(target)
@@ -436,6 +474,41 @@ mod tests {
             Target::Master(0),
             "rotation continues after the hinted master"
         );
+    }
+
+    #[test]
+    fn a_hint_a_masters_member_list_names_is_followed_once() {
+        let mut r = three();
+        // Nobody vouched yet: refused, as before.
+        let v = r.offer_hint("d", 4, HintPolicy::ConfiguredOnly, 0b001, &table_dns);
+        assert_eq!(v, HintVerdict::Refused(HintRefusal::NotConfigured));
+        // Master a (a standby) reported its members: a, b, c and d.
+        r.vouch(
+            ["a", "b", "c", "d"]
+                .iter()
+                .zip(1..)
+                .map(|(h, p)| Endpoint::new(*h, p))
+                .collect(),
+        );
+        let d = Target::Unlisted(Endpoint::new("d", 4));
+        let v = r.offer_hint("d", 4, HintPolicy::ConfiguredOnly, 0b001, &table_dns);
+        assert_eq!(v, HintVerdict::Accepted(d.clone()));
+        assert_eq!(r.advance(0b001), d);
+        // Not learned: the rotation is still the three configured masters.
+        assert_eq!(r.masters().len(), 3);
+        // A stranger the list does not name stays refused; so does d's port changed.
+        for (h, p) in [("stranger", 4), ("d", 5)] {
+            let v = r.offer_hint(h, p, HintPolicy::ConfiguredOnly, 0, &table_dns);
+            assert_eq!(
+                v,
+                HintVerdict::Refused(HintRefusal::NotConfigured),
+                "{h}:{p}"
+            );
+        }
+        // A new report replaces the old one.
+        r.vouch(vec![Endpoint::new("a", 1)]);
+        let v = r.offer_hint("d", 4, HintPolicy::ConfiguredOnly, 0, &table_dns);
+        assert_eq!(v, HintVerdict::Refused(HintRefusal::NotConfigured));
     }
 
     #[test]

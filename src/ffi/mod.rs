@@ -90,6 +90,9 @@ pub const E_XCE_OUTBOX_FULL: c_int = 2014;
 /// A stop was requested on the context (`xcecli_request_stop`, F27): the call was ended or
 /// not made. Stays until `xcecli_clear_stop_request` or `xcecli_stop`.
 pub const E_XCE_STOP_REQUESTED: c_int = 2015;
+/// C24: the primary refused new work (a job submission, a task) because its storage quota is
+/// reached (the NOSPACE alarm); reads and kills go on. Deterministic: never a failover.
+pub const E_XCE_NOSPACE: c_int = 2016;
 /// C19: the cluster's CORRUPT alarm is raised (its replicas' states differ where no log id
 /// can tell which is right): writes are refused until an operator repairs it; reads go on.
 /// The same on every controller: never retried.
@@ -112,6 +115,7 @@ const _: () = {
     assert!(E_XCE_UNKNOWN == e::E_XCE_UNKNOWN);
     assert!(E_XCE_OUTBOX_FULL == e::E_XCE_OUTBOX_FULL);
     assert!(E_XCE_STOP_REQUESTED == e::E_XCE_STOP_REQUESTED);
+    assert!(E_XCE_NOSPACE == e::E_XCE_NOSPACE);
     assert!(E_XCE_CORRUPT == e::E_XCE_CORRUPT);
 };
 

@@ -326,7 +326,7 @@ fn est_reply(rep: &Reply) -> usize {
                 + est_list(&c.queues, sw::<cp::queue::Builder>(), |q| tw(&q.name))
         }
     };
-    1 + sw::<cp::reply::Builder>() + tw(&rep.redirect_host) + data
+    1 + sw::<cp::reply::Builder>() + tw(&rep.redirect_host) + tw(&rep.detail) + data
 }
 
 // ---------------------------------------------------------------------------------------
@@ -580,6 +580,7 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
     set_text!(b, set_redirect_host, rep.redirect_host);
     b.set_redirect_port(rep.redirect_port);
     b.set_members_version(rep.members_version);
+    set_text!(b, set_detail, rep.detail);
     let mut d = b.init_data();
     match &rep.data {
         ReplyData::None => d.set_none(()),
@@ -615,6 +616,9 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
             }
             x.set_checked_index(c.checked_index);
             x.set_uptime_ms(c.uptime_ms);
+            x.set_db_size_bytes(c.db_size_bytes);
+            x.set_disk_free_bytes(c.disk_free_bytes);
+            x.set_quota_bytes(c.quota_bytes);
         }
         ReplyData::SnapshotChunk(c) => {
             let mut x = d.init_snapshot_chunk();
@@ -996,6 +1000,9 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
                 alarms: get_texts(b, x.get_alarms())?,
                 checked_index: x.get_checked_index(),
                 uptime_ms: x.get_uptime_ms(),
+                db_size_bytes: x.get_db_size_bytes(),
+                disk_free_bytes: x.get_disk_free_bytes(),
+                quota_bytes: x.get_quota_bytes(),
             })
         }
         W::SnapshotChunk(x) => {
@@ -1063,6 +1070,7 @@ fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
         redirect_port: r.get_redirect_port(),
         data,
         members_version: r.get_members_version(),
+        detail: text(r.get_detail())?,
     })
 }
 

@@ -282,6 +282,8 @@ pub struct Reply {
     /// F29: the membership version of the serving primary that sent a successful reply (0: not
     /// stamped). A change tells a client connected to that primary to ask for the members again.
     pub members_version: u64,
+    /// Why, in words, for an operator (a refused admin op, a quota refusal); empty otherwise.
+    pub detail: String,
 }
 
 impl Reply {
@@ -294,6 +296,7 @@ impl Reply {
             redirect_port: 0,
             data: ReplyData::None,
             members_version: 0,
+            detail: String::new(),
         }
     }
 
@@ -306,6 +309,7 @@ impl Reply {
             redirect_port: 0,
             data,
             members_version: 0,
+            detail: String::new(),
         }
     }
 
@@ -588,6 +592,13 @@ pub struct ControllerInfo {
     /// C18 (amended): ms since the node's process started, in an immediate `waitPrimary`
     /// answer (0: not said).
     pub uptime_ms: u64,
+    /// C24: bytes on disk of every file in the node's data directory, in an immediate
+    /// `waitPrimary` answer (0: not said).
+    pub db_size_bytes: u64,
+    /// C24: free bytes of the data directory's filesystem (for the node's user), as above.
+    pub disk_free_bytes: u64,
+    /// C24: the node's quota (`--quota-bytes`), as above.
+    pub quota_bytes: u64,
 }
 
 /// C20: a request for one chunk of an online snapshot (`cursor` 0: start one).

@@ -253,6 +253,9 @@ pub fn sample_datas() -> Vec<ReplyData> {
             ],
             checked_index: 1230,
             uptime_ms: 86_400_123,
+            db_size_bytes: 170 << 20,
+            disk_free_bytes: 3 << 30,
+            quota_bytes: 8 << 30,
         }),
         ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
         ReplyData::Job(sample_job(3)),
@@ -355,6 +358,7 @@ pub fn reply(seq: u64, data: ReplyData) -> Reply {
         redirect_port: 7000u16.wrapping_add(seq as u16),
         data,
         members_version: seq.wrapping_mul(3),
+        detail: String::new(),
     }
 }
 
@@ -708,6 +712,7 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
             vec(text(), 0..3),
             any::<u64>(),
             any::<u64>(),
+            (any::<u64>(), any::<u64>(), any::<u64>()),
         ),
     )
         .prop_map(
@@ -723,7 +728,13 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                 waiters,
                 (last_log_index, committed_index, applied_index, last_contact_ms),
                 members,
-                (cluster_id, alarms, checked_index, uptime_ms),
+                (
+                    cluster_id,
+                    alarms,
+                    checked_index,
+                    uptime_ms,
+                    (db_size_bytes, disk_free_bytes, quota_bytes),
+                ),
             )| {
                 ControllerInfo {
                     id,
@@ -744,6 +755,9 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
                     alarms,
                     checked_index,
                     uptime_ms,
+                    db_size_bytes,
+                    disk_free_bytes,
+                    quota_bytes,
                 }
             },
         );
@@ -813,15 +827,17 @@ pub fn reply_strategy() -> impl Strategy<Value = Reply> {
         any::<u16>(),
         reply_data(),
         any::<u64>(),
+        text(),
     )
         .prop_map(
-            |(seq, status, redirect_host, redirect_port, data, members_version)| Reply {
+            |(seq, status, redirect_host, redirect_port, data, members_version, detail)| Reply {
                 seq,
                 status,
                 redirect_host,
                 redirect_port,
                 data,
                 members_version,
+                detail,
             },
         )
 }

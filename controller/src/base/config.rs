@@ -270,6 +270,10 @@ pub struct NodeOpts {
     /// `--metrics-public`: the metrics endpoint (plaintext, no authentication) may be bound
     /// off loopback (issue 27: refused otherwise, unless `--insecure`).
     pub metrics_public: bool,
+    /// C24: `--quota-bytes` (`None`: sized from the filesystem, `base/disk.rs`).
+    pub quota_bytes: Option<u64>,
+    /// C24: `--disk-floor-bytes` (`None`: sized from the filesystem).
+    pub disk_floor_bytes: Option<u64>,
 }
 
 impl Default for NodeOpts {
@@ -296,6 +300,8 @@ impl Default for NodeOpts {
             metrics: None,
             consistency_check: Some(Duration::from_millis(DEFAULT_CONSISTENCY_CHECK_MS)),
             metrics_public: false,
+            quota_bytes: None,
+            disk_floor_bytes: None,
         }
     }
 }
@@ -419,6 +425,31 @@ fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse().map_err(|_| format!("{flag}: bad number {v:?}"))
 }
 
+/// A size in bytes: a number, or a number with K, M, G or T (powers of 1024: `8G`).
+pub fn size(flag: &str, v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "{flag}: bad size {v:?} (a number, or with K, M, G, T)"
+                    ))
+                }
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = num(flag, digits)?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{flag}: {v:?} is too large"))
+}
+
 /// Applies one node knob; `Ok(false)` if `flag` is not a node knob.
 fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
     match flag {
@@ -460,6 +491,8 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
             o.consistency_check = (ms > 0).then(|| Duration::from_millis(ms));
         }
         "--metrics-public" => o.metrics_public = v == "true",
+        "--quota-bytes" => o.quota_bytes = Some(size(flag, v)?),
+        "--disk-floor-bytes" => o.disk_floor_bytes = Some(size(flag, v)?),
         _ => return Ok(false),
     }
     Ok(true)
@@ -485,10 +518,44 @@ pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Vec<(String, Str
             out.push((k.to_string(), v.to_string()));
             continue;
         }
-        let v = it.next().ok_or_else(|| format!("{f}: missing value"))?;
+        let v = it.next().ok_or_else(|| {
+            // Issue 36: an option no command has is named as such, not as one missing a value.
+            if takes_value(f) {
+                format!("{f}: missing value")
+            } else {
+                format!("unknown option {f}")
+            }
+        })?;
         out.push((f.clone(), v.clone()));
     }
     Ok(out)
+}
+
+/// The options other than the node knobs that some command takes a value for.
+const VALUED: [&str; 18] = [
+    "--base-port",
+    "--ca",
+    "--ca-cert",
+    "--ca-key",
+    "--cert",
+    "--cluster",
+    "--config",
+    "--data",
+    "--id",
+    "--key",
+    "--masters",
+    "--nodes",
+    "--restore-id",
+    "--timeout-ms",
+    "--tls",
+    "--to",
+    "--token",
+    "--valid",
+];
+
+/// Whether some command takes a value for option `f` (a node knob, or one of [`VALUED`]).
+fn takes_value(f: &str) -> bool {
+    VALUED.contains(&f) || !matches!(node_flag(&mut NodeOpts::default(), f, "1"), Ok(false))
 }
 
 /// A member as the config file lists it (`[[member]]`).
@@ -717,6 +784,30 @@ impl ClusterArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 36: an option no command has is named unknown, not "missing value"; a known one
+    /// at the end without its value is; sizes take K, M, G, T.
+    #[test]
+    fn unknown_options_and_sizes() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            flag_pairs(&v(&["--check"]), &["--json"]),
+            Err("unknown option --check".into())
+        );
+        assert_eq!(
+            flag_pairs(&v(&["--masters"]), &["--json"]),
+            Err("--masters: missing value".into())
+        );
+        assert_eq!(
+            flag_pairs(&v(&["--quota-bytes"]), &[]),
+            Err("--quota-bytes: missing value".into())
+        );
+        assert_eq!(size("--q", "8G"), Ok(8 << 30));
+        assert_eq!(size("--q", "512m"), Ok(512 << 20));
+        assert_eq!(size("--q", "1000"), Ok(1000));
+        assert!(size("--q", "8X").is_err());
+        assert!(size("--q", "99999999999T").is_err());
+    }
 
     #[test]
     fn parses_spec() {

@@ -83,6 +83,18 @@ pub(crate) struct Metrics {
     refused: Family<WhyLabels, Counter>,
     storage_faults: Family<StorageLabels, Counter>,
     storage_fault: Gauge64,
+    pub(crate) db_size: Gauge64,
+    pub(crate) disk_free: Gauge64,
+    pub(crate) quota: Gauge64,
+    nospace: Gauge64,
+    pub(crate) peer_match: Family<PeerLabels, Gauge64>,
+    pub(crate) peer_contact: Family<PeerLabels, GaugeF>,
+    pub(crate) peer_round_trip: Family<PeerLabels, GaugeF>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PeerLabels {
+    pub(crate) peer: String,
 }
 
 pub(crate) static M: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -123,6 +135,13 @@ impl Metrics {
             refused: Family::default(),
             storage_faults: Family::default(),
             storage_fault: Gauge64::default(),
+            db_size: Gauge64::default(),
+            disk_free: Gauge64::default(),
+            quota: Gauge64::default(),
+            nospace: Gauge64::default(),
+            peer_match: Family::default(),
+            peer_contact: Family::default(),
+            peer_round_trip: Family::default(),
         };
         r.register("xce_raft_term", "Current Raft term", m.term.clone());
         r.register(
@@ -280,6 +299,48 @@ impl Metrics {
             "C21: 1 once this node's storage failed (it serves and votes no more and exits)",
             m.storage_fault.clone(),
         );
+        r.register(
+            "xce_db_size_bytes",
+            "C24: bytes on disk of every file in this node's data directory (log, state, \
+             snapshots, markers)",
+            m.db_size.clone(),
+        );
+        r.register(
+            "xce_disk_free_bytes",
+            "C24: free bytes of the data directory's filesystem (what the node's user may \
+             still write)",
+            m.disk_free.clone(),
+        );
+        r.register(
+            "xce_quota_bytes",
+            "C24: the quota (--quota-bytes): past it, or below the disk floor, the NOSPACE \
+             alarm is raised and the primary refuses new work",
+            m.quota.clone(),
+        );
+        r.register(
+            "xce_nospace_alarm",
+            "C24: 1 while the NOSPACE alarm is raised on this node (past the quota, or below \
+             the disk floor): a primary refuses job submissions and tasks",
+            m.nospace.clone(),
+        );
+        r.register(
+            "xce_peer_match_index",
+            "On the primary: the last log index each member is known to hold",
+            m.peer_match.clone(),
+        );
+        r.register(
+            "xce_peer_last_contact_seconds",
+            "On the primary: time since each member last answered an append or heartbeat \
+             (-1: never in this term)",
+            m.peer_contact.clone(),
+        );
+        r.register(
+            "xce_peer_round_trip_seconds",
+            "On the primary: the worst recent gap between a member's answers (the third-longest \
+             of the last 10 s, what the adaptive lease follows): its round trip on a busy link, \
+             the heartbeat interval on a quiet one",
+            m.peer_round_trip.clone(),
+        );
         // Issue 26: what runs, for a rolling upgrade (`xce_build_info{version,commit} 1`).
         r.register(
             "xce_build",
@@ -289,8 +350,47 @@ impl Metrics {
                 ("commit", crate::base::build::COMMIT.to_string()),
             ]),
         );
+        // Issue 36: a labelled counter is exported at 0 from the start, for every label it
+        // can take (before: it appeared only after its first event, and a query over it
+        // found nothing instead of 0).
+        for outcome in ["replied", "unreachable", "refused", "lost", "unstamped"] {
+            let _ = m.forwards.get_or_create(&ForwardLabels { outcome });
+        }
+        for answer in ["granted", "refused"] {
+            let _ = m.pre_votes.get_or_create(&AnswerLabels { answer });
+        }
+        for outcome in ["campaigned", "not_granted", "called_off", "handover"] {
+            let _ = m.campaigns.get_or_create(&ForwardLabels { outcome });
+        }
+        for kind in ["entries", "empty"] {
+            let _ = m.appends.get_or_create(&KindLabels { kind });
+        }
+        for why in ["cluster", "diverged"] {
+            let _ = m.refused.get_or_create(&WhyLabels { why });
+        }
+        for op in STORAGE_OPS {
+            let _ = m.storage_faults.get_or_create(&StorageLabels { op });
+        }
         Metrics { registry: r, ..m }
     }
+}
+
+/// What `xce_storage_faults_total{op}` counts (`base/fault.rs`'s callers).
+pub const STORAGE_OPS: [&str; 9] = [
+    "log_append",
+    "log_flush",
+    "log_truncate",
+    "log_purge",
+    "vote",
+    "snapshot",
+    "marker",
+    "read",
+    "raft",
+];
+
+/// C24: the NOSPACE alarm is raised (`true`) or cleared (`base/disk.rs`).
+pub fn nospace(on: bool) {
+    M.nospace.set(on as i64);
 }
 
 /// C19: hashing the state at a checkpoint took `d` (digests hook).
@@ -392,6 +492,7 @@ fn status_name(status: i32) -> &'static str {
         E_XCE_PROTO => "proto",
         E_XCE_AUTH => "auth",
         E_XCE_TOOBIG => "toobig",
+        E_XCE_NOSPACE => "nospace",
         libc::ENOENT => "enoent",
         libc::EINVAL => "einval",
         libc::EEXIST => "eexist",

@@ -27,6 +27,34 @@ use std::thread::JoinHandle;
 /// The original stderr, for the forwarder and the panic hook.
 static ORIG: OnceLock<RawFd> = OnceLock::new();
 
+/// Issue 36: SIGHUP asked for the log file to be opened again (a rotation moved it away).
+static REOPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// SIGHUP (daemons' convention, what logrotate's `postrotate` sends): the `--log-file` is
+/// opened again by path before the next line, so a rotated file is let go and a new one made.
+/// The line that says so is the new file's first.
+pub fn reopen() {
+    REOPEN.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Opens `--log-file` for appending (`None`, said once on stderr, when it cannot be).
+fn open_log(label: &str, p: &std::path::Path) -> Option<File> {
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+    {
+        Ok(f) => Some(f),
+        Err(e) => {
+            write_orig(&stamped(
+                label,
+                &format!("--log-file {}: {e}: logging to stderr", p.display()),
+            ));
+            None
+        }
+    }
+}
+
 /// Longest line forwarded as one; a longer one is split (each part stamped).
 const MAX_LINE: usize = 64 * 1024;
 
@@ -233,22 +261,7 @@ pub fn install_with(label: &str, opts: LogOpts) -> Option<Stamper> {
     let thread = std::thread::Builder::new()
         .name("log-stamp".into())
         .spawn(move || {
-            let mut file = opts.file.as_ref().and_then(|p| {
-                match std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                {
-                    Ok(f) => Some(f),
-                    Err(e) => {
-                        write_orig(&stamped(
-                            &label,
-                            &format!("--log-file {}: {e}: logging to stderr", p.display()),
-                        ));
-                        None
-                    }
-                }
-            });
+            let mut file = opts.file.as_ref().and_then(|p| open_log(&label, p));
             // SAFETY: `r` is the pipe's read end, owned by this thread from here on.
             let mut rd = BufReader::new(unsafe { File::from_raw_fd(r) });
             let mut buf = Vec::new();
@@ -257,6 +270,11 @@ pub fn install_with(label: &str, opts: LogOpts) -> Option<Stamper> {
                 match std::io::Read::take(&mut rd, MAX_LINE as u64).read_until(b'\n', &mut buf) {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {
+                        if REOPEN.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                            if let Some(p) = &opts.file {
+                                file = open_log(&label, p);
+                            }
+                        }
                         let line = String::from_utf8_lossy(&buf);
                         if let Some(out) = render(&label, line.trim_end_matches('\n'), &opts) {
                             match &mut file {

@@ -5,11 +5,13 @@
 
 pub mod auth;
 pub mod build;
+pub mod cause;
 pub mod clock;
 pub mod cluster_id;
 pub mod config;
 pub mod counters;
 pub mod crowd;
+pub mod disk;
 pub mod failpoints;
 pub mod fault;
 pub mod ids;

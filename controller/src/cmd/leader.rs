@@ -68,7 +68,7 @@ fn reason(status: i32, to: Option<u32>) -> String {
             }
             None => "no other voter answered the primary recently".into(),
         },
-        libc::EAGAIN => format!("{who} is not caught up with the primary's log"),
+        libc::EAGAIN => format!("{who} is not caught up with the primary's log yet"),
         libc::ETIMEDOUT => format!("{who} did not take over within 2 s: the primary serves on"),
         _ => xce::strerror(status).to_string(),
     }
@@ -95,18 +95,30 @@ pub fn leader(a: LeaderArgs) -> i32 {
 fn transfer(c: &xce::client::Client, to: Option<u32>) -> Result<String, String> {
     let before = c
         .hello()
-        .map_err(|e| format!("no primary: {}", xce::strerror(e.code())))?;
+        .map_err(|e| format!("no primary: {}", xce::error::status_text(e.status())))?;
     let from = before.id;
     if to == Some(from) {
         return Ok(format!("node {from} is the primary already"));
     }
+    // Issue 36: the primary's reason when it gave one, every status with its name.
+    let refused = |status: i32, detail: String| {
+        let named = format!("status {status} {}", xce::error::status_name(status));
+        if detail.is_empty() {
+            format!("{} ({named})", reason(status, to))
+        } else {
+            format!("{}: {detail} ({named})", reason(status, to))
+        }
+    };
     match c.call(Op::LeaderTransfer {
         to: to.unwrap_or(0),
         from,
     }) {
         Ok(r) if r.status >= 0 => {}
-        Ok(r) => return Err(reason(r.status, to)),
-        Err(e) => return Err(reason(e.code(), to)),
+        Ok(r) => return Err(refused(r.status, r.detail)),
+        Err(e) => {
+            let detail = c.last_error().map(|r| r.detail).unwrap_or_default();
+            return Err(refused(e.status(), detail));
+        }
     }
     // Confirmed by the primary the library finds now.
     let deadline = Instant::now() + CONFIRM;

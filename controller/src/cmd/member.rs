@@ -114,39 +114,113 @@ pub fn member(a: MemberArgs) -> i32 {
         }
     };
     let res = match &a.action {
-        Action::Add { id, client, raft } => c
-            .member_add(*id, client, raft)
-            .map(|()| println!("added node {id} ({client}/{raft}) as a voter")),
-        Action::Remove { id } => c.member_remove(*id).map(|()| println!("removed node {id}")),
+        Action::Add { id, client, raft } => {
+            // Issue 36: the client address first, as a client would dial it; the primary then
+            // asks the raft address who it is. Either refuses with its reason.
+            match check_client_addr(&c, &a.conn, *id, client) {
+                Err(why) => Err(why),
+                Ok(()) => c
+                    .member_add(*id, client, raft)
+                    .map(|()| println!("added node {id} ({client}/{raft}) as a voter"))
+                    .map_err(|e| refusal(&c, &a.action, e)),
+            }
+        }
+        Action::Remove { id } => c
+            .member_remove(*id)
+            .map(|()| println!("removed node {id}"))
+            .map_err(|e| refusal(&c, &a.action, e)),
         Action::List => Ok(()),
     };
     let code = match res {
         Ok(()) => 0,
-        Err(e) => {
-            eprintln!(
-                "xce-controller member: {}{} (status {})",
-                xce::strerror(e.code()),
-                match (&a.action, e.code().saturating_abs()) {
-                    (Action::Add { raft, .. }, libc::EHOSTUNREACH) => format!(
-                        ": the primary cannot reach the new node at {raft} (the primary's log \
-                         says why); nothing was changed"
-                    ),
-                    (Action::Add { id, raft, .. }, libc::EINVAL) => format!(
-                        ": the node at {raft} is not a blank `run --join` node {id} of this \
-                         cluster (another id, another cluster's, or initialised: the primary's \
-                         log says which); nothing was changed"
-                    ),
-                    (Action::Add { id, .. }, libc::ETIMEDOUT) =>
-                        format!(": node {id} did not catch up; it was taken out again"),
-                    _ => String::new(),
-                },
-                e.code()
-            );
+        Err(why) => {
+            eprintln!("xce-controller member: {why}");
             1
         }
     };
     c.close();
     code
+}
+
+/// A refusal in one line: the primary's reason when it gave one, the status with its name,
+/// and what became of the membership.
+fn refusal(c: &Client, action: &Action, e: xce::Error) -> String {
+    let detail = c.last_error().map(|r| r.detail).filter(|d| !d.is_empty());
+    let code = e.status();
+    let what = match detail {
+        Some(d) => format!("refused by the primary: {d}"),
+        None => xce::strerror(code).to_string(),
+    };
+    let after = match (action, code.saturating_abs()) {
+        (Action::Add { id, .. }, libc::ETIMEDOUT) => {
+            format!("; node {id} did not catch up: it was taken out again")
+        }
+        (Action::Add { .. }, _) if c.last_error().is_some_and(|r| !r.detail.is_empty()) => {
+            "; nothing was changed".to_string()
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{what}{after} (status {code} {})",
+        xce::error::status_name(code)
+    )
+}
+
+/// How long the client address of a node to add may refuse connections (a node started a
+/// moment ago) before the refusal is the answer.
+const CLIENT_ADDR_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Issue 36: `member add` dials the new node's client address itself, with the caller's
+/// identity, as the cluster's clients will: it must answer, as node `id`, of no other cluster
+/// than the one `c` reaches. Before, a typo in the client port was accepted, and a transfer
+/// to that node left no client able to reach the primary.
+fn check_client_addr(c: &Client, a: &StatusArgs, id: u32, addr: &str) -> Result<(), String> {
+    let cluster = c.hello().map(|i| i.cluster_id).unwrap_or([0; 16]);
+    let caller = std::sync::Arc::new(crate::cmd::status::Caller::of(a)?);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let t0 = std::time::Instant::now();
+    let answer = loop {
+        let r = rt.block_on(crate::cmd::status::ask(
+            addr.to_string(),
+            a.timeout,
+            caller.clone(),
+        ));
+        let refused = r.as_ref().is_err_and(|e| e.contains("connection refused"));
+        if !refused || t0.elapsed() >= CLIENT_ADDR_WAIT {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    judge_client_addr(id, addr, cluster, answer)
+}
+
+/// Whether the answer at a new node's client address is node `id`'s, of `cluster` or of none
+/// yet: `Err` names what is wrong. Pure: a table test below.
+fn judge_client_addr(
+    id: u32,
+    addr: &str,
+    cluster: [u8; 16],
+    answer: Result<xce::wire::ControllerInfo, String>,
+) -> Result<(), String> {
+    let refuse = |why: String| {
+        Err(format!(
+            "refused: node {id}'s client address {addr}: {why}; nothing was changed"
+        ))
+    };
+    match answer {
+        Err(e) => refuse(e),
+        Ok(i) if i.id != id => refuse(format!(
+            "it answers as node {}, not node {id} (a typo in the address?)",
+            i.id
+        )),
+        Ok(i) if i.cluster_id != [0; 16] && cluster != [0; 16] && i.cluster_id != cluster => {
+            refuse("it belongs to another cluster: start it blank, with --join".to_string())
+        }
+        Ok(_) => Ok(()),
+    }
 }
 
 /// Issue 26: `member list` as `status` asks — every node answers for itself and names the

@@ -44,6 +44,21 @@ pub fn run(args: RunArgs) -> i32 {
         crate::log_error!("node {}: {e}", args.id);
         return 2;
     }
+    // C24: a node whose disk has less free than its floor does not start: it would fault
+    // again under load (C21), and a supervisor restarting it would loop without a word.
+    let (quota, floor) = (args.opts.quota_bytes, args.opts.disk_floor_bytes);
+    match crate::base::disk::start(&args.data, quota, floor) {
+        Ok(g) => crate::log_info!(
+            "node {}: disk: quota {}, floor {} (C24)",
+            args.id,
+            crate::base::disk::bytes(g.quota),
+            crate::base::disk::bytes(g.floor)
+        ),
+        Err(why) => {
+            crate::log_error!("node {}: {why}: exit status {EXIT_STORAGE_FAULT}", args.id);
+            return EXIT_STORAGE_FAULT;
+        }
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -56,6 +71,18 @@ pub fn run(args: RunArgs) -> i32 {
         }
     };
     let id = args.id;
+    // Issue 36: SIGHUP reopens the log file and never ends the node (its default action).
+    // Registered before anything else runs, so no window is left where it would.
+    let hup = {
+        let _in = rt.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    };
+    match hup {
+        Ok(hup) => {
+            rt.spawn(reopen_on_hangup(hup, id));
+        }
+        Err(e) => crate::log_warn!("node {id}: no SIGHUP handler ({e}): SIGHUP would end it"),
+    }
     let res = rt.block_on(run_node(args));
     if let Some(why) = fault::storage_fault() {
         // C21: exit as a crash would, touching the disk no more: nothing is flushed, handed
@@ -155,6 +182,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &stores.applied,
         stores.handovers,
         start_last,
+        &elect,
         amnesia,
     );
     let ctx = Arc::new(Ctx {
@@ -630,6 +658,7 @@ fn start_tasks(
     applied: &SharedApplied,
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
     start_last: Option<u64>,
+    elect: &Arc<Elections>,
     amnesia: Arc<Amnesia>,
 ) -> Arc<Readiness> {
     let id = args.id;
@@ -641,6 +670,7 @@ fn start_tasks(
     tokio::spawn(log_roles(raft.clone(), id, args.data.clone()));
     tokio::spawn(crate::raft::handover::follow(
         raft.clone(),
+        elect.clone(),
         id,
         start_last,
         handovers,
@@ -674,6 +704,7 @@ fn serve_clients(
     tokio::spawn(crate::node::check::run(ctx.clone()));
     tokio::spawn(log_cut_off(ctx.clone()));
     tokio::spawn(crate::ports::metrics::watch_leader(ctx.raft.clone()));
+    tokio::spawn(crate::node::peers::watch(ctx.clone()));
     if let Some(l) = metrics_l {
         let at = l.local_addr().map_err(|e| e.to_string())?;
         eprintln!("node {id}: metrics on http://{at}/metrics");
@@ -742,6 +773,15 @@ fn store_config(o: &NodeOpts) -> Config {
         install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
         max_payload_entries: crate::raft::propose::MAX_PAYLOAD_ENTRIES,
         ..Default::default()
+    }
+}
+
+/// Issue 36: on every SIGHUP, the log file is opened again (`base/logstamp.rs`), said in the
+/// new file's first line.
+async fn reopen_on_hangup(mut hup: tokio::signal::unix::Signal, id: NodeId) {
+    while hup.recv().await.is_some() {
+        crate::base::logstamp::reopen();
+        crate::log_info!("node {id}: SIGHUP: log file reopened");
     }
 }
 

@@ -159,7 +159,12 @@ const CHUNK: u32 = 4 << 20;
 const SAVE_TRIES: usize = 3;
 
 fn ask(c: &xce::client::Client, s: SnapshotSave) -> Result<SnapshotChunk, String> {
+    // Every status with its name (issue 36), and the primary's reason when it gave one.
     let explain = |code: i32| {
+        let named = format!("status {code} {}", xce::error::status_name(code));
+        if let Some(d) = c.last_error().map(|r| r.detail).filter(|d| !d.is_empty()) {
+            return format!("refused by the primary: {d} ({named})");
+        }
         let why = match -code.abs() {
             x if x == -libc::ESTALE => "the primary changed".to_string(),
             x if x == -libc::EIO => {
@@ -170,7 +175,7 @@ fn ask(c: &xce::client::Client, s: SnapshotSave) -> Result<SnapshotChunk, String
             x if x == -libc::EBUSY => "two saves already run on the primary".to_string(),
             _ => xce::strerror(code).to_string(),
         };
-        format!("{why} (status {code})")
+        format!("{why} ({named})")
     };
     match c.call(Op::SnapshotSave(s)) {
         Ok(r) if r.status < 0 => Err(explain(r.status)),
@@ -271,9 +276,28 @@ fn save(file: &Path, conn: &StatusArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a backup file could not be read, for an operator (issue 36: "failed to fill whole
+/// buffer" and "text is not UTF-8" named nothing).
+fn unreadable(file: &Path, e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let f = file.display();
+    match e.kind() {
+        K::NotFound | K::PermissionDenied | K::IsADirectory => format!("{f}: {e}"),
+        // The readers say "truncated" where a length ran past the end.
+        _ if e.kind() == K::UnexpectedEof || e.to_string().contains("truncated") => format!(
+            "{f}: truncated: the file ends before the backup does (an interrupted copy or \
+             save?); use a complete copy"
+        ),
+        _ => format!(
+            "{f}: not a backup `xce-controller snapshot save` wrote, or damaged ({e}); check \
+             the file's copy"
+        ),
+    }
+}
+
 /// Reads a whole backup and checks its state's digest against the one recorded.
 fn read_checked(file: &Path) -> Result<(BackupHeader, State), String> {
-    let (h, _, state) = backup::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (h, _, state) = backup::read(file).map_err(|e| unreadable(file, &e))?;
     let got = digest::hex(&digest::of(&state));
     if got != h.digest {
         return Err(format!(
@@ -321,6 +345,10 @@ fn restore(
     restore_id: &str,
 ) -> Result<(), String> {
     let (h, mut state) = read_checked(file)?;
+    // C13 amended (issue 36): what restore writes is the node's user's only, as `run` makes it
+    // (before, a restored directory was 0755 and its files 0644 until the node's first start).
+    // SAFETY: umask(2) cannot fail and touches no memory.
+    unsafe { libc::umask(0o077) };
     let backup_id = backup::unhex::<16>(&h.backup_id)
         .ok_or_else(|| format!("{}: a backup id that is not 16 bytes", file.display()))?;
     if data.exists() {
@@ -334,6 +362,12 @@ fn restore(
         }
     }
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    {
+        // An empty directory made beforehand keeps no wider mode either.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("{}: {e}", data.display()))?;
+    }
     let tag = ClusterTag::restored(&backup_id, restore_id, h.epoch);
     state.set_cluster(ClusterStamp {
         id: tag.id,

@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use xce::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
 
+use crate::base::cause::Cause;
 use crate::base::tls::client_connector;
 
 /// Default bound on asking one master (connect + answer).
@@ -148,9 +149,11 @@ pub async fn ask(
 fn tls_error(e: &std::io::Error) -> String {
     let t = e.to_string();
     if t.contains("UnknownIssuer") || t.contains("BadSignature") {
-        format!("TLS: the node's certificate is not signed by the CA given (--ca): {t}")
+        format!(
+            "TLS: the node's certificate is not signed by the CA given (--ca): unknown CA ({t})"
+        )
     } else if t.contains("NotValidForName") {
-        format!("TLS: the node's certificate does not name the host asked: {t}")
+        format!("TLS: the node's certificate does not name the host asked: name mismatch ({t})")
     } else if t.contains("Expired") {
         format!("TLS: a certificate has expired: {t}")
     } else if t.contains("CertificateRequired") || t.contains("certificate required") {
@@ -170,10 +173,13 @@ async fn request(
     caller: &Caller,
 ) -> Result<ReplyData, String> {
     let work = async {
-        let target = crate::base::config::resolve(&addr).await?;
+        let target = crate::base::config::resolve(&addr)
+            .await
+            .map_err(|e| format!("{}", Cause::Dns(e)))?;
+        // Issue 36: the cause named (nothing listening, unreachable, a timeout).
         let tcp = TcpStream::connect(&target[..])
             .await
-            .map_err(|e| format!("connect: {e}"))?;
+            .map_err(|e| format!("connect: {}", Cause::of_io(&e, &addr)))?;
         let mut s: Box<dyn crate::raft::frame::PeerIo> = match &caller.tls {
             None => Box::new(tcp),
             Some(c) => {
@@ -214,10 +220,7 @@ async fn request(
                 Ok(Some(n)) if n <= buf.len() => {
                     let rep = wire::decode_reply(&buf[..n], &limits)
                         .map_err(|e| format!("bad reply: {e}"))?;
-                    return match rep.data {
-                        ReplyData::None => Err(format!("status {}", rep.status)),
-                        d => Ok(d),
-                    };
+                    return answer_of(rep);
                 }
                 Err(e) => return Err(format!("bad reply: {e}")),
                 _ => {}
@@ -236,6 +239,19 @@ async fn request(
     tokio::time::timeout(timeout, work)
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())))
+}
+
+/// A reply's data, or its status with its name and the node's reason if it said one.
+fn answer_of(rep: wire::Reply) -> Result<ReplyData, String> {
+    match rep.data {
+        ReplyData::None if rep.detail.is_empty() => Err(xce::error::status_text(rep.status)),
+        ReplyData::None => Err(format!(
+            "{}: {}",
+            xce::error::status_text(rep.status),
+            rep.detail
+        )),
+        d => Ok(d),
+    }
 }
 
 fn role(r: ControllerRole) -> &'static str {
@@ -558,15 +574,7 @@ pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> 
             .iter()
             .filter(|n| n.member && n.voter && n.info.is_some())
             .count();
-        notes.push(if voters > 0 {
-            format!(
-                "NO QUORUM: no primary ({up} of {voters} members answer, a majority of {} is \
-                 needed to elect one); writes and reads fail until it is back",
-                voters / 2 + 1
-            )
-        } else {
-            "NO QUORUM: no primary, and no node holds a membership".to_string()
-        });
+        notes.push(no_primary(&nodes, voters, up));
         Health::NoQuorum
     };
     View {
@@ -575,6 +583,77 @@ pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> 
         primary: primary.map(|p| (p.id, p.term)),
         health,
         notes,
+    }
+}
+
+/// Why no primary serves, in words that agree with the counts (issue 36: "5 of 6 answer, a
+/// majority of 4 is needed" said of a cluster whose quorum answered and followed a primary
+/// that clients could not reach).
+fn no_primary(nodes: &[Node], voters: usize, up: usize) -> String {
+    if voters == 0 {
+        return "NO QUORUM: no primary, and no node holds a membership".to_string();
+    }
+    let majority = voters / 2 + 1;
+    if up < majority {
+        return format!(
+            "NO QUORUM: no primary ({up} of {voters} members answer, a majority of {majority} \
+             is needed to elect one); writes and reads fail until it is back"
+        );
+    }
+    // A quorum answers: whom do they follow?
+    let mut followed: Vec<u32> = nodes
+        .iter()
+        .filter_map(|n| n.info.as_ref())
+        .map(|i| i.primary_id)
+        .filter(|&p| p != 0)
+        .collect();
+    followed.sort_unstable();
+    let top = followed
+        .chunk_by(|a, b| a == b)
+        .max_by_key(|g| g.len())
+        .map(|g| (g[0], g.len()));
+    match top {
+        Some((p, n)) => {
+            let (at, why) = nodes.iter().find(|x| x.member && x.id == p).map_or(
+                ("-".to_string(), "not a member".to_string()),
+                |x| {
+                    (
+                        x.addrs.join(", "),
+                        x.error
+                            .clone()
+                            .unwrap_or_else(|| "does not say it leads".into()),
+                    )
+                },
+            );
+            format!(
+                "NO PRIMARY ANSWERS: {up} of {voters} members answer (a quorum) and {n} of them \
+                 follow node {p}, which clients cannot reach at {at}: {why}; writes and reads \
+                 fail until it answers there (a wrong client address? `leader transfer --to` \
+                 another member, or stop it)"
+            )
+        }
+        None => format!(
+            "NO PRIMARY: {up} of {voters} members answer (a quorum) but none leads yet (an \
+             election in progress?); writes and reads fail until one does"
+        ),
+    }
+}
+
+/// C24: a size in a table column: `-` when not said, else 1024-based with one unit letter.
+fn size_text(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    if b == 0 {
+        return "-".into();
+    }
+    let (mut v, mut u) = (b as f64, 0);
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v < 10.0 && u > 0 {
+        format!("{v:.1}{}", UNITS[u])
+    } else {
+        format!("{v:.0}{}", UNITS[u])
     }
 }
 
@@ -600,7 +679,8 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
             .map(|i| i.last_log_index)
     });
     out.push_str(&format!(
-        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} VERSION\n",
+        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {:>6} {:>6} \
+         VERSION\n",
         "MASTER",
         "ID",
         "ROLE",
@@ -611,7 +691,9 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
         "APPLIED",
         "LAG",
         "LAST-CONTACT",
-        "UPTIME"
+        "UPTIME",
+        "DB",
+        "FREE"
     ));
     for n in &view.nodes {
         let addr = n.addrs.join(",");
@@ -631,7 +713,8 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
                     r = "learner".into();
                 }
                 out.push_str(&format!(
-                    "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {}\n",
+                    "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} \
+                     {:>6} {:>6} {}\n",
                     addr,
                     i.id,
                     r,
@@ -646,6 +729,8 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
                     lag,
                     contact,
                     ms_text(i.uptime_ms),
+                    size_text(i.db_size_bytes),
+                    size_text(i.disk_free_bytes),
                     if i.version.is_empty() {
                         "-"
                     } else {
@@ -722,7 +807,16 @@ fn render_health(view: &View, check: Option<&Result<ControllerInfo, String>>, ou
     let mut alarms: Vec<String> = Vec::new();
     let mut note = |who: &ControllerInfo, a: &str| {
         let line = format!("  node {}: {a}", who.id);
-        if !alarms.contains(&line) {
+        // One line per node and kind: two answers of one node (its own and the consistency
+        // check's) measure a size a moment apart.
+        let kind = |l: &str| {
+            l.split_once(": ")
+                .map(|(n, r)| (n.to_string(), r.split(':').next().map(str::to_string)))
+        };
+        if !alarms
+            .iter()
+            .any(|x| *x == line || (a.starts_with("NOSPACE") && kind(x) == kind(&line)))
+        {
             alarms.push(line);
         }
     };
@@ -781,6 +875,9 @@ pub fn render_json(view: &View, check: Option<&Result<ControllerInfo, String>>) 
                 v["last_contact_ms"] = json!(i.last_contact_ms);
                 v["version"] = json!(i.version);
                 v["uptime_ms"] = json!(i.uptime_ms);
+                v["db_size_bytes"] = json!(i.db_size_bytes);
+                v["disk_free_bytes"] = json!(i.disk_free_bytes);
+                v["quota_bytes"] = json!(i.quota_bytes);
                 v["cluster"] = json!(hex(&i.cluster_id));
                 v["alarms"] = json!(i.alarms);
             }
@@ -1084,6 +1181,16 @@ mod tests {
                 Health::CannotTell,
                 0,
             ),
+            (
+                "a quorum follows a primary clients cannot reach",
+                vec![
+                    row("127.0.0.1:9001", down()),
+                    row("127.0.0.1:9002", Ok(node(2, A, 6, 1))),
+                    row("127.0.0.1:9003", Ok(node(3, A, 6, 1))),
+                ],
+                Health::NoQuorum,
+                2,
+            ),
         ];
         for (what, rows, want, up) in cases {
             let v = judge(&rows, &[]);
@@ -1096,7 +1203,26 @@ mod tests {
             assert_eq!(got, up, "{what}: {v:?}");
             let text = render(&v, None);
             assert!(!text.contains("(:0)"), "{what}: {text}");
+            // Issue 36: never "a majority is needed" when a majority answers.
+            let majority = v.nodes.iter().filter(|n| n.member && n.voter).count() / 2 + 1;
+            if up >= majority {
+                assert!(!text.contains("is needed"), "{what}: {text}");
+            }
         }
+        let v = judge(
+            &[
+                row("127.0.0.1:9001", down()),
+                row("127.0.0.1:9002", Ok(node(2, A, 6, 1))),
+                row("127.0.0.1:9003", Ok(node(3, A, 6, 1))),
+            ],
+            &[],
+        );
+        let text = render(&v, None);
+        assert!(
+            text.contains("2 of 3 members answer (a quorum) and 2 of them follow node 1"),
+            "{text}"
+        );
+        assert!(text.contains("127.0.0.1:9001: connect: refused"), "{text}");
     }
 
     #[test]

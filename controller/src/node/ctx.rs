@@ -136,8 +136,9 @@ impl Ctx {
             .collect();
         v.extend(self.diverged.alarm());
         v.extend(self.findings.alarms());
-        // C19 (fifth round): the CORRUPT alarm is the cluster's: every node that applied it
-        // shows it, whoever leads.
+        v.extend(crate::base::disk::alarm()); // C24
+                                              // C19 (fifth round): the CORRUPT alarm is the cluster's: every node that applied it
+                                              // shows it, whoever leads.
         let state = self.applied.read().expect("state lock");
         if let Some(a) = state.state.corrupt() {
             if !v.contains(&a.why) {

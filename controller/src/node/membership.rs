@@ -76,8 +76,21 @@ pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Rep
             Reply::status(req.seq, 0)
         }
         Err((status, reply, why)) => {
-            crate::log_warn!("node {}: {what} for {who}: status {status}: {why}", ctx.id);
-            reply.map_or_else(|| Reply::status(req.seq, status), |r| *r)
+            crate::log_warn!(
+                "node {}: {what} for {who}: {}: {why}",
+                ctx.id,
+                xce::error::status_text(status)
+            );
+            // Issue 36: the reason travels to the operator's command (a redirect's does not:
+            // the client follows it).
+            reply.map_or_else(
+                || {
+                    let mut r = Reply::status(req.seq, status);
+                    r.detail = why;
+                    r
+                },
+                |r| *r,
+            )
         }
     }
 }
@@ -192,7 +205,9 @@ async fn identify(ctx: &Ctx, id: NodeId, raft: &str) -> Result<(), Fail> {
     let refuse =
         |status: i32, why: String| Err((status, None, format!("node {id} at {raft}: {why}")));
     match ctx.forwarder.identify(id, raft, IDENTIFY_TIMEOUT).await {
-        Err(why) => refuse(-libc::EHOSTUNREACH, why),
+        // Issue 36: the cause, named (the status says its kind; the words travel in the
+        // reply's detail to the operator's `member add`).
+        Err(cause) => refuse(cause.status(), format!("its raft port: {cause}")),
         Ok(RpcReply::Identity { id: other, .. }) if other != id => {
             refuse(-libc::EINVAL, format!("it is node {other}, not node {id}"))
         }

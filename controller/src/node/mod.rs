@@ -6,6 +6,7 @@ pub mod backup;
 pub mod check;
 pub mod ctx;
 pub mod membership;
+pub mod peers;
 pub mod progress;
 pub mod tenure;
 pub mod transfer;

@@ -31,6 +31,12 @@ pub async fn progress(ctx: &Ctx, info: &mut ControllerInfo) {
     // C18 amended: how long this process has run, and the membership as this node holds it
     // (a standby's too: `status` asked one node learns the member set from it).
     info.uptime_ms = crate::base::build::uptime_ms();
+    // C24: the disk, as the metrics show it.
+    if let Some(g) = crate::base::disk::guard() {
+        let u = g.usage();
+        (info.db_size_bytes, info.disk_free_bytes) = (u.db_bytes, u.free_bytes);
+        info.quota_bytes = g.quota;
+    }
     if info.members.is_empty() {
         let leader = (info.primary_id != 0).then_some(info.primary_id as NodeId);
         info.members = members_held(&m, leader);

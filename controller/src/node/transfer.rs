@@ -41,10 +41,13 @@ pub async fn answer(
         }
         Err((status, why)) => {
             crate::log_warn!(
-                "node {}: {what} for {who}: refused (status {status}): {why}",
-                ctx.id
+                "node {}: {what} for {who}: refused ({}): {why}",
+                ctx.id,
+                xce::error::status_text(status)
             );
-            Reply::status(req.seq, status)
+            let mut r = Reply::status(req.seq, status);
+            r.detail = why;
+            r
         }
     }
 }
@@ -133,10 +136,23 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
     .await
     .is_ok_and(|r| r.is_ok());
     if !caught_up {
+        // Issue 36: the refusal names the lag, so the operator knows what to wait for.
+        let held = ctx
+            .raft
+            .metrics()
+            .borrow()
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&target).copied().flatten())
+            .map(|l| l.index);
         return Err((
             -libc::EAGAIN,
             format!(
-                "node {target} does not hold the log up to index {want} within {} ms",
+                "node {target} is not caught up: it holds the log up to index {}, the primary \
+                 had applied {want} ({} entries behind) and it did not catch up within {} ms; \
+                 try again once `xce-controller member list` shows its lag near 0",
+                held.map_or("none".to_string(), |i| i.to_string()),
+                want.saturating_sub(held.unwrap_or(0)),
                 CATCH_UP.as_millis()
             ),
         ));
@@ -144,9 +160,15 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
     // C14: nothing more proposed (the handover entry is the last of this term), then the
     // handover; whatever came of it, this node proposes, serves and may campaign again.
     ctx.proposer.close();
-    let new =
-        crate::raft::handover::hand_over_to(&ctx.raft, &ctx.ready, &ctx.elect, ctx.id, target)
-            .await;
+    let others: Vec<NodeId> = voters
+        .iter()
+        .copied()
+        .filter(|&v| v != ctx.id && v != target && live.heard(&m, v))
+        .collect();
+    let new = crate::raft::handover::hand_over_to(
+        &ctx.raft, &ctx.ready, &ctx.elect, ctx.id, target, &others,
+    )
+    .await;
     ctx.proposer.reopen();
     ctx.elect.hold(crate::raft::elect::Hold::HandedOver, false);
     ctx.ready.resume();

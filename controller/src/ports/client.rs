@@ -352,6 +352,15 @@ impl ClientIo for crate::base::tls::ServerTls {
     }
 }
 
+/// Issue 36: a debug line when a client connection ends, however it ends.
+struct Closed(NodeId, SocketAddr);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        crate::log_debug!("node {}: client {} closed", self.0, self.1);
+    }
+}
+
 async fn serve_conn<S: ClientIo>(
     ctx: &Ctx,
     mut s: S,
@@ -360,6 +369,8 @@ async fn serve_conn<S: ClientIo>(
     mut standing: Standing,
 ) {
     let id = ctx.id;
+    crate::log_debug!("node {id}: client {peer} connected");
+    let _closed = Closed(id, peer);
     let mut conn = Conn {
         peer: Origin::Client(peer),
         auth: ConnAuth::new(cert),
@@ -802,6 +813,7 @@ fn outcome_reply(seq: u64, o: Outcome) -> Reply {
         redirect_port: 0,
         data,
         members_version: 0,
+        detail: String::new(),
     }
 }
 
@@ -974,14 +986,24 @@ async fn handle(
         reply.status,
         write.then(|| started.elapsed()),
     );
+    // Issue 36: `--log-level debug` shows every request (it added nothing before).
+    crate::log_debug!(
+        "node {}: {}: {} (seq {}) -> {} in {} us",
+        ctx.id,
+        conn.peer,
+        req.op.name(),
+        req.seq,
+        xce::error::status_name(reply.status),
+        started.elapsed().as_micros()
+    );
     if req.no_reply {
         if reply.status < 0 {
             crate::log_warn!(
-                "node {}: fire-and-forget {} (seq {}) dropped: status {}",
+                "node {}: fire-and-forget {} (seq {}) dropped: {}",
                 ctx.id,
                 req.op.name(),
                 req.seq,
-                reply.status
+                xce::error::status_text(reply.status)
             );
         }
         None
@@ -997,7 +1019,35 @@ async fn answer(ctx: &Ctx, session: &mut Option<Session>, conn: &mut Conn, req: 
         Err(why) => return refuse(ctx, conn, req, &"a bad token", &why),
     };
     conn.shown |= who != Identity::Anonymous;
-    answer_as(ctx, session, conn, req, who, true).await
+    let stranger = who == Identity::Anonymous;
+    let mut reply = answer_as(ctx, session, conn, req, who, true).await;
+    if stranger {
+        for_a_stranger(&mut reply);
+    }
+    reply
+}
+
+/// Issue 36 (C13): what a caller without identity — no certificate, no token, on a cluster
+/// that checks — learns of a node: what `hello` needs, to find the primary, and no more: the
+/// node's id, role and term, the primary it follows (id and client address), its version. Not
+/// the members' addresses, the indexes and lag, uptime, disk, alarms or the cluster's id: those
+/// are `status`'s, for an identity (any role). Before, an anonymous immediate `waitPrimary`
+/// answered everything `status` shows.
+fn for_a_stranger(reply: &mut Reply) {
+    if let ReplyData::CtrlInfo(i) = &mut reply.data {
+        *i = ControllerInfo {
+            id: i.id,
+            role: i.role,
+            term: i.term,
+            primary_id: i.primary_id,
+            primary_host: std::mem::take(&mut i.primary_host),
+            primary_port: i.primary_port,
+            version: std::mem::take(&mut i.version),
+            protocol_version: i.protocol_version,
+            waiters: i.waiters,
+            ..Default::default()
+        };
+    }
 }
 
 /// Longest a standby waits for a forwarded request, whatever the client allows (C16): a
@@ -1271,6 +1321,15 @@ async fn answer_as(
         }
     }
     if let Some(cmd) = cmd {
+        // C24: past the quota (or below the disk floor) new work is refused before it reaches
+        // the log; what finishes or stops work already admitted goes on.
+        if matches!(cmd, Cmd::JobSubmit(_) | Cmd::RunTask { .. }) {
+            if let Some(why) = crate::base::disk::alarm() {
+                let mut r = Reply::status(seq, -xce::error::E_XCE_NOSPACE);
+                r.detail = why;
+                return r;
+            }
+        }
         // C13 amended: the exactly-once table knows this caller's ids as its own.
         let client_id = auth::bound_client_id(&who, req.client_id);
         return match ctx.write_as(req, client_id, cmd).await {

@@ -32,6 +32,77 @@ pub const MAX_REQUEST_BODY: usize = 1024;
 pub const MAX_SCRAPERS: usize = 16;
 /// The content type of the OpenMetrics text `prometheus-client` writes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The Prometheus text format's (issue 36: served unless OpenMetrics is asked for).
+const PROMETHEUS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Issue 36: content negotiation. OpenMetrics when the request's `Accept` names it (as
+/// Prometheus's scraper does, preferring it); else the Prometheus text format, the default of
+/// scrapers that ask for `text/plain` or for anything.
+fn wants_openmetrics(head: &str) -> bool {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("accept"))
+        .any(|(_, v)| {
+            v.split(',').any(|t| {
+                let mut parts = t.split(';');
+                let ty = parts.next().unwrap_or("").trim();
+                let q_zero = parts.any(|p| {
+                    p.trim()
+                        .strip_prefix("q=")
+                        .and_then(|q| q.trim().parse::<f64>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                });
+                ty.eq_ignore_ascii_case("application/openmetrics-text") && !q_zero
+            })
+        })
+}
+
+/// The content type and body for a request with `head`, of the OpenMetrics text `om`.
+fn negotiated(head: &str, om: String) -> (&'static str, String) {
+    if wants_openmetrics(head) {
+        (CONTENT_TYPE, om)
+    } else {
+        (PROMETHEUS_TYPE, to_prometheus_text(&om))
+    }
+}
+
+/// The OpenMetrics text `prometheus-client` writes, in the Prometheus text format (0.0.4): a
+/// counter family's `HELP`/`TYPE` name its samples' `_total` name, an info family is a gauge
+/// named `_info`, and `# UNIT` and `# EOF` go.
+pub fn to_prometheus_text(om: &str) -> String {
+    let mut kinds: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for l in om.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            if let Some((name, kind)) = rest.split_once(' ') {
+                kinds.insert(name, kind);
+            }
+        }
+    }
+    let mut out = String::with_capacity(om.len());
+    for l in om.lines() {
+        if l == "# EOF" || l.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = l
+            .strip_prefix("# TYPE ")
+            .map(|r| ("TYPE", r))
+            .or_else(|| l.strip_prefix("# HELP ").map(|r| ("HELP", r)));
+        if let Some((what, rest)) = meta {
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (name, tail) = match kinds.get(name).copied() {
+                Some("counter") => (format!("{name}_total"), tail.to_string()),
+                Some("info") if what == "TYPE" => (format!("{name}_info"), "gauge".to_string()),
+                Some("info") => (format!("{name}_info"), tail.to_string()),
+                _ => (name.to_string(), tail.to_string()),
+            };
+            out.push_str(&format!("# {what} {name} {tail}\n"));
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
 
 /// Counts changes of the leader this node knows (C18): every time it learns of a leader other
 /// than the last one it knew. (Server metrics: they change with the leader, not on every turn
@@ -62,6 +133,28 @@ fn file_len(p: &std::path::Path) -> i64 {
     std::fs::metadata(p).map(|m| m.len() as i64).unwrap_or(0)
 }
 
+/// Issue 36: per member, on the primary: the index it holds, its last answer and round trip.
+/// Elsewhere (and for members no longer there) the series go.
+fn peer_gauges(ctx: &Ctx) {
+    use crate::base::counters::PeerLabels;
+    M.peer_match.clear();
+    M.peer_contact.clear();
+    M.peer_round_trip.clear();
+    for p in crate::node::peers::peers(ctx) {
+        let l = PeerLabels {
+            peer: p.id.to_string(),
+        };
+        M.peer_match
+            .get_or_create(&l)
+            .set(p.matched.map_or(-1, |i| i as i64));
+        let (contact, rtt) = p
+            .contact
+            .map_or((-1.0, -1.0), |(c, r)| (c.as_secs_f64(), r.as_secs_f64()));
+        M.peer_contact.get_or_create(&l).set(contact);
+        M.peer_round_trip.get_or_create(&l).set(rtt);
+    }
+}
+
 /// Reads the gauges from the node, then the whole registry as text.
 fn render(ctx: &Ctx, data: &std::path::Path) -> String {
     let m = ctx.raft.metrics().borrow().clone();
@@ -78,6 +171,15 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
             .map_or(0, |l| (l + 1).saturating_sub(first)) as i64,
     );
     M.db_bytes.set(file_len(&data.join("raft.redb")));
+    // C24: the whole data directory and its filesystem.
+    if let Some(g) = crate::base::disk::guard() {
+        let u = g.usage();
+        M.db_size.set(i64::try_from(u.db_bytes).unwrap_or(i64::MAX));
+        M.disk_free
+            .set(i64::try_from(u.free_bytes).unwrap_or(i64::MAX));
+        M.quota.set(i64::try_from(g.quota).unwrap_or(i64::MAX));
+    }
+    peer_gauges(ctx);
     M.snapshot_bytes
         .set(file_len(&crate::sm::snapshot::current_path(data)));
     M.cursors.set(ctx.cursors.len() as i64);
@@ -224,8 +326,15 @@ async fn answer<H: std::future::Future<Output = (bool, String)>>(
             };
             respond(&mut s, status, "application/json", &body).await
         }
-        ("GET", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, &render()).await,
-        ("HEAD", "/metrics") => respond(&mut s, "200 OK", CONTENT_TYPE, "").await,
+        ("GET" | "HEAD", "/metrics") => {
+            let text = if method == "GET" {
+                render()
+            } else {
+                String::new()
+            };
+            let (ctype, text) = negotiated(&String::from_utf8_lossy(&head), text);
+            respond(&mut s, "200 OK", ctype, &text).await
+        }
         ("GET" | "HEAD", _) => {
             respond(
                 &mut s,
@@ -291,4 +400,41 @@ async fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> st
     );
     s.write_all(msg.as_bytes()).await?;
     s.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_chooses_the_format() {
+        let prom = "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,\
+                    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;\
+                    q=0.5,*/*;q=0.1\r\n\r\n";
+        assert!(wants_openmetrics(prom));
+        for head in [
+            "GET /metrics HTTP/1.1\r\n\r\n",
+            "GET /metrics HTTP/1.1\r\nAccept: */*\r\n\r\n",
+            "GET /metrics HTTP/1.1\r\naccept: text/plain;version=0.0.4\r\n\r\n",
+            "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;q=0\r\n\r\n",
+        ] {
+            assert!(!wants_openmetrics(head), "{head}");
+        }
+    }
+
+    #[test]
+    fn openmetrics_becomes_prometheus_text() {
+        let om = "# HELP xce_ops Client requests.\n# TYPE xce_ops counter\n\
+                  xce_ops_total{op=\"hello\",status=\"ok\"} 3\n# HELP xce_raft_term Term.\n\
+                  # TYPE xce_raft_term gauge\nxce_raft_term 2\n# HELP xce_build What runs.\n\
+                  # TYPE xce_build info\nxce_build_info{version=\"0.1.0\"} 1\n# EOF\n";
+        let p = to_prometheus_text(om);
+        assert_eq!(
+            p,
+            "# HELP xce_ops_total Client requests.\n# TYPE xce_ops_total counter\n\
+             xce_ops_total{op=\"hello\",status=\"ok\"} 3\n# HELP xce_raft_term Term.\n\
+             # TYPE xce_raft_term gauge\nxce_raft_term 2\n# HELP xce_build_info What runs.\n\
+             # TYPE xce_build_info gauge\nxce_build_info{version=\"0.1.0\"} 1\n"
+        );
+    }
 }

@@ -111,6 +111,9 @@ pub enum Hold {
     CatchingUp = 1,
     /// C14: handed leadership over (stopping, or about to be removed).
     HandedOver = 2,
+    /// C14 (issue 36): another standby was named by a handover entry of the leader this node
+    /// follows; it campaigns, this one waits (`raft/handover.rs::follow`).
+    Yielding = 4,
 }
 
 /// The timing of the early campaign.

@@ -196,18 +196,22 @@ impl Forwarder {
         target: NodeId,
         addr: &str,
         within: Duration,
-    ) -> Result<RpcReply, String> {
+    ) -> Result<RpcReply, crate::base::cause::Cause> {
+        use crate::base::cause::Cause;
         let until = tokio::time::Instant::now() + within;
-        // A node started a moment ago may not listen yet: dialled again until `within`.
+        let name = crate::base::tls::node_name(target);
+        // A node started a moment ago may not listen yet: dialled again until `within`. Any
+        // other failure (a name, TLS, a timeout) is the answer at once (issue 36).
         let mut conn = loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             match self.dial(target, addr, left, Traffic::Control).await {
                 Ok(c) => break c,
-                Err(e) if left > Duration::from_millis(200) => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(format!("cannot reach it: {e}")),
+                Err(e) => match Cause::of_io(&e, &name) {
+                    Cause::NoListener if left > Duration::from_millis(200) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    cause => return Err(cause),
+                },
             }
         };
         let res = tokio::time::timeout_at(until, async {
@@ -217,11 +221,24 @@ impl Forwarder {
         .await;
         match res {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => Err(e.to_string()),
-            Ok(Err(e)) => Err(format!(
-                "no answer to who it is ({e}): not an xce-controller of this build?"
+            Ok(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                Err(Cause::Other(e.to_string()))
+            }
+            // A TLS alert sent by the peer at its first read (it refused this side's
+            // certificate) is named as such.
+            Ok(Err(e)) if e.get_ref().is_some_and(|i| i.is::<rustls::Error>()) => {
+                Err(Cause::of_io(&e, &name))
+            }
+            Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Err(Cause::Other(
+                "it closed the connection without answering who it is: with mutual TLS a \
+                 --join node admits only the members its --cluster names (name the current \
+                 members there too), or it is not an xce-controller of this build"
+                    .into(),
             )),
-            Err(_) => Err(format!("no answer within {} ms", within.as_millis())),
+            Ok(Err(e)) => Err(Cause::Other(format!(
+                "no answer to who it is ({e}): not an xce-controller of this build?"
+            ))),
+            Err(_) => Err(Cause::Timeout),
         }
     }
 

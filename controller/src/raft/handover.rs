@@ -65,6 +65,58 @@ pub fn fresh(
         && leader == Some(h.log_id.leader_id.node_id)
 }
 
+/// Issue 36: whether the handover entry `h` names another standby than `me` and is otherwise
+/// [`fresh`]: this node then holds its own elections for a while ([`yield_to`]).
+///
+/// Why: with more than three voters the old leader and the named standby are no majority.
+/// The other standbys refuse the named one's vote while openraft's leader lease (election-max
+/// since the last append they accepted) lasts, and the old leader's last heartbeats keep it
+/// fresh; the named one's first campaign fails, and whichever election timer fired first won
+/// once the leases lapsed — often not the named node ("no new primary showed"). Held, the
+/// others leave the next election to the named node, whose own timer campaigns (after a
+/// pre-vote) as soon as their leases have lapsed: the old leader, having voted for it, sends
+/// no more heartbeats. Liveness only: a hold stops this node campaigning, it changes no vote
+/// it grants, and it ends by itself ([`HANDOVER_WAIT`]) if the named node never leads.
+pub fn yields(
+    h: &Applied,
+    me: NodeId,
+    start_last: Option<u64>,
+    term: u64,
+    leader: Option<NodeId>,
+) -> bool {
+    h.to != me && fresh(&Applied { to: me, ..*h }, me, start_last, term, leader)
+}
+
+/// Holds this node's elections ([`crate::raft::elect::Hold::Yielding`]) until a leader of a
+/// later term than the handover entry's is known, or [`HANDOVER_WAIT`] has passed.
+async fn yield_to(
+    raft: Raft,
+    elect: std::sync::Arc<crate::raft::elect::Elections>,
+    id: NodeId,
+    h: Applied,
+) {
+    use crate::raft::elect::Hold;
+    elect.hold(Hold::Yielding, true);
+    let mut rx = raft.server_metrics();
+    let term = h.log_id.leader_id.term;
+    let led = tokio::time::timeout(
+        HANDOVER_WAIT,
+        rx.wait_for(|m| m.vote.leader_id().term > term && m.current_leader.is_some()),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    elect.hold(Hold::Yielding, false);
+    if !led {
+        crate::log_info!(
+            "node {id}: node {} was handed leadership ({}) but did not lead within {} ms: \
+             campaigning again",
+            h.to,
+            h.log_id,
+            HANDOVER_WAIT.as_millis()
+        );
+    }
+}
+
 /// Called by the state machine for every applied batch.
 pub fn note(tx: &mpsc::UnboundedSender<Applied>, log_id: LogId, batch: &Batch) {
     for p in batch.0.iter() {
@@ -74,10 +126,12 @@ pub fn note(tx: &mpsc::UnboundedSender<Applied>, log_id: LogId, batch: &Batch) {
     }
 }
 
-/// The standby's side: campaigns when a [`fresh`] handover entry names it. `start_last`: the
-/// last log index this node's log held when the process started.
+/// The standby's side: campaigns when a [`fresh`] handover entry names it; yields when one
+/// names another standby ([`yields`]). `start_last`: the last log index this node's log held
+/// when the process started.
 pub async fn follow(
     raft: Raft,
+    elect: std::sync::Arc<crate::raft::elect::Elections>,
     id: NodeId,
     start_last: Option<u64>,
     mut rx: mpsc::UnboundedReceiver<Applied>,
@@ -88,6 +142,10 @@ pub async fn follow(
             let m = m.borrow();
             (m.current_term, m.current_leader)
         };
+        if yields(&h, id, start_last, term, leader) {
+            tokio::spawn(yield_to(raft.clone(), elect.clone(), id, h));
+            continue;
+        }
         if !fresh(&h, id, start_last, term, leader) {
             continue;
         }
@@ -181,11 +239,67 @@ pub async fn hand_over(
         }
         return None;
     };
-    hand_over_to(raft, ready, elect, id, to).await
+    let others: Vec<NodeId> = voters
+        .iter()
+        .copied()
+        .filter(|&v| v != to && live.heard(&m, v))
+        .collect();
+    hand_over_to(raft, ready, elect, id, to, &others).await
 }
 
+/// After the handover entry at `index` committed: the heartbeat that tells `to` (and the
+/// `others`) of the commit, once they hold the entry (by `deadline`).
+async fn tell_commit(
+    raft: &Raft,
+    to: NodeId,
+    others: &[NodeId],
+    index: u64,
+    deadline: tokio::time::Instant,
+) {
+    let holds = |m: &openraft::RaftMetrics<NodeId, crate::base::ids::CtrlNode>, v: NodeId| {
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&v).copied().flatten())
+            .is_some_and(|l| l.index >= index)
+    };
+    // The standby learns of the commit from the leader's next append or heartbeat (no message
+    // of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends no heartbeat to a
+    // follower while an append to it is in flight — the entry's own append may still be. Once
+    // the standby has acknowledged the entry nothing is in flight to it (the entry is the last
+    // of this term), and the commit is already in its replication stream's queue ahead of the
+    // heartbeat asked for here: that one heartbeat carries it.
+    let mut every_turn = raft.metrics();
+    let acked = tokio::time::timeout_at(
+        deadline,
+        every_turn.wait_for(|m| m.state != ServerState::Leader || holds(m, to)),
+    )
+    .await
+    .map(|r| r.is_ok());
+    if acked != Ok(true) {
+        return;
+    }
+    // Issue 36: the others learn of the commit from the same heartbeat, and yield to `to`
+    // instead of racing it once the leases lapse (more than three voters). The old leader
+    // sends nothing more once it has voted for `to`: one that lacks the commit then never
+    // applies the entry before the election.
+    let until = deadline.min(tokio::time::Instant::now() + OTHERS_ACK);
+    let _ = tokio::time::timeout_at(
+        until,
+        every_turn
+            .wait_for(|m| m.state != ServerState::Leader || others.iter().all(|&v| holds(m, v))),
+    )
+    .await;
+    let _ = raft.trigger().heartbeat().await;
+}
+
+/// Longest the leader waits, after the named voter acknowledged the handover entry, for the
+/// `others` to acknowledge it too (issue 36).
+pub const OTHERS_ACK: Duration = Duration::from_millis(100);
+
 /// Hands leadership over to voter `to` (chosen by the caller) and waits for a new leader (up
-/// to [`HANDOVER_WAIT`]): the new leader, if one appeared. The node serves as primary no more
+/// to [`HANDOVER_WAIT`]): the new leader, if one appeared. `others`: the other voters heard
+/// recently; the heartbeat that tells `to` of the commit goes once they hold the entry too (at
+/// most [`OTHERS_ACK`] later), so it tells them as well and they yield ([`yields`]). The node serves as primary no more
 /// and its elections stay held ([`crate::raft::elect::Hold::HandedOver`]) whatever the outcome:
 /// a caller that keeps running releases both ([`crate::raft::ready::Readiness::resume`]).
 pub async fn hand_over_to(
@@ -194,6 +308,7 @@ pub async fn hand_over_to(
     elect: &crate::raft::elect::Elections,
     id: NodeId,
     to: NodeId,
+    others: &[NodeId],
 ) -> Option<NodeId> {
     let t0 = Instant::now();
     // No checkpoint entry of the consistency check after the handover entry (C19).
@@ -216,28 +331,7 @@ pub async fn hand_over_to(
         }
     };
     let deadline = tokio::time::Instant::now() + HANDOVER_WAIT.saturating_sub(t0.elapsed());
-    // The standby learns of the commit from the leader's next append or heartbeat (no message
-    // of its own, `vendor/openraft/XCE-PATCH.md`), and openraft sends no heartbeat to a
-    // follower while an append to it is in flight — the entry's own append may still be. Once
-    // the standby has acknowledged the entry nothing is in flight to it (the entry is the last
-    // of this term), and the commit is already in its replication stream's queue ahead of the
-    // heartbeat asked for here: that one heartbeat carries it.
-    let mut every_turn = raft.metrics();
-    let acked = tokio::time::timeout_at(
-        deadline,
-        every_turn.wait_for(|m| {
-            m.state != ServerState::Leader
-                || m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(&to).copied().flatten())
-                    .is_some_and(|l| l.index >= entry.index)
-        }),
-    )
-    .await
-    .map(|r| r.is_ok());
-    if acked == Ok(true) {
-        let _ = raft.trigger().heartbeat().await;
-    }
+    tell_commit(raft, to, others, entry.index, deadline).await;
     // Server metrics: they change with the leader (not on every turn of the raft loop), and
     // the deadline is read on every turn.
     let mut rx = raft.server_metrics();

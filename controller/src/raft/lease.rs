@@ -143,6 +143,20 @@ impl LeaseClock {
             .is_some_and(|a| a.vote == *vote && now.since(a.heard) < window)
     }
 
+    /// Issue 36 (read only, for metrics and the silent-member log): `target`'s last answer to
+    /// an append of `vote` — how long ago at `now`, and the round trip of the newest append it
+    /// accepted (its answer's arrival less its sending). `None`: no answer in this vote.
+    pub fn contact(
+        &self,
+        target: NodeId,
+        vote: &Vote,
+        now: BootInstant,
+    ) -> Option<(Duration, Duration)> {
+        let st = self.lock();
+        let a = st.acks.get(&target).filter(|a| a.vote == *vote)?;
+        Some((now.since(a.heard), a.heard.since(a.sent)))
+    }
+
     /// Whether a quorum of `configs` (counting `me`) answered appends of `vote` less than
     /// `window` before `now`.
     pub fn quorum_heard(

@@ -136,8 +136,8 @@ pub async fn watch(raft: Raft, id: NodeId, join: bool) -> String {
             };
             let why = format!(
                 "{why}: it is no member, and stops (exit status {EXIT_REMOVED}). To bring it \
-                 back, empty its data directory and add it again (`member add`, then \
-                 `run --join`)"
+                 back, empty its data directory, start it with `run --join`, then add it \
+                 again with `member add` (docs/operations.md, steps 2 and 3)"
             );
             let _ = REMOVED.set(why.clone());
             return why;

@@ -104,6 +104,8 @@ pub struct Call<'a, 'e> {
     /// F28: this call failed to reach a master directly (a transport failure, or a connect
     /// that raced past a silent master): its next attempts ask a standby to forward.
     pub missed_directly: bool,
+    /// The final answer's `detail`, for the report.
+    pub detail: String,
 }
 
 impl<'a, 'e> Call<'a, 'e> {
@@ -131,6 +133,7 @@ impl<'a, 'e> Call<'a, 'e> {
             seen: Seen::default(),
             following: Following::default(),
             missed_directly: false,
+            detail: String::new(),
         })
     }
 
@@ -170,6 +173,8 @@ impl<'a, 'e> Call<'a, 'e> {
             Classification::Success => Progress::Done(Ok(self.succeed(reply))),
             Classification::Terminal => {
                 self.record(outcome);
+                // The controller's words for a final refusal, for the report (F19).
+                self.detail = reply.map(|r| r.detail).unwrap_or_default();
                 let e = match outcome {
                     AttemptOutcome::Status(s) => Error::from_code(s).unwrap_or(Error::Internal),
                     AttemptOutcome::Transport(e) => e,
@@ -284,7 +289,16 @@ impl<'a, 'e> Call<'a, 'e> {
             .budget
             .on_failure(class, outcome, master, Instant::now());
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
-            self.offer_hint(link, host, port);
+            // F29: a hint naming a node in no master's place is followed when the master that
+            // gave it holds that node among its members (asked once per connection).
+            let until = cap(
+                Instant::now() + env.options().reply_timeout,
+                self.spec.deadline,
+            );
+            if self.offer_hint(&mut state.link, host, port, true) {
+                super::vouch::vouch(&mut state, env, until);
+                self.offer_hint(&mut state.link, host, port, false);
+            }
         }
         if let Some(until) = owed {
             self.sleep_until(until)?;
@@ -327,14 +341,17 @@ impl<'a, 'e> Call<'a, 'e> {
     }
 
     /// F5: a redirect hint is advisory; it is followed only when it names a configured master
-    /// not yet tried since the last backoff.
-    fn offer_hint(&self, link: &mut super::Link, host: &str, port: u16) {
+    /// not yet tried since the last backoff (or a member a master vouched for, F29). Whether it
+    /// was refused for naming no master in rotation, with `first` (not logged: the caller asks
+    /// the master for its members and offers it again).
+    fn offer_hint(&self, link: &mut super::Link, host: &str, port: u16, first: bool) -> bool {
         let env = self.env;
         let policy = env.options().hint_policy;
         let tried = self.budget.tried_since_sleep();
         let resolve = super::resolver::bounded_resolver(env, self.spec.deadline);
         match link.rotator.offer_hint(host, port, policy, tried, &resolve) {
             HintVerdict::Accepted(_) => {}
+            HintVerdict::Refused(HintRefusal::NotConfigured) if first => return true,
             HintVerdict::Refused(HintRefusal::NotConfigured) => clog!(
                 env,
                 Level::Warn,
@@ -353,6 +370,7 @@ impl<'a, 'e> Call<'a, 'e> {
                 }
             ),
         }
+        false
     }
 
     /// Sleeps until `until` (interruptibly), counting it as backoff time.
@@ -398,6 +416,7 @@ impl<'a, 'e> Call<'a, 'e> {
             masters,
             is_write: self.spec.is_write,
             may_have_been_applied: self.applied.may_have_been(),
+            detail: std::mem::take(&mut self.detail),
         });
         e
     }

@@ -38,6 +38,9 @@ pub struct Link {
     /// connection due for a `hello` again: a context that stays on one primary learns of
     /// members added later before that primary goes away.
     pub members_version: u64,
+    /// F29 for redirects: the `epoch` of the last connection asked for the members it holds
+    /// because its hint named no master in rotation (once per connection).
+    pub vouch_epoch: Option<u64>,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
     /// Recent round trips per op: when a reply is late (F25).
@@ -81,6 +84,7 @@ impl Link {
             epoch: 0,
             members_epoch: None,
             members_version: 0,
+            vouch_epoch: None,
             lookup_failure: None,
             round_trips: RoundTrips::default(),
             tag,

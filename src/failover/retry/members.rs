@@ -3,6 +3,8 @@
 //! the context. Learned only from a node that answered, on the connection the context talks
 //! through (TLS-verified when TLS is on), that it is itself the serving primary — never from a
 //! standby's answer, a redirect hint, or a `waitPrimary` witness speaking of another node.
+//!
+//! Redirects to a node in no master's place: `retry/vouch.rs`.
 
 use super::probe::primary_probe;
 use super::resolver::bounded_resolver;

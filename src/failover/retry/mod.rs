@@ -33,6 +33,7 @@ mod members;
 pub mod outbox;
 mod probe;
 mod resolver;
+mod vouch;
 
 use std::cell::{RefCell, RefMut};
 use std::sync::Arc;
@@ -210,6 +211,7 @@ impl CallTrace {
             is_write: self.is_write,
             // The write was answered: applied, even though its answer was unusable.
             may_have_been_applied: self.is_write,
+            detail: String::new(),
         }
     }
 }

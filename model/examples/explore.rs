@@ -16,6 +16,8 @@ fn main() {
             "handovers" => o.bounds.max_handovers = v,
             "partial" => o.bounds.partial_appends = v != 0,
             "slow1" => o.timings[0] = xce_model::SLOW,
+            "spare" => o.spare = v != 0,
+            "changes" => o.bounds.max_changes = v,
             "new" => {
                 o.start = if v != 0 {
                     xce_model::Start::BrandNew

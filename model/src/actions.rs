@@ -42,6 +42,13 @@ pub enum Action {
     Send { from: Id, to: Id, one: bool },
     /// C14 `raft/handover.rs::hand_over_to`: the handover entry naming a caught-up voter.
     Handover { from: Id, to: Id },
+    /// C17 (`node/membership.rs`, openraft `change_membership`): the leader appends a
+    /// membership entry, effective at once (the last one in the log counts); the previous one
+    /// must be committed. Adding a voter or removing one goes through a joint config.
+    Change {
+        leader: Id,
+        to: crate::state::Config,
+    },
     /// A lease read (`node/ctx.rs`, `raft/lease.rs::LeaseClock::lease_holds`).
     Read(Id),
     /// A request delivered; its answer delivered too (`true`) or lost.

@@ -59,6 +59,8 @@ pub struct Bounds {
     pub max_dups: u8,
     /// Leader transfers (C14), in all.
     pub max_handovers: u8,
+    /// Membership changes begun (C17: a learner added, a voter added or removed), in all.
+    pub max_changes: u8,
     /// Appends in flight at once, in all (a leader sends no more until one is delivered or
     /// lost): the network's bound. Every order of delivery among them is explored.
     pub max_appends: u8,
@@ -87,6 +89,9 @@ pub enum Start {
 pub struct Options {
     /// Voters at start (node ids 1..=3).
     pub nodes: u8,
+    /// Node 4 exists: blank (with the marker), a member of nothing at start; a leader may add
+    /// it (C17).
+    pub spare: bool,
     pub timings: [Timing; 4],
     pub start: Start,
     pub c12: C12,
@@ -108,6 +113,7 @@ impl Options {
     pub fn fixed() -> Options {
         Options {
             nodes: 3,
+            spare: false,
             timings: [FAST; 4],
             start: Start::Running,
             c12: C12::Fifth,
@@ -122,6 +128,7 @@ impl Options {
                 max_wipes: 1,
                 max_dups: 1,
                 max_handovers: 0,
+                max_changes: 0,
                 max_appends: 2,
                 partial_appends: false,
             },
@@ -154,7 +161,7 @@ impl Options {
 
     /// The node ids that exist in this configuration.
     pub fn ids(&self) -> impl Iterator<Item = u8> {
-        1..=self.nodes
+        1..=self.nodes + u8::from(self.spare)
     }
 
     /// The initial voters: 1..=nodes, as a bit set (bit `id`).

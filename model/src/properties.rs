@@ -16,6 +16,8 @@ pub const LEASE_READS_LINEARIZABLE: &str = "lease reads linearizable";
 pub const SOME_WRITE_ACKED: &str = "a write is acknowledged";
 pub const SOME_WIPED_NODE_CAUGHT_UP: &str = "a wiped node catches up and acknowledges";
 pub const SOME_HANDOVER_DONE: &str = "a leader transfer elects its target";
+pub const SOME_NODE_ADDED: &str = "node 4 added as a voter, committed";
+pub const SOME_NODE_REMOVED: &str = "a voter removed, committed";
 
 pub fn all() -> Vec<Property<Raft>> {
     vec![
@@ -32,6 +34,20 @@ pub fn all() -> Vec<Property<Raft>> {
         Property::sometimes(SOME_WRITE_ACKED, |_, s: &State| s.ghost.acked != 0),
         Property::sometimes(SOME_WIPED_NODE_CAUGHT_UP, |_, s: &State| {
             s.ghost.wipes > 0 && s.ghost.acked != 0 && s.nodes.iter().all(|n| !n.marker)
+        }),
+        Property::sometimes(SOME_NODE_ADDED, |_, s: &State| {
+            s.nodes.iter().any(|n| {
+                n.log[..usize::from(n.commit)].iter().any(|e| {
+                    matches!(e.payload, Payload::Config(c) if c.joint == 0 && c.voters & 1 << 4 != 0)
+                })
+            })
+        }),
+        Property::sometimes(SOME_NODE_REMOVED, |_, s: &State| {
+            s.nodes.iter().any(|n| {
+                n.log[..usize::from(n.commit)].iter().any(|e| {
+                    matches!(e.payload, Payload::Config(c) if c.joint == 0 && c.voters.count_ones() < 3)
+                })
+            })
         }),
         Property::sometimes(SOME_HANDOVER_DONE, |_, s: &State| {
             s.nodes.iter().any(|n| {

@@ -113,6 +113,24 @@ fn describe(a: &Action) -> String {
         Action::Flush(n) => format!("n{n}'s own disk flush completes"),
         Action::Handover { from, to } => format!("leader n{from} hands over to n{to}"),
         Action::Read(n) => format!("lease read served by n{n}"),
+        Action::Change { leader, to } => {
+            let set = |b: u8| {
+                crate::state::ids_of(b)
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let joint = if to.joint != 0 {
+                format!(" → {{{}}}", set(to.joint))
+            } else {
+                String::new()
+            };
+            format!(
+                "leader n{leader} appends membership voters {{{}}}{joint} learners {{{}}}",
+                set(to.voters),
+                set(to.learners)
+            )
+        }
         Action::Crash(n) => format!("n{n} killed (-9) and restarted"),
         Action::Wipe(n) => format!("n{n} loses its disk and restarts blank"),
         Action::Tick => "one tick of the clock".into(),

@@ -316,6 +316,7 @@ pub struct Ghost {
     pub wipes: u8,
     pub dups: u8,
     pub handovers: u8,
+    pub changes: u8,
     /// The first broken property, and what broke it.
     pub broken: Option<Broken>,
 }

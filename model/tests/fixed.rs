@@ -4,7 +4,10 @@
 
 use std::time::Instant;
 
-use xce_model::properties::{SOME_HANDOVER_DONE, SOME_WIPED_NODE_CAUGHT_UP, SOME_WRITE_ACKED};
+use xce_model::properties::{
+    SOME_HANDOVER_DONE, SOME_NODE_ADDED, SOME_NODE_REMOVED, SOME_WIPED_NODE_CAUGHT_UP,
+    SOME_WRITE_ACKED,
+};
 use xce_model::{run, Options, Start, SLOW};
 
 /// One configuration of the bounded check: its name, options, and the examples it must reach
@@ -69,10 +72,10 @@ fn disk_loss() -> Case {
 fn crash() -> Case {
     let mut o = base(Start::Running);
     o.bounds.max_wipes = 0;
+    o.bounds.max_dups = 0;
+    o.bounds.max_appends = 1;
     if !long() {
         o.bounds.max_log = 3;
-        o.bounds.max_dups = 0;
-        o.bounds.max_appends = 1;
     }
     Case {
         name: "running cluster, crash",
@@ -87,9 +90,9 @@ fn behind() -> Case {
     let mut o = base(Start::Behind);
     o.bounds.max_term = 3;
     o.bounds.max_log = 5;
-    o.bounds.max_crashes = u8::from(long());
+    o.bounds.max_crashes = 0;
     o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
+    o.bounds.max_appends = 1 + u8::from(long());
     o.bounds.partial_appends = true;
     Case {
         name: "write acknowledged with a node that then loses its disk",
@@ -108,7 +111,6 @@ fn brand_new() -> Case {
     o.bounds.max_appends = 1;
     if long() {
         o.bounds.max_term = 2;
-        o.bounds.max_wipes = 1;
     }
     Case {
         name: "brand-new cluster",
@@ -123,8 +125,8 @@ fn mixed_timings() -> Case {
     let mut o = base(Start::Running);
     o.timings[0] = SLOW;
     o.bounds.max_crashes = 0;
-    o.bounds.max_wipes = u8::from(long());
-    o.bounds.max_dups = 0;
+    o.bounds.max_wipes = 0;
+    o.bounds.max_dups = u8::from(long());
     o.bounds.max_appends = 1;
     Case {
         name: "nodes of different timings",
@@ -153,6 +155,43 @@ fn handover() -> Case {
     }
 }
 
+/// C17: node 4 (blank, with the marker) added as a learner, then promoted through a joint
+/// config; quorums of the effective (last) membership.
+fn member_added() -> Case {
+    let mut o = base(Start::Running);
+    o.spare = true;
+    o.bounds.max_changes = 2;
+    o.bounds.max_term = 1;
+    o.bounds.max_log = 5;
+    o.bounds.max_writes = 0;
+    o.bounds.max_crashes = 0;
+    o.bounds.max_wipes = 0;
+    o.bounds.max_dups = 0;
+    o.bounds.max_appends = 1;
+    Case {
+        name: "a voter added",
+        o,
+        reaches: &[SOME_NODE_ADDED],
+    }
+}
+
+/// C17: a voter other than the leader removed through a joint config, then elections.
+fn member_removed() -> Case {
+    let mut o = base(Start::Running);
+    o.bounds.max_changes = 1;
+    o.bounds.max_log = 5;
+    o.bounds.max_writes = u8::from(long());
+    o.bounds.max_crashes = 0;
+    o.bounds.max_wipes = 0;
+    o.bounds.max_dups = 0;
+    o.bounds.max_appends = 1;
+    Case {
+        name: "a voter removed",
+        o,
+        reaches: &[SOME_NODE_REMOVED],
+    }
+}
+
 #[test]
 fn the_fixed_rules_hold_within_the_bound() {
     let t0 = Instant::now();
@@ -163,6 +202,8 @@ fn the_fixed_rules_hold_within_the_bound() {
         behind(),
         mixed_timings(),
         handover(),
+        member_added(),
+        member_removed(),
     ] {
         passes(case);
     }

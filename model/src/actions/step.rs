@@ -3,7 +3,7 @@
 
 use super::{decision, Action, Raft};
 use crate::rules::{self, quorum};
-use crate::state::{has, Id, Leading, Msg, Node, Payload, Role, State};
+use crate::state::{has, Config, Id, Leading, Msg, Node, Payload, Role, State};
 
 impl Raft {
     /// Room for one more entry and one more term: the bounds.
@@ -107,6 +107,9 @@ impl Raft {
         if serving {
             out.push(Action::Read(n));
         }
+        if serving && room {
+            self.change_actions(s, n, out);
+        }
         let appends = s
             .net
             .iter()
@@ -144,8 +147,62 @@ impl Raft {
         }
     }
 
+    /// C17, one node at a time: node 4 added as a learner, then promoted (a joint config, then
+    /// the new one), or (without node 4) a voter other than the leader removed (joint, then
+    /// without it).
+    fn change_actions(&self, s: &State, n: Id, out: &mut Vec<Action>) {
+        let node = s.node(n);
+        let Some((at, c)) = node.config() else { return };
+        if at >= node.commit {
+            return; // the previous change is not committed yet
+        }
+        let mut to = |cfg: Config| out.push(Action::Change { leader: n, to: cfg });
+        if c.joint != 0 {
+            return to(Config {
+                voters: c.joint,
+                joint: 0,
+                learners: c.learners,
+            });
+        }
+        if s.ghost.changes >= self.o.bounds.max_changes {
+            return;
+        }
+        let spare = 1 << 4;
+        if self.o.spare && c.all_voters() & spare == 0 && c.learners & spare == 0 {
+            to(Config {
+                learners: c.learners | spare,
+                ..c
+            });
+        }
+        if c.learners & spare != 0 {
+            to(Config {
+                voters: c.voters,
+                joint: c.voters | spare,
+                learners: c.learners & !spare,
+            });
+        }
+        // With node 4 the check adds it; without, it removes one (two smaller configurations).
+        for v in self
+            .ids()
+            .filter(|&v| !self.o.spare && v != n && has(c.voters, v))
+        {
+            to(Config {
+                voters: c.voters,
+                joint: c.voters & !(1 << v),
+                learners: c.learners,
+            });
+        }
+    }
+
     pub(super) fn node_step(&self, s: &mut State, a: Action) {
         match a {
+            Action::Change { leader, to } => {
+                // A change begins unless it finishes a joint config.
+                if s.node(leader).config().map_or(true, |(_, c)| c.joint == 0) {
+                    s.ghost.changes += 1;
+                }
+                self.append_own(s, leader, Payload::Config(to));
+            }
             Action::Initialize(n) => {
                 let node = s.node_mut(n);
                 node.log.push(crate::state::Entry {

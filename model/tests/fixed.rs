@@ -69,9 +69,10 @@ fn disk_loss() -> Case {
     }
 }
 
-/// A running cluster; a crash (the leader's unflushed suffix lost); a duplicated message.
+/// A running cluster; a crash (the leader's unflushed suffix lost).
 fn crash() -> Case {
     let mut o = base(Start::Running);
+    o.bounds.max_crashes = 1;
     o.bounds.max_wipes = 0;
     o.bounds.max_dups = 0;
     o.bounds.max_appends = 1;
@@ -90,6 +91,7 @@ fn crash() -> Case {
 fn behind() -> Case {
     let mut o = base(Start::Behind);
     o.bounds.max_term = 3;
+    o.bounds.max_wipes = 1;
     o.bounds.max_log = 5;
     o.bounds.max_crashes = 0;
     o.bounds.max_dups = u8::from(long());

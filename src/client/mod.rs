@@ -723,6 +723,8 @@ impl Client {
     ) -> (Result<T, Error>, Option<Error>) {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
+        // P2: the process id is read once for the whole call (F21's and F26's checks).
+        let _process = process::fdident::CallProcess::enter();
         if ctx.forked_busy.load(Ordering::SeqCst) {
             return (Err(Error::Closed), None);
         }

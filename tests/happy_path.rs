@@ -117,14 +117,17 @@ fn a_call_reads_the_process_id_once() {
     for _ in 0..10 {
         c.hello().expect("warm-up hello");
     }
-    let (getpid, _, _) = per_call(CALLS, || {
+    let (getpid, fstat, _) = per_call(CALLS, || {
         c.hello().expect("hello");
     });
     // F26's generation, the socket's identity (F21) and each end of the wait's pipe all
     // compare with the one id read when the call began.
     assert!(getpid <= 1.0, "hello: getpid per call: {getpid}");
-    let (getpid, _, _) = per_call(CALLS, || {
+    // The socket once per attempt, the wake pipe's two ends once per wait.
+    assert!(fstat <= 3.0, "hello: fstat per call: {fstat}");
+    let (getpid, fstat, _) = per_call(CALLS, || {
         c.jobinfo(5).expect("jobinfo");
     });
     assert!(getpid <= 1.0, "jobinfo: getpid per call: {getpid}");
+    assert!(fstat <= 3.0, "jobinfo: fstat per call: {fstat}");
 }

@@ -23,8 +23,12 @@ impl Call<'_, '_> {
         // F25/F28: a connection made beside the last call replaces the kept one: a direct one
         // to the primary (instead of forwarding), or the probe's to the controller that just
         // named the primary this attempt is aimed at.
-        let adopted = state.link.adopt_direct()
-            || (!state.link.conn_usable() && state.link.adopt_spare(env.options().forward));
+        // The kept connection is checked once per attempt (F21: one `fstat`, P2).
+        let mut usable = false;
+        let adopted = state.link.adopt_direct() || {
+            usable = state.link.conn_usable();
+            !usable && state.link.adopt_spare(env.options().forward)
+        };
         if adopted {
             state.book.reconnected();
             let ep = state.link.current_endpoint();
@@ -32,7 +36,7 @@ impl Call<'_, '_> {
         }
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
-        if !adopted && !state.link.conn_usable() {
+        if !adopted && !usable {
             let avoid = self.budget.avoid_mask();
             state
                 .connect(&env.waker, env, self.spec.deadline, Some(avoid))

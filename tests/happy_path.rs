@@ -6,11 +6,12 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
 use xce::failover::{Endpoint, Options};
 use xce::process::fdident::identity_syscalls;
+use xce::transport::{Connection, WakeState};
 use xce::wire::*;
 use xce_testkit::fake::*;
 
@@ -111,6 +112,51 @@ fn primary_and_client(hellos: u64) -> (FakeController, Client) {
     (fake, c)
 }
 
+/// The same `hello` as one bare exchange on a kept connection of the transport.
+struct Bare {
+    conn: Connection,
+    wake: WakeState,
+    seq: u64,
+}
+
+impl Bare {
+    fn connect(to: &Endpoint) -> Bare {
+        let wake = WakeState::new();
+        let conn = Connection::connect(
+            &to.host,
+            to.port,
+            None,
+            Limits::default(),
+            Instant::now() + Duration::from_secs(5),
+            &wake.waker_now(),
+        )
+        .expect("connect");
+        Bare { conn, wake, seq: 0 }
+    }
+
+    fn hello(&mut self) {
+        self.seq += 1;
+        let req = Request {
+            seq: self.seq,
+            client_id: [7; 16],
+            request_id: 0,
+            no_reply: false,
+            op: Op::Hello(Hello {
+                client_name: "happy".into(),
+                protocol_version: PROTOCOL_VERSION,
+            }),
+            auth_token: String::new(),
+            forward_within_ms: 0,
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        assert!(self.conn.usable());
+        let waker = self.wake.waker_now();
+        self.conn.send(&req, until, &waker).expect("send");
+        let r = self.conn.recv(self.seq, until, &waker).expect("recv");
+        assert!(r.status >= 0);
+    }
+}
+
 #[test]
 fn a_call_reads_the_process_id_once() {
     let (_fake, c) = primary_and_client(1 + 10 + CALLS);
@@ -130,4 +176,23 @@ fn a_call_reads_the_process_id_once() {
     });
     assert!(getpid <= 1.0, "jobinfo: getpid per call: {getpid}");
     assert!(fstat <= 3.0, "jobinfo: fstat per call: {fstat}");
+}
+
+/// F29 on the happy path: a caller's own `hello` on a kept connection, stamped with the
+/// membership version whose members it learned, does not walk (and copy) the member list again.
+#[test]
+fn a_hello_allocates_no_more_than_a_bare_one() {
+    let (fake, c) = primary_and_client(1 + 10 + 2 * CALLS);
+    let mut bare = Bare::connect(&fake.endpoint());
+    for _ in 0..10 {
+        c.hello().expect("warm-up hello");
+    }
+    let (_, _, looped) = per_call(CALLS, || {
+        c.hello().expect("hello");
+    });
+    let (_, _, alone) = per_call(CALLS, || bare.hello());
+    assert!(
+        looped <= alone,
+        "allocations per hello: {looped} through the loop, {alone} bare"
+    );
 }

@@ -38,6 +38,11 @@ pub struct Link {
     /// connection due for a `hello` again: a context that stays on one primary learns of
     /// members added later before that primary goes away.
     pub members_version: u64,
+    /// F29, P2: the connection (`epoch`) and stamped version of the last `hello` answer whose
+    /// members were all known or added: a later answer on that connection stamped with that
+    /// version teaches nothing (the primary's list is never older than its stamp), so a
+    /// caller's `hello` on the happy path does not walk the list again.
+    pub members_learned: Option<(u64, u64)>,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
     /// Recent round trips per op: when a reply is late (F25).
@@ -81,6 +86,7 @@ impl Link {
             epoch: 0,
             members_epoch: None,
             members_version: 0,
+            members_learned: None,
             lookup_failure: None,
             round_trips: RoundTrips::default(),
             tag,

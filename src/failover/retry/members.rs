@@ -58,6 +58,11 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
     if !env.options().learn_masters {
         return;
     }
+    let stamp = (state.link.epoch, reply.members_version);
+    if reply.members_version != 0 && state.link.members_learned == Some(stamp) {
+        // P2: this connection's primary answered with this version's members before.
+        return;
+    }
     let ReplyData::CtrlInfo(info) = &reply.data else {
         return;
     };
@@ -73,6 +78,7 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
     let from = state.link.current_endpoint();
     let resolve = bounded_resolver(env, None);
     let mut added = 0u64;
+    let mut settled = true;
     for m in &info.members {
         if m.host.is_empty() || m.port == 0 {
             continue;
@@ -88,18 +94,28 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
                     "masters: learned {e} from the primary {from}"
                 );
             }
-            Learned::Unresolved => clog!(
-                env,
-                Level::Info,
-                "masters: {e}, reported by the primary {from}, does not resolve now: not added"
-            ),
-            Learned::Full => clog!(
-                env,
-                Level::Warn,
-                "masters: {e}, reported by the primary {from}, not added: {} learned already",
-                MAX_LEARNED_MASTERS
-            ),
+            // Taken again from the next answer (a name that resolves later, room made).
+            Learned::Unresolved => {
+                settled = false;
+                clog!(
+                    env,
+                    Level::Info,
+                    "masters: {e}, reported by the primary {from}, does not resolve now: not added"
+                )
+            }
+            Learned::Full => {
+                settled = false;
+                clog!(
+                    env,
+                    Level::Warn,
+                    "masters: {e}, reported by the primary {from}, not added: {} learned already",
+                    MAX_LEARNED_MASTERS
+                )
+            }
         }
+    }
+    if settled {
+        state.link.members_learned = Some(stamp);
     }
     if added > 0 {
         let masters = Arc::new(state.link.rotator.masters().to_vec());

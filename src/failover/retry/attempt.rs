@@ -54,11 +54,13 @@ impl Call<'_, '_> {
             state.link.forward = true;
         }
         let deadline = self.spec.deadline;
-        let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
+        let until_from = |now: Instant| cap(now + env.options().reply_timeout, deadline);
+        let reply_until = || until_from(Instant::now());
         // Issue 29: a reply that is arriving is waited for (F8 detects silence, not slowness).
         state.link.progress = Some(Progress {
             idle: env.options().reply_timeout,
             hard: deadline,
+            since: None,
         });
         let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();
         // A call that is itself a `hello` asks for the members with its own request.
@@ -82,10 +84,14 @@ impl Call<'_, '_> {
         }
         // F12: notifications not yet acknowledged go first on this connection, pipelined;
         // their acknowledgements are collected while the reply is awaited.
-        state
-            .send_outbox(env, reply_until())
-            .map_err(AttemptOutcome::Transport)?;
-        let (result, sent) = self.exchange_watchful(&mut state, reply_until());
+        if !state.outbox.is_empty() {
+            state
+                .send_outbox(env, reply_until())
+                .map_err(AttemptOutcome::Transport)?;
+        }
+        // One clock read for the request's reply deadline and its round trip's start (P2).
+        let now = Instant::now();
+        let (result, sent) = self.exchange_watchful(&mut state, now, until_from(now));
         state.settle_acks(env);
         if let (true, Ok(reply)) = (op_is_hello, &result) {
             members::learn(&mut state, env, reply); // F29: answered on the current connection
@@ -106,10 +112,11 @@ impl Call<'_, '_> {
     /// threshold makes the loop ask another controller, while it waits on, whether the primary
     /// changed; when one names another primary, the late request is abandoned (the connection
     /// dropped) and the loop goes there next. Returns the reply or the transport error, and
-    /// whether the request left.
+    /// whether the request left. `sent_at`: now, as read for `until`.
     fn exchange_watchful(
         &mut self,
         state: &mut LoopState,
+        sent_at: Instant,
         until: Instant,
     ) -> (Result<Reply, Error>, bool) {
         let env = self.env;
@@ -122,18 +129,20 @@ impl Call<'_, '_> {
         if !watch {
             return link.exchange(&env.waker, op, ids, until);
         }
-        let sent_at = Instant::now();
         let seq = match link.send(&env.waker, op, ids, until) {
             Ok(seq) => seq,
             Err(e) => return (Err(e), false),
         };
+        let mut progress = link.progress;
         if link.forward && link.direct_wanted.is_some() {
             if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
                 let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
                 link.try_direct(&env.waker, fd, connect_until);
             }
+        } else if let Some(p) = progress.as_mut() {
+            // The wait for the reply begins as the request leaves (P2: no second clock read).
+            p.since = Some(sent_at);
         }
-        let progress = link.progress;
         // Issue 29: a reply that begins to arrive before the threshold is slow, not late — its
         // progress moves the wait past `until` and nobody is asked; a silent one is suspected.
         let mut suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);

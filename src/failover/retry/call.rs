@@ -238,14 +238,18 @@ impl<'a, 'e> Call<'a, 'e> {
         let mut state = env.link.borrow_mut();
         let LoopState { link, book, .. } = &mut *state;
         book.served(env, link);
-        // The steady path clones nothing: the stats copy the endpoint only when it changed (P2).
+        // The steady path clones nothing: the stats copy the endpoint only when it changed,
+        // and are not even looked at again on the connection they were confirmed for (P2).
         let master = link.rotator.current_master();
-        let ep = link.rotator.endpoint(link.rotator.current());
-        env.observer.update(|s| {
-            if s.current_master.as_ref() != Some(ep) {
-                s.current_master = Some(ep.clone());
-            }
-        });
+        if link.stats_epoch != Some(link.epoch) {
+            let ep = link.rotator.endpoint(link.rotator.current());
+            env.observer.update(|s| {
+                if s.current_master.as_ref() != Some(ep) {
+                    s.current_master = Some(ep.clone());
+                }
+            });
+            link.stats_epoch = Some(link.epoch);
+        }
         let trace = CallTrace {
             op: self.spec.op.name(),
             master,

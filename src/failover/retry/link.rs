@@ -43,6 +43,11 @@ pub struct Link {
     /// version teaches nothing (the primary's list is never older than its stamp), so a
     /// caller's `hello` on the happy path does not walk the list again.
     pub members_learned: Option<(u64, u64)>,
+    /// P2: the connection (`epoch`) for which the context's stats were last confirmed to name
+    /// the current master. Every writer of `Stats::current_master` writes the current
+    /// endpoint, and the current target changes only with a new connection, so a success on
+    /// that connection leaves the stats as they are without looking.
+    pub stats_epoch: Option<u64>,
     /// Why the last connect found no address (F23), for the report of the attempt.
     pub lookup_failure: Option<LookupFailure>,
     /// Recent round trips per op: when a reply is late (F25).
@@ -87,6 +92,7 @@ impl Link {
             members_epoch: None,
             members_version: 0,
             members_learned: None,
+            stats_epoch: None,
             lookup_failure: None,
             round_trips: RoundTrips::default(),
             tag,

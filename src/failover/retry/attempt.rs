@@ -34,9 +34,14 @@ impl Call<'_, '_> {
             let ep = state.link.current_endpoint();
             env.observer.update(|s| s.current_master = Some(ep));
         }
+        // Whether this attempt waits for anything before its request (P2: if not, the request
+        // leaves at the call's start as far as its deadlines can tell — within the attempt's
+        // few microseconds of bookkeeping — and the clock read when the call began serves).
+        let mut waited = self.attempts > 0;
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
         if !adopted && !usable {
+            waited = true;
             let avoid = self.budget.avoid_mask();
             state
                 .connect(&env.waker, env, self.spec.deadline, Some(avoid))
@@ -71,6 +76,7 @@ impl Call<'_, '_> {
             // attempt's outcome, and the hook waits for the connection that reaches the
             // primary — so it runs once per failover, just before the re-send. The same
             // `hello`, once per new connection, tells the members of the cluster (F29).
+            waited = true;
             match members::ask(&mut state, env, reply_until()) {
                 Err(e) => return Err(AttemptOutcome::Transport(e)),
                 Ok(reply) if reply.status < 0 => return Ok(reply),
@@ -79,18 +85,24 @@ impl Call<'_, '_> {
         }
         if state.book.hook_pending {
             drop(state);
+            waited = true;
             run_hook(env)?;
             state = env.borrow().map_err(AttemptOutcome::Transport)?;
         }
         // F12: notifications not yet acknowledged go first on this connection, pipelined;
         // their acknowledgements are collected while the reply is awaited.
         if !state.outbox.is_empty() {
+            waited = true;
             state
                 .send_outbox(env, reply_until())
                 .map_err(AttemptOutcome::Transport)?;
         }
         // One clock read for the request's reply deadline and its round trip's start (P2).
-        let now = Instant::now();
+        let now = if waited {
+            Instant::now()
+        } else {
+            self.spec.started
+        };
         let (result, sent) = self.exchange_watchful(&mut state, now, until_from(now));
         state.settle_acks(env);
         if let (true, Ok(reply)) = (op_is_hello, &result) {

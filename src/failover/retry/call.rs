@@ -146,7 +146,11 @@ impl<'a, 'e> Call<'a, 'e> {
                     self.attempts += 1;
                     Progress::Judge { outcome, reply }
                 }
-                Progress::Judge { outcome, reply } => self.judge(outcome, reply),
+                // A call that is over returns at once (P2: its reply is not moved again).
+                Progress::Judge { outcome, reply } => match self.judge(outcome, reply) {
+                    Progress::Done(result) => return result,
+                    next => next,
+                },
                 Progress::Retry {
                     class,
                     outcome,

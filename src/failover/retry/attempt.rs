@@ -42,7 +42,7 @@ impl Call<'_, '_> {
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
         if !adopted && !usable {
             waited = true;
-            let avoid = self.budget.avoid_mask();
+            let avoid = self.avoid_mask();
             state
                 .connect(&env.waker, env, self.spec.deadline, Some(avoid))
                 .map_err(AttemptOutcome::Transport)?;

@@ -17,7 +17,8 @@ use crate::wire::{Op, OpKind, Reply, RequestHead};
 
 impl Call<'_, '_> {
     /// One attempt: (re)connect if needed, run the hook after a reconnect (F10), send, await.
-    pub fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
+    /// An answer is left in the call's `reply` (P2: moved once), its status returned.
+    pub fn attempt(&mut self) -> Result<i32, AttemptOutcome> {
         let env = self.env;
         let mut state = env.borrow().map_err(AttemptOutcome::Transport)?;
         // F25/F28: a connection made beside the last call replaces the kept one: a direct one
@@ -79,7 +80,11 @@ impl Call<'_, '_> {
             waited = true;
             match members::ask(&mut state, env, reply_until()) {
                 Err(e) => return Err(AttemptOutcome::Transport(e)),
-                Ok(reply) if reply.status < 0 => return Ok(reply),
+                Ok(reply) if reply.status < 0 => {
+                    let status = reply.status;
+                    self.reply = Some(reply);
+                    return Ok(status);
+                }
                 Ok(_) => {}
             }
         }
@@ -105,11 +110,11 @@ impl Call<'_, '_> {
         };
         let (result, sent) = self.exchange_watchful(&mut state, now, until_from(now));
         state.settle_acks(env);
-        if let (true, Ok(reply)) = (op_is_hello, &result) {
+        if let (true, Some(reply)) = (op_is_hello, &self.reply) {
             members::learn(&mut state, env, reply); // F29: answered on the current connection
         }
         match result {
-            Ok(reply) => Ok(reply),
+            Ok(status) => Ok(status),
             Err(e) => {
                 // F16, F19: the write left and no answer came back.
                 if sent && self.spec.is_write {
@@ -123,14 +128,15 @@ impl Call<'_, '_> {
     /// The call's request on the current connection (F25): a reply later than the op's
     /// threshold makes the loop ask another controller, while it waits on, whether the primary
     /// changed; when one names another primary, the late request is abandoned (the connection
-    /// dropped) and the loop goes there next. Returns the reply or the transport error, and
-    /// whether the request left. `sent_at`: now, as read for `until`.
+    /// dropped) and the loop goes there next. Returns the reply's status (the reply itself
+    /// left in the call's `reply`) or the transport error, and whether the request left.
+    /// `sent_at`: now, as read for `until`.
     fn exchange_watchful(
         &mut self,
         state: &mut LoopState,
         sent_at: Instant,
         until: Instant,
-    ) -> (Result<Reply, Error>, bool) {
+    ) -> (Result<i32, Error>, bool) {
         let env = self.env;
         let op = self.spec.op;
         let ids = state.ids.resend(self.spec.request_id);
@@ -139,7 +145,8 @@ impl Call<'_, '_> {
             && link.rotator.masters().len() > 1
             && link.rotator.current_master().is_some();
         if !watch {
-            return link.exchange(&env.waker, op, ids, until);
+            let (result, sent) = link.exchange(&env.waker, op, ids, until);
+            return (result.map(|r| self.keep(r)), sent);
         }
         let seq = match link.send(&env.waker, op, ids, until) {
             Ok(seq) => seq,
@@ -164,7 +171,11 @@ impl Call<'_, '_> {
         let early = match conn.recv_by(seq, &mut suspect_at, progress, &env.waker) {
             Ok(None) if Instant::now() < until => None,
             Ok(None) => Some(Err(Error::Errno(libc::ETIMEDOUT))),
-            Ok(Some(reply)) => Some(Ok(reply)),
+            Ok(Some(reply)) => {
+                // Answered before the threshold (the happy path).
+                link.round_trips.observe(op, sent_at.elapsed());
+                return (Ok(self.keep(reply)), true);
+            }
             Err(e) => Some(Err(e)),
         };
         let result = match early {
@@ -176,7 +187,7 @@ impl Call<'_, '_> {
                     Probed::Vouched { witness, conn } => {
                         match self.hedge(state, seq, witness, conn, until) {
                             // Through the witness: the link goes on on its connection.
-                            Hedged::Through(reply) => return (Ok(reply), true),
+                            Hedged::Through(reply) => return (Ok(self.keep(reply)), true),
                             Hedged::Direct(r) => r,
                         }
                     }
@@ -217,7 +228,15 @@ impl Call<'_, '_> {
                 c.mark_dead();
             }
         }
+        let result = result.map(|r| self.keep(r));
         (result.map_err(|e| frame_error(op, e)), true)
+    }
+
+    /// Keeps `reply` as the call's answer; its status.
+    fn keep(&mut self, reply: Reply) -> i32 {
+        let status = reply.status;
+        self.reply = Some(reply);
+        status
     }
 }
 

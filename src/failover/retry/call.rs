@@ -99,8 +99,8 @@ pub struct Call<'a, 'e> {
     /// Masters in rotation when the call began (the budget's first size).
     masters_at_start: usize,
     pub attempts: u32,
-    /// The last attempt's answer, if it was answered.
-    reply: Option<Reply>,
+    /// The last attempt's answer, if it was answered (left here by the attempt).
+    pub reply: Option<Reply>,
     pub applied: Applied,
     pub seen: Seen,
     pub following: Following,
@@ -164,11 +164,7 @@ impl<'a, 'e> Call<'a, 'e> {
                 Progress::Attempt => {
                     self.reply = None;
                     let outcome = match self.attempt() {
-                        Ok(reply) => {
-                            let status = reply.status;
-                            self.reply = Some(reply);
-                            AttemptOutcome::Status(status)
-                        }
+                        Ok(status) => AttemptOutcome::Status(status),
                         Err(outcome) => outcome,
                     };
                     self.attempts += 1;

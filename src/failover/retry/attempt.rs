@@ -21,44 +21,10 @@ impl Call<'_, '_> {
     pub fn attempt(&mut self) -> Result<i32, AttemptOutcome> {
         let env = self.env;
         let mut state = env.borrow().map_err(AttemptOutcome::Transport)?;
-        // F25/F28: a connection made beside the last call replaces the kept one: a direct one
-        // to the primary (instead of forwarding), or the probe's to the controller that just
-        // named the primary this attempt is aimed at.
-        // The kept connection is checked once per attempt (F21: one `fstat`, P2).
-        let mut usable = false;
-        let adopted = state.link.adopt_direct() || {
-            usable = state.link.conn_usable();
-            !usable && state.link.adopt_spare(env.options().forward)
-        };
-        if adopted {
-            state.book.reconnected();
-            let ep = state.link.current_endpoint();
-            env.observer.update(|s| s.current_master = Some(ep));
-        }
         // Whether this attempt waits for anything before its request (P2: if not, the request
         // leaves at the call's start as far as its deadlines can tell — within the attempt's
         // few microseconds of bookkeeping — and the clock read when the call began serves).
-        let mut waited = self.attempts > 0;
-        // No liveness syscall on the happy path (P2): a kept connection that the peer closed
-        // meanwhile fails the exchange, which is a transport failure like any other (F5).
-        if !adopted && !usable {
-            waited = true;
-            let avoid = self.avoid_mask();
-            state
-                .connect(&env.waker, env, self.spec.deadline, Some(avoid))
-                .map_err(AttemptOutcome::Transport)?;
-            let ep = state.link.current_endpoint();
-            env.observer.update(|s| s.current_master = Some(ep));
-        }
-        // F28: after this call failed to reach a master directly, the requests on this
-        // connection (its `hello`, the hook's calls, this call, and the calls after it on the
-        // same connection) ask a standby to forward them to the primary; a new connection
-        // starts without (`Link::connect_current`), so a reachable primary is used directly.
-        if !env.options().forward {
-            state.link.forward = false;
-        } else if self.missed_directly || state.link.passed_over {
-            state.link.forward = true;
-        }
+        let mut waited = self.connected(&mut state)? || self.attempts > 0;
         let deadline = self.spec.deadline;
         let until_from = |now: Instant| cap(now + env.options().reply_timeout, deadline);
         let reply_until = || until_from(Instant::now());
@@ -125,6 +91,48 @@ impl Call<'_, '_> {
         }
     }
 
+    /// The attempt's connection: the kept one, one made beside the last call, or a new one;
+    /// and whether its requests ask a standby to forward (F28). `true`: a connect was waited
+    /// for.
+    fn connected(&mut self, state: &mut LoopState) -> Result<bool, AttemptOutcome> {
+        let env = self.env;
+        // F25/F28: a connection made beside the last call replaces the kept one: a direct one
+        // to the primary (instead of forwarding), or the probe's to the controller that just
+        // named the primary this attempt is aimed at.
+        // The kept connection is checked once per attempt (F21: one `fstat`, P2).
+        let mut usable = false;
+        let adopted = state.link.adopt_direct() || {
+            usable = state.link.conn_usable();
+            !usable && state.link.adopt_spare(env.options().forward)
+        };
+        if adopted {
+            state.book.reconnected();
+            let ep = state.link.current_endpoint();
+            env.observer.update(|s| s.current_master = Some(ep));
+        }
+        // No liveness syscall on the happy path (P2): a kept connection that the peer closed
+        // meanwhile fails the exchange, which is a transport failure like any other (F5).
+        let connect = !adopted && !usable;
+        if connect {
+            let avoid = self.avoid_mask();
+            state
+                .connect(&env.waker, env, self.spec.deadline, Some(avoid))
+                .map_err(AttemptOutcome::Transport)?;
+            let ep = state.link.current_endpoint();
+            env.observer.update(|s| s.current_master = Some(ep));
+        }
+        // F28: after this call failed to reach a master directly, the requests on this
+        // connection (its `hello`, the hook's calls, this call, and the calls after it on the
+        // same connection) ask a standby to forward them to the primary; a new connection
+        // starts without (`Link::connect_current`), so a reachable primary is used directly.
+        if !env.options().forward {
+            state.link.forward = false;
+        } else if self.missed_directly || state.link.passed_over {
+            state.link.forward = true;
+        }
+        Ok(connect)
+    }
+
     /// The call's request on the current connection (F25): a reply later than the op's
     /// threshold makes the loop ask another controller, while it waits on, whether the primary
     /// changed; when one names another primary, the late request is abandoned (the connection
@@ -152,16 +160,7 @@ impl Call<'_, '_> {
             Ok(seq) => seq,
             Err(e) => return (Err(e), false),
         };
-        let mut progress = link.progress;
-        if link.forward && link.direct_wanted.is_some() {
-            if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
-                let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
-                link.try_direct(&env.waker, fd, connect_until);
-            }
-        } else if let Some(p) = progress.as_mut() {
-            // The wait for the reply begins as the request leaves (P2: no second clock read).
-            p.since = Some(sent_at);
-        }
+        let progress = beside_the_request(link, env, sent_at, until);
         // Issue 29: a reply that begins to arrive before the threshold is slow, not late — its
         // progress moves the wait past `until` and nobody is asked; a silent one is suspected.
         let mut suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
@@ -238,6 +237,28 @@ impl Call<'_, '_> {
         self.reply = Some(reply);
         status
     }
+}
+
+/// What happens beside a request just sent, before its reply is awaited: with forwarding
+/// through a standby that named the primary, a direct connection to that primary is tried
+/// (F28). The reply's progress deadline (issue 29), which otherwise starts at the send.
+fn beside_the_request(
+    link: &mut super::Link,
+    env: &CallEnv<'_>,
+    sent_at: Instant,
+    until: Instant,
+) -> Option<Progress> {
+    let mut progress = link.progress;
+    if link.forward && link.direct_wanted.is_some() {
+        if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
+            let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
+            link.try_direct(&env.waker, fd, connect_until);
+        }
+    } else if let Some(p) = progress.as_mut() {
+        // The wait for the reply begins as the request leaves (P2: no second clock read).
+        p.since = Some(sent_at);
+    }
+    progress
 }
 
 /// How a hedged request (F28) was answered.

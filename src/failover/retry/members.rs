@@ -84,34 +84,13 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
             continue;
         }
         let e = Endpoint::new(m.host.clone(), m.port);
-        match state.link.rotator.learn(&e, &resolve) {
+        let learned = state.link.rotator.learn(&e, &resolve);
+        log_learned(env, &e, &from, &learned);
+        match learned {
             Learned::Known(_) => {}
-            Learned::Added(_) => {
-                added += 1;
-                clog!(
-                    env,
-                    Level::Info,
-                    "masters: learned {e} from the primary {from}"
-                );
-            }
+            Learned::Added(_) => added += 1,
             // Taken again from the next answer (a name that resolves later, room made).
-            Learned::Unresolved => {
-                settled = false;
-                clog!(
-                    env,
-                    Level::Info,
-                    "masters: {e}, reported by the primary {from}, does not resolve now: not added"
-                )
-            }
-            Learned::Full => {
-                settled = false;
-                clog!(
-                    env,
-                    Level::Warn,
-                    "masters: {e}, reported by the primary {from}, not added: {} learned already",
-                    MAX_LEARNED_MASTERS
-                )
-            }
+            Learned::Unresolved | Learned::Full => settled = false,
         }
     }
     if settled {
@@ -133,5 +112,28 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
             s.masters = masters;
             s.learned_masters += added;
         });
+    }
+}
+
+/// The log line of a member `e` reported by the primary `from`, by what became of it.
+fn log_learned(env: &CallEnv<'_>, e: &Endpoint, from: &Endpoint, learned: &Learned) {
+    match learned {
+        Learned::Known(_) => {}
+        Learned::Added(_) => clog!(
+            env,
+            Level::Info,
+            "masters: learned {e} from the primary {from}"
+        ),
+        Learned::Unresolved => clog!(
+            env,
+            Level::Info,
+            "masters: {e}, reported by the primary {from}, does not resolve now: not added"
+        ),
+        Learned::Full => clog!(
+            env,
+            Level::Warn,
+            "masters: {e}, reported by the primary {from}, not added: {} learned already",
+            MAX_LEARNED_MASTERS
+        ),
     }
 }

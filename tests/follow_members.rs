@@ -161,6 +161,48 @@ fn notifications_follow_the_membership_version_too() {
     assert_eq!(p.connections(), 1);
 }
 
+/// P2: the caller's own `hello`s on one connection walk the member list once per membership
+/// version. A list newer than its stamp (the membership changed between the controller's
+/// reading of the version and of the members) is not missed: the next reply carries the new
+/// version, and the `hello` it makes due teaches the new member.
+#[test]
+fn a_hello_stamped_with_a_version_learned_teaches_nothing_new() {
+    let p = FakeController::start(vec![]);
+    let (x, y) = (refused_endpoint(), refused_endpoint());
+    p.push([
+        hello_v(5, &[p.endpoint(), x.clone()]),
+        hello_v(5, &[p.endpoint(), x.clone()]),
+        hello_v(5, &[p.endpoint(), x.clone(), y.clone()]), // read after a change
+        Step::Versioned(6, None),
+        hello_v(6, &[p.endpoint(), x.clone(), y.clone()]),
+        Step::Versioned(6, None),
+    ]);
+    let c = client(&[p.endpoint()]);
+    for _ in 0..3 {
+        c.hello().expect("hello");
+    }
+    assert_eq!(
+        c.masters(),
+        vec![p.endpoint(), x.clone()],
+        "version 5 learned"
+    );
+    c.clusterconf().expect("clusterconf"); // stamped 6
+    c.clusterconf().expect("clusterconf"); // asks first
+    assert_eq!(
+        p.ops(),
+        vec![
+            "hello",
+            "hello",
+            "hello",
+            "clusterconf",
+            "hello",
+            "clusterconf"
+        ]
+    );
+    assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
+    assert_eq!(p.connections(), 1);
+}
+
 /// A first call that is a `hello` asks for the members with its own request: no second one.
 #[test]
 fn a_hello_call_is_its_own_members_question() {

@@ -12,7 +12,10 @@
 //! - a context that another thread was using at the fork fails at once in the child (its
 //!   lock and connection belong to a thread the child does not have), never hangs;
 //! - a notification the parent queued stays the parent's: the child neither keeps nor sends it;
-//! - `new_job_id` never repeats across a fork.
+//! - `new_job_id` never repeats across a fork;
+//! - a child forked inside a library call — by a callback, or by the thread itself (a signal
+//!   handler) — checks its descriptors as the child for the rest of that call, although the call
+//!   read the process id only once (P2).
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -321,6 +324,72 @@ fn fork() {
     context_busy_on_another_thread_at_fork();
     job_ids_do_not_repeat_across_fork();
     a_child_abandoning_an_inherited_connection_leaves_the_parents_close_clean();
+    a_child_forked_inside_a_call_is_itself();
+}
+
+/// Waits for child `pid` (made with a bare fork) as [`fork_and_wait`] does.
+fn reap(pid: libc::pid_t) -> Option<i32> {
+    let end = Instant::now() + CHILD_LIMIT;
+    loop {
+        let mut status = 0;
+        // SAFETY: polls the child made by the caller; status is a live c_int.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        if Instant::now() > end {
+            // SAFETY: kills and reaps that child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// P2: a call reads the process id once (`CallProcess`). A child forked by the caller's code
+/// inside the call (a callback, run through `outside_call`) goes on with the rest of the call
+/// as the child — its id read again when the callback returns —, and so does a child forked by
+/// the thread itself while inside the library (a signal handler: the atfork handler forgets
+/// the call's id). Before the id is read again, the child would take its parent's descriptors
+/// for its own.
+fn a_child_forked_inside_a_call_is_itself() {
+    use xce::process::fdident::{current_pid, outside_call, CallProcess};
+    xce::process::fork_generation(); // the atfork handler is installed
+    let is_itself = || {
+        // SAFETY: getpid(2) takes no arguments.
+        current_pid() == unsafe { libc::getpid() }
+    };
+    for through_callback in [true, false] {
+        let call = CallProcess::enter();
+        // SAFETY: fork(2); the child checks one thing and leaves with _exit.
+        let fork = || unsafe { libc::fork() };
+        let pid = if through_callback {
+            outside_call(fork)
+        } else {
+            fork()
+        };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = is_itself();
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(is_itself(), "the parent's call keeps its id");
+        drop(call);
+        assert_eq!(
+            reap(pid),
+            Some(0),
+            "a child forked inside a call ({}) took its parent's id",
+            if through_callback {
+                "by a callback"
+            } else {
+                "by the thread itself"
+            }
+        );
+    }
 }
 
 /// A forked child that abandons an inherited connection (dead: it timed out there) must not

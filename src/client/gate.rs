@@ -97,8 +97,16 @@ impl Gate {
 
     /// Registers a call. `Err(Closed)` when the context is closing, `Err(StopRequested)` while
     /// a stop is requested (F27). A wake is never kept for a later call (F27): only a call in
-    /// progress can be woken.
-    pub fn enter(&self, wake: &WakeState) -> Result<Entry, Error> {
+    /// progress can be woken. When this thread may run the call at once (the context is its
+    /// own or nobody's, no call queued, the call not stopped), it also takes the context, under
+    /// the same lock (P2): `(entry, true)`. `(entry, false)`: the call is registered and
+    /// [`Gate::acquire`] waits for its turn (or returns why it must not run).
+    pub fn enter_and_try_acquire(
+        &self,
+        wake: &WakeState,
+        token: Option<&CancelToken>,
+    ) -> Result<(Entry, bool), Error> {
+        let me = thread::current().id();
         let mut st = self.state.lock();
         if st.closing {
             return Err(Error::Closed);
@@ -107,14 +115,39 @@ impl Gate {
             return Err(Error::StopRequested);
         }
         st.entered += 1;
-        Ok(Entry {
+        let entry = Entry {
             since: wake.enter_call(),
-        })
+        };
+        let free = st.owner == Some(me) || (st.owner.is_none() && st.queue.is_empty());
+        if free && wake.waker(entry.since, token).check().is_ok() {
+            st.owner = Some(me);
+            st.depth += 1;
+            return Ok((entry, true));
+        }
+        Ok((entry, false))
     }
 
-    /// Unregisters a call (after `release` if it acquired).
+    /// Gives back what `enter_and_try_acquire` or `acquire` took (handing the context to the
+    /// next queued call) and unregisters the call, under one lock (P2).
+    pub fn release_and_leave(&self) -> Leave {
+        let mut st = self.state.lock();
+        st.depth -= 1;
+        if st.depth == 0 {
+            st.owner = None;
+            if let Some(front) = st.queue.front() {
+                front.thread.unpark();
+            }
+        }
+        Self::left(&mut st)
+    }
+
+    /// Unregisters a call that did not acquire the context.
     pub fn leave(&self) -> Leave {
         let mut st = self.state.lock();
+        Self::left(&mut st)
+    }
+
+    fn left(st: &mut State) -> Leave {
         st.entered -= 1;
         if st.entered > 0 {
             return Leave::Done;
@@ -171,18 +204,6 @@ impl Gate {
                 st.owner = Some(me);
                 st.depth = 1;
                 return Ok(());
-            }
-        }
-    }
-
-    /// Gives back what `acquire` took; hands the context to the next queued call.
-    pub fn release(&self) {
-        let mut st = self.state.lock();
-        st.depth -= 1;
-        if st.depth == 0 {
-            st.owner = None;
-            if let Some(front) = st.queue.front() {
-                front.thread.unpark();
             }
         }
     }

@@ -22,7 +22,7 @@ mod gate;
 mod listing;
 pub use listing::{JobPager, ENV_PAGE_BYTES, MAX_LISTING_RESTARTS};
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -254,7 +254,10 @@ impl Context {
     /// controller's dedup table, each applied once. Called by the thread that owns the link.
     fn rekey_after_fork(&self, link: &RefCell<LoopState>) {
         let now = process::fork_generation();
-        if self.identity_generation.swap(now, Ordering::SeqCst) != now {
+        // A load on the happy path; the swap only when the generation moved (P2).
+        if self.identity_generation.load(Ordering::SeqCst) != now
+            && self.identity_generation.swap(now, Ordering::SeqCst) != now
+        {
             let id = identity::new_client_id();
             let mut l = link.borrow_mut();
             l.ids.rekey(id);
@@ -335,29 +338,28 @@ impl Callbacks for CallCallbacks<'_> {
     }
 }
 
-/// Leaves the gate when a call ends, however it ends; the last call out of a context stopped
-/// from inside a call finishes the stop (F20).
+/// Leaves the gate when a call ends, however it ends (giving the context to the next queued
+/// call when it owned it); the last call out of a context stopped from inside a call finishes
+/// the stop (F20).
 struct Entered<'a> {
     ctx: &'a Context,
     settle: CallSettle<'a>,
+    /// The call owns the context (`Gate::acquire`).
+    owned: Cell<bool>,
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         // Settled already on every path but a panic.
         self.settle.settle();
-        if self.ctx.gate.leave() == Leave::FinishClose {
+        let leave = if self.owned.get() {
+            self.ctx.gate.release_and_leave()
+        } else {
+            self.ctx.gate.leave()
+        };
+        if leave == Leave::FinishClose {
             self.ctx.finish_close();
         }
-    }
-}
-
-/// Gives the context back to the next queued call, however the call ends.
-struct Owned<'a>(&'a Gate);
-
-impl Drop for Owned<'_> {
-    fn drop(&mut self) {
-        self.0.release();
     }
 }
 
@@ -723,20 +725,26 @@ impl Client {
     ) -> (Result<T, Error>, Option<Error>) {
         let ctx = &*self.ctx;
         let token = self.call.token.as_deref();
+        // P2: the process id is read once for the whole call (F21's and F26's checks).
+        let _process = process::fdident::CallProcess::enter();
         if ctx.forked_busy.load(Ordering::SeqCst) {
             return (Err(Error::Closed), None);
         }
-        let entry = match ctx.gate.enter(&ctx.wake) {
+        // P2: a context nobody else is using is entered and owned under one lock.
+        let (entry, owned) = match ctx.gate.enter_and_try_acquire(&ctx.wake, token) {
             Ok(e) => e,
             Err(e) => return (Err(e), None),
         };
         let entered = Entered {
             ctx,
             settle: CallSettle::new(&ctx.wake, entry.since),
+            owned: Cell::new(owned),
         };
         let result = (|| {
-            ctx.gate.acquire(&entry, &ctx.wake, token)?;
-            let _owned = Owned(&ctx.gate);
+            if !owned {
+                ctx.gate.acquire(&entry, &ctx.wake, token)?;
+                entered.owned.set(true);
+            }
             let guard = ctx.link.lock();
             ctx.rekey_after_fork(&guard);
             let settings = *ctx.settings.lock();

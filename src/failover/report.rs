@@ -2,6 +2,7 @@
 //! call. Kept outside the context lock so they can be read while a call is failing over.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,20 +149,29 @@ impl fmt::Display for CallReport {
 #[derive(Default)]
 pub struct Observer {
     stats: Mutex<Stats>,
+    /// `Stats::requests`, counted apart: every call counts one, without the lock (P2).
+    requests: AtomicU64,
     last_error: Mutex<Option<CallReport>>,
 }
 
 impl fmt::Debug for Observer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Observer")
-            .field("stats", &*self.stats.lock())
+            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
 
 impl Observer {
     pub fn stats(&self) -> Stats {
-        self.stats.lock().clone()
+        let mut s = self.stats.lock().clone();
+        s.requests = self.requests.load(Ordering::Relaxed);
+        s
+    }
+
+    /// F17: one more request (a call of the loop).
+    pub fn count_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn update(&self, f: impl FnOnce(&mut Stats)) {

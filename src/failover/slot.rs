@@ -11,7 +11,7 @@
 use std::sync::{Arc, Condvar, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
-use crate::process::{waits, ForkLock};
+use crate::process::{fdident, waits, ForkLock};
 
 struct SlotState<T: ?Sized> {
     callback: Option<Arc<T>>,
@@ -150,7 +150,8 @@ impl<T: ?Sized + Send + Sync + 'static> CallbackSlot<T> {
             cb
         };
         let _running = Running { slot: self, me };
-        Some(f(&callback))
+        // The caller's code: a fork in it is seen by the rest of the call (P2, F26).
+        Some(fdident::outside_call(|| f(&callback)))
     }
 }
 

@@ -207,6 +207,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let _ = std::panic::catch_unwind(|| {
+        super::fdident::forget_call_pid();
         PID.store(current_pid(), SeqCst);
         GENERATION.fetch_add(1, SeqCst);
         let held = HELD.with(|h| h.borrow_mut().take());

@@ -48,6 +48,9 @@ pub const MIN_REPLY_RATE: u64 = 8 * 1024;
 pub struct Progress {
     pub idle: Duration,
     pub hard: Option<Instant>,
+    /// When the wait for the reply began, if the caller has read it already (the instant it
+    /// sent the request: P2, no second clock read); `None`: when the receive starts.
+    pub since: Option<Instant>,
 }
 
 impl Progress {
@@ -740,7 +743,10 @@ impl Connection {
         progress: Option<Progress>,
         waker: &Waker,
     ) -> Result<Option<Reply>, Error> {
-        let started = Instant::now();
+        let started = progress.and_then(|p| p.since).unwrap_or_else(Instant::now);
+        // Whether bytes arrived since the deadline last followed them (issue 29): it moves
+        // only when another read is due, so a reply that arrives whole reads no clock (P2).
+        let mut arrived = false;
         loop {
             if expected.is_none() && self.pending_acks.is_empty() {
                 return Ok(None);
@@ -784,10 +790,11 @@ impl Connection {
                 }
                 continue;
             }
-            self.fill(total, *deadline, waker)?;
-            if let Some(p) = progress {
+            if let (true, Some(p)) = (arrived, progress) {
                 *deadline = p.extend(*deadline, started, total, Instant::now());
             }
+            self.fill(total, *deadline, waker)?;
+            arrived = true;
         }
     }
 
@@ -1069,6 +1076,7 @@ mod tests {
         let p = Progress {
             idle: ms(300),
             hard: None,
+            since: None,
         };
         let d0 = t0 + ms(300);
         assert_eq!(

@@ -46,6 +46,7 @@ pub mod p15_security;
 pub mod p16_adaptation;
 pub mod p1_roundtrip;
 pub mod p2_loop_cost;
+pub mod p2_sides;
 pub mod p3_client_added;
 pub mod p4_unavailability;
 pub mod p5_baseline;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use xce_proof::bench::alloc::CountingAlloc;
 use xce_proof::bench::args::{Command, Needs, Shared};
-use xce_proof::bench::{suite, BenchOpts};
+use xce_proof::bench::{p2_sides, suite, BenchOpts};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -22,11 +22,20 @@ const USAGE: &str =
   --kills N   kills of the one-client failover series (P3, P4, P5; and P4's earlier timing)
   --only      run only these benchmarks (P1 … P8, P10, P15)
   --svg FILE  also draw one failover (both policies) to FILE
-  --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)";
+  --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)
+  --before-bench PATH  P2 only: also run P2 in this other xce-bench binary (another build of
+              the library), round for round, and set both side by side
+  --rounds N  rounds of --before-bench (default 3)";
 
 fn main() -> ExitCode {
-    let cmd = Command::new("xce-bench", USAGE, &[Shared::Quick, Shared::NoBuild]);
+    let cmd = Command::new(
+        "xce-bench",
+        USAGE,
+        &[Shared::Quick, Shared::NoBuild, Shared::Rounds],
+    )
+    .rounds(3);
     let mut opts = BenchOpts::default();
+    let mut before_bench = None::<PathBuf>;
     // The start turns the library's log down to errors (XCE_LOG wins): a thousand failing-over
     // contexts would each log, and failures are in the tables.
     let common = match cmd.run(Needs::default(), &mut |flag, value| {
@@ -58,6 +67,7 @@ fn main() -> ExitCode {
                 }
             }
             "--svg" => opts.svg = Some(PathBuf::from(value.text("a file name")?)),
+            "--before-bench" => before_bench = Some(PathBuf::from(value.text("a path")?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -66,5 +76,18 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     opts.quick = common.quick;
+    if let Some(before) = before_bench {
+        // P2 side by side with another build of the library (proof/src/bench/p2_sides.rs).
+        return match p2_sides::run(&before, common.rounds, opts.quick) {
+            Ok(t) => {
+                println!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("xce-bench: P2 side by side: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     suite::bench(opts)
 }

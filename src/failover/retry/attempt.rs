@@ -17,14 +17,94 @@ use crate::wire::{Op, OpKind, Reply, RequestHead};
 
 impl Call<'_, '_> {
     /// One attempt: (re)connect if needed, run the hook after a reconnect (F10), send, await.
-    pub fn attempt(&mut self) -> Result<Reply, AttemptOutcome> {
+    /// An answer is left in the call's `reply` (P2: moved once), its status returned.
+    pub fn attempt(&mut self) -> Result<i32, AttemptOutcome> {
         let env = self.env;
         let mut state = env.borrow().map_err(AttemptOutcome::Transport)?;
+        // Whether this attempt waits for anything before its request (P2: if not, the request
+        // leaves at the call's start as far as its deadlines can tell — within the attempt's
+        // few microseconds of bookkeeping — and the clock read when the call began serves).
+        let mut waited = self.connected(&mut state)? || self.attempts > 0;
+        let deadline = self.spec.deadline;
+        let until_from = |now: Instant| cap(now + env.options().reply_timeout, deadline);
+        let reply_until = || until_from(Instant::now());
+        // Issue 29: a reply that is arriving is waited for (F8 detects silence, not slowness).
+        state.link.progress = Some(Progress {
+            idle: env.options().reply_timeout,
+            hard: deadline,
+            since: None,
+        });
+        let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();
+        // A call that is itself a `hello` asks for the members with its own request.
+        let op_is_hello = matches!(self.spec.op, Op::Hello(_));
+        if hook_hello || (members::due(&state, env) && !op_is_hello) {
+            // F10: the hook re-joins the primary; on a standby it could only be redirected.
+            // One `hello` tells: a non-primary answer (with its redirect hint) is this
+            // attempt's outcome, and the hook waits for the connection that reaches the
+            // primary — so it runs once per failover, just before the re-send. The same
+            // `hello`, once per new connection, tells the members of the cluster (F29).
+            waited = true;
+            match members::ask(&mut state, env, reply_until()) {
+                Err(e) => return Err(AttemptOutcome::Transport(e)),
+                Ok(reply) if reply.status < 0 => {
+                    let status = reply.status;
+                    self.reply = Some(reply);
+                    return Ok(status);
+                }
+                Ok(_) => {}
+            }
+        }
+        if state.book.hook_pending {
+            drop(state);
+            waited = true;
+            run_hook(env)?;
+            state = env.borrow().map_err(AttemptOutcome::Transport)?;
+        }
+        // F12: notifications not yet acknowledged go first on this connection, pipelined;
+        // their acknowledgements are collected while the reply is awaited.
+        if !state.outbox.is_empty() {
+            waited = true;
+            state
+                .send_outbox(env, reply_until())
+                .map_err(AttemptOutcome::Transport)?;
+        }
+        // One clock read for the request's reply deadline and its round trip's start (P2).
+        let now = if waited {
+            Instant::now()
+        } else {
+            self.spec.started
+        };
+        let (result, sent) = self.exchange_watchful(&mut state, now, until_from(now));
+        state.settle_acks(env);
+        if let (true, Some(reply)) = (op_is_hello, &self.reply) {
+            members::learn(&mut state, env, reply); // F29: answered on the current connection
+        }
+        match result {
+            Ok(status) => Ok(status),
+            Err(e) => {
+                // F16, F19: the write left and no answer came back.
+                if sent && self.spec.is_write {
+                    self.applied = Applied::Unknown;
+                }
+                Err(AttemptOutcome::Transport(e))
+            }
+        }
+    }
+
+    /// The attempt's connection: the kept one, one made beside the last call, or a new one;
+    /// and whether its requests ask a standby to forward (F28). `true`: a connect was waited
+    /// for.
+    fn connected(&mut self, state: &mut LoopState) -> Result<bool, AttemptOutcome> {
+        let env = self.env;
         // F25/F28: a connection made beside the last call replaces the kept one: a direct one
         // to the primary (instead of forwarding), or the probe's to the controller that just
         // named the primary this attempt is aimed at.
-        let adopted = state.link.adopt_direct()
-            || (!state.link.conn_usable() && state.link.adopt_spare(env.options().forward));
+        // The kept connection is checked once per attempt (F21: one `fstat`, P2).
+        let mut usable = false;
+        let adopted = state.link.adopt_direct() || {
+            usable = state.link.conn_usable();
+            !usable && state.link.adopt_spare(env.options().forward)
+        };
         if adopted {
             state.book.reconnected();
             let ep = state.link.current_endpoint();
@@ -32,8 +112,9 @@ impl Call<'_, '_> {
         }
         // No liveness syscall on the happy path (P2): a kept connection that the peer closed
         // meanwhile fails the exchange, which is a transport failure like any other (F5).
-        if !adopted && !state.link.conn_usable() {
-            let avoid = self.budget.avoid_mask();
+        let connect = !adopted && !usable;
+        if connect {
+            let avoid = self.avoid_mask();
             state
                 .connect(&env.waker, env, self.spec.deadline, Some(avoid))
                 .map_err(AttemptOutcome::Transport)?;
@@ -49,65 +130,21 @@ impl Call<'_, '_> {
         } else if self.missed_directly || state.link.passed_over {
             state.link.forward = true;
         }
-        let deadline = self.spec.deadline;
-        let reply_until = || cap(Instant::now() + env.options().reply_timeout, deadline);
-        // Issue 29: a reply that is arriving is waited for (F8 detects silence, not slowness).
-        state.link.progress = Some(Progress {
-            idle: env.options().reply_timeout,
-            hard: deadline,
-        });
-        let hook_hello = state.book.hook_pending && env.callbacks.has_reconnect_hook();
-        // A call that is itself a `hello` asks for the members with its own request.
-        let op_is_hello = matches!(self.spec.op, Op::Hello(_));
-        if hook_hello || (members::due(&state, env) && !op_is_hello) {
-            // F10: the hook re-joins the primary; on a standby it could only be redirected.
-            // One `hello` tells: a non-primary answer (with its redirect hint) is this
-            // attempt's outcome, and the hook waits for the connection that reaches the
-            // primary — so it runs once per failover, just before the re-send. The same
-            // `hello`, once per new connection, tells the members of the cluster (F29).
-            match members::ask(&mut state, env, reply_until()) {
-                Err(e) => return Err(AttemptOutcome::Transport(e)),
-                Ok(reply) if reply.status < 0 => return Ok(reply),
-                Ok(_) => {}
-            }
-        }
-        if state.book.hook_pending {
-            drop(state);
-            run_hook(env)?;
-            state = env.borrow().map_err(AttemptOutcome::Transport)?;
-        }
-        // F12: notifications not yet acknowledged go first on this connection, pipelined;
-        // their acknowledgements are collected while the reply is awaited.
-        state
-            .send_outbox(env, reply_until())
-            .map_err(AttemptOutcome::Transport)?;
-        let (result, sent) = self.exchange_watchful(&mut state, reply_until());
-        state.settle_acks(env);
-        if let (true, Ok(reply)) = (op_is_hello, &result) {
-            members::learn(&mut state, env, reply); // F29: answered on the current connection
-        }
-        match result {
-            Ok(reply) => Ok(reply),
-            Err(e) => {
-                // F16, F19: the write left and no answer came back.
-                if sent && self.spec.is_write {
-                    self.applied = Applied::Unknown;
-                }
-                Err(AttemptOutcome::Transport(e))
-            }
-        }
+        Ok(connect)
     }
 
     /// The call's request on the current connection (F25): a reply later than the op's
     /// threshold makes the loop ask another controller, while it waits on, whether the primary
     /// changed; when one names another primary, the late request is abandoned (the connection
-    /// dropped) and the loop goes there next. Returns the reply or the transport error, and
-    /// whether the request left.
+    /// dropped) and the loop goes there next. Returns the reply's status (the reply itself
+    /// left in the call's `reply`) or the transport error, and whether the request left.
+    /// `sent_at`: now, as read for `until`.
     fn exchange_watchful(
         &mut self,
         state: &mut LoopState,
+        sent_at: Instant,
         until: Instant,
-    ) -> (Result<Reply, Error>, bool) {
+    ) -> (Result<i32, Error>, bool) {
         let env = self.env;
         let op = self.spec.op;
         let ids = state.ids.resend(self.spec.request_id);
@@ -116,20 +153,14 @@ impl Call<'_, '_> {
             && link.rotator.masters().len() > 1
             && link.rotator.current_master().is_some();
         if !watch {
-            return link.exchange(&env.waker, op, ids, until);
+            let (result, sent) = link.exchange(&env.waker, op, ids, until);
+            return (result.map(|r| self.keep(r)), sent);
         }
-        let sent_at = Instant::now();
         let seq = match link.send(&env.waker, op, ids, until) {
             Ok(seq) => seq,
             Err(e) => return (Err(e), false),
         };
-        if link.forward && link.direct_wanted.is_some() {
-            if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
-                let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
-                link.try_direct(&env.waker, fd, connect_until);
-            }
-        }
-        let progress = link.progress;
+        let progress = beside_the_request(link, env, sent_at, until);
         // Issue 29: a reply that begins to arrive before the threshold is slow, not late — its
         // progress moves the wait past `until` and nobody is asked; a silent one is suspected.
         let mut suspect_at = (sent_at + link.round_trips.threshold(op)).min(until);
@@ -139,7 +170,11 @@ impl Call<'_, '_> {
         let early = match conn.recv_by(seq, &mut suspect_at, progress, &env.waker) {
             Ok(None) if Instant::now() < until => None,
             Ok(None) => Some(Err(Error::Errno(libc::ETIMEDOUT))),
-            Ok(Some(reply)) => Some(Ok(reply)),
+            Ok(Some(reply)) => {
+                // Answered before the threshold (the happy path).
+                link.round_trips.observe(op, sent_at.elapsed());
+                return (Ok(self.keep(reply)), true);
+            }
             Err(e) => Some(Err(e)),
         };
         let result = match early {
@@ -151,7 +186,7 @@ impl Call<'_, '_> {
                     Probed::Vouched { witness, conn } => {
                         match self.hedge(state, seq, witness, conn, until) {
                             // Through the witness: the link goes on on its connection.
-                            Hedged::Through(reply) => return (Ok(reply), true),
+                            Hedged::Through(reply) => return (Ok(self.keep(reply)), true),
                             Hedged::Direct(r) => r,
                         }
                     }
@@ -192,8 +227,38 @@ impl Call<'_, '_> {
                 c.mark_dead();
             }
         }
+        let result = result.map(|r| self.keep(r));
         (result.map_err(|e| frame_error(op, e)), true)
     }
+
+    /// Keeps `reply` as the call's answer; its status.
+    fn keep(&mut self, reply: Reply) -> i32 {
+        let status = reply.status;
+        self.reply = Some(reply);
+        status
+    }
+}
+
+/// What happens beside a request just sent, before its reply is awaited: with forwarding
+/// through a standby that named the primary, a direct connection to that primary is tried
+/// (F28). The reply's progress deadline (issue 29), which otherwise starts at the send.
+fn beside_the_request(
+    link: &mut super::Link,
+    env: &CallEnv<'_>,
+    sent_at: Instant,
+    until: Instant,
+) -> Option<Progress> {
+    let mut progress = link.progress;
+    if link.forward && link.direct_wanted.is_some() {
+        if let Some(fd) = link.conn.as_ref().map(|c| c.raw_fd()) {
+            let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
+            link.try_direct(&env.waker, fd, connect_until);
+        }
+    } else if let Some(p) = progress.as_mut() {
+        // The wait for the reply begins as the request leaves (P2: no second clock read).
+        p.since = Some(sent_at);
+    }
+    progress
 }
 
 /// How a hedged request (F28) was answered.

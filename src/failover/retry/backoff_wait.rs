@@ -119,7 +119,7 @@ impl Call<'_, '_> {
                 );
                 link.rotator.aim_at(master);
                 self.following.current = Some((master, end));
-                let spread = self.budget.backoff_mut().spread(spread);
+                let spread = self.budget().backoff_mut().spread(spread);
                 Ok(Some(spread))
             }
             Verdict::NoNews => Ok(None),

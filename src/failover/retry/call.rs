@@ -20,19 +20,16 @@ use crate::wire::{Op, OpKind, Reply};
 pub enum Progress {
     /// The next attempt is to be made: connect if needed, rejoin, send, await (F10).
     Attempt,
-    /// An attempt ended; its outcome is to be classified (F4).
-    Judge {
-        outcome: AttemptOutcome,
-        reply: Option<Reply>,
-    },
+    /// An attempt ended; its outcome is to be classified (F4). Its answer, if any, is the
+    /// call's `reply` (P2: kept in one place, not moved from state to state).
+    Judge { outcome: AttemptOutcome },
     /// A retriable failure: rotate now, back off, or give up (F5–F7).
     Retry {
         class: Classification,
         outcome: AttemptOutcome,
-        reply: Option<Reply>,
     },
-    /// The call is over.
-    Done(Result<(Reply, CallTrace), Error>),
+    /// The call is over (a success's answer is the call's `reply`).
+    Done(Result<CallTrace, Error>),
 }
 
 /// What the call sends: fixed when it starts.
@@ -96,8 +93,14 @@ pub struct Following {
 pub struct Call<'a, 'e> {
     pub env: &'a CallEnv<'e>,
     pub spec: CallSpec<'a>,
-    pub budget: RetryBudget,
+    /// The retry budget (F5–F7), made at the call's first failure (P2: a call answered at once
+    /// never builds nor moves its 448 bytes); see [`Call::budget`].
+    budget: Option<Box<RetryBudget>>,
+    /// Masters in rotation when the call began (the budget's first size).
+    masters_at_start: usize,
     pub attempts: u32,
+    /// The last attempt's answer, if it was answered (left here by the attempt).
+    pub reply: Option<Reply>,
     pub applied: Applied,
     pub seen: Seen,
     pub following: Following,
@@ -127,8 +130,10 @@ impl<'a, 'e> Call<'a, 'e> {
                 started,
                 deadline,
             },
-            budget: RetryBudget::new(n, Backoff::new(env.settings.retry), deadline),
+            budget: None,
+            masters_at_start: n,
             attempts: 0,
+            reply: None,
             applied: Applied::NotSent,
             seen: Seen::default(),
             following: Following::default(),
@@ -137,55 +142,85 @@ impl<'a, 'e> Call<'a, 'e> {
         })
     }
 
+    /// The call's retry budget, made now if this is its first use. Made later than the call's
+    /// start, it is the same budget: its size only grows to the masters in rotation (F29), and
+    /// its deadline and schedule are the call's.
+    pub fn budget(&mut self) -> &mut RetryBudget {
+        let (n, retry, deadline) = (
+            self.masters_at_start,
+            self.env.settings.retry,
+            self.spec.deadline,
+        );
+        self.budget
+            .get_or_insert_with(|| Box::new(RetryBudget::new(n, Backoff::new(retry), deadline)))
+    }
+
+    /// The masters rotation avoids next (F5); none before the first failure.
+    pub fn avoid_mask(&self) -> u64 {
+        self.budget.as_ref().map_or(0, |b| b.avoid_mask())
+    }
+
     pub fn run(mut self) -> Result<(Reply, CallTrace), Error> {
         let mut progress = Progress::Attempt;
         loop {
             progress = match progress {
                 Progress::Attempt => {
-                    let (outcome, reply) = match self.attempt() {
-                        Ok(reply) => (AttemptOutcome::Status(reply.status), Some(reply)),
-                        Err(outcome) => (outcome, None),
+                    self.reply = None;
+                    let outcome = match self.attempt() {
+                        Ok(status) => AttemptOutcome::Status(status),
+                        Err(outcome) => outcome,
                     };
                     self.attempts += 1;
-                    Progress::Judge { outcome, reply }
+                    Progress::Judge { outcome }
                 }
-                Progress::Judge { outcome, reply } => self.judge(outcome, reply),
-                Progress::Retry {
-                    class,
-                    outcome,
-                    reply,
-                } => match self.retry(class, outcome, reply.as_ref()) {
-                    Ok(()) => Progress::Attempt,
-                    Err(e) => Progress::Done(Err(self.fail(e))),
+                // A call that is over returns at once (P2: its reply is not moved again).
+                Progress::Judge { outcome } => match self.judge(outcome) {
+                    Progress::Done(result) => return self.done(result),
+                    next => next,
                 },
-                Progress::Done(result) => return result,
+                Progress::Retry { class, outcome } => {
+                    let reply = self.reply.take();
+                    match self.retry(class, outcome, reply.as_ref()) {
+                        Ok(()) => Progress::Attempt,
+                        Err(e) => Progress::Done(Err(self.fail(e))),
+                    }
+                }
+                Progress::Done(result) => return self.done(result),
             };
         }
     }
 
+    /// The call's result: on success, its answer with the trace.
+    fn done(&mut self, result: Result<CallTrace, Error>) -> Result<(Reply, CallTrace), Error> {
+        let reply = self.reply.take().unwrap_or_else(|| Reply::status(0, 0));
+        result.map(|trace| (reply, trace))
+    }
+
     /// F4, F16: what the attempt's outcome means for the call.
-    fn judge(&mut self, outcome: AttemptOutcome, reply: Option<Reply>) -> Progress {
+    fn judge(&mut self, outcome: AttemptOutcome) -> Progress {
         // For an answered attempt, `applied` says whether an *earlier* send may have been
         // applied (this one was answered, so it was not — unless its answer says "unknown").
         let class = classify(outcome, self.applied.may_have_been(), self.spec.is_write);
         self.note_sent(outcome);
         match class {
-            Classification::Success => Progress::Done(Ok(self.succeed(reply))),
+            Classification::Success => Progress::Done(Ok(self.succeed())),
             Classification::Terminal => {
                 self.record(outcome);
                 // The controller's words for a final refusal, for the report (F19).
-                self.detail = reply.map(|r| r.detail).unwrap_or_default();
+                self.detail = self
+                    .reply
+                    .as_ref()
+                    .map(|r| r.detail.clone())
+                    .unwrap_or_default();
                 let e = match outcome {
                     AttemptOutcome::Status(s) => Error::from_code(s).unwrap_or(Error::Internal),
                     AttemptOutcome::Transport(e) => e,
                 };
                 Progress::Done(Err(self.fail(e)))
             }
-            Classification::RetryNow | Classification::RetryBackoff => Progress::Retry {
-                class,
-                outcome,
-                reply,
-            },
+            Classification::RetryNow | Classification::RetryBackoff => {
+                Progress::Retry { class, outcome }
+            }
         }
     }
 
@@ -235,30 +270,35 @@ impl<'a, 'e> Call<'a, 'e> {
         }
     }
 
-    fn succeed(&mut self, reply: Option<Reply>) -> (Reply, CallTrace) {
+    /// The answer stays the call's `reply`.
+    fn succeed(&mut self) -> CallTrace {
         let env = self.env;
-        let mut reply = reply.unwrap_or_else(|| Reply::status(0, 0));
-        // F4: a DUP on a re-sent write is the first send's success.
-        reply.status = reply.status.max(0);
+        if let Some(reply) = self.reply.as_mut() {
+            // F4: a DUP on a re-sent write is the first send's success.
+            reply.status = reply.status.max(0);
+        }
         let mut state = env.link.borrow_mut();
         let LoopState { link, book, .. } = &mut *state;
         book.served(env, link);
-        // The steady path clones nothing: the stats copy the endpoint only when it changed (P2).
+        // The steady path clones nothing: the stats copy the endpoint only when it changed,
+        // and are not even looked at again on the connection they were confirmed for (P2).
         let master = link.rotator.current_master();
-        let ep = link.rotator.endpoint(link.rotator.current());
-        env.observer.update(|s| {
-            if s.current_master.as_ref() != Some(ep) {
-                s.current_master = Some(ep.clone());
-            }
-        });
-        let trace = CallTrace {
+        if link.stats_epoch != Some(link.epoch) {
+            let ep = link.rotator.endpoint(link.rotator.current());
+            env.observer.update(|s| {
+                if s.current_master.as_ref() != Some(ep) {
+                    s.current_master = Some(ep.clone());
+                }
+            });
+            link.stats_epoch = Some(link.epoch);
+        }
+        CallTrace {
             op: self.spec.op.name(),
             master,
             attempts: self.attempts,
             started: self.spec.started,
             is_write: self.spec.is_write,
-        };
-        (reply, trace)
+        }
     }
 
     /// After a retriable failure: record it, offer the hint, then rotate, sleep or give up.
@@ -275,7 +315,7 @@ impl<'a, 'e> Call<'a, 'e> {
         let master = link.rotator.current_master();
         book.failover_started(env, link, outcome);
         // F29: masters learned during this call get their turn like the configured ones.
-        self.budget.grow(link.rotator.masters().len());
+        self.budget().grow(link.rotator.masters().len());
         // F25: the master a waitPrimary answer sent us to refused; the unit it cut short is
         // still owed (F7), and it is not followed again in this call.
         let owed = match self.following.current.take() {
@@ -286,7 +326,7 @@ impl<'a, 'e> Call<'a, 'e> {
             _ => None,
         };
         let decision = self
-            .budget
+            .budget()
             .on_failure(class, outcome, master, Instant::now());
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
             // F29: a hint naming a node in no master's place is followed when the master that
@@ -315,7 +355,7 @@ impl<'a, 'e> Call<'a, 'e> {
             RetryDecision::Exhausted(e) => {
                 // F7: the next call must not start on the master that just failed (a hung
                 // one would cost it its whole deadline again).
-                let avoid = self.budget.avoid_mask();
+                let avoid = self.avoid_mask();
                 rotate(&mut state.link, env, outcome, avoid);
                 let last = cause_text(&outcome);
                 clog!(
@@ -335,7 +375,7 @@ impl<'a, 'e> Call<'a, 'e> {
             }
         }
         env.observer.update(|s| s.retries += 1);
-        let avoid = self.budget.avoid_mask();
+        let avoid = self.avoid_mask();
         rotate(&mut state.link, env, outcome, avoid);
         Ok(())
     }
@@ -347,7 +387,7 @@ impl<'a, 'e> Call<'a, 'e> {
     fn offer_hint(&self, link: &mut super::Link, host: &str, port: u16, first: bool) -> bool {
         let env = self.env;
         let policy = env.options().hint_policy;
-        let tried = self.budget.tried_since_sleep();
+        let tried = self.budget.as_ref().map_or(0, |b| b.tried_since_sleep());
         let resolve = super::resolver::bounded_resolver(env, self.spec.deadline);
         match link.rotator.offer_hint(host, port, policy, tried, &resolve) {
             HintVerdict::Accepted(_) => {}

@@ -38,6 +38,16 @@ pub struct Link {
     /// connection due for a `hello` again: a context that stays on one primary learns of
     /// members added later before that primary goes away.
     pub members_version: u64,
+    /// F29, P2: the connection (`epoch`) and stamped version of the last `hello` answer whose
+    /// members were all known or added: a later answer on that connection stamped with that
+    /// version teaches nothing (the primary's list is never older than its stamp), so a
+    /// caller's `hello` on the happy path does not walk the list again.
+    pub members_learned: Option<(u64, u64)>,
+    /// P2: the connection (`epoch`) for which the context's stats were last confirmed to name
+    /// the current master. Every writer of `Stats::current_master` writes the current
+    /// endpoint, and the current target changes only with a new connection, so a success on
+    /// that connection leaves the stats as they are without looking.
+    pub stats_epoch: Option<u64>,
     /// F29 for redirects: the `epoch` of the last connection asked for the members it holds
     /// because its hint named no master in rotation (once per connection).
     pub vouch_epoch: Option<u64>,
@@ -84,6 +94,8 @@ impl Link {
             epoch: 0,
             members_epoch: None,
             members_version: 0,
+            members_learned: None,
+            stats_epoch: None,
             vouch_epoch: None,
             lookup_failure: None,
             round_trips: RoundTrips::default(),

@@ -60,6 +60,11 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
     if !env.options().learn_masters {
         return;
     }
+    let stamp = (state.link.epoch, reply.members_version);
+    if reply.members_version != 0 && state.link.members_learned == Some(stamp) {
+        // P2: this connection's primary answered with this version's members before.
+        return;
+    }
     let ReplyData::CtrlInfo(info) = &reply.data else {
         return;
     };
@@ -75,33 +80,23 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
     let from = state.link.current_endpoint();
     let resolve = bounded_resolver(env, None);
     let mut added = 0u64;
+    let mut settled = true;
     for m in &info.members {
         if m.host.is_empty() || m.port == 0 {
             continue;
         }
         let e = Endpoint::new(m.host.clone(), m.port);
-        match state.link.rotator.learn(&e, &resolve) {
+        let learned = state.link.rotator.learn(&e, &resolve);
+        log_learned(env, &e, &from, &learned);
+        match learned {
             Learned::Known(_) => {}
-            Learned::Added(_) => {
-                added += 1;
-                clog!(
-                    env,
-                    Level::Info,
-                    "masters: learned {e} from the primary {from}"
-                );
-            }
-            Learned::Unresolved => clog!(
-                env,
-                Level::Info,
-                "masters: {e}, reported by the primary {from}, does not resolve now: not added"
-            ),
-            Learned::Full => clog!(
-                env,
-                Level::Warn,
-                "masters: {e}, reported by the primary {from}, not added: {} learned already",
-                MAX_LEARNED_MASTERS
-            ),
+            Learned::Added(_) => added += 1,
+            // Taken again from the next answer (a name that resolves later, room made).
+            Learned::Unresolved | Learned::Full => settled = false,
         }
+    }
+    if settled {
+        state.link.members_learned = Some(stamp);
     }
     if added > 0 {
         let masters = Arc::new(state.link.rotator.masters().to_vec());
@@ -119,5 +114,28 @@ pub fn learn(state: &mut LoopState, env: &CallEnv<'_>, reply: &Reply) {
             s.masters = masters;
             s.learned_masters += added;
         });
+    }
+}
+
+/// The log line of a member `e` reported by the primary `from`, by what became of it.
+fn log_learned(env: &CallEnv<'_>, e: &Endpoint, from: &Endpoint, learned: &Learned) {
+    match learned {
+        Learned::Known(_) => {}
+        Learned::Added(_) => clog!(
+            env,
+            Level::Info,
+            "masters: learned {e} from the primary {from}"
+        ),
+        Learned::Unresolved => clog!(
+            env,
+            Level::Info,
+            "masters: {e}, reported by the primary {from}, does not resolve now: not added"
+        ),
+        Learned::Full => clog!(
+            env,
+            Level::Warn,
+            "masters: {e}, reported by the primary {from}, not added: {} learned already",
+            MAX_LEARNED_MASTERS
+        ),
     }
 }

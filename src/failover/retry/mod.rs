@@ -257,7 +257,7 @@ pub fn connect_first(
 /// F1: runs `op` to success, a terminal error, or budget exhaustion.
 pub fn run(env: &CallEnv<'_>, op: &Op) -> Result<(Reply, CallTrace), Error> {
     let mut state = env.borrow()?;
-    env.observer.update(|s| s.requests += 1);
+    env.observer.count_request();
     let kind = op.kind();
     let trace = |master, attempts| CallTrace {
         op: op.name(),

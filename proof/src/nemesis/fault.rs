@@ -282,7 +282,8 @@ pub enum Trouble {
     Cluster(String),
 }
 
-fn harness(what: &str) -> impl FnOnce(std::io::Error) -> Trouble + '_ {
+/// A harness failure doing `what` (the run stops: it proves nothing about the cluster).
+pub(super) fn harness(what: &str) -> impl FnOnce(std::io::Error) -> Trouble + '_ {
     move |e| Trouble::Harness(format!("{what}: {e}"))
 }
 

@@ -21,6 +21,7 @@ pub mod executor;
 pub mod fault;
 pub mod rng;
 pub mod schedule;
+pub mod sequence;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -297,9 +297,21 @@ fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Ins
                 completed,
             };
             let (by_key, foreign) = checks::histories(&r.calls, &last);
+            let ((by_job, whole), wgl_span) = checks::porcupine(&by_key, checks::WHOLE_KEY_BUDGET);
+            r.checks.push(Check {
+                name: "the client history is linearizable job by job (porcupine's algorithm, \
+                       P-compositional: each job's submit and every listing of its key)",
+                verdict: by_job,
+            });
+            r.checks.push(Check {
+                name: "… and key by key as one set (porcupine's algorithm, unpartitioned: \
+                       every listing one moment of its key's jobs)",
+                verdict: whole,
+            });
             let (verdict, lin_span) = checks::linearizable(&by_key, &foreign);
             r.checks.push(Check {
-                name: "the client history is linearizable",
+                name: "… and by the conditions of check::linearizable (listings a chain in \
+                       real time, acknowledged writes, write order; jobs of no key)",
                 verdict,
             });
             let (verdict, once_span) = checks::exactly_once(&r.calls, &jobs);
@@ -307,7 +319,7 @@ fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Ins
                 name: "every acknowledged write listed exactly once",
                 verdict,
             });
-            r.suspect = lin_span.or(once_span);
+            r.suspect = wgl_span.or(lin_span).or(once_span);
         }
         Err(e) => r.checks.push(Check {
             name: "the final listing",

@@ -57,10 +57,12 @@ pub enum Kind {
     DiskFull,
     ClockStep,
     LeaderTransfer,
+    DiskLoss,
+    DeposedPrimary,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Kill,
         Kind::Pause,
         Kind::KillAll,
@@ -73,6 +75,8 @@ impl Kind {
         Kind::DiskFull,
         Kind::ClockStep,
         Kind::LeaderTransfer,
+        Kind::DiskLoss,
+        Kind::DeposedPrimary,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +93,8 @@ impl Kind {
             Kind::DiskFull => "disk-full",
             Kind::ClockStep => "clock-step",
             Kind::LeaderTransfer => "leader-transfer",
+            Kind::DiskLoss => "disk-loss",
+            Kind::DeposedPrimary => "deposed-primary",
         }
     }
 
@@ -131,6 +137,15 @@ impl Kind {
                 "leadership moved to a named standby (`xce-controller leader transfer --to N`, \
                  C14 on demand); a refusal with its reason is an answer, a hang is a finding"
             }
+            Kind::DiskLoss => {
+                "kill -9 of one node, its data directory emptied, started again at once with \
+                 the same flags: blank, no `--join` (C12's path; S20)"
+            }
+            Kind::DeposedPrimary => {
+                "issue 35's defect 1 as one schedule: the primary blackholed, the new primary \
+                 elected and blackholed, a follower's disk lost (kill -9, wiped, started blank), \
+                 the old primary's links back; the new primary's back at the heal (S20)"
+            }
         }
     }
 
@@ -152,12 +167,65 @@ impl Kind {
         matches!(self, Kind::DiskStall | Kind::DiskFull | Kind::ClockStep)
     }
 
-    /// How often the schedule draws it, relative to the others.
+    /// How often the schedule draws it, relative to the others: node cuts and lost disks
+    /// more than before S20, as most composed episodes begin with one.
     pub fn weight(self) -> u64 {
         match self {
             Kind::Kill => 4,
-            Kind::Pause | Kind::KillAll | Kind::Partition => 2,
+            Kind::Partition => 3,
+            Kind::Pause | Kind::KillAll | Kind::Blackhole | Kind::DiskLoss => 2,
             _ => 1,
+        }
+    }
+
+    /// What the kind does to the nodes it names, one entry per node it breaks (the overlaps'
+    /// table, S20): a fault of several nodes (`deposed-primary`) overlaps with itself.
+    pub fn effects(self) -> &'static [&'static [Effect]] {
+        use Effect::*;
+        match self {
+            Kind::Kill | Kind::KillAll | Kind::Terminate => &[&[Down]],
+            Kind::Pause => &[&[Paused]],
+            Kind::Partition | Kind::Blackhole => &[&[Cut]],
+            Kind::SlowLinks => &[&[Slow]],
+            Kind::MemberReplace | Kind::DiskLoss => &[&[Down, DiskLost]],
+            Kind::DiskStall => &[&[DiskStalled]],
+            Kind::DiskFull => &[&[DiskFull]],
+            Kind::ClockStep => &[&[ClockStepped]],
+            Kind::LeaderTransfer => &[&[LeaderMoved]],
+            Kind::DeposedPrimary => &[&[Cut], &[Cut], &[Down, DiskLost]],
+        }
+    }
+}
+
+/// What a fault does to a node, as the table of overlaps counts it (S20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Effect {
+    /// Cut off: a partition from its peers, a blackhole.
+    Cut,
+    /// Down: kill -9 (one, all), SIGTERM, a replacement or a lost disk's kill.
+    Down,
+    /// Its data directory emptied, started blank.
+    DiskLost,
+    DiskStalled,
+    DiskFull,
+    ClockStepped,
+    LeaderMoved,
+    Paused,
+    Slow,
+}
+
+impl Effect {
+    pub fn label(self) -> &'static str {
+        match self {
+            Effect::Cut => "a node cut off",
+            Effect::Down => "a node killed",
+            Effect::DiskLost => "a disk lost",
+            Effect::DiskStalled => "a disk stalled",
+            Effect::DiskFull => "a disk full",
+            Effect::ClockStepped => "a clock stepped",
+            Effect::LeaderMoved => "leadership moved",
+            Effect::Paused => "a node paused",
+            Effect::Slow => "slow links",
         }
     }
 }
@@ -254,6 +322,10 @@ pub enum Fault {
     LeaderTransfer {
         to: Target,
     },
+    /// kill -9, data directory emptied, started again with the same flags (blank).
+    DiskLoss(Target),
+    /// Issue 35's defect 1 ([`super::sequence`]), from the primary of the moment.
+    DeposedPrimary,
 }
 
 /// What applying a fault did: the nodes it resolved to (in the fault's own order) and a line
@@ -290,29 +362,55 @@ pub(super) fn harness(what: &str) -> impl FnOnce(std::io::Error) -> Trouble + '_
 /// The cluster a schedule runs against, and how roles are resolved on it.
 pub struct Stage<'c> {
     pub cluster: &'c mut NetCluster,
+    /// The nodes the episode's faults so far hold (S20): a later fault of the episode names
+    /// another node, so that the faults overlap on different nodes.
+    pub busy: Vec<u32>,
 }
 
 impl Stage<'_> {
-    /// The node answering as primary now (looked for up to [`RESOLVE_WAIT`]).
+    /// The node answering as primary now, not a busy one (looked for up to [`RESOLVE_WAIT`]:
+    /// a busy primary, cut off, is soon replaced).
     fn primary(&self) -> Option<u32> {
-        self.cluster.wait_primary(None, RESOLVE_WAIT)
+        match self.busy.len() {
+            0 => self.cluster.wait_primary(None, RESOLVE_WAIT),
+            _ => {
+                let deadline = Instant::now() + RESOLVE_WAIT;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match self.cluster.wait_primary(None, left) {
+                        Some(p) if !self.busy.contains(&p) => return Some(p),
+                        _ if left.is_zero() => return None,
+                        _ => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                }
+            }
+        }
     }
 
-    /// The node `t` names now, and how it was found.
+    /// The node `t` names now, and how it was found (never a busy node while another exists).
     pub fn resolve(&self, t: Target) -> (u32, String) {
         let primary = self.primary();
         let n = self.cluster.nodes.len() as u32;
+        let free: Vec<u32> = (1..=n).filter(|i| !self.busy.contains(i)).collect();
+        let free = if free.is_empty() {
+            (1..=n).collect()
+        } else {
+            free
+        };
         match (t, primary) {
             (Target::Primary, Some(p)) => (p, format!("node {p} (primary)")),
             (Target::Primary, None) => {
-                // No primary: the lowest node that runs stands in (or node 1).
-                let id = (1..=n)
+                // No primary: the lowest free node that runs stands in (or the lowest free).
+                let id = free
+                    .iter()
+                    .copied()
                     .find(|&i| self.cluster.node(i).is_running())
-                    .unwrap_or(1);
+                    .unwrap_or(free[0]);
                 (id, format!("node {id} (no primary answered: fallback)"))
             }
             (Target::Standby(k), p) => {
-                let others: Vec<u32> = (1..=n).filter(|&i| Some(i) != p).collect();
+                let others: Vec<u32> = free.iter().copied().filter(|&i| Some(i) != p).collect();
+                let others = if others.is_empty() { free } else { others };
                 let id = others[k as usize % others.len()];
                 let how = if p.is_some() {
                     "standby"
@@ -412,6 +510,8 @@ impl Fault {
             Fault::DiskFull(_) => Kind::DiskFull,
             Fault::ClockStep { .. } => Kind::ClockStep,
             Fault::LeaderTransfer { .. } => Kind::LeaderTransfer,
+            Fault::DiskLoss(_) => Kind::DiskLoss,
+            Fault::DeposedPrimary => Kind::DeposedPrimary,
         }
     }
 
@@ -488,6 +588,17 @@ impl Fault {
                 )
             }
             Fault::LeaderTransfer { to } => leader_transfer(st, *to),
+            Fault::DiskLoss(t) => {
+                let (n, how) = st.resolve(*t);
+                st.cluster.kill(n);
+                st.cluster.wipe(n).map_err(harness("wipe"))?;
+                st.cluster.restart(n).map_err(harness("restart blank"))?;
+                one(
+                    vec![n],
+                    format!("{how} killed (-9), data directory emptied, started again blank"),
+                )
+            }
+            Fault::DeposedPrimary => deposed_primary(st),
         }
     }
 
@@ -544,6 +655,67 @@ impl Fault {
             }
             // Nothing to undo: the cluster has a primary either way.
             Fault::LeaderTransfer { .. } => Ok("nothing to undo".into()),
+            // The node runs, blank: catching up is the cluster's part.
+            Fault::DiskLoss(_) => Ok(format!("node {node} runs blank: nothing to undo")),
+            Fault::DeposedPrimary => match a.nodes[..] {
+                [old, new, blank] => {
+                    super::sequence::heal(st.cluster, super::sequence::Roles { old, new, blank })?;
+                    Ok(format!("node {new}'s links up (the new primary is back)"))
+                }
+                _ => Ok("nothing to undo (not applied: no primary)".into()),
+            },
+        }
+    }
+}
+
+/// How long, at the new primary's moment of [`Fault::DeposedPrimary`], its commit index is
+/// waited for to pass where it was when it began to serve: the clients' writes acknowledged by
+/// the new primary and the follower whose disk is then lost (issue 35's W1).
+const NEW_PRIMARY_COMMITS: Duration = Duration::from_secs(5);
+
+/// Issue 35's defect 1 ([`super::sequence`]) from the primary of the moment; the clients'
+/// writes stand in for J0, W1 and W2. No primary answering: nothing is done (noted). A wait the
+/// cluster did not meet is a finding, and what the sequence had cut is healed then.
+fn deposed_primary(st: &mut Stage<'_>) -> Result<Applied, Trouble> {
+    let Some(old) = st.primary() else {
+        return Ok(Applied {
+            note: "no primary answered: the sequence not begun".into(),
+            ..Applied::default()
+        });
+    };
+    let mut at = |m: super::sequence::Moment, c: &mut NetCluster| -> Result<(), String> {
+        if let super::sequence::Moment::NewPrimary(r) = m {
+            let addr = c.node(r.new).client;
+            let commit = || {
+                netns::in_ns(&c.client_ns, move || {
+                    crate::harness::cluster::immediate_wait_primary(addr, HTTP_BOUND)
+                        .map(|i| i.committed_index)
+                        .ok()
+                })
+                .ok()
+                .flatten()
+            };
+            let from = commit();
+            let deadline = Instant::now() + NEW_PRIMARY_COMMITS;
+            while Instant::now() < deadline && commit() <= from {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    };
+    let bound = Duration::from_secs(20);
+    match super::sequence::deposed_primary_meets_blank_node(st.cluster, old, bound, &mut at) {
+        Ok(done) => {
+            let r = done.roles;
+            Ok(Applied {
+                nodes: vec![r.old, r.new, r.blank],
+                note: format!("{r}: {}", done.steps.join(", ")),
+                ..Applied::default()
+            })
+        }
+        Err(e) => {
+            super::sequence::heal_all(st.cluster)?;
+            Err(e)
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod rng;
 pub mod schedule;
 pub mod sequence;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use checks::{Check, FinalRead, Verdict};
 use clients::{Call, CallOp, Clients};
 use executor::{Executed, Executor, Line};
-use fault::Kind;
+use fault::{Effect, Kind};
 use schedule::Schedule;
 
 use crate::bench::table::{num, Table};
@@ -421,6 +422,7 @@ impl Report {
             };
             t.row(vec![format!("fault {}", k.name()), cell]);
         }
+        self.overlap_rows(&mut t);
         let exits = &self.executed.expected_exits;
         let slowest = exits
             .iter()
@@ -464,6 +466,37 @@ impl Report {
             t.result(c.to_string());
         }
         t
+    }
+
+    /// S20: how many episodes held faults together, and which effects overlapped (the two
+    /// the spec names always shown, the others when they happened or were planned).
+    fn overlap_rows(&self, t: &mut Table) {
+        let planned = self.schedule.kinds();
+        let done = &self.executed.episodes;
+        t.row(vec![
+            "episodes whose faults overlapped (S20)".to_string(),
+            format!(
+                "{} of {} (planned {} of {})",
+                schedule::composed(done),
+                done.len(),
+                schedule::composed(&planned),
+                planned.len()
+            ),
+        ]);
+        let (did, plan) = (schedule::overlaps(done), schedule::overlaps(&planned));
+        let others: BTreeSet<(Effect, Effect)> = did
+            .keys()
+            .chain(plan.keys())
+            .filter(|p| !schedule::NAMED_OVERLAPS.contains(p))
+            .copied()
+            .collect();
+        for (a, b) in schedule::NAMED_OVERLAPS.into_iter().chain(others) {
+            let n = |m: &BTreeMap<(Effect, Effect), usize>| m.get(&(a, b)).copied().unwrap_or(0);
+            t.row(vec![
+                format!("  overlapped: {} + {}", a.label(), b.label()),
+                format!("{} (planned {})", n(&did), n(&plan)),
+            ]);
+        }
     }
 
     /// Everything a failure needs: the seed, how to replay, the schedule as executed, the

@@ -422,9 +422,14 @@ impl Stage<'_> {
         }
     }
 
-    /// The old primary and the other nodes by id: ranks 0, 1, … of a [`RestartOrder`].
+    /// The old primary and the other nodes by id: ranks 0, 1, … of a [`RestartOrder`]. The
+    /// primary busy or not: every node is killed, the one that led first (issue 25's defect 1
+    /// is the primary whose disk the episode stalled).
     fn ranked(&self) -> (Vec<u32>, String) {
-        let (p, how) = self.resolve(Target::Primary);
+        let (p, how) = match self.cluster.wait_primary(None, RESOLVE_WAIT) {
+            Some(p) => (p, format!("node {p} (primary)")),
+            None => self.resolve(Target::Primary),
+        };
         let n = self.cluster.nodes.len() as u32;
         let ranks = std::iter::once(p)
             .chain((1..=n).filter(|&i| i != p))

@@ -1,16 +1,21 @@
-//! S18, the nemesis (acceptance.md): a seeded, randomised schedule of faults over three real
-//! `xce-controller` processes, each in its own network namespace
+//! S18 and S20, the nemesis (acceptance.md): a seeded, randomised schedule of faults, held
+//! together in composed episodes (S20), over three real `xce-controller` processes, each in
+//! its own network namespace
 //! ([`crate::harness::netns::NetCluster`], root), while 8 client threads write and list
 //! through the library; at the end every fault is healed and the run is checked.
 //!
 //! - [`rng`]: the seeded generator (one seed, one schedule, in every build);
-//! - [`schedule`]: the episodes a seed names — when, which faults, on which roles, how long;
+//! - [`schedule`]: the episodes a seed names — when, which faults (composed: a node cut off
+//!   held with another node's fault), on which roles, how long; how many overlapped;
 //! - [`fault`]: the fault kinds, one variant each with `apply`/`heal`; the kinds whose
 //!   mechanism is not on main yet are listed and cannot be selected;
 //! - [`executor`]: runs the schedule and writes down what happened, with timestamps;
 //! - [`clients`]: the 8 threads (4 contexts of their own, 4 sharing one) and their history;
-//! - [`checks`]: linearizable history, every acknowledged write exactly once, one primary
-//!   per term, no node stuck, node states equal (a TODO hook until the digest lands).
+//! - [`sequence`]: issue 35's defect 1 as one schedule (the kind `deposed-primary`, and
+//!   `tests/composed_faults.rs`);
+//! - [`checks`]: linearizable history (porcupine's algorithm job by job and key by key, and
+//!   the home-made conditions), every acknowledged write exactly once, one primary per term,
+//!   no node stuck, node states equal (C19's consistency check).
 //!
 //! `xce-nemesis --seed N --minutes M` (`src/bin/xce-nemesis.rs`) runs it; `tests/nemesis.rs`
 //! runs one minute of it in the test command.

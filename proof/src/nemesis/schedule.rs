@@ -413,11 +413,17 @@ mod tests {
         for seed in 0..100 {
             let s = Schedule::generate(seed, MINUTE, &Kind::selectable());
             let o = overlaps(&s.kinds());
-            assert!(composed(&s.kinds()) > 0, "seed {seed}: nothing composed: {s}");
+            assert!(
+                composed(&s.kinds()) > 0,
+                "seed {seed}: nothing composed: {s}"
+            );
             with_loss += usize::from(o.contains_key(&(Effect::Cut, Effect::DiskLost)));
             with_kill += usize::from(o.contains_key(&(Effect::Cut, Effect::Down)));
         }
-        assert!(with_loss >= 50 && with_kill >= 70, "{with_loss} {with_kill}");
+        assert!(
+            with_loss >= 50 && with_kill >= 70,
+            "{with_loss} {with_kill}"
+        );
         // Over 30 minutes: the defect-1 sequence, a cut with each kind it is held with, and a
         // third fault on top.
         let s = Schedule::generate(7, 30 * MINUTE, &Kind::selectable());

@@ -130,21 +130,43 @@ fn s17_write_survives_follower_disk_loss_and_leader_death() {
     );
 }
 
-/// C1 with C12: a brand-new cluster still forms when its first node is missing (node 2
-/// initialises it, node 3 votes in that first election), and node 1, started later with an
-/// empty directory, catches up and then votes like the others.
+/// C1 with C12 (fifth round): a brand-new cluster forms once every member has started. Nodes
+/// 2 and 3 alone cannot tell a brand-new cluster from one whose node 1 holds acknowledged
+/// writes (both blank, one of them may have lost its data), so they elect no one, for several
+/// election timeouts; node 1 starts, the three form the cluster, and the one that did not lead
+/// catches up and votes like the others.
 #[test]
-fn new_cluster_forms_without_its_first_node_and_the_late_node_catches_up() {
+fn a_new_cluster_forms_once_every_member_has_started() {
     let mut c = Ctrl::prepare(3, &[]);
     c.start_node(2);
     c.start_node(3);
-    let p = c.wait_primary_among(&[2, 3], STARTUP);
-    c.client(p).ok(submit(5, "alice", ""));
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        for id in [2, 3] {
+            assert!(
+                !is_primary(&c, id),
+                "node {id} leads without node 1\n{}",
+                c.all_logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for id in [2, 3] {
+        assert!(
+            !c.log(id).contains("every other voter answered"),
+            "node {id} knew its floor without node 1\n{}",
+            c.all_logs()
+        );
+    }
     c.start_node(1);
-    c.wait_until("node 1 caught up", STARTUP, || {
-        c.log(1).contains("votes and campaigns again")
-    });
-    // Node 1 now counts: with the primary gone, it and the other node elect one.
+    let p = c.wait_primary(STARTUP);
+    c.client(p).ok(submit(5, "alice", ""));
+    for id in 1..=3 {
+        c.wait_until(&format!("node {id} caught up"), STARTUP, || {
+            c.log(id).contains("votes and campaigns again")
+        });
+    }
+    // Every node counts: with the primary gone, the other two elect one.
     c.kill9(p);
     let rest: Vec<u64> = [1, 2, 3].into_iter().filter(|&i| i != p).collect();
     let p2 = c.wait_primary_among(&rest, STARTUP);
@@ -152,12 +174,15 @@ fn new_cluster_forms_without_its_first_node_and_the_late_node_catches_up() {
 }
 
 /// C12 amended (issue 25, defect 2): an old entry of its own, replicated back, is not "caught
-/// up". F led once (term t_F, its last entry at index K); L leads now; N is down; W is
+/// up". F led once (term t_F, its last entry at index K); L leads now; N stops hearing L
+/// (failpoint `repl-drop` on L: N lives, and answers F, but gets nothing more); W is
 /// acknowledged by {L, F}; F loses its data and restarts; L replicates the old log to F, held
 /// (failpoint `repl-max-index` on L) at K, so F's partial log ends in an entry F wrote as
-/// leader; L dies before F has W; N returns without W. Under the old rule ("the log ends with
-/// an entry this node wrote as leader") F voted again and elected N, which served a table
-/// without W (ENOENT). Now F refuses: the cluster stays unavailable until L is back, with W.
+/// leader; L dies before F has W; N has no W. Under the old rule ("the log ends with an entry
+/// this node wrote as leader") F voted again and elected N, which served a table without W
+/// (ENOENT). Now F refuses: the cluster stays unavailable until L is back, with W. (N lives
+/// throughout: with N down, F would not even take L's appends — it hears every other voter
+/// first, C12 fifth round.)
 #[test]
 fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
     let mut c = Ctrl::start(3, &["--metrics", "127.0.0.1:0"]);
@@ -177,7 +202,7 @@ fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
     let n = *others.iter().find(|&&i| i != l).unwrap();
     c.start_node(f);
     c.wait_settled(STARTUP);
-    c.kill9(n);
+    c.fail_set(l, "repl-drop", &format!("return({n})"));
     let w = 777_777;
     c.client(l).ok(submit(w, "alice", ""));
 
@@ -196,9 +221,8 @@ fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
         "F's log went past K"
     );
 
-    // L dies before F has W; N returns without W.
+    // L dies before F has W; N has no W.
     c.kill9(l);
-    c.start_node(n);
     let t0 = Instant::now();
     let mut served = 0;
     while t0.elapsed() < Duration::from_secs(6) {

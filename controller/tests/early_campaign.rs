@@ -247,3 +247,64 @@ fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
         );
     }
 }
+
+/// Issue 35, defect 2: a campaign's decision and its checks read one value. The decision
+/// (no append for the lease) is taken; the campaign waits (here: held by the failpoint
+/// `elect-decided`, as it may wait for another campaign's pre-vote); meanwhile the primary,
+/// resumed, sends it an append, which it accepts (refreshing the primary's lease on it). A
+/// campaign that then read the state afresh found nothing changed since *that* reading, got
+/// the pre-vote of the third node (which no longer hears the primary: `repl-drop`) and raised
+/// the term, deposing a primary that served reads from its lease. Now the append calls it off.
+#[test]
+fn an_append_accepted_while_a_decided_campaign_waits_calls_it_off() {
+    let mut flags = slow("on");
+    flags.extend(["--metrics".to_string(), "127.0.0.1:0".to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = Ctrl::start(3, &flags);
+    let p = ctrl.wait_settled(STARTUP);
+    let term = info(&ctrl.client(p).call(hello())).term;
+    let standbys: Vec<u64> = (1..=3).filter(|&i| i != p).collect();
+    // `a` decides while the primary is stopped; `b` stops hearing the primary for good.
+    let (a, b) = (standbys[0], standbys[1]);
+    let logs_from: Vec<usize> = standbys.iter().map(|&s| ctrl.log(s).len()).collect();
+    let since = |i: usize| {
+        ctrl.log(standbys[i])
+            .get(logs_from[i]..)
+            .unwrap_or_default()
+            .to_string()
+    };
+    for &s in &standbys {
+        ctrl.fail_set(s, "elect-decided", "pause");
+    }
+    ctrl.fail_set(p, "repl-drop", &format!("return({b})"));
+    let reached = "failpoint elect-decided reached";
+    ctrl.wait_until("b decided to campaign", STARTUP, || {
+        since(1).contains(reached)
+    });
+    ctrl.stop(p);
+    ctrl.wait_until("a decided to campaign", STARTUP, || {
+        since(0).contains(reached)
+    });
+    let empty = "xce_raft_appends_received_total{kind=\"empty\"}";
+    let before = ctrl.metric(a, empty).unwrap();
+    ctrl.signal(p, libc::SIGCONT);
+    ctrl.wait_until("a accepted the resumed primary's appends", STARTUP, || {
+        ctrl.metric(a, empty).is_some_and(|n| n > before)
+    });
+    ctrl.fail_clear(a, "elect-decided");
+    let term_of = |id: u64| info(&ctrl.client(id).call(hello())).term;
+    ctrl.wait_until("a's decided campaign ends", STARTUP, || {
+        since(0).contains("called off") || term_of(a) > term
+    });
+    for id in 1..=3 {
+        let i = info(&ctrl.client(id).call(hello()));
+        assert_eq!(
+            (i.term, i.primary_id as u64),
+            (term, p),
+            "node {id}: a campaign decided before the primary's append went on after it\n{}",
+            ctrl.all_logs()
+        );
+    }
+    ctrl.fail_clear(b, "elect-decided");
+    ctrl.fail_clear(p, "repl-drop");
+}

@@ -201,3 +201,20 @@ fn a_node_whose_vote_cannot_be_saved_exits_and_nothing_acknowledged_is_lost() {
     let q = ctrl.wait_primary(STARTUP);
     all_listed_once(&ctrl, q, &acked);
 }
+
+/// Issue 35, defect 5: a failed save of the cluster id (C20) is a storage fault like any
+/// other write's (C21). Before, it was only logged: the node went on without its id on disk.
+/// Node 3 starts with the failpoint `cluster-save=return(EIO)`; the cluster records its id
+/// once every member answers; node 3 takes it, cannot save it, and exits with status 74.
+#[test]
+fn a_node_that_cannot_save_its_cluster_id_exits() {
+    let mut ctrl = Ctrl::prepare(3, &[]);
+    ctrl.start_node(1);
+    ctrl.start_node(2);
+    ctrl.env
+        .push(("FAILPOINTS".into(), "cluster-save=return(EIO)".into()));
+    ctrl.start_node(3);
+    exits_for_its_storage(&mut ctrl, 3, "cluster_id");
+    let p = ctrl.wait_primary_among(&[1, 2], STARTUP);
+    ctrl.client(p).ok(submit(1, "u", ""));
+}

@@ -264,14 +264,15 @@ impl Metrics {
         r.register(
             "xce_raft_refused",
             "Raft messages this node refused before reading them, by why: cluster (another \
-             cluster or restore, C20), diverged (this node diverged, C19)",
+             cluster or restore, C20), diverged (this node diverged, C19), catching_up (an \
+             append or snapshot refused by a node that lost its data, below its floor, C12)",
             m.refused.clone(),
         );
         r.register(
             "xce_storage_faults",
             "C21: failed writes, fsyncs or reads of this node's data directory, by what was \
              written (log_append, log_flush, log_truncate, log_purge, vote, snapshot, marker, \
-             read, raft): the first one stops the node, which exits with status 74",
+             cluster_id, read, raft): the first one stops the node, which exits with status 74",
             m.storage_faults.clone(),
         );
         r.register(
@@ -302,7 +303,8 @@ pub fn digest_mismatch(n: u64) {
     M.digest_mismatch.inc_by(n);
 }
 
-/// A raft message was refused: `cluster` (C20) or `diverged` (C19) (raft server hook).
+/// A raft message was refused: `cluster` (C20), `diverged` (C19) or `catching_up` (C12) (raft
+/// server hook).
 pub fn raft_refused(why: &'static str) {
     M.refused.get_or_create(&WhyLabels { why }).inc();
 }

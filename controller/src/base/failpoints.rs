@@ -27,6 +27,8 @@ pub const LOG_PURGE: &str = "log-purge";
 pub const VOTE_SAVE: &str = "vote-save";
 /// Writing a snapshot file (built here, or received from the leader): `return(EIO|ENOSPC)`.
 pub const SNAPSHOT_SAVE: &str = "snapshot-save";
+/// Saving the cluster id this node took (C20, `cmd/run.rs`): `return(EIO|ENOSPC)`.
+pub const CLUSTER_SAVE: &str = "cluster-save";
 /// Writing or removing C12's marker file (`raft/amnesia.rs`): `return(EIO|ENOSPC)`.
 pub const MARKER_SAVE: &str = "marker-save";
 /// This node's wall clock, moved by `return(MS)` milliseconds (negative: back). C22's tests:
@@ -35,6 +37,13 @@ pub const CLOCK_OFFSET_MS: &str = "clock-offset-ms";
 /// C15: between a campaign's decision (pre-vote granted, no append since) and the election:
 /// `pause` holds it there (defect 4's window).
 pub const ELECT_CAMPAIGN: &str = "elect-campaign";
+/// C15 (fifth round): between a campaign's decision (timer or early campaign) and the
+/// campaign's own reading of the Raft state: `pause` holds it there (issue 35 defect 2's
+/// window: an append accepted there must call the campaign off).
+pub const ELECT_DECIDED: &str = "elect-decided";
+/// On a leader: its appends to node `return(N)` are dropped, unsent, as if the link to it
+/// were cut (`raft/link.rs`). Tests: one follower that stops hearing a live leader.
+pub const REPL_DROP: &str = "repl-drop";
 /// On a leader: no append carries an entry past index `return(N)` (`raft/link.rs`); the
 /// followers' logs stop there until it is cleared. C12's test: a follower's partial log.
 pub const REPL_MAX_INDEX: &str = "repl-max-index";
@@ -65,6 +74,10 @@ pub const NAMES: &[(&str, &str)] = &[
     (VOTE_SAVE, "saving the vote: return(EIO|ENOSPC)"),
     (SNAPSHOT_SAVE, "writing a snapshot file: return(EIO|ENOSPC)"),
     (
+        CLUSTER_SAVE,
+        "saving the cluster id taken from the log: return(EIO|ENOSPC)",
+    ),
+    (
         MARKER_SAVE,
         "writing or removing the C12 marker: return(EIO|ENOSPC)",
     ),
@@ -72,6 +85,14 @@ pub const NAMES: &[(&str, &str)] = &[
     (
         ELECT_CAMPAIGN,
         "between a campaign's decision and the election: pause",
+    ),
+    (
+        ELECT_DECIDED,
+        "between a campaign's decision and its own reading of the state: pause",
+    ),
+    (
+        REPL_DROP,
+        "a leader's appends to node return(N) are dropped, unsent",
     ),
     (
         REPL_MAX_INDEX,

@@ -134,6 +134,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         pace,
         &stores.amnesia,
     );
+    let amnesia = stores.amnesia.clone();
     let forwarded = serve_raft_port(
         ports.raft,
         &raft,
@@ -148,7 +149,14 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &elect,
         &links,
     );
-    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers, start_last);
+    let ready = start_tasks(
+        &raft,
+        &args,
+        &stores.applied,
+        stores.handovers,
+        start_last,
+        amnesia,
+    );
     let ctx = Arc::new(Ctx {
         id,
         raft: raft.clone(),
@@ -266,13 +274,29 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     private_dir(&args.data)?;
     let db = store::open_db(&args.data)?;
     let blank = store::is_blank(&db, &args.data)?;
-    let amnesia = Amnesia::open(id, &args.data, blank)
-        .map_err(|e| format!("{}: {e}", args.data.display()))?;
+    let amnesia = Amnesia::open(
+        id,
+        &args.data,
+        blank,
+        args.spec.nodes.keys().copied().collect(),
+    )
+    .map_err(|e| format!("{}: {e}", args.data.display()))?;
     let belonging = store::open_belonging(&db, blank)?;
     let persist_db = db.clone();
+    let db_file = args.data.join(store::DB_FILE);
+    // C21 (issue 35, defect 5): a failed save of the cluster id is a storage fault like any
+    // other write's (it was only logged: the node went on, and restarted without its id).
     let identity = Identity::new(
         belonging,
-        Box::new(move |b| store::save_belonging(&persist_db, b)),
+        Box::new(move |b| {
+            let saved = crate::base::failpoints::storage(crate::base::failpoints::CLUSTER_SAVE)
+                .map_err(|e| e.to_string())
+                .and_then(|()| store::save_belonging(&persist_db, b));
+            if let Err(e) = &saved {
+                fault::record("cluster_id", &db_file, e);
+            }
+            saved
+        }),
     );
     match belonging {
         crate::base::cluster_id::Belonging::Member(t) => {
@@ -524,12 +548,31 @@ fn start_elections(
         ),
         log_reader.clone(),
     );
-    amnesia.sync_elect(&elect, raft.metrics().borrow().last_log_index);
+    amnesia.sync_elect(&elect, &raft.metrics().borrow().vote);
     tokio::spawn(crate::raft::amnesia::watch(
         raft.clone(),
         amnesia.clone(),
         elect.clone(),
     ));
+    // C12 (fifth round): a node that started without data asks the others where they stand.
+    if amnesia.unsure() {
+        let addrs = args
+            .spec
+            .nodes
+            .iter()
+            .map(|(id, n)| (*id, n.raft.clone()))
+            .collect();
+        let asker = forward::Forwarder::new(
+            links.peer_tls.clone(),
+            links.max_rpc,
+            links.identity.clone(),
+        );
+        tokio::spawn(crate::raft::standing::gather(
+            amnesia.clone(),
+            Arc::new(asker),
+            addrs,
+        ));
+    }
     elect
 }
 
@@ -565,6 +608,7 @@ fn serve_raft_port(
             dir: args.data.clone(),
             tls: links.peer_tls.clone(),
             spec_members: args.spec.nodes.keys().copied().collect(),
+            refusal_ms: u32::try_from(args.opts.election_max_ms).unwrap_or(u32::MAX),
             max_rpc: links.max_rpc,
             forwarded: forwarded.clone(),
             identity: st.identity,
@@ -586,6 +630,7 @@ fn start_tasks(
     applied: &SharedApplied,
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
     start_last: Option<u64>,
+    amnesia: Arc<Amnesia>,
 ) -> Arc<Readiness> {
     let id = args.id;
     tokio::spawn(store::snapshot_trigger(
@@ -608,7 +653,7 @@ fn start_tasks(
         COMMIT_TIMEOUT,
     ));
     if !args.join {
-        tokio::spawn(initialize(raft.clone(), args.clone()));
+        tokio::spawn(initialize(raft.clone(), args.clone(), amnesia));
     }
     ready
 }
@@ -719,7 +764,13 @@ async fn wait_for_signal() {
 /// staggered by rank so the lowest id normally wins; a later try finds the cluster initialised
 /// (it has a vote or a log by then) and openraft refuses it harmlessly. Identical membership
 /// in every try keeps even a simultaneous double initialisation consistent.
-async fn initialize(raft: Raft, args: RunArgs) {
+///
+/// C12 (fifth round): openraft's `initialize` campaigns at once, past every hold; a store is
+/// empty in a brand-new cluster and on a node that lost its data alike. So a node tries only
+/// once it may campaign ([`Amnesia::may_campaign`]: every other voter answered, none holds a
+/// log beyond the bootstrap entry, and its own term is at or above theirs); a node that lost
+/// its data in a running cluster never does — the leader's appends initialise it.
+async fn initialize(raft: Raft, args: RunArgs, amnesia: Arc<Amnesia>) {
     let rank = args
         .spec
         .nodes
@@ -727,9 +778,17 @@ async fn initialize(raft: Raft, args: RunArgs) {
         .position(|&n| n == args.id)
         .unwrap_or(0) as u32;
     tokio::time::sleep(INIT_STAGGER * rank).await;
-    match raft.is_initialized().await {
-        Ok(false) => {}
-        _ => return,
+    let mut floor = amnesia.floor_changes();
+    loop {
+        match raft.is_initialized().await {
+            Ok(false) => {}
+            _ => return,
+        }
+        if amnesia.may_campaign(&raft.metrics().borrow().vote) {
+            break;
+        }
+        // Until the floor is known, or (a running cluster) the leader's appends arrive.
+        let _ = tokio::time::timeout(crate::raft::standing::ROUND, floor.changed()).await;
     }
     match raft.initialize(args.spec.nodes.clone()).await {
         Ok(()) => eprintln!(

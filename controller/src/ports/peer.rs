@@ -34,8 +34,8 @@ use crate::ports::client::answer_forwarded;
 use crate::raft::digests::Digests;
 use crate::raft::diverged::Diverged;
 use crate::raft::frame::{
-    decode, invalid, more, read_rest, split_tag, write_msg, DigestAnswer, PeerStream,
-    PreVoteRequest, RpcReply, RpcRequest, Traffic, RPC_IDLE_TIMEOUT,
+    decode, frame_append_reply, invalid, more, read_rest, split_tag, write_msg, DigestAnswer,
+    PeerStream, PreVoteRequest, RpcReply, RpcRequest, Traffic, RPC_IDLE_TIMEOUT,
 };
 use crate::raft::lease::VoteGuard;
 use crate::raft::types::{Raft, Snapshot};
@@ -140,6 +140,9 @@ pub struct PeerServer {
     pub digests: Arc<Digests>,
     /// C19: whether this node diverged (then it refuses all but the check's questions).
     pub diverged: Arc<Diverged>,
+    /// C11 (fifth round): how long this node refuses other candidates after accepting an
+    /// append (its election-max, openraft's leader lease), stated on every answer to one.
+    pub refusal_ms: u32,
 }
 
 impl PeerServer {
@@ -386,6 +389,14 @@ async fn serve_rpcs(
         // C20: the stamp first; nothing else of a refused message is read.
         let (msg, tag) = split_tag(&body);
         if let Err(why) = srv.identity.check(tag) {
+            // C12 (fifth round): a node that lost its data has no cluster id yet; its question
+            // of where this node stands is answered all the same (it changes nothing here,
+            // and the connection was admitted as a member's).
+            if tag.is_none() && matches!(decode::<RpcRequest>(msg), Ok(RpcRequest::Standing)) {
+                let answer = RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft));
+                write_msg(stream, &answer, srv.identity.tag()).await?;
+                continue;
+            }
             crate::base::counters::raft_refused("cluster");
             // One line per interval per sending host (a peer may reconnect often; the stamp is
             // the sender's choice, so it is not part of the key).
@@ -428,7 +439,10 @@ async fn serve_rpcs(
         let req: RpcRequest = decode(msg)?;
         // C19: a node that diverged answers only the check's questions.
         if srv.diverged.is()
-            && !matches!(req, RpcRequest::Digest { .. } | RpcRequest::Diverged { .. })
+            && !matches!(
+                req,
+                RpcRequest::Digest { .. } | RpcRequest::Diverged { .. } | RpcRequest::Standing
+            )
         {
             crate::base::counters::raft_refused("diverged");
             let why = "this node's state diverged from its cluster's: it votes, stores and \
@@ -464,6 +478,11 @@ async fn serve_rpcs(
                 }
                 None => Vec::new(),
             }),
+            // C12 (fifth round): a node that lost its data takes no append below its floor
+            // (nor before it knows it): not stored, not acknowledged, counted by no quorum.
+            RpcRequest::Append(r) if refuse_append(srv, peer, &r.vote).is_some() => {
+                RpcReply::Refused(refuse_append(srv, peer, &r.vote).unwrap_or_default())
+            }
             RpcRequest::Append(r) => {
                 crate::base::counters::append_received(!r.entries.is_empty());
                 if r.vote.is_committed() {
@@ -491,8 +510,20 @@ async fn serve_rpcs(
             }
             RpcRequest::Vote(r) => RpcReply::Vote(answer_vote(srv, r).await),
             RpcRequest::PreVote(r) => RpcReply::PreVote(answer_pre_vote(srv, &r).await),
+            RpcRequest::Snapshot { vote, .. } if refuse_append(srv, peer, &vote).is_some() => {
+                let why = refuse_append(srv, peer, &vote).unwrap_or_default();
+                write_msg(stream, &RpcReply::Refused(why), srv.identity.tag()).await?;
+                // The snapshot's bytes follow on the stream: close rather than read them.
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "catching up",
+                ));
+            }
             RpcRequest::Snapshot { vote, meta, len } => {
                 receive_snapshot(stream, &srv.raft, &srv.dir, vote, meta, len).await?
+            }
+            RpcRequest::Standing => {
+                RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft))
             }
             RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
             // C15 (amended): the leader closes this connection on purpose; not a death.
@@ -517,8 +548,30 @@ async fn serve_rpcs(
                 term,
             } => RpcReply::Ack(told_diverged(srv, index, &majority, from, term).await),
         };
-        write_msg(stream, &reply, srv.identity.tag()).await?;
+        if matches!(reply, RpcReply::Append(_)) {
+            // C11 (fifth round): every answer to an append states how long this node now
+            // refuses other candidates; the leader's lease reads go by it.
+            let buf = frame_append_reply(&reply, srv.refusal_ms, srv.identity.tag())?;
+            stream.write_all(&buf).await?;
+            stream.flush().await?;
+        } else {
+            write_msg(stream, &reply, srv.identity.tag()).await?;
+        }
     }
+}
+
+/// C12 (fifth round): why an append or snapshot of `vote` is refused by this node, which
+/// lost its data and has not caught up (`raft/amnesia.rs`); logged at most once a second.
+fn refuse_append(srv: &PeerServer, peer: std::net::SocketAddr, vote: &Vote) -> Option<String> {
+    let why = srv.amnesia.refuses_append(vote)?;
+    crate::base::counters::raft_refused("catching_up");
+    REFUSALS.note("raft append refused while catching up", || {
+        format!(
+            "node {}: raft peer {peer}: append refused: {why}",
+            srv.node_id
+        )
+    });
+    Some(why)
 }
 
 /// Issue 26: whether a vote or pre-vote of `who` is refused as from a removed node (this

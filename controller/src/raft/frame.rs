@@ -15,7 +15,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::base::cluster_id::{ClusterTag, Identity};
-use crate::base::ids::{NodeId, SnapshotMeta, Vote};
+use crate::base::ids::{LogId, NodeId, SnapshotMeta, Vote};
 use crate::raft::types::TypeConfig;
 use crate::sm::digest::Digest;
 
@@ -144,6 +144,11 @@ pub(crate) enum RpcRequest {
     /// not campaign early on it (`raft/elect.rs`). A peer of an earlier build cannot read it
     /// and closes, which is what it saw before.
     Bye,
+    /// C12 (fifth round): where do you stand? Asked by a node that started without data, of
+    /// every other voter, before it takes any append or grants any vote
+    /// (`raft/standing.rs`). Answered even unstamped (the asker has no cluster id yet); the
+    /// connection was admitted as a member's.
+    Standing,
 }
 
 /// C19: a node's answer about its state digest at a checkpoint entry.
@@ -201,6 +206,37 @@ pub(crate) enum RpcReply {
         initialised: bool,
         cluster: Option<[u8; 16]>,
     },
+    /// C12 (fifth round): the answer to [`RpcRequest::Standing`].
+    Standing(Standing),
+}
+
+/// C12 (fifth round): what a node tells a node that started without data of itself — the
+/// promises it holds (its vote), how far its log goes, and the membership it holds (so the
+/// asker knows whom else to ask). Bounded by [`Standing::plausible`] before it is used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Standing {
+    /// Its current vote (openraft's; at least what it has on disk).
+    pub vote: Vote,
+    /// The index of its last log entry (`None`: an empty log).
+    pub last_log_index: Option<u64>,
+    /// The log id of the membership it holds (`None`: the initial one, or none).
+    pub membership: Option<LogId>,
+    /// Its voters, one set per config (two during a joint change; empty: no membership yet).
+    pub configs: Vec<Vec<NodeId>>,
+    /// The raft address of every node of that membership.
+    pub nodes: Vec<(NodeId, String)>,
+}
+
+impl Standing {
+    /// Whether the answer is within what any cluster can hold (C1: at most 8 nodes, one or two
+    /// configs, short addresses): a peer's bytes are checked before they are used.
+    pub fn plausible(&self) -> bool {
+        const MAX_NODES: usize = 16;
+        self.configs.len() <= 2
+            && self.configs.iter().all(|c| c.len() <= MAX_NODES)
+            && self.nodes.len() <= MAX_NODES
+            && self.nodes.iter().all(|(_, a)| a.len() <= 512)
+    }
 }
 
 /// C20: the last bytes of every raft message: the sender's cluster id (16 bytes, all zero:
@@ -220,6 +256,37 @@ pub(crate) fn append_tag(buf: &mut Vec<u8>, tag: Option<ClusterTag>) {
     buf.extend_from_slice(&t.id);
     buf.extend_from_slice(&t.epoch.to_le_bytes());
     buf.extend_from_slice(TAG_MARK);
+}
+
+/// C11 (fifth round): the mark that ends a follower's refusal window on its answer to an
+/// append: `[postcard reply][refusal ms, u32 LE][REFUSAL_MARK][stamp]`. An earlier build reads
+/// the reply as before (postcard ignores the bytes after a message); this build reads a reply
+/// without it (an earlier build's) as "refusal unknown", which counts for no lease read.
+pub(crate) const REFUSAL_MARK: &[u8; 8] = b"XCEREF01";
+
+/// A reply to an append, framed with the sender's refusal window (`refusal_ms`: how long it
+/// refuses every other candidate after accepting an append — its election-max).
+pub(crate) fn frame_append_reply(
+    reply: &RpcReply,
+    refusal_ms: u32,
+    tag: Option<ClusterTag>,
+) -> io::Result<Vec<u8>> {
+    let mut buf = postcard::to_extend(reply, vec![0u8; 4]).map_err(io::Error::other)?;
+    buf.extend_from_slice(&refusal_ms.to_le_bytes());
+    buf.extend_from_slice(REFUSAL_MARK);
+    append_tag(&mut buf, tag);
+    let len = u32::try_from(buf.len() - 4).map_err(io::Error::other)?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// C11 (fifth round): the refusal window a reply's sender stated ([`frame_append_reply`]), if
+/// it stated one. `body`: the reply without its length prefix, stamp included.
+pub(crate) fn refusal_of(body: &[u8]) -> Option<u32> {
+    let (msg, _) = split_tag(body);
+    let rest = msg.strip_suffix(REFUSAL_MARK)?;
+    let at = rest.len().checked_sub(4)?;
+    Some(u32::from_le_bytes(rest[at..].try_into().ok()?))
 }
 
 /// A message's body without its stamp, and the tag the stamp names (`None`: no id, or no
@@ -458,6 +525,41 @@ mod tests {
         let plain = postcard::to_stdvec(&msg).unwrap();
         assert_eq!(split_tag(&plain), (&plain[..], None));
         assert_eq!(split_tag(b"short"), (&b"short"[..], None));
+    }
+
+    /// C11 (fifth round): an answer to an append states the follower's refusal window; an
+    /// earlier build reads the answer as before, and this build reads an answer without it as
+    /// "not stated".
+    #[test]
+    fn the_refusal_window_rides_on_append_answers_unseen_by_earlier_builds() {
+        let tag = Some(ClusterTag {
+            id: [3; 16],
+            epoch: 0,
+        });
+        let reply = RpcReply::Append(Ok(AppendEntriesResponse::Success));
+        for t in [tag, None] {
+            let f = frame_append_reply(&reply, 120, t).unwrap();
+            let body = &f[4..];
+            assert_eq!(
+                u32::from_be_bytes(f[..4].try_into().unwrap()) as usize,
+                body.len()
+            );
+            assert_eq!(refusal_of(body), Some(120));
+            assert_eq!(split_tag(body).1, t);
+            let (m, _) = split_tag(body);
+            assert!(matches!(
+                decode::<RpcReply>(m),
+                Ok(RpcReply::Append(Ok(AppendEntriesResponse::Success)))
+            ));
+            // An earlier build: the whole body, its stamp and the refusal ignored.
+            assert!(matches!(
+                postcard::from_bytes::<RpcReply>(body),
+                Ok(RpcReply::Append(Ok(AppendEntriesResponse::Success)))
+            ));
+            // A reply of an earlier build states nothing.
+            assert_eq!(refusal_of(&frame(&reply, t).unwrap()[4..]), None);
+        }
+        assert_eq!(refusal_of(b"XCEREF01"), None, "a mark without its number");
     }
 
     /// A reply stamped with another cluster is refused; a refusal is an error that says why.

@@ -19,6 +19,13 @@ pub fn joint_quorum(configs: &[BTreeSet<NodeId>], ok: impl Fn(NodeId) -> bool) -
             .all(|c| 2 * c.iter().filter(|&&id| ok(id)).count() > c.len())
 }
 
+/// The lease-read window a follower's `refusal` (how long it refuses other candidates after
+/// an append) allows: a third of it — `raft/elect.rs`'s inequality (`lease_read_window`),
+/// applied to each follower by its own timing (C11 fifth round).
+pub fn window_within(refusal: Duration) -> Duration {
+    refusal / 3
+}
+
 /// One follower's acceptance of this node's appends.
 #[derive(Debug, Clone, Copy)]
 struct Ack {
@@ -27,6 +34,9 @@ struct Ack {
     sent: BootInstant,
     /// When an answer last came.
     heard: BootInstant,
+    /// C11 (fifth round): how long the follower said it refuses other candidates after an
+    /// append (its election-max; `None`: it did not say — an earlier build).
+    refusal: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -68,20 +78,38 @@ impl LeaseClock {
         }
     }
 
-    /// `target` accepted an append of `vote` sent at `sent`; its answer came at `heard`.
-    pub(crate) fn record(&self, target: NodeId, vote: Vote, sent: BootInstant, heard: BootInstant) {
+    /// `target` accepted an append of `vote` sent at `sent`; its answer came at `heard`, and
+    /// said it refuses other candidates for `refusal` after such an append.
+    pub(crate) fn record(
+        &self,
+        target: NodeId,
+        vote: Vote,
+        sent: BootInstant,
+        heard: BootInstant,
+        refusal: Option<Duration>,
+    ) {
         let mut st = self.lock();
-        let e = st.acks.entry(target).or_insert(Ack { vote, sent, heard });
+        let fresh = Ack {
+            vote,
+            sent,
+            heard,
+            refusal,
+        };
+        let e = st.acks.entry(target).or_insert(fresh);
         if e.vote != vote {
-            *e = Ack { vote, sent, heard };
+            *e = fresh;
         } else {
             e.sent = e.sent.max(sent);
             e.heard = e.heard.max(heard);
+            e.refusal = refusal;
         }
     }
 
     /// C3: whether a quorum of `configs` (counting `me`) accepted appends of `vote` sent less
-    /// than `window` before `now`.
+    /// than `window` before `now` — and, C11 (fifth round), less than the window the
+    /// follower's own refusal allows ([`window_within`]): the
+    /// inequality of `elect.rs` holds for each follower by its own timing, whatever this
+    /// node's `--election-max-ms` says. An ack that stated no refusal counts for no lease read.
     pub fn lease_holds(
         &self,
         vote: &Vote,
@@ -93,10 +121,10 @@ impl LeaseClock {
         let st = self.lock();
         joint_quorum(configs, |id| {
             id == me
-                || st
-                    .acks
-                    .get(&id)
-                    .is_some_and(|a| a.vote == *vote && now.since(a.sent) < window)
+                || st.acks.get(&id).is_some_and(|a| {
+                    let theirs = a.refusal.map(window_within);
+                    a.vote == *vote && theirs.is_some_and(|w| now.since(a.sent) < window.min(w))
+                })
         })
     }
 
@@ -201,6 +229,9 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// What a follower on the default timing states: it refuses for 120 ms (election-max).
+    const REFUSES: Option<Duration> = Some(Duration::from_millis(120));
+
     fn set(ids: &[NodeId]) -> BTreeSet<NodeId> {
         ids.iter().copied().collect()
     }
@@ -213,18 +244,18 @@ mod tests {
         let t0 = BootInstant(Duration::from_secs(100));
         let now = t0.add(ms(200));
         let holds = |c: &LeaseClock, v: &Vote| c.lease_holds(v, &members, 1, ms(75), now);
-        clock.record(3, v, t0, t0); // sent 200 ms ago: too old
+        clock.record(3, v, t0, t0, REFUSES); // sent 200 ms ago: too old
         assert!(!holds(&clock, &v));
-        clock.record(2, v, now, now);
+        clock.record(2, v, now, now, REFUSES);
         assert!(holds(&clock, &v), "me + node 2 of 3");
         // An ack of another (older) vote does not count for this one.
         let mut c2 = LeaseClock::default();
-        c2.record(2, committed(2, 1), now, now);
+        c2.record(2, committed(2, 1), now, now, REFUSES);
         assert!(!holds(&c2, &v));
         // The newest send wins; a late reply to an older send does not move the clock back.
         c2 = LeaseClock::default();
-        c2.record(2, v, now, now);
-        c2.record(2, v, t0, now);
+        c2.record(2, v, now, now, REFUSES);
+        c2.record(2, v, t0, now, REFUSES);
         assert!(holds(&c2, &v));
         assert!(!holds(&c2, &committed(4, 2)));
     }
@@ -237,7 +268,7 @@ mod tests {
         let v = committed(3, 1);
         let members = [set(&[1, 2, 3])];
         let sent = BootInstant::now();
-        clock.record(2, v, sent, sent);
+        clock.record(2, v, sent, sent, REFUSES);
         assert!(clock.lease_holds(&v, &members, 1, ms(75), sent.add(ms(10))));
         let after_suspend = sent.add(Duration::from_secs(10));
         assert!(!clock.lease_holds(&v, &members, 1, ms(75), after_suspend));
@@ -259,10 +290,10 @@ mod tests {
         let clock = LeaseClock::default();
         let v = committed(7, 1);
         let now = BootInstant(Duration::from_secs(50));
-        clock.record(2, v, now, now);
-        clock.record(4, v, now, now);
+        clock.record(2, v, now, now, REFUSES);
+        clock.record(4, v, now, now, REFUSES);
         assert!(!clock.lease_holds(&v, &joint, 1, ms(75), now));
-        clock.record(3, v, now, now);
+        clock.record(3, v, now, now, REFUSES);
         assert!(clock.lease_holds(&v, &joint, 1, ms(75), now));
         // A single-node cluster leads alone.
         assert!(clock.lease_holds(&v, &[set(&[1])], 1, ms(75), now));
@@ -282,12 +313,18 @@ mod tests {
         clock.sending(v, t0);
         assert!(!cut(t0.add(ms(100))), "leading for less than the window");
         assert!(cut(t0.add(ms(300))), "led 300 ms, nobody answered");
-        clock.record(3, v, t0.add(ms(250)), t0.add(ms(290)));
+        clock.record(3, v, t0.add(ms(250)), t0.add(ms(290)), REFUSES);
         assert!(!cut(t0.add(ms(500))), "node 3 answered 210 ms ago");
         assert!(cut(t0.add(ms(590))));
         // Answers to another vote do not count; a new vote restarts the grace period.
         let v2 = committed(6, 1);
-        clock.record(2, committed(4, 1), t0.add(ms(580)), t0.add(ms(585)));
+        clock.record(
+            2,
+            committed(4, 1),
+            t0.add(ms(580)),
+            t0.add(ms(585)),
+            REFUSES,
+        );
         assert!(cut(t0.add(ms(600))));
         clock.sending(v2, t0.add(ms(600)));
         assert!(!clock.cut_off(&v2, &members, 1, w, t0.add(ms(700))));
@@ -300,5 +337,35 @@ mod tests {
         assert!(!clock.quorum_heard(&v, &members, 1, ms(50), t0.add(ms(350))));
         // A single-node cluster is never cut off.
         assert!(!clock.cut_off(&v2, &[set(&[1])], 1, w, t0.add(ms(5000))));
+    }
+
+    /// C11 (fifth round), issue 35 defect 4: the leader's window (here its own election-max of
+    /// 300 ms gives 100 ms) is bounded by each follower's own refusal: a follower rolled out
+    /// with election-max 120 ms first refuses other candidates for 120 ms only, so its ack
+    /// counts for 40 ms. Before, the leader counted it for its own 100 ms — reads answered
+    /// from the lease while that follower could already vote for a new primary.
+    #[test]
+    fn each_ack_counts_within_its_own_followers_refusal() {
+        let clock = LeaseClock::default();
+        let v = committed(3, 1);
+        let members = [set(&[1, 2, 3])];
+        let leader_window = ms(100);
+        let t0 = BootInstant(Duration::from_secs(100));
+        clock.record(2, v, t0, t0, Some(ms(120)));
+        let holds = |at: u64| clock.lease_holds(&v, &members, 1, leader_window, t0.add(ms(at)));
+        assert!(holds(30), "within a third of the follower's 120 ms");
+        assert!(
+            !holds(50),
+            "past a third of the follower's refusal, inside the leader's window"
+        );
+        // A follower that refuses longer than the leader: the leader's own window bounds it.
+        clock.record(2, v, t0, t0, Some(ms(3000)));
+        assert!(holds(90));
+        assert!(!holds(110));
+        // An ack that states no refusal (an earlier build) counts for no lease read.
+        clock.record(2, v, t0, t0, None);
+        assert!(!holds(1));
+        // Liveness counts it as heard all the same.
+        assert!(clock.quorum_heard(&v, &members, 1, ms(100), t0.add(ms(1))));
     }
 }

@@ -85,6 +85,7 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
             tls: self.tls.clone(),
             max_rpc: self.max_rpc,
             identity: self.identity.clone(),
+            refusal: None,
         }
     }
 }
@@ -329,6 +330,9 @@ pub struct PeerClient {
     tls: Option<PeerTls>,
     max_rpc: usize,
     identity: Arc<Identity>,
+    /// C11 (fifth round): the refusal window the peer stated on its last reply
+    /// (`frame::refusal_of`; `None`: it stated none — an earlier build).
+    refusal: Option<u32>,
 }
 
 /// C15 (amended): openraft drops a client when it rebuilds a replication stream or this node
@@ -420,6 +424,7 @@ impl PeerClient {
             }
         };
         let body = link.reply(seq, max_rpc).await.map_err(CallError::Network)?;
+        self.refusal = crate::raft::frame::refusal_of(&body);
         let reply = open_reply(&body, &self.identity, &self.addr).map_err(|e| {
             if e.kind() == io::ErrorKind::PermissionDenied {
                 CallError::Refused(e)
@@ -574,6 +579,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
         let ttl = option.hard_ttl();
         let vote = rpc.vote;
+        // Failpoint `repl-drop` (tests): this follower's link is cut, as far as appends go.
+        if crate::base::failpoints::number(crate::base::failpoints::REPL_DROP)
+            .is_some_and(|n| u64::try_from(n) == Ok(self.target))
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            return Err(RPCError::Network(NetworkError::new(&timed_out(
+                "repl-drop",
+            ))));
+        }
         // P14: no more entries than the link carries within the TTL (one always goes).
         let tag = self.identity.tag();
         let mut whole = frame(&RpcRequestRef::Append(&rpc), tag)
@@ -639,7 +653,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 if vote.is_committed() && !matches!(r, AppendEntriesResponse::HigherVote(_)) {
                     let heard = BootInstant::now();
                     if !crate::base::failpoints::returns(crate::base::failpoints::LEASE_DEAF) {
-                        self.lease.record(self.target, vote, sent, heard);
+                        let refusal = self.refusal.map(|ms| Duration::from_millis(ms.into()));
+                        self.lease.record(self.target, vote, sent, heard, refusal);
                     }
                     self.pace.heard(self.target, vote, heard);
                 }

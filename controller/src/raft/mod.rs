@@ -1,6 +1,6 @@
 //! Raft: openraft's type configuration, the log and state-machine store, the raft port's
 //! outgoing side (messages and framing, the lease, the link that carries openraft's calls, the
-//! forwarder), elections with pre-vote, a node that lost its data (amnesia), the readiness
+//! forwarder), elections with pre-vote, a node that lost its data (amnesia, and the standing it asks of the others), the readiness
 //! barrier, handover, a removed member that learns it, the proposer that batches writes, and C19's state digests and the
 //! marker of a node that diverged.
 
@@ -17,5 +17,6 @@ pub mod pace;
 pub mod propose;
 pub mod ready;
 pub mod removed;
+pub mod standing;
 pub mod store;
 pub mod types;

@@ -122,6 +122,9 @@ impl<'c> Executor<'c> {
             }
             self.watch_exits();
             match f.apply(&mut self.stage) {
+                Ok(a) if a.skipped => {
+                    self.note(format!("#{i} skip {}: {}", f.kind().name(), a.note));
+                }
                 Ok(mut a) => {
                     self.note(format!("#{i} apply {}: {}", f.kind().name(), a.note));
                     *self.done.applied.entry(f.kind()).or_default() += 1;

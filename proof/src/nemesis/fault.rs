@@ -341,6 +341,9 @@ pub struct Applied {
     /// A node that exited [`STORAGE_FAULT_EXIT`] as it must (disk full), and how long after
     /// the fault.
     pub expected_exit: Option<(u32, Duration)>,
+    /// The fault could not begin (`deposed-primary` with no primary answering): noted, not
+    /// counted as applied, nothing to heal.
+    pub skipped: bool,
 }
 
 /// Why a step did not happen as planned.
@@ -662,13 +665,16 @@ impl Fault {
             Fault::LeaderTransfer { .. } => Ok("nothing to undo".into()),
             // The node runs, blank: catching up is the cluster's part.
             Fault::DiskLoss(_) => Ok(format!("node {node} runs blank: nothing to undo")),
-            Fault::DeposedPrimary => match a.nodes[..] {
-                [old, new, blank] => {
-                    super::sequence::heal(st.cluster, super::sequence::Roles { old, new, blank })?;
-                    Ok(format!("node {new}'s links up (the new primary is back)"))
-                }
-                _ => Ok("nothing to undo (not applied: no primary)".into()),
-            },
+            Fault::DeposedPrimary => {
+                let [old, new, blank] = a.nodes[..] else {
+                    return Err(Trouble::Harness(format!(
+                        "deposed-primary: nodes {:?}",
+                        a.nodes
+                    )));
+                };
+                super::sequence::heal(st.cluster, super::sequence::Roles { old, new, blank })?;
+                Ok(format!("node {new}'s links up (the new primary is back)"))
+            }
         }
     }
 }
@@ -685,6 +691,7 @@ fn deposed_primary(st: &mut Stage<'_>) -> Result<Applied, Trouble> {
     let Some(old) = st.primary() else {
         return Ok(Applied {
             note: "no primary answered: the sequence not begun".into(),
+            skipped: true,
             ..Applied::default()
         });
     };

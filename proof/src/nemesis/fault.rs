@@ -41,6 +41,11 @@ const DISK_FULL_POINTS: [&str; 3] = ["log-append", "log-flush", "vote-save"];
 const DISK_STALL_POINT: &str = "log-flush";
 /// The failpoint that moves a node's wall clock (milliseconds).
 const CLOCK_POINT: &str = "clock-offset-ms";
+/// How long a disk loss waits for the nodes still catching up (C12) to catch up.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(20);
+/// A node's log line when it starts without data, and when it has caught up (C12).
+const STARTED_BLANK: &str = "started without data";
+const CAUGHT_UP: &str = "votes and campaigns again (C12)";
 
 /// The kinds of fault, as `--faults` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -425,6 +430,31 @@ impl Stage<'_> {
         }
     }
 
+    /// The nodes that started without data and have not caught up since (C12), from their
+    /// own log lines (the last of [`STARTED_BLANK`] and [`CAUGHT_UP`] of each node).
+    fn catching_up(&self) -> Vec<u32> {
+        catching_up_in(&self.cluster.log_lines(&[STARTED_BLANK, CAUGHT_UP]))
+    }
+
+    /// Waits up to [`CATCH_UP_WAIT`] until no node but `except` is catching up (C12); the
+    /// ones still catching up then. A disk lost while another node is still catching up
+    /// would leave a majority without data: a 3-node cluster then cannot elect anyone until
+    /// an operator repairs it (the price C12 asks, by design), which ends what a run can show.
+    fn wait_caught_up(&self, except: u32) -> Vec<u32> {
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        loop {
+            let behind: Vec<u32> = self
+                .catching_up()
+                .into_iter()
+                .filter(|&id| id != except)
+                .collect();
+            if behind.is_empty() || Instant::now() >= deadline {
+                return behind;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The old primary and the other nodes by id: ranks 0, 1, … of a [`RestartOrder`]. The
     /// primary busy or not: every node is killed, the one that led first (issue 25's defect 1
     /// is the primary whose disk the episode stalled).
@@ -598,6 +628,9 @@ impl Fault {
             Fault::LeaderTransfer { to } => leader_transfer(st, *to),
             Fault::DiskLoss(t) => {
                 let (n, how) = st.resolve(*t);
+                if let Some(skip) = still_catching_up(st, n) {
+                    return Ok(skip);
+                }
                 st.cluster.kill(n);
                 st.cluster.wipe(n).map_err(harness("wipe"))?;
                 st.cluster.restart(n).map_err(harness("restart blank"))?;
@@ -695,6 +728,10 @@ fn deposed_primary(st: &mut Stage<'_>) -> Result<Applied, Trouble> {
             ..Applied::default()
         });
     };
+    // Its blank node is one of the other two: none may be catching up still.
+    if let Some(skip) = still_catching_up(st, 0) {
+        return Ok(skip);
+    }
     let mut at = |m: super::sequence::Moment, c: &mut NetCluster| -> Result<(), String> {
         if let super::sequence::Moment::NewPrimary(r) = m {
             let addr = c.node(r.new).client;
@@ -730,6 +767,47 @@ fn deposed_primary(st: &mut Stage<'_>) -> Result<Applied, Trouble> {
             Err(e)
         }
     }
+}
+
+/// A disk loss of node `n` skipped because another node is still catching up (C12) after
+/// [`Stage::wait_caught_up`]; `None`: it may go ahead.
+fn still_catching_up(st: &Stage<'_>, n: u32) -> Option<Applied> {
+    let behind = st.wait_caught_up(n);
+    (!behind.is_empty()).then(|| Applied {
+        note: format!(
+            "nodes {behind:?} still catching up (C12) after {} s: a disk lost now would leave a \
+             majority without data",
+            CATCH_UP_WAIT.as_secs()
+        ),
+        skipped: true,
+        ..Applied::default()
+    })
+}
+
+/// The nodes whose last line of `log` (node log lines, `… node N: …`) is [`STARTED_BLANK`]
+/// rather than [`CAUGHT_UP`].
+fn catching_up_in(log: &str) -> Vec<u32> {
+    let mut last: std::collections::BTreeMap<u32, bool> = Default::default();
+    for line in log.lines() {
+        let Some((_, rest)) = line.split_once(" node ") else {
+            continue;
+        };
+        let Some((id, text)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u32>() else {
+            continue;
+        };
+        if text.contains(CAUGHT_UP) {
+            last.insert(id, false);
+        } else if text.starts_with(STARTED_BLANK) {
+            last.insert(id, true);
+        }
+    }
+    last.into_iter()
+        .filter(|&(_, b)| b)
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// Whether node `id`'s process has ended (a zombie not reaped yet, or gone): `/proc`.
@@ -931,4 +1009,28 @@ fn restart_in_order(
         ids.join(", "),
         gaps.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_is_catching_up_is_read_from_the_last_c12_line_of_each_node() {
+        let log = "\
+2026-01-01T00:00:00.001Z node 1: started without data (new, or its data was lost): …
+2026-01-01T00:00:00.002Z node 2: started without data (new, or its data was lost): …
+2026-01-01T00:00:00.003Z node 3: started without data (new, or its data was lost): …
+2026-01-01T00:00:01.000Z node 1: elected leader in term 2 since it started blank: votes and campaigns again (C12)
+2026-01-01T00:00:01.001Z node 2: its log matches the leader's …: votes and campaigns again (C12)
+2026-01-01T00:00:01.002Z node 3: its log matches the leader's …: votes and campaigns again (C12)
+2026-01-01T00:00:09.000Z node 2: started without data (new, or its data was lost): …";
+        assert_eq!(catching_up_in(log), vec![2]);
+        let caught = format!(
+            "{log}\n2026-01-01T00:00:10.000Z node 2: its log matches …: votes and campaigns \
+             again (C12)"
+        );
+        assert!(catching_up_in(&caught).is_empty());
+        assert!(catching_up_in("").is_empty());
+    }
 }

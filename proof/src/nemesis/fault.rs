@@ -830,6 +830,7 @@ fn exited(c: &NetCluster, id: u32) -> bool {
 /// heal to start again with its data as it was.
 fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
     let (n, how) = st.resolve(t);
+    let log_before = last_log_index(st.cluster, n);
     let t0 = Instant::now();
     let mut set = Vec::new();
     for p in DISK_FULL_POINTS {
@@ -872,6 +873,20 @@ fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
             expected_exit: Some((n, took)),
             ..Applied::default()
         },
+        None if wrote_nothing(st.cluster, n, log_before) => {
+            // S20: held with another fault (no primary, or itself catching up: C12, it takes
+            // no append) the node may have nothing to write: nothing failed, nothing to say.
+            st.cluster.kill(n);
+            Applied {
+                nodes: vec![n],
+                note: format!(
+                    "{note}: still running {} s later, having written nothing (its log as it was, \
+                     no storage fault counted): killed",
+                    DISK_FULL_EXIT_BOUND.as_secs()
+                ),
+                ..Applied::default()
+            }
+        }
         _ => {
             let what = match status {
                 None => format!(
@@ -893,6 +908,53 @@ fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
             }
         }
     })
+}
+
+/// Node `id`'s last log index (its own answer to an immediate `waitPrimary`), if it answers.
+fn last_log_index(c: &NetCluster, id: u32) -> Option<u64> {
+    let addr = c.node(id).client;
+    netns::in_ns(&c.client_ns, move || {
+        crate::harness::cluster::immediate_wait_primary(addr, HTTP_BOUND)
+            .ok()
+            .map(|i| i.last_log_index)
+    })
+    .ok()
+    .flatten()
+}
+
+/// Whether node `id`, its disk full, wrote nothing since its log index was `before`: its log
+/// is where it was and its metrics count no storage fault (`xce_storage_faults_total`, C21).
+/// Anything it cannot tell (no answer) is "it may have written".
+fn wrote_nothing(c: &NetCluster, id: u32, before: Option<u64>) -> bool {
+    let Some(before) = before else {
+        return false;
+    };
+    let Ok((_, metrics)) = c.node_http(id, METRICS_PORT, "GET", "/metrics", "", HTTP_BOUND) else {
+        return false;
+    };
+    last_log_index(c, id) == Some(before) && storage_faults(&metrics) == Some(0.0)
+}
+
+/// The sum of `xce_storage_faults_total`'s samples in Prometheus text (`Some(0.0)` when it has
+/// none yet: the gauge `xce_storage_fault` shows that C21's metrics are there; `None` when
+/// neither is).
+fn storage_faults(metrics: &str) -> Option<f64> {
+    const NAME: &str = "xce_storage_faults_total";
+    // A family with no sample yet is not shown at all; the gauge beside it always is.
+    let mut seen = metrics.lines().any(|l| {
+        l.starts_with("# TYPE xce_storage_faults ") || l.starts_with("# TYPE xce_storage_fault ")
+    });
+    let mut sum = 0.0;
+    for l in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = l.strip_prefix(NAME) else {
+            continue;
+        };
+        if rest.starts_with(['{', ' ']) {
+            seen = true;
+            sum += rest.rsplit(' ').next()?.trim().parse::<f64>().ok()?;
+        }
+    }
+    seen.then_some(sum)
 }
 
 fn slow_links(st: &mut Stage<'_>, links: Links, rate: &str) -> Result<Applied, Trouble> {
@@ -1032,5 +1094,19 @@ mod tests {
         );
         assert!(catching_up_in(&caught).is_empty());
         assert!(catching_up_in("").is_empty());
+    }
+
+    #[test]
+    fn storage_faults_are_summed_over_their_labels() {
+        // As a node renders them before any fault: the counter family absent, the gauge there.
+        let none = "# HELP xce_storage_fault 1 once …\n# TYPE xce_storage_fault gauge\n\
+                    xce_storage_fault 0\n# EOF\n";
+        assert_eq!(storage_faults(none), Some(0.0));
+        let two = "# TYPE xce_storage_faults counter\n\
+                   xce_storage_faults_total{op=\"append\"} 1\n\
+                   xce_storage_faults_total{op=\"vote\"} 1\n\
+                   xce_storage_faults_total_x 7\n";
+        assert_eq!(storage_faults(two), Some(2.0));
+        assert_eq!(storage_faults("xce_other 1\n"), None);
     }
 }

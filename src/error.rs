@@ -45,8 +45,13 @@ pub const E_XCE_OUTBOX_FULL: i32 = 2014;
 /// handler): the call was ended, or not made. Client-side only: never on the wire.
 pub const E_XCE_STOP_REQUESTED: i32 = 2015;
 
+/// C19: the cluster's CORRUPT alarm is raised — its members' states differ where no log id can
+/// tell which is the history — and it refuses writes until an operator repairs it (reads go
+/// on). The same on every master: terminal for the call, never a reason to fail over.
+pub const E_XCE_CORRUPT: i32 = 2017;
+
 /// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 15] = [
+pub const XCE_CODES: [(i32, &str); 16] = [
     (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
     (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
     (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
@@ -62,6 +67,7 @@ pub const XCE_CODES: [(i32, &str); 15] = [
     (E_XCE_UNKNOWN, "E_XCE_UNKNOWN"),
     (E_XCE_OUTBOX_FULL, "E_XCE_OUTBOX_FULL"),
     (E_XCE_STOP_REQUESTED, "E_XCE_STOP_REQUESTED"),
+    (E_XCE_CORRUPT, "E_XCE_CORRUPT"),
 ];
 
 /// Why a TLS connection failed. The status stays `E_XCE_TLS` (the handshake timeout excepted,
@@ -192,6 +198,9 @@ pub enum Error {
     /// F27: the context's "stop requested" state is set.
     #[error("stop requested")]
     StopRequested,
+    /// C19: the CORRUPT alarm is raised; writes are refused until the repair.
+    #[error("the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired")]
+    Corrupt,
     #[error("{}", errno_text(*.0))]
     Errno(i32),
 }
@@ -218,6 +227,7 @@ impl Error {
             Error::Unknown => E_XCE_UNKNOWN,
             Error::OutboxFull => E_XCE_OUTBOX_FULL,
             Error::StopRequested => E_XCE_STOP_REQUESTED,
+            Error::Corrupt => E_XCE_CORRUPT,
             Error::Errno(e) => e,
         }
     }
@@ -260,6 +270,7 @@ impl Error {
             E_XCE_UNKNOWN => Error::Unknown,
             E_XCE_OUTBOX_FULL => Error::OutboxFull,
             E_XCE_STOP_REQUESTED => Error::StopRequested,
+            E_XCE_CORRUPT => Error::Corrupt,
             e => Error::Errno(e),
         })
     }
@@ -322,6 +333,9 @@ pub fn strerror(code: i32) -> &'static str {
         E_XCE_UNKNOWN => "outcome unknown: placed in the log, not confirmed",
         E_XCE_OUTBOX_FULL => "notification outbox full",
         E_XCE_STOP_REQUESTED => "stop requested",
+        E_XCE_CORRUPT => {
+            "the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired"
+        }
         e => errno_text(e),
     }
 }

@@ -58,6 +58,9 @@ const (
 	CodeLookup = C.E_XCE_LOOKUP
 	// CodeStopRequested: a stop was requested on the client (E_XCE_STOP_REQUESTED, F27).
 	CodeStopRequested = C.E_XCE_STOP_REQUESTED
+	// CodeCorrupt: the cluster's CORRUPT alarm is raised (E_XCE_CORRUPT, C19): writes are
+	// refused until an operator repairs it; reads go on. Never retried.
+	CodeCorrupt = C.E_XCE_CORRUPT
 )
 
 // Error is a failed call: the op and the library's status (a positive errno or E_XCE_* code).
@@ -122,6 +125,8 @@ var (
 	ErrClosed = &Error{Code: CodeClosed}
 	// ErrLookup: a master's host name could not be resolved.
 	ErrLookup = &Error{Code: CodeLookup}
+	// ErrCorrupt: the cluster's CORRUPT alarm is raised; the write was not applied (C19).
+	ErrCorrupt = &Error{Code: CodeCorrupt}
 )
 
 // Strerror is xce_strerror: the text of any status or code, either sign.

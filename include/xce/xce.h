@@ -128,6 +128,13 @@
 #define E_XCE_STOP_REQUESTED 2015
 
 /**
+ * C19: the cluster's CORRUPT alarm is raised (its replicas' states differ where no log id
+ * can tell which is right): writes are refused until an operator repairs it; reads go on.
+ * The same on every controller: never retried.
+ */
+#define E_XCE_CORRUPT 2017
+
+/**
  * Most masters a configuration holds.
  */
 #define XCE_N_MAX_MASTERS 8

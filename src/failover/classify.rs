@@ -199,6 +199,8 @@ mod tests {
             // status): the same on every master, never a failover
             (t(Error::TooBig), false, false, Terminal),
             (s(-crate::error::E_XCE_TOOBIG), false, false, Terminal),
+            // C19: the CORRUPT alarm is the same on every controller: never a failover.
+            (s(-crate::error::E_XCE_CORRUPT), true, true, Terminal),
             // a paged listing's cursor unknown to this controller: the listing starts over
             (s(-libc::ESTALE), false, false, Terminal),
             // anything else a controller says is final

@@ -90,6 +90,10 @@ pub const E_XCE_OUTBOX_FULL: c_int = 2014;
 /// A stop was requested on the context (`xcecli_request_stop`, F27): the call was ended or
 /// not made. Stays until `xcecli_clear_stop_request` or `xcecli_stop`.
 pub const E_XCE_STOP_REQUESTED: c_int = 2015;
+/// C19: the cluster's CORRUPT alarm is raised (its replicas' states differ where no log id
+/// can tell which is right): writes are refused until an operator repairs it; reads go on.
+/// The same on every controller: never retried.
+pub const E_XCE_CORRUPT: c_int = 2017;
 
 const _: () = {
     use crate::error as e;
@@ -108,6 +112,7 @@ const _: () = {
     assert!(E_XCE_UNKNOWN == e::E_XCE_UNKNOWN);
     assert!(E_XCE_OUTBOX_FULL == e::E_XCE_OUTBOX_FULL);
     assert!(E_XCE_STOP_REQUESTED == e::E_XCE_STOP_REQUESTED);
+    assert!(E_XCE_CORRUPT == e::E_XCE_CORRUPT);
 };
 
 /// The context: one connection to the cluster with its failover state. Opaque to C, and

@@ -8,13 +8,21 @@
 //!    entry when it applies it (`raft/digests.rs`);
 //! 2. asks every other member of the membership for its digest there (a raft-port request,
 //!    admitted like every raft message: mutual TLS between members, the cluster stamp);
-//! 3. compares ([`decide`]): the digest a strict majority of the voters has is the cluster's;
-//!    a member with another one diverged. It logs a line naming the nodes and the index,
-//!    counts `xce_state_digest_mismatch_total`, raises an alarm (`status`, `xce_alarms`) and
-//!    tells the node, which stops voting and serving until repaired (`raft/diverged.rs`); if
-//!    the primary itself is the one, it stops itself and the others elect a primary. Without a
-//!    majority (a three-way split, or too few answers) no node is stopped: the alarm names
-//!    every digest and says so.
+//! 3. compares. Equal digests: agreed (and a CORRUPT alarm raised before is cleared: the
+//!    repair is done). Different ones (C19, fifth round: **Raft's order, never a count** — a
+//!    mismatch means a safety rule already broke, and in issue 35's run the two wrong replicas
+//!    outvoted the one that held the acknowledged history): the primary asks every member for
+//!    the log ids it applied since the last index at which all agreed (`AppliedIds`, kept by
+//!    `raft/digests.rs`), and [`settle`] finds the first index at which they differ. The higher
+//!    log id there is the history; a member that applied a lower one diverged: a line naming
+//!    the nodes and the index, `xce_state_digest_mismatch_total`, an alarm (`status`,
+//!    `xce_alarms`), and the node is told, and stops voting and serving until repaired
+//!    (`raft/diverged.rs`); the primary itself stops if it is one. Where no log id can tell —
+//!    the same ids and different states, or ids no longer known (behind a snapshot, older than
+//!    the newest kept) — the primary commits the **CORRUPT alarm** (`Cmd::Corrupt`, etcd's
+//!    alarm of that name): every member holds it in its state, shows it, and refuses client
+//!    writes (`E_XCE_CORRUPT`, reads go on) until a check finds every member agreeing again
+//!    after an operator repaired the node that is wrong (docs/operations.md).
 //!
 //! A member that does not answer (down, cut off, an earlier build that does not know the
 //! question) is left out of that check. Checks are spaced at least [`COST_FACTOR`] times the
@@ -32,7 +40,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::base::cluster_id::ClusterTag;
-use crate::base::ids::{NodeId, Vote};
+use crate::base::ids::{LogId, NodeId, Vote};
 use crate::node::ctx::{Ctx, COMMIT_TIMEOUT};
 use crate::raft::digests::{Checkpoint, Round};
 use crate::raft::frame::{DigestAnswer, RpcReply, RpcRequest};
@@ -47,48 +55,100 @@ const ASK_AGAIN: Duration = Duration::from_millis(20);
 /// Checks are at least this many times the last hash's time apart.
 pub const COST_FACTOR: u32 = 20;
 
-/// What a comparison of digests at one index says.
+/// What a comparison of the members' states at one checkpoint says (C19, fifth round).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Every digest is the same.
     Agree,
-    /// A strict majority of the voters has `majority`; `differ` have others.
-    Minority {
-        majority: Digest,
-        agreeing: Vec<NodeId>,
-        differ: Vec<(NodeId, Digest)>,
+    /// At index `at` the members applied different entries; `history` holds the highest log
+    /// id there (Raft's order: the higher term's entry is the history); `differ` applied lower
+    /// ones, and diverged.
+    Diverged {
+        at: u64,
+        history: Vec<NodeId>,
+        differ: Vec<(NodeId, LogId)>,
+        highest: LogId,
     },
-    /// Digests differ and none is held by a strict majority of the voters.
-    NoMajority { groups: Vec<(Digest, Vec<NodeId>)> },
+    /// No log id can tell which state is the history: the CORRUPT alarm.
+    Corrupt { why: String },
 }
 
-/// C19: compares the members' digests at one checkpoint. A digest held by a strict majority
-/// of `voters` is the cluster's; a voter or learner with another diverged. Members that did
-/// not answer count for no side.
-pub fn decide(voters: &BTreeSet<NodeId>, digests: &BTreeMap<NodeId, Digest>) -> Verdict {
-    let mut groups: BTreeMap<Digest, Vec<NodeId>> = BTreeMap::new();
-    for (n, d) in digests {
-        groups.entry(*d).or_default().push(*n);
-    }
-    if groups.len() <= 1 {
+/// C19 (fifth round): settles a digest mismatch at a checkpoint by Raft's order, never by a
+/// count. `digests`: the members' digests there; `ids`: the log ids each applied at indexes
+/// `from..` up to the checkpoint (`None`: it no longer knows them all); `anchored`: whether
+/// every member agreed right before `from` (a check agreed at `from - 1`, or `from` is 1), so
+/// that a difference at `from` itself is the first one. Pure: the table test below.
+pub fn settle(
+    digests: &BTreeMap<NodeId, Digest>,
+    ids: &BTreeMap<NodeId, Option<Vec<LogId>>>,
+    from: u64,
+    anchored: bool,
+) -> Verdict {
+    let distinct: BTreeSet<&Digest> = digests.values().collect();
+    if distinct.len() <= 1 {
         return Verdict::Agree;
     }
-    let majority = groups
-        .iter()
-        .find(|(_, ns)| ns.iter().filter(|n| voters.contains(n)).count() * 2 > voters.len());
-    match majority {
-        Some((m, agreeing)) => Verdict::Minority {
-            majority: *m,
-            agreeing: agreeing.clone(),
-            differ: digests
-                .iter()
-                .filter(|(_, d)| *d != m)
-                .map(|(n, d)| (*n, *d))
-                .collect(),
-        },
-        None => Verdict::NoMajority {
-            groups: groups.into_iter().collect(),
-        },
+    let corrupt = |why: String| Verdict::Corrupt { why };
+    let mut known: BTreeMap<NodeId, &Vec<LogId>> = BTreeMap::new();
+    for n in digests.keys() {
+        match ids.get(n) {
+            Some(Some(v)) => {
+                known.insert(*n, v);
+            }
+            _ => {
+                return corrupt(format!(
+                    "node {n} no longer knows every entry it applied since index {from} (a \
+                     snapshot, or older than it keeps): no log id can tell which state is the \
+                     history"
+                ))
+            }
+        }
+    }
+    let len = known.values().map(|v| v.len()).min().unwrap_or(0);
+    let first = (0..len).find(|&i| {
+        let at: BTreeSet<LogId> = known.values().map(|v| v[i]).collect();
+        at.len() > 1
+    });
+    let Some(i) = first else {
+        return corrupt(format!(
+            "every member applied the same entries at indexes {from}..{} and their states \
+             differ: no log id can tell which state is the history",
+            from + len as u64 - 1
+        ));
+    };
+    if i == 0 && !anchored {
+        return corrupt(format!(
+            "the members applied different entries already at index {from}, the oldest they \
+             all still know: the first difference cannot be found"
+        ));
+    }
+    let highest = known.values().map(|v| v[i]).max().expect("members");
+    let (history, differ): (Vec<NodeId>, Vec<(NodeId, LogId)>) = {
+        let mut h = Vec::new();
+        let mut d = Vec::new();
+        for (n, v) in &known {
+            if v[i] == highest {
+                h.push(*n);
+            } else {
+                d.push((*n, v[i]));
+            }
+        }
+        (h, d)
+    };
+    let theirs: BTreeSet<&Digest> = history.iter().filter_map(|n| digests.get(n)).collect();
+    if theirs.len() > 1 {
+        return corrupt(format!(
+            "the members that applied the history's entry at index {} ({}) hold different \
+             states: no log id can tell which one is right",
+            from + i as u64,
+            nodes(&history)
+        ));
+    }
+    Verdict::Diverged {
+        at: from + i as u64,
+        history,
+        differ,
+        highest,
     }
 }
 
@@ -144,6 +204,19 @@ pub struct Checked {
     pub took: Duration,
 }
 
+/// The members' answers at one checkpoint.
+struct Answers {
+    /// Digests, this node's included.
+    digests: BTreeMap<NodeId, Digest>,
+    /// Members whose marker says they diverged earlier, and where.
+    marked: Vec<(NodeId, u64)>,
+    /// Members that gave no usable answer.
+    silent: Vec<NodeId>,
+    /// The other members and their raft addresses.
+    others: Vec<(NodeId, String)>,
+    voters: BTreeSet<NodeId>,
+}
+
 /// C19: one check, now (after the one running, if any: one at a time). `None` when it could
 /// not be made (not the primary, the checkpoint did not commit, this node could not hash).
 pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
@@ -151,23 +224,61 @@ pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
     if !ctx.serving_leader() {
         return None;
     }
-    let me = ctx.id;
-    let term = ctx.raft.metrics().borrow().current_term;
-    let res = {
-        // Not after a handover entry (C14: it must stay the last entry of its term).
-        let _alone = ctx.ready.proposing.lock().await;
-        if !ctx.serving_leader() {
-            return None;
-        }
-        tokio::time::timeout(COMMIT_TIMEOUT, ctx.raft.client_write(Batch::default())).await
-    };
-    let index = match res {
-        Ok(Ok(r)) => r.log_id.index,
-        _ => return None,
-    };
+    let index = commit_checkpoint(ctx).await?;
     let mine = ctx.digests.wait(index, CHECK_WAIT).await?;
     let checkpoint = ctx.digests.latest().filter(|c| c.log_id.index == index);
     let took = checkpoint.as_ref().map_or(Duration::ZERO, |c| c.took);
+    let a = gather(ctx, index, mine).await;
+    let raised: BTreeMap<NodeId, String> = a
+        .marked
+        .iter()
+        .map(|(n, at)| {
+            let why = format!(
+                "node {n}: diverged at index {at} (its marker): not voting or serving until \
+                 repaired"
+            );
+            (*n, why)
+        })
+        .collect();
+    let round = Round {
+        number: 0,
+        index,
+        agreeing: Vec::new(),
+        voters: a.voters.len(),
+        at: None,
+        took,
+    };
+    let verdict = if a.digests.values().collect::<BTreeSet<_>>().len() <= 1 {
+        Verdict::Agree
+    } else {
+        let (from, anchored) = ids_from(ctx.findings.checked(), index);
+        let ids = applied_ids(ctx, &a, from, index).await;
+        settle(&a.digests, &ids, from, anchored)
+    };
+    let round = act(ctx, verdict, &a, round, raised).await;
+    Some(Checked {
+        round,
+        checkpoint,
+        took,
+    })
+}
+
+/// Commits a checkpoint entry (an empty batch) and returns its index.
+async fn commit_checkpoint(ctx: &Ctx) -> Option<u64> {
+    // Not after a handover entry (C14: it must stay the last entry of its term).
+    let _alone = ctx.ready.proposing.lock().await;
+    if !ctx.serving_leader() {
+        return None;
+    }
+    match tokio::time::timeout(COMMIT_TIMEOUT, ctx.raft.client_write(Batch::default())).await {
+        Ok(Ok(r)) => Some(r.log_id.index),
+        _ => None,
+    }
+}
+
+/// Every other member's digest at `index` (this node's is `mine`).
+async fn gather(ctx: &Ctx, index: u64, mine: Digest) -> Answers {
+    let me = ctx.id;
     let m = ctx.raft.metrics().borrow().membership_config.clone();
     let voters: BTreeSet<NodeId> = m.membership().voter_ids().collect();
     let others: Vec<(NodeId, String)> = m
@@ -183,128 +294,186 @@ pub async fn check_now(ctx: &Ctx) -> Option<Checked> {
             .collect(),
     )
     .await;
-    let mut digests = BTreeMap::from([(me, mine)]);
-    let mut marked = Vec::new();
-    let mut silent = Vec::new();
+    let mut a = Answers {
+        digests: BTreeMap::from([(me, mine)]),
+        marked: Vec::new(),
+        silent: Vec::new(),
+        others,
+        voters,
+    };
     for (n, answer) in answers {
         match answer {
             Some(DigestAnswer::Ready(d)) => {
-                digests.insert(n, d);
+                a.digests.insert(n, d);
             }
-            Some(DigestAnswer::Diverged(at)) => marked.push((n, at)),
-            _ => silent.push(n),
+            Some(DigestAnswer::Diverged(at)) => a.marked.push((n, at)),
+            _ => a.silent.push(n),
         }
     }
-    let mut raised: BTreeMap<NodeId, String> = marked
+    a
+}
+
+/// Where the applied ids to compare start: right after the last index at which every member
+/// agreed (anchored), or as far back as a member keeps them (not anchored, unless at 1).
+fn ids_from(checked: u64, index: u64) -> (u64, bool) {
+    let keep = crate::raft::digests::IDS_KEEP as u64;
+    if checked > 0 && checked < index && index - checked <= keep {
+        (checked + 1, true)
+    } else {
+        let from = index.saturating_sub(keep - 1).max(1);
+        (from, from == 1)
+    }
+}
+
+/// The log ids every member that answered with a digest applied at `from..=index`.
+async fn applied_ids(
+    ctx: &Ctx,
+    a: &Answers,
+    from: u64,
+    index: u64,
+) -> BTreeMap<NodeId, Option<Vec<LogId>>> {
+    let asked: Vec<&(NodeId, String)> = a
+        .others
         .iter()
-        .map(|(n, at)| {
-            (
-                *n,
-                format!(
-                    "node {n}: diverged at index {at} (its marker): not voting or serving until \
-                     repaired"
-                ),
-            )
-        })
+        .filter(|(n, _)| a.digests.contains_key(n))
         .collect();
-    let answered: Vec<NodeId> = digests.keys().copied().collect();
-    let mut round = Round {
-        number: 0,
-        index,
-        agreeing: Vec::new(),
-        voters: voters.len(),
-        at: None,
-        took,
-    };
-    let round = match decide(&voters, &digests) {
+    let answers = join_all(
+        asked
+            .iter()
+            .map(|(n, addr)| async move {
+                let q = RpcRequest::AppliedIds { from, to: index };
+                match ctx.forwarder.ask(*n, addr, &q, CHECK_WAIT).await {
+                    Some(RpcReply::AppliedIds(ids)) => (*n, ids),
+                    _ => (*n, None),
+                }
+            })
+            .collect(),
+    )
+    .await;
+    let mut ids: BTreeMap<NodeId, Option<Vec<LogId>>> = answers.into_iter().collect();
+    ids.insert(ctx.id, ctx.digests.applied_ids(from, index));
+    ids
+}
+
+/// Acts on a check's verdict: alarms, the nodes told, the CORRUPT alarm committed or cleared.
+async fn act(
+    ctx: &Ctx,
+    verdict: Verdict,
+    a: &Answers,
+    mut round: Round,
+    mut raised: BTreeMap<NodeId, String>,
+) -> Round {
+    let index = round.index;
+    let answered: Vec<NodeId> = a.digests.keys().copied().collect();
+    match verdict {
         Verdict::Agree => {
             round.agreeing = answered.clone();
             let round = ctx.findings.finished(round, raised, &answered, None, true);
-            if marked.is_empty() && silent.is_empty() {
+            if a.marked.is_empty() && a.silent.is_empty() {
+                if corrupt_alarm(ctx).is_some() {
+                    commit(ctx, Cmd::Repaired { index }, "the CORRUPT alarm's clearing").await;
+                }
                 record_cluster_id(ctx).await;
             }
             round
         }
-        Verdict::Minority {
-            majority,
-            agreeing,
+        Verdict::Diverged {
+            at,
+            history,
             differ,
+            highest,
         } => {
             crate::base::counters::digest_mismatch(differ.len() as u64);
-            for (n, d) in &differ {
-                crate::log_error!(
-                    "node {me}: state digest mismatch at index {index}: node {n} has {}, {} \
-                     {} (the majority of {} voters): node {n} diverged (C19)",
-                    digest::short(d),
-                    nodes(&agreeing),
-                    if agreeing.len() == 1 { "has" } else { "have" },
-                    voters.len(),
+            let theirs = a.digests[&history[0]];
+            for (n, id) in &differ {
+                let why = format!(
+                    "node {n}: applied {id} at index {at}, where {} applied {highest} (Raft's \
+                     order: the higher term is the history): its state at index {index} ({}) \
+                     differs from theirs ({}); it stops voting and serving until repaired",
+                    nodes(&history),
+                    digest::short(&a.digests[n]),
+                    digest::short(&theirs)
                 );
-                raised.insert(
-                    *n,
-                    format!(
-                        "node {n}: state digest at index {index} differs from the majority's \
-                         ({} has {}, {} {}): it stops voting and serving until repaired",
-                        nodes(&[*n]),
-                        digest::short(d),
-                        nodes(&agreeing),
-                        digest::short(&majority)
-                    ),
-                );
-                if *n == me {
-                    crate::raft::diverged::stop(&ctx.diverged, &ctx.raft, index, d, &majority, me)
-                        .await;
-                } else if let Some((_, addr)) = others.iter().find(|(o, _)| o == n) {
-                    let told = ctx
-                        .forwarder
-                        .ask(
-                            *n,
-                            addr,
-                            &RpcRequest::Diverged {
-                                index,
-                                majority,
-                                from: me,
-                                term,
-                            },
-                            CHECK_WAIT,
-                        )
-                        .await;
-                    if !matches!(told, Some(RpcReply::Ack(true))) {
-                        crate::log_warn!(
-                            "node {me}: node {n} did not take the news that it diverged"
-                        );
-                    }
-                }
+                crate::log_error!("node {}: state digest mismatch: {why} (C19)", ctx.id);
+                raised.insert(*n, why);
+                tell_diverged(ctx, a, *n, index, &theirs).await;
             }
-            round.agreeing = agreeing.clone();
-            ctx.findings.finished(round, raised, &agreeing, None, false)
+            round.agreeing = history.clone();
+            ctx.findings.finished(round, raised, &history, None, false)
         }
-        Verdict::NoMajority { groups } => {
-            crate::base::counters::digest_mismatch(digests.len() as u64);
-            let parts: Vec<String> = groups
+        Verdict::Corrupt { why } => {
+            crate::base::counters::digest_mismatch(a.digests.len() as u64);
+            let parts: Vec<String> = a
+                .digests
                 .iter()
-                .map(|(d, ns)| format!("{} {}", nodes(ns), digest::short(d)))
+                .map(|(n, d)| format!("node {n} {}", digest::short(d)))
                 .collect();
             let text = format!(
-                "state digests at index {index} differ and no digest has a majority of the {} \
-                 voters ({}): no node was stopped; compare them (docs/operations.md)",
-                voters.len(),
-                parts.join("; ")
+                "CORRUPT: state digests at index {index} differ ({}) and {why}: writes are \
+                 refused until repaired (docs/operations.md)",
+                parts.join(", ")
             );
-            crate::log_warn!("node {me}: {text} (C19)");
-            round.agreeing = groups
-                .iter()
-                .find(|(d, _)| *d == mine)
-                .map(|(_, ns)| ns.clone())
-                .unwrap_or_default();
+            crate::log_error!("node {}: {text} (C19)", ctx.id);
+            if corrupt_alarm(ctx).is_none() {
+                let cmd = Cmd::Corrupt {
+                    index,
+                    why: text.clone(),
+                };
+                commit(ctx, cmd, "the CORRUPT alarm").await;
+            }
             ctx.findings.finished(round, raised, &[], Some(text), false)
         }
+    }
+}
+
+/// Tells member `n` it diverged at `index` (`theirs`: the history's digest there); this node
+/// stops itself if it is `n`.
+async fn tell_diverged(ctx: &Ctx, a: &Answers, n: NodeId, index: u64, theirs: &Digest) {
+    let me = ctx.id;
+    if n == me {
+        let ours = a.digests[&me];
+        crate::raft::diverged::stop(&ctx.diverged, &ctx.raft, index, &ours, theirs, me).await;
+        return;
+    }
+    let Some((_, addr)) = a.others.iter().find(|(o, _)| *o == n) else {
+        return;
     };
-    Some(Checked {
-        round,
-        checkpoint,
-        took,
-    })
+    let term = ctx.raft.metrics().borrow().current_term;
+    let msg = RpcRequest::Diverged {
+        index,
+        majority: *theirs,
+        from: me,
+        term,
+    };
+    let told = ctx.forwarder.ask(n, addr, &msg, CHECK_WAIT).await;
+    if !matches!(told, Some(RpcReply::Ack(true))) {
+        crate::log_warn!("node {me}: node {n} did not take the news that it diverged");
+    }
+}
+
+/// C19 (fifth round): the CORRUPT alarm this node's applied state holds, if raised.
+pub fn corrupt_alarm(ctx: &Ctx) -> Option<crate::sm::state::CorruptAlarm> {
+    let applied = ctx.applied.read().expect("state lock");
+    applied.state.corrupt().cloned()
+}
+
+/// Commits `cmd` (the cluster's own bookkeeping), logging a failure as `what`.
+async fn commit(ctx: &Ctx, cmd: Cmd, what: &str) {
+    let p = Proposal {
+        client_id: [0; 16],
+        request_id: 0,
+        now_ms: crate::base::clock::now_ms(),
+        cmd,
+    };
+    if !matches!(
+        tokio::time::timeout(COMMIT_TIMEOUT, ctx.proposer.write(p)).await,
+        Ok(Ok(_))
+    ) {
+        crate::log_warn!(
+            "node {}: {what} did not commit; the next check tries again",
+            ctx.id
+        );
+    }
 }
 
 /// Polls every future of `futs` until all are done (no task spawned: they may borrow).
@@ -404,64 +573,141 @@ async fn record_cluster_id(ctx: &Ctx) {
 mod tests {
     use super::*;
 
-    /// The verdict table: the majority of the voters decides; learners count for no side
-    /// but are judged; without a majority nobody is singled out.
+    fn id(term: u64, node: NodeId, index: u64) -> LogId {
+        LogId::new(openraft::CommittedLeaderId::new(term, node), index)
+    }
+
+    /// C19 (fifth round), the verdict table: Raft's order decides, never a count; where no
+    /// log id can tell, the CORRUPT alarm.
     #[test]
-    fn the_majority_of_the_voters_decides() {
+    fn raft_order_decides_a_mismatch_never_a_count() {
         let (a, b, c) = ([1u8; 32], [2u8; 32], [3u8; 32]);
-        let v3: BTreeSet<NodeId> = [1, 2, 3].into();
         let d = |xs: &[(NodeId, Digest)]| xs.iter().copied().collect::<BTreeMap<_, _>>();
-        assert_eq!(decide(&v3, &d(&[(1, a), (2, a), (3, a)])), Verdict::Agree);
-        assert_eq!(decide(&v3, &d(&[(1, a)])), Verdict::Agree, "one answer");
+        let ids =
+            |xs: Vec<(NodeId, Option<Vec<LogId>>)>| xs.into_iter().collect::<BTreeMap<_, _>>();
+        // Indexes 10, 11, 12: the same first entry everywhere.
+        let common = id(4, 1, 10);
+        let p_log = vec![common, id(4, 1, 11), id(4, 1, 12)];
+        let n_log = vec![common, id(5, 3, 11), id(5, 3, 12)];
         assert_eq!(
-            decide(&v3, &d(&[(1, a), (2, a), (3, b)])),
-            Verdict::Minority {
-                majority: a,
-                agreeing: vec![1, 2],
-                differ: vec![(3, b)]
+            settle(&d(&[(1, a), (2, a), (3, a)]), &BTreeMap::new(), 10, true),
+            Verdict::Agree
+        );
+        // Issue 35's run: P (1) and F (2) applied a deposed primary's entry at 11, N (3) the new
+        // primary's. Two against one — and N is the history.
+        assert_eq!(
+            settle(
+                &d(&[(1, a), (2, a), (3, b)]),
+                &ids(vec![
+                    (1, Some(p_log.clone())),
+                    (2, Some(p_log.clone())),
+                    (3, Some(n_log.clone()))
+                ]),
+                10,
+                true
+            ),
+            Verdict::Diverged {
+                at: 11,
+                history: vec![3],
+                differ: vec![(1, id(4, 1, 11)), (2, id(4, 1, 11))],
+                highest: id(5, 3, 11),
             }
         );
-        // The primary (node 1) itself in the minority.
-        assert_eq!(
-            decide(&v3, &d(&[(1, b), (2, a), (3, a)])),
-            Verdict::Minority {
-                majority: a,
-                agreeing: vec![2, 3],
-                differ: vec![(1, b)]
-            }
-        );
-        // Two of three answered and disagree: no majority of the voters.
+        // The same ids, different states (a corrupted state): nothing can tell.
         assert!(matches!(
-            decide(&v3, &d(&[(1, a), (2, b)])),
-            Verdict::NoMajority { .. }
+            settle(
+                &d(&[(1, a), (2, a), (3, b)]),
+                &ids(vec![
+                    (1, Some(p_log.clone())),
+                    (2, Some(p_log.clone())),
+                    (3, Some(p_log.clone()))
+                ]),
+                10,
+                true
+            ),
+            Verdict::Corrupt { .. }
         ));
-        // A three-way split.
-        let Verdict::NoMajority { groups } = decide(&v3, &d(&[(1, a), (2, b), (3, c)])) else {
-            panic!("a three-way split has no majority");
-        };
-        assert_eq!(groups.len(), 3);
-        // A learner (4) agreeing does not make a majority; one differing is judged.
+        // Ids gone behind a snapshot on one member.
         assert!(matches!(
-            decide(&v3, &d(&[(1, a), (4, a), (2, b)])),
-            Verdict::NoMajority { .. }
+            settle(
+                &d(&[(1, a), (2, a), (3, b)]),
+                &ids(vec![
+                    (1, Some(p_log.clone())),
+                    (2, Some(p_log.clone())),
+                    (3, None)
+                ]),
+                10,
+                true
+            ),
+            Verdict::Corrupt { .. }
         ));
-        assert_eq!(
-            decide(&v3, &d(&[(1, a), (2, a), (4, b)])),
-            Verdict::Minority {
-                majority: a,
-                agreeing: vec![1, 2],
-                differ: vec![(4, b)]
-            }
-        );
-        // Five voters: three make a majority, two do not.
-        let v5: BTreeSet<NodeId> = [1, 2, 3, 4, 5].into();
+        // A member that gave no ids at all counts as not knowing them.
         assert!(matches!(
-            decide(&v5, &d(&[(1, a), (2, a), (3, a), (4, b), (5, b)])),
-            Verdict::Minority { .. }
+            settle(
+                &d(&[(1, a), (3, b)]),
+                &ids(vec![(1, Some(p_log.clone()))]),
+                10,
+                true
+            ),
+            Verdict::Corrupt { .. }
         ));
+        // Different already at the oldest index all still know, not anchored by an agreed
+        // check: the first difference may be older.
+        let other_start = vec![id(3, 2, 10), id(4, 1, 11), id(4, 1, 12)];
         assert!(matches!(
-            decide(&v5, &d(&[(1, a), (2, a), (4, b), (5, b)])),
-            Verdict::NoMajority { .. }
+            settle(
+                &d(&[(1, a), (2, b)]),
+                &ids(vec![
+                    (1, Some(p_log.clone())),
+                    (2, Some(other_start.clone()))
+                ]),
+                10,
+                false
+            ),
+            Verdict::Corrupt { .. }
         ));
+        // Anchored (every member agreed at 9): the difference at 10 is the first.
+        assert!(matches!(
+            settle(
+                &d(&[(1, a), (2, b)]),
+                &ids(vec![(1, Some(p_log.clone())), (2, Some(other_start))]),
+                10,
+                true
+            ),
+            Verdict::Diverged { at: 10, .. }
+        ));
+        // The history's holders disagree among themselves: which is right cannot be told.
+        assert!(matches!(
+            settle(
+                &d(&[(1, a), (2, c), (3, b)]),
+                &ids(vec![
+                    (1, Some(n_log.clone())),
+                    (2, Some(n_log.clone())),
+                    (3, Some(p_log))
+                ]),
+                10,
+                true
+            ),
+            Verdict::Corrupt { .. }
+        ));
+        // One primary alone against the rest, in the history: the rest diverged.
+        assert!(matches!(
+            settle(
+                &d(&[(1, b), (2, a), (3, a)]),
+                &ids(vec![(1, Some(n_log.clone())), (2, Some(vec![common, id(4, 2, 11), id(4, 2, 12)])), (3, Some(vec![common, id(4, 2, 11), id(4, 2, 12)]))]),
+                10,
+                true
+            ),
+            Verdict::Diverged { ref history, .. } if history == &vec![1]
+        ));
+    }
+
+    #[test]
+    fn the_ids_compared_start_after_the_last_agreement() {
+        assert_eq!(ids_from(90, 100), (91, true));
+        assert_eq!(ids_from(0, 100), (1, true), "a young log: from its start");
+        let keep = crate::raft::digests::IDS_KEEP as u64;
+        assert_eq!(ids_from(0, keep + 100), (101, false));
+        assert_eq!(ids_from(5, keep + 100), (101, false), "agreed too long ago");
     }
 }

@@ -127,7 +127,8 @@ impl Ctx {
     }
 
     /// C19, C20, C21: what `status` shows of this node: a storage fault (in the moment before
-    /// it exits), its own divergence, and (on the primary) what its consistency check found.
+    /// it exits), its own divergence, (on the primary) what its consistency check found, and the
+    /// cluster's CORRUPT alarm.
     pub fn alarms(&self) -> Vec<String> {
         let mut v: Vec<String> = crate::base::fault::storage_fault()
             .map(|why| format!("storage fault: {why} (C21: this node is exiting)"))
@@ -135,6 +136,14 @@ impl Ctx {
             .collect();
         v.extend(self.diverged.alarm());
         v.extend(self.findings.alarms());
+        // C19 (fifth round): the CORRUPT alarm is the cluster's: every node that applied it
+        // shows it, whoever leads.
+        let state = self.applied.read().expect("state lock");
+        if let Some(a) = state.state.corrupt() {
+            if !v.contains(&a.why) {
+                v.push(a.why.clone());
+            }
+        }
         v
     }
 

@@ -441,7 +441,10 @@ async fn serve_rpcs(
         if srv.diverged.is()
             && !matches!(
                 req,
-                RpcRequest::Digest { .. } | RpcRequest::Diverged { .. } | RpcRequest::Standing
+                RpcRequest::Digest { .. }
+                    | RpcRequest::Diverged { .. }
+                    | RpcRequest::AppliedIds { .. }
+                    | RpcRequest::Standing
             )
         {
             crate::base::counters::raft_refused("diverged");
@@ -526,6 +529,9 @@ async fn serve_rpcs(
                 RpcReply::Standing(crate::raft::standing::standing_of(&srv.raft))
             }
             RpcRequest::Digest { index } => RpcReply::Digest(answer_digest(srv, index)),
+            RpcRequest::AppliedIds { from, to } => {
+                RpcReply::AppliedIds(srv.digests.applied_ids(from, to))
+            }
             // C15 (amended): the leader closes this connection on purpose; not a death.
             RpcRequest::Bye => return Ok(()),
             RpcRequest::Identify => RpcReply::Identity {
@@ -597,7 +603,8 @@ fn answer_digest(srv: &PeerServer, index: u64) -> DigestAnswer {
 }
 
 /// C19: the primary `from` (of `term`) says this node's digest at `index` is not the
-/// majority's `majority`. Taken only from the leader this node follows in that term, and only
+/// history's `majority` (the field's name is older than Raft's order: C19, fifth round — the
+/// history is the members that applied the higher entry where they first differ, `node/check.rs`). Taken only from the leader this node follows in that term, and only
 /// when its own digest there indeed differs; then this node marks itself and stops its Raft
 /// core (`raft/diverged.rs`).
 async fn told_diverged(
@@ -629,7 +636,7 @@ async fn told_diverged(
         Some(_) => {
             crate::log_warn!(
                 "node {}: node {from} says this node diverged at index {index}, but its digest \
-                 there is the majority's: ignored",
+                 there is the history's: ignored",
                 srv.node_id
             );
             false

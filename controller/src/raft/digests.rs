@@ -13,7 +13,7 @@
 //! compared).
 //!
 //! **What the check found** ([`Findings`]): the alarms the primary raised (a node whose digest
-//! differs from the majority's; digests without a majority), the last index at which every
+//! applied a lower entry than the history; the CORRUPT alarm's words), the last index at which every
 //! member that answered agreed, and the lock that runs one check at a time.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -29,6 +29,9 @@ use crate::sm::state::State;
 
 /// Digests kept (the newest).
 pub const KEEP: usize = 16;
+/// C19 (fifth round): the log ids of the newest applied entries kept, for the check to find
+/// the first index at which members applied different entries (24 bytes each: 1.5 MiB).
+pub const IDS_KEEP: usize = 1 << 16;
 
 /// The state as of a checkpoint entry, and its digest.
 pub struct Checkpoint {
@@ -50,9 +53,42 @@ struct Kept {
     latest: Option<Arc<Checkpoint>>,
 }
 
+/// The log ids of the newest applied entries, consecutive, newest last.
+#[derive(Default)]
+struct Ids {
+    ids: VecDeque<LogId>,
+}
+
+impl Ids {
+    fn push(&mut self, id: LogId) {
+        // Not the next index (a snapshot installed, a restart that replays): start afresh.
+        if self.ids.back().is_some_and(|l| l.index + 1 != id.index) {
+            self.ids.clear();
+        }
+        self.ids.push_back(id);
+        while self.ids.len() > IDS_KEEP {
+            self.ids.pop_front();
+        }
+    }
+
+    /// The ids of indexes `from..=to`, if every one of them is kept.
+    fn range(&self, from: u64, to: u64) -> Option<Vec<LogId>> {
+        let first = self.ids.front()?.index;
+        let last = self.ids.back()?.index;
+        if from > to || from < first || to > last {
+            return None;
+        }
+        let at = usize::try_from(from - first).ok()?;
+        let n = usize::try_from(to - from + 1).ok()?;
+        Some(self.ids.iter().skip(at).take(n).copied().collect())
+    }
+}
+
 /// This node's digests at its checkpoint entries.
 pub struct Digests {
     kept: Mutex<Kept>,
+    /// C19 (fifth round): the log ids it applied, newest last.
+    ids: Mutex<Ids>,
     /// Bumped whenever a digest is done: waiters wake on it.
     changed: watch::Sender<u64>,
 }
@@ -61,6 +97,7 @@ impl Digests {
     pub fn new() -> Arc<Digests> {
         Arc::new(Digests {
             kept: Mutex::new(Kept::default()),
+            ids: Mutex::new(Ids::default()),
             changed: watch::channel(0).0,
         })
     }
@@ -151,6 +188,24 @@ impl Digests {
     pub fn latest(&self) -> Option<Arc<Checkpoint>> {
         self.kept().latest.clone()
     }
+
+    /// The state machine applied `ids`, in order (one call per batch it applies).
+    pub fn applied(&self, ids: impl IntoIterator<Item = LogId>) {
+        let mut k = self.ids.lock().expect("applied ids lock");
+        for id in ids {
+            k.push(id);
+        }
+    }
+
+    /// C19 (fifth round): the log ids this node applied at indexes `from..=to`, if it still
+    /// knows every one (`None`: some are older than the newest [`IDS_KEEP`], or came in a
+    /// snapshot, or it has not applied `to` yet).
+    pub fn applied_ids(&self, from: u64, to: u64) -> Option<Vec<LogId>> {
+        if to.saturating_sub(from) >= IDS_KEEP as u64 {
+            return None;
+        }
+        self.ids.lock().expect("applied ids lock").range(from, to)
+    }
 }
 
 /// One finished consistency check (on the primary).
@@ -180,7 +235,7 @@ pub struct Findings {
 struct FindingsInner {
     /// Per node: why it is flagged.
     alarms: BTreeMap<NodeId, String>,
-    /// Digests that disagree without a majority.
+    /// The CORRUPT alarm's words (digests no log id can tell apart), as this primary found.
     no_majority: Option<String>,
     /// The last index at which every member that answered agreed.
     checked: u64,
@@ -299,6 +354,28 @@ mod tests {
             Some(want)
         );
         assert_eq!(rt.block_on(d.wait(99, Duration::from_millis(10))), None);
+    }
+
+    /// C19 (fifth round): the applied log ids are kept consecutive and bounded; a range is
+    /// answered only whole.
+    #[test]
+    fn applied_ids_are_answered_only_whole() {
+        let d = Digests::new();
+        assert_eq!(d.applied_ids(1, 1), None);
+        d.applied((1..=10).map(log_id));
+        assert_eq!(d.applied_ids(3, 5), Some((3..=5).map(log_id).collect()));
+        assert_eq!(d.applied_ids(0, 5), None, "before the first kept");
+        assert_eq!(d.applied_ids(5, 11), None, "not applied yet");
+        // A gap (a snapshot installed): only what follows it is known.
+        d.applied([log_id(20), log_id(21)]);
+        assert_eq!(d.applied_ids(10, 20), None);
+        assert_eq!(d.applied_ids(20, 21), Some(vec![log_id(20), log_id(21)]));
+        d.applied((22..22 + IDS_KEEP as u64).map(log_id));
+        assert_eq!(d.applied_ids(21, 21), None, "older than the newest kept");
+        assert!(
+            d.applied_ids(30, 30 + IDS_KEEP as u64).is_none(),
+            "too long a range"
+        );
     }
 
     /// Alarms stay until a later check clears them; a node that stops leading forgets them.

@@ -2,15 +2,15 @@
 //! operator repairs it.
 //!
 //! The primary's consistency check (`node/check.rs`) compares every member's state digest at
-//! a checkpoint entry; the digest a strict majority of the voters has is the cluster's, and a
-//! node with another one applied something the others did not (a lost write, a corrupted
-//! snapshot, a bug): its state cannot be trusted, and neither can its vote (its log may lack
+//! a checkpoint entry; where they differ, Raft's order decides (C19, fifth round): a node that
+//! applied a lower entry than the others where they first differ applied something that was
+//! never the cluster's (a lost or extra write): its state cannot be trusted, and neither can its vote (its log may lack
 //! what it acknowledged) nor its reads. The primary tells it ([`crate::raft::frame::RpcRequest::Diverged`]);
 //! the node checks the claim against its own digest at that index, writes a marker file
 //! (`DIR/diverged`, fsynced) and stops its Raft core: from then on it grants no vote or
 //! pre-vote, takes no append or snapshot (the raft port refuses them), never campaigns,
-//! answers clients NOT_READY and shows the alarm in `status`. A primary that finds itself in
-//! the minority does the same, so it stops leading and the others elect a primary as after a
+//! answers clients NOT_READY and shows the alarm in `status`. A primary that finds itself
+//! diverged does the same, so it stops leading and the others elect a primary as after a
 //! crash. The marker survives restarts: a restarted node stays stopped.
 //!
 //! The repair is the one for a lost disk: stop the node, empty its data directory (the marker
@@ -35,7 +35,8 @@ pub const MARKER: &str = "diverged";
 pub struct Divergence {
     /// The checkpoint entry at which this node's digest differed.
     pub index: u64,
-    /// This node's digest there, and the majority's (hex).
+    /// This node's digest there, and the history's (hex; the field's name is older than
+    /// C19's fifth round, kept so that a marker written before reads the same).
     pub ours: String,
     pub majority: String,
     /// Who found it (the primary then; this node itself when it led).
@@ -96,7 +97,7 @@ impl Diverged {
     pub fn alarm(&self) -> Option<String> {
         self.what().map(|d| {
             format!(
-                "this node diverged at index {} (its digest {}, the majority's {}): not voting \
+                "this node diverged at index {} (its digest {}, the history's {}): not voting \
                  or serving until repaired: empty its data directory and restart it with --join",
                 d.index,
                 short(&d.ours),
@@ -105,7 +106,7 @@ impl Diverged {
         })
     }
 
-    /// Records that this node's digest `ours` at `index` differs from the majority's: the
+    /// Records that this node's digest `ours` at `index` differs from the history's: the
     /// marker first (fsynced, with its directory), then the flag. `Ok(false)`: it was
     /// marked already.
     pub fn mark(
@@ -137,7 +138,7 @@ impl Diverged {
             std::fs::File::open(dir)?.sync_all()?;
         }
         crate::log_error!(
-            "node {}: this node's state digest at index {index} is {}, the majority's {} \
+            "node {}: this node's state digest at index {index} is {}, the history's {} \
              (found by node {found_by}): this node diverged (C19); it stops voting and serving \
              until repaired (docs/operations.md)",
             self.id,

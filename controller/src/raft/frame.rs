@@ -127,8 +127,9 @@ pub(crate) enum RpcRequest {
         index: u64,
     },
     /// C19: the primary `from`, leading in `term`, found the peer's digest at `index` differs
-    /// from the one a majority of the voters has (`majority`): the peer checks that against
-    /// its own and, if so, stops voting and serving (`raft/diverged.rs`).
+    /// from the history's (`majority`, a name older than C19's fifth round: the digest of the
+    /// members that applied the higher entry where they first differ, `node/check.rs`): the peer
+    /// checks that against its own and, if so, stops voting and serving (`raft/diverged.rs`).
     Diverged {
         index: u64,
         majority: Digest,
@@ -144,6 +145,12 @@ pub(crate) enum RpcRequest {
     /// not campaign early on it (`raft/elect.rs`). A peer of an earlier build cannot read it
     /// and closes, which is what it saw before.
     Bye,
+    /// C19 (fifth round): the log ids of the entries the peer applied at indexes
+    /// `from..=to` (the check's Raft order, `node/check.rs`).
+    AppliedIds {
+        from: u64,
+        to: u64,
+    },
     /// C12 (fifth round): where do you stand? Asked by a node that started without data, of
     /// every other voter, before it takes any append or grants any vote
     /// (`raft/standing.rs`). Answered even unstamped (the asker has no cluster id yet); the
@@ -208,6 +215,9 @@ pub(crate) enum RpcReply {
     },
     /// C12 (fifth round): the answer to [`RpcRequest::Standing`].
     Standing(Standing),
+    /// C19 (fifth round): the answer to [`RpcRequest::AppliedIds`] (`None`: not every one of
+    /// them is known any more, or not applied yet).
+    AppliedIds(Option<Vec<LogId>>),
 }
 
 /// C12 (fifth round): what a node tells a node that started without data of itself — the

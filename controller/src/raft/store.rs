@@ -895,10 +895,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: Send,
     {
         let mut out = Vec::new();
+        let mut ids = Vec::new();
         {
             let mut a = self.applied.write().expect("state lock");
             for e in entries {
                 a.last_applied = Some(e.log_id);
+                ids.push(e.log_id);
                 out.push(match e.payload {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Normal(batch) if batch.0.is_empty() => {
@@ -921,6 +923,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 });
             }
+        }
+        // C19 (fifth round): what was applied at each index, for the check's Raft order.
+        if let Some(d) = &self.digests {
+            d.applied(ids);
         }
         self.note_cluster();
         Ok(out)

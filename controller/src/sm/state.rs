@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use xce::error::E_XCE_DUP_JOB;
+use xce::error::{E_XCE_CORRUPT, E_XCE_DUP_JOB};
 use xce::wire;
 
 /// Request ids remembered per client for exactly-once writes (C4).
@@ -163,6 +163,40 @@ pub enum Cmd {
         id: [u8; 16],
         epoch: u32,
     },
+    /// C19 (fifth round): the primary's check found members' states differing where no log
+    /// id can tell which is the history: the CORRUPT alarm, on every member; client writes are
+    /// refused ([`E_XCE_CORRUPT`]) until a check finds every member agreeing again.
+    Corrupt {
+        index: u64,
+        why: String,
+    },
+    /// C19 (fifth round): a check after the repair found every member agreeing at `index`.
+    Repaired {
+        index: u64,
+    },
+}
+
+impl Cmd {
+    /// Whether this is a client's change of the job table (refused under the CORRUPT alarm),
+    /// rather than the cluster's own bookkeeping (handover, removal, id, alarm).
+    fn is_clients(&self) -> bool {
+        !matches!(
+            self,
+            Cmd::Handover { .. }
+                | Cmd::MemberRemoval { .. }
+                | Cmd::ClusterId { .. }
+                | Cmd::Corrupt { .. }
+                | Cmd::Repaired { .. }
+        )
+    }
+}
+
+/// C19 (fifth round): the CORRUPT alarm, part of the replicated state: raised at a checkpoint
+/// `index`, with the check's words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorruptAlarm {
+    pub index: u64,
+    pub why: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -366,6 +400,8 @@ pub struct State {
     dedup: HashMap<String, ClientWindow>,
     /// C20: the cluster's id (`None`: not recorded yet).
     cluster: Option<ClusterStamp>,
+    /// C19 (fifth round): the CORRUPT alarm, while raised.
+    corrupt: Option<CorruptAlarm>,
 }
 
 /// Everything in [`State`] but the job table: what a snapshot stores as JSON.
@@ -381,6 +417,9 @@ pub struct Header {
     /// Absent in snapshots of earlier builds.
     #[serde(default)]
     cluster: Option<ClusterStamp>,
+    /// Absent in snapshots of earlier builds (and when not raised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    corrupt: Option<CorruptAlarm>,
 }
 
 impl Default for State {
@@ -405,6 +444,7 @@ impl Default for State {
             applied: 0,
             dedup: HashMap::new(),
             cluster: None,
+            corrupt: None,
         }
     }
 }
@@ -445,6 +485,7 @@ impl State {
             applied: self.applied,
             dedup: self.dedup.clone(),
             cluster: self.cluster,
+            corrupt: self.corrupt.clone(),
         }
     }
 
@@ -461,6 +502,7 @@ impl State {
             applied: h.applied,
             dedup: h.dedup,
             cluster: h.cluster,
+            corrupt: h.corrupt,
         }
     }
 
@@ -473,6 +515,11 @@ impl State {
     /// C20: the cluster this state belongs to, if recorded.
     pub fn cluster(&self) -> Option<ClusterStamp> {
         self.cluster
+    }
+
+    /// C19 (fifth round): the CORRUPT alarm, if raised.
+    pub fn corrupt(&self) -> Option<&CorruptAlarm> {
+        self.corrupt.as_ref()
     }
 
     /// C20: `snapshot restore` makes a new cluster of a backup's state.
@@ -515,6 +562,12 @@ impl State {
                     return first.clone();
                 }
             }
+        }
+        // C19 (fifth round): under the CORRUPT alarm a client's write changes nothing, and
+        // the refusal is not remembered (a re-send after the repair is a new attempt). A
+        // re-send of a write applied before the alarm was answered above, as always.
+        if self.corrupt.is_some() && p.cmd.is_clients() {
+            return Outcome::err(E_XCE_CORRUPT);
         }
         let out = self.exec(&p.cmd, p.now_ms);
         if let Some(key) = key {
@@ -594,6 +647,19 @@ impl State {
             Cmd::Heartbeat { host } => self.heartbeat(host, now),
             Cmd::Handover { .. } | Cmd::MemberRemoval { .. } => Outcome::ok(),
             Cmd::ClusterId { id, epoch } => self.cluster_id(*id, *epoch),
+            Cmd::Corrupt { index, why } => {
+                if self.corrupt.is_none() {
+                    self.corrupt = Some(CorruptAlarm {
+                        index: *index,
+                        why: why.clone(),
+                    });
+                }
+                Outcome::ok()
+            }
+            Cmd::Repaired { .. } => {
+                self.corrupt = None;
+                Outcome::ok()
+            }
         }
     }
 
@@ -1070,6 +1136,12 @@ impl State {
                 c.raw(&k.id);
                 c.u64(u64::from(k.epoch));
             }
+        }
+        // Only while raised: a state without the alarm feeds what an earlier build fed.
+        if let Some(a) = &self.corrupt {
+            c.raw(b"corrupt");
+            c.u64(a.index);
+            c.text(&a.why);
         }
         c.u64(self.applied);
         c.u64(self.next_task_id);

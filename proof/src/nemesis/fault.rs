@@ -399,12 +399,20 @@ impl Stage<'_> {
     pub fn resolve(&self, t: Target) -> (u32, String) {
         let primary = self.primary();
         let n = self.cluster.nodes.len() as u32;
+        // Free: not held by this episode, and running if any such runs (a node that stopped
+        // on its own and will not start again — a finding already — is no target).
         let free: Vec<u32> = (1..=n).filter(|i| !self.busy.contains(i)).collect();
         let free = if free.is_empty() {
             (1..=n).collect()
         } else {
             free
         };
+        let running: Vec<u32> = free
+            .iter()
+            .copied()
+            .filter(|&i| self.cluster.node(i).is_running())
+            .collect();
+        let free = if running.is_empty() { free } else { running };
         match (t, primary) {
             (Target::Primary, Some(p)) => (p, format!("node {p} (primary)")),
             (Target::Primary, None) => {
@@ -476,6 +484,13 @@ impl Stage<'_> {
     /// whose endpoint never answers: the cluster's.
     fn failpoint(&self, id: u32, method: &str, name: &str, actions: &str) -> Result<(), Trouble> {
         let what = format!("{method} /fail/{name} {actions} on node {id}");
+        if method == "PUT" && !self.cluster.node(id).is_running() {
+            // Only a node that stopped on its own and did not start again (a finding
+            // already, see the executor) is down when a fault begins.
+            return Err(Trouble::Cluster(format!(
+                "{what}: the node is down (it stopped on its own and did not start again)"
+            )));
+        }
         let deadline = Instant::now() + HTTP_RETRY;
         loop {
             let path = format!("/fail/{name}");

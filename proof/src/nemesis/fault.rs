@@ -641,19 +641,7 @@ impl Fault {
                 )
             }
             Fault::LeaderTransfer { to } => leader_transfer(st, *to),
-            Fault::DiskLoss(t) => {
-                let (n, how) = st.resolve(*t);
-                if let Some(skip) = still_catching_up(st, n) {
-                    return Ok(skip);
-                }
-                st.cluster.kill(n);
-                st.cluster.wipe(n).map_err(harness("wipe"))?;
-                st.cluster.restart(n).map_err(harness("restart blank"))?;
-                one(
-                    vec![n],
-                    format!("{how} killed (-9), data directory emptied, started again blank"),
-                )
-            }
+            Fault::DiskLoss(t) => disk_loss(st, *t),
             Fault::DeposedPrimary => deposed_primary(st),
         }
     }
@@ -784,6 +772,23 @@ fn deposed_primary(st: &mut Stage<'_>) -> Result<Applied, Trouble> {
     }
 }
 
+/// S20: node `t` killed, its data directory emptied, started again blank with the same flags
+/// (C12's path) — once no other node is still catching up.
+fn disk_loss(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
+    let (n, how) = st.resolve(t);
+    if let Some(skip) = still_catching_up(st, n) {
+        return Ok(skip);
+    }
+    st.cluster.kill(n);
+    st.cluster.wipe(n).map_err(harness("wipe"))?;
+    st.cluster.restart(n).map_err(harness("restart blank"))?;
+    Ok(Applied {
+        nodes: vec![n],
+        note: format!("{how} killed (-9), data directory emptied, started again blank"),
+        ..Applied::default()
+    })
+}
+
 /// A disk loss of node `n` skipped because another node is still catching up (C12) after
 /// [`Stage::wait_caught_up`]; `None`: it may go ahead.
 fn still_catching_up(st: &Stage<'_>, n: u32) -> Option<Applied> {
@@ -839,14 +844,9 @@ fn exited(c: &NetCluster, id: u32) -> bool {
     }
 }
 
-/// C21: node `t`'s disk fills (ENOSPC on a follower's append, the leader's flush, the vote):
-/// it must exit [`STORAGE_FAULT_EXIT`] within [`DISK_FULL_EXIT_BOUND`]. That exit is expected
-/// (recorded as such); any other exit, or none, is a finding. The node is left down for the
-/// heal to start again with its data as it was.
-fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
-    let (n, how) = st.resolve(t);
-    let log_before = last_log_index(st.cluster, n);
-    let t0 = Instant::now();
+/// Sets [`DISK_FULL_POINTS`] on node `n` (ENOSPC), the first one waited for; the ones set
+/// (the first can stop the node before the others are set).
+fn fill_disk(st: &mut Stage<'_>, n: u32) -> Result<Vec<&'static str>, Trouble> {
     let mut set = Vec::new();
     for p in DISK_FULL_POINTS {
         if set.is_empty() {
@@ -875,6 +875,18 @@ fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
             break;
         }
     }
+    Ok(set)
+}
+
+/// C21: node `t`'s disk fills (ENOSPC on a follower's append, the leader's flush, the vote):
+/// it must exit [`STORAGE_FAULT_EXIT`] within [`DISK_FULL_EXIT_BOUND`]. That exit is expected
+/// (recorded as such); any other exit, or none, is a finding. The node is left down for the
+/// heal to start again with its data as it was.
+fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
+    let (n, how) = st.resolve(t);
+    let log_before = last_log_index(st.cluster, n);
+    let t0 = Instant::now();
+    let set = fill_disk(st, n)?;
     let status = st.cluster.wait_exit(n, DISK_FULL_EXIT_BOUND);
     let took = t0.elapsed();
     let note = format!("disk full on {how} ({}=return(ENOSPC))", set.join(", "));

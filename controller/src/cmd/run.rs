@@ -162,6 +162,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &stores.amnesia,
     );
     let amnesia = stores.amnesia.clone();
+    let started_blank = amnesia.unsure();
     let forwarded = serve_raft_port(
         ports.raft,
         &raft,
@@ -228,7 +229,10 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         // C21: `run` ends the process with its own status.
         why = fault::wait() => Err(format!("storage fault: {why}")),
         // Issue 26: a removed member learns it and stops (`run` exits with its status).
-        why = crate::raft::removed::watch(raft.clone(), id, args.join) => {
+        // A node that started blank replays the cluster's history like a `--join` node, in
+        // which its id may have been removed and added again (found by the nemesis: a node
+        // re-added, then its disk lost and restarted with its first flags, exited 78).
+        why = crate::raft::removed::watch(raft.clone(), id, args.join || started_blank) => {
             let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
             Err(why)
         }

@@ -264,15 +264,15 @@ struct Stores {
 fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let id = args.id;
     private_dir(&args.data)?;
-    let db = store::open_db(&args.data)?;
-    let blank = store::is_blank(&db, &args.data)?;
+    let st = store::open_store(&args.data)?;
+    let blank = store::is_blank(&st, &args.data)?;
     let amnesia = Amnesia::open(id, &args.data, blank)
         .map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let belonging = store::open_belonging(&db, blank)?;
-    let persist_db = db.clone();
+    let belonging = store::open_belonging(&st, blank)?;
+    let persist = st.clone();
     let identity = Identity::new(
         belonging,
-        Box::new(move |b| store::save_belonging(&persist_db, b)),
+        Box::new(move |b| store::save_belonging(&persist, b)),
     );
     match belonging {
         crate::base::cluster_id::Belonging::Member(t) => {
@@ -286,7 +286,7 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     }
     let diverged = Diverged::open(id, &args.data);
     let digests = Digests::new();
-    let log = LogStore::new(db.clone(), &args.data);
+    let log = LogStore::new(&st);
     // C12: the node's own election, told by the store once its vote is on disk.
     let told = amnesia.clone();
     log.on_vote(Box::new(move |vote| told.vote_saved(vote)));

@@ -125,6 +125,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     }
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(args.opts.election_max_ms));
+    let compacting = stores.log_reader.clone();
     let elect = start_elections(
         &raft,
         &args,
@@ -148,7 +149,14 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &elect,
         &links,
     );
-    let ready = start_tasks(&raft, &args, &stores.applied, stores.handovers, start_last);
+    let ready = start_tasks(
+        &raft,
+        &args,
+        &stores.applied,
+        compacting,
+        stores.handovers,
+        start_last,
+    );
     let ctx = Arc::new(Ctx {
         id,
         raft: raft.clone(),
@@ -445,7 +453,7 @@ async fn start_raft(
         election_timeout_max: o.election_max_ms,
         // C15: openraft's timer never campaigns; `raft/elect.rs` does, after a pre-vote.
         enable_elect: false,
-        ..store_config(o)
+        ..store_config()
     }
     .validate()
     .map_err(|e| format!("raft config: {e}"))?;
@@ -578,20 +586,24 @@ fn serve_raft_port(
 /// Where the raft port finds the client port's context (set once it exists).
 type Forwarded = Arc<std::sync::OnceLock<Arc<Ctx>>>;
 
-/// The node's own tasks: snapshots, the role log, C14's handover follower, C11's barrier and
-/// (C17: never with --join; the leader's appends do) a new cluster's initialisation.
+/// The node's own tasks: snapshots and purges, the role log, C14's handover follower, C11's
+/// barrier and (C17: never with --join; the leader's appends do) a new cluster's
+/// initialisation.
 fn start_tasks(
     raft: &Raft,
     args: &RunArgs,
     applied: &SharedApplied,
+    log: LogStore,
     handovers: UnboundedReceiver<crate::raft::handover::Applied>,
     start_last: Option<u64>,
 ) -> Arc<Readiness> {
     let id = args.id;
-    tokio::spawn(store::snapshot_trigger(
+    tokio::spawn(crate::raft::compaction::run(
         raft.clone(),
         applied.clone(),
-        args.opts.snapshot_logs,
+        log,
+        args.data.clone(),
+        crate::raft::compaction::Policy::new(id, args.opts.snapshot_logs, args.opts.log_keep),
     ));
     tokio::spawn(log_roles(raft.clone(), id, args.data.clone()));
     tokio::spawn(crate::raft::handover::follow(
@@ -687,13 +699,15 @@ async fn stop_on_signal(
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
 }
 
-/// The storage side of the Raft config (P12): snapshots are triggered by
-/// [`store::snapshot_trigger`] (by writes and table size, not entries); a snapshot of a big
-/// table is streamed as a file and may take seconds to send and install.
-fn store_config(o: &NodeOpts) -> Config {
+/// The storage side of the Raft config (P12, C24): snapshots are triggered and the log purged
+/// behind them by `raft/compaction.rs` (by bytes, not entries: openraft's own policies are
+/// off); a snapshot of a big table is streamed as a file and may take seconds to send and
+/// install.
+fn store_config() -> Config {
     Config {
         snapshot_policy: SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: o.log_keep,
+        // Nothing kept by count: openraft purges only where `raft/compaction.rs` asks.
+        max_in_snapshot_log_to_keep: u64::MAX,
         install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
         max_payload_entries: crate::raft::propose::MAX_PAYLOAD_ENTRIES,
         ..Default::default()

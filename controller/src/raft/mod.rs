@@ -5,6 +5,7 @@
 //! marker of a node that diverged.
 
 pub mod amnesia;
+pub mod compaction;
 pub mod digests;
 pub mod diverged;
 pub mod elect;

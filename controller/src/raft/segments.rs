@@ -48,7 +48,10 @@ const REC_HEAD: u64 = 16;
 /// Largest entry accepted (a batched entry is at most a few MiB: `raft/propose.rs`); a longer
 /// length read back is a torn record.
 pub const MAX_ENTRY: u32 = 64 << 20;
-/// A segment's size.
+/// Bounds of a segment's size (`Segments::set_target`).
+pub const MIN_SEGMENT: u64 = 64 << 10;
+pub const MAX_SEGMENT: u64 = 64 << 20;
+/// A new log's segments, until the first snapshot sizes them.
 const FIRST_SEGMENT: u64 = 256 << 10;
 
 /// One segment file.
@@ -289,6 +292,11 @@ impl Segments {
         (!self.locs.is_empty()).then(|| self.next_index() - 1)
     }
 
+    /// Sets the size beyond which appends start a new segment (within the bounds).
+    pub fn set_target(&mut self, bytes: u64) {
+        self.target = bytes.clamp(MIN_SEGMENT, MAX_SEGMENT);
+    }
+
     /// Segment `no` (numbers grow along the deque, with gaps where a truncate removed some).
     fn seg(&self, no: u64) -> Option<&Seg> {
         let i = self.segs.binary_search_by_key(&no, |s| s.no).ok()?;
@@ -463,6 +471,27 @@ impl Segments {
             gone.push(self.segs.pop_front().expect("checked").path);
         }
         gone
+    }
+
+    /// The first index to keep when the log up to `snapshot` is in a snapshot and at most
+    /// `keep_bytes` and `keep_entries` of it are kept behind the snapshot: every entry before
+    /// it may be purged. `None`: nothing to purge.
+    pub fn keep_from(&self, snapshot: u64, keep_bytes: u64, keep_entries: u64) -> Option<u64> {
+        let top = snapshot.min(self.last_index()?);
+        if top < self.first {
+            return None;
+        }
+        let mut keep = top + 1;
+        let mut bytes = 0;
+        while keep > self.first && top + 1 - keep < keep_entries {
+            let l = self.locs[(keep - 1 - self.first) as usize];
+            bytes += REC_HEAD + u64::from(l.len);
+            if bytes > keep_bytes {
+                break;
+            }
+            keep -= 1;
+        }
+        (keep > self.first).then_some(keep)
     }
 }
 
@@ -664,5 +693,20 @@ mod tests {
         assert!(!next.exists());
         assert_eq!(s.last_index(), Some(5));
         s.append([(6, &bytes(6)[..])]).unwrap();
+    }
+
+    /// What a purge may remove behind a snapshot: at most so many bytes and entries kept.
+    #[test]
+    fn what_is_kept_behind_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Segments::open(dir.path(), None).unwrap();
+        let b = [0u8; 84]; // 100 bytes a record
+        s.append((0..100).map(|i| (i, &b[..]))).unwrap();
+        // Everything up to 79 in the snapshot; keep 1000 bytes: 70..=79 kept, 0..=69 purged.
+        assert_eq!(s.keep_from(79, 1000, 10_000), Some(70));
+        assert_eq!(s.keep_from(79, 1099, 10_000), Some(70));
+        assert_eq!(s.keep_from(79, 100_000, 5), Some(75));
+        assert_eq!(s.keep_from(79, 100_000, 10_000), None);
+        assert_eq!(s.keep_from(500, 1000, 10_000), Some(90));
     }
 }

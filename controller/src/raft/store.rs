@@ -28,7 +28,7 @@ use crate::base::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote
 use crate::raft::digests::Digests;
 use crate::raft::meta::{Meta, MetaFile, META_FILE};
 use crate::raft::segments::{Segments, LOG_DIR};
-use crate::raft::types::{Entry, Raft, Snapshot, TypeConfig};
+use crate::raft::types::{Entry, Snapshot, TypeConfig};
 use crate::sm::entry::Batch;
 use crate::sm::snapshot::{self, SnapFile};
 use crate::sm::state::{ClusterStamp, Outcome, State};
@@ -315,6 +315,7 @@ impl Flusher {
         segs: Arc<Mutex<Segments>>,
         recent: Arc<Mutex<Recent>>,
         file: Arc<PathBuf>,
+        appended: Arc<AtomicU64>,
     ) -> Flusher {
         let (tx, rx) = std::sync::mpsc::channel::<Flush>();
         let shared = Arc::new(FlushState {
@@ -344,7 +345,9 @@ impl Flusher {
                             )
                         });
                         noted("log_flush", &file, res)
-                            .map(drop)
+                            .map(|n| {
+                                appended.fetch_add(n, Ordering::Relaxed);
+                            })
                             .map_err(|e| e.to_string())
                     };
                     if res.is_err() {
@@ -559,6 +562,8 @@ pub struct LogStore {
     flusher: Arc<Flusher>,
     /// Deletes purged segments off the Raft core (C24).
     janitor: Arc<Janitor>,
+    /// Bytes appended to the log since the start (the snapshot trigger reads it).
+    appended: Arc<AtomicU64>,
     /// C12: told of every vote saved, once it is on disk (`raft/amnesia.rs`).
     on_vote: Arc<std::sync::OnceLock<OnVote>>,
 }
@@ -571,16 +576,19 @@ impl LogStore {
     pub fn new(store: &Store) -> LogStore {
         let recent: Arc<Mutex<Recent>> = Arc::default();
         let file = Arc::new(store.dir.join(LOG_DIR));
+        let appended = Arc::new(AtomicU64::new(0));
         LogStore {
             flusher: Arc::new(Flusher::start(
                 store.segs.clone(),
                 recent.clone(),
                 file.clone(),
+                appended.clone(),
             )),
             janitor: Arc::new(Janitor::start()),
             store: store.clone(),
             file,
             recent,
+            appended,
             on_vote: Arc::default(),
         }
     }
@@ -592,6 +600,29 @@ impl LogStore {
 
     fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
         self.recent.lock().expect("log cache lock")
+    }
+
+    /// Bytes appended to this node's log since it started (C24: snapshots are sized by it).
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended.load(Ordering::Relaxed)
+    }
+
+    /// Where the log should be purged to once a snapshot holds everything up to `snapshot`:
+    /// at most `keep_bytes` and `keep_entries` of the log stay behind the snapshot (P14: a
+    /// follower that fell that far behind catches up from the log; further behind, the
+    /// snapshot costs it no more). `None`: nothing to purge.
+    pub fn purge_point(&self, snapshot: u64, keep_bytes: u64, keep_entries: u64) -> Option<u64> {
+        let keep = self
+            .store
+            .segs()
+            .keep_from(snapshot, keep_bytes, keep_entries)?;
+        keep.checked_sub(1)
+    }
+
+    /// Sizes the log's segments to a snapshot of `bytes` (C24: a purge frees whole segments,
+    /// so a segment is an eighth of what the log keeps at most).
+    pub fn size_segments(&self, snapshot_bytes: u64) {
+        self.store.segs().set_target(snapshot_bytes / 8);
     }
 
     /// Reads `[start, end)` from the segments (after any pending flush).
@@ -761,7 +792,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // The commit is durable (fsynced) when it returns: only then are the entries readable
         // from the cache and the flush reported.
         match &res {
-            Ok(_) => {
+            Ok(n) => {
+                self.appended.fetch_add(*n, Ordering::Relaxed);
                 self.recent().appended(kept);
                 callback.log_io_completed(Ok(()))
             }
@@ -1064,37 +1096,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta,
             snapshot: Box::new(file),
         }))
-    }
-}
-
-/// Proposals since the last snapshot that trigger the next one: at least `min_writes`, and at
-/// least a quarter of the table, so the log on disk stays within about a quarter of the
-/// snapshot's size and writing a snapshot costs O(1) per write on average.
-pub fn snapshot_due(since_last: u64, jobs: usize, min_writes: u64) -> bool {
-    since_last >= min_writes.max(jobs as u64 / 4)
-}
-
-/// Triggers snapshots by [`snapshot_due`] (openraft's own policy counts entries, and one
-/// entry may hold hundreds of writes).
-pub async fn snapshot_trigger(raft: Raft, applied: SharedApplied, min_writes: u64) {
-    let mut last = applied.read().expect("state lock").state.applied_count();
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
-    loop {
-        tick.tick().await;
-        let (now, jobs) = {
-            let a = applied.read().expect("state lock");
-            (a.state.applied_count(), a.state.job_count())
-        };
-        if now < last {
-            // A snapshot from the leader replaced the state.
-            last = now;
-        }
-        if snapshot_due(now - last, jobs, min_writes) {
-            if raft.trigger().snapshot().await.is_err() {
-                return;
-            }
-            last = now;
-        }
     }
 }
 

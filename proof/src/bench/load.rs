@@ -313,8 +313,9 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 }
 
 /// What a node's data directory holds on disk (st_blocks): its snapshot file
-/// (`snapshot.bin`) and everything else — the log store (the log, the vote, the Raft metadata;
-/// C24: its size follows the unpurged log) and small markers.
+/// (`snapshot.bin`) and everything else but a snapshot on its way (`snapshot.*.tmp`) — the log
+/// store (the log, the vote, the Raft metadata; C24: its size follows the unpurged log) and
+/// small markers.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Split {
     pub snapshot: u64,
@@ -323,10 +324,23 @@ pub struct Split {
 
 pub fn split(dir: &Path) -> Split {
     use std::os::unix::fs::MetadataExt;
-    let snapshot = std::fs::metadata(dir.join("snapshot.bin")).map_or(0, |m| m.blocks() * 512);
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512);
+    let snapshot = size(&dir.join("snapshot.bin"));
+    // A snapshot being written or received (`snapshot.*.tmp`) is neither.
+    let passing: u64 = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with("snapshot.") && n.ends_with(".tmp")
+                })
+                .map(|e| size(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0);
     Split {
         snapshot,
-        log_store: disk_bytes(dir).saturating_sub(snapshot),
+        log_store: disk_bytes(dir).saturating_sub(snapshot + passing),
     }
 }
 

@@ -95,9 +95,10 @@ timing and limits:
   --max-connections N    concurrent authenticated client connections (default 1024); besides
                          them, at most 64 unauthenticated ones (in their TLS handshake, 3 s at
                          most, or anonymous, 10 s at most), the oldest closed for a newcomer
-  --snapshot-logs N      snapshot after this many applied entries (default 1000)
-  --log-keep N           log entries kept behind a snapshot, for lagging followers
-                         (default 20000)
+  --snapshot-logs N      a snapshot once this many writes were applied since the last one
+                         (default 1000) and the log grew by half the last snapshot's size
+  --log-keep N           log entries kept behind a snapshot at most, for lagging followers
+                         (default 20000; never more than half the snapshot's size)
   --cluster-name NAME    reported by clusterconf (default xce)
   --consistency-check-ms N  the primary compares its members' state digests this often
                          (default 2000; at least 20 times the time one digest takes; 0: only

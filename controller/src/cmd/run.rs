@@ -121,6 +121,10 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;
+    // C24: measured again now that the data directory holds the stores.
+    if let Some(g) = crate::base::disk::guard() {
+        g.remeasure();
+    }
     let links = Links {
         identity: stores.identity.clone(),
         ..links

@@ -186,9 +186,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &raft,
         &args,
         &stores.applied,
-        compacting,
-        stores.handovers,
-        start_last,
+        Handed {
+            log: compacting,
+            handovers: stores.handovers,
+            start_last,
+        },
         &elect,
         amnesia,
     );
@@ -660,6 +662,14 @@ fn serve_raft_port(
 /// Where the raft port finds the client port's context (set once it exists).
 type Forwarded = Arc<std::sync::OnceLock<Arc<Ctx>>>;
 
+/// What the stores hand to the node's own tasks: the log compaction owns, the applied
+/// handovers C14's follower reads, and the last log index at start.
+struct Handed {
+    log: LogStore,
+    handovers: UnboundedReceiver<crate::raft::handover::Applied>,
+    start_last: Option<u64>,
+}
+
 /// The node's own tasks: snapshots and purges, the role log, C14's handover follower, C11's
 /// barrier and (C17: never with --join; the leader's appends do) a new cluster's
 /// initialisation.
@@ -667,13 +677,16 @@ fn start_tasks(
     raft: &Raft,
     args: &RunArgs,
     applied: &SharedApplied,
-    log: LogStore,
-    handovers: UnboundedReceiver<crate::raft::handover::Applied>,
-    start_last: Option<u64>,
+    handed: Handed,
     elect: &Arc<Elections>,
     amnesia: Arc<Amnesia>,
 ) -> Arc<Readiness> {
     let id = args.id;
+    let Handed {
+        log,
+        handovers,
+        start_last,
+    } = handed;
     tokio::spawn(crate::raft::compaction::run(
         raft.clone(),
         applied.clone(),

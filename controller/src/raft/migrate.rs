@@ -1,16 +1,16 @@
 //! Upgrade (C24): a data directory an earlier build wrote — its log, vote, purge point and
 //! cluster in one `redb` database, `DIR/raft.redb` — is moved on its first start by this build
-//! into the segmented log (`DIR/log/`, `raft/segments.rs`) and the metadata file
+//! into the segmented log (`DIR/raft-log/`, `raft/segments.rs`) and the metadata file
 //! (`DIR/raft.meta`, `raft/meta.rs`). The snapshot file is the same in both.
 //!
 //! Crash-safe by its order: `raft.meta` is made last, and its presence is what says the
 //! directory is upgraded. Until then `raft.redb` is untouched and authoritative, so a crash at
 //! any earlier step leaves the directory as the older build wrote it, and the next start does
-//! the whole move again (whatever an earlier try left in `log.upgrade/` or `log/` is removed
-//! first: nothing else writes there before `raft.meta` exists).
+//! the whole move again (whatever an earlier try left in `raft-log.upgrade/` or `raft-log/` is
+//! removed first: nothing else writes there before `raft.meta` exists).
 //!
-//! 1. the database's entries after its purge point are written to `DIR/log.upgrade/` (each
-//!    write fsynced), which is then renamed to `DIR/log/` (the directory fsynced);
+//! 1. the database's entries after its purge point are written to `DIR/raft-log.upgrade/` (each
+//!    write fsynced), which is then renamed to `DIR/raft-log/` (the directory fsynced);
 //! 2. `raft.meta` is made with the database's vote, purge point, committed index and cluster
 //!    (written beside, fsynced, renamed, the directory fsynced);
 //! 3. `raft.redb` is replaced by a short text saying what happened ([`TOMBSTONE`]), which an
@@ -33,10 +33,10 @@ pub const DB_FILE: &str = "raft.redb";
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Where the log is written before it is renamed into place.
-const UPGRADE_DIR: &str = "log.upgrade";
+const UPGRADE_DIR: &str = "raft-log.upgrade";
 /// What `raft.redb` holds once the directory is upgraded (or was made by this build).
 pub const TOMBSTONE: &str = "xce-controller: this data directory holds the segmented log \
-(log/ and raft.meta); an xce-controller build from before the segmented log cannot read it, \
+(raft-log/ and raft.meta); an xce-controller build from before the segmented log cannot read it, \
 and refuses to open this file.\n";
 /// Bytes of entries per write while the log is moved.
 const BATCH_BYTES: usize = 4 << 20;
@@ -109,7 +109,8 @@ fn read_old(path: &Path) -> Result<Old, String> {
     Ok(Old { meta, entries })
 }
 
-/// Moves the entries to `DIR/log/` through `DIR/log.upgrade/`, each re-encoded by `recode`.
+/// Moves the entries to `DIR/raft-log/` through `DIR/raft-log.upgrade/`, each re-encoded by
+/// `recode`.
 fn move_log(dir: &Path, old: &Old, recode: Recode) -> Result<(), String> {
     let s = |e: std::io::Error| e.to_string();
     let tmp = dir.join(UPGRADE_DIR);
@@ -275,7 +276,7 @@ pub(crate) mod tests {
                 move_log(d, &read_old(&d.join(DB_FILE)).unwrap(), same_bytes).unwrap();
                 std::fs::rename(d.join(LOG_DIR), d.join(UPGRADE_DIR)).unwrap();
             }),
-            ("log/ in place, no raft.meta", |d| {
+            ("raft-log/ in place, no raft.meta", |d| {
                 move_log(d, &read_old(&d.join(DB_FILE)).unwrap(), same_bytes).unwrap();
             }),
             ("raft.meta made, raft.redb still the database", |d| {

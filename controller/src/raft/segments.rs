@@ -1,9 +1,9 @@
-//! The Raft log on disk (C1, C24): append-only segment files in `DIR/log/`, so the log store
+//! The Raft log on disk (C1, C24): append-only segment files in `DIR/raft-log/`, so the log store
 //! is the size of the unpurged log — a purge deletes whole segments — and an append is one
 //! write and one `fdatasync`.
 //!
 //! ```text
-//! DIR/log/0000000000000007.seg   segment 7 (numbers grow; a number is never reused)
+//! DIR/raft-log/0000000000000007.seg   segment 7 (numbers grow; a number is never reused)
 //!   header:  "XCESEG01", u64 LE segment number
 //!   records: u32 LE length of the entry, u32 LE CRC-32 of (length, index, entry),
 //!            u64 LE index, the entry (as `raft/store.rs` encodes it)
@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The log's directory in a data directory.
-pub const LOG_DIR: &str = "log";
+pub const LOG_DIR: &str = "raft-log";
 const MAGIC: &[u8; 8] = b"XCESEG01";
 const SEG_HEAD: u64 = 16;
 /// Length, checksum, index.

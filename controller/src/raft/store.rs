@@ -1,9 +1,9 @@
-//! Durable Raft storage (C1, C24): the log in segment files (`DIR/log/`, `raft/segments.rs`),
-//! the vote, the purge point and the cluster in a metadata file (`DIR/raft.meta`,
-//! `raft/meta.rs`). Every write is fsynced before it is reported, so `kill -9` and a restart
-//! with the same data directory bring the node back; the log store's size follows the
-//! unpurged log (a purge deletes whole segments, in the background). A directory an earlier
-//! build wrote (`raft.redb`) is moved into this form on the first start (`raft/migrate.rs`).
+//! Durable Raft storage (C1, C24): the log in segment files (`DIR/raft-log/`, `raft/segments.rs`),
+//! the vote, the purge point and the cluster in a metadata file (`DIR/raft.meta`, `raft/meta.rs`).
+//! Every write is fsynced before it is reported, so `kill -9` and a restart with the same data
+//! directory bring the node back; the log store's size follows the unpurged log (a purge deletes
+//! whole segments, in the background). A directory an earlier build wrote (`raft.redb`) is moved
+//! into this form on the first start (`raft/migrate.rs`).
 //!
 //! The state machine itself lives in memory: on start it is restored from the snapshot file
 //! (`DIR/snapshot.bin`, see `sm/snapshot.rs`) and openraft re-applies the committed log after it.

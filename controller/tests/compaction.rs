@@ -114,7 +114,7 @@ fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
         });
     }
     let segments = |ctrl: &Ctrl, id: u64| {
-        std::fs::read_dir(ctrl.dir.path().join(format!("data-{id}/log")))
+        std::fs::read_dir(ctrl.dir.path().join(format!("data-{id}/raft-log")))
             .map(|rd| rd.count())
             .unwrap_or(0)
     };

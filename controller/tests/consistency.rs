@@ -252,3 +252,41 @@ fn two_members_changed_alike_do_not_outvote_the_primary() {
         ctrl.client(q).ok(submit(9_000, "bob", ""));
     }
 }
+
+/// The nemesis's seed 107 (S20): a `hello` or `clusterConf` answered from the applied state
+/// asked for the node's alarms, which read the state again (C19's CORRUPT alarm) on the same
+/// thread; with the state machine's writer waiting between the two reads, std's `RwLock`
+/// deadlocked both tokio workers and the primary answered nothing for two minutes. The state's
+/// lock now refuses a second guard on one thread at once (`raft/state_lock.rs`: a panic, so the
+/// call fails), whether or not a writer is waiting: every reading op is answered on a primary
+/// and a standby, under writes, with the state taken once.
+#[test]
+fn every_read_takes_the_applied_state_once() {
+    let mut ctrl = Ctrl::start(3, &[]);
+    let p = ctrl.wait_settled(STARTUP);
+    fill(&ctrl, p, 1, 20);
+    let s = *ctrl.clients.keys().find(|&&id| id != p).unwrap();
+    for id in [p, s] {
+        let mut c = ctrl.client(id);
+        for op in [
+            hello(),
+            Op::ClusterConf,
+            Op::JobInfo { job_id: 1 },
+            Op::ResList,
+            Op::WorkerList,
+        ] {
+            let what = format!("{op:?} on node {id}");
+            let r = c.try_call(op);
+            assert!(r.is_ok(), "{what}: {r:?}\n{}", ctrl.all_logs());
+        }
+    }
+    let mut c = ctrl.client(p);
+    for _ in 0..3 {
+        let r = c.try_call(hello());
+        assert!(
+            matches!(r.as_ref().map(|r| &r.data), Ok(ReplyData::CtrlInfo(_))),
+            "{r:?}"
+        );
+    }
+    let _ = &mut ctrl;
+}

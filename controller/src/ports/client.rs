@@ -1363,11 +1363,17 @@ async fn answer_as(
 
 fn read(ctx: &Ctx, req: &Request) -> Reply {
     let seq = req.seq;
+    // The node's own view reads the state itself (its alarms: C19's CORRUPT): taken before the
+    // state's guard, never under it (`raft/state_lock.rs`: one guard per thread).
+    match &req.op {
+        Op::Hello(_) => return Reply::ok(seq, ReplyData::CtrlInfo(ctx.info())),
+        Op::ClusterConf => return cluster_conf(ctx, seq),
+        _ => {}
+    }
     let a = ctx.applied.read().expect("state lock");
     let st = &a.state;
     let enoent = || Reply::status(seq, -libc::ENOENT);
     match &req.op {
-        Op::Hello(_) => Reply::ok(seq, ReplyData::CtrlInfo(ctx.info())),
         // The unpaged op answers only what fits one frame (older clients; ours page).
         Op::JobList(f) => {
             let budget = crate::sm::listing::hard_budget(0, ctx.limits.max_message_bytes);
@@ -1387,40 +1393,6 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
         Op::ResVal { host } => st
             .resvals(host)
             .map_or_else(enoent, |r| Reply::ok(seq, ReplyData::ResVals(r))),
-        Op::ClusterConf => {
-            let info = ctx.info();
-            // C17: the current membership; a learner (still catching up) is initializing.
-            let m = ctx.raft.metrics().borrow().membership_config.clone();
-            let controllers = m
-                .membership()
-                .nodes()
-                .map(|(&id, n)| {
-                    let (host, port) = split_addr(&n.client).unwrap_or_default();
-                    wire::ControllerEntry {
-                        id: id as u32,
-                        host,
-                        port,
-                        role: if id as u32 == info.primary_id {
-                            ControllerRole::Primary
-                        } else if m.membership().voter_ids().any(|v| v == id) {
-                            ControllerRole::Standby
-                        } else {
-                            ControllerRole::Initializing
-                        },
-                    }
-                })
-                .collect();
-            Reply::ok(
-                seq,
-                ReplyData::ClusterConf(wire::ClusterConf {
-                    cluster_name: ctx.opts.cluster_name.clone(),
-                    controllers,
-                    primary_id: info.primary_id,
-                    term: info.term,
-                    queues: st.queues(),
-                }),
-            )
-        }
         other => {
             crate::log_error!(
                 "node {}: unexpected op {} in read path",
@@ -1430,6 +1402,43 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
             Reply::status(seq, -libc::EINVAL)
         }
     }
+}
+
+/// `clusterConf`: the membership with the primary this node knows, and the queues.
+fn cluster_conf(ctx: &Ctx, seq: u64) -> Reply {
+    let info = ctx.info();
+    // C17: the current membership; a learner (still catching up) is initializing.
+    let m = ctx.raft.metrics().borrow().membership_config.clone();
+    let controllers = m
+        .membership()
+        .nodes()
+        .map(|(&id, n)| {
+            let (host, port) = split_addr(&n.client).unwrap_or_default();
+            wire::ControllerEntry {
+                id: id as u32,
+                host,
+                port,
+                role: if id as u32 == info.primary_id {
+                    ControllerRole::Primary
+                } else if m.membership().voter_ids().any(|v| v == id) {
+                    ControllerRole::Standby
+                } else {
+                    ControllerRole::Initializing
+                },
+            }
+        })
+        .collect();
+    let queues = ctx.applied.read().expect("state lock").state.queues();
+    Reply::ok(
+        seq,
+        ReplyData::ClusterConf(wire::ClusterConf {
+            cluster_name: ctx.opts.cluster_name.clone(),
+            controllers,
+            primary_id: info.primary_id,
+            term: info.term,
+            queues,
+        }),
+    )
 }
 
 /// `waitPrimary`: answers as soon as a primary is known, or at the timeout with

@@ -22,5 +22,6 @@ pub mod ready;
 pub mod removed;
 pub mod segments;
 pub mod standing;
+pub mod state_lock;
 pub mod store;
 pub mod types;

@@ -17,7 +17,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine};
 use openraft::{AnyError, EntryPayload, RaftLogReader, RaftSnapshotBuilder, StorageIOError};
@@ -849,7 +849,9 @@ pub struct Applied {
     pub state: State,
 }
 
-pub type SharedApplied = Arc<RwLock<Applied>>;
+/// The applied state, shared by the state machine (the writer) and every reader: one guard
+/// per thread at a time (`raft/state_lock.rs`).
+pub type SharedApplied = Arc<crate::raft::state_lock::StateLock<Applied>>;
 
 /// The state machine: the in-memory [`Applied`] state plus its snapshot file.
 pub struct StateMachineStore {
@@ -903,7 +905,7 @@ impl StateMachineStore {
         Ok(StateMachineStore {
             id,
             dir: dir.to_path_buf(),
-            applied: Arc::new(RwLock::new(applied)),
+            applied: Arc::new(crate::raft::state_lock::StateLock::new(applied)),
             handovers: None,
             digests: None,
             on_cluster: None,

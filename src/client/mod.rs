@@ -72,8 +72,8 @@ pub struct Config {
     pub auth_token: Option<String>,
 }
 
-/// Longest token accepted (a token is a few hundred bytes).
-pub const MAX_AUTH_TOKEN_LEN: usize = 4096;
+/// Longest token accepted (a token is a few hundred bytes); the controller's limit too.
+pub use crate::wire::MAX_AUTH_TOKEN_LEN;
 
 /// C13: the token of `XCE_AUTH_TOKEN`, else the first line of the file `XCE_AUTH_TOKEN_FILE`
 /// names; `None` when neither is set. An unreadable file is its errno: a caller that was given

@@ -9,10 +9,12 @@
 
 pub mod conn;
 pub mod fdcheck;
-pub mod records;
 pub mod resolve;
 pub mod tls;
 pub mod waker;
+
+/// P15's TLS record layer, shared with the controller: `xce-proto`'s `proto/src/records.rs`.
+pub use xce_proto::records;
 
 pub use conn::{Connection, Progress, MAX_STRAY_REPLIES, MIN_REPLY_RATE};
 pub use resolve::{LookupFailure, ResolveError};

@@ -7,8 +7,8 @@
 //! decrypted in place in the caller's buffer and its plaintext appended straight to the
 //! caller's plaintext buffer.
 //!
-//! Used by the library's [`super::conn::Connection`] and by the controller's client port. Sans
-//! I/O: the caller reads and writes the socket.
+//! Used by the library's `transport/conn.rs` (`Connection`) and by the controller's client
+//! port (`base/tls.rs`, `ServerTls`). Sans I/O: the caller reads and writes the socket.
 //!
 //! What arrives after the handshake, and what happens to it:
 //! - application data: appended to the plaintext;
@@ -470,13 +470,35 @@ impl<K: Kernel> Records<K> {
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 
-/// A client and a server configuration for `localhost` (self-signed, keys extractable).
-#[cfg(test)]
-pub(crate) fn test_configs() -> (
+/// A client and a server configuration for `localhost` (self-signed, keys extractable): for
+/// the tests of this layer and of its users (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+pub fn test_configs() -> (
     std::sync::Arc<rustls::ClientConfig>,
     std::sync::Arc<rustls::ServerConfig>,
 ) {
-    tests::configs()
+    use std::sync::Arc;
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ck.cert.der().clone()).unwrap();
+    let mut client = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.enable_secret_extraction = true;
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![ck.cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into()),
+        )
+        .unwrap();
+    server.enable_secret_extraction = true;
+    (Arc::new(client), Arc::new(server))
 }
 
 #[cfg(test)]
@@ -484,34 +506,9 @@ mod tests {
     use super::*;
     use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
     use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-    use std::sync::Arc;
 
     type Client = Records<KernelConnection<ClientConnectionData>>;
     type Server = Records<KernelConnection<ServerConnectionData>>;
-
-    pub(super) fn configs() -> (Arc<rustls::ClientConfig>, Arc<rustls::ServerConfig>) {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ck.cert.der().clone()).unwrap();
-        let mut client = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        client.enable_secret_extraction = true;
-        let mut server = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![ck.cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into()),
-            )
-            .unwrap();
-        server.enable_secret_extraction = true;
-        (Arc::new(client), Arc::new(server))
-    }
 
     /// One step of an unbuffered connection: bytes to send (appended to `out`), whether it
     /// reached `WriteTraffic`.
@@ -540,7 +537,7 @@ mod tests {
     /// A handshake in memory; the record layers of both ends, and what the server sent after
     /// its handshake (its session tickets) not yet given to the client.
     fn pair() -> (Client, Server, Vec<u8>) {
-        let (cc, sc) = configs();
+        let (cc, sc) = test_configs();
         let mut c = UnbufferedClientConnection::new(cc, "localhost".try_into().unwrap()).unwrap();
         let mut s = UnbufferedServerConnection::new(sc).unwrap();
         let (mut to_s, mut to_c) = (Vec::new(), Vec::new());

@@ -6,9 +6,9 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use xce::wire::controller_capnp as cp;
-use xce::wire::*;
-use xce::Error;
+use xce_proto::wire::controller_capnp as cp;
+use xce_proto::wire::*;
+use xce_proto::Error;
 
 const L: Limits = Limits::with_max_message_bytes(DEFAULT_MAX_MESSAGE_BYTES);
 

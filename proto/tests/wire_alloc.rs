@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use common::*;
-use xce::wire::*;
+use xce_proto::wire::*;
 
 /// Counts this thread's allocations (tests run on several threads at once).
 struct Counting;
@@ -68,7 +68,7 @@ fn steady_path_encoding_allocates_only_capnps_segment_list() {
         );
     }
     for rep in [
-        Reply::status(9, -xce::error::E_XCE_NOT_READY),
+        Reply::status(9, -xce_proto::error::E_XCE_NOT_READY),
         Reply::ok(9, ReplyData::JobId(5)),
         reply(9, sample_datas().swap_remove(1)),
     ] {
@@ -111,7 +111,7 @@ fn hostile_prefixes_cost_nothing() {
     t.extend_from_slice(&((DEFAULT_MAX_MESSAGE_BYTES / 8 - 1) as u32).to_le_bytes());
     let (_, bytes) = count(|| {
         assert_eq!(frame_len(&t, &l), Ok(Some(DEFAULT_MAX_MESSAGE_BYTES)));
-        assert_eq!(decode_reply(&t, &l), Err(xce::Error::Proto));
+        assert_eq!(decode_reply(&t, &l), Err(xce_proto::Error::Proto));
         let mut buf = Vec::new();
         assert!(read_frame(&mut &t[..], &l, &mut buf).is_err());
     });

@@ -1,10 +1,10 @@
 //! Codec throughput: encode and decode of a `joblist` reply (`ReplyData::Jobs`) with 10,
 //! 1,000 and 10,000 realistic jobs. Throughput is the framed size, so criterion reports MB/s.
 //!
-//! Quick run: `cargo bench --bench codec -- --warm-up-time 1 --measurement-time 3`
+//! Quick run: `cargo bench -p xce-proto --bench codec -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use xce::wire::*;
+use xce_proto::wire::*;
 
 const USERS: [&str; 5] = ["alice", "bob", "carol", "dmitri", "svc-nightly"];
 const QUEUES: [&str; 3] = ["normal", "long", "gpu"];

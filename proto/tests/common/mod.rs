@@ -4,7 +4,7 @@
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use xce::wire::*;
+use xce_proto::wire::*;
 
 pub const CLIENT: ClientId = *b"0123456789abcdef";
 

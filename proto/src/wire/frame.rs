@@ -10,7 +10,7 @@
 
 use std::io::Read;
 
-use crate::Error;
+use crate::error::Error;
 
 /// Default maximum size of one framed message (protocol.md: 16 MiB, configurable).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use xce::wire::*;
+use xce_proto::wire::*;
 
 fn enc_req(r: &Request) -> Vec<u8> {
     let mut out = Vec::new();
@@ -91,7 +91,7 @@ fn defaults_and_empty_values_round_trip() {
         let rep = Reply::ok(1, data);
         assert_eq!(decode_reply(&enc_rep(&rep), &l), Ok(rep));
     }
-    let rep = Reply::status(3, -xce::error::E_XCE_NOT_READY);
+    let rep = Reply::status(3, -xce_proto::error::E_XCE_NOT_READY);
     assert_eq!(decode_reply(&enc_rep(&rep), &l), Ok(rep));
 }
 
@@ -154,7 +154,7 @@ fn encoding_appends_and_frames_split_a_stream() {
     }
     assert_eq!(
         read_frame(&mut r, &l, &mut buf),
-        Err(xce::Error::Errno(libc::ECONNRESET))
+        Err(xce_proto::Error::Errno(libc::ECONNRESET))
     );
 }
 
@@ -184,7 +184,7 @@ fn multi_segment_messages_decode() {
     let mut slice = &frame[..];
     let reader =
         capnp::serialize::read_message_from_flat_slice(&mut slice, Default::default()).unwrap();
-    let root: xce::wire::controller_capnp::reply::Reader = reader.get_root().unwrap();
+    let root: xce_proto::wire::controller_capnp::reply::Reader = reader.get_root().unwrap();
     let alloc = capnp::message::HeapAllocator::new()
         .first_segment_words(1)
         .allocation_strategy(capnp::message::AllocationStrategy::FixedSize);

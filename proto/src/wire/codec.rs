@@ -29,10 +29,10 @@ use capnp::message::{Builder, HeapAllocator, ScratchSpaceHeapAllocator};
 use capnp::traits::HasStructSize;
 use capnp::Word;
 
+use crate::error::Error;
 use crate::wire::controller_capnp as cp;
 use crate::wire::frame::{frame_len, Limits};
 use crate::wire::msg::*;
-use crate::Error;
 
 /// Stack scratch for building small messages: 2 KiB covers every request and status reply.
 const STACK_SCRATCH_WORDS: usize = 256;

@@ -9,6 +9,9 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Length of the per-context client id carried by every request (F16).
 pub const CLIENT_ID_LEN: usize = 16;
 
+/// Longest `authToken` (C13) either end accepts (a token is a few hundred bytes).
+pub const MAX_AUTH_TOKEN_LEN: usize = 4096;
+
 /// A client context's identity for exactly-once writes.
 pub type ClientId = [u8; CLIENT_ID_LEN];
 

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::{ControllerRole, Op, ReplyData};
+use xce_proto::wire::{ControllerRole, Op, ReplyData};
 
 /// Asks every node in `ids` for `jobinfo(job)`; returns the statuses of the nodes that answered
 /// as primary (status 0 or ENOENT).

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use xce::wire::{Op, ReplyData};
+use xce_proto::wire::{Op, ReplyData};
 
 fn now_op() -> Op {
     Op::WaitPrimary {

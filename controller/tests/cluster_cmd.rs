@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::Op;
+use xce_proto::wire::Op;
 
 /// The launcher, killed (with its nodes' process group left to its own SIGTERM handling) on drop.
 struct Launcher(Child, Vec<i32>);
@@ -341,7 +341,7 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     let addr = format!("127.0.0.1:{}", base + primary - 1);
     let close = || Op::QueueCtrl {
         queue: "normal".into(),
-        action: xce::wire::QueueAction::Close,
+        action: xce_proto::wire::QueueAction::Close,
     };
     assert_eq!(
         tls_client(&addr, &certs, Some("admin"))
@@ -353,7 +353,7 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
         tls_client(&addr, &certs, Some("user-alice"))
             .call(close())
             .status,
-        -xce::error::E_XCE_AUTH
+        -xce_proto::error::E_XCE_AUTH
     );
     let mut plain = Client::connect(&addr);
     assert!(

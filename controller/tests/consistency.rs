@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::{Op, ReplyData};
+use xce_proto::wire::{Op, ReplyData};
 
 /// The bound: an induced divergence is reported within this.
 const FOUND_WITHIN: Duration = Duration::from_secs(10);
@@ -36,7 +36,7 @@ fn corrupt_snapshot(dir: &Path, to: u8) {
 }
 
 /// The primary's answer to a consistency check (it runs one first).
-fn check(ctrl: &Ctrl, p: u64) -> xce::wire::ControllerInfo {
+fn check(ctrl: &Ctrl, p: u64) -> xce_proto::wire::ControllerInfo {
     let mut c = ctrl.client(p);
     info(&c.call(Op::ConsistencyCheck))
 }
@@ -45,7 +45,7 @@ fn check(ctrl: &Ctrl, p: u64) -> xce::wire::ControllerInfo {
 /// answers with a status and no info: a primary cut off from its quorum for a moment answers
 /// NOMASTER — seen in a soak run, where the polling loop asking it panicked instead of asking
 /// again).
-fn hello_of(ctrl: &Ctrl, id: u64) -> xce::wire::ControllerInfo {
+fn hello_of(ctrl: &Ctrl, id: u64) -> xce_proto::wire::ControllerInfo {
     let answer = Client::try_connect(&ctrl.clients[&id], Duration::from_millis(500))
         .and_then(|mut c| c.try_call(hello()).ok());
     match answer.map(|r| r.data) {
@@ -122,7 +122,7 @@ fn corrupt_everywhere(ctrl: &Ctrl, ids: &[u64]) -> String {
 /// Under the CORRUPT alarm writes are refused with `E_XCE_CORRUPT`, reads are served.
 fn writes_refused_reads_served(ctrl: &Ctrl, p: u64) {
     let r = ctrl.client(p).call(submit(8_888, "alice", ""));
-    assert_eq!(r.status, -xce::error::E_XCE_CORRUPT, "{r:?}");
+    assert_eq!(r.status, -xce_proto::error::E_XCE_CORRUPT, "{r:?}");
     let r = ctrl.client(p).call(Op::JobInfo { job_id: 1_000 });
     assert_eq!(r.status, 0, "a read under the alarm: {r:?}");
 }

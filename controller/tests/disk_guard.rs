@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::client::{parse_masters, Client, Config};
-use xce::wire::{JobAction, JobFilter, JobSpec};
+use xce_proto::wire::{JobAction, JobFilter, JobSpec};
 
 /// A tmpfs of `size` mounted on `dir` until dropped (unmounted even when the test fails).
 struct Tmpfs(PathBuf);

@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
-use xce::wire::{ControllerRole, JobFilter, JobState, Op, ReplyData, SessionRole};
+use xce_proto::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce_proto::wire::{ControllerRole, JobFilter, JobState, Op, ReplyData, SessionRole};
 
 /// Default election timeout is 300–600 ms; allow for detection, the vote round, the first
 /// commit and a loaded debug build.

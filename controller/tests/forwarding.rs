@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use xce::error::{E_XCE_AUTH, E_XCE_STANDBY};
-use xce::wire::{self, JobAction, Op, QueueAction, Reply, ReplyData};
+use xce_proto::error::{E_XCE_AUTH, E_XCE_STANDBY};
+use xce_proto::wire::{self, JobAction, Op, QueueAction, Reply, ReplyData};
 
 const CALM: [&str; 6] = [
     "--heartbeat-ms",

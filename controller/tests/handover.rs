@@ -34,5 +34,5 @@ fn a_handover_reaches_a_standby_whose_clock_is_ahead() {
     );
     let q = ctrl.wait_primary_among(&standbys, STARTUP);
     let mut c = ctrl.client(q);
-    assert_eq!(c.call(xce::wire::Op::JobInfo { job_id: 1 }).status, 0);
+    assert_eq!(c.call(xce_proto::wire::Op::JobInfo { job_id: 1 }).status, 0);
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use xce::wire::{self, Op, QueueAction, ReplyData};
+use xce_proto::wire::{self, Op, QueueAction, ReplyData};
 
 /// The controller's bounds, as the tests expect them (docs/security.md states them).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -442,7 +442,7 @@ fn s15_no_identity_outlives_its_certificate() {
     eprintln!("sessions after expiry: {answers:?}");
     for a in &answers {
         assert!(
-            a.is_err() || *a == Ok(-xce::error::E_XCE_AUTH),
+            a.is_err() || *a == Ok(-xce_proto::error::E_XCE_AUTH),
             "a session after expiry answered {a:?} (admin: ENOENT)"
         );
     }
@@ -562,7 +562,7 @@ fn s15_a_client_id_is_bound_to_its_identity() {
     });
     req.forward_within_ms = 3000;
     let r = via.try_send_recv(&req).unwrap();
-    assert_eq!(r.status, -xce::error::E_XCE_AUTH);
+    assert_eq!(r.status, -xce_proto::error::E_XCE_AUTH);
     assert!(
         ctrl.logged(p, "forwarded by the member at 127.0.0.1:"),
         "{}",

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
-use xce::wire::{JobFilter, Op, ReplyData};
+use xce_proto::wire::{JobFilter, Op, ReplyData};
 
 /// Slow elections: no spurious term change on a loaded machine during the attacks.
 const CALM: [&str; 6] = [

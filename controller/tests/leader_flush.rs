@@ -54,15 +54,15 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
     let r = c.recv().expect("job 3 once the primary's disk is back");
     assert_eq!(r.status, 0, "job 3: {r:?}");
     ctrl.signal(f, libc::SIGCONT);
-    let r = c.call(xce::wire::Op::JobInfo { job_id: 3 });
+    let r = c.call(xce_proto::wire::Op::JobInfo { job_id: 3 });
     assert_eq!(r.status, 0, "job 3 listed: {r:?}");
 }
 
 /// The job ids a primary lists.
 fn listed(ctrl: &Ctrl, p: u64) -> Vec<u64> {
     let mut c = ctrl.client(p);
-    match c.ok(xce::wire::Op::JobList(Default::default())) {
-        xce::wire::ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
+    match c.ok(xce_proto::wire::Op::JobList(Default::default())) {
+        xce_proto::wire::ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
         other => panic!("joblist: {other:?}"),
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::client::{parse_masters, Client, Config};
-use xce::wire::JobSpec;
+use xce_proto::wire::JobSpec;
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 

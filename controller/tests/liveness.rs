@@ -9,8 +9,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::error::{E_XCE_NOMASTER, E_XCE_STANDBY, E_XCE_UNKNOWN};
-use xce::wire::{ControllerRole, JobFilter, Op, ReplyData};
+use xce_proto::error::{E_XCE_NOMASTER, E_XCE_STANDBY, E_XCE_UNKNOWN};
+use xce_proto::wire::{ControllerRole, JobFilter, Op, ReplyData};
 
 /// Generous bound for anything that takes "about an election timeout" on a loaded machine.
 const BOUND: Duration = Duration::from_secs(10);

@@ -17,8 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::error::E_XCE_STANDBY;
-use xce::wire::{JobFilter, Op};
+use xce_proto::error::E_XCE_STANDBY;
+use xce_proto::wire::{JobFilter, Op};
 
 fn xce_now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -111,7 +111,7 @@ fn failover_kill9() {
     let p = ctrl.wait_settled(STARTUP);
     let mut c = ctrl.client(p);
     match c.ok(Op::JobList(JobFilter::default())) {
-        xce::wire::ReplyData::Jobs(j) => assert_eq!(j.len() as u64, job_id - 1),
+        xce_proto::wire::ReplyData::Jobs(j) => assert_eq!(j.len() as u64, job_id - 1),
         other => panic!("{other:?}"),
     }
 }

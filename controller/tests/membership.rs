@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use xce::client::{parse_masters, Client, Config};
-use xce::wire::{JobFilter, JobSpec, Op};
+use xce_proto::wire::{JobFilter, JobSpec, Op};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(100);
 
@@ -321,7 +321,7 @@ fn a_called_off_self_removal_serves_again() {
     ctrl.signal(standby, libc::SIGCONT);
     assert_eq!(
         r.status,
-        -xce::error::E_XCE_NOT_READY,
+        -xce_proto::error::E_XCE_NOT_READY,
         "{}",
         ctrl.all_logs()
     );
@@ -372,7 +372,7 @@ fn tls_admin_only_and_join_over_mutual_tls() {
 
     let mut alice = tls_client(&ctrl.clients[&p], pki.path(), Some("user-alice"));
     let r = alice.call(Op::MemberRemove { id: 2 });
-    assert_eq!(r.status, -xce::error::E_XCE_AUTH);
+    assert_eq!(r.status, -xce_proto::error::E_XCE_AUTH);
 
     let ports = free_ports(2);
     let (c4, r4) = (

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::client::{parse_masters, Client, Config};
-use xce::wire::JobFilter;
+use xce_proto::wire::JobFilter;
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(100);
 /// Generous for a busy machine; the stall this test is about lasted about 60 s.

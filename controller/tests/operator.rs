@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::{ControllerRole, ReplyData};
+use xce_proto::wire::{ControllerRole, ReplyData};
 
 /// Runs `xce-controller run ARGS` until it exits (bounded): (exit code, stderr).
 fn run_to_exit(args: &[String], bound: Duration) -> (Option<i32>, String) {
@@ -175,7 +175,7 @@ raft = "127.0.0.1:{r}"
         let addr = format!("127.0.0.1:{}", p[0]);
         wait_primary_at(&addr, STARTUP);
         let mut c = Client::connect(&addr);
-        match c.ok(xce::wire::Op::ClusterConf) {
+        match c.ok(xce_proto::wire::Op::ClusterConf) {
             ReplyData::ClusterConf(cc) => assert_eq!(cc.cluster_name, "from-file"),
             other => panic!("{other:?}"),
         }

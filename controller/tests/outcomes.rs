@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use xce::wire::{Op, ReplyData, Request};
+use xce_proto::wire::{Op, ReplyData, Request};
 
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the controller
 /// before the status existed (to show the test failing there).

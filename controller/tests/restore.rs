@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::{ControllerRole, JobFilter, Op, ReplyData};
+use xce_proto::wire::{ControllerRole, JobFilter, Op, ReplyData};
 
 const CLI: Duration = Duration::from_secs(60);
 

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::*;
-use xce::error::{E_XCE_AUTH, E_XCE_DUP_JOB};
-use xce::wire::{
+use xce_proto::error::{E_XCE_AUTH, E_XCE_DUP_JOB};
+use xce_proto::wire::{
     self, ControllerRole, HostAction, HostState, JobAction, JobFilter, JobState, NotifyKind, Op,
     QueueAction, ReplyData, SessionRole,
 };

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::{Op, ReplyData};
+use xce_proto::wire::{Op, ReplyData};
 
 /// The exit status of a node stopped by a storage fault (`base/fault.rs`).
 const EXIT_STORAGE_FAULT: i32 = 74;

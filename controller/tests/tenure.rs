@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use xce::wire::{Op, SessionRole};
+use xce_proto::wire::{Op, SessionRole};
 
 #[test]
 fn deposed_primary_closes_the_connections_it_served() {
@@ -111,7 +111,7 @@ fn a_quorum_silent_for_less_than_the_cut_off_turns_no_client_away() {
     let mut asker = ctrl.client(p);
     assert_eq!(
         asker.call(hello()).status,
-        -xce::error::E_XCE_NOMASTER,
+        -xce_proto::error::E_XCE_NOMASTER,
         "a cut-off primary answered hello as primary"
     );
     ctrl.fail_clear(p, "lease-deaf");

@@ -11,7 +11,7 @@ use common::*;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-use xce::wire::Op;
+use xce_proto::wire::Op;
 
 struct Ca {
     cert_pem: String,
@@ -167,7 +167,7 @@ fn client_certificates_are_verified_when_required() {
 #[test]
 fn records_after_the_handshake() {
     use std::io::{Read, Write};
-    use xce::wire::{self, ReplyData};
+    use xce_proto::wire::{self, ReplyData};
     let dir = tempfile::tempdir().unwrap();
     make_pki(dir.path(), 1);
     let flags = tls_flags(dir.path());

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::JobFilter;
 use xce_proof::check::linearizable::{self, History, Read, Write};
 use xce_proof::ClusterOpts;
+use xce_proto::wire::JobFilter;
 
 const WRITERS: usize = 8;
 const LISTERS: usize = 2;

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{client, client_with, cluster_with, long};
-use xce::error::{Error, E_XCE_TOOBIG};
-use xce::wire::{JobFilter, JobSpec, Op};
 use xce_proof::bench::load::c_joblist_ids;
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::error::{Error, E_XCE_TOOBIG};
+use xce_proto::wire::{JobFilter, JobSpec, Op};
 
 /// A job of about 1.2 KB on the wire (a long command line), so that a table over 16 MiB
 /// takes tens of thousands of jobs, not hundreds of thousands.
@@ -160,7 +160,7 @@ fn a_reply_too_large_for_a_frame_is_toobig_at_once_without_failover() {
     // a rotation here can only be the error taken for a broken primary.
     let cl = client_with(
         &c,
-        xce::failover::Options {
+        xce::client::Options {
             suspicion: false,
             ..Default::default()
         },

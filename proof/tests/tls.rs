@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
+use xce::client::RetryConfig;
 use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::failover::RetryConfig;
-use xce::wire::{JobFilter, JobSpec};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::wire::{JobFilter, JobSpec};
 use xce_testkit::fake::TestPki;
 
 fn tls_client(c: &Cluster, ca: std::path::PathBuf) -> Result<Client, Error> {

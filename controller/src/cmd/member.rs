@@ -4,8 +4,7 @@
 //! files and a token, from the options or `XCE_TLS_*` / `XCE_AUTH_TOKEN`.
 
 // The library's client API (Cargo.toml: the controller's one use of the library).
-use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::failover::options::ClientOption;
+use xce::client::{parse_masters, Client, ClientOption, Config, TlsFiles};
 
 use crate::base::config::ClusterSpec;
 use crate::cmd::status::StatusArgs;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use xce::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
+use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_xce-controller");
 /// The controller under test: `$XCE_CONTROLLER` (e.g. an older build, to show a test failing
@@ -398,7 +398,7 @@ impl Ctrl {
                     return false;
                 };
                 c.try_call(Op::ResList).is_ok_and(|r| {
-                    r.status == -xce::error::E_XCE_STANDBY
+                    r.status == -xce_proto::error::E_XCE_STANDBY
                         && r.redirect_host.clone() + ":" + &r.redirect_port.to_string() == paddr
                 })
             });
@@ -636,8 +636,8 @@ impl Client {
 /// bounded): each shows the job killed, or is a refusal. `what` names the case in a failure.
 /// Returns a client of `p` for more questions.
 pub fn deposed_reads_are_fresh(ctrl: &Ctrl, p: u64, elect_within: Duration, what: &str) -> Client {
-    use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
-    use xce::wire::{JobAction, JobState};
+    use xce_proto::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+    use xce_proto::wire::{JobAction, JobState};
     let mut old = ctrl.client(p);
     old.ok(submit(5, "u", ""));
     assert_eq!(job(old.ok(Op::JobInfo { job_id: 5 })).state, JobState::Pend);
@@ -847,9 +847,9 @@ pub mod raft_wire {
     pub const NO_ID: [u8; 16] = [0; 16];
 
     /// A forwarded request for `who`: the frame of `req`.
-    pub fn forward(who: &str, req: &xce::wire::Request) -> RpcRequest {
+    pub fn forward(who: &str, req: &xce_proto::wire::Request) -> RpcRequest {
         let mut frame = Vec::new();
-        xce::wire::encode_request(req, &mut frame);
+        xce_proto::wire::encode_request(req, &mut frame);
         RpcRequest::Forward {
             who: who.into(),
             within_ms: 3000,

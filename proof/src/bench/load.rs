@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use xce::client::Client;
-use xce::wire::JobSpec;
+use xce_proto::wire::JobSpec;
 
 use super::steady::lib_client;
 use crate::{Cluster, ClusterOpts};

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use xce::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
+use xce_proto::wire::{self, ControllerRole, Hello, Limits, Op, Reply, ReplyData, Request};
 
 /// How long a pause ([`Cluster::pause`]) waits for every thread of the node to stop.
 pub const PAUSE_TAKES_EFFECT: Duration = Duration::from_secs(5);

@@ -29,7 +29,7 @@ fn cluster(pki: Option<&PathBuf>) -> Cluster {
         3,
         ClusterOpts {
             extra_args: extra,
-            log_dir: None,
+            ..Default::default()
         },
     )
     .unwrap()

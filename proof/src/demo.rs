@@ -94,6 +94,7 @@ fn start_cluster(log_dir: &Path, tl: &Timeline) -> Result<(Cluster, u32), String
         ClusterOpts {
             extra_args: vec![],
             log_dir: Some(log_dir.to_path_buf()),
+            ..Default::default()
         },
     )
     .map_err(|e| format!("starting controllers: {e}"))?;

@@ -127,6 +127,7 @@ fn concurrent_paged_listings_all_complete() {
         ClusterOpts {
             extra_args: Vec::new(),
             log_dir: Some(log_dir.clone()),
+            ..Default::default()
         },
     );
     fill(&c, jobs);

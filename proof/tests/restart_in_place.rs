@@ -35,6 +35,7 @@ fn restarted_primary_serves_nothing_stale() {
     let opts = ClusterOpts {
         extra_args: vec!["--snapshot-logs".into(), "100".into()],
         log_dir: Some(log_dir.clone()),
+        ..Default::default()
     };
     let (mut c, _) = cluster_with(3, opts);
     let masters = c.masters();

@@ -56,7 +56,7 @@ fn what_resumption_saves_a_reconnect() {
         1,
         ClusterOpts {
             extra_args: flags.to_vec(),
-            log_dir: None,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -83,6 +83,7 @@ fn a_table_over_16_mib_lists_whole_through_a_primary_kill() {
         ClusterOpts {
             extra_args: vec![],
             log_dir: Some(logs.clone()),
+            ..Default::default()
         },
     );
     let n = if long() { 80_000 } else { 16_000 };
@@ -210,6 +211,7 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
             // more than this test writes), so that the empty standby needs the snapshot.
             extra_args: vec!["--log-keep".into(), "1000".into()],
             log_dir: Some(logs.clone()),
+            ..Default::default()
         },
     );
     let s = (1..=3u32).rev().find(|&i| i != p).unwrap();
@@ -228,7 +230,7 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
     // node had caught up — then it rightly refused every vote, C12, and no primary came).
     let mark = log_of(&logs, s).len();
     let since = |logs: &std::path::Path| log_of(logs, s).get(mark..).unwrap_or("").to_string();
-    std::fs::remove_dir_all(c.data_dir().join(format!("node-{s}"))).expect("wipe");
+    std::fs::remove_dir_all(c.data(s)).expect("wipe");
     c.restart(s).expect("restart");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !since(&logs).contains("installed snapshot") {

@@ -8,7 +8,7 @@
 //! strangers on every node does not stop a certificate holder, and an expired certificate is
 //! refused even to a context that connected before it expired. (The raw-socket side of S15
 //! extended — deadlines, budgets, memory, the loopback rule, data files — is
-//! `controller/tests/hostile_clients.rs`.)
+//! `controller/tests/it/hostile_clients.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -88,6 +88,7 @@ fn tls_cluster(tag: &str, nodes: usize, tokens: bool) -> Tls {
         ClusterOpts {
             extra_args: tls_flags(&path, tokens),
             log_dir: Some(dir.0.join("logs")),
+            ..Default::default()
         },
     )
     .expect("cluster");

@@ -41,7 +41,7 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
             "--tls-key".into(),
             pki.server_key().display().to_string(),
         ],
-        log_dir: None,
+        ..Default::default()
     };
     let mut c = Cluster::start(3, opts).expect("cluster");
     assert!(

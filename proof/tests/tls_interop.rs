@@ -629,6 +629,7 @@ fn controller(pki: &TestPki, logs: &Path, extra: &[&str]) -> Cluster {
         ClusterOpts {
             extra_args: args,
             log_dir: Some(logs.to_path_buf()),
+            ..Default::default()
         },
     )
     .expect("start the controller");

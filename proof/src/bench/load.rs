@@ -314,7 +314,7 @@ pub fn c_joblist_ids(masters: &str) -> Result<CListing, String> {
 
 /// The data directory of node `id` of a [`Cluster`].
 pub fn node_dir(c: &Cluster, id: u32) -> std::path::PathBuf {
-    c.data_dir().join(format!("node-{id}"))
+    c.data(id)
 }
 
 /// A 3-node cluster of controller binary `bin` (it sets `XCE_CONTROLLER`) with an elected
@@ -331,6 +331,7 @@ pub fn cluster_with(bin: &Path, logs: &Path, extra: &[&str]) -> Result<Cluster, 
         ClusterOpts {
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             log_dir: Some(logs.to_path_buf()),
+            ..Default::default()
         },
     )
     .map_err(|e| format!("start: {e}"))?;

@@ -102,6 +102,7 @@ impl BenchOpts {
         crate::ClusterOpts {
             extra_args: Vec::new(),
             log_dir: self.log_dir.clone(),
+            ..Default::default()
         }
     }
 

@@ -43,6 +43,7 @@ impl Mode {
             ClusterOpts {
                 extra_args: extra,
                 log_dir: opts.log_dir.clone(),
+                ..Default::default()
             },
         )
         .map_err(|e| format!("start cluster: {e}"))

@@ -95,11 +95,10 @@ timing and limits:
   --max-connections N    concurrent authenticated client connections (default 1024); besides
                          them, at most 64 unauthenticated ones (in their TLS handshake, 3 s at
                          most, or anonymous, 10 s at most), the oldest closed for a newcomer
-  --snapshot-logs N      snapshot after this many writes since the last snapshot, or a
-                         quarter of the jobs in the table if that is more (so the log on disk
-                         stays within about a quarter of the snapshot) (default 1000)
-  --log-keep N           log entries kept behind a snapshot, for lagging followers
-                         (default 20000)
+  --snapshot-logs N      a snapshot once this many writes were applied since the last one
+                         (default 1000) and the log grew by half the last snapshot's size
+  --log-keep N           log entries kept behind a snapshot at most, for lagging followers
+                         (default 20000; never more than half the snapshot's size)
   --quota-bytes SIZE     C24: past this many bytes in the data directory (every file in it,
                          on disk) the NOSPACE alarm is raised and the primary refuses new work
                          (job submissions, tasks: E_XCE_NOSPACE) while reads, kills and

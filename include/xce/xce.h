@@ -214,7 +214,8 @@
 
 /**
  * Option: learn the cluster's members from the primary (one `hello` per new connection) and
- * add them to the masters in rotation: 1 on (default), 0 off (F29; `xcecli_get_masters`).
+ * add them to the masters in rotation, following a standby's hint to a member it holds: 1 on
+ * (default), 0 off, the configured masters only (F29; `xcecli_get_masters`).
  */
 #define XCE_OPT_LEARN_MASTERS 7
 

@@ -184,8 +184,58 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
     let lib = Lib::new(&c);
     let (j0, r) = lib.write("J0", BOUND);
     r.unwrap_or_else(|e| panic!("J0 not acknowledged by a healthy cluster: {e}"));
+    let (done, seen) = drive(&mut c, p, lib);
+    sequence::heal(&c, done.roles).expect("the new primary's links up");
+    let healed = Instant::now();
+    let mut acked: Vec<(&str, u64)> = vec![("J0", j0), ("W1", seen.w1.expect("W1 written"))];
+    let w2 = match &seen.w2 {
+        Some((id, Ok(()))) => {
+            acked.push(("W2", *id));
+            "acknowledged".to_string()
+        }
+        Some((_, Err(e))) => format!("not acknowledged: {e}"),
+        None => "not written".to_string(),
+    };
+    let mut bad = Vec::new();
+    // A refusal is no finding: with the new primary away, refusing is what C12 asks.
+    if let Some(Ok(listed)) = &seen.stale_listing {
+        let lost = missing(listed, &acked);
+        if !lost.is_empty() {
+            bad.push(format!(
+                "the listing served while the old primary was back lacks {} (acknowledged \
+                 before it)",
+                lost.join(", ")
+            ));
+        }
+    }
+    let served = after_heal(&mut c, healed, &acked, &mut bad);
+    let stale = match &seen.stale_listing {
+        Some(Ok(l)) => format!("{} jobs", l.len()),
+        Some(Err(e)) => format!("refused: {e}"),
+        None => "not made".into(),
+    };
+    eprintln!(
+        "issue 35 defect 1: {}; {}; W2 {w2}; the listing with the old primary back: {stale}; \
+         served again: {served}; {:.1} s in all",
+        done.roles,
+        done.steps.join(", "),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        bad.is_empty(),
+        "issue 35 defect 1 ({}; W2 {w2}):\n- {}\nnode log lines:\n{}\nnode logs: {}",
+        done.roles,
+        bad.join("\n- "),
+        c.log_lines(&["role=", "panicked", "C12", "digest", "diverged", "truncat"]),
+        logs.display()
+    );
+    drop(c);
+    let _ = std::fs::remove_dir_all(&logs);
+}
 
-    // The writes and listings made at the sequence's moments.
+/// Runs the sequence from primary `p`, writing W1 when the new primary serves, W2 and a
+/// listing when the old primary is back (either may be refused, at [`STALE_CALL`]).
+fn drive(c: &mut NetCluster, p: u32, lib: Lib) -> (sequence::Done, Seen) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let at_seen = seen.clone();
     let mut at = move |m: Moment, _: &mut NetCluster| -> Result<(), String> {
@@ -204,38 +254,25 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
         }
         Ok(())
     };
-    let done = sequence::deposed_primary_meets_blank_node(&mut c, p, BOUND, &mut at)
+    let done = sequence::deposed_primary_meets_blank_node(c, p, BOUND, &mut at)
         .unwrap_or_else(|e| panic!("the sequence could not be driven: {e:?}"));
     drop(at);
-    sequence::heal(&c, done.roles).expect("the new primary's links up");
-    let healed = Instant::now();
     let seen = std::mem::take(&mut *seen.lock().unwrap());
-    let lib = Lib::new(&c);
-    let mut bad = Vec::new();
-    let j0w1 = [("J0", j0), ("W1", seen.w1.expect("W1 written"))];
-    let mut acked: Vec<(&str, u64)> = j0w1.to_vec();
-    let w2 = match &seen.w2 {
-        Some((id, Ok(()))) => {
-            acked.push(("W2", *id));
-            "acknowledged".to_string()
-        }
-        Some((_, Err(e))) => format!("not acknowledged: {e}"),
-        None => "not written".to_string(),
-    };
-    // A refusal is no finding: with the new primary away, refusing is what C12 asks.
-    if let Some(Ok(listed)) = &seen.stale_listing {
-        let lost = missing(listed, &acked);
-        if !lost.is_empty() {
-            bad.push(format!(
-                "the listing served while the old primary was back lacks {} (acknowledged \
-                 before it)",
-                lost.join(", ")
-            ));
-        }
-    }
+    (done, seen)
+}
+
+/// After the last heal: the cluster settles, serves a write and a listing that lists every
+/// acknowledged write, its replicas' digests agree, no node exited or panicked. Findings go
+/// to `bad`; returns how the service came back, for the summary line.
+fn after_heal(
+    c: &mut NetCluster,
+    healed: Instant,
+    acked: &[(&str, u64)],
+    bad: &mut Vec<String>,
+) -> String {
     // The heal must take effect before "serves again" means anything: a deposed primary that
     // has not yet heard the newer term may still answer for a moment.
-    let settled = checks::settle(&c, healed, SETTLE_BOUND);
+    let settled = checks::settle(c, healed, SETTLE_BOUND);
     if let Verdict::Failed(why) = &settled.verdict {
         bad.push(format!("the healed cluster did not settle: {why}"));
     }
@@ -244,24 +281,27 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
         // Asked all the same (what a user would see), more briefly.
         _ => UNSETTLED_SERVE_BOUND,
     };
-    let served = serves_again(&lib, bound);
-    match &served {
-        Ok((listed, w3, _)) => {
-            let mut all = acked.clone();
-            all.push(("W3", *w3));
-            let lost = missing(listed, &all);
+    let served = match serves_again(&Lib::new(c), bound) {
+        Ok((listed, w3, took)) => {
+            let mut all = acked.to_vec();
+            all.push(("W3", w3));
+            let lost = missing(&listed, &all);
             if !lost.is_empty() {
                 bad.push(format!(
                     "the listing after the heal lacks {} (acknowledged)",
                     lost.join(", ")
                 ));
             }
+            format!("after {:.1} s", took.as_secs_f64())
         }
-        Err(e) => bad.push(format!("the cluster did not serve again: {e}")),
-    }
+        Err(e) => {
+            bad.push(format!("the cluster did not serve again: {e}"));
+            "no".into()
+        }
+    };
     match settled.end {
         Some(end) => {
-            if let Verdict::Failed(why) = checks::digests_equal(&c, Some(end), &BTreeSet::new()) {
+            if let Verdict::Failed(why) = checks::digests_equal(c, Some(end), &BTreeSet::new()) {
                 bad.push(format!("the replicas' states differ (C19): {why}"));
             }
         }
@@ -276,32 +316,7 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
     if !panics.is_empty() {
         bad.push(format!("a node panicked:\n{panics}"));
     }
-    let stale = match &seen.stale_listing {
-        Some(Ok(l)) => format!("{} jobs", l.len()),
-        Some(Err(e)) => format!("refused: {e}"),
-        None => "not made".into(),
-    };
-    eprintln!(
-        "issue 35 defect 1: {}; {}; W2 {w2}; the listing with the old primary back: {stale}; \
-         served again: {}; {:.1} s in all",
-        done.roles,
-        done.steps.join(", "),
-        match &served {
-            Ok((_, _, took)) => format!("after {:.1} s", took.as_secs_f64()),
-            Err(_) => "no".into(),
-        },
-        t0.elapsed().as_secs_f64()
-    );
-    assert!(
-        bad.is_empty(),
-        "issue 35 defect 1 ({}; W2 {w2}):\n- {}\nnode log lines:\n{}\nnode logs: {}",
-        done.roles,
-        bad.join("\n- "),
-        c.log_lines(&["role=", "panicked", "C12", "digest", "diverged", "truncat"]),
-        logs.display()
-    );
-    drop(c);
-    let _ = std::fs::remove_dir_all(&logs);
+    served
 }
 
 /// What the sequence's moments wrote and read.

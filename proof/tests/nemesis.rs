@@ -1,10 +1,14 @@
-//! S18, the nemesis, for one minute (acceptance.md): a seeded schedule of faults — kill -9
-//! (the primary more often), SIGSTOP/SIGCONT, the whole cluster killed and restarted in an
-//! order, partitions, blackholes, slow links, a standby removed and added back blank, a
-//! stalled disk, a full disk (the node must exit 74), a wall clock stepped an hour, SIGTERM —
+//! S18 and S20, the nemesis, for one minute (acceptance.md): a seeded schedule of faults —
+//! kill -9 (the primary more often), SIGSTOP/SIGCONT, the whole cluster killed and restarted
+//! in an order, partitions, blackholes, slow links, a standby removed and added back blank, a
+//! disk lost (wiped, started blank with the same flags), a stalled disk, a full disk (the node
+//! must exit 74), a wall clock stepped an hour, SIGTERM, leadership moved, issue 35's defect 1
+//! as one schedule — most episodes holding a node cut off with another node's fault (S20),
 //! over three real controllers (built with their failpoints) in network namespaces, while 8
 //! client threads write and list through the library; then every fault healed and the run
-//! checked, node states by C19's consistency check (`xce_proof::nemesis`).
+//! checked — the history by porcupine's algorithm and the home-made conditions, node states
+//! by C19's consistency check (`xce_proof::nemesis`). The summary counts the episodes whose
+//! faults overlapped, and which.
 //!
 //! The seed is `XCE_NEMESIS_SEED` when set, else taken from the clock; it is printed first,
 //! and a failure prints it with the schedule as executed, the violations, the node log lines

@@ -273,15 +273,30 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
     }
     let ids: Vec<u64> = all_job_ids(&cl);
     assert!(ids.contains(&before) && ids.contains(&during), "{ids:?}");
-    // The old primary refuses rather than serving stale state: as a standby (once it has
-    // heard of the new term), or as a leader that knows it has no quorum (C10) or is not
-    // ready — which one depends on when it learns, so any of the three.
+    // A client given only the old primary is never served stale state: the old primary
+    // refuses — as a standby (once it has heard of the new term), or as a leader that knows
+    // it has no quorum (C10) or is not ready — or, as a standby naming the new primary among
+    // the members it holds, sends the call there (F29, issue 36), whose answer is current.
     let only_old = client_for(&c.node(primary).client.to_string());
-    let r = only_old.joblist(JobFilter::default());
-    assert!(
-        matches!(r, Err(Error::Standby | Error::NotReady | Error::NoMaster)),
-        "the old primary answered {r:?}"
-    );
+    match only_old.joblist(JobFilter::default()) {
+        Err(Error::Standby | Error::NotReady | Error::NoMaster) => {}
+        Ok(jobs) => {
+            let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
+            assert!(
+                ids.contains(&before) && ids.contains(&during),
+                "a stale answer through the old primary: {ids:?}"
+            );
+            assert_ne!(
+                only_old.stats().current_master,
+                Some(xce::client::Endpoint::new(
+                    c.node(primary).client.ip().to_string(),
+                    c.node(primary).client.port()
+                )),
+                "answered by the old primary itself"
+            );
+        }
+        r => panic!("the old primary answered {r:?}"),
+    }
 }
 
 /// S5: all controllers stopped: calls end with the transport error after the budget, with the

@@ -1,5 +1,6 @@
 //! A rolling upgrade from an older controller build to this one, under writes: the older
-//! build's data directories (its log entries stored as JSON) open with this build, the mixed
+//! build's data directories (its log entries stored as JSON, or in `raft.redb` before the
+//! segmented log: moved on the first start, issue 38) open with this build, the mixed
 //! cluster replicates both ways (the raft wire format is unchanged), and every acknowledged
 //! job is listed exactly once at the end, served by a node of this build that replayed the
 //! older build's log.
@@ -79,6 +80,16 @@ fn rolling_upgrade_from_an_older_build_keeps_every_job() {
         "only {} writes acknowledged",
         acked.len()
     );
+    // Issue 38: each node's first start with this build moved the older build's log
+    // (raft.redb) into its segments, and said so.
+    for id in 1..=3 {
+        let log = std::fs::read_to_string(log_dir.join(format!("node-{id}.log"))).unwrap();
+        assert!(
+            log.contains("upgraded its data directory: "),
+            "node {id} did not upgrade its data directory (logs in {})",
+            log_dir.display()
+        );
+    }
     // Every node runs this build now and listed what the older one wrote.
     c.stop_all(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(&log_dir);

@@ -58,8 +58,10 @@ pub struct Options {
     pub wait_primary: bool,
     pub suspicion: bool,
     /// F29: after each new connection, one `hello` asks whether it reaches the primary and
-    /// which members the cluster has; members it reports are added to the rotation. Off, no
-    /// `hello` is sent for it (the scripted fakes of the tests turn it off).
+    /// which members the cluster has; members it reports are added to the rotation, and a
+    /// standby's hint to a member it holds is followed (`retry/vouch.rs`). Off, no `hello` is
+    /// sent for it and no hint to an unconfigured node is vouched for: the configured masters
+    /// only (the scripted fakes of the tests turn it off).
     /// `XCE_OPT_LEARN_MASTERS`, `XCE_LEARN_MASTERS`.
     pub learn_masters: bool,
     /// F28: once a call failed to reach a master directly (connect refused or timed out, a

@@ -365,7 +365,8 @@ pub const XCE_OPT_WAIT_PRIMARY: c_int = 5;
 /// (only the reply timeout ends a wait) (F25).
 pub const XCE_OPT_SUSPICION: c_int = 6;
 /// Option: learn the cluster's members from the primary (one `hello` per new connection) and
-/// add them to the masters in rotation: 1 on (default), 0 off (F29; `xcecli_get_masters`).
+/// add them to the masters in rotation, following a standby's hint to a member it holds: 1 on
+/// (default), 0 off, the configured masters only (F29; `xcecli_get_masters`).
 pub const XCE_OPT_LEARN_MASTERS: c_int = 7;
 /// Option: when the primary cannot be reached directly but a standby can, ask the standby to
 /// forward the request to the primary (same request id: never applied twice): 1 on (default),

@@ -254,6 +254,15 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("starting node {id}: {e}"));
     }
 
+    /// Starts node `id` with the first membership's command line again, no longer its own
+    /// from [`Cluster::start_extra_node`]: a node added back that lost its disk, started with
+    /// its first flags.
+    pub fn start_node_as_first(&mut self, id: u32) {
+        let i = self.index(id);
+        self.nodes[i].own = None;
+        self.start_node(id);
+    }
+
     /// C17: starts node `id` outside the first membership, with `--cluster cluster` and only
     /// `flags` (e.g. `--join`); `client` is its client address.
     pub fn start_extra_node(&mut self, id: u32, client: &str, cluster: &str, flags: &[&str]) {

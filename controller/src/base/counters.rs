@@ -225,7 +225,7 @@ impl Metrics {
         );
         r.register(
             "xce_log_bytes",
-            "Size of the log database file (raft.redb)",
+            "Size of the log store on disk: the log's segments (log/) and raft.meta",
             m.db_bytes.clone(),
         );
         r.register(

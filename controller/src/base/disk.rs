@@ -215,6 +215,13 @@ impl Guard {
         self.last.lock().expect("disk guard").usage
     }
 
+    /// Measures now, whatever the last measurement's age: the node's stores were just made
+    /// (at start the data directory may not exist yet, and measured empty).
+    pub fn remeasure(&self) -> Option<String> {
+        self.last.lock().expect("disk guard").at = None;
+        self.check()
+    }
+
     /// Measures again when stale; the alarm's reason if raised. A change of the alarm is a
     /// log line and the metric.
     pub fn check(&self) -> Option<String> {

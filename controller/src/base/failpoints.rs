@@ -21,7 +21,9 @@ pub const LOG_FLUSH: &str = "log-flush";
 pub const LOG_APPEND: &str = "log-append";
 /// Removing a log suffix (a follower's conflicting entries): `return(EIO|ENOSPC)`.
 pub const LOG_TRUNCATE: &str = "log-truncate";
-/// Removing a log prefix behind a snapshot: `return(EIO|ENOSPC)`.
+/// Deleting a log segment freed by a purge behind a snapshot (`raft/store.rs`, the purge
+/// thread, per file): `return(EIO|ENOSPC)` fails it; `pause` holds it, `sleep(MS)` slows it (a
+/// slow disk; C24's tests).
 pub const LOG_PURGE: &str = "log-purge";
 /// Saving the vote: `return(EIO|ENOSPC)`.
 pub const VOTE_SAVE: &str = "vote-save";
@@ -70,7 +72,10 @@ pub const NAMES: &[(&str, &str)] = &[
         "a follower's log append (commit, fsync): return(EIO|ENOSPC)",
     ),
     (LOG_TRUNCATE, "removing a log suffix: return(EIO|ENOSPC)"),
-    (LOG_PURGE, "removing a log prefix: return(EIO|ENOSPC)"),
+    (
+        LOG_PURGE,
+        "deleting a purged log segment: return(EIO|ENOSPC), pause, sleep(MS)",
+    ),
     (VOTE_SAVE, "saving the vote: return(EIO|ENOSPC)"),
     (SNAPSHOT_SAVE, "writing a snapshot file: return(EIO|ENOSPC)"),
     (

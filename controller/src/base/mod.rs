@@ -4,6 +4,7 @@
 //! have not shown who they are, and log lines rate-limited with a count.
 
 pub mod auth;
+pub mod background;
 pub mod build;
 pub mod cause;
 pub mod clock;

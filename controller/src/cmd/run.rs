@@ -121,6 +121,10 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     let links = Links::of(&args.opts, &limits)?;
     let auth = auth_of(&args.opts)?;
     let stores = open_stores(&args)?;
+    // C24: measured again now that the data directory holds the stores.
+    if let Some(g) = crate::base::disk::guard() {
+        g.remeasure();
+    }
     let links = Links {
         identity: stores.identity.clone(),
         ..links
@@ -152,6 +156,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     }
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(args.opts.election_max_ms));
+    let compacting = stores.log_reader.clone();
     let elect = start_elections(
         &raft,
         &args,
@@ -162,6 +167,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &stores.amnesia,
     );
     let amnesia = stores.amnesia.clone();
+    let started_blank = amnesia.unsure();
     let forwarded = serve_raft_port(
         ports.raft,
         &raft,
@@ -180,8 +186,11 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &raft,
         &args,
         &stores.applied,
-        stores.handovers,
-        start_last,
+        Handed {
+            log: compacting,
+            handovers: stores.handovers,
+            start_last,
+        },
         &elect,
         amnesia,
     );
@@ -228,7 +237,10 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         // C21: `run` ends the process with its own status.
         why = fault::wait() => Err(format!("storage fault: {why}")),
         // Issue 26: a removed member learns it and stops (`run` exits with its status).
-        why = crate::raft::removed::watch(raft.clone(), id, args.join) => {
+        // A node that started blank replays the cluster's history like a `--join` node, in
+        // which its id may have been removed and added again (found by the nemesis: a node
+        // re-added, then its disk lost and restarted with its first flags, exited 78).
+        why = crate::raft::removed::watch(raft.clone(), id, args.join || started_blank) => {
             let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
             Err(why)
         }
@@ -300,8 +312,8 @@ struct Stores {
 fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let id = args.id;
     private_dir(&args.data)?;
-    let db = store::open_db(&args.data)?;
-    let blank = store::is_blank(&db, &args.data)?;
+    let st = store::open_store(&args.data)?;
+    let blank = store::is_blank(&st, &args.data)?;
     let amnesia = Amnesia::open(
         id,
         &args.data,
@@ -309,9 +321,9 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         args.spec.nodes.keys().copied().collect(),
     )
     .map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let belonging = store::open_belonging(&db, blank)?;
-    let persist_db = db.clone();
-    let db_file = args.data.join(store::DB_FILE);
+    let belonging = store::open_belonging(&st, blank)?;
+    let persist = st.clone();
+    let meta_file = args.data.join(crate::raft::meta::META_FILE);
     // C21 (issue 35, defect 5): a failed save of the cluster id is a storage fault like any
     // other write's (it was only logged: the node went on, and restarted without its id).
     let identity = Identity::new(
@@ -319,9 +331,9 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         Box::new(move |b| {
             let saved = crate::base::failpoints::storage(crate::base::failpoints::CLUSTER_SAVE)
                 .map_err(|e| e.to_string())
-                .and_then(|()| store::save_belonging(&persist_db, b));
+                .and_then(|()| store::save_belonging(&persist, b));
             if let Err(e) = &saved {
-                fault::record("cluster_id", &db_file, e);
+                fault::record("cluster_id", &meta_file, e);
             }
             saved
         }),
@@ -338,7 +350,7 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     }
     let diverged = Diverged::open(id, &args.data);
     let digests = Digests::new();
-    let log = LogStore::new(db.clone(), &args.data);
+    let log = LogStore::new(&st);
     // C12: the node's own election, told by the store once its vote is on disk.
     let told = amnesia.clone();
     log.on_vote(Box::new(move |vote| told.vote_saved(vote)));
@@ -497,7 +509,7 @@ async fn start_raft(
         election_timeout_max: o.election_max_ms,
         // C15: openraft's timer never campaigns; `raft/elect.rs` does, after a pre-vote.
         enable_elect: false,
-        ..store_config(o)
+        ..store_config()
     }
     .validate()
     .map_err(|e| format!("raft config: {e}"))?;
@@ -650,22 +662,37 @@ fn serve_raft_port(
 /// Where the raft port finds the client port's context (set once it exists).
 type Forwarded = Arc<std::sync::OnceLock<Arc<Ctx>>>;
 
-/// The node's own tasks: snapshots, the role log, C14's handover follower, C11's barrier and
-/// (C17: never with --join; the leader's appends do) a new cluster's initialisation.
+/// What the stores hand to the node's own tasks: the log compaction owns, the applied
+/// handovers C14's follower reads, and the last log index at start.
+struct Handed {
+    log: LogStore,
+    handovers: UnboundedReceiver<crate::raft::handover::Applied>,
+    start_last: Option<u64>,
+}
+
+/// The node's own tasks: snapshots and purges, the role log, C14's handover follower, C11's
+/// barrier and (C17: never with --join; the leader's appends do) a new cluster's
+/// initialisation.
 fn start_tasks(
     raft: &Raft,
     args: &RunArgs,
     applied: &SharedApplied,
-    handovers: UnboundedReceiver<crate::raft::handover::Applied>,
-    start_last: Option<u64>,
+    handed: Handed,
     elect: &Arc<Elections>,
     amnesia: Arc<Amnesia>,
 ) -> Arc<Readiness> {
     let id = args.id;
-    tokio::spawn(store::snapshot_trigger(
+    let Handed {
+        log,
+        handovers,
+        start_last,
+    } = handed;
+    tokio::spawn(crate::raft::compaction::run(
         raft.clone(),
         applied.clone(),
-        args.opts.snapshot_logs,
+        log,
+        args.data.clone(),
+        crate::raft::compaction::Policy::new(id, args.opts.snapshot_logs, args.opts.log_keep),
     ));
     tokio::spawn(log_roles(raft.clone(), id, args.data.clone()));
     tokio::spawn(crate::raft::handover::follow(
@@ -763,13 +790,15 @@ async fn stop_on_signal(
     let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
 }
 
-/// The storage side of the Raft config (P12): snapshots are triggered by
-/// [`store::snapshot_trigger`] (by writes and table size, not entries); a snapshot of a big
-/// table is streamed as a file and may take seconds to send and install.
-fn store_config(o: &NodeOpts) -> Config {
+/// The storage side of the Raft config (P12, C24): snapshots are triggered and the log purged
+/// behind them by `raft/compaction.rs` (by bytes, not entries: openraft's own policies are
+/// off); a snapshot of a big table is streamed as a file and may take seconds to send and
+/// install.
+fn store_config() -> Config {
     Config {
         snapshot_policy: SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: o.log_keep,
+        // Nothing kept by count: openraft purges only where `raft/compaction.rs` asks.
+        max_in_snapshot_log_to_keep: u64::MAX,
         install_snapshot_timeout: store::INSTALL_SNAPSHOT_TIMEOUT_MS,
         max_payload_entries: crate::raft::propose::MAX_PAYLOAD_ENTRIES,
         ..Default::default()

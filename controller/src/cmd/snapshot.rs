@@ -387,9 +387,9 @@ fn restore(
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     crate::sm::snapshot::install_file(&tmp, data)
         .map_err(|e| format!("{}: {e}", data.display()))?;
-    let db = crate::raft::store::open_db(data)?;
-    crate::raft::store::write_restored(&db, last, Vote::new(h.term, id), Belonging::Member(tag))?;
-    drop(db);
+    let st = crate::raft::store::open_store(data)?;
+    crate::raft::store::write_restored(&st, last, Vote::new(h.term, id), Belonging::Member(tag))?;
+    drop(st);
     println!(
         "restored node {id} into {}: new cluster {} (restore epoch {}), state at index {} \
          ({} jobs, from cluster {}); start it with --cluster {} (every member restored from \

@@ -170,7 +170,9 @@ fn render(ctx: &Ctx, data: &std::path::Path) -> String {
         m.last_log_index
             .map_or(0, |l| (l + 1).saturating_sub(first)) as i64,
     );
-    M.db_bytes.set(file_len(&data.join("raft.redb")));
+    // C24: the log store — the log's segments and the metadata file.
+    M.db_bytes
+        .set(i64::try_from(crate::raft::store::disk_bytes(data)).unwrap_or(i64::MAX));
     // C24: the whole data directory and its filesystem.
     if let Some(g) = crate::base::disk::guard() {
         let u = g.usage();

@@ -456,6 +456,10 @@ impl Amnesia {
             return;
         }
         eprintln!("node {}: {why}: votes and campaigns again (C12)", self.id);
+        // Wakes `watch`, which lifts the campaign hold: catching up changes neither the vote
+        // nor the floor it otherwise waits on (found by the nemesis: a node caught up after a
+        // disk loss never campaigned again, and was the only one that could win).
+        self.floor.send_modify(|_| {});
     }
 
     /// Whether this node may campaign (or initialise a cluster) with its own vote `own`.
@@ -482,8 +486,10 @@ pub async fn watch(raft: Raft, amnesia: Arc<Amnesia>, elect: Arc<Elections>) {
     let mut floor = amnesia.floor_changes();
     loop {
         let own = rx.borrow_and_update().vote;
+        // Read before the hold is synced: caught up in between, the sync already lifts it.
+        let sure = !amnesia.unsure();
         amnesia.sync_elect(&elect, &own);
-        if !amnesia.unsure() {
+        if sure {
             return;
         }
         tokio::select! {

@@ -8,9 +8,9 @@
 //! state machine applies one (`store.rs`) it hands [`Digests::begin`] a clone of its state as
 //! of that entry — O(1) for the job table (a persistent map shared with the live state), a
 //! copy of the small parts — and the hash (SHA-256 over the canonical bytes, `sm/digest.rs`)
-//! runs on a blocking thread while writes go on. The last [`KEEP`] digests are kept, and the
+//! runs on a thread of its own while writes go on. The last [`KEEP`] digests are kept, and the
 //! latest checkpoint's state itself (for `snapshot save`, which saves the state the check
-//! compared).
+//! compared). The hash runs at background priority (`base/background.rs`), like a snapshot.
 //!
 //! **What the check found** ([`Findings`]): the alarms the primary raised (a node whose digest
 //! applied a lower entry than the history; the CORRUPT alarm's words), the last index at which every
@@ -123,8 +123,17 @@ impl Digests {
             });
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn_blocking(work);
+            // C24: on a thread of its own at the lowest CPU and I/O priority, as snapshots are
+            // written: at 10^7 jobs a digest is seconds of a core on every node, and every node
+            // takes one at each new leader's barrier, right when it should serve.
+            Ok(_) => {
+                std::thread::Builder::new()
+                    .name("xce-digest".into())
+                    .spawn(move || {
+                        crate::base::background::lower_this_thread();
+                        work()
+                    })
+                    .expect("spawn a digest thread");
             }
             Err(_) => work(),
         }

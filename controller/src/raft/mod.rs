@@ -5,6 +5,7 @@
 //! marker of a node that diverged.
 
 pub mod amnesia;
+pub mod compaction;
 pub mod digests;
 pub mod diverged;
 pub mod elect;
@@ -13,10 +14,13 @@ pub mod frame;
 pub mod handover;
 pub mod lease;
 pub mod link;
+pub mod meta;
+pub mod migrate;
 pub mod pace;
 pub mod propose;
 pub mod ready;
 pub mod removed;
+pub mod segments;
 pub mod standing;
 pub mod store;
 pub mod types;

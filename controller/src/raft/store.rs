@@ -1,6 +1,9 @@
-//! Durable Raft storage (C1): log, vote, committed index and the latest snapshot live in one
-//! `redb` database per node (`DIR/raft.redb`); every write is a committed (fsynced)
-//! transaction, so `kill -9` and a restart with the same data directory bring the node back.
+//! Durable Raft storage (C1, C24): the log in segment files (`DIR/raft-log/`, `raft/segments.rs`),
+//! the vote, the purge point and the cluster in a metadata file (`DIR/raft.meta`, `raft/meta.rs`).
+//! Every write is fsynced before it is reported, so `kill -9` and a restart with the same data
+//! directory bring the node back; the log store's size follows the unpurged log (a purge deletes
+//! whole segments, in the background). A directory an earlier build wrote (`raft.redb`) is moved
+//! into this form on the first start (`raft/migrate.rs`).
 //!
 //! The state machine itself lives in memory: on start it is restored from the snapshot file
 //! (`DIR/snapshot.bin`, see `sm/snapshot.rs`) and openraft re-applies the committed log after it.
@@ -18,36 +21,21 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine};
 use openraft::{AnyError, EntryPayload, RaftLogReader, RaftSnapshotBuilder, StorageIOError};
-use redb::{Database, ReadableTable, TableDefinition};
-use serde::{Deserialize, Serialize};
 
 use crate::base::clock::now_ms;
 use crate::base::cluster_id::Belonging;
 use crate::base::ids::{LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
 use crate::raft::digests::Digests;
-use crate::raft::types::{Entry, Raft, Snapshot, TypeConfig};
+use crate::raft::meta::{Meta, MetaFile, META_FILE};
+use crate::raft::segments::{Segments, LOG_DIR};
+use crate::raft::types::{Entry, Snapshot, TypeConfig};
 use crate::sm::entry::Batch;
 use crate::sm::snapshot::{self, SnapFile};
 use crate::sm::state::{ClusterStamp, Outcome, State};
 
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-
-const K_VOTE: &str = "vote";
-const K_COMMITTED: &str = "committed";
-const K_PURGED: &str = "purged";
-/// C20: the node's [`Belonging`] (absent: data of an earlier build, or a blank directory).
-const K_CLUSTER: &str = "cluster";
-/// redb's page cache: the database holds only the log since the last snapshot, vote and
-/// committed index (the snapshot is a file of its own), so a small cache is enough. redb's
-/// default (1 GiB) let the log's pages fill the controller's memory.
-const DB_CACHE_BYTES: usize = 32 << 20;
 /// Bound on sending and installing one snapshot (openraft's default, 200 ms, is far too
 /// short for a table of 10^6 jobs: a follower would never catch up).
 pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
-
-/// The database file in a node's data directory.
-pub const DB_FILE: &str = "raft.redb";
 
 /// A storage error stops this node's Raft (openraft treats it as fatal); where it is returned
 /// to openraft it is also the node's storage fault (C21, [`noted`]), which names the file.
@@ -81,73 +69,131 @@ fn failpoint(name: &str) -> Result<(), StorageError> {
     crate::base::failpoints::storage(name).map_err(write_err)
 }
 
-/// Opens (creating if needed) the node's database with both tables present.
-pub fn open_db(dir: &Path) -> Result<Arc<Database>, String> {
+/// The node's durable store, opened: the metadata file and the log's segments, shared by the
+/// [`LogStore`]'s clones and what the node records beside them (C20's cluster).
+#[derive(Clone)]
+pub struct Store {
+    dir: PathBuf,
+    meta: Arc<Mutex<MetaFile>>,
+    segs: Arc<Mutex<Segments>>,
+}
+
+/// What a data directory's store takes on disk (C24): the log's segments, the metadata file,
+/// and what an older build's `raft.redb` still holds — everything but the snapshot and the
+/// small markers. Bytes allocated (st_blocks).
+pub fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512);
+    let segs: u64 = std::fs::read_dir(dir.join(LOG_DIR))
+        .map(|rd| rd.flatten().map(|e| size(&e.path())).sum())
+        .unwrap_or(0);
+    segs + size(&dir.join(META_FILE)) + size(&dir.join(crate::raft::migrate::DB_FILE))
+}
+
+/// Opens (making if needed) the node's store in `dir`, upgrading a directory an earlier build
+/// wrote (`raft/migrate.rs`, said in the node's log).
+pub fn open_store(dir: &Path) -> Result<Store, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let path = dir.join(DB_FILE);
-    let db = Database::builder()
-        .set_cache_size(DB_CACHE_BYTES)
-        .create(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
-    let tx = db.begin_write().map_err(|e| e.to_string())?;
-    {
-        tx.open_table(LOG).map_err(|e| e.to_string())?;
-        tx.open_table(META).map_err(|e| e.to_string())?;
+    let shown = |e: std::io::Error| format!("{}: {e}", dir.display());
+    if let Some(done) = crate::raft::migrate::upgrade(dir, recode)? {
+        eprintln!("{done}");
     }
-    tx.commit().map_err(|e| e.to_string())?;
-    Ok(Arc::new(db))
+    let meta = match MetaFile::open(dir).map_err(shown)? {
+        Some(m) => m,
+        None => {
+            // A new directory: the metadata first, then the text that refuses older builds
+            // (a crash between the two: `migrate::upgrade` writes it at the next start).
+            let m = MetaFile::create(dir, &Meta::default()).map_err(shown)?;
+            crate::raft::migrate::write_tombstone(dir).map_err(shown)?;
+            m
+        }
+    };
+    let purged = meta.get().purged.map(|p| p.index);
+    let segs = Segments::open(&dir.join(LOG_DIR), purged).map_err(shown)?;
+    Ok(Store {
+        dir: dir.to_path_buf(),
+        meta: Arc::new(Mutex::new(meta)),
+        segs: Arc::new(Mutex::new(segs)),
+    })
+}
+
+/// An earlier build's stored entry in this build's encoding (the upgrade's re-encoding).
+fn recode(stored: &[u8]) -> Result<Vec<u8>, String> {
+    let e = decode_entry(stored).map_err(|e| e.to_string())?;
+    encode_entry(&e).map_err(|e| e.to_string())
+}
+
+impl Store {
+    fn meta(&self) -> std::sync::MutexGuard<'_, MetaFile> {
+        self.meta.lock().expect("raft metadata lock")
+    }
+
+    fn segs(&self) -> std::sync::MutexGuard<'_, Segments> {
+        self.segs.lock().expect("log segments lock")
+    }
+
+    fn meta_path(&self) -> PathBuf {
+        self.dir.join(META_FILE)
+    }
+
+    /// Saves the metadata changed by `f` (fsynced; off the runtime's queue).
+    fn update_meta(&self, f: impl FnOnce(&mut Meta)) -> Result<(), StorageError> {
+        blocking(|| self.meta().update(f)).map_err(write_err)
+    }
 }
 
 /// Whether the data directory holds nothing of a Raft node: no log entry, no purge point, no
 /// vote, no snapshot (C12: a brand-new node, or one whose data was lost).
-pub fn is_blank(db: &Database, dir: &Path) -> Result<bool, String> {
-    let tx = db.begin_read().map_err(|e| e.to_string())?;
-    let log = tx.open_table(LOG).map_err(|e| e.to_string())?;
-    let meta = tx.open_table(META).map_err(|e| e.to_string())?;
-    let no_log = log.first().map_err(|e| e.to_string())?.is_none();
-    let no_vote = meta.get(K_VOTE).map_err(|e| e.to_string())?.is_none();
-    let no_purge = meta.get(K_PURGED).map_err(|e| e.to_string())?.is_none();
-    Ok(no_log && no_vote && no_purge && !snapshot::current_path(dir).exists())
+pub fn is_blank(store: &Store, dir: &Path) -> Result<bool, String> {
+    let no_log = store.segs().last_index().is_none();
+    let m = store.meta().get().clone();
+    Ok(no_log && m.vote.is_none() && m.purged.is_none() && !snapshot::current_path(dir).exists())
 }
 
 /// C20: what the data directory says of the node's cluster. Absent in a blank directory: it
 /// becomes [`Belonging::Pending`] (saved, so a node that crashes before it learnt its
 /// cluster's id still takes it); absent beside data: written by an earlier build
 /// ([`Belonging::Legacy`]).
-pub fn open_belonging(db: &Database, blank: bool) -> Result<Belonging, String> {
-    match meta_get::<Belonging>(db, K_CLUSTER).map_err(|e| e.to_string())? {
+pub fn open_belonging(store: &Store, blank: bool) -> Result<Belonging, String> {
+    let recorded = store.meta().get().cluster;
+    match recorded {
         Some(b) => Ok(b),
         None if blank => {
-            save_belonging(db, Belonging::Pending)?;
+            save_belonging(store, Belonging::Pending)?;
             Ok(Belonging::Pending)
         }
         None => Ok(Belonging::Legacy),
     }
 }
 
-/// C20: saves the node's [`Belonging`] (a committed, fsynced transaction).
-pub fn save_belonging(db: &Database, b: Belonging) -> Result<(), String> {
-    meta_put(db, K_CLUSTER, &b).map_err(|e| e.to_string())
+/// C20: saves the node's [`Belonging`] (fsynced).
+pub fn save_belonging(store: &Store, b: Belonging) -> Result<(), String> {
+    store
+        .update_meta(|m| m.cluster = Some(b))
+        .map_err(|e| e.to_string())
 }
 
-/// C20, `snapshot restore`: a fresh data directory's database for a node restored from a
+/// C20, `snapshot restore`: a fresh data directory's store for a node restored from a
 /// snapshot at `last`: the log is empty and purged up to `last` (so it continues after the
 /// snapshot), the vote is this node's own in `last`'s term (not committed: the restored
 /// cluster's first leader is elected in a higher term, and its entries follow `last`'s), and
 /// the cluster is the restored one.
 pub fn write_restored(
-    db: &Database,
+    store: &Store,
     last: LogId,
     vote: Vote,
     cluster: Belonging,
 ) -> Result<(), String> {
-    let s = |e: StorageError| e.to_string();
-    meta_put(db, K_PURGED, &last).map_err(s)?;
-    meta_put(db, K_VOTE, &vote).map_err(s)?;
-    meta_put(db, K_CLUSTER, &cluster).map_err(s)
+    store
+        .update_meta(|m| {
+            m.purged = Some(last);
+            m.vote = Some(vote);
+            m.cluster = Some(cluster);
+        })
+        .map_err(|e| e.to_string())
 }
 
-/// Runs a blocking database write without stalling the other tasks of this worker thread
+/// Runs a blocking disk write without stalling the other tasks of this worker thread
 /// (on the controller's multi-threaded runtime; elsewhere, directly).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
@@ -165,7 +211,8 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 /// ([`crate::raft::propose::MAX_BATCH_BYTES`]), about a second of writes at full speed here.
 const MAX_PENDING_FLUSH_BYTES: usize = 16 << 20;
 
-/// Appends entries (index, stored bytes) to the log in one committed (fsynced) transaction.
+/// Appends entries (index, stored bytes) to the log: one write, one `fdatasync`
+/// (`raft/segments.rs`). Returns the bytes it added to the log.
 ///
 /// A follower's append runs it on the Raft core's own thread, not through [`blocking`] (P11):
 /// openraft's core waits for a follower's flush before it does anything else, so moving the
@@ -173,18 +220,15 @@ const MAX_PENDING_FLUSH_BYTES: usize = 16 << 20;
 /// queue to another thread and back on every append — measured ≈ 100 µs of a ≈ 300 µs commit
 /// here. The leader's appends go to the [`Flusher`]'s thread instead: nothing waits for them.
 fn commit_entries<'a>(
-    db: &Database,
+    segs: &Mutex<Segments>,
     entries: impl IntoIterator<Item = (u64, &'a [u8])>,
-) -> Result<(), StorageError> {
+) -> Result<u64, StorageError> {
     let started = std::time::Instant::now();
-    let tx = db.begin_write().map_err(write_err)?;
-    {
-        let mut t = tx.open_table(LOG).map_err(write_err)?;
-        for (index, bytes) in entries {
-            t.insert(index, bytes).map_err(write_err)?;
-        }
-    }
-    let res = tx.commit().map_err(write_err);
+    let res = segs
+        .lock()
+        .expect("log segments lock")
+        .append(entries)
+        .map_err(write_err);
     crate::base::counters::fsync(started.elapsed());
     res
 }
@@ -267,7 +311,12 @@ impl Drop for Flusher {
 }
 
 impl Flusher {
-    fn start(db: Arc<Database>, recent: Arc<Mutex<Recent>>, file: Arc<PathBuf>) -> Flusher {
+    fn start(
+        segs: Arc<Mutex<Segments>>,
+        recent: Arc<Mutex<Recent>>,
+        file: Arc<PathBuf>,
+        appended: Arc<AtomicU64>,
+    ) -> Flusher {
         let (tx, rx) = std::sync::mpsc::channel::<Flush>();
         let shared = Arc::new(FlushState {
             pending: Mutex::new(Pending::default()),
@@ -289,13 +338,17 @@ impl Flusher {
                     } else {
                         let res = point.and_then(|()| {
                             commit_entries(
-                                &db,
+                                &segs,
                                 group.iter().flat_map(|g| {
                                     g.entries.iter().map(|(i, b)| (*i, b.as_slice()))
                                 }),
                             )
                         });
-                        noted("log_flush", &file, res).map_err(|e| e.to_string())
+                        noted("log_flush", &file, res)
+                            .map(|n| {
+                                appended.fetch_add(n, Ordering::Relaxed);
+                            })
+                            .map_err(|e| e.to_string())
                     };
                     if res.is_err() {
                         // What the failed commit left is unknown: read the database from now on
@@ -368,32 +421,6 @@ impl Flusher {
         }
         Ok(())
     }
-}
-
-fn meta_get<T: for<'a> Deserialize<'a>>(
-    db: &Database,
-    key: &str,
-) -> Result<Option<T>, StorageError> {
-    let tx = db.begin_read().map_err(read_err)?;
-    let t = tx.open_table(META).map_err(read_err)?;
-    match t.get(key).map_err(read_err)? {
-        None => Ok(None),
-        Some(v) => serde_json::from_slice(v.value())
-            .map(Some)
-            .map_err(read_err),
-    }
-}
-
-fn meta_put<T: Serialize>(db: &Database, key: &str, value: &T) -> Result<(), StorageError> {
-    let bytes = serde_json::to_vec(value).map_err(write_err)?;
-    blocking(|| {
-        let tx = db.begin_write().map_err(write_err)?;
-        {
-            let mut t = tx.open_table(META).map_err(write_err)?;
-            t.insert(key, bytes.as_slice()).map_err(write_err)?;
-        }
-        tx.commit().map_err(write_err)
-    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -524,15 +551,19 @@ impl Recent {
     }
 }
 
-/// The Raft log, vote and committed index. Cheap to clone (readers share the database and
-/// the cache of recent entries).
+/// The Raft log, vote and committed index. Cheap to clone (readers share the store and the
+/// cache of recent entries).
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Database>,
-    /// The database's file, named by a storage fault (C21).
+    store: Store,
+    /// The log's directory, named by a storage fault (C21).
     file: Arc<PathBuf>,
     recent: Arc<Mutex<Recent>>,
     flusher: Arc<Flusher>,
+    /// Deletes purged segments off the Raft core (C24).
+    janitor: Arc<Janitor>,
+    /// Bytes appended to the log since the start (the snapshot trigger reads it).
+    appended: Arc<AtomicU64>,
     /// C12: told of every vote saved, once it is on disk (`raft/amnesia.rs`).
     on_vote: Arc<std::sync::OnceLock<OnVote>>,
 }
@@ -541,15 +572,23 @@ pub struct LogStore {
 pub type OnVote = Box<dyn Fn(&Vote) + Send + Sync>;
 
 impl LogStore {
-    /// The log of the database `db` opened from the data directory `dir`.
-    pub fn new(db: Arc<Database>, dir: &Path) -> LogStore {
+    /// The log of the store `store`.
+    pub fn new(store: &Store) -> LogStore {
         let recent: Arc<Mutex<Recent>> = Arc::default();
-        let file = Arc::new(dir.join(DB_FILE));
+        let file = Arc::new(store.dir.join(LOG_DIR));
+        let appended = Arc::new(AtomicU64::new(0));
         LogStore {
-            flusher: Arc::new(Flusher::start(db.clone(), recent.clone(), file.clone())),
-            db,
+            flusher: Arc::new(Flusher::start(
+                store.segs.clone(),
+                recent.clone(),
+                file.clone(),
+                appended.clone(),
+            )),
+            janitor: Arc::new(Janitor::start()),
+            store: store.clone(),
             file,
             recent,
+            appended,
             on_vote: Arc::default(),
         }
     }
@@ -561,6 +600,89 @@ impl LogStore {
 
     fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
         self.recent.lock().expect("log cache lock")
+    }
+
+    /// Bytes appended to this node's log since it started (C24: snapshots are sized by it).
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended.load(Ordering::Relaxed)
+    }
+
+    /// Where the log should be purged to once a snapshot holds everything up to `snapshot`:
+    /// at most `keep_bytes` and `keep_entries` of the log stay behind the snapshot (P14: a
+    /// follower that fell that far behind catches up from the log; further behind, the
+    /// snapshot costs it no more). `None`: nothing to purge.
+    pub fn purge_point(&self, snapshot: u64, keep_bytes: u64, keep_entries: u64) -> Option<u64> {
+        let keep = self
+            .store
+            .segs()
+            .keep_from(snapshot, keep_bytes, keep_entries)?;
+        keep.checked_sub(1)
+    }
+
+    /// Sizes the log's segments to a snapshot of `bytes` (C24: a purge frees whole segments,
+    /// so a segment is an eighth of what the log keeps at most).
+    pub fn size_segments(&self, snapshot_bytes: u64) {
+        self.store.segs().set_target(snapshot_bytes / 8);
+    }
+
+    /// Reads `[start, end)` from the segments (after any pending flush).
+    fn read_disk(&self, start: u64, end: Option<u64>) -> Result<Vec<Entry>, StorageError> {
+        self.flusher.wait_idle()?;
+        let read = || {
+            let raw = self.store.segs().read(start, end).map_err(read_err)?;
+            raw.iter().map(|(_, b)| decode_entry(b)).collect()
+        };
+        noted("read", &self.file, read())
+    }
+}
+
+/// Deletes the segments a purge freed, on a thread of its own: a purge records its point in
+/// the metadata file (one fsync) and returns; the files, whose records are all at or below
+/// that point and skipped by every reader, go afterwards (`raft/segments.rs`). A deletion that
+/// fails is the node's storage fault (C21), like any other write.
+struct Janitor {
+    tx: Option<std::sync::mpsc::Sender<Vec<PathBuf>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Janitor {
+    fn start() -> Janitor {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<PathBuf>>();
+        let thread = std::thread::Builder::new()
+            .name("xce-log-purge".into())
+            .spawn(move || {
+                while let Ok(files) = rx.recv() {
+                    for f in files {
+                        // `log-purge`: `pause` holds the deletion here (the crash test).
+                        let res = failpoint(crate::base::failpoints::LOG_PURGE)
+                            .and_then(|()| std::fs::remove_file(&f).map_err(write_err));
+                        if noted("log_purge", &f, res).is_err() {
+                            return;
+                        }
+                    }
+                }
+            })
+            .expect("spawn the log purge thread");
+        Janitor {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn delete(&self, files: Vec<PathBuf>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(files);
+        }
+    }
+}
+
+impl Drop for Janitor {
+    /// The last store is gone: what is queued is deleted first.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -582,21 +704,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if let Some(hit) = self.recent().range(start, end) {
             return Ok(hit);
         }
-        self.flusher.wait_idle()?;
-        let read = || {
-            let tx = self.db.begin_read().map_err(read_err)?;
-            let t = tx.open_table(LOG).map_err(read_err)?;
-            let mut out = Vec::new();
-            for item in t.range(start..).map_err(read_err)? {
-                let (k, v) = item.map_err(read_err)?;
-                if !range.contains(&k.value()) {
-                    break;
-                }
-                out.push(decode_entry(v.value())?);
-            }
-            Ok(out)
-        };
-        noted("read", &self.file, read())
+        self.read_disk(start, end)
     }
 }
 
@@ -605,20 +713,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         self.flusher.wait_idle()?;
-        let read = || {
-            let last_purged_log_id: Option<LogId> = meta_get(&self.db, K_PURGED)?;
-            let tx = self.db.begin_read().map_err(read_err)?;
-            let t = tx.open_table(LOG).map_err(read_err)?;
-            let last = match t.last().map_err(read_err)? {
-                Some((_, v)) => Some(decode_entry(v.value())?.log_id),
-                None => last_purged_log_id,
-            };
-            Ok(LogState {
-                last_purged_log_id,
-                last_log_id: last,
-            })
+        let last_purged_log_id = self.store.meta().get().purged;
+        let last = self.store.segs().last_index();
+        let last_log_id = match last {
+            Some(i) => self.read_disk(i, Some(i + 1))?.pop().map(|e| e.log_id),
+            None => last_purged_log_id,
         };
-        noted("read", &self.file, read())
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -628,8 +732,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         self.flusher.wait_idle()?;
         let res = failpoint(crate::base::failpoints::VOTE_SAVE)
-            .and_then(|()| meta_put(&self.db, K_VOTE, vote));
-        noted("vote", &self.file, res)?;
+            .and_then(|()| self.store.update_meta(|m| m.vote = Some(*vote)));
+        noted("vote", &self.store.meta_path(), res)?;
         if let Some(hook) = self.on_vote.get() {
             hook(vote);
         }
@@ -637,7 +741,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        noted("read", &self.file, meta_get(&self.db, K_VOTE))
+        Ok(self.store.meta().get().vote)
     }
 
     /// Not saved (openraft's default): the committed index only spares re-applying after a
@@ -650,8 +754,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        let read = meta_get::<Option<LogId>>(&self.db, K_COMMITTED);
-        Ok(noted("read", &self.file, read)?.flatten())
+        Ok(self.store.meta().get().committed)
     }
 
     async fn append<I>(
@@ -680,23 +783,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // A follower's (openraft waits for it): after anything still pending, then inline.
         self.flusher.wait_idle()?;
         let res = failpoint(crate::base::failpoints::LOG_APPEND).and_then(|()| {
-            commit_entries(&self.db, encoded.iter().map(|(i, b)| (*i, b.as_slice())))
+            commit_entries(
+                &self.store.segs,
+                encoded.iter().map(|(i, b)| (*i, b.as_slice())),
+            )
         });
         let res = noted("log_append", &self.file, res);
         // The commit is durable (fsynced) when it returns: only then are the entries readable
         // from the cache and the flush reported.
         match &res {
-            Ok(()) => {
+            Ok(n) => {
+                self.appended.fetch_add(*n, Ordering::Relaxed);
                 self.recent().appended(kept);
                 callback.log_io_completed(Ok(()))
             }
             Err(e) => {
-                // What the failed commit left is unknown: read the database from now on.
+                // What the failed commit left is unknown: read the disk from now on.
                 self.recent().clear();
                 callback.log_io_completed(Err(std::io::Error::other(e.to_string())))
             }
         }
-        res
+        res.map(drop)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -704,34 +811,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.recent().remove_from(log_id.index);
         let res = blocking(|| {
             failpoint(crate::base::failpoints::LOG_TRUNCATE)?;
-            let tx = self.db.begin_write().map_err(write_err)?;
-            {
-                let mut t = tx.open_table(LOG).map_err(write_err)?;
-                t.retain_in(log_id.index.., |_, _| false)
-                    .map_err(write_err)?;
-            }
-            tx.commit().map_err(write_err)
+            self.store.segs().truncate(log_id.index).map_err(write_err)
         });
         noted("log_truncate", &self.file, res)
     }
 
+    /// The purge point is saved first (fsynced); the segments it frees are deleted by the
+    /// [`Janitor`] afterwards, off the Raft core (C24: removing a large prefix no longer holds
+    /// the core, and with it the node's appends and heartbeats, for its length).
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.flusher.wait_idle()?;
         self.recent().remove_upto(log_id.index);
-        let bytes = serde_json::to_vec(&log_id).map_err(write_err)?;
-        let res = blocking(|| {
-            failpoint(crate::base::failpoints::LOG_PURGE)?;
-            let tx = self.db.begin_write().map_err(write_err)?;
-            {
-                let mut m = tx.open_table(META).map_err(write_err)?;
-                m.insert(K_PURGED, bytes.as_slice()).map_err(write_err)?;
-                let mut t = tx.open_table(LOG).map_err(write_err)?;
-                t.retain_in(..=log_id.index, |_, _| false)
-                    .map_err(write_err)?;
-            }
-            tx.commit().map_err(write_err)
-        });
-        noted("log_purge", &self.file, res)
+        let res = self.store.update_meta(|m| m.purged = Some(log_id));
+        noted("log_purge", &self.store.meta_path(), res)?;
+        let freed = self.store.segs().purge(log_id.index);
+        eprintln!(
+            "log purged up to {}: {} segment file(s) to delete",
+            log_id.index,
+            freed.len()
+        );
+        if !freed.is_empty() {
+            self.janitor.delete(freed);
+        }
+        Ok(())
     }
 }
 
@@ -845,8 +947,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             snapshot::View::of(meta, &a.state)
         };
         let (dir, id) = (self.dir.clone(), self.id);
-        // Writing (and fsyncing) a large table takes a while: off the runtime's threads.
-        let res = tokio::task::spawn_blocking(move || -> std::io::Result<SnapshotMeta> {
+        // C24: written and fsynced by a thread of its own at background priority, its bytes
+        // paced to the disk (`base/background.rs`); nothing of the Raft core waits for it.
+        let res = crate::base::background::run("xce-snapshot", move || {
             crate::base::failpoints::storage(crate::base::failpoints::SNAPSHOT_SAVE)?;
             let t0 = std::time::Instant::now();
             static BUILDS: AtomicU64 = AtomicU64::new(0);
@@ -865,8 +968,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             Ok(view.meta.clone())
         })
         .await
-        .map_err(|e| write_err(std::io::Error::other(e.to_string())))
-        .and_then(|r| r.map_err(write_err));
+        .and_then(|r: std::io::Result<SnapshotMeta>| r)
+        .map_err(write_err);
         let current = snapshot::current_path(&self.dir);
         let meta = noted("snapshot", &current, res)?;
         let file = noted(
@@ -956,26 +1059,32 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), StorageError> {
         let (dir, id) = (self.dir.clone(), self.id);
         let t0 = std::time::Instant::now();
-        let res = tokio::task::spawn_blocking(move || -> std::io::Result<State> {
-            let SnapFile { path, file } = *snapshot;
-            crate::base::failpoints::storage(crate::base::failpoints::SNAPSHOT_SAVE)?;
-            file.sync_all()?;
-            drop(file);
-            let (_, state) = snapshot::read(&path)?;
-            snapshot::install_file(&path, &dir)?;
-            Ok(state)
-        })
-        .await
-        .map_err(|e| write_err(std::io::Error::other(e.to_string())))
-        .and_then(|r| r.map_err(write_err));
+        // C24: fsynced a step at a time and read back by a thread at background priority:
+        // the standby's appends go on meanwhile.
+        let res =
+            crate::base::background::run("xce-snapshot", move || -> std::io::Result<State> {
+                let SnapFile { path, file } = *snapshot;
+                crate::base::failpoints::storage(crate::base::failpoints::SNAPSHOT_SAVE)?;
+                crate::base::background::sync_paced(&file)?;
+                drop(file);
+                let (_, state) = snapshot::read(&path)?;
+                snapshot::install_file(&path, &dir)?;
+                Ok(state)
+            })
+            .await
+            .and_then(|r| r)
+            .map_err(write_err);
         let state = noted("snapshot", &snapshot::current_path(&self.dir), res)?;
         let jobs = state.job_count();
-        {
+        let old = {
             let mut a = self.applied.write().expect("state lock");
-            a.state = state;
             a.last_applied = meta.last_log_id;
             a.membership = meta.last_membership.clone();
-        }
+            std::mem::replace(&mut a.state, state)
+        };
+        // The state it replaces is freed off the lock and off the runtime (10^6 jobs take a
+        // while to free).
+        std::thread::spawn(move || drop(old));
         self.note_cluster();
         eprintln!(
             "node {id}: installed snapshot {} ({jobs} jobs) in {} ms",
@@ -1000,37 +1109,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta,
             snapshot: Box::new(file),
         }))
-    }
-}
-
-/// Proposals since the last snapshot that trigger the next one: at least `min_writes`, and at
-/// least a quarter of the table, so the log on disk stays within about a quarter of the
-/// snapshot's size and writing a snapshot costs O(1) per write on average.
-pub fn snapshot_due(since_last: u64, jobs: usize, min_writes: u64) -> bool {
-    since_last >= min_writes.max(jobs as u64 / 4)
-}
-
-/// Triggers snapshots by [`snapshot_due`] (openraft's own policy counts entries, and one
-/// entry may hold hundreds of writes).
-pub async fn snapshot_trigger(raft: Raft, applied: SharedApplied, min_writes: u64) {
-    let mut last = applied.read().expect("state lock").state.applied_count();
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
-    loop {
-        tick.tick().await;
-        let (now, jobs) = {
-            let a = applied.read().expect("state lock");
-            (a.state.applied_count(), a.state.job_count())
-        };
-        if now < last {
-            // A snapshot from the leader replaced the state.
-            last = now;
-        }
-        if snapshot_due(now - last, jobs, min_writes) {
-            if raft.trigger().snapshot().await.is_err() {
-                return;
-            }
-            last = now;
-        }
     }
 }
 
@@ -1094,82 +1172,75 @@ mod tests {
         serde_json::to_value(a).expect("json") == serde_json::to_value(b).expect("json")
     }
 
-    fn raw(db: &Database, index: u64) -> Vec<u8> {
-        let tx = db.begin_read().expect("read");
-        let t = tx.open_table(LOG).expect("log");
-        let v = t.get(index).expect("get").expect("stored");
-        v.value().to_vec()
-    }
-
-    /// A data directory written by the previous build (every entry JSON) opens: its entries
-    /// are read, its last log id found; new entries are stored in the binary encoding beside
-    /// them, and after a reopen both kinds read back as written.
+    /// A data directory an earlier build wrote — its log in `raft.redb`, the oldest entries as
+    /// JSON, later ones binary — opens: upgraded on the first start (`raft/migrate.rs`), its
+    /// entries read back as written, its last log id, vote and purge point found; new entries
+    /// go after them, and after a reopen everything reads back.
     #[test]
-    fn a_log_written_as_json_by_an_older_build_is_read() {
+    fn an_older_builds_log_is_upgraded_and_read() {
         let dir = tempfile::tempdir().expect("tempdir");
         let old: Vec<Entry> = (1..=5).map(|i| entry(1, i)).collect();
-        {
-            // What the previous build's `append` stored: `serde_json::to_vec(&entry)`.
-            let db = open_db(dir.path()).expect("open");
-            let tx = db.begin_write().expect("write");
-            {
-                let mut t = tx.open_table(LOG).expect("log");
-                for e in &old {
-                    t.insert(
-                        e.log_id.index,
-                        serde_json::to_vec(e).expect("json").as_slice(),
-                    )
-                    .expect("insert");
-                }
-            }
-            tx.commit().expect("commit");
-        }
+        // What earlier builds' `append` stored: JSON, then [`ENTRY_POSTCARD`] and postcard.
+        let stored: Vec<(u64, Vec<u8>)> = old
+            .iter()
+            .map(|e| {
+                let bytes = if e.log_id.index <= 3 {
+                    serde_json::to_vec(e).expect("json")
+                } else {
+                    encode_entry(e).expect("postcard")
+                };
+                (e.log_id.index, bytes)
+            })
+            .collect();
+        let meta = Meta {
+            vote: Some(Vote::new(1, 1)),
+            ..Meta::default()
+        };
+        crate::raft::migrate::tests::write_old(dir.path(), &stored, &meta);
         let new: Vec<Entry> = (6..=9).map(|i| entry(2, i)).collect();
         rt().block_on(async {
-            let db = open_db(dir.path()).expect("reopen");
-            assert!(!is_blank(&db, dir.path()).expect("blank?"));
-            let mut store = LogStore::new(db.clone(), dir.path());
+            let st = open_store(dir.path()).expect("open");
+            assert!(!is_blank(&st, dir.path()).expect("blank?"));
+            let mut store = LogStore::new(&st);
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_log_id, Some(log_id(1, 5)));
+            assert_eq!(store.read_vote().await.expect("vote"), meta.vote);
             let read = store.try_get_log_entries(1..=5).await.expect("read old");
             assert!(same(&read, &old), "old entries read back as written");
             store.blocking_append(new.clone()).await.expect("append");
-            assert_eq!(raw(&db, 5)[0], b'{', "old entries stay as they are");
-            assert_eq!(raw(&db, 6)[0], ENTRY_POSTCARD, "new entries are binary");
         });
         rt().block_on(async {
-            let db = open_db(dir.path()).expect("reopen");
-            let mut store = LogStore::new(db, dir.path());
+            let st = open_store(dir.path()).expect("reopen");
+            let mut store = LogStore::new(&st);
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_log_id, Some(log_id(2, 9)));
             let all = store.try_get_log_entries(..).await.expect("read all");
             let want: Vec<Entry> = old.iter().chain(&new).cloned().collect();
-            assert!(same(&all, &want), "both encodings read back after a reopen");
+            assert!(same(&all, &want), "everything reads back after a reopen");
         });
     }
 
-    /// Reads answered from the cache of recent entries are what the database holds, through
+    /// Reads answered from the cache of recent entries are what the disk holds, through
     /// appends, a truncation (a follower's conflicting suffix replaced) and a purge.
     #[test]
-    fn the_cache_of_recent_entries_matches_the_database() {
+    fn the_cache_of_recent_entries_matches_the_disk() {
         let dir = tempfile::tempdir().expect("tempdir");
         rt().block_on(async {
-            let db = open_db(dir.path()).expect("open");
-            let mut store = LogStore::new(db.clone(), dir.path());
-            let path = dir.path();
-            // Checks every range of 0..=12 against a store with an empty cache (the database).
-            let check = |mut store: LogStore, db: Arc<Database>| async move {
+            let st = open_store(dir.path()).expect("open");
+            let mut store = LogStore::new(&st);
+            // Checks every range of 0..=12 against a store with an empty cache (the disk).
+            let check = |mut store: LogStore, st: Store| async move {
                 for a in 0..=12u64 {
                     for b in a..=13u64 {
                         let cached = store.try_get_log_entries(a..b).await.expect("cached");
-                        let disk = LogStore::new(db.clone(), path)
+                        let disk = LogStore::new(&st)
                             .try_get_log_entries(a..b)
                             .await
                             .expect("disk");
                         assert!(same(&cached, &disk), "range {a}..{b}");
                     }
                     let cached = store.try_get_log_entries(a..).await.expect("cached");
-                    let disk = LogStore::new(db.clone(), path)
+                    let disk = LogStore::new(&st)
                         .try_get_log_entries(a..)
                         .await
                         .expect("disk");
@@ -1185,18 +1256,18 @@ mod tests {
                 .await
                 .expect("append");
             assert_eq!(store.recent().first_index(), Some(1));
-            check(store.clone(), db.clone()).await;
+            check(store.clone(), st.clone()).await;
             store.truncate(log_id(1, 7)).await.expect("truncate");
             assert_eq!(store.recent().next_index(), Some(7));
-            check(store.clone(), db.clone()).await;
+            check(store.clone(), st.clone()).await;
             store
                 .blocking_append((7..=11).map(|i| entry(2, i)))
                 .await
                 .expect("append");
-            check(store.clone(), db.clone()).await;
+            check(store.clone(), st.clone()).await;
             store.purge(log_id(1, 4)).await.expect("purge");
             assert_eq!(store.recent().first_index(), Some(5));
-            check(store.clone(), db.clone()).await;
+            check(store.clone(), st.clone()).await;
             let state = store.get_log_state().await.expect("state");
             assert_eq!(state.last_purged_log_id, Some(log_id(1, 4)));
             assert_eq!(state.last_log_id, Some(log_id(2, 11)));
@@ -1232,8 +1303,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let stall = Stall::start();
         rt().block_on(async {
-            let db = open_db(dir.path()).expect("open");
-            let mut store = LogStore::new(db.clone(), dir.path());
+            let st = open_store(dir.path()).expect("open");
+            let mut store = LogStore::new(&st);
             let reported = Arc::new(Mutex::new(Vec::new()));
             for (first, last) in [(1, 3), (4, 6), (7, 9)] {
                 let entries: Vec<Entry> = (first..=last).map(|i| entry(1, i)).collect();
@@ -1269,7 +1340,7 @@ mod tests {
                 vec![(3, true), (6, true), (9, true)]
             );
             // Truncated after they landed: 1..=6 on disk, 7.. gone.
-            let disk = LogStore::new(db.clone(), dir.path())
+            let disk = LogStore::new(&st)
                 .try_get_log_entries(0..)
                 .await
                 .expect("read");
@@ -1285,8 +1356,8 @@ mod tests {
     fn the_leaders_flushes_are_bounded_in_memory() {
         let dir = tempfile::tempdir().expect("tempdir");
         let stall = Stall::start();
-        let db = open_db(dir.path()).expect("open");
-        let store = LogStore::new(db, dir.path());
+        let st = open_store(dir.path()).expect("open");
+        let store = LogStore::new(&st);
         let half = MAX_PENDING_FLUSH_BYTES / 2 + 1;
         let submit = move |store: &LogStore, index: u64| {
             let done: Done = Box::new(|res| res.expect("flushed"));

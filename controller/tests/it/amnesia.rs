@@ -259,3 +259,56 @@ fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
             .is_some_and(|l| l.contains("votes and campaigns again"))
     });
 }
+
+/// C12 (found by the nemesis, S20): a node caught up after losing its disk campaigns again.
+/// Catching up changed neither its vote nor its floor, which was all that lifted its campaign
+/// hold, so it never campaigned — and when it was the only node that could win (the other
+/// survivor's log behind: `repl-drop` on the primary), the cluster stayed without a primary.
+#[test]
+fn a_node_caught_up_after_losing_its_disk_campaigns_again() {
+    let mut c = cluster(3, &["--metrics", "127.0.0.1:0"]);
+    let l = c.expect_settled(STARTUP);
+    let others: Vec<u32> = (1..=3).filter(|&i| i != l).collect();
+    let (f, n) = (others[0], others[1]);
+    c.client(l).ok(submit(1, "alice", ""));
+    let k = c.metric(l, "xce_raft_last_log_index").expect("L's metrics") as u64;
+    c.kill(f);
+    std::fs::remove_dir_all(c.data(f)).unwrap();
+    // F follows L (its role and vote settle) before it catches up, later, on an append that
+    // changes neither: L's appends stop short of its commit index until the failpoint goes.
+    c.fail_set(l, "repl-max-index", &format!("return({})", k - 1));
+    let from = c.log(f).len();
+    c.start_node(f);
+    c.wait_until("F follows L, not caught up", STARTUP, || {
+        c.log(f)
+            .get(from..)
+            .is_some_and(|l| l.contains("role=standby term="))
+    });
+    assert!(!c
+        .log(f)
+        .get(from..)
+        .unwrap_or_default()
+        .contains("votes and campaigns again"));
+    c.fail_clear(l, "repl-max-index");
+    c.wait_until("F caught up", STARTUP, || {
+        c.log(f)
+            .get(from..)
+            .is_some_and(|l| l.contains("votes and campaigns again"))
+    });
+    // N falls behind; F holds what N lacks, so only F can win once L is gone.
+    c.fail_set(l, "repl-drop", &format!("return({n})"));
+    let mut cl = c.client(l);
+    for i in 2..=5 {
+        cl.ok(submit(i, "alice", ""));
+    }
+    drop(cl);
+    c.kill(l);
+    let p = c.expect_primary_among(&[f, n], STARTUP);
+    assert_eq!(
+        p,
+        f,
+        "only F holds every acknowledged write\n{}",
+        c.all_logs()
+    );
+    assert_eq!(ask(&c, &[p], 5), vec![(p, 0)]);
+}

@@ -755,14 +755,19 @@ fn s15_data_files_are_the_nodes_alone() {
     eprintln!("{seen:?}");
     let open: Vec<_> = seen.iter().filter(|(_, m)| m & 0o077 != 0).collect();
     assert!(open.is_empty(), "readable by others: {open:?}");
-    assert!(seen.iter().any(|(p, _)| p.ends_with("raft.redb")));
+    assert!(seen.iter().any(|(p, _)| p.ends_with("raft.meta")));
+    let segment = seen
+        .iter()
+        .map(|(p, _)| p)
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a log segment (log/*.seg)");
     // Another user (nobody) cannot read the log.
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
-        .arg(data.join("raft.redb"))
+        .arg(segment)
         .output()
         .expect("setpriv (util-linux)");
-    assert!(!out.status.success(), "nobody read raft.redb");
+    assert!(!out.status.success(), "nobody read {}", segment.display());
 }
 
 /// Issue 27: 16 idle connections to the metrics endpoint held every place for 5 s each, and

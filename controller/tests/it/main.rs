@@ -9,6 +9,7 @@ mod adaptive;
 mod amnesia;
 mod anonymous;
 mod cluster_cmd;
+mod compaction;
 mod consistency;
 mod disk_guard;
 mod docs_drift;

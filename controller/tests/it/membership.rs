@@ -633,7 +633,7 @@ fn a_machine_replaced_with_the_same_id_is_added_not_sent_away() {
     let out = member(&ctrl, &every, &["list"]);
     assert!(listed(&out).contains(&s), "node {s} not listed:\n{out}");
     assert!(
-        !ctrl.log(s).contains("exit status 78"),
+        ctrl.wait_exit(s, Duration::ZERO).is_none() && !ctrl.log(s).contains("removed from"),
         "node {s} took an old membership for its removal:\n{}",
         ctrl.log(s)
     );
@@ -642,4 +642,70 @@ fn a_machine_replaced_with_the_same_id_is_added_not_sent_away() {
     ctrl.expect_primary(STARTUP);
     must_write(&ctrl, &c, "a write after the primary was killed");
     c.close();
+}
+
+/// Found by the nemesis (S20): a node removed, added back (`run --join`, `member add`), that
+/// then loses its disk again and is started with its first flags (no `--join`). Blank, it
+/// replays the cluster's log from its start — the first membership names it, a later one
+/// leaves it out — and took that for its own removal: exit 78 at every start. A node that
+/// started blank replays history as a `--join` node does: only a member's word removes it.
+/// The replay is held at each step by the primary's failpoint `repl-max-index`: first at the
+/// initial membership (it names the node), then at the removal (it leaves it out).
+#[test]
+fn a_node_added_back_that_loses_its_disk_again_is_not_sent_away() {
+    let mut ctrl = cluster(
+        3,
+        &["--snapshot-logs", "1000000", "--metrics", "127.0.0.1:0"],
+    );
+    let p = ctrl.expect_settled(STARTUP);
+    let s = if p == 1 { 2 } else { 1 };
+    let every = ctrl.masters();
+    member(&ctrl, &every, &["remove", &s.to_string()]);
+    let removal = ctrl.metric(p, "xce_raft_last_log_index").expect("metrics") as u64;
+    ctrl.kill(s);
+    std::fs::remove_dir_all(ctrl.data(s)).unwrap();
+    let spec = ctrl
+        .spec()
+        .split(',')
+        .find(|m| m.starts_with(&format!("{s}=")))
+        .unwrap()
+        .to_string();
+    let client = ctrl.addr(s);
+    ctrl.start_extra_node(s, &client, &spec, &["--join", "--metrics", "127.0.0.1:0"]);
+    member(&ctrl, &every, &["add", &spec]);
+    ctrl.wait_until("the node added back caught up", STARTUP, || {
+        ctrl.log(s).contains("votes and campaigns again")
+    });
+    ctrl.kill(s);
+    std::fs::remove_dir_all(ctrl.data(s)).unwrap();
+    let from = ctrl.log(s).len();
+    let last = |ctrl: &Cluster| ctrl.metric(s, "xce_raft_last_log_index").unwrap_or(-1.0) as i64;
+    for (step, upto) in [("the initial membership", 1), ("the removal", removal)] {
+        ctrl.fail_set(p, "repl-max-index", &format!("return({upto})"));
+        if step == "the initial membership" {
+            ctrl.start_node_as_first(s);
+        }
+        let deadline = std::time::Instant::now() + STARTUP;
+        while last(&ctrl) < upto as i64 {
+            if let Some(st) = ctrl.wait_exit(s, Duration::from_millis(100)) {
+                panic!(
+                    "node {s}, blank again, exited ({st}) at {step}: it took an old membership \
+                     for its removal:\n{}",
+                    ctrl.log(s)
+                );
+            }
+            assert!(std::time::Instant::now() < deadline, "{step} never reached");
+        }
+    }
+    assert!(
+        ctrl.wait_exit(s, Duration::from_secs(1)).is_none(),
+        "node {s}, blank again, took the removal in its log for its own:\n{}",
+        ctrl.log(s)
+    );
+    ctrl.fail_clear(p, "repl-max-index");
+    ctrl.wait_until("the node caught up once more", STARTUP, || {
+        ctrl.log(s)
+            .get(from..)
+            .is_some_and(|l| l.contains("votes and campaigns again"))
+    });
 }

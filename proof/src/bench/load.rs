@@ -191,36 +191,117 @@ pub fn fdatasync_us(
     Ok(out.into_iter().flatten().collect())
 }
 
+/// A small job (P12's one-context rows): a short name, a short user, `true` as the command —
+/// the smallest a site submits, where the log's cost per entry weighs most against the state's.
+pub fn small_job(job_id: u64) -> JobSpec {
+    JobSpec {
+        job_id,
+        name: format!("j{}", job_id % 1000),
+        user: "alice".into(),
+        queue: String::new(),
+        command: "true".into(),
+        ncpus: 1,
+        mem_mb: 64,
+    }
+}
+
 /// Submits `n` typical jobs with `contexts` parallel contexts; returns how long it took.
 pub fn load_jobs(masters: &str, n: u64, contexts: usize) -> Result<Duration, String> {
+    load_jobs_timed(masters, n, contexts).map(|l| l.took)
+}
+
+/// One acknowledged write: when it was sent (wall clock, ms since the Unix epoch, as the
+/// controllers stamp their log lines) and how long it took (µs).
+#[derive(Debug, Clone, Copy)]
+pub struct Timed {
+    pub sent_ms: i64,
+    pub took_us: u32,
+}
+
+impl Timed {
+    /// The interval the write was in flight, in wall-clock ms.
+    pub fn span_ms(&self) -> (i64, i64) {
+        (
+            self.sent_ms,
+            self.sent_ms + (i64::from(self.took_us) + 999) / 1000,
+        )
+    }
+}
+
+/// A load and every write of it.
+pub struct Loaded {
+    pub took: Duration,
+    pub writes: Vec<Timed>,
+}
+
+/// The wall clock in ms since the Unix epoch.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// [`load_jobs`], keeping when each write was sent and how long it took.
+pub fn load_jobs_timed(masters: &str, n: u64, contexts: usize) -> Result<Loaded, String> {
     let clients: Vec<Client> = (0..contexts)
         .map(|_| lib_client(masters))
         .collect::<Result<_, _>>()?;
     let left = Arc::new(AtomicU64::new(n));
     let err = Arc::new(std::sync::Mutex::new(None::<String>));
     let t0 = Instant::now();
-    std::thread::scope(|s| {
-        for c in &clients {
-            let (left, err) = (left.clone(), err.clone());
-            s.spawn(move || {
-                while left
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
-                    .is_ok()
-                {
-                    if let Err(e) = c.jobsubmit(typical_job(next_job_id())) {
-                        *err.lock().unwrap() = Some(format!("jobsubmit: {e}"));
-                        left.store(0, Ordering::Relaxed);
+    let writes = std::thread::scope(|s| {
+        let hs: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let (left, err) = (left.clone(), err.clone());
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    while left
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
+                        .is_ok()
+                    {
+                        let (sent_ms, t) = (wall_ms(), Instant::now());
+                        match c.jobsubmit(typical_job(next_job_id())) {
+                            Ok(_) => mine.push(Timed {
+                                sent_ms,
+                                took_us: t.elapsed().as_micros().min(u32::MAX as u128) as u32,
+                            }),
+                            Err(e) => {
+                                *err.lock().unwrap() = Some(format!("jobsubmit: {e}"));
+                                left.store(0, Ordering::Relaxed);
+                            }
+                        }
                     }
-                }
-            });
-        }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect::<Vec<_>>()
     });
     let took = t0.elapsed();
     let e = err.lock().unwrap().take();
     match e {
         Some(e) => Err(e),
-        None => Ok(took),
+        None => Ok(Loaded { took, writes }),
     }
+}
+
+/// `n` jobs made by `job` submitted one at a time through one context (one write per Raft
+/// entry: nothing to batch them with); returns how long it took.
+pub fn submit_one_by_one(
+    masters: &str,
+    n: u64,
+    job: fn(u64) -> JobSpec,
+) -> Result<Duration, String> {
+    let c = lib_client(masters)?;
+    let t0 = Instant::now();
+    for _ in 0..n {
+        c.jobsubmit(job(next_job_id()))
+            .map_err(|e| format!("jobsubmit: {e}"))?;
+    }
+    Ok(t0.elapsed())
 }
 
 /// Resident set size of a process, in bytes (`VmRSS` of /proc/PID/status).
@@ -229,6 +310,38 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// What a node's data directory holds on disk (st_blocks): its snapshot file
+/// (`snapshot.bin`) and everything else but a snapshot on its way (`snapshot.*.tmp`) — the log
+/// store (the log, the vote, the Raft metadata; C24: its size follows the unpurged log) and
+/// small markers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Split {
+    pub snapshot: u64,
+    pub log_store: u64,
+}
+
+pub fn split(dir: &Path) -> Split {
+    use std::os::unix::fs::MetadataExt;
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.blocks() * 512);
+    let snapshot = size(&dir.join("snapshot.bin"));
+    // A snapshot being written or received (`snapshot.*.tmp`) is neither.
+    let passing: u64 = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with("snapshot.") && n.ends_with(".tmp")
+                })
+                .map(|e| size(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0);
+    Split {
+        snapshot,
+        log_store: disk_bytes(dir).saturating_sub(snapshot + passing),
+    }
 }
 
 /// Bytes allocated on disk under `dir` (st_blocks, so sparse files count as what they use).

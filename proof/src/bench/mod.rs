@@ -20,6 +20,7 @@
 //! | P14 congested links | [`p14_congestion`] | `xce-congestion` |
 //! | P15 the price of security | [`p15_security`] | `xce-bench` |
 //! | P15's TLS record layer side by side with rustls's APIs | [`records`] | `xce-records` |
+//! | P17 cost as the work grows (P12's rows as a curve) | [`p17_growth`] | `xce-scale` |
 //!
 //! What they share:
 //! - [`args`]: the one command-line parser and start; [`plan`]: the one [`plan::Plan`] of the
@@ -27,7 +28,7 @@
 //! - [`steady`]: a steady cluster, default-policy contexts, a bare attempt (P1, P2, P8);
 //!   [`failover`]: kill rounds under armed clients and the prober (P3–P6, the SVG);
 //!   [`kills`]: the kill series P3–P6 read; [`load`]: writers, job tables, what a node holds
-//!   (P11, P12, P13, P15).
+//!   (P11, P12, P13, P15); [`nodelog`]: what a controller's stamped log says happened (P12).
 //! - [`stats`], [`table`], [`svg`], [`alloc`]: percentiles, the printed tables, the picture,
 //!   the counting allocator (P8).
 
@@ -37,6 +38,7 @@ pub mod c19_check;
 pub mod failover;
 pub mod kills;
 pub mod load;
+pub mod nodelog;
 pub mod p10_suspicion;
 pub mod p11_throughput;
 pub mod p12_job_table;
@@ -44,6 +46,7 @@ pub mod p13_rolling;
 pub mod p14_congestion;
 pub mod p15_security;
 pub mod p16_adaptation;
+pub mod p17_growth;
 pub mod p1_roundtrip;
 pub mod p2_loop_cost;
 pub mod p2_sides;
@@ -130,6 +133,9 @@ pub struct ScaleOpts {
     pub baseline: Option<PathBuf>,
     /// Minutes of the long run (0: none).
     pub soak: u64,
+    /// P12's log store against the snapshot: this many small jobs one at a time through one
+    /// context on each build (0: not measured).
+    pub one_by_one: u64,
     /// This branch's controller (resolved once: the runs set `XCE_CONTROLLER`).
     pub ours: PathBuf,
 }
@@ -147,6 +153,7 @@ impl Default for ScaleOpts {
             jobs,
             baseline: None,
             soak: 0,
+            one_by_one: 40_000,
             ours: PathBuf::new(),
         }
     }

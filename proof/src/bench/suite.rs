@@ -9,9 +9,9 @@ use std::time::Instant;
 use super::steady::{start_steady, Steady};
 use super::table::Verdict;
 use super::{
-    c19_check, kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p1_roundtrip,
-    p2_loop_cost, p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec, p8_footprint,
-    plan, BenchOpts, ScaleOpts, Table,
+    c19_check, kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p17_growth,
+    p1_roundtrip, p2_loop_cost, p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec,
+    p8_footprint, plan, BenchOpts, ScaleOpts, Table,
 };
 use crate::harness::{cluster, sys};
 
@@ -191,7 +191,7 @@ pub fn scale(mut opts: ScaleOpts) -> ExitCode {
         show("C19", c19_check::table(&opts, &logs));
     }
     if wants("P12") {
-        show("P12", p12_job_table::table(&opts, &logs));
+        p12_and_p17(&opts, &logs);
     }
     if opts.soak > 0 {
         show(
@@ -202,4 +202,25 @@ pub fn scale(mut opts: ScaleOpts) -> ExitCode {
     std::env::set_var("XCE_CONTROLLER", &opts.ours);
     println!("xce-scale: {:.0} s", t0.elapsed().as_secs_f64());
     ExitCode::SUCCESS
+}
+
+/// P12's tables (round for round with the baseline build when given), P17 from this branch's
+/// rows, and P12's log store against the snapshot with writes one at a time.
+fn p12_and_p17(opts: &ScaleOpts, logs: &Path) {
+    match p12_job_table::tables(opts, logs) {
+        Ok((tables, rows)) => {
+            for t in tables {
+                println!("{t}");
+            }
+            let ours: Vec<_> = rows.iter().filter(|r| r.controller != "baseline").collect();
+            println!("{}", p17_growth::table(&ours));
+        }
+        Err(e) => println!("P12 could not be measured: {e}"),
+    }
+    if opts.one_by_one > 0 {
+        match p12_job_table::one_by_one_table(opts, opts.one_by_one, logs) {
+            Ok(t) => println!("{t}"),
+            Err(e) => println!("P12 (one write per entry) could not be measured: {e}"),
+        }
+    }
 }

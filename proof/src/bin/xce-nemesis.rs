@@ -1,9 +1,11 @@
-//! `xce-nemesis`: S18 of acceptance.md — a seeded, randomised schedule of faults (kill -9,
-//! SIGSTOP/SIGCONT, the whole cluster killed and restarted in an order, partitions,
-//! blackholes, slow links, a member removed and added back blank, a stalled disk, a full
-//! disk, a wall clock stepped an hour, SIGTERM) over three real controllers (built with their
-//! failpoints) in network namespaces, 8 client threads through the library; then every fault
-//! healed and the run checked. Needs root and `ip`/`tc` (iproute2).
+//! `xce-nemesis`: S18 and S20 of acceptance.md — a seeded, randomised schedule of faults (kill
+//! -9, SIGSTOP/SIGCONT, the whole cluster killed and restarted in an order, partitions,
+//! blackholes, slow links, a member removed and added back blank, a disk lost, a stalled disk,
+//! a full disk, a wall clock stepped an hour, SIGTERM, leadership moved, issue 35's defect 1),
+//! composed — a node cut off held with another node's fault — over three real controllers
+//! (built with their failpoints) in network namespaces, 8 client threads through the library;
+//! then every fault healed and the run checked; the summary counts the overlaps. Needs root
+//! and `ip`/`tc` (iproute2).
 //!
 //! ```text
 //! cargo run --release -p xce-proof --bin xce-nemesis -- --seed 42 --minutes 30
@@ -25,7 +27,7 @@ fn usage() -> String {
                  and faults replay the same schedule of faults and timings
   --minutes M    how long the faults go on (default 1; fractions allowed)
   --faults LIST  only these fault kinds (comma-separated; default: every selectable one)
-  --plan         print the schedule and exit (nothing is started)
+  --plan         print the schedule (and the overlaps it plans) and exit (nothing is started)
   --args FLAGS   extra `xce-controller run` flags for every node
   --no-build     do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)
 fault kinds:",

@@ -1,9 +1,10 @@
-//! `xce-scale`: P11 (write throughput vs concurrent contexts) and P12 (the job table at
-//! 10^4 / 10^5 / 10^6 jobs) against real `xce-controller` processes. See proof/BENCH.md.
+//! `xce-scale`: P11 (write throughput vs concurrent contexts), P12 (the job table at
+//! 10^4 / 10^5 / 10^6 jobs, and any size `--jobs` names) and P17 (P12's figures as a curve)
+//! against real `xce-controller` processes. See proof/BENCH.md.
 //!
 //! ```text
 //! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12|C19]
-//!     [--jobs 10000,100000,1000000] [--baseline PATH-TO-OLD-xce-controller]
+//!     [--jobs 10000,100000,1000000] [--baseline PATH-TO-OLD-xce-controller] [--one-by-one N]
 //! ```
 //! `XCE_SCALE_FULL=1` adds 10^6 jobs to P12 (several minutes).
 
@@ -13,12 +14,15 @@ use std::process::ExitCode;
 use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::{suite, ScaleOpts};
 
-const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12|C19] [--jobs N,N,…] [--baseline BIN] [--soak MIN]
+const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12|C19] [--jobs N,N,…] [--baseline BIN] [--one-by-one N] [--soak MIN]
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
   --only P11|P12|C19
                    run one of them (C19: what the consistency check costs, 10^4 jobs)
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
-  --baseline BIN   also run P11 (and P12 at 10^4 jobs) against this controller binary, side by side
+  --baseline BIN   also run P11 and P12 (every size, round for round) against this controller
+                   binary, side by side
+  --one-by-one N   P12's log store against the snapshot: N small jobs one at a time through one
+                   context, on each build (default 40000; 0: skip)
   --soak MIN       also a long run: 10^5 jobs, then MIN minutes of writes and listings, RSS/job each minute";
 
 fn main() -> ExitCode {
@@ -41,6 +45,12 @@ fn main() -> ExitCode {
                     .collect::<Result<_, _>>()?
             }
             "--baseline" => a.baseline = Some(PathBuf::from(value.text("a path")?)),
+            "--one-by-one" => {
+                a.one_by_one = value
+                    .text("a number of jobs")?
+                    .parse()
+                    .map_err(|e| format!("--one-by-one: {e}"))?
+            }
             _ => return Ok(false),
         }
         Ok(true)

@@ -1,5 +1,7 @@
-//! What S18 checks at the end of a run: the client history is linearizable (key by key,
-//! [`crate::check::linearizable`]), every acknowledged write is listed exactly once, one
+//! What S18 checks at the end of a run: the client history is linearizable — judged by
+//! porcupine's algorithm ([`crate::check::job_table`]: job by job, and each key's set whole)
+//! and by the conditions of [`crate::check::linearizable`] (key by key) —, every acknowledged
+//! write is listed exactly once, one
 //! primary per term (the nodes' own log lines), no node stuck (every member answers and
 //! follows one primary, applied index caught up, the membership whole), and every node's
 //! state equal (C19's online consistency check, [`digests_equal`]).
@@ -12,6 +14,7 @@ use xce_proto::wire::{ControllerInfo, ControllerRole, Job, Op, ReplyData};
 
 use super::clients::{user_key, Call, CallOp};
 use super::fault::METRICS_PORT;
+use crate::check::job_table::{self, Judgement};
 use crate::check::linearizable::{self, History, Read, Violation, Write};
 use crate::harness::netns::{self, NetCluster};
 
@@ -144,6 +147,75 @@ pub fn linearizable(by_key: &BTreeMap<u32, History>, foreign: &[u64]) -> (Verdic
     } else {
         (Verdict::Failed(format!("{what}; {}", shown(&bad))), first)
     }
+}
+
+/// How long porcupine's unpartitioned search may take per key (the job-by-job one always
+/// ends: each partition is one job's submit and its key's listings).
+pub const WHOLE_KEY_BUDGET: Duration = Duration::from_secs(20);
+
+/// The history judged by porcupine's algorithm ([`job_table`]), key by key: job by job
+/// (P-compositional, [`job_table::by_job`]) and each key's set whole ([`job_table::whole`],
+/// at most `budget` a key). Two verdicts, and when the earliest violation began.
+pub fn porcupine(
+    by_key: &BTreeMap<u32, History>,
+    budget: Duration,
+) -> ((Verdict, Verdict), Option<Span>) {
+    let mut first: Option<Span> = None;
+    let mut note = |k: u32, j: Judgement, bad: &mut Vec<String>, undecided: &mut Vec<u32>| match j {
+        Judgement::Linearizable => {}
+        Judgement::Not { what, span } => {
+            if first.is_none_or(|(lo, _)| span.0 < lo) {
+                first = Some(span);
+            }
+            bad.push(format!("key {k}: {what}"));
+        }
+        Judgement::OutOfTime => undecided.push(k),
+    };
+    let (mut bad_job, mut bad_whole, mut undecided, mut none) = (vec![], vec![], vec![], vec![]);
+    let t0 = Instant::now();
+    for (&k, h) in by_key {
+        note(k, job_table::by_job(h, None), &mut bad_job, &mut none);
+    }
+    let job_took = t0.elapsed();
+    let t1 = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for (&k, h) in by_key {
+        let t = Instant::now();
+        note(
+            k,
+            job_table::whole(h, Some(t + budget)),
+            &mut bad_whole,
+            &mut undecided,
+        );
+        slowest = slowest.max(t.elapsed());
+    }
+    let whole_took = t1.elapsed();
+    let keys = by_key.len();
+    let by_job = if bad_job.is_empty() {
+        Verdict::Passed(format!(
+            "{keys} keys, every job's submit and listings in order; {:.1} s",
+            job_took.as_secs_f64()
+        ))
+    } else {
+        Verdict::Failed(shown(&bad_job))
+    };
+    let whole = if !bad_whole.is_empty() {
+        Verdict::Failed(shown(&bad_whole))
+    } else if !undecided.is_empty() {
+        Verdict::NotChecked(format!(
+            "keys {undecided:?} undecided within {} s each (the conditions above decide them);              the other {} keys linearizable; {:.1} s",
+            budget.as_secs(),
+            keys - undecided.len(),
+            whole_took.as_secs_f64()
+        ))
+    } else {
+        Verdict::Passed(format!(
+            "{keys} keys, each one set; {:.1} s (slowest key {:.2} s)",
+            whole_took.as_secs_f64(),
+            slowest.as_secs_f64()
+        ))
+    };
+    ((by_job, whole), first)
 }
 
 fn secs(d: Duration) -> f64 {

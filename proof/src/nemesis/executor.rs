@@ -29,6 +29,8 @@ pub struct Executed {
     pub expected_exits: Vec<(u32, Duration)>,
     /// Nodes whose data directory held a `diverged` marker (C19) when looked at.
     pub diverged: BTreeSet<u32>,
+    /// Per episode, the kinds of the faults applied in it (held together: S20's overlaps).
+    pub episodes: Vec<Vec<Kind>>,
 }
 
 pub struct Executor<'c> {
@@ -42,7 +44,10 @@ pub struct Executor<'c> {
 impl<'c> Executor<'c> {
     pub fn new(cluster: &'c mut NetCluster, origin: Instant, live: bool) -> Executor<'c> {
         Executor {
-            stage: Stage { cluster },
+            stage: Stage {
+                cluster,
+                busy: Vec::new(),
+            },
             origin,
             live,
             done: Executed::default(),
@@ -117,6 +122,9 @@ impl<'c> Executor<'c> {
             }
             self.watch_exits();
             match f.apply(&mut self.stage) {
+                Ok(a) if a.skipped => {
+                    self.note(format!("#{i} skip {}: {}", f.kind().name(), a.note));
+                }
                 Ok(mut a) => {
                     self.note(format!("#{i} apply {}: {}", f.kind().name(), a.note));
                     *self.done.applied.entry(f.kind()).or_default() += 1;
@@ -126,6 +134,7 @@ impl<'c> Executor<'c> {
                     if let Some(exit) = a.expected_exit {
                         self.done.expected_exits.push(exit);
                     }
+                    self.stage.busy.extend(&a.nodes);
                     applied.push((f, a));
                 }
                 Err(Trouble::Cluster(why)) => {
@@ -141,6 +150,10 @@ impl<'c> Executor<'c> {
         if harness_error.is_none() && !applied.is_empty() {
             std::thread::sleep(ep.hold);
         }
+        self.stage.busy.clear();
+        self.done
+            .episodes
+            .push(applied.iter().map(|(f, _)| f.kind()).collect());
         self.watch_exits();
         for (f, a) in applied.iter().rev() {
             match f.heal(a, &mut self.stage) {
@@ -173,9 +186,7 @@ impl<'c> Executor<'c> {
             }
             if c.node(id).is_running() {
                 let bound = Duration::from_secs(5);
-                let (status, set) = c
-                    .node_http(id, METRICS_PORT, "GET", "/fail", "", bound)
-                    .map_err(|e| format!("GET /fail on node {id}: {e}"))?;
+                let (status, set) = failpoints_set(c, id)?;
                 if !status.contains(" 200 ") {
                     return Err(format!("GET /fail on node {id}: {status}"));
                 }
@@ -210,5 +221,21 @@ impl<'c> Executor<'c> {
 
     pub fn cluster(&self) -> &NetCluster {
         self.stage.cluster
+    }
+}
+
+/// `GET /fail` on node `id`: its status line and the failpoints set. A node started again a
+/// moment ago (the last episode's heal) may not listen yet: asked again for up to 10 s while
+/// it runs.
+fn failpoints_set(c: &NetCluster, id: u32) -> Result<(String, String), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.node_http(id, METRICS_PORT, "GET", "/fail", "", Duration::from_secs(5)) {
+            Ok(got) => return Ok(got),
+            Err(e) if Instant::now() >= deadline || !c.node(id).is_running() => {
+                return Err(format!("GET /fail on node {id}: {e}"))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }

@@ -41,6 +41,11 @@ const DISK_FULL_POINTS: [&str; 3] = ["log-append", "log-flush", "vote-save"];
 const DISK_STALL_POINT: &str = "log-flush";
 /// The failpoint that moves a node's wall clock (milliseconds).
 const CLOCK_POINT: &str = "clock-offset-ms";
+/// How long a disk loss waits for the nodes still catching up (C12) to catch up.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(20);
+/// A node's log line when it starts without data, and when it has caught up (C12).
+const STARTED_BLANK: &str = "started without data";
+const CAUGHT_UP: &str = "votes and campaigns again (C12)";
 
 /// The kinds of fault, as `--faults` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -57,10 +62,12 @@ pub enum Kind {
     DiskFull,
     ClockStep,
     LeaderTransfer,
+    DiskLoss,
+    DeposedPrimary,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Kill,
         Kind::Pause,
         Kind::KillAll,
@@ -73,6 +80,8 @@ impl Kind {
         Kind::DiskFull,
         Kind::ClockStep,
         Kind::LeaderTransfer,
+        Kind::DiskLoss,
+        Kind::DeposedPrimary,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +98,8 @@ impl Kind {
             Kind::DiskFull => "disk-full",
             Kind::ClockStep => "clock-step",
             Kind::LeaderTransfer => "leader-transfer",
+            Kind::DiskLoss => "disk-loss",
+            Kind::DeposedPrimary => "deposed-primary",
         }
     }
 
@@ -131,6 +142,15 @@ impl Kind {
                 "leadership moved to a named standby (`xce-controller leader transfer --to N`, \
                  C14 on demand); a refusal with its reason is an answer, a hang is a finding"
             }
+            Kind::DiskLoss => {
+                "kill -9 of one node, its data directory emptied, started again at once with \
+                 the same flags: blank, no `--join` (C12's path; S20)"
+            }
+            Kind::DeposedPrimary => {
+                "issue 35's defect 1 as one schedule: the primary blackholed, the new primary \
+                 elected and blackholed, a follower's disk lost (kill -9, wiped, started blank), \
+                 the old primary's links back; the new primary's back at the heal (S20)"
+            }
         }
     }
 
@@ -152,12 +172,65 @@ impl Kind {
         matches!(self, Kind::DiskStall | Kind::DiskFull | Kind::ClockStep)
     }
 
-    /// How often the schedule draws it, relative to the others.
+    /// How often the schedule draws it, relative to the others: node cuts and lost disks
+    /// more than before S20, as most composed episodes begin with one.
     pub fn weight(self) -> u64 {
         match self {
             Kind::Kill => 4,
-            Kind::Pause | Kind::KillAll | Kind::Partition => 2,
+            Kind::Partition => 3,
+            Kind::Pause | Kind::KillAll | Kind::Blackhole | Kind::DiskLoss => 2,
             _ => 1,
+        }
+    }
+
+    /// What the kind does to the nodes it names, one entry per node it breaks (the overlaps'
+    /// table, S20): a fault of several nodes (`deposed-primary`) overlaps with itself.
+    pub fn effects(self) -> &'static [&'static [Effect]] {
+        use Effect::*;
+        match self {
+            Kind::Kill | Kind::KillAll | Kind::Terminate => &[&[Down]],
+            Kind::Pause => &[&[Paused]],
+            Kind::Partition | Kind::Blackhole => &[&[Cut]],
+            Kind::SlowLinks => &[&[Slow]],
+            Kind::MemberReplace | Kind::DiskLoss => &[&[Down, DiskLost]],
+            Kind::DiskStall => &[&[DiskStalled]],
+            Kind::DiskFull => &[&[DiskFull]],
+            Kind::ClockStep => &[&[ClockStepped]],
+            Kind::LeaderTransfer => &[&[LeaderMoved]],
+            Kind::DeposedPrimary => &[&[Cut], &[Cut], &[Down, DiskLost]],
+        }
+    }
+}
+
+/// What a fault does to a node, as the table of overlaps counts it (S20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Effect {
+    /// Cut off: a partition from its peers, a blackhole.
+    Cut,
+    /// Down: kill -9 (one, all), SIGTERM, a replacement or a lost disk's kill.
+    Down,
+    /// Its data directory emptied, started blank.
+    DiskLost,
+    DiskStalled,
+    DiskFull,
+    ClockStepped,
+    LeaderMoved,
+    Paused,
+    Slow,
+}
+
+impl Effect {
+    pub fn label(self) -> &'static str {
+        match self {
+            Effect::Cut => "a node cut off",
+            Effect::Down => "a node killed",
+            Effect::DiskLost => "a disk lost",
+            Effect::DiskStalled => "a disk stalled",
+            Effect::DiskFull => "a disk full",
+            Effect::ClockStepped => "a clock stepped",
+            Effect::LeaderMoved => "leadership moved",
+            Effect::Paused => "a node paused",
+            Effect::Slow => "slow links",
         }
     }
 }
@@ -254,6 +327,10 @@ pub enum Fault {
     LeaderTransfer {
         to: Target,
     },
+    /// kill -9, data directory emptied, started again with the same flags (blank).
+    DiskLoss(Target),
+    /// Issue 35's defect 1 ([`super::sequence`]), from the primary of the moment.
+    DeposedPrimary,
 }
 
 /// What applying a fault did: the nodes it resolved to (in the fault's own order) and a line
@@ -269,6 +346,9 @@ pub struct Applied {
     /// A node that exited [`STORAGE_FAULT_EXIT`] as it must (disk full), and how long after
     /// the fault.
     pub expected_exit: Option<(u32, Duration)>,
+    /// The fault could not begin (`deposed-primary` with no primary answering): noted, not
+    /// counted as applied, nothing to heal.
+    pub skipped: bool,
 }
 
 /// Why a step did not happen as planned.
@@ -290,29 +370,63 @@ pub(super) fn harness(what: &str) -> impl FnOnce(std::io::Error) -> Trouble + '_
 /// The cluster a schedule runs against, and how roles are resolved on it.
 pub struct Stage<'c> {
     pub cluster: &'c mut NetCluster,
+    /// The nodes the episode's faults so far hold (S20): a later fault of the episode names
+    /// another node, so that the faults overlap on different nodes.
+    pub busy: Vec<u32>,
 }
 
 impl Stage<'_> {
-    /// The node answering as primary now (looked for up to [`RESOLVE_WAIT`]).
+    /// The node answering as primary now, not a busy one (looked for up to [`RESOLVE_WAIT`]:
+    /// a busy primary, cut off, is soon replaced).
     fn primary(&self) -> Option<u32> {
-        self.cluster.wait_primary(None, RESOLVE_WAIT)
+        match self.busy.len() {
+            0 => self.cluster.wait_primary(None, RESOLVE_WAIT),
+            _ => {
+                let deadline = Instant::now() + RESOLVE_WAIT;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match self.cluster.wait_primary(None, left) {
+                        Some(p) if !self.busy.contains(&p) => return Some(p),
+                        _ if left.is_zero() => return None,
+                        _ => std::thread::sleep(Duration::from_millis(50)),
+                    }
+                }
+            }
+        }
     }
 
-    /// The node `t` names now, and how it was found.
+    /// The node `t` names now, and how it was found (never a busy node while another exists).
     pub fn resolve(&self, t: Target) -> (u32, String) {
         let primary = self.primary();
         let n = self.cluster.nodes.len() as u32;
+        // Free: not held by this episode, and running if any such runs (a node that stopped
+        // on its own and will not start again — a finding already — is no target).
+        let free: Vec<u32> = (1..=n).filter(|i| !self.busy.contains(i)).collect();
+        let free = if free.is_empty() {
+            (1..=n).collect()
+        } else {
+            free
+        };
+        let running: Vec<u32> = free
+            .iter()
+            .copied()
+            .filter(|&i| self.cluster.node(i).is_running())
+            .collect();
+        let free = if running.is_empty() { free } else { running };
         match (t, primary) {
             (Target::Primary, Some(p)) => (p, format!("node {p} (primary)")),
             (Target::Primary, None) => {
-                // No primary: the lowest node that runs stands in (or node 1).
-                let id = (1..=n)
+                // No primary: the lowest free node that runs stands in (or the lowest free).
+                let id = free
+                    .iter()
+                    .copied()
                     .find(|&i| self.cluster.node(i).is_running())
-                    .unwrap_or(1);
+                    .unwrap_or(free[0]);
                 (id, format!("node {id} (no primary answered: fallback)"))
             }
             (Target::Standby(k), p) => {
-                let others: Vec<u32> = (1..=n).filter(|&i| Some(i) != p).collect();
+                let others: Vec<u32> = free.iter().copied().filter(|&i| Some(i) != p).collect();
+                let others = if others.is_empty() { free } else { others };
                 let id = others[k as usize % others.len()];
                 let how = if p.is_some() {
                     "standby"
@@ -324,9 +438,39 @@ impl Stage<'_> {
         }
     }
 
-    /// The old primary and the other nodes by id: ranks 0, 1, … of a [`RestartOrder`].
+    /// The nodes that started without data and have not caught up since (C12), from their
+    /// own log lines (the last of [`STARTED_BLANK`] and [`CAUGHT_UP`] of each node).
+    fn catching_up(&self) -> Vec<u32> {
+        catching_up_in(&self.cluster.log_lines(&[STARTED_BLANK, CAUGHT_UP]))
+    }
+
+    /// Waits up to [`CATCH_UP_WAIT`] until no node but `except` is catching up (C12); the
+    /// ones still catching up then. A disk lost while another node is still catching up
+    /// would leave a majority without data: a 3-node cluster then cannot elect anyone until
+    /// an operator repairs it (the price C12 asks, by design), which ends what a run can show.
+    fn wait_caught_up(&self, except: u32) -> Vec<u32> {
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        loop {
+            let behind: Vec<u32> = self
+                .catching_up()
+                .into_iter()
+                .filter(|&id| id != except)
+                .collect();
+            if behind.is_empty() || Instant::now() >= deadline {
+                return behind;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The old primary and the other nodes by id: ranks 0, 1, … of a [`RestartOrder`]. The
+    /// primary busy or not: every node is killed, the one that led first (issue 25's defect 1
+    /// is the primary whose disk the episode stalled).
     fn ranked(&self) -> (Vec<u32>, String) {
-        let (p, how) = self.resolve(Target::Primary);
+        let (p, how) = match self.cluster.wait_primary(None, RESOLVE_WAIT) {
+            Some(p) => (p, format!("node {p} (primary)")),
+            None => self.resolve(Target::Primary),
+        };
         let n = self.cluster.nodes.len() as u32;
         let ranks = std::iter::once(p)
             .chain((1..=n).filter(|&i| i != p))
@@ -340,6 +484,13 @@ impl Stage<'_> {
     /// whose endpoint never answers: the cluster's.
     fn failpoint(&self, id: u32, method: &str, name: &str, actions: &str) -> Result<(), Trouble> {
         let what = format!("{method} /fail/{name} {actions} on node {id}");
+        if method == "PUT" && !self.cluster.node(id).is_running() {
+            // Only a node that stopped on its own and did not start again (a finding
+            // already, see the executor) is down when a fault begins.
+            return Err(Trouble::Cluster(format!(
+                "{what}: the node is down (it stopped on its own and did not start again)"
+            )));
+        }
         let deadline = Instant::now() + HTTP_RETRY;
         loop {
             let path = format!("/fail/{name}");
@@ -412,6 +563,8 @@ impl Fault {
             Fault::DiskFull(_) => Kind::DiskFull,
             Fault::ClockStep { .. } => Kind::ClockStep,
             Fault::LeaderTransfer { .. } => Kind::LeaderTransfer,
+            Fault::DiskLoss(_) => Kind::DiskLoss,
+            Fault::DeposedPrimary => Kind::DeposedPrimary,
         }
     }
 
@@ -488,6 +641,8 @@ impl Fault {
                 )
             }
             Fault::LeaderTransfer { to } => leader_transfer(st, *to),
+            Fault::DiskLoss(t) => disk_loss(st, *t),
+            Fault::DeposedPrimary => deposed_primary(st),
         }
     }
 
@@ -544,8 +699,135 @@ impl Fault {
             }
             // Nothing to undo: the cluster has a primary either way.
             Fault::LeaderTransfer { .. } => Ok("nothing to undo".into()),
+            // The node runs, blank: catching up is the cluster's part.
+            Fault::DiskLoss(_) => Ok(format!("node {node} runs blank: nothing to undo")),
+            Fault::DeposedPrimary => {
+                let [old, new, blank] = a.nodes[..] else {
+                    return Err(Trouble::Harness(format!(
+                        "deposed-primary: nodes {:?}",
+                        a.nodes
+                    )));
+                };
+                super::sequence::heal(st.cluster, super::sequence::Roles { old, new, blank })?;
+                Ok(format!("node {new}'s links up (the new primary is back)"))
+            }
         }
     }
+}
+
+/// How long, at the new primary's moment of [`Fault::DeposedPrimary`], its commit index is
+/// waited for to pass where it was when it began to serve: the clients' writes acknowledged by
+/// the new primary and the follower whose disk is then lost (issue 35's W1).
+const NEW_PRIMARY_COMMITS: Duration = Duration::from_secs(5);
+
+/// Issue 35's defect 1 ([`super::sequence`]) from the primary of the moment; the clients'
+/// writes stand in for J0, W1 and W2. No primary answering: nothing is done (noted). A wait the
+/// cluster did not meet is a finding, and what the sequence had cut is healed then.
+fn deposed_primary(st: &mut Stage<'_>) -> Result<Applied, Trouble> {
+    let Some(old) = st.primary() else {
+        return Ok(Applied {
+            note: "no primary answered: the sequence not begun".into(),
+            skipped: true,
+            ..Applied::default()
+        });
+    };
+    // Its blank node is one of the other two: none may be catching up still.
+    if let Some(skip) = still_catching_up(st, 0) {
+        return Ok(skip);
+    }
+    let mut at = |m: super::sequence::Moment, c: &mut NetCluster| -> Result<(), String> {
+        if let super::sequence::Moment::NewPrimary(r) = m {
+            let addr = c.node(r.new).client;
+            let commit = || {
+                netns::in_ns(&c.client_ns, move || {
+                    crate::harness::cluster::immediate_wait_primary(addr, HTTP_BOUND)
+                        .map(|i| i.committed_index)
+                        .ok()
+                })
+                .ok()
+                .flatten()
+            };
+            let from = commit();
+            let deadline = Instant::now() + NEW_PRIMARY_COMMITS;
+            while Instant::now() < deadline && commit() <= from {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    };
+    let bound = Duration::from_secs(20);
+    match super::sequence::deposed_primary_meets_blank_node(st.cluster, old, bound, &mut at) {
+        Ok(done) => {
+            let r = done.roles;
+            Ok(Applied {
+                nodes: vec![r.old, r.new, r.blank],
+                note: format!("{r}: {}", done.steps.join(", ")),
+                ..Applied::default()
+            })
+        }
+        Err(e) => {
+            super::sequence::heal_all(st.cluster)?;
+            Err(e)
+        }
+    }
+}
+
+/// S20: node `t` killed, its data directory emptied, started again blank with the same flags
+/// (C12's path) — once no other node is still catching up.
+fn disk_loss(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
+    let (n, how) = st.resolve(t);
+    if let Some(skip) = still_catching_up(st, n) {
+        return Ok(skip);
+    }
+    st.cluster.kill(n);
+    st.cluster.wipe(n).map_err(harness("wipe"))?;
+    st.cluster.restart(n).map_err(harness("restart blank"))?;
+    Ok(Applied {
+        nodes: vec![n],
+        note: format!("{how} killed (-9), data directory emptied, started again blank"),
+        ..Applied::default()
+    })
+}
+
+/// A disk loss of node `n` skipped because another node is still catching up (C12) after
+/// [`Stage::wait_caught_up`]; `None`: it may go ahead.
+fn still_catching_up(st: &Stage<'_>, n: u32) -> Option<Applied> {
+    let behind = st.wait_caught_up(n);
+    (!behind.is_empty()).then(|| Applied {
+        note: format!(
+            "nodes {behind:?} still catching up (C12) after {} s: a disk lost now would leave a \
+             majority without data",
+            CATCH_UP_WAIT.as_secs()
+        ),
+        skipped: true,
+        ..Applied::default()
+    })
+}
+
+/// The nodes whose last line of `log` (node log lines, `… node N: …`) is [`STARTED_BLANK`]
+/// rather than [`CAUGHT_UP`].
+fn catching_up_in(log: &str) -> Vec<u32> {
+    let mut last: std::collections::BTreeMap<u32, bool> = Default::default();
+    for line in log.lines() {
+        let Some((_, rest)) = line.split_once(" node ") else {
+            continue;
+        };
+        let Some((id, text)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u32>() else {
+            continue;
+        };
+        if text.contains(CAUGHT_UP) {
+            last.insert(id, false);
+        } else if text.starts_with(STARTED_BLANK) {
+            last.insert(id, true);
+        }
+    }
+    last.into_iter()
+        .filter(|&(_, b)| b)
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// Whether node `id`'s process has ended (a zombie not reaped yet, or gone): `/proc`.
@@ -562,13 +844,9 @@ fn exited(c: &NetCluster, id: u32) -> bool {
     }
 }
 
-/// C21: node `t`'s disk fills (ENOSPC on a follower's append, the leader's flush, the vote):
-/// it must exit [`STORAGE_FAULT_EXIT`] within [`DISK_FULL_EXIT_BOUND`]. That exit is expected
-/// (recorded as such); any other exit, or none, is a finding. The node is left down for the
-/// heal to start again with its data as it was.
-fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
-    let (n, how) = st.resolve(t);
-    let t0 = Instant::now();
+/// Sets [`DISK_FULL_POINTS`] on node `n` (ENOSPC), the first one waited for; the ones set
+/// (the first can stop the node before the others are set).
+fn fill_disk(st: &mut Stage<'_>, n: u32) -> Result<Vec<&'static str>, Trouble> {
     let mut set = Vec::new();
     for p in DISK_FULL_POINTS {
         if set.is_empty() {
@@ -597,6 +875,18 @@ fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
             break;
         }
     }
+    Ok(set)
+}
+
+/// C21: node `t`'s disk fills (ENOSPC on a follower's append, the leader's flush, the vote):
+/// it must exit [`STORAGE_FAULT_EXIT`] within [`DISK_FULL_EXIT_BOUND`]. That exit is expected
+/// (recorded as such); any other exit, or none, is a finding. The node is left down for the
+/// heal to start again with its data as it was.
+fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
+    let (n, how) = st.resolve(t);
+    let log_before = last_log_index(st.cluster, n);
+    let t0 = Instant::now();
+    let set = fill_disk(st, n)?;
     let status = st.cluster.wait_exit(n, DISK_FULL_EXIT_BOUND);
     let took = t0.elapsed();
     let note = format!("disk full on {how} ({}=return(ENOSPC))", set.join(", "));
@@ -610,6 +900,20 @@ fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
             expected_exit: Some((n, took)),
             ..Applied::default()
         },
+        None if wrote_nothing(st.cluster, n, log_before) => {
+            // S20: held with another fault (no primary, or itself catching up: C12, it takes
+            // no append) the node may have nothing to write: nothing failed, nothing to say.
+            st.cluster.kill(n);
+            Applied {
+                nodes: vec![n],
+                note: format!(
+                    "{note}: still running {} s later, having written nothing (its log as it was, \
+                     no storage fault counted): killed",
+                    DISK_FULL_EXIT_BOUND.as_secs()
+                ),
+                ..Applied::default()
+            }
+        }
         _ => {
             let what = match status {
                 None => format!(
@@ -631,6 +935,53 @@ fn disk_full(st: &mut Stage<'_>, t: Target) -> Result<Applied, Trouble> {
             }
         }
     })
+}
+
+/// Node `id`'s last log index (its own answer to an immediate `waitPrimary`), if it answers.
+fn last_log_index(c: &NetCluster, id: u32) -> Option<u64> {
+    let addr = c.node(id).client;
+    netns::in_ns(&c.client_ns, move || {
+        crate::harness::cluster::immediate_wait_primary(addr, HTTP_BOUND)
+            .ok()
+            .map(|i| i.last_log_index)
+    })
+    .ok()
+    .flatten()
+}
+
+/// Whether node `id`, its disk full, wrote nothing since its log index was `before`: its log
+/// is where it was and its metrics count no storage fault (`xce_storage_faults_total`, C21).
+/// Anything it cannot tell (no answer) is "it may have written".
+fn wrote_nothing(c: &NetCluster, id: u32, before: Option<u64>) -> bool {
+    let Some(before) = before else {
+        return false;
+    };
+    let Ok((_, metrics)) = c.node_http(id, METRICS_PORT, "GET", "/metrics", "", HTTP_BOUND) else {
+        return false;
+    };
+    last_log_index(c, id) == Some(before) && storage_faults(&metrics) == Some(0.0)
+}
+
+/// The sum of `xce_storage_faults_total`'s samples in Prometheus text (`Some(0.0)` when it has
+/// none yet: the gauge `xce_storage_fault` shows that C21's metrics are there; `None` when
+/// neither is).
+fn storage_faults(metrics: &str) -> Option<f64> {
+    const NAME: &str = "xce_storage_faults_total";
+    // A family with no sample yet is not shown at all; the gauge beside it always is.
+    let mut seen = metrics.lines().any(|l| {
+        l.starts_with("# TYPE xce_storage_faults ") || l.starts_with("# TYPE xce_storage_fault ")
+    });
+    let mut sum = 0.0;
+    for l in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = l.strip_prefix(NAME) else {
+            continue;
+        };
+        if rest.starts_with(['{', ' ']) {
+            seen = true;
+            sum += rest.rsplit(' ').next()?.trim().parse::<f64>().ok()?;
+        }
+    }
+    seen.then_some(sum)
 }
 
 fn slow_links(st: &mut Stage<'_>, links: Links, rate: &str) -> Result<Applied, Trouble> {
@@ -747,4 +1098,42 @@ fn restart_in_order(
         ids.join(", "),
         gaps.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_is_catching_up_is_read_from_the_last_c12_line_of_each_node() {
+        let log = "\
+2026-01-01T00:00:00.001Z node 1: started without data (new, or its data was lost): …
+2026-01-01T00:00:00.002Z node 2: started without data (new, or its data was lost): …
+2026-01-01T00:00:00.003Z node 3: started without data (new, or its data was lost): …
+2026-01-01T00:00:01.000Z node 1: elected leader in term 2 since it started blank: votes and campaigns again (C12)
+2026-01-01T00:00:01.001Z node 2: its log matches the leader's …: votes and campaigns again (C12)
+2026-01-01T00:00:01.002Z node 3: its log matches the leader's …: votes and campaigns again (C12)
+2026-01-01T00:00:09.000Z node 2: started without data (new, or its data was lost): …";
+        assert_eq!(catching_up_in(log), vec![2]);
+        let caught = format!(
+            "{log}\n2026-01-01T00:00:10.000Z node 2: its log matches …: votes and campaigns \
+             again (C12)"
+        );
+        assert!(catching_up_in(&caught).is_empty());
+        assert!(catching_up_in("").is_empty());
+    }
+
+    #[test]
+    fn storage_faults_are_summed_over_their_labels() {
+        // As a node renders them before any fault: the counter family absent, the gauge there.
+        let none = "# HELP xce_storage_fault 1 once …\n# TYPE xce_storage_fault gauge\n\
+                    xce_storage_fault 0\n# EOF\n";
+        assert_eq!(storage_faults(none), Some(0.0));
+        let two = "# TYPE xce_storage_faults counter\n\
+                   xce_storage_faults_total{op=\"append\"} 1\n\
+                   xce_storage_faults_total{op=\"vote\"} 1\n\
+                   xce_storage_faults_total_x 7\n";
+        assert_eq!(storage_faults(two), Some(2.0));
+        assert_eq!(storage_faults("xce_other 1\n"), None);
+    }
 }

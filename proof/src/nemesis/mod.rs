@@ -1,16 +1,21 @@
-//! S18, the nemesis (acceptance.md): a seeded, randomised schedule of faults over three real
-//! `xce-controller` processes, each in its own network namespace
+//! S18 and S20, the nemesis (acceptance.md): a seeded, randomised schedule of faults, held
+//! together in composed episodes (S20), over three real `xce-controller` processes, each in
+//! its own network namespace
 //! ([`crate::harness::netns::NetCluster`], root), while 8 client threads write and list
 //! through the library; at the end every fault is healed and the run is checked.
 //!
 //! - [`rng`]: the seeded generator (one seed, one schedule, in every build);
-//! - [`schedule`]: the episodes a seed names — when, which faults, on which roles, how long;
+//! - [`schedule`]: the episodes a seed names — when, which faults (composed: a node cut off
+//!   held with another node's fault), on which roles, how long; how many overlapped;
 //! - [`fault`]: the fault kinds, one variant each with `apply`/`heal`; the kinds whose
 //!   mechanism is not on main yet are listed and cannot be selected;
 //! - [`executor`]: runs the schedule and writes down what happened, with timestamps;
 //! - [`clients`]: the 8 threads (4 contexts of their own, 4 sharing one) and their history;
-//! - [`checks`]: linearizable history, every acknowledged write exactly once, one primary
-//!   per term, no node stuck, node states equal (a TODO hook until the digest lands).
+//! - [`sequence`]: issue 35's defect 1 as one schedule (the kind `deposed-primary`, and
+//!   `tests/composed_faults.rs`);
+//! - [`checks`]: linearizable history (porcupine's algorithm job by job and key by key, and
+//!   the home-made conditions), every acknowledged write exactly once, one primary per term,
+//!   no node stuck, node states equal (C19's consistency check).
 //!
 //! `xce-nemesis --seed N --minutes M` (`src/bin/xce-nemesis.rs`) runs it; `tests/nemesis.rs`
 //! runs one minute of it in the test command.
@@ -23,6 +28,7 @@ pub mod rng;
 pub mod schedule;
 pub mod sequence;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use checks::{Check, FinalRead, Verdict};
 use clients::{Call, CallOp, Clients};
 use executor::{Executed, Executor, Line};
-use fault::Kind;
+use fault::{Effect, Kind};
 use schedule::Schedule;
 
 use crate::bench::table::{num, Table};
@@ -297,9 +303,21 @@ fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Ins
                 completed,
             };
             let (by_key, foreign) = checks::histories(&r.calls, &last);
+            let ((by_job, whole), wgl_span) = checks::porcupine(&by_key, checks::WHOLE_KEY_BUDGET);
+            r.checks.push(Check {
+                name: "the client history is linearizable job by job (porcupine's algorithm, \
+                       P-compositional: each job's submit and every listing of its key)",
+                verdict: by_job,
+            });
+            r.checks.push(Check {
+                name: "… and key by key as one set (porcupine's algorithm, unpartitioned: \
+                       every listing one moment of its key's jobs)",
+                verdict: whole,
+            });
             let (verdict, lin_span) = checks::linearizable(&by_key, &foreign);
             r.checks.push(Check {
-                name: "the client history is linearizable",
+                name: "… and by the conditions of check::linearizable (listings a chain in \
+                       real time, acknowledged writes, write order; jobs of no key)",
                 verdict,
             });
             let (verdict, once_span) = checks::exactly_once(&r.calls, &jobs);
@@ -307,7 +325,7 @@ fn end_checks(cluster: &NetCluster, r: &mut Report, origin: Instant, healed: Ins
                 name: "every acknowledged write listed exactly once",
                 verdict,
             });
-            r.suspect = lin_span.or(once_span);
+            r.suspect = wgl_span.or(lin_span).or(once_span);
         }
         Err(e) => r.checks.push(Check {
             name: "the final listing",
@@ -409,6 +427,7 @@ impl Report {
             };
             t.row(vec![format!("fault {}", k.name()), cell]);
         }
+        self.overlap_rows(&mut t);
         let exits = &self.executed.expected_exits;
         let slowest = exits
             .iter()
@@ -452,6 +471,37 @@ impl Report {
             t.result(c.to_string());
         }
         t
+    }
+
+    /// S20: how many episodes held faults together, and which effects overlapped (the two
+    /// the spec names always shown, the others when they happened or were planned).
+    fn overlap_rows(&self, t: &mut Table) {
+        let planned = self.schedule.kinds();
+        let done = &self.executed.episodes;
+        t.row(vec![
+            "episodes whose faults overlapped (S20)".to_string(),
+            format!(
+                "{} of {} (planned {} of {})",
+                schedule::composed(done),
+                done.len(),
+                schedule::composed(&planned),
+                planned.len()
+            ),
+        ]);
+        let (did, plan) = (schedule::overlaps(done), schedule::overlaps(&planned));
+        let others: BTreeSet<(Effect, Effect)> = did
+            .keys()
+            .chain(plan.keys())
+            .filter(|p| !schedule::NAMED_OVERLAPS.contains(p))
+            .copied()
+            .collect();
+        for (a, b) in schedule::NAMED_OVERLAPS.into_iter().chain(others) {
+            let n = |m: &BTreeMap<(Effect, Effect), usize>| m.get(&(a, b)).copied().unwrap_or(0);
+            t.row(vec![
+                format!("  overlapped: {} + {}", a.label(), b.label()),
+                format!("{} (planned {})", n(&did), n(&plan)),
+            ]);
+        }
     }
 
     /// Everything a failure needs: the seed, how to replay, the schedule as executed, the

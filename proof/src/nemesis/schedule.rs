@@ -1,13 +1,16 @@
 //! The schedule: from a seed, the run's length and the kinds selected, the same list of
-//! episodes every time — when each starts, which faults (one, sometimes a second on top),
-//! on which roles, with which parameters, how long they hold. Pure: what the cluster does
-//! in between is not part of it (targets are roles, resolved when applied), so a seed
-//! replays the same schedule of operations and timings.
+//! episodes every time — when each starts, which faults (one, or up to three held together:
+//! S20's composed faults, see [`compose`]), on which roles, with which parameters, how long
+//! they hold. Pure: what the cluster does in between is not part of it (targets are roles,
+//! resolved when applied, a later fault of an episode on another node than the earlier
+//! ones), so a seed replays the same schedule of operations and timings.
 
 use std::fmt;
 use std::time::Duration;
 
-use super::fault::{Fault, Kind, Links, RestartOrder, Target};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::fault::{Effect, Fault, Kind, Links, RestartOrder, Target};
 use super::rng::Rng;
 
 /// The cluster serves alone this long before the first fault.
@@ -55,7 +58,7 @@ impl Schedule {
         while !weights.is_empty() {
             let first = draw(rng.weighted(&weights), &mut rng);
             let mut faults = vec![first.clone()];
-            if let Some(k) = follow_up(&first, kinds, &mut rng) {
+            for k in compose(&first, kinds, &mut rng) {
                 faults.push(draw(k, &mut rng));
             }
             let ep = Episode {
@@ -77,6 +80,14 @@ impl Schedule {
         }
     }
 
+    /// Per episode, the kinds of its faults (as [`overlaps`] takes them).
+    pub fn kinds(&self) -> Vec<Vec<Kind>> {
+        self.episodes
+            .iter()
+            .map(|e| e.faults.iter().map(Fault::kind).collect())
+            .collect()
+    }
+
     /// How many faults of each kind the schedule applies.
     pub fn count(&self, kind: Kind) -> usize {
         self.episodes
@@ -86,6 +97,44 @@ impl Schedule {
             .count()
     }
 }
+
+/// How many episodes overlapped each pair of effects (S20): an episode counts once for a
+/// pair when two of its faults, or two nodes of one fault, had them at once.
+pub fn overlaps(episodes: &[Vec<Kind>]) -> BTreeMap<(Effect, Effect), usize> {
+    let mut out = BTreeMap::new();
+    for ep in episodes {
+        let per_node: Vec<&[Effect]> = ep
+            .iter()
+            .flat_map(|k| k.effects().iter().copied())
+            .collect();
+        let mut pairs = BTreeSet::new();
+        for (i, a) in per_node.iter().enumerate() {
+            for b in &per_node[i + 1..] {
+                for &x in *a {
+                    for &y in *b {
+                        pairs.insert((x.min(y), x.max(y)));
+                    }
+                }
+            }
+        }
+        for p in pairs {
+            *out.entry(p).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Episodes in which faults overlapped (two faults, or one fault of several nodes).
+pub fn composed(episodes: &[Vec<Kind>]) -> usize {
+    episodes
+        .iter()
+        .filter(|e| !overlaps(std::slice::from_ref(e)).is_empty())
+        .count()
+}
+
+/// The pairs of effects the overlaps' table always shows (S20 names them).
+pub const NAMED_OVERLAPS: [(Effect, Effect); 2] =
+    [(Effect::Cut, Effect::DiskLost), (Effect::Cut, Effect::Down)];
 
 /// A role: the primary `percent` % of the time, else one of the standbys.
 fn target(rng: &mut Rng, percent: u64) -> Target {
@@ -136,19 +185,67 @@ fn draw(kind: Kind, rng: &mut Rng) -> Fault {
             secs: if rng.percent(50) { 3600 } else { -3600 },
         },
         Kind::LeaderTransfer => Fault::LeaderTransfer { to: target(rng, 0) },
+        Kind::DiskLoss => Fault::DiskLoss(target(rng, 30)),
+        Kind::DeposedPrimary => Fault::DeposedPrimary,
     }
 }
 
-/// Sometimes a second fault on top of the first: the whole cluster killed while the
-/// primary's disk is stalled (issue 25's defect 1), or slow links under a node fault.
-fn follow_up(first: &Fault, kinds: &[Kind], rng: &mut Rng) -> Option<Kind> {
-    let pick = match first.kind() {
-        Kind::DiskStall if rng.percent(50) => Kind::KillAll,
-        Kind::SlowLinks | Kind::MemberReplace | Kind::KillAll => return None,
-        _ if rng.percent(20) => Kind::SlowLinks,
-        _ => return None,
+/// What a node cut off is held with (S20): another node killed, its disk lost, stalled or
+/// full, a clock stepped, leadership moved, a node paused.
+const HELD_WITH_A_CUT: [Kind; 7] = [
+    Kind::DiskLoss,
+    Kind::Kill,
+    Kind::DiskStall,
+    Kind::DiskFull,
+    Kind::ClockStep,
+    Kind::LeaderTransfer,
+    Kind::Pause,
+];
+/// A third fault on top of a cut and another node's fault.
+const THIRD: [Kind; 3] = [Kind::ClockStep, Kind::LeaderTransfer, Kind::SlowLinks];
+
+/// The faults held together with `first` (S20's composed faults), from the kinds selected:
+/// - a node cut off (partition, blackhole): most often another node's fault on top
+///   ([`HELD_WITH_A_CUT`]), and sometimes a third ([`THIRD`]);
+/// - a node fault (killed, disk lost, stalled, full, clock stepped, paused, SIGTERM):
+///   sometimes another node cut off while it holds;
+/// - the primary's disk stalled: sometimes every node killed on top (issue 25's defect 1);
+/// - otherwise sometimes slow links.
+///
+/// The whole cluster killed, a replacement, slow links and `deposed-primary` (itself three
+/// nodes' faults) take nothing on top.
+pub fn compose(first: &Fault, kinds: &[Kind], rng: &mut Rng) -> Vec<Kind> {
+    let pick = |from: &[Kind], rng: &mut Rng| -> Option<Kind> {
+        let can: Vec<Kind> = from.iter().copied().filter(|k| kinds.contains(k)).collect();
+        (!can.is_empty()).then(|| can[rng.below(can.len() as u64) as usize])
     };
-    kinds.contains(&pick).then_some(pick)
+    let cuts = [Kind::Partition, Kind::Blackhole];
+    let mut out = Vec::new();
+    match first.kind() {
+        Kind::KillAll | Kind::MemberReplace | Kind::SlowLinks | Kind::DeposedPrimary => {}
+        Kind::Partition | Kind::Blackhole if rng.percent(80) => {
+            out.extend(pick(&HELD_WITH_A_CUT, rng));
+            if !out.is_empty() && rng.percent(30) {
+                out.extend(pick(&THIRD, rng));
+            }
+        }
+        Kind::Partition | Kind::Blackhole => {}
+        Kind::DiskStall if rng.percent(50) => out.extend(pick(&[Kind::KillAll], rng)),
+        Kind::Kill
+        | Kind::DiskLoss
+        | Kind::DiskStall
+        | Kind::DiskFull
+        | Kind::ClockStep
+        | Kind::Pause
+        | Kind::Terminate
+            if rng.percent(35) =>
+        {
+            out.extend(pick(&cuts, rng))
+        }
+        _ if rng.percent(20) => out.extend(pick(&[Kind::SlowLinks], rng)),
+        _ => {}
+    }
+    out
 }
 
 fn role(t: &Target) -> String {
@@ -168,7 +265,8 @@ impl fmt::Display for Fault {
             | Fault::Blackhole(t)
             | Fault::MemberReplace(t)
             | Fault::DiskStall(t)
-            | Fault::DiskFull(t) => write!(f, "{name} {}", role(t)),
+            | Fault::DiskFull(t)
+            | Fault::DiskLoss(t) => write!(f, "{name} {}", role(t)),
             Fault::KillAll(o) => write!(f, "{name}, restarted {o}"),
             Fault::SlowLinks { links, rate } => match links {
                 Links::All => write!(f, "{name} every link at {rate}"),
@@ -177,6 +275,11 @@ impl fmt::Display for Fault {
             Fault::Terminate => write!(f, "{name} the primary"),
             Fault::ClockStep { target, secs } => write!(f, "{name} {} by {secs} s", role(target)),
             Fault::LeaderTransfer { to } => write!(f, "{name} to {}", role(to)),
+            Fault::DeposedPrimary => write!(
+                f,
+                "{name} (the primary cut off, the new one elected and cut off, a follower's \
+                 disk lost, the old primary back)"
+            ),
         }
     }
 }
@@ -205,7 +308,24 @@ impl fmt::Display for Schedule {
                 e.hold.as_millis()
             )?;
         }
-        Ok(())
+        let kinds = self.kinds();
+        let table = overlaps(&kinds);
+        let mut pairs: Vec<String> = NAMED_OVERLAPS
+            .iter()
+            .chain(table.keys().filter(|p| !NAMED_OVERLAPS.contains(p)))
+            .map(|&(a, b)| {
+                let n = table.get(&(a, b)).copied().unwrap_or(0);
+                format!("{} + {}: {n}", a.label(), b.label())
+            })
+            .collect();
+        pairs.dedup();
+        writeln!(
+            f,
+            "episodes whose faults overlap: {} of {} — {}",
+            composed(&kinds),
+            kinds.len(),
+            pairs.join("; ")
+        )
     }
 }
 
@@ -232,7 +352,7 @@ mod tests {
             for e in &s.episodes {
                 assert!(e.at >= free_from, "seed {seed}: {s}");
                 assert!(e.at + e.span() <= MINUTE, "seed {seed}: {s}");
-                assert!(!e.faults.is_empty() && e.faults.len() <= 2);
+                assert!(!e.faults.is_empty() && e.faults.len() <= 3);
                 free_from = e.at + e.span();
             }
         }
@@ -283,6 +403,69 @@ mod tests {
             .episodes
             .iter()
             .any(|e| e.faults.len() == 2 && e.faults[1].kind() == Kind::KillAll));
+    }
+
+    #[test]
+    fn faults_are_composed_as_s20_asks() {
+        // A minute most often holds a cut with another node's fault; every seed of a minute
+        // composes some episode.
+        let (mut with_loss, mut with_kill) = (0, 0);
+        for seed in 0..100 {
+            let s = Schedule::generate(seed, MINUTE, &Kind::selectable());
+            let o = overlaps(&s.kinds());
+            assert!(
+                composed(&s.kinds()) > 0,
+                "seed {seed}: nothing composed: {s}"
+            );
+            with_loss += usize::from(o.contains_key(&(Effect::Cut, Effect::DiskLost)));
+            with_kill += usize::from(o.contains_key(&(Effect::Cut, Effect::Down)));
+        }
+        assert!(
+            with_loss >= 50 && with_kill >= 70,
+            "{with_loss} {with_kill}"
+        );
+        // Over 30 minutes: the defect-1 sequence, a cut with each kind it is held with, and a
+        // third fault on top.
+        let s = Schedule::generate(7, 30 * MINUTE, &Kind::selectable());
+        assert!(s.count(Kind::DeposedPrimary) > 0);
+        let cut = |f: &Fault| matches!(f.kind(), Kind::Partition | Kind::Blackhole);
+        for k in HELD_WITH_A_CUT {
+            assert!(
+                s.episodes
+                    .iter()
+                    .any(|e| cut(&e.faults[0]) && e.faults.get(1).is_some_and(|f| f.kind() == k)),
+                "a cut never held with {}",
+                k.name()
+            );
+        }
+        assert!(s.episodes.iter().any(|e| e.faults.len() == 3));
+        // Only the kinds selected are composed.
+        let only = [Kind::Partition, Kind::Kill];
+        let s = Schedule::generate(7, 30 * MINUTE, &only);
+        assert!(s
+            .episodes
+            .iter()
+            .flat_map(|e| &e.faults)
+            .all(|f| only.contains(&f.kind())));
+        assert!(overlaps(&s.kinds()).contains_key(&(Effect::Cut, Effect::Down)));
+    }
+
+    #[test]
+    fn overlaps_count_pairs_across_nodes_once_per_episode() {
+        let eps = vec![
+            vec![Kind::DiskLoss],
+            vec![Kind::Partition, Kind::DiskLoss],
+            vec![Kind::DeposedPrimary],
+            vec![Kind::Partition, Kind::Kill, Kind::Kill],
+        ];
+        let o = overlaps(&eps);
+        // A lost disk alone overlaps nothing (its kill is the same node's).
+        assert_eq!(composed(&eps), 3);
+        assert_eq!(o[&(Effect::Cut, Effect::DiskLost)], 2);
+        assert_eq!(o[&(Effect::Cut, Effect::Down)], 3);
+        assert_eq!(o[&(Effect::Cut, Effect::Cut)], 1);
+        assert_eq!(o[&(Effect::Down, Effect::Down)], 1);
+        assert_eq!(o.get(&(Effect::Down, Effect::DiskLost)), None);
     }
 
     #[test]

@@ -330,12 +330,15 @@ impl<'a, 'e> Call<'a, 'e> {
             .on_failure(class, outcome, master, Instant::now());
         if let Some((host, port)) = reply.and_then(Reply::redirect) {
             // F29: a hint naming a node in no master's place is followed when the master that
-            // gave it holds that node among its members (asked once per connection).
+            // gave it holds that node among its members (asked once per connection) — only
+            // while the context follows the cluster's membership (`learn_masters`): off, the
+            // configured list is all it talks to.
             let until = cap(
                 Instant::now() + env.options().reply_timeout,
                 self.spec.deadline,
             );
-            if self.offer_hint(&mut state.link, host, port, true) {
+            let vouching = env.options().learn_masters;
+            if self.offer_hint(&mut state.link, host, port, vouching) {
                 super::vouch::vouch(&mut state, env, until);
                 self.offer_hint(&mut state.link, host, port, false);
             }

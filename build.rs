@@ -1,18 +1,9 @@
-//! Compiles the wire schema (the single source of truth) into Rust with capnpc.
-//! Needs the `capnp` compiler (Debian: `capnproto`); the README's commands install it.
+//! The shared library's soname. (The wire schema is compiled by `proto/build.rs`.)
 
 fn main() {
-    // The shared library's soname: C programs link against libxce.so.0 and keep working
-    // across compatible (0.x) rebuilds; scripts/install.sh creates the symlinks.
+    // C programs link against libxce.so.0 and keep working across compatible (0.x) rebuilds;
+    // scripts/install.sh creates the symlinks.
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libxce.so.0");
     }
-    println!("cargo:rerun-if-changed=schema/controller.capnp");
-    capnpc::CompilerCommand::new()
-        .src_prefix("schema")
-        .file("schema/controller.capnp")
-        // The generated module lives at crate::wire::controller_capnp.
-        .default_parent_module(vec!["wire".into()])
-        .run()
-        .expect("compiling schema/controller.capnp (is the `capnp` tool installed? apt-get install capnproto)");
 }

@@ -9,7 +9,7 @@ say() { printf 'deps: %s\n' "$*"; }
 
 # Debian packages: command -> package.
 declare -A APT=(
-  [capnp]=capnproto          # schema compiler used by build.rs (capnpc)
+  [capnp]=capnproto          # schema compiler used by proto/build.rs (capnpc)
   [meson]=meson              # C tests and xce_test
   [ninja]=ninja-build
   [go]=golang-go             # the Go package over the header (cgo)

@@ -4,28 +4,36 @@
 //! Layers, each importing only the ones before it (`tests/module_order.rs` checks this order,
 //! and that no files import each other in a circle):
 //! `error` → `wire` → `process` (process-wide state, fork) → `transport` → `failover` →
-//! `client` → `ffi` (the C surface).
+//! `client` → `ffi` (the C surface) → `testing` (what the repository's own tests reach).
+//!
+//! The public surface is the C exports (`ffi`) and the Rust client (`client`: `Client` and
+//! the types its methods take and return); the protocol's types are `xce-proto`'s. Every
+//! other layer is the crate's own (`pub(crate)`), so nothing outside can come to depend on it.
 //!
 //! Only `ffi` is C surface: the other modules are marked `cbindgen:ignore`, so cbindgen
 //! generates the same header whether it parses the crate or `src/ffi/mod.rs`.
 
 /// cbindgen:ignore
-pub mod error;
+pub(crate) mod error;
 /// cbindgen:ignore
-pub mod wire;
+pub(crate) mod wire;
 
 /// cbindgen:ignore
-pub mod process;
+pub(crate) mod process;
 
 /// cbindgen:ignore
-pub mod transport;
+pub(crate) mod transport;
 
 /// cbindgen:ignore
-pub mod failover;
+pub(crate) mod failover;
 
 /// cbindgen:ignore
 pub mod client;
 
 pub mod ffi;
+
+/// cbindgen:ignore
+#[doc(hidden)]
+pub mod testing;
 
 pub use error::{strerror, Error, TlsCause};

@@ -8,9 +8,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use xce::client::{Client, Config};
-use xce::error::*;
-use xce::failover::{Endpoint, Options};
+use xce::client::{Endpoint, Options};
 use xce::Error;
+use xce_proto::error::*;
 use xce_testkit::fake::*;
 
 const CHILD: &str = "XCE_FD_TEST_CHILD";

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use xce::failover::options::ENV_VARS;
+use xce::testing::ENV_VARS;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -497,10 +497,10 @@ fn a_wrong_path_in_architecture_md_is_named() {
     let r = root();
     let of = |text: &str| architecture_path_problems(&r, text);
     // A list continues its folder; a name not in it fails there.
-    let p = of("intro\n\n| `src/wire/codec.rs`, `frame.rs`, `msg.rs::Op`, `gone.rs` | x |\n");
+    let p = of("intro\n\n| `proto/src/wire/codec.rs`, `frame.rs`, `msg.rs::Op`, `gone.rs` | x |\n");
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(
-        p[0].starts_with("ARCHITECTURE.md:3: `gone.rs`: src/wire/gone.rs"),
+        p[0].starts_with("ARCHITECTURE.md:3: `gone.rs`: proto/src/wire/gone.rs"),
         "{p:?}"
     );
     // A controller file moved out of the folder its row names.

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use xce::client::{Client, Config, TlsFiles};
-use xce::error::*;
-use xce::failover::{ClientOption, Endpoint, Event, Options, RetryConfig};
-use xce::wire::*;
+use xce::client::{ClientOption, Endpoint, Event, Options, RetryConfig};
 use xce::Error;
+use xce_proto::error::*;
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
@@ -132,7 +132,7 @@ fn standby_then_success_on_the_next_master_with_events() {
     assert_eq!(b.ops(), vec!["jobctrl"]);
     let ev = events.lock();
     assert!(
-        matches!(ev[0], Event::FailoverStarted { cause: xce::failover::AttemptOutcome::Status(s), .. } if s == -E_XCE_STANDBY)
+        matches!(ev[0], Event::FailoverStarted { cause: xce::client::AttemptOutcome::Status(s), .. } if s == -E_XCE_STANDBY)
     );
     assert!(
         matches!(&ev[1], Event::Rotation { from, to, .. } if *from == a.endpoint() && *to == b.endpoint())
@@ -295,7 +295,7 @@ fn trickled_among(
     chunk: usize,
     every: Duration,
     watchful: bool,
-) -> (FakeController, Vec<Job>, Duration, xce::failover::Stats) {
+) -> (FakeController, Vec<Job>, Duration, xce::client::Stats) {
     let a = FakeController::start(vec![Step::Trickle {
         data: jobs(200),
         chunk,
@@ -993,7 +993,7 @@ fn config_from_the_masters_syntax_and_client_name_in_hello() {
         Err(Error::Errno(libc::EINVAL))
     );
     c.set_retry_config(None).unwrap();
-    assert_eq!(c.retry_config(), xce::failover::XCE_RETRY_DEFAULTS);
+    assert_eq!(c.retry_config(), xce::client::XCE_RETRY_DEFAULTS);
     assert_eq!(
         c.set_option(ClientOption::ReplyTimeoutMs(0)),
         Err(Error::Errno(libc::EINVAL))

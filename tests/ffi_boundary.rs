@@ -90,7 +90,7 @@ fn header_version_defines_match_cargo_toml() {
             "{name} in xce.h is not {want}"
         );
     }
-    for (code, name) in xce::error::XCE_CODES {
+    for (code, name) in xce_proto::error::XCE_CODES {
         assert!(
             h.contains(&format!("#define {name} {code}\n")),
             "{name} missing from xce.h"

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{Endpoint, Options, MAX_LEARNED_MASTERS};
-use xce::wire::*;
+use xce::client::{Endpoint, Options, MAX_LEARNED_MASTERS};
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 fn learning() -> Options {
@@ -312,7 +312,7 @@ fn a_standby_answer_to_the_members_hello_moves_the_call_on() {
 #[test]
 fn nothing_is_learned_from_a_wait_primary_witness() {
     let z = refused_endpoint();
-    let not_ready = Step::Status(-xce::error::E_XCE_NOT_READY);
+    let not_ready = Step::Status(-xce_proto::error::E_XCE_NOT_READY);
     let a = FakeController::start(vec![not_ready.clone(); 20]);
     let b = FakeController::start(vec![]);
     let witness = info(2, ControllerRole::Primary, 2, std::slice::from_ref(&z));
@@ -345,7 +345,7 @@ fn nothing_is_learned_from_a_wait_primary_witness() {
 #[test]
 fn each_master_learned_is_logged_once_at_info() {
     use std::sync::{Arc, Mutex};
-    use xce::failover::log::{self, Level};
+    use xce::client::log::{self, Level};
     let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
     let l = lines.clone();
     log::set_level(Level::Info);

@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use xce::client::log;
 use xce::client::{new_job_id, Client, Config};
-use xce::failover::log;
-use xce::transport::resolve::{hold_system_lock_for, resolve};
-use xce::transport::WakeState;
-use xce::wire::{JobAction, Notify, NotifyKind, Op};
+use xce::testing::WakeState;
+use xce::testing::{hold_system_lock_for, resolve};
+use xce_proto::wire::{JobAction, Notify, NotifyKind, Op};
 use xce_testkit::fake::*;
 
 /// How long a child may take before the case fails.
@@ -96,8 +96,7 @@ fn resolver_lock_held_at_fork() {
 
 fn pool_and_handle_table_held_at_fork() {
     // The wake-pipe pool's lock: the child's first wait borrows from the pool.
-    let holder =
-        std::thread::spawn(|| xce::process::fdpool::hold_lock_for(Duration::from_millis(400)));
+    let holder = std::thread::spawn(|| xce::testing::hold_lock_for(Duration::from_millis(400)));
     std::thread::sleep(Duration::from_millis(100));
     let r = fork_and_wait(|| {
         let ws = WakeState::new();
@@ -111,7 +110,7 @@ fn pool_and_handle_table_held_at_fork() {
     );
     // The handle table's lock: every export looks its handle up there.
     let holder =
-        std::thread::spawn(|| xce::ffi::cast::hold_handle_table_for(Duration::from_millis(400)));
+        std::thread::spawn(|| xce::testing::hold_handle_table_for(Duration::from_millis(400)));
     std::thread::sleep(Duration::from_millis(100));
     let r = fork_and_wait(|| {
         let mut stats = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
@@ -356,8 +355,8 @@ fn reap(pid: libc::pid_t) -> Option<i32> {
 /// the call's id). Before the id is read again, the child would take its parent's descriptors
 /// for its own.
 fn a_child_forked_inside_a_call_is_itself() {
-    use xce::process::fdident::{current_pid, outside_call, CallProcess};
-    xce::process::fork_generation(); // the atfork handler is installed
+    use xce::testing::{current_pid, outside_call, CallProcess};
+    xce::testing::fork_generation(); // the atfork handler is installed
     let is_itself = || {
         // SAFETY: getpid(2) takes no arguments.
         current_pid() == unsafe { libc::getpid() }
@@ -401,7 +400,7 @@ fn a_child_abandoning_an_inherited_connection_leaves_the_parents_close_clean() {
     let wake = WakeState::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut conn = Some(
-        xce::transport::Connection::connect(
+        xce::testing::Connection::connect(
             "127.0.0.1",
             port,
             None,

@@ -9,10 +9,10 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{Endpoint, Options};
-use xce::process::fdident::identity_syscalls;
-use xce::transport::{Connection, WakeState};
-use xce::wire::*;
+use xce::client::{Endpoint, Options};
+use xce::testing::identity_syscalls;
+use xce::testing::{Connection, WakeState};
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 /// Counts this thread's allocations (tests run on several threads at once; the fake

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use capnp::traits::HasStructSize;
 use xce::client::{Client, Config};
-use xce::failover::{Endpoint, Options};
+use xce::client::{Endpoint, Options};
 use xce::ffi::config::*;
 use xce::ffi::ops::*;
 use xce::ffi::types::*;
-use xce::wire::controller_capnp as cp;
-use xce::wire::*;
 use xce::Error;
+use xce_proto::wire::controller_capnp as cp;
+use xce_proto::wire::*;
 
 // ---------------------------------------------------------------------------------------
 // Peak live bytes of the calling thread (tests run on several threads at once; the fake
@@ -819,7 +819,7 @@ fn child_four_million_zero_size_jobs_under_rlimit_as() {
     let t = Instant::now();
     let r = c.joblist(JobFilter::default()).map(|v| v.len());
     println!("Rust joblist: {r:?} after {:?}", t.elapsed());
-    assert_eq!(rc, -xce::error::E_XCE_PROTO);
+    assert_eq!(rc, -xce_proto::error::E_XCE_PROTO);
     assert_eq!(r, Err(Error::Proto));
     println!("{CHILD_OK}");
 }

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use xce::client::log::{self, Level};
 use xce::client::{Client, Config};
-use xce::error::*;
-use xce::failover::log::{self, Level};
 use xce::Error;
+use xce_proto::error::*;
 use xce_testkit::fake::*;
 
 #[test]

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::error::*;
-use xce::failover::{Endpoint, Options, RetryConfig};
-use xce::wire::*;
+use xce::client::{Endpoint, Options, RetryConfig};
 use xce::Error;
+use xce_proto::error::*;
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use xce::client::{Client, Config};
-use xce::error::*;
-use xce::failover::{Endpoint, Options, RetryConfig};
-use xce::wire::*;
+use xce::client::{Endpoint, Options, RetryConfig};
 use xce::Error;
+use xce_proto::error::*;
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the library
@@ -174,8 +174,8 @@ fn a_join_the_hook_repeats_keeps_its_request_id() {
 #[test]
 fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
     use parking_lot::Mutex;
-    use xce::failover::log::{self, Level};
-    use xce::failover::Event;
+    use xce::client::log::{self, Level};
+    use xce::client::Event;
     static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
     log::set_level(Level::Info);
     log::set_sink(Some(Arc::new(|_, l: &str| {

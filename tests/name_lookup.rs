@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{Endpoint, Options};
+use xce::client::{Endpoint, Options};
 use xce::Error;
 use xce_testkit::fake::*;
 
@@ -446,7 +446,7 @@ fn a_bad_master_name_is_a_lookup_failure_not_an_unreachable_host() {
             let r = Client::start_with(Config::new(masters), fast_options(), fast_retry(1));
             let e = r.expect_err("start must fail");
             assert_eq!(e, Error::Lookup, "{e}");
-            assert_eq!(e.status(), -xce::error::E_XCE_LOOKUP);
+            assert_eq!(e.status(), -xce_proto::error::E_XCE_LOOKUP);
             assert_eq!(e.to_string(), "name lookup failed");
         },
     );
@@ -479,8 +479,8 @@ fn a_forked_child_does_not_wait_for_its_parents_lookups() {
         "a_forked_child_does_not_wait_for_its_parents_lookups",
         &[],
         || {
-            use xce::transport::resolve::{resolve, ResolveError};
-            use xce::transport::{LookupFailure, WakeState};
+            use xce::testing::{resolve, ResolveError};
+            use xce::testing::{LookupFailure, WakeState};
             let ws = WakeState::new();
             let w = ws.waker_now();
             let soon = |ms| Instant::now() + Duration::from_millis(ms);

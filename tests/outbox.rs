@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use xce::client::{Client, Config};
-use xce::error::*;
-use xce::failover::{Endpoint, Options};
-use xce::wire::*;
+use xce::client::{Endpoint, Options};
 use xce::Error;
+use xce_proto::error::*;
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 fn client(masters: &[Endpoint], options: Options) -> Client {

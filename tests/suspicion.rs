@@ -6,9 +6,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{Endpoint, Options};
-use xce::transport::{Connection, WakeState};
-use xce::wire::*;
+use xce::client::{Endpoint, Options};
+use xce::testing::{Connection, WakeState};
+use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 fn watchful() -> Options {

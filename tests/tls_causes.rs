@@ -12,11 +12,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use xce::client::log::{self, Level};
 use xce::client::{Client, Config, TlsFiles};
-use xce::error::E_XCE_TLS;
-use xce::failover::log::{self, Level};
-use xce::failover::{Endpoint, Options};
+use xce::client::{Endpoint, Options};
 use xce::{Error, TlsCause};
+use xce_proto::error::E_XCE_TLS;
 use xce_testkit::fake::{fast_options, fast_retry, FakeController};
 
 /// A CA and, per case, a server identity it signs (or another CA signs).

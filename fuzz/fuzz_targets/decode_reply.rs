@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use xce::wire::{decode_reply, encode_reply, frame_len, Limits};
+use xce_proto::wire::{decode_reply, encode_reply, frame_len, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let limits = Limits::default();

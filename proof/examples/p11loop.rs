@@ -21,6 +21,7 @@ fn main() {
         ClusterOpts {
             extra_args: vec![],
             log_dir: None,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::failover::{Options, XCE_RETRY_DEFAULTS};
-use xce::wire::{Hello, Op};
+use xce::client::{Options, XCE_RETRY_DEFAULTS};
 use xce_proof::{controller_bin, Cluster, ClusterOpts};
+use xce_proto::wire::{Hello, Op};
 
 fn cluster(pki: Option<&PathBuf>) -> Cluster {
     let mut extra = Vec::new();
@@ -29,7 +29,7 @@ fn cluster(pki: Option<&PathBuf>) -> Cluster {
         3,
         ClusterOpts {
             extra_args: extra,
-            log_dir: None,
+            ..Default::default()
         },
     )
     .unwrap()
@@ -96,7 +96,7 @@ fn main() {
     ));
     let op = Op::Hello(Hello {
         client_name: "p15".into(),
-        protocol_version: xce::wire::PROTOCOL_VERSION,
+        protocol_version: xce_proto::wire::PROTOCOL_VERSION,
     });
     let mut rtts: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let end = Instant::now() + Duration::from_secs(secs);

@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use xce::client::Event;
+use xce::client::RetryConfig;
 use xce::client::{new_job_id, parse_masters, Client, Config};
-use xce::failover::report::Event;
-use xce::failover::RetryConfig;
-use xce::wire::{JobFilter, JobSpec};
 use xce::Error;
+use xce_proto::wire::{JobFilter, JobSpec};
 
 use crate::{Cluster, ClusterOpts};
 
@@ -94,6 +94,7 @@ fn start_cluster(log_dir: &Path, tl: &Timeline) -> Result<(Cluster, u32), String
         ClusterOpts {
             extra_args: vec![],
             log_dir: Some(log_dir.to_path_buf()),
+            ..Default::default()
         },
     )
     .map_err(|e| format!("starting controllers: {e}"))?;
@@ -483,10 +484,10 @@ fn print_timeline(tl: &Timeline) {
     }
 }
 
-fn outcome_text(o: &xce::failover::AttemptOutcome) -> String {
+fn outcome_text(o: &xce::client::AttemptOutcome) -> String {
     match o {
-        xce::failover::AttemptOutcome::Status(s) => xce::strerror(*s).to_string(),
-        xce::failover::AttemptOutcome::Transport(e) => e.to_string(),
+        xce::client::AttemptOutcome::Status(s) => xce::strerror(*s).to_string(),
+        xce::client::AttemptOutcome::Transport(e) => e.to_string(),
     }
 }
 

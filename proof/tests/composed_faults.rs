@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xce::client::{new_job_id, Client};
-use xce::wire::{JobFilter, JobSpec};
 use xce_proof::harness::netns::{self, NetCluster};
 use xce_proof::nemesis::checks::{self, Verdict};
 use xce_proof::nemesis::sequence::{self, Moment};
 use xce_proof::nemesis::{clients, fault};
+use xce_proto::wire::{JobFilter, JobSpec};
 
 /// Slower than the defaults, so that a debug build on a busy machine holds its leases (the
 /// sequence does not depend on timing: its cuts are waited for, not slept through).
@@ -172,7 +172,7 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
         );
     }
     if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
+        xce::client::log::set_level(xce::client::log::Level::Error);
     }
     let t0 = Instant::now();
     let mut args: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::client::Client;
-use xce::failover::Endpoint;
-use xce::wire::{Hello, Op, ReplyData, PROTOCOL_VERSION};
+use xce::client::Endpoint;
 use xce_proof::harness::cluster::raw_call;
+use xce_proto::wire::{Hello, Op, ReplyData, PROTOCOL_VERSION};
 
 fn ep(a: std::net::SocketAddr) -> Endpoint {
     Endpoint::new(a.ip().to_string(), a.port())
@@ -134,8 +134,8 @@ fn a_client_configured_with_one_controller_follows_the_cluster_after_it_dies() {
 /// primary alone with learning off (one master: F25's watch is off, which is cheaper).
 #[test]
 fn happy_path_cost_is_printed() {
+    use xce::client::Options;
     use xce::client::{parse_masters, Config};
-    use xce::failover::Options;
     let (c, p) = cluster(3);
     const N: u32 = 2000;
     let alone = c.node(p).client.to_string();
@@ -173,7 +173,7 @@ fn happy_path_cost_is_printed() {
 #[test]
 fn a_standby_alone_teaches_nothing_but_its_hint_leads_to_the_primary() {
     use xce::client::{parse_masters, Config};
-    use xce::failover::{HintPolicy, Options};
+    use xce::client::{HintPolicy, Options};
     let (c, p) = cluster(3);
     let s = c
         .nodes

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::client::{parse_masters, Client, Config};
-use xce::failover::{Endpoint, Options};
+use xce::client::{Endpoint, Options};
 
 /// What a relay does to its traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -338,7 +338,7 @@ fn forwarding_off_gives_todays_behaviour() {
         "a refused write was applied"
     );
     // Turned on for the same context, the next call is served through a standby.
-    cl.set_option(xce::failover::ClientOption::Forward(true))
+    cl.set_option(xce::client::ClientOption::Forward(true))
         .unwrap();
     let s2 = spec("on-again");
     cl.jobsubmit(s2.clone())

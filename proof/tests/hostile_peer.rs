@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+use xce::client::Endpoint;
 use xce::client::{Client, Config};
-use xce::failover::Endpoint;
-use xce::wire::JobFilter;
 use xce::Error;
+use xce_proto::wire::JobFilter;
 use xce_testkit::fake::*;
 
 /// Every call here must end well inside this (reply timeouts are 300 ms in `fast_options`).

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::JobFilter;
 use xce::Error;
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::wire::JobFilter;
 
 /// Small pages, as a C caller asking `xcecli_joblist_open(…, 16384, …)`.
 const PAGE_BYTES: u32 = 16 * 1024;
@@ -127,6 +127,7 @@ fn concurrent_paged_listings_all_complete() {
         ClusterOpts {
             extra_args: Vec::new(),
             log_dir: Some(log_dir.clone()),
+            ..Default::default()
         },
     );
     fill(&c, jobs);

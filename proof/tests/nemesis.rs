@@ -32,7 +32,7 @@ fn s18_nemesis() {
     // rebuilt crates the outer run still had to link (the proof crate's doctests then failed
     // with E0463). A binary without them is refused at start, saying how to build one.
     if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Error);
+        xce::client::log::set_level(xce::client::log::Level::Error);
     }
     let seed = match std::env::var("XCE_NEMESIS_SEED") {
         Ok(s) => s.trim().parse().expect("XCE_NEMESIS_SEED: a number"),

@@ -30,7 +30,7 @@ fn skip() -> Option<String> {
 /// library's warnings of a notification a primary refused, from any test of this process).
 fn quiet_library() {
     if std::env::var_os("XCE_LOG").is_none() {
-        xce::failover::log::set_level(xce::failover::log::Level::Warn);
+        xce::client::log::set_level(xce::client::log::Level::Warn);
     }
 }
 
@@ -43,7 +43,7 @@ fn listed_ids(cluster: &NetCluster, masters: &str, name: &str) -> Vec<u64> {
         cfg.client_name = name;
         xce::client::Client::start(cfg)
             .expect("start")
-            .joblist(xce::wire::JobFilter::default())
+            .joblist(xce_proto::wire::JobFilter::default())
             .expect("joblist")
             .into_iter()
             .map(|j| j.job_id)
@@ -184,10 +184,10 @@ static REFUSED: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::n
 fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use xce::client::log;
     use xce::client::{parse_masters, Client, Config};
-    use xce::failover::log;
-    use xce::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
     use xce_proof::harness::netns::Fault;
+    use xce_proto::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
 
     if skip().is_some() {
         return;
@@ -362,11 +362,11 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
 fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     use std::sync::mpsc;
     use std::time::Instant;
+    use xce::client::Options;
+    use xce::client::RetryConfig;
     use xce::client::{new_job_id, parse_masters, Client, Config};
-    use xce::failover::backoff::RetryConfig;
-    use xce::failover::Options;
-    use xce::wire::{JobFilter, JobSpec};
     use xce_proof::harness::netns::Fault;
+    use xce_proto::wire::{JobFilter, JobSpec};
 
     if skip().is_some() {
         return;
@@ -513,8 +513,8 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
     use std::sync::mpsc;
     use std::time::Instant;
     use xce::client::{new_job_id, parse_masters, Client, Config};
-    use xce::wire::{JobFilter, JobSpec};
     use xce_proof::harness::netns::Fault;
+    use xce_proto::wire::{JobFilter, JobSpec};
 
     if skip().is_some() {
         return;
@@ -610,10 +610,10 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
 #[test]
 fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     use std::sync::mpsc;
+    use xce::client::Endpoint;
     use xce::client::{new_job_id, parse_masters, Client, Config};
-    use xce::failover::Endpoint;
-    use xce::wire::{JobFilter, JobSpec};
     use xce_proof::harness::netns::Fault;
+    use xce_proto::wire::{JobFilter, JobSpec};
 
     if skip().is_some() {
         return;
@@ -695,8 +695,8 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
     use std::sync::mpsc;
     use std::time::Instant;
     use xce::client::{new_job_id, parse_masters, Client, Config};
-    use xce::wire::{JobFilter, JobSpec};
     use xce_proof::harness::netns::Fault;
+    use xce_proto::wire::{JobFilter, JobSpec};
 
     if skip().is_some() {
         return;

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use parking_lot::Mutex;
+use xce::client::log::{self, Level};
+use xce::client::ClientOption;
+use xce::client::Event;
 use xce::client::{parse_masters, Client, Config};
-use xce::failover::log::{self, Level};
-use xce::failover::options::ClientOption;
-use xce::failover::Event;
-use xce::wire::{JobState, Join, Notify, NotifyKind, SessionRole};
 use xce_proof::Cluster;
+use xce_proto::wire::{JobState, Join, Notify, NotifyKind, SessionRole};
 
 /// Lines the library logged, per test (filtered by the worker's name).
 static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());

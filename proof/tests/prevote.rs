@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use xce::wire::{ControllerInfo, ControllerRole};
 use xce_proof::harness::netns::{self, Fault, NetCluster};
+use xce_proto::wire::{ControllerInfo, ControllerRole};
 
 /// Slower than the defaults (a debug build on a loaded machine must not miss a lease by
 /// accident; the property holds for any timing): lease 600 ms, election timeout 300–600 ms.

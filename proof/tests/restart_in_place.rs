@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::JobFilter;
 use xce_proof::check::linearizable::{self, History, Read, Write};
 use xce_proof::ClusterOpts;
+use xce_proto::wire::JobFilter;
 
 const WRITERS: usize = 8;
 const LISTERS: usize = 2;
@@ -35,6 +35,7 @@ fn restarted_primary_serves_nothing_stale() {
     let opts = ClusterOpts {
         extra_args: vec!["--snapshot-logs".into(), "100".into()],
         log_dir: Some(log_dir.clone()),
+        ..Default::default()
     };
     let (mut c, _) = cluster_with(3, opts);
     let masters = c.masters();

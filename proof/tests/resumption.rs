@@ -15,9 +15,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xce::transport::{Connection, WakeState};
-use xce::wire::{Limits, Op, Request};
+use xce::testing::{Connection, WakeState};
 use xce_proof::{controller_bin, Cluster, ClusterOpts};
+use xce_proto::wire::{Limits, Op, Request};
 
 /// utime + stime of a process, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -56,7 +56,7 @@ fn what_resumption_saves_a_reconnect() {
         1,
         ClusterOpts {
             extra_args: flags.to_vec(),
-            log_dir: None,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -64,7 +64,7 @@ fn what_resumption_saves_a_reconnect() {
     std::thread::sleep(Duration::from_secs(2));
     let pid = c.node(1).pid().unwrap();
     let port = c.node(1).client.port();
-    let on = xce::transport::tls::client_config(
+    let on = xce::testing::client_config(
         &pki.join("ca.pem"),
         Some(&pki.join("admin.pem")),
         Some(&pki.join("admin.key")),

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{client, client_with, cluster_with, long};
-use xce::error::{Error, E_XCE_TOOBIG};
-use xce::wire::{JobFilter, JobSpec, Op};
 use xce_proof::bench::load::c_joblist_ids;
 use xce_proof::bench::p12_job_table;
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::error::{Error, E_XCE_TOOBIG};
+use xce_proto::wire::{JobFilter, JobSpec, Op};
 
 /// A job of about 1.2 KB on the wire (a long command line), so that a table over 16 MiB
 /// takes tens of thousands of jobs, not hundreds of thousands.
@@ -86,6 +86,7 @@ fn a_table_over_16_mib_lists_whole_through_a_primary_kill() {
         ClusterOpts {
             extra_args: vec![],
             log_dir: Some(logs.clone()),
+            ..Default::default()
         },
     );
     let n = if long() { 80_000 } else { 16_000 };
@@ -163,7 +164,7 @@ fn a_reply_too_large_for_a_frame_is_toobig_at_once_without_failover() {
     // a rotation here can only be the error taken for a broken primary.
     let cl = client_with(
         &c,
-        xce::failover::Options {
+        xce::client::Options {
             suspicion: false,
             ..Default::default()
         },
@@ -213,6 +214,7 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
             // more than this test writes), so that the empty standby needs the snapshot.
             extra_args: vec!["--log-keep".into(), "1000".into()],
             log_dir: Some(logs.clone()),
+            ..Default::default()
         },
     );
     let s = (1..=3u32).rev().find(|&i| i != p).unwrap();
@@ -231,7 +233,7 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
     // node had caught up — then it rightly refused every vote, C12, and no primary came).
     let mark = log_of(&logs, s).len();
     let since = |logs: &std::path::Path| log_of(logs, s).get(mark..).unwrap_or("").to_string();
-    std::fs::remove_dir_all(c.data_dir().join(format!("node-{s}"))).expect("wipe");
+    std::fs::remove_dir_all(c.data(s)).expect("wipe");
     c.restart(s).expect("restart");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !since(&logs).contains("installed snapshot") {

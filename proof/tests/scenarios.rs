@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use xce::wire::JobFilter;
 use xce::Error;
 #[allow(unused_imports)]
 use xce_proof as _;
 use xce_proof::harness::sys::{raise_fd_limit, thread_cpu_time};
+use xce_proto::wire::JobFilter;
 
 /// S1, the brief's reproduction: jobs submitted and listed; kill -9 the primary; a client with
 /// a budget shorter than the election gets "cluster not ready"; a default-budget client blocks
@@ -244,7 +244,7 @@ fn s3_standby_first_reaches_primary_in_one_hop() {
 fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
     let (mut c, primary) = cluster(3);
     let cl = client(&c);
-    cl.set_option(xce::failover::options::ClientOption::ReplyTimeoutMs(800))
+    cl.set_option(xce::client::ClientOption::ReplyTimeoutMs(800))
         .unwrap();
     let before = cl.jobsubmit(spec("s4-before")).unwrap();
 
@@ -288,7 +288,7 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
             );
             assert_ne!(
                 only_old.stats().current_master,
-                Some(xce::failover::Endpoint::new(
+                Some(xce::client::Endpoint::new(
                     c.node(primary).client.ip().to_string(),
                     c.node(primary).client.port()
                 )),
@@ -306,7 +306,7 @@ fn s5_whole_cluster_down_then_back() {
     let (mut c, _) = cluster(3);
     let cl = client(&c);
     let id = cl.jobsubmit(spec("s5")).unwrap();
-    cl.set_retry_config(Some(xce::failover::RetryConfig {
+    cl.set_retry_config(Some(xce::client::RetryConfig {
         max_retries: 6,
         initial_retry_ms: 40,
         max_retry_ms: 200,
@@ -350,7 +350,7 @@ fn s5_whole_cluster_down_then_back() {
 /// could not succeed otherwise), and the new primary lists the daemon.
 #[test]
 fn s6_reconnect_handler_rejoins_before_resend() {
-    use xce::wire::{Join, ResVal, SessionRole};
+    use xce_proto::wire::{Join, ResVal, SessionRole};
     let (mut c, primary) = cluster(3);
     let cl = client(&c);
     let join = Join {

@@ -8,19 +8,19 @@
 //! strangers on every node does not stop a certificate holder, and an expired certificate is
 //! refused even to a context that connected before it expired. (The raw-socket side of S15
 //! extended — deadlines, budgets, memory, the loopback rule, data files — is
-//! `controller/tests/hostile_clients.rs`.)
+//! `controller/tests/it/hostile_clients.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::wire::{
+use xce::{Error, TlsCause};
+use xce_proof::{controller_bin, Cluster, ClusterOpts};
+use xce_proto::wire::{
     roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Join, Notify,
     NotifyKind, Op, QueueAction, ResVal, SessionRole, Usage,
 };
-use xce::{Error, TlsCause};
-use xce_proof::{controller_bin, Cluster, ClusterOpts};
 
 fn pki(args: &[&str]) -> String {
     let out = Command::new(controller_bin())
@@ -88,6 +88,7 @@ fn tls_cluster(tag: &str, nodes: usize, tokens: bool) -> Tls {
         ClusterOpts {
             extra_args: tls_flags(&path, tokens),
             log_dir: Some(dir.0.join("logs")),
+            ..Default::default()
         },
     )
     .expect("cluster");
@@ -535,7 +536,7 @@ fn secured_cluster_fails_over_stop_and_kill() {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             match c.hello() {
-                Ok(i) if i.role == xce::wire::ControllerRole::Primary => return i.id,
+                Ok(i) if i.role == xce_proto::wire::ControllerRole::Primary => return i.id,
                 _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
                 other => panic!("no primary: {other:?}"),
             }
@@ -693,15 +694,14 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
         .iter()
         .map(|&a| {
             let (stop, nops, opened) = (stop.clone(), nops.clone(), opened.clone());
-            let cfg =
-                xce::transport::tls::client_config(&t.path.join("ca.pem"), None, None).unwrap();
+            let cfg = xce::testing::client_config(&t.path.join("ca.pem"), None, None).unwrap();
             std::thread::spawn(move || {
-                use xce::transport::{Connection, WakeState};
+                use xce::testing::{Connection, WakeState};
                 let ws = WakeState::new();
                 let host = a.ip().to_string();
                 let dial = || {
                     let d = Instant::now() + Duration::from_secs(2);
-                    let l = xce::wire::Limits::default();
+                    let l = xce_proto::wire::Limits::default();
                     Connection::connect(&host, a.port(), Some(&cfg), l, d, &ws.waker_now()).ok()
                 };
                 let mut conns: Vec<Option<Connection>> = (0..32).map(|_| dial()).collect();
@@ -714,7 +714,7 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
                         }
                         let Some(conn) = c else { continue };
                         seq += 1;
-                        let req = xce::wire::Request {
+                        let req = xce_proto::wire::Request {
                             seq,
                             client_id: [9; 16],
                             request_id: 0,

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
+use xce::client::RetryConfig;
 use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::failover::RetryConfig;
-use xce::wire::{JobFilter, JobSpec};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::wire::{JobFilter, JobSpec};
 use xce_testkit::fake::TestPki;
 
 fn tls_client(c: &Cluster, ca: std::path::PathBuf) -> Result<Client, Error> {
@@ -41,7 +41,7 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
             "--tls-key".into(),
             pki.server_key().display().to_string(),
         ],
-        log_dir: None,
+        ..Default::default()
     };
     let mut c = Cluster::start(3, opts).expect("cluster");
     assert!(

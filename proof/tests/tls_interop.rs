@@ -1,4 +1,4 @@
-//! TLS interoperability of the record layer (`xce::transport::records`, issue 28) against an
+//! TLS interoperability of the record layer (`xce_proto::records`, issue 28) against an
 //! independent TLS 1.3 implementation: OpenSSL's `s_server` and `s_client` (Debian's
 //! `openssl`, installed by scripts/deps.sh; these tests fail, never skip, without it).
 //!
@@ -30,10 +30,10 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use xce::transport::{Connection, WakeState};
-use xce::wire::{self, Limits, Op, Reply, Request};
+use xce::testing::{Connection, WakeState};
 use xce::Error;
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::wire::{self, Limits, Op, Reply, Request};
 use xce_testkit::fake::TestPki;
 
 /// The bound of every wait in these tests (nothing here takes more than a fraction of it).
@@ -292,7 +292,7 @@ fn encoded_reply(seq: u64) -> Vec<u8> {
 
 /// The library's client configuration for the PKI's CA.
 fn client_config(pki: &TestPki) -> Arc<rustls::ClientConfig> {
-    xce::transport::tls::client_config(&pki.ca_file(), None, None).unwrap()
+    xce::testing::client_config(&pki.ca_file(), None, None).unwrap()
 }
 
 fn connect(port: u16, cfg: &Arc<rustls::ClientConfig>, ws: &WakeState) -> Connection {
@@ -629,6 +629,7 @@ fn controller(pki: &TestPki, logs: &Path, extra: &[&str]) -> Cluster {
         ClusterOpts {
             extra_args: args,
             log_dir: Some(logs.to_path_buf()),
+            ..Default::default()
         },
     )
     .expect("start the controller");

@@ -45,6 +45,7 @@ fn rolling_upgrade_from_an_older_build_keeps_every_job() {
             // No snapshot: a restarted node rebuilds its state from the older build's log.
             extra_args: vec!["--snapshot-logs".into(), "1000000".into()],
             log_dir: Some(log_dir.clone()),
+            ..Default::default()
         },
     );
     let cl = client(&c);

@@ -22,6 +22,18 @@ mod gate;
 mod listing;
 pub use listing::{JobPager, ENV_PAGE_BYTES, MAX_LISTING_RESTARTS};
 
+// The types `Client`'s methods take and return: the Rust API is this module.
+pub use crate::failover::{
+    AttemptOutcome, CallReport, ClientOption, Endpoint, Event, EventHandler, HintPolicy, Options,
+    RetryConfig, Stats, MAX_LEARNED_MASTERS, XCE_RETRY_DEFAULTS,
+};
+pub use crate::transport::WakeState;
+
+/// F14: the process's log sink and level.
+pub mod log {
+    pub use crate::failover::log::{enabled, level, log, set_level, set_sink, Level, LogSink};
+}
+
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,13 +45,12 @@ use parking_lot::{Mutex, ReentrantMutex};
 use self::gate::{Close, Gate, Leave};
 use crate::error::Error;
 use crate::failover::log::{xlog, Level};
-use crate::failover::options::{ClientOption, Options};
-use crate::failover::report::{CallReport, Event, EventHandler, Observer, Stats};
+use crate::failover::report::Observer;
 use crate::failover::retry::{self, CallEnv, CallTrace, Callbacks, LoopState, Settings};
 use crate::failover::slot::CallbackSlot;
-use crate::failover::{Endpoint, RetryConfig, Rotator, XCE_RETRY_DEFAULTS};
+use crate::failover::Rotator;
 use crate::process::{self, identity};
-use crate::transport::{resolve, tls, CallSettle, CancelToken, WakeState};
+use crate::transport::{resolve, tls, CallSettle, CancelToken};
 use crate::wire::*;
 
 /// Most masters a configuration may list (`N_MAX_MASTERS`).
@@ -72,8 +83,8 @@ pub struct Config {
     pub auth_token: Option<String>,
 }
 
-/// Longest token accepted (a token is a few hundred bytes).
-pub const MAX_AUTH_TOKEN_LEN: usize = 4096;
+/// Longest token accepted (a token is a few hundred bytes); the controller's limit too.
+pub use crate::wire::MAX_AUTH_TOKEN_LEN;
 
 /// C13: the token of `XCE_AUTH_TOKEN`, else the first line of the file `XCE_AUTH_TOKEN_FILE`
 /// names; `None` when neither is set. An unreadable file is its errno: a caller that was given

@@ -152,6 +152,7 @@ impl Backoff {
     }
 
     /// A reproducible schedule, for tests.
+    #[cfg(test)]
     pub fn seeded(config: RetryConfig, seed: u64) -> Backoff {
         Backoff::with_rng(config, Some(StdRng::seed_from_u64(seed)))
     }
@@ -196,12 +197,9 @@ impl Backoff {
     }
 
     /// Sleeps taken so far.
+    #[cfg(test)]
     pub fn sleeps_taken(&self) -> u32 {
         self.sleeps_taken
-    }
-
-    pub fn config(&self) -> &RetryConfig {
-        &self.config
     }
 }
 

@@ -143,11 +143,8 @@ impl RetryBudget {
         self.deadline.map(|d| d.saturating_duration_since(now))
     }
 
-    pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
-
     /// Sleeps taken so far (each one cost a retry).
+    #[cfg(test)]
     pub fn sleeps_taken(&self) -> u32 {
         self.backoff.sleeps_taken()
     }

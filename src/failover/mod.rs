@@ -24,12 +24,9 @@ pub mod env;
 pub mod log;
 pub mod rotate;
 
-pub use backoff::{Backoff, RetryConfig, XCE_RETRY_DEFAULTS};
-pub use budget::{RetryBudget, RetryDecision};
-pub use classify::{classify, AttemptOutcome, Classification};
-pub use rotate::{
-    Endpoint, HintPolicy, HintRefusal, HintVerdict, Learned, Rotator, Target, MAX_LEARNED_MASTERS,
-};
+pub use backoff::{RetryConfig, XCE_RETRY_DEFAULTS};
+pub use classify::AttemptOutcome;
+pub use rotate::{Endpoint, HintPolicy, Rotator, MAX_LEARNED_MASTERS};
 pub mod options;
 pub mod report;
 pub mod retry;

@@ -10,8 +10,6 @@ use super::rotate::HintPolicy;
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u32 = 1000;
 /// Reply timeout of one attempt: a silent primary is a transport failure after this (F8).
 pub const DEFAULT_REPLY_TIMEOUT_MS: u32 = 2000;
-/// Overall deadline per call; 0 = none (the retry budget alone bounds the call, F7).
-pub const DEFAULT_CALL_DEADLINE_MS: u32 = 0;
 /// Ask a reachable standby to announce the new primary while backing off (F18).
 pub const DEFAULT_WAIT_PRIMARY: bool = true;
 /// Ask another controller whether the primary changed when a reply is late (F25).

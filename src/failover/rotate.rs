@@ -170,6 +170,7 @@ impl Rotator {
     }
 
     /// How many of [`Rotator::masters`] were configured (the rest were learned).
+    #[cfg(test)]
     pub fn configured(&self) -> usize {
         self.configured
     }

@@ -148,6 +148,7 @@ impl FdIdent {
 
     /// Whether the identity is precise enough to recognise the descriptor later (false for an
     /// anonymous inode: such a descriptor is not kept across calls).
+    #[cfg(test)]
     pub fn verifiable(&self) -> bool {
         !self.anon
     }
@@ -169,6 +170,7 @@ impl FdIdent {
 
     /// Whether `fd` names a file with the recorded device and inode, in this process (for a
     /// descriptor held only for the span of one wait, whose kernel id cannot be read).
+    #[cfg(test)]
     pub fn same_inode(&self, fd: RawFd) -> bool {
         self.pid == current_pid()
             && stat(fd).is_some_and(|(d, i, _)| (d, i) == (self.dev, self.ino))

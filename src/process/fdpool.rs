@@ -82,8 +82,3 @@ pub fn hold_lock_for(d: std::time::Duration) {
     let _pool = POOL.lock();
     std::thread::sleep(d);
 }
-
-/// Number of pipes in the pool (for tests and the footprint benchmark).
-pub fn pooled_pipes() -> usize {
-    POOL.lock().len()
-}

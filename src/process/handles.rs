@@ -157,28 +157,10 @@ impl<T> HandleTable<T> {
         Ok(value)
     }
 
-    /// Live handles.
-    pub fn len(&self) -> usize {
-        self.slots.len() - self.free.len() - self.retired()
-    }
-
+    /// No live handle (every slot free or retired).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn retired(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.entry.is_none() && s.generation >= u32::MAX - 1)
-            .count()
-    }
-
-    /// Every live value of `kind` (for the fork handler).
-    pub fn values(&self, kind: Kind) -> impl Iterator<Item = &T> {
-        self.slots.iter().filter_map(move |s| match &s.entry {
-            Some((k, v)) if *k == kind => Some(v),
-            _ => None,
-        })
+        self.slots.iter().all(|s| s.entry.is_none())
     }
 }
 

@@ -27,5 +27,5 @@ pub mod identity;
 pub mod waits;
 pub mod wakepipe;
 
-pub use fdident::{current_pid, FdIdent};
+pub use fdident::current_pid;
 pub use fork::{generation as fork_generation, ForkLock};

@@ -1140,7 +1140,7 @@ mod tests {
         use crate::wire::{encode_reply, Reply};
         use std::io::Write;
         use std::time::Duration;
-        let (ccfg, scfg) = crate::transport::records::test_configs();
+        let (ccfg, scfg) = xce_proto::records::test_configs();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {

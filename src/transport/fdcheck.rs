@@ -2,4 +2,4 @@
 //! checks before reuse, live with the rest of the process-wide state ([`crate::process`]); the
 //! transport uses them for its sockets (`conn.rs`) and its waits (`waker.rs`).
 
-pub use crate::process::fdident::{current_pid, FdIdent};
+pub use crate::process::fdident::FdIdent;

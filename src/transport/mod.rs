@@ -9,11 +9,13 @@
 
 pub mod conn;
 pub mod fdcheck;
-pub mod records;
 pub mod resolve;
 pub mod tls;
 pub mod waker;
 
-pub use conn::{Connection, Progress, MAX_STRAY_REPLIES, MIN_REPLY_RATE};
+/// P15's TLS record layer, shared with the controller: `xce-proto`'s `proto/src/records.rs`.
+pub use xce_proto::records;
+
+pub use conn::{Connection, Progress};
 pub use resolve::{LookupFailure, ResolveError};
-pub use waker::{CallSettle, CancelToken, Wait, WakeState, Waker};
+pub use waker::{CallSettle, CancelToken, WakeState, Waker};

@@ -33,11 +33,6 @@ use crate::process::wakepipe::{notify_unchecked, WakePipe};
 /// Most descriptors one wait polls (besides the wake pipe and a watched one).
 pub const MAX_WAIT_FDS: usize = 16;
 
-/// Number of wake pipes in the process's pool (for tests and the footprint benchmark).
-pub fn pooled_eventfds() -> usize {
-    fdpool::pooled_pipes()
-}
-
 /// Bits of [`WakeState`]'s word that count the calls in progress.
 const ACTIVE_BITS: u32 = 24;
 const ACTIVE_MASK: u64 = (1 << ACTIVE_BITS) - 1;

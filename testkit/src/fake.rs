@@ -16,9 +16,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use xce::error::*;
-use xce::failover::{Endpoint, Options, RetryConfig};
-use xce::wire::*;
+use xce::client::{Endpoint, Options, RetryConfig};
+use xce_proto::error::*;
+use xce_proto::wire::*;
 
 /// How the fake answers one request.
 #[derive(Debug, Clone)]

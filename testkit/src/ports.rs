@@ -7,8 +7,8 @@
 //! range only an explicit bind takes a port, so ports come from there: a random block, each
 //! port checked by a bind, never handed out twice by one process.
 //!
-//! Used by the proof crate's clusters (`proof/`) and the controller's integration tests
-//! (`controller/tests/common`).
+//! Used by the test kit's cluster runner (`cluster.rs`), which runs the clusters of the proof
+//! crate and of the controller's integration tests.
 
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};

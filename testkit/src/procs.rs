@@ -1,4 +1,4 @@
-//! Real processes under test: knowing that a SIGSTOP has taken effect.
+//! Real processes under test: knowing that a SIGSTOP has taken effect; reaping one in time.
 //!
 //! `kill(pid, SIGSTOP)` only queues the stop: a process whose threads run on other cores goes
 //! on until each thread next enters the kernel, and on a loaded machine a node can still read a
@@ -43,6 +43,23 @@ pub fn stopped(pid: i32, within: Duration) -> bool {
             return false;
         }
         std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits up to `grace` for `child` to exit by itself, else `kill -9` and reaps it; true when
+/// it exited by itself (a node sent SIGTERM: did it hand over and leave in time?).
+pub fn reap_within(child: &mut std::process::Child, grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
     }
 }
 

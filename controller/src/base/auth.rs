@@ -4,7 +4,7 @@
 //! name or common name) or from a token in the request (`authToken`), signed with the
 //! cluster's token key. The name says the role: `admin`, `scheduler`, `worker-<host>`,
 //! `user-<name>`. Who may call which op, and what binds them to its parameters, is declared
-//! once per op in the library's op table (`xce::wire::Op::rule`); [`check`] applies it.
+//! once per op in the library's op table (`xce_proto::wire::Op::rule`); [`check`] applies it.
 //!
 //! With neither client certificates nor a token key configured, nobody is checked: every
 //! caller is admin (a loopback test cluster, as before C13).
@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use ring::hmac;
-use xce::wire::{roles, Bound, Op, SessionRole};
+use xce_proto::wire::{roles, Bound, Op, SessionRole};
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +135,7 @@ impl TokenKey {
     /// (unix s); else why not.
     pub fn verify(&self, token: &str, now: i64) -> Result<Identity, &'static str> {
         // Bounded before any work: a caller's token is at most what the library sends.
-        if token.len() > xce::client::MAX_AUTH_TOKEN_LEN {
+        if token.len() > xce_proto::wire::MAX_AUTH_TOKEN_LEN {
             return Err("token too long");
         }
         let (payload, mac) = token.rsplit_once(':').ok_or("not a token")?;
@@ -328,7 +328,7 @@ pub fn session_ok(op: &Op, joined: Option<SessionRole>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xce::wire;
+    use xce_proto::wire;
 
     /// `bound_client_id(user-alice, [7; 16])`, as this build derives it.
     const PINNED_ALICE_7: &str = "d416ea16ecfac5b73012c3f3b1395afd";

@@ -101,14 +101,14 @@ impl Cause {
     pub fn status(&self) -> i32 {
         -match self {
             Cause::NoListener => libc::ECONNREFUSED,
-            Cause::Dns(_) => xce::error::E_XCE_LOOKUP,
+            Cause::Dns(_) => xce_proto::error::E_XCE_LOOKUP,
             Cause::Timeout => libc::ETIMEDOUT,
             Cause::Unreachable(_) => libc::EHOSTUNREACH,
             Cause::UnknownCa
             | Cause::NameMismatch(_)
             | Cause::Expired
             | Cause::RefusedUs(_)
-            | Cause::NotTls(_) => xce::error::E_XCE_TLS,
+            | Cause::NotTls(_) => xce_proto::error::E_XCE_TLS,
             Cause::Other(_) => libc::EHOSTUNREACH,
         }
     }
@@ -155,7 +155,7 @@ mod tests {
         for (e, want) in cases {
             assert_eq!(Cause::of_io(&e, "xce-node-4"), want, "{e}");
         }
-        assert_eq!(Cause::UnknownCa.status(), -xce::error::E_XCE_TLS);
+        assert_eq!(Cause::UnknownCa.status(), -xce_proto::error::E_XCE_TLS);
         assert!(Cause::NoListener.to_string().contains("connection refused"));
     }
 }

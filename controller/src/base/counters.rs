@@ -481,7 +481,7 @@ impl Drop for Connection {
 
 /// A bounded label for a reply status.
 fn status_name(status: i32) -> &'static str {
-    use xce::error::*;
+    use xce_proto::error::*;
     match -status {
         0 => "ok",
         E_XCE_REDIRECT => "redirect",
@@ -512,7 +512,7 @@ mod tests {
     fn names_and_kinds_are_prometheus_ones() {
         fsync(Duration::from_micros(70));
         op("jobsubmit", 0, Some(Duration::from_millis(1)));
-        op("jobsubmit", -xce::error::E_XCE_STANDBY, None);
+        op("jobsubmit", -xce_proto::error::E_XCE_STANDBY, None);
         let _c = connection();
         pre_vote(true);
         campaign("not_granted");

@@ -24,7 +24,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerConnectionData, WebPkiClientVerifier};
 use rustls::{AlertDescription, DigitallySignedStruct, DistinguishedName, RootCertStore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
-use xce::transport::records::{self, Records, HEADER, MAX_RECORD};
+use xce_proto::records::{self, Records, HEADER, MAX_RECORD};
 
 use crate::base::ids::NodeId;
 
@@ -451,7 +451,7 @@ pub fn client_connector(
 
 /// A client-port TLS connection: the handshake through rustls's unbuffered server (under the
 /// caller's deadline), then the connection's keys handed to the library's record layer
-/// (`xce::transport::records`, P15: the secured `hello` round trip): records are read
+/// (`xce_proto::records`, P15: the secured `hello` round trip): records are read
 /// straight into one buffer, decrypted there in place, and their plaintext appended to the
 /// caller's buffer; a reply is sealed into one buffer and sent with one write — no rustls
 /// state machine, copies or allocations per record beyond the seal's. Key updates and alerts
@@ -548,7 +548,7 @@ impl ServerTls {
                 break;
             }
             if read_more {
-                if inbuf.len() >= xce::transport::records::MAX_HANDSHAKE + MAX_RECORD {
+                if inbuf.len() >= xce_proto::records::MAX_HANDSHAKE + MAX_RECORD {
                     return Err(std::io::Error::new(
                         ErrorKind::InvalidData,
                         "TLS handshake message too large",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
-use xce::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
+use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
 
 use crate::base::config::{ClusterArgs, ClusterSpec};
 

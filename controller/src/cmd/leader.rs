@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use xce::wire::Op;
+use xce_proto::wire::Op;
 
 use crate::cmd::status::StatusArgs;
 
@@ -70,7 +70,7 @@ fn reason(status: i32, to: Option<u32>) -> String {
         },
         libc::EAGAIN => format!("{who} is not caught up with the primary's log yet"),
         libc::ETIMEDOUT => format!("{who} did not take over within 2 s: the primary serves on"),
-        _ => xce::strerror(status).to_string(),
+        _ => xce_proto::strerror(status).to_string(),
     }
 }
 
@@ -95,14 +95,14 @@ pub fn leader(a: LeaderArgs) -> i32 {
 fn transfer(c: &xce::client::Client, to: Option<u32>) -> Result<String, String> {
     let before = c
         .hello()
-        .map_err(|e| format!("no primary: {}", xce::error::status_text(e.status())))?;
+        .map_err(|e| format!("no primary: {}", xce_proto::error::status_text(e.status())))?;
     let from = before.id;
     if to == Some(from) {
         return Ok(format!("node {from} is the primary already"));
     }
     // Issue 36: the primary's reason when it gave one, every status with its name.
     let refused = |status: i32, detail: String| {
-        let named = format!("status {status} {}", xce::error::status_name(status));
+        let named = format!("status {status} {}", xce_proto::error::status_name(status));
         if detail.is_empty() {
             format!("{} ({named})", reason(status, to))
         } else {

@@ -3,8 +3,8 @@
 //! request ids are the library's. The identity (admin, for add and remove) is `status`'s: TLS
 //! files and a token, from the options or `XCE_TLS_*` / `XCE_AUTH_TOKEN`.
 
-use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::failover::options::ClientOption;
+// The library's client API (Cargo.toml: the controller's one use of the library).
+use xce::client::{parse_masters, Client, ClientOption, Config, TlsFiles};
 
 use crate::base::config::ClusterSpec;
 use crate::cmd::status::StatusArgs;
@@ -78,7 +78,7 @@ impl MemberArgs {
 /// with `status`'s identity, named `name` in the controllers' logs.
 pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
     let masters = parse_masters(&a.masters.join(","))
-        .map_err(|e| format!("--masters: {}", xce::strerror(e.code())))?;
+        .map_err(|e| format!("--masters: {}", xce_proto::strerror(e.code())))?;
     let config = Config {
         masters,
         tls: a.tls.as_ref().map(|(ca, identity)| TlsFiles {
@@ -89,14 +89,15 @@ pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
         client_name: name.into(),
         auth_token: (!a.token.is_empty()).then(|| a.token.clone()),
     };
-    let c = Client::start(config).map_err(|e| format!("start: {}", xce::strerror(e.code())))?;
+    let c =
+        Client::start(config).map_err(|e| format!("start: {}", xce_proto::strerror(e.code())))?;
     for o in [
         ClientOption::ReplyTimeoutMs(REPLY_TIMEOUT_MS),
         ClientOption::CallDeadlineMs(CALL_DEADLINE_MS),
         ClientOption::Suspicion(false),
     ] {
         c.set_option(o)
-            .map_err(|e| format!("option: {}", xce::strerror(e.code())))?;
+            .map_err(|e| format!("option: {}", xce_proto::strerror(e.code())))?;
     }
     Ok(c)
 }
@@ -144,12 +145,12 @@ pub fn member(a: MemberArgs) -> i32 {
 
 /// A refusal in one line: the primary's reason when it gave one, the status with its name,
 /// and what became of the membership.
-fn refusal(c: &Client, action: &Action, e: xce::Error) -> String {
+fn refusal(c: &Client, action: &Action, e: xce_proto::Error) -> String {
     let detail = c.last_error().map(|r| r.detail).filter(|d| !d.is_empty());
     let code = e.status();
     let what = match detail {
         Some(d) => format!("refused by the primary: {d}"),
-        None => xce::strerror(code).to_string(),
+        None => xce_proto::strerror(code).to_string(),
     };
     let after = match (action, code.saturating_abs()) {
         (Action::Add { id, .. }, libc::ETIMEDOUT) => {
@@ -162,7 +163,7 @@ fn refusal(c: &Client, action: &Action, e: xce::Error) -> String {
     };
     format!(
         "{what}{after} (status {code} {})",
-        xce::error::status_name(code)
+        xce_proto::error::status_name(code)
     )
 }
 
@@ -203,7 +204,7 @@ fn judge_client_addr(
     id: u32,
     addr: &str,
     cluster: [u8; 16],
-    answer: Result<xce::wire::ControllerInfo, String>,
+    answer: Result<xce_proto::wire::ControllerInfo, String>,
 ) -> Result<(), String> {
     let refuse = |why: String| {
         Err(format!(

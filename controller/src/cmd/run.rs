@@ -112,7 +112,7 @@ pub fn run(args: RunArgs) -> i32 {
 
 async fn run_node(args: RunArgs) -> Result<(), String> {
     let id = args.id;
-    let limits = xce::wire::Limits::default();
+    let limits = xce_proto::wire::Limits::default();
     // Issue 26: a node started with another node's certificate says so at once (before, it
     // started without a word and its peers' refusals were all there was).
     if let (Some(cert), Some(_)) = (&args.opts.tls_cert, &args.opts.tls_peer_ca) {
@@ -259,7 +259,7 @@ struct Links {
 
 impl Links {
     /// The links of `o`; their identity is a placeholder until the stores are open.
-    fn of(o: &NodeOpts, limits: &xce::wire::Limits) -> Result<Links, String> {
+    fn of(o: &NodeOpts, limits: &xce_proto::wire::Limits) -> Result<Links, String> {
         let tls = match (&o.tls_cert, &o.tls_key) {
             (Some(c), Some(k)) => Some(tls::acceptor(
                 c,

@@ -19,8 +19,8 @@
 use std::path::{Path, PathBuf};
 
 use openraft::{CommittedLeaderId, Membership};
-use xce::error::Error;
-use xce::wire::{Op, ReplyData, SnapshotChunk, SnapshotSave};
+use xce_proto::error::Error;
+use xce_proto::wire::{Op, ReplyData, SnapshotChunk, SnapshotSave};
 
 use crate::base::cluster_id::{Belonging, ClusterTag};
 use crate::base::config::ClusterSpec;
@@ -161,7 +161,7 @@ const SAVE_TRIES: usize = 3;
 fn ask(c: &xce::client::Client, s: SnapshotSave) -> Result<SnapshotChunk, String> {
     // Every status with its name (issue 36), and the primary's reason when it gave one.
     let explain = |code: i32| {
-        let named = format!("status {code} {}", xce::error::status_name(code));
+        let named = format!("status {code} {}", xce_proto::error::status_name(code));
         if let Some(d) = c.last_error().map(|r| r.detail).filter(|d| !d.is_empty()) {
             return format!("refused by the primary: {d} ({named})");
         }
@@ -173,7 +173,7 @@ fn ask(c: &xce::client::Client, s: SnapshotSave) -> Result<SnapshotChunk, String
                     .to_string()
             }
             x if x == -libc::EBUSY => "two saves already run on the primary".to_string(),
-            _ => xce::strerror(code).to_string(),
+            _ => xce_proto::strerror(code).to_string(),
         };
         format!("{why} ({named})")
     };

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use xce::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
+use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
 
 use crate::base::cause::Cause;
 use crate::base::tls::client_connector;
@@ -244,10 +244,10 @@ async fn request(
 /// A reply's data, or its status with its name and the node's reason if it said one.
 fn answer_of(rep: wire::Reply) -> Result<ReplyData, String> {
     match rep.data {
-        ReplyData::None if rep.detail.is_empty() => Err(xce::error::status_text(rep.status)),
+        ReplyData::None if rep.detail.is_empty() => Err(xce_proto::error::status_text(rep.status)),
         ReplyData::None => Err(format!(
             "{}: {}",
-            xce::error::status_text(rep.status),
+            xce_proto::error::status_text(rep.status),
             rep.detail
         )),
         d => Ok(d),

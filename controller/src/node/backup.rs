@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use xce::error::E_XCE_NOT_READY;
-use xce::wire::{Reply, ReplyData, SnapshotChunk, SnapshotSave};
+use xce_proto::error::E_XCE_NOT_READY;
+use xce_proto::wire::{Reply, ReplyData, SnapshotChunk, SnapshotSave};
 
 use crate::base::ids::SnapshotMeta;
 use crate::node::ctx::Ctx;

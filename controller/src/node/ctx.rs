@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use openraft::{RaftMetrics, ServerState};
 use tokio::sync::watch;
-use xce::error::{E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN};
-use xce::wire::{self, Op, Reply, Request};
+use xce_proto::error::{
+    E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN,
+};
+use xce_proto::wire::{self, Op, Reply, Request};
 
 use crate::base::clock::{now_ms, BootInstant};
 use crate::base::config::{split_addr, ClusterSpec, NodeOpts};

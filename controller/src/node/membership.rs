@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::ChangeMembers;
-use xce::error::{E_XCE_NOT_READY, E_XCE_STANDBY};
-use xce::wire::{Op, Reply, Request};
+use xce_proto::error::{E_XCE_NOT_READY, E_XCE_STANDBY};
+use xce_proto::wire::{Op, Reply, Request};
 
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::node::ctx::Ctx;
@@ -79,7 +79,7 @@ pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Rep
             crate::log_warn!(
                 "node {}: {what} for {who}: {}: {why}",
                 ctx.id,
-                xce::error::status_text(status)
+                xce_proto::error::status_text(status)
             );
             // Issue 36: the reason travels to the operator's command (a redirect's does not:
             // the client follows it).

@@ -2,7 +2,7 @@
 //! status` shows of each member.
 
 use openraft::ServerState;
-use xce::wire::{self, ControllerInfo, ControllerRole};
+use xce_proto::wire::{self, ControllerInfo, ControllerRole};
 
 use crate::base::config::split_addr;
 use crate::base::ids::{CtrlNode, NodeId};

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use xce::wire::{Reply, Request};
+use xce_proto::wire::{Reply, Request};
 
 use crate::base::ids::NodeId;
 use crate::node::ctx::Ctx;
@@ -43,7 +43,7 @@ pub async fn answer(
             crate::log_warn!(
                 "node {}: {what} for {who}: refused ({}): {why}",
                 ctx.id,
-                xce::error::status_text(status)
+                xce_proto::error::status_text(status)
             );
             let mut r = Reply::status(req.seq, status);
             r.detail = why;

@@ -28,8 +28,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use xce::error::{E_XCE_AUTH, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
-use xce::wire::{self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyData, Request};
+use xce_proto::error::{E_XCE_AUTH, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
+use xce_proto::wire::{
+    self, ControllerInfo, ControllerRole, Op, OpKind, Reply, ReplyData, Request,
+};
 
 use crate::base::auth::{self, ConnAuth, Identity, JobFacts};
 
@@ -376,7 +378,7 @@ async fn serve_conn<S: ClientIo>(
         auth: ConnAuth::new(cert),
         shown: false,
     };
-    let anonymous_limits = xce::wire::Limits {
+    let anonymous_limits = xce_proto::wire::Limits {
         max_message_bytes: ANONYMOUS_MAX_FRAME.min(ctx.limits.max_message_bytes),
         ..ctx.limits
     };
@@ -560,14 +562,18 @@ fn close_at_end_of_life<S: ClientIo>(s: &mut S, id: NodeId, peer: SocketAddr, wh
 
 /// What was wrong with a frame's segment table, in the words of a request: the library's
 /// `TooBig` reads "reply too large", its own side of the wire (issue 27).
-fn frame_refusal(e: &xce::Error, limits: &xce::wire::Limits, authenticated: bool) -> String {
+fn frame_refusal(
+    e: &xce_proto::Error,
+    limits: &xce_proto::wire::Limits,
+    authenticated: bool,
+) -> String {
     let whose = if authenticated {
         ""
     } else {
         " of an unauthenticated connection"
     };
     match e {
-        xce::Error::TooBig => format!(
+        xce_proto::Error::TooBig => format!(
             "bad frame: a request over the frame limit{whose} ({} bytes)",
             limits.max_message_bytes
         ),
@@ -993,7 +999,7 @@ async fn handle(
         conn.peer,
         req.op.name(),
         req.seq,
-        xce::error::status_name(reply.status),
+        xce_proto::error::status_name(reply.status),
         started.elapsed().as_micros()
     );
     if req.no_reply {
@@ -1003,7 +1009,7 @@ async fn handle(
                 ctx.id,
                 req.op.name(),
                 req.seq,
-                xce::error::status_text(reply.status)
+                xce_proto::error::status_text(reply.status)
             );
         }
         None
@@ -1325,7 +1331,7 @@ async fn answer_as(
         // the log; what finishes or stops work already admitted goes on.
         if matches!(cmd, Cmd::JobSubmit(_) | Cmd::RunTask { .. }) {
             if let Some(why) = crate::base::disk::alarm() {
-                let mut r = Reply::status(seq, -xce::error::E_XCE_NOSPACE);
+                let mut r = Reply::status(seq, -xce_proto::error::E_XCE_NOSPACE);
                 r.detail = why;
                 return r;
             }
@@ -1378,7 +1384,7 @@ fn read(ctx: &Ctx, req: &Request) -> Reply {
         Op::JobList(f) => {
             let budget = crate::sm::listing::hard_budget(0, ctx.limits.max_message_bytes);
             st.jobs(f, budget).map_or_else(
-                || Reply::status(seq, -xce::error::E_XCE_TOOBIG),
+                || Reply::status(seq, -xce_proto::error::E_XCE_TOOBIG),
                 |jobs| Reply::ok(seq, ReplyData::Jobs(jobs)),
             )
         }

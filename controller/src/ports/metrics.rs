@@ -247,15 +247,15 @@ pub async fn health_of(ctx: &Ctx) -> (bool, String) {
     let ok = !crate::base::fault::faulted()
         && !ctx.diverged.is()
         && match info.role {
-            xce::wire::ControllerRole::Primary => ctx.serving_leader(),
-            xce::wire::ControllerRole::Standby => leader.is_some_and(|l| l != ctx.id),
+            xce_proto::wire::ControllerRole::Primary => ctx.serving_leader(),
+            xce_proto::wire::ControllerRole::Standby => leader.is_some_and(|l| l != ctx.id),
             _ => false,
         };
     let role = match info.role {
-        xce::wire::ControllerRole::Primary => "primary",
-        xce::wire::ControllerRole::Standby => "standby",
-        xce::wire::ControllerRole::Candidate => "candidate",
-        xce::wire::ControllerRole::Initializing => "initializing",
+        xce_proto::wire::ControllerRole::Primary => "primary",
+        xce_proto::wire::ControllerRole::Standby => "standby",
+        xce_proto::wire::ControllerRole::Candidate => "candidate",
+        xce_proto::wire::ControllerRole::Initializing => "initializing",
     };
     let body = serde_json::json!({
         "status": if ok { "ok" } else { "unavailable" },

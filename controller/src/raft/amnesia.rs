@@ -54,7 +54,7 @@
 //!
 //! What never counts (issue 25, defect 2): who wrote the entries the node holds — after a
 //! rolling restart every node has led, and the leader replicates a blank node's old entries
-//! back to it (`controller/tests/amnesia.rs`,
+//! back to it (`controller/tests/it/amnesia.rs`,
 //! `an_old_entry_of_its_own_replicated_back_is_not_caught_up`).
 //!
 //! What it costs: a node that lost its data takes part again only once every other voter

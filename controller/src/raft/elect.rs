@@ -49,7 +49,7 @@
 //! turn — no append can be accepted between the check and the new term. So every campaign
 //! starts at an instant at which this node has accepted no append for the lease (the
 //! decision's condition still holds), which is what the argument below needs.
-//! `controller/tests/early_campaign.rs` holds the window open with the failpoint
+//! `controller/tests/it/early_campaign.rs` holds the window open with the failpoint
 //! `elect-campaign` and resumes the old leader inside it: its append is accepted, and no term
 //! is raised.
 //!

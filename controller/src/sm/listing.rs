@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use xce::error::E_XCE_TOOBIG;
-use xce::wire::{self, JobFilter, JobListPage, JobPage, Reply, ReplyData};
+use xce_proto::error::E_XCE_TOOBIG;
+use xce_proto::wire::{self, JobFilter, JobListPage, JobPage, Reply, ReplyData};
 
 use crate::sm::state::{self, JobRec};
 

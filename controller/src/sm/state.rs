@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use xce::error::{E_XCE_CORRUPT, E_XCE_DUP_JOB};
-use xce::wire;
+use xce_proto::error::{E_XCE_CORRUPT, E_XCE_DUP_JOB};
+use xce_proto::wire;
 
 /// Request ids remembered per client for exactly-once writes (C4).
 pub const DEDUP_PER_CLIENT: usize = 256;

@@ -214,7 +214,7 @@ impl Command {
             }
         }
         if std::env::var_os("XCE_LOG").is_none() {
-            xce::failover::log::set_level(xce::failover::log::Level::Error);
+            xce::client::log::set_level(xce::client::log::Level::Error);
         }
         Ok(args)
     }

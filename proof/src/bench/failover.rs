@@ -16,8 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{ClientOption, Event, Options, XCE_RETRY_DEFAULTS};
-use xce::wire::{self, Limits, ReplyData, Request};
+use xce::client::{ClientOption, Event, Options, XCE_RETRY_DEFAULTS};
+use xce_proto::wire::{self, Limits, ReplyData, Request};
 
 use super::steady::{hello_op, CLIENT_NAME};
 use crate::Cluster;

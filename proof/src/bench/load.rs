@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use xce::client::Client;
-use xce::wire::JobSpec;
+use xce_proto::wire::JobSpec;
 
 use super::steady::lib_client;
 use crate::{Cluster, ClusterOpts};
@@ -427,7 +427,7 @@ pub fn c_joblist_ids(masters: &str) -> Result<CListing, String> {
 
 /// The data directory of node `id` of a [`Cluster`].
 pub fn node_dir(c: &Cluster, id: u32) -> std::path::PathBuf {
-    c.data_dir().join(format!("node-{id}"))
+    c.data(id)
 }
 
 /// A 3-node cluster of controller binary `bin` (it sets `XCE_CONTROLLER`) with an elected
@@ -444,6 +444,7 @@ pub fn cluster_with(bin: &Path, logs: &Path, extra: &[&str]) -> Result<Cluster, 
         ClusterOpts {
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             log_dir: Some(logs.to_path_buf()),
+            ..Default::default()
         },
     )
     .map_err(|e| format!("start: {e}"))?;

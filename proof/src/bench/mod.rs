@@ -105,6 +105,7 @@ impl BenchOpts {
         crate::ClusterOpts {
             extra_args: Vec::new(),
             log_dir: self.log_dir.clone(),
+            ..Default::default()
         }
     }
 

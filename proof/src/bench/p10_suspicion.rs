@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xce::client::Client;
-use xce::wire::{JobFilter, JobSpec};
+use xce_proto::wire::{JobFilter, JobSpec};
 
 use super::steady::lib_client;
 use super::table::{num, Table, Verdict};
@@ -181,7 +181,7 @@ fn table(all: &[Reader], writes: u64, secs: u64, fill_s: f64) -> Result<Table, S
     t.note(format!(
         "table filled in {fill_s:.1} s by 16 contexts; the suspicion threshold is learned per op \
          (smoothed round trip + 4 deviations, never below {} ms)",
-        xce::failover::suspicion::SUSPICION_FLOOR.as_millis()
+        xce::testing::SUSPICION_FLOOR.as_millis()
     ));
     t.target(
         "0 suspicion-driven failovers on a healthy primary",

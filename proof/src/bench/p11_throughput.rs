@@ -95,6 +95,7 @@ pub fn budget(a: &ScaleOpts, logs: &Path) -> Result<Table, String> {
             ClusterOpts {
                 extra_args: vec![],
                 log_dir: Some(logs.to_path_buf()),
+                ..Default::default()
             },
             root,
         )

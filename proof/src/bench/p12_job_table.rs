@@ -613,7 +613,7 @@ impl Churn {
                         writes.fetch_add(1, Ordering::Relaxed);
                     }
                     if let Some(p) = prev.replace(id) {
-                        if cl.jobctrl(p, xce::wire::JobAction::Kill).is_ok() {
+                        if cl.jobctrl(p, xce_proto::wire::JobAction::Kill).is_ok() {
                             writes.fetch_add(1, Ordering::Relaxed);
                         }
                     }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xce::client::{new_job_id, parse_masters, Client, Config};
-use xce::wire::JobFilter;
+use xce_proto::wire::JobFilter;
 
 use crate::bench::args::Common;
 use crate::bench::plan::{log_dir, Plan};

@@ -21,8 +21,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use xce::client::{new_job_id, parse_masters, Client, Config, JobPager};
-use xce::wire::{JobFilter, JobSpec};
 use xce::Error;
+use xce_proto::wire::{JobFilter, JobSpec};
 
 use crate::bench::args::Common;
 use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xce::client::{parse_masters, Client, Config, TlsFiles};
-use xce::failover::{Options, XCE_RETRY_DEFAULTS};
-use xce::wire::{Hello, Op};
+use xce::client::{Options, XCE_RETRY_DEFAULTS};
+use xce_proto::wire::{Hello, Op};
 
 use super::load::{next_job_id, submit_rate_with, typical_job};
 use super::{BenchOpts, Summary, Table};
@@ -43,6 +43,7 @@ impl Mode {
             ClusterOpts {
                 extra_args: extra,
                 log_dir: opts.log_dir.clone(),
+                ..Default::default()
             },
         )
         .map_err(|e| format!("start cluster: {e}"))
@@ -146,7 +147,7 @@ fn p1_side_by_side(
     ];
     let op = Op::Hello(Hello {
         client_name: "p15".into(),
-        protocol_version: xce::wire::PROTOCOL_VERSION,
+        protocol_version: xce_proto::wire::PROTOCOL_VERSION,
     });
     let rounds = opts.pick(10, 20);
     let alternate = || -> Result<[Vec<Duration>; 2], String> {
@@ -349,7 +350,7 @@ fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), Str
         .ok_or("primary not a node")?;
     let reply = crate::harness::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
         .map_err(|e| format!("raw hello: {e}"))?;
-    let req = xce::wire::Request {
+    let req = xce_proto::wire::Request {
         seq: 1,
         client_id: [7; 16],
         request_id: 0,
@@ -359,8 +360,8 @@ fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), Str
         forward_within_ms: 0,
     };
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    xce::wire::encode_request(&req, &mut a);
-    xce::wire::encode_reply(&reply, &mut b);
+    xce_proto::wire::encode_request(&req, &mut a);
+    xce_proto::wire::encode_reply(&reply, &mut b);
     Ok((a.len(), b.len()))
 }
 
@@ -418,7 +419,7 @@ fn tls_in_memory(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|x| e(&x))
     };
-    let client_cfg = xce::transport::tls::client_config(
+    let client_cfg = xce::testing::client_config(
         &pki.join("ca.pem"),
         Some(&pki.join("admin.pem")),
         Some(&pki.join("admin.key")),

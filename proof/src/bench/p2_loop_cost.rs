@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{Endpoint, Options, XCE_RETRY_DEFAULTS};
-use xce::wire::{self, Limits, Reply};
+use xce::client::{Endpoint, Options, XCE_RETRY_DEFAULTS};
+use xce_proto::wire::{self, Limits, Reply};
 
 use super::steady::{
     direct_hello, direct_joblist, hello_op, lib_client, lib_hello, lib_joblist, reply_frame,

@@ -3,7 +3,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use xce::wire::{self, Job, JobState, Limits, Reply, ReplyData, Usage};
+use xce_proto::wire::{self, Job, JobState, Limits, Reply, ReplyData, Usage};
 
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xce::client::{new_job_id, parse_masters, Client, Config};
-use xce::wire::{JobFilter, JobSpec};
 use xce::Error;
+use xce_proto::wire::{JobFilter, JobSpec};
 
 use crate::bench::plan::{log_dir, Plan, BEFORE_C15, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
@@ -148,7 +148,7 @@ fn spec(job_id: u64) -> JobSpec {
     }
 }
 
-fn ids(r: Result<Vec<xce::wire::Job>, Error>) -> Result<Vec<u64>, Error> {
+fn ids(r: Result<Vec<xce_proto::wire::Job>, Error>) -> Result<Vec<u64>, Error> {
     r.map(|jobs| jobs.into_iter().map(|j| j.job_id).collect())
 }
 
@@ -677,7 +677,7 @@ pub fn command(
 ) -> ExitCode {
     if std::env::var_os("XCE_LOG").is_some() {
         // A timeline: stamped on the clock of the fault lines.
-        xce::failover::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
+        xce::client::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
             eprintln!("{} libxce {}: {line}", wall(), l.as_str())
         })));
     }

@@ -52,6 +52,7 @@ impl<K> Plan<K> {
         ClusterOpts {
             extra_args: self.controller_args.clone(),
             log_dir: self.log_dir.clone(),
+            ..Default::default()
         }
     }
 

@@ -1,4 +1,4 @@
-//! P15's record layer, side by side (issue 28): what `xce::transport::records` — rustls makes
+//! P15's record layer, side by side (issue 28): what `xce_proto::records` — rustls makes
 //! the connection and keeps its keys (its kernel-connection API), the records are framed,
 //! sealed and opened by our code around rustls's own record protection — saves against
 //! rustls's unbuffered API doing the records itself (`UnbufferedClientConnection` /
@@ -26,7 +26,7 @@ use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::kernel::KernelConnection;
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
-use xce::transport::records::{Kernel, Records, HEADER, MAX_RECORD};
+use xce_proto::records::{Kernel, Records, HEADER, MAX_RECORD};
 
 use super::{Summary, Table};
 

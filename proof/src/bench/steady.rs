@@ -7,9 +7,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::failover::{Options, XCE_RETRY_DEFAULTS};
-use xce::transport::{Connection, WakeState};
-use xce::wire::{
+use xce::client::{Options, XCE_RETRY_DEFAULTS};
+use xce::testing::{Connection, WakeState};
+use xce_proto::wire::{
     self, Hello, JobFilter, JobSpec, Limits, Op, Reply, ReplyData, Request, PROTOCOL_VERSION,
 };
 

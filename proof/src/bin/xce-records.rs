@@ -1,4 +1,4 @@
-//! `xce-records`: the library's TLS record layer (`xce::transport::records`) side by side with
+//! `xce-records`: the library's TLS record layer (`xce_proto::records`) side by side with
 //! rustls's unbuffered and buffered APIs and plain TCP, for small request/reply exchanges —
 //! in memory and over TCP loopback, one run, alternating batches. See proof/BENCH.md (P15).
 //!

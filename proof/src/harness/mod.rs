@@ -2,7 +2,8 @@
 //! by the scenarios (`tests/`), the benchmarks ([`crate::bench`]) and the demo.
 //!
 //! - [`cluster`]: N controllers on loopback; kill -9, SIGSTOP/SIGCONT, SIGTERM, restart; raw
-//!   `hello` probes; cleaned up when dropped (also when a test panics).
+//!   `hello` probes; cleaned up when dropped (also when a test panics) — the test kit's runner
+//!   and wire client, shared with the controller's tests, and the build of the controller.
 //! - [`netns`]: the same in network namespaces (root and `ip`), where a fault is a link going
 //!   down (blackholed, cut from its peers, silent to clients) or shaped by `tc`; and, for the
 //!   nemesis, a node's data wiped and `xce-controller` commands run beside the clients.

@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use xce::wire::{ControllerInfo, ControllerRole};
+use xce_proto::wire::{ControllerInfo, ControllerRole};
 
 use crate::harness::cluster::{controller_bin, immediate_wait_primary, probe};
 

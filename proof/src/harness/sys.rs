@@ -48,21 +48,5 @@ pub fn process_cpu_us(pid: u32) -> f64 {
     t
 }
 
-/// Waits up to `grace` for `child` to exit by itself, else `kill -9` and reaps it; true when
-/// it exited by itself (a node sent SIGTERM: did it hand over and leave in time?).
-pub fn reap_within(child: &mut std::process::Child, grace: Duration) -> bool {
-    let deadline = std::time::Instant::now() + grace;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return true,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(2))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return false;
-            }
-        }
-    }
-}
+/// Waits up to `grace` for `child` to exit by itself, else `kill -9` (the test kit's).
+pub use xce_testkit::procs::reap_within;

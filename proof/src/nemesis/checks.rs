@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use xce::wire::{ControllerInfo, ControllerRole, Job, Op, ReplyData};
+use xce_proto::wire::{ControllerInfo, ControllerRole, Job, Op, ReplyData};
 
 use super::clients::{user_key, Call, CallOp};
 use super::fault::METRICS_PORT;

@@ -16,8 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use xce::client::{new_job_id, parse_masters, Client, Config};
-use xce::wire::{Job, JobFilter, JobSpec};
 use xce::Error;
+use xce_proto::wire::{Job, JobFilter, JobSpec};
 
 use super::rng::Rng;
 use crate::harness::netns::{self, NetCluster};

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use xce::client::RetryConfig;
 use xce::client::{parse_masters, Client, Config};
-use xce::failover::backoff::RetryConfig;
-use xce::wire::{JobFilter, JobSpec};
 use xce_proof::{Cluster, ClusterOpts};
+use xce_proto::wire::{JobFilter, JobSpec};
 
 /// How long any scenario waits for an election before failing (generous: 2 loaded cores).
 pub const ELECTION_WAIT: Duration = Duration::from_secs(15);
@@ -42,11 +42,11 @@ pub fn client_for(masters: &str) -> Client {
 }
 
 /// [`client`] with these options (the default retry budget).
-pub fn client_with(c: &Cluster, options: xce::failover::Options) -> Client {
+pub fn client_with(c: &Cluster, options: xce::client::Options) -> Client {
     Client::start_with(
         scenario_config(&c.masters()),
         options,
-        xce::failover::XCE_RETRY_DEFAULTS,
+        xce::client::XCE_RETRY_DEFAULTS,
     )
     .expect("client start")
 }

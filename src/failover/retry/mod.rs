@@ -50,7 +50,7 @@ use crate::transport::Waker;
 use crate::wire::{ClientId, Op, OpKind, Reply};
 
 pub use book::{Book, Identity};
-pub use link::{Link, RequestIds, RACE_STAGGER};
+pub use link::Link;
 
 /// The knobs a call runs with, copied when it starts: a setter never waits for a call in
 /// progress and changes only the calls that start after it (F15).

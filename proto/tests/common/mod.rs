@@ -1,0 +1,843 @@
+//! Shared fixtures of the wire tests: one sample of every op and reply payload (with
+//! non-default values everywhere), and proptest strategies over whole messages.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use xce_proto::wire::*;
+
+pub const CLIENT: ClientId = *b"0123456789abcdef";
+
+/// Index of an op variant. No wildcard arm: a new variant in msg.rs fails to compile here
+/// until the samples and strategies cover it.
+pub fn op_index(op: &Op) -> usize {
+    match op {
+        Op::Hello(_) => 0,
+        Op::Join(_) => 1,
+        Op::JobList(_) => 2,
+        Op::JobInfo { .. } => 3,
+        Op::JobSubmit(_) => 4,
+        Op::JobDispatch { .. } => 5,
+        Op::JobCtrl { .. } => 6,
+        Op::QueueCtrl { .. } => 7,
+        Op::HostCtrl { .. } => 8,
+        Op::ResList => 9,
+        Op::WorkerList => 10,
+        Op::ClusterConf => 11,
+        Op::ResVal { .. } => 12,
+        Op::UpdateResvals { .. } => 13,
+        Op::UpdateJusage { .. } => 14,
+        Op::RunTask { .. } => 15,
+        Op::SetPendReason { .. } => 16,
+        Op::ClearReason { .. } => 17,
+        Op::Notify(_) => 18,
+        Op::Heartbeat { .. } => 19,
+        Op::Nop => 20,
+        Op::WaitPrimary { .. } => 21,
+        Op::JobListPage(_) => 22,
+        Op::MemberAdd { .. } => 23,
+        Op::MemberRemove { .. } => 24,
+        Op::ConsistencyCheck => 25,
+        Op::SnapshotSave(_) => 26,
+        Op::LeaderTransfer { .. } => 27,
+    }
+}
+pub const OP_VARIANTS: usize = 28;
+
+/// Index of a reply payload variant (no wildcard, as for `op_index`).
+pub fn data_index(d: &ReplyData) -> usize {
+    match d {
+        ReplyData::None => 0,
+        ReplyData::CtrlInfo(_) => 1,
+        ReplyData::Jobs(_) => 2,
+        ReplyData::Job(_) => 3,
+        ReplyData::JobId(_) => 4,
+        ReplyData::Hosts(_) => 5,
+        ReplyData::Resources(_) => 6,
+        ReplyData::ResVals(_) => 7,
+        ReplyData::ClusterConf(_) => 8,
+        ReplyData::TaskId(_) => 9,
+        ReplyData::SessionId(_) => 10,
+        ReplyData::JobPage(_) => 11,
+        ReplyData::SnapshotChunk(_) => 12,
+    }
+}
+pub const DATA_VARIANTS: usize = 13;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: v.into(),
+    }
+}
+
+fn rv(n: &str, v: &str) -> ResVal {
+    ResVal {
+        name: n.into(),
+        value: v.into(),
+    }
+}
+
+pub fn sample_job(i: u64) -> Job {
+    Job {
+        job_id: 0x1000_0000_0000 + i,
+        name: format!("sim-{i}"),
+        user: "alice".into(),
+        queue: "normal".into(),
+        command: format!("/usr/bin/simulate --case {i} --steps 1000"),
+        ncpus: 4,
+        mem_mb: 8192,
+        state: JobState::Exit,
+        pend_reason: "héllo: not enough slots".into(),
+        exec_host: "node017".into(),
+        submit_time: 1_700_000_000_000 + i as i64,
+        start_time: 1_700_000_001_000,
+        end_time: -1,
+        exit_code: -9,
+        usage: Usage {
+            cpu_ms: 123_456,
+            mem_kb: 7_654_321,
+        },
+    }
+}
+
+/// One sample of every op, in `op_index` order, with non-default values.
+pub fn sample_ops() -> Vec<Op> {
+    vec![
+        Op::Hello(Hello {
+            client_name: "xce-test ✓".into(),
+            protocol_version: PROTOCOL_VERSION,
+        }),
+        Op::Join(Join {
+            role: SessionRole::ApiServer,
+            host: "node001".into(),
+            ncpus: 64,
+            mem_mb: 256_000,
+            attrs: vec![kv("arch", "x86_64"), kv("gpu", "")],
+        }),
+        Op::JobList(JobFilter {
+            user: "bob".into(),
+            queue: "long".into(),
+            state_mask: JobState::Run.mask_bit() | JobState::Susp.mask_bit(),
+            limit: 50,
+        }),
+        Op::JobInfo { job_id: u64::MAX },
+        Op::JobSubmit(JobSpec {
+            job_id: 0xdead_beef_0000_0001,
+            name: "train".into(),
+            user: "carol".into(),
+            queue: "gpu".into(),
+            command: "python train.py --epochs 3".into(),
+            ncpus: 16,
+            mem_mb: 65_536,
+        }),
+        Op::JobDispatch {
+            job_id: 42,
+            host: "node002".into(),
+        },
+        Op::JobCtrl {
+            job_id: 43,
+            action: JobAction::Requeue,
+        },
+        Op::QueueCtrl {
+            queue: "normal".into(),
+            action: QueueAction::Inactivate,
+        },
+        Op::HostCtrl {
+            host: "node003".into(),
+            action: HostAction::Close,
+        },
+        Op::ResList,
+        Op::WorkerList,
+        Op::ClusterConf,
+        Op::ResVal {
+            host: "node004".into(),
+        },
+        Op::UpdateResvals {
+            host: "node005".into(),
+            resvals: vec![rv("load", "0.75"), rv("freemem", "12345")],
+        },
+        Op::UpdateJusage {
+            job_id: 44,
+            usage: Usage {
+                cpu_ms: 9_999,
+                mem_kb: 1,
+            },
+        },
+        Op::RunTask {
+            host: "node006".into(),
+            command: "hostname -f".into(),
+        },
+        Op::SetPendReason {
+            job_id: 45,
+            reason: "waiting for licence".into(),
+        },
+        Op::ClearReason { job_id: 46 },
+        Op::Notify(Notify {
+            kind: NotifyKind::JobChkpt,
+            job_id: 47,
+            exit_code: -1,
+        }),
+        Op::Heartbeat {
+            host: "node007".into(),
+        },
+        Op::Nop,
+        Op::WaitPrimary {
+            timeout_ms: 30_000,
+            exclude_host: "ctl1.example".into(),
+            exclude_port: 9991,
+        },
+        Op::JobListPage(JobListPage {
+            filter: JobFilter {
+                user: "dave".into(),
+                queue: "short".into(),
+                state_mask: JobState::Pend.mask_bit(),
+                limit: 1000,
+            },
+            cursor: 0x0123_4567_89ab_cdef,
+            after: 0x1000_0000_0042,
+            max_bytes: 1 << 20,
+        }),
+        Op::MemberAdd {
+            id: 4,
+            client_addr: "ctl4.example:9991".into(),
+            raft_addr: "[fd00::4]:10991".into(),
+        },
+        Op::MemberRemove { id: 1 },
+        Op::ConsistencyCheck,
+        Op::SnapshotSave(SnapshotSave {
+            cursor: 0x0123_4567_89ab_cdef,
+            offset: 1 << 33,
+            max_bytes: 4 << 20,
+        }),
+        Op::LeaderTransfer { to: 3, from: 1 },
+    ]
+}
+
+/// One sample of every reply payload, in `data_index` order.
+pub fn sample_datas() -> Vec<ReplyData> {
+    vec![
+        ReplyData::None,
+        ReplyData::CtrlInfo(ControllerInfo {
+            id: 2,
+            role: ControllerRole::Standby,
+            term: 17,
+            primary_id: 3,
+            primary_host: "ctl3.example".into(),
+            primary_port: 7070,
+            version: "xce-controller 0.1.0".into(),
+            protocol_version: PROTOCOL_VERSION,
+            waiters: 12,
+            last_log_index: 41,
+            committed_index: 40,
+            applied_index: 39,
+            last_contact_ms: -1,
+            members: vec![
+                ControllerEntry {
+                    id: 1,
+                    host: "ctl1.example".into(),
+                    port: 7070,
+                    role: ControllerRole::Primary,
+                },
+                ControllerEntry {
+                    id: 4,
+                    host: "::1".into(),
+                    port: 7074,
+                    role: ControllerRole::Standby,
+                },
+            ],
+            cluster_id: *b"cluster-id-16-by",
+            alarms: vec![
+                "node 3: state digest differs at index 1234".into(),
+                "ünïcode".into(),
+            ],
+            checked_index: 1230,
+            uptime_ms: 86_400_123,
+            db_size_bytes: 170 << 20,
+            disk_free_bytes: 3 << 30,
+            quota_bytes: 8 << 30,
+        }),
+        ReplyData::Jobs(vec![sample_job(1), sample_job(2), Job::default()]),
+        ReplyData::Job(sample_job(3)),
+        ReplyData::JobId(0xdead_beef_0000_0001),
+        ReplyData::Hosts(vec![
+            Host {
+                name: "node001".into(),
+                state: HostState::Unavail,
+                ncpus: 32,
+                mem_mb: 128_000,
+                attrs: vec![kv("arch", "aarch64"), kv("rack", "r12")],
+                njobs: 5,
+                last_heartbeat: 1_700_000_000_123,
+            },
+            Host {
+                name: "node002".into(),
+                state: HostState::Closed,
+                ..Host::default()
+            },
+        ]),
+        ReplyData::Resources(vec![Resource {
+            name: "load".into(),
+            kind: "numeric".into(),
+            description: "1-minute load average".into(),
+        }]),
+        ReplyData::ResVals(vec![rv("load", "1.5"), rv("freemem", "2048")]),
+        ReplyData::ClusterConf(ClusterConf {
+            cluster_name: "prod".into(),
+            controllers: vec![
+                ControllerEntry {
+                    id: 1,
+                    host: "ctl1".into(),
+                    port: 7001,
+                    role: ControllerRole::Primary,
+                },
+                ControllerEntry {
+                    id: 2,
+                    host: "ctl2".into(),
+                    port: 7002,
+                    role: ControllerRole::Candidate,
+                },
+            ],
+            primary_id: 1,
+            term: 9,
+            queues: vec![
+                Queue {
+                    name: "normal".into(),
+                    open: true,
+                    active: true,
+                    priority: 10,
+                },
+                Queue {
+                    name: "night".into(),
+                    open: false,
+                    active: true,
+                    priority: -5,
+                },
+            ],
+        }),
+        ReplyData::TaskId(77),
+        ReplyData::SessionId(88),
+        ReplyData::JobPage(JobPage {
+            jobs: vec![sample_job(1), sample_job(2)],
+            cursor: 0xfeed_f00d,
+            more: true,
+            total: 1_000_000,
+        }),
+        ReplyData::SnapshotChunk(SnapshotChunk {
+            cursor: 9,
+            offset: 1 << 32,
+            data: (0..=255u8).collect(),
+            total_bytes: (1 << 32) + 256,
+            index: 123_456,
+            term: 7,
+            digest: vec![0xab; 32],
+            cluster_id: *b"another-cluster!",
+            agreeing: 2,
+            voters: 3,
+        }),
+    ]
+}
+
+pub fn request(seq: u64, op: Op) -> Request {
+    Request {
+        seq,
+        client_id: CLIENT,
+        request_id: seq.wrapping_mul(10),
+        no_reply: seq % 2 == 0,
+        op,
+        auth_token: String::new(),
+        forward_within_ms: 0,
+    }
+}
+
+pub fn reply(seq: u64, data: ReplyData) -> Reply {
+    Reply {
+        seq,
+        status: (seq as i32).wrapping_neg(),
+        redirect_host: format!("ctl{seq}.example"),
+        redirect_port: 7000u16.wrapping_add(seq as u16),
+        data,
+        members_version: seq.wrapping_mul(3),
+        detail: String::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Strategies
+
+pub fn text() -> impl Strategy<Value = String> {
+    // Any Unicode scalar, NUL included: Cap'n Proto text is length-delimited.
+    vec(any::<char>(), 0..12).prop_map(String::from_iter)
+}
+
+fn kvs() -> impl Strategy<Value = Vec<KeyValue>> {
+    vec(
+        (text(), text()).prop_map(|(key, value)| KeyValue { key, value }),
+        0..4,
+    )
+}
+
+fn resvals() -> impl Strategy<Value = Vec<ResVal>> {
+    vec(
+        (text(), text()).prop_map(|(name, value)| ResVal { name, value }),
+        0..4,
+    )
+}
+
+fn usage() -> impl Strategy<Value = Usage> {
+    (any::<u64>(), any::<u64>()).prop_map(|(cpu_ms, mem_kb)| Usage { cpu_ms, mem_kb })
+}
+
+fn session_role() -> impl Strategy<Value = SessionRole> {
+    prop_oneof![
+        Just(SessionRole::Worker),
+        Just(SessionRole::Scheduler),
+        Just(SessionRole::ApiServer),
+        Just(SessionRole::Client),
+    ]
+}
+
+fn job_action() -> impl Strategy<Value = JobAction> {
+    prop_oneof![
+        Just(JobAction::Kill),
+        Just(JobAction::Suspend),
+        Just(JobAction::Resume),
+        Just(JobAction::Requeue),
+    ]
+}
+
+fn queue_action() -> impl Strategy<Value = QueueAction> {
+    prop_oneof![
+        Just(QueueAction::Open),
+        Just(QueueAction::Close),
+        Just(QueueAction::Activate),
+        Just(QueueAction::Inactivate),
+    ]
+}
+
+fn host_action() -> impl Strategy<Value = HostAction> {
+    prop_oneof![Just(HostAction::Open), Just(HostAction::Close)]
+}
+
+fn notify_kind() -> impl Strategy<Value = NotifyKind> {
+    prop_oneof![
+        Just(NotifyKind::JobStart),
+        Just(NotifyKind::JobFinish),
+        Just(NotifyKind::JobFail),
+        Just(NotifyKind::JobStop),
+        Just(NotifyKind::JobChkpt),
+    ]
+}
+
+fn job_state() -> impl Strategy<Value = JobState> {
+    prop_oneof![
+        Just(JobState::Pend),
+        Just(JobState::Run),
+        Just(JobState::Susp),
+        Just(JobState::Done),
+        Just(JobState::Exit),
+    ]
+}
+
+fn host_state() -> impl Strategy<Value = HostState> {
+    prop_oneof![
+        Just(HostState::Ok),
+        Just(HostState::Closed),
+        Just(HostState::Unavail)
+    ]
+}
+
+fn controller_role() -> impl Strategy<Value = ControllerRole> {
+    prop_oneof![
+        Just(ControllerRole::Primary),
+        Just(ControllerRole::Standby),
+        Just(ControllerRole::Candidate),
+        Just(ControllerRole::Initializing),
+    ]
+}
+
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (text(), any::<u32>()).prop_map(|(client_name, protocol_version)| Op::Hello(Hello {
+            client_name,
+            protocol_version
+        })),
+        (session_role(), text(), any::<u32>(), any::<u64>(), kvs()).prop_map(
+            |(role, host, ncpus, mem_mb, attrs)| Op::Join(Join {
+                role,
+                host,
+                ncpus,
+                mem_mb,
+                attrs
+            })
+        ),
+        (text(), text(), any::<u32>(), any::<u32>()).prop_map(
+            |(user, queue, state_mask, limit)| {
+                Op::JobList(JobFilter {
+                    user,
+                    queue,
+                    state_mask,
+                    limit,
+                })
+            }
+        ),
+        any::<u64>().prop_map(|job_id| Op::JobInfo { job_id }),
+        (
+            any::<u64>(),
+            text(),
+            text(),
+            text(),
+            text(),
+            any::<u32>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(job_id, name, user, queue, command, ncpus, mem_mb)| Op::JobSubmit(JobSpec {
+                    job_id,
+                    name,
+                    user,
+                    queue,
+                    command,
+                    ncpus,
+                    mem_mb
+                })
+            ),
+        (any::<u64>(), text()).prop_map(|(job_id, host)| Op::JobDispatch { job_id, host }),
+        (any::<u64>(), job_action()).prop_map(|(job_id, action)| Op::JobCtrl { job_id, action }),
+        (text(), queue_action()).prop_map(|(queue, action)| Op::QueueCtrl { queue, action }),
+        (text(), host_action()).prop_map(|(host, action)| Op::HostCtrl { host, action }),
+        Just(Op::ResList),
+        Just(Op::WorkerList),
+        Just(Op::ClusterConf),
+        text().prop_map(|host| Op::ResVal { host }),
+        (text(), resvals()).prop_map(|(host, resvals)| Op::UpdateResvals { host, resvals }),
+        (any::<u64>(), usage()).prop_map(|(job_id, usage)| Op::UpdateJusage { job_id, usage }),
+        (text(), text()).prop_map(|(host, command)| Op::RunTask { host, command }),
+        (any::<u64>(), text()).prop_map(|(job_id, reason)| Op::SetPendReason { job_id, reason }),
+        any::<u64>().prop_map(|job_id| Op::ClearReason { job_id }),
+        (notify_kind(), any::<u64>(), any::<i32>()).prop_map(|(kind, job_id, exit_code)| {
+            Op::Notify(Notify {
+                kind,
+                job_id,
+                exit_code,
+            })
+        }),
+        text().prop_map(|host| Op::Heartbeat { host }),
+        Just(Op::Nop),
+        (any::<u32>(), ".{0,16}", any::<u16>()).prop_map(
+            |(timeout_ms, exclude_host, exclude_port)| {
+                Op::WaitPrimary {
+                    timeout_ms,
+                    exclude_host,
+                    exclude_port,
+                }
+            }
+        ),
+        (
+            (text(), text(), any::<u32>(), any::<u32>()),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(
+                |((user, queue, state_mask, limit), cursor, after, max_bytes)| {
+                    Op::JobListPage(JobListPage {
+                        filter: JobFilter {
+                            user,
+                            queue,
+                            state_mask,
+                            limit,
+                        },
+                        cursor,
+                        after,
+                        max_bytes,
+                    })
+                }
+            ),
+        Just(Op::ConsistencyCheck),
+        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(cursor, offset, max_bytes)| {
+            Op::SnapshotSave(SnapshotSave {
+                cursor,
+                offset,
+                max_bytes,
+            })
+        }),
+        (any::<u32>(), any::<u32>()).prop_map(|(to, from)| Op::LeaderTransfer { to, from }),
+    ]
+}
+
+pub fn request_strategy() -> impl Strategy<Value = Request> {
+    (
+        any::<u64>(),
+        any::<[u8; 16]>(),
+        any::<u64>(),
+        any::<bool>(),
+        op(),
+    )
+        .prop_map(|(seq, client_id, request_id, no_reply, op)| Request {
+            seq,
+            client_id,
+            request_id,
+            no_reply,
+            op,
+            auth_token: String::new(),
+            forward_within_ms: 0,
+        })
+}
+
+pub fn job() -> impl Strategy<Value = Job> {
+    (
+        (
+            any::<u64>(),
+            text(),
+            text(),
+            text(),
+            text(),
+            any::<u32>(),
+            any::<u64>(),
+        ),
+        (
+            job_state(),
+            text(),
+            text(),
+            any::<i64>(),
+            any::<i64>(),
+            any::<i64>(),
+            any::<i32>(),
+        ),
+        usage(),
+    )
+        .prop_map(
+            |(
+                (job_id, name, user, queue, command, ncpus, mem_mb),
+                (state, pend_reason, exec_host, submit_time, start_time, end_time, exit_code),
+                usage,
+            )| Job {
+                job_id,
+                name,
+                user,
+                queue,
+                command,
+                ncpus,
+                mem_mb,
+                state,
+                pend_reason,
+                exec_host,
+                submit_time,
+                start_time,
+                end_time,
+                exit_code,
+                usage,
+            },
+        )
+}
+
+fn host() -> impl Strategy<Value = Host> {
+    (
+        text(),
+        host_state(),
+        any::<u32>(),
+        any::<u64>(),
+        kvs(),
+        any::<u32>(),
+        any::<i64>(),
+    )
+        .prop_map(
+            |(name, state, ncpus, mem_mb, attrs, njobs, last_heartbeat)| Host {
+                name,
+                state,
+                ncpus,
+                mem_mb,
+                attrs,
+                njobs,
+                last_heartbeat,
+            },
+        )
+}
+
+fn controller_entry() -> impl Strategy<Value = ControllerEntry> {
+    (any::<u32>(), text(), any::<u16>(), controller_role()).prop_map(|(id, host, port, role)| {
+        ControllerEntry {
+            id,
+            host,
+            port,
+            role,
+        }
+    })
+}
+
+fn cluster_conf() -> impl Strategy<Value = ClusterConf> {
+    let entry = controller_entry();
+    let queue = (text(), any::<bool>(), any::<bool>(), any::<i32>()).prop_map(
+        |(name, open, active, priority)| Queue {
+            name,
+            open,
+            active,
+            priority,
+        },
+    );
+    (
+        text(),
+        vec(entry, 0..4),
+        any::<u32>(),
+        any::<u64>(),
+        vec(queue, 0..4),
+    )
+        .prop_map(
+            |(cluster_name, controllers, primary_id, term, queues)| ClusterConf {
+                cluster_name,
+                controllers,
+                primary_id,
+                term,
+                queues,
+            },
+        )
+}
+
+pub fn reply_data() -> impl Strategy<Value = ReplyData> {
+    let info = (
+        any::<u32>(),
+        controller_role(),
+        any::<u64>(),
+        any::<u32>(),
+        text(),
+        any::<u16>(),
+        text(),
+        any::<u32>(),
+        any::<u32>(),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
+        proptest::collection::vec(controller_entry(), 0..4),
+        (
+            any::<[u8; 16]>(),
+            vec(text(), 0..3),
+            any::<u64>(),
+            any::<u64>(),
+            (any::<u64>(), any::<u64>(), any::<u64>()),
+        ),
+    )
+        .prop_map(
+            |(
+                id,
+                role,
+                term,
+                primary_id,
+                primary_host,
+                primary_port,
+                version,
+                protocol_version,
+                waiters,
+                (last_log_index, committed_index, applied_index, last_contact_ms),
+                members,
+                (
+                    cluster_id,
+                    alarms,
+                    checked_index,
+                    uptime_ms,
+                    (db_size_bytes, disk_free_bytes, quota_bytes),
+                ),
+            )| {
+                ControllerInfo {
+                    id,
+                    role,
+                    term,
+                    primary_id,
+                    primary_host,
+                    primary_port,
+                    version,
+                    protocol_version,
+                    waiters,
+                    last_log_index,
+                    committed_index,
+                    applied_index,
+                    last_contact_ms,
+                    members,
+                    cluster_id,
+                    alarms,
+                    checked_index,
+                    uptime_ms,
+                    db_size_bytes,
+                    disk_free_bytes,
+                    quota_bytes,
+                }
+            },
+        );
+    let resource = (text(), text(), text()).prop_map(|(name, kind, description)| Resource {
+        name,
+        kind,
+        description,
+    });
+    prop_oneof![
+        Just(ReplyData::None),
+        info.prop_map(ReplyData::CtrlInfo),
+        vec(job(), 0..5).prop_map(ReplyData::Jobs),
+        job().prop_map(ReplyData::Job),
+        any::<u64>().prop_map(ReplyData::JobId),
+        vec(host(), 0..4).prop_map(ReplyData::Hosts),
+        vec(resource, 0..4).prop_map(ReplyData::Resources),
+        resvals().prop_map(ReplyData::ResVals),
+        cluster_conf().prop_map(ReplyData::ClusterConf),
+        any::<u64>().prop_map(ReplyData::TaskId),
+        any::<u64>().prop_map(ReplyData::SessionId),
+        (vec(job(), 0..4), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
+            |(jobs, cursor, more, total)| ReplyData::JobPage(JobPage {
+                jobs,
+                cursor,
+                more,
+                total
+            })
+        ),
+        (
+            (any::<u64>(), any::<u64>(), vec(any::<u8>(), 0..64)),
+            (any::<u64>(), any::<u64>(), any::<u64>()),
+            (
+                vec(any::<u8>(), 0..33),
+                any::<[u8; 16]>(),
+                any::<u32>(),
+                any::<u32>()
+            ),
+        )
+            .prop_map(
+                |(
+                    (cursor, offset, data),
+                    (total_bytes, index, term),
+                    (digest, cluster_id, agreeing, voters),
+                )| {
+                    ReplyData::SnapshotChunk(SnapshotChunk {
+                        cursor,
+                        offset,
+                        data,
+                        total_bytes,
+                        index,
+                        term,
+                        digest,
+                        cluster_id,
+                        agreeing,
+                        voters,
+                    })
+                }
+            ),
+    ]
+}
+
+pub fn reply_strategy() -> impl Strategy<Value = Reply> {
+    (
+        any::<u64>(),
+        any::<i32>(),
+        text(),
+        any::<u16>(),
+        reply_data(),
+        any::<u64>(),
+        text(),
+    )
+        .prop_map(
+            |(seq, status, redirect_host, redirect_port, data, members_version, detail)| Reply {
+                seq,
+                status,
+                redirect_host,
+                redirect_port,
+                data,
+                members_version,
+                detail,
+            },
+        )
+}

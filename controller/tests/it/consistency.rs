@@ -260,10 +260,10 @@ fn two_members_changed_alike_do_not_outvote_the_primary() {
 /// and a standby, under writes, with the state taken once.
 #[test]
 fn every_read_takes_the_applied_state_once() {
-    let mut ctrl = Ctrl::start(3, &[]);
-    let p = ctrl.wait_settled(STARTUP);
+    let ctrl = cluster(3, &[]);
+    let p = ctrl.expect_settled(STARTUP);
     fill(&ctrl, p, 1, 20);
-    let s = *ctrl.clients.keys().find(|&&id| id != p).unwrap();
+    let s = ctrl.ids().into_iter().find(|&id| id != p).unwrap();
     for id in [p, s] {
         let mut c = ctrl.client(id);
         for op in [
@@ -286,5 +286,4 @@ fn every_read_takes_the_applied_state_once() {
             "{r:?}"
         );
     }
-    let _ = &mut ctrl;
 }

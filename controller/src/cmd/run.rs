@@ -312,7 +312,18 @@ struct Stores {
 fn open_stores(args: &RunArgs) -> Result<Stores, String> {
     let id = args.id;
     private_dir(&args.data)?;
-    let st = store::open_store(&args.data)?;
+    let mut st = store::open_store(&args.data)?;
+    // C1 with C12: a crash while a received snapshot was installed left a log purged past the
+    // state; the node comes back as one that lost its disk instead of failing every start.
+    if let Some(why) = store::torn_install(&st, &args.data)? {
+        crate::log_error!(
+            "node {id}: {why} (a crash while it installed a snapshot): its data is set aside \
+             and it starts as a node that lost its disk (C12)"
+        );
+        drop(st);
+        store::set_aside(&args.data)?;
+        st = store::open_store(&args.data)?;
+    }
     let blank = store::is_blank(&st, &args.data)?;
     let amnesia = Amnesia::open(
         id,

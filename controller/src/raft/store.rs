@@ -150,6 +150,59 @@ pub fn is_blank(store: &Store, dir: &Path) -> Result<bool, String> {
     Ok(no_log && m.vote.is_none() && m.purged.is_none() && !snapshot::current_path(dir).exists())
 }
 
+/// C1 with C12: whether the log was purged past the state the node can rebuild — its purge
+/// point beyond its snapshot's last entry (or no snapshot at all). openraft purges the log
+/// beside the state machine's install of a snapshot it received, so a crash between the two
+/// leaves a purge point the snapshot file never caught up with: the entries in between are
+/// gone, the state cannot be rebuilt, and openraft refuses the store at every start. `Some`:
+/// why, for the log line.
+pub fn torn_install(store: &Store, dir: &Path) -> Result<Option<String>, String> {
+    let Some(purged) = store.meta().get().purged else {
+        return Ok(None);
+    };
+    let path = snapshot::current_path(dir);
+    let snap = if path.exists() {
+        snapshot::read_meta(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .last_log_id
+    } else {
+        None
+    };
+    if snap.is_some_and(|s| s.index >= purged.index) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "its log is purged up to {purged} but its snapshot holds {}",
+        snap.map_or("nothing".to_string(), |s| s.to_string())
+    )))
+}
+
+/// Sets aside what [`torn_install`] found unusable: the log, the metadata and the snapshot
+/// files go (each fsynced away with the directory), as a lost disk would take them, so the
+/// node starts without data and C12 (fifth round) makes that safe — it votes for no one and
+/// counts for no quorum until it caught up from a leader every other voter confirms. Whatever
+/// it acknowledged before the crash is held by the quorum that committed it, exactly as when a
+/// disk is lost. Other files in the directory (an operator's log file) stay.
+pub fn set_aside(dir: &Path) -> Result<(), String> {
+    let shown = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let log = dir.join(LOG_DIR);
+    if log.exists() {
+        std::fs::remove_dir_all(&log).map_err(|e| shown(&log, e))?;
+    }
+    for f in [
+        dir.join(crate::raft::meta::META_FILE),
+        dir.join(crate::raft::migrate::DB_FILE),
+        snapshot::current_path(dir),
+    ] {
+        if f.exists() {
+            std::fs::remove_file(&f).map_err(|e| shown(&f, e))?;
+        }
+    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| shown(dir, e))
+}
+
 /// C20: what the data directory says of the node's cluster. Absent in a blank directory: it
 /// becomes [`Belonging::Pending`] (saved, so a node that crashes before it learnt its
 /// cluster's id still takes it); absent beside data: written by an earlier build

@@ -156,3 +156,57 @@ fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
         ctrl.start_node(q);
     }
 }
+
+/// A standby that crashes while it installs the primary's snapshot — its log already purged up
+/// to the snapshot's index (openraft purges the log beside the state machine's install), the
+/// snapshot file not yet in place — found at its next start a log that does not reach back to
+/// its state, and exited 74 at every start ("try to get log at index 0 but got Some(N)";
+/// found by the 30-minute nemesis, S20). It now comes back as a node that lost its disk (C12:
+/// the data it holds is set aside, it catches up before it votes or counts) and every
+/// acknowledged job is listed.
+#[test]
+fn a_crash_while_a_snapshot_is_installed_comes_back() {
+    let mut ctrl = prepared(3, FLAGS);
+    for id in 1..=3 {
+        ctrl.start_node(id);
+    }
+    let p = ctrl.expect_settled(STARTUP);
+    let f = ctrl.ids().into_iter().find(|&id| id != p).unwrap();
+    let mut acked = write_all(&ctrl, p, 1..=50);
+    ctrl.kill(f);
+    acked.extend(write_all(&ctrl, p, 51..=600));
+    ctrl.wait_until("the primary purged its log", STARTUP, || {
+        purges(&ctrl, p) >= 1
+    });
+    // Back, with the install of the snapshot the primary sends held where it writes the file.
+    ctrl.opts
+        .env
+        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
+    ctrl.start_node(f);
+    ctrl.opts.env.clear();
+    // What node `f` logged since its latest start.
+    let since_start = |ctrl: &Cluster| {
+        let log = ctrl.log(f);
+        let at = log.rfind("disk: quota").unwrap_or(0);
+        log[at..].to_string()
+    };
+    ctrl.wait_until("the install held after the log's purge", STARTUP, || {
+        let tail = since_start(&ctrl);
+        tail.contains("failpoint snapshot-save reached") && tail.contains("log purged up to")
+    });
+    ctrl.kill(f);
+    ctrl.start_node(f);
+    acked.extend(write_all(&ctrl, p, 601..=620));
+    ctrl.wait_until("the standby back and caught up", STARTUP, || {
+        let tail = since_start(&ctrl);
+        assert!(
+            !tail.contains("storage fault"),
+            "node {f} stopped after its restart\n{tail}"
+        );
+        tail.contains("votes and campaigns again")
+    });
+    let tail = since_start(&ctrl);
+    assert!(tail.contains("its data is set aside"), "{tail}");
+    let want: BTreeSet<u64> = acked.iter().copied().collect();
+    assert_eq!(listed(&ctrl, p), want);
+}

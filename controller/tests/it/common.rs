@@ -401,3 +401,43 @@ pub fn sockets_tos() -> Vec<(String, String, String)> {
         })
         .collect()
 }
+
+/// A tmpfs of `size` mounted on `dir` until dropped (unmounted even when the test fails): C21's and C24's disks
+/// that fill (`storage_faults`, `disk_guard`).
+pub struct Tmpfs(pub std::path::PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mounting a {size} tmpfs on {} (the test needs root): {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Free bytes left on it.
+    pub fn free(&self) -> u64 {
+        let c = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statvfs(3) fills the struct we own from a valid C string.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}

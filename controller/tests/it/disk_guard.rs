@@ -8,48 +8,11 @@
 //! while it is down: started again, it exits 74 at once saying why (before: it came back
 //! healthy and faulted again under load).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
 use xce::client::{parse_masters, Client, Config};
 use xce_proto::wire::{JobAction, JobFilter, JobSpec};
-
-/// A tmpfs of `size` mounted on `dir` until dropped (unmounted even when the test fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "mounting a {size} tmpfs on {} (the test needs root): {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(dir.to_path_buf())
-    }
-
-    fn free(&self) -> u64 {
-        let c = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: statvfs(3) fills the struct we own from a valid C string.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-        st.f_bavail as u64 * st.f_frsize as u64
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// A job of about `bytes` (its command).
 fn big(bytes: usize) -> JobSpec {

@@ -8,8 +8,6 @@
 //! directory (the test command runs as root; a test that cannot mount fails). The failing
 //! fsyncs are failpoints (`log-append`, `vote-save`: `return(EIO)`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -19,42 +17,6 @@ use xce_proto::wire::{Op, ReplyData};
 const EXIT_STORAGE_FAULT: i32 = 74;
 /// Bound from the fault to the node's exit.
 const EXIT_BOUND: Duration = Duration::from_secs(10);
-
-/// A tmpfs of `size` mounted on `dir` until dropped (unmounted even when the test fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "mounting a {size} tmpfs on {} (the test needs root): {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(dir.to_path_buf())
-    }
-
-    /// Free bytes left on it.
-    fn free(&self) -> u64 {
-        let c = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: statvfs(3) fills the struct we own from a valid C string.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-        st.f_bavail as u64 * st.f_frsize as u64
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// The job ids a primary lists, in order.
 fn listed(ctrl: &Cluster, p: u32) -> Vec<u64> {

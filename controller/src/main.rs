@@ -231,6 +231,8 @@ fn main() {
             Ok(a) => {
                 let stamper =
                     logstamp::install_with(&format!("node {}:", a.id), a.opts.log.clone());
+                // C21 (issue 39): a panic on any thread ends the node (exit 70).
+                base::crash::install();
                 let code = run::run(a);
                 if let Some(s) = stamper {
                     s.finish();

@@ -60,12 +60,18 @@ pub const LEASE_DEAF: &str = "lease-deaf";
 /// the failpoint is cleared (`cmd/run.rs`); the node goes on unstamped meanwhile, as a fresh
 /// standby does for a few appends. C16's test: a standby that forwards before it has the id.
 pub const CLUSTER_ADOPT: &str = "cluster-adopt";
+/// C21 (issue 39): the state machine's apply of committed entries (openraft's apply path,
+/// `raft/store.rs`): `panic(MSG)` panics there.
+pub const SM_APPLY: &str = "sm-apply";
+/// C21 (issue 39): a tokio task of the node's own, reached every 25 ms (`cmd/run.rs`, the
+/// cut-off watcher): `panic(MSG)` panics there.
+pub const TASK_TICK: &str = "task-tick";
 
 /// Every failpoint: its name and what it does.
 pub const NAMES: &[(&str, &str)] = &[
     (
         LOG_FLUSH,
-        "the leader's own log flush: pause, return(EIO|ENOSPC)",
+        "the leader's own log flush (its thread): pause, return(EIO|ENOSPC), panic(MSG)",
     ),
     (
         LOG_APPEND,
@@ -114,6 +120,11 @@ pub const NAMES: &[(&str, &str)] = &[
     (
         LEASE_DEAF,
         "a leader counts no answer to its appends as heard: return",
+    ),
+    (SM_APPLY, "the state machine's apply of entries: panic(MSG)"),
+    (
+        TASK_TICK,
+        "a tokio task of the node, every 25 ms: panic(MSG)",
     ),
 ];
 
@@ -230,6 +241,12 @@ pub fn hold(name: &str) {
     if armed(name) {
         eprintln!("failpoint {name} reached");
     }
+    fail::fail_point!(name);
+}
+
+/// A point where `panic(MSG)` panics (C21's tests: a panic anywhere ends the process).
+#[allow(unused_variables)]
+pub fn crash_point(name: &str) {
     fail::fail_point!(name);
 }
 

@@ -6,7 +6,7 @@
 //!
 //! Limit: a line still in the pipe when the process is killed with SIGKILL is lost (the
 //! forwarding thread takes each line as soon as it is written; a normal stop drains the pipe,
-//! and a panic is written straight to the original stderr).
+//! and a panic's report is out before the process ends).
 //!
 //! Levels and formats (issue 26): a line may start with a level mark ([`mark`], written by
 //! [`crate::log_warn!`] and its siblings); a line without one is `info`. Lines below
@@ -16,13 +16,19 @@
 //! `--log-file PATH` appends to a file instead of stderr (under systemd, stderr is the journal:
 //! `journalctl -u xce-controller`, `-o json` for its own fields).
 //!
-//! Syscalls (documented here, the only ones): pipe2, fcntl(F_DUPFD_CLOEXEC), dup2, close.
+//! A panic's report (C21, `base/crash.rs`) goes through the stamper too, behind the lines
+//! before it, and the process ends once it is out ([`write_last`]).
+//!
+//! Syscalls (documented here, the only ones): pipe2, fcntl(F_DUPFD_CLOEXEC), dup2, close,
+//! and poll and write for last words.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{FromRawFd, RawFd};
-use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// The original stderr, for the forwarder and the panic hook.
 static ORIG: OnceLock<RawFd> = OnceLock::new();
@@ -53,6 +59,110 @@ fn open_log(label: &str, p: &std::path::Path) -> Option<File> {
             None
         }
     }
+}
+
+/// The stamping thread's name.
+pub const THREAD: &str = "log-stamp";
+
+/// The stamper's label and options, for last words written past it (see [`write_last`]).
+static SINK: OnceLock<(String, LogOpts)> = OnceLock::new();
+/// The stamping thread runs and fd 2 is its pipe.
+static STAMPING: AtomicBool = AtomicBool::new(false);
+/// The mark of a line of last words (an error), and the line that follows them.
+const LAST_MARK: &str = "\u{1}X";
+const LAST_END: &str = "\u{1}.";
+/// Last words: the stamper took their first line (`.0`), and wrote them all out (`.1`).
+static LAST: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
+/// How long last words wait for the stamper before they are written past it.
+const LAST_WAIT: Duration = Duration::from_millis(500);
+
+/// In the stamper: notes last words going by; true for the line that ends them (not written).
+fn last_words(line: &str) -> bool {
+    let end = line == LAST_END;
+    if end || line.starts_with(LAST_MARK) {
+        let mut st = LAST.0.lock().unwrap_or_else(|p| p.into_inner());
+        st.0 = true;
+        st.1 |= end;
+        LAST.1.notify_all();
+    }
+    end
+}
+
+/// C21 (issue 39): a node's last words (a panic's report), written so that they and every
+/// line before them are out when this returns (within [`LAST_WAIT`]): through the stamper,
+/// behind the lines already in its pipe, in the log's format and place; written straight to
+/// that place instead when the stamper cannot take them (`on_stamper`: it is the thread that
+/// ends, or it is not running, or it did not start on them in time).
+pub fn write_last(text: &str, on_stamper: bool) {
+    let deadline = Instant::now() + LAST_WAIT;
+    if !on_stamper && STAMPING.load(std::sync::atomic::Ordering::SeqCst) {
+        let mut marked: String = text.lines().map(|l| format!("{LAST_MARK}{l}\n")).collect();
+        marked.push_str(LAST_END);
+        marked.push('\n');
+        let sent = write_fd_until(2, marked.as_bytes(), deadline);
+        let mut st = LAST.0.lock().unwrap_or_else(|p| p.into_inner());
+        while sent && !st.1 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = LAST
+                .1
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if st.0 {
+            // Out, or on their way (never written twice).
+            return;
+        }
+    }
+    let out: String = match SINK.get() {
+        Some((label, opts)) => text
+            .lines()
+            .filter_map(|l| render(label, &format!("{LAST_MARK}{l}"), opts))
+            .collect(),
+        None => format!("{text}\n"),
+    };
+    match SINK
+        .get()
+        .and_then(|(l, o)| o.file.as_ref().map(|p| (l, p)))
+    {
+        Some((label, path)) => {
+            if let Some(mut f) = open_log(label, path) {
+                let _ = f.write_all(out.as_bytes());
+            }
+        }
+        None if ORIG.get().is_some() => write_orig(&out),
+        None => {
+            write_fd_until(2, out.as_bytes(), deadline);
+        }
+    }
+}
+
+/// Writes all of `bytes` to `fd` unless `deadline` passes first (a pipe nobody reads).
+fn write_fd_until(fd: RawFd, mut bytes: &[u8], deadline: Instant) -> bool {
+    while !bytes.is_empty() {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis();
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one pollfd we own.
+        if left == 0 || unsafe { libc::poll(&mut p, 1, left.min(1000) as libc::c_int) } <= 0 {
+            return false;
+        }
+        // SAFETY: write(2) from a live slice of `bytes.len()` bytes.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
 }
 
 /// Longest line forwarded as one; a longer one is split (each part stamped).
@@ -112,6 +222,7 @@ pub fn level_of(line: &str) -> (Level, &str) {
             Some(b'E') => Level::Error,
             Some(b'W') => Level::Warn,
             Some(b'D') => Level::Debug,
+            Some(b'X') => Level::Error,
             _ => Level::Info,
         };
         return (lvl, rest.get(1..).unwrap_or(""));
@@ -249,18 +360,11 @@ pub fn install_with(label: &str, opts: LogOpts) -> Option<Stamper> {
     unsafe { libc::close(w) };
     let _ = ORIG.set(orig);
     let label = label.to_string();
-    let hook_label = label.clone();
-    std::panic::set_hook(Box::new(move |info| {
-        let bt = std::backtrace::Backtrace::capture();
-        let mut text = stamped(&hook_label, &format!("panic: {info}"));
-        if bt.status() == std::backtrace::BacktraceStatus::Captured {
-            text.push_str(&format!("{bt}\n"));
-        }
-        write_orig(&text);
-    }));
+    let _ = SINK.set((label.clone(), opts.clone()));
     let thread = std::thread::Builder::new()
-        .name("log-stamp".into())
+        .name(THREAD.into())
         .spawn(move || {
+            STAMPING.store(true, std::sync::atomic::Ordering::SeqCst);
             let mut file = opts.file.as_ref().and_then(|p| open_log(&label, p));
             // SAFETY: `r` is the pipe's read end, owned by this thread from here on.
             let mut rd = BufReader::new(unsafe { File::from_raw_fd(r) });
@@ -276,6 +380,9 @@ pub fn install_with(label: &str, opts: LogOpts) -> Option<Stamper> {
                             }
                         }
                         let line = String::from_utf8_lossy(&buf);
+                        if last_words(line.trim_end_matches('\n')) {
+                            continue;
+                        }
                         if let Some(out) = render(&label, line.trim_end_matches('\n'), &opts) {
                             match &mut file {
                                 Some(f) => {
@@ -298,6 +405,7 @@ pub fn install_with(label: &str, opts: LogOpts) -> Option<Stamper> {
 impl Stamper {
     /// Puts the original stderr back and waits until every line written so far is out.
     pub fn finish(mut self) {
+        STAMPING.store(false, std::sync::atomic::Ordering::SeqCst);
         // SAFETY: dup2 of our saved copy onto 2 closes the pipe's last write end.
         unsafe { libc::dup2(self.orig, 2) };
         if let Some(t) = self.thread.take() {

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod cluster_id;
 pub mod config;
 pub mod counters;
+pub mod crash;
 pub mod crowd;
 pub mod disk;
 pub mod failpoints;

@@ -152,7 +152,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
     if stores.diverged.is() {
         // C19: a node that diverged votes, leads and stores nothing until repaired; it stays
         // up to say so (status, NOT_READY, refusals on the raft port).
-        let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+        crate::raft::stop(&raft).await;
     }
     // C11: no vote for election-max after boot (a lease may still rest on our last ack).
     let guard = VoteGuard::from_boot(Duration::from_millis(args.opts.election_max_ms));
@@ -241,7 +241,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         // which its id may have been removed and added again (found by the nemesis: a node
         // re-added, then its disk lost and restarted with its first flags, exited 78).
         why = crate::raft::removed::watch(raft.clone(), id, args.join || started_blank) => {
-            let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+            crate::raft::stop(&raft).await;
             Err(why)
         }
     }
@@ -553,7 +553,7 @@ async fn check_membership(raft: &Raft, args: &RunArgs, me: &CtrlNode) -> Result<
         Ok(Some(note)) => eprintln!("node {id}: {note}"),
         Ok(None) => {}
         Err(e) => {
-            let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+            crate::raft::stop(raft).await;
             return Err(e);
         }
     }
@@ -798,7 +798,7 @@ async fn stop_on_signal(
         serving.proposer.close();
     }
     crate::raft::handover::hand_over(raft, ready, elect, id, &serving.liveness()).await;
-    let _ = tokio::time::timeout(Duration::from_secs(3), raft.shutdown()).await;
+    crate::raft::stop(raft).await;
 }
 
 /// The storage side of the Raft config (P12, C24): snapshots are triggered and the log purged
@@ -933,16 +933,18 @@ async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
             rx.changed().await.is_err()
         };
         if stopped {
-            // The Raft core ended; its last metrics say why. Ended by an error (storage,
-            // above all), it is this node's storage fault (C21): the process exits.
-            let state = raft.metrics().borrow().running_state.clone();
-            match state {
-                Err(openraft::error::Fatal::Stopped) | Ok(()) => {}
-                Err(e) => {
-                    crate::log_error!("node {id}: raft stopped: {e}");
-                    fault::record("raft", &data, &e);
-                }
-            }
+            // C21 (issue 39): the Raft core ended; its last metrics say why. A storage
+            // error is this node's storage fault (exit 74); any end the node did not ask
+            // for ends the process (exit 70): nothing serves from a node without its Raft.
+            use crate::base::crash::FatalKind;
+            use openraft::error::Fatal;
+            let state = match raft.metrics().borrow().running_state.clone() {
+                Ok(()) => Ok(()),
+                Err(Fatal::Stopped) => Err(FatalKind::Stopped),
+                Err(Fatal::Panicked) => Err(FatalKind::Panicked),
+                Err(e @ Fatal::StorageError(_)) => Err(FatalKind::Storage(e.to_string())),
+            };
+            crate::base::crash::core_ended(state, id, &data);
             return;
         }
     }
@@ -954,6 +956,7 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
     let mut was = false;
     loop {
         tokio::time::sleep(STALE_LEADER_RECHECK).await;
+        crate::base::failpoints::crash_point(crate::base::failpoints::TASK_TICK);
         let now = ctx.leader_cut_off();
         if now != was {
             let ms = crate::base::clock::now_ms();

@@ -166,8 +166,7 @@ pub async fn stop(
         Ok(_) => {
             let raft = raft.clone();
             tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(std::time::Duration::from_secs(3), raft.shutdown()).await;
+                crate::raft::stop(&raft).await;
             });
             true
         }
@@ -179,7 +178,7 @@ pub async fn stop(
                 diverged.id,
                 diverged.path.display()
             );
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), raft.shutdown()).await;
+            crate::raft::stop(raft).await;
             false
         }
     }

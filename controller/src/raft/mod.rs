@@ -25,3 +25,10 @@ pub mod standing;
 pub mod state_lock;
 pub mod store;
 pub mod types;
+
+/// Stops this node's Raft core on purpose (a shutdown, a removal, C19's divergence), bounded
+/// to 3 s; said first, so that the core's end is not taken for a fault (C21, `base/crash.rs`).
+pub async fn stop(raft: &types::Raft) {
+    crate::base::crash::stopping();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), raft.shutdown()).await;
+}

@@ -1052,6 +1052,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        crate::base::failpoints::crash_point(crate::base::failpoints::SM_APPLY);
         let mut out = Vec::new();
         let mut ids = Vec::new();
         {

@@ -31,6 +31,7 @@ mod old_list;
 mod operator;
 mod outcomes;
 mod own_cert;
+mod panics;
 mod prevote;
 mod removed;
 mod restore;

@@ -164,14 +164,88 @@ fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
 /// found by the 30-minute nemesis, S20). It now comes back as a node that lost its disk (C12:
 /// the data it holds is set aside, it catches up before it votes or counts) and every
 /// acknowledged job is listed.
+///
+/// C1 with C12 across restart orders, slow disks and a second crash: the standby restarted
+/// alone, the whole cluster killed and restarted with the standby first or last, the standby
+/// killed again in the install it takes after its data was set aside, and that install on a
+/// slow disk.
+#[derive(Clone, Copy, Debug)]
+enum After {
+    /// The standby alone is restarted.
+    Alone,
+    /// Every node is killed; the standby starts first, then the others.
+    AllStandbyFirst,
+    /// Every node is killed; the others start first, the standby last.
+    AllStandbyLast,
+    /// The standby, restarted, is killed again in the install it then takes (a second torn
+    /// install, on a node that started without data), and restarted.
+    TornTwice,
+    /// The standby's install after the restart writes its snapshot on a slow disk (1.5 s).
+    SlowInstall,
+}
+
 #[test]
 fn a_crash_while_a_snapshot_is_installed_comes_back() {
+    torn_install(After::Alone);
+}
+
+#[test]
+fn a_torn_install_then_the_whole_cluster_restarted_standby_first() {
+    torn_install(After::AllStandbyFirst);
+}
+
+#[test]
+fn a_torn_install_then_the_whole_cluster_restarted_standby_last() {
+    torn_install(After::AllStandbyLast);
+}
+
+#[test]
+fn a_torn_install_torn_again_after_the_data_was_set_aside() {
+    torn_install(After::TornTwice);
+}
+
+#[test]
+fn a_torn_install_then_a_slow_install() {
+    torn_install(After::SlowInstall);
+}
+
+/// What node `f` logged since its latest start.
+fn since_start(ctrl: &Cluster, f: u32) -> String {
+    let log = ctrl.log(f);
+    let at = log.rfind("disk: quota").unwrap_or(0);
+    log[at..].to_string()
+}
+
+/// Starts node `f` and waits until its install of the snapshot the primary sends is held
+/// where it writes the file (`snapshot-save=pause`), after its log's purge when it had a log
+/// (`purge`).
+fn start_held_in_install(ctrl: &mut Cluster, f: u32, purge: bool) {
+    let starts = ctrl.starts(f);
+    ctrl.opts
+        .env
+        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
+    ctrl.start_node(f);
+    ctrl.opts.env.clear();
+    ctrl.wait_until("the install held", STARTUP, || {
+        let tail = since_start(ctrl, f);
+        ctrl.starts(f) > starts
+            && tail.contains("failpoint snapshot-save reached")
+            && (!purge || tail.contains("log purged up to"))
+    });
+}
+
+fn torn_install(after: After) {
     let mut ctrl = prepared(3, FLAGS);
     for id in 1..=3 {
         ctrl.start_node(id);
     }
     let p = ctrl.expect_settled(STARTUP);
     let f = ctrl.ids().into_iter().find(|&id| id != p).unwrap();
+    let g = ctrl
+        .ids()
+        .into_iter()
+        .find(|&id| id != p && id != f)
+        .unwrap();
     let mut acked = write_all(&ctrl, p, 1..=50);
     ctrl.kill(f);
     acked.extend(write_all(&ctrl, p, 51..=600));
@@ -179,34 +253,62 @@ fn a_crash_while_a_snapshot_is_installed_comes_back() {
         purges(&ctrl, p) >= 1
     });
     // Back, with the install of the snapshot the primary sends held where it writes the file.
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
-    ctrl.start_node(f);
-    ctrl.opts.env.clear();
-    // What node `f` logged since its latest start.
-    let since_start = |ctrl: &Cluster| {
-        let log = ctrl.log(f);
-        let at = log.rfind("disk: quota").unwrap_or(0);
-        log[at..].to_string()
-    };
-    ctrl.wait_until("the install held after the log's purge", STARTUP, || {
-        let tail = since_start(&ctrl);
-        tail.contains("failpoint snapshot-save reached") && tail.contains("log purged up to")
-    });
+    start_held_in_install(&mut ctrl, f, true);
     ctrl.kill(f);
-    ctrl.start_node(f);
-    acked.extend(write_all(&ctrl, p, 601..=620));
+    match after {
+        After::Alone => ctrl.start_node(f),
+        After::AllStandbyFirst | After::AllStandbyLast => {
+            ctrl.kill(p);
+            ctrl.kill(g);
+            let order = match after {
+                After::AllStandbyFirst => [f, g, p],
+                _ => [p, g, f],
+            };
+            for id in order {
+                ctrl.start_node(id);
+            }
+        }
+        After::TornTwice => {
+            start_held_in_install(&mut ctrl, f, false);
+            assert!(
+                since_start(&ctrl, f).contains("its data is set aside"),
+                "{}",
+                ctrl.log(f)
+            );
+            ctrl.kill(f);
+            ctrl.start_node(f);
+        }
+        After::SlowInstall => {
+            ctrl.opts
+                .env
+                .push(("FAILPOINTS".into(), "snapshot-save=sleep(1500)".into()));
+            ctrl.start_node(f);
+            ctrl.opts.env.clear();
+        }
+    }
+    let q = ctrl.expect_settled(STARTUP);
+    acked.extend(write_all(&ctrl, q, 601..=620));
     ctrl.wait_until("the standby back and caught up", STARTUP, || {
-        let tail = since_start(&ctrl);
+        let tail = since_start(&ctrl, f);
         assert!(
             !tail.contains("storage fault"),
-            "node {f} stopped after its restart\n{tail}"
+            "node {f} stopped after its restart ({after:?})\n{tail}"
         );
         tail.contains("votes and campaigns again")
     });
-    let tail = since_start(&ctrl);
-    assert!(tail.contains("its data is set aside"), "{tail}");
+    let all = ctrl.log(f);
+    let set_aside = all.matches("its data is set aside").count();
+    let want_set_aside = if matches!(after, After::TornTwice) {
+        2
+    } else {
+        1
+    };
+    assert_eq!(set_aside, want_set_aside, "{after:?}\n{all}");
+    // Every acknowledged job, on the primary and on the standby that came back.
     let want: BTreeSet<u64> = acked.iter().copied().collect();
-    assert_eq!(listed(&ctrl, p), want);
+    assert_eq!(listed(&ctrl, q), want, "{after:?}");
+    let at = ctrl.progress(q).map_or(u64::MAX, |i| i.applied_index);
+    ctrl.wait_until("the standby applied what the primary had", STARTUP, || {
+        ctrl.progress(f).is_some_and(|i| i.applied_index >= at)
+    });
 }

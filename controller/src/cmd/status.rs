@@ -365,108 +365,8 @@ pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> 
         .map(|p| p.cluster_id)
         .or_else(|| clusters.first().copied())
         .filter(|c| *c != none || clusters.is_empty());
-    // The member set: the primary's, else the one of the most advanced node that holds one.
-    let holder = primary.filter(|p| !p.members.is_empty()).or_else(|| {
-        answered
-            .iter()
-            .map(|(_, i)| *i)
-            .filter(|i| !i.members.is_empty() && Some(i.cluster_id) == cluster.or(Some(none)))
-            .max_by_key(|i| (i.term, i.last_log_index))
-    });
-    let members: Vec<wire::ControllerEntry> = holder.map(|h| h.members.clone()).unwrap_or_default();
-    let mut nodes: Vec<Node> = members
-        .iter()
-        .map(|m| Node {
-            id: m.id,
-            addrs: vec![join_addr(&m.host, m.port)],
-            info: None,
-            error: None,
-            voter: m.role != ControllerRole::Initializing,
-            member: true,
-        })
-        .collect();
-    let resolved_of = |a: &str| -> &[std::net::SocketAddr] {
-        resolved
-            .iter()
-            .find(|(x, _)| x == a)
-            .map_or(&[][..], |(_, v)| &v[..])
-    };
-    for r in rows {
-        match &r.info {
-            Ok(i) => {
-                // One node per id (of this cluster): the same node under another name joins it.
-                let ours = cluster.is_none_or(|c| i.cluster_id == c || i.cluster_id == none);
-                let at = nodes
-                    .iter()
-                    .position(|n| ours && n.member && n.id == i.id)
-                    .or_else(|| {
-                        nodes.iter().position(|n| {
-                            !n.member
-                                && n.info
-                                    .as_ref()
-                                    .is_some_and(|x| x.id == i.id && x.cluster_id == i.cluster_id)
-                        })
-                    });
-                let n = match at {
-                    Some(k) => &mut nodes[k],
-                    None => {
-                        nodes.push(Node {
-                            id: i.id,
-                            addrs: vec![],
-                            info: None,
-                            error: None,
-                            voter: false,
-                            member: false,
-                        });
-                        nodes.last_mut().expect("pushed")
-                    }
-                };
-                if !n.addrs.contains(&r.addr) {
-                    n.addrs.push(r.addr.clone());
-                }
-                if n.info.is_none() {
-                    n.info = Some(i.clone());
-                    n.error = None;
-                }
-            }
-            Err(e) => {
-                // An address that did not answer: a member's (by name, or by what both
-                // resolve to), else a row of its own.
-                let mine = resolved_of(&r.addr);
-                let at = nodes.iter().position(|n| {
-                    n.member
-                        && n.addrs.iter().any(|a| {
-                            *a == r.addr || resolved_of(a).iter().any(|x| mine.contains(x))
-                        })
-                });
-                match at {
-                    Some(k) => {
-                        let n = &mut nodes[k];
-                        if !n.addrs.contains(&r.addr) {
-                            n.addrs.push(r.addr.clone());
-                        }
-                        if n.info.is_none() && n.error.is_none() {
-                            n.error = Some(e.clone());
-                        }
-                    }
-                    None => nodes.push(Node {
-                        id: 0,
-                        addrs: vec![r.addr.clone()],
-                        info: None,
-                        error: Some(e.clone()),
-                        voter: false,
-                        member: false,
-                    }),
-                }
-            }
-        }
-    }
-    for n in nodes
-        .iter_mut()
-        .filter(|n| n.info.is_none() && n.error.is_none())
-    {
-        n.error = Some("not asked".into());
-    }
+    let mut nodes = member_nodes(primary, &answered, cluster);
+    place_rows(&mut nodes, rows, cluster, resolved);
     // Two clusters behind one list: primaries of two (a member with another cluster's data but
     // no primary of its own is judged below, flagged).
     let two_clusters = {
@@ -485,82 +385,10 @@ pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> 
         }
         Health::CannotTell
     } else if two_clusters {
-        notes.push(format!(
-            "TWO CLUSTERS: the list reaches nodes of {} clusters ({}): each is judged on its \
-             own only when asked on its own",
-            clusters.len(),
-            clusters
-                .iter()
-                .map(|c| hex(c))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        for p in &primaries {
-            notes.push(format!(
-                "primary: node {} of cluster {}, term {}",
-                p.id,
-                hex(&p.cluster_id),
-                p.term
-            ));
-        }
+        two_clusters_notes(&clusters, &primaries, &mut notes);
         Health::CannotTell
     } else if let Some(p) = primary {
-        let mut degraded = Vec::new();
-        for q in primaries.iter().filter(|q| q.id != p.id) {
-            degraded.push(format!(
-                "TWO PRIMARIES: node {} still says it leads in term {} (node {} leads in term \
-                 {}): it has not heard of the new term yet",
-                q.id, q.term, p.id, p.term
-            ));
-        }
-        for n in nodes.iter().filter(|n| n.member) {
-            match &n.info {
-                None => degraded.push(format!(
-                    "node {} ({}) does not answer: {}",
-                    n.id,
-                    n.addrs.join(", "),
-                    n.error.as_deref().unwrap_or("-")
-                )),
-                Some(i) if !n.voter => degraded.push(format!(
-                    "node {} is a learner (catching up, or a member add that did not finish)",
-                    i.id
-                )),
-                Some(i) if i.id != p.id && i.primary_id != p.id => degraded.push(format!(
-                    "node {} does not follow the primary (it follows {})",
-                    i.id,
-                    match i.primary_id {
-                        0 => "no one".to_string(),
-                        x => format!("node {x}"),
-                    }
-                )),
-                Some(_) => {}
-            }
-        }
-        for n in nodes.iter().filter(|n| !n.member) {
-            match &n.info {
-                Some(i) if Some(i.cluster_id) != cluster && i.cluster_id != none => {
-                    degraded.push(format!(
-                        "node {} ({}) belongs to another cluster ({}): the members refuse it",
-                        i.id,
-                        n.addrs.join(", "),
-                        hex(&i.cluster_id)
-                    ))
-                }
-                Some(i) => degraded.push(format!(
-                    "node {} ({}) answers but is not a member: a removed node still running?",
-                    i.id,
-                    n.addrs.join(", ")
-                )),
-                None => degraded.push(format!(
-                    "{} is no member's address and does not answer: {}",
-                    n.addrs.join(", "),
-                    n.error.as_deref().unwrap_or("-")
-                )),
-            }
-        }
-        if answered.iter().any(|(_, i)| !i.alarms.is_empty()) {
-            degraded.push("alarms raised (below)".into());
-        }
+        let degraded = degraded_notes(p, &primaries, &nodes, cluster, &answered);
         let healthy = degraded.is_empty();
         notes.extend(degraded);
         if healthy {
@@ -584,6 +412,231 @@ pub fn judge(rows: &[Row], resolved: &[(String, Vec<std::net::SocketAddr>)]) -> 
         health,
         notes,
     }
+}
+
+/// The member set as nodes not yet asked: the primary's, else the one of the most advanced
+/// node of `cluster` that holds one.
+fn member_nodes(
+    primary: Option<&ControllerInfo>,
+    answered: &[(&str, &ControllerInfo)],
+    cluster: Option<[u8; 16]>,
+) -> Vec<Node> {
+    let none = [0u8; 16];
+    let holder = primary.filter(|p| !p.members.is_empty()).or_else(|| {
+        answered
+            .iter()
+            .map(|(_, i)| *i)
+            .filter(|i| !i.members.is_empty() && Some(i.cluster_id) == cluster.or(Some(none)))
+            .max_by_key(|i| (i.term, i.last_log_index))
+    });
+    let members: Vec<wire::ControllerEntry> = holder.map(|h| h.members.clone()).unwrap_or_default();
+    members
+        .iter()
+        .map(|m| Node {
+            id: m.id,
+            addrs: vec![join_addr(&m.host, m.port)],
+            info: None,
+            error: None,
+            voter: m.role != ControllerRole::Initializing,
+            member: true,
+        })
+        .collect()
+}
+
+/// Every address's answer or silence placed on the nodes; a node nobody asked said so.
+fn place_rows(
+    nodes: &mut Vec<Node>,
+    rows: &[Row],
+    cluster: Option<[u8; 16]>,
+    resolved: &[(String, Vec<std::net::SocketAddr>)],
+) {
+    for r in rows {
+        match &r.info {
+            Ok(i) => place_answer(nodes, &r.addr, i, cluster),
+            Err(e) => place_silence(nodes, &r.addr, e, resolved),
+        }
+    }
+    for n in nodes
+        .iter_mut()
+        .filter(|n| n.info.is_none() && n.error.is_none())
+    {
+        n.error = Some("not asked".into());
+    }
+}
+
+/// An answer from `addr`: one node per id (of this cluster) — the same node under another
+/// name joins it; a node the member set does not name gets a row of its own.
+fn place_answer(nodes: &mut Vec<Node>, addr: &str, i: &ControllerInfo, cluster: Option<[u8; 16]>) {
+    let none = [0u8; 16];
+    let ours = cluster.is_none_or(|c| i.cluster_id == c || i.cluster_id == none);
+    let at = nodes
+        .iter()
+        .position(|n| ours && n.member && n.id == i.id)
+        .or_else(|| {
+            nodes.iter().position(|n| {
+                !n.member
+                    && n.info
+                        .as_ref()
+                        .is_some_and(|x| x.id == i.id && x.cluster_id == i.cluster_id)
+            })
+        });
+    let n = match at {
+        Some(k) => &mut nodes[k],
+        None => {
+            nodes.push(Node {
+                id: i.id,
+                addrs: vec![],
+                info: None,
+                error: None,
+                voter: false,
+                member: false,
+            });
+            nodes.last_mut().expect("pushed")
+        }
+    };
+    if !n.addrs.iter().any(|a| a == addr) {
+        n.addrs.push(addr.to_string());
+    }
+    if n.info.is_none() {
+        n.info = Some(i.clone());
+        n.error = None;
+    }
+}
+
+/// An address that did not answer: a member's (by name, or by what both resolve to), else a
+/// row of its own.
+fn place_silence(
+    nodes: &mut Vec<Node>,
+    addr: &str,
+    e: &str,
+    resolved: &[(String, Vec<std::net::SocketAddr>)],
+) {
+    let resolved_of = |a: &str| -> Vec<std::net::SocketAddr> {
+        resolved
+            .iter()
+            .find(|(x, _)| x == a)
+            .map_or_else(Vec::new, |(_, v)| v.clone())
+    };
+    let mine = resolved_of(addr);
+    let at = nodes.iter().position(|n| {
+        n.member
+            && n.addrs
+                .iter()
+                .any(|a| *a == addr || resolved_of(a).iter().any(|x| mine.contains(x)))
+    });
+    match at {
+        Some(k) => {
+            let n = &mut nodes[k];
+            if !n.addrs.iter().any(|a| a == addr) {
+                n.addrs.push(addr.to_string());
+            }
+            if n.info.is_none() && n.error.is_none() {
+                n.error = Some(e.to_string());
+            }
+        }
+        None => nodes.push(Node {
+            id: 0,
+            addrs: vec![addr.to_string()],
+            info: None,
+            error: Some(e.to_string()),
+            voter: false,
+            member: false,
+        }),
+    }
+}
+
+/// TWO CLUSTERS: the notes naming them and their primaries.
+fn two_clusters_notes(
+    clusters: &[[u8; 16]],
+    primaries: &[&ControllerInfo],
+    notes: &mut Vec<String>,
+) {
+    notes.push(format!(
+        "TWO CLUSTERS: the list reaches nodes of {} clusters ({}): each is judged on its \
+         own only when asked on its own",
+        clusters.len(),
+        clusters
+            .iter()
+            .map(|c| hex(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    for p in primaries {
+        notes.push(format!(
+            "primary: node {} of cluster {}, term {}",
+            p.id,
+            hex(&p.cluster_id),
+            p.term
+        ));
+    }
+}
+
+/// With primary `p`: what keeps the cluster from healthy (empty: healthy).
+fn degraded_notes(
+    p: &ControllerInfo,
+    primaries: &[&ControllerInfo],
+    nodes: &[Node],
+    cluster: Option<[u8; 16]>,
+    answered: &[(&str, &ControllerInfo)],
+) -> Vec<String> {
+    let none = [0u8; 16];
+    let mut degraded = Vec::new();
+    for q in primaries.iter().filter(|q| q.id != p.id) {
+        degraded.push(format!(
+            "TWO PRIMARIES: node {} still says it leads in term {} (node {} leads in term \
+             {}): it has not heard of the new term yet",
+            q.id, q.term, p.id, p.term
+        ));
+    }
+    for n in nodes.iter().filter(|n| n.member) {
+        match &n.info {
+            None => degraded.push(format!(
+                "node {} ({}) does not answer: {}",
+                n.id,
+                n.addrs.join(", "),
+                n.error.as_deref().unwrap_or("-")
+            )),
+            Some(i) if !n.voter => degraded.push(format!(
+                "node {} is a learner (catching up, or a member add that did not finish)",
+                i.id
+            )),
+            Some(i) if i.id != p.id && i.primary_id != p.id => degraded.push(format!(
+                "node {} does not follow the primary (it follows {})",
+                i.id,
+                match i.primary_id {
+                    0 => "no one".to_string(),
+                    x => format!("node {x}"),
+                }
+            )),
+            Some(_) => {}
+        }
+    }
+    for n in nodes.iter().filter(|n| !n.member) {
+        match &n.info {
+            Some(i) if Some(i.cluster_id) != cluster && i.cluster_id != none => {
+                degraded.push(format!(
+                    "node {} ({}) belongs to another cluster ({}): the members refuse it",
+                    i.id,
+                    n.addrs.join(", "),
+                    hex(&i.cluster_id)
+                ))
+            }
+            Some(i) => degraded.push(format!(
+                "node {} ({}) answers but is not a member: a removed node still running?",
+                i.id,
+                n.addrs.join(", ")
+            )),
+            None => degraded.push(format!(
+                "{} is no member's address and does not answer: {}",
+                n.addrs.join(", "),
+                n.error.as_deref().unwrap_or("-")
+            )),
+        }
+    }
+    if answered.iter().any(|(_, i)| !i.alarms.is_empty()) {
+        degraded.push("alarms raised (below)".into());
+    }
+    degraded
 }
 
 /// Why no primary serves, in words that agree with the counts (issue 36: "5 of 6 answer, a

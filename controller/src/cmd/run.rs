@@ -111,42 +111,15 @@ pub fn run(args: RunArgs) -> i32 {
 }
 
 async fn run_node(args: RunArgs) -> Result<(), String> {
-    let id = args.id;
-    let limits = xce_proto::wire::Limits::default();
-    // Issue 26: a node started with another node's certificate says so at once (before, it
-    // started without a word and its peers' refusals were all there was).
-    if let (Some(cert), Some(_)) = (&args.opts.tls_cert, &args.opts.tls_peer_ca) {
-        tls::check_own_cert(cert, id)?;
-    }
-    let links = Links::of(&args.opts, &limits)?;
-    let auth = auth_of(&args.opts)?;
-    let stores = open_stores(&args)?;
-    // C24: measured again now that the data directory holds the stores.
-    if let Some(g) = crate::base::disk::guard() {
-        g.remeasure();
-    }
-    let links = Links {
-        identity: stores.identity.clone(),
-        ..links
-    };
+    let (links, auth, stores) = prepare(&args)?;
+    let blank = stores.amnesia.unsure();
+    let port_state = stores.raft_port_state();
     // C22: the last index of the log as this process found it (handover entries at or below it
     // are history replayed from disk).
-    let start_last = {
-        use openraft::storage::RaftLogStorage;
-        let mut log = stores.log_reader.clone();
-        log.get_log_state()
-            .await
-            .map_err(|e| format!("raft log: {e}"))?
-            .last_log_id
-            .map(|l| l.index)
-    };
+    let start_last = last_index(&stores.log_reader).await?;
     let ports = bind(&args).await?;
     let lease = Arc::new(LeaseClock::default());
-    // C15 (amended): the silences of live peers, measured by the raft ports of both ends.
-    let pace = Arc::new(Pace::new(crate::raft::pace::Bounds {
-        lease: Duration::from_millis(args.opts.election_max_ms),
-        ceiling: Duration::from_millis(args.opts.election_ceiling_ms),
-    }));
+    let pace = pace_of(&args.opts);
     let raft = start_raft(&args, &links, &lease, &pace, stores.log, stores.sm).await?;
     check_membership(&raft, &args, &ports.me).await?;
     if stores.diverged.is() {
@@ -167,21 +140,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &stores.amnesia,
     );
     let amnesia = stores.amnesia.clone();
-    let started_blank = amnesia.unsure();
-    let forwarded = serve_raft_port(
-        ports.raft,
-        &raft,
-        &args,
-        guard,
-        RaftPortState {
-            amnesia: stores.amnesia,
-            identity: stores.identity.clone(),
-            digests: stores.digests.clone(),
-            diverged: stores.diverged.clone(),
-        },
-        &elect,
-        &links,
-    );
+    let forwarded = serve_raft_port(ports.raft, &raft, &args, guard, port_state, &elect, &links);
     let ready = start_tasks(
         &raft,
         &args,
@@ -194,34 +153,21 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &elect,
         amnesia,
     );
-    let ctx = Arc::new(Ctx {
-        id,
-        raft: raft.clone(),
-        applied: stores.applied,
-        spec: args.spec.clone(),
-        opts: args.opts.clone(),
-        limits,
-        primary_waiters: Default::default(),
-        crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
-        lease,
-        elect: elect.clone(),
-        proposer: crate::raft::propose::Proposer::start(raft.clone(), COMMIT_TIMEOUT),
-        cursors: crate::sm::listing::Cursors::for_node(id),
-        auth,
-        ready: ready.clone(),
-        tenure: Default::default(),
-        forwarder: forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            stores.identity.clone(),
-        ),
-        identity: stores.identity,
-        digests: stores.digests,
-        findings: Findings::new(),
-        diverged: stores.diverged,
-        saves: Default::default(),
-        data: args.data.clone(),
-    });
+    let ctx = Arc::new(node_ctx(
+        &args,
+        &raft,
+        &links,
+        &elect,
+        &ready,
+        CtxParts {
+            applied: stores.applied,
+            lease,
+            auth,
+            identity: stores.identity,
+            digests: stores.digests,
+            diverged: stores.diverged,
+        },
+    ));
     let serving = ctx.clone();
     serve_clients(
         ctx,
@@ -232,19 +178,136 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         &links,
         &forwarded,
     )?;
+    until_stopped(&raft, &serving, &ready, &elect, args.join || blank).await
+}
+
+impl Stores {
+    /// What the raft port reads of the stores.
+    fn raft_port_state(&self) -> RaftPortState {
+        RaftPortState {
+            amnesia: self.amnesia.clone(),
+            identity: self.identity.clone(),
+            digests: self.digests.clone(),
+            diverged: self.diverged.clone(),
+        }
+    }
+}
+
+/// What the node's context takes over from the stores and the start.
+struct CtxParts {
+    applied: SharedApplied,
+    lease: Arc<LeaseClock>,
+    auth: Auth,
+    identity: Arc<Identity>,
+    digests: Arc<Digests>,
+    diverged: Arc<Diverged>,
+}
+
+/// The node's context: what every client connection and task of the node shares.
+fn node_ctx(
+    args: &RunArgs,
+    raft: &Raft,
+    links: &Links,
+    elect: &Arc<Elections>,
+    ready: &Arc<Readiness>,
+    p: CtxParts,
+) -> Ctx {
+    let id = args.id;
+    Ctx {
+        id,
+        raft: raft.clone(),
+        applied: p.applied,
+        spec: args.spec.clone(),
+        opts: args.opts.clone(),
+        limits: xce_proto::wire::Limits::default(),
+        primary_waiters: Default::default(),
+        crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
+        lease: p.lease,
+        elect: elect.clone(),
+        proposer: crate::raft::propose::Proposer::start(raft.clone(), COMMIT_TIMEOUT),
+        cursors: crate::sm::listing::Cursors::for_node(id),
+        auth: p.auth,
+        ready: ready.clone(),
+        tenure: Default::default(),
+        forwarder: forward::Forwarder::new(
+            links.peer_tls.clone(),
+            links.max_rpc,
+            p.identity.clone(),
+        ),
+        identity: p.identity,
+        digests: p.digests,
+        findings: Findings::new(),
+        diverged: p.diverged,
+        saves: Default::default(),
+        data: args.data.clone(),
+    }
+}
+
+/// Serves until a signal stops the node (`Ok`), a storage fault (C21) or the node learns it
+/// was removed (issue 26); `run` ends the process with the status of each.
+async fn until_stopped(
+    raft: &Raft,
+    serving: &Ctx,
+    ready: &Readiness,
+    elect: &Elections,
+    replays_history: bool,
+) -> Result<(), String> {
+    let id = serving.id;
     tokio::select! {
-        () = stop_on_signal(&raft, &serving, &ready, &elect, id) => Ok(()),
-        // C21: `run` ends the process with its own status.
+        () = stop_on_signal(raft, serving, ready, elect, id) => Ok(()),
         why = fault::wait() => Err(format!("storage fault: {why}")),
-        // Issue 26: a removed member learns it and stops (`run` exits with its status).
         // A node that started blank replays the cluster's history like a `--join` node, in
         // which its id may have been removed and added again (found by the nemesis: a node
         // re-added, then its disk lost and restarted with its first flags, exited 78).
-        why = crate::raft::removed::watch(raft.clone(), id, args.join || started_blank) => {
-            crate::raft::stop(&raft).await;
+        why = crate::raft::removed::watch(raft.clone(), id, replays_history) => {
+            crate::raft::stop(raft).await;
             Err(why)
         }
     }
+}
+
+/// What a node needs before its ports open: its own certificate checked, its links' TLS and
+/// bounds, its callers' authorization, its stores opened.
+fn prepare(args: &RunArgs) -> Result<(Links, Auth, Stores), String> {
+    let id = args.id;
+    let limits = xce_proto::wire::Limits::default();
+    // Issue 26: a node started with another node's certificate says so at once (before, it
+    // started without a word and its peers' refusals were all there was).
+    if let (Some(cert), Some(_)) = (&args.opts.tls_cert, &args.opts.tls_peer_ca) {
+        tls::check_own_cert(cert, id)?;
+    }
+    let links = Links::of(&args.opts, &limits)?;
+    let auth = auth_of(&args.opts)?;
+    let stores = open_stores(args)?;
+    // C24: measured again now that the data directory holds the stores.
+    if let Some(g) = crate::base::disk::guard() {
+        g.remeasure();
+    }
+    let links = Links {
+        identity: stores.identity.clone(),
+        ..links
+    };
+    Ok((links, auth, stores))
+}
+
+/// C15 (amended): the silences of live peers, measured by the raft ports of both ends.
+fn pace_of(o: &NodeOpts) -> Arc<Pace> {
+    Arc::new(Pace::new(crate::raft::pace::Bounds {
+        lease: Duration::from_millis(o.election_max_ms),
+        ceiling: Duration::from_millis(o.election_ceiling_ms),
+    }))
+}
+
+/// The last index of the log as this process found it.
+async fn last_index(log: &LogStore) -> Result<Option<u64>, String> {
+    use openraft::storage::RaftLogStorage;
+    let mut log = log.clone();
+    Ok(log
+        .get_log_state()
+        .await
+        .map_err(|e| format!("raft log: {e}"))?
+        .last_log_id
+        .map(|l| l.index))
 }
 
 /// How this node's ports are secured and bounded: the client port's TLS, mutual TLS between
@@ -332,7 +395,42 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         args.spec.nodes.keys().copied().collect(),
     )
     .map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let belonging = store::open_belonging(&st, blank)?;
+    let identity = identity_of(&st, args, blank)?;
+    let diverged = Diverged::open(id, &args.data);
+    let digests = Digests::new();
+    let log = LogStore::new(&st);
+    // C12: the node's own election, told by the store once its vote is on disk.
+    let told = amnesia.clone();
+    log.on_vote(Box::new(move |vote| told.vote_saved(vote)));
+    let log_reader = log.clone();
+    let mut sm =
+        StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
+    let (handover_tx, handover_rx) = tokio::sync::mpsc::unbounded_channel();
+    sm.handovers = Some(Box::new(move |log_id, batch| {
+        crate::raft::handover::note(&handover_tx, log_id, batch)
+    }));
+    sm.digests = Some(digests.clone());
+    sm.on_cluster = Some(adopt_on_apply(identity.clone(), id));
+    sm.note_cluster();
+    let applied = sm.applied.clone();
+    Ok(Stores {
+        amnesia,
+        log,
+        log_reader,
+        sm,
+        handovers: handover_rx,
+        applied,
+        identity,
+        digests,
+        diverged,
+    })
+}
+
+/// C20: the cluster this node belongs to, as its data records it, and how a cluster id it
+/// takes is saved.
+fn identity_of(st: &store::Store, args: &RunArgs, blank: bool) -> Result<Arc<Identity>, String> {
+    let id = args.id;
+    let belonging = store::open_belonging(st, blank)?;
     let persist = st.clone();
     let meta_file = args.data.join(crate::raft::meta::META_FILE);
     // C21 (issue 35, defect 5): a failed save of the cluster id is a storage fault like any
@@ -359,22 +457,12 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         ),
         crate::base::cluster_id::Belonging::Pending => {}
     }
-    let diverged = Diverged::open(id, &args.data);
-    let digests = Digests::new();
-    let log = LogStore::new(&st);
-    // C12: the node's own election, told by the store once its vote is on disk.
-    let told = amnesia.clone();
-    log.on_vote(Box::new(move |vote| told.vote_saved(vote)));
-    let log_reader = log.clone();
-    let mut sm =
-        StateMachineStore::open(id, &args.data).map_err(|e| format!("state machine: {e}"))?;
-    let (handover_tx, handover_rx) = tokio::sync::mpsc::unbounded_channel();
-    sm.handovers = Some(Box::new(move |log_id, batch| {
-        crate::raft::handover::note(&handover_tx, log_id, batch)
-    }));
-    sm.digests = Some(digests.clone());
-    let adopting = identity.clone();
-    sm.on_cluster = Some(Box::new(move |c| {
+    Ok(identity)
+}
+
+/// C20: what the state machine calls when it applies the cluster's id: the node takes it.
+fn adopt_on_apply(adopting: Arc<Identity>, id: NodeId) -> crate::raft::store::OnCluster {
+    Box::new(move |c| {
         let tag = ClusterTag {
             id: c.id,
             epoch: c.epoch,
@@ -391,19 +479,6 @@ fn open_stores(args: &RunArgs) -> Result<Stores, String> {
         } else {
             adopt();
         }
-    }));
-    sm.note_cluster();
-    let applied = sm.applied.clone();
-    Ok(Stores {
-        amnesia,
-        log,
-        log_reader,
-        sm,
-        handovers: handover_rx,
-        applied,
-        identity,
-        digests,
-        diverged,
     })
 }
 

@@ -56,57 +56,17 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let spec = ClusterSpec::loopback(args.nodes, args.base_port);
     // C13: every link with mutual TLS, certificates made (or reused) in the --tls directory.
-    let tls = match &args.tls {
-        None => None,
-        Some(dir) => {
-            crate::cmd::pki::local(dir, args.nodes, &Default::default())?;
-            println!("certificates in {}: ca.pem, admin, scheduler, worker-host1, user-alice, user-bob (.pem/.key), token.key", dir.display());
-            Some((
-                dir.clone(),
-                crate::base::tls::client_connector(
-                    &dir.join("ca.pem"),
-                    Some(&(dir.join("admin.pem"), dir.join("admin.key"))),
-                )?,
-            ))
-        }
-    };
+    let tls = tls_of(&args)?;
 
     let mut nodes = Vec::new();
     for i in 1..=args.nodes {
-        let client = format!("127.0.0.1:{}", args.base_port + i - 1);
-        let metrics = format!(
-            "127.0.0.1:{}",
-            args.base_port + i - 1 + crate::base::config::METRICS_PORT_OFFSET
-        );
-        let child = Command::new(&exe)
-            .arg("run")
-            .args(["--id", &i.to_string(), "--cluster", &spec])
-            .arg("--data")
-            .arg(args.data.join(format!("node-{i}")))
-            .args(["--metrics", &metrics])
-            .args(&args.node_flags)
-            .args(
-                tls.as_ref()
-                    .map(|(dir, _)| tls_flags(dir, i))
-                    .unwrap_or_default(),
-            )
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("spawn node {i}: {e}"))?;
-        let pid = child.id().unwrap_or(0);
-        let pid_file = args.data.join(format!("node-{i}.pid"));
-        std::fs::write(&pid_file, format!("{pid}\n"))
-            .map_err(|e| format!("{}: {e}", pid_file.display()))?;
-        println!("node {i} client={client} pid={pid}");
-        println!("metrics {i} http://{metrics}/metrics");
-        nodes.push(NodeProc {
-            id: i,
-            client,
-            child,
-            pid_file,
-            alive: true,
-        });
+        nodes.push(spawn_node(
+            &args,
+            &exe,
+            &spec,
+            tls.as_ref().map(|t| &t.0),
+            i,
+        )?);
     }
     let _ = std::io::stdout().flush();
 
@@ -155,14 +115,79 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         let _ = std::io::stdout().flush();
     }
 
+    stop_all(&mut nodes).await;
+    failed.map_or(Ok(()), Err)
+}
+
+/// C13: with `--tls DIR`, the certificates made (or reused) there and the admin's connector.
+fn tls_of(args: &ClusterArgs) -> Result<Option<(PathBuf, tokio_rustls::TlsConnector)>, String> {
+    Ok(match &args.tls {
+        None => None,
+        Some(dir) => {
+            crate::cmd::pki::local(dir, args.nodes, &Default::default())?;
+            println!("certificates in {}: ca.pem, admin, scheduler, worker-host1, user-alice, user-bob (.pem/.key), token.key", dir.display());
+            Some((
+                dir.clone(),
+                crate::base::tls::client_connector(
+                    &dir.join("ca.pem"),
+                    Some(&(dir.join("admin.pem"), dir.join("admin.key"))),
+                )?,
+            ))
+        }
+    })
+}
+
+/// Starts node `i` (this binary with `run`), its pid in `DATA/node-I.pid`; says where it
+/// serves.
+fn spawn_node(
+    args: &ClusterArgs,
+    exe: &std::path::Path,
+    spec: &str,
+    tls: Option<&PathBuf>,
+    i: u16,
+) -> Result<NodeProc, String> {
+    let client = format!("127.0.0.1:{}", args.base_port + i - 1);
+    let metrics = format!(
+        "127.0.0.1:{}",
+        args.base_port + i - 1 + crate::base::config::METRICS_PORT_OFFSET
+    );
+    let child = Command::new(&exe)
+        .arg("run")
+        .args(["--id", &i.to_string(), "--cluster", &spec])
+        .arg("--data")
+        .arg(args.data.join(format!("node-{i}")))
+        .args(["--metrics", &metrics])
+        .args(&args.node_flags)
+        .args(tls.map(|dir| tls_flags(dir, i)).unwrap_or_default())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn node {i}: {e}"))?;
+    let pid = child.id().unwrap_or(0);
+    let pid_file = args.data.join(format!("node-{i}.pid"));
+    std::fs::write(&pid_file, format!("{pid}\n"))
+        .map_err(|e| format!("{}: {e}", pid_file.display()))?;
+    println!("node {i} client={client} pid={pid}");
+    println!("metrics {i} http://{metrics}/metrics");
+    Ok(NodeProc {
+        id: i,
+        client,
+        child,
+        pid_file,
+        alive: true,
+    })
+}
+
+/// SIGTERM to every node, SIGKILL to any still running after [`STOP_GRACE`].
+async fn stop_all(nodes: &mut [NodeProc]) {
     eprintln!("cluster: stopping {} nodes", nodes.len());
-    for n in &nodes {
+    for n in nodes.iter() {
         if let Some(pid) = n.child.id() {
             // SAFETY: plain kill(2) on a child we spawned and have not reaped yet.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
         }
     }
-    for n in &mut nodes {
+    for n in nodes.iter_mut() {
         if tokio::time::timeout(STOP_GRACE, n.child.wait())
             .await
             .is_err()
@@ -172,7 +197,6 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         }
         let _ = std::fs::remove_file(&n.pid_file);
     }
-    failed.map_or(Ok(()), Err)
 }
 
 /// A cluster with no primary for this long is reported as having no quorum.

@@ -749,62 +749,7 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
         "FREE"
     ));
     for n in &view.nodes {
-        let addr = n.addrs.join(",");
-        match &n.info {
-            Some(i) => {
-                let lag = head_index.map_or("-".to_string(), |h| {
-                    h.saturating_sub(i.applied_index).to_string()
-                });
-                let contact = match i.last_contact_ms {
-                    ms if ms < 0 => "-".to_string(),
-                    ms => format!("{ms} ms"),
-                };
-                let mut r = role(i.role).to_string();
-                if !n.member {
-                    r = format!("{r}!");
-                } else if !n.voter {
-                    r = "learner".into();
-                }
-                out.push_str(&format!(
-                    "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} \
-                     {:>6} {:>6} {}\n",
-                    addr,
-                    i.id,
-                    r,
-                    i.term,
-                    match i.primary_id {
-                        0 => "-".to_string(),
-                        x => x.to_string(),
-                    },
-                    i.last_log_index,
-                    i.committed_index,
-                    i.applied_index,
-                    lag,
-                    contact,
-                    ms_text(i.uptime_ms),
-                    size_text(i.db_size_bytes),
-                    size_text(i.disk_free_bytes),
-                    if i.version.is_empty() {
-                        "-"
-                    } else {
-                        &i.version
-                    }
-                ));
-            }
-            None => {
-                let id = if n.member {
-                    n.id.to_string()
-                } else {
-                    "?".into()
-                };
-                out.push_str(&format!(
-                    "{:<24} {:>3} unreachable: {}\n",
-                    addr,
-                    id,
-                    n.error.as_deref().unwrap_or("-")
-                ));
-            }
-        }
+        out.push_str(&row_text(n, head_index));
     }
     let members = view.nodes.iter().filter(|n| n.member).count();
     let up = view
@@ -833,6 +778,66 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
         view.health as i32
     ));
     out
+}
+
+/// One node's row of the table (`head_index`: the primary's last log index, for the lag).
+fn row_text(n: &Node, head_index: Option<u64>) -> String {
+    let addr = n.addrs.join(",");
+    match &n.info {
+        Some(i) => {
+            let lag = head_index.map_or("-".to_string(), |h| {
+                h.saturating_sub(i.applied_index).to_string()
+            });
+            let contact = match i.last_contact_ms {
+                ms if ms < 0 => "-".to_string(),
+                ms => format!("{ms} ms"),
+            };
+            let mut r = role(i.role).to_string();
+            if !n.member {
+                r = format!("{r}!");
+            } else if !n.voter {
+                r = "learner".into();
+            }
+            format!(
+                "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} \
+                 {:>6} {:>6} {}\n",
+                addr,
+                i.id,
+                r,
+                i.term,
+                match i.primary_id {
+                    0 => "-".to_string(),
+                    x => x.to_string(),
+                },
+                i.last_log_index,
+                i.committed_index,
+                i.applied_index,
+                lag,
+                contact,
+                ms_text(i.uptime_ms),
+                size_text(i.db_size_bytes),
+                size_text(i.disk_free_bytes),
+                if i.version.is_empty() {
+                    "-"
+                } else {
+                    &i.version
+                }
+            )
+        }
+        None => {
+            let id = if n.member {
+                n.id.to_string()
+            } else {
+                "?".into()
+            };
+            format!(
+                "{:<24} {:>3} unreachable: {}\n",
+                addr,
+                id,
+                n.error.as_deref().unwrap_or("-")
+            )
+        }
+    }
 }
 
 /// C20, C19: the cluster's id, members of another, the consistency check's result (`check`:

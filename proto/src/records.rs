@@ -149,6 +149,26 @@ impl Kernel for KernelConnection<rustls::server::ServerConnectionData> {
     }
 }
 
+/// The body length a record header `h` announces, once its type and version are checked:
+/// before waiting for the body, so a bogus length is refused at once.
+fn record_len(h: &[u8]) -> Result<usize, Error> {
+    let len = u16::from_be_bytes([h[3], h[4]]) as usize;
+    if h[0] != u8::from(ContentType::ApplicationData) {
+        return Err(Error::InappropriateMessage {
+            expect_types: vec![ContentType::ApplicationData],
+            got_type: ContentType::from(h[0]),
+        });
+    }
+    if h[1] != 3 || len > MAX_CIPHERTEXT {
+        return Err(if len > MAX_CIPHERTEXT {
+            Error::PeerSentOversizedRecord
+        } else {
+            Error::InvalidMessage(rustls::InvalidMessage::UnknownProtocolVersion)
+        });
+    }
+    Ok(len)
+}
+
 fn unexpected() -> Error {
     Error::InappropriateMessage {
         expect_types: vec![ContentType::ApplicationData],
@@ -330,22 +350,7 @@ impl<K: Kernel> Records<K> {
     ) -> Result<Opened, Error> {
         let mut at = 0;
         while !self.closed && input.len() - at >= HEADER {
-            let h = &input[at..at + HEADER];
-            let len = u16::from_be_bytes([h[3], h[4]]) as usize;
-            // Checked before waiting for the body: a bogus length is refused at once.
-            if h[0] != u8::from(ContentType::ApplicationData) {
-                return Err(Error::InappropriateMessage {
-                    expect_types: vec![ContentType::ApplicationData],
-                    got_type: ContentType::from(h[0]),
-                });
-            }
-            if h[1] != 3 || len > MAX_CIPHERTEXT {
-                return Err(if len > MAX_CIPHERTEXT {
-                    Error::PeerSentOversizedRecord
-                } else {
-                    Error::InvalidMessage(rustls::InvalidMessage::UnknownProtocolVersion)
-                });
-            }
+            let len = record_len(&input[at..at + HEADER])?;
             if input.len() - at < HEADER + len {
                 break;
             }
@@ -361,55 +366,68 @@ impl<K: Kernel> Records<K> {
             let p = self.dec.decrypt(m, self.rx_seq)?;
             self.rx_seq += 1;
             at += HEADER + len;
-            match p.typ {
-                ContentType::ApplicationData => {
-                    if !self.hs.is_empty() {
-                        // A handshake message may not be interleaved with data.
-                        return Err(unexpected());
-                    }
-                    plain.extend_from_slice(p.payload);
-                    self.key_updates_left = KEY_UPDATES_IN_A_ROW;
-                }
-                ContentType::Alert => match p.payload {
-                    [_, d] if AlertDescription::from(*d) == AlertDescription::CloseNotify => {
-                        self.closed = true;
-                    }
-                    [_, d] if AlertDescription::from(*d) == AlertDescription::UserCanceled => {
-                        self.warnings_left =
-                            self.warnings_left
-                                .checked_sub(1)
-                                .ok_or(Error::PeerMisbehaved(
-                                    rustls::PeerMisbehaved::TooManyWarningAlertsReceived,
-                                ))?;
-                    }
-                    [_, d] => return Err(Error::AlertReceived(AlertDescription::from(*d))),
-                    _ => {
-                        return Err(Error::InvalidMessage(
-                            rustls::InvalidMessage::MessageTooShort,
-                        ))
-                    }
-                },
-                ContentType::Handshake => {
-                    if self.hs.len() + p.payload.len() > MAX_HANDSHAKE {
-                        return Err(Error::InvalidMessage(
-                            rustls::InvalidMessage::HandshakePayloadTooLarge,
-                        ));
-                    }
-                    self.hs.extend_from_slice(p.payload);
-                    self.handshake_messages(out)?;
-                }
-                other => {
-                    return Err(Error::InappropriateMessage {
-                        expect_types: vec![ContentType::ApplicationData],
-                        got_type: other,
-                    })
-                }
-            }
+            self.opened(p.typ, p.payload, plain, out)?;
         }
         Ok(Opened {
             consumed: at,
             closed: self.closed,
         })
+    }
+
+    /// What one decrypted record of type `typ` carried: data to `plain`, an alert, or
+    /// handshake bytes (a `KeyUpdate`'s answer to `out`).
+    fn opened(
+        &mut self,
+        typ: ContentType,
+        payload: &[u8],
+        plain: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        match typ {
+            ContentType::ApplicationData => {
+                if !self.hs.is_empty() {
+                    // A handshake message may not be interleaved with data.
+                    return Err(unexpected());
+                }
+                plain.extend_from_slice(payload);
+                self.key_updates_left = KEY_UPDATES_IN_A_ROW;
+            }
+            ContentType::Alert => match payload {
+                [_, d] if AlertDescription::from(*d) == AlertDescription::CloseNotify => {
+                    self.closed = true;
+                }
+                [_, d] if AlertDescription::from(*d) == AlertDescription::UserCanceled => {
+                    self.warnings_left =
+                        self.warnings_left
+                            .checked_sub(1)
+                            .ok_or(Error::PeerMisbehaved(
+                                rustls::PeerMisbehaved::TooManyWarningAlertsReceived,
+                            ))?;
+                }
+                [_, d] => return Err(Error::AlertReceived(AlertDescription::from(*d))),
+                _ => {
+                    return Err(Error::InvalidMessage(
+                        rustls::InvalidMessage::MessageTooShort,
+                    ))
+                }
+            },
+            ContentType::Handshake => {
+                if self.hs.len() + payload.len() > MAX_HANDSHAKE {
+                    return Err(Error::InvalidMessage(
+                        rustls::InvalidMessage::HandshakePayloadTooLarge,
+                    ));
+                }
+                self.hs.extend_from_slice(payload);
+                self.handshake_messages(out)?;
+            }
+            other => {
+                return Err(Error::InappropriateMessage {
+                    expect_types: vec![ContentType::ApplicationData],
+                    got_type: other,
+                })
+            }
+        }
+        Ok(())
     }
 
     /// Handles the complete messages buffered in `hs`.

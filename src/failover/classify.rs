@@ -123,104 +123,106 @@ mod tests {
     use super::*;
     use crate::error::{E_XCE_AUTH, E_XCE_INTERNAL, E_XCE_PROTO, E_XCE_TLS};
 
-    fn s(code: i32) -> AttemptOutcome {
+    const fn s(code: i32) -> AttemptOutcome {
         AttemptOutcome::Status(code)
     }
-    fn t(e: Error) -> AttemptOutcome {
+    const fn t(e: Error) -> AttemptOutcome {
         AttemptOutcome::Transport(e)
     }
 
-    /// failover.md's table, row by row: (outcome, attempt, is_write, expected).
+    /// failover.md's status table, row by row, as data: (outcome, an earlier send may have
+    /// been applied, is_write, expected). [`status_table`] checks [`classify`] against it.
+    const STATUS_TABLE: &[(AttemptOutcome, bool, bool, Classification)] = &[
+        // done
+        (s(0), false, false, Success),
+        (s(0), true, true, Success),
+        (s(17), false, false, Success), // a positive count
+        // standby answers
+        (s(-E_XCE_REDIRECT), false, false, RetryNow),
+        (s(-E_XCE_REDIRECT), true, true, RetryNow),
+        (s(-E_XCE_STANDBY), false, true, RetryNow),
+        (s(-E_XCE_NOMASTER), false, false, RetryBackoff),
+        (s(-E_XCE_NOMASTER), true, true, RetryBackoff),
+        (s(-E_XCE_NOT_READY), false, false, RetryBackoff),
+        (s(-E_XCE_NOT_READY), true, true, RetryBackoff),
+        // F19 (amended): placed in the log, not confirmed: backoff, re-send the same id
+        (s(-E_XCE_UNKNOWN), false, true, RetryBackoff),
+        (s(-E_XCE_UNKNOWN), true, true, RetryBackoff),
+        (s(-E_XCE_UNKNOWN), false, false, RetryBackoff),
+        // F16: DUP is the earlier send's success only when that send's outcome is unknown;
+        // after answered sends (e.g. a redirect) it is a genuine duplicate. EEXIST alike.
+        (s(-E_XCE_DUP_JOB), true, true, Success),
+        (s(-E_XCE_DUP_JOB), false, true, Terminal),
+        (s(-libc::EEXIST), true, true, Success),
+        (s(-libc::EEXIST), false, true, Terminal),
+        (s(-E_XCE_DUP_JOB), true, false, Terminal), // a read never "was applied"
+        // transport failures
+        (t(Error::Errno(libc::ECONNREFUSED)), false, false, RetryNow),
+        (t(Error::Errno(libc::ECONNRESET)), true, true, RetryNow),
+        (t(Error::Errno(libc::EPIPE)), false, true, RetryNow),
+        (t(Error::Errno(libc::ETIMEDOUT)), false, false, RetryNow),
+        (t(Error::Errno(libc::EHOSTUNREACH)), false, false, RetryNow),
+        (t(Error::Errno(libc::ENETUNREACH)), false, false, RetryNow),
+        // a certificate problem is the same on every master: terminal, E_XCE_TLS (C13)
+        (
+            t(Error::Tls(crate::error::TlsCause::UnknownCa)),
+            false,
+            false,
+            Terminal,
+        ),
+        (
+            t(Error::Tls(crate::error::TlsCause::RefusedByPeer)),
+            true,
+            true,
+            Terminal,
+        ),
+        (
+            t(Error::Tls(crate::error::TlsCause::PeerSpeaksTls)),
+            false,
+            false,
+            Terminal,
+        ),
+        (
+            t(Error::Tls(crate::error::TlsCause::Unspecified)),
+            false,
+            false,
+            RetryNow,
+        ),
+        // undecodable replies count as transport
+        (t(Error::Proto), false, false, RetryNow),
+        (t(Error::Proto), true, true, RetryNow),
+        // the caller stops the call: woken, cancelled, context stopped
+        (t(Error::Errno(libc::EINTR)), false, false, Terminal),
+        (t(Error::Errno(libc::ECANCELED)), true, true, Terminal),
+        (t(Error::Closed), false, true, Terminal),
+        // a reply too large for this client (or one the controller cannot split, sent as a
+        // status): the same on every master, never a failover
+        (t(Error::TooBig), false, false, Terminal),
+        (s(-crate::error::E_XCE_TOOBIG), false, false, Terminal),
+        // C24: a primary past its storage quota refuses new work: final, on a re-send too
+        (s(-E_XCE_NOSPACE), false, true, Terminal),
+        (s(-E_XCE_NOSPACE), true, true, Terminal),
+        // C19: the CORRUPT alarm is the same on every controller: never a failover.
+        (s(-crate::error::E_XCE_CORRUPT), true, true, Terminal),
+        // a paged listing's cursor unknown to this controller: the listing starts over
+        (s(-libc::ESTALE), false, false, Terminal),
+        // anything else a controller says is final
+        (s(-libc::EINVAL), false, false, Terminal),
+        (s(-libc::ENOENT), true, false, Terminal),
+        (s(-libc::EPERM), false, true, Terminal),
+        (s(-libc::EACCES), false, true, Terminal),
+        (s(-E_XCE_AUTH), true, true, Terminal),
+        (s(-E_XCE_PROTO), false, false, Terminal), // PROTO sent as a status
+        (s(-E_XCE_TLS), false, false, Terminal),
+        (s(-E_XCE_INTERNAL), false, false, Terminal),
+        (s(-libc::ECONNREFUSED), false, false, Terminal), // an errno *status* is not transport
+        (s(i32::MIN), false, false, Terminal),
+    ];
+
+    /// F4: the classification of every row of failover.md's table ([`STATUS_TABLE`]).
     #[test]
     fn status_table() {
-        // (outcome, an earlier send may have been applied, is_write, expected)
-        let table: &[(AttemptOutcome, bool, bool, Classification)] = &[
-            // done
-            (s(0), false, false, Success),
-            (s(0), true, true, Success),
-            (s(17), false, false, Success), // a positive count
-            // standby answers
-            (s(-E_XCE_REDIRECT), false, false, RetryNow),
-            (s(-E_XCE_REDIRECT), true, true, RetryNow),
-            (s(-E_XCE_STANDBY), false, true, RetryNow),
-            (s(-E_XCE_NOMASTER), false, false, RetryBackoff),
-            (s(-E_XCE_NOMASTER), true, true, RetryBackoff),
-            (s(-E_XCE_NOT_READY), false, false, RetryBackoff),
-            (s(-E_XCE_NOT_READY), true, true, RetryBackoff),
-            // F19 (amended): placed in the log, not confirmed: backoff, re-send the same id
-            (s(-E_XCE_UNKNOWN), false, true, RetryBackoff),
-            (s(-E_XCE_UNKNOWN), true, true, RetryBackoff),
-            (s(-E_XCE_UNKNOWN), false, false, RetryBackoff),
-            // F16: DUP is the earlier send's success only when that send's outcome is unknown;
-            // after answered sends (e.g. a redirect) it is a genuine duplicate. EEXIST alike.
-            (s(-E_XCE_DUP_JOB), true, true, Success),
-            (s(-E_XCE_DUP_JOB), false, true, Terminal),
-            (s(-libc::EEXIST), true, true, Success),
-            (s(-libc::EEXIST), false, true, Terminal),
-            (s(-E_XCE_DUP_JOB), true, false, Terminal), // a read never "was applied"
-            // transport failures
-            (t(Error::Errno(libc::ECONNREFUSED)), false, false, RetryNow),
-            (t(Error::Errno(libc::ECONNRESET)), true, true, RetryNow),
-            (t(Error::Errno(libc::EPIPE)), false, true, RetryNow),
-            (t(Error::Errno(libc::ETIMEDOUT)), false, false, RetryNow),
-            (t(Error::Errno(libc::EHOSTUNREACH)), false, false, RetryNow),
-            (t(Error::Errno(libc::ENETUNREACH)), false, false, RetryNow),
-            // a certificate problem is the same on every master: terminal, E_XCE_TLS (C13)
-            (
-                t(Error::Tls(crate::error::TlsCause::UnknownCa)),
-                false,
-                false,
-                Terminal,
-            ),
-            (
-                t(Error::Tls(crate::error::TlsCause::RefusedByPeer)),
-                true,
-                true,
-                Terminal,
-            ),
-            (
-                t(Error::Tls(crate::error::TlsCause::PeerSpeaksTls)),
-                false,
-                false,
-                Terminal,
-            ),
-            (
-                t(Error::Tls(crate::error::TlsCause::Unspecified)),
-                false,
-                false,
-                RetryNow,
-            ),
-            // undecodable replies count as transport
-            (t(Error::Proto), false, false, RetryNow),
-            (t(Error::Proto), true, true, RetryNow),
-            // the caller stops the call: woken, cancelled, context stopped
-            (t(Error::Errno(libc::EINTR)), false, false, Terminal),
-            (t(Error::Errno(libc::ECANCELED)), true, true, Terminal),
-            (t(Error::Closed), false, true, Terminal),
-            // a reply too large for this client (or one the controller cannot split, sent as a
-            // status): the same on every master, never a failover
-            (t(Error::TooBig), false, false, Terminal),
-            (s(-crate::error::E_XCE_TOOBIG), false, false, Terminal),
-            // C24: a primary past its storage quota refuses new work: final, on a re-send too
-            (s(-E_XCE_NOSPACE), false, true, Terminal),
-            (s(-E_XCE_NOSPACE), true, true, Terminal),
-            // C19: the CORRUPT alarm is the same on every controller: never a failover.
-            (s(-crate::error::E_XCE_CORRUPT), true, true, Terminal),
-            // a paged listing's cursor unknown to this controller: the listing starts over
-            (s(-libc::ESTALE), false, false, Terminal),
-            // anything else a controller says is final
-            (s(-libc::EINVAL), false, false, Terminal),
-            (s(-libc::ENOENT), true, false, Terminal),
-            (s(-libc::EPERM), false, true, Terminal),
-            (s(-libc::EACCES), false, true, Terminal),
-            (s(-E_XCE_AUTH), true, true, Terminal),
-            (s(-E_XCE_PROTO), false, false, Terminal), // PROTO sent as a status
-            (s(-E_XCE_TLS), false, false, Terminal),
-            (s(-E_XCE_INTERNAL), false, false, Terminal),
-            (s(-libc::ECONNREFUSED), false, false, Terminal), // an errno *status* is not transport
-            (s(i32::MIN), false, false, Terminal),
-        ];
-        for (i, &(outcome, applied, is_write, want)) in table.iter().enumerate() {
+        for (i, &(outcome, applied, is_write, want)) in STATUS_TABLE.iter().enumerate() {
             assert_eq!(
                 classify(outcome, applied, is_write),
                 want,

@@ -191,48 +191,34 @@ impl Connection {
         deadline: Instant,
         waker: &Waker,
     ) -> Result<(usize, Connection), Error> {
-        use super::waker::MAX_WAIT_FDS;
-        let attempts: Vec<(usize, SocketAddr)> = hosts
-            .iter()
-            .enumerate()
-            .flat_map(|(i, (_, addrs))| addrs.iter().map(move |a| (i, *a)))
-            .collect();
-        let mut last = Error::Lookup;
-        let mut pending: Vec<(usize, OwnedFd)> = Vec::new();
-        let mut next = 0;
-        let mut next_start = Instant::now();
+        let mut race = Race {
+            attempts: hosts
+                .iter()
+                .enumerate()
+                .flat_map(|(i, (_, addrs))| addrs.iter().map(move |a| (i, *a)))
+                .collect(),
+            next: 0,
+            next_start: Instant::now(),
+            pending: Vec::new(),
+            last: Error::Lookup,
+        };
         loop {
-            // Start the attempts that are due (or all remaining ones if none is pending).
-            while next < attempts.len()
-                && pending.len() < MAX_WAIT_FDS
-                && (pending.is_empty() || Instant::now() >= next_start)
-            {
-                let (i, addr) = attempts[next];
-                next += 1;
-                match start_connect(addr) {
-                    Ok((fd, true)) => {
-                        let sock = TcpStream::from(fd);
-                        let conn = Connection::established(
-                            hosts[i].0, sock, tls, limits, deadline, waker,
-                        )?;
-                        return Ok((i, conn));
-                    }
-                    Ok((fd, false)) => {
-                        pending.push((i, fd));
-                        next_start = Instant::now() + stagger;
-                    }
-                    Err(e) => last = e,
-                }
+            if let Some((i, fd)) = race.start_due(stagger) {
+                let sock = TcpStream::from(fd);
+                let conn = Connection::established(hosts[i].0, sock, tls, limits, deadline, waker)?;
+                return Ok((i, conn));
             }
-            if pending.is_empty() {
-                return Err(last);
+            if race.pending.is_empty() {
+                return Err(race.last);
             }
-            let until = if next < attempts.len() {
-                next_start.min(deadline)
+            let more = race.next < race.attempts.len();
+            let until = if more {
+                race.next_start.min(deadline)
             } else {
                 deadline
             };
-            let mut fds: Vec<libc::pollfd> = pending
+            let mut fds: Vec<libc::pollfd> = race
+                .pending
                 .iter()
                 .map(|(_, fd)| libc::pollfd {
                     fd: fd.as_raw_fd(),
@@ -242,38 +228,17 @@ impl Connection {
                 .collect();
             let ready = waker.wait_fds(&mut fds, Some(until))?;
             if !ready {
-                if Instant::now() >= deadline || next >= attempts.len() || waker.watch_fired() {
+                if Instant::now() >= deadline || !more || waker.watch_fired() {
                     return Err(Error::Errno(libc::ETIMEDOUT));
                 }
                 continue; // time to start the next attempt
             }
-            // The first ready attempt in host order that connected wins.
-            let mut done: Vec<usize> = (0..pending.len())
-                .filter(|&k| fds[k].revents != 0)
-                .collect();
-            done.sort_by_key(|&k| pending[k].0);
-            let mut winner = None;
-            for &k in &done {
-                match so_error(&pending[k].1) {
-                    Ok(()) if winner.is_none() => winner = Some(k),
-                    Ok(()) => {}
-                    Err(e) => last = e,
-                }
-            }
-            if let Some(k) = winner {
-                let (i, fd) = pending.swap_remove(k);
-                drop(pending); // the losers are closed
+            if let Some((i, fd)) = race.settle(&fds) {
+                drop(race); // the losers are closed
                 let sock = TcpStream::from(fd);
                 let conn = Connection::established(hosts[i].0, sock, tls, limits, deadline, waker)?;
                 return Ok((i, conn));
             }
-            let failed: Vec<usize> = done;
-            let mut k = 0;
-            pending.retain(|_| {
-                let keep = !failed.contains(&k);
-                k += 1;
-                keep
-            });
         }
     }
 
@@ -565,15 +530,7 @@ impl Connection {
         waker: &Waker,
     ) -> Result<ClientTls, Error> {
         use rustls::unbuffered::ConnectionState;
-        // The keys leave rustls only where the configuration allows it (ours does).
-        let cfg = if cfg.enable_secret_extraction {
-            cfg.clone()
-        } else {
-            let mut c = (**cfg).clone();
-            c.enable_secret_extraction = true;
-            Arc::new(c)
-        };
-        let mut conn = rustls::client::UnbufferedClientConnection::new(cfg, name)
+        let mut conn = rustls::client::UnbufferedClientConnection::new(extractable(cfg), name)
             .map_err(|e| Error::Tls(cause_of(&e)))?;
         // Received bytes rustls has not consumed yet (at most a handshake message's worth).
         let mut inbuf: Vec<u8> = Vec::new();
@@ -621,41 +578,36 @@ impl Connection {
                 break;
             }
             if read_more {
-                if inbuf.len() >= super::records::MAX_HANDSHAKE + MAX_RECORD {
-                    return Err(Error::Tls(TlsCause::NotTls));
-                }
-                let at = inbuf.len();
-                inbuf.resize(at + READ_CHUNK, 0);
-                let r = (&*self.sock).read(&mut inbuf[at..]);
-                inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
-                match r {
-                    Ok(0) => return Err(Error::Errno(libc::ECONNRESET)),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.wait(libc::POLLIN, deadline, waker)?
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::from_io(&e)),
-                }
+                self.read_handshake(&mut inbuf, deadline, waker)?;
             }
         }
-        let (secrets, kernel) = conn
-            .dangerous_into_kernel_connection()
-            .map_err(|e| Error::Tls(cause_of(&e)))?;
-        let records = Records::new(secrets, kernel).map_err(|e| Error::Tls(cause_of(&e)))?;
-        // What followed the handshake in the last read (the controller's session tickets,
-        // say) is the first input of the record layer.
-        if inbuf.len() > MAX_RECORD {
+        into_record_layer(conn, &inbuf)
+    }
+
+    /// Appends what the socket has to `inbuf` (the handshake's next bytes), waiting for them
+    /// until `deadline`. A peer that sends more than a handshake's worth is not TLS.
+    fn read_handshake(
+        &self,
+        inbuf: &mut Vec<u8>,
+        deadline: Instant,
+        waker: &Waker,
+    ) -> Result<(), Error> {
+        if inbuf.len() >= super::records::MAX_HANDSHAKE + MAX_RECORD {
             return Err(Error::Tls(TlsCause::NotTls));
         }
-        let mut buf = vec![0u8; TLS_INBUF].into_boxed_slice();
-        buf[..inbuf.len()].copy_from_slice(&inbuf);
-        Ok(ClientTls {
-            records,
-            inlen: inbuf.len(),
-            inbuf: buf,
-            out: Vec::new(),
-        })
+        let at = inbuf.len();
+        inbuf.resize(at + READ_CHUNK, 0);
+        let r = (&*self.sock).read(&mut inbuf[at..]);
+        inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+        match r {
+            Ok(0) => Err(Error::Errno(libc::ECONNRESET)),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.wait(libc::POLLIN, deadline, waker)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(Error::from_io(&e)),
+        }
     }
 
     /// Writes all of `buf` to the socket, waiting until `deadline`; `started` once a byte left.
@@ -951,6 +903,104 @@ fn poll_now(fd: RawFd, events: i16) -> i16 {
         p.revents
     } else {
         0
+    }
+}
+
+/// `cfg`, with the keys allowed to leave rustls (ours allows it already: no copy then); the
+/// record layer takes them over after the handshake.
+fn extractable(cfg: &Arc<rustls::ClientConfig>) -> Arc<rustls::ClientConfig> {
+    if cfg.enable_secret_extraction {
+        cfg.clone()
+    } else {
+        let mut c = (**cfg).clone();
+        c.enable_secret_extraction = true;
+        Arc::new(c)
+    }
+}
+
+/// The record layer over a completed handshake's keys. What followed the handshake in the
+/// last read (`rest`: the controller's session tickets, say) is its first input.
+fn into_record_layer(
+    conn: rustls::client::UnbufferedClientConnection,
+    rest: &[u8],
+) -> Result<ClientTls, Error> {
+    let (secrets, kernel) = conn
+        .dangerous_into_kernel_connection()
+        .map_err(|e| Error::Tls(cause_of(&e)))?;
+    let records = Records::new(secrets, kernel).map_err(|e| Error::Tls(cause_of(&e)))?;
+    if rest.len() > MAX_RECORD {
+        return Err(Error::Tls(TlsCause::NotTls));
+    }
+    let mut buf = vec![0u8; TLS_INBUF].into_boxed_slice();
+    buf[..rest.len()].copy_from_slice(rest);
+    Ok(ClientTls {
+        records,
+        inlen: rest.len(),
+        inbuf: buf,
+        out: Vec::new(),
+    })
+}
+
+/// The attempts of one [`Connection::connect_race`]: (host index, address) in order, the
+/// next to start and when, the ones in flight, and the last failure seen.
+struct Race {
+    attempts: Vec<(usize, SocketAddr)>,
+    next: usize,
+    next_start: Instant,
+    pending: Vec<(usize, OwnedFd)>,
+    last: Error,
+}
+
+impl Race {
+    /// Starts the attempts that are due (or all remaining ones if none is pending); one that
+    /// connected at once wins there and then.
+    fn start_due(&mut self, stagger: Duration) -> Option<(usize, OwnedFd)> {
+        use super::waker::MAX_WAIT_FDS;
+        while self.next < self.attempts.len()
+            && self.pending.len() < MAX_WAIT_FDS
+            && (self.pending.is_empty() || Instant::now() >= self.next_start)
+        {
+            let (i, addr) = self.attempts[self.next];
+            self.next += 1;
+            match start_connect(addr) {
+                Ok((fd, true)) => return Some((i, fd)),
+                Ok((fd, false)) => {
+                    self.pending.push((i, fd));
+                    self.next_start = Instant::now() + stagger;
+                }
+                Err(e) => self.last = e,
+            }
+        }
+        None
+    }
+
+    /// After a poll of the pending attempts (`fds`, in their order): the first ready one in
+    /// host order that connected wins; the ready ones that failed are dropped (closed), the
+    /// last of their errors kept.
+    fn settle(&mut self, fds: &[libc::pollfd]) -> Option<(usize, OwnedFd)> {
+        let mut done: Vec<usize> = (0..self.pending.len())
+            .filter(|&k| fds[k].revents != 0)
+            .collect();
+        done.sort_by_key(|&k| self.pending[k].0);
+        let mut winner = None;
+        for &k in &done {
+            match so_error(&self.pending[k].1) {
+                Ok(()) if winner.is_none() => winner = Some(k),
+                Ok(()) => {}
+                Err(e) => self.last = e,
+            }
+        }
+        if let Some(k) = winner {
+            return Some(self.pending.swap_remove(k));
+        }
+        let failed: Vec<usize> = done;
+        let mut k = 0;
+        self.pending.retain(|_| {
+            let keep = !failed.contains(&k);
+            k += 1;
+            keep
+        });
+        None
     }
 }
 

@@ -423,19 +423,7 @@ impl<'a> Waker<'a> {
             // After publishing the wake pipe: a wake either changed the flags before this check
             // or writes the wake pipe after it.
             self.check()?;
-            let timeout_ms = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        // Still report a wake or readiness before timing out.
-                        0
-                    } else {
-                        // Round up: a 0 ms poll for a 0.4 ms remainder would spin.
-                        left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-                    }
-                }
-            };
+            let timeout_ms = poll_timeout_ms(deadline);
             for (slot, f) in all[2..n].iter_mut().zip(fds.iter()) {
                 *slot = libc::pollfd { revents: 0, ..*f };
             }
@@ -476,6 +464,23 @@ impl<'a> Waker<'a> {
                 Wait::TimedOut => return Ok(()),
                 // Cannot happen without an fd; keep waiting for the deadline.
                 Wait::Ready(_) => {}
+            }
+        }
+    }
+}
+
+/// `poll`'s timeout for `deadline` (-1: none), recomputed before each poll.
+fn poll_timeout_ms(deadline: Option<Instant>) -> i32 {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // Still report a wake or readiness before timing out.
+                0
+            } else {
+                // Round up: a 0 ms poll for a 0.4 ms remainder would spin.
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
             }
         }
     }

@@ -20,6 +20,10 @@
 //! pointers sharing one text or list) is `Error::Proto`, found in time proportional to the
 //! frame.
 //!
+//! Each op and each reply payload is one row of a table (`op_table!`, `data_table!`): its
+//! encoding, its decoding and its size bound side by side, from which the per-op `match`es of
+//! both directions are generated. Adding an op is adding a row (and its rule in msg.rs).
+//!
 //! Empty texts and all-zero `usage` are left as null pointers when encoding: Cap'n Proto reads
 //! a null pointer as the default ("" / zeros), so this only saves space.
 
@@ -61,7 +65,7 @@ pub fn encode_request(req: &Request, out: &mut Vec<u8>) {
 /// [`encode_request`] from the envelope fields and a borrowed op: the client's loop re-sends
 /// one op under new `seq`s without cloning it.
 pub fn encode_request_parts(head: &RequestHead, op: &Op, out: &mut Vec<u8>) {
-    encode_with(est_request(op) + tw(head.auth_token), out, |root| {
+    encode_with(est_request(head, op), out, |root| {
         put_request(head, op, root.init_as())
     });
 }
@@ -245,90 +249,6 @@ fn est_job_ptrs(j: &Job) -> usize {
         + tw(&j.exec_host)
 }
 
-fn est_request(op: &Op) -> usize {
-    let op = match op {
-        Op::Hello(h) => sw::<cp::hello::Builder>() + tw(&h.client_name),
-        Op::Join(j) => sw::<cp::join::Builder>() + tw(&j.host) + est_kvs(&j.attrs),
-        Op::JobList(f) => sw::<cp::job_filter::Builder>() + tw(&f.user) + tw(&f.queue),
-        Op::JobSubmit(s) => {
-            sw::<cp::job_spec::Builder>()
-                + tw(&s.name)
-                + tw(&s.user)
-                + tw(&s.queue)
-                + tw(&s.command)
-        }
-        Op::JobDispatch { host, .. }
-        | Op::HostCtrl { host, .. }
-        | Op::ResVal { host }
-        | Op::Heartbeat { host } => 4 + tw(host),
-        Op::QueueCtrl { queue, .. } => 4 + tw(queue),
-        Op::UpdateResvals { host, resvals } => 4 + tw(host) + est_resvals(resvals),
-        Op::RunTask { host, command } => 4 + tw(host) + tw(command),
-        Op::MemberAdd {
-            client_addr,
-            raft_addr,
-            ..
-        } => sw::<cp::member_add::Builder>() + tw(client_addr) + tw(raft_addr),
-        Op::MemberRemove { .. } => sw::<cp::member_remove::Builder>(),
-        Op::SnapshotSave(_) => sw::<cp::snapshot_save::Builder>(),
-        Op::LeaderTransfer { .. } => sw::<cp::leader_transfer::Builder>(),
-        Op::SetPendReason { reason, .. } => 4 + tw(reason),
-        Op::Notify(_) => sw::<cp::notify::Builder>(),
-        // Small fixed-size structs (at most 2 data words + 2 pointers) or Void.
-        Op::JobInfo { .. }
-        | Op::JobCtrl { .. }
-        | Op::UpdateJusage { .. }
-        | Op::ClearReason { .. }
-        | Op::WaitPrimary { .. }
-        | Op::ResList
-        | Op::WorkerList
-        | Op::ClusterConf
-        | Op::ConsistencyCheck
-        | Op::Nop => 6,
-        Op::JobListPage(p) => est_job_list_page(p),
-    };
-    1 + sw::<cp::request::Builder>() + CLIENT_ID_LEN / 8 + op
-}
-
-fn est_reply(rep: &Reply) -> usize {
-    let job = sw::<cp::job::Builder>();
-    let data = match &rep.data {
-        ReplyData::None | ReplyData::JobId(_) | ReplyData::TaskId(_) | ReplyData::SessionId(_) => 0,
-        ReplyData::CtrlInfo(c) => {
-            sw::<cp::controller_info::Builder>()
-                + tw(&c.primary_host)
-                + tw(&c.version)
-                + est_list(&c.members, sw::<cp::controller_entry::Builder>(), |e| {
-                    tw(&e.host)
-                })
-                + 3
-                + est_list(&c.alarms, 1, |a| tw(a))
-        }
-        ReplyData::SnapshotChunk(c) => {
-            sw::<cp::snapshot_chunk::Builder>() + c.data.len().div_ceil(8) + c.digest.len() / 8 + 6
-        }
-        ReplyData::Jobs(v) => est_list(v, job, est_job_ptrs),
-        ReplyData::Job(j) => job + est_job_ptrs(j),
-        ReplyData::Hosts(v) => est_list(v, sw::<cp::host::Builder>(), |h| {
-            tw(&h.name) + est_kvs(&h.attrs)
-        }),
-        ReplyData::Resources(v) => est_list(v, sw::<cp::resource::Builder>(), |r| {
-            tw(&r.name) + tw(&r.kind) + tw(&r.description)
-        }),
-        ReplyData::ResVals(v) => est_resvals(v),
-        ReplyData::JobPage(p) => est_job_page(p),
-        ReplyData::ClusterConf(c) => {
-            sw::<cp::cluster_conf::Builder>()
-                + tw(&c.cluster_name)
-                + est_list(&c.controllers, sw::<cp::controller_entry::Builder>(), |e| {
-                    tw(&e.host)
-                })
-                + est_list(&c.queues, sw::<cp::queue::Builder>(), |q| tw(&q.name))
-        }
-    };
-    1 + sw::<cp::reply::Builder>() + tw(&rep.redirect_host) + tw(&rep.detail) + data
-}
-
 // ---------------------------------------------------------------------------------------
 // Enums: one table per enum, both directions.
 
@@ -372,7 +292,11 @@ fn en<T: WireEnum>(r: Result<T::Wire, capnp::NotInSchema>) -> Result<T, Error> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Encoding
+// Envelopes: the fields around the op / the reply data.
+
+fn est_request(head: &RequestHead, op: &Op) -> usize {
+    1 + sw::<cp::request::Builder>() + CLIENT_ID_LEN / 8 + tw(head.auth_token) + est_op(op)
+}
 
 fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
     b.set_seq(head.seq);
@@ -385,193 +309,24 @@ fn put_request(head: &RequestHead, op: &Op, mut b: cp::request::Builder<'_>) {
     if !head.auth_token.is_empty() {
         b.set_auth_token(head.auth_token);
     }
-    let mut o = b.init_op();
-    match op {
-        Op::Hello(h) => {
-            let mut x = o.init_hello();
-            set_text!(x, set_client_name, h.client_name);
-            x.set_protocol_version(h.protocol_version);
-        }
-        Op::Join(j) => {
-            let mut x = o.init_join();
-            x.set_role(j.role.to_wire());
-            set_text!(x, set_host, j.host);
-            x.set_ncpus(j.ncpus);
-            x.set_mem_mb(j.mem_mb);
-            if !j.attrs.is_empty() {
-                put_kvs(&j.attrs, x.init_attrs(list_len(j.attrs.len())));
-            }
-        }
-        Op::JobList(f) => {
-            let mut x = o.init_joblist();
-            set_text!(x, set_user, f.user);
-            set_text!(x, set_queue, f.queue);
-            x.set_state_mask(f.state_mask);
-            x.set_limit(f.limit);
-        }
-        Op::JobInfo { job_id } => o.init_jobinfo().set_job_id(*job_id),
-        Op::JobSubmit(s) => {
-            let mut x = o.init_jobsubmit();
-            x.set_job_id(s.job_id);
-            set_text!(x, set_name, s.name);
-            set_text!(x, set_user, s.user);
-            set_text!(x, set_queue, s.queue);
-            set_text!(x, set_command, s.command);
-            x.set_ncpus(s.ncpus);
-            x.set_mem_mb(s.mem_mb);
-        }
-        Op::JobDispatch { job_id, host } => {
-            let mut x = o.init_jobdispatch();
-            x.set_job_id(*job_id);
-            set_text!(x, set_host, host);
-        }
-        Op::JobCtrl { job_id, action } => {
-            let mut x = o.init_jobctrl();
-            x.set_job_id(*job_id);
-            x.set_action(action.to_wire());
-        }
-        Op::QueueCtrl { queue, action } => {
-            let mut x = o.init_queuectrl();
-            set_text!(x, set_queue, queue);
-            x.set_action(action.to_wire());
-        }
-        Op::HostCtrl { host, action } => {
-            let mut x = o.init_hostctrl();
-            set_text!(x, set_host, host);
-            x.set_action(action.to_wire());
-        }
-        Op::ResList => o.set_reslist(()),
-        Op::WorkerList => o.set_workerlist(()),
-        Op::ClusterConf => o.set_clusterconf(()),
-        Op::ResVal { host } => {
-            let mut x = o.init_resval();
-            set_text!(x, set_host, host);
-        }
-        Op::UpdateResvals { host, resvals } => {
-            let mut x = o.init_update_resvals();
-            set_text!(x, set_host, host);
-            if !resvals.is_empty() {
-                put_resvals(resvals, x.init_resvals(list_len(resvals.len())));
-            }
-        }
-        Op::UpdateJusage { job_id, usage } => {
-            let mut x = o.init_update_jusage();
-            x.set_job_id(*job_id);
-            put_usage(usage, || x.reborrow().init_usage());
-        }
-        Op::RunTask { host, command } => {
-            let mut x = o.init_runtask();
-            set_text!(x, set_host, host);
-            set_text!(x, set_command, command);
-        }
-        Op::SetPendReason { job_id, reason } => {
-            let mut x = o.init_set_pend_reason();
-            x.set_job_id(*job_id);
-            set_text!(x, set_reason, reason);
-        }
-        Op::ClearReason { job_id } => o.init_clear_reason().set_job_id(*job_id),
-        Op::Notify(n) => {
-            let mut x = o.init_notify();
-            x.set_kind(n.kind.to_wire());
-            x.set_job_id(n.job_id);
-            x.set_exit_code(n.exit_code);
-        }
-        Op::Heartbeat { host } => {
-            let mut x = o.init_heartbeat();
-            set_text!(x, set_host, host);
-        }
-        Op::Nop => o.set_nop(()),
-        Op::JobListPage(p) => put_job_list_page(p, o.init_joblist_page()),
-        Op::MemberAdd {
-            id,
-            client_addr,
-            raft_addr,
-        } => {
-            let mut x = o.init_member_add();
-            x.set_id(*id);
-            set_text!(x, set_client_addr, client_addr);
-            set_text!(x, set_raft_addr, raft_addr);
-        }
-        Op::MemberRemove { id } => o.init_member_remove().set_id(*id),
-        Op::ConsistencyCheck => o.set_consistency_check(()),
-        Op::LeaderTransfer { to, from } => {
-            let mut y = o.init_leader_transfer();
-            y.set_to(*to);
-            y.set_from(*from);
-        }
-        Op::SnapshotSave(x) => {
-            let mut y = o.init_snapshot_save();
-            y.set_cursor(x.cursor);
-            y.set_offset(x.offset);
-            y.set_max_bytes(x.max_bytes);
-        }
-        Op::WaitPrimary {
-            timeout_ms,
-            exclude_host,
-            exclude_port,
-        } => {
-            let mut x = o.init_wait_primary();
-            x.set_timeout_ms(*timeout_ms);
-            set_text!(x, set_exclude_host, exclude_host);
-            x.set_exclude_port(*exclude_port);
-        }
-    }
+    put_op(op, b.init_op());
 }
 
-fn put_kvs(v: &[KeyValue], mut l: capnp::struct_list::Builder<'_, cp::key_value::Owned>) {
-    for (i, kv) in v.iter().enumerate() {
-        let mut x = l.reborrow().get(i as u32);
-        set_text!(x, set_key, kv.key);
-        set_text!(x, set_value, kv.value);
-    }
+fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error> {
+    let client_id: ClientId = r.get_client_id().proto()?.try_into().proto()?;
+    Ok(Request {
+        seq: r.get_seq(),
+        client_id,
+        request_id: r.get_request_id(),
+        no_reply: r.get_no_reply(),
+        op: get_op(b, r.get_op())?,
+        auth_token: text(r.get_auth_token())?,
+        forward_within_ms: r.get_forward_within_ms(),
+    })
 }
 
-fn put_resvals(v: &[ResVal], mut l: capnp::struct_list::Builder<'_, cp::res_val::Owned>) {
-    for (i, r) in v.iter().enumerate() {
-        let mut x = l.reborrow().get(i as u32);
-        set_text!(x, set_name, r.name);
-        set_text!(x, set_value, r.value);
-    }
-}
-
-/// Zero usage stays a null pointer (read back as zeros).
-fn put_usage<'a>(u: &Usage, init: impl FnOnce() -> cp::usage::Builder<'a>) {
-    if *u != Usage::default() {
-        let mut x = init();
-        x.set_cpu_ms(u.cpu_ms);
-        x.set_mem_kb(u.mem_kb);
-    }
-}
-
-fn put_job(j: &Job, mut x: cp::job::Builder<'_>) {
-    x.set_job_id(j.job_id);
-    set_text!(x, set_name, j.name);
-    set_text!(x, set_user, j.user);
-    set_text!(x, set_queue, j.queue);
-    set_text!(x, set_command, j.command);
-    x.set_ncpus(j.ncpus);
-    x.set_mem_mb(j.mem_mb);
-    x.set_state(j.state.to_wire());
-    set_text!(x, set_pend_reason, j.pend_reason);
-    set_text!(x, set_exec_host, j.exec_host);
-    x.set_submit_time(j.submit_time);
-    x.set_start_time(j.start_time);
-    x.set_end_time(j.end_time);
-    x.set_exit_code(j.exit_code);
-    put_usage(&j.usage, || x.init_usage());
-}
-
-fn put_controller_entries(
-    v: &[ControllerEntry],
-    mut l: capnp::struct_list::Builder<'_, cp::controller_entry::Owned>,
-) {
-    for (i, e) in v.iter().enumerate() {
-        let mut y = l.reborrow().get(i as u32);
-        y.set_id(e.id);
-        set_text!(y, set_host, e.host);
-        y.set_port(e.port);
-        y.set_role(e.role.to_wire());
-    }
+fn est_reply(rep: &Reply) -> usize {
+    1 + sw::<cp::reply::Builder>() + tw(&rep.redirect_host) + tw(&rep.detail) + est_data(&rep.data)
 }
 
 fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
@@ -581,131 +336,110 @@ fn put_reply(rep: &Reply, mut b: cp::reply::Builder<'_>) {
     b.set_redirect_port(rep.redirect_port);
     b.set_members_version(rep.members_version);
     set_text!(b, set_detail, rep.detail);
-    let mut d = b.init_data();
-    match &rep.data {
-        ReplyData::None => d.set_none(()),
-        ReplyData::CtrlInfo(c) => {
-            let mut x = d.init_ctrl_info();
-            x.set_id(c.id);
-            x.set_role(c.role.to_wire());
-            x.set_term(c.term);
-            x.set_primary_id(c.primary_id);
-            set_text!(x, set_primary_host, c.primary_host);
-            x.set_primary_port(c.primary_port);
-            set_text!(x, set_version, c.version);
-            x.set_protocol_version(c.protocol_version);
-            x.set_waiters(c.waiters);
-            x.set_last_log_index(c.last_log_index);
-            x.set_committed_index(c.committed_index);
-            x.set_applied_index(c.applied_index);
-            x.set_last_contact_ms(c.last_contact_ms);
-            if !c.members.is_empty() {
-                put_controller_entries(
-                    &c.members,
-                    x.reborrow().init_members(list_len(c.members.len())),
-                );
-            }
-            if c.cluster_id != [0; 16] {
-                x.set_cluster_id(&c.cluster_id);
-            }
-            if !c.alarms.is_empty() {
-                let mut l = x.reborrow().init_alarms(list_len(c.alarms.len()));
-                for (i, a) in c.alarms.iter().enumerate() {
-                    l.set(i as u32, a.as_str());
-                }
-            }
-            x.set_checked_index(c.checked_index);
-            x.set_uptime_ms(c.uptime_ms);
-            x.set_db_size_bytes(c.db_size_bytes);
-            x.set_disk_free_bytes(c.disk_free_bytes);
-            x.set_quota_bytes(c.quota_bytes);
-        }
-        ReplyData::SnapshotChunk(c) => {
-            let mut x = d.init_snapshot_chunk();
-            x.set_cursor(c.cursor);
-            x.set_offset(c.offset);
-            x.set_data(&c.data);
-            x.set_total_bytes(c.total_bytes);
-            x.set_index(c.index);
-            x.set_term(c.term);
-            x.set_digest(&c.digest);
-            x.set_cluster_id(&c.cluster_id);
-            x.set_agreeing(c.agreeing);
-            x.set_voters(c.voters);
-        }
-        ReplyData::Jobs(v) => {
-            let mut l = d.init_jobs(list_len(v.len()));
-            for (i, j) in v.iter().enumerate() {
-                put_job(j, l.reborrow().get(i as u32));
-            }
-        }
-        ReplyData::Job(j) => put_job(j, d.init_job()),
-        ReplyData::JobId(id) => d.set_job_id(*id),
-        ReplyData::Hosts(v) => {
-            let mut l = d.init_hosts(list_len(v.len()));
-            for (i, h) in v.iter().enumerate() {
-                let mut x = l.reborrow().get(i as u32);
-                set_text!(x, set_name, h.name);
-                x.set_state(h.state.to_wire());
-                x.set_ncpus(h.ncpus);
-                x.set_mem_mb(h.mem_mb);
-                if !h.attrs.is_empty() {
-                    put_kvs(&h.attrs, x.reborrow().init_attrs(list_len(h.attrs.len())));
-                }
-                x.set_njobs(h.njobs);
-                x.set_last_heartbeat(h.last_heartbeat);
-            }
-        }
-        ReplyData::Resources(v) => {
-            let mut l = d.init_resources(list_len(v.len()));
-            for (i, r) in v.iter().enumerate() {
-                let mut x = l.reborrow().get(i as u32);
-                set_text!(x, set_name, r.name);
-                set_text!(x, set_type, r.kind);
-                set_text!(x, set_description, r.description);
-            }
-        }
-        ReplyData::ResVals(v) => put_resvals(v, d.init_resvals(list_len(v.len()))),
-        ReplyData::ClusterConf(c) => {
-            let mut x = d.init_cluster_conf();
-            set_text!(x, set_cluster_name, c.cluster_name);
-            x.set_primary_id(c.primary_id);
-            x.set_term(c.term);
-            put_controller_entries(
-                &c.controllers,
-                x.reborrow().init_controllers(list_len(c.controllers.len())),
-            );
-            let mut l = x.init_queues(list_len(c.queues.len()));
-            for (i, q) in c.queues.iter().enumerate() {
-                let mut y = l.reborrow().get(i as u32);
-                set_text!(y, set_name, q.name);
-                y.set_open(q.open);
-                y.set_active(q.active);
-                y.set_priority(q.priority);
-            }
-        }
-        ReplyData::TaskId(id) => d.set_task_id(*id),
-        ReplyData::SessionId(id) => d.set_session_id(*id),
-        ReplyData::JobPage(p) => put_job_page(p, d.init_job_page()),
-    }
+    put_data(&rep.data, b.init_data());
+}
+
+fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
+    Ok(Reply {
+        seq: r.get_seq(),
+        status: r.get_status(),
+        redirect_host: text(r.get_redirect_host())?,
+        redirect_port: r.get_redirect_port(),
+        data: get_data(b, r.get_data())?,
+        members_version: r.get_members_version(),
+        detail: text(r.get_detail())?,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoding
+// Ops: one row per op, both directions together.
 
-fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error> {
-    use cp::request::op::Which as W;
-    let client_id: ClientId = r.get_client_id().proto()?.try_into().proto()?;
-    let op = match r.get_op().which().proto()? {
-        W::Hello(x) => {
-            let x = x.proto()?;
+/// Generates `est_op`, `put_op` and `get_op` from one table, so that an op's encoding, its
+/// decoding and its size bound are written once, side by side (a new op is one new row; the
+/// compiler then asks for its `Op::rule` in msg.rs). A row:
+///
+/// `Variant fields => init_member / WhichMember, est WORDS, put { .. } get { .. }`:
+/// the `Op` pattern, the schema's union member (its builder's `init_` method and its reader's
+/// `Which` variant), an upper bound of the words the member takes, the statements that fill
+/// its builder `x` from the pattern's fields, and the `Op` read back from its reader `x`
+/// (`b`: the frame's [`Budget`], for lists). Void members are listed first, apart, by their
+/// `set_` method and `Which` variant.
+macro_rules! op_table {
+    (
+        |$x:ident, $b:ident|
+        void { $( $vop:ident => $set:ident / $vwhich:ident ),* $(,)? }
+        $( $op:ident $fields:tt => $init:ident / $which:ident,
+            est $est:expr,
+            put $put:block
+            get $get:block )*
+    ) => {
+        /// Words the op's union member takes (an upper bound; see `est_request`).
+        #[allow(unused_variables)] // most rows' sizes do not depend on every field
+        fn est_op(op: &Op) -> usize {
+            match op {
+                $( Op::$op $fields => $est, )*
+                $( Op::$vop => 0, )*
+            }
+        }
+
+        fn put_op(op: &Op, mut o: cp::request::op::Builder<'_>) {
+            match op {
+                $( Op::$op $fields => {
+                    #[allow(unused_mut)] // rows that hand the builder on by value
+                    let mut $x = o.$init();
+                    $put
+                } )*
+                $( Op::$vop => o.$set(()), )*
+            }
+        }
+
+        fn get_op($b: &Budget, o: cp::request::op::Reader<'_>) -> Result<Op, Error> {
+            use cp::request::op::Which as W;
+            Ok(match o.which().proto()? {
+                $( W::$which(r) => {
+                    let $x = r.proto()?;
+                    $get
+                } )*
+                $( W::$vwhich(()) => Op::$vop, )*
+            })
+        }
+    };
+}
+
+// Rows in the schema's order (`Request.op`), Void members first. Text fields are written in a fixed order: capnp
+// lays texts out in the order they are set, and the bytes on the wire must not change.
+op_table! { |x, b|
+    void {
+        ResList => set_reslist / Reslist,
+        WorkerList => set_workerlist / Workerlist,
+        ClusterConf => set_clusterconf / Clusterconf,
+        Nop => set_nop / Nop,
+        ConsistencyCheck => set_consistency_check / ConsistencyCheck,
+    }
+    Hello(h) => init_hello / Hello,
+        est sw::<cp::hello::Builder>() + tw(&h.client_name),
+        put {
+            set_text!(x, set_client_name, h.client_name);
+            x.set_protocol_version(h.protocol_version);
+        }
+        get {
             Op::Hello(Hello {
                 client_name: text(x.get_client_name())?,
                 protocol_version: x.get_protocol_version(),
             })
         }
-        W::Join(x) => {
-            let x = x.proto()?;
+    Join(j) => init_join / Join,
+        est sw::<cp::join::Builder>() + tw(&j.host) + est_kvs(&j.attrs),
+        put {
+            x.set_role(j.role.to_wire());
+            set_text!(x, set_host, j.host);
+            x.set_ncpus(j.ncpus);
+            x.set_mem_mb(j.mem_mb);
+            if !j.attrs.is_empty() {
+                put_kvs(&j.attrs, x.init_attrs(list_len(j.attrs.len())));
+            }
+        }
+        get {
             Op::Join(Join {
                 role: en(x.get_role())?,
                 host: text(x.get_host())?,
@@ -714,20 +448,27 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
                 attrs: get_kvs(b, x.get_attrs())?,
             })
         }
-        W::Joblist(x) => {
-            let x = x.proto()?;
-            Op::JobList(JobFilter {
-                user: text(x.get_user())?,
-                queue: text(x.get_queue())?,
-                state_mask: x.get_state_mask(),
-                limit: x.get_limit(),
-            })
+    JobList(f) => init_joblist / Joblist,
+        est est_job_filter(f),
+        put { put_job_filter(f, x) }
+        get { Op::JobList(get_job_filter(x)?) }
+    JobInfo { job_id } => init_jobinfo / Jobinfo,
+        est sw::<cp::job_ref::Builder>(),
+        put { x.set_job_id(*job_id) }
+        get { Op::JobInfo { job_id: x.get_job_id() } }
+    JobSubmit(s) => init_jobsubmit / Jobsubmit,
+        est sw::<cp::job_spec::Builder>() + tw(&s.name) + tw(&s.user) + tw(&s.queue)
+            + tw(&s.command),
+        put {
+            x.set_job_id(s.job_id);
+            set_text!(x, set_name, s.name);
+            set_text!(x, set_user, s.user);
+            set_text!(x, set_queue, s.queue);
+            set_text!(x, set_command, s.command);
+            x.set_ncpus(s.ncpus);
+            x.set_mem_mb(s.mem_mb);
         }
-        W::Jobinfo(x) => Op::JobInfo {
-            job_id: x.proto()?.get_job_id(),
-        },
-        W::Jobsubmit(x) => {
-            let x = x.proto()?;
+        get {
             Op::JobSubmit(JobSpec {
                 job_id: x.get_job_id(),
                 name: text(x.get_name())?,
@@ -738,132 +479,285 @@ fn get_request(b: &Budget, r: cp::request::Reader<'_>) -> Result<Request, Error>
                 mem_mb: x.get_mem_mb(),
             })
         }
-        W::Jobdispatch(x) => {
-            let x = x.proto()?;
-            Op::JobDispatch {
-                job_id: x.get_job_id(),
-                host: text(x.get_host())?,
+    JobDispatch { job_id, host } => init_jobdispatch / Jobdispatch,
+        est sw::<cp::job_dispatch::Builder>() + tw(host),
+        put {
+            x.set_job_id(*job_id);
+            set_text!(x, set_host, host);
+        }
+        get { Op::JobDispatch { job_id: x.get_job_id(), host: text(x.get_host())? } }
+    JobCtrl { job_id, action } => init_jobctrl / Jobctrl,
+        est sw::<cp::job_ctrl::Builder>(),
+        put {
+            x.set_job_id(*job_id);
+            x.set_action(action.to_wire());
+        }
+        get { Op::JobCtrl { job_id: x.get_job_id(), action: en(x.get_action())? } }
+    QueueCtrl { queue, action } => init_queuectrl / Queuectrl,
+        est sw::<cp::queue_ctrl::Builder>() + tw(queue),
+        put {
+            set_text!(x, set_queue, queue);
+            x.set_action(action.to_wire());
+        }
+        get { Op::QueueCtrl { queue: text(x.get_queue())?, action: en(x.get_action())? } }
+    HostCtrl { host, action } => init_hostctrl / Hostctrl,
+        est sw::<cp::host_ctrl::Builder>() + tw(host),
+        put {
+            set_text!(x, set_host, host);
+            x.set_action(action.to_wire());
+        }
+        get { Op::HostCtrl { host: text(x.get_host())?, action: en(x.get_action())? } }
+    ResVal { host } => init_resval / Resval,
+        est sw::<cp::host_ref::Builder>() + tw(host),
+        put { set_text!(x, set_host, host) }
+        get { Op::ResVal { host: text(x.get_host())? } }
+    UpdateResvals { host, resvals } => init_update_resvals / UpdateResvals,
+        est sw::<cp::update_resvals::Builder>() + tw(host) + est_resvals(resvals),
+        put {
+            set_text!(x, set_host, host);
+            if !resvals.is_empty() {
+                put_resvals(resvals, x.init_resvals(list_len(resvals.len())));
             }
         }
-        W::Jobctrl(x) => {
-            let x = x.proto()?;
-            Op::JobCtrl {
-                job_id: x.get_job_id(),
-                action: en(x.get_action())?,
-            }
-        }
-        W::Queuectrl(x) => {
-            let x = x.proto()?;
-            Op::QueueCtrl {
-                queue: text(x.get_queue())?,
-                action: en(x.get_action())?,
-            }
-        }
-        W::Hostctrl(x) => {
-            let x = x.proto()?;
-            Op::HostCtrl {
-                host: text(x.get_host())?,
-                action: en(x.get_action())?,
-            }
-        }
-        W::Reslist(()) => Op::ResList,
-        W::Workerlist(()) => Op::WorkerList,
-        W::Clusterconf(()) => Op::ClusterConf,
-        W::Resval(x) => Op::ResVal {
-            host: text(x.proto()?.get_host())?,
-        },
-        W::UpdateResvals(x) => {
-            let x = x.proto()?;
+        get {
             Op::UpdateResvals {
                 host: text(x.get_host())?,
                 resvals: get_resvals(b, x.get_resvals())?,
             }
         }
-        W::UpdateJusage(x) => {
-            let x = x.proto()?;
-            Op::UpdateJusage {
-                job_id: x.get_job_id(),
-                usage: get_usage(x.get_usage())?,
-            }
+    UpdateJusage { job_id, usage } => init_update_jusage / UpdateJusage,
+        est sw::<cp::update_jusage::Builder>() + sw::<cp::usage::Builder>(),
+        put {
+            x.set_job_id(*job_id);
+            put_usage(usage, || x.reborrow().init_usage());
         }
-        W::Runtask(x) => {
-            let x = x.proto()?;
-            Op::RunTask {
-                host: text(x.get_host())?,
-                command: text(x.get_command())?,
-            }
+        get { Op::UpdateJusage { job_id: x.get_job_id(), usage: get_usage(x.get_usage())? } }
+    RunTask { host, command } => init_runtask / Runtask,
+        est sw::<cp::run_task::Builder>() + tw(host) + tw(command),
+        put {
+            set_text!(x, set_host, host);
+            set_text!(x, set_command, command);
         }
-        W::SetPendReason(x) => {
-            let x = x.proto()?;
-            Op::SetPendReason {
-                job_id: x.get_job_id(),
-                reason: text(x.get_reason())?,
-            }
+        get { Op::RunTask { host: text(x.get_host())?, command: text(x.get_command())? } }
+    SetPendReason { job_id, reason } => init_set_pend_reason / SetPendReason,
+        est sw::<cp::set_pend_reason::Builder>() + tw(reason),
+        put {
+            x.set_job_id(*job_id);
+            set_text!(x, set_reason, reason);
         }
-        W::ClearReason(x) => Op::ClearReason {
-            job_id: x.proto()?.get_job_id(),
-        },
-        W::Notify(x) => {
-            let x = x.proto()?;
+        get { Op::SetPendReason { job_id: x.get_job_id(), reason: text(x.get_reason())? } }
+    ClearReason { job_id } => init_clear_reason / ClearReason,
+        est sw::<cp::job_ref::Builder>(),
+        put { x.set_job_id(*job_id) }
+        get { Op::ClearReason { job_id: x.get_job_id() } }
+    Notify(n) => init_notify / Notify,
+        est sw::<cp::notify::Builder>(),
+        put {
+            x.set_kind(n.kind.to_wire());
+            x.set_job_id(n.job_id);
+            x.set_exit_code(n.exit_code);
+        }
+        get {
             Op::Notify(Notify {
                 kind: en(x.get_kind())?,
                 job_id: x.get_job_id(),
                 exit_code: x.get_exit_code(),
             })
         }
-        W::Heartbeat(x) => Op::Heartbeat {
-            host: text(x.proto()?.get_host())?,
-        },
-        W::Nop(()) => Op::Nop,
-        W::WaitPrimary(x) => {
-            let x = x.proto()?;
+    Heartbeat { host } => init_heartbeat / Heartbeat,
+        est sw::<cp::host_ref::Builder>() + tw(host),
+        put { set_text!(x, set_host, host) }
+        get { Op::Heartbeat { host: text(x.get_host())? } }
+    WaitPrimary { timeout_ms, exclude_host, exclude_port } => init_wait_primary / WaitPrimary,
+        est sw::<cp::wait_primary::Builder>() + tw(exclude_host),
+        put {
+            x.set_timeout_ms(*timeout_ms);
+            set_text!(x, set_exclude_host, exclude_host);
+            x.set_exclude_port(*exclude_port);
+        }
+        get {
             Op::WaitPrimary {
                 timeout_ms: x.get_timeout_ms(),
                 exclude_host: text(x.get_exclude_host())?,
                 exclude_port: x.get_exclude_port(),
             }
         }
-        W::JoblistPage(x) => Op::JobListPage(get_job_list_page(x.proto()?)?),
-        W::MemberAdd(x) => {
-            let x = x.proto()?;
+    JobListPage(p) => init_joblist_page / JoblistPage,
+        est sw::<cp::job_list_page::Builder>() + est_job_filter(&p.filter),
+        put {
+            put_job_filter(&p.filter, x.reborrow().init_filter());
+            x.set_cursor(p.cursor);
+            x.set_after(p.after);
+            x.set_max_bytes(p.max_bytes);
+        }
+        get {
+            // An absent filter reads as the default (no filter), like the texts' null pointers.
+            let filter = match x.has_filter() {
+                true => get_job_filter(x.get_filter().proto()?)?,
+                false => JobFilter::default(),
+            };
+            Op::JobListPage(JobListPage {
+                filter,
+                cursor: x.get_cursor(),
+                after: x.get_after(),
+                max_bytes: x.get_max_bytes(),
+            })
+        }
+    MemberAdd { id, client_addr, raft_addr } => init_member_add / MemberAdd,
+        est sw::<cp::member_add::Builder>() + tw(client_addr) + tw(raft_addr),
+        put {
+            x.set_id(*id);
+            set_text!(x, set_client_addr, client_addr);
+            set_text!(x, set_raft_addr, raft_addr);
+        }
+        get {
             Op::MemberAdd {
                 id: x.get_id(),
                 client_addr: text(x.get_client_addr())?,
                 raft_addr: text(x.get_raft_addr())?,
             }
         }
-        W::MemberRemove(x) => Op::MemberRemove {
-            id: x.proto()?.get_id(),
-        },
-        W::ConsistencyCheck(()) => Op::ConsistencyCheck,
-        W::LeaderTransfer(x) => {
-            let x = x.proto()?;
-            Op::LeaderTransfer {
-                to: x.get_to(),
-                from: x.get_from(),
-            }
+    MemberRemove { id } => init_member_remove / MemberRemove,
+        est sw::<cp::member_remove::Builder>(),
+        put { x.set_id(*id) }
+        get { Op::MemberRemove { id: x.get_id() } }
+    SnapshotSave(s) => init_snapshot_save / SnapshotSave,
+        est sw::<cp::snapshot_save::Builder>(),
+        put {
+            x.set_cursor(s.cursor);
+            x.set_offset(s.offset);
+            x.set_max_bytes(s.max_bytes);
         }
-        W::SnapshotSave(x) => {
-            let x = x.proto()?;
+        get {
             Op::SnapshotSave(SnapshotSave {
                 cursor: x.get_cursor(),
                 offset: x.get_offset(),
                 max_bytes: x.get_max_bytes(),
             })
         }
-    };
-    Ok(Request {
-        seq: r.get_seq(),
-        client_id,
-        request_id: r.get_request_id(),
-        no_reply: r.get_no_reply(),
-        op,
-        auth_token: text(r.get_auth_token())?,
-        forward_within_ms: r.get_forward_within_ms(),
-    })
+    LeaderTransfer { to, from } => init_leader_transfer / LeaderTransfer,
+        est sw::<cp::leader_transfer::Builder>(),
+        put {
+            x.set_to(*to);
+            x.set_from(*from);
+        }
+        get { Op::LeaderTransfer { to: x.get_to(), from: x.get_from() } }
 }
 
+// ---------------------------------------------------------------------------------------
+// Reply data: one row per union member, both directions together.
+
+/// Generates `est_data`, `put_data` and `get_data` from one table, as `op_table!` does for
+/// ops. A row: `Variant fields => WhichMember pattern, est WORDS, put { .. } get { .. }`: the
+/// `ReplyData` pattern, the reader's `Which` pattern, an upper bound of the words the member
+/// takes, the expression that fills the union builder `d`, and the `ReplyData` read back
+/// from the `Which` pattern's bindings (`b`: the frame's [`Budget`]).
+macro_rules! data_table {
+    (
+        |$d:ident, $b:ident|
+        $( $data:ident $fields:tt => $which:ident $wfields:tt,
+            est $est:expr,
+            put $put:block
+            get $get:block )*
+    ) => {
+        /// Words the reply's data takes (an upper bound; see `est_reply`).
+        #[allow(unused_variables)] // a number's size does not depend on it
+        fn est_data(data: &ReplyData) -> usize {
+            match data {
+                $( ReplyData::$data $fields => $est, )*
+            }
+        }
+
+        fn put_data(data: &ReplyData, mut $d: cp::reply::data::Builder<'_>) {
+            match data {
+                $( ReplyData::$data $fields => $put )*
+            }
+        }
+
+        fn get_data($b: &Budget, r: cp::reply::data::Reader<'_>) -> Result<ReplyData, Error> {
+            use cp::reply::data::Which as W;
+            Ok(match r.which().proto()? {
+                $( W::$which $wfields => $get )*
+            })
+        }
+    };
+}
+
+// Rows in the schema's order (`Reply.data`).
+data_table! { |d, b|
+    None {} => None(()),
+        est 0,
+        put { d.set_none(()) }
+        get { ReplyData::None }
+    CtrlInfo(c) => CtrlInfo(x),
+        est est_ctrl_info(c),
+        put { put_ctrl_info(c, d.init_ctrl_info()) }
+        get { ReplyData::CtrlInfo(get_ctrl_info(b, x.proto()?)?) }
+    Jobs(v) => Jobs(l),
+        est est_list(v, sw::<cp::job::Builder>(), est_job_ptrs),
+        put { put_list(v, d.init_jobs(list_len(v.len())), put_job) }
+        get { ReplyData::Jobs(get_list(b, l, get_job)?) }
+    Job(j) => Job(x),
+        est sw::<cp::job::Builder>() + est_job_ptrs(j),
+        put { put_job(j, d.init_job()) }
+        get { ReplyData::Job(get_job(x.proto()?)?) }
+    JobId(id) => JobId(id),
+        est 0,
+        put { d.set_job_id(*id) }
+        get { ReplyData::JobId(id) }
+    Hosts(v) => Hosts(l),
+        est est_list(v, sw::<cp::host::Builder>(), |h| tw(&h.name) + est_kvs(&h.attrs)),
+        put { put_list(v, d.init_hosts(list_len(v.len())), put_host) }
+        get { ReplyData::Hosts(get_list(b, l, |x| get_host(b, x))?) }
+    Resources(v) => Resources(l),
+        est est_list(v, sw::<cp::resource::Builder>(), |r| {
+            tw(&r.name) + tw(&r.kind) + tw(&r.description)
+        }),
+        put { put_list(v, d.init_resources(list_len(v.len())), put_resource) }
+        get { ReplyData::Resources(get_list(b, l, get_resource)?) }
+    ResVals(v) => Resvals(l),
+        est est_resvals(v),
+        put { put_resvals(v, d.init_resvals(list_len(v.len()))) }
+        get { ReplyData::ResVals(get_resvals(b, l)?) }
+    ClusterConf(c) => ClusterConf(x),
+        est est_cluster_conf(c),
+        put { put_cluster_conf(c, d.init_cluster_conf()) }
+        get { ReplyData::ClusterConf(get_cluster_conf(b, x.proto()?)?) }
+    TaskId(id) => TaskId(id),
+        est 0,
+        put { d.set_task_id(*id) }
+        get { ReplyData::TaskId(id) }
+    SessionId(id) => SessionId(id),
+        est 0,
+        put { d.set_session_id(*id) }
+        get { ReplyData::SessionId(id) }
+    JobPage(p) => JobPage(x),
+        est sw::<cp::job_page::Builder>()
+            + est_list(&p.jobs, sw::<cp::job::Builder>(), est_job_ptrs),
+        put { put_job_page(p, d.init_job_page()) }
+        get { ReplyData::JobPage(get_job_page(b, x.proto()?)?) }
+    SnapshotChunk(c) => SnapshotChunk(x),
+        // data, digest, and the 16-byte cluster id (2 words), with room to spare.
+        est sw::<cp::snapshot_chunk::Builder>() + c.data.len().div_ceil(8) + c.digest.len() / 8
+            + 6,
+        put { put_snapshot_chunk(c, d.init_snapshot_chunk()) }
+        get { ReplyData::SnapshotChunk(get_snapshot_chunk(x.proto()?)?) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Structs and lists: each one's writer beside its reader.
+
 type ListReader<'a, T> = capnp::Result<capnp::struct_list::Reader<'a, T>>;
+
+fn put_list<T, L: capnp::traits::OwnedStruct>(
+    v: &[T],
+    mut l: capnp::struct_list::Builder<'_, L>,
+    put: impl Fn(&T, L::Builder<'_>),
+) {
+    for (i, x) in v.iter().enumerate() {
+        put(x, l.reborrow().get(i as u32));
+    }
+}
 
 fn get_list<'a, T, U>(
     b: &Budget,
@@ -889,29 +783,6 @@ where
     Ok(v)
 }
 
-fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
-    get_list(b, l, |x| {
-        Ok(KeyValue {
-            key: text(x.get_key())?,
-            value: text(x.get_value())?,
-        })
-    })
-}
-
-fn get_controller_entries(
-    b: &Budget,
-    l: ListReader<'_, cp::controller_entry::Owned>,
-) -> Result<Vec<ControllerEntry>, Error> {
-    get_list(b, l, |y| {
-        Ok(ControllerEntry {
-            id: y.get_id(),
-            host: text(y.get_host())?,
-            port: y.get_port(),
-            role: en(y.get_role())?,
-        })
-    })
-}
-
 /// A list of texts, charged to the budget before it is allocated (as [`get_list`]).
 fn get_texts(
     b: &Budget,
@@ -929,13 +800,27 @@ fn get_texts(
     Ok(v)
 }
 
-/// C20: a cluster id is 16 bytes or absent (all zero); any other length is a malformed reply.
-fn cluster_id(d: capnp::Result<capnp::data::Reader<'_>>) -> Result<[u8; 16], Error> {
-    let d = d.proto()?;
-    match d.len() {
-        0 => Ok([0; 16]),
-        _ => d.try_into().proto(),
-    }
+fn put_kvs(v: &[KeyValue], l: capnp::struct_list::Builder<'_, cp::key_value::Owned>) {
+    put_list(v, l, |kv, mut x| {
+        set_text!(x, set_key, kv.key);
+        set_text!(x, set_value, kv.value);
+    });
+}
+
+fn get_kvs(b: &Budget, l: ListReader<'_, cp::key_value::Owned>) -> Result<Vec<KeyValue>, Error> {
+    get_list(b, l, |x| {
+        Ok(KeyValue {
+            key: text(x.get_key())?,
+            value: text(x.get_value())?,
+        })
+    })
+}
+
+fn put_resvals(v: &[ResVal], l: capnp::struct_list::Builder<'_, cp::res_val::Owned>) {
+    put_list(v, l, |r, mut x| {
+        set_text!(x, set_name, r.name);
+        set_text!(x, set_value, r.value);
+    });
 }
 
 fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<ResVal>, Error> {
@@ -947,12 +832,39 @@ fn get_resvals(b: &Budget, l: ListReader<'_, cp::res_val::Owned>) -> Result<Vec<
     })
 }
 
+/// Zero usage stays a null pointer (read back as zeros).
+fn put_usage<'a>(u: &Usage, init: impl FnOnce() -> cp::usage::Builder<'a>) {
+    if *u != Usage::default() {
+        let mut x = init();
+        x.set_cpu_ms(u.cpu_ms);
+        x.set_mem_kb(u.mem_kb);
+    }
+}
+
 fn get_usage(u: capnp::Result<cp::usage::Reader<'_>>) -> Result<Usage, Error> {
     let u = u.proto()?;
     Ok(Usage {
         cpu_ms: u.get_cpu_ms(),
         mem_kb: u.get_mem_kb(),
     })
+}
+
+fn put_job(j: &Job, mut x: cp::job::Builder<'_>) {
+    x.set_job_id(j.job_id);
+    set_text!(x, set_name, j.name);
+    set_text!(x, set_user, j.user);
+    set_text!(x, set_queue, j.queue);
+    set_text!(x, set_command, j.command);
+    x.set_ncpus(j.ncpus);
+    x.set_mem_mb(j.mem_mb);
+    x.set_state(j.state.to_wire());
+    set_text!(x, set_pend_reason, j.pend_reason);
+    set_text!(x, set_exec_host, j.exec_host);
+    x.set_submit_time(j.submit_time);
+    x.set_start_time(j.start_time);
+    x.set_end_time(j.end_time);
+    x.set_exit_code(j.exit_code);
+    put_usage(&j.usage, || x.init_usage());
 }
 
 fn get_job(x: cp::job::Reader<'_>) -> Result<Job, Error> {
@@ -975,117 +887,220 @@ fn get_job(x: cp::job::Reader<'_>) -> Result<Job, Error> {
     })
 }
 
-fn get_reply(b: &Budget, r: cp::reply::Reader<'_>) -> Result<Reply, Error> {
-    use cp::reply::data::Which as W;
-    let data = match r.get_data().which().proto()? {
-        W::None(()) => ReplyData::None,
-        W::CtrlInfo(x) => {
-            let x = x.proto()?;
-            ReplyData::CtrlInfo(ControllerInfo {
-                id: x.get_id(),
-                role: en(x.get_role())?,
-                term: x.get_term(),
-                primary_id: x.get_primary_id(),
-                primary_host: text(x.get_primary_host())?,
-                primary_port: x.get_primary_port(),
-                version: text(x.get_version())?,
-                protocol_version: x.get_protocol_version(),
-                waiters: x.get_waiters(),
-                last_log_index: x.get_last_log_index(),
-                committed_index: x.get_committed_index(),
-                applied_index: x.get_applied_index(),
-                last_contact_ms: x.get_last_contact_ms(),
-                members: get_controller_entries(b, x.get_members())?,
-                cluster_id: cluster_id(x.get_cluster_id())?,
-                alarms: get_texts(b, x.get_alarms())?,
-                checked_index: x.get_checked_index(),
-                uptime_ms: x.get_uptime_ms(),
-                db_size_bytes: x.get_db_size_bytes(),
-                disk_free_bytes: x.get_disk_free_bytes(),
-                quota_bytes: x.get_quota_bytes(),
-            })
-        }
-        W::SnapshotChunk(x) => {
-            let x = x.proto()?;
-            ReplyData::SnapshotChunk(SnapshotChunk {
-                cursor: x.get_cursor(),
-                offset: x.get_offset(),
-                data: x.get_data().proto()?.to_vec(),
-                total_bytes: x.get_total_bytes(),
-                index: x.get_index(),
-                term: x.get_term(),
-                digest: x.get_digest().proto()?.to_vec(),
-                cluster_id: cluster_id(x.get_cluster_id())?,
-                agreeing: x.get_agreeing(),
-                voters: x.get_voters(),
-            })
-        }
-        W::Jobs(l) => ReplyData::Jobs(get_list(b, l, get_job)?),
-        W::Job(x) => ReplyData::Job(get_job(x.proto()?)?),
-        W::JobId(id) => ReplyData::JobId(id),
-        W::Hosts(l) => ReplyData::Hosts(get_list(b, l, |x| {
-            Ok(Host {
-                name: text(x.get_name())?,
-                state: en(x.get_state())?,
-                ncpus: x.get_ncpus(),
-                mem_mb: x.get_mem_mb(),
-                attrs: get_kvs(b, x.get_attrs())?,
-                njobs: x.get_njobs(),
-                last_heartbeat: x.get_last_heartbeat(),
-            })
-        })?),
-        W::Resources(l) => ReplyData::Resources(get_list(b, l, |x| {
-            Ok(Resource {
-                name: text(x.get_name())?,
-                kind: text(x.get_type())?,
-                description: text(x.get_description())?,
-            })
-        })?),
-        W::Resvals(l) => ReplyData::ResVals(get_resvals(b, l)?),
-        W::ClusterConf(x) => {
-            let x = x.proto()?;
-            ReplyData::ClusterConf(ClusterConf {
-                cluster_name: text(x.get_cluster_name())?,
-                controllers: get_controller_entries(b, x.get_controllers())?,
-                primary_id: x.get_primary_id(),
-                term: x.get_term(),
-                queues: get_list(b, x.get_queues(), |y| {
-                    Ok(Queue {
-                        name: text(y.get_name())?,
-                        open: y.get_open(),
-                        active: y.get_active(),
-                        priority: y.get_priority(),
-                    })
-                })?,
-            })
-        }
-        W::TaskId(id) => ReplyData::TaskId(id),
-        W::SessionId(id) => ReplyData::SessionId(id),
-        W::JobPage(x) => ReplyData::JobPage(get_job_page(b, x.proto()?)?),
-    };
-    Ok(Reply {
-        seq: r.get_seq(),
-        status: r.get_status(),
-        redirect_host: text(r.get_redirect_host())?,
-        redirect_port: r.get_redirect_port(),
-        data,
-        members_version: r.get_members_version(),
-        detail: text(r.get_detail())?,
+fn put_host(h: &Host, mut x: cp::host::Builder<'_>) {
+    set_text!(x, set_name, h.name);
+    x.set_state(h.state.to_wire());
+    x.set_ncpus(h.ncpus);
+    x.set_mem_mb(h.mem_mb);
+    if !h.attrs.is_empty() {
+        put_kvs(&h.attrs, x.reborrow().init_attrs(list_len(h.attrs.len())));
+    }
+    x.set_njobs(h.njobs);
+    x.set_last_heartbeat(h.last_heartbeat);
+}
+
+fn get_host(b: &Budget, x: cp::host::Reader<'_>) -> Result<Host, Error> {
+    Ok(Host {
+        name: text(x.get_name())?,
+        state: en(x.get_state())?,
+        ncpus: x.get_ncpus(),
+        mem_mb: x.get_mem_mb(),
+        attrs: get_kvs(b, x.get_attrs())?,
+        njobs: x.get_njobs(),
+        last_heartbeat: x.get_last_heartbeat(),
     })
 }
 
-// ---------------------------------------------------------------------------------------
-// Paged listing (JobListPage / JobPage)
-
-fn est_job_list_page(p: &JobListPage) -> usize {
-    sw::<cp::job_list_page::Builder>()
-        + sw::<cp::job_filter::Builder>()
-        + tw(&p.filter.user)
-        + tw(&p.filter.queue)
+fn put_resource(r: &Resource, mut x: cp::resource::Builder<'_>) {
+    set_text!(x, set_name, r.name);
+    set_text!(x, set_type, r.kind);
+    set_text!(x, set_description, r.description);
 }
 
-fn est_job_page(p: &JobPage) -> usize {
-    sw::<cp::job_page::Builder>() + est_list(&p.jobs, sw::<cp::job::Builder>(), est_job_ptrs)
+fn get_resource(x: cp::resource::Reader<'_>) -> Result<Resource, Error> {
+    Ok(Resource {
+        name: text(x.get_name())?,
+        kind: text(x.get_type())?,
+        description: text(x.get_description())?,
+    })
+}
+
+fn put_controller_entry(e: &ControllerEntry, mut y: cp::controller_entry::Builder<'_>) {
+    y.set_id(e.id);
+    set_text!(y, set_host, e.host);
+    y.set_port(e.port);
+    y.set_role(e.role.to_wire());
+}
+
+fn get_controller_entries(
+    b: &Budget,
+    l: ListReader<'_, cp::controller_entry::Owned>,
+) -> Result<Vec<ControllerEntry>, Error> {
+    get_list(b, l, |y| {
+        Ok(ControllerEntry {
+            id: y.get_id(),
+            host: text(y.get_host())?,
+            port: y.get_port(),
+            role: en(y.get_role())?,
+        })
+    })
+}
+
+/// C20: a cluster id is 16 bytes or absent (all zero); any other length is a malformed reply.
+fn cluster_id(d: capnp::Result<capnp::data::Reader<'_>>) -> Result<[u8; 16], Error> {
+    let d = d.proto()?;
+    match d.len() {
+        0 => Ok([0; 16]),
+        _ => d.try_into().proto(),
+    }
+}
+
+fn est_ctrl_info(c: &ControllerInfo) -> usize {
+    sw::<cp::controller_info::Builder>()
+        + tw(&c.primary_host)
+        + tw(&c.version)
+        + est_list(&c.members, sw::<cp::controller_entry::Builder>(), |e| {
+            tw(&e.host)
+        })
+        + 3
+        + est_list(&c.alarms, 1, |a| tw(a))
+}
+
+/// Empty lists and an all-zero cluster id stay null pointers (read back as empty / zeros).
+fn put_ctrl_info(c: &ControllerInfo, mut x: cp::controller_info::Builder<'_>) {
+    x.set_id(c.id);
+    x.set_role(c.role.to_wire());
+    x.set_term(c.term);
+    x.set_primary_id(c.primary_id);
+    set_text!(x, set_primary_host, c.primary_host);
+    x.set_primary_port(c.primary_port);
+    set_text!(x, set_version, c.version);
+    x.set_protocol_version(c.protocol_version);
+    x.set_waiters(c.waiters);
+    x.set_last_log_index(c.last_log_index);
+    x.set_committed_index(c.committed_index);
+    x.set_applied_index(c.applied_index);
+    x.set_last_contact_ms(c.last_contact_ms);
+    if !c.members.is_empty() {
+        let l = x.reborrow().init_members(list_len(c.members.len()));
+        put_list(&c.members, l, put_controller_entry);
+    }
+    if c.cluster_id != [0; 16] {
+        x.set_cluster_id(&c.cluster_id);
+    }
+    if !c.alarms.is_empty() {
+        let mut l = x.reborrow().init_alarms(list_len(c.alarms.len()));
+        for (i, a) in c.alarms.iter().enumerate() {
+            l.set(i as u32, a.as_str());
+        }
+    }
+    x.set_checked_index(c.checked_index);
+    x.set_uptime_ms(c.uptime_ms);
+    x.set_db_size_bytes(c.db_size_bytes);
+    x.set_disk_free_bytes(c.disk_free_bytes);
+    x.set_quota_bytes(c.quota_bytes);
+}
+
+fn get_ctrl_info(b: &Budget, x: cp::controller_info::Reader<'_>) -> Result<ControllerInfo, Error> {
+    Ok(ControllerInfo {
+        id: x.get_id(),
+        role: en(x.get_role())?,
+        term: x.get_term(),
+        primary_id: x.get_primary_id(),
+        primary_host: text(x.get_primary_host())?,
+        primary_port: x.get_primary_port(),
+        version: text(x.get_version())?,
+        protocol_version: x.get_protocol_version(),
+        waiters: x.get_waiters(),
+        last_log_index: x.get_last_log_index(),
+        committed_index: x.get_committed_index(),
+        applied_index: x.get_applied_index(),
+        last_contact_ms: x.get_last_contact_ms(),
+        members: get_controller_entries(b, x.get_members())?,
+        cluster_id: cluster_id(x.get_cluster_id())?,
+        alarms: get_texts(b, x.get_alarms())?,
+        checked_index: x.get_checked_index(),
+        uptime_ms: x.get_uptime_ms(),
+        db_size_bytes: x.get_db_size_bytes(),
+        disk_free_bytes: x.get_disk_free_bytes(),
+        quota_bytes: x.get_quota_bytes(),
+    })
+}
+
+fn put_snapshot_chunk(c: &SnapshotChunk, mut x: cp::snapshot_chunk::Builder<'_>) {
+    x.set_cursor(c.cursor);
+    x.set_offset(c.offset);
+    x.set_data(&c.data);
+    x.set_total_bytes(c.total_bytes);
+    x.set_index(c.index);
+    x.set_term(c.term);
+    x.set_digest(&c.digest);
+    x.set_cluster_id(&c.cluster_id);
+    x.set_agreeing(c.agreeing);
+    x.set_voters(c.voters);
+}
+
+fn get_snapshot_chunk(x: cp::snapshot_chunk::Reader<'_>) -> Result<SnapshotChunk, Error> {
+    Ok(SnapshotChunk {
+        cursor: x.get_cursor(),
+        offset: x.get_offset(),
+        data: x.get_data().proto()?.to_vec(),
+        total_bytes: x.get_total_bytes(),
+        index: x.get_index(),
+        term: x.get_term(),
+        digest: x.get_digest().proto()?.to_vec(),
+        cluster_id: cluster_id(x.get_cluster_id())?,
+        agreeing: x.get_agreeing(),
+        voters: x.get_voters(),
+    })
+}
+
+fn est_cluster_conf(c: &ClusterConf) -> usize {
+    sw::<cp::cluster_conf::Builder>()
+        + tw(&c.cluster_name)
+        + est_list(&c.controllers, sw::<cp::controller_entry::Builder>(), |e| {
+            tw(&e.host)
+        })
+        + est_list(&c.queues, sw::<cp::queue::Builder>(), |q| tw(&q.name))
+}
+
+fn put_cluster_conf(c: &ClusterConf, mut x: cp::cluster_conf::Builder<'_>) {
+    set_text!(x, set_cluster_name, c.cluster_name);
+    x.set_primary_id(c.primary_id);
+    x.set_term(c.term);
+    let l = x.reborrow().init_controllers(list_len(c.controllers.len()));
+    put_list(&c.controllers, l, put_controller_entry);
+    put_list(
+        &c.queues,
+        x.init_queues(list_len(c.queues.len())),
+        |q, mut y| {
+            set_text!(y, set_name, q.name);
+            y.set_open(q.open);
+            y.set_active(q.active);
+            y.set_priority(q.priority);
+        },
+    );
+}
+
+fn get_cluster_conf(b: &Budget, x: cp::cluster_conf::Reader<'_>) -> Result<ClusterConf, Error> {
+    Ok(ClusterConf {
+        cluster_name: text(x.get_cluster_name())?,
+        controllers: get_controller_entries(b, x.get_controllers())?,
+        primary_id: x.get_primary_id(),
+        term: x.get_term(),
+        queues: get_list(b, x.get_queues(), |y| {
+            Ok(Queue {
+                name: text(y.get_name())?,
+                open: y.get_open(),
+                active: y.get_active(),
+                priority: y.get_priority(),
+            })
+        })?,
+    })
+}
+
+fn est_job_filter(f: &JobFilter) -> usize {
+    sw::<cp::job_filter::Builder>() + tw(&f.user) + tw(&f.queue)
 }
 
 fn put_job_filter(f: &JobFilter, mut x: cp::job_filter::Builder<'_>) {
@@ -1093,23 +1108,6 @@ fn put_job_filter(f: &JobFilter, mut x: cp::job_filter::Builder<'_>) {
     set_text!(x, set_queue, f.queue);
     x.set_state_mask(f.state_mask);
     x.set_limit(f.limit);
-}
-
-fn put_job_list_page(p: &JobListPage, mut x: cp::job_list_page::Builder<'_>) {
-    put_job_filter(&p.filter, x.reborrow().init_filter());
-    x.set_cursor(p.cursor);
-    x.set_after(p.after);
-    x.set_max_bytes(p.max_bytes);
-}
-
-fn put_job_page(p: &JobPage, mut x: cp::job_page::Builder<'_>) {
-    x.set_cursor(p.cursor);
-    x.set_more(p.more);
-    x.set_total(p.total);
-    let mut l = x.init_jobs(list_len(p.jobs.len()));
-    for (i, j) in p.jobs.iter().enumerate() {
-        put_job(j, l.reborrow().get(i as u32));
-    }
 }
 
 fn get_job_filter(x: cp::job_filter::Reader<'_>) -> Result<JobFilter, Error> {
@@ -1121,18 +1119,11 @@ fn get_job_filter(x: cp::job_filter::Reader<'_>) -> Result<JobFilter, Error> {
     })
 }
 
-fn get_job_list_page(x: cp::job_list_page::Reader<'_>) -> Result<JobListPage, Error> {
-    let filter = if x.has_filter() {
-        get_job_filter(x.get_filter().proto()?)?
-    } else {
-        JobFilter::default()
-    };
-    Ok(JobListPage {
-        filter,
-        cursor: x.get_cursor(),
-        after: x.get_after(),
-        max_bytes: x.get_max_bytes(),
-    })
+fn put_job_page(p: &JobPage, mut x: cp::job_page::Builder<'_>) {
+    x.set_cursor(p.cursor);
+    x.set_more(p.more);
+    x.set_total(p.total);
+    put_list(&p.jobs, x.init_jobs(list_len(p.jobs.len())), put_job);
 }
 
 fn get_job_page(b: &Budget, x: cp::job_page::Reader<'_>) -> Result<JobPage, Error> {

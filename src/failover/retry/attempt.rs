@@ -191,25 +191,7 @@ impl Call<'_, '_> {
                         }
                     }
                     Probed::NewPrimary(spare) => {
-                        let m = spare.named;
-                        // F25: another controller names a new primary: the late request is
-                        // abandoned (a reply to it would now be a stray) and re-sent there.
-                        let link = &mut state.link;
-                        clog!(
-                            env,
-                            Level::Info,
-                            "{} late on {} after {} ms; the primary is now {}: re-sending there",
-                            op.name(),
-                            link.current_endpoint(),
-                            sent_at.elapsed().as_millis(),
-                            link.rotator.masters()[m]
-                        );
-                        env.observer.update(|s| s.suspicion_failovers += 1);
-                        link.rotator.aim_at(m);
-                        if let Some(c) = link.conn.as_mut() {
-                            c.mark_dead();
-                        }
-                        link.spare = Some(spare);
+                        self.abandon_for(&mut state.link, spare, sent_at);
                         return (Err(Error::Errno(libc::ETIMEDOUT)), true);
                     }
                     Probed::Nothing => match state.link.conn.as_mut() {
@@ -229,6 +211,29 @@ impl Call<'_, '_> {
         }
         let result = result.map(|r| self.keep(r));
         (result.map_err(|e| frame_error(op, e)), true)
+    }
+
+    /// F25: another controller names a new primary (`spare.named`): the late request is
+    /// abandoned (its connection dropped: a reply to it would now be a stray) and the loop
+    /// re-sends it there next, on the probe's connection when it is to that primary.
+    fn abandon_for(&self, link: &mut super::Link, spare: super::link::Spare, sent_at: Instant) {
+        let env = self.env;
+        let m = spare.named;
+        clog!(
+            env,
+            Level::Info,
+            "{} late on {} after {} ms; the primary is now {}: re-sending there",
+            self.spec.op.name(),
+            link.current_endpoint(),
+            sent_at.elapsed().as_millis(),
+            link.rotator.masters()[m]
+        );
+        env.observer.update(|s| s.suspicion_failovers += 1);
+        link.rotator.aim_at(m);
+        if let Some(c) = link.conn.as_mut() {
+            c.mark_dead();
+        }
+        link.spare = Some(spare);
     }
 
     /// Keeps `reply` as the call's answer; its status.
@@ -282,28 +287,12 @@ impl Call<'_, '_> {
         state: &mut LoopState,
         seq: u64,
         witness: usize,
-        mut through: Connection,
+        through: Connection,
         until: Instant,
     ) -> Hedged {
         let env = self.env;
-        let op = self.spec.op;
-        let ids = state.ids.resend(self.spec.request_id);
+        let (wseq, mut other) = self.send_through(state, through, until);
         let link = &mut state.link;
-        // Above the probe's own seqs on that connection (1, 2), and never reused on the link.
-        link.seq = (link.seq + 1).max(3);
-        let wseq = link.seq;
-        let head = RequestHead {
-            seq: wseq,
-            client_id: ids.client_id,
-            request_id: ids.request_id,
-            no_reply: false,
-            auth_token: &link.auth_token,
-            forward_within_ms: forward_within_ms(until),
-        };
-        let mut other = through
-            .send_op(&head, op, until, &env.waker)
-            .ok()
-            .map(|()| through);
         // The direct reply's deadline, moved by its progress (issue 29) as it arrives.
         let progress = link.progress;
         let mut direct_until = until;
@@ -342,24 +331,7 @@ impl Call<'_, '_> {
                     let Some(w) = other.take() else {
                         break Hedged::Direct(Err(Error::Errno(libc::ENOTCONN)));
                     };
-                    clog!(
-                        env,
-                        Level::Info,
-                        "{} late on {}, which {} vouches for: answered through it",
-                        op.name(),
-                        link.current_endpoint(),
-                        link.rotator.masters()[witness]
-                    );
-                    let primary = link.rotator.current_master();
-                    link.rotator.set_current(witness);
-                    link.adopt_forwarding(w);
-                    // A primary that was only slow is used directly again from the next call:
-                    // a connection to it is tried beside the next forwarded request (a way
-                    // that drops this client's packets never connects).
-                    link.direct_wanted = primary;
-                    state.book.reconnected();
-                    let ep = state.link.current_endpoint();
-                    env.observer.update(|s| s.current_master = Some(ep));
+                    self.go_through(state, witness, w);
                     return Hedged::Through(r);
                 }
                 Ok(Some(_)) | Err(_) => other = None,
@@ -372,6 +344,56 @@ impl Call<'_, '_> {
             w.mark_dead();
         }
         direct_outcome
+    }
+
+    /// The hedge's request through the witness's connection `through`, marked for forwarding
+    /// (F28): its seq, and the connection if the request left.
+    fn send_through(
+        &self,
+        state: &mut LoopState,
+        mut through: Connection,
+        until: Instant,
+    ) -> (u64, Option<Connection>) {
+        let ids = state.ids.resend(self.spec.request_id);
+        let link = &mut state.link;
+        // Above the probe's own seqs on that connection (1, 2), and never reused on the link.
+        link.seq = (link.seq + 1).max(3);
+        let wseq = link.seq;
+        let head = RequestHead {
+            seq: wseq,
+            client_id: ids.client_id,
+            request_id: ids.request_id,
+            no_reply: false,
+            auth_token: &link.auth_token,
+            forward_within_ms: forward_within_ms(until),
+        };
+        let sent = through.send_op(&head, self.spec.op, until, &self.env.waker);
+        (wseq, sent.ok().map(|()| through))
+    }
+
+    /// F28: the primary answered through `witness` (on `w`): the link goes on on that
+    /// connection, forwarding, until a direct connection to the primary comes back.
+    fn go_through(&self, state: &mut LoopState, witness: usize, w: Connection) {
+        let env = self.env;
+        let link = &mut state.link;
+        clog!(
+            env,
+            Level::Info,
+            "{} late on {}, which {} vouches for: answered through it",
+            self.spec.op.name(),
+            link.current_endpoint(),
+            link.rotator.masters()[witness]
+        );
+        let primary = link.rotator.current_master();
+        link.rotator.set_current(witness);
+        link.adopt_forwarding(w);
+        // A primary that was only slow is used directly again from the next call: a connection
+        // to it is tried beside the next forwarded request (a way that drops this client's
+        // packets never connects).
+        link.direct_wanted = primary;
+        state.book.reconnected();
+        let ep = state.link.current_endpoint();
+        env.observer.update(|s| s.current_master = Some(ep));
     }
 }
 

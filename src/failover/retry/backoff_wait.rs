@@ -12,7 +12,7 @@ use crate::error::{strerror, Error};
 use crate::failover::classify::is_interrupt;
 use crate::failover::log::Level;
 use crate::failover::wait_primary::{self, Verdict, Witnesses};
-use crate::wire::{Op, ReplyData};
+use crate::wire::{Op, Reply, ReplyData};
 
 /// Extra time granted to a `waitPrimary` reply beyond the wait itself (F18), capped by the
 /// reply timeout: the controller answers at the end of the wait, one round trip later.
@@ -99,16 +99,31 @@ impl Call<'_, '_> {
                 .find_master(&info.primary_host, info.primary_port, &resolve),
             _ => None,
         };
-        let named_text = || match &reply.data {
-            ReplyData::CtrlInfo(i) => format!("{}:{}", i.primary_host, i.primary_port),
-            _ => String::new(),
-        };
         let verdict = wait_primary::judge(
             &reply,
             named,
             &self.seen.per_master,
             self.following.followed_then_refused,
         );
+        Ok(self.heed(state, w, end, verdict, &reply))
+    }
+
+    /// What the loop does with witness `w`'s answer (`reply`, judged `verdict`); the spread
+    /// to wait when it follows the primary named.
+    fn heed(
+        &mut self,
+        state: &mut LoopState,
+        w: usize,
+        end: Instant,
+        verdict: Verdict,
+        reply: &Reply,
+    ) -> Option<Duration> {
+        let env = self.env;
+        let link = &mut state.link;
+        let named_text = || match &reply.data {
+            ReplyData::CtrlInfo(i) => format!("{}:{}", i.primary_host, i.primary_port),
+            _ => String::new(),
+        };
         match verdict {
             Verdict::Follow { master, spread } => {
                 clog!(
@@ -120,9 +135,9 @@ impl Call<'_, '_> {
                 link.rotator.aim_at(master);
                 self.following.current = Some((master, end));
                 let spread = self.budget().backoff_mut().spread(spread);
-                Ok(Some(spread))
+                Some(spread)
             }
-            Verdict::NoNews => Ok(None),
+            Verdict::NoNews => None,
             Verdict::DeadEnd => {
                 clog!(
                     env,
@@ -132,7 +147,7 @@ impl Call<'_, '_> {
                     named_text()
                 );
                 self.following.misleading |= bit(w);
-                Ok(None)
+                None
             }
             Verdict::NotConfigured => {
                 clog!(
@@ -141,7 +156,7 @@ impl Call<'_, '_> {
                     "waitPrimary named {}: not a configured master",
                     named_text()
                 );
-                Ok(None)
+                None
             }
             Verdict::Unsupported => {
                 clog!(
@@ -152,7 +167,7 @@ impl Call<'_, '_> {
                     strerror(reply.status)
                 );
                 state.book.no_wait_primary |= bit(w);
-                Ok(None)
+                None
             }
         }
     }

@@ -12,7 +12,7 @@ use super::{clog, LoopState};
 use crate::failover::log::Level;
 use crate::failover::rotate::Endpoint;
 use crate::failover::wait_primary;
-use crate::transport::Connection;
+use crate::transport::{Connection, Waker};
 use crate::wire::{Hello, Op, ReplyData, RequestHead, PROTOCOL_VERSION};
 
 /// The `hello` that tells whether a new connection reaches the primary (F10, F12).
@@ -48,29 +48,11 @@ impl Call<'_, '_> {
         let Some(current) = link.rotator.current_master() else {
             return Probed::Nothing;
         };
-        let others = link.others_resolved(0);
-        let masters = link.rotator.masters();
-        if others.is_empty() {
-            return Probed::Nothing;
-        }
-        let hosts: Vec<(&str, &[SocketAddr])> = others
-            .iter()
-            .map(|(i, a)| (masters[*i].host.as_str(), a.as_slice()))
-            .collect();
         let waker = env.waker.watching(late_fd);
-        let connect_until = (Instant::now() + env.options().connect_timeout).min(until);
-        let Ok((k, mut conn)) = Connection::connect_race(
-            &hosts,
-            Duration::ZERO,
-            link.tls.as_ref(),
-            link.limits,
-            connect_until,
-            &waker,
-        ) else {
+        let Some((witness, mut conn)) = self.connect_another(link, &waker, until) else {
             return Probed::Nothing;
         };
-        let witness = others[k].0;
-        let p = masters[current].clone();
+        let p = link.rotator.masters()[current].clone();
         let resolve = bounded_resolver(env, self.spec.deadline);
         let mut ask = |seq: u64, timeout_ms: u32, exclude: Option<&Endpoint>| -> Option<usize> {
             let op = Op::WaitPrimary {
@@ -132,5 +114,35 @@ impl Call<'_, '_> {
                 conn,
             })
         }
+    }
+
+    /// Races connects to the configured masters other than the current one (a silent one
+    /// costs nothing); the first to connect (its index among the masters) and its connection.
+    fn connect_another(
+        &self,
+        link: &super::Link,
+        waker: &Waker,
+        until: Instant,
+    ) -> Option<(usize, Connection)> {
+        let others = link.others_resolved(0);
+        if others.is_empty() {
+            return None;
+        }
+        let masters = link.rotator.masters();
+        let hosts: Vec<(&str, &[SocketAddr])> = others
+            .iter()
+            .map(|(i, a)| (masters[*i].host.as_str(), a.as_slice()))
+            .collect();
+        let connect_until = (Instant::now() + self.env.options().connect_timeout).min(until);
+        let (k, conn) = Connection::connect_race(
+            &hosts,
+            Duration::ZERO,
+            link.tls.as_ref(),
+            link.limits,
+            connect_until,
+            waker,
+        )
+        .ok()?;
+        Some((others[k].0, conn))
     }
 }

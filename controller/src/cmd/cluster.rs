@@ -151,9 +151,9 @@ fn spawn_node(
         "127.0.0.1:{}",
         args.base_port + i - 1 + crate::base::config::METRICS_PORT_OFFSET
     );
-    let child = Command::new(&exe)
+    let child = Command::new(exe)
         .arg("run")
-        .args(["--id", &i.to_string(), "--cluster", &spec])
+        .args(["--id", &i.to_string(), "--cluster", spec])
         .arg("--data")
         .arg(args.data.join(format!("node-{i}")))
         .args(["--metrics", &metrics])

@@ -10,3 +10,4 @@ pub mod peers;
 pub mod progress;
 pub mod tenure;
 pub mod transfer;
+pub mod vouch;

@@ -1,0 +1,120 @@
+//! The wire's words for the state machine's (C3): the replicated command of a write op, the
+//! reply of its outcome, the session roles — the one place a client's op becomes a `Cmd`.
+
+use xce_proto::wire::{self, Op, Reply, ReplyData};
+
+use crate::sm::state::{self, Cmd, OutData, Outcome, Role};
+
+/// The replicated command of a write op (`None` for reads and local ops).
+pub(super) fn command_of(op: &Op) -> Option<Cmd> {
+    Some(match op {
+        Op::Join(j) => Cmd::Join {
+            role: role_from_wire(j.role),
+            host: j.host.clone(),
+            ncpus: j.ncpus,
+            mem_mb: j.mem_mb,
+            attrs: j
+                .attrs
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
+        },
+        Op::JobSubmit(spec) => Cmd::JobSubmit(state::job_from_spec(spec)),
+        Op::JobDispatch { job_id, host } => Cmd::JobDispatch {
+            job_id: *job_id,
+            host: host.clone(),
+        },
+        Op::JobCtrl { job_id, action } => Cmd::JobCtrl {
+            job_id: *job_id,
+            action: match action {
+                wire::JobAction::Kill => state::JobAction::Kill,
+                wire::JobAction::Suspend => state::JobAction::Suspend,
+                wire::JobAction::Resume => state::JobAction::Resume,
+                wire::JobAction::Requeue => state::JobAction::Requeue,
+            },
+        },
+        Op::QueueCtrl { queue, action } => Cmd::QueueCtrl {
+            queue: queue.clone(),
+            action: match action {
+                wire::QueueAction::Open => state::QueueAction::Open,
+                wire::QueueAction::Close => state::QueueAction::Close,
+                wire::QueueAction::Activate => state::QueueAction::Activate,
+                wire::QueueAction::Inactivate => state::QueueAction::Inactivate,
+            },
+        },
+        Op::HostCtrl { host, action } => Cmd::HostCtrl {
+            host: host.clone(),
+            open: *action == wire::HostAction::Open,
+        },
+        Op::UpdateResvals { host, resvals } => Cmd::UpdateResvals {
+            host: host.clone(),
+            resvals: resvals
+                .iter()
+                .map(|r| (r.name.clone(), r.value.clone()))
+                .collect(),
+        },
+        Op::UpdateJusage { job_id, usage } => Cmd::UpdateJusage {
+            job_id: *job_id,
+            cpu_ms: usage.cpu_ms,
+            mem_kb: usage.mem_kb,
+        },
+        Op::RunTask { host, command } => Cmd::RunTask {
+            host: host.clone(),
+            command: command.clone(),
+        },
+        Op::SetPendReason { job_id, reason } => Cmd::SetPendReason {
+            job_id: *job_id,
+            reason: reason.clone(),
+        },
+        Op::ClearReason { job_id } => Cmd::ClearReason { job_id: *job_id },
+        Op::Notify(n) => Cmd::Notify {
+            kind: match n.kind {
+                wire::NotifyKind::JobStart => state::NotifyKind::JobStart,
+                wire::NotifyKind::JobFinish => state::NotifyKind::JobFinish,
+                wire::NotifyKind::JobFail => state::NotifyKind::JobFail,
+                wire::NotifyKind::JobStop => state::NotifyKind::JobStop,
+                wire::NotifyKind::JobChkpt => state::NotifyKind::JobChkpt,
+            },
+            job_id: n.job_id,
+            exit_code: n.exit_code,
+        },
+        Op::Heartbeat { host } => Cmd::Heartbeat { host: host.clone() },
+        _ => return None,
+    })
+}
+
+pub(super) fn outcome_reply(seq: u64, o: Outcome) -> Reply {
+    let data = match o.data {
+        OutData::None => ReplyData::None,
+        OutData::JobId(id) => ReplyData::JobId(id),
+        OutData::TaskId(id) => ReplyData::TaskId(id),
+        OutData::SessionId(id) => ReplyData::SessionId(id),
+    };
+    Reply {
+        seq,
+        status: o.status,
+        redirect_host: String::new(),
+        redirect_port: 0,
+        data,
+        members_version: 0,
+        detail: String::new(),
+    }
+}
+
+pub(super) fn role_to_wire(r: Role) -> wire::SessionRole {
+    match r {
+        Role::Worker => wire::SessionRole::Worker,
+        Role::Scheduler => wire::SessionRole::Scheduler,
+        Role::ApiServer => wire::SessionRole::ApiServer,
+        Role::Client => wire::SessionRole::Client,
+    }
+}
+
+pub(super) fn role_from_wire(r: wire::SessionRole) -> Role {
+    match r {
+        wire::SessionRole::Worker => Role::Worker,
+        wire::SessionRole::Scheduler => Role::Scheduler,
+        wire::SessionRole::ApiServer => Role::ApiServer,
+        wire::SessionRole::Client => Role::Client,
+    }
+}

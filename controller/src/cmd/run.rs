@@ -206,7 +206,7 @@ async fn run_node(args: RunArgs) -> Result<(), String> {
         lease,
         elect: elect.clone(),
         proposer: crate::raft::propose::Proposer::start(raft.clone(), COMMIT_TIMEOUT),
-        cursors: crate::sm::listing::Cursors::for_node(id),
+        cursors: crate::node::cursors::Cursors::for_node(id),
         auth,
         ready: ready.clone(),
         tenure: Default::default(),

@@ -9,7 +9,7 @@
 //! file (`sm/backup.rs`) in the data directory, off the runtime's threads, with the digest and
 //! how many members agreed; a primary whose state a majority of the voters does not confirm
 //! saves nothing. The file is then sent in chunks by cursor and offset; it is removed after
-//! [`crate::sm::backup::SAVE_IDLE`] without a request (and at the node's next start).
+//! [`crate::node::backup_file::SAVE_IDLE`] without a request (and at the node's next start).
 
 use std::time::Instant;
 
@@ -17,8 +17,8 @@ use xce_proto::error::E_XCE_NOT_READY;
 use xce_proto::wire::{Reply, ReplyData, SnapshotChunk, SnapshotSave};
 
 use crate::base::ids::SnapshotMeta;
+use crate::node::backup_file::{self as backup, BackupHeader, Save};
 use crate::node::ctx::Ctx;
-use crate::sm::backup::{self, BackupHeader, Save};
 use crate::sm::digest;
 
 /// The chunk sent when the request names no size.

@@ -53,7 +53,7 @@ pub struct Ctx {
     /// Batches concurrent writes into shared Raft entries (P11).
     pub proposer: crate::raft::propose::Proposer,
     /// Listings pinned for paged reads (P12).
-    pub cursors: crate::sm::listing::Cursors,
+    pub cursors: crate::node::cursors::Cursors,
     /// C11 (amended): whether this leader's state machine holds everything committed before.
     pub ready: Arc<crate::raft::ready::Readiness>,
     /// Defect 5: connections served as primary are closed when this node stops serving.
@@ -69,7 +69,7 @@ pub struct Ctx {
     pub findings: Arc<crate::raft::digests::Findings>,
     pub diverged: Arc<crate::raft::diverged::Diverged>,
     /// C20: the online snapshots (`snapshot save`) this primary is sending.
-    pub saves: crate::sm::backup::Saves,
+    pub saves: crate::node::backup_file::Saves,
     /// This node's data directory.
     pub data: std::path::PathBuf,
 }

@@ -19,7 +19,7 @@ pub(super) fn command_of(op: &Op) -> Option<Cmd> {
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect(),
         },
-        Op::JobSubmit(spec) => Cmd::JobSubmit(state::job_from_spec(spec)),
+        Op::JobSubmit(spec) => Cmd::JobSubmit(job_from_spec(spec)),
         Op::JobDispatch { job_id, host } => Cmd::JobDispatch {
             job_id: *job_id,
             host: host.clone(),
@@ -116,5 +116,18 @@ pub(super) fn role_from_wire(r: wire::SessionRole) -> Role {
         wire::SessionRole::Scheduler => Role::Scheduler,
         wire::SessionRole::ApiServer => Role::ApiServer,
         wire::SessionRole::Client => Role::Client,
+    }
+}
+
+/// The logged form of a submitted job spec.
+fn job_from_spec(s: &wire::JobSpec) -> state::SubmitSpec {
+    state::SubmitSpec {
+        job_id: s.job_id,
+        name: s.name.clone(),
+        user: s.user.clone(),
+        queue: s.queue.clone(),
+        command: s.command.clone(),
+        ncpus: s.ncpus,
+        mem_mb: s.mem_mb,
     }
 }

@@ -56,8 +56,8 @@ fn refuse(ctx: &Ctx, conn: &Conn, req: &Request, who: &dyn std::fmt::Display, wh
 fn job_facts(ctx: &Ctx, id: u64) -> Option<JobFacts> {
     let a = ctx.applied.read().expect("state lock");
     a.state.job(id).map(|j| JobFacts {
-        user: j.user,
-        exec_host: j.exec_host,
+        user: j.user.to_string(),
+        exec_host: j.exec_host.to_string(),
     })
 }
 

@@ -20,8 +20,9 @@
 //!
 //! The files: `conn.rs` (a connection: handshake, standing, frames, deadlines), `dispatch.rs`
 //! (one request: who calls, what it may do, where it goes), `command.rs` (an op as the state
-//! machine's command, an outcome as a reply), `reads.rs` (the read barrier, listings,
-//! `clusterConf`, `waitPrimary`), `info.rs` (what a node says of itself), `forward.rs` (C16 on a standby) and
+//! machine's command, an outcome as a reply), `reads.rs` (the read barrier, reads,
+//! `clusterConf`, `waitPrimary`), `listing.rs` (pages of a listing, the frame bound),
+//! `view.rs` (stored records as the wire's), `info.rs` (what a node says of itself), `forward.rs` (C16 on a standby) and
 //! `forwarded.rs` (C16 on the primary).
 
 mod command;
@@ -30,7 +31,9 @@ mod dispatch;
 mod forward;
 mod forwarded;
 pub mod info;
+mod listing;
 mod reads;
+mod view;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,6 +8,9 @@ use xce_proto::error::{E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
 use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
 use super::info::{info, info_with_primary};
+use super::view::{
+    filter_from_wire, host_to_wire, job_to_wire, queues_to_wire, resources_to_wire, resvals_to_wire,
+};
 use super::MAX_WAIT_PRIMARY;
 use crate::base::clock::now_ms;
 use crate::base::config::split_addr;
@@ -20,7 +23,7 @@ const CROWD_MEMORY: Duration = Duration::from_secs(1);
 /// Never a frame the client is bound to refuse: a reply over the frame limit goes out as
 /// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
 pub(super) fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
-    if crate::sm::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
+    if super::listing::encode_bounded(reply, ctx.limits.max_message_bytes, out) {
         crate::log_warn!(
             "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
             ctx.id,
@@ -32,7 +35,7 @@ pub(super) fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) 
 
 /// A page of a snapshot-bound listing (after the read barrier).
 pub(super) fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply {
-    crate::sm::listing::answer_page(&ctx.cursors, seq, p, ctx.limits.max_message_bytes, || {
+    super::listing::answer_page(&ctx.cursors, seq, p, ctx.limits.max_message_bytes, || {
         let st = &ctx.applied.read().expect("state lock").state;
         (st.jobs_snapshot(), st.applied_count())
     })
@@ -74,23 +77,33 @@ pub(super) fn read(ctx: &Ctx, req: &Request) -> Reply {
     match &req.op {
         // The unpaged op answers only what fits one frame (older clients; ours page).
         Op::JobList(f) => {
-            let budget = crate::sm::listing::hard_budget(0, ctx.limits.max_message_bytes);
-            st.jobs(f, budget).map_or_else(
+            let budget = super::listing::hard_budget(0, ctx.limits.max_message_bytes);
+            st.jobs(&filter_from_wire(f), budget).map_or_else(
                 || Reply::status(seq, -xce_proto::error::E_XCE_TOOBIG),
-                |jobs| Reply::ok(seq, ReplyData::Jobs(jobs)),
+                |jobs| {
+                    Reply::ok(
+                        seq,
+                        ReplyData::Jobs(jobs.into_iter().map(job_to_wire).collect()),
+                    )
+                },
             )
         }
         Op::JobInfo { job_id } => st
             .job(*job_id)
-            .map_or_else(enoent, |j| Reply::ok(seq, ReplyData::Job(j))),
-        Op::ResList => Reply::ok(seq, ReplyData::Resources(st.resources())),
+            .map_or_else(enoent, |j| Reply::ok(seq, ReplyData::Job(job_to_wire(j)))),
+        Op::ResList => Reply::ok(seq, ReplyData::Resources(resources_to_wire(st.resources()))),
         Op::WorkerList => Reply::ok(
             seq,
-            ReplyData::Hosts(st.hosts(now_ms(), ctx.host_timeout_ms())),
+            ReplyData::Hosts(
+                st.hosts(now_ms(), ctx.host_timeout_ms())
+                    .into_iter()
+                    .map(|(h, a)| host_to_wire(h, a))
+                    .collect(),
+            ),
         ),
-        Op::ResVal { host } => st
-            .resvals(host)
-            .map_or_else(enoent, |r| Reply::ok(seq, ReplyData::ResVals(r))),
+        Op::ResVal { host } => st.resvals(host).map_or_else(enoent, |r| {
+            Reply::ok(seq, ReplyData::ResVals(resvals_to_wire(r)))
+        }),
         other => {
             crate::log_error!(
                 "node {}: unexpected op {} in read path",
@@ -126,7 +139,7 @@ fn cluster_conf(ctx: &Ctx, seq: u64) -> Reply {
             }
         })
         .collect();
-    let queues = ctx.applied.read().expect("state lock").state.queues();
+    let queues = queues_to_wire(ctx.applied.read().expect("state lock").state.queues());
     Reply::ok(
         seq,
         ReplyData::ClusterConf(wire::ClusterConf {

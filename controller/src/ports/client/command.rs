@@ -1,9 +1,57 @@
 //! The wire's words for the state machine's (C3): the replicated command of a write op, the
 //! reply of its outcome, the session roles — the one place a client's op becomes a `Cmd`.
 
-use xce_proto::wire::{self, Op, Reply, ReplyData};
+use xce_proto::error::{
+    E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN,
+};
+use xce_proto::wire::{self, Op, Reply, ReplyData, Request};
 
+use crate::base::ids::NodeId;
+use crate::node::ctx::{Ctx, NotServed, Refused, Write};
 use crate::sm::state::{self, Cmd, OutData, Outcome, Role};
+
+/// The status of a node's refusal (C2; F19 amended).
+pub(super) fn refused_status(why: Refused) -> i32 {
+    -match why {
+        Refused::NotReady => E_XCE_NOT_READY,
+        Refused::Redirect => E_XCE_REDIRECT,
+        Refused::Standby => E_XCE_STANDBY,
+        Refused::NoMaster => E_XCE_NOMASTER,
+        Refused::Unknown => E_XCE_UNKNOWN,
+    }
+}
+
+/// A node's refusal as the wire says it: its status, and where the primary is.
+pub(super) fn not_served(seq: u64, n: NotServed) -> Reply {
+    let mut r = Reply::status(seq, refused_status(n.why));
+    if let Some((h, p)) = n.primary {
+        r.redirect_host = h;
+        r.redirect_port = p;
+    }
+    r
+}
+
+/// The reply of a node that cannot serve `op` itself (C2); `leader_hint`: a leader named by a
+/// failed read or write.
+pub(super) fn not_primary(ctx: &Ctx, seq: u64, op: &Op, leader_hint: Option<NodeId>) -> Reply {
+    not_served(seq, ctx.not_primary(matches!(op, Op::Join(_)), leader_hint))
+}
+
+/// F19 (amended): a write's outcome unknown, as the wire says it.
+pub(super) fn outcome_unknown(ctx: &Ctx, req: &Request) -> Reply {
+    not_served(req.seq, ctx.outcome_unknown(req.seq, req.op.name()))
+}
+
+/// The node's view of a write request, remembered under `client_id` (C13 amended).
+pub(super) fn write_of(req: &Request, client_id: [u8; 16]) -> Write<'_> {
+    Write {
+        client_id,
+        request_id: req.request_id,
+        seq: req.seq,
+        name: req.op.name(),
+        join: matches!(req.op, Op::Join(_)),
+    }
+}
 
 /// The replicated command of a write op (`None` for reads and local ops).
 pub(super) fn command_of(op: &Op) -> Option<Cmd> {

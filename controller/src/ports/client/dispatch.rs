@@ -7,11 +7,14 @@ use std::net::SocketAddr;
 use xce_proto::error::E_XCE_AUTH;
 use xce_proto::wire::{ControllerInfo, Op, OpKind, Reply, ReplyData, Request};
 
-use super::command::{command_of, outcome_reply, role_from_wire, role_to_wire};
+use super::authz::{check, role_bit, session_ok, JobFacts};
+use super::command::{
+    command_of, not_primary, not_served, outcome_reply, role_from_wire, role_to_wire, write_of,
+};
 use super::info::info;
 use super::reads::{job_list_page, read, read_barrier, wait_primary};
 use super::{Session, CHECK_ANSWER_WAIT, CHECK_REUSE, READY_WAIT};
-use crate::base::auth::{self, ConnAuth, Identity, JobFacts};
+use crate::base::auth::{self, ConnAuth, Identity};
 use crate::node::ctx::Ctx;
 use crate::sm::state::{Cmd, OutData};
 
@@ -163,7 +166,7 @@ pub(super) async fn answer_as(
     let seq = req.seq;
     // C13: whether that role may call this op at all (the op's rule).
     let rule = req.op.rule();
-    if rule.roles & who.role() == 0 {
+    if rule.roles & role_bit(&who) == 0 {
         let why = format!("{who} may not call {}", rule.name);
         return refuse(ctx, conn, req, &who, &why);
     }
@@ -186,10 +189,10 @@ pub(super) async fn answer_as(
         return not_serving(ctx, req, &who, may_forward).await;
     }
     // C13: what binds this caller to the op's parameters, on the primary's applied state.
-    if let Err(why) = auth::check(&who, &req.op, |id| job_facts(ctx, id)) {
+    if let Err(why) = check(&who, &req.op, |id| job_facts(ctx, id)) {
         return refuse(ctx, conn, req, &who, &why);
     }
-    if !auth::session_ok(&req.op, session.as_ref().map(|s| role_to_wire(s.role))) {
+    if !session_ok(&req.op, session.as_ref().map(|s| role_to_wire(s.role))) {
         return Reply::status(seq, -E_XCE_AUTH);
     }
     if let Some(r) = answer_admin(ctx, req, &who).await {
@@ -229,11 +232,11 @@ async fn answer_admin(ctx: &Ctx, req: &Request, who: &Identity) -> Option<Reply>
     let seq = req.seq;
     // C17: membership changes go through openraft's membership change, not a command.
     if matches!(req.op, Op::MemberAdd { .. } | Op::MemberRemove { .. }) {
-        return Some(crate::node::membership::answer(ctx, req, who).await);
+        return Some(super::admin::member(ctx, req, who).await);
     }
     // C14 on demand (issue 26): a handover to a live, caught-up voter.
     if let Op::LeaderTransfer { to, from } = req.op {
-        return Some(crate::node::transfer::answer(ctx, req, who, to, from).await);
+        return Some(super::admin::transfer(ctx, req, who, to, from).await);
     }
     // C19: a consistency check now, then this primary's view (its alarms, the index checked).
     // One that finished within a second (or 20 times its hashing time) answers instead: a
@@ -250,7 +253,7 @@ async fn answer_admin(ctx: &Ctx, req: &Request, who: &Identity) -> Option<Reply>
     }
     // C20: an online snapshot, in chunks.
     if let Op::SnapshotSave(s) = &req.op {
-        return Some(crate::node::backup::answer(ctx, seq, s).await);
+        return Some(super::admin::snapshot_save(ctx, seq, s).await);
     }
     None
 }
@@ -276,7 +279,7 @@ async fn answer_write(
     }
     // C13 amended: the exactly-once table knows this caller's ids as its own.
     let client_id = auth::bound_client_id(who, req.client_id);
-    match ctx.write_as(req, client_id, cmd).await {
+    match ctx.write(&write_of(req, client_id), cmd).await {
         Ok(o) => {
             if let (Op::Join(j), OutData::SessionId(id)) = (&req.op, &o.data) {
                 if o.status == 0 {
@@ -289,7 +292,7 @@ async fn answer_write(
             }
             outcome_reply(seq, o)
         }
-        Err(r) => r,
+        Err(n) => not_served(seq, n),
     }
 }
 
@@ -306,7 +309,7 @@ async fn answer_wait_primary(
         (!exclude_host.is_empty() && exclude_port != 0).then_some((exclude_host, exclude_port));
     let mut info = wait_primary(ctx, timeout_ms, exclude).await;
     if timeout_ms == 0 {
-        crate::node::progress::progress(ctx, &mut info).await;
+        super::info::with_progress(ctx, &mut info).await;
     }
     Reply::ok(seq, ReplyData::CtrlInfo(info))
 }
@@ -319,7 +322,7 @@ async fn not_serving(ctx: &Ctx, req: &Request, who: &Identity, may_forward: bool
             return r;
         }
     }
-    let mut r = ctx.not_primary(req.seq, &req.op, None);
+    let mut r = not_primary(ctx, req.seq, &req.op, None);
     if matches!(req.op, Op::Hello(_)) {
         r.data = ReplyData::CtrlInfo(info(ctx));
     }

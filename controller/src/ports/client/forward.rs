@@ -6,6 +6,7 @@ use std::time::Duration;
 use openraft::ServerState;
 use xce_proto::wire::{self, Op, OpKind, Reply, Request};
 
+use super::command::outcome_unknown;
 use crate::base::auth::Identity;
 use crate::base::ids::NodeId;
 use crate::node::ctx::{Ctx, COMMIT_TIMEOUT, STALE_LEADER_RECHECK};
@@ -98,7 +99,7 @@ pub(super) async fn forward(ctx: &Ctx, req: &Request, who: &Identity) -> Option<
 
 /// A forwarded request that left without an answer: a write's outcome is unknown.
 fn forward_lost(ctx: &Ctx, req: &Request) -> Option<Reply> {
-    (req.op.kind() == OpKind::Write).then(|| ctx.outcome_unknown(req.seq, &req.op))
+    (req.op.kind() == OpKind::Write).then(|| outcome_unknown(ctx, req))
 }
 
 /// Sends a forwarded request's frame to `leader` at `raft` within `within`.

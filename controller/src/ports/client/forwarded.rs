@@ -7,6 +7,7 @@ use std::time::Duration;
 use xce_proto::error::E_XCE_NOT_READY;
 use xce_proto::wire::{self, OpKind, Reply};
 
+use super::command::outcome_unknown;
 use super::dispatch::{answer_as, Conn, Origin};
 use super::forward::{forwardable, MAX_FORWARD_WAIT};
 use super::reads::encode_reply_bounded;
@@ -58,7 +59,7 @@ pub async fn answer_forwarded(
         let served = answer_as(ctx, &mut session, &mut conn, &req, who, false);
         match tokio::time::timeout(within, served).await {
             Ok(r) => r,
-            Err(_) if req.op.kind() == OpKind::Write => ctx.outcome_unknown(req.seq, &req.op),
+            Err(_) if req.op.kind() == OpKind::Write => outcome_unknown(ctx, &req),
             Err(_) => Reply::status(req.seq, -E_XCE_NOT_READY),
         }
     };

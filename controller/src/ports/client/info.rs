@@ -7,6 +7,7 @@ use xce_proto::wire::{self, ControllerInfo, ControllerRole};
 use crate::base::config::split_addr;
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::node::ctx::Ctx;
+use crate::node::progress::Held;
 
 /// This controller's view of the cluster (C8): its role, the term, the primary.
 pub fn info(ctx: &Ctx) -> ControllerInfo {
@@ -87,4 +88,46 @@ fn members_of(m: &RaftMetrics<NodeId, CtrlNode>, me: NodeId) -> Vec<wire::Contro
         .collect();
     v.sort_by_key(|e| e.id);
     v
+}
+
+/// Fills the progress fields of an immediate `waitPrimary` answer (C18, `node/progress.rs`);
+/// the members as this node holds them when the answer names none (a standby's view).
+pub(super) async fn with_progress(ctx: &Ctx, info: &mut ControllerInfo) {
+    let p = crate::node::progress::progress(ctx).await;
+    info.last_log_index = p.last_log_index;
+    info.applied_index = p.applied_index;
+    info.committed_index = p.committed_index;
+    info.last_contact_ms = p.last_contact_ms;
+    info.uptime_ms = p.uptime_ms;
+    if let Some(d) = p.disk {
+        (info.db_size_bytes, info.disk_free_bytes) = (d.db_bytes, d.free_bytes);
+        info.quota_bytes = d.quota;
+    }
+    if info.members.is_empty() {
+        let leader = (info.primary_id != 0).then_some(info.primary_id as NodeId);
+        info.members = members_held(&p.members, leader);
+    }
+}
+
+/// Every node of the membership this node holds, in id order: `leader` marked primary, the
+/// other voters standbys, learners (still catching up) initializing.
+fn members_held(held: &[Held], leader: Option<NodeId>) -> Vec<wire::ControllerEntry> {
+    held.iter()
+        .filter_map(|h| {
+            let (host, port) = split_addr(&h.client)?;
+            let role = if Some(h.id) == leader {
+                ControllerRole::Primary
+            } else if h.voter {
+                ControllerRole::Standby
+            } else {
+                ControllerRole::Initializing
+            };
+            Some(wire::ControllerEntry {
+                id: h.id as u32,
+                host,
+                port,
+                role,
+            })
+        })
+        .collect()
 }

@@ -18,13 +18,16 @@
 //! certificate expires (C13 amended). Refused and closed connections are logged at most once
 //! a second per kind, with a count (`base/ratelog.rs`).
 //!
-//! The files: `conn.rs` (a connection: handshake, standing, frames, deadlines), `dispatch.rs`
+//! The files: `admin.rs` (member changes, leader transfer, snapshot save: the node's answers
+//! as replies), `authz.rs` (who may call what, C13), `conn.rs` (a connection: handshake, standing, frames, deadlines), `dispatch.rs`
 //! (one request: who calls, what it may do, where it goes), `command.rs` (an op as the state
 //! machine's command, an outcome as a reply), `reads.rs` (the read barrier, reads,
 //! `clusterConf`, `waitPrimary`), `listing.rs` (pages of a listing, the frame bound),
 //! `view.rs` (stored records as the wire's), `info.rs` (what a node says of itself), `forward.rs` (C16 on a standby) and
 //! `forwarded.rs` (C16 on the primary).
 
+mod admin;
+mod authz;
 mod command;
 mod conn;
 mod dispatch;

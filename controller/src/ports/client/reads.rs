@@ -7,6 +7,7 @@ use std::time::Duration;
 use xce_proto::error::{E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY};
 use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, Reply, ReplyData, Request};
 
+use super::command::not_primary;
 use super::info::{info, info_with_primary};
 use super::view::{
     filter_from_wire, host_to_wire, job_to_wire, queues_to_wire, resources_to_wire, resvals_to_wire,
@@ -46,7 +47,7 @@ pub(super) fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply
 pub(super) async fn read_barrier(ctx: &Ctx, seq: u64, op: &Op) -> Option<Reply> {
     match ctx.read_barrier().await {
         Barrier::Serve => None,
-        Barrier::NotLeader(leader) => Some(ctx.not_primary(seq, op, leader)),
+        Barrier::NotLeader(leader) => Some(not_primary(ctx, seq, op, leader)),
         Barrier::Busy => Some(not_primary_busy(ctx, seq, op)),
     }
 }
@@ -54,7 +55,7 @@ pub(super) async fn read_barrier(ctx: &Ctx, seq: u64, op: &Op) -> Option<Reply> 
 /// A leader that could not confirm its leadership or commit in time: NOT_READY, unless it
 /// has meanwhile learnt of another leader.
 fn not_primary_busy(ctx: &Ctx, seq: u64, op: &Op) -> Reply {
-    let r = ctx.not_primary(seq, op, None);
+    let r = not_primary(ctx, seq, op, None);
     if r.status == -E_XCE_STANDBY || r.status == -E_XCE_REDIRECT {
         r
     } else {

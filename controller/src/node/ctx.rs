@@ -223,7 +223,7 @@ impl Ctx {
     /// first long gaps of a link that has just become congested look like, before the adaptive
     /// lease has measured them: the clients' calls wait it out instead of being turned away
     /// and reconnecting over the same congested links. Nothing else rests on it: a lease read
-    /// needs fresh answers from a quorum whatever this says (`ports/client.rs::lease_valid`), a
+    /// needs fresh answers from a quorum whatever this says (`node/vouch.rs::lease_valid`), a
     /// deposed leader stops serving at once (its state is no longer Leader), a write commits
     /// only through a quorum, and a request read by a leader that is deposed before applying it
     /// still closes its connection (`node/tenure.rs`).

@@ -1076,6 +1076,88 @@ struct Canon<'a, F: FnMut(&[u8])> {
 }
 
 impl<F: FnMut(&[u8])> Canon<'_, F> {
+    /// The hosts, in name order (C19: [`State::canonical`]).
+    fn hosts(&mut self, hosts: &BTreeMap<String, HostRec>) {
+        self.len(hosts.len());
+        for (name, h) in hosts {
+            self.text(name);
+            self.text(&h.name);
+            self.u8(match h.state {
+                HostState::Ok => 0,
+                HostState::Closed => 1,
+            });
+            self.u64(u64::from(h.ncpus));
+            self.u64(h.mem_mb);
+            self.pairs(&h.attrs);
+            self.u64(u64::from(h.njobs));
+            self.i64(h.last_heartbeat);
+            self.len(h.resvals.len());
+            for (k, v) in &h.resvals {
+                self.text(k);
+                self.text(v);
+            }
+        }
+    }
+
+    /// The exactly-once table, clients in key order.
+    fn clients(&mut self, dedup: &HashMap<String, ClientWindow>) {
+        let mut clients: Vec<(&String, &ClientWindow)> = dedup.iter().collect();
+        clients.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        self.len(clients.len());
+        for (key, w) in clients {
+            self.text(key);
+            self.u64(w.last_used);
+            self.len(w.replies.len());
+            for (req, o) in &w.replies {
+                self.u64(*req);
+                self.i64(i64::from(o.status));
+                match o.data {
+                    OutData::None => self.u8(0),
+                    OutData::JobId(v) => {
+                        self.u8(1);
+                        self.u64(v)
+                    }
+                    OutData::TaskId(v) => {
+                        self.u8(2);
+                        self.u64(v)
+                    }
+                    OutData::SessionId(v) => {
+                        self.u8(3);
+                        self.u64(v)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The job table, in id order.
+    fn jobs(&mut self, jobs: &imbl::OrdMap<u64, JobRec>) {
+        self.len(jobs.len());
+        for j in jobs.values() {
+            self.u64(j.job_id);
+            self.u64(j.mem_mb);
+            self.i64(j.submit_time);
+            self.i64(j.start_time);
+            self.i64(j.end_time);
+            self.u64(j.cpu_ms);
+            self.u64(j.mem_kb);
+            self.u64(u64::from(j.ncpus));
+            self.i64(i64::from(j.exit_code));
+            self.u8(match j.state {
+                JobState::Pend => 0,
+                JobState::Run => 1,
+                JobState::Susp => 2,
+                JobState::Done => 3,
+                JobState::Exit => 4,
+            });
+            for t in [&j.user, &j.queue, &j.exec_host, &j.pend_reason] {
+                self.text(t);
+            }
+            self.text(&j.name);
+            self.text(&j.command);
+        }
+    }
+
     const CHUNK: usize = 64 << 10;
 
     fn raw(&mut self, b: &[u8]) {
@@ -1152,25 +1234,7 @@ impl State {
             c.u8(u8::from(q.open) | u8::from(q.active) << 1);
             c.i64(i64::from(q.priority));
         }
-        c.len(self.hosts.len());
-        for (name, h) in &self.hosts {
-            c.text(name);
-            c.text(&h.name);
-            c.u8(match h.state {
-                HostState::Ok => 0,
-                HostState::Closed => 1,
-            });
-            c.u64(u64::from(h.ncpus));
-            c.u64(h.mem_mb);
-            c.pairs(&h.attrs);
-            c.u64(u64::from(h.njobs));
-            c.i64(h.last_heartbeat);
-            c.len(h.resvals.len());
-            for (k, v) in &h.resvals {
-                c.text(k);
-                c.text(v);
-            }
-        }
+        c.hosts(&self.hosts);
         c.len(self.tasks.len());
         for t in self.tasks.values() {
             c.u64(t.task_id);
@@ -1178,57 +1242,8 @@ impl State {
             c.text(&t.command);
             c.i64(t.start_time);
         }
-        let mut clients: Vec<(&String, &ClientWindow)> = self.dedup.iter().collect();
-        clients.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        c.len(clients.len());
-        for (key, w) in clients {
-            c.text(key);
-            c.u64(w.last_used);
-            c.len(w.replies.len());
-            for (req, o) in &w.replies {
-                c.u64(*req);
-                c.i64(i64::from(o.status));
-                match o.data {
-                    OutData::None => c.u8(0),
-                    OutData::JobId(v) => {
-                        c.u8(1);
-                        c.u64(v)
-                    }
-                    OutData::TaskId(v) => {
-                        c.u8(2);
-                        c.u64(v)
-                    }
-                    OutData::SessionId(v) => {
-                        c.u8(3);
-                        c.u64(v)
-                    }
-                }
-            }
-        }
-        c.len(self.jobs.len());
-        for j in self.jobs.values() {
-            c.u64(j.job_id);
-            c.u64(j.mem_mb);
-            c.i64(j.submit_time);
-            c.i64(j.start_time);
-            c.i64(j.end_time);
-            c.u64(j.cpu_ms);
-            c.u64(j.mem_kb);
-            c.u64(u64::from(j.ncpus));
-            c.i64(i64::from(j.exit_code));
-            c.u8(match j.state {
-                JobState::Pend => 0,
-                JobState::Run => 1,
-                JobState::Susp => 2,
-                JobState::Done => 3,
-                JobState::Exit => 4,
-            });
-            for t in [&j.user, &j.queue, &j.exec_host, &j.pend_reason] {
-                c.text(t);
-            }
-            c.text(&j.name);
-            c.text(&j.command);
-        }
+        c.clients(&self.dedup);
+        c.jobs(&self.jobs);
         c.finish();
     }
 }

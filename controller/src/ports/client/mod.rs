@@ -19,7 +19,8 @@
 //! a second per kind, with a count (`base/ratelog.rs`).
 //!
 //! The files: `admin.rs` (member changes, leader transfer, snapshot save: the node's answers
-//! as replies), `authz.rs` (who may call what, C13), `conn.rs` (a connection: handshake, standing, frames, deadlines), `dispatch.rs`
+//! as replies), `authz.rs` (who may call what, C13), `conn.rs` (a connection: frames, deadlines, why it closes), `standing.rs` (a
+//! stranger or authenticated: the crowd, the slots, the TLS handshake), `dispatch.rs`
 //! (one request: who calls, what it may do, where it goes), `command.rs` (an op as the state
 //! machine's command, an outcome as a reply), `reads.rs` (the read barrier, reads,
 //! `clusterConf`, `waitPrimary`), `listing.rs` (pages of a listing, the frame bound),
@@ -36,6 +37,7 @@ mod forwarded;
 pub mod info;
 mod listing;
 mod reads;
+mod standing;
 mod view;
 
 use std::sync::Arc;
@@ -50,7 +52,7 @@ use crate::base::crowd::Crowd;
 use crate::base::ratelog::RateLog;
 use crate::node::ctx::Ctx;
 use crate::sm::state::Role;
-use conn::Standing;
+use standing::Standing;
 
 /// Longest a `waitPrimary` is held, whatever the client asks.
 pub const MAX_WAIT_PRIMARY: Duration = Duration::from_secs(60);

@@ -4,7 +4,8 @@
 //! name or common name) or from a token in the request (`authToken`), signed with the
 //! cluster's token key. The name says the role: `admin`, `scheduler`, `worker-<host>`,
 //! `user-<name>`. Who may call which op, and what binds them to its parameters, is declared
-//! once per op in the library's op table (`xce_proto::wire::Op::rule`); [`check`] applies it.
+//! once per op in the protocol's op table; the client port applies it
+//! (`ports/client/authz.rs`).
 //!
 //! With neither client certificates nor a token key configured, nobody is checked: every
 //! caller is admin (a loopback test cluster, as before C13).
@@ -12,7 +13,10 @@
 use std::path::Path;
 
 use ring::hmac;
-use xce_proto::wire::{roles, Bound, Op, SessionRole};
+
+/// Longest token accepted, checked before any work: the protocol's bound on `authToken`
+/// (both ends; `ports/client/authz.rs` checks the two agree).
+pub const MAX_TOKEN_LEN: usize = 4096;
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,17 +62,6 @@ impl Identity {
         crate::base::tls::cert_names(der)
             .iter()
             .find_map(|n| Identity::parse(n))
-    }
-
-    /// Its bit in [`roles`].
-    pub fn role(&self) -> u8 {
-        match self {
-            Identity::Admin => roles::ADMIN,
-            Identity::Scheduler => roles::SCHEDULER,
-            Identity::Worker(_) => roles::WORKER,
-            Identity::User(_) => roles::USER,
-            Identity::Anonymous => roles::ANONYMOUS,
-        }
     }
 }
 
@@ -135,7 +128,7 @@ impl TokenKey {
     /// (unix s); else why not.
     pub fn verify(&self, token: &str, now: i64) -> Result<Identity, &'static str> {
         // Bounded before any work: a caller's token is at most what the library sends.
-        if token.len() > xce_proto::wire::MAX_AUTH_TOKEN_LEN {
+        if token.len() > MAX_TOKEN_LEN {
             return Err("token too long");
         }
         let (payload, mac) = token.rsplit_once(':').ok_or("not a token")?;
@@ -155,100 +148,6 @@ impl TokenKey {
             return Err("token expired");
         }
         Identity::parse(name).ok_or("the token names no role")
-    }
-}
-
-/// The part of a job an authorization looks at.
-pub struct JobFacts {
-    pub user: String,
-    pub exec_host: String,
-}
-
-/// Whether `who` may call `op`: `Err(why)` if not. `job` looks a job up in the applied state
-/// (only bound ops ask). The role comes from the op's rule; admin is never bound.
-pub fn check(who: &Identity, op: &Op, job: impl Fn(u64) -> Option<JobFacts>) -> Result<(), String> {
-    let rule = op.rule();
-    if rule.roles & who.role() == 0 {
-        return Err(format!("{} is not allowed to {}", who, rule.name));
-    }
-    let refuse = |why: String| Err(why);
-    match (rule.bound, who) {
-        (Bound::No, _) | (_, Identity::Admin) => Ok(()),
-        (Bound::SubmitAsSelf, Identity::User(u)) => match op {
-            // No user named: the job is the caller's (the server fills its name in).
-            Op::JobSubmit(s) if s.user == *u || s.user.is_empty() => Ok(()),
-            Op::JobSubmit(s) => refuse(format!("user {u} may not submit as user {:?}", s.user)),
-            _ => Ok(()),
-        },
-        (Bound::OwnJob, Identity::User(u)) => {
-            let id = job_of(op);
-            match id.and_then(&job) {
-                Some(j) if j.user != *u => refuse(format!(
-                    "job {} belongs to user {:?}, not to {u}",
-                    id.unwrap_or(0),
-                    j.user
-                )),
-                // Its own job, or no such job (the op itself answers ENOENT).
-                _ => Ok(()),
-            }
-        }
-        (Bound::OwnHost, Identity::Worker(h)) => match host_of(op) {
-            Some(oh) if oh != h => refuse(format!("worker of {h} may not report for host {oh}")),
-            _ => Ok(()),
-        },
-        (Bound::JobOnOwnHost, Identity::Worker(h)) => {
-            let id = job_of(op);
-            match id.and_then(&job) {
-                Some(j) if j.exec_host != *h => refuse(format!(
-                    "job {} runs on {:?}, not on {h}",
-                    id.unwrap_or(0),
-                    j.exec_host
-                )),
-                _ => Ok(()),
-            }
-        }
-        (Bound::JoinAsSelf, who) => {
-            let Op::Join(j) = op else { return Ok(()) };
-            let ok = match who {
-                Identity::Worker(h) => j.role == SessionRole::Worker && j.host == *h,
-                Identity::Scheduler => j.role == SessionRole::Scheduler,
-                Identity::User(_) => {
-                    matches!(j.role, SessionRole::Client | SessionRole::ApiServer)
-                }
-                _ => false,
-            };
-            if ok {
-                Ok(())
-            } else {
-                refuse(format!(
-                    "{who} may not join as {:?} of {:?}",
-                    j.role, j.host
-                ))
-            }
-        }
-        _ => Ok(()),
-    }
-}
-
-/// The job an op names, if any.
-fn job_of(op: &Op) -> Option<u64> {
-    match op {
-        Op::JobCtrl { job_id, .. }
-        | Op::UpdateJusage { job_id, .. }
-        | Op::JobInfo { job_id }
-        | Op::SetPendReason { job_id, .. }
-        | Op::ClearReason { job_id }
-        | Op::JobDispatch { job_id, .. } => Some(*job_id),
-        Op::Notify(n) => Some(n.job_id),
-        _ => None,
-    }
-}
-
-/// The host an op names, if any.
-fn host_of(op: &Op) -> Option<&str> {
-    match op {
-        Op::Heartbeat { host } | Op::UpdateResvals { host, .. } => Some(host),
-        _ => None,
     }
 }
 
@@ -316,19 +215,9 @@ pub fn bound_client_id(who: &Identity, client_id: [u8; 16]) -> [u8; 16] {
     out
 }
 
-/// Per-connection rule for ops outside the table's bounds: a session role mismatch (protocol.md
-/// "Sessions").
-pub fn session_ok(op: &Op, joined: Option<SessionRole>) -> bool {
-    match op.rule().session {
-        None => true,
-        Some(need) => joined == Some(need),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xce_proto::wire;
 
     /// `bound_client_id(user-alice, [7; 16])`, as this build derives it.
     const PINNED_ALICE_7: &str = "d416ea16ecfac5b73012c3f3b1395afd";
@@ -381,45 +270,6 @@ mod tests {
         assert_eq!(k.verify(&format!("{t}00"), 1), Err("bad token signature"));
         std::fs::write(&p, "abcd").unwrap();
         assert!(TokenKey::load(&p).is_err());
-    }
-
-    #[test]
-    fn users_and_workers_are_bound() {
-        let alice = Identity::User("alice".into());
-        let w1 = Identity::Worker("h1".into());
-        let job = |id: u64| {
-            (id == 7).then(|| JobFacts {
-                user: "bob".into(),
-                exec_host: "h2".into(),
-            })
-        };
-        let kill = Op::JobCtrl {
-            job_id: 7,
-            action: wire::JobAction::Kill,
-        };
-        assert!(check(&alice, &kill, job).is_err());
-        assert!(check(&Identity::User("bob".into()), &kill, job).is_ok());
-        assert!(check(&Identity::Admin, &kill, job).is_ok());
-        assert!(check(&Identity::Scheduler, &kill, job).is_err());
-        let hb = |h: &str| Op::Heartbeat { host: h.into() };
-        assert!(check(&w1, &hb("h1"), job).is_ok());
-        assert!(check(&w1, &hb("h2"), job).is_err());
-        let notify = Op::Notify(wire::Notify {
-            kind: wire::NotifyKind::JobFinish,
-            job_id: 7,
-            exit_code: 0,
-        });
-        assert!(check(&w1, &notify, job).is_err());
-        assert!(check(&Identity::Worker("h2".into()), &notify, job).is_ok());
-        let q = Op::QueueCtrl {
-            queue: "normal".into(),
-            action: wire::QueueAction::Close,
-        };
-        for who in [&alice, &w1, &Identity::Scheduler, &Identity::Anonymous] {
-            assert!(check(who, &q, job).is_err());
-        }
-        assert!(check(&Identity::Anonymous, &Op::ResList, job).is_err());
-        assert!(check(&Identity::Anonymous, &Op::Nop, job).is_ok());
     }
 
     /// C13 amended: a client id is bound to its identity. Admin keeps the id as sent (the keys

@@ -225,7 +225,7 @@ fn node_ctx(
         lease: p.lease,
         elect: elect.clone(),
         proposer: crate::raft::propose::Proposer::start(raft.clone(), COMMIT_TIMEOUT),
-        cursors: crate::sm::listing::Cursors::for_node(id),
+        cursors: crate::node::cursors::Cursors::for_node(id),
         auth: p.auth,
         ready: ready.clone(),
         tenure: Default::default(),

@@ -26,7 +26,7 @@ use crate::base::cluster_id::{Belonging, ClusterTag};
 use crate::base::config::ClusterSpec;
 use crate::base::ids::{LogId, NodeId, SnapshotMeta, StoredMembership, Vote};
 use crate::cmd::status::StatusArgs;
-use crate::sm::backup::{self, BackupHeader};
+use crate::node::backup_file::{self as backup, BackupHeader};
 use crate::sm::digest;
 use crate::sm::state::{ClusterStamp, State};
 

@@ -577,18 +577,48 @@ mod tests {
         LogId::new(openraft::CommittedLeaderId::new(term, node), index)
     }
 
-    /// C19 (fifth round), the verdict table: Raft's order decides, never a count; where no
-    /// log id can tell, the CORRUPT alarm.
+    /// The digests, log ids and logs the verdict tables use: three states, and at indexes 10,
+    /// 11, 12 a deposed primary's log (`p_log`) and the new primary's (`n_log`), alike at 10.
+    struct Table {
+        a: Digest,
+        b: Digest,
+        c: Digest,
+        common: LogId,
+        p_log: Vec<LogId>,
+        n_log: Vec<LogId>,
+    }
+
+    fn table() -> Table {
+        let common = id(4, 1, 10);
+        Table {
+            a: [1u8; 32],
+            b: [2u8; 32],
+            c: [3u8; 32],
+            common,
+            p_log: vec![common, id(4, 1, 11), id(4, 1, 12)],
+            n_log: vec![common, id(5, 3, 11), id(5, 3, 12)],
+        }
+    }
+
+    fn d(xs: &[(NodeId, Digest)]) -> BTreeMap<NodeId, Digest> {
+        xs.iter().copied().collect()
+    }
+
+    fn ids(xs: Vec<(NodeId, Option<Vec<LogId>>)>) -> BTreeMap<NodeId, Option<Vec<LogId>>> {
+        xs.into_iter().collect()
+    }
+
+    /// C19 (fifth round), the verdict table: Raft's order decides, never a count.
     #[test]
     fn raft_order_decides_a_mismatch_never_a_count() {
-        let (a, b, c) = ([1u8; 32], [2u8; 32], [3u8; 32]);
-        let d = |xs: &[(NodeId, Digest)]| xs.iter().copied().collect::<BTreeMap<_, _>>();
-        let ids =
-            |xs: Vec<(NodeId, Option<Vec<LogId>>)>| xs.into_iter().collect::<BTreeMap<_, _>>();
-        // Indexes 10, 11, 12: the same first entry everywhere.
-        let common = id(4, 1, 10);
-        let p_log = vec![common, id(4, 1, 11), id(4, 1, 12)];
-        let n_log = vec![common, id(5, 3, 11), id(5, 3, 12)];
+        let Table {
+            a,
+            b,
+            common,
+            p_log,
+            n_log,
+            ..
+        } = table();
         assert_eq!(
             settle(&d(&[(1, a), (2, a), (3, a)]), &BTreeMap::new(), 10, true),
             Verdict::Agree
@@ -613,6 +643,40 @@ mod tests {
                 highest: id(5, 3, 11),
             }
         );
+        let other_start = vec![id(3, 2, 10), id(4, 1, 11), id(4, 1, 12)];
+        // Anchored (every member agreed at 9): the difference at 10 is the first.
+        assert!(matches!(
+            settle(
+                &d(&[(1, a), (2, b)]),
+                &ids(vec![(1, Some(p_log.clone())), (2, Some(other_start))]),
+                10,
+                true
+            ),
+            Verdict::Diverged { at: 10, .. }
+        ));
+        // One primary alone against the rest, in the history: the rest diverged.
+        assert!(matches!(
+            settle(
+                &d(&[(1, b), (2, a), (3, a)]),
+                &ids(vec![(1, Some(n_log.clone())), (2, Some(vec![common, id(4, 2, 11), id(4, 2, 12)])), (3, Some(vec![common, id(4, 2, 11), id(4, 2, 12)]))]),
+                10,
+                true
+            ),
+            Verdict::Diverged { ref history, .. } if history == &vec![1]
+        ));
+    }
+
+    /// C19 (fifth round), the verdict table: where no log id can tell, the CORRUPT alarm.
+    #[test]
+    fn where_no_log_id_can_tell_the_alarm_is_raised() {
+        let Table {
+            a,
+            b,
+            c,
+            p_log,
+            n_log,
+            ..
+        } = table();
         // The same ids, different states (a corrupted state): nothing can tell.
         assert!(matches!(
             settle(
@@ -666,16 +730,6 @@ mod tests {
             ),
             Verdict::Corrupt { .. }
         ));
-        // Anchored (every member agreed at 9): the difference at 10 is the first.
-        assert!(matches!(
-            settle(
-                &d(&[(1, a), (2, b)]),
-                &ids(vec![(1, Some(p_log.clone())), (2, Some(other_start))]),
-                10,
-                true
-            ),
-            Verdict::Diverged { at: 10, .. }
-        ));
         // The history's holders disagree among themselves: which is right cannot be told.
         assert!(matches!(
             settle(
@@ -689,16 +743,6 @@ mod tests {
                 true
             ),
             Verdict::Corrupt { .. }
-        ));
-        // One primary alone against the rest, in the history: the rest diverged.
-        assert!(matches!(
-            settle(
-                &d(&[(1, b), (2, a), (3, a)]),
-                &ids(vec![(1, Some(n_log.clone())), (2, Some(vec![common, id(4, 2, 11), id(4, 2, 12)])), (3, Some(vec![common, id(4, 2, 11), id(4, 2, 12)]))]),
-                10,
-                true
-            ),
-            Verdict::Diverged { ref history, .. } if history == &vec![1]
         ));
     }
 

@@ -8,10 +8,6 @@ use std::time::Duration;
 
 use openraft::{RaftMetrics, ServerState};
 use tokio::sync::watch;
-use xce_proto::error::{
-    E_XCE_NOMASTER, E_XCE_NOT_READY, E_XCE_REDIRECT, E_XCE_STANDBY, E_XCE_UNKNOWN,
-};
-use xce_proto::wire::{self, Op, Reply, Request};
 
 use crate::base::clock::{now_ms, BootInstant};
 use crate::base::config::{split_addr, ClusterSpec, NodeOpts};
@@ -32,6 +28,55 @@ pub const STALE_LEADER_RECHECK: Duration = Duration::from_millis(25);
 /// wait before they campaign (election-max at most, stretched by the same factor).
 pub const CUT_OFF_WINDOWS: u32 = 2;
 
+/// C2: the answer of a node that does not serve a request itself, in the node's words; the
+/// client port says it as a status and a redirect (`ports/client/command.rs::not_served`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotServed {
+    pub why: Refused,
+    /// The client address of the primary this node knows, when another node leads.
+    pub primary: Option<(String, u16)>,
+}
+
+/// Why a node does not serve a request (C2, C10, C11, C19, C21; F19 amended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Not ready to answer: uninitialised, a candidate, a leader that cannot confirm its
+    /// leadership, diverged (C19) or faulted (C21). Not applied.
+    NotReady,
+    /// A standby that knows the primary, asked for a session (`join`): go there.
+    Redirect,
+    /// A standby that knows the primary. Not applied.
+    Standby,
+    /// No primary known (C10: a leader cut off from its quorum knows none either).
+    NoMaster,
+    /// A write handed to the log whose commit was not confirmed: it may still commit (F19).
+    Unknown,
+}
+
+impl NotServed {
+    /// Not ready, no primary named.
+    pub fn not_ready() -> NotServed {
+        NotServed {
+            why: Refused::NotReady,
+            primary: None,
+        }
+    }
+}
+
+/// A write as the node sees it: its exactly-once keys (C4) and, for the refusal and the log,
+/// what it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub client_id: [u8; 16],
+    pub request_id: u64,
+    /// The request's sequence number on its connection (the log names it).
+    pub seq: u64,
+    /// The op's name (the log names it).
+    pub name: &'a str,
+    /// A `join`: a standby redirects it (a session) instead of answering STANDBY.
+    pub join: bool,
+}
+
 /// Everything a connection needs, shared by all of them.
 pub struct Ctx {
     pub id: NodeId,
@@ -39,7 +84,7 @@ pub struct Ctx {
     pub applied: SharedApplied,
     pub spec: ClusterSpec,
     pub opts: NodeOpts,
-    pub limits: wire::Limits,
+    pub limits: xce_proto::wire::Limits,
     /// Clients currently held in `waitPrimary` here.
     pub primary_waiters: std::sync::atomic::AtomicU32,
     /// The crowd of the current failover episode: the most clients held at once, and when one
@@ -53,7 +98,7 @@ pub struct Ctx {
     /// Batches concurrent writes into shared Raft entries (P11).
     pub proposer: crate::raft::propose::Proposer,
     /// Listings pinned for paged reads (P12).
-    pub cursors: crate::sm::listing::Cursors,
+    pub cursors: crate::node::cursors::Cursors,
     /// C11 (amended): whether this leader's state machine holds everything committed before.
     pub ready: Arc<crate::raft::ready::Readiness>,
     /// Defect 5: connections served as primary are closed when this node stops serving.
@@ -69,7 +114,7 @@ pub struct Ctx {
     pub findings: Arc<crate::raft::digests::Findings>,
     pub diverged: Arc<crate::raft::diverged::Diverged>,
     /// C20: the online snapshots (`snapshot save`) this primary is sending.
-    pub saves: crate::sm::backup::Saves,
+    pub saves: crate::node::backup_file::Saves,
     /// This node's data directory.
     pub data: std::path::PathBuf,
 }
@@ -118,16 +163,6 @@ impl Ctx {
             .or_else(|| self.spec.nodes.get(&id).cloned())
     }
 
-    /// [`Ctx::not_primary`] for the membership ops (C17).
-    pub(crate) fn not_primary_reply(&self, seq: u64, op: &Op, leader: Option<NodeId>) -> Reply {
-        self.not_primary(seq, op, leader)
-    }
-
-    /// [`Ctx::outcome_unknown`] for the membership ops (C17).
-    pub(crate) fn outcome_unknown_reply(&self, seq: u64, op: &Op) -> Reply {
-        self.outcome_unknown(seq, op)
-    }
-
     /// C19, C20, C21: what `status` shows of this node: a storage fault (in the moment before
     /// it exits), its own divergence, (on the primary) what its consistency check found, and the
     /// cluster's CORRUPT alarm.
@@ -150,37 +185,32 @@ impl Ctx {
         v
     }
 
-    /// The reply of a node that cannot serve `op` itself (C2). `leader_hint` is a leader
-    /// named by a failed read/write, if any.
-    pub(crate) fn not_primary(&self, seq: u64, op: &Op, leader_hint: Option<NodeId>) -> Reply {
+    /// The answer of a node that cannot serve a request itself (C2); `join`: the request asks
+    /// for a session. `leader_hint` is a leader named by a failed read/write, if any.
+    pub fn not_primary(&self, join: bool, leader_hint: Option<NodeId>) -> NotServed {
         if self.diverged.is() {
             // C19: out of service until repaired; it vouches for no primary either.
-            return Reply::status(seq, -E_XCE_NOT_READY);
+            return NotServed::not_ready();
         }
         let m = self.raft.metrics().borrow().clone();
         let initialized = m.membership_config.membership().nodes().next().is_some();
         let leader = leader_hint.or(m.current_leader).filter(|&l| l != self.id);
-        let status = match (initialized, m.state, leader) {
+        let why = match (initialized, m.state, leader) {
             // C21: a node whose disk failed serves nothing (it is about to exit).
-            _ if crate::base::fault::faulted() => E_XCE_NOT_READY,
-            (false, _, _) => E_XCE_NOT_READY,
-            (_, _, Some(_)) if matches!(op, Op::Join(_)) => E_XCE_REDIRECT,
-            (_, _, Some(_)) => E_XCE_STANDBY,
-            (_, ServerState::Follower | ServerState::Learner, None) => E_XCE_NOMASTER,
+            _ if crate::base::fault::faulted() => Refused::NotReady,
+            (false, _, _) => Refused::NotReady,
+            (_, _, Some(_)) if join => Refused::Redirect,
+            (_, _, Some(_)) => Refused::Standby,
+            (_, ServerState::Follower | ServerState::Learner, None) => Refused::NoMaster,
             // C10: a leader cut off from its quorum knows no usable primary.
-            (_, ServerState::Leader, None) if self.leader_cut_off() => E_XCE_NOMASTER,
+            (_, ServerState::Leader, None) if self.leader_cut_off() => Refused::NoMaster,
             // Candidate, or a leader that cannot reach a quorum: an election is (about to be) on.
-            _ => E_XCE_NOT_READY,
+            _ => Refused::NotReady,
         };
-        let mut r = Reply::status(seq, -status);
-        if let Some((h, p)) = leader
+        let primary = leader
             .and_then(|l| self.node(l))
-            .and_then(|n| split_addr(&n.client))
-        {
-            r.redirect_host = h;
-            r.redirect_port = p;
-        }
-        r
+            .and_then(|n| split_addr(&n.client));
+        NotServed { why, primary }
     }
 
     /// C10: this node leads but has heard from no quorum for [`CUT_OFF_WINDOWS`] adaptive
@@ -193,7 +223,7 @@ impl Ctx {
     /// first long gaps of a link that has just become congested look like, before the adaptive
     /// lease has measured them: the clients' calls wait it out instead of being turned away
     /// and reconnecting over the same congested links. Nothing else rests on it: a lease read
-    /// needs fresh answers from a quorum whatever this says (`ports/client.rs::lease_valid`), a
+    /// needs fresh answers from a quorum whatever this says (`node/vouch.rs::lease_valid`), a
     /// deposed leader stops serving at once (its state is no longer Leader), a write commits
     /// only through a quorum, and a request read by a leader that is deposed before applying it
     /// still closes its connection (`node/tenure.rs`).
@@ -242,38 +272,27 @@ impl Ctx {
         }
     }
 
-    /// C3 write: commit through the log, then answer with the applied outcome.
-    pub(crate) async fn write(&self, req: &Request, cmd: Cmd) -> Result<Outcome, Reply> {
-        self.write_as(req, req.client_id, cmd).await
-    }
-
-    /// [`Ctx::write`] remembered in the exactly-once table under `client_id` (C13 amended:
-    /// the caller's id bound to its identity, `base/auth.rs::bound_client_id`).
-    pub(crate) async fn write_as(
-        &self,
-        req: &Request,
-        client_id: [u8; 16],
-        cmd: Cmd,
-    ) -> Result<Outcome, Reply> {
+    /// C3 write: commit through the log, then answer with the applied outcome. Remembered in
+    /// the exactly-once table under `w.client_id` (C13 amended: the caller's id bound to its
+    /// identity, `base/auth.rs::bound_client_id`).
+    pub async fn write(&self, w: &Write<'_>, cmd: Cmd) -> Result<Outcome, NotServed> {
         let p = Proposal {
-            client_id,
-            request_id: req.request_id,
+            client_id: w.client_id,
+            request_id: w.request_id,
             now_ms: now_ms(),
             cmd,
         };
         let res = tokio::select! {
             r = tokio::time::timeout(COMMIT_TIMEOUT, self.proposer.write(p)) => r,
-            () = self.until_cut_off() => return Err(self.outcome_unknown(req.seq, &req.op)),
+            () = self.until_cut_off() => return Err(self.outcome_unknown(w.seq, w.name)),
         };
         match res {
             Ok(Ok(outcome)) => Ok(outcome),
             // openraft answers ForwardToLeader for a proposal it never appended, or for one
             // whose entry it truncated (never committed): not applied.
-            Ok(Err(WriteFail::NotLeader(leader))) => {
-                Err(self.not_primary(req.seq, &req.op, leader))
-            }
+            Ok(Err(WriteFail::NotLeader(leader))) => Err(self.not_primary(w.join, leader)),
             // Handed to the log and not confirmed: it may still commit (F19 amended).
-            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.outcome_unknown(req.seq, &req.op)),
+            Ok(Err(WriteFail::Busy)) | Err(_) => Err(self.outcome_unknown(w.seq, w.name)),
         }
     }
 
@@ -281,15 +300,14 @@ impl Ctx {
     /// (commit timeout, leadership lost or cut off): `E_XCE_UNKNOWN`, never NOT_READY or
     /// NOMASTER, which promise "not applied". The client re-sends it with the same request id
     /// (the exactly-once table answers with the first outcome if it did commit). A redirect
-    /// hint is attached when another leader is known.
-    pub(crate) fn outcome_unknown(&self, seq: u64, op: &Op) -> Reply {
-        let mut r = self.not_primary(seq, op, None);
+    /// hint is attached when another leader is known. `name`: the op's, for the log.
+    pub fn outcome_unknown(&self, seq: u64, name: &str) -> NotServed {
+        let mut r = self.not_primary(false, None);
         crate::log_warn!(
-            "node {}: {} (seq {seq}) placed in the log, commit not confirmed: outcome unknown",
+            "node {}: {name} (seq {seq}) placed in the log, commit not confirmed: outcome unknown",
             self.id,
-            op.name()
         );
-        r.status = -E_XCE_UNKNOWN;
+        r.why = Refused::Unknown;
         r
     }
 }

@@ -14,16 +14,13 @@
 //! and only a node that is not a member for a request never seen is ENOENT.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Display;
 use std::time::Duration;
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::ChangeMembers;
-use xce_proto::error::{E_XCE_NOT_READY, E_XCE_STANDBY};
-use xce_proto::wire::{Op, Reply, Request};
 
 use crate::base::ids::{CtrlNode, NodeId};
-use crate::node::ctx::Ctx;
+use crate::node::ctx::{Ctx, NotServed, Write};
 
 /// Longest `member add` waits for the learner to catch up and the change to commit.
 pub const ADD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,69 +42,53 @@ fn current(ctx: &Ctx) -> (BTreeMap<NodeId, CtrlNode>, BTreeSet<NodeId>) {
     (nodes, voters)
 }
 
-/// Serves `memberAdd` / `memberRemove` on the serving primary (authorised already).
-pub async fn answer(ctx: &Ctx, req: &Request, who: &(dyn Display + Sync)) -> Reply {
-    let (what, res) = match &req.op {
-        Op::MemberAdd {
-            id,
-            client_addr,
-            raft_addr,
-        } => (
-            format!("member add {id}={client_addr}/{raft_addr}"),
-            add(ctx, req, *id as NodeId, client_addr, raft_addr).await,
-        ),
-        Op::MemberRemove { id } => (
-            format!("member remove {id}"),
-            remove(ctx, req, *id as NodeId).await,
-        ),
-        other => (
-            other.name().to_string(),
-            Err((-libc::EINVAL, None, "not a membership op".into())),
-        ),
-    };
-    match res {
-        Ok(()) => {
-            let (nodes, voters) = current(ctx);
-            eprintln!(
-                "node {}: {what} for {who}: done; voters {voters:?}, members {:?}",
-                ctx.id,
-                nodes.keys().collect::<Vec<_>>()
-            );
-            Reply::status(req.seq, 0)
-        }
-        Err((status, reply, why)) => {
-            crate::log_warn!(
-                "node {}: {what} for {who}: {}: {why}",
-                ctx.id,
-                xce_proto::error::status_text(status)
-            );
-            // Issue 36: the reason travels to the operator's command (a redirect's does not:
-            // the client follows it).
-            reply.map_or_else(
-                || {
-                    let mut r = Reply::status(req.seq, status);
-                    r.detail = why;
-                    r
-                },
-                |r| *r,
-            )
-        }
+/// Why a membership change failed: an errno (negative) or a node's refusal (C2: it leads no
+/// more, the outcome is unknown), and the reason the primary logs and the operator reads.
+#[derive(Debug)]
+pub struct Fail {
+    pub refusal: Failure,
+    pub why: String,
+}
+
+/// A failed request's answer, in the node's words (the client port says it as a status).
+#[derive(Debug)]
+pub enum Failure {
+    /// A negative errno; its reason travels to the operator's command (issue 36).
+    Errno(i32),
+    /// Not ready (the Raft core failed, a handover did not complete): try again; the reason
+    /// travels too.
+    NotReady,
+    /// A refusal with where the primary is (issue 36: its reason does not travel, the client
+    /// follows it).
+    NotServed(NotServed),
+}
+
+fn fail(refusal: Failure, why: impl Into<String>) -> Fail {
+    Fail {
+        refusal,
+        why: why.into(),
     }
 }
 
-/// A refusal or failure: the status, a ready-made reply if any (redirects), and why.
-type Fail = (i32, Option<Box<Reply>>, String);
+fn errno(e: i32, why: impl Into<String>) -> Fail {
+    fail(Failure::Errno(e), why)
+}
 
-fn raft_fail(
-    ctx: &Ctx,
-    req: &Request,
-    e: RaftError<NodeId, ClientWriteError<NodeId, CtrlNode>>,
-) -> Fail {
+/// The members and voters after a change, for the primary's log line.
+pub fn summary(ctx: &Ctx) -> String {
+    let (nodes, voters) = current(ctx);
+    format!(
+        "voters {voters:?}, members {:?}",
+        nodes.keys().collect::<Vec<_>>()
+    )
+}
+
+fn raft_fail(ctx: &Ctx, e: RaftError<NodeId, ClientWriteError<NodeId, CtrlNode>>) -> Fail {
     match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-            let r = ctx.not_primary_reply(req.seq, &req.op, f.leader_id);
-            (r.status, Some(Box::new(r)), "no longer the leader".into())
-        }
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => fail(
+            Failure::NotServed(ctx.not_primary(false, f.leader_id)),
+            "no longer the leader",
+        ),
         RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
             let status = match c {
                 // Another change is still being committed: try again shortly.
@@ -115,17 +96,15 @@ fn raft_fail(
                 ChangeMembershipError::LearnerNotFound(_) => -libc::ENOENT,
                 _ => -libc::EINVAL,
             };
-            (status, None, c.to_string())
+            errno(status, c.to_string())
         }
-        RaftError::Fatal(f) => (-E_XCE_NOT_READY, None, f.to_string()),
+        RaftError::Fatal(f) => fail(Failure::NotReady, f.to_string()),
     }
 }
 
-fn timed_out(ctx: &Ctx, req: &Request, after: Duration) -> Fail {
-    let r = ctx.outcome_unknown_reply(req.seq, &req.op);
-    (
-        r.status,
-        Some(Box::new(r)),
+fn timed_out(ctx: &Ctx, w: &Write<'_>, after: Duration) -> Fail {
+    fail(
+        Failure::NotServed(ctx.outcome_unknown(w.seq, w.name)),
         format!(
             "not committed within {} s: outcome unknown",
             after.as_secs()
@@ -133,8 +112,16 @@ fn timed_out(ctx: &Ctx, req: &Request, after: Duration) -> Fail {
     )
 }
 
-async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> Result<(), Fail> {
-    let einval = |why: String| Err((-libc::EINVAL, None, why));
+/// `memberAdd` on the serving primary (authorised already): `Ok` once node `id` is a voter
+/// (or already was, with the same addresses).
+pub async fn add(
+    ctx: &Ctx,
+    w: &Write<'_>,
+    id: NodeId,
+    client: &str,
+    raft: &str,
+) -> Result<(), Fail> {
+    let einval = |why: String| Err(errno(-libc::EINVAL, why));
     if id == 0 {
         return einval("id 0 is not a node id".into());
     }
@@ -151,9 +138,8 @@ async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> 
     let (nodes, voters) = current(ctx);
     match nodes.get(&id) {
         Some(n) if *n != node => {
-            return Err((
+            return Err(errno(
                 -libc::EEXIST,
-                None,
                 format!("node {id} is already a member at {n}"),
             ))
         }
@@ -164,9 +150,8 @@ async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> 
         .iter()
         .find(|(i, n)| **i != id && (n.client == node.client || n.raft == node.raft))
     {
-        return Err((
+        return Err(errno(
             -libc::EEXIST,
-            None,
             format!("node {other} already uses an address of {node} ({n})"),
         ));
     }
@@ -179,11 +164,11 @@ async fn add(ctx: &Ctx, req: &Request, id: NodeId, client: &str, raft: &str) -> 
     // A learner first, caught up with the leader's log before it counts for any quorum. Not
     // openraft's blocking wait: ours below, which takes the learner out again on failure.
     match tokio::time::timeout_at(deadline, ctx.raft.add_learner(id, node, false)).await {
-        Err(_) => return Err(timed_out(ctx, req, ADD_TIMEOUT)),
-        Ok(Err(e)) => return Err(raft_fail(ctx, req, e)),
+        Err(_) => return Err(timed_out(ctx, w, ADD_TIMEOUT)),
+        Ok(Err(e)) => return Err(raft_fail(ctx, e)),
         Ok(Ok(_)) => {}
     }
-    match caught_up_voter(ctx, req, id, deadline).await {
+    match caught_up_voter(ctx, w, id, deadline).await {
         Ok(()) => Ok(()),
         Err(fail) => {
             // Issue 26: never a learner left behind by a failed add.
@@ -203,7 +188,7 @@ pub const FIRST_ACK: Duration = Duration::from_secs(10);
 async fn identify(ctx: &Ctx, id: NodeId, raft: &str) -> Result<(), Fail> {
     use crate::raft::frame::RpcReply;
     let refuse =
-        |status: i32, why: String| Err((status, None, format!("node {id} at {raft}: {why}")));
+        |status: i32, why: String| Err(errno(status, format!("node {id} at {raft}: {why}")));
     match ctx.forwarder.identify(id, raft, IDENTIFY_TIMEOUT).await {
         // Issue 36: the cause, named (the status says its kind; the words travel in the
         // reply's detail to the operator's `member add`).
@@ -254,7 +239,7 @@ async fn take_out(ctx: &Ctx, id: NodeId) {
 /// The learner `id` holds the leader's log, then is made a voter, by `deadline`.
 async fn caught_up_voter(
     ctx: &Ctx,
-    req: &Request,
+    w: &Write<'_>,
     id: NodeId,
     deadline: tokio::time::Instant,
 ) -> Result<(), Fail> {
@@ -271,9 +256,8 @@ async fn caught_up_voter(
         )
         .await;
     if first.is_err() {
-        return Err((
+        return Err(errno(
             -libc::ETIMEDOUT,
-            None,
             format!(
                 "node {id} acknowledged no append within {} s",
                 FIRST_ACK.as_secs()
@@ -301,46 +285,46 @@ async fn caught_up_voter(
         )
         .await;
     if holds.is_err() {
-        return Err(timed_out(ctx, req, ADD_TIMEOUT));
+        return Err(timed_out(ctx, w, ADD_TIMEOUT));
     }
     let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
     match tokio::time::timeout_at(deadline, ctx.raft.change_membership(change, false)).await {
-        Err(_) => Err(timed_out(ctx, req, ADD_TIMEOUT)),
-        Ok(Err(e)) => Err(raft_fail(ctx, req, e)),
+        Err(_) => Err(timed_out(ctx, w, ADD_TIMEOUT)),
+        Ok(Err(e)) => Err(raft_fail(ctx, e)),
         Ok(Ok(_)) => Ok(()),
     }
 }
 
-async fn remove(ctx: &Ctx, req: &Request, id: NodeId) -> Result<(), Fail> {
+/// `memberRemove` on the serving primary (authorised already): `Ok` once node `id` is no
+/// member (or a re-send of this removal finds it done).
+pub async fn remove(ctx: &Ctx, w: &Write<'_>, id: NodeId) -> Result<(), Fail> {
     let (nodes, voters) = current(ctx);
     if !nodes.contains_key(&id) {
         let seen = {
             let a = ctx.applied.read().expect("state lock");
-            a.state.seen(&req.client_id, req.request_id)
+            a.state.seen(&w.client_id, w.request_id)
         };
         if seen {
             // A re-send of this very removal, whose first send committed (F16).
             return Ok(());
         }
-        return Err((-libc::ENOENT, None, format!("node {id} is not a member")));
+        return Err(errno(-libc::ENOENT, format!("node {id} is not a member")));
     }
     if voters.contains(&id) && voters.len() == 1 {
-        return Err((-libc::EINVAL, None, format!("node {id} is the last voter")));
+        return Err(errno(-libc::EINVAL, format!("node {id} is the last voter")));
     }
     if id == ctx.id {
-        return Err(hand_over_first(ctx, req).await);
+        return Err(hand_over_first(ctx).await);
     }
     // The intent first, under the request's ids: once the removal below commits, a re-send
     // finds it in the exactly-once table.
-    if let Err(reply) = ctx
-        .write(req, crate::sm::state::Cmd::MemberRemoval { id })
+    if let Err(n) = ctx
+        .write(w, crate::sm::state::Cmd::MemberRemoval { id })
         .await
     {
-        let status = reply.status;
-        return Err((
-            status,
-            Some(Box::new(reply)),
-            "the removal's intent did not commit".into(),
+        return Err(fail(
+            Failure::NotServed(n),
+            "the removal's intent did not commit",
         ));
     }
     let change = if voters.contains(&id) {
@@ -349,8 +333,8 @@ async fn remove(ctx: &Ctx, req: &Request, id: NodeId) -> Result<(), Fail> {
         ChangeMembers::RemoveNodes(BTreeSet::from([id]))
     };
     match tokio::time::timeout(REMOVE_TIMEOUT, ctx.raft.change_membership(change, false)).await {
-        Err(_) => Err(timed_out(ctx, req, REMOVE_TIMEOUT)),
-        Ok(Err(e)) => Err(raft_fail(ctx, req, e)),
+        Err(_) => Err(timed_out(ctx, w, REMOVE_TIMEOUT)),
+        Ok(Err(e)) => Err(raft_fail(ctx, e)),
         Ok(Ok(_)) => Ok(()),
     }
 }
@@ -358,7 +342,7 @@ async fn remove(ctx: &Ctx, req: &Request, id: NodeId) -> Result<(), Fail> {
 /// The primary asked to remove itself: hands leadership over to the most up-to-date standby
 /// (C14) and answers STANDBY naming it, so the client re-sends the removal there. Nothing was
 /// applied yet, so the answer is retryable.
-async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
+async fn hand_over_first(ctx: &Ctx) -> Fail {
     eprintln!(
         "node {}: asked to remove itself: handing leadership over first",
         ctx.id
@@ -384,10 +368,8 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
                 elect.hold(crate::raft::elect::Hold::HandedOver, false);
             }
         });
-        let r = ctx.not_primary_reply(req.seq, &req.op, leader);
-        return (
-            -E_XCE_STANDBY,
-            Some(Box::new(r)),
+        return fail(
+            Failure::NotServed(ctx.not_primary(false, leader)),
             format!(
                 "handed over to node {}: re-send there",
                 leader.unwrap_or_default()
@@ -396,9 +378,8 @@ async fn hand_over_first(ctx: &Ctx, req: &Request) -> Fail {
     }
     ctx.ready.resume();
     ctx.elect.hold(crate::raft::elect::Hold::HandedOver, false);
-    (
-        -E_XCE_NOT_READY,
-        None,
-        "the handover did not complete: try again".into(),
+    fail(
+        Failure::NotReady,
+        "the handover did not complete: try again",
     )
 }

@@ -10,7 +10,7 @@
 //! requests and all, before anything else is read from it. The client sees the close,
 //! reconnects to the new primary and re-sends what was not acknowledged (the library's
 //! outbox, F12). A node may read a fire-and-forget request in the instant before it learns it
-//! was deposed: it does not apply it, and `ports/client.rs` closes that connection too. Connections that never reached this node as primary (a client asking a
+//! was deposed: it does not apply it, and `ports/client/conn.rs` closes that connection too. Connections that never reached this node as primary (a client asking a
 //! standby `waitPrimary`, or being redirected) stay open.
 
 use std::sync::Arc;

@@ -13,44 +13,11 @@
 
 use std::time::Duration;
 
-use xce_proto::wire::{Reply, Request};
-
 use crate::base::ids::NodeId;
 use crate::node::ctx::Ctx;
 
 /// Longest a named target may take to hold the log committed when the transfer was asked.
 pub const CATCH_UP: Duration = Duration::from_secs(1);
-
-/// Serves `leaderTransfer` on the serving primary (authorised already): the reply, and the
-/// primary logs what it did and why.
-pub async fn answer(
-    ctx: &Ctx,
-    req: &Request,
-    who: &(dyn std::fmt::Display + Sync),
-    to: u32,
-    from: u32,
-) -> Reply {
-    let what = match to {
-        0 => "leader transfer".to_string(),
-        n => format!("leader transfer to node {n}"),
-    };
-    match transfer(ctx, to as NodeId, from as NodeId).await {
-        Ok(why) => {
-            eprintln!("node {}: {what} for {who}: {why}", ctx.id);
-            Reply::status(req.seq, 0)
-        }
-        Err((status, why)) => {
-            crate::log_warn!(
-                "node {}: {what} for {who}: refused ({}): {why}",
-                ctx.id,
-                xce_proto::error::status_text(status)
-            );
-            let mut r = Reply::status(req.seq, status);
-            r.detail = why;
-            r
-        }
-    }
-}
 
 /// What a target check found: `Ok(target)`, or the refusal's status and reason.
 pub fn check_target(
@@ -82,7 +49,10 @@ pub fn check_target(
     Ok(to)
 }
 
-async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, String)> {
+/// `leaderTransfer` on the serving primary (authorised already): to node `to` (0: the
+/// most caught-up live voter), asked of primary `from` (0: whoever leads). What it did, or the
+/// refusal's status and reason; the caller logs either.
+pub async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, String)> {
     if from != 0 && from != ctx.id {
         return Ok(format!("node {from} leads no more: done already"));
     }
@@ -91,7 +61,6 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
     }
     let m = ctx.raft.metrics().borrow().clone();
     let mem = m.membership_config.membership();
-    let members: Vec<NodeId> = mem.nodes().map(|(&id, _)| id).collect();
     let voters: Vec<NodeId> = mem.voter_ids().collect();
     let live = ctx.liveness();
     let target = if to == 0 {
@@ -112,6 +81,7 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
             )
         })?
     } else {
+        let members: Vec<NodeId> = mem.nodes().map(|(&id, _)| id).collect();
         check_target(
             ctx.id,
             to,
@@ -122,41 +92,7 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
         )?
     };
     // Caught up: it holds everything applied here when asked (a second at most).
-    let want = m.last_applied.map_or(0, |l| l.index);
-    let mut every_turn = ctx.raft.metrics();
-    let caught_up = tokio::time::timeout(
-        CATCH_UP,
-        every_turn.wait_for(|m| {
-            m.replication
-                .as_ref()
-                .and_then(|r| r.get(&target).copied().flatten())
-                .is_some_and(|l| l.index >= want)
-        }),
-    )
-    .await
-    .is_ok_and(|r| r.is_ok());
-    if !caught_up {
-        // Issue 36: the refusal names the lag, so the operator knows what to wait for.
-        let held = ctx
-            .raft
-            .metrics()
-            .borrow()
-            .replication
-            .as_ref()
-            .and_then(|r| r.get(&target).copied().flatten())
-            .map(|l| l.index);
-        return Err((
-            -libc::EAGAIN,
-            format!(
-                "node {target} is not caught up: it holds the log up to index {}, the primary \
-                 had applied {want} ({} entries behind) and it did not catch up within {} ms; \
-                 try again once `xce-controller member list` shows its lag near 0",
-                held.map_or("none".to_string(), |i| i.to_string()),
-                want.saturating_sub(held.unwrap_or(0)),
-                CATCH_UP.as_millis()
-            ),
-        ));
-    }
+    caught_up(ctx, target, m.last_applied.map_or(0, |l| l.index)).await?;
     // C14: nothing more proposed (the handover entry is the last of this term), then the
     // handover; whatever came of it, this node proposes, serves and may campaign again.
     ctx.proposer.close();
@@ -183,6 +119,45 @@ async fn transfer(ctx: &Ctx, to: NodeId, from: NodeId) -> Result<String, (i32, S
             format!("node {target} did not take over: this node serves on"),
         )),
     }
+}
+
+/// Waits up to [`CATCH_UP`] for `target` to hold the log up to index `want`; else EAGAIN,
+/// naming the lag (issue 36: the operator knows what to wait for).
+async fn caught_up(ctx: &Ctx, target: NodeId, want: u64) -> Result<(), (i32, String)> {
+    let mut every_turn = ctx.raft.metrics();
+    let caught_up = tokio::time::timeout(
+        CATCH_UP,
+        every_turn.wait_for(|m| {
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&target).copied().flatten())
+                .is_some_and(|l| l.index >= want)
+        }),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    if caught_up {
+        return Ok(());
+    }
+    let held = ctx
+        .raft
+        .metrics()
+        .borrow()
+        .replication
+        .as_ref()
+        .and_then(|r| r.get(&target).copied().flatten())
+        .map(|l| l.index);
+    Err((
+        -libc::EAGAIN,
+        format!(
+            "node {target} is not caught up: it holds the log up to index {}, the primary \
+             had applied {want} ({} entries behind) and it did not catch up within {} ms; \
+             try again once `xce-controller member list` shows its lag near 0",
+            held.map_or("none".to_string(), |i| i.to_string()),
+            want.saturating_sub(held.unwrap_or(0)),
+            CATCH_UP.as_millis()
+        ),
+    ))
 }
 
 #[cfg(test)]

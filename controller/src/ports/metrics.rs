@@ -242,7 +242,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, data: std::path::PathBu
 /// diverged, a storage fault). The body says why, one JSON object: `status` ("ok" or
 /// "unavailable"), `id`, `role`, `term`, `leader` (0: none), `version`, `uptime_ms`.
 pub async fn health_of(ctx: &Ctx) -> (bool, String) {
-    let info = ctx.info();
+    let info = crate::ports::client::info::info(ctx);
     let leader = ctx.fresh_leader().await;
     let ok = !crate::base::fault::faulted()
         && !ctx.diverged.is()

@@ -286,42 +286,7 @@ async fn serve_peer(
     let admission = async {
         let mut stream: PeerStream = match &srv.tls {
             None => Box::new(tcp),
-            Some(t) => {
-                let s = t.acceptor.accept(tcp).await?;
-                let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
-                let members = srv.members();
-                match cert.and_then(|c| member_of(c, &members)) {
-                    Some(_) => Box::new(s),
-                    None => {
-                        let names = cert.map(|c| cert_names(c)).unwrap_or_default();
-                        // Issue 26: a node this membership left out is told so (it exits).
-                        let who = names
-                            .iter()
-                            .find_map(|n| n.strip_prefix("xce-node-")?.parse::<NodeId>().ok());
-                        if let Some(why) = who.and_then(|w| srv.removal_of(w)) {
-                            let mut s: PeerStream = Box::new(s);
-                            let _ = write_msg(
-                                &mut s,
-                                &RpcReply::Refused(why.clone()),
-                                srv.identity.tag(),
-                            )
-                            .await;
-                            // Read until the node closes (it has its answer), briefly: a
-                            // close with its request unread would reset the connection, and
-                            // the answer with it.
-                            let drain = async {
-                                let mut buf = [0u8; 4096];
-                                while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
-                            };
-                            let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
-                            return Err(refused(format!("removed: {why}")));
-                        }
-                        return Err(refused(format!(
-                            "refused: certificate {names:?} names no member of {members:?}"
-                        )));
-                    }
-                }
-            }
+            Some(t) => admit_tls(srv, t, tcp).await?,
         };
         // Plaintext has no handshake: the first message's length prefix must arrive (its
         // body then has FRAME_TIMEOUT, as every message's).
@@ -358,6 +323,42 @@ async fn serve_peer(
         srv.elect.leader_link_closed(v);
     }
     res
+}
+
+/// C13: the TLS handshake of a raft connection and the member check: a stream, or refused —
+/// a node this membership left out is told so first (issue 26: it exits).
+async fn admit_tls(srv: &PeerServer, t: &PeerTls, tcp: TcpStream) -> io::Result<PeerStream> {
+    let refused = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
+    let s = t.acceptor.accept(tcp).await?;
+    let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+    let members = srv.members();
+    match cert.and_then(|c| member_of(c, &members)) {
+        Some(_) => Ok(Box::new(s)),
+        None => {
+            let names = cert.map(|c| cert_names(c)).unwrap_or_default();
+            // Issue 26: a node this membership left out is told so (it exits).
+            let who = names
+                .iter()
+                .find_map(|n| n.strip_prefix("xce-node-")?.parse::<NodeId>().ok());
+            if let Some(why) = who.and_then(|w| srv.removal_of(w)) {
+                let mut s: PeerStream = Box::new(s);
+                let _ =
+                    write_msg(&mut s, &RpcReply::Refused(why.clone()), srv.identity.tag()).await;
+                // Read until the node closes (it has its answer), briefly: a
+                // close with its request unread would reset the connection, and
+                // the answer with it.
+                let drain = async {
+                    let mut buf = [0u8; 4096];
+                    while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+                };
+                let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+                return Err(refused(format!("removed: {why}")));
+            }
+            Err(refused(format!(
+                "refused: certificate {names:?} names no member of {members:?}"
+            )))
+        }
+    }
 }
 
 /// What becomes of a message, and of its connection.

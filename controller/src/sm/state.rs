@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use xce_proto::error::{E_XCE_CORRUPT, E_XCE_DUP_JOB};
-use xce_proto::wire;
 
 /// Request ids remembered per client for exactly-once writes (C4).
 pub const DEDUP_PER_CLIENT: usize = 256;
@@ -81,7 +80,7 @@ impl Proposal {
     }
 }
 
-/// Session roles as stored (mirror of `wire::SessionRole`).
+/// Session roles as stored (the client port maps the wire's session roles onto them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {
     Worker,
@@ -233,6 +232,40 @@ pub enum JobState {
     Susp,
     Done,
     Exit,
+}
+
+impl JobState {
+    /// This state's bit in [`JobFilter::states`].
+    pub fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// What a listing asks for (the client port maps the wire's filter onto it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JobFilter {
+    /// Empty: any user.
+    pub user: String,
+    /// Empty: any queue.
+    pub queue: String,
+    /// The states listed, by [`JobState::bit`]; 0: any state ([`JobFilter::NO_STATE`]: a
+    /// filter that named only states this build does not know, which match no job).
+    pub states: u32,
+    /// 0: no limit.
+    pub limit: u32,
+}
+
+impl JobFilter {
+    /// A bit no [`JobState`] has.
+    pub const NO_STATE: u32 = 1 << 31;
+}
+
+/// A host as a listing shows it (C5): a host that is open but silent is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Ok,
+    Closed,
+    Unavail,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -971,13 +1004,13 @@ impl State {
     // ----------------------------------------------------------------------------------
     // Reads
 
-    pub fn job(&self, job_id: u64) -> Option<wire::Job> {
-        self.jobs.get(&job_id).map(job_to_wire)
+    pub fn job(&self, job_id: u64) -> Option<&JobRec> {
+        self.jobs.get(&job_id)
     }
 
     /// Every job matching `f` (up to its limit), or `None` as soon as their encoded size would
     /// pass `max_bytes` (the reply would not fit one frame).
-    pub fn jobs(&self, f: &wire::JobFilter, max_bytes: usize) -> Option<Vec<wire::Job>> {
+    pub fn jobs(&self, f: &JobFilter, max_bytes: usize) -> Option<Vec<&JobRec>> {
         let limit = if f.limit == 0 {
             usize::MAX
         } else {
@@ -989,81 +1022,48 @@ impl State {
 
     /// Hosts with their effective state: an OK host silent for longer than `host_timeout_ms`
     /// is reported UNAVAIL (C5).
-    pub fn hosts(&self, now: i64, host_timeout_ms: i64) -> Vec<wire::Host> {
+    pub fn hosts(&self, now: i64, host_timeout_ms: i64) -> Vec<(&HostRec, Availability)> {
         self.hosts
             .values()
-            .map(|h| wire::Host {
-                name: h.name.clone(),
-                state: match h.state {
-                    HostState::Closed => wire::HostState::Closed,
+            .map(|h| {
+                let a = match h.state {
+                    HostState::Closed => Availability::Closed,
                     HostState::Ok if now - h.last_heartbeat > host_timeout_ms => {
-                        wire::HostState::Unavail
+                        Availability::Unavail
                     }
-                    HostState::Ok => wire::HostState::Ok,
-                },
-                ncpus: h.ncpus,
-                mem_mb: h.mem_mb,
-                attrs: h
-                    .attrs
-                    .iter()
-                    .map(|(k, v)| wire::KeyValue {
-                        key: k.clone(),
-                        value: v.clone(),
-                    })
-                    .collect(),
-                njobs: h.njobs,
-                last_heartbeat: h.last_heartbeat,
+                    HostState::Ok => Availability::Ok,
+                };
+                (h, a)
             })
             .collect()
     }
 
-    pub fn resvals(&self, host: &str) -> Option<Vec<wire::ResVal>> {
-        self.hosts.get(host).map(|h| {
-            h.resvals
-                .iter()
-                .map(|(k, v)| wire::ResVal {
-                    name: k.clone(),
-                    value: v.clone(),
-                })
-                .collect()
-        })
+    /// The resource values `host` reported, by name.
+    pub fn resvals(&self, host: &str) -> Option<&BTreeMap<String, String>> {
+        self.hosts.get(host).map(|h| &h.resvals)
     }
 
-    /// The fixed catalogue, then every other resval name a worker has reported.
-    pub fn resources(&self) -> Vec<wire::Resource> {
-        let mut out: Vec<wire::Resource> = RESOURCE_CATALOGUE
+    /// The fixed catalogue, then every other resval name a worker has reported: (name, kind,
+    /// description).
+    pub fn resources(&self) -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = RESOURCE_CATALOGUE
             .iter()
-            .map(|(n, k, d)| wire::Resource {
-                name: n.to_string(),
-                kind: k.to_string(),
-                description: d.to_string(),
-            })
+            .map(|(n, k, d)| (n.to_string(), k.to_string(), d.to_string()))
             .collect();
         let mut extra: Vec<&String> = self.hosts.values().flat_map(|h| h.resvals.keys()).collect();
         extra.sort();
         extra.dedup();
         for name in extra {
-            if !out.iter().any(|r| &r.name == name) {
-                out.push(wire::Resource {
-                    name: name.clone(),
-                    kind: "string".into(),
-                    description: "reported by workers".into(),
-                });
+            if !out.iter().any(|r| &r.0 == name) {
+                out.push((name.clone(), "string".into(), "reported by workers".into()));
             }
         }
         out
     }
 
-    pub fn queues(&self) -> Vec<wire::Queue> {
-        self.queues
-            .iter()
-            .map(|(n, q)| wire::Queue {
-                name: n.clone(),
-                open: q.open,
-                active: q.active,
-                priority: q.priority,
-            })
-            .collect()
+    /// The queues by name.
+    pub fn queues(&self) -> &BTreeMap<String, QueueRec> {
+        &self.queues
     }
 }
 
@@ -1076,6 +1076,88 @@ struct Canon<'a, F: FnMut(&[u8])> {
 }
 
 impl<F: FnMut(&[u8])> Canon<'_, F> {
+    /// The hosts, in name order (C19: [`State::canonical`]).
+    fn hosts(&mut self, hosts: &BTreeMap<String, HostRec>) {
+        self.len(hosts.len());
+        for (name, h) in hosts {
+            self.text(name);
+            self.text(&h.name);
+            self.u8(match h.state {
+                HostState::Ok => 0,
+                HostState::Closed => 1,
+            });
+            self.u64(u64::from(h.ncpus));
+            self.u64(h.mem_mb);
+            self.pairs(&h.attrs);
+            self.u64(u64::from(h.njobs));
+            self.i64(h.last_heartbeat);
+            self.len(h.resvals.len());
+            for (k, v) in &h.resvals {
+                self.text(k);
+                self.text(v);
+            }
+        }
+    }
+
+    /// The exactly-once table, clients in key order.
+    fn clients(&mut self, dedup: &HashMap<String, ClientWindow>) {
+        let mut clients: Vec<(&String, &ClientWindow)> = dedup.iter().collect();
+        clients.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        self.len(clients.len());
+        for (key, w) in clients {
+            self.text(key);
+            self.u64(w.last_used);
+            self.len(w.replies.len());
+            for (req, o) in &w.replies {
+                self.u64(*req);
+                self.i64(i64::from(o.status));
+                match o.data {
+                    OutData::None => self.u8(0),
+                    OutData::JobId(v) => {
+                        self.u8(1);
+                        self.u64(v)
+                    }
+                    OutData::TaskId(v) => {
+                        self.u8(2);
+                        self.u64(v)
+                    }
+                    OutData::SessionId(v) => {
+                        self.u8(3);
+                        self.u64(v)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The job table, in id order.
+    fn jobs(&mut self, jobs: &imbl::OrdMap<u64, JobRec>) {
+        self.len(jobs.len());
+        for j in jobs.values() {
+            self.u64(j.job_id);
+            self.u64(j.mem_mb);
+            self.i64(j.submit_time);
+            self.i64(j.start_time);
+            self.i64(j.end_time);
+            self.u64(j.cpu_ms);
+            self.u64(j.mem_kb);
+            self.u64(u64::from(j.ncpus));
+            self.i64(i64::from(j.exit_code));
+            self.u8(match j.state {
+                JobState::Pend => 0,
+                JobState::Run => 1,
+                JobState::Susp => 2,
+                JobState::Done => 3,
+                JobState::Exit => 4,
+            });
+            for t in [&j.user, &j.queue, &j.exec_host, &j.pend_reason] {
+                self.text(t);
+            }
+            self.text(&j.name);
+            self.text(&j.command);
+        }
+    }
+
     const CHUNK: usize = 64 << 10;
 
     fn raw(&mut self, b: &[u8]) {
@@ -1152,25 +1234,7 @@ impl State {
             c.u8(u8::from(q.open) | u8::from(q.active) << 1);
             c.i64(i64::from(q.priority));
         }
-        c.len(self.hosts.len());
-        for (name, h) in &self.hosts {
-            c.text(name);
-            c.text(&h.name);
-            c.u8(match h.state {
-                HostState::Ok => 0,
-                HostState::Closed => 1,
-            });
-            c.u64(u64::from(h.ncpus));
-            c.u64(h.mem_mb);
-            c.pairs(&h.attrs);
-            c.u64(u64::from(h.njobs));
-            c.i64(h.last_heartbeat);
-            c.len(h.resvals.len());
-            for (k, v) in &h.resvals {
-                c.text(k);
-                c.text(v);
-            }
-        }
+        c.hosts(&self.hosts);
         c.len(self.tasks.len());
         for t in self.tasks.values() {
             c.u64(t.task_id);
@@ -1178,66 +1242,17 @@ impl State {
             c.text(&t.command);
             c.i64(t.start_time);
         }
-        let mut clients: Vec<(&String, &ClientWindow)> = self.dedup.iter().collect();
-        clients.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        c.len(clients.len());
-        for (key, w) in clients {
-            c.text(key);
-            c.u64(w.last_used);
-            c.len(w.replies.len());
-            for (req, o) in &w.replies {
-                c.u64(*req);
-                c.i64(i64::from(o.status));
-                match o.data {
-                    OutData::None => c.u8(0),
-                    OutData::JobId(v) => {
-                        c.u8(1);
-                        c.u64(v)
-                    }
-                    OutData::TaskId(v) => {
-                        c.u8(2);
-                        c.u64(v)
-                    }
-                    OutData::SessionId(v) => {
-                        c.u8(3);
-                        c.u64(v)
-                    }
-                }
-            }
-        }
-        c.len(self.jobs.len());
-        for j in self.jobs.values() {
-            c.u64(j.job_id);
-            c.u64(j.mem_mb);
-            c.i64(j.submit_time);
-            c.i64(j.start_time);
-            c.i64(j.end_time);
-            c.u64(j.cpu_ms);
-            c.u64(j.mem_kb);
-            c.u64(u64::from(j.ncpus));
-            c.i64(i64::from(j.exit_code));
-            c.u8(match j.state {
-                JobState::Pend => 0,
-                JobState::Run => 1,
-                JobState::Susp => 2,
-                JobState::Done => 3,
-                JobState::Exit => 4,
-            });
-            for t in [&j.user, &j.queue, &j.exec_host, &j.pend_reason] {
-                c.text(t);
-            }
-            c.text(&j.name);
-            c.text(&j.command);
-        }
+        c.clients(&self.dedup);
+        c.jobs(&self.jobs);
         c.finish();
     }
 }
 
 /// Whether a stored job passes a listing filter (its limit aside).
-pub fn matches(j: &JobRec, f: &wire::JobFilter) -> bool {
+pub fn matches(j: &JobRec, f: &JobFilter) -> bool {
     (f.user.is_empty() || *j.user == *f.user)
         && (f.queue.is_empty() || *j.queue == *f.queue)
-        && (f.state_mask == 0 || f.state_mask & wire_state(j.state).mask_bit() != 0)
+        && (f.states == 0 || f.states & j.state.bit() != 0)
 }
 
 /// Upper bound of one job's size in an encoded reply: its struct, its usage, and each text
@@ -1254,10 +1269,10 @@ pub fn job_wire_bytes(j: &JobRec) -> usize {
         + t(&j.exec_host)
 }
 
-/// One page of a listing.
+/// One page of a listing: the jobs of the table it was cut from.
 #[derive(Debug, Default)]
-pub struct Page {
-    pub jobs: Vec<wire::Job>,
+pub struct Page<'a> {
+    pub jobs: Vec<&'a JobRec>,
     /// More matching jobs follow the last one returned.
     pub more: bool,
     /// One matching job alone is larger than the budget: it can never be sent.
@@ -1267,14 +1282,14 @@ pub struct Page {
 /// The matching jobs of `table` with ids above `after`, in id order, until `max_jobs` jobs or
 /// `soft` bytes of encoded jobs — or `hard` bytes for the first job, so that a job larger
 /// than a preferred page still goes alone in one frame.
-pub fn page(
-    table: &imbl::OrdMap<u64, JobRec>,
-    f: &wire::JobFilter,
+pub fn page<'a>(
+    table: &'a imbl::OrdMap<u64, JobRec>,
+    f: &JobFilter,
     after: Option<u64>,
     max_jobs: usize,
     soft: usize,
     hard: usize,
-) -> Page {
+) -> Page<'a> {
     use std::ops::Bound::{Excluded, Unbounded};
     let lower = after.map_or(Unbounded, Excluded);
     let mut out = Page::default();
@@ -1291,55 +1306,9 @@ pub fn page(
             return out;
         }
         bytes += size;
-        out.jobs.push(job_to_wire(j));
+        out.jobs.push(j);
     }
     out
-}
-
-fn wire_state(s: JobState) -> wire::JobState {
-    match s {
-        JobState::Pend => wire::JobState::Pend,
-        JobState::Run => wire::JobState::Run,
-        JobState::Susp => wire::JobState::Susp,
-        JobState::Done => wire::JobState::Done,
-        JobState::Exit => wire::JobState::Exit,
-    }
-}
-
-fn job_to_wire(j: &JobRec) -> wire::Job {
-    wire::Job {
-        job_id: j.job_id,
-        name: j.name.to_string(),
-        user: j.user.to_string(),
-        queue: j.queue.to_string(),
-        command: j.command.to_string(),
-        ncpus: j.ncpus,
-        mem_mb: j.mem_mb,
-        state: wire_state(j.state),
-        pend_reason: j.pend_reason.to_string(),
-        exec_host: j.exec_host.to_string(),
-        submit_time: j.submit_time,
-        start_time: j.start_time,
-        end_time: j.end_time,
-        exit_code: j.exit_code,
-        usage: wire::Usage {
-            cpu_ms: j.cpu_ms,
-            mem_kb: j.mem_kb,
-        },
-    }
-}
-
-/// The logged form of a submitted job spec.
-pub fn job_from_spec(s: &wire::JobSpec) -> SubmitSpec {
-    SubmitSpec {
-        job_id: s.job_id,
-        name: s.name.clone(),
-        user: s.user.clone(),
-        queue: s.queue.clone(),
-        command: s.command.clone(),
-        ncpus: s.ncpus,
-        mem_mb: s.mem_mb,
-    }
 }
 
 #[cfg(test)]
@@ -1356,11 +1325,15 @@ mod tests {
     }
 
     fn spec(id: u64) -> SubmitSpec {
-        job_from_spec(&wire::JobSpec {
+        SubmitSpec {
             job_id: id,
+            name: String::new(),
             user: "u".into(),
-            ..Default::default()
-        })
+            queue: String::new(),
+            command: String::new(),
+            ncpus: 0,
+            mem_mb: 0,
+        }
     }
 
     #[test]
@@ -1538,10 +1511,7 @@ mod tests {
             attrs: vec![],
         };
         s.apply(&p(1, join));
-        assert_eq!(s.hosts(1000 + 5_000, 30_000)[0].state, wire::HostState::Ok);
-        assert_eq!(
-            s.hosts(1000 + 31_000, 30_000)[0].state,
-            wire::HostState::Unavail
-        );
+        assert_eq!(s.hosts(1000 + 5_000, 30_000)[0].1, Availability::Ok);
+        assert_eq!(s.hosts(1000 + 31_000, 30_000)[0].1, Availability::Unavail);
     }
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! "XCEBACK1"
 //! u32 LE length, JSON of the BackupHeader (what the state is, where from, its digest)
-//! the state as `snapshot.rs` writes a snapshot ("XCESNAP1" … "XCEEND01")
+//! the state as `sm/snapshot.rs` writes a snapshot ("XCESNAP1" … "XCEEND01")
 //! ```
 //!
 //! The state is the one the primary's consistency check hashed at a checkpoint entry

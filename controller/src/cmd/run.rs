@@ -219,7 +219,6 @@ fn node_ctx(
         applied: p.applied,
         spec: args.spec.clone(),
         opts: args.opts.clone(),
-        limits: xce_proto::wire::Limits::default(),
         primary_waiters: Default::default(),
         crowd: std::sync::Mutex::new((std::time::Instant::now(), 0)),
         lease: p.lease,

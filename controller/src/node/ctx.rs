@@ -84,7 +84,6 @@ pub struct Ctx {
     pub applied: SharedApplied,
     pub spec: ClusterSpec,
     pub opts: NodeOpts,
-    pub limits: xce_proto::wire::Limits,
     /// Clients currently held in `waitPrimary` here.
     pub primary_waiters: std::sync::atomic::AtomicU32,
     /// The crowd of the current failover episode: the most clients held at once, and when one

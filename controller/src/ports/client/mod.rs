@@ -27,6 +27,11 @@
 //! `view.rs` (stored records as the wire's), `info.rs` (what a node says of itself), `forward.rs` (C16 on a standby) and
 //! `forwarded.rs` (C16 on the primary).
 
+/// The wire's bounds on what a client sends and is sent (C9): the protocol's defaults.
+fn limits() -> xce_proto::wire::Limits {
+    xce_proto::wire::Limits::default()
+}
+
 mod admin;
 mod authz;
 mod command;

@@ -485,6 +485,33 @@ fn whole_record(b: &[u8]) -> bool {
     b.len() >= HEADER && b.len() >= HEADER + u16::from_be_bytes([b[3], b[4]]) as usize
 }
 
+/// Reads more of a TLS handshake into `inbuf`, bounded: a handshake larger than the
+/// largest message and a record is refused; EOF is `UnexpectedEof`.
+async fn read_handshake(
+    tcp: &mut tokio::net::TcpStream,
+    inbuf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    use tokio::io::AsyncReadExt;
+    if inbuf.len() >= xce_proto::records::MAX_HANDSHAKE + MAX_RECORD {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "TLS handshake message too large",
+        ));
+    }
+    let at = inbuf.len();
+    inbuf.resize(at + 16 * 1024, 0);
+    let r = tcp.read(&mut inbuf[at..]).await;
+    inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+    match r {
+        Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
 impl ServerTls {
     /// The TLS handshake on an accepted connection, as `config` says (certificates verified
     /// by rustls). Not bounded in time here: the caller's deadline is. A failure is
@@ -496,7 +523,7 @@ impl ServerTls {
     ) -> std::io::Result<ServerTls> {
         use rustls::unbuffered::ConnectionState;
         use std::io::ErrorKind;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let mut tcp = tcp;
         let mut conn = rustls::server::UnbufferedServerConnection::new(config).map_err(invalid)?;
         let mut inbuf: Vec<u8> = Vec::new();
@@ -548,24 +575,21 @@ impl ServerTls {
                 break;
             }
             if read_more {
-                if inbuf.len() >= xce_proto::records::MAX_HANDSHAKE + MAX_RECORD {
-                    return Err(std::io::Error::new(
-                        ErrorKind::InvalidData,
-                        "TLS handshake message too large",
-                    ));
-                }
-                let at = inbuf.len();
-                inbuf.resize(at + 16 * 1024, 0);
-                let r = tcp.read(&mut inbuf[at..]).await;
-                inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
-                match r {
-                    Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
+                read_handshake(&mut tcp, &mut inbuf).await?;
             }
         }
+        ServerTls::established(conn, tcp, inbuf, early)
+    }
+
+    /// The connection once its handshake is done: its records' keys, what the client sent
+    /// beyond the handshake (at most a record), its certificates.
+    fn established(
+        conn: rustls::server::UnbufferedServerConnection,
+        tcp: tokio::net::TcpStream,
+        inbuf: Vec<u8>,
+        early: Vec<u8>,
+    ) -> std::io::Result<ServerTls> {
+        use std::io::ErrorKind;
         let peer = conn.peer_certificates().map(|c| c.to_vec());
         let (secrets, kernel) = conn.dangerous_into_kernel_connection().map_err(invalid)?;
         let records = Records::new(secrets, kernel).map_err(invalid)?;

@@ -1048,25 +1048,7 @@ pub(crate) async fn gather(
             .zip(answers)
             .map(|(addr, info)| Row { addr, info }),
     );
-    // Names of what did not answer, and of the members, resolved to match them.
-    let mut names: Vec<String> = rows
-        .iter()
-        .filter(|r| r.info.is_err())
-        .map(|r| r.addr.clone())
-        .collect();
-    names.extend(
-        view.nodes
-            .iter()
-            .filter(|n| n.member)
-            .flat_map(|n| n.addrs.clone()),
-    );
-    names.sort();
-    names.dedup();
-    let mut resolved = Vec::new();
-    for n in names {
-        let r = crate::base::config::resolve(&n).await.unwrap_or_default();
-        resolved.push((n, r));
-    }
+    let resolved = resolve_silent(&rows, &view).await;
     let view = judge(&rows, &resolved);
     let mut check = None;
     if let Some((id, _)) = view.primary.filter(|_| consistency) {
@@ -1092,6 +1074,30 @@ pub(crate) async fn gather(
         }
     }
     (view, check)
+}
+
+/// The names of what did not answer, and of the members, each with what it resolves to (to
+/// match an address that did not answer to a member).
+async fn resolve_silent(rows: &[Row], view: &View) -> Vec<(String, Vec<std::net::SocketAddr>)> {
+    let mut names: Vec<String> = rows
+        .iter()
+        .filter(|r| r.info.is_err())
+        .map(|r| r.addr.clone())
+        .collect();
+    names.extend(
+        view.nodes
+            .iter()
+            .filter(|n| n.member)
+            .flat_map(|n| n.addrs.clone()),
+    );
+    names.sort();
+    names.dedup();
+    let mut resolved = Vec::new();
+    for n in names {
+        let r = crate::base::config::resolve(&n).await.unwrap_or_default();
+        resolved.push((n, r));
+    }
+    resolved
 }
 
 /// Awaits all `futs` concurrently (each is bounded by its own timeout).
@@ -1158,10 +1164,33 @@ mod tests {
         }
     }
 
+    /// Judges each case: its verdict, the members that answer, and words that agree with the
+    /// counts (issue 36).
+    fn check_verdicts(cases: Vec<(&str, Vec<Row>, Health, usize)>) {
+        for (what, rows, want, up) in cases {
+            let v = judge(&rows, &[]);
+            assert_eq!(v.health, want, "{what}: {v:?}");
+            let got = v
+                .nodes
+                .iter()
+                .filter(|n| n.member && n.info.is_some())
+                .count();
+            assert_eq!(got, up, "{what}: {v:?}");
+            let text = render(&v, None);
+            assert!(!text.contains("(:0)"), "{what}: {text}");
+            // Issue 36: never "a majority is needed" when a majority answers.
+            let majority = v.nodes.iter().filter(|n| n.member && n.voter).count() / 2 + 1;
+            if up >= majority {
+                assert!(!text.contains("is needed"), "{what}: {text}");
+            }
+        }
+    }
+
+    /// Verdicts where a primary serves: healthy or degraded.
     #[test]
-    fn verdicts() {
+    fn verdicts_with_a_primary() {
         let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
-        let cases: Vec<(&str, Vec<Row>, Health, usize)> = vec![
+        check_verdicts(vec![
             // (what, rows, verdict, members answering)
             (
                 "one standby asked, everyone answers",
@@ -1214,6 +1243,16 @@ mod tests {
                 Health::Degraded,
                 3,
             ),
+        ]);
+    }
+
+    /// Verdicts without a primary, or across clusters; and the words of a quorum that follows
+    /// a primary clients cannot reach.
+    #[test]
+    fn verdicts_without_one() {
+        let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
+        check_verdicts(vec![
+            // (what, rows, verdict, members answering)
             (
                 "two clusters' primaries",
                 vec![
@@ -1249,24 +1288,7 @@ mod tests {
                 Health::NoQuorum,
                 2,
             ),
-        ];
-        for (what, rows, want, up) in cases {
-            let v = judge(&rows, &[]);
-            assert_eq!(v.health, want, "{what}: {v:?}");
-            let got = v
-                .nodes
-                .iter()
-                .filter(|n| n.member && n.info.is_some())
-                .count();
-            assert_eq!(got, up, "{what}: {v:?}");
-            let text = render(&v, None);
-            assert!(!text.contains("(:0)"), "{what}: {text}");
-            // Issue 36: never "a majority is needed" when a majority answers.
-            let majority = v.nodes.iter().filter(|n| n.member && n.voter).count() / 2 + 1;
-            if up >= majority {
-                assert!(!text.contains("is needed"), "{what}: {text}");
-            }
-        }
+        ]);
         let v = judge(
             &[
                 row("127.0.0.1:9001", down()),

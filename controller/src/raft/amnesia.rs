@@ -514,8 +514,8 @@ mod tests {
         v
     }
 
-    /// C12 amended, as a table: (what, the fact, caught up?). Node F is 2; it led in term 3;
-    /// the current leader L is 1, in term 5.
+    /// C12 amended, as a table (appends, I): (what, the fact, caught up?). Node F is 2; it
+    /// led in term 3; the current leader L is 1, in term 5.
     #[test]
     fn caught_up_means_caught_up() {
         let append = |vote, matched, leader_commit| Fact::Append {
@@ -578,6 +578,31 @@ mod tests {
                 ),
                 false,
             ),
+        ];
+        // The rule apart from the floor (below every vote here); the floor's part below.
+        let floor = Some(Floor {
+            vote: Vote::default(),
+            brand_new: false,
+        });
+        for (what, fact, want) in cases {
+            assert_eq!(
+                caught_up_by(&fact, floor).is_some(),
+                want,
+                "{what}: {fact:?}"
+            );
+        }
+    }
+
+    /// C12 amended, as a table (appends, II): (what, the fact, caught up?). Node F is 2; it
+    /// led in term 3; the current leader L is 1, in term 5.
+    #[test]
+    fn caught_up_means_caught_up_by_the_leaders_term() {
+        let append = |vote, matched, leader_commit| Fact::Append {
+            vote,
+            matched,
+            leader_commit,
+        };
+        let cases: Vec<(&str, Fact, bool)> = vec![
             (
                 "matched only entries of an earlier term, no commit index (a restarted leader)",
                 append(committed(5, 1), Some(log_id(4, 3, 50)), None),
@@ -620,6 +645,26 @@ mod tests {
                 append(committed(5, 1), None, Some(log_id(5, 1, 57))),
                 false,
             ),
+        ];
+        // The rule apart from the floor (below every vote here); the floor's part below.
+        let floor = Some(Floor {
+            vote: Vote::default(),
+            brand_new: false,
+        });
+        for (what, fact, want) in cases {
+            assert_eq!(
+                caught_up_by(&fact, floor).is_some(),
+                want,
+                "{what}: {fact:?}"
+            );
+        }
+    }
+
+    /// C12 amended, as a table (votes saved): (what, the fact, caught up?). Node F is 2; it
+    /// led in term 3; the current leader L is 1, in term 5.
+    #[test]
+    fn caught_up_by_its_own_vote() {
+        let cases: Vec<(&str, Fact, bool)> = vec![
             (
                 "F elected (its committed vote saved)",
                 Fact::VoteSaved {
@@ -657,8 +702,17 @@ mod tests {
                 "{what}: {fact:?}"
             );
         }
-        // C12 fifth round: an append of a vote below the floor, or before the floor is known,
-        // never catches up, however it matches.
+    }
+
+    /// C12 fifth round: an append of a vote below the floor, or before the floor is known,
+    /// never catches up, however it matches.
+    #[test]
+    fn below_the_floor_never_catches_up() {
+        let append = |vote, matched, leader_commit| Fact::Append {
+            vote,
+            matched,
+            leader_commit,
+        };
         let good = append(
             committed(5, 1),
             Some(log_id(5, 1, 57)),

@@ -571,26 +571,22 @@ fn unexpected() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "unexpected rpc reply")
 }
 
-impl RaftNetwork<TypeConfig> for PeerClient {
-    async fn append_entries(
+/// An append's last log id, when a link sends only the start of it.
+type Cut = Option<Option<crate::base::ids::LogId>>;
+
+impl PeerClient {
+    /// The append as framed for the wire, cut to what the link carries within its TTL (P14:
+    /// one entry always goes) and, in tests, to `repl-max-index`; where it was cut, and
+    /// whether nothing but a heartbeat is left to send (`repl-max-index`).
+    #[allow(clippy::type_complexity)]
+    fn shaped(
         &mut self,
-        mut rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
-        let ttl = option.hard_ttl();
-        let vote = rpc.vote;
-        // Failpoint `repl-drop` (tests): this follower's link is cut, as far as appends go.
-        if crate::base::failpoints::number(crate::base::failpoints::REPL_DROP)
-            .is_some_and(|n| u64::try_from(n) == Ok(self.target))
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            return Err(RPCError::Network(NetworkError::new(&timed_out(
-                "repl-drop",
-            ))));
-        }
+        rpc: &mut AppendEntriesRequest<TypeConfig>,
+    ) -> Result<(Vec<u8>, Cut, bool), RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
         // P14: no more entries than the link carries within the TTL (one always goes).
         let tag = self.identity.tag();
-        let mut whole = frame(&RpcRequestRef::Append(&rpc), tag)
+        let mut idle = false;
+        let mut whole = frame(&RpcRequestRef::Append(rpc), tag)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         // `Some(last)`: the append was cut short after `last` (`None`: before its first entry).
         let mut cut = None;
@@ -599,7 +595,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             if keep < rpc.entries.len() {
                 rpc.entries.truncate(keep);
                 cut = Some(rpc.entries.last().map(|e| e.log_id));
-                whole = frame(&RpcRequestRef::Append(&rpc), tag)
+                whole = frame(&RpcRequestRef::Append(rpc), tag)
                     .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
             }
         }
@@ -615,38 +611,23 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             if keep < rpc.entries.len() {
                 rpc.entries.truncate(keep);
                 cut = Some(rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id));
-                whole = frame(&RpcRequestRef::Append(&rpc), tag)
+                whole = frame(&RpcRequestRef::Append(rpc), tag)
                     .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-                if keep == 0 {
-                    // Nothing to send but the heartbeat: not at once again.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                idle = keep == 0;
             }
         }
-        let key = AppendKey {
-            vote,
-            prev: rpc.prev_log_id,
-            last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
-        };
-        let carried = if rpc.entries.is_empty() {
-            0
-        } else {
-            whole.len()
-        };
-        self.lease.sending(vote, BootInstant::now());
-        let t0 = std::time::Instant::now();
-        let (reply, sent) = match self.call(&whole, Some(key), ttl).await {
-            Ok(r) => r,
-            Err(e) => {
-                if carried > 0 {
-                    self.budget.expired(carried);
-                }
-                return Err(rpc_err(e));
-            }
-        };
-        if carried > 0 {
-            self.budget.answered(t0.elapsed(), ttl);
-        }
+        Ok((whole, cut, idle))
+    }
+
+    /// What a follower's answer to an append means: its lease and pace heard (C10, C15), a
+    /// cut append's success as openraft's partial success.
+    fn append_answered(
+        &mut self,
+        reply: RpcReply,
+        vote: Vote,
+        sent: BootInstant,
+        cut: Cut,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
         match reply {
             RpcReply::Append(Ok(r)) => {
                 // Every answer but HigherVote means the follower took our vote (and its lease).
@@ -672,6 +653,56 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             }
             _ => Err(RPCError::Network(NetworkError::new(&unexpected()))),
         }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, CtrlNode, RaftError<NodeId>>> {
+        let ttl = option.hard_ttl();
+        let vote = rpc.vote;
+        // Failpoint `repl-drop` (tests): this follower's link is cut, as far as appends go.
+        if crate::base::failpoints::number(crate::base::failpoints::REPL_DROP)
+            .is_some_and(|n| u64::try_from(n) == Ok(self.target))
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            return Err(RPCError::Network(NetworkError::new(&timed_out(
+                "repl-drop",
+            ))));
+        }
+        let (whole, cut, idle) = self.shaped(&mut rpc)?;
+        if idle {
+            // Nothing to send but the heartbeat (`repl-max-index`): not at once again.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let key = AppendKey {
+            vote,
+            prev: rpc.prev_log_id,
+            last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
+        };
+        let carried = if rpc.entries.is_empty() {
+            0
+        } else {
+            whole.len()
+        };
+        self.lease.sending(vote, BootInstant::now());
+        let t0 = std::time::Instant::now();
+        let (reply, sent) = match self.call(&whole, Some(key), ttl).await {
+            Ok(r) => r,
+            Err(e) => {
+                if carried > 0 {
+                    self.budget.expired(carried);
+                }
+                return Err(rpc_err(e));
+            }
+        };
+        if carried > 0 {
+            self.budget.answered(t0.elapsed(), ttl);
+        }
+        self.append_answered(reply, vote, sent, cut)
     }
 
     async fn vote(

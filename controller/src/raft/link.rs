@@ -578,7 +578,8 @@ impl PeerClient {
     /// The append as framed for the wire, cut to what the link carries within its TTL (P14:
     /// one entry always goes) and, in tests, to `repl-max-index`; where it was cut, and
     /// whether nothing but a heartbeat is left to send (`repl-max-index`).
-    #[allow(clippy::type_complexity)]
+    // openraft's own error type, as `append_entries` (the trait's) returns it.
+    #[allow(clippy::type_complexity, clippy::result_large_err)]
     fn shaped(
         &mut self,
         rpc: &mut AppendEntriesRequest<TypeConfig>,
@@ -621,6 +622,7 @@ impl PeerClient {
 
     /// What a follower's answer to an append means: its lease and pace heard (C10, C15), a
     /// cut append's success as openraft's partial success.
+    #[allow(clippy::result_large_err)] // openraft's own error type, as `append_entries`'s
     fn append_answered(
         &mut self,
         reply: RpcReply,

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use xce_proof::bench::args::{Command, Needs, Value, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
 use xce_proof::bench::p14_congestion::{self, FaultKind, TOOL};
+use xce_proof::bench::p16_adaptation;
 use xce_proof::harness::netns::Queue;
 
 /// `FLAG: N in lo..=hi` unless the value is a number in that range.
@@ -96,5 +97,9 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    p14_congestion::command(&args, plan)
+    if plan.more.quiet_kills > 0 {
+        p16_adaptation::command(&args, plan)
+    } else {
+        p14_congestion::command(&args, plan)
+    }
 }

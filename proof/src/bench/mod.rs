@@ -36,7 +36,6 @@
 
 pub mod alloc;
 pub mod args;
-pub mod c19_check;
 pub mod failover;
 pub mod kills;
 pub mod load;
@@ -127,7 +126,7 @@ impl BenchOpts {
 pub struct ScaleOpts {
     /// 3 s per throughput point instead of 6.
     pub quick: bool,
-    /// `P11`, `P12` or `C19` alone; `None`: P11 and P12 (C19 runs only when named).
+    /// `P11` or `P12` alone; `None`: both.
     pub only: Option<String>,
     /// P12's table sizes.
     pub jobs: Vec<u64>,

@@ -3,7 +3,7 @@
 //! against real `xce-controller` processes. See proof/BENCH.md.
 //!
 //! ```text
-//! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12|C19]
+//! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12]
 //!     [--jobs 10000,100000,1000000] [--baseline PATH-TO-OLD-xce-controller] [--one-by-one N]
 //! ```
 //! `XCE_SCALE_FULL=1` adds 10^6 jobs to P12 (several minutes).
@@ -14,10 +14,9 @@ use std::process::ExitCode;
 use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::{suite, ScaleOpts};
 
-const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12|C19] [--jobs N,N,…] [--baseline BIN] [--one-by-one N] [--soak MIN]
+const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN] [--one-by-one N] [--soak MIN]
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
-  --only P11|P12|C19
-                   run one of them (C19: what the consistency check costs, 10^4 jobs)
+  --only P11|P12   run one of them
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
   --baseline BIN   also run P11 and P12 (every size, round for round) against this controller
                    binary, side by side
@@ -36,7 +35,7 @@ fn main() -> ExitCode {
                     .parse()
                     .map_err(|e| format!("--soak: {e}"))?
             }
-            "--only" => a.only = Some(value.text("P11, P12 or C19")?.to_uppercase()),
+            "--only" => a.only = Some(value.text("P11 or P12")?.to_uppercase()),
             "--jobs" => {
                 a.jobs = value
                     .text("a list")?

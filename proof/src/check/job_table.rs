@@ -459,29 +459,8 @@ fn replay(h: &History, order: &[usize]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::linearizable::{self, Read, Write};
-
-    fn t(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
-    fn w(id: u64, invoked: u64, completed: u64, acked: bool) -> Write {
-        Write {
-            id,
-            invoked: t(invoked),
-            completed: t(completed),
-            acked,
-        }
-    }
-    fn r(invoked: u64, completed: u64, ids: &[u64]) -> Read {
-        Read {
-            invoked: t(invoked),
-            completed: t(completed),
-            ids: ids.to_vec(),
-        }
-    }
-    fn h(writes: Vec<Write>, reads: Vec<Read>) -> History {
-        History { writes, reads }
-    }
+    use crate::check::linearizable::tests::{h, r, t, w};
+    use crate::check::linearizable::{self, Write};
 
     /// The three judges of one history: by job, whole, the home-made conditions.
     fn judges(x: &History) -> (bool, bool, bool) {

@@ -101,6 +101,21 @@ fn client_thread<G: Send + 'static, R: Send + 'static>(
     (go_tx, t)
 }
 
+/// `n` jobs `prefix-0`… submitted one after the other through `cl`, each acknowledged: their ids.
+fn submit_n(
+    cl: &xce::client::Client,
+    spec: impl Fn(String) -> xce_proto::wire::JobSpec,
+    prefix: &str,
+    n: usize,
+) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            cl.jobsubmit(spec(format!("{prefix}-{i}")))
+                .unwrap_or_else(|e| panic!("{prefix}: submit {i}: {e}"))
+        })
+        .collect()
+}
+
 /// Every acknowledged write `ids` listed exactly once; what is listed.
 fn listed_once(cluster: &NetCluster, name: &str, ids: &[u64]) -> Vec<u64> {
     let all = listed_ids(cluster, &cluster.masters(), name);
@@ -449,12 +464,7 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
         ids.push(cl.jobsubmit(spec("kept-first")).expect("kept: first after"));
         let first = t0.elapsed();
         let t1 = Instant::now();
-        for i in 0..20 {
-            ids.push(
-                cl.jobsubmit(spec(&format!("kept-{i}")))
-                    .unwrap_or_else(|e| panic!("kept: submit {i}: {e}")),
-            );
-        }
+        ids.extend(submit_n(&cl, |n| spec(&n), "kept", 20));
         let next = t1.elapsed() / 20;
         // A new client, started during the partition.
         let t2 = Instant::now();
@@ -550,12 +560,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "silent-new");
         let mut ids = Vec::new();
-        for i in 0..5 {
-            ids.push(
-                cl.jobsubmit(spec(&format!("before-{i}")))
-                    .expect("before the fault"),
-            );
-        }
+        ids.extend(submit_n(&cl, |n| spec(&n), "before", 5));
         ready_tx.send(()).unwrap();
         go_rx.recv().unwrap();
         let t0 = Instant::now();
@@ -565,12 +570,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
         let t1 = Instant::now();
         let read = cl.joblist(JobFilter::default()).map(|j| j.len());
         let read_took = t1.elapsed();
-        for i in 0..10 {
-            ids.push(
-                cl.jobsubmit(spec(&format!("after-{i}")))
-                    .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
-            );
-        }
+        ids.extend(submit_n(&cl, |n| spec(&n), "after", 10));
         (ids, first, first_took, read, read_took)
     });
     // Which standby wins is up to the election: the one that does goes silent to clients
@@ -626,12 +626,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
                 .expect("first after the fault"),
         );
         let after_first = cl.stats().current_master;
-        for i in 0..5 {
-            ids.push(
-                cl.jobsubmit(spec(&format!("after-{i}")))
-                    .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
-            );
-        }
+        ids.extend(submit_n(&cl, |n| spec(&n), "after", 5));
         let reads = cl.joblist(JobFilter::default()).expect("read").len();
         (ids, after_first, cl.stats().current_master, reads)
     });
@@ -679,12 +674,7 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
         let first_took = t0.elapsed();
         ids.extend(first.as_ref().ok().copied());
         let t1 = Instant::now();
-        for i in 0..10 {
-            ids.push(
-                cl.jobsubmit(spec(&format!("after-{i}")))
-                    .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
-            );
-        }
+        ids.extend(submit_n(&cl, |n| spec(&n), "after", 10));
         let next = t1.elapsed() / 10;
         let read = cl.joblist(JobFilter::default()).map(|j| j.len());
         (ids, first, first_took, next, read)

@@ -66,9 +66,12 @@ pub enum Step {
     Raw(Raw),
 }
 
+/// Makes the bytes of an answer from the request.
+pub type MakeBytes = dyn Fn(&Request) -> Vec<u8> + Send + Sync;
+
 /// The bytes of a [`Step::Raw`] answer to a request.
 #[derive(Clone)]
-pub struct Raw(pub Arc<dyn Fn(&Request) -> Vec<u8> + Send + Sync>);
+pub struct Raw(pub Arc<MakeBytes>);
 
 impl std::fmt::Debug for Raw {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1120,10 +1120,7 @@ pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
 
 /// The rounds of [`command`], P14's table printed; the plan they ran and their results (for
 /// P16's table, `p16_adaptation`, when `plan.more.quiet_kills` asked for quiet kills too).
-pub fn run(
-    args: &Common,
-    plan: Plan<Links>,
-) -> Result<(Plan<Links>, Runs), ExitCode> {
+pub fn run(args: &Common, plan: Plan<Links>) -> Result<(Plan<Links>, Runs), ExitCode> {
     let logs = log_dir(TOOL);
     let plan = Plan {
         log_dir: Some(logs.clone()),

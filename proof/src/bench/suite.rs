@@ -9,9 +9,9 @@ use std::time::Instant;
 use super::steady::{start_steady, Steady};
 use super::table::Verdict;
 use super::{
-    kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p17_growth,
-    p1_roundtrip, p2_loop_cost, p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec,
-    p8_footprint, plan, BenchOpts, ScaleOpts, Table,
+    kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p17_growth, p1_roundtrip,
+    p2_loop_cost, p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec, p8_footprint,
+    plan, BenchOpts, ScaleOpts, Table,
 };
 use crate::harness::{cluster, sys};
 

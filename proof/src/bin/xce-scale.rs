@@ -29,12 +29,7 @@ fn main() -> ExitCode {
     let mut a = ScaleOpts::default();
     let common = match cmd.run(Needs::default(), &mut |flag, value| {
         match flag {
-            "--soak" => {
-                a.soak = value
-                    .text("minutes")?
-                    .parse()
-                    .map_err(|e| format!("--soak: {e}"))?
-            }
+            "--soak" => a.soak = value.number_in(0, 100_000)? as u64,
             "--only" => a.only = Some(value.text("P11 or P12")?.to_uppercase()),
             "--jobs" => {
                 a.jobs = value
@@ -44,12 +39,7 @@ fn main() -> ExitCode {
                     .collect::<Result<_, _>>()?
             }
             "--baseline" => a.baseline = Some(PathBuf::from(value.text("a path")?)),
-            "--one-by-one" => {
-                a.one_by_one = value
-                    .text("a number of jobs")?
-                    .parse()
-                    .map_err(|e| format!("--one-by-one: {e}"))?
-            }
+            "--one-by-one" => a.one_by_one = value.number_in(0, 100_000_000)? as u64,
             _ => return Ok(false),
         }
         Ok(true)

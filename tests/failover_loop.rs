@@ -12,10 +12,6 @@ use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
-fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
-    Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")
-}
-
 /// What a daemon's reconnect hook does (F10): join again; the hook's result is the status.
 fn rejoin(cl: &Client, role: SessionRole) -> i32 {
     let join = Join {
@@ -26,6 +22,24 @@ fn rejoin(cl: &Client, role: SessionRole) -> i32 {
         attrs: vec![],
     };
     cl.join(join).map_or_else(|e| e.status(), |_| 0)
+}
+
+/// `max_retries` retries, waits from `initial_ms` growing by `multiplier` up to `max_ms`.
+fn retry(max_retries: u32, initial_ms: u32, max_ms: u32, multiplier: f64) -> RetryConfig {
+    RetryConfig {
+        max_retries,
+        initial_retry_ms: initial_ms,
+        max_retry_ms: max_ms,
+        backoff_multiplier: multiplier,
+    }
+}
+
+/// Every event `c` reports from now on, in order.
+fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
+    let events = Arc::new(Mutex::new(vec![]));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    events
 }
 
 fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
@@ -55,9 +69,7 @@ fn not_ready_until_the_budget_is_spent_is_cluster_not_ready() {
     let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 50]);
     let b = FakeController::start(vec![Step::Status(-E_XCE_NOMASTER); 50]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(3));
-    let events = Arc::new(Mutex::new(vec![]));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    let events = recorded_events(&c);
     assert_eq!(c.hello(), Err(Error::NotReady));
     let report = c.last_error().unwrap();
     assert_eq!(report.attempts, 4, "{report}");
@@ -125,9 +137,7 @@ fn standby_then_success_on_the_next_master_with_events() {
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
     c.hello().unwrap(); // A serves: losing it later is a failover
-    let events = Arc::new(Mutex::new(vec![]));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    let events = recorded_events(&c);
     c.jobctrl(5, JobAction::Kill).unwrap();
     assert_eq!(b.ops(), vec!["jobctrl"]);
     let ev = events.lock();
@@ -152,9 +162,7 @@ fn discovery_on_a_fresh_client_is_not_a_failover() {
     let a = FakeController::start(vec![Step::Standby(None)]);
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let events = Arc::new(Mutex::new(vec![]));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    let events = recorded_events(&c);
     c.hello().unwrap();
     let ev = events.lock();
     assert_eq!(ev.len(), 1, "{ev:?}");
@@ -173,20 +181,13 @@ fn staying_on_the_same_master_is_not_a_rotation() {
         Step::Status(-E_XCE_NOT_READY),
         Step::Primary(a.endpoint()),
     ]);
-    let retry = RetryConfig {
-        max_retries: 3,
-        initial_retry_ms: 2000,
-        max_retry_ms: 2000,
-        backoff_multiplier: 1.0,
-    };
+    let retry = retry(3, 2000, 2000, 1.0);
     let opts = Options {
         wait_primary: true,
         ..fast_options()
     };
     let c = client(&[a.endpoint()], opts, retry);
-    let events = Arc::new(Mutex::new(vec![]));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    let events = recorded_events(&c);
     c.hello().unwrap();
     c.hello().unwrap(); // NOT_READY, waitPrimary names A itself, then served by A
     assert_eq!(a.ops(), vec!["hello", "hello", "waitPrimary", "hello"]);
@@ -384,12 +385,7 @@ fn a_reply_with_the_wrong_seq_is_dropped() {
 fn all_masters_down_ends_with_the_transport_error_while_mostly_sleeping() {
     let a = FakeController::start(vec![]);
     let masters = vec![a.endpoint(), refused_endpoint(), refused_endpoint()];
-    let retry = RetryConfig {
-        max_retries: 6,
-        initial_retry_ms: 40,
-        max_retry_ms: 200,
-        backoff_multiplier: 2.0,
-    };
+    let retry = retry(6, 40, 200, 2.0);
     let c = client(&masters, fast_options(), retry);
     drop(a); // the primary dies; nothing listens anywhere
     let (wall0, cpu0) = (Instant::now(), thread_cpu_time());
@@ -554,12 +550,7 @@ fn fifty_threads_share_one_client_across_a_failover() {
 #[test]
 fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
     let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
-    let retry = RetryConfig {
-        max_retries: 5,
-        initial_retry_ms: 5000,
-        max_retry_ms: 5000,
-        backoff_multiplier: 2.0,
-    };
+    let retry = retry(5, 5000, 5000, 2.0);
     let c = Arc::new(client(&eps(&[&a]), fast_options(), retry));
     assert!(!c.try_wakeup(), "no call in progress");
     let waker = {
@@ -634,12 +625,7 @@ fn wait_primary_in_backoff_reaches_the_new_primary_at_once() {
         Step::Status(-E_XCE_NOT_READY),
         Step::Primary(b.endpoint()),
     ]);
-    let retry = RetryConfig {
-        max_retries: 5,
-        initial_retry_ms: 4000,
-        max_retry_ms: 4000,
-        backoff_multiplier: 2.0,
-    };
+    let retry = retry(5, 4000, 4000, 2.0);
     let opts = Options {
         wait_primary: true,
         ..fast_options()
@@ -697,12 +683,7 @@ fn wait_primary_naming_the_dead_primary_does_not_burn_the_budget() {
         script.push(Step::Primary(dead.clone()));
     }
     let standby = FakeController::start(script);
-    let retry = RetryConfig {
-        max_retries: 3,
-        initial_retry_ms: 100,
-        max_retry_ms: 100,
-        backoff_multiplier: 1.0,
-    };
+    let retry = retry(3, 100, 100, 1.0);
     let opts = Options {
         wait_primary: true,
         ..fast_options()
@@ -747,12 +728,7 @@ fn backoff_after_a_dead_master_waits_on_the_last_controller_that_answered() {
     let b = FakeController::start(vec![]);
     // b: a standby now; asked to wait, it announces itself (just elected).
     b.push([Step::Standby(None), Step::Primary(b.endpoint())]);
-    let retry = RetryConfig {
-        max_retries: 3,
-        initial_retry_ms: 4000,
-        max_retry_ms: 4000,
-        backoff_multiplier: 1.0,
-    };
+    let retry = retry(3, 4000, 4000, 1.0);
     let opts = Options {
         wait_primary: true,
         ..fast_options()
@@ -773,12 +749,7 @@ fn wait_primary_unsupported_falls_back_to_plain_sleeps() {
         Step::Status(-libc::EINVAL), // waitPrimary unknown here
         Step::Status(-E_XCE_NOT_READY),
     ]);
-    let retry = RetryConfig {
-        max_retries: 5,
-        initial_retry_ms: 60,
-        max_retry_ms: 60,
-        backoff_multiplier: 1.0,
-    };
+    let retry = retry(5, 60, 60, 1.0);
     let c = client(
         &eps(&[&a]),
         Options {
@@ -880,12 +851,7 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
 #[test]
 fn overall_deadline_bounds_the_call() {
     let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 100]);
-    let retry = RetryConfig {
-        max_retries: 20,
-        initial_retry_ms: 50,
-        max_retry_ms: 50,
-        backoff_multiplier: 1.0,
-    };
+    let retry = retry(20, 50, 50, 1.0);
     let c = client(&eps(&[&a]), fast_options(), retry);
     c.set_option(ClientOption::CallDeadlineMs(200)).unwrap();
     let t = Instant::now();

@@ -11,12 +11,8 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::io::Write;
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::raw::c_char;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capnp::traits::HasStructSize;
@@ -28,6 +24,7 @@ use xce::ffi::types::*;
 use xce::Error;
 use xce_proto::wire::controller_capnp as cp;
 use xce_proto::wire::*;
+use xce_testkit::fake::{ok_reply, FakeController, Raw, Step};
 
 // ---------------------------------------------------------------------------------------
 // Peak live bytes of the calling thread (tests run on several threads at once; the fake
@@ -354,93 +351,18 @@ fn legit_jobs_16mib() -> (Msg, usize) {
 // The fake controller: `hello` / `waitPrimary` get a primary's answer, every other op the
 // crafted reply (with the request's seq).
 
-struct Hostile {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    socks: Arc<Mutex<Vec<TcpStream>>>,
-    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    acceptor: Option<JoinHandle<()>>,
-}
-
-impl Hostile {
-    fn start(msg: Msg) -> Hostile {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let socks = Arc::new(Mutex::new(Vec::new()));
-        let threads = Arc::new(Mutex::new(Vec::new()));
-        let msg = Arc::new(msg);
-        let (st, so, th) = (stop.clone(), socks.clone(), threads.clone());
-        let acceptor = std::thread::spawn(move || {
-            for sock in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(sock) = sock else { continue };
-                so.lock().unwrap().push(sock.try_clone().unwrap());
-                let msg = msg.clone();
-                th.lock()
-                    .unwrap()
-                    .push(std::thread::spawn(move || serve(sock, &msg)));
-            }
-        });
-        Hostile {
-            port,
-            stop,
-            socks,
-            threads,
-            acceptor: Some(acceptor),
-        }
-    }
-
-    fn endpoint(&self) -> Endpoint {
-        Endpoint::new("127.0.0.1", self.port)
-    }
-}
-
-impl Drop for Hostile {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-        if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
-        }
-        for s in self.socks.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-        let threads: Vec<_> = self.threads.lock().unwrap().drain(..).collect();
-        for t in threads {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve(mut sock: TcpStream, msg: &Msg) {
-    let limits = Limits::default();
-    let mut buf = Vec::new();
-    while read_frame(&mut sock, &limits, &mut buf).is_ok() {
-        let Ok(req) = decode_request(&buf, &limits) else {
-            return;
-        };
-        if req.no_reply {
-            continue;
-        }
-        let out = match req.op {
+fn hostile(msg: Msg) -> FakeController {
+    let msg = Arc::new(msg);
+    FakeController::answering(Step::Raw(Raw(Arc::new(move |req: &Request| {
+        match req.op {
             Op::Hello(_) | Op::WaitPrimary { .. } => {
                 let mut out = Vec::new();
-                let info = ControllerInfo {
-                    role: ControllerRole::Primary,
-                    ..Default::default()
-                };
-                encode_reply(&Reply::ok(req.seq, ReplyData::CtrlInfo(info)), &mut out);
+                encode_reply(&ok_reply(req), &mut out);
                 out
             }
             _ => msg.frame(req.seq),
-        };
-        if sock.write_all(&out).is_err() {
-            return;
         }
-    }
+    }))))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -631,7 +553,7 @@ fn hostile_replies_through_the_rust_client_cost_memory_proportional_to_the_frame
     let mut failures = vec![];
     for (name, kind, msg) in hostile_cases() {
         let f = frame_bytes(&msg);
-        let server = Hostile::start(msg);
+        let server = hostile(msg);
         let c = rust_client(server.endpoint());
         let t = Instant::now();
         let (r, peak, _) = measure(|| rust_op(&c, kind));
@@ -661,7 +583,7 @@ fn hostile_replies_through_the_c_surface_cost_memory_proportional_to_the_frame()
     let mut failures = vec![];
     for (name, kind, msg) in hostile_cases() {
         let f = frame_bytes(&msg);
-        let server = Hostile::start(msg);
+        let server = hostile(msg);
         let ctx = c_ctx(&server.endpoint());
         let t = Instant::now();
         let (rc, peak, _) = measure(|| c_op(ctx, kind));
@@ -690,7 +612,7 @@ fn hostile_replies_through_the_c_surface_cost_memory_proportional_to_the_frame()
 fn a_16mib_frame_of_real_jobs_decodes_within_the_bound_and_leaves_no_large_buffer() {
     let (msg, n) = legit_jobs_16mib();
     let f = frame_bytes(&msg);
-    let server = Hostile::start(msg);
+    let server = hostile(msg);
 
     let c = rust_client(server.endpoint());
     c.hello().unwrap();
@@ -805,7 +727,7 @@ fn child_four_million_zero_size_jobs_under_rlimit_as() {
     // Just under the old traversal limit (2 x 16 MiB in words), so the old decoder accepted it.
     let msg = zero_size(Kind::Jobs, 4_000_000);
     println!("frame {} bytes", frame_bytes(&msg));
-    let server = Hostile::start(msg);
+    let server = hostile(msg);
     let ctx = c_ctx(&server.endpoint());
     let t = Instant::now();
     let mut out = std::ptr::null_mut();

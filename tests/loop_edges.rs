@@ -7,24 +7,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xce::client::{Client, Config};
-use xce::client::{Endpoint, Options, RetryConfig};
+use xce::client::Client;
+use xce::client::{Options, RetryConfig};
 use xce::Error;
 use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
-
-fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
-    Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")
-}
-
-fn spec() -> JobSpec {
-    JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    }
-}
 
 /// F16: a standby answered REDIRECT (not applied), then the primary answers DUP_JOB: the job
 /// id belongs to another job, and the submit must say so, not report success.

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use xce::client::{Client, Config};
-use xce::client::{Endpoint, Options, RetryConfig};
 use xce::Error;
 use xce_proto::error::*;
 use xce_proto::wire::*;
@@ -15,18 +14,6 @@ use xce_testkit::fake::*;
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the library
 /// before the status existed (to show the tests failing there).
 const UNKNOWN: i32 = 2013;
-
-fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
-    Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")
-}
-
-fn spec() -> JobSpec {
-    JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    }
-}
 
 fn request_ids(fake: &FakeController, op: &str) -> Vec<u64> {
     fake.requests()

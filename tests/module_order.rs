@@ -29,6 +29,9 @@ use std::path::{Path, PathBuf};
 struct Crate {
     dir: &'static str,
     root: &'static str,
+    /// Circles known and owned by someone else's change, each as the check names its files
+    /// (`a.rs, b.rs`); the test fails when one of them is gone, so that it leaves this list.
+    known_circles: &'static [&'static str],
 }
 
 /// The crates whose module order is checked.
@@ -36,14 +39,24 @@ const CRATES: &[Crate] = &[
     Crate {
         dir: "src",
         root: "lib.rs",
+        known_circles: &[],
     },
     Crate {
         dir: "controller/src",
         root: "main.rs",
+        known_circles: &[],
     },
     Crate {
         dir: "proto/src",
         root: "lib.rs",
+        known_circles: &[],
+    },
+    Crate {
+        dir: "proof/src",
+        root: "lib.rs",
+        // fault.rs is another change's room (issue 37 step 6): its `Trouble` and `harness`
+        // move into nemesis/mod.rs, the namespace both files share, and this entry goes.
+        known_circles: &["proof/src/nemesis/fault.rs, proof/src/nemesis/sequence.rs"],
     },
 ];
 
@@ -59,7 +72,19 @@ fn every_crate_keeps_its_module_order() {
             c.dir,
             c.root
         );
-        problems.extend(check(c.dir, c.root, &files));
+        let mut found = check(c.dir, c.root, &files);
+        for known in c.known_circles {
+            let named = format!("files import each other in a circle: {known}\n");
+            let before = found.len();
+            found.retain(|p| !p.starts_with(&named));
+            if found.len() == before {
+                problems.push(format!(
+                    "{}: the known circle {known} is gone: take it out of CRATES",
+                    c.dir
+                ));
+            }
+        }
+        problems.extend(found);
     }
     assert!(
         problems.is_empty(),
@@ -100,14 +125,15 @@ fn layers_without_unsafe_are_held_to_it_by_the_compiler() {
     );
 }
 
-/// Every `.rs` file under `dir`, by its path relative to `dir`.
+/// Every `.rs` file under `dir`, by its path relative to `dir` — but `dir/bin/`: Cargo builds
+/// each file there as a crate of its own, on top of this one.
 fn read_sources(dir: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
             let p = e.unwrap().path();
-            if p.is_dir() {
+            if p.is_dir() && p != dir.join("bin") {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let text =

@@ -9,6 +9,8 @@
 //! take less than 500 ms (the silent new primary's connect given up at the race stagger) must
 //! not be taken.
 
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
@@ -39,10 +41,7 @@ fn quiet_library() {
 fn listed_ids(cluster: &NetCluster, masters: &str, name: &str) -> Vec<u64> {
     let (m, name) = (masters.to_string(), name.to_string());
     netns::in_ns(&cluster.client_ns, move || {
-        let mut cfg = xce::client::Config::new(xce::client::parse_masters(&m).unwrap());
-        cfg.client_name = name;
-        xce::client::Client::start(cfg)
-            .expect("start")
+        client(&m, &name)
             .joblist(xce_proto::wire::JobFilter::default())
             .expect("joblist")
             .into_iter()
@@ -50,6 +49,80 @@ fn listed_ids(cluster: &NetCluster, masters: &str, name: &str) -> Vec<u64> {
             .collect()
     })
     .expect("in the client namespace")
+}
+
+/// A settled 3-node cluster in namespaces and its primary; `None`: this machine cannot make
+/// namespaces (see [`skip`]).
+fn settled() -> Option<(NetCluster, u32)> {
+    if skip().is_some() {
+        return None;
+    }
+    quiet_library();
+    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
+    let p = cluster
+        .wait_settled(Duration::from_secs(20))
+        .expect("a primary that every node follows");
+    Some((cluster, p))
+}
+
+/// A small job of `user`, named `name`, with a fresh id.
+fn spec(user: &str, name: &str) -> xce_proto::wire::JobSpec {
+    xce_proto::wire::JobSpec {
+        job_id: xce::client::new_job_id(),
+        name: name.into(),
+        user: user.into(),
+        queue: String::new(),
+        command: "true".into(),
+        ncpus: 1,
+        mem_mb: 1,
+    }
+}
+
+/// A context named `name` on `masters` (default options).
+fn client(masters: &str, name: &str) -> xce::client::Client {
+    let mut cfg = xce::client::Config::new(xce::client::parse_masters(masters).unwrap());
+    cfg.client_name = name.into();
+    xce::client::Client::start(cfg).expect("start")
+}
+
+/// Runs `client` on a thread in the client namespace with the cluster's masters: it says when
+/// it is ready (returned once it did: the test then makes its fault) and waits for the go.
+fn client_thread<G: Send + 'static, R: Send + 'static>(
+    cluster: &NetCluster,
+    client: impl FnOnce(&str, mpsc::Sender<()>, mpsc::Receiver<G>) -> R + Send + 'static,
+) -> (mpsc::Sender<G>, JoinHandle<R>) {
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<G>();
+    let (ns, m) = (cluster.client_ns.clone(), cluster.masters());
+    let t = std::thread::spawn(move || {
+        netns::in_ns(&ns, move || client(&m, ready_tx, go_rx)).expect("in the client namespace")
+    });
+    ready_rx.recv().expect("client ready");
+    (go_tx, t)
+}
+
+/// `n` jobs `prefix-0`… submitted one after the other through `cl`, each acknowledged: their ids.
+fn submit_n(
+    cl: &xce::client::Client,
+    spec: impl Fn(String) -> xce_proto::wire::JobSpec,
+    prefix: &str,
+    n: usize,
+) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            cl.jobsubmit(spec(format!("{prefix}-{i}")))
+                .unwrap_or_else(|e| panic!("{prefix}: submit {i}: {e}"))
+        })
+        .collect()
+}
+
+/// Every acknowledged write `ids` listed exactly once; what is listed.
+fn listed_once(cluster: &NetCluster, name: &str, ids: &[u64]) -> Vec<u64> {
+    let all = listed_ids(cluster, &cluster.masters(), name);
+    for id in ids {
+        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
+    }
+    all
 }
 
 fn scenario(s: Scenario) {
@@ -360,32 +433,15 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
 /// before. Prints the time from losing the primary to being served.
 #[test]
 fn s11_forwarding_serves_a_client_cut_from_the_primary() {
-    use std::sync::mpsc;
     use std::time::Instant;
-    use xce::client::Options;
-    use xce::client::RetryConfig;
-    use xce::client::{new_job_id, parse_masters, Client, Config};
+    use xce::client::{parse_masters, Client, Config, Options, RetryConfig};
     use xce_proof::harness::netns::Fault;
-    use xce_proto::wire::{JobFilter, JobSpec};
+    use xce_proto::wire::JobFilter;
 
-    if skip().is_some() {
+    let Some((cluster, p)) = settled() else {
         return;
-    }
-    quiet_library();
-    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
-    let p = cluster
-        .wait_settled(Duration::from_secs(20))
-        .expect("a primary that every node follows");
-    let masters = cluster.masters();
-    let spec = |name: &str| JobSpec {
-        job_id: new_job_id(),
-        name: name.into(),
-        user: "f28".into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
     };
+    let spec = |name: &str| spec("f28", name);
     let start = |m: &str, forward: bool| {
         let mut cfg = Config::new(parse_masters(m).unwrap());
         cfg.client_name = "f28".into();
@@ -397,66 +453,52 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
         Client::start_with(cfg, opts, RetryConfig::default()).expect("start")
     };
     // The kept client: connected to the primary before the partition.
-    let (ready_tx, ready_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<Instant>();
-    let kept = {
-        let (ns, m) = (cluster.client_ns.clone(), masters.clone());
-        std::thread::spawn(move || {
-            netns::in_ns(&ns, move || {
-                let cl = start(&m, true);
-                let off = start(&m, false);
-                let mut ids = vec![cl.jobsubmit(spec("before")).expect("before")];
-                off.jobsubmit(spec("before-off"))
-                    .expect("before, forwarding off");
-                ready_tx.send(()).unwrap();
-                let t0 = go_rx.recv().unwrap();
-                ids.push(cl.jobsubmit(spec("kept-first")).expect("kept: first after"));
-                let first = t0.elapsed();
-                let t1 = Instant::now();
-                for i in 0..20 {
-                    ids.push(
-                        cl.jobsubmit(spec(&format!("kept-{i}")))
-                            .unwrap_or_else(|e| panic!("kept: submit {i}: {e}")),
-                    );
-                }
-                let next = t1.elapsed() / 20;
-                // A new client, started during the partition.
-                let t2 = Instant::now();
-                let fresh = start(&m, true);
-                ids.push(fresh.jobsubmit(spec("fresh")).expect("fresh: first"));
-                let fresh_first = t2.elapsed();
-                let listed = fresh
-                    .joblist(JobFilter::default())
-                    .expect("read through a standby");
-                // Forwarding off: as before the feature, no primary reachable, the call fails.
-                // A client started during the partition: its requests never reach the primary
-                // (its SYNs vanish), so the failed write is surely not applied. (On `off`'s kept
-                // connection the request could leave and be delivered after the heal: such a
-                // call reports maybe-applied, and the write may then exist — F16.)
-                drop(off);
-                let off = start(&m, false);
-                let lost = spec("off");
-                let lost_id = lost.job_id;
-                let t3 = Instant::now();
-                let off_result = off.jobsubmit(lost);
-                let off_took = t3.elapsed();
-                (
-                    ids,
-                    first,
-                    next,
-                    fresh_first,
-                    listed.len(),
-                    off_result,
-                    off_took,
-                    lost_id,
-                )
-            })
-            .expect("in the client namespace")
-        })
-    };
-    ready_rx.recv().expect("client ready");
+    let (go, kept) = client_thread(&cluster, move |m, ready, go| {
+        let cl = start(m, true);
+        let off = start(m, false);
+        let mut ids = vec![cl.jobsubmit(spec("before")).expect("before")];
+        off.jobsubmit(spec("before-off"))
+            .expect("before, forwarding off");
+        ready.send(()).unwrap();
+        let t0: Instant = go.recv().unwrap();
+        ids.push(cl.jobsubmit(spec("kept-first")).expect("kept: first after"));
+        let first = t0.elapsed();
+        let t1 = Instant::now();
+        ids.extend(submit_n(&cl, |n| spec(&n), "kept", 20));
+        let next = t1.elapsed() / 20;
+        // A new client, started during the partition.
+        let t2 = Instant::now();
+        let fresh = start(m, true);
+        ids.push(fresh.jobsubmit(spec("fresh")).expect("fresh: first"));
+        let fresh_first = t2.elapsed();
+        let listed = fresh
+            .joblist(JobFilter::default())
+            .expect("read through a standby");
+        // Forwarding off: as before the feature, no primary reachable, the call fails.
+        // A client started during the partition: its requests never reach the primary
+        // (its SYNs vanish), so the failed write is surely not applied. (On `off`'s kept
+        // connection the request could leave and be delivered after the heal: such a
+        // call reports maybe-applied, and the write may then exist — F16.)
+        drop(off);
+        let off = start(m, false);
+        let lost = spec("off");
+        let lost_id = lost.job_id;
+        let t3 = Instant::now();
+        let off_result = off.jobsubmit(lost);
+        let off_took = t3.elapsed();
+        (
+            ids,
+            first,
+            next,
+            fresh_first,
+            listed.len(),
+            off_result,
+            off_took,
+            lost_id,
+        )
+    });
     cluster.fault(Fault::SilentToClients(p), true).unwrap();
-    go_tx.send(Instant::now()).unwrap();
+    go.send(Instant::now()).unwrap();
     let (ids, first, next, fresh_first, nlisted, off_result, off_took, lost_id) =
         kept.join().expect("client thread");
     cluster.fault(Fault::SilentToClients(p), false).unwrap();
@@ -472,10 +514,7 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
         Some(p),
         "the primary changed"
     );
-    let all = listed_ids(&cluster, &masters, "forward-check");
-    for id in &ids {
-        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
-    }
+    let all = listed_once(&cluster, "forward-check", &ids);
     assert!(
         !all.contains(&lost_id),
         "the write refused with forwarding off was applied: {off_result:?}"
@@ -510,67 +549,30 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
 /// exactly once; the next calls keep being served.
 #[test]
 fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
-    use std::sync::mpsc;
     use std::time::Instant;
-    use xce::client::{new_job_id, parse_masters, Client, Config};
     use xce_proof::harness::netns::Fault;
-    use xce_proto::wire::{JobFilter, JobSpec};
+    use xce_proto::wire::JobFilter;
 
-    if skip().is_some() {
+    let Some((cluster, p)) = settled() else {
         return;
-    }
-    quiet_library();
-    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
-    let p = cluster
-        .wait_settled(Duration::from_secs(20))
-        .expect("a primary that every node follows");
-    let masters = cluster.masters();
-    let spec = |name: &str| JobSpec {
-        job_id: new_job_id(),
-        name: name.into(),
-        user: "silent".into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
     };
-    let (ready_tx, ready_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let client = {
-        let (ns, m) = (cluster.client_ns.clone(), masters.clone());
-        std::thread::spawn(move || {
-            netns::in_ns(&ns, move || {
-                let mut cfg = Config::new(parse_masters(&m).unwrap());
-                cfg.client_name = "silent-new".into();
-                let cl = Client::start(cfg).expect("start");
-                let mut ids = Vec::new();
-                for i in 0..5 {
-                    ids.push(
-                        cl.jobsubmit(spec(&format!("before-{i}")))
-                            .expect("before the fault"),
-                    );
-                }
-                ready_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                let t0 = Instant::now();
-                let first = cl.jobsubmit(spec("first-after"));
-                let first_took = t0.elapsed();
-                ids.extend(first.as_ref().ok().copied());
-                let t1 = Instant::now();
-                let read = cl.joblist(JobFilter::default()).map(|j| j.len());
-                let read_took = t1.elapsed();
-                for i in 0..10 {
-                    ids.push(
-                        cl.jobsubmit(spec(&format!("after-{i}")))
-                            .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
-                    );
-                }
-                (ids, first, first_took, read, read_took)
-            })
-            .expect("in the client namespace")
-        })
-    };
-    ready_rx.recv().expect("client ready");
+    let spec = |name: &str| spec("silent", name);
+    let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
+        let cl = client(m, "silent-new");
+        let mut ids = Vec::new();
+        ids.extend(submit_n(&cl, |n| spec(&n), "before", 5));
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        let t0 = Instant::now();
+        let first = cl.jobsubmit(spec("first-after"));
+        let first_took = t0.elapsed();
+        ids.extend(first.as_ref().ok().copied());
+        let t1 = Instant::now();
+        let read = cl.joblist(JobFilter::default()).map(|j| j.len());
+        let read_took = t1.elapsed();
+        ids.extend(submit_n(&cl, |n| spec(&n), "after", 10));
+        (ids, first, first_took, read, read_took)
+    });
     // Which standby wins is up to the election: the one that does goes silent to clients
     // before the client's next call (its kept connection is to the old primary).
     cluster.fault(Fault::Blackhole(p), true).unwrap();
@@ -596,10 +598,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
         first_took.as_millis()
     );
     // Every acknowledged write is listed exactly once.
-    let all = listed_ids(&cluster, &masters, "silent-check");
-    for id in &ids {
-        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
-    }
+    let all = listed_once(&cluster, "silent-check", &ids);
     assert_eq!(all.len(), ids.len(), "{all:?} vs {ids:?}");
 }
 
@@ -609,60 +608,28 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
 /// whichever the probe asked, the calls after the first are served by the new primary itself.
 #[test]
 fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
-    use std::sync::mpsc;
     use xce::client::Endpoint;
-    use xce::client::{new_job_id, parse_masters, Client, Config};
     use xce_proof::harness::netns::Fault;
-    use xce_proto::wire::{JobFilter, JobSpec};
+    use xce_proto::wire::JobFilter;
 
-    if skip().is_some() {
+    let Some((cluster, p)) = settled() else {
         return;
-    }
-    quiet_library();
-    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
-    let p = cluster
-        .wait_settled(Duration::from_secs(20))
-        .expect("a primary that every node follows");
-    let masters = cluster.masters();
-    let spec = |name: &str| JobSpec {
-        job_id: new_job_id(),
-        name: name.into(),
-        user: "direct".into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
     };
-    let (ready_tx, ready_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let client = {
-        let (ns, m) = (cluster.client_ns.clone(), masters.clone());
-        std::thread::spawn(move || {
-            netns::in_ns(&ns, move || {
-                let mut cfg = Config::new(parse_masters(&m).unwrap());
-                cfg.client_name = "direct".into();
-                let cl = Client::start(cfg).expect("start");
-                let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
-                ready_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                ids.push(
-                    cl.jobsubmit(spec("first-after"))
-                        .expect("first after the fault"),
-                );
-                let after_first = cl.stats().current_master;
-                for i in 0..5 {
-                    ids.push(
-                        cl.jobsubmit(spec(&format!("after-{i}")))
-                            .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
-                    );
-                }
-                let reads = cl.joblist(JobFilter::default()).expect("read").len();
-                (ids, after_first, cl.stats().current_master, reads)
-            })
-            .expect("in the client namespace")
-        })
-    };
-    ready_rx.recv().expect("client ready");
+    let spec = |name: &str| spec("direct", name);
+    let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
+        let cl = client(m, "direct");
+        let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        ids.push(
+            cl.jobsubmit(spec("first-after"))
+                .expect("first after the fault"),
+        );
+        let after_first = cl.stats().current_master;
+        ids.extend(submit_n(&cl, |n| spec(&n), "after", 5));
+        let reads = cl.joblist(JobFilter::default()).expect("read").len();
+        (ids, after_first, cl.stats().current_master, reads)
+    });
     cluster.fault(Fault::Blackhole(p), true).unwrap();
     go_tx.send(()).unwrap();
     let (ids, after_first, now, reads) = client.join().expect("client thread");
@@ -678,10 +645,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     );
     assert_eq!(now, Some(primary), "not on the new primary directly");
     assert!(reads >= ids.len());
-    let all = listed_ids(&cluster, &masters, "direct-check");
-    for id in &ids {
-        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
-    }
+    let all = listed_once(&cluster, "direct-check", &ids);
     assert_eq!(all.len(), ids.len(), "{all:?} vs {ids:?}");
 }
 
@@ -692,61 +656,29 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
 /// timeout. Writes exactly once, the primary unchanged, the next calls served.
 #[test]
 fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at_once() {
-    use std::sync::mpsc;
     use std::time::Instant;
-    use xce::client::{new_job_id, parse_masters, Client, Config};
     use xce_proof::harness::netns::Fault;
-    use xce_proto::wire::{JobFilter, JobSpec};
+    use xce_proto::wire::JobFilter;
 
-    if skip().is_some() {
+    let Some((cluster, p)) = settled() else {
         return;
-    }
-    quiet_library();
-    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
-    let p = cluster
-        .wait_settled(Duration::from_secs(20))
-        .expect("a primary that every node follows");
-    let masters = cluster.masters();
-    let spec = |name: &str| JobSpec {
-        job_id: new_job_id(),
-        name: name.into(),
-        user: "kept".into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
     };
-    let (ready_tx, ready_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let client = {
-        let (ns, m) = (cluster.client_ns.clone(), masters.clone());
-        std::thread::spawn(move || {
-            netns::in_ns(&ns, move || {
-                let mut cfg = Config::new(parse_masters(&m).unwrap());
-                cfg.client_name = "kept".into();
-                let cl = Client::start(cfg).expect("start");
-                let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
-                ready_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                let t0 = Instant::now();
-                let first = cl.jobsubmit(spec("first-after"));
-                let first_took = t0.elapsed();
-                ids.extend(first.as_ref().ok().copied());
-                let t1 = Instant::now();
-                for i in 0..10 {
-                    ids.push(
-                        cl.jobsubmit(spec(&format!("after-{i}")))
-                            .unwrap_or_else(|e| panic!("submit {i} after the fault: {e}")),
-                    );
-                }
-                let next = t1.elapsed() / 10;
-                let read = cl.joblist(JobFilter::default()).map(|j| j.len());
-                (ids, first, first_took, next, read)
-            })
-            .expect("in the client namespace")
-        })
-    };
-    ready_rx.recv().expect("client ready");
+    let spec = |name: &str| spec("kept", name);
+    let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
+        let cl = client(m, "kept");
+        let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        let t0 = Instant::now();
+        let first = cl.jobsubmit(spec("first-after"));
+        let first_took = t0.elapsed();
+        ids.extend(first.as_ref().ok().copied());
+        let t1 = Instant::now();
+        ids.extend(submit_n(&cl, |n| spec(&n), "after", 10));
+        let next = t1.elapsed() / 10;
+        let read = cl.joblist(JobFilter::default()).map(|j| j.len());
+        (ids, first, first_took, next, read)
+    });
     cluster.fault(Fault::SilentToClients(p), true).unwrap();
     go_tx.send(()).unwrap();
     let (ids, first, first_took, next, read) = client.join().expect("client thread");
@@ -769,9 +701,6 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
         Some(p),
         "the primary changed"
     );
-    let all = listed_ids(&cluster, &masters, "kept-check");
-    for id in &ids {
-        assert_eq!(all.iter().filter(|&&x| x == *id).count(), 1, "job {id}");
-    }
+    let all = listed_once(&cluster, "kept-check", &ids);
     assert_eq!(all.len(), ids.len(), "{all:?} vs {ids:?}");
 }

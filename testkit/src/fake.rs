@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use xce::client::{Endpoint, Options, RetryConfig};
+use xce::client::{Client, Config, Endpoint, Options, RetryConfig};
 use xce_proto::error::*;
 use xce_proto::wire::*;
 
@@ -62,6 +62,21 @@ pub enum Step {
         chunk: usize,
         every: Duration,
     },
+    /// Whatever bytes the test makes of the request (hand-made frames: F22's hostile replies).
+    Raw(Raw),
+}
+
+/// Makes the bytes of an answer from the request.
+pub type MakeBytes = dyn Fn(&Request) -> Vec<u8> + Send + Sync;
+
+/// The bytes of a [`Step::Raw`] answer to a request.
+#[derive(Clone)]
+pub struct Raw(pub Arc<MakeBytes>);
+
+impl std::fmt::Debug for Raw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Raw(..)")
+    }
 }
 
 impl Step {
@@ -79,6 +94,8 @@ impl<T: Read + Write + Send> Stream for T {}
 
 struct Shared {
     script: Mutex<VecDeque<Step>>,
+    /// The step once the script is done.
+    after: Step,
     log: Mutex<Vec<Request>>,
     connections: AtomicUsize,
     stop: AtomicBool,
@@ -95,18 +112,24 @@ pub struct FakeController {
 
 impl FakeController {
     pub fn start(script: Vec<Step>) -> FakeController {
-        FakeController::start_inner(script, None)
+        FakeController::start_inner(script, Step::Ok, None)
     }
 
     pub fn start_tls(script: Vec<Step>, tls: ServerTls) -> FakeController {
-        FakeController::start_inner(script, Some(tls))
+        FakeController::start_inner(script, Step::Ok, Some(tls))
     }
 
-    fn start_inner(script: Vec<Step>, tls: Option<ServerTls>) -> FakeController {
+    /// A fake with no script that answers every request with `step`.
+    pub fn answering(step: Step) -> FakeController {
+        FakeController::start_inner(Vec::new(), step, None)
+    }
+
+    fn start_inner(script: Vec<Step>, after: Step, tls: Option<ServerTls>) -> FakeController {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
             script: Mutex::new(script.into()),
+            after,
             log: Mutex::new(vec![]),
             connections: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -210,7 +233,8 @@ fn serve(sock: TcpStream, tls: Option<ServerTls>, sh: &Shared) {
         if req.no_reply {
             continue;
         }
-        let step = sh.script.lock().pop_front().unwrap_or(Step::Ok);
+        let step = sh.script.lock().pop_front();
+        let step = step.unwrap_or_else(|| sh.after.clone());
         if !act(&mut stream, &raw, &req, step) {
             return;
         }
@@ -219,6 +243,50 @@ fn serve(sock: TcpStream, tls: Option<ServerTls>, sh: &Shared) {
 
 /// Performs one step; false when the connection is to be dropped.
 fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step) -> bool {
+    let out = match step {
+        Step::CloseMidReply => {
+            let mut out = answer(req, Step::Ok);
+            out.truncate(out.len() / 2);
+            let _ = stream.write_all(&out);
+            let _ = stream.flush();
+            let _ = raw.shutdown(Shutdown::Both);
+            return false;
+        }
+        Step::Close => {
+            let _ = raw.shutdown(Shutdown::Both);
+            return false;
+        }
+        Step::Silent => return true,
+        Step::After(d, s) => {
+            std::thread::sleep(d);
+            return act(stream, raw, req, *s);
+        }
+        Step::Trickle { data, chunk, every } => {
+            let out = answer(req, Step::Payload(data));
+            for part in out.chunks(chunk.max(1)) {
+                if stream.write_all(part).is_err() || stream.flush().is_err() {
+                    return false;
+                }
+                std::thread::sleep(every);
+            }
+            return true;
+        }
+        Step::Split(wait_primary, other) => {
+            let step = if matches!(req.op, Op::WaitPrimary { .. }) {
+                wait_primary
+            } else {
+                other
+            };
+            return act(stream, raw, req, *step);
+        }
+        step => answer(req, step),
+    };
+    stream.write_all(&out).is_ok() && stream.flush().is_ok()
+}
+
+/// The bytes of a step that answers at once (the steps that close, wait, trickle or choose
+/// are `act`'s, and have none here).
+fn answer(req: &Request, step: Step) -> Vec<u8> {
     let mut out = Vec::new();
     let hint = |status: i32, e: Option<Endpoint>| {
         let mut r = Reply::status(req.seq, status);
@@ -241,19 +309,6 @@ fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step)
             };
             encode_reply(&Reply::ok(req.seq, ReplyData::CtrlInfo(info)), &mut out)
         }
-        Step::CloseMidReply => {
-            encode_reply(&ok_reply(req), &mut out);
-            out.truncate(out.len() / 2);
-            let _ = stream.write_all(&out);
-            let _ = stream.flush();
-            let _ = raw.shutdown(Shutdown::Both);
-            return false;
-        }
-        Step::Close => {
-            let _ = raw.shutdown(Shutdown::Both);
-            return false;
-        }
-        Step::Silent => return true,
         Step::WrongSeqFirst => {
             encode_reply(
                 &Reply::status(req.seq.wrapping_sub(1), -libc::EINVAL),
@@ -272,36 +327,21 @@ fn act(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Request, step: Step)
             out.extend_from_slice(&[0xFF; 16]);
         }
         Step::Oversized => out.extend_from_slice(&[0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0x0F]),
-        Step::After(d, s) => {
-            std::thread::sleep(d);
-            return act(stream, raw, req, *s);
-        }
         Step::Payload(data) => encode_reply(&Reply::ok(req.seq, data), &mut out),
+        Step::Raw(make) => out = (make.0)(req),
         Step::Versioned(version, data) => {
             let mut r = data.map_or_else(|| ok_reply(req), |d| Reply::ok(req.seq, d));
             r.members_version = version;
             encode_reply(&r, &mut out)
         }
-        Step::Trickle { data, chunk, every } => {
-            encode_reply(&Reply::ok(req.seq, data), &mut out);
-            for part in out.chunks(chunk.max(1)) {
-                if stream.write_all(part).is_err() || stream.flush().is_err() {
-                    return false;
-                }
-                std::thread::sleep(every);
-            }
-            return true;
-        }
-        Step::Split(wait_primary, other) => {
-            let step = if matches!(req.op, Op::WaitPrimary { .. }) {
-                wait_primary
-            } else {
-                other
-            };
-            return act(stream, raw, req, *step);
-        }
+        Step::CloseMidReply
+        | Step::Close
+        | Step::Silent
+        | Step::After(..)
+        | Step::Trickle { .. }
+        | Step::Split(..) => {}
     }
-    stream.write_all(&out).is_ok() && stream.flush().is_ok()
+    out
 }
 
 /// Success with the payload the op expects.
@@ -370,6 +410,20 @@ pub fn fast_options() -> Options {
         suspicion: false,
         learn_masters: false,
         forward: true,
+    }
+}
+
+/// A client on `masters` with these options and this retry budget.
+pub fn client(masters: &[Endpoint], options: Options, retry: RetryConfig) -> Client {
+    Client::start_with(Config::new(masters.to_vec()), options, retry).expect("start")
+}
+
+/// A job spec for the scripts (the fake answers with its id, whatever it is).
+pub fn spec() -> JobSpec {
+    JobSpec {
+        name: "j".into(),
+        command: "true".into(),
+        ..Default::default()
     }
 }
 

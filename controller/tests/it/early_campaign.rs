@@ -92,12 +92,11 @@ fn without_the_early_campaign_a_crash_waits_for_the_random_timeout() {
     assert!(!ctrl.all_logs().contains("(C15"), "{}", ctrl.all_logs());
 }
 
-/// A connection that carried the live primary's appends closes (here: a forged append of its
-/// vote on a connection of our own, then a close): the primary's next heartbeat arrives
-/// before the lease lapses, so the follower does not campaign.
-/// A settled cluster on the slow timings (early campaign on): its primary, cluster id and term.
-fn settled_slow() -> (Cluster, u32, [u8; 16], u64) {
-    let flags = slow("on");
+/// A settled cluster on the slow timings (early campaign on), with `extra` flags: its primary,
+/// cluster id and term.
+fn settled_slow(extra: &[&str]) -> (Cluster, u32, [u8; 16], u64) {
+    let mut flags = slow("on");
+    flags.extend(extra.iter().map(|f| f.to_string()));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let ctrl = cluster(3, &flags);
     let p = ctrl.expect_settled(STARTUP);
@@ -119,9 +118,39 @@ fn forged_append(ctrl: &Cluster, node: u32, p: u32, term: u64, id: [u8; 16]) -> 
     s
 }
 
+/// Every node still in `term` under primary `p` (`why` says what would have changed it).
+fn unchanged(ctrl: &Cluster, term: u64, p: u32, why: &str) {
+    for id in 1..=3 {
+        let i = info(&ctrl.client(id).call(hello()));
+        assert_eq!(
+            (i.term, i.primary_id),
+            (term, p),
+            "node {id}{why}\n{}",
+            ctrl.all_logs()
+        );
+    }
+}
+
+/// What `unchanged` says when a campaign should have been called off.
+const CALLED_OFF: &str = ": a campaign decided before the primary's append went on after it";
+
+/// What node `nodes[i]` logged since now, by `i`.
+fn log_since<'a>(ctrl: &'a Cluster, nodes: &'a [u32]) -> impl Fn(usize) -> String + 'a {
+    let from: Vec<usize> = nodes.iter().map(|&s| ctrl.log(s).len()).collect();
+    move |i| {
+        ctrl.log(nodes[i])
+            .get(from[i]..)
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A connection that carried the live primary's appends closes (here: a forged append of its
+/// vote on a connection of our own, then a close): the primary's next heartbeat arrives
+/// before the lease lapses, so the follower does not campaign.
 #[test]
 fn a_closed_connection_of_a_live_primary_starts_no_election() {
-    let (ctrl, p, id, term) = settled_slow();
+    let (ctrl, p, id, term) = settled_slow(&[]);
     for f in (1..=3).filter(|&i| i != p) {
         let mut s = forged_append(&ctrl, f, p, term, id);
         s.flush().unwrap();
@@ -129,15 +158,7 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
     }
     // Past the lease and the longest stagger: the followers would have campaigned by now.
     std::thread::sleep(Duration::from_millis(ELECTION_MAX_MS + 500));
-    for id in 1..=3 {
-        let i = info(&ctrl.client(id).call(hello()));
-        assert_eq!(
-            (i.term, i.primary_id),
-            (term, p),
-            "node {id}\n{}",
-            ctrl.all_logs()
-        );
-    }
+    unchanged(&ctrl, term, p, "");
     assert!(!ctrl.all_logs().contains("(C15"), "{}", ctrl.all_logs());
 }
 
@@ -148,7 +169,7 @@ fn a_closed_connection_of_a_live_primary_starts_no_election() {
 /// only the second counts its close as evidence.
 #[test]
 fn a_goodbye_before_the_close_is_no_evidence_of_a_crash() {
-    let (ctrl, p, id, term) = settled_slow();
+    let (ctrl, p, id, term) = settled_slow(&[]);
     let f: Vec<u32> = (1..=3).filter(|&i| i != p).collect();
     let (told, bare) = (f[0], f[1]);
     for (node, bye) in [(told, true), (bare, false)] {
@@ -181,23 +202,12 @@ fn a_goodbye_before_the_close_is_no_evidence_of_a_crash() {
 /// called off in the very turn that would start it.
 #[test]
 fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
-    let mut flags = slow("on");
-    flags.extend(["--metrics".to_string(), "127.0.0.1:0".to_string()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let p = ctrl.expect_settled(STARTUP);
-    let term = info(&ctrl.client(p).call(hello())).term;
+    let (ctrl, p, _, term) = settled_slow(&["--metrics", "127.0.0.1:0"]);
     let standbys: Vec<u32> = (1..=3).filter(|&i| i != p).collect();
     for &s in &standbys {
         ctrl.fail_set(s, "elect-campaign", "pause");
     }
-    let logs_from: Vec<usize> = standbys.iter().map(|&s| ctrl.log(s).len()).collect();
-    let since = |i: usize| {
-        ctrl.log(standbys[i])
-            .get(logs_from[i]..)
-            .unwrap_or_default()
-            .to_string()
-    };
+    let since = log_since(&ctrl, &standbys);
 
     ctrl.pause(p);
     // Usually both decide; but one held at the failpoint may not answer the other's pre-vote
@@ -235,15 +245,7 @@ fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
             .iter()
             .all(|&i| since(i).contains("called off") || term_of(standbys[i]) > term)
     });
-    for id in 1..=3 {
-        let i = info(&ctrl.client(id).call(hello()));
-        assert_eq!(
-            (i.term, i.primary_id),
-            (term, p),
-            "node {id}: a campaign decided before the primary's append went on after it\n{}",
-            ctrl.all_logs()
-        );
-    }
+    unchanged(&ctrl, term, p, CALLED_OFF);
 }
 
 /// Issue 35, defect 2: a campaign's decision and its checks read one value. The decision
@@ -255,22 +257,11 @@ fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
 /// the term, deposing a primary that served reads from its lease. Now the append calls it off.
 #[test]
 fn an_append_accepted_while_a_decided_campaign_waits_calls_it_off() {
-    let mut flags = slow("on");
-    flags.extend(["--metrics".to_string(), "127.0.0.1:0".to_string()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let p = ctrl.expect_settled(STARTUP);
-    let term = info(&ctrl.client(p).call(hello())).term;
+    let (ctrl, p, _, term) = settled_slow(&["--metrics", "127.0.0.1:0"]);
     let standbys: Vec<u32> = (1..=3).filter(|&i| i != p).collect();
     // `a` decides while the primary is stopped; `b` stops hearing the primary for good.
     let (a, b) = (standbys[0], standbys[1]);
-    let logs_from: Vec<usize> = standbys.iter().map(|&s| ctrl.log(s).len()).collect();
-    let since = |i: usize| {
-        ctrl.log(standbys[i])
-            .get(logs_from[i]..)
-            .unwrap_or_default()
-            .to_string()
-    };
+    let since = log_since(&ctrl, &standbys);
     for &s in &standbys {
         ctrl.fail_set(s, "elect-decided", "pause");
     }
@@ -294,15 +285,7 @@ fn an_append_accepted_while_a_decided_campaign_waits_calls_it_off() {
     ctrl.wait_until("a's decided campaign ends", STARTUP, || {
         since(0).contains("called off") || term_of(a) > term
     });
-    for id in 1..=3 {
-        let i = info(&ctrl.client(id).call(hello()));
-        assert_eq!(
-            (i.term, i.primary_id),
-            (term, p),
-            "node {id}: a campaign decided before the primary's append went on after it\n{}",
-            ctrl.all_logs()
-        );
-    }
+    unchanged(&ctrl, term, p, CALLED_OFF);
     ctrl.fail_clear(b, "elect-decided");
     ctrl.fail_clear(p, "repl-drop");
 }

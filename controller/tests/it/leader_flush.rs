@@ -56,13 +56,14 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
     assert_eq!(r.status, 0, "job 3 listed: {r:?}");
 }
 
-/// The job ids a primary lists.
-fn listed(ctrl: &Cluster, p: u32) -> Vec<u64> {
+/// Primary `p` lists jobs 1 and 2, each once (`when`: after what).
+fn lists_both(ctrl: &Cluster, p: u32, when: &str) {
     let mut c = ctrl.client(p);
-    match c.ok(xce_proto::wire::Op::JobList(Default::default())) {
+    let listed: Vec<u64> = match c.ok(xce_proto::wire::Op::JobList(Default::default())) {
         xce_proto::wire::ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
         other => panic!("joblist: {other:?}"),
-    }
+    };
+    assert_eq!(listed, [1, 2], "primary {p} {when}\n{}", ctrl.all_logs());
 }
 
 /// C19 (issue 25, defect 1): a restarted primary never reuses an index its followers hold.
@@ -98,11 +99,10 @@ fn a_restarted_primary_never_reuses_an_index_its_followers_hold() {
         ctrl.start_node(id);
     }
     let q = ctrl.expect_settled(STARTUP);
-    assert_eq!(
-        listed(&ctrl, q),
-        vec![1, 2],
-        "primary {q} after the old primary {p} restarted first\n{}",
-        ctrl.all_logs()
+    lists_both(
+        &ctrl,
+        q,
+        &format!("after the old primary {p} restarted first"),
     );
 
     // Each later primary, after every other restart order, lists the same history.
@@ -115,21 +115,11 @@ fn a_restarted_primary_never_reuses_an_index_its_followers_hold() {
             ctrl.start_node(id);
         }
         let q = ctrl.expect_settled(STARTUP);
-        assert_eq!(
-            listed(&ctrl, q),
-            vec![1, 2],
-            "primary {q} after restarting {order:?}\n{}",
-            ctrl.all_logs()
-        );
+        lists_both(&ctrl, q, &format!("after restarting {order:?}"));
         // The primary killed: its successor lists the same.
         ctrl.kill(q);
         let s = ctrl.expect_primary(STARTUP);
-        assert_eq!(
-            listed(&ctrl, s),
-            vec![1, 2],
-            "primary {s} after primary {q} was killed\n{}",
-            ctrl.all_logs()
-        );
+        lists_both(&ctrl, s, &format!("after primary {q} was killed"));
         ctrl.start_node(q);
     }
 }

@@ -89,6 +89,27 @@ impl Value<'_> {
             .filter(|&n| n > 0)
             .ok_or_else(|| format!("{flag}: a positive number"))
     }
+
+    /// A whole number in `lo..=hi`; "`FLAG: lo..hi`" when it is not one.
+    pub fn number_in(&mut self, lo: usize, hi: usize) -> Result<usize, String> {
+        let flag = self.flag;
+        self.text("a number")?
+            .parse()
+            .ok()
+            .filter(|n| (lo..=hi).contains(n))
+            .ok_or_else(|| format!("{flag}: {lo}..{hi}"))
+    }
+
+    /// Seconds, more than 0 and at most `hi`; "`FLAG: seconds in (0, hi]`" when not.
+    pub fn seconds(&mut self, hi: f64) -> Result<std::time::Duration, String> {
+        let flag = self.flag;
+        self.text("seconds")?
+            .parse()
+            .ok()
+            .filter(|&s: &f64| s > 0.0 && s <= hi)
+            .map(std::time::Duration::from_secs_f64)
+            .ok_or_else(|| format!("{flag}: seconds in (0, {hi}]"))
+    }
 }
 
 /// A command's own flag: `own(flag, value)` returns `Ok(false)` for a flag it does not know.
@@ -297,5 +318,35 @@ mod tests {
             Stop::Bad("unknown argument \"--z\"".into())
         );
         assert_eq!(seen, ["y", "5"]);
+    }
+
+    #[test]
+    fn numbers_and_seconds_in_range() {
+        let cmd = Command::new("t", "", &[]);
+        let mut got = Vec::new();
+        let mut own = |flag: &str, v: &mut Value<'_>| -> Result<bool, String> {
+            match flag {
+                "--n" => got.push(v.number_in(2, 9)? as f64),
+                "--s" => got.push(v.seconds(60.0)?.as_secs_f64()),
+                _ => return Ok(false),
+            }
+            Ok(true)
+        };
+        cmd.parse(args("--n 2 --n 9 --s 0.5 --s 60"), &mut own)
+            .unwrap();
+        for (bad, why) in [
+            ("--n 1", "--n: 2..9"),
+            ("--n 10", "--n: 2..9"),
+            ("--n x", "--n: 2..9"),
+            ("--s 0", "--s: seconds in (0, 60]"),
+            ("--s 61", "--s: seconds in (0, 60]"),
+            ("--s -1", "--s: seconds in (0, 60]"),
+        ] {
+            assert_eq!(
+                cmd.parse(args(bad), &mut own).unwrap_err(),
+                Stop::Bad(why.into())
+            );
+        }
+        assert_eq!(got, [2.0, 9.0, 0.5, 60.0]);
     }
 }

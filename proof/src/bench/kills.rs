@@ -315,18 +315,37 @@ fn herd_rounds(
     Ok(())
 }
 
-/// P16: `kills` kills of the primary of a fresh 3-node cluster with the controller's own
-/// timing on quiet (loopback) links, one client of ours released at each — P4's measurement,
-/// for a run that also measures the same build on congested links (`xce-congestion --p16`).
-pub fn quiet_series(kills: usize, log_dir: Option<std::path::PathBuf>) -> Series {
-    let opts = BenchOpts {
-        quick: false,
-        only: Vec::new(),
-        svg: None,
-        log_dir,
-        kills: Some(kills),
-    };
-    one_client_series(&opts, &[], kills)
+/// P16's kills on quiet links: what one series of them measured.
+#[derive(Debug, Clone, Default)]
+pub struct Quiet {
+    /// Per kill: its first successful call, ms after the kill.
+    pub first_success_ms: Vec<f64>,
+    /// Calls that failed or stayed blocked past the round's bound.
+    pub failed: usize,
+    /// Why the series stopped early, if it did.
+    pub error: Option<String>,
+}
+
+impl Quiet {
+    /// P16: `kills` kills of the primary of a fresh 3-node cluster of the controller
+    /// `XCE_CONTROLLER` names, with its own timing on quiet (loopback) links, one client of
+    /// ours released at each — P4's measurement, for a run that also measures the same build on
+    /// congested links (`xce-congestion --p16`); the logs under `logs`.
+    pub fn measure(kills: usize, logs: &std::path::Path) -> Quiet {
+        let opts = BenchOpts {
+            quick: false,
+            only: Vec::new(),
+            svg: None,
+            log_dir: Some(logs.to_path_buf()),
+            kills: Some(kills),
+        };
+        let s = one_client_series(&opts, &[], kills);
+        Quiet {
+            first_success_ms: s.ours.total.clone(),
+            failed: s.ours.failed.len() + s.ours.missing,
+            error: s.error,
+        }
+    }
 }
 
 /// `kills` kills of the primary of a fresh 3-node cluster started with `extra` flags, one

@@ -20,6 +20,7 @@
 //! | P14 congested links | [`p14_congestion`] | `xce-congestion` |
 //! | P15 the price of security | [`p15_security`] | `xce-bench` |
 //! | P15's TLS record layer side by side with rustls's APIs | [`records`] | `xce-records` |
+//! | P16 fast and calm at once (P14's rounds, each after quiet kills) | [`p16_adaptation`] | `xce-congestion --p16 N` |
 //! | P17 cost as the work grows (P12's rows as a curve) | [`p17_growth`] | `xce-scale` |
 //!
 //! What they share:
@@ -27,14 +28,14 @@
 //!   round-based benchmarks and its defaults; [`suite`]: `xce-bench` and `xce-scale`.
 //! - [`steady`]: a steady cluster, default-policy contexts, a bare attempt (P1, P2, P8);
 //!   [`failover`]: kill rounds under armed clients and the prober (P3–P6, the SVG);
-//!   [`kills`]: the kill series P3–P6 read; [`load`]: writers, job tables, what a node holds
-//!   (P11, P12, P13, P15); [`nodelog`]: what a controller's stamped log says happened (P12).
+//!   [`kills`]: the kill series P3–P6 and P16's quiet kills read; [`load`]: writers, job tables, what a node holds
+//!   (P11, P12, P13, P15); [`nodelog`]: what a controller's stamped log says happened (P12),
+//!   and the stamp itself (P14, the nemesis).
 //! - [`stats`], [`table`], [`svg`], [`alloc`]: percentiles, the printed tables, the picture,
 //!   the counting allocator (P8).
 
 pub mod alloc;
 pub mod args;
-pub mod c19_check;
 pub mod failover;
 pub mod kills;
 pub mod load;
@@ -125,7 +126,7 @@ impl BenchOpts {
 pub struct ScaleOpts {
     /// 3 s per throughput point instead of 6.
     pub quick: bool,
-    /// `P11`, `P12` or `C19` alone; `None`: P11 and P12 (C19 runs only when named).
+    /// `P11` or `P12` alone; `None`: both.
     pub only: Option<String>,
     /// P12's table sizes.
     pub jobs: Vec<u64>,

@@ -7,6 +7,7 @@
 //! measured by the same reading as this branch's.
 
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, read from a line's stamp (`None`: no stamp).
 pub fn stamp_ms(line: &str) -> Option<i64> {
@@ -95,6 +96,29 @@ pub fn meets_any(spans: &[SnapshotSpan], a0: i64, a1: i64, after_ms: i64) -> boo
         .any(|s| a0 <= s.end_ms + after_ms && s.start_ms <= a1)
 }
 
+/// `t` as the node logs stamp their lines: `2026-12-03T11:55:18.303Z` (UTC).
+pub fn utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (days, rem) = (d.as_secs() / 86_400, d.as_secs() % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +146,19 @@ mod tests {
         assert!(meets_any(&[s], 250, 300, 50));
         assert!(!meets_any(&[s], 251, 300, 50));
         assert!(!meets_any(&[s], 10, 99, 1000));
+    }
+
+    #[test]
+    fn utc_stamps_as_the_node_logs_do() {
+        let at = |s: u64, ms: u64| UNIX_EPOCH + std::time::Duration::from_millis(s * 1000 + ms);
+        assert_eq!(utc(at(0, 0)), "1970-01-01T00:00:00.000Z");
+        // 2000-02-29 (a leap day of a century leap year) 23:59:59.999.
+        assert_eq!(utc(at(951_868_799, 999)), "2000-02-29T23:59:59.999Z");
+        assert_eq!(utc(at(1_796_298_918, 303)), "2026-12-03T11:55:18.303Z");
+        // What the bench writes, it reads back.
+        assert_eq!(
+            stamp_ms(&utc(at(1_796_298_918, 303))),
+            Some(1_796_298_918_303)
+        );
     }
 }

@@ -25,6 +25,7 @@ use xce::Error;
 use xce_proto::wire::{JobFilter, JobSpec};
 
 use crate::bench::args::Common;
+use crate::bench::kills::Quiet;
 use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
@@ -182,7 +183,7 @@ pub struct RoundResult {
     /// What the nodes' counters say about candidacies and forwards (for the log line).
     pub campaigns: String,
     /// P16 (`--p16 N`): the same build's kills on quiet links, measured before this round.
-    pub quiet: Option<crate::bench::p16_adaptation::Quiet>,
+    pub quiet: Option<Quiet>,
 }
 
 fn spec(name: &str, command: &str) -> JobSpec {
@@ -634,7 +635,7 @@ impl Marks {
     fn mark(&mut self, what: &str) {
         use std::io::Write;
         if let Some(f) = &mut self.0 {
-            let now = crate::nemesis::utc(std::time::SystemTime::now());
+            let now = crate::bench::nodelog::utc(std::time::SystemTime::now());
             let _ = writeln!(f, "{now} {what}");
         }
     }
@@ -1105,9 +1106,21 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
     )
 }
 
+/// Per row (a build, a queue), its label and its rounds.
+pub type Runs = Vec<(String, Vec<RoundResult>)>;
+
 /// `xce-congestion`: rounds of this build (and of `--before`'s binary, round for round) on
 /// `plan` (see [`plan`] for the defaults); the P14 table.
 pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
+    match run(args, plan) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// The rounds of [`command`], P14's table printed; the plan they ran and their results (for
+/// P16's table, `p16_adaptation`, when `plan.more.quiet_kills` asked for quiet kills too).
+pub fn run(args: &Common, plan: Plan<Links>) -> Result<(Plan<Links>, Runs), ExitCode> {
     let logs = log_dir(TOOL);
     let plan = Plan {
         log_dir: Some(logs.clone()),
@@ -1135,26 +1148,20 @@ pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
     }
     sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
-    let runs = match sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
+    let runs = sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
         // P16: the same build on quiet links first, then congested.
-        let quiet = (plan.more.quiet_kills > 0)
-            .then(|| crate::bench::p16_adaptation::Quiet::measure(plan.more.quiet_kills, &logs));
+        let quiet =
+            (plan.more.quiet_kills > 0).then(|| Quiet::measure(plan.more.quiet_kills, &logs));
         let mut this = plan.clone();
         this.more.queue = row.with;
         let mut r = round(&this)?;
         r.quiet = quiet;
         eprintln!("{}", round_line(&row.label, n, &r));
         Ok(r)
-    }) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
+    })?;
     println!("{}", table(&runs, &plan));
-    if plan.more.quiet_kills > 0 {
-        println!("{}", crate::bench::p16_adaptation::table(&runs, &plan));
-    }
     println!("({:.0} s)", started.elapsed().as_secs_f64());
-    ExitCode::SUCCESS
+    Ok((plan, runs))
 }
 
 #[cfg(test)]

@@ -2,39 +2,17 @@
 //! keep a quiet link's failover speed (P4: `kill -9` of the primary → first success, median
 //! ≤ 150 ms) and stop electing on a congested one (P14) — with the same build, in the same
 //! run, side by side with another build. `xce-congestion --p16 N` runs, before each P14 round
-//! of a build, N kills of that build's primary on quiet (loopback) links.
+//! of a build, N kills of that build's primary on quiet (loopback) links ([`Quiet`], P4's
+//! measurement), then prints P14's table and this one.
+use std::process::ExitCode;
 
-use std::path::Path;
-
-use crate::bench::p14_congestion::{judge, listing_counts, Links, RoundResult};
+use crate::bench::args::Common;
+use crate::bench::kills::Quiet;
+use crate::bench::p14_congestion::{self, judge, listing_counts, Links, RoundResult};
 use crate::bench::p4_unavailability::P4_P50_MS as QUIET_MEDIAN_MS;
 use crate::bench::plan::Plan;
 use crate::bench::stats::Summary;
 use crate::bench::table::{num, Table, Verdict};
-
-/// One series of kills on quiet links.
-#[derive(Debug, Clone, Default)]
-pub struct Quiet {
-    /// Per kill: its first successful call, ms after the kill.
-    pub first_success_ms: Vec<f64>,
-    /// Calls that failed or stayed blocked past the round's bound.
-    pub failed: usize,
-    /// Why the series stopped early, if it did.
-    pub error: Option<String>,
-}
-
-impl Quiet {
-    /// `kills` kills of a fresh cluster of the controller `XCE_CONTROLLER` names (P4's
-    /// measurement: `bench/kills.rs`), its logs under `logs`.
-    pub fn measure(kills: usize, logs: &Path) -> Quiet {
-        let s = crate::bench::kills::quiet_series(kills, Some(logs.to_path_buf()));
-        Quiet {
-            first_success_ms: s.ours.total.clone(),
-            failed: s.ours.failed.len() + s.ours.missing,
-            error: s.error,
-        }
-    }
-}
 
 /// The quiet kills of every round of one build, together.
 fn pooled(rs: &[RoundResult]) -> Quiet {
@@ -134,6 +112,18 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
         );
     }
     t
+}
+
+/// `xce-congestion --p16 N`: P14's rounds, each after N quiet kills of the same build; P14's
+/// table, then P16's.
+pub fn command(args: &Common, plan: Plan<Links>) -> ExitCode {
+    match p14_congestion::run(args, plan) {
+        Ok((plan, runs)) => {
+            println!("{}", table(&runs, &plan));
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
 }
 
 #[cfg(test)]

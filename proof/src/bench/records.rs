@@ -566,31 +566,41 @@ fn message(n: usize, fill: u8) -> Vec<u8> {
     (0..n).map(|i| fill ^ i as u8).collect()
 }
 
+/// One warm-up batch of each implementation (not kept), then `o.rounds` rounds of one batch
+/// each, the order rotated round by round; `round_trip(i)` times one of implementation `i`.
+fn rotated(
+    n: usize,
+    o: &RecordsOpts,
+    mut round_trip: impl FnMut(usize) -> Result<f64, String>,
+) -> Result<Samples, String> {
+    let mut samples: Samples = vec![Vec::with_capacity(o.rounds); n];
+    for i in 0..n {
+        for _ in 0..o.batch {
+            round_trip(i)?;
+        }
+    }
+    for round in 0..o.rounds {
+        for k in 0..n {
+            let i = (k + round) % n;
+            let batch = (0..o.batch)
+                .map(|_| round_trip(i))
+                .collect::<Result<_, _>>()?;
+            samples[i].push(batch);
+        }
+    }
+    Ok(samples)
+}
+
 fn in_memory(o: &RecordsOpts) -> Result<Samples, String> {
     let mut ps = pairs()?;
     let mut pipes: Vec<(Pipe, Pipe)> = ps.iter().map(|_| Default::default()).collect();
     let (req, rep) = (message(o.req, 0xa5), message(o.rep, 0x5a));
     let mut got = Vec::new();
-    let mut samples: Samples = vec![Vec::with_capacity(o.rounds); ps.len()];
-    // Warm-up: one batch each, not kept.
-    for (p, pipe) in ps.iter_mut().zip(&mut pipes) {
-        for _ in 0..o.batch {
-            round_in_memory(p, pipe, &req, &rep, &mut got)?;
-        }
-    }
-    for round in 0..o.rounds {
-        for k in 0..ps.len() {
-            let i = (k + round) % ps.len();
-            let mut batch = Vec::with_capacity(o.batch);
-            for _ in 0..o.batch {
-                let t = Instant::now();
-                round_in_memory(&mut ps[i], &mut pipes[i], &req, &rep, &mut got)?;
-                batch.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            samples[i].push(batch);
-        }
-    }
-    Ok(samples)
+    rotated(ps.len(), o, |i| {
+        let t = Instant::now();
+        round_in_memory(&mut ps[i], &mut pipes[i], &req, &rep, &mut got)?;
+        Ok(t.elapsed().as_secs_f64() * 1e6)
+    })
 }
 
 fn pin_to(cpu: usize) -> Result<(), String> {
@@ -610,70 +620,71 @@ fn pin_to(cpu: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Back to every CPU for whatever runs next in this process.
+fn unpin() {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: as in `pin_to`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..n {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The server end of one implementation on a thread of its own (pinned to `cpu`), answering
+/// every request of `req_len` bytes with `rep` until the client closes.
+fn serve(
+    mut server: Box<dyn End>,
+    mut s: TcpStream,
+    req_len: usize,
+    rep: Vec<u8>,
+    cpu: Option<usize>,
+) -> std::thread::JoinHandle<Result<(), String>> {
+    std::thread::spawn(move || {
+        if let Some(c) = cpu {
+            pin_to(c)?;
+        }
+        let mut got = Vec::new();
+        loop {
+            match server.recv(&mut s, req_len, &mut got) {
+                Ok(()) => {}
+                // The client closed: the run is over.
+                Err(e) if e.contains("end of stream") => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            server.send(&mut s, &rep)?;
+        }
+    })
+}
+
 /// Over TCP loopback: one connection per implementation, its server end on a thread of its
 /// own answering every request; this thread is the client.
 fn over_sockets(o: &RecordsOpts) -> Result<Samples, String> {
-    let ps = pairs()?;
     let (req, rep) = (message(o.req, 0xa5), message(o.rep, 0x5a));
     let mut clients = Vec::new();
     let mut servers = Vec::new();
-    for (client, mut server) in ps {
+    for (client, server) in pairs()? {
         let l = TcpListener::bind("127.0.0.1:0").map_err(err)?;
         let c = TcpStream::connect(l.local_addr().map_err(err)?).map_err(err)?;
         let (s, _) = l.accept().map_err(err)?;
         c.set_nodelay(true).map_err(err)?;
         s.set_nodelay(true).map_err(err)?;
-        let (req_len, rep) = (req.len(), rep.clone());
-        let cpu = o.cpu;
-        servers.push(std::thread::spawn(move || -> Result<(), String> {
-            if let Some(c) = cpu {
-                pin_to(c)?;
-            }
-            let mut s = s;
-            let mut got = Vec::new();
-            loop {
-                match server.recv(&mut s, req_len, &mut got) {
-                    Ok(()) => {}
-                    // The client closed: the run is over.
-                    Err(e) if e.contains("end of stream") => return Ok(()),
-                    Err(e) => return Err(e),
-                }
-                server.send(&mut s, &rep)?;
-            }
-        }));
+        servers.push(serve(server, s, req.len(), rep.clone(), o.cpu));
         clients.push((client, c));
     }
     if let Some(c) = o.cpu {
         pin_to(c)?;
     }
-    let mut run = || -> Result<Samples, String> {
-        let mut got = Vec::new();
-        let mut samples: Samples = vec![Vec::with_capacity(o.rounds); clients.len()];
-        let mut round_trip = |i: usize| -> Result<f64, String> {
-            let (end, sock) = &mut clients[i];
-            let t = Instant::now();
-            end.send(sock, &req)?;
-            end.recv(sock, rep.len(), &mut got)?;
-            Ok(t.elapsed().as_secs_f64() * 1e6)
-        };
-        for i in 0..samples.len() {
-            for _ in 0..o.batch {
-                round_trip(i)?;
-            }
-        }
-        for round in 0..o.rounds {
-            for k in 0..samples.len() {
-                let i = (k + round) % samples.len();
-                let mut batch = Vec::with_capacity(o.batch);
-                for _ in 0..o.batch {
-                    batch.push(round_trip(i)?);
-                }
-                samples[i].push(batch);
-            }
-        }
-        Ok(samples)
-    };
-    let r = run();
+    let mut got = Vec::new();
+    let r = rotated(clients.len(), o, |i| {
+        let (end, sock) = &mut clients[i];
+        let t = Instant::now();
+        end.send(sock, &req)?;
+        end.recv(sock, rep.len(), &mut got)?;
+        Ok(t.elapsed().as_secs_f64() * 1e6)
+    });
     drop(clients);
     let mut server_err = None;
     for s in servers {
@@ -684,16 +695,7 @@ fn over_sockets(o: &RecordsOpts) -> Result<Samples, String> {
         }
     }
     if o.cpu.is_some() {
-        // Back to every CPU for whatever runs next in this process.
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // SAFETY: as in `pin_to`.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            for c in 0..n {
-                libc::CPU_SET(c, &mut set);
-            }
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        }
+        unpin();
     }
     let samples = r?;
     match server_err {

@@ -9,9 +9,9 @@ use std::time::Instant;
 use super::steady::{start_steady, Steady};
 use super::table::Verdict;
 use super::{
-    c19_check, kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p17_growth,
-    p1_roundtrip, p2_loop_cost, p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec,
-    p8_footprint, plan, BenchOpts, ScaleOpts, Table,
+    kills, p10_suspicion, p11_throughput, p12_job_table, p15_security, p17_growth, p1_roundtrip,
+    p2_loop_cost, p3_client_added, p4_unavailability, p5_baseline, p6_herd, p7_codec, p8_footprint,
+    plan, BenchOpts, ScaleOpts, Table,
 };
 use crate::harness::{cluster, sys};
 
@@ -186,9 +186,6 @@ pub fn scale(mut opts: ScaleOpts) -> ExitCode {
     if wants("P11") {
         show("P11", p11_throughput::table(&opts, &logs));
         show("P11's budget", p11_throughput::budget(&opts, &logs));
-    }
-    if opts.only.as_deref() == Some("C19") {
-        show("C19", c19_check::table(&opts, &logs));
     }
     if wants("P12") {
         p12_and_p17(&opts, &logs);

@@ -40,16 +40,7 @@ fn main() -> ExitCode {
     // contexts would each log, and failures are in the tables.
     let common = match cmd.run(Needs::default(), &mut |flag, value| {
         match flag {
-            "--kills" => {
-                let v = value.text("a number")?;
-                let n: usize = v
-                    .parse()
-                    .map_err(|_| format!("--kills: bad number {v:?}"))?;
-                if n == 0 {
-                    return Err("--kills: at least 1".into());
-                }
-                opts.kills = Some(n);
-            }
+            "--kills" => opts.kills = Some(value.positive("a number")?),
             "--only" => {
                 let v = value.text("a list, e.g. P1,P3")?;
                 for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {

@@ -14,21 +14,11 @@
 //! ```
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use xce_proof::bench::args::{Command, Needs, Value, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
+use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
 use xce_proof::bench::p14_congestion::{self, FaultKind, TOOL};
+use xce_proof::bench::p16_adaptation;
 use xce_proof::harness::netns::Queue;
-
-/// `FLAG: N in lo..=hi` unless the value is a number in that range.
-fn within(value: &mut Value<'_>, flag: &str, lo: usize, hi: usize) -> Result<usize, String> {
-    value
-        .text("a number")?
-        .parse()
-        .ok()
-        .filter(|n| (lo..=hi).contains(n))
-        .ok_or_else(|| format!("{flag}: {lo}..{hi}"))
-}
 
 fn main() -> ExitCode {
     let usage = format!(
@@ -63,20 +53,12 @@ fn main() -> ExitCode {
         match flag {
             "--rate" => m.rate = value.text("a rate")?,
             "--queue" => m.latency = value.text("a tc latency (50ms)")?,
-            "--writers" => plan.writers = within(value, flag, 1, 256)?,
-            "--listers" => plan.readers = within(value, flag, 0, 64)?,
-            "--jobs" => m.jobs = within(value, flag, 0, 1_000_000)?,
-            "--page-bytes" => m.page_bytes = within(value, flag, 0, 1 << 24)? as u32,
-            "--calm-s" => {
-                m.calm_for = value
-                    .text("seconds")?
-                    .parse()
-                    .ok()
-                    .filter(|&s: &f64| s > 0.0 && s <= 3600.0)
-                    .map(Duration::from_secs_f64)
-                    .ok_or("--calm-s: seconds in (0, 3600]")?
-            }
-            "--p16" => m.quiet_kills = within(value, flag, 0, 1000)?,
+            "--writers" => plan.writers = value.number_in(1, 256)?,
+            "--listers" => plan.readers = value.number_in(0, 64)?,
+            "--jobs" => m.jobs = value.number_in(0, 1_000_000)?,
+            "--page-bytes" => m.page_bytes = value.number_in(0, 1 << 24)? as u32,
+            "--calm-s" => m.calm_for = value.seconds(3600.0)?,
+            "--p16" => m.quiet_kills = value.number_in(0, 1000)?,
             "--queues" => {
                 let q = value.text("tbf, one-band, bands or compare")?;
                 m.queues = match (q.as_str(), Queue::parse(&q)) {
@@ -96,5 +78,9 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    p14_congestion::command(&args, plan)
+    if plan.more.quiet_kills > 0 {
+        p16_adaptation::command(&args, plan)
+    } else {
+        p14_congestion::command(&args, plan)
+    }
 }

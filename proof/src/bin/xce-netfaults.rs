@@ -8,7 +8,6 @@
 //! ```
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::p9_netfaults::{self, Scenario};
@@ -30,15 +29,7 @@ fn main() -> ExitCode {
     let mut before_c15 = false;
     let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
         match flag {
-            "--fault-secs" => {
-                let s: f64 = value
-                    .text("seconds")?
-                    .parse()
-                    .ok()
-                    .filter(|&s: &f64| s > 0.0 && s < 3600.0)
-                    .ok_or("--fault-secs: seconds, > 0")?;
-                fault_for = Some(Duration::from_secs_f64(s));
-            }
+            "--fault-secs" => fault_for = Some(value.seconds(3600.0)?),
             "--only" => {
                 scenarios = value
                     .text("a list")?

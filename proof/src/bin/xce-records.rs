@@ -9,6 +9,7 @@
 
 use std::process::ExitCode;
 
+use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::records::{run, RecordsOpts};
 
 const USAGE: &str =
@@ -19,39 +20,25 @@ const USAGE: &str =
   --req/--rep  plaintext bytes of the request and the reply (default 104 / 272, P1's hello)
   --cpu N      pin the client and every server thread to CPU N (default: not pinned)";
 
-fn parse() -> Result<RecordsOpts, String> {
-    let mut o = RecordsOpts::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut num = |name: &str| -> Result<usize, String> {
-            let v = it.next().ok_or(format!("{name} needs a number"))?;
-            v.parse().map_err(|_| format!("{name}: bad number {v:?}"))
-        };
-        match a.as_str() {
-            "--quick" => o.rounds = 10,
-            "--rounds" => o.rounds = num("--rounds")?.max(1),
-            "--batch" => o.batch = num("--batch")?.max(1),
-            "--req" => o.req = num("--req")?.max(1),
-            "--rep" => o.rep = num("--rep")?.max(1),
-            "--cpu" => o.cpu = Some(num("--cpu")?),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(o)
-}
-
 fn main() -> ExitCode {
-    let o = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("xce-records: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
+    let cmd = Command::new("xce-records", USAGE, &[Shared::Quick]);
+    let mut o = RecordsOpts::default();
+    let mut rounds = None;
+    let common = match cmd.run(Needs::default(), &mut |flag, value| {
+        match flag {
+            "--rounds" => rounds = Some(value.positive("a number")?),
+            "--batch" => o.batch = value.positive("a number")?,
+            "--req" => o.req = value.positive("a number of bytes")?,
+            "--rep" => o.rep = value.positive("a number of bytes")?,
+            "--cpu" => o.cpu = Some(value.number_in(0, 4095)?),
+            _ => return Ok(false),
         }
+        Ok(true)
+    }) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
+    o.rounds = rounds.unwrap_or(if common.quick { 10 } else { o.rounds });
     match run(&o) {
         Ok(tables) => {
             for t in tables {

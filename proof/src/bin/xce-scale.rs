@@ -3,7 +3,7 @@
 //! against real `xce-controller` processes. See proof/BENCH.md.
 //!
 //! ```text
-//! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12|C19]
+//! cargo run --release -p xce-proof --bin xce-scale -- [--quick] [--only P11|P12]
 //!     [--jobs 10000,100000,1000000] [--baseline PATH-TO-OLD-xce-controller] [--one-by-one N]
 //! ```
 //! `XCE_SCALE_FULL=1` adds 10^6 jobs to P12 (several minutes).
@@ -14,10 +14,9 @@ use std::process::ExitCode;
 use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::{suite, ScaleOpts};
 
-const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12|C19] [--jobs N,N,…] [--baseline BIN] [--one-by-one N] [--soak MIN]
+const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN] [--one-by-one N] [--soak MIN]
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
-  --only P11|P12|C19
-                   run one of them (C19: what the consistency check costs, 10^4 jobs)
+  --only P11|P12   run one of them
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
   --baseline BIN   also run P11 and P12 (every size, round for round) against this controller
                    binary, side by side
@@ -30,13 +29,8 @@ fn main() -> ExitCode {
     let mut a = ScaleOpts::default();
     let common = match cmd.run(Needs::default(), &mut |flag, value| {
         match flag {
-            "--soak" => {
-                a.soak = value
-                    .text("minutes")?
-                    .parse()
-                    .map_err(|e| format!("--soak: {e}"))?
-            }
-            "--only" => a.only = Some(value.text("P11, P12 or C19")?.to_uppercase()),
+            "--soak" => a.soak = value.number_in(0, 100_000)? as u64,
+            "--only" => a.only = Some(value.text("P11 or P12")?.to_uppercase()),
             "--jobs" => {
                 a.jobs = value
                     .text("a list")?
@@ -45,12 +39,7 @@ fn main() -> ExitCode {
                     .collect::<Result<_, _>>()?
             }
             "--baseline" => a.baseline = Some(PathBuf::from(value.text("a path")?)),
-            "--one-by-one" => {
-                a.one_by_one = value
-                    .text("a number of jobs")?
-                    .parse()
-                    .map_err(|e| format!("--one-by-one: {e}"))?
-            }
+            "--one-by-one" => a.one_by_one = value.number_in(0, 100_000_000)? as u64,
             _ => return Ok(false),
         }
         Ok(true)

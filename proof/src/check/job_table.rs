@@ -459,29 +459,8 @@ fn replay(h: &History, order: &[usize]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::linearizable::{self, Read, Write};
-
-    fn t(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
-    fn w(id: u64, invoked: u64, completed: u64, acked: bool) -> Write {
-        Write {
-            id,
-            invoked: t(invoked),
-            completed: t(completed),
-            acked,
-        }
-    }
-    fn r(invoked: u64, completed: u64, ids: &[u64]) -> Read {
-        Read {
-            invoked: t(invoked),
-            completed: t(completed),
-            ids: ids.to_vec(),
-        }
-    }
-    fn h(writes: Vec<Write>, reads: Vec<Read>) -> History {
-        History { writes, reads }
-    }
+    use crate::check::linearizable::tests::{h, r, t, w};
+    use crate::check::linearizable::{self, Write};
 
     /// The three judges of one history: by job, whole, the home-made conditions.
     fn judges(x: &History) -> (bool, bool, bool) {
@@ -645,7 +624,7 @@ mod tests {
     /// (past the window of short ones) included.
     #[test]
     fn the_reduced_partitions_judge_as_the_whole_ones() {
-        let mut rng = crate::nemesis::rng::Rng::new(2035);
+        let mut rng = crate::rng::Rng::new(2035);
         let mut failed = 0;
         for case in 0..4000 {
             let mut x = random_history(&mut rng);
@@ -672,7 +651,7 @@ mod tests {
     /// both exact, they agree — and the projection never fails a history they pass.
     #[test]
     fn the_judges_agree_on_random_histories() {
-        let mut rng = crate::nemesis::rng::Rng::new(35);
+        let mut rng = crate::rng::Rng::new(35);
         let (mut caught_by_whole, mut missed_by_job) = (0, 0);
         for case in 0..3000 {
             let x = random_history(&mut rng);
@@ -695,8 +674,8 @@ mod tests {
 
     /// Up to 5 writes of distinct ids (some unacknowledged) and 4 reads, times 0–20, each
     /// read's set a random subset of the ids (often the "right" one: the writes done by then).
-    fn random_history(rng: &mut crate::nemesis::rng::Rng) -> History {
-        let span = |rng: &mut crate::nemesis::rng::Rng| {
+    fn random_history(rng: &mut crate::rng::Rng) -> History {
+        let span = |rng: &mut crate::rng::Rng| {
             let a = rng.below(20);
             (a, a + rng.below(6))
         };

@@ -248,13 +248,15 @@ fn acknowledged(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn t(ms: u64) -> Duration {
+    pub(crate) fn t(ms: u64) -> Duration {
         Duration::from_millis(ms)
     }
-    fn w(id: u64, invoked: u64, completed: u64, acked: bool) -> Write {
+    /// A write of job `id` between these milliseconds (the checkers' tests, here and in
+    /// `job_table.rs`).
+    pub(crate) fn w(id: u64, invoked: u64, completed: u64, acked: bool) -> Write {
         Write {
             id,
             invoked: t(invoked),
@@ -262,14 +264,15 @@ mod tests {
             acked,
         }
     }
-    fn r(invoked: u64, completed: u64, ids: &[u64]) -> Read {
+    /// A read between these milliseconds that listed `ids`.
+    pub(crate) fn r(invoked: u64, completed: u64, ids: &[u64]) -> Read {
         Read {
             invoked: t(invoked),
             completed: t(completed),
             ids: ids.to_vec(),
         }
     }
-    fn h(writes: Vec<Write>, reads: Vec<Read>) -> History {
+    pub(crate) fn h(writes: Vec<Write>, reads: Vec<Read>) -> History {
         History { writes, reads }
     }
     fn violations(h: &History) -> Vec<Violation> {

@@ -222,6 +222,36 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// Job `id` with its write's times and outcome, as `explain` names it.
+fn written(h: &History, id: u64) -> String {
+    match h.writes.iter().find(|w| w.id == id) {
+        Some(w) => format!(
+            "job {id} (written {:.3}–{:.3} s, {})",
+            secs(w.invoked),
+            secs(w.completed),
+            if w.acked {
+                "acknowledged"
+            } else {
+                "outcome unknown"
+            }
+        ),
+        None => format!("job {id}"),
+    }
+}
+
+/// The jobs whose writes a violation is about (their times widen its span).
+fn involved(v: &Violation) -> Vec<u64> {
+    match *v {
+        Violation::DuplicateWrite { id }
+        | Violation::FromTheFuture { id, .. }
+        | Violation::LostAck { id, .. } => vec![id],
+        Violation::OrderBroken {
+            present, missing, ..
+        } => vec![present, missing],
+        _ => Vec::new(),
+    }
+}
+
 /// A violation in the run's time (the checker names reads by index), and when it happened.
 fn explain(v: &Violation, h: &History) -> (String, Span) {
     let mut span: Option<Span> = None;
@@ -235,19 +265,7 @@ fn explain(v: &Violation, h: &History) -> (String, Span) {
             r.ids.len()
         )
     };
-    let write = |id: u64| match h.writes.iter().find(|w| w.id == id) {
-        Some(w) => format!(
-            "job {id} (written {:.3}–{:.3} s, {})",
-            secs(w.invoked),
-            secs(w.completed),
-            if w.acked {
-                "acknowledged"
-            } else {
-                "outcome unknown"
-            }
-        ),
-        None => format!("job {id}"),
-    };
+    let write = |id: u64| written(h, id);
     let text = match *v {
         Violation::DuplicateWrite { id } => format!("{} written twice", write(id)),
         Violation::DuplicateInRead { read: r, id } => format!("{} lists job {id} twice", read(r)),
@@ -295,15 +313,7 @@ fn explain(v: &Violation, h: &History) -> (String, Span) {
             write(missing)
         ),
     };
-    let involved = match *v {
-        Violation::DuplicateWrite { id }
-        | Violation::FromTheFuture { id, .. }
-        | Violation::LostAck { id, .. } => vec![id],
-        Violation::OrderBroken {
-            present, missing, ..
-        } => vec![present, missing],
-        _ => Vec::new(),
-    };
+    let involved = involved(v);
     for w in h.writes.iter().filter(|w| involved.contains(&w.id)) {
         span = widen(span, (w.invoked, w.completed));
     }

@@ -19,8 +19,8 @@ use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::Error;
 use xce_proto::wire::{Job, JobFilter, JobSpec};
 
-use super::rng::Rng;
 use crate::harness::netns::{self, NetCluster};
+use crate::rng::Rng;
 
 /// Client threads.
 pub const THREADS: usize = 8;

@@ -4,7 +4,7 @@
 //! ([`crate::harness::netns::NetCluster`], root), while 8 client threads write and list
 //! through the library; at the end every fault is healed and the run is checked.
 //!
-//! - [`rng`]: the seeded generator (one seed, one schedule, in every build);
+//! - [`crate::rng`]: the seeded generator (one seed, one schedule, in every build);
 //! - [`schedule`]: the episodes a seed names — when, which faults (composed: a node cut off
 //!   held with another node's fault), on which roles, how long; how many overlapped;
 //! - [`fault`]: the fault kinds, one variant each with `apply`/`heal`; the kinds whose
@@ -24,7 +24,6 @@ pub mod checks;
 pub mod clients;
 pub mod executor;
 pub mod fault;
-pub mod rng;
 pub mod schedule;
 pub mod sequence;
 
@@ -32,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use checks::{Check, FinalRead, Verdict};
 use clients::{Call, CallOp, Clients};
@@ -40,6 +39,7 @@ use executor::{Executed, Executor, Line};
 use fault::{Effect, Kind};
 use schedule::Schedule;
 
+use crate::bench::nodelog::utc;
 use crate::bench::table::{num, Table};
 use crate::harness::netns::NetCluster;
 
@@ -234,29 +234,6 @@ fn log_excerpt(cluster: &NetCluster, r: &Report) -> String {
         });
     }
     lines[lines.len().saturating_sub(LOG_LINES_SHOWN)..].join("\n")
-}
-
-/// `t` as the node logs stamp their lines: `2026-12-03T11:55:18.303Z` (UTC).
-pub fn utc(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let (days, rem) = (d.as_secs() / 86_400, d.as_secs() % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_millis()
-    )
 }
 
 /// Every client thread served again after the end's heal (bounded).
@@ -588,19 +565,5 @@ pub fn command(opts: Options) -> ExitCode {
             );
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_stamps_as_the_node_logs_do() {
-        let at = |s: u64, ms: u64| UNIX_EPOCH + Duration::from_millis(s * 1000 + ms);
-        assert_eq!(utc(at(0, 0)), "1970-01-01T00:00:00.000Z");
-        // 2000-02-29 (a leap day of a century leap year) 23:59:59.999.
-        assert_eq!(utc(at(951_868_799, 999)), "2000-02-29T23:59:59.999Z");
-        assert_eq!(utc(at(1_796_298_918, 303)), "2026-12-03T11:55:18.303Z");
     }
 }

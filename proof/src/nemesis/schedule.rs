@@ -11,7 +11,7 @@ use std::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::fault::{Effect, Fault, Kind, Links, RestartOrder, Target};
-use super::rng::Rng;
+use crate::rng::Rng;
 
 /// The cluster serves alone this long before the first fault.
 pub const WARMUP: Duration = Duration::from_secs(2);

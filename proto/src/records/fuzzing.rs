@@ -137,133 +137,163 @@ pub fn build(data: &[u8], peer: &mut Records<FakeKernel>) -> Wire {
         reads: Vec::new(),
         clean_data: Some(Vec::new()),
     };
-    let mangled = |w: &mut Wire| w.clean_data = None;
     while let Some(op) = s.byte() {
         match op % 12 {
-            // Application data (up to 255 bytes).
-            0 => {
-                let n = s.byte().unwrap_or(0) as usize;
-                let b = s.bytes(n).to_vec();
-                let _ = peer.seal_one(ContentType::ApplicationData, &b, &mut w.bytes);
-                if let Some(d) = w.clean_data.as_mut() {
-                    d.extend_from_slice(&b);
-                }
-            }
-            // One record of any size up to a little past the limit: application data, or
-            // a handshake fragment that starts a message longer than anything buffered.
-            1 => {
-                let handshake = s.byte().unwrap_or(0) & 1 == 1;
-                let n = s.u16().unwrap_or(0) as usize % (MAX_FRAGMENT + 64);
-                let mut b: Vec<u8> = (0..n).map(|i| i as u8).collect();
-                if handshake {
-                    b.iter_mut()
-                        .zip([4, 0xff, 0xff, 0xff])
-                        .for_each(|(x, h)| *x = h);
-                    let _ = peer.seal_one(ContentType::Handshake, &b, &mut w.bytes);
-                    mangled(&mut w);
-                    continue;
-                }
-                let _ = peer.seal_one(ContentType::ApplicationData, &b, &mut w.bytes);
-                match w.clean_data.as_mut() {
-                    Some(d) if n <= MAX_FRAGMENT => d.extend_from_slice(&b),
-                    _ => mangled(&mut w),
-                }
-            }
-            // A handshake fragment: whatever bytes follow.
-            2 => {
-                let n = s.byte().unwrap_or(0) as usize;
-                let b = s.bytes(n).to_vec();
-                let _ = peer.seal_one(ContentType::Handshake, &b, &mut w.bytes);
-                mangled(&mut w);
-            }
-            // A well-formed NewSessionTicket, whole or split over two records.
-            3 => {
-                let n = s.byte().unwrap_or(0) as usize;
-                let split = s.byte().unwrap_or(0) as usize;
-                let mut m = vec![4, 0, 0, n as u8];
-                m.extend(s.bytes(n));
-                m.resize(4 + n, 0);
-                let at = split % (m.len() + 1);
-                for part in [&m[..at], &m[at..]] {
-                    if !part.is_empty() {
-                        let _ = peer.seal_one(ContentType::Handshake, part, &mut w.bytes);
-                    }
-                }
-                mangled(&mut w);
-            }
-            // A key update from the peer (asking for ours or not), in one record or split
-            // over two: its own keys change after it.
-            4 => {
-                let b = s.byte().unwrap_or(0);
-                let request = b & 1 == 1;
-                if b & 2 == 0 {
-                    let _ = peer.update_tx(request, &mut w.bytes);
-                } else {
-                    let m = [
-                        u8::from(HandshakeType::KeyUpdate),
-                        0,
-                        0,
-                        1,
-                        u8::from(request),
-                    ];
-                    let at = 1 + (b >> 2) as usize % 4;
-                    for part in [&m[..at], &m[at..]] {
-                        let _ = peer.seal_one(ContentType::Handshake, part, &mut w.bytes);
-                    }
-                    let _ = peer.rekey_tx();
-                }
-                mangled(&mut w);
-            }
-            // An alert: level and description from the script.
-            5 => {
-                let b = s.bytes(2).to_vec();
-                let _ = peer.seal_one(ContentType::Alert, &b, &mut w.bytes);
-                mangled(&mut w);
-            }
-            // Any inner content type, any bytes.
-            6 => {
-                let typ = ContentType::from(s.byte().unwrap_or(0));
-                let n = s.byte().unwrap_or(0) as usize;
-                let b = s.bytes(n).to_vec();
-                let _ = peer.seal_one(typ, &b, &mut w.bytes);
-                mangled(&mut w);
-            }
-            // Raw bytes.
-            7 => {
-                let n = s.byte().unwrap_or(0) as usize;
-                w.bytes.extend_from_slice(s.bytes(n));
-                mangled(&mut w);
-            }
-            // A record header: type, version and length from the script.
-            8 => {
-                let h = s.bytes(HEADER).to_vec();
-                w.bytes.extend_from_slice(&h);
-                mangled(&mut w);
-            }
-            // A bit flipped in what was built.
-            9 => {
-                let at = s.u16().unwrap_or(0) as usize;
-                let bit = s.byte().unwrap_or(0) % 8;
-                if !w.bytes.is_empty() {
-                    let at = at % w.bytes.len();
-                    w.bytes[at] ^= 1 << bit;
-                    mangled(&mut w);
-                }
-            }
-            // What was built cut short.
-            10 => {
-                let n = s.u16().unwrap_or(0) as usize % (w.bytes.len() + 1);
-                if n < w.bytes.len() {
-                    w.bytes.truncate(n);
-                    w.reads.retain(|&r| r <= n);
-                    mangled(&mut w);
-                }
-            }
+            op @ 0..=1 => data_records(op, &mut s, peer, &mut w),
+            op @ 2..=6 => other_records(op, &mut s, peer, &mut w),
+            op @ 7..=10 => mangle(op, &mut s, &mut w),
             // A read ends here.
             _ => w.reads.push(w.bytes.len()),
         }
     }
     w
+}
+
+impl Wire {
+    /// The script did more than seal application data: no exact plaintext to expect.
+    fn mangled(&mut self) {
+        self.clean_data = None;
+    }
+}
+
+/// Script ops 0–1: application data records.
+fn data_records(op: u8, s: &mut Script<'_>, peer: &mut Records<FakeKernel>, w: &mut Wire) {
+    match op {
+        // Application data (up to 255 bytes).
+        0 => {
+            let n = s.byte().unwrap_or(0) as usize;
+            let b = s.bytes(n).to_vec();
+            let _ = peer.seal_one(ContentType::ApplicationData, &b, &mut w.bytes);
+            if let Some(d) = w.clean_data.as_mut() {
+                d.extend_from_slice(&b);
+            }
+        }
+        // One record of any size up to a little past the limit: application data, or
+        // a handshake fragment that starts a message longer than anything buffered.
+        1 => {
+            let handshake = s.byte().unwrap_or(0) & 1 == 1;
+            let n = s.u16().unwrap_or(0) as usize % (MAX_FRAGMENT + 64);
+            let mut b: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            if handshake {
+                b.iter_mut()
+                    .zip([4, 0xff, 0xff, 0xff])
+                    .for_each(|(x, h)| *x = h);
+                let _ = peer.seal_one(ContentType::Handshake, &b, &mut w.bytes);
+                w.mangled();
+                return;
+            }
+            let _ = peer.seal_one(ContentType::ApplicationData, &b, &mut w.bytes);
+            match w.clean_data.as_mut() {
+                Some(d) if n <= MAX_FRAGMENT => d.extend_from_slice(&b),
+                _ => w.mangled(),
+            }
+        }
+        _ => unreachable!("{op}: not one of data_records's"),
+    }
+}
+
+/// Script ops 2–6: handshake messages, alerts and records of any type.
+fn other_records(op: u8, s: &mut Script<'_>, peer: &mut Records<FakeKernel>, w: &mut Wire) {
+    match op {
+        // A handshake fragment: whatever bytes follow.
+        2 => {
+            let n = s.byte().unwrap_or(0) as usize;
+            let b = s.bytes(n).to_vec();
+            let _ = peer.seal_one(ContentType::Handshake, &b, &mut w.bytes);
+            w.mangled();
+        }
+        // A well-formed NewSessionTicket, whole or split over two records.
+        3 => {
+            let n = s.byte().unwrap_or(0) as usize;
+            let split = s.byte().unwrap_or(0) as usize;
+            let mut m = vec![4, 0, 0, n as u8];
+            m.extend(s.bytes(n));
+            m.resize(4 + n, 0);
+            let at = split % (m.len() + 1);
+            for part in [&m[..at], &m[at..]] {
+                if !part.is_empty() {
+                    let _ = peer.seal_one(ContentType::Handshake, part, &mut w.bytes);
+                }
+            }
+            w.mangled();
+        }
+        // A key update from the peer (asking for ours or not), in one record or split
+        // over two: its own keys change after it.
+        4 => {
+            let b = s.byte().unwrap_or(0);
+            let request = b & 1 == 1;
+            if b & 2 == 0 {
+                let _ = peer.update_tx(request, &mut w.bytes);
+            } else {
+                let m = [
+                    u8::from(HandshakeType::KeyUpdate),
+                    0,
+                    0,
+                    1,
+                    u8::from(request),
+                ];
+                let at = 1 + (b >> 2) as usize % 4;
+                for part in [&m[..at], &m[at..]] {
+                    let _ = peer.seal_one(ContentType::Handshake, part, &mut w.bytes);
+                }
+                let _ = peer.rekey_tx();
+            }
+            w.mangled();
+        }
+        // An alert: level and description from the script.
+        5 => {
+            let b = s.bytes(2).to_vec();
+            let _ = peer.seal_one(ContentType::Alert, &b, &mut w.bytes);
+            w.mangled();
+        }
+        // Any inner content type, any bytes.
+        6 => {
+            let typ = ContentType::from(s.byte().unwrap_or(0));
+            let n = s.byte().unwrap_or(0) as usize;
+            let b = s.bytes(n).to_vec();
+            let _ = peer.seal_one(typ, &b, &mut w.bytes);
+            w.mangled();
+        }
+        _ => unreachable!("{op}: not one of other_records's"),
+    }
+}
+
+/// Script ops 7–10: raw bytes, bare headers, bit flips and truncations.
+fn mangle(op: u8, s: &mut Script<'_>, w: &mut Wire) {
+    match op {
+        // Raw bytes.
+        7 => {
+            let n = s.byte().unwrap_or(0) as usize;
+            w.bytes.extend_from_slice(s.bytes(n));
+            w.mangled();
+        }
+        // A record header: type, version and length from the script.
+        8 => {
+            let h = s.bytes(HEADER).to_vec();
+            w.bytes.extend_from_slice(&h);
+            w.mangled();
+        }
+        // A bit flipped in what was built.
+        9 => {
+            let at = s.u16().unwrap_or(0) as usize;
+            let bit = s.byte().unwrap_or(0) % 8;
+            if !w.bytes.is_empty() {
+                let at = at % w.bytes.len();
+                w.bytes[at] ^= 1 << bit;
+                w.mangled();
+            }
+        }
+        // What was built cut short.
+        10 => {
+            let n = s.u16().unwrap_or(0) as usize % (w.bytes.len() + 1);
+            if n < w.bytes.len() {
+                w.bytes.truncate(n);
+                w.reads.retain(|&r| r <= n);
+                w.mangled();
+            }
+        }
+        _ => unreachable!("{op}: not one of mangle's"),
+    }
 }
 
 /// What the decoder did with a wire.

@@ -4,6 +4,7 @@
 
 use proptest::collection::vec;
 use proptest::prelude::*;
+use proptest::sample::select;
 use xce_proto::wire::*;
 
 pub const CLIENT: ClientId = *b"0123456789abcdef";
@@ -388,72 +389,50 @@ fn usage() -> impl Strategy<Value = Usage> {
     (any::<u64>(), any::<u64>()).prop_map(|(cpu_ms, mem_kb)| Usage { cpu_ms, mem_kb })
 }
 
+// Each enum: one of its values, any (`select` of every variant).
+
 fn session_role() -> impl Strategy<Value = SessionRole> {
-    prop_oneof![
-        Just(SessionRole::Worker),
-        Just(SessionRole::Scheduler),
-        Just(SessionRole::ApiServer),
-        Just(SessionRole::Client),
-    ]
+    use SessionRole::*;
+    select(&[Worker, Scheduler, ApiServer, Client][..])
 }
 
 fn job_action() -> impl Strategy<Value = JobAction> {
-    prop_oneof![
-        Just(JobAction::Kill),
-        Just(JobAction::Suspend),
-        Just(JobAction::Resume),
-        Just(JobAction::Requeue),
-    ]
+    select(
+        &[
+            JobAction::Kill,
+            JobAction::Suspend,
+            JobAction::Resume,
+            JobAction::Requeue,
+        ][..],
+    )
 }
 
 fn queue_action() -> impl Strategy<Value = QueueAction> {
-    prop_oneof![
-        Just(QueueAction::Open),
-        Just(QueueAction::Close),
-        Just(QueueAction::Activate),
-        Just(QueueAction::Inactivate),
-    ]
+    use QueueAction::*;
+    select(&[Open, Close, Activate, Inactivate][..])
 }
 
 fn host_action() -> impl Strategy<Value = HostAction> {
-    prop_oneof![Just(HostAction::Open), Just(HostAction::Close)]
+    select(&[HostAction::Open, HostAction::Close][..])
 }
 
 fn notify_kind() -> impl Strategy<Value = NotifyKind> {
-    prop_oneof![
-        Just(NotifyKind::JobStart),
-        Just(NotifyKind::JobFinish),
-        Just(NotifyKind::JobFail),
-        Just(NotifyKind::JobStop),
-        Just(NotifyKind::JobChkpt),
-    ]
+    use NotifyKind::*;
+    select(&[JobStart, JobFinish, JobFail, JobStop, JobChkpt][..])
 }
 
 fn job_state() -> impl Strategy<Value = JobState> {
-    prop_oneof![
-        Just(JobState::Pend),
-        Just(JobState::Run),
-        Just(JobState::Susp),
-        Just(JobState::Done),
-        Just(JobState::Exit),
-    ]
+    use JobState::*;
+    select(&[Pend, Run, Susp, Done, Exit][..])
 }
 
 fn host_state() -> impl Strategy<Value = HostState> {
-    prop_oneof![
-        Just(HostState::Ok),
-        Just(HostState::Closed),
-        Just(HostState::Unavail)
-    ]
+    select(&[HostState::Ok, HostState::Closed, HostState::Unavail][..])
 }
 
 fn controller_role() -> impl Strategy<Value = ControllerRole> {
-    prop_oneof![
-        Just(ControllerRole::Primary),
-        Just(ControllerRole::Standby),
-        Just(ControllerRole::Candidate),
-        Just(ControllerRole::Initializing),
-    ]
+    use ControllerRole::*;
+    select(&[Primary, Standby, Candidate, Initializing][..])
 }
 
 pub fn op() -> impl Strategy<Value = Op> {

@@ -1,4 +1,5 @@
-//! The nemesis's random numbers: SplitMix64 (Steele, Lea, Flood 2014), written out here so
+//! Seeded random numbers (the nemesis's schedules, the checkers' random histories):
+//! SplitMix64 (Steele, Lea, Flood 2014), written out here so
 //! that a seed names the same schedule in every build and every version of this crate — a
 //! library generator (`rand`'s `StdRng`) may change its algorithm between releases, which
 //! would silently break `--seed N` replays.

@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::fault::{Applied, Fault, Kind, Stage, Trouble, METRICS_PORT, STORAGE_FAULT_EXIT};
+use super::fault::{Applied, Fault, Kind, Stage, METRICS_PORT, STORAGE_FAULT_EXIT};
 use super::schedule::{Episode, Schedule};
+use super::Trouble;
 use crate::harness::netns::{self, NetCluster};
 
 /// One step as it happened, from the run's origin.

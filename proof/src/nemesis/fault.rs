@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::{harness, Trouble};
 use crate::harness::netns::{self, NetCluster};
 
 /// How long a role is looked for before a fallback node stands in (no primary answers: an
@@ -349,22 +350,6 @@ pub struct Applied {
     /// The fault could not begin (`deposed-primary` with no primary answering): noted, not
     /// counted as applied, nothing to heal.
     pub skipped: bool,
-}
-
-/// Why a step did not happen as planned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trouble {
-    /// The harness could not do it (`ip`, `tc`, a spawn failed): the run stops, it proves
-    /// nothing about the cluster.
-    Harness(String),
-    /// The cluster did not do what it must (a membership change refused or never done): a
-    /// finding, reported; the run goes on.
-    Cluster(String),
-}
-
-/// A harness failure doing `what` (the run stops: it proves nothing about the cluster).
-pub(super) fn harness(what: &str) -> impl FnOnce(std::io::Error) -> Trouble + '_ {
-    move |e| Trouble::Harness(format!("{what}: {e}"))
 }
 
 /// The cluster a schedule runs against, and how roles are resolved on it.

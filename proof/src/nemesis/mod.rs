@@ -27,6 +27,22 @@ pub mod fault;
 pub mod schedule;
 pub mod sequence;
 
+/// Why a step did not happen as planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trouble {
+    /// The harness could not do it (`ip`, `tc`, a spawn failed): the run stops, it proves
+    /// nothing about the cluster.
+    Harness(String),
+    /// The cluster did not do what it must (a membership change refused or never done): a
+    /// finding, reported; the run goes on.
+    Cluster(String),
+}
+
+/// A harness failure doing `what` (the run stops: it proves nothing about the cluster).
+pub(super) fn harness(what: &str) -> impl FnOnce(std::io::Error) -> Trouble + '_ {
+    move |e| Trouble::Harness(format!("{what}: {e}"))
+}
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;

@@ -23,7 +23,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::fault::{harness, Trouble};
+use super::{harness, Trouble};
 use crate::harness::cluster::probe;
 use crate::harness::netns::{self, Fault, NetCluster};
 

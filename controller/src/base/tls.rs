@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io::BufReader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -28,34 +28,86 @@ use xce_proto::records::{self, Records, HEADER, MAX_RECORD};
 
 use crate::base::ids::NodeId;
 
-fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Why TLS material could not be loaded, or a configuration built from it: each names its
+/// file and its cause, up to the command line (issue 37: typed, not strings).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A certificate, key or CA file that cannot be read, or is not PEM.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: no certificate found", .0.display())]
+    NoCertificate(PathBuf),
+    #[error("{}: no private key found", .0.display())]
+    NoKey(PathBuf),
+    /// A CA bundle whose certificate cannot be a trust anchor.
+    #[error("{}: {why}", path.display())]
+    BadCa { path: PathBuf, why: String },
+    /// rustls refused the configuration (e.g. a key that does not match its certificate).
+    #[error("{0}")]
+    Config(#[from] rustls::Error),
+    #[error("{0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// Issue 26: this node's certificate names another node; its peers would refuse it.
+    #[error(
+        "{}: the certificate names {names:?}, not {}: this is node {id}, and its peers \
+         would refuse it (make one with `xce-controller pki node DIR {id} HOSTS`)",
+        path.display(),
+        node_name(*id)
+    )]
+    NotThisNode {
+        path: PathBuf,
+        names: Vec<String>,
+        id: NodeId,
+    },
+}
+
+impl From<TlsError> for String {
+    fn from(e: TlsError) -> String {
+        e.to_string()
+    }
+}
+
+fn file_err(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
+    move |source| TlsError::File {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let f = File::open(path).map_err(file_err(path))?;
     let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut BufReader::new(f)).collect();
-    let certs = certs.map_err(|e| format!("{}: {e}", path.display()))?;
+    let certs = certs.map_err(file_err(path))?;
     if certs.is_empty() {
-        return Err(format!("{}: no certificate found", path.display()));
+        return Err(TlsError::NoCertificate(path.to_path_buf()));
     }
     Ok(certs)
 }
 
-fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let f = File::open(path).map_err(file_err(path))?;
     rustls_pemfile::private_key(&mut BufReader::new(f))
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .ok_or_else(|| format!("{}: no private key found", path.display()))
+        .map_err(file_err(path))?
+        .ok_or_else(|| TlsError::NoKey(path.to_path_buf()))
 }
 
 /// Every certificate of a CA bundle (PEM, one or more: old and new CA while rotating), and
 /// their path length constraints.
-fn roots(ca: &Path) -> Result<(Arc<RootCertStore>, Arc<Anchors>), String> {
+fn roots(ca: &Path) -> Result<(Arc<RootCertStore>, Arc<Anchors>), TlsError> {
+    let bad = |why: String| TlsError::BadCa {
+        path: ca.to_path_buf(),
+        why,
+    };
     let mut roots = RootCertStore::empty();
     let all = certs(ca)?;
     for c in &all {
-        roots
-            .add(c.clone())
-            .map_err(|e| format!("{}: {e}", ca.display()))?;
+        roots.add(c.clone()).map_err(|e| bad(e.to_string()))?;
     }
-    let anchors = Anchors::of(&all).map_err(|e| format!("{}: {e}", ca.display()))?;
+    let anchors = Anchors::of(&all).map_err(bad)?;
     Ok((Arc::new(roots), Arc::new(anchors)))
 }
 
@@ -255,14 +307,25 @@ fn client_verifier(
     ca: &Path,
     provider: Arc<rustls::crypto::CryptoProvider>,
     allow_anonymous: bool,
-) -> Result<Arc<dyn ClientCertVerifier>, String> {
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let (roots, anchors) = roots(ca)?;
     let mut v = WebPkiClientVerifier::builder_with_provider(roots, provider);
     if allow_anonymous {
         v = v.allow_unauthenticated();
     }
-    let inner = v.build().map_err(|e| e.to_string())?;
+    let inner = v.build()?;
     Ok(Arc::new(ClientCheck { inner, anchors }))
+}
+
+/// Why a certificate chain is not valid now (C13 amended).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("a certificate that does not parse")]
+    Unparsable,
+    #[error("certificate not valid before {0}")]
+    NotYet(String),
+    #[error("certificate expired at {0}")]
+    Expired(String),
 }
 
 /// The last instant (unix s) at which every certificate of `chain` is valid: the earliest
@@ -271,18 +334,18 @@ fn client_verifier(
 /// handshake's identity unchecked (issue 27: an expired admin certificate stayed admin), and
 /// a connection outlives the moment its certificate expires — the client port checks every
 /// connection here after its handshake and closes it at the instant returned (C13 amended).
-pub fn chain_not_after(chain: &[CertificateDer<'_>], now: i64) -> Result<i64, String> {
+pub fn chain_not_after(chain: &[CertificateDer<'_>], now: i64) -> Result<i64, Invalid> {
     let mut until = i64::MAX;
     for der in chain {
-        let (_, cert) = x509_parser::parse_x509_certificate(der)
-            .map_err(|_| "a certificate that does not parse".to_string())?;
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(der).map_err(|_| Invalid::Unparsable)?;
         let v = cert.validity();
         let (from, to) = (v.not_before.timestamp(), v.not_after.timestamp());
         if now < from {
-            return Err(format!("certificate not valid before {}", v.not_before));
+            return Err(Invalid::NotYet(v.not_before.to_string()));
         }
         if now >= to {
-            return Err(format!("certificate expired at {}", v.not_after));
+            return Err(Invalid::Expired(v.not_after.to_string()));
         }
         until = until.min(to);
     }
@@ -301,22 +364,19 @@ pub fn acceptor(
     key_path: &Path,
     client_ca: Option<&Path>,
     allow_anonymous: bool,
-) -> Result<Arc<rustls::ServerConfig>, String> {
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = provider();
     // TLS 1.3 only, as the protocol says (protocol.md) and every client of the port speaks:
     // its records after the handshake are `ServerTls`'s TLS 1.3 record layer.
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| e.to_string())?;
+        .with_protocol_versions(&[&rustls::version::TLS13])?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
             builder.with_client_cert_verifier(client_verifier(ca, provider, allow_anonymous)?)
         }
     };
-    let mut config = builder
-        .with_single_cert(certs(cert)?, key(key_path)?)
-        .map_err(|e| e.to_string())?;
+    let mut config = builder.with_single_cert(certs(cert)?, key(key_path)?)?;
     // C13 amended (issue 27): no session tickets, so no resumption — a resumed session
     // carries its first handshake's certificate identity without checking it again, past
     // the certificate's expiry; and what resumption would save is small (docs/security.md:
@@ -361,21 +421,20 @@ pub fn cert_names(der: &[u8]) -> Vec<String> {
 /// Issue 26: refuses a certificate file `cert` that does not name `xce-node-ID` for this
 /// node's `id` — its peers would refuse it (mutual TLS on the raft port checks that name), and
 /// the refusals would show on the wrong side. The names it has, in the error.
-pub fn check_own_cert(cert: &Path, id: NodeId) -> Result<(), String> {
+pub fn check_own_cert(cert: &Path, id: NodeId) -> Result<(), TlsError> {
     let chain = certs(cert)?;
     let leaf = chain
         .first()
-        .ok_or_else(|| format!("{}: no certificate", cert.display()))?;
+        .ok_or_else(|| TlsError::NoCertificate(cert.to_path_buf()))?;
     let names = cert_names(leaf);
-    let want = format!("xce-node-{id}");
-    if names.contains(&want) {
+    if names.contains(&node_name(id)) {
         return Ok(());
     }
-    Err(format!(
-        "{}: the certificate names {names:?}, not {want}: this is node {id}, and its peers \
-         would refuse it (make one with `xce-controller pki node DIR {id} HOSTS`)",
-        cert.display()
-    ))
+    Err(TlsError::NotThisNode {
+        path: cert.to_path_buf(),
+        names,
+        id,
+    })
 }
 
 pub fn member_of(der: &[u8], members: &[NodeId]) -> Option<NodeId> {
@@ -395,28 +454,22 @@ pub struct PeerTls {
 impl PeerTls {
     /// Peers must present a certificate `ca` signed (the member check follows the handshake);
     /// this node presents `cert` both as server and as client.
-    pub fn new(cert: &Path, key_path: &Path, ca: &Path) -> Result<PeerTls, String> {
+    pub fn new(cert: &Path, key_path: &Path, ca: &Path) -> Result<PeerTls, TlsError> {
         let provider = provider();
         let (roots, anchors) = roots(ca)?;
         let chain = certs(cert)?;
         let k = key(key_path)?;
         let verifier = client_verifier(ca, provider.clone(), false)?;
         let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| e.to_string())?
+            .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(chain.clone(), k.clone_key())
-            .map_err(|e| e.to_string())?;
-        let inner = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-            .build()
-            .map_err(|e| e.to_string())?;
+            .with_single_cert(chain.clone(), k.clone_key())?;
+        let inner = WebPkiServerVerifier::builder_with_provider(roots, provider.clone()).build()?;
         let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| e.to_string())?
+            .with_protocol_versions(&[&rustls::version::TLS13])?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(ServerCheck { inner, anchors }))
-            .with_client_auth_cert(chain, k)
-            .map_err(|e| e.to_string())?;
+            .with_client_auth_cert(chain, k)?;
         Ok(PeerTls {
             acceptor: TlsAcceptor::from(Arc::new(server)),
             connector: TlsConnector::from(Arc::new(client)),
@@ -435,15 +488,12 @@ impl PeerTls {
 pub fn client_connector(
     ca: &Path,
     identity: Option<&(std::path::PathBuf, std::path::PathBuf)>,
-) -> Result<TlsConnector, String> {
+) -> Result<TlsConnector, TlsError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| e.to_string())?
+        .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_root_certificates(roots(ca)?.0);
     let config = match identity {
-        Some((cert, key_path)) => builder
-            .with_client_auth_cert(certs(cert)?, key(key_path)?)
-            .map_err(|e| e.to_string())?,
+        Some((cert, key_path)) => builder.with_client_auth_cert(certs(cert)?, key(key_path)?)?,
         None => builder.with_no_client_auth(),
     };
     Ok(TlsConnector::from(Arc::new(config)))

@@ -93,7 +93,53 @@ fn duration_of(v: &str) -> Result<time::Duration, String> {
     })
 }
 
-fn write_new(path: &Path, body: &str, secret: bool) -> Result<(), String> {
+/// Why `pki` could not make what it was asked for: each names its file and cause.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// A file or directory it cannot read or write (an existing file is never overwritten).
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A key or CA certificate file that does not parse.
+    #[error("{}: {source}", path.display())]
+    Pem {
+        path: PathBuf,
+        #[source]
+        source: rcgen::Error,
+    },
+    /// Making a key or a certificate.
+    #[error("{0}")]
+    Make(#[from] rcgen::Error),
+    #[error("no randomness")]
+    NoRandomness,
+    /// `DIR/ca.pem` is another CA's certificate than the one signing.
+    #[error("{} holds another CA certificate than {}", copy.display(), ca.display())]
+    OtherCa { copy: PathBuf, ca: PathBuf },
+    /// A name that says no role.
+    #[error("{0:?} says no role: admin, scheduler, worker-HOST or user-NAME")]
+    NoRole(String),
+    /// The token key.
+    #[error("{0}")]
+    TokenKey(String),
+}
+
+impl From<PkiError> for String {
+    fn from(e: PkiError) -> String {
+        e.to_string()
+    }
+}
+
+fn file_err(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
+    move |source| PkiError::File {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write_new(path: &Path, body: &str, secret: bool) -> Result<(), PkiError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -101,19 +147,18 @@ fn write_new(path: &Path, body: &str, secret: bool) -> Result<(), String> {
         .create_new(true)
         .mode(if secret { 0o600 } else { 0o644 })
         .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(body.as_bytes())
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(file_err(path))?;
+    f.write_all(body.as_bytes()).map_err(file_err(path))
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+fn read(path: &Path) -> Result<String, PkiError> {
+    std::fs::read_to_string(path).map_err(file_err(path))
 }
 
 /// Creates the CA and the token key in `dir`.
-pub fn init(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+pub fn init(dir: &Path) -> Result<(), PkiError> {
+    std::fs::create_dir_all(dir).map_err(file_err(dir))?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -121,13 +166,13 @@ pub fn init(dir: &Path) -> Result<(), String> {
         .distinguished_name
         .push(DnType::CommonName, format!("xce cluster CA {stamp}"));
     (params.not_before, params.not_after) = days(CA_DAYS);
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
     write_new(&dir.join("ca.key"), &key.serialize_pem(), true)?;
     write_new(&dir.join("ca.pem"), &cert.pem(), false)?;
     let mut secret = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
-        .map_err(|_| "no randomness".to_string())?;
+        .map_err(|_| PkiError::NoRandomness)?;
     let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     write_new(&dir.join("token.key"), &format!("{hex}\n"), true)
 }
@@ -161,23 +206,21 @@ impl Signing {
 
 /// The CA that signs leaves written to `dir`. With a CA key kept elsewhere, `dir` gets a copy
 /// of the CA certificate (what controllers and clients need), never the key.
-fn issuer(dir: &Path, signing: &Signing) -> Result<Issuer<'static, KeyPair>, String> {
+fn issuer(dir: &Path, signing: &Signing) -> Result<Issuer<'static, KeyPair>, PkiError> {
     let (cert, key) = signing.ca_files(dir);
-    let key = KeyPair::from_pem(&read(&key)?).map_err(|e| format!("{}: {e}", key.display()))?;
+    let pem_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| PkiError::Pem { path, source }
+    };
+    let key = KeyPair::from_pem(&read(&key)?).map_err(pem_err(&key))?;
     let pem = read(&cert)?;
-    let ca = Issuer::from_ca_cert_pem(&pem, key).map_err(|e| format!("{}: {e}", cert.display()))?;
+    let ca = Issuer::from_ca_cert_pem(&pem, key).map_err(pem_err(&cert))?;
     if signing.ca_key.is_some() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let copy = dir.join("ca.pem");
         match std::fs::read_to_string(&copy) {
             Ok(have) if have == pem => {}
-            Ok(_) => {
-                return Err(format!(
-                    "{} holds another CA certificate than {}",
-                    copy.display(),
-                    cert.display()
-                ))
-            }
+            Ok(_) => return Err(PkiError::OtherCa { copy, ca: cert }),
             Err(_) => write_new(&copy, &pem, false)?,
         }
     }
@@ -192,10 +235,10 @@ fn leaf(
     names: Vec<String>,
     server: bool,
     signing: &Signing,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, PkiError> {
     let ca = issuer(dir, signing)?;
     let cn = names[0].clone();
-    let mut params = CertificateParams::new(names).map_err(|e| e.to_string())?;
+    let mut params = CertificateParams::new(names)?;
     params.distinguished_name.push(DnType::CommonName, cn);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -208,8 +251,8 @@ fn leaf(
         Some(d) => valid_for(d),
         None => days(LEAF_DAYS),
     };
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let cert = params.signed_by(&key, &ca).map_err(|e| e.to_string())?;
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &ca)?;
     write_new(&dir.join(format!("{file}.key")), &key.serialize_pem(), true)?;
     let pem = dir.join(format!("{file}.pem"));
     write_new(&pem, &cert.pem(), false)?;
@@ -222,7 +265,7 @@ pub fn node(
     id: NodeId,
     hosts: &[String],
     signing: &Signing,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, PkiError> {
     let name = crate::base::tls::node_name(id);
     let mut names = vec![name.clone()];
     names.extend(hosts.iter().filter(|h| !h.is_empty()).cloned());
@@ -230,16 +273,14 @@ pub fn node(
 }
 
 /// A client identity's certificate; `name` must say a role ([`auth::Identity::parse`]).
-pub fn identity(dir: &Path, name: &str, signing: &Signing) -> Result<PathBuf, String> {
-    auth::Identity::parse(name).ok_or_else(|| {
-        format!("{name:?} says no role: admin, scheduler, worker-HOST or user-NAME")
-    })?;
+pub fn identity(dir: &Path, name: &str, signing: &Signing) -> Result<PathBuf, PkiError> {
+    auth::Identity::parse(name).ok_or_else(|| PkiError::NoRole(name.to_string()))?;
     leaf(dir, name, vec![name.to_string()], false, signing)
 }
 
 /// What `cluster --tls DIR` needs: a CA (unless `signing` names one kept elsewhere), `n`
 /// members on loopback, the local identities. Reuses whatever `dir` already holds.
-pub fn local(dir: &Path, n: u16, signing: &Signing) -> Result<(), String> {
+pub fn local(dir: &Path, n: u16, signing: &Signing) -> Result<(), PkiError> {
     if signing.ca_key.is_none() && !dir.join("ca.pem").exists() {
         init(dir)?;
     }
@@ -298,27 +339,32 @@ pub fn main(args: &[String]) -> i32 {
     };
     let plain = signing.ca_key.is_none() && signing.valid.is_none();
     let res = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["init", dir] if plain => {
-            init(Path::new(dir)).map(|()| format!("CA and token key in {dir}"))
-        }
+        ["init", dir] if plain => init(Path::new(dir))
+            .map(|()| format!("CA and token key in {dir}"))
+            .map_err(|e| e.to_string()),
         ["node", dir, id, hosts] => match id.parse::<NodeId>() {
             Ok(id) if id > 0 => {
                 let hosts: Vec<String> = hosts.split(',').map(|h| h.trim().to_string()).collect();
-                node(Path::new(dir), id, &hosts, &signing).map(|p| p.display().to_string())
+                node(Path::new(dir), id, &hosts, &signing)
+                    .map(|p| p.display().to_string())
+                    .map_err(|e| e.to_string())
             }
             _ => Err(format!("bad node id {id:?}")),
         },
-        ["identity", dir, name] => {
-            identity(Path::new(dir), name, &signing).map(|p| p.display().to_string())
+        ["identity", dir, name] => identity(Path::new(dir), name, &signing)
+            .map(|p| p.display().to_string())
+            .map_err(|e| e.to_string()),
+        ["token", dir, name] if plain => {
+            token(Path::new(dir), name, TOKEN_DAYS).map_err(|e| e.to_string())
         }
-        ["token", dir, name] if plain => token(Path::new(dir), name, TOKEN_DAYS),
         ["token", dir, name, d] if plain => match d.parse() {
-            Ok(d) => token(Path::new(dir), name, d),
+            Ok(d) => token(Path::new(dir), name, d).map_err(|e| e.to_string()),
             Err(_) => Err(format!("bad number of days {d:?}")),
         },
         ["local", dir, n] => match n.parse::<u16>() {
             Ok(n) if (1..=8).contains(&n) => local(Path::new(dir), n, &signing)
-                .map(|()| format!("cluster certificates in {dir}")),
+                .map(|()| format!("cluster certificates in {dir}"))
+                .map_err(|e| e.to_string()),
             _ => Err(format!("bad number of nodes {n:?}")),
         },
         _ => {
@@ -338,11 +384,9 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn token(dir: &Path, name: &str, days: i64) -> Result<String, String> {
-    let key = auth::TokenKey::load(&dir.join("token.key"))?;
-    auth::Identity::parse(name).ok_or_else(|| {
-        format!("{name:?} says no role: admin, scheduler, worker-HOST or user-NAME")
-    })?;
+fn token(dir: &Path, name: &str, days: i64) -> Result<String, PkiError> {
+    let key = auth::TokenKey::load(&dir.join("token.key")).map_err(PkiError::TokenKey)?;
+    auth::Identity::parse(name).ok_or_else(|| PkiError::NoRole(name.to_string()))?;
     let expires = time::OffsetDateTime::now_utc().unix_timestamp() + days * 86_400;
     Ok(key.mint(name, expires))
 }

@@ -110,7 +110,45 @@ pub fn run(args: RunArgs) -> i32 {
     }
 }
 
-async fn run_node(args: RunArgs) -> Result<(), String> {
+/// Why a node stopped, or could not start: each names its cause, up to `run`'s last line
+/// (issue 37: typed, not strings). `run` turns C21's storage fault into exit status 74 and a
+/// removal into 78 (each also told apart by its own module), anything else into 1.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Its TLS files (or its own certificate naming another node).
+    #[error(transparent)]
+    Tls(#[from] crate::base::tls::TlsError),
+    /// Its data directory's store.
+    #[error(transparent)]
+    Store(#[from] crate::raft::store::OpenError),
+    /// A port it cannot listen on.
+    #[error("bind {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Raft core would not start or answer.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// C21: its disk failed.
+    #[error("storage fault: {0}")]
+    StorageFault(String),
+    /// Issue 26: it learnt it was removed from the cluster.
+    #[error("{0}")]
+    Removed(String),
+    /// Its configuration, authorization files, data directory, membership (each says which).
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl From<String> for RunError {
+    fn from(why: String) -> RunError {
+        RunError::Setup(why)
+    }
+}
+
+async fn run_node(args: RunArgs) -> Result<(), RunError> {
     let (links, auth, stores) = prepare(&args)?;
     let blank = stores.amnesia.unsure();
     let port_state = stores.raft_port_state();
@@ -250,24 +288,24 @@ async fn until_stopped(
     ready: &Readiness,
     elect: &Elections,
     replays_history: bool,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let id = serving.id;
     tokio::select! {
         () = stop_on_signal(raft, serving, ready, elect, id) => Ok(()),
-        why = fault::wait() => Err(format!("storage fault: {why}")),
+        why = fault::wait() => Err(RunError::StorageFault(why)),
         // A node that started blank replays the cluster's history like a `--join` node, in
         // which its id may have been removed and added again (found by the nemesis: a node
         // re-added, then its disk lost and restarted with its first flags, exited 78).
         why = crate::raft::removed::watch(raft.clone(), id, replays_history) => {
             crate::raft::stop(raft).await;
-            Err(why)
+            Err(RunError::Removed(why))
         }
     }
 }
 
 /// What a node needs before its ports open: its own certificate checked, its links' TLS and
 /// bounds, its callers' authorization, its stores opened.
-fn prepare(args: &RunArgs) -> Result<(Links, Auth, Stores), String> {
+fn prepare(args: &RunArgs) -> Result<(Links, Auth, Stores), RunError> {
     let id = args.id;
     let limits = xce_proto::wire::Limits::default();
     // Issue 26: a node started with another node's certificate says so at once (before, it
@@ -298,13 +336,13 @@ fn pace_of(o: &NodeOpts) -> Arc<Pace> {
 }
 
 /// The last index of the log as this process found it.
-async fn last_index(log: &LogStore) -> Result<Option<u64>, String> {
+async fn last_index(log: &LogStore) -> Result<Option<u64>, RunError> {
     use openraft::storage::RaftLogStorage;
     let mut log = log.clone();
     Ok(log
         .get_log_state()
         .await
-        .map_err(|e| format!("raft log: {e}"))?
+        .map_err(|e| RunError::Raft(format!("log: {e}")))?
         .last_log_id
         .map(|l| l.index))
 }
@@ -371,7 +409,7 @@ struct Stores {
     diverged: Arc<Diverged>,
 }
 
-fn open_stores(args: &RunArgs) -> Result<Stores, String> {
+fn open_stores(args: &RunArgs) -> Result<Stores, RunError> {
     let id = args.id;
     private_dir(&args.data)?;
     let mut st = store::open_store(&args.data)?;
@@ -539,7 +577,7 @@ struct Listeners {
     metrics: Option<TcpListener>,
 }
 
-async fn bind(args: &RunArgs) -> Result<Listeners, String> {
+async fn bind(args: &RunArgs) -> Result<Listeners, RunError> {
     use crate::base::config::{exposure, resolve, Port};
     let id = args.id;
     let me = args.spec.nodes[&id].clone();
@@ -553,19 +591,23 @@ async fn bind(args: &RunArgs) -> Result<Listeners, String> {
         exposure(port, name, at.ip(), &args.opts)?;
         Ok(l)
     };
+    let bound = |addr: &str| {
+        let addr = addr.to_string();
+        move |source| RunError::Bind { addr, source }
+    };
     let client_l = TcpListener::bind(&resolve(&me.client).await?[..])
         .await
-        .map_err(|e| format!("bind {}: {e}", me.client))?;
+        .map_err(bound(&me.client))?;
     let client_l = judged(Port::Client, &me.client, client_l)?;
     let raft_l = TcpListener::bind(&resolve(&me.raft).await?[..])
         .await
-        .map_err(|e| format!("bind {}: {e}", me.raft))?;
+        .map_err(bound(&me.raft))?;
     let raft_l = judged(Port::Raft, &me.raft, raft_l)?;
     let metrics_l = match &args.opts.metrics {
         Some(a) => {
             let l = TcpListener::bind(&resolve(a).await?[..])
                 .await
-                .map_err(|e| format!("bind metrics {a}: {e}"))?;
+                .map_err(bound(&format!("metrics {a}")))?;
             Some(judged(Port::Metrics, a, l)?)
         }
         None => None,
@@ -585,7 +627,7 @@ async fn start_raft(
     pace: &Arc<Pace>,
     log: LogStore,
     sm: StateMachineStore,
-) -> Result<Raft, String> {
+) -> Result<Raft, RunError> {
     let o = &args.opts;
     let config = Config {
         cluster_name: o.cluster_name.clone(),
@@ -597,7 +639,7 @@ async fn start_raft(
         ..store_config()
     }
     .validate()
-    .map_err(|e| format!("raft config: {e}"))?;
+    .map_err(|e| RunError::Raft(format!("config: {e}")))?;
     let net = NetFactory {
         lease: lease.clone(),
         pace: pace.clone(),
@@ -609,7 +651,7 @@ async fn start_raft(
     };
     Raft::new(args.id, Arc::new(config), net, log, sm)
         .await
-        .map_err(|e| format!("raft: {e}"))
+        .map_err(|e| RunError::Raft(e.to_string()))
 }
 
 /// C17: the stored membership wins over `--cluster` (a moved address is refused); a node

@@ -263,35 +263,14 @@ fn rand_id() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sm::state::{Cmd, Proposal, State, SubmitSpec};
-
-    fn table(n: u64, command_len: usize) -> State {
-        let mut s = State::default();
-        for id in 1..=n {
-            s.apply(&Proposal {
-                client_id: [2; 16],
-                request_id: 0,
-                now_ms: 1,
-                cmd: Cmd::JobSubmit(SubmitSpec {
-                    job_id: id * 10,
-                    name: format!("j{id}"),
-                    user: if id % 2 == 0 { "even" } else { "odd" }.into(),
-                    queue: String::new(),
-                    command: "c".repeat(command_len),
-                    ncpus: 1,
-                    mem_mb: 1,
-                }),
-            });
-        }
-        s
-    }
+    use crate::sm::state::State;
 
     /// Defect 8: far more concurrent listings than the old 32 all keep their cursors when
     /// nothing is written meanwhile (they share one table), and the count is still bounded.
     #[test]
     fn concurrent_listings_keep_their_cursors() {
         let cursors = Cursors::default();
-        let s = table(10, 1);
+        let s = State::with_test_jobs(10, 1);
         let ids: Vec<u64> = (0..1000)
             .map(|_| cursors.pin(s.jobs_snapshot(), s.applied_count(), &JobFilter::default()))
             .collect();
@@ -310,7 +289,7 @@ mod tests {
     fn memory_bound_drops_the_oldest_pin() {
         // A budget of one 100-job table.
         let cursors = Cursors::with_budget(100 * JOB_BYTES);
-        let s = table(100, 1);
+        let s = State::with_test_jobs(100, 1);
         let f = JobFilter::default();
         let a = cursors.pin(s.jobs_snapshot(), 1, &f);
         let b = cursors.pin(s.jobs_snapshot(), 1, &f);

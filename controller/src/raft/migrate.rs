@@ -19,7 +19,7 @@
 //!    A crash before this step leaves a directory with both, read as upgraded: the next start
 //!    replaces `raft.redb` then.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redb::{Database, TableDefinition};
 
@@ -69,21 +69,68 @@ struct Old {
     entries: Vec<(u64, Vec<u8>)>,
 }
 
+/// Why an earlier build's data directory could not be upgraded: each names its cause (the
+/// node does not start; its data is left as it was).
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("open {}: {why}", path.display())]
+    Open { path: PathBuf, why: String },
+    /// redb could not read the earlier build's database (its text: redb's errors are large).
+    #[error("{0}")]
+    Db(String),
+    /// A metadata value the earlier build wrote that does not parse.
+    #[error("{key}: {source}")]
+    Value {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A log entry that cannot be re-encoded.
+    #[error("log entry {index}: {why}")]
+    Entry { index: u64, why: String },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The earlier database was replaced by its tombstone, but the new metadata is missing.
+    #[error(
+        "{}: upgraded to the segmented log, but {} is missing",
+        .0.display(),
+        crate::raft::meta::META_FILE
+    )]
+    MetaMissing(PathBuf),
+}
+
+macro_rules! db_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for UpgradeError {
+            fn from(e: $t) -> UpgradeError {
+                UpgradeError::Db(e.to_string())
+            }
+        }
+    )*};
+}
+db_errors!(redb::TransactionError, redb::TableError, redb::StorageError);
+
 fn read_json<T: for<'a> serde::Deserialize<'a>>(
     t: &redb::ReadOnlyTable<&str, &[u8]>,
     key: &str,
-) -> Result<Option<T>, String> {
-    match t.get(key).map_err(|e| e.to_string())? {
+) -> Result<Option<T>, UpgradeError> {
+    match t.get(key)? {
         None => Ok(None),
         Some(v) => serde_json::from_slice(v.value())
             .map(Some)
-            .map_err(|e| format!("{key}: {e}")),
+            .map_err(|source| UpgradeError::Value {
+                key: key.to_string(),
+                source,
+            }),
     }
 }
 
-fn read_old(path: &Path) -> Result<Old, String> {
-    let db = Database::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    let tx = db.begin_read().map_err(|e| e.to_string())?;
+fn read_old(path: &Path) -> Result<Old, UpgradeError> {
+    let db = Database::open(path).map_err(|e| UpgradeError::Open {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    let tx = db.begin_read()?;
     let meta = match tx.open_table(META) {
         Ok(t) => Meta {
             vote: read_json::<Vote>(&t, "vote")?,
@@ -92,39 +139,37 @@ fn read_old(path: &Path) -> Result<Old, String> {
             cluster: read_json::<Belonging>(&t, "cluster")?,
         },
         Err(redb::TableError::TableDoesNotExist(_)) => Meta::default(),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
     let after = meta.purged.map_or(0, |p| p.index + 1);
     let mut entries = Vec::new();
     match tx.open_table(LOG) {
         Ok(t) => {
-            for item in t.range(after..).map_err(|e| e.to_string())? {
-                let (k, v) = item.map_err(|e| e.to_string())?;
+            for item in t.range(after..)? {
+                let (k, v) = item?;
                 entries.push((k.value(), v.value().to_vec()));
             }
         }
         Err(redb::TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     }
     Ok(Old { meta, entries })
 }
 
 /// Moves the entries to `DIR/raft-log/` through `DIR/raft-log.upgrade/`, each re-encoded by
 /// `recode`.
-fn move_log(dir: &Path, old: &Old, recode: Recode) -> Result<(), String> {
-    let s = |e: std::io::Error| e.to_string();
+fn move_log(dir: &Path, old: &Old, recode: Recode) -> Result<(), UpgradeError> {
     let tmp = dir.join(UPGRADE_DIR);
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut segs = Segments::open(&tmp, old.meta.purged.map(|p| p.index)).map_err(s)?;
+    let mut segs = Segments::open(&tmp, old.meta.purged.map(|p| p.index))?;
     let mut batch: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut bytes = 0;
     for (i, (index, stored)) in old.entries.iter().enumerate() {
-        let e = recode(stored).map_err(|e| format!("log entry {index}: {e}"))?;
+        let e = recode(stored).map_err(|why| UpgradeError::Entry { index: *index, why })?;
         bytes += e.len();
         batch.push((*index, e));
         if bytes >= BATCH_BYTES || i + 1 == old.entries.len() {
-            segs.append(batch.iter().map(|(i, b)| (*i, b.as_slice())))
-                .map_err(s)?;
+            segs.append(batch.iter().map(|(i, b)| (*i, b.as_slice())))?;
             batch.clear();
             bytes = 0;
         }
@@ -132,13 +177,12 @@ fn move_log(dir: &Path, old: &Old, recode: Recode) -> Result<(), String> {
     drop(segs);
     let log = dir.join(LOG_DIR);
     match std::fs::remove_dir_all(&log) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(s(e)),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
         _ => {}
     }
-    std::fs::rename(&tmp, &log).map_err(s)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(s)
+    std::fs::rename(&tmp, &log)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 /// Re-encodes a stored entry of an earlier build in this build's encoding.
@@ -146,30 +190,26 @@ pub type Recode = fn(&[u8]) -> Result<Vec<u8>, String>;
 
 /// Upgrades `dir` if an earlier build wrote it (see the module); returns what it did, for the
 /// node's log. A directory already upgraded, or new, is left as it is.
-pub fn upgrade(dir: &Path, recode: Recode) -> Result<Option<String>, String> {
+pub fn upgrade(dir: &Path, recode: Recode) -> Result<Option<String>, UpgradeError> {
     let db = dir.join(DB_FILE);
     if dir.join(crate::raft::meta::META_FILE).exists() {
         // Upgraded (or made by this build): the last step, if a crash cut it short.
-        if !db.exists() || !is_tombstone(&db).map_err(|e| e.to_string())? {
-            write_tombstone(dir).map_err(|e| e.to_string())?;
+        if !db.exists() || !is_tombstone(&db)? {
+            write_tombstone(dir)?;
         }
         return Ok(None);
     }
     if !db.exists() {
         return Ok(None);
     }
-    if is_tombstone(&db).map_err(|e| e.to_string())? {
-        return Err(format!(
-            "{}: upgraded to the segmented log, but {} is missing",
-            db.display(),
-            crate::raft::meta::META_FILE
-        ));
+    if is_tombstone(&db)? {
+        return Err(UpgradeError::MetaMissing(db));
     }
     let t0 = std::time::Instant::now();
     let old = read_old(&db)?;
     move_log(dir, &old, recode)?;
-    MetaFile::create(dir, &old.meta).map_err(|e| e.to_string())?;
-    write_tombstone(dir).map_err(|e| e.to_string())?;
+    MetaFile::create(dir, &old.meta)?;
+    write_tombstone(dir)?;
     Ok(Some(format!(
         "upgraded its data directory: {} log entries moved from {DB_FILE} to {LOG_DIR}/ in {} ms",
         old.entries.len(),
@@ -302,6 +342,7 @@ pub(crate) mod tests {
         upgrade(dir.path(), same_bytes).unwrap();
         std::fs::remove_file(dir.path().join(crate::raft::meta::META_FILE)).unwrap();
         let e = upgrade(dir.path(), same_bytes).unwrap_err();
-        assert!(e.contains("is missing"), "{e}");
+        assert!(matches!(e, UpgradeError::MetaMissing(_)), "{e}");
+        assert!(e.to_string().contains("is missing"), "{e}");
     }
 }

@@ -90,11 +90,44 @@ pub fn disk_bytes(dir: &Path) -> u64 {
     segs + size(&dir.join(META_FILE)) + size(&dir.join(crate::raft::migrate::DB_FILE))
 }
 
+/// Why the node's store could not be opened: each names its directory and cause.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The log's segments or metadata cannot be read or made.
+    #[error("{}: {source}", path.display())]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An earlier build's directory that cannot be upgraded.
+    #[error("{0}")]
+    Upgrade(#[from] crate::raft::migrate::UpgradeError),
+}
+
+impl From<OpenError> for String {
+    fn from(e: OpenError) -> String {
+        e.to_string()
+    }
+}
+
 /// Opens (making if needed) the node's store in `dir`, upgrading a directory an earlier build
 /// wrote (`raft/migrate.rs`, said in the node's log).
-pub fn open_store(dir: &Path) -> Result<Store, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let shown = |e: std::io::Error| format!("{}: {e}", dir.display());
+pub fn open_store(dir: &Path) -> Result<Store, OpenError> {
+    std::fs::create_dir_all(dir).map_err(|source| OpenError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let shown = |source: std::io::Error| OpenError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    };
     if let Some(done) = crate::raft::migrate::upgrade(dir, recode)? {
         eprintln!("{done}");
     }

@@ -1312,6 +1312,32 @@ pub fn page<'a>(
 }
 
 #[cfg(test)]
+impl State {
+    /// Tests: a table of `n` jobs (ids 10, 20, …; users `even`/`odd`), each command
+    /// `command_len` bytes long.
+    pub(crate) fn with_test_jobs(n: u64, command_len: usize) -> State {
+        let mut s = State::default();
+        for id in 1..=n {
+            s.apply(&Proposal {
+                client_id: [2; 16],
+                request_id: 0,
+                now_ms: 1,
+                cmd: Cmd::JobSubmit(SubmitSpec {
+                    job_id: id * 10,
+                    name: format!("j{id}"),
+                    user: if id % 2 == 0 { "even" } else { "odd" }.into(),
+                    queue: String::new(),
+                    command: "c".repeat(command_len),
+                    ncpus: 1,
+                    mem_mb: 1,
+                }),
+            });
+        }
+        s
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -100,27 +100,6 @@ mod tests {
     use crate::sm::state::{Cmd, Proposal, State, SubmitSpec};
     use xce_proto::wire::JobFilter;
 
-    fn table(n: u64, command_len: usize) -> State {
-        let mut s = State::default();
-        for id in 1..=n {
-            s.apply(&Proposal {
-                client_id: [2; 16],
-                request_id: 0,
-                now_ms: 1,
-                cmd: Cmd::JobSubmit(SubmitSpec {
-                    job_id: id * 10,
-                    name: format!("j{id}"),
-                    user: if id % 2 == 0 { "even" } else { "odd" }.into(),
-                    queue: String::new(),
-                    command: "c".repeat(command_len),
-                    ncpus: 1,
-                    mem_mb: 1,
-                }),
-            });
-        }
-        s
-    }
-
     fn page_of(r: &Reply) -> &JobPage {
         match &r.data {
             ReplyData::JobPage(p) => p,
@@ -174,7 +153,7 @@ mod tests {
     #[test]
     fn pages_come_from_one_snapshot_within_the_frame() {
         let cursors = Cursors::default();
-        let mut s = table(3000, 500);
+        let mut s = State::with_test_jobs(3000, 500);
         let frame = 64 << 10;
         let ids = list_all(&cursors, &mut s, JobListPage::default(), frame);
         let want: Vec<u64> = (1..=3000).map(|i| i * 10).collect();
@@ -186,7 +165,7 @@ mod tests {
     #[test]
     fn filter_and_limit_hold_across_pages() {
         let cursors = Cursors::default();
-        let mut s = table(3000, 500);
+        let mut s = State::with_test_jobs(3000, 500);
         let req = JobListPage {
             filter: JobFilter {
                 user: "even".into(),
@@ -207,7 +186,7 @@ mod tests {
     #[test]
     fn unknown_cursor_is_estale_and_a_job_too_large_is_toobig() {
         let cursors = Cursors::default();
-        let s = table(3, 100_000);
+        let s = State::with_test_jobs(3, 100_000);
         let req = JobListPage {
             cursor: 42,
             after: 10,

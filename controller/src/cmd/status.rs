@@ -511,11 +511,11 @@ fn place_silence(
     e: &str,
     resolved: &[(String, Vec<std::net::SocketAddr>)],
 ) {
-    let resolved_of = |a: &str| -> Vec<std::net::SocketAddr> {
+    let resolved_of = |a: &str| -> &[std::net::SocketAddr] {
         resolved
             .iter()
             .find(|(x, _)| x == a)
-            .map_or_else(Vec::new, |(_, v)| v.clone())
+            .map_or(&[][..], |(_, v)| &v[..])
     };
     let mine = resolved_of(addr);
     let at = nodes.iter().position(|n| {

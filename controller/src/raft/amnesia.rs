@@ -514,15 +514,34 @@ mod tests {
         v
     }
 
+    fn append(vote: Vote, matched: Option<LogId>, leader_commit: Option<LogId>) -> Fact {
+        Fact::Append {
+            vote,
+            matched,
+            leader_commit,
+        }
+    }
+
+    /// Each case's verdict by the rule apart from the floor (a floor below every vote here;
+    /// the floor's own part is `below_the_floor_never_catches_up`).
+    fn check_caught_up(cases: Vec<(&str, Fact, bool)>) {
+        let floor = Some(Floor {
+            vote: Vote::default(),
+            brand_new: false,
+        });
+        for (what, fact, want) in cases {
+            assert_eq!(
+                caught_up_by(&fact, floor).is_some(),
+                want,
+                "{what}: {fact:?}"
+            );
+        }
+    }
+
     /// C12 amended, as a table (appends, I): (what, the fact, caught up?). Node F is 2; it
     /// led in term 3; the current leader L is 1, in term 5.
     #[test]
     fn caught_up_means_caught_up() {
-        let append = |vote, matched, leader_commit| Fact::Append {
-            vote,
-            matched,
-            leader_commit,
-        };
         let cases: Vec<(&str, Fact, bool)> = vec![
             (
                 "issue 25 defect 2: the log ends in F's own old entry, the commit is ahead",
@@ -579,29 +598,13 @@ mod tests {
                 false,
             ),
         ];
-        // The rule apart from the floor (below every vote here); the floor's part below.
-        let floor = Some(Floor {
-            vote: Vote::default(),
-            brand_new: false,
-        });
-        for (what, fact, want) in cases {
-            assert_eq!(
-                caught_up_by(&fact, floor).is_some(),
-                want,
-                "{what}: {fact:?}"
-            );
-        }
+        check_caught_up(cases);
     }
 
     /// C12 amended, as a table (appends, II): (what, the fact, caught up?). Node F is 2; it
     /// led in term 3; the current leader L is 1, in term 5.
     #[test]
     fn caught_up_means_caught_up_by_the_leaders_term() {
-        let append = |vote, matched, leader_commit| Fact::Append {
-            vote,
-            matched,
-            leader_commit,
-        };
         let cases: Vec<(&str, Fact, bool)> = vec![
             (
                 "matched only entries of an earlier term, no commit index (a restarted leader)",
@@ -646,18 +649,7 @@ mod tests {
                 false,
             ),
         ];
-        // The rule apart from the floor (below every vote here); the floor's part below.
-        let floor = Some(Floor {
-            vote: Vote::default(),
-            brand_new: false,
-        });
-        for (what, fact, want) in cases {
-            assert_eq!(
-                caught_up_by(&fact, floor).is_some(),
-                want,
-                "{what}: {fact:?}"
-            );
-        }
+        check_caught_up(cases);
     }
 
     /// C12 amended, as a table (votes saved): (what, the fact, caught up?). Node F is 2; it
@@ -690,29 +682,13 @@ mod tests {
                 false,
             ),
         ];
-        // The rule apart from the floor (below every vote here); the floor's part below.
-        let floor = Some(Floor {
-            vote: Vote::default(),
-            brand_new: false,
-        });
-        for (what, fact, want) in cases {
-            assert_eq!(
-                caught_up_by(&fact, floor).is_some(),
-                want,
-                "{what}: {fact:?}"
-            );
-        }
+        check_caught_up(cases);
     }
 
     /// C12 fifth round: an append of a vote below the floor, or before the floor is known,
     /// never catches up, however it matches.
     #[test]
     fn below_the_floor_never_catches_up() {
-        let append = |vote, matched, leader_commit| Fact::Append {
-            vote,
-            matched,
-            leader_commit,
-        };
         let good = append(
             committed(5, 1),
             Some(log_id(5, 1, 57)),

@@ -103,7 +103,7 @@ pub(super) async fn transfer(
 
 /// `snapshotSave`: a new online snapshot, or the next chunk of one.
 pub(super) async fn snapshot_save(ctx: &Ctx, seq: u64, s: &SnapshotSave) -> Reply {
-    let frame_max = super::limits().max_message_bytes;
+    let frame_max = super::LIMITS.max_message_bytes;
     let c = match backup::chunk(ctx, s.cursor, s.offset, s.max_bytes, frame_max).await {
         Ok(c) => c,
         Err(SaveError::Errno(e)) => return Reply::status(seq, e),

@@ -137,8 +137,8 @@ async fn serve_conn<S: ClientIo>(
             shown: false,
         },
         anonymous_limits: wire::Limits {
-            max_message_bytes: ANONYMOUS_MAX_FRAME.min(super::limits().max_message_bytes),
-            ..super::limits()
+            max_message_bytes: ANONYMOUS_MAX_FRAME.min(super::LIMITS.max_message_bytes),
+            ..super::LIMITS
         },
         buf: Vec::new(),
         frame_start: None,
@@ -180,7 +180,7 @@ impl<S: ClientIo> Served<'_, S> {
         let (ctx, id, peer) = (self.ctx, self.ctx.id, self.peer);
         loop {
             let limits = if self.standing.authenticated() {
-                &super::limits()
+                &super::LIMITS
             } else {
                 &self.anonymous_limits
             };

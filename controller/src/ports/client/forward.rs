@@ -80,7 +80,7 @@ pub(super) async fn forward(ctx: &Ctx, req: &Request, who: &Identity) -> Option<
         Forwarded::Lost => "lost",
     });
     match res {
-        Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &super::limits()) {
+        Forwarded::Reply(bytes) => match wire::decode_reply(&bytes, &super::LIMITS) {
             Ok(r) if r.seq == req.seq => Some(r),
             _ => {
                 crate::log_warn!(

@@ -30,10 +30,10 @@ pub async fn answer_forwarded(
     if ctx.auth.on && !member_tls {
         return Vec::new();
     }
-    if frame.len() > super::limits().max_message_bytes || who.len() > 300 {
+    if frame.len() > super::LIMITS.max_message_bytes || who.len() > 300 {
         return Vec::new();
     }
-    let Ok(req) = wire::decode_request(frame, &super::limits()) else {
+    let Ok(req) = wire::decode_request(frame, &super::LIMITS) else {
         return Vec::new();
     };
     let who = if !ctx.auth.on {

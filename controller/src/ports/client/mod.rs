@@ -28,9 +28,8 @@
 //! `forwarded.rs` (C16 on the primary).
 
 /// The wire's bounds on what a client sends and is sent (C9): the protocol's defaults.
-fn limits() -> xce_proto::wire::Limits {
-    xce_proto::wire::Limits::default()
-}
+const LIMITS: xce_proto::wire::Limits =
+    xce_proto::wire::Limits::with_max_message_bytes(xce_proto::wire::DEFAULT_MAX_MESSAGE_BYTES);
 
 mod admin;
 mod authz;

@@ -24,12 +24,12 @@ const CROWD_MEMORY: Duration = Duration::from_secs(1);
 /// Never a frame the client is bound to refuse: a reply over the frame limit goes out as
 /// -E_XCE_TOOBIG (deterministic: every master would say the same, so no failover).
 pub(super) fn encode_reply_bounded(ctx: &Ctx, reply: &Reply, out: &mut Vec<u8>) {
-    if super::listing::encode_bounded(reply, super::limits().max_message_bytes, out) {
+    if super::listing::encode_bounded(reply, super::LIMITS.max_message_bytes, out) {
         crate::log_warn!(
             "node {}: reply to seq {} over {} bytes: sent as E_XCE_TOOBIG",
             ctx.id,
             reply.seq,
-            super::limits().max_message_bytes
+            super::LIMITS.max_message_bytes
         );
     }
 }
@@ -40,7 +40,7 @@ pub(super) fn job_list_page(ctx: &Ctx, seq: u64, p: &wire::JobListPage) -> Reply
         &ctx.cursors,
         seq,
         p,
-        super::limits().max_message_bytes,
+        super::LIMITS.max_message_bytes,
         || {
             let st = &ctx.applied.read().expect("state lock").state;
             (st.jobs_snapshot(), st.applied_count())
@@ -84,7 +84,7 @@ pub(super) fn read(ctx: &Ctx, req: &Request) -> Reply {
     match &req.op {
         // The unpaged op answers only what fits one frame (older clients; ours page).
         Op::JobList(f) => {
-            let budget = super::listing::hard_budget(0, super::limits().max_message_bytes);
+            let budget = super::listing::hard_budget(0, super::LIMITS.max_message_bytes);
             st.jobs(&filter_from_wire(f), budget).map_or_else(
                 || Reply::status(seq, -xce_proto::error::E_XCE_TOOBIG),
                 |jobs| {

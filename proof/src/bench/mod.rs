@@ -19,7 +19,6 @@
 //! | P13 rolling restart | [`p13_rolling`] | `xce-rolling` |
 //! | P14 congested links | [`p14_congestion`] | `xce-congestion` |
 //! | P15 the price of security | [`p15_security`] | `xce-bench` |
-//! | P15's TLS record layer side by side with rustls's APIs | [`records`] | `xce-records` |
 //! | P16 fast and calm at once (P14's rounds, each after quiet kills) | [`p16_adaptation`] | `xce-congestion --p16 N` |
 //! | P17 cost as the work grows (P12's rows as a curve) | [`p17_growth`] | `xce-scale` |
 //!
@@ -59,7 +58,6 @@ pub mod p7_codec;
 pub mod p8_footprint;
 pub mod p9_netfaults;
 pub mod plan;
-pub mod records;
 pub mod stats;
 pub mod steady;
 pub mod suite;

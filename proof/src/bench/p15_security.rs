@@ -135,11 +135,8 @@ struct P1Placement {
 /// hellos each (the order swapped every round), so that a neighbour's burst on the shared
 /// machine lands on both modes alike. Three times: as the scheduler places the threads; with
 /// the bench and both clusters on one CPU; with the bench on one CPU and both clusters on the
-/// other. Returns those three and P1's request and reply sizes.
-fn p1_side_by_side(
-    modes: [&Mode; 2],
-    opts: &BenchOpts,
-) -> Result<([P1Placement; 3], (usize, usize)), String> {
+/// other. Returns those three.
+fn p1_side_by_side(modes: [&Mode; 2], opts: &BenchOpts) -> Result<[P1Placement; 3], String> {
     let clusters = [modes[0].cluster(opts)?, modes[1].cluster(opts)?];
     let clients = [
         ready_client(modes[0], &clusters[0])?,
@@ -186,9 +183,6 @@ fn p1_side_by_side(
         unpin(saved);
         placed.push(r?);
     }
-    // The plaintext sizes of P1's request and reply, for the in-memory rustls measure.
-    let plain = if modes[0].pki.is_none() { 0 } else { 1 };
-    let sizes = p1_sizes(&clusters[plain], &clients[plain], &op)?;
     for mut c in clusters {
         c.kill_all();
     }
@@ -199,7 +193,7 @@ fn p1_side_by_side(
             on: s(&r[1])?,
         })
     };
-    Ok(([pair(&rtts)?, pair(&placed[0])?, pair(&placed[1])?], sizes))
+    Ok([pair(&rtts)?, pair(&placed[0])?, pair(&placed[1])?])
 }
 
 /// A thread's CPU affinity, to put back.
@@ -335,230 +329,6 @@ fn pki(dir: &Path) -> Result<(), String> {
         .ok_or_else(|| "pki local failed".to_string())
 }
 
-/// The framed sizes of P1's request (as the library encodes it) and of the primary's reply.
-fn p1_sizes(c: &Cluster, client: &Client, op: &Op) -> Result<(usize, usize), String> {
-    let port = client
-        .stats()
-        .current_master
-        .map(|m| m.port)
-        .ok_or("no current master")?;
-    let addr = c
-        .nodes
-        .iter()
-        .find(|n| n.client.port() == port)
-        .map(|n| n.client)
-        .ok_or("primary not a node")?;
-    let reply = crate::harness::cluster::raw_call(addr, op.clone(), Duration::from_secs(5))
-        .map_err(|e| format!("raw hello: {e}"))?;
-    let req = xce_proto::wire::Request {
-        seq: 1,
-        client_id: [7; 16],
-        request_id: 0,
-        no_reply: false,
-        op: op.clone(),
-        auth_token: String::new(),
-        forward_within_ms: 0,
-    };
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    xce_proto::wire::encode_request(&req, &mut a);
-    xce_proto::wire::encode_reply(&reply, &mut b);
-    Ok((a.len(), b.len()))
-}
-
-/// What rustls itself costs per round trip of a `req`-byte request and a `rep`-byte reply,
-/// µs, both ends together (they run one after the other in a round trip): one TLS 1.3
-/// connection in memory, no socket, the library's client configuration (admin certificate)
-/// against a server configured as the controller's client port; and, of that, the AEAD
-/// seal and open of both records through rustls' own record encrypter and decrypter
-/// (`None` if the negotiated suite's key is not 256-bit). The fastest of 5 batches of `n`
-/// (a floor: the machine is shared, and a slower batch measures the neighbours).
-fn rustls_cost(
-    pki: &Path,
-    host: &str,
-    req: usize,
-    rep: usize,
-    n: usize,
-) -> Result<(f64, Option<f64>), String> {
-    let (cl, sv) = tls_in_memory(pki, host)?;
-    let mut tls = InMemory {
-        cl,
-        sv,
-        pipe: Vec::new(),
-        buf: vec![0u8; req.max(rep)],
-    };
-    let (rq, rp) = (vec![0xa5u8; req], vec![0x5au8; rep]);
-    let full = fastest_of_5(n, |_| tls.round_trip(&rq, &rp))?;
-    let aead = tls
-        .cl
-        .negotiated_cipher_suite()
-        .and_then(|s| s.tls13())
-        .map(|s| s.aead_alg)
-        .filter(|a| a.key_len() == 32);
-    let Some(alg) = aead else {
-        return Ok((full, None));
-    };
-    Ok((full, Some(seal_open_cost(alg, &rq, &rp, n)?)))
-}
-
-fn tls_error(e: &dyn std::fmt::Display) -> String {
-    format!("in-memory TLS: {e}")
-}
-
-/// A TLS 1.3 client (the library's configuration, as admin) and server (as the controller's
-/// client port: node 1's certificate, client certificates required) in memory, handshaken.
-fn tls_in_memory(
-    pki: &Path,
-    host: &str,
-) -> Result<(rustls::ClientConnection, rustls::ServerConnection), String> {
-    let e = tls_error;
-    let pem = |name: &str| -> Result<Vec<u8>, String> {
-        std::fs::read(pki.join(name)).map_err(|x| e(&x))
-    };
-    let certs = |name: &str| -> Result<Vec<_>, String> {
-        rustls_pemfile::certs(&mut &pem(name)?[..])
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|x| e(&x))
-    };
-    let client_cfg = xce::testing::client_config(
-        &pki.join("ca.pem"),
-        Some(&pki.join("admin.pem")),
-        Some(&pki.join("admin.key")),
-    )
-    .map_err(|x| e(&x))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in certs("ca.pem")? {
-        roots.add(c).map_err(|x| e(&x))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .map_err(|x| e(&x))?;
-    let key = rustls_pemfile::private_key(&mut &pem("xce-node-1.key")?[..])
-        .map_err(|x| e(&x))?
-        .ok_or("in-memory TLS: no node key")?;
-    let server_cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|x| e(&x))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs("xce-node-1.pem")?, key)
-        .map_err(|x| e(&x))?;
-    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|x| e(&x))?;
-    let mut cl = rustls::ClientConnection::new(client_cfg, name).map_err(|x| e(&x))?;
-    let mut sv = rustls::ServerConnection::new(Arc::new(server_cfg)).map_err(|x| e(&x))?;
-    handshake(&mut cl, &mut sv)?;
-    Ok((cl, sv))
-}
-
-/// The handshake, flight by flight through a buffer.
-fn handshake(
-    cl: &mut rustls::ClientConnection,
-    sv: &mut rustls::ServerConnection,
-) -> Result<(), String> {
-    let e = tls_error;
-    let mut pipe = Vec::new();
-    for _ in 0..10 {
-        if !(cl.is_handshaking() || sv.is_handshaking() || cl.wants_write() || sv.wants_write()) {
-            break;
-        }
-        cl.write_tls(&mut pipe).map_err(|x| e(&x))?;
-        sv.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
-        pipe.clear();
-        sv.process_new_packets().map_err(|x| e(&x))?;
-        sv.write_tls(&mut pipe).map_err(|x| e(&x))?;
-        cl.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
-        pipe.clear();
-        cl.process_new_packets().map_err(|x| e(&x))?;
-    }
-    if cl.is_handshaking() || sv.is_handshaking() {
-        return Err("in-memory TLS: no handshake".into());
-    }
-    Ok(())
-}
-
-/// Both ends of a TLS connection in memory, the buffer between them, a plaintext buffer.
-struct InMemory {
-    cl: rustls::ClientConnection,
-    sv: rustls::ServerConnection,
-    pipe: Vec<u8>,
-    buf: Vec<u8>,
-}
-
-impl InMemory {
-    /// One round trip: `rq` from the client to the server, `rp` back.
-    fn round_trip(&mut self, rq: &[u8], rp: &[u8]) -> Result<(), String> {
-        use std::io::{Read, Write};
-        let e = tls_error;
-        let InMemory { cl, sv, pipe, buf } = self;
-        cl.writer().write_all(rq).map_err(|x| e(&x))?;
-        cl.write_tls(pipe).map_err(|x| e(&x))?;
-        sv.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
-        pipe.clear();
-        sv.process_new_packets().map_err(|x| e(&x))?;
-        sv.reader()
-            .read_exact(&mut buf[..rq.len()])
-            .map_err(|x| e(&x))?;
-        sv.writer().write_all(rp).map_err(|x| e(&x))?;
-        sv.write_tls(pipe).map_err(|x| e(&x))?;
-        cl.read_tls(&mut &pipe[..]).map_err(|x| e(&x))?;
-        pipe.clear();
-        cl.process_new_packets().map_err(|x| e(&x))?;
-        cl.reader()
-            .read_exact(&mut buf[..rp.len()])
-            .map_err(|x| e(&x))
-    }
-}
-
-/// µs per call of `once` (given its index in the batch): the fastest of 5 batches of `n`.
-fn fastest_of_5(n: usize, mut once: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let t = Instant::now();
-        for i in 0..n as u64 {
-            once(i)?;
-        }
-        best = best.min(t.elapsed().as_secs_f64() * 1e6 / n as f64);
-    }
-    Ok(best)
-}
-
-/// µs per round trip of the AEAD alone: `rq` and `rp` sealed and opened through rustls' own
-/// record encrypter and decrypter of `alg` (the fastest of 5 batches of `n`).
-fn seal_open_cost(
-    alg: &'static dyn rustls::crypto::cipher::Tls13AeadAlgorithm,
-    rq: &[u8],
-    rp: &[u8],
-    n: usize,
-) -> Result<f64, String> {
-    use rustls::crypto::cipher::{AeadKey, InboundOpaqueMessage, Iv, OutboundPlainMessage};
-    use rustls::{ContentType, ProtocolVersion};
-    let e = tls_error;
-    let mut enc = alg.encrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
-    let mut dec = alg.decrypter(AeadKey::from([7; 32]), Iv::from([1; 12]));
-    fastest_of_5(n, |i| {
-        for m in [rq, rp] {
-            let plain = OutboundPlainMessage {
-                typ: ContentType::ApplicationData,
-                version: ProtocolVersion::TLSv1_2,
-                payload: m.into(),
-            };
-            let mut rec = enc.encrypt(plain, i).map_err(|x| e(&x))?.encode();
-            let body = InboundOpaqueMessage::new(
-                ContentType::ApplicationData,
-                ProtocolVersion::TLSv1_2,
-                &mut rec[5..],
-            );
-            let p = dec.decrypt(body, i).map_err(|x| e(&x))?;
-            if p.payload.len() != m.len() {
-                return Err("in-memory TLS: seal/open lost bytes".into());
-            }
-        }
-        Ok(())
-    })
-}
-
 /// Runs both modes (P1 side by side, then P11, then P4 off first) and compares.
 pub fn run(opts: &BenchOpts) -> Result<Table, String> {
     let m = Both::measure(opts)?;
@@ -566,7 +336,7 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
         "P15",
         "the price of security: mTLS + authorization on vs off",
     );
-    notes(&mut t, &m, opts);
+    notes(&mut t, opts);
     let worst = rows(&mut t, &m);
     t.target(
         "every judged row ≤ 10% slower with security on",
@@ -579,14 +349,10 @@ pub fn run(opts: &BenchOpts) -> Result<Table, String> {
 struct Both {
     /// P1 unplaced, on one CPU, on two CPUs.
     p1: [P1Placement; 3],
-    /// P1's request and reply sizes.
-    sizes: (usize, usize),
     /// P11's `[1 context, 64 contexts]` per mode.
     rates: [[f64; 2]; 2],
     /// P4's kill → first write per mode.
     kills: [Summary; 2],
-    /// What rustls alone costs (full round trip, AEAD alone).
-    rustls: Result<(f64, Option<f64>), String>,
 }
 
 impl Both {
@@ -602,29 +368,20 @@ impl Both {
             name: "mTLS + roles",
             pki: Some(dir.clone()),
         };
-        let (p1, sizes) = p1_side_by_side([&off_mode, &on_mode], opts)?;
+        let p1 = p1_side_by_side([&off_mode, &on_mode], opts)?;
         let rates = rates_side_by_side([&off_mode, &on_mode], opts)?;
         let off = measure(&off_mode, opts)?;
         let on = measure(&on_mode, opts)?;
-        let rustls = rustls_cost(
-            &dir,
-            "127.0.0.1",
-            sizes.0,
-            sizes.1,
-            opts.pick(20_000, 100_000),
-        );
         let _ = std::fs::remove_dir_all(&dir);
         Ok(Both {
             p1,
-            sizes,
             rates,
             kills: [off.kills, on.kills],
-            rustls,
         })
     }
 }
 
-fn notes(t: &mut Table, m: &Both, opts: &BenchOpts) {
+fn notes(t: &mut Table, opts: &BenchOpts) {
     t.note("3 controllers on loopback; on: every link mutual TLS (raft and client port), every op authorized, the library as admin with a certificate");
     t.note(format!(
         "P1: {} hellos through the library per mode, both clusters running, in alternating batches of 1,000, three times: threads where the scheduler puts them (shown, not judged: on 2 vCPUs a whole run of either mode lands on one CPU or across both by chance, ±30% on the p50 of the same build), then the bench and both clusters on one CPU, then the bench on CPU 0 and the clusters on CPU 1; P11: jobsubmit/s over {} s per mode, both clusters running, the modes taking turns in slices; P4: {} kill -9 of the primary with a writer running",
@@ -632,16 +389,6 @@ fn notes(t: &mut Table, m: &Both, opts: &BenchOpts) {
         opts.pick(3, 10),
         opts.pick(5, 20)
     ));
-    // What bounds P1 from below: rustls itself, without any socket.
-    let (req_len, rep_len) = m.sizes;
-    match &m.rustls {
-        Ok((full, aead)) => t.note(format!(
-            "P1's floor with TLS: a buffered rustls connection (what the record layer replaced; both ends in memory, no socket; request {req_len} B, reply {rep_len} B) costs {full:.2} µs per round trip{}, against a 10% budget of {:.2} µs",
-            aead.map(|a| format!(" (AEAD seal + open: {a:.2} µs)")).unwrap_or_default(),
-            m.p1[1].off.p50 / 10.0
-        )),
-        Err(e) => t.note(format!("rustls alone: not measured ({e})")),
-    }
 }
 
 /// The rows `off | on | on vs off`; returns the worst slowdown (%) among the judged rows.

@@ -1,13 +1,11 @@
 //! The kill series P3, P4, P5 and P6 are read from: [`measure`] runs the kill rounds of
 //! [`super::failover`] on one cluster — one client of each policy per kill, then
-//! [`CROWD`] clients, then [`HERD`] contexts, then (for P4) the same one-client kills with the
-//! timing before C15 on a cluster of its own, then (`--svg`) one drawn failover — and returns
+//! [`CROWD`] clients, then [`HERD`] contexts, then (`--svg`) one drawn failover — and returns
 //! what they measured ([`Kills`]); each benchmark's module turns it into its table.
 
 use std::time::{Duration, Instant};
 
 use super::failover::{kill_round, timeline_round, CallRecord, Policy, Rig, Round, PROBE_INTERVAL};
-use super::plan::BEFORE_C15;
 use super::table::{num, Table, Verdict};
 use super::{BenchOpts, Summary};
 use crate::Cluster;
@@ -108,13 +106,10 @@ fn verdict_le(value: f64, limit: f64, unit: &str) -> Verdict {
     )
 }
 
-/// What one series of one-client kills measured (P4's comparison with the timing before C15).
+/// What one series of one-client kills on a cluster of its own measured (P16's quiet kills).
 #[derive(Default)]
 pub struct Series {
     pub ours: Group,
-    /// kill → new primary ready, ms.
-    pub election: Vec<f64>,
-    pub rounds: usize,
     pub error: Option<String>,
 }
 
@@ -142,8 +137,6 @@ pub struct Kills {
     /// [`HERD`] contexts of the default policy.
     pub herd: Group,
     pub herd_rounds: Vec<HerdRound>,
-    /// P4's series with the timing before C15 (when P4 was asked for).
-    pub before: Option<Series>,
     /// Why a series stopped early (the tables say so).
     pub errors: Vec<String>,
     pub quick: bool,
@@ -205,10 +198,6 @@ pub fn measure(opts: &BenchOpts) -> Result<Kills, String> {
     }
     if opts.wants("P6") && k.errors.is_empty() {
         herd_rounds(&mut cluster, &masters, opts.pick(1, 3), &mut k)?;
-    }
-    if opts.wants("P4") {
-        // The same kills against the timing before C15, on a cluster of its own.
-        k.before = Some(one_client_series(opts, &BEFORE_C15, k.kills));
     }
     if let Some(path) = &opts.svg {
         if k.errors.is_empty() {
@@ -339,7 +328,7 @@ impl Quiet {
             log_dir: Some(logs.to_path_buf()),
             kills: Some(kills),
         };
-        let s = one_client_series(&opts, &[], kills);
+        let s = one_client_series(&opts, kills);
         Quiet {
             first_success_ms: s.ours.total.clone(),
             failed: s.ours.failed.len() + s.ours.missing,
@@ -348,23 +337,17 @@ impl Quiet {
     }
 }
 
-/// `kills` kills of the primary of a fresh 3-node cluster started with `extra` flags, one
-/// client of ours released at each (P4's comparison with the timing before C15).
-fn one_client_series(opts: &BenchOpts, extra: &[&str], kills: usize) -> Series {
+/// `kills` kills of the primary of a fresh 3-node cluster, one client of ours released at
+/// each.
+fn one_client_series(opts: &BenchOpts, kills: usize) -> Series {
     let mut s = Series::default();
-    let mut copts = opts.cluster_opts();
-    copts.extra_args = extra.iter().map(|a| a.to_string()).collect();
-    let mut cluster = match Cluster::start(3, copts) {
-        Ok(c) => c,
+    let mut cluster = match opts.start_cluster() {
+        Ok((c, _)) => c,
         Err(e) => {
-            s.error = Some(format!("start cluster: {e}"));
+            s.error = Some(e);
             return s;
         }
     };
-    if cluster.wait_primary(Duration::from_secs(20)).is_none() {
-        s.error = Some("no primary elected within 20 s".into());
-        return s;
-    }
     let rig = match Rig::new(1, Policy::Ours, &cluster.masters(), false) {
         Ok(r) => r,
         Err(e) => {
@@ -376,14 +359,9 @@ fn one_client_series(opts: &BenchOpts, extra: &[&str], kills: usize) -> Series {
         match kill_round(&mut cluster, &[&rig]) {
             Ok(r) => {
                 s.ours.add(&r, &r.calls[0], 1);
-                if let Some(rd) = r.ready {
-                    s.election.push(Round::ms(r.t_kill, rd.sent));
-                }
-                s.rounds += 1;
                 eprintln!(
-                    "  kill {}/{kills} ({}): ready after {} ms, first success {} ms after the kill",
+                    "  kill {}/{kills}: ready after {} ms, first success {} ms after the kill",
                     n + 1,
-                    extra.join(" "),
                     r.ready
                         .map_or("?".into(), |rd| num(Round::ms(r.t_kill, rd.sent))),
                     r.calls[0]

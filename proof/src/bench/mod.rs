@@ -80,7 +80,7 @@ pub struct BenchOpts {
     pub svg: Option<PathBuf>,
     /// Where the controllers write their logs.
     pub log_dir: Option<PathBuf>,
-    /// `--kills N`: kills of the one-client series (P3, P4, P5; P4's earlier timing too).
+    /// `--kills N`: kills of the one-client series (P3, P4, P5).
     pub kills: Option<usize>,
 }
 

@@ -15,7 +15,7 @@ use xce::client::{new_job_id, parse_masters, Client, Config};
 use xce::Error;
 use xce_proto::wire::{JobFilter, JobSpec};
 
-use crate::bench::plan::{log_dir, Plan, BEFORE_C15, ROUND_BOUND};
+use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::check::linearizable::{self, History, Read, Violation, Write};
@@ -666,15 +666,9 @@ fn targets(t: &mut Table, results: &[RoundResult], rows: &[Row], bad: &[String])
 }
 
 /// `xce-netfaults`: `rounds` rounds of each of `scenarios`, faults lasting `fault_for` (`None`:
-/// [`plan`]'s), with the controller's defaults (first with the timing before C15 too, when
-/// `before_c15`); a P9 table per timing. Fails when a history was not linearizable or a client
-/// was never served again.
-pub fn command(
-    rounds: usize,
-    scenarios: &[Scenario],
-    fault_for: Option<Duration>,
-    before_c15: bool,
-) -> ExitCode {
+/// [`plan`]'s), with the controller's defaults; the P9 table. Fails when a history was not
+/// linearizable or a client was never served again.
+pub fn command(rounds: usize, scenarios: &[Scenario], fault_for: Option<Duration>) -> ExitCode {
     if std::env::var_os("XCE_LOG").is_some() {
         // A timeline: stamped on the clock of the fault lines.
         xce::client::log::set_sink(Some(std::sync::Arc::new(|l, line: &str| {
@@ -701,27 +695,14 @@ pub fn command(
         }
     );
     let started = Instant::now();
-    let mut plans = Vec::new();
-    if before_c15 {
-        plans.push(Plan {
-            controller_args: BEFORE_C15.map(String::from).to_vec(),
-            ..plan.clone()
-        });
-    }
-    plans.push(plan);
-    let mut all = Vec::new();
-    for plan in &plans {
-        let results = match run(scenarios, rounds, plan, |r| eprintln!("  {}", describe(r))) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
-                return ExitCode::FAILURE;
-            }
-        };
-        println!("{}", table(&results, plan));
-        all.extend(results);
-    }
-    let results = all;
+    let results = match run(scenarios, rounds, &plan, |r| eprintln!("  {}", describe(r))) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("xce-netfaults: {e} (controller logs in {})", logs.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", table(&results, &plan));
     println!("({:.0} s)", started.elapsed().as_secs_f64());
     if results.iter().all(|r| r.correct() && r.recovered()) {
         ExitCode::SUCCESS

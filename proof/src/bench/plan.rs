@@ -1,7 +1,6 @@
 //! How a benchmark runs, written once: the [`Plan`] of the round-based benchmarks (P9, P13,
 //! P14: each module's `plan()` states only where it differs from [`Plan::with`]'s defaults),
-//! the controller timing before C15 that P4 and P9 measure beside the defaults, the bound on
-//! a round's waits, and where a command's controller logs go.
+//! the bound on a round's waits, and where a command's controller logs go.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,19 +64,6 @@ impl<K> Plan<K> {
         }
     }
 }
-
-/// The controller timing before C15, which P4 (`xce-bench`) and P9 (`xce-netfaults
-/// --before-c15`) run beside the defaults.
-pub const BEFORE_C15: [&str; 8] = [
-    "--heartbeat-ms",
-    "30",
-    "--election-min-ms",
-    "150",
-    "--election-max-ms",
-    "300",
-    "--early-campaign",
-    "off",
-];
 
 /// How long anything in a round (an election, service again after a heal) may take before
 /// the round fails.

@@ -19,7 +19,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 const USAGE: &str =
     "usage: xce-bench [--quick] [--only P1,P3,…] [--kills N] [--svg FILE] [--no-build]
   --quick     fewer samples and kills (about 3 minutes instead of about 15)
-  --kills N   kills of the one-client failover series (P3, P4, P5; and P4's earlier timing)
+  --kills N   kills of the one-client failover series (P3, P4, P5)
   --only      run only these benchmarks (P1 … P8, P10, P15)
   --svg FILE  also draw one failover (both policies) to FILE
   --no-build  do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)

@@ -17,7 +17,6 @@ const USAGE: &str = "usage: xce-netfaults [--rounds N] [--fault-secs S] [--only 
                   of each outcome — the other standby elected, the silent one elected — or 4N)
   --fault-secs S  how long each fault lasts (default 5)
   --only LIST     only these faults
-  --before-c15    first the same rounds with the controller timing before C15, then the defaults
   --no-build      do not run `cargo build -p xce-controller` first (XCE_CONTROLLER set: never)
 XCE_LOG=info|debug: the library's log lines on stderr, each stamped (wall-clock seconds, ms),
   with the instant each round's fault is set and healed on the same clock: a round's timeline";
@@ -26,7 +25,6 @@ fn main() -> ExitCode {
     let cmd = Command::new("xce-netfaults", USAGE, &[Shared::Rounds, Shared::NoBuild]).rounds(5);
     let mut fault_for = None;
     let mut scenarios = Scenario::ALL.to_vec();
-    let mut before_c15 = false;
     let args = match cmd.run(Needs { netns: true }, &mut |flag, value| {
         match flag {
             "--fault-secs" => fault_for = Some(value.seconds(3600.0)?),
@@ -42,7 +40,6 @@ fn main() -> ExitCode {
                     })
                     .collect::<Result<_, _>>()?
             }
-            "--before-c15" => before_c15 = true,
             _ => return Ok(false),
         }
         Ok(true)
@@ -50,5 +47,5 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    p9_netfaults::command(args.rounds, &scenarios, fault_for, before_c15)
+    p9_netfaults::command(args.rounds, &scenarios, fault_for)
 }

@@ -29,7 +29,7 @@ use crate::bench::kills::Quiet;
 use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
-use crate::harness::netns::{self, Fault, NetCluster, Queue};
+use crate::harness::netns::{self, Fault, NetCluster};
 use crate::harness::sides::{self, Row};
 
 /// Every node's `--metrics` port, on 127.0.0.1 inside its own namespace.
@@ -89,11 +89,6 @@ pub struct Links {
     pub fault: FaultKind,
     /// P16: kills of the primary on quiet links before each round, same build (0: none).
     pub quiet_kills: usize,
-    /// What each link's token bucket queues into, in this round.
-    pub queue: Queue,
-    /// The queues the command measures, a row each per binary (`--queues`): what the raft
-    /// port's priority buys shows between [`Queue::OneBand`] and [`Queue::Bands`].
-    pub queues: Vec<Queue>,
 }
 
 /// How a round runs (issue 29's amended P14): every link at 1 Mbit/s (tbf queue 50 ms), 1,000
@@ -113,8 +108,6 @@ pub fn plan() -> Plan<Links> {
             calm_for: Duration::from_secs(20),
             fault: FaultKind::Kill,
             quiet_kills: 0,
-            queue: Queue::Tbf,
-            queues: vec![Queue::Tbf],
         })
     }
 }
@@ -725,16 +718,13 @@ fn setup(plan: &Plan<Links>, marks: &mut Marks) -> Result<(NetCluster, u64), Str
     prefill(&cluster, plan)?;
     if !unshaped(&plan.more.rate) {
         cluster
-            .shape_queued(&plan.more.rate, &plan.more.latency, plan.more.queue)
+            .shape(&plan.more.rate, &plan.more.latency)
             .map_err(|e| format!("shaping: {e}"))?;
     }
     let term0 = max_term(&cluster).ok_or("no term before the calm stretch")?;
     marks.mark(&format!(
-        "round: {} jobs pre-filled, links shaped ({} / {}, {}), term {term0}; clients start",
-        plan.more.jobs,
-        plan.more.rate,
-        plan.more.latency,
-        plan.more.queue.label()
+        "round: {} jobs pre-filled, links shaped ({} / {}), term {term0}; clients start",
+        plan.more.jobs, plan.more.rate, plan.more.latency,
     ));
     Ok((cluster, term0))
 }
@@ -862,18 +852,8 @@ fn setup_note(plan: &Plan<Links>) -> String {
     let links = match unshaped(&m.rate) {
         true => "no link shaped (a control)".to_string(),
         false => format!(
-            "every link (clients' and peers') limited to {} both ways (tc tbf, queue {}{})",
-            m.rate,
-            m.latency,
-            match m.queues.as_slice() {
-                [Queue::Tbf] => String::new(),
-                _ => format!(
-                    "; the bucket's queue per row: one band = a packet FIFO of {} packets (the bucket's own depth), \
-                     priority bands = pfifo_fast, each band that deep, the raft port's socket \
-                     priority 6 served before the default 0",
-                    netns::queue_packets(&m.rate, &m.latency).unwrap_or(0)
-                ),
-            }
+            "every link (clients' and peers') limited to {} both ways (tc tbf, queue {})",
+            m.rate, m.latency,
         ),
     };
     let filled = match m.jobs {
@@ -1106,7 +1086,7 @@ fn round_line(label: &str, n: usize, r: &RoundResult) -> String {
     )
 }
 
-/// Per row (a build, a queue), its label and its rounds.
+/// Per row (a build), its label and its rounds.
 pub type Runs = Vec<(String, Vec<RoundResult>)>;
 
 /// `xce-congestion`: rounds of this build (and of `--before`'s binary, round for round) on
@@ -1132,29 +1112,21 @@ pub fn run(args: &Common, plan: Plan<Links>) -> Result<(Plan<Links>, Runs), Exit
         bins.push(("before", b.clone()));
     }
     bins.push(("this build", crate::controller_bin()));
-    let named = plan.more.queues != [Queue::Tbf];
-    let mut rows = Vec::new();
-    for (label, bin) in bins {
-        for &queue in &plan.more.queues {
-            rows.push(Row {
-                label: match named {
-                    true => format!("{label}, {}", queue.label()),
-                    false => label.to_string(),
-                },
-                bin: bin.clone(),
-                with: queue,
-            });
-        }
-    }
+    let rows: Vec<Row<()>> = bins
+        .into_iter()
+        .map(|(label, bin)| Row {
+            label: label.to_string(),
+            bin,
+            with: (),
+        })
+        .collect();
     sides::banner(TOOL, args.rounds, &rows, &logs);
     let started = Instant::now();
     let runs = sides::alternate(TOOL, &rows, args.rounds, &logs, |row, n| {
         // P16: the same build on quiet links first, then congested.
         let quiet =
             (plan.more.quiet_kills > 0).then(|| Quiet::measure(plan.more.quiet_kills, &logs));
-        let mut this = plan.clone();
-        this.more.queue = row.with;
-        let mut r = round(&this)?;
+        let mut r = round(&plan)?;
         r.quiet = quiet;
         eprintln!("{}", round_line(&row.label, n, &r));
         Ok(r)

@@ -18,13 +18,12 @@ use std::process::ExitCode;
 use xce_proof::bench::args::{Command, Needs, SIDE_BY_SIDE, SIDE_BY_SIDE_USAGE};
 use xce_proof::bench::p14_congestion::{self, FaultKind, TOOL};
 use xce_proof::bench::p16_adaptation;
-use xce_proof::harness::netns::Queue;
 
 fn main() -> ExitCode {
     let usage = format!(
         "usage: {TOOL} [--rounds N] [--rate R] [--queue L] [--writers N] [--listers N] [--jobs N]
        [--page-bytes B] [--calm-s S] [--fault kill|blackhole|none] [--p16 N]
-       [--queues tbf|one-band|bands|compare] [--before PATH]
+       [--before PATH]
        [--args FLAGS] [--no-build]
   --rate R        tc rate of every link (default 1mbit; off: no shaping, a control for the
                   machine's own elections)
@@ -38,11 +37,6 @@ fn main() -> ExitCode {
                   default), blackhole (both its links down 4 s) or none
   --p16 N         P16: before each round, N kills of the same build's primary on quiet
                   links (P4's method); a second table puts both side by side (default 0: off)
-  --queues Q      what each link's token bucket queues into: tbf (its own queue, the default),
-                  one-band (a packet FIFO as deep), bands (pfifo_fast: the raft port's
-                  priority served first) or compare (a row
-                  with one packet FIFO and a row with priority bands of the same depth: what
-                  the raft port's socket priority buys)
   the bench before issue 29: --listers 0 --jobs 0 --writers 8 --queue 200ms --calm-s 8 --fault blackhole
 {SIDE_BY_SIDE_USAGE}"
     );
@@ -59,14 +53,6 @@ fn main() -> ExitCode {
             "--page-bytes" => m.page_bytes = value.number_in(0, 1 << 24)? as u32,
             "--calm-s" => m.calm_for = value.seconds(3600.0)?,
             "--p16" => m.quiet_kills = value.number_in(0, 1000)?,
-            "--queues" => {
-                let q = value.text("tbf, one-band, bands or compare")?;
-                m.queues = match (q.as_str(), Queue::parse(&q)) {
-                    ("compare", _) => vec![Queue::OneBand, Queue::Bands],
-                    (_, Some(one)) => vec![one],
-                    _ => return Err("--queues: tbf, one-band, bands or compare".into()),
-                }
-            }
             "--fault" => {
                 m.fault = FaultKind::parse(&value.text("kill, blackhole or none")?)
                     .ok_or("--fault: kill, blackhole or none")?

@@ -159,7 +159,7 @@ fn summary(mut all: Vec<Table>, started: Instant) {
     }
 }
 
-/// `xce-scale`: P11 (and one context's write taken apart), P12, and the long run when asked,
+/// `xce-scale`: P11, P12, and the long run when asked,
 /// each table printed as measured (or why it could not be).
 pub fn scale(mut opts: ScaleOpts) -> ExitCode {
     opts.ours = crate::controller_bin();
@@ -185,7 +185,6 @@ pub fn scale(mut opts: ScaleOpts) -> ExitCode {
     };
     if wants("P11") {
         show("P11", p11_throughput::table(&opts, &logs));
-        show("P11's budget", p11_throughput::budget(&opts, &logs));
     }
     if wants("P12") {
         p12_and_p17(&opts, &logs);

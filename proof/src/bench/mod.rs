@@ -130,8 +130,6 @@ pub struct ScaleOpts {
     pub jobs: Vec<u64>,
     /// Another controller binary, measured beside this branch's.
     pub baseline: Option<PathBuf>,
-    /// Minutes of the long run (0: none).
-    pub soak: u64,
     /// P12's log store against the snapshot: this many small jobs one at a time through one
     /// context on each build (0: not measured).
     pub one_by_one: u64,
@@ -151,7 +149,6 @@ impl Default for ScaleOpts {
             only: None,
             jobs,
             baseline: None,
-            soak: 0,
             one_by_one: 40_000,
             ours: PathBuf::new(),
         }

@@ -2,16 +2,12 @@
 //! 10^4–10^7 jobs, what happened while it was loaded (snapshots, the writes' p99 during one and
 //! outside, step-downs and elections without a fault), a listing of everything through the C
 //! API, a restart on the node's data, a catch-up from an empty data directory, a failover; the
-//! log store against the snapshot when writes come one at a time; and the long run (`--soak`):
-//! memory per job over minutes of churn. Run by `xce-scale` ([`super::suite::scale`]); P17
-//! reads its rows ([`super::p17_growth`]).
+//! log store against the snapshot when writes come one at a time. Run by `xce-scale`
+//! ([`super::suite::scale`]); P17 reads its rows ([`super::p17_growth`]).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::steady::lib_client;
 use super::table::{Table, Verdict};
 use super::{load, nodelog, ScaleOpts, Summary};
 use crate::harness::cluster::probe;
@@ -532,120 +528,4 @@ pub fn one_by_one_table(a: &ScaleOpts, n: u64, logs: &Path) -> Result<Table, Str
         Verdict::from(ours <= LOG_OVER_SNAPSHOT, format!("worst node {ours:.2}×")),
     );
     Ok(t)
-}
-
-/// The long run: a table of `base` jobs, then `minutes` of 16 contexts submitting and
-/// killing jobs (every kill is a write to an existing job, so copy-on-write and the interned
-/// texts churn) with a full listing every 20 s; RSS per job of each node every minute; at
-/// the end one standby restarts on its data, and its RSS per job is compared with the
-/// long-lived nodes'.
-pub fn soak(a: &ScaleOpts, logs: &Path, base: u64, minutes: u64) -> Result<Table, String> {
-    let mut c = load::cluster_of(&a.ours, logs)?;
-    let m = c.masters();
-    load::load_jobs(&m, base, 64)?;
-    let mut t = Table::new("P12-soak", "memory per job over a long run");
-    t.note(format!(
-        "{base} typical jobs, then {minutes} min of 16 contexts each submitting a job and killing the one it submitted before (two writes), and a full xcecli_joblist every 20 s; RSS of each node / jobs stored"
-    ));
-    t.header = ["minute", "jobs", "writes", "RSS B/job n1", "n2", "n3"]
-        .map(String::from)
-        .to_vec();
-    let churn = Churn::start(&m)?;
-    let t0 = Instant::now();
-    let mut jobs = base;
-    for minute in 0..=minutes {
-        while t0.elapsed() < Duration::from_secs(60 * minute) {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let w = churn.writes.load(Ordering::Relaxed);
-        jobs = base + w.div_ceil(2);
-        t.row(rss_row(
-            &c,
-            vec![minute.to_string(), jobs.to_string(), w.to_string()],
-            jobs,
-        ));
-    }
-    churn.stop();
-    let p = c.wait_primary(Duration::from_secs(5)).ok_or("no primary")?;
-    let s = (1..=3u32).find(|&i| i != p).unwrap();
-    c.restart(s).map_err(|e| e.to_string())?;
-    wait_answers(&c, s, Duration::from_secs(120));
-    std::thread::sleep(Duration::from_secs(10));
-    t.row(rss_row(
-        &c,
-        vec![format!("node {s} restarted"), jobs.to_string(), "—".into()],
-        jobs,
-    ));
-    Ok(t)
-}
-
-/// `first` followed by each node's RSS per job of `jobs`.
-fn rss_row(c: &Cluster, mut first: Vec<String>, jobs: u64) -> Vec<String> {
-    for n in &c.nodes {
-        let r = n.pid().and_then(load::rss_bytes).unwrap_or(0);
-        first.push(format!("{:.0}", r as f64 / jobs as f64));
-    }
-    first
-}
-
-/// The long run's load: 16 contexts each submitting a job and killing the one before, and a
-/// lister listing everything every 20 s.
-struct Churn {
-    stop: Arc<AtomicBool>,
-    /// Writes acknowledged (a submit or a kill each).
-    writes: Arc<AtomicU64>,
-    handles: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Churn {
-    fn start(masters: &str) -> Result<Churn, String> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let writes = Arc::new(AtomicU64::new(0));
-        let mut handles = Vec::new();
-        for _ in 0..16 {
-            let cl = lib_client(masters)?;
-            let (stop, writes) = (stop.clone(), writes.clone());
-            handles.push(std::thread::spawn(move || {
-                let mut prev = None;
-                while !stop.load(Ordering::Relaxed) {
-                    let id = load::next_job_id();
-                    if cl.jobsubmit(load::typical_job(id)).is_ok() {
-                        writes.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if let Some(p) = prev.replace(id) {
-                        if cl.jobctrl(p, xce_proto::wire::JobAction::Kill).is_ok() {
-                            writes.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }));
-        }
-        let lister = {
-            let (stop, m) = (stop.clone(), masters.to_string());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let _ = load::c_joblist_ids(&m);
-                    for _ in 0..200 {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            })
-        };
-        handles.push(lister);
-        Ok(Churn {
-            stop,
-            writes,
-            handles,
-        })
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for h in self.handles {
-            let _ = h.join();
-        }
-    }
 }

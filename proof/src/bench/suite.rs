@@ -159,7 +159,7 @@ fn summary(mut all: Vec<Table>, started: Instant) {
     }
 }
 
-/// `xce-scale`: P11, P12, and the long run when asked,
+/// `xce-scale`: P11, P12 and P17,
 /// each table printed as measured (or why it could not be).
 pub fn scale(mut opts: ScaleOpts) -> ExitCode {
     opts.ours = crate::controller_bin();
@@ -188,12 +188,6 @@ pub fn scale(mut opts: ScaleOpts) -> ExitCode {
     }
     if wants("P12") {
         p12_and_p17(&opts, &logs);
-    }
-    if opts.soak > 0 {
-        show(
-            "soak",
-            p12_job_table::soak(&opts, &logs, 100_000, opts.soak),
-        );
     }
     std::env::set_var("XCE_CONTROLLER", &opts.ours);
     println!("xce-scale: {:.0} s", t0.elapsed().as_secs_f64());

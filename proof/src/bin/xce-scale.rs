@@ -14,22 +14,21 @@ use std::process::ExitCode;
 use xce_proof::bench::args::{Command, Needs, Shared};
 use xce_proof::bench::{suite, ScaleOpts};
 
-const USAGE: &str = "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN] [--one-by-one N] [--soak MIN]
+const USAGE: &str =
+    "usage: xce-scale [--quick] [--only P11|P12] [--jobs N,N,…] [--baseline BIN] [--one-by-one N]
   --quick          3 s per throughput point, P12 at 10^4 and 10^5 jobs
   --only P11|P12   run one of them
   --jobs N,…       table sizes for P12 (default 10000,100000; XCE_SCALE_FULL=1 adds 1000000)
   --baseline BIN   also run P11 and P12 (every size, round for round) against this controller
                    binary, side by side
   --one-by-one N   P12's log store against the snapshot: N small jobs one at a time through one
-                   context, on each build (default 40000; 0: skip)
-  --soak MIN       also a long run: 10^5 jobs, then MIN minutes of writes and listings, RSS/job each minute";
+                   context, on each build (default 40000; 0: skip)";
 
 fn main() -> ExitCode {
     let cmd = Command::new("xce-scale", USAGE, &[Shared::Quick]);
     let mut a = ScaleOpts::default();
     let common = match cmd.run(Needs::default(), &mut |flag, value| {
         match flag {
-            "--soak" => a.soak = value.number_in(0, 100_000)? as u64,
             "--only" => a.only = Some(value.text("P11 or P12")?.to_uppercase()),
             "--jobs" => {
                 a.jobs = value

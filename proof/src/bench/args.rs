@@ -7,6 +7,7 @@
 //! needs them), builds the controller (unless `--no-build`, for the commands that take it), and
 //! turns the library's log down to errors unless `XCE_LOG` says otherwise.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -213,7 +214,9 @@ impl Command {
         let args = match parsed {
             Ok(a) => a,
             Err(Stop::Help) => {
-                println!("{}", self.usage);
+                // `--help | head -1`: a reader that stopped reading is no error (println!
+                // would panic on the broken pipe).
+                let _ = writeln!(std::io::stdout(), "{}", self.usage);
                 return Err(ExitCode::SUCCESS);
             }
             Err(Stop::Bad(e)) => {
@@ -318,6 +321,58 @@ mod tests {
             Stop::Bad("unknown argument \"--z\"".into())
         );
         assert_eq!(seen, ["y", "5"]);
+    }
+
+    /// The child of [`help_into_a_closed_pipe_exits_quietly`]: says it is ready, waits until
+    /// its stdin closes (its parent has closed the read end of its stdout by then), prints the
+    /// usage, and exits 0 if that returned as `--help` should.
+    #[test]
+    #[ignore = "run by help_into_a_closed_pipe_exits_quietly"]
+    fn help_child() {
+        use std::io::Read;
+        println!("XCE-HELP-CHILD-READY");
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        let cmd = Command::new("t", "usage: t [--x]\n  --x  an x", &[]);
+        let quiet = cmd.start(Err(Stop::Help), Needs::default()).err() == Some(ExitCode::SUCCESS);
+        std::process::exit(if quiet { 0 } else { 3 });
+    }
+
+    /// `xce-bench --help | head -1`: the usage into a pipe whose reader has gone ends the
+    /// command quietly (exit 0), not in a panic.
+    #[test]
+    fn help_into_a_closed_pipe_exits_quietly() {
+        use std::io::{BufRead, BufReader, Read};
+        use std::process::{Command as Process, Stdio};
+        let mut child = Process::new(std::env::current_exe().unwrap())
+            .args(["--exact", "bench::args::tests::help_child"])
+            .args(["--ignored", "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("XCE-HELP-CHILD-READY") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+        }
+        drop(out);
+        drop(child.stdin.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the child did not exit within 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let mut err = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        assert!(status.success(), "{status}: {err}");
     }
 
     #[test]

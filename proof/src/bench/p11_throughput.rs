@@ -25,16 +25,14 @@ pub fn table(a: &ScaleOpts, logs: &Path) -> Result<Table, String> {
          (fsynced) on a quorum; a fresh cluster per controller build",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     ));
-    t.header = [
+    t.columns(&[
         "controller",
         "contexts",
         "submits/s",
         "acked",
         "failed",
         "vs 1 context",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let mut at64 = None;
     for (name, bin) in &bins {
         let c = load::cluster_of(bin, logs)?;

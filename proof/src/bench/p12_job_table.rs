@@ -361,7 +361,7 @@ pub fn tables(a: &ScaleOpts, logs: &Path) -> Result<(Vec<Table>, Vec<Row>), Stri
 fn held_table(rows: &[Row]) -> Table {
     let mut t = Table::new("P12", "scale of the job table");
     t.note("typical jobs (≈ 90 bytes of text: name, user of 50, a one-line command) loaded by 64 contexts; RSS and disk per stored job for each node (P = primary; disk = the node's data directory, st_blocks); log/snapshot = each node's log store (everything in its data directory but the snapshot) against its snapshot file, MB; joblist = xcecli_joblist of everything through the C API, end to end; restart = kill -9 a standby and start it on its data: until it answers; catch-up = a standby restarted on an EMPTY data directory: until it has caught up with the primary (C12's line), and how; failover = kill -9 the primary: until another node answers hello as primary");
-    t.header = [
+    t.columns(&[
         "controller",
         "jobs",
         "load",
@@ -372,9 +372,7 @@ fn held_table(rows: &[Row]) -> Table {
         "restart ms",
         "catch-up ms",
         "failover ms",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     for r in rows {
         t.row(r.cells());
     }
@@ -384,7 +382,7 @@ fn held_table(rows: &[Row]) -> Table {
 fn during_table(rows: &[Row]) -> Table {
     let mut t = Table::new("P12", "during the load: snapshots, writes, elections");
     t.note(format!("the same rows: snapshots written / installed on all three nodes while the table was loaded (and 3 s after), the longest to write; each acknowledged write is during a snapshot when it was in flight while any node wrote or installed one, or within {AFTER_SNAPSHOT_MS} ms after (the purge that follows it), outside otherwise: how many, and the p99 of each (ms); step-downs = a primary's \"no answer from a quorum … not serving as primary\"; elections = campaigns started — no fault was injected during the load"));
-    t.header = [
+    t.columns(&[
         "controller",
         "jobs",
         "snapshots built / installed",
@@ -394,9 +392,7 @@ fn during_table(rows: &[Row]) -> Table {
         "p99 outside ms",
         "step-downs",
         "elections",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     for r in rows {
         t.row(r.during_cells());
     }
@@ -515,9 +511,7 @@ pub fn one_by_one_table(a: &ScaleOpts, n: u64, logs: &Path) -> Result<Table, Str
         "the log store against the snapshot, one write per entry",
     );
     t.note(format!("{n} small jobs (name j…, user alice, command `true`) submitted one at a time through one context, so each is a Raft entry of its own; 3 s later, each node's log store (its data directory but the snapshot) / its snapshot file, MB (st_blocks), their ratio, and both per job"));
-    t.header = ["controller", "jobs", "rate", "node 1", "node 2", "node 3"]
-        .map(String::from)
-        .to_vec();
+    t.columns(&["controller", "jobs", "rate", "node 1", "node 2", "node 3"]);
     if let Some(b) = &a.baseline {
         t.row(one_by_one_row("baseline", b, n, logs)?.0);
     }

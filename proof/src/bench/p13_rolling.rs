@@ -349,7 +349,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Restarts>) -> Tabl
         plan.more.list_limit,
         plan.more.settle.as_secs_f64()
     ));
-    t.header = [
+    t.columns(&[
         "controller, restart",
         "rounds",
         "calls",
@@ -361,9 +361,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Restarts>) -> Tabl
         "p99.9 during ms",
         "max during ms",
         "handed over",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let mut verdict = None;
     for (label, rs) in runs {
         if rs.is_empty() {

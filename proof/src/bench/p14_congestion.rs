@@ -901,7 +901,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
          or cut off (no quorum answered within election-max, C10), closing its clients' \
          connections (node logs)",
     );
-    t.header = [
+    t.columns(&[
         "controller",
         "rounds",
         "elections, congestion alone (total)",
@@ -918,9 +918,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
         "listing s: p50",
         "max",
         "failed writes",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let mut verdict = None;
     for (label, rs) in runs.iter().filter(|(_, rs)| !rs.is_empty()) {
         t.row(row(label, rs, plan));

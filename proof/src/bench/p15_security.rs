@@ -393,10 +393,7 @@ fn notes(t: &mut Table, opts: &BenchOpts) {
 
 /// The rows `off | on | on vs off`; returns the worst slowdown (%) among the judged rows.
 fn rows(t: &mut Table, m: &Both) -> f64 {
-    t.header = ["what", "off", "on", "on vs off"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    t.columns(&["what", "off", "on", "on vs off"]);
     let mut rows = Rows { t, worst: f64::MIN };
     let [free, one_cpu, two_cpus] = &m.p1;
     rows.add(

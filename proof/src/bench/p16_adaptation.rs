@@ -59,7 +59,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
          by round",
         plan.more.quiet_kills
     ));
-    t.header = [
+    t.columns(&[
         "controller",
         "quiet kills",
         "quiet: kill → first success ms: median",
@@ -69,9 +69,7 @@ pub fn table(runs: &[(String, Vec<RoundResult>)], plan: &Plan<Links>) -> Table {
         "writers' longest wait s (max)",
         "listings ok / failed / cut",
         "fast and calm",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let mut verdict = None;
     for (label, rs) in runs.iter().filter(|(_, rs)| !rs.is_empty()) {
         let q = pooled(rs);

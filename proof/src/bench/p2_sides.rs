@@ -143,7 +143,7 @@ fn table(before: &Path, sides: &[Vec<P2Round>; 2], load_before: &str, load_after
         "overhead = p50 through the loop / p50 bare − 1 against the real controller; A/A = the \
          control's p50 / bare p50 − 1; own µs = loop p50 − bare p50 against the canned server",
     );
-    t.header = [
+    t.columns(&[
         "build, round",
         "hello loop µs",
         "hello bare µs",
@@ -154,9 +154,7 @@ fn table(before: &Path, sides: &[Vec<P2Round>; 2], load_before: &str, load_after
         "joblist overhead %",
         "joblist A/A %",
         "canned own µs",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let names = ["this build", "before"];
     for (name, rounds) in names.iter().zip(sides) {
         for (i, r) in rounds.iter().enumerate() {

@@ -101,7 +101,7 @@ pub fn table(k: &Kills) -> Table {
          re-sends on its connection and needs no connect); windows are sliding 10 ms windows; the verdict counts \
          every connect to the node that becomes primary from the kill on (stricter than after-ready only)",
     );
-    t.header = [
+    t.columns(&[
         "kill",
         "succeeded",
         "connects to the new primary: from kill / after ready",
@@ -109,9 +109,7 @@ pub fn table(k: &Kills) -> Table {
         "max in 10 ms, after ready",
         "max first successes in 10 ms",
         "last success (after ready)",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let rows: Vec<Row> = (k.herd_rounds.iter().enumerate())
         .map(|(i, h)| row(i + 1, h))
         .collect();

@@ -145,7 +145,7 @@ pub fn run(opts: &BenchOpts) -> Table {
          the sizes taking turns batch by batch for ~{} ms each; time per encode+decode from the batch means",
         budget.as_millis()
     ));
-    t.header = [
+    t.columns(&[
         "jobs",
         "frame bytes",
         "p50 µs",
@@ -154,9 +154,7 @@ pub fn run(opts: &BenchOpts) -> Table {
         "MB/s (p50)",
         "ns/job (p50)",
         "batches",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     for r in &rows {
         let mbps = r.bytes as f64 / r.per_iter.p50; // bytes per µs == MB/s
         t.row(vec![

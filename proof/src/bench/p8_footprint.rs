@@ -79,9 +79,7 @@ impl Idle {
             "{n} contexts created with Client::start (3 masters), one hello each, then idle; \
              heap = live bytes of a counting #[global_allocator]; fds = /proc/self/fd; threads = /proc/self/task"
         ));
-        t.header = ["quantity", "before", "after", "per context", "after drop"]
-            .map(String::from)
-            .to_vec();
+        t.columns(&["quantity", "before", "after", "per context", "after drop"]);
         let per = |a: f64, b: f64| (b - a) / n as f64;
         let heap_per = match (heap0, heap1) {
             (Some(a), Some(b)) => Some(per(a as f64, b as f64)),

@@ -504,7 +504,7 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
         "unavailability: a thread's longest time between two successes (ending after the fault); \
          served again: fault → the success ending it",
     );
-    t.header = [
+    t.columns(&[
         "fault",
         "rounds",
         "new primary s (median)",
@@ -515,9 +515,7 @@ pub fn table(results: &[RoundResult], plan: &Plan) -> Table {
         "NOT_READY",
         "other errors",
         "linearizable",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     // The rounds where the silent standby won are a row of their own: the new primary silent
     // to every client (F28: served through the other standby, which forwards).
     let kinds = Scenario::ALL

@@ -69,6 +69,11 @@ impl Table {
         self.targets.push((what.into(), v));
     }
 
+    /// The header of free columns.
+    pub fn columns(&mut self, names: &[&str]) {
+        self.header = names.iter().map(|s| s.to_string()).collect();
+    }
+
     /// Header for distribution rows: `what | p50 | p90 | p99 | max | n` in `unit`.
     pub fn dist_header(&mut self, first: &str, unit: &str) {
         self.header = vec![

@@ -680,18 +680,9 @@ pub fn command(rounds: usize, scenarios: &[Scenario], fault_for: Option<Duration
         log_dir: Some(logs.clone()),
         ..defaults
     };
-    println!(
-        "xce-netfaults: {} rounds per fault; controller {}; {} CPUs; controller logs in {}{}\n",
-        rounds,
-        crate::controller_bin().display(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        logs.display(),
-        if cfg!(debug_assertions) {
-            "; WARNING: debug build, numbers are not representative"
-        } else {
-            ""
-        }
-    );
+    let bin = crate::controller_bin();
+    let what = format!("{rounds} rounds per fault; controller {}", bin.display());
+    crate::harness::sides::first_line("xce-netfaults", &what, &logs);
     let started = Instant::now();
     let results = match run(scenarios, rounds, &plan, |r| eprintln!("  {}", describe(r))) {
         Ok(r) => r,

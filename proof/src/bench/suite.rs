@@ -70,18 +70,10 @@ pub fn bench(mut opts: BenchOpts) -> ExitCode {
 }
 
 fn banner(opts: &BenchOpts, logs: &Path) {
-    println!(
-        "xce-bench {} mode; controller {}; {} CPUs; controller logs in {}{}\n",
-        if opts.quick { "quick" } else { "full" },
-        crate::controller_bin().display(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        logs.display(),
-        if cfg!(debug_assertions) {
-            "; WARNING: debug build, numbers are not representative"
-        } else {
-            ""
-        }
-    );
+    let mode = if opts.quick { "quick" } else { "full" };
+    let bin = crate::controller_bin();
+    let what = format!("{mode} mode; controller {}", bin.display());
+    crate::harness::sides::first_line("xce-bench", &what, logs);
 }
 
 /// P8, P1 and P2 on one steady cluster (P8 first: the allocator counts every thread, so

@@ -1,6 +1,7 @@
 //! What the side-by-side commands (`xce-congestion`, `xce-rolling`) share: rounds run row
 //! after row within each round — so that the machine's mood hits every row alike — each row
-//! with `XCE_CONTROLLER` set to its controller binary. (Their flags: `bench::args`.)
+//! with `XCE_CONTROLLER` set to its controller binary (their flags: `bench::args`); and the
+//! first line every benchmark command prints.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,12 +17,22 @@ pub struct Row<W> {
 
 /// Prints the command's first line: rounds, each row's binary, CPUs, where the logs go.
 pub fn banner<W>(tool: &str, rounds: usize, rows: &[Row<W>], logs: &Path) {
+    let bins: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}: {}", r.label, r.bin.display()))
+        .collect();
+    first_line(
+        tool,
+        &format!("{rounds} rounds per row; {}", bins.join(", ")),
+        logs,
+    );
+}
+
+/// Every benchmark command's first line: `what` it runs, the CPUs, where the controllers'
+/// logs go, and a warning when this is a debug build.
+pub fn first_line(tool: &str, what: &str, logs: &Path) {
     println!(
-        "{tool}: {rounds} rounds per row; {}; {} CPUs; controller logs in {}{}\n",
-        rows.iter()
-            .map(|r| format!("{}: {}", r.label, r.bin.display()))
-            .collect::<Vec<_>>()
-            .join(", "),
+        "{tool}: {what}; {} CPUs; controller logs in {}{}\n",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         logs.display(),
         if cfg!(debug_assertions) {

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use xce::client::Event;
 use xce::client::RetryConfig;
-use xce::client::{new_job_id, parse_masters, Client, Config};
+use xce::client::{new_job_id, Client};
 use xce::Error;
 use xce_proto::wire::{JobFilter, JobSpec};
 
+use crate::bench::steady::named_client;
 use crate::{Cluster, ClusterOpts};
 
 /// One line of the timeline, at `at` after the demo's start.
@@ -114,20 +115,13 @@ fn start_cluster(log_dir: &Path, tl: &Timeline) -> Result<(Cluster, u32), String
     Ok((cluster, primary))
 }
 
-/// A context over `masters` named `name`, with the default budget.
-fn client(masters: &str, name: &str) -> Result<Client, String> {
-    let mut cfg = Config::new(parse_masters(masters).map_err(|e| e.to_string())?);
-    cfg.client_name = name.into();
-    Client::start(cfg).map_err(|e| format!("client {name}: {e}"))
-}
-
 /// The two clients of the demo, each connected to the primary and narrating its failovers:
 /// `patient`, with the default budget (20 sleeps, 50 ms doubling to 5 s: rides out an
 /// election), and `hasty`, with a budget far shorter than an election (says "cluster not
 /// ready" instead of waiting).
 fn clients(masters: &str, tl: &Timeline) -> Result<(Client, Client), String> {
-    let patient = client(masters, "patient")?;
-    let hasty = client(masters, "hasty")?;
+    let patient = named_client(masters, "patient")?;
+    let hasty = named_client(masters, "hasty")?;
     hasty
         .set_retry_config(Some(RetryConfig {
             max_retries: 2,
@@ -360,7 +354,7 @@ struct Jobs {
 
 /// Exactly one job per submitted id: lists the demo's jobs through a fresh context.
 fn count_jobs(masters: &str, submitted: &[u64]) -> Result<Jobs, String> {
-    let checker = client(masters, "checker")?;
+    let checker = named_client(masters, "checker")?;
     let stored = checker
         .joblist(JobFilter {
             user: "demo".into(),

@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use xce::client::{new_job_id, parse_masters, Client, Config};
+use xce::client::new_job_id;
 use xce_proto::wire::JobFilter;
 
 use crate::bench::args::Common;
 use crate::bench::plan::{log_dir, Plan};
+use crate::bench::steady::named_client;
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::harness::sides::{self, Row};
@@ -93,12 +94,6 @@ pub struct RoundResult {
 struct Call {
     invoked: Duration,
     took: Duration,
-}
-
-fn client_for(masters: &str) -> Result<Client, String> {
-    let mut cfg = Config::new(parse_masters(masters).map_err(|e| e.to_string())?);
-    cfg.client_name = "rolling".into();
-    Client::start(cfg).map_err(|e| format!("client start: {e}"))
 }
 
 /// Bound on waiting for a primary.
@@ -210,7 +205,7 @@ impl Load {
             self.origin,
         );
         std::thread::spawn(move || -> Result<Vec<Call>, String> {
-            let cl = client_for(&masters)?;
+            let cl = named_client(&masters, "rolling")?;
             let mut calls = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let invoked = origin.elapsed();
@@ -303,7 +298,7 @@ fn restart_each(
 
 /// Every acknowledged job listed exactly once (paged: thousands were written).
 fn count_listed(masters: &str, acked: &[u64], out: &mut RoundResult) -> Result<(), String> {
-    let listed = client_for(masters)?
+    let listed = named_client(masters, "rolling")?
         .joblist_all(JobFilter::default())
         .map_err(|e| format!("joblist_all: {e}"))?;
     let mut count: HashMap<u64, usize> = HashMap::new();

@@ -20,13 +20,14 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use xce::client::{new_job_id, parse_masters, Client, Config, JobPager};
+use xce::client::{new_job_id, Client, JobPager};
 use xce::Error;
 use xce_proto::wire::{JobFilter, JobSpec};
 
 use crate::bench::args::Common;
 use crate::bench::kills::Quiet;
 use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
+use crate::bench::steady::named_client;
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::harness::netns::{self, Fault, NetCluster};
@@ -191,14 +192,6 @@ fn spec(name: &str, command: &str) -> JobSpec {
     }
 }
 
-/// A context of the library, started on this thread (which must already be in the client
-/// namespace).
-fn start_client(masters: &str) -> Result<Client, String> {
-    let mut cfg = Config::new(parse_masters(masters).map_err(|e| e.to_string())?);
-    cfg.client_name = "p14".into();
-    Client::start(cfg).map_err(|e| format!("client start: {e}"))
-}
-
 /// Submits `plan`'s jobs before the shaping, with [`FILLERS`] threads in the client namespace.
 fn prefill(cluster: &NetCluster, plan: &Plan<Links>) -> Result<(), String> {
     let n = plan.more.jobs;
@@ -214,7 +207,7 @@ fn prefill(cluster: &NetCluster, plan: &Plan<Links>) -> Result<(), String> {
             let count = per.min(n.saturating_sub(t * per));
             std::thread::spawn(move || -> Result<(), String> {
                 netns::enter(&ns).map_err(|e| format!("enter {ns}: {e}"))?;
-                let client = start_client(&masters)?;
+                let client = named_client(&masters, "p14")?;
                 for i in 0..count {
                     client
                         .jobsubmit(spec(&format!("fill-{t}-{i}"), &command))
@@ -276,7 +269,7 @@ impl Seat {
     /// Enters the namespace and starts a context, handing a handle of it to the round.
     fn sit(&self, writer: bool) -> Result<Client, String> {
         netns::enter(&self.ns).map_err(|e| format!("enter {}: {e}", self.ns))?;
-        let client = start_client(&self.masters)?;
+        let client = named_client(&self.masters, "p14")?;
         self.started
             .send((writer, client.clone()))
             .map_err(|_| "the round is gone")?;

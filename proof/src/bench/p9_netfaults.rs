@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xce::client::{new_job_id, parse_masters, Client, Config};
+use xce::client::new_job_id;
 use xce::Error;
 use xce_proto::wire::{JobFilter, JobSpec};
 
 use crate::bench::plan::{log_dir, Plan, ROUND_BOUND};
+use crate::bench::steady::named_client;
 use crate::bench::table::{num, Table, Verdict};
 use crate::bench::Summary;
 use crate::check::linearizable::{self, History, Read, Violation, Write};
@@ -130,12 +131,6 @@ impl RoundResult {
     }
 }
 
-fn client_in_ns(masters: &str) -> Result<Client, Error> {
-    let mut cfg = Config::new(parse_masters(masters)?);
-    cfg.client_name = "netfaults".into();
-    Client::start(cfg)
-}
-
 fn spec(job_id: u64) -> JobSpec {
     JobSpec {
         job_id,
@@ -164,7 +159,7 @@ fn client_thread(
 ) -> std::thread::JoinHandle<Result<Vec<Call>, String>> {
     std::thread::spawn(move || {
         netns::enter(&ns).map_err(|e| format!("enter {ns}: {e}"))?;
-        let client = client_in_ns(&masters).map_err(|e| format!("client start: {e}"))?;
+        let client = named_client(&masters, "netfaults")?;
         let mut calls = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let invoked = origin.elapsed();
@@ -295,10 +290,10 @@ impl Clients {
 fn final_listing(cluster: &NetCluster, masters: &str, origin: Instant) -> Result<Read, String> {
     let masters = masters.to_string();
     netns::in_ns(&cluster.client_ns, move || {
-        let c = client_in_ns(&masters)?;
+        let c = named_client(&masters, "netfaults")?;
         let invoked = origin.elapsed();
-        let ids = ids(c.joblist(JobFilter::default()))?;
-        Ok::<_, Error>(Read {
+        let ids = ids(c.joblist(JobFilter::default())).map_err(|e| e.to_string())?;
+        Ok::<_, String>(Read {
             invoked,
             completed: origin.elapsed(),
             ids,

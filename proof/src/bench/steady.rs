@@ -48,6 +48,14 @@ pub fn start_steady(opts: &BenchOpts) -> Result<Steady, String> {
     Ok(Steady { cluster, primary })
 }
 
+/// A context over `masters` named `name`, as an application starts one (`Client::start`: the
+/// environment's overrides apply).
+pub fn named_client(masters: &str, name: &str) -> Result<Client, String> {
+    let mut cfg = Config::new(xce::client::parse_masters(masters).map_err(|e| e.to_string())?);
+    cfg.client_name = name.into();
+    Client::start(cfg).map_err(|e| format!("client {name}: {e}"))
+}
+
 /// A library context with the default policy (environment overrides ignored).
 pub fn lib_client(masters: &str) -> Result<Client, String> {
     let masters = xce::client::parse_masters(masters).map_err(|e| format!("masters: {e}"))?;

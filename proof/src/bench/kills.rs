@@ -106,13 +106,6 @@ fn verdict_le(value: f64, limit: f64, unit: &str) -> Verdict {
     )
 }
 
-/// What one series of one-client kills on a cluster of its own measured (P16's quiet kills).
-#[derive(Default)]
-pub struct Series {
-    pub ours: Group,
-    pub error: Option<String>,
-}
-
 /// One kill of the herd: the round, and the rotations its contexts logged (F17 events).
 pub struct HerdRound {
     pub round: Round,
@@ -322,60 +315,38 @@ impl Quiet {
     /// congested links (`xce-congestion --p16`); the logs under `logs`.
     pub fn measure(kills: usize, logs: &std::path::Path) -> Quiet {
         let opts = BenchOpts {
-            quick: false,
-            only: Vec::new(),
-            svg: None,
             log_dir: Some(logs.to_path_buf()),
-            kills: Some(kills),
+            ..BenchOpts::default()
         };
-        let s = one_client_series(&opts, kills);
+        let mut ours = Group::default();
+        let error = one_client_series(&opts, kills, &mut ours).err();
         Quiet {
-            first_success_ms: s.ours.total.clone(),
-            failed: s.ours.failed.len() + s.ours.missing,
-            error: s.error,
+            first_success_ms: ours.total,
+            failed: ours.failed.len() + ours.missing,
+            error,
         }
     }
 }
 
 /// `kills` kills of the primary of a fresh 3-node cluster, one client of ours released at
-/// each.
-fn one_client_series(opts: &BenchOpts, kills: usize) -> Series {
-    let mut s = Series::default();
-    let mut cluster = match opts.start_cluster() {
-        Ok((c, _)) => c,
-        Err(e) => {
-            s.error = Some(e);
-            return s;
-        }
-    };
-    let rig = match Rig::new(1, Policy::Ours, &cluster.masters(), false) {
-        Ok(r) => r,
-        Err(e) => {
-            s.error = Some(e);
-            return s;
-        }
-    };
+/// each, its calls added to `ours`; why the series stopped early, if it did.
+fn one_client_series(opts: &BenchOpts, kills: usize, ours: &mut Group) -> Result<(), String> {
+    let (mut cluster, _) = opts.start_cluster()?;
+    let rig = Rig::new(1, Policy::Ours, &cluster.masters(), false)?;
     for n in 0..kills {
-        match kill_round(&mut cluster, &[&rig]) {
-            Ok(r) => {
-                s.ours.add(&r, &r.calls[0], 1);
-                eprintln!(
-                    "  kill {}/{kills}: ready after {} ms, first success {} ms after the kill",
-                    n + 1,
-                    r.ready
-                        .map_or("?".into(), |rd| num(Round::ms(r.t_kill, rd.sent))),
-                    r.calls[0]
-                        .first()
-                        .map_or("-".into(), |c| num(Round::ms(r.t_kill, c.end)))
-                );
-            }
-            Err(e) => {
-                s.error = Some(format!("kill {}: {e}", n + 1));
-                break;
-            }
-        }
+        let r = kill_round(&mut cluster, &[&rig]).map_err(|e| format!("kill {}: {e}", n + 1))?;
+        ours.add(&r, &r.calls[0], 1);
+        eprintln!(
+            "  kill {}/{kills}: ready after {} ms, first success {} ms after the kill",
+            n + 1,
+            r.ready
+                .map_or("?".into(), |rd| num(Round::ms(r.t_kill, rd.sent))),
+            r.calls[0]
+                .first()
+                .map_or("-".into(), |c| num(Round::ms(r.t_kill, c.end)))
+        );
     }
-    s
+    Ok(())
 }
 
 /// `--svg`: one more failover, 3 clients of each policy calling every 10 ms, drawn to `path`.

@@ -83,90 +83,8 @@ pub fn unavailable() -> Option<String> {
     }
 }
 
-/// What a shaped link's token bucket queues into (P14's `--queues`, issue 29: what the raft
-/// port's socket priority buys where the host's queue honours it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Queue {
-    /// tbf's own byte queue, `latency` long: one queue, marks change nothing (the default).
-    Tbf,
-    /// One packet FIFO as deep as `latency` at the rate: the comparison's control.
-    OneBand,
-    /// `pfifo_fast`: three bands, each as deep as [`Queue::OneBand`], served strictly in
-    /// order of the sockets' priorities — the raft port's priority 6 before the default 0.
-    Bands,
-}
-
-impl Queue {
-    /// `tbf`, `one-band`, `bands`.
-    pub fn parse(s: &str) -> Option<Queue> {
-        match s {
-            "tbf" => Some(Queue::Tbf),
-            "one-band" => Some(Queue::OneBand),
-            "bands" => Some(Queue::Bands),
-            _ => None,
-        }
-    }
-
-    /// How a table names it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Queue::Tbf => "tbf queue",
-            Queue::OneBand => "one band",
-            Queue::Bands => "priority bands",
-        }
-    }
-}
-
-/// `12.5ms` → (12.5, "ms"): a number and the unit after it (lower case); none without a unit.
-fn number_and_unit(s: &str) -> Option<(f64, String)> {
-    let s = s.trim().to_ascii_lowercase();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-    let (n, unit) = s.split_at(split);
-    Some((n.parse().ok()?, unit.to_string()))
-}
-
-/// tc's rate (`1mbit`, `500kbit`, `2mbps`, …) in bits per second.
-pub fn tc_rate_bits(rate: &str) -> Option<u64> {
-    let (n, unit) = number_and_unit(rate)?;
-    let per = match unit.as_str() {
-        "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        "bps" => 8.0,
-        "kbps" => 8e3,
-        "mbps" => 8e6,
-        "gbps" => 8e9,
-        _ => return None,
-    };
-    let bits = n * per;
-    (bits >= 1.0).then_some(bits as u64)
-}
-
-/// tc's time (`50ms`, `1s`, `200us`).
-pub fn tc_time(t: &str) -> Option<Duration> {
-    let (n, unit) = number_and_unit(t)?;
-    let secs = match unit.as_str() {
-        "s" | "sec" => n,
-        "ms" | "msec" => n / 1e3,
-        "us" | "usec" => n / 1e6,
-        _ => return None,
-    };
-    (secs > 0.0 && secs < 3600.0).then(|| Duration::from_secs_f64(secs))
-}
-
 /// The bucket's burst on every shaped link (tc's `burst`).
 const BURST: &str = "16kb";
-/// [`BURST`] in bytes.
-const BURST_BYTES: f64 = 16.0 * 1024.0;
-
-/// How many full-size packets (1,514 bytes on the wire) the token bucket's own queue holds:
-/// as tbf sizes it, `latency` at `rate` plus the burst; at least 2.
-pub fn queue_packets(rate: &str, latency: &str) -> Option<u64> {
-    let bytes = tc_rate_bits(rate)? as f64 / 8.0 * tc_time(latency)?.as_secs_f64() + BURST_BYTES;
-    Some(((bytes / 1514.0).ceil() as u64).max(2))
-}
-
 /// Runs `ip ARGS`; an error carries its stderr.
 pub fn ip(args: &[&str]) -> io::Result<()> {
     tool("ip", args)
@@ -337,56 +255,7 @@ impl Lab {
     /// directions, with a token bucket (`tbf`) on each end of every veth pair: what leaves a
     /// namespace, and what the bridge sends into it. The queue holds `latency` of traffic.
     pub fn shape(&self, rate: &str, latency: &str) -> io::Result<()> {
-        self.shape_queued(rate, latency, Queue::Tbf)
-    }
-
-    /// [`Lab::shape`] with the token bucket's queue chosen ([`Queue`]).
-    pub fn shape_queued(&self, rate: &str, latency: &str, queue: Queue) -> io::Result<()> {
-        let packets = match queue {
-            Queue::Tbf => 0,
-            _ => queue_packets(rate, latency).ok_or_else(|| {
-                io::Error::other(format!("rate {rate} or queue {latency}: not understood"))
-            })?,
-        };
-        let n = packets.to_string();
-        let shape = |netns: Option<&str>, dev: &str| -> io::Result<()> {
-            // `-n NS` first when the device is inside a namespace.
-            let within = |args: &[&str]| -> Vec<String> {
-                let ns = netns.map(|ns| ["-n", ns]);
-                ns.iter()
-                    .flatten()
-                    .chain(args)
-                    .map(|a| a.to_string())
-                    .collect()
-            };
-            let run = |tool: fn(&[&str]) -> io::Result<()>, args: Vec<String>| {
-                tool(&args.iter().map(String::as_str).collect::<Vec<_>>())
-            };
-            let bucket = [
-                "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf", "rate", rate,
-                "burst", BURST, "latency", latency,
-            ];
-            run(tc, within(&bucket))?;
-            if queue == Queue::Tbf {
-                return Ok(());
-            }
-            // pfifo_fast's bands are each as deep as the device's queue length.
-            run(ip, within(&["link", "set", "dev", dev, "txqueuelen", &n]))?;
-            let child = [
-                "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", "10:",
-            ];
-            let mut args = within(&child);
-            match queue {
-                Queue::Bands => args.push("pfifo_fast".into()),
-                _ => args.extend(["pfifo".into(), "limit".into(), n.clone()]),
-            }
-            run(tc, args)
-        };
-        for (port, ns, dev) in &self.links {
-            shape(None, port)?;
-            shape(Some(ns), dev)?;
-        }
-        Ok(())
+        self.shape_where(rate, latency, |_| true)
     }
 
     /// [`Lab::shape`] for the links of the namespaces `only` accepts (S18: one node's links).
@@ -781,11 +650,6 @@ impl NetCluster {
         self.lab.shape(rate, latency)
     }
 
-    /// [`NetCluster::shape`] with the queue chosen ([`Lab::shape_queued`]).
-    pub fn shape_queued(&self, rate: &str, latency: &str, queue: Queue) -> io::Result<()> {
-        self.lab.shape_queued(rate, latency, queue)
-    }
-
     /// The highest raft term any node reports in `hello` (probed from the client namespace;
     /// a node that does not answer within `timeout` is left out). Every election, won or
     /// not, raises some node's term by one.
@@ -1095,29 +959,6 @@ impl Drop for NetCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rates_times_and_queue_depths_read_as_tc_does() {
-        assert_eq!(tc_rate_bits("1mbit"), Some(1_000_000));
-        assert_eq!(tc_rate_bits("500kbit"), Some(500_000));
-        assert_eq!(tc_rate_bits("2mbps"), Some(16_000_000));
-        assert_eq!(tc_rate_bits("1.5Mbit"), Some(1_500_000));
-        assert_eq!(tc_rate_bits("fast"), None);
-        assert_eq!(tc_rate_bits("10"), None);
-        assert_eq!(tc_time("50ms"), Some(Duration::from_millis(50)));
-        assert_eq!(tc_time("1s"), Some(Duration::from_secs(1)));
-        assert_eq!(tc_time("200us"), Some(Duration::from_micros(200)));
-        assert_eq!(tc_time("0ms"), None);
-        assert_eq!(tc_time("soon"), None);
-        // 1 Mbit/s for 50 ms and the 16 KiB burst: 22,634 bytes, 15 packets of 1,514.
-        assert_eq!(queue_packets("1mbit", "50ms"), Some(15));
-        assert_eq!(queue_packets("100kbit", "10ms"), Some(11));
-        assert_eq!(queue_packets("1gbit", "1ms"), Some(94));
-        assert_eq!(Queue::parse("bands"), Some(Queue::Bands));
-        assert_eq!(Queue::parse("one-band"), Some(Queue::OneBand));
-        assert_eq!(Queue::parse("tbf"), Some(Queue::Tbf));
-        assert_eq!(Queue::parse("prio"), None);
-    }
 
     #[test]
     fn names_fit_interface_limits() {

@@ -118,10 +118,3 @@ fn state_machine_safety(s: &State) -> bool {
             .all(|(e, (c, _))| e == c)
     })
 }
-
-/// Whether any acknowledged write is absent from `log`.
-pub fn lacks_acked(s: &State, log: &[crate::state::Entry]) -> Option<u8> {
-    (0..8).find(|&w| {
-        s.ghost.acked & (1 << w) != 0 && !log.iter().any(|e| e.payload == Payload::Write(w))
-    })
-}

@@ -29,24 +29,5 @@ pub fn thread_cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// CPU time of process `pid` over all its threads so far, µs (each thread's schedstat: ns on
-/// a CPU); threads that ended are not counted. 0 for a process that is gone.
-pub fn process_cpu_us(pid: u32) -> f64 {
-    let mut t = 0.0;
-    if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for e in d.flatten() {
-            if let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) {
-                t += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<f64>().ok())
-                    .unwrap_or(0.0)
-                    / 1e3;
-            }
-        }
-    }
-    t
-}
-
 /// Waits up to `grace` for `child` to exit by itself, else `kill -9` (the test kit's).
 pub use xce_testkit::procs::reap_within;

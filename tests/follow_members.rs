@@ -297,12 +297,7 @@ fn a_standby_answer_to_the_members_hello_moves_the_call_on() {
     let b = FakeController::start(vec![primary_says(&[])]);
     let a = FakeController::start(vec![Step::Standby(Some(b.endpoint()))]);
     let c = client(&[a.endpoint(), b.endpoint()]);
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("submitted at b");
+    c.jobsubmit(spec()).expect("submitted at b");
     assert_eq!(a.ops(), vec!["hello"]);
     assert_eq!(b.ops(), vec!["hello", "jobsubmit"]);
 }

@@ -43,13 +43,7 @@ fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
     n.push(vec![Step::wait_names(n.endpoint(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint(), n.endpoint()], watchful());
     let t = Instant::now();
-    let id = c
-        .jobsubmit(JobSpec {
-            name: "j".into(),
-            command: "true".into(),
-            ..Default::default()
-        })
-        .expect("re-sent to the new primary");
+    let id = c.jobsubmit(spec()).expect("re-sent to the new primary");
     let took = t.elapsed();
     assert!(took < Duration::from_secs(3), "{took:?}");
     let st = c.stats();
@@ -232,12 +226,7 @@ fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
     let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint(), n_ep], watchful());
     let t = Instant::now();
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("served through the standby");
+    c.jobsubmit(spec()).expect("served through the standby");
     let took = t.elapsed();
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
@@ -268,12 +257,7 @@ fn with_forwarding_off_the_named_primary_is_connected_to_as_before() {
         ..watchful()
     };
     let c = client(&[p.endpoint(), s.endpoint(), n_ep], opts);
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("answered by the (fake) standby");
+    c.jobsubmit(spec()).expect("answered by the (fake) standby");
     assert_eq!(s.connections(), 2, "the probe's connection was not reused");
     assert!(
         s.requests().iter().all(|r| r.forward_within_ms == 0),
@@ -292,12 +276,7 @@ fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
     let s = FakeController::start(vec![Step::wait_names(p.endpoint(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint()], watchful());
     let t = Instant::now();
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("answered through the standby");
+    c.jobsubmit(spec()).expect("answered through the standby");
     let took = t.elapsed();
     assert!(took < Duration::from_millis(1000), "{took:?}");
     sent_once_then_forwarded(&p, &s);

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::time::Duration;
 
 use xce::client::{Client, Config};
@@ -13,21 +12,22 @@ use xce::Error;
 use xce_proto::error::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 const CHILD: &str = "XCE_FD_TEST_CHILD";
 const PORT: &str = "XCE_FD_TEST_PORT";
+/// A child that has not finished by then is killed and its case fails.
+const CHILD_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs test `name` of this binary in a child process with the fake's port; its exit status.
 fn in_child(name: &str, port: u16) -> bool {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env(PORT, port.to_string())
-        .output()
-        .expect("re-exec the test binary");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let port = port.to_string();
+    let env = [(CHILD, "1".as_ref()), (PORT, port.as_ref())];
+    let args = ["--exact", name, "--nocapture", "--test-threads=1"];
+    let run = common::run_self(&args, &env, CHILD_LIMIT);
+    let text = run.out + &run.err;
     println!("--- child {name}:\n{text}");
-    out.status.success() && text.contains("CHILD OK")
+    run.status.is_some_and(|s| s.success()) && text.contains("CHILD OK")
 }
 
 fn is_child() -> Option<u16> {

@@ -26,6 +26,8 @@ use xce_proto::wire::controller_capnp as cp;
 use xce_proto::wire::*;
 use xce_testkit::fake::{ok_reply, FakeController, Raw, Step};
 
+mod common;
+
 // ---------------------------------------------------------------------------------------
 // Peak live bytes of the calling thread (tests run on several threads at once; the fake
 // server's threads count separately).
@@ -679,36 +681,18 @@ const CHILD_OK: &str = "F22 child: no abort";
 
 #[test]
 fn four_million_zero_size_jobs_under_a_1gib_address_space_do_not_abort() {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "child_four_million_zero_size_jobs_under_rlimit_as",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("child did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let args = [
+        "--exact",
+        "child_four_million_zero_size_jobs_under_rlimit_as",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let env = [(CHILD_ENV, std::ffi::OsStr::new("1"))];
+    let run = common::run_self(&args, &env, Duration::from_secs(120));
+    let text = run.out + &run.err;
     eprintln!("{text}");
+    let status = run.status.expect("child did not finish within 120 s");
     assert!(status.success(), "child failed ({status}):\n{text}");
     assert!(text.contains(CHILD_OK), "child did not report:\n{text}");
 }

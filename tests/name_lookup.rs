@@ -14,7 +14,7 @@
 //! wake pipes (`/proc/self/fd`) without other tests running beside it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,8 @@ use xce::client::{Client, Config};
 use xce::client::{Endpoint, Options};
 use xce::Error;
 use xce_testkit::fake::*;
+
+mod common;
 
 /// Set in the child: run the test body instead of spawning.
 const CHILD_ENV: &str = "XCE_NAME_LOOKUP_CHILD";
@@ -148,42 +150,14 @@ fn in_child(test: &str, env: &[(&str, &str)], body: impl FnOnce()) {
     );
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(&dir.0).unwrap();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .env("LD_PRELOAD", shim())
-        .env("XCE_SHIM_DIR", &dir.0)
-        .env_remove("XCE_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().unwrap();
-    // Drain both pipes on threads so a chatty child never blocks on a full pipe.
-    let drain = |mut r: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let end = Instant::now() + CHILD_LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    let mut vars = vec![
+        (CHILD_ENV, std::ffi::OsStr::new("1")),
+        ("LD_PRELOAD", shim().as_os_str()),
+        ("XCE_SHIM_DIR", dir.0.as_os_str()),
+    ];
+    vars.extend(env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(v))));
+    let args = [test, "--exact", "--nocapture", "--test-threads=1"];
+    let common::ChildRun { status, out, err } = common::run_self(&args, &vars, CHILD_LIMIT);
     match status {
         Some(s) if s.success() && out.contains("1 passed") => {}
         Some(s) => panic!("child {test} failed ({s}):\n{out}\n{err}"),

@@ -5,12 +5,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use xce::client::{Client, Config, TlsFiles};
+use xce::client::{Client, Config};
 use xce::client::{ClientOption, Endpoint, Event, Options, RetryConfig};
 use xce::Error;
 use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
+
+mod common;
+use common::finish;
 
 /// What a daemon's reconnect hook does (F10): join again; the hook's result is the status.
 fn rejoin(cl: &Client, role: SessionRole) -> i32 {
@@ -22,6 +25,22 @@ fn rejoin(cl: &Client, role: SessionRole) -> i32 {
         attrs: vec![],
     };
     cl.join(join).map_or_else(|e| e.status(), |_| 0)
+}
+
+/// A reconnect hook that says hello again; the hook's result is the status.
+fn rehello(cl: &Client) -> i32 {
+    cl.hello().map_or_else(|e| e.status(), |_| 0)
+}
+
+/// Installs `hook` as `c`'s reconnect hook; how many times it ran.
+fn counted_hook(c: &Client, hook: fn(&Client) -> i32) -> Arc<AtomicU32> {
+    let calls = Arc::new(AtomicU32::new(0));
+    let n = calls.clone();
+    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
+        n.fetch_add(1, Ordering::SeqCst);
+        hook(cl)
+    })));
+    calls
 }
 
 /// `max_retries` retries, waits from `initial_ms` growing by `multiplier` up to `max_ms`.
@@ -40,6 +59,14 @@ fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
     let ev = events.clone();
     c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
     events
+}
+
+/// Options with waitPrimary on (F18).
+fn waiting() -> Options {
+    Options {
+        wait_primary: true,
+        ..fast_options()
+    }
 }
 
 fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
@@ -182,10 +209,7 @@ fn staying_on_the_same_master_is_not_a_rotation() {
         Step::Primary(a.endpoint()),
     ]);
     let retry = retry(3, 2000, 2000, 1.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(&[a.endpoint()], opts, retry);
     let events = recorded_events(&c);
     c.hello().unwrap();
@@ -440,12 +464,7 @@ fn reconnect_hook_runs_once_per_reconnect_before_the_resend_and_can_join() {
     let a = FakeController::start(vec![Step::Ok, Step::Close]);
     let b = FakeController::start(vec![]);
     let c = Arc::new(client(&eps(&[&a, &b]), fast_options(), fast_retry(5)));
-    let calls = Arc::new(AtomicU32::new(0));
-    let n = calls.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        n.fetch_add(1, Ordering::SeqCst);
-        rejoin(cl, SessionRole::Worker)
-    })));
+    let calls = counted_hook(&c, |cl| rejoin(cl, SessionRole::Worker));
     c.hello().unwrap(); // A, no reconnect
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     // A closes; B: hello confirms the primary, the hook joins, then the re-send.
@@ -468,12 +487,7 @@ fn reconnect_hook_skips_standbys_on_the_way_to_the_primary() {
     let standby = FakeController::start(vec![Step::Standby(None)]);
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &standby, &b]), fast_options(), fast_retry(5));
-    let calls = Arc::new(AtomicU32::new(0));
-    let n = calls.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        n.fetch_add(1, Ordering::SeqCst);
-        cl.hello().map_or_else(|e| e.status(), |_| 0)
-    })));
+    let calls = counted_hook(&c, rehello);
     c.hello().unwrap();
     c.joblist(JobFilter::default()).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1, "once per failover");
@@ -487,12 +501,7 @@ fn a_failing_hook_is_a_failed_attempt() {
     // B: the primary check passes, then the hook's own hello gets NOT_READY.
     let b = FakeController::start(vec![Step::Ok, Step::Status(-E_XCE_NOT_READY)]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let calls = Arc::new(AtomicU32::new(0));
-    let n = calls.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        n.fetch_add(1, Ordering::SeqCst);
-        cl.hello().map_or_else(|e| e.status(), |_| 0)
-    })));
+    let calls = counted_hook(&c, rehello);
     // A closes → B: hook's hello gets NOT_READY → backoff → A is gone (refused? no: A listens
     // but closed the conn) → ... eventually the hook succeeds and the op runs.
     c.hostctrl("h", HostAction::Close).unwrap();
@@ -626,10 +635,7 @@ fn wait_primary_in_backoff_reaches_the_new_primary_at_once() {
         Step::Primary(b.endpoint()),
     ]);
     let retry = retry(5, 4000, 4000, 2.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(&eps(&[&a, &b]), opts, retry);
     let t = Instant::now();
     c.hello().unwrap();
@@ -684,10 +690,7 @@ fn wait_primary_naming_the_dead_primary_does_not_burn_the_budget() {
     }
     let standby = FakeController::start(script);
     let retry = retry(3, 100, 100, 1.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(
         &[s1.endpoint(), dead.clone(), standby.endpoint()],
         opts,
@@ -729,10 +732,7 @@ fn backoff_after_a_dead_master_waits_on_the_last_controller_that_answered() {
     // b: a standby now; asked to wait, it announces itself (just elected).
     b.push([Step::Standby(None), Step::Primary(b.endpoint())]);
     let retry = retry(3, 4000, 4000, 1.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(&[s.endpoint(), b.endpoint(), dead], opts, retry);
     let t = Instant::now();
     c.hello().unwrap();
@@ -750,14 +750,7 @@ fn wait_primary_unsupported_falls_back_to_plain_sleeps() {
         Step::Status(-E_XCE_NOT_READY),
     ]);
     let retry = retry(5, 60, 60, 1.0);
-    let c = client(
-        &eps(&[&a]),
-        Options {
-            wait_primary: true,
-            ..fast_options()
-        },
-        retry,
-    );
+    let c = client(&eps(&[&a]), waiting(), retry);
     let t = Instant::now();
     c.hello().unwrap();
     assert!(
@@ -776,12 +769,7 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
     assert!(a.wait_requests(1, Duration::from_secs(2)));
     drop(a);
     std::thread::sleep(Duration::from_millis(20));
-    c.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: 3,
-        exit_code: 0,
-    })
-    .unwrap();
+    c.notify(finish(3)).unwrap();
     // One `hello` first: is b the primary? (F12: a standby would only refuse the notify.)
     // The notify waits for b's acknowledgement in the outbox (F12 amended): reply-bearing,
     // with a request id; the heartbeat a may not have answered is sent again too.
@@ -821,21 +809,11 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
         fast_options(),
         fast_retry(5),
     );
-    let joins = Arc::new(AtomicU32::new(0));
-    let j = joins.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        j.fetch_add(1, Ordering::SeqCst);
-        rejoin(cl, SessionRole::Worker)
-    })));
+    let joins = counted_hook(&c, |cl| rejoin(cl, SessionRole::Worker));
     c.heartbeat("w").unwrap();
     drop(old);
     std::thread::sleep(Duration::from_millis(20));
-    c.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: 3,
-        exit_code: 0,
-    })
-    .unwrap();
+    c.notify(finish(3)).unwrap();
     c.flush(Duration::from_secs(2)).unwrap();
     // The heartbeat the old primary may not have acknowledged is sent again (F12 amended).
     let ops: Vec<_> = primary
@@ -872,17 +850,7 @@ fn tls_round_trip_and_verification_failure() {
         Endpoint::new("localhost", a.endpoint().port),
         Endpoint::new("127.0.0.1", b.endpoint().port),
     ];
-    let tls = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: None,
-        key_file: None,
-    };
-    let config = Config {
-        masters: masters.clone(),
-        tls: Some(tls),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(masters.clone(), pki.ca_file(), None, None);
     let c = Client::start_with(config, fast_options(), fast_retry(3)).unwrap();
     c.hello().unwrap();
     assert_eq!(b.ops(), vec!["hello"]);
@@ -896,17 +864,7 @@ fn tls_round_trip_and_verification_failure() {
 
     // A CA that did not sign the servers' certificates: unknown CA, never plaintext.
     let other = TestPki::new("other");
-    let tls = TlsFiles {
-        ca_file: other.ca_file(),
-        cert_file: None,
-        key_file: None,
-    };
-    let config = Config {
-        masters,
-        tls: Some(tls),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(masters, other.ca_file(), None, None);
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
         Some(Error::Tls(TlsCause::UnknownCa))
@@ -971,33 +929,23 @@ fn mutual_tls_presents_the_client_certificate() {
     let pki = TestPki::mutual("mtls");
     let a = FakeController::start_tls(vec![], pki.server.clone());
     let masters = vec![Endpoint::new("localhost", a.endpoint().port)];
-    let with_cert = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: Some(pki.client_cert()),
-        key_file: Some(pki.client_key()),
-    };
-    let config = Config {
-        masters: masters.clone(),
-        tls: Some(with_cert),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(
+        masters.clone(),
+        pki.ca_file(),
+        Some(pki.client_cert()),
+        Some(pki.client_key()),
+    );
     let c = Client::start_with(config, fast_options(), fast_retry(1)).unwrap();
     c.hello().unwrap();
     assert_eq!(a.ops(), vec!["hello"]);
 
     // Half an identity is a configuration error.
-    let half = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: Some(pki.client_cert()),
-        key_file: None,
-    };
-    let config = Config {
-        masters: masters.clone(),
-        tls: Some(half),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(
+        masters.clone(),
+        pki.ca_file(),
+        Some(pki.client_cert()),
+        None,
+    );
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
         Some(Error::Errno(libc::EINVAL))
@@ -1006,17 +954,7 @@ fn mutual_tls_presents_the_client_certificate() {
     // No client certificate: the server refuses the session; nothing is ever served. (TLS 1.3
     // finishes the client's handshake first, so the refusal shows as the server's alert (Tls)
     // or, if its close overtakes the alert, as a reset.)
-    let without = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: None,
-        key_file: None,
-    };
-    let config = Config {
-        masters,
-        tls: Some(without),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(masters, pki.ca_file(), None, None);
     let r =
         Client::start_with(config, fast_options(), fast_retry(1)).and_then(|c| c.hello().map(drop));
     assert!(

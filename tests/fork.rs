@@ -27,8 +27,10 @@ use xce::client::log;
 use xce::client::{new_job_id, Client, Config};
 use xce::testing::WakeState;
 use xce::testing::{hold_system_lock_for, resolve};
-use xce_proto::wire::{JobAction, Notify, NotifyKind, Op};
+use xce_proto::wire::{JobAction, Op};
 use xce_testkit::fake::*;
+
+mod common;
 
 /// How long a child may take before the case fails.
 const CHILD_LIMIT: Duration = Duration::from_secs(20);
@@ -44,24 +46,7 @@ fn fork_and_wait(child: impl FnOnce() -> bool) -> Option<i32> {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
-    let end = Instant::now() + CHILD_LIMIT;
-    loop {
-        let mut status = 0;
-        // SAFETY: polls the child made above; status is a live c_int.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if rc == pid {
-            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-        }
-        if Instant::now() > end {
-            // SAFETY: kills and reaps the child made above.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    reap(pid)
 }
 
 /// A pipe for a child's report: (read end, write end).
@@ -219,12 +204,7 @@ fn queued_notification_stays_with_the_parent() {
         fast_retry(3),
     )
     .expect("start");
-    c.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: 42,
-        exit_code: 0,
-    })
-    .expect("accepted");
+    c.notify(common::finish(42)).expect("accepted");
     assert_eq!(
         c.outbox_depth(),
         1,
@@ -326,7 +306,7 @@ fn fork() {
     a_child_forked_inside_a_call_is_itself();
 }
 
-/// Waits for child `pid` (made with a bare fork) as [`fork_and_wait`] does.
+/// Waits for child `pid`: its exit code, or `None` when it had to be killed after `CHILD_LIMIT`.
 fn reap(pid: libc::pid_t) -> Option<i32> {
     let end = Instant::now() + CHILD_LIMIT;
     loop {

@@ -9,8 +9,6 @@
 //! One case runs in a child process under `RLIMIT_AS` = 1 GiB, where an unbounded decode
 //! used to abort the process ("memory allocation of … bytes failed").
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::os::raw::c_char;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,63 +25,8 @@ use xce_proto::wire::*;
 use xce_testkit::fake::{ok_reply, FakeController, Raw, Step};
 
 mod common;
-
-// ---------------------------------------------------------------------------------------
-// Peak live bytes of the calling thread (tests run on several threads at once; the fake
-// server's threads count separately).
-
-struct PeakAlloc;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn grow(n: isize) {
-    let _ = LIVE.try_with(|l| {
-        let v = l.get() + n;
-        l.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            grow(l.size() as isize);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        grow(-(l.size() as isize));
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        // SAFETY: forwarded.
-        let q = unsafe { System.realloc(p, l, n) };
-        if !q.is_null() {
-            grow(n as isize - l.size() as isize);
-        }
-        q
-    }
-}
-
-#[global_allocator]
-static A: PeakAlloc = PeakAlloc;
-
-/// What `f` did to this thread's heap: (its result, peak live bytes above the start, live
-/// bytes left behind).
-fn measure<T>(f: impl FnOnce() -> T) -> (T, usize, isize) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(start));
-    let r = f();
-    let peak = PEAK.with(Cell::get) - start;
-    (r, peak.max(0) as usize, LIVE.with(Cell::get) - start)
-}
+mod counting_alloc;
+use counting_alloc::measure;
 
 /// The bound F22 asks for: a small constant factor of the frame, plus a constant for the
 /// call's own bookkeeping (request encoding, a reconnect's socket and read buffer).
@@ -429,6 +372,16 @@ fn rust_op(c: &Client, kind: Kind) -> Result<usize, Error> {
     }
 }
 
+/// A list the C surface fills through `get`, released with `free` when it was; its status.
+fn listed<T>(get: impl FnOnce(*mut *mut T) -> i32, free: extern "C" fn(*mut T, usize)) -> i32 {
+    let mut out = std::ptr::null_mut();
+    let n = get(&mut out);
+    if n >= 0 {
+        free(out, n as usize);
+    }
+    n
+}
+
 /// The C op for a kind, its result released with the documented free function; its status.
 fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
     match kind {
@@ -439,38 +392,19 @@ fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
             if n >= 0 {
                 xce_free_joblist(all);
             }
-            let mut flat = std::ptr::null_mut();
-            let m = xcecli_joblist_filter(ctx, std::ptr::null(), &mut flat);
-            if m >= 0 {
-                xce_free_jobs(flat, m as usize);
-            }
+            let m = listed(
+                |o| xcecli_joblist_filter(ctx, std::ptr::null(), o),
+                xce_free_jobs,
+            );
             assert_eq!(n.signum(), m.signum(), "both shapes agree");
             n
         }
-        Kind::Hosts => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_workerlist(ctx, &mut out);
-            if n >= 0 {
-                xce_free_hosts(out, n as usize);
-            }
-            n
-        }
-        Kind::Resources => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_reslist(ctx, &mut out);
-            if n >= 0 {
-                xce_free_resources(out, n as usize);
-            }
-            n
-        }
-        Kind::ResVals => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_resval(ctx, c"h".as_ptr() as *const c_char, &mut out);
-            if n >= 0 {
-                xce_free_resvals(out, n as usize);
-            }
-            n
-        }
+        Kind::Hosts => listed(|o| xcecli_workerlist(ctx, o), xce_free_hosts),
+        Kind::Resources => listed(|o| xcecli_reslist(ctx, o), xce_free_resources),
+        Kind::ResVals => listed(
+            |o| xcecli_resval(ctx, c"h".as_ptr() as *const c_char, o),
+            xce_free_resvals,
+        ),
         Kind::Controllers | Kind::Queues => {
             let mut out = std::ptr::null_mut();
             let rc = xcecli_clusterconf(ctx, &mut out);

@@ -13,19 +13,7 @@ use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 mod common;
-use common::finish;
-
-/// What a daemon's reconnect hook does (F10): join again; the hook's result is the status.
-fn rejoin(cl: &Client, role: SessionRole) -> i32 {
-    let join = Join {
-        role,
-        host: "w1".into(),
-        ncpus: 4,
-        mem_mb: 1024,
-        attrs: vec![],
-    };
-    cl.join(join).map_or_else(|e| e.status(), |_| 0)
-}
+use common::{finish, recorded_events, rejoin};
 
 /// A reconnect hook that says hello again; the hook's result is the status.
 fn rehello(cl: &Client) -> i32 {
@@ -51,14 +39,6 @@ fn retry(max_retries: u32, initial_ms: u32, max_ms: u32, multiplier: f64) -> Ret
         max_retry_ms: max_ms,
         backoff_multiplier: multiplier,
     }
-}
-
-/// Every event `c` reports from now on, in order.
-fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
-    let events = Arc::new(Mutex::new(vec![]));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
-    events
 }
 
 /// Options with waitPrimary on (F18).

@@ -11,6 +11,8 @@ use xce::client::{Endpoint, Options, MAX_LEARNED_MASTERS};
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 fn learning() -> Options {
     Options {
         learn_masters: true,
@@ -339,14 +341,8 @@ fn nothing_is_learned_from_a_wait_primary_witness() {
 /// reported again log nothing.
 #[test]
 fn each_master_learned_is_logged_once_at_info() {
-    use std::sync::{Arc, Mutex};
-    use xce::client::log::{self, Level};
-    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
-    let l = lines.clone();
-    log::set_level(Level::Info);
-    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
-        l.lock().unwrap().push((lvl, line.to_string()))
-    })));
+    use xce::client::log::Level;
+    let lines = common::captured_log(Level::Info);
     let x = refused_endpoint();
     let p = FakeController::start(vec![]);
     let members = [p.endpoint(), x.clone()];
@@ -357,7 +353,6 @@ fn each_master_learned_is_logged_once_at_info() {
     let want = format!("masters: learned {x} from the primary {}", p.endpoint());
     let seen: Vec<_> = lines
         .lock()
-        .unwrap()
         .iter()
         .filter(|(_, l)| l.contains(&want))
         .cloned()

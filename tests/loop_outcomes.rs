@@ -11,6 +11,8 @@ use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the library
 /// before the status existed (to show the tests failing there).
 const UNKNOWN: i32 = 2013;
@@ -129,17 +131,7 @@ fn a_join_the_hook_repeats_keeps_its_request_id() {
     ]);
     let c = client(&[a.endpoint()], fast_options(), fast_retry(3));
     c.set_reconnect_handler(Some(Arc::new(|cl: &Client| {
-        let join = Join {
-            role: SessionRole::Worker,
-            host: "node1".into(),
-            ncpus: 4,
-            mem_mb: 1024,
-            attrs: vec![],
-        };
-        match cl.join(join) {
-            Ok(_) => 0,
-            Err(e) => e.status(),
-        }
+        common::rejoin(cl, SessionRole::Worker)
     })));
     c.hello().expect("served after the hook succeeds");
     let ids = request_ids(&a, "join");
@@ -160,14 +152,9 @@ fn a_join_the_hook_repeats_keeps_its_request_id() {
 /// Before: rotations were counted but no failover, and the log said "transport: standby…".
 #[test]
 fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
-    use parking_lot::Mutex;
-    use xce::client::log::{self, Level};
+    use xce::client::log::Level;
     use xce::client::Event;
-    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    log::set_level(Level::Info);
-    log::set_sink(Some(Arc::new(|_, l: &str| {
-        LINES.lock().push(l.to_string())
-    })));
+    let log = common::captured_log(Level::Info);
 
     let old = FakeController::start(vec![]);
     let new = FakeController::start(vec![]);
@@ -175,9 +162,7 @@ fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
     let mut cfg = Config::new(vec![old.endpoint(), standby.endpoint(), new.endpoint()]);
     cfg.client_name = "ff-failover".into();
     let c = Client::start_with(cfg, fast_options(), fast_retry(3)).expect("start");
-    let events = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    let events = common::recorded_events(&c);
     c.hello().expect("served by the first primary");
     drop(old);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -198,11 +183,11 @@ fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
             .any(|e| matches!(e, Event::FailoverFinished { .. })),
         "{events:?}"
     );
-    let lines: Vec<String> = LINES
+    let lines: Vec<String> = log
         .lock()
         .iter()
+        .map(|(_, l)| l.clone())
         .filter(|l| l.contains("ff-failover"))
-        .cloned()
         .collect();
     assert!(
         !lines.iter().any(|l| l.contains("transport: standby")),

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use xce::client::log::{self, Level};
+use xce::client::log::Level;
 use xce::client::Client;
 use xce::client::{Endpoint, Options};
 use xce::{Error, TlsCause};
@@ -227,18 +227,10 @@ fn options() -> Options {
 
 /// Log lines of this process at WARN and above. One sink for the whole test binary (the sink
 /// is process-wide and tests run in parallel); each test looks for its own text and port.
-fn log_lines() -> Arc<Mutex<Vec<String>>> {
-    static LINES: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
+fn log_lines() -> Arc<Mutex<Vec<(Level, String)>>> {
+    static LINES: OnceLock<Arc<Mutex<Vec<(Level, String)>>>> = OnceLock::new();
     LINES
-        .get_or_init(|| {
-            let lines = Arc::new(Mutex::new(Vec::new()));
-            let l = lines.clone();
-            log::set_level(Level::Warn);
-            log::set_sink(Some(Arc::new(move |_lvl, msg: &str| {
-                l.lock().push(msg.to_string())
-            })));
-            lines
-        })
+        .get_or_init(|| common::captured_log(Level::Warn))
         .clone()
 }
 
@@ -295,7 +287,7 @@ fn check(what: &str, behaviour: Behaviour, ca: PathBuf, cause: TlsCause) {
     );
     let logged = lines.lock().clone();
     assert!(
-        logged.iter().any(|l| l.contains(&text)),
+        logged.iter().any(|(_, l)| l.contains(&text)),
         "{what}: the log does not name the cause: {logged:?}"
     );
 }

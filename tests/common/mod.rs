@@ -3,12 +3,15 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xce::client::{Config, Endpoint, TlsFiles};
-use xce_proto::wire::{Notify, NotifyKind};
+use parking_lot::Mutex;
+use xce::client::log::{self, Level};
+use xce::client::{Client, Config, Endpoint, Event, TlsFiles};
+use xce_proto::wire::{Join, Notify, NotifyKind, SessionRole};
 
 /// A config on `masters` over TLS, verifying the controllers with `ca`, presenting `cert` and
 /// `key` (either may be missing: half an identity is the caller's to test).
@@ -87,4 +90,54 @@ pub fn run_self(args: &[&str], env: &[(&str, &std::ffi::OsStr)], limit: Duration
         out: out.join().unwrap(),
         err: err.join().unwrap(),
     }
+}
+
+/// Every file under `dir` (recursively) with one of these extensions.
+pub fn files(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
+    let mut out = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if exts.iter().any(|x| p.extension().is_some_and(|e| e == *x)) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every log line from now on at `level` and above, with its level. The sink is process-wide:
+/// a test finds its own lines by their text.
+pub fn captured_log(level: Level) -> Arc<Mutex<Vec<(Level, String)>>> {
+    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
+    let l = lines.clone();
+    log::set_level(level);
+    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
+        l.lock().push((lvl, line.to_string()))
+    })));
+    lines
+}
+
+/// What a daemon's reconnect hook does (F10): join again; the hook's result is the status.
+pub fn rejoin(cl: &Client, role: SessionRole) -> i32 {
+    let join = Join {
+        role,
+        host: "w1".into(),
+        ncpus: 4,
+        mem_mb: 1024,
+        attrs: vec![],
+    };
+    cl.join(join).map_or_else(|e| e.status(), |_| 0)
+}
+
+/// Every event `c` reports from now on, in order.
+pub fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
+    let events = Arc::new(Mutex::new(vec![]));
+    let ev = events.clone();
+    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    events
 }

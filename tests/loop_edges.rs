@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xce::client::Client;
 use xce::client::{Options, RetryConfig};
@@ -13,6 +13,8 @@ use xce::Error;
 use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
+
+mod common;
 
 /// F16: a standby answered REDIRECT (not applied), then the primary answers DUP_JOB: the job
 /// id belongs to another job, and the submit must say so, not report success.
@@ -133,9 +135,8 @@ fn a_disagreeing_cluster_gets_the_budgets_time() {
         backoff_multiplier: 2.0,
     };
     let c = client(&[a.endpoint()], opts, retry);
-    let t = Instant::now();
-    assert_eq!(c.hello(), Err(Error::NotReady));
-    let took = t.elapsed();
+    let (r, took) = common::timed(|| c.hello());
+    assert_eq!(r, Err(Error::NotReady));
     assert!(
         took >= Duration::from_millis(300),
         "budget burnt in {took:?}"

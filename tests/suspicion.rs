@@ -11,6 +11,8 @@ use xce::testing::{Connection, WakeState};
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 fn watchful() -> Options {
     Options {
         reply_timeout: Duration::from_secs(5),
@@ -42,9 +44,7 @@ fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
     s.push(vec![names_n; 10]);
     n.push(vec![Step::wait_names(n.endpoint(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint(), n.endpoint()], watchful());
-    let t = Instant::now();
-    let id = c.jobsubmit(spec()).expect("re-sent to the new primary");
-    let took = t.elapsed();
+    let (id, took) = common::timed(|| c.jobsubmit(spec()).expect("re-sent to the new primary"));
     assert!(took < Duration::from_secs(3), "{took:?}");
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
@@ -81,9 +81,7 @@ fn a_slow_healthy_primary_is_not_left() {
         Box::new(Step::Ok),
     )]);
     let c = client(&[p.endpoint(), s.endpoint()], watchful());
-    let t = Instant::now();
-    c.hello().expect("the slow reply");
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.hello().expect("the slow reply"));
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
         "{took:?}"
@@ -225,9 +223,7 @@ fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
     // The standby names n and answers every other op as the forwarded primary would.
     let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint(), n_ep], watchful());
-    let t = Instant::now();
-    c.jobsubmit(spec()).expect("served through the standby");
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.jobsubmit(spec()).expect("served through the standby"));
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
     assert_eq!(
@@ -275,9 +271,7 @@ fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
     let p = FakeController::start(vec![Step::Silent; 4]);
     let s = FakeController::start(vec![Step::wait_names(p.endpoint(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint()], watchful());
-    let t = Instant::now();
-    c.jobsubmit(spec()).expect("answered through the standby");
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.jobsubmit(spec()).expect("answered through the standby"));
     assert!(took < Duration::from_millis(1000), "{took:?}");
     sent_once_then_forwarded(&p, &s);
     let st = c.stats();

@@ -11,7 +11,6 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use xce::client::log::Level;
 use xce::client::Client;
 use xce::client::{Endpoint, Options};
@@ -227,8 +226,8 @@ fn options() -> Options {
 
 /// Log lines of this process at WARN and above. One sink for the whole test binary (the sink
 /// is process-wide and tests run in parallel); each test looks for its own text and port.
-fn log_lines() -> Arc<Mutex<Vec<(Level, String)>>> {
-    static LINES: OnceLock<Arc<Mutex<Vec<(Level, String)>>>> = OnceLock::new();
+fn log_lines() -> common::LogLines {
+    static LINES: OnceLock<common::LogLines> = OnceLock::new();
     LINES
         .get_or_init(|| common::captured_log(Level::Warn))
         .clone()

@@ -110,10 +110,13 @@ pub fn files(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
     out
 }
 
+/// Log lines with their levels, as [`captured_log`] keeps them.
+pub type LogLines = Arc<Mutex<Vec<(Level, String)>>>;
+
 /// Every log line from now on at `level` and above, with its level. The sink is process-wide:
 /// a test finds its own lines by their text.
-pub fn captured_log(level: Level) -> Arc<Mutex<Vec<(Level, String)>>> {
-    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
+pub fn captured_log(level: Level) -> LogLines {
+    let lines: LogLines = Arc::default();
     let l = lines.clone();
     log::set_level(level);
     log::set_sink(Some(Arc::new(move |lvl, line: &str| {
@@ -140,4 +143,10 @@ pub fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
     let ev = events.clone();
     c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
     events
+}
+
+/// `f`'s result and how long it took.
+pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let t = Instant::now();
+    (f(), t.elapsed())
 }

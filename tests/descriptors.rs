@@ -6,8 +6,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use xce::client::Endpoint;
 use xce::client::{Client, Config};
-use xce::client::{Endpoint, Options};
 use xce::Error;
 use xce_proto::error::*;
 use xce_testkit::fake::*;
@@ -43,16 +43,8 @@ fn open_fds() -> Vec<i32> {
 }
 
 fn child_client(port: u16) -> Client {
-    let opts = Options {
-        wait_primary: false,
-        ..fast_options()
-    };
-    Client::start_with(
-        Config::new(vec![Endpoint::new("127.0.0.1", port)]),
-        opts,
-        fast_retry(3),
-    )
-    .expect("start")
+    let masters = vec![Endpoint::new("127.0.0.1", port)];
+    Client::start_with(Config::new(masters), fast_options(), fast_retry(3)).expect("start")
 }
 
 /// The library holds no fd once no context exists: the socket and the pooled eventfds (a wait

@@ -13,7 +13,7 @@ use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 mod common;
-use common::{finish, recorded_events, rejoin};
+use common::{eps, finish, recorded_events, rejoin, retry, waiting};
 
 /// A reconnect hook that says hello again; the hook's result is the status.
 fn rehello(cl: &Client) -> i32 {
@@ -29,28 +29,6 @@ fn counted_hook(c: &Client, hook: fn(&Client) -> i32) -> Arc<AtomicU32> {
         hook(cl)
     })));
     calls
-}
-
-/// `max_retries` retries, waits from `initial_ms` growing by `multiplier` up to `max_ms`.
-fn retry(max_retries: u32, initial_ms: u32, max_ms: u32, multiplier: f64) -> RetryConfig {
-    RetryConfig {
-        max_retries,
-        initial_retry_ms: initial_ms,
-        max_retry_ms: max_ms,
-        backoff_multiplier: multiplier,
-    }
-}
-
-/// Options with waitPrimary on (F18).
-fn waiting() -> Options {
-    Options {
-        wait_primary: true,
-        ..fast_options()
-    }
-}
-
-fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
-    fakes.iter().map(|f| f.endpoint()).collect()
 }
 
 #[test]
@@ -778,7 +756,7 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
     let primary = FakeController::start(vec![]);
     let standby = FakeController::start(vec![Step::Standby(Some(primary.endpoint())); 4]);
     let c = client(
-        &[old.endpoint(), standby.endpoint(), primary.endpoint()],
+        &eps(&[&old, &standby, &primary]),
         fast_options(),
         fast_retry(5),
     );

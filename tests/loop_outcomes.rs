@@ -12,6 +12,7 @@ use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 mod common;
+use common::eps;
 
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the library
 /// before the status existed (to show the tests failing there).
@@ -81,20 +82,12 @@ fn answered_writes_report_not_applied() {
 fn an_oversized_frame_for_hello_rotates_to_the_next_master() {
     let bad = FakeController::start(vec![Step::Oversized]);
     let good = FakeController::start(vec![]);
-    let c = client(
-        &[bad.endpoint(), good.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&bad, &good]), fast_options(), fast_retry(3));
     c.hello().expect("served by the next master");
     assert_eq!(good.ops(), vec!["hello"]);
     // A write too: an oversized answer to a submit is a broken connection, not "too big".
     bad.push(vec![Step::Oversized]);
-    let c = client(
-        &[bad.endpoint(), good.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&bad, &good]), fast_options(), fast_retry(3));
     c.jobsubmit(spec()).expect("served by the next master");
 }
 
@@ -104,11 +97,7 @@ fn an_oversized_frame_for_hello_rotates_to_the_next_master() {
 fn an_oversized_frame_for_a_listing_is_too_big() {
     let bad = FakeController::start(vec![Step::Oversized]);
     let good = FakeController::start(vec![]);
-    let c = client(
-        &[bad.endpoint(), good.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&bad, &good]), fast_options(), fast_retry(3));
     assert_eq!(
         c.call(Op::JobList(JobFilter::default())).map(drop),
         Err(Error::TooBig)

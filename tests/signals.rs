@@ -15,7 +15,6 @@ use xce_testkit::fake::*;
 fn client_on(fake: &FakeController, reply_timeout: Duration) -> Arc<Client> {
     let mut opts = fast_options();
     opts.reply_timeout = reply_timeout;
-    opts.wait_primary = false;
     Arc::new(
         Client::start_with(Config::new(vec![fake.endpoint()]), opts, fast_retry(0)).expect("start"),
     )

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use xce::client::log::{self, Level};
-use xce::client::{Client, Config, Endpoint, Event, TlsFiles};
+use xce::client::{Client, Config, Endpoint, Event, Options, RetryConfig, TlsFiles};
 use xce_proto::wire::{Join, Notify, NotifyKind, SessionRole};
+use xce_testkit::fake::{fast_options, FakeController};
 
 /// A config on `masters` over TLS, verifying the controllers with `ca`, presenting `cert` and
 /// `key` (either may be missing: half an identity is the caller's to test).
@@ -149,4 +150,27 @@ pub fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
 pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let t = Instant::now();
     (f(), t.elapsed())
+}
+
+/// `max_retries` retries, waits from `initial_ms` growing by `multiplier` up to `max_ms`.
+pub fn retry(max_retries: u32, initial_ms: u32, max_ms: u32, multiplier: f64) -> RetryConfig {
+    RetryConfig {
+        max_retries,
+        initial_retry_ms: initial_ms,
+        max_retry_ms: max_ms,
+        backoff_multiplier: multiplier,
+    }
+}
+
+/// Options with waitPrimary on (F18).
+pub fn waiting() -> Options {
+    Options {
+        wait_primary: true,
+        ..fast_options()
+    }
+}
+
+/// The endpoints of these fakes, in order.
+pub fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
+    fakes.iter().map(|f| f.endpoint()).collect()
 }

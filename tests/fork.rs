@@ -147,12 +147,7 @@ fn log_sink_running_at_fork() {
 
 fn inherited_context_writes_with_its_own_identity() {
     let fake = FakeController::start(vec![]);
-    let c = Client::start_with(
-        Config::new(vec![fake.endpoint()]),
-        fast_options(),
-        fast_retry(3),
-    )
-    .expect("start");
+    let c = client(&[fake.endpoint()], fast_options(), fast_retry(3));
     c.jobctrl(1, JobAction::Kill)
         .expect("a write before the fork");
     let parent_id = c.client_id();
@@ -198,12 +193,7 @@ fn inherited_context_writes_with_its_own_identity() {
 /// deliver: the child's first call forgets it (re-sent by both, it would be applied twice).
 fn queued_notification_stays_with_the_parent() {
     let fake = FakeController::start((0..50).map(|_| Step::Silent).collect());
-    let c = Client::start_with(
-        Config::new(vec![fake.endpoint()]),
-        fast_options(),
-        fast_retry(3),
-    )
-    .expect("start");
+    let c = client(&[fake.endpoint()], fast_options(), fast_retry(3));
     c.notify(common::finish(42)).expect("accepted");
     assert_eq!(
         c.outbox_depth(),

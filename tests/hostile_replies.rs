@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capnp::traits::HasStructSize;
-use xce::client::{Client, Config};
+use xce::client::Client;
 use xce::client::{Endpoint, Options};
 use xce::ffi::config::*;
 use xce::ffi::ops::*;
@@ -22,7 +22,7 @@ use xce::ffi::types::*;
 use xce::Error;
 use xce_proto::wire::controller_capnp as cp;
 use xce_proto::wire::*;
-use xce_testkit::fake::{ok_reply, FakeController, Raw, Step};
+use xce_testkit::fake::{client, fast_retry, ok_reply, FakeController, Raw, Step};
 
 mod common;
 mod counting_alloc;
@@ -329,12 +329,7 @@ fn options() -> Options {
 }
 
 fn rust_client(ep: Endpoint) -> Client {
-    Client::start_with(
-        Config::new(vec![ep]),
-        options(),
-        xce_testkit::fake::fast_retry(1),
-    )
-    .expect("start")
+    client(&[ep], options(), fast_retry(1))
 }
 
 /// A C context on `ep` with the same knobs.

@@ -1,7 +1,6 @@
 //! F14: the replaceable log sink (its own test binary: the sink is process-wide).
 
 use xce::client::log::{self, Level};
-use xce::client::{Client, Config};
 use xce::Error;
 use xce_proto::error::*;
 use xce_testkit::fake::*;
@@ -17,12 +16,7 @@ fn rotations_log_at_info_and_exhaustion_at_warn_through_the_installed_sink() {
 
     let a = FakeController::start(vec![Step::Standby(None), Step::Status(-E_XCE_NOT_READY)]);
     let b = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
-    let c = Client::start_with(
-        Config::new(vec![a.endpoint(), b.endpoint()]),
-        fast_options(),
-        fast_retry(2),
-    )
-    .unwrap();
+    let c = client(&[a.endpoint(), b.endpoint()], fast_options(), fast_retry(2));
     assert_eq!(c.hello(), Err(Error::NotReady));
 
     let lines = lines.lock().clone();

@@ -424,12 +424,11 @@ fn a_bad_master_name_is_a_lookup_failure_not_an_unreachable_host() {
 fn numeric_masters_start_no_lookup_thread() {
     in_child("numeric_masters_start_no_lookup_thread", &[], || {
         let a = FakeController::start(vec![]);
-        let c = Client::start_with(
-            Config::new(vec![a.endpoint(), Endpoint::new("::1", 1)]),
+        let c = client(
+            &[a.endpoint(), Endpoint::new("::1", 1)],
             fast_options(),
             fast_retry(1),
-        )
-        .unwrap();
+        );
         let fds = eventfds();
         for _ in 0..20 {
             c.hello().unwrap();
@@ -502,12 +501,11 @@ fn a_slow_hint_lookup_obeys_the_clock() {
             primary.endpoint().port,
         )))]);
         let opts = options(Duration::from_millis(300), Some(Duration::from_secs(1)));
-        let c = Client::start_with(
-            Config::new(vec![standby.endpoint(), primary.endpoint()]),
+        let c = client(
+            &[standby.endpoint(), primary.endpoint()],
             opts,
             fast_retry(3),
-        )
-        .expect("start");
+        );
         let (_, took) = common::timed(|| c.hello().expect("the primary, by rotation"));
         eprintln!("hint with a 2 s lookup: {took:?}");
         assert!(took < Duration::from_millis(1500), "{took:?}");

@@ -22,7 +22,7 @@ use xce::ffi::types::*;
 use xce::Error;
 use xce_proto::wire::controller_capnp as cp;
 use xce_proto::wire::*;
-use xce_testkit::fake::{client, fast_retry, ok_reply, FakeController, Raw, Step};
+use xce_testkit::fake::{client, fast_options, fast_retry, ok_reply, FakeController, Raw, Step};
 
 mod common;
 mod counting_alloc;
@@ -319,12 +319,7 @@ fn options() -> Options {
     Options {
         connect_timeout: Duration::from_secs(5),
         reply_timeout: Duration::from_secs(30),
-        call_deadline: None,
-        hint_policy: Default::default(),
-        wait_primary: false,
-        suspicion: false,
-        learn_masters: false,
-        forward: true,
+        ..fast_options()
     }
 }
 

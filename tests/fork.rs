@@ -49,6 +49,11 @@ fn fork_and_wait(child: impl FnOnce() -> bool) -> Option<i32> {
     reap(pid)
 }
 
+/// Asserts that a child of [`fork_and_wait`] passed.
+fn passed(r: Option<i32>, what: &str) {
+    assert_eq!(r, Some(0), "{what}");
+}
+
 /// A pipe for a child's report: (read end, write end).
 fn pipe() -> (std::fs::File, std::fs::File) {
     let mut p = [0; 2];
@@ -72,10 +77,9 @@ fn resolver_lock_held_at_fork() {
         resolve("localhost", 7, deadline, &ws.waker_now()).is_ok()
     });
     holder.join().unwrap();
-    assert_eq!(
+    passed(
         r,
-        Some(0),
-        "the child's first lookup did not return within its deadline (None: hung)"
+        "the child's first lookup did not return within its deadline (None: hung)",
     );
 }
 
@@ -88,11 +92,7 @@ fn pool_and_handle_table_held_at_fork() {
         ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
     });
     holder.join().unwrap();
-    assert_eq!(
-        r,
-        Some(0),
-        "the child's first wait (None: hung on the pool's lock)"
-    );
+    passed(r, "the child's first wait (None: hung on the pool's lock)");
     // The handle table's lock: every export looks its handle up there.
     let holder =
         std::thread::spawn(|| xce::testing::hold_handle_table_for(Duration::from_millis(400)));
@@ -103,10 +103,9 @@ fn pool_and_handle_table_held_at_fork() {
         xce::ffi::hooks::xcecli_get_stats(bogus, stats.as_mut_ptr()) == -libc::EINVAL
     });
     holder.join().unwrap();
-    assert_eq!(
+    passed(
         r,
-        Some(0),
-        "the child's first export (None: hung on the handle table)"
+        "the child's first export (None: hung on the handle table)",
     );
 }
 
@@ -138,11 +137,7 @@ fn log_sink_running_at_fork() {
     logger.join().unwrap();
     log::set_sink(None);
     log::set_level(log::Level::Warn);
-    assert_eq!(
-        r,
-        Some(0),
-        "the child could not replace the log sink (None: hung)"
-    );
+    passed(r, "the child could not replace the log sink (None: hung)");
 }
 
 fn inherited_context_writes_with_its_own_identity() {
@@ -152,11 +147,7 @@ fn inherited_context_writes_with_its_own_identity() {
         .expect("a write before the fork");
     let parent_id = c.client_id();
     let r = fork_and_wait(|| c.jobctrl(2, JobAction::Kill).is_ok() && c.client_id() != parent_id);
-    assert_eq!(
-        r,
-        Some(0),
-        "the child's write through the inherited context failed"
-    );
+    passed(r, "the child's write through the inherited context failed");
     c.jobctrl(3, JobAction::Kill)
         .expect("the parent's write after the fork");
     assert_eq!(c.client_id(), parent_id, "the parent keeps its identity");
@@ -251,10 +242,9 @@ fn context_busy_on_another_thread_at_fork() {
         closed && fresh && t.elapsed() < Duration::from_secs(2)
     });
     let _ = caller.join();
-    assert_eq!(
+    passed(
         r,
-        Some(0),
-        "the child's call on a context busy at the fork (None: hung)"
+        "the child's call on a context busy at the fork (None: hung)",
     );
 }
 

@@ -13,7 +13,7 @@ use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 mod common;
-use common::{eps, finish, recorded_events, rejoin, retry, waiting};
+use common::{eps, finish, names_after, recorded_events, rejoin, retry, waiting};
 
 /// A reconnect hook that says hello again; the hook's result is the status.
 fn rehello(cl: &Client) -> i32 {
@@ -285,12 +285,10 @@ fn trickled_among(
     let standbys: Vec<FakeController> = (0..if watchful { 2 } else { 0 })
         .map(|_| {
             FakeController::start(vec![
-                Step::Split(
-                    Box::new(Step::After(
-                        Duration::from_secs(5),
-                        Box::new(Step::Primary(a.endpoint())),
-                    )),
-                    Box::new(Step::Standby(Some(a.endpoint()))),
+                names_after(
+                    Duration::from_secs(5),
+                    a.endpoint(),
+                    Step::Standby(Some(a.endpoint()))
                 );
                 4
             ])

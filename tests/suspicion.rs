@@ -12,6 +12,7 @@ use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 mod common;
+use common::{late, names_after};
 
 fn watchful() -> Options {
     Options {
@@ -34,12 +35,10 @@ fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
     let n = FakeController::start(vec![]);
     let s = FakeController::start(vec![]);
     // The standby holds waitPrimary a little (an election), then names n.
-    let names_n = Step::Split(
-        Box::new(Step::After(
-            Duration::from_millis(200),
-            Box::new(Step::Primary(n.endpoint())),
-        )),
-        Box::new(Step::Standby(Some(n.endpoint()))),
+    let names_n = names_after(
+        Duration::from_millis(200),
+        n.endpoint(),
+        Step::Standby(Some(n.endpoint())),
     );
     s.push(vec![names_n; 10]);
     n.push(vec![Step::wait_names(n.endpoint(), Step::Ok); 10]);
@@ -67,18 +66,13 @@ fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
 /// is read as soon as it arrives — no failover, no extra delay.
 #[test]
 fn a_slow_healthy_primary_is_not_left() {
-    let p = FakeController::start(vec![Step::After(
-        Duration::from_millis(900),
-        Box::new(Step::Ok),
-    )]);
+    let p = FakeController::start(vec![late(Duration::from_millis(900), Step::Ok)]);
     let s = FakeController::start(vec![]);
     // The standby knows no primary other than p: it holds waitPrimary (past the reply).
-    s.push(vec![Step::Split(
-        Box::new(Step::After(
-            Duration::from_secs(3),
-            Box::new(Step::Primary(p.endpoint())),
-        )),
-        Box::new(Step::Ok),
+    s.push(vec![names_after(
+        Duration::from_secs(3),
+        p.endpoint(),
+        Step::Ok,
     )]);
     let c = client(&[p.endpoint(), s.endpoint()], watchful());
     let (_, took) = common::timed(|| c.hello().expect("the slow reply"));
@@ -174,10 +168,7 @@ fn a_connect_race_does_not_wait_for_a_silent_host() {
 /// (with forwarding off; on, the request also goes through that standby, F28: below).
 #[test]
 fn a_probe_naming_the_late_primary_is_no_news() {
-    let p = FakeController::start(vec![Step::After(
-        Duration::from_millis(700),
-        Box::new(Step::Ok),
-    )]);
+    let p = FakeController::start(vec![late(Duration::from_millis(700), Step::Ok)]);
     let s = FakeController::start(vec![]);
     s.push(vec![Step::wait_names(p.endpoint(), Step::Ok); 4]);
     let opts = Options {

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use xce::client::log::{self, Level};
 use xce::client::{Client, Config, Endpoint, Event, Options, RetryConfig, TlsFiles};
 use xce_proto::wire::{Join, Notify, NotifyKind, SessionRole};
-use xce_testkit::fake::{fast_options, FakeController};
+use xce_testkit::fake::{fast_options, FakeController, Step};
 
 /// A config on `masters` over TLS, verifying the controllers with `ca`, presenting `cert` and
 /// `key` (either may be missing: half an identity is the caller's to test).
@@ -173,4 +173,18 @@ pub fn waiting() -> Options {
 /// The endpoints of these fakes, in order.
 pub fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
     fakes.iter().map(|f| f.endpoint()).collect()
+}
+
+/// `step`, performed `delay` late.
+pub fn late(delay: Duration, step: Step) -> Step {
+    Step::After(delay, Box::new(step))
+}
+
+/// Answers `waitPrimary` naming `primary` after `delay` (an election), every other op with
+/// `other`.
+pub fn names_after(delay: Duration, primary: Endpoint, other: Step) -> Step {
+    Step::Split(
+        Box::new(late(delay, Step::Primary(primary))),
+        Box::new(other),
+    )
 }

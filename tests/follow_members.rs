@@ -120,19 +120,8 @@ fn a_new_membership_version_asks_again_once_per_change() {
     for _ in 0..3 {
         c.clusterconf().expect("clusterconf");
     }
-    assert_eq!(
-        p.ops(),
-        vec![
-            "hello",
-            "clusterconf",
-            "clusterconf",
-            "clusterconf",
-            "hello",
-            "clusterconf",
-            "clusterconf",
-            "clusterconf"
-        ]
-    );
+    let (h, cc) = ("hello", "clusterconf");
+    assert_eq!(p.ops(), [h, cc, cc, cc, h, cc, cc, cc]);
     assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
     assert_eq!(p.connections(), 1);
 }
@@ -190,17 +179,8 @@ fn a_hello_stamped_with_a_version_learned_teaches_nothing_new() {
     );
     c.clusterconf().expect("clusterconf"); // stamped 6
     c.clusterconf().expect("clusterconf"); // asks first
-    assert_eq!(
-        p.ops(),
-        vec![
-            "hello",
-            "hello",
-            "hello",
-            "clusterconf",
-            "hello",
-            "clusterconf"
-        ]
-    );
+    let (h, cc) = ("hello", "clusterconf");
+    assert_eq!(p.ops(), [h, h, h, cc, h, cc]);
     assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
     assert_eq!(p.connections(), 1);
 }

@@ -13,7 +13,7 @@ use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
 mod common;
-use common::{eps, finish, names_after, recorded_events, rejoin, retry, waiting};
+use common::{eps, finish, names_after, recorded_events, rejoin, retry, spec_id, waiting};
 
 /// A reconnect hook that says hello again; the hook's result is the status.
 fn rehello(cl: &Client) -> i32 {
@@ -185,12 +185,7 @@ fn connection_closed_mid_reply_rotates_and_the_write_keeps_its_request_id() {
     let a = FakeController::start(vec![Step::CloseMidReply]);
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let id = c
-        .jobsubmit(JobSpec {
-            name: "j".into(),
-            ..Default::default()
-        })
-        .unwrap();
+    let id = c.jobsubmit(spec()).unwrap();
     let (ra, rb) = (a.requests(), b.requests());
     assert_eq!((ra.len(), rb.len()), (1, 1));
     // F16: the re-send is the same write.
@@ -216,20 +211,9 @@ fn dup_on_a_resent_write_is_success_and_on_a_first_send_is_terminal() {
         Step::Status(-E_XCE_DUP_JOB),
     ]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let id = c
-        .jobsubmit(JobSpec {
-            job_id: 42,
-            ..Default::default()
-        })
-        .unwrap();
+    let id = c.jobsubmit(spec_id(42)).unwrap();
     assert_eq!(id, 42);
-    assert_eq!(
-        c.jobsubmit(JobSpec {
-            job_id: 42,
-            ..Default::default()
-        }),
-        Err(Error::DupJob)
-    );
+    assert_eq!(c.jobsubmit(spec_id(42)), Err(Error::DupJob));
     assert!(!c.last_error().unwrap().may_have_been_applied);
 }
 
@@ -795,13 +779,7 @@ fn tls_round_trip_and_verification_failure() {
     let c = Client::start_with(config, fast_options(), fast_retry(3)).unwrap();
     c.hello().unwrap();
     assert_eq!(b.ops(), vec!["hello"]);
-    assert_eq!(
-        c.jobsubmit(JobSpec {
-            job_id: 77,
-            ..Default::default()
-        }),
-        Ok(77)
-    );
+    assert_eq!(c.jobsubmit(spec_id(77)), Ok(77));
 
     // A CA that did not sign the servers' certificates: unknown CA, never plaintext.
     let other = TestPki::new("other");

@@ -49,9 +49,7 @@ fn an_unknown_outcome_is_reported_as_maybe_applied_after_the_budget() {
 fn after_an_unknown_outcome_a_dup_is_success_and_not_ready_stays_unknown() {
     let a = FakeController::start(vec![Step::Status(-UNKNOWN), Step::Status(-E_XCE_DUP_JOB)]);
     let c = client(&[a.endpoint()], fast_options(), fast_retry(3));
-    let mut s = spec();
-    s.job_id = 77;
-    assert_eq!(c.jobsubmit(s), Ok(77));
+    assert_eq!(c.jobsubmit(common::spec_id(77)), Ok(77));
 
     let b = FakeController::start(vec![
         Step::Status(-UNKNOWN),

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use xce::client::log::{self, Level};
 use xce::client::{Client, Config, Endpoint, Event, Options, RetryConfig, TlsFiles};
-use xce_proto::wire::{Join, Notify, NotifyKind, SessionRole};
-use xce_testkit::fake::{fast_options, FakeController, Step};
+use xce_proto::wire::{JobSpec, Join, Notify, NotifyKind, SessionRole};
+use xce_testkit::fake::{fast_options, spec, FakeController, Step};
 
 /// A config on `masters` over TLS, verifying the controllers with `ca`, presenting `cert` and
 /// `key` (either may be missing: half an identity is the caller's to test).
@@ -32,6 +32,11 @@ pub fn tls_config(
         client_name: "t".into(),
         ..Config::new(masters)
     }
+}
+
+/// testkit's job spec with this job id.
+pub fn spec_id(job_id: u64) -> JobSpec {
+    JobSpec { job_id, ..spec() }
 }
 
 /// The notification that job `job_id` finished with exit code 0.

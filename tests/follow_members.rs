@@ -201,29 +201,19 @@ fn a_hello_call_is_its_own_members_question() {
 
 #[test]
 fn nothing_is_learned_from_a_standby_or_a_node_naming_another_primary() {
-    let z = refused_endpoint();
+    let z = [refused_endpoint()];
     // A standby answering `hello` with success (as an older or buggy node might) and members.
-    let s = FakeController::start(vec![info(
-        2,
-        ControllerRole::Standby,
-        1,
-        std::slice::from_ref(&z),
-    )]);
+    let s = FakeController::start(vec![info(2, ControllerRole::Standby, 1, &z)]);
     let c = learner(&[s.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(c.masters(), vec![s.endpoint()]);
     // A node calling itself primary while naming another one as the primary.
-    let w = FakeController::start(vec![info(
-        2,
-        ControllerRole::Primary,
-        1,
-        std::slice::from_ref(&z),
-    )]);
+    let w = FakeController::start(vec![info(2, ControllerRole::Primary, 1, &z)]);
     let c = learner(&[w.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(c.masters(), vec![w.endpoint()]);
     // A standby refusing with a hint to an unconfigured host: the hint is no member.
-    let a = FakeController::start(vec![Step::Standby(Some(z.clone()))]);
+    let a = FakeController::start(vec![Step::Standby(Some(z[0].clone()))]);
     let b = FakeController::start(vec![primary_says(&[])]);
     let c = learner(&[a.endpoint(), b.endpoint()]);
     c.clusterconf().expect("clusterconf through b");

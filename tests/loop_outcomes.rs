@@ -158,16 +158,13 @@ fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
     let st = c.stats();
     assert_eq!(st.failovers, 1, "{st:?}");
     let events = events.lock().clone();
+    let seen = |is: fn(&Event) -> bool| events.iter().any(is);
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::FailoverStarted { .. })),
+        seen(|e| matches!(e, Event::FailoverStarted { .. })),
         "{events:?}"
     );
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::FailoverFinished { .. })),
+        seen(|e| matches!(e, Event::FailoverFinished { .. })),
         "{events:?}"
     );
     let lines: Vec<String> = log

@@ -248,15 +248,10 @@ fn jobs(n: u64) -> ReplyData {
 }
 
 /// A fake whose first answer is a listing of 200 jobs written `chunk` bytes every `every`, and
-/// a client with a 300 ms reply timeout; the listing and how long it took.
-fn trickled(chunk: usize, every: Duration) -> (FakeController, Vec<Job>, Duration) {
-    let (a, got, took, _) = trickled_among(chunk, every, false);
-    (a, got, took)
-}
-
-/// [`trickled`]; `watchful`: with two standbys beside the primary that hold `waitPrimary`
+/// a client with a 300 ms reply timeout; the fake, the listing, how long it took and the
+/// client's stats. `watchful`: with two standbys beside the primary that hold `waitPrimary`
 /// (they know no other primary) and suspicion on (F25), so a late reply would be suspected.
-fn trickled_among(
+fn trickled(
     chunk: usize,
     every: Duration,
     watchful: bool,
@@ -296,7 +291,7 @@ fn trickled_among(
 /// (≈ 1 s, more than three reply timeouts): one request, answered.
 #[test]
 fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
-    let (a, got, took) = trickled(2048, Duration::from_millis(100));
+    let (a, got, took, _) = trickled(2048, Duration::from_millis(100), false);
     assert_eq!(got.len(), 200);
     assert!(took >= Duration::from_millis(600), "{took:?}");
     assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
@@ -308,7 +303,7 @@ fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
 /// the page was asked for again.
 #[test]
 fn a_slow_reply_that_keeps_arriving_is_not_suspected() {
-    let (a, got, _, st) = trickled_among(2048, Duration::from_millis(100), true);
+    let (a, got, _, st) = trickled(2048, Duration::from_millis(100), true);
     assert_eq!(got.len(), 200, "{st:?}");
     assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
     assert_eq!((st.suspicions, st.rotations), (0, 0), "{st:?}");
@@ -319,7 +314,7 @@ fn a_slow_reply_that_keeps_arriving_is_not_suspected() {
 /// floor rate (≈ 2.8 s), not after the minutes it would take; the loop asks again.
 #[test]
 fn a_reply_slower_than_the_floor_rate_is_given_up() {
-    let (a, got, took) = trickled(64, Duration::from_millis(250));
+    let (a, got, took, _) = trickled(64, Duration::from_millis(250), false);
     assert_eq!(
         got.len(),
         1,

@@ -24,26 +24,13 @@ fn learner(masters: &[Endpoint]) -> Client {
     Client::start_with(Config::new(masters.to_vec()), learning(), fast_retry(3)).expect("start")
 }
 
-fn entry(id: u32, e: &Endpoint) -> ControllerEntry {
-    ControllerEntry {
-        id,
-        host: e.host.clone(),
-        port: e.port,
-        role: ControllerRole::Standby,
-    }
-}
-
 /// A `hello` answer of node `id`, in `role`, naming `primary_id`, with `members`.
 fn info(id: u32, role: ControllerRole, primary_id: u32, members: &[Endpoint]) -> Step {
     Step::Payload(ReplyData::CtrlInfo(ControllerInfo {
         id,
         role,
         primary_id,
-        members: members
-            .iter()
-            .enumerate()
-            .map(|(i, e)| entry(i as u32 + 1, e))
-            .collect(),
+        members: common::members(members),
         ..Default::default()
     }))
 }

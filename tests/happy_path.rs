@@ -13,6 +13,7 @@ use xce::testing::{Connection, WakeState};
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
 mod counting_alloc;
 
 /// What `n` runs of `f` cost this thread: (getpid, fstat, allocations) per run.
@@ -31,19 +32,7 @@ fn per_call(n: u64, mut f: impl FnMut()) -> (f64, f64, f64) {
 /// The primary's `hello` answer as a real controller gives it: itself the primary, three
 /// members (itself and two others), stamped with its membership version (F29).
 fn primary_info(me: &Endpoint, others: &[Endpoint]) -> ReplyData {
-    let entry = |id: u32, e: &Endpoint| ControllerEntry {
-        id,
-        host: e.host.clone(),
-        port: e.port,
-        role: ControllerRole::Standby,
-    };
-    let mut members = vec![entry(1, me)];
-    members.extend(
-        others
-            .iter()
-            .enumerate()
-            .map(|(i, e)| entry(i as u32 + 2, e)),
-    );
+    let members = common::members(&[std::slice::from_ref(me), others].concat());
     ReplyData::CtrlInfo(ControllerInfo {
         id: 1,
         role: ControllerRole::Primary,

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use xce::client::log::{self, Level};
 use xce::client::{Client, Config, Endpoint, Event, Options, RetryConfig, TlsFiles};
-use xce_proto::wire::{JobSpec, Join, Notify, NotifyKind, SessionRole};
+use xce_proto::wire::{
+    ControllerEntry, ControllerRole, JobSpec, Join, Notify, NotifyKind, SessionRole,
+};
 use xce_testkit::fake::{fast_options, spec, FakeController, Step};
 
 /// A config on `masters` over TLS, verifying the controllers with `ca`, presenting `cert` and
@@ -192,4 +194,15 @@ pub fn names_after(delay: Duration, primary: Endpoint, other: Step) -> Step {
         Box::new(late(delay, Step::Primary(primary))),
         Box::new(other),
     )
+}
+
+/// Controllers 1, 2, … at these endpoints, as a `hello` answer lists its members.
+pub fn members(at: &[Endpoint]) -> Vec<ControllerEntry> {
+    let entry = |(i, e): (usize, &Endpoint)| ControllerEntry {
+        id: i as u32 + 1,
+        host: e.host.clone(),
+        port: e.port,
+        role: ControllerRole::Standby,
+    };
+    at.iter().enumerate().map(entry).collect()
 }

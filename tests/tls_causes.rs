@@ -296,21 +296,14 @@ fn check(what: &str, behaviour: Behaviour, ca: PathBuf, cause: TlsCause) {
 fn each_failed_handshake_names_its_cause() {
     let (pki, other) = (Pki::new("ca-mine"), Pki::new("ca-other"));
     let tls = |pki: &Pki, leaf| Behaviour::Tls(pki.server(leaf, false));
+    use {Leaf as L, TlsCause as C};
     let cases = [
-        ("unknown CA", tls(&other, Leaf::Good), TlsCause::UnknownCa),
-        ("expired", tls(&pki, Leaf::Expired), TlsCause::Expired),
-        (
-            "not yet valid",
-            tls(&pki, Leaf::NotYetValid),
-            TlsCause::NotYetValid,
-        ),
-        (
-            "name mismatch",
-            tls(&pki, Leaf::OtherName),
-            TlsCause::NameMismatch,
-        ),
-        ("plaintext", Behaviour::Plaintext, TlsCause::NotTls),
-        ("silent", Behaviour::Silent, TlsCause::HandshakeTimeout),
+        ("unknown CA", tls(&other, L::Good), C::UnknownCa),
+        ("expired", tls(&pki, L::Expired), C::Expired),
+        ("not yet valid", tls(&pki, L::NotYetValid), C::NotYetValid),
+        ("name mismatch", tls(&pki, L::OtherName), C::NameMismatch),
+        ("plaintext", Behaviour::Plaintext, C::NotTls),
+        ("silent", Behaviour::Silent, C::HandshakeTimeout),
     ];
     std::thread::scope(|s| {
         for (what, behaviour, cause) in cases {

@@ -387,7 +387,7 @@ mod tests {
         use HintPolicy::*;
         use HintRefusal::*;
         use HintVerdict::*;
-        let stranger = Target::Unlisted(Endpoint::new("stranger", 4));
+        let far = Target::Unlisted(Endpoint::new("stranger", 4));
         type Row<'a> = (usize, u64, (&'a str, u16), HintPolicy, HintVerdict);
         let (cfg, m) = (ConfiguredOnly, Target::Master);
         let table: Vec<Row> = vec![
@@ -406,13 +406,7 @@ mod tests {
             (0, 0b001, ("stranger", 4), cfg, Refused(NotConfigured)),
             (0, 0b001, ("nowhere", 4), cfg, Refused(NotConfigured)),
             (0, 0b001, ("alias-of-b", 7), cfg, Refused(NotConfigured)),
-            (
-                0,
-                0b001,
-                ("stranger", 4),
-                AnyHost,
-                Accepted(stranger.clone()),
-            ),
+            (0, 0b001, ("stranger", 4), AnyHost, Accepted(far.clone())),
         ];
         for (i, (cur, tried, (host, port), policy, want)) in table.into_iter().enumerate() {
             let mut r = three();

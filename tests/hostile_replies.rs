@@ -417,56 +417,42 @@ fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
 
 /// The hostile cases: (name, op kind, reply).
 fn hostile_cases() -> Vec<(String, Kind, Msg)> {
-    let mut v: Vec<(String, Kind, Msg)> = Kind::ALL
+    let case = |kind: Kind, what: &str, msg| (format!("{kind:?}: {what}"), kind, msg);
+    let mut v: Vec<_> = Kind::ALL
         .iter()
-        .map(|&k| {
-            (
-                format!("{k:?}: 100,000 zero-size elements"),
-                k,
-                zero_size(k, 100_000),
-            )
-        })
+        .map(|&k| case(k, "100,000 zero-size elements", zero_size(k, 100_000)))
         .collect();
-    v.push((
-        "Jobs: List(Void) of 100,000".into(),
-        Kind::Jobs,
-        void_jobs(100_000),
-    ));
-    v.push((
-        "Jobs: List(UInt8) of 65,536 one-byte jobs".into(),
-        Kind::Jobs,
-        byte_jobs(1 << 16),
-    ));
-    v.push((
-        "Jobs: 64 jobs x 6 texts aliasing one 64 KiB text".into(),
-        Kind::Jobs,
-        shared_text_jobs(64, 64 << 10),
-    ));
-    v.push((
-        "Jobs: 64 jobs x 6 texts aliasing one 15-byte text (fits)".into(),
-        Kind::Jobs,
-        shared_text_jobs(64, 15),
-    ));
-    v.push((
-        "Jobs: 2^29-1 declared, none sent".into(),
-        Kind::Jobs,
-        huge_count_jobs(),
-    ));
-    v.push((
-        "Jobs: tag claims 2^28 in 0 words".into(),
-        Kind::Jobs,
-        tag_overrun_jobs(),
-    ));
-    v.push((
-        "Hosts: 300 hosts sharing 1,000 zero-size attrs".into(),
-        Kind::Hosts,
-        nested_hosts(300, 1000, 0),
-    ));
-    v.push((
-        "Hosts: 20 hosts sharing 50 attrs aliasing one 16 KiB key".into(),
-        Kind::Hosts,
-        nested_hosts(20, 50, 16 << 10),
-    ));
+    use Kind::{Hosts, Jobs};
+    v.extend([
+        case(Jobs, "List(Void) of 100,000", void_jobs(100_000)),
+        case(
+            Jobs,
+            "List(UInt8) of 65,536 one-byte jobs",
+            byte_jobs(1 << 16),
+        ),
+        case(
+            Jobs,
+            "64 jobs x 6 texts aliasing one 64 KiB text",
+            shared_text_jobs(64, 64 << 10),
+        ),
+        case(
+            Jobs,
+            "64 jobs x 6 texts aliasing one 15-byte text (fits)",
+            shared_text_jobs(64, 15),
+        ),
+        case(Jobs, "2^29-1 declared, none sent", huge_count_jobs()),
+        case(Jobs, "tag claims 2^28 in 0 words", tag_overrun_jobs()),
+        case(
+            Hosts,
+            "300 hosts sharing 1,000 zero-size attrs",
+            nested_hosts(300, 1000, 0),
+        ),
+        case(
+            Hosts,
+            "20 hosts sharing 50 attrs aliasing one 16 KiB key",
+            nested_hosts(20, 50, 16 << 10),
+        ),
+    ]);
     v
 }
 

@@ -4,30 +4,48 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::time::Duration;
 
+use xce::client::Endpoint;
 use xce::client::{Client, Config};
-use xce::client::{Endpoint, Options};
 use xce::Error;
 use xce_proto::error::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 const CHILD: &str = "XCE_FD_TEST_CHILD";
 const PORT: &str = "XCE_FD_TEST_PORT";
+/// A child that has not finished by then is killed and its case fails.
+const CHILD_LIMIT: Duration = Duration::from_secs(120);
 
-/// Runs test `name` of this binary in a child process with the fake's port; its exit status.
-fn in_child(name: &str, port: u16) -> bool {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env(PORT, port.to_string())
-        .output()
-        .expect("re-exec the test binary");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+/// Runs test `name` of this binary in a child process with the fake's port; it must pass.
+fn in_child(name: &str, fake: &FakeController) {
+    let port = fake.endpoint().port.to_string();
+    let env = [(CHILD, "1".as_ref()), (PORT, port.as_ref())];
+    let args = ["--exact", name, "--nocapture", "--test-threads=1"];
+    let run = common::run_self(&args, &env, CHILD_LIMIT);
+    let text = run.out + &run.err;
     println!("--- child {name}:\n{text}");
-    out.status.success() && text.contains("CHILD OK")
+    assert!(run.status.is_some_and(|s| s.success()) && text.contains("CHILD OK"));
+}
+
+/// Closes every fd from 3 up, as daemonizing code does; the highest that was open.
+fn close_from_3() -> i32 {
+    let highest = *open_fds().iter().max().unwrap();
+    // SAFETY: closes every fd from 3 up; this process is the child of one test only.
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    highest
+}
+
+/// A stop request (F27), then calls that wait and reconnect on descriptors made anew.
+fn stop_then_calls(c: &Client) {
+    c.request_stop();
+    assert_eq!(c.hello(), Err(Error::StopRequested));
+    c.clear_stop_request();
+    for _ in 0..3 {
+        assert!(c.hello().is_ok(), "the library rebuilt its descriptors");
+    }
 }
 
 fn is_child() -> Option<u16> {
@@ -43,16 +61,8 @@ fn open_fds() -> Vec<i32> {
 }
 
 fn child_client(port: u16) -> Client {
-    let opts = Options {
-        wait_primary: false,
-        ..fast_options()
-    };
-    Client::start_with(
-        Config::new(vec![Endpoint::new("127.0.0.1", port)]),
-        opts,
-        fast_retry(3),
-    )
-    .expect("start")
+    let masters = vec![Endpoint::new("127.0.0.1", port)];
+    Client::start_with(Config::new(masters), fast_options(), fast_retry(3)).expect("start")
 }
 
 /// The library holds no fd once no context exists: the socket and the pooled eventfds (a wait
@@ -70,10 +80,7 @@ fn no_fd_is_held_once_no_context_exists() {
         return;
     }
     let fake = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY)]);
-    assert!(in_child(
-        "no_fd_is_held_once_no_context_exists",
-        fake.endpoint().port
-    ));
+    in_child("no_fd_is_held_once_no_context_exists", &fake);
 }
 
 /// A daemon closes every fd above 2 after using the library (as daemonizing code does) and
@@ -86,10 +93,7 @@ fn closefrom_then_the_daemons_own_files() {
         // A call that waits (backoff: a pooled eventfd is lent) and one that succeeds.
         assert!(c.hello().is_ok());
         assert!(c.hello().is_ok());
-        let ours = open_fds();
-        let highest = *ours.iter().max().unwrap();
-        // SAFETY: closes every fd from 3 up; this process is the child of this test only.
-        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+        let highest = close_from_3();
         // The daemon's log files take the freed numbers (the lowest first).
         let dir = std::env::temp_dir().join(format!("xce-fd-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -106,13 +110,7 @@ fn closefrom_then_the_daemons_own_files() {
             logs.push(f);
         }
         assert!(logs.iter().any(|f| f.as_raw_fd() == highest));
-        // A stop request (F27), then calls that wait and reconnect.
-        c.request_stop();
-        assert_eq!(c.hello(), Err(Error::StopRequested));
-        c.clear_stop_request();
-        for _ in 0..3 {
-            assert!(c.hello().is_ok(), "the library rebuilt its descriptors");
-        }
+        stop_then_calls(&c);
         c.wakeup();
         for f in &mut logs {
             let pos = f.stream_position().unwrap();
@@ -128,10 +126,7 @@ fn closefrom_then_the_daemons_own_files() {
         return;
     }
     let fake = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY)]);
-    assert!(in_child(
-        "closefrom_then_the_daemons_own_files",
-        fake.endpoint().port
-    ));
+    in_child("closefrom_then_the_daemons_own_files", &fake);
     // The child's calls after closefrom came on new connections.
     assert!(fake.connections() >= 2, "{}", fake.connections());
 }
@@ -147,9 +142,7 @@ fn closefrom_then_the_daemons_own_eventfds() {
         let c = child_client(port);
         assert!(c.hello().is_ok()); // NOT_READY, a backoff (a pooled descriptor is lent), OK
         assert!(c.hello().is_ok());
-        let highest = *open_fds().iter().max().unwrap();
-        // SAFETY: closes every fd from 3 up; this process is the child of this test only.
-        unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+        let highest = close_from_3();
         let mut daemon = vec![];
         for i in 0..(highest - 2) {
             let value = 1000 + i as u32;
@@ -159,12 +152,7 @@ fn closefrom_then_the_daemons_own_eventfds() {
             daemon.push((fd, u64::from(value)));
         }
         assert!(daemon.iter().any(|&(fd, _)| fd == highest));
-        c.request_stop();
-        assert_eq!(c.hello(), Err(Error::StopRequested));
-        c.clear_stop_request();
-        for _ in 0..3 {
-            assert!(c.hello().is_ok(), "the library rebuilt its descriptors");
-        }
+        stop_then_calls(&c);
         assert!(!c.try_wakeup());
         c.close();
         drop(c);
@@ -189,10 +177,7 @@ fn closefrom_then_the_daemons_own_eventfds() {
         Step::Ok,
         Step::Status(-E_XCE_NOT_READY),
     ]);
-    assert!(in_child(
-        "closefrom_then_the_daemons_own_eventfds",
-        fake.endpoint().port
-    ));
+    in_child("closefrom_then_the_daemons_own_eventfds", &fake);
 }
 
 /// After fork, a child that uses a context it inherited gets its own connection: it never
@@ -219,10 +204,7 @@ fn a_forked_child_gets_its_own_connection() {
         return;
     }
     let fake = FakeController::start(vec![]);
-    assert!(in_child(
-        "a_forked_child_gets_its_own_connection",
-        fake.endpoint().port
-    ));
+    in_child("a_forked_child_gets_its_own_connection", &fake);
     assert_eq!(
         fake.connections(),
         2,

@@ -9,30 +9,15 @@ use std::path::{Path, PathBuf};
 
 use xce::testing::ENV_VARS;
 
+mod common;
+use common::files;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// Every file under `dir` (recursively) with one of these extensions.
-fn files(dir: &Path, exts: &[&str]) -> Vec<PathBuf> {
-    let mut out = vec![];
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if exts.iter().any(|x| p.extension().is_some_and(|e| e == *x)) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The user-facing documents: README, CHANGELOG, docs/ and the header.

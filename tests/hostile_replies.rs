@@ -9,14 +9,12 @@
 //! One case runs in a child process under `RLIMIT_AS` = 1 GiB, where an unbounded decode
 //! used to abort the process ("memory allocation of … bytes failed").
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::os::raw::c_char;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capnp::traits::HasStructSize;
-use xce::client::{Client, Config};
+use xce::client::Client;
 use xce::client::{Endpoint, Options};
 use xce::ffi::config::*;
 use xce::ffi::ops::*;
@@ -24,64 +22,11 @@ use xce::ffi::types::*;
 use xce::Error;
 use xce_proto::wire::controller_capnp as cp;
 use xce_proto::wire::*;
-use xce_testkit::fake::{ok_reply, FakeController, Raw, Step};
+use xce_testkit::fake::{client, fast_options, fast_retry, ok_reply, FakeController, Raw, Step};
 
-// ---------------------------------------------------------------------------------------
-// Peak live bytes of the calling thread (tests run on several threads at once; the fake
-// server's threads count separately).
-
-struct PeakAlloc;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn grow(n: isize) {
-    let _ = LIVE.try_with(|l| {
-        let v = l.get() + n;
-        l.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            grow(l.size() as isize);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        grow(-(l.size() as isize));
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        // SAFETY: forwarded.
-        let q = unsafe { System.realloc(p, l, n) };
-        if !q.is_null() {
-            grow(n as isize - l.size() as isize);
-        }
-        q
-    }
-}
-
-#[global_allocator]
-static A: PeakAlloc = PeakAlloc;
-
-/// What `f` did to this thread's heap: (its result, peak live bytes above the start, live
-/// bytes left behind).
-fn measure<T>(f: impl FnOnce() -> T) -> (T, usize, isize) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(start));
-    let r = f();
-    let peak = PEAK.with(Cell::get) - start;
-    (r, peak.max(0) as usize, LIVE.with(Cell::get) - start)
-}
+mod common;
+mod counting_alloc;
+use counting_alloc::measure;
 
 /// The bound F22 asks for: a small constant factor of the frame, plus a constant for the
 /// call's own bookkeeping (request encoding, a reconnect's socket and read buffer).
@@ -374,22 +319,12 @@ fn options() -> Options {
     Options {
         connect_timeout: Duration::from_secs(5),
         reply_timeout: Duration::from_secs(30),
-        call_deadline: None,
-        hint_policy: Default::default(),
-        wait_primary: false,
-        suspicion: false,
-        learn_masters: false,
-        forward: true,
+        ..fast_options()
     }
 }
 
 fn rust_client(ep: Endpoint) -> Client {
-    Client::start_with(
-        Config::new(vec![ep]),
-        options(),
-        xce_testkit::fake::fast_retry(1),
-    )
-    .expect("start")
+    client(&[ep], options(), fast_retry(1))
 }
 
 /// A C context on `ep` with the same knobs.
@@ -427,6 +362,16 @@ fn rust_op(c: &Client, kind: Kind) -> Result<usize, Error> {
     }
 }
 
+/// A list the C surface fills through `get`, released with `free` when it was; its status.
+fn listed<T>(get: impl FnOnce(*mut *mut T) -> i32, free: extern "C" fn(*mut T, usize)) -> i32 {
+    let mut out = std::ptr::null_mut();
+    let n = get(&mut out);
+    if n >= 0 {
+        free(out, n as usize);
+    }
+    n
+}
+
 /// The C op for a kind, its result released with the documented free function; its status.
 fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
     match kind {
@@ -437,38 +382,19 @@ fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
             if n >= 0 {
                 xce_free_joblist(all);
             }
-            let mut flat = std::ptr::null_mut();
-            let m = xcecli_joblist_filter(ctx, std::ptr::null(), &mut flat);
-            if m >= 0 {
-                xce_free_jobs(flat, m as usize);
-            }
+            let m = listed(
+                |o| xcecli_joblist_filter(ctx, std::ptr::null(), o),
+                xce_free_jobs,
+            );
             assert_eq!(n.signum(), m.signum(), "both shapes agree");
             n
         }
-        Kind::Hosts => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_workerlist(ctx, &mut out);
-            if n >= 0 {
-                xce_free_hosts(out, n as usize);
-            }
-            n
-        }
-        Kind::Resources => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_reslist(ctx, &mut out);
-            if n >= 0 {
-                xce_free_resources(out, n as usize);
-            }
-            n
-        }
-        Kind::ResVals => {
-            let mut out = std::ptr::null_mut();
-            let n = xcecli_resval(ctx, c"h".as_ptr() as *const c_char, &mut out);
-            if n >= 0 {
-                xce_free_resvals(out, n as usize);
-            }
-            n
-        }
+        Kind::Hosts => listed(|o| xcecli_workerlist(ctx, o), xce_free_hosts),
+        Kind::Resources => listed(|o| xcecli_reslist(ctx, o), xce_free_resources),
+        Kind::ResVals => listed(
+            |o| xcecli_resval(ctx, c"h".as_ptr() as *const c_char, o),
+            xce_free_resvals,
+        ),
         Kind::Controllers | Kind::Queues => {
             let mut out = std::ptr::null_mut();
             let rc = xcecli_clusterconf(ctx, &mut out);
@@ -491,56 +417,42 @@ fn c_op(ctx: xce::ffi::xcecli_ctx_t, kind: Kind) -> i32 {
 
 /// The hostile cases: (name, op kind, reply).
 fn hostile_cases() -> Vec<(String, Kind, Msg)> {
-    let mut v: Vec<(String, Kind, Msg)> = Kind::ALL
+    let case = |kind: Kind, what: &str, msg| (format!("{kind:?}: {what}"), kind, msg);
+    let mut v: Vec<_> = Kind::ALL
         .iter()
-        .map(|&k| {
-            (
-                format!("{k:?}: 100,000 zero-size elements"),
-                k,
-                zero_size(k, 100_000),
-            )
-        })
+        .map(|&k| case(k, "100,000 zero-size elements", zero_size(k, 100_000)))
         .collect();
-    v.push((
-        "Jobs: List(Void) of 100,000".into(),
-        Kind::Jobs,
-        void_jobs(100_000),
-    ));
-    v.push((
-        "Jobs: List(UInt8) of 65,536 one-byte jobs".into(),
-        Kind::Jobs,
-        byte_jobs(1 << 16),
-    ));
-    v.push((
-        "Jobs: 64 jobs x 6 texts aliasing one 64 KiB text".into(),
-        Kind::Jobs,
-        shared_text_jobs(64, 64 << 10),
-    ));
-    v.push((
-        "Jobs: 64 jobs x 6 texts aliasing one 15-byte text (fits)".into(),
-        Kind::Jobs,
-        shared_text_jobs(64, 15),
-    ));
-    v.push((
-        "Jobs: 2^29-1 declared, none sent".into(),
-        Kind::Jobs,
-        huge_count_jobs(),
-    ));
-    v.push((
-        "Jobs: tag claims 2^28 in 0 words".into(),
-        Kind::Jobs,
-        tag_overrun_jobs(),
-    ));
-    v.push((
-        "Hosts: 300 hosts sharing 1,000 zero-size attrs".into(),
-        Kind::Hosts,
-        nested_hosts(300, 1000, 0),
-    ));
-    v.push((
-        "Hosts: 20 hosts sharing 50 attrs aliasing one 16 KiB key".into(),
-        Kind::Hosts,
-        nested_hosts(20, 50, 16 << 10),
-    ));
+    use Kind::{Hosts, Jobs};
+    v.extend([
+        case(Jobs, "List(Void) of 100,000", void_jobs(100_000)),
+        case(
+            Jobs,
+            "List(UInt8) of 65,536 one-byte jobs",
+            byte_jobs(1 << 16),
+        ),
+        case(
+            Jobs,
+            "64 jobs x 6 texts aliasing one 64 KiB text",
+            shared_text_jobs(64, 64 << 10),
+        ),
+        case(
+            Jobs,
+            "64 jobs x 6 texts aliasing one 15-byte text (fits)",
+            shared_text_jobs(64, 15),
+        ),
+        case(Jobs, "2^29-1 declared, none sent", huge_count_jobs()),
+        case(Jobs, "tag claims 2^28 in 0 words", tag_overrun_jobs()),
+        case(
+            Hosts,
+            "300 hosts sharing 1,000 zero-size attrs",
+            nested_hosts(300, 1000, 0),
+        ),
+        case(
+            Hosts,
+            "20 hosts sharing 50 attrs aliasing one 16 KiB key",
+            nested_hosts(20, 50, 16 << 10),
+        ),
+    ]);
     v
 }
 
@@ -679,36 +591,18 @@ const CHILD_OK: &str = "F22 child: no abort";
 
 #[test]
 fn four_million_zero_size_jobs_under_a_1gib_address_space_do_not_abort() {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "child_four_million_zero_size_jobs_under_rlimit_as",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("child did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let args = [
+        "--exact",
+        "child_four_million_zero_size_jobs_under_rlimit_as",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let env = [(CHILD_ENV, std::ffi::OsStr::new("1"))];
+    let run = common::run_self(&args, &env, Duration::from_secs(120));
+    let text = run.out + &run.err;
     eprintln!("{text}");
+    let status = run.status.expect("child did not finish within 120 s");
     assert!(status.success(), "child failed ({status}):\n{text}");
     assert!(text.contains(CHILD_OK), "child did not report:\n{text}");
 }

@@ -1,36 +1,22 @@
 //! F14: the replaceable log sink (its own test binary: the sink is process-wide).
 
-use std::sync::Arc;
-
-use parking_lot::Mutex;
 use xce::client::log::{self, Level};
-use xce::client::{Client, Config};
 use xce::Error;
 use xce_proto::error::*;
 use xce_testkit::fake::*;
 
+mod common;
+
 #[test]
 fn rotations_log_at_info_and_exhaustion_at_warn_through_the_installed_sink() {
-    let lines: Arc<Mutex<Vec<(Level, String)>>> = Arc::new(Mutex::new(vec![]));
-    let l = lines.clone();
-    log::set_level(Level::Info);
-    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
-        l.lock().push((lvl, line.to_string()))
-    })));
-    // Installing again is harmless (idempotent, no global logger init).
-    let l2 = lines.clone();
-    log::set_sink(Some(Arc::new(move |lvl, line: &str| {
-        l2.lock().push((lvl, line.to_string()))
-    })));
+    common::captured_log(Level::Info);
+    // Installing again is harmless (idempotent, no global logger init): the new sink gets the
+    // lines.
+    let lines = common::captured_log(Level::Info);
 
     let a = FakeController::start(vec![Step::Standby(None), Step::Status(-E_XCE_NOT_READY)]);
     let b = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
-    let c = Client::start_with(
-        Config::new(vec![a.endpoint(), b.endpoint()]),
-        fast_options(),
-        fast_retry(2),
-    )
-    .unwrap();
+    let c = client(&[a.endpoint(), b.endpoint()], fast_options(), fast_retry(2));
     assert_eq!(c.hello(), Err(Error::NotReady));
 
     let lines = lines.lock().clone();

@@ -5,14 +5,17 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xce::client::Client;
-use xce::client::{Options, RetryConfig};
+use xce::client::Options;
 use xce::Error;
 use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
+
+mod common;
+use common::{eps, retry, waiting};
 
 /// F16: a standby answered REDIRECT (not applied), then the primary answers DUP_JOB: the job
 /// id belongs to another job, and the submit must say so, not report success.
@@ -62,11 +65,7 @@ fn a_standby_naming_itself_does_not_starve_the_other_masters() {
     let b = FakeController::start(vec![]);
     b.push(vec![Step::Standby(Some(a.endpoint())); 100]);
     let healthy = FakeController::start(vec![]);
-    let c = client(
-        &[a.endpoint(), b.endpoint(), healthy.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&a, &b, &healthy]), fast_options(), fast_retry(3));
     c.hello().expect("reaches the healthy master");
     assert_eq!(healthy.ops(), vec!["hello"]);
     assert!(a.ops().len() <= 2, "a: {:?}", a.ops());
@@ -80,11 +79,7 @@ fn two_standbys_naming_each_other_do_not_starve_the_third_master() {
     a.push(vec![Step::Standby(Some(b.endpoint())); 100]);
     b.push(vec![Step::Standby(Some(a.endpoint())); 100]);
     let healthy = FakeController::start(vec![]);
-    let c = client(
-        &[a.endpoint(), b.endpoint(), healthy.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&a, &b, &healthy]), fast_options(), fast_retry(3));
     c.hello().expect("reaches the healthy master");
     assert_eq!(healthy.ops(), vec!["hello"]);
     assert!(
@@ -104,11 +99,7 @@ fn every_master_is_tried_before_the_budget_ends() {
     let b = FakeController::start(vec![]);
     b.push(vec![Step::Standby(Some(a.endpoint())); 100]);
     let primary = FakeController::start(vec![]);
-    let c = client(
-        &[a.endpoint(), b.endpoint(), primary.endpoint()],
-        fast_options(),
-        fast_retry(0),
-    );
+    let c = client(&eps(&[&a, &b, &primary]), fast_options(), fast_retry(0));
     c.hello().expect("the third master is tried");
     assert_eq!(primary.ops(), vec!["hello"]);
 }
@@ -122,20 +113,9 @@ fn a_disagreeing_cluster_gets_the_budgets_time() {
     // Refuses every op, and answers waitPrimary at once with "the primary is me".
     let refusing = Step::wait_names(a.endpoint(), Step::Status(-E_XCE_NOT_READY));
     a.push(vec![refusing; 40]);
-    let opts = Options {
-        wait_primary: true,
-        ..fast_options()
-    };
-    let retry = RetryConfig {
-        max_retries: 4,
-        initial_retry_ms: 40,
-        max_retry_ms: 1000,
-        backoff_multiplier: 2.0,
-    };
-    let c = client(&[a.endpoint()], opts, retry);
-    let t = Instant::now();
-    assert_eq!(c.hello(), Err(Error::NotReady));
-    let took = t.elapsed();
+    let c = client(&[a.endpoint()], waiting(), retry(4, 40, 1000, 2.0));
+    let (r, took) = common::timed(|| c.hello());
+    assert_eq!(r, Err(Error::NotReady));
     assert!(
         took >= Duration::from_millis(300),
         "budget burnt in {took:?}"

@@ -11,6 +11,9 @@ use xce_proto::error::*;
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
+use common::eps;
+
 /// `E_XCE_UNKNOWN`, spelt as a number so that this file also builds against the library
 /// before the status existed (to show the tests failing there).
 const UNKNOWN: i32 = 2013;
@@ -46,9 +49,7 @@ fn an_unknown_outcome_is_reported_as_maybe_applied_after_the_budget() {
 fn after_an_unknown_outcome_a_dup_is_success_and_not_ready_stays_unknown() {
     let a = FakeController::start(vec![Step::Status(-UNKNOWN), Step::Status(-E_XCE_DUP_JOB)]);
     let c = client(&[a.endpoint()], fast_options(), fast_retry(3));
-    let mut s = spec();
-    s.job_id = 77;
-    assert_eq!(c.jobsubmit(s), Ok(77));
+    assert_eq!(c.jobsubmit(common::spec_id(77)), Ok(77));
 
     let b = FakeController::start(vec![
         Step::Status(-UNKNOWN),
@@ -79,20 +80,12 @@ fn answered_writes_report_not_applied() {
 fn an_oversized_frame_for_hello_rotates_to_the_next_master() {
     let bad = FakeController::start(vec![Step::Oversized]);
     let good = FakeController::start(vec![]);
-    let c = client(
-        &[bad.endpoint(), good.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&bad, &good]), fast_options(), fast_retry(3));
     c.hello().expect("served by the next master");
     assert_eq!(good.ops(), vec!["hello"]);
     // A write too: an oversized answer to a submit is a broken connection, not "too big".
     bad.push(vec![Step::Oversized]);
-    let c = client(
-        &[bad.endpoint(), good.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&bad, &good]), fast_options(), fast_retry(3));
     c.jobsubmit(spec()).expect("served by the next master");
 }
 
@@ -102,11 +95,7 @@ fn an_oversized_frame_for_hello_rotates_to_the_next_master() {
 fn an_oversized_frame_for_a_listing_is_too_big() {
     let bad = FakeController::start(vec![Step::Oversized]);
     let good = FakeController::start(vec![]);
-    let c = client(
-        &[bad.endpoint(), good.endpoint()],
-        fast_options(),
-        fast_retry(3),
-    );
+    let c = client(&eps(&[&bad, &good]), fast_options(), fast_retry(3));
     assert_eq!(
         c.call(Op::JobList(JobFilter::default())).map(drop),
         Err(Error::TooBig)
@@ -129,17 +118,7 @@ fn a_join_the_hook_repeats_keeps_its_request_id() {
     ]);
     let c = client(&[a.endpoint()], fast_options(), fast_retry(3));
     c.set_reconnect_handler(Some(Arc::new(|cl: &Client| {
-        let join = Join {
-            role: SessionRole::Worker,
-            host: "node1".into(),
-            ncpus: 4,
-            mem_mb: 1024,
-            attrs: vec![],
-        };
-        match cl.join(join) {
-            Ok(_) => 0,
-            Err(e) => e.status(),
-        }
+        common::rejoin(cl, SessionRole::Worker)
     })));
     c.hello().expect("served after the hook succeeds");
     let ids = request_ids(&a, "join");
@@ -160,14 +139,9 @@ fn a_join_the_hook_repeats_keeps_its_request_id() {
 /// Before: rotations were counted but no failover, and the log said "transport: standby…".
 #[test]
 fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
-    use parking_lot::Mutex;
-    use xce::client::log::{self, Level};
+    use xce::client::log::Level;
     use xce::client::Event;
-    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    log::set_level(Level::Info);
-    log::set_sink(Some(Arc::new(|_, l: &str| {
-        LINES.lock().push(l.to_string())
-    })));
+    let log = common::captured_log(Level::Info);
 
     let old = FakeController::start(vec![]);
     let new = FakeController::start(vec![]);
@@ -175,9 +149,7 @@ fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
     let mut cfg = Config::new(vec![old.endpoint(), standby.endpoint(), new.endpoint()]);
     cfg.client_name = "ff-failover".into();
     let c = Client::start_with(cfg, fast_options(), fast_retry(3)).expect("start");
-    let events = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let ev = events.clone();
-    c.set_event_handler(Some(Arc::new(move |e: &Event| ev.lock().push(e.clone()))));
+    let events = common::recorded_events(&c);
     c.hello().expect("served by the first primary");
     drop(old);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -186,23 +158,20 @@ fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
     let st = c.stats();
     assert_eq!(st.failovers, 1, "{st:?}");
     let events = events.lock().clone();
+    let seen = |is: fn(&Event) -> bool| events.iter().any(is);
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::FailoverStarted { .. })),
+        seen(|e| matches!(e, Event::FailoverStarted { .. })),
         "{events:?}"
     );
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::FailoverFinished { .. })),
+        seen(|e| matches!(e, Event::FailoverFinished { .. })),
         "{events:?}"
     );
-    let lines: Vec<String> = LINES
+    let lines: Vec<String> = log
         .lock()
         .iter()
+        .map(|(_, l)| l.clone())
         .filter(|l| l.contains("ff-failover"))
-        .cloned()
         .collect();
     assert!(
         !lines.iter().any(|l| l.contains("transport: standby")),

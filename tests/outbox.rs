@@ -7,19 +7,13 @@ use xce::client::{Client, Config};
 use xce::client::{Endpoint, Options};
 use xce::Error;
 use xce_proto::error::*;
-use xce_proto::wire::*;
 use xce_testkit::fake::*;
+
+mod common;
+use common::finish;
 
 fn client(masters: &[Endpoint], options: Options) -> Client {
     Client::start_with(Config::new(masters.to_vec()), options, fast_retry(3)).expect("start")
-}
-
-fn finish(job_id: u64) -> Notify {
-    Notify {
-        kind: NotifyKind::JobFinish,
-        job_id,
-        exit_code: 0,
-    }
 }
 
 /// A primary that goes silent (frozen) never acknowledges: once the acknowledgement is a reply

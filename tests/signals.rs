@@ -8,17 +8,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xce::client::{Client, Config};
+use xce::client::Client;
 use xce::Error;
 use xce_testkit::fake::*;
 
 fn client_on(fake: &FakeController, reply_timeout: Duration) -> Arc<Client> {
     let mut opts = fast_options();
     opts.reply_timeout = reply_timeout;
-    opts.wait_primary = false;
-    Arc::new(
-        Client::start_with(Config::new(vec![fake.endpoint()]), opts, fast_retry(0)).expect("start"),
-    )
+    Arc::new(client(&[fake.endpoint()], opts, fast_retry(0)))
 }
 
 /// Runs `hello` on another thread; returns once the fake has received it (the call waits for

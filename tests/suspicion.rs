@@ -11,6 +11,9 @@ use xce::testing::{Connection, WakeState};
 use xce_proto::wire::*;
 use xce_testkit::fake::*;
 
+mod common;
+use common::{late, names_after};
+
 fn watchful() -> Options {
     Options {
         reply_timeout: Duration::from_secs(5),
@@ -32,25 +35,15 @@ fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
     let n = FakeController::start(vec![]);
     let s = FakeController::start(vec![]);
     // The standby holds waitPrimary a little (an election), then names n.
-    let names_n = Step::Split(
-        Box::new(Step::After(
-            Duration::from_millis(200),
-            Box::new(Step::Primary(n.endpoint())),
-        )),
-        Box::new(Step::Standby(Some(n.endpoint()))),
+    let names_n = names_after(
+        Duration::from_millis(200),
+        n.endpoint(),
+        Step::Standby(Some(n.endpoint())),
     );
     s.push(vec![names_n; 10]);
     n.push(vec![Step::wait_names(n.endpoint(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint(), n.endpoint()], watchful());
-    let t = Instant::now();
-    let id = c
-        .jobsubmit(JobSpec {
-            name: "j".into(),
-            command: "true".into(),
-            ..Default::default()
-        })
-        .expect("re-sent to the new primary");
-    let took = t.elapsed();
+    let (id, took) = common::timed(|| c.jobsubmit(spec()).expect("re-sent to the new primary"));
     assert!(took < Duration::from_secs(3), "{took:?}");
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
@@ -73,23 +66,16 @@ fn a_silent_primary_is_left_once_another_controller_names_a_new_one() {
 /// is read as soon as it arrives — no failover, no extra delay.
 #[test]
 fn a_slow_healthy_primary_is_not_left() {
-    let p = FakeController::start(vec![Step::After(
-        Duration::from_millis(900),
-        Box::new(Step::Ok),
-    )]);
+    let p = FakeController::start(vec![late(Duration::from_millis(900), Step::Ok)]);
     let s = FakeController::start(vec![]);
     // The standby knows no primary other than p: it holds waitPrimary (past the reply).
-    s.push(vec![Step::Split(
-        Box::new(Step::After(
-            Duration::from_secs(3),
-            Box::new(Step::Primary(p.endpoint())),
-        )),
-        Box::new(Step::Ok),
+    s.push(vec![names_after(
+        Duration::from_secs(3),
+        p.endpoint(),
+        Step::Ok,
     )]);
     let c = client(&[p.endpoint(), s.endpoint()], watchful());
-    let t = Instant::now();
-    c.hello().expect("the slow reply");
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.hello().expect("the slow reply"));
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
         "{took:?}"
@@ -182,10 +168,7 @@ fn a_connect_race_does_not_wait_for_a_silent_host() {
 /// (with forwarding off; on, the request also goes through that standby, F28: below).
 #[test]
 fn a_probe_naming_the_late_primary_is_no_news() {
-    let p = FakeController::start(vec![Step::After(
-        Duration::from_millis(700),
-        Box::new(Step::Ok),
-    )]);
+    let p = FakeController::start(vec![late(Duration::from_millis(700), Step::Ok)]);
     let s = FakeController::start(vec![]);
     s.push(vec![Step::wait_names(p.endpoint(), Step::Ok); 4]);
     let opts = Options {
@@ -231,14 +214,7 @@ fn a_silent_new_primary_is_reached_through_the_standby_that_named_it() {
     // The standby names n and answers every other op as the forwarded primary would.
     let s = FakeController::start(vec![Step::wait_names(n_ep.clone(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint(), n_ep], watchful());
-    let t = Instant::now();
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("served through the standby");
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.jobsubmit(spec()).expect("served through the standby"));
     let st = c.stats();
     assert_eq!((st.suspicions, st.suspicion_failovers), (1, 1), "{st:?}");
     assert_eq!(
@@ -268,12 +244,7 @@ fn with_forwarding_off_the_named_primary_is_connected_to_as_before() {
         ..watchful()
     };
     let c = client(&[p.endpoint(), s.endpoint(), n_ep], opts);
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("answered by the (fake) standby");
+    c.jobsubmit(spec()).expect("answered by the (fake) standby");
     assert_eq!(s.connections(), 2, "the probe's connection was not reused");
     assert!(
         s.requests().iter().all(|r| r.forward_within_ms == 0),
@@ -291,14 +262,7 @@ fn a_late_request_goes_through_a_standby_that_vouches_for_the_primary() {
     let p = FakeController::start(vec![Step::Silent; 4]);
     let s = FakeController::start(vec![Step::wait_names(p.endpoint(), Step::Ok); 10]);
     let c = client(&[p.endpoint(), s.endpoint()], watchful());
-    let t = Instant::now();
-    c.jobsubmit(JobSpec {
-        name: "j".into(),
-        command: "true".into(),
-        ..Default::default()
-    })
-    .expect("answered through the standby");
-    let took = t.elapsed();
+    let (_, took) = common::timed(|| c.jobsubmit(spec()).expect("answered through the standby"));
     assert!(took < Duration::from_millis(1000), "{took:?}");
     sent_once_then_forwarded(&p, &s);
     let st = c.stats();

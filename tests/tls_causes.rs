@@ -11,13 +11,14 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use xce::client::log::{self, Level};
-use xce::client::{Client, Config, TlsFiles};
+use xce::client::log::Level;
+use xce::client::Client;
 use xce::client::{Endpoint, Options};
 use xce::{Error, TlsCause};
 use xce_proto::error::E_XCE_TLS;
 use xce_testkit::fake::{fast_options, fast_retry, FakeController};
+
+mod common;
 
 /// A CA and, per case, a server identity it signs (or another CA signs).
 struct Pki {
@@ -216,23 +217,6 @@ fn serve(mut s: TcpStream, b: &Behaviour, stop: &AtomicBool) -> Option<TcpStream
     None
 }
 
-fn config(masters: Vec<Endpoint>, ca: PathBuf, client_id: Option<(PathBuf, PathBuf)>) -> Config {
-    let (cert_file, key_file) = match client_id {
-        Some((c, k)) => (Some(c), Some(k)),
-        None => (None, None),
-    };
-    Config {
-        masters,
-        tls: Some(TlsFiles {
-            ca_file: ca,
-            cert_file,
-            key_file,
-        }),
-        client_name: "tls-causes".into(),
-        auth_token: None,
-    }
-}
-
 fn options() -> Options {
     Options {
         connect_timeout: Duration::from_millis(400),
@@ -242,18 +226,10 @@ fn options() -> Options {
 
 /// Log lines of this process at WARN and above. One sink for the whole test binary (the sink
 /// is process-wide and tests run in parallel); each test looks for its own text and port.
-fn log_lines() -> Arc<Mutex<Vec<String>>> {
-    static LINES: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
+fn log_lines() -> common::LogLines {
+    static LINES: OnceLock<common::LogLines> = OnceLock::new();
     LINES
-        .get_or_init(|| {
-            let lines = Arc::new(Mutex::new(Vec::new()));
-            let l = lines.clone();
-            log::set_level(Level::Warn);
-            log::set_sink(Some(Arc::new(move |_lvl, msg: &str| {
-                l.lock().push(msg.to_string())
-            })));
-            lines
-        })
+        .get_or_init(|| common::captured_log(Level::Warn))
         .clone()
 }
 
@@ -281,7 +257,7 @@ fn check(what: &str, behaviour: Behaviour, ca: PathBuf, cause: TlsCause) {
     let server = BadServer::start(behaviour);
     let t = Instant::now();
     let r = Client::start_with(
-        config(vec![server.endpoint()], ca, None),
+        common::tls_config(vec![server.endpoint()], ca, None, None),
         options(),
         fast_retry(0),
     );
@@ -310,59 +286,31 @@ fn check(what: &str, behaviour: Behaviour, ca: PathBuf, cause: TlsCause) {
     );
     let logged = lines.lock().clone();
     assert!(
-        logged.iter().any(|l| l.contains(&text)),
+        logged.iter().any(|(_, l)| l.contains(&text)),
         "{what}: the log does not name the cause: {logged:?}"
     );
 }
 
+/// Each way a handshake fails names its own cause; the rows run side by side.
 #[test]
-fn unknown_ca() {
+fn each_failed_handshake_names_its_cause() {
     let (pki, other) = (Pki::new("ca-mine"), Pki::new("ca-other"));
-    let b = Behaviour::Tls(other.server(Leaf::Good, false));
-    check("unknown CA", b, pki.ca_file(), TlsCause::UnknownCa);
-}
-
-#[test]
-fn expired_certificate() {
-    let pki = Pki::new("expired");
-    let b = Behaviour::Tls(pki.server(Leaf::Expired, false));
-    check("expired", b, pki.ca_file(), TlsCause::Expired);
-}
-
-#[test]
-fn certificate_not_yet_valid() {
-    let pki = Pki::new("future");
-    let b = Behaviour::Tls(pki.server(Leaf::NotYetValid, false));
-    check("not yet valid", b, pki.ca_file(), TlsCause::NotYetValid);
-}
-
-#[test]
-fn name_mismatch() {
-    let pki = Pki::new("name");
-    let b = Behaviour::Tls(pki.server(Leaf::OtherName, false));
-    check("name mismatch", b, pki.ca_file(), TlsCause::NameMismatch);
-}
-
-#[test]
-fn peer_that_does_not_speak_tls() {
-    let pki = Pki::new("plain");
-    check(
-        "plaintext",
-        Behaviour::Plaintext,
-        pki.ca_file(),
-        TlsCause::NotTls,
-    );
-}
-
-#[test]
-fn handshake_timeout() {
-    let pki = Pki::new("silent");
-    check(
-        "silent",
-        Behaviour::Silent,
-        pki.ca_file(),
-        TlsCause::HandshakeTimeout,
-    );
+    let tls = |pki: &Pki, leaf| Behaviour::Tls(pki.server(leaf, false));
+    use {Leaf as L, TlsCause as C};
+    let cases = [
+        ("unknown CA", tls(&other, L::Good), C::UnknownCa),
+        ("expired", tls(&pki, L::Expired), C::Expired),
+        ("not yet valid", tls(&pki, L::NotYetValid), C::NotYetValid),
+        ("name mismatch", tls(&pki, L::OtherName), C::NameMismatch),
+        ("plaintext", Behaviour::Plaintext, C::NotTls),
+        ("silent", Behaviour::Silent, C::HandshakeTimeout),
+    ];
+    std::thread::scope(|s| {
+        for (what, behaviour, cause) in cases {
+            let ca = pki.ca_file();
+            s.spawn(move || check(what, behaviour, ca, cause));
+        }
+    });
 }
 
 #[test]
@@ -372,7 +320,7 @@ fn a_refused_client_certificate_is_named_as_such() {
     // TLS 1.3: the client's side of the handshake completes before the server judges the
     // (missing) client certificate, so the refusal normally arrives with the first reply.
     let started = Client::start_with(
-        config(vec![server.endpoint()], pki.ca_file(), None),
+        common::tls_config(vec![server.endpoint()], pki.ca_file(), None, None),
         options(),
         fast_retry(0),
     );
@@ -394,7 +342,12 @@ fn the_last_error_of_a_call_names_the_cause_at_the_master_that_failed() {
     let good = FakeController::start_tls(vec![], pki.server(Leaf::Good, false));
     let bad = BadServer::start(Behaviour::Tls(pki.server(Leaf::Expired, false)));
     let c = Client::start_with(
-        config(vec![good.endpoint(), bad.endpoint()], pki.ca_file(), None),
+        common::tls_config(
+            vec![good.endpoint(), bad.endpoint()],
+            pki.ca_file(),
+            None,
+            None,
+        ),
         options(),
         fast_retry(1),
     )
@@ -418,7 +371,7 @@ fn a_ca_file_without_certificates_is_a_local_problem() {
     std::fs::write(&bogus, "not a certificate\n").unwrap();
     let server = BadServer::start(Behaviour::Silent);
     let e = Client::start_with(
-        config(vec![server.endpoint()], bogus, None),
+        common::tls_config(vec![server.endpoint()], bogus, None, None),
         options(),
         fast_retry(0),
     )

@@ -211,6 +211,13 @@ mod tests {
         d.as_secs_f64() * 1000.0
     }
 
+    /// The defaults with one change.
+    fn with(change: fn(&mut RetryConfig)) -> RetryConfig {
+        let mut c = XCE_RETRY_DEFAULTS;
+        change(&mut c);
+        c
+    }
+
     #[test]
     fn defaults_are_the_spec_values() {
         assert_eq!(
@@ -251,13 +258,7 @@ mod tests {
 
     #[test]
     fn zero_retries_means_no_sleep_at_all() {
-        let mut b = Backoff::seeded(
-            RetryConfig {
-                max_retries: 0,
-                ..XCE_RETRY_DEFAULTS
-            },
-            1,
-        );
+        let mut b = Backoff::seeded(with(|c| c.max_retries = 0), 1);
         assert_eq!(b.next_delay(), None);
     }
 
@@ -307,26 +308,11 @@ mod tests {
     #[test]
     fn invalid_configs_are_rejected_and_never_spin() {
         let bad = [
-            RetryConfig {
-                initial_retry_ms: 0,
-                ..XCE_RETRY_DEFAULTS
-            },
-            RetryConfig {
-                max_retry_ms: 10,
-                ..XCE_RETRY_DEFAULTS
-            },
-            RetryConfig {
-                backoff_multiplier: 0.5,
-                ..XCE_RETRY_DEFAULTS
-            },
-            RetryConfig {
-                backoff_multiplier: f64::NAN,
-                ..XCE_RETRY_DEFAULTS
-            },
-            RetryConfig {
-                backoff_multiplier: f64::INFINITY,
-                ..XCE_RETRY_DEFAULTS
-            },
+            with(|c| c.initial_retry_ms = 0),
+            with(|c| c.max_retry_ms = 10),
+            with(|c| c.backoff_multiplier = 0.5),
+            with(|c| c.backoff_multiplier = f64::NAN),
+            with(|c| c.backoff_multiplier = f64::INFINITY),
         ];
         for c in bad {
             assert_eq!(c.validate(), Err(Error::Errno(libc::EINVAL)), "{c:?}");

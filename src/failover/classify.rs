@@ -121,13 +121,16 @@ pub fn leaves_outcome_unknown(status: i32) -> bool {
 mod tests {
     use super::Classification::*;
     use super::*;
-    use crate::error::{E_XCE_AUTH, E_XCE_INTERNAL, E_XCE_PROTO, E_XCE_TLS};
+    use crate::error::{TlsCause, E_XCE_AUTH, E_XCE_INTERNAL, E_XCE_PROTO, E_XCE_TLS};
 
     const fn s(code: i32) -> AttemptOutcome {
         AttemptOutcome::Status(code)
     }
     const fn t(e: Error) -> AttemptOutcome {
         AttemptOutcome::Transport(e)
+    }
+    const fn tls(c: TlsCause) -> AttemptOutcome {
+        t(Error::Tls(c))
     }
 
     /// failover.md's status table, row by row, as data: (outcome, an earlier send may have
@@ -164,30 +167,10 @@ mod tests {
         (t(Error::Errno(libc::EHOSTUNREACH)), false, false, RetryNow),
         (t(Error::Errno(libc::ENETUNREACH)), false, false, RetryNow),
         // a certificate problem is the same on every master: terminal, E_XCE_TLS (C13)
-        (
-            t(Error::Tls(crate::error::TlsCause::UnknownCa)),
-            false,
-            false,
-            Terminal,
-        ),
-        (
-            t(Error::Tls(crate::error::TlsCause::RefusedByPeer)),
-            true,
-            true,
-            Terminal,
-        ),
-        (
-            t(Error::Tls(crate::error::TlsCause::PeerSpeaksTls)),
-            false,
-            false,
-            Terminal,
-        ),
-        (
-            t(Error::Tls(crate::error::TlsCause::Unspecified)),
-            false,
-            false,
-            RetryNow,
-        ),
+        (tls(TlsCause::UnknownCa), false, false, Terminal),
+        (tls(TlsCause::RefusedByPeer), true, true, Terminal),
+        (tls(TlsCause::PeerSpeaksTls), false, false, Terminal),
+        (tls(TlsCause::Unspecified), false, false, RetryNow),
         // undecodable replies count as transport
         (t(Error::Proto), false, false, RetryNow),
         (t(Error::Proto), true, true, RetryNow),

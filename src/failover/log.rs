@@ -205,6 +205,6 @@ mod tests {
         assert_eq!(Level::parse("loud"), None);
         assert!(Level::Error < Level::Warn && Level::Warn < Level::Info);
     }
-    // The sink itself is process-global; it is exercised by tests/failover_loop.rs, which owns
-    // its process.
+    // The sink itself is process-global; it is exercised by tests/log_sink.rs, which owns its
+    // process.
 }

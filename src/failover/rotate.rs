@@ -387,73 +387,26 @@ mod tests {
         use HintPolicy::*;
         use HintRefusal::*;
         use HintVerdict::*;
-        let stranger = Target::Unlisted(Endpoint::new("stranger", 4));
+        let far = Target::Unlisted(Endpoint::new("stranger", 4));
         type Row<'a> = (usize, u64, (&'a str, u16), HintPolicy, HintVerdict);
+        let (cfg, m) = (ConfiguredOnly, Target::Master);
         let table: Vec<Row> = vec![
-            (
-                0,
-                0b001,
-                ("c", 3),
-                ConfiguredOnly,
-                Accepted(Target::Master(2)),
-            ),
-            (
-                0,
-                0b001,
-                ("alias-of-b", 2),
-                ConfiguredOnly,
-                Accepted(Target::Master(1)),
-            ),
-            (
-                0,
-                0b001,
-                ("B", 2),
-                ConfiguredOnly,
-                Accepted(Target::Master(1)),
-            ),
+            (0, 0b001, ("c", 3), cfg, Accepted(m(2))),
+            (0, 0b001, ("alias-of-b", 2), cfg, Accepted(m(1))),
+            (0, 0b001, ("B", 2), cfg, Accepted(m(1))),
             // a standby naming itself
-            (1, 0b010, ("b", 2), ConfiguredOnly, Refused(NamesCurrent)),
+            (1, 0b010, ("b", 2), cfg, Refused(NamesCurrent)),
             (1, 0b010, ("alias-of-b", 2), AnyHost, Refused(NamesCurrent)),
             // two standbys naming each other: the second hint goes back to a tried one
-            (1, 0b011, ("a", 1), ConfiguredOnly, Refused(AlreadyTried)),
+            (1, 0b011, ("a", 1), cfg, Refused(AlreadyTried)),
             (2, 0b101, ("a", 1), AnyHost, Refused(AlreadyTried)),
             // after a sleep nothing is "tried" any more
-            (
-                1,
-                0b000,
-                ("a", 1),
-                ConfiguredOnly,
-                Accepted(Target::Master(0)),
-            ),
+            (1, 0b000, ("a", 1), cfg, Accepted(m(0))),
             // not configured
-            (
-                0,
-                0b001,
-                ("stranger", 4),
-                ConfiguredOnly,
-                Refused(NotConfigured),
-            ),
-            (
-                0,
-                0b001,
-                ("nowhere", 4),
-                ConfiguredOnly,
-                Refused(NotConfigured),
-            ),
-            (
-                0,
-                0b001,
-                ("alias-of-b", 7),
-                ConfiguredOnly,
-                Refused(NotConfigured),
-            ),
-            (
-                0,
-                0b001,
-                ("stranger", 4),
-                AnyHost,
-                Accepted(stranger.clone()),
-            ),
+            (0, 0b001, ("stranger", 4), cfg, Refused(NotConfigured)),
+            (0, 0b001, ("nowhere", 4), cfg, Refused(NotConfigured)),
+            (0, 0b001, ("alias-of-b", 7), cfg, Refused(NotConfigured)),
+            (0, 0b001, ("stranger", 4), AnyHost, Accepted(far.clone())),
         ];
         for (i, (cur, tried, (host, port), policy, want)) in table.into_iter().enumerate() {
             let mut r = three();
@@ -546,30 +499,17 @@ mod tests {
 
     #[test]
     fn learns_new_members_keeps_the_configured_and_is_bounded() {
+        let learn =
+            |r: &mut Rotator, host: &str, port| r.learn(&Endpoint::new(host, port), &table_dns);
         let mut r = three();
         r.set_current(1);
-        assert_eq!(
-            r.learn(&Endpoint::new("b", 2), &table_dns),
-            Learned::Known(1)
-        );
+        assert_eq!(learn(&mut r, "b", 2), Learned::Known(1));
         // Another name of a configured master is no new master.
-        assert_eq!(
-            r.learn(&Endpoint::new("alias-of-b", 2), &table_dns),
-            Learned::Known(1)
-        );
+        assert_eq!(learn(&mut r, "alias-of-b", 2), Learned::Known(1));
         // A name that does not resolve now could be an alias: not added on a guess.
-        assert_eq!(
-            r.learn(&Endpoint::new("nowhere", 4), &table_dns),
-            Learned::Unresolved
-        );
-        assert_eq!(
-            r.learn(&Endpoint::new("d", 4), &table_dns),
-            Learned::Added(3)
-        );
-        assert_eq!(
-            r.learn(&Endpoint::new("d", 4), &table_dns),
-            Learned::Known(3)
-        );
+        assert_eq!(learn(&mut r, "nowhere", 4), Learned::Unresolved);
+        assert_eq!(learn(&mut r, "d", 4), Learned::Added(3));
+        assert_eq!(learn(&mut r, "d", 4), Learned::Known(3));
         assert_eq!(r.configured(), 3);
         // The cursor did not move; rotation reaches the learned master after the configured.
         assert_eq!(r.current(), &Target::Master(1));
@@ -580,10 +520,7 @@ mod tests {
             let e = Endpoint::new(format!("n{k}"), 100 + k as u16);
             assert_eq!(r.learn(&e, &table_dns), Learned::Added(3 + k));
         }
-        assert_eq!(
-            r.learn(&Endpoint::new("one-too-many", 9), &table_dns),
-            Learned::Full
-        );
+        assert_eq!(learn(&mut r, "one-too-many", 9), Learned::Full);
         assert_eq!(r.masters().len(), 3 + MAX_LEARNED_MASTERS);
         assert_eq!(&r.masters()[..3], three().masters());
         // A hint naming a learned master is a hint naming a master.

@@ -1032,25 +1032,18 @@ mod tests {
 
     #[test]
     fn hosts_and_conf_free_everything() {
+        let kv = |key: &str, value: &str| msg::KeyValue {
+            key: key.into(),
+            value: value.into(),
+        };
         let h = msg::Host {
             name: "w1".into(),
-            attrs: vec![
-                msg::KeyValue {
-                    key: "k".into(),
-                    value: "v".into(),
-                },
-                msg::KeyValue {
-                    key: "gpu".into(),
-                    value: String::new(),
-                },
-            ],
+            attrs: vec![kv("k", "v"), kv("gpu", "")],
             ..Default::default()
         };
         let mut out = std::ptr::null_mut();
-        assert_eq!(
-            out_list(&[h.clone(), msg::Host::default()], host_fill, &mut out),
-            2
-        );
+        let hosts = [h.clone(), msg::Host::default()];
+        assert_eq!(out_list(&hosts, host_fill, &mut out), 2);
         // SAFETY: out holds 2 hosts; the first has 2 attributes.
         unsafe {
             let first = &*out;

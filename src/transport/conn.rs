@@ -1129,21 +1129,13 @@ mod tests {
             since: None,
         };
         let d0 = t0 + ms(300);
-        assert_eq!(
-            p.extend(d0, t0, None, t0 + ms(200)),
-            d0,
-            "length not known yet"
-        );
+        // The deadline after bytes at `now` ms, the frame's length known or not.
+        let at = |p: &Progress, len, now| p.extend(d0, t0, len, t0 + ms(now));
+        assert_eq!(at(&p, None, 200), d0, "length not known yet");
         // 16 KiB: budget 300 ms + 2 s. Bytes at 1 s: the deadline is 1.3 s.
-        assert_eq!(
-            p.extend(d0, t0, Some(16 * 1024), t0 + ms(1000)),
-            t0 + ms(1300)
-        );
+        assert_eq!(at(&p, Some(16 * 1024), 1000), t0 + ms(1300));
         // Bytes at 2.2 s: capped by the budget, 2.3 s.
-        assert_eq!(
-            p.extend(d0, t0, Some(16 * 1024), t0 + ms(2200)),
-            t0 + ms(2300)
-        );
+        assert_eq!(at(&p, Some(16 * 1024), 2200), t0 + ms(2300));
         // Never earlier than it was.
         let later = t0 + ms(5000);
         assert_eq!(p.extend(later, t0, Some(16), t0 + ms(10)), later);
@@ -1152,10 +1144,7 @@ mod tests {
             hard: Some(t0 + ms(800)),
             ..p
         };
-        assert_eq!(
-            hard.extend(d0, t0, Some(16 * 1024), t0 + ms(1000)),
-            t0 + ms(800)
-        );
+        assert_eq!(at(&hard, Some(16 * 1024), 1000), t0 + ms(800));
     }
 
     use super::*;

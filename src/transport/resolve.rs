@@ -650,10 +650,7 @@ mod tests {
                         std::thread::sleep(Duration::from_millis(2));
                     }
                     if me.fail.load(SeqCst) {
-                        return Err(LookupFailure::Gai {
-                            code: libc::EAI_AGAIN,
-                            errno: 0,
-                        });
+                        return Err(gai(libc::EAI_AGAIN));
                     }
                     let ip = Ipv4Addr::new(10, 0, 0, me.answer.load(SeqCst) as u8);
                     Ok(vec![SocketAddr::from((ip, 0)), SocketAddr::from((ip, 0))])
@@ -666,6 +663,11 @@ mod tests {
         fn calls(&self) -> usize {
             self.calls.load(SeqCst)
         }
+    }
+
+    /// getaddrinfo's failure `code` (no errno).
+    const fn gai(code: i32) -> LookupFailure {
+        LookupFailure::Gai { code, errno: 0 }
     }
 
     fn ten(last: u8, port: u16) -> Vec<SocketAddr> {
@@ -808,13 +810,7 @@ mod tests {
             .resolve("db7.example", 7000, soon(20_000), &w)
             .unwrap_err();
         let f = e.lookup_failure().expect("a lookup failure");
-        assert_eq!(
-            f,
-            LookupFailure::Gai {
-                code: libc::EAI_AGAIN,
-                errno: 0
-            }
-        );
+        assert_eq!(f, gai(libc::EAI_AGAIN));
         assert_eq!(e.error(), Error::Lookup);
         assert_eq!(Error::from(e).code(), crate::error::E_XCE_LOOKUP);
         assert_eq!(
@@ -948,17 +944,8 @@ mod tests {
         assert!(local.iter().all(|a| a.ip().is_loopback()), "{local:?}");
         let e = system_lookup("").unwrap_err();
         assert!(matches!(e, LookupFailure::Gai { .. }), "{e:?}");
-        assert_eq!(
-            system_lookup("a\0b"),
-            Err(LookupFailure::Gai {
-                code: libc::EAI_NONAME,
-                errno: 0
-            })
-        );
-        let f = LookupFailure::Gai {
-            code: libc::EAI_NONAME,
-            errno: 0,
-        };
+        assert_eq!(system_lookup("a\0b"), Err(gai(libc::EAI_NONAME)));
+        let f = gai(libc::EAI_NONAME);
         assert_eq!(
             f.describe("db7.example"),
             "name lookup of db7.example failed: Name or service not known"

@@ -106,29 +106,19 @@ mod tests {
     #[test]
     fn certificate_errors_name_their_cause() {
         use rustls::Error as E;
+        use AlertDescription as A;
         use CertificateError as C;
+        use TlsCause as T;
         let cases = [
-            (E::InvalidCertificate(C::UnknownIssuer), TlsCause::UnknownCa),
-            (E::InvalidCertificate(C::Expired), TlsCause::Expired),
-            (E::InvalidCertificate(C::NotValidYet), TlsCause::NotYetValid),
-            (
-                E::InvalidCertificate(C::NotValidForName),
-                TlsCause::NameMismatch,
-            ),
-            (
-                E::InvalidCertificate(C::BadSignature),
-                TlsCause::BadCertificate,
-            ),
-            (
-                E::AlertReceived(AlertDescription::CertificateRequired),
-                TlsCause::RefusedByPeer,
-            ),
-            (
-                E::AlertReceived(AlertDescription::ProtocolVersion),
-                TlsCause::NotTls,
-            ),
-            (E::PeerSentOversizedRecord, TlsCause::NotTls),
-            (E::General("x".into()), TlsCause::Unspecified),
+            (E::InvalidCertificate(C::UnknownIssuer), T::UnknownCa),
+            (E::InvalidCertificate(C::Expired), T::Expired),
+            (E::InvalidCertificate(C::NotValidYet), T::NotYetValid),
+            (E::InvalidCertificate(C::NotValidForName), T::NameMismatch),
+            (E::InvalidCertificate(C::BadSignature), T::BadCertificate),
+            (E::AlertReceived(A::CertificateRequired), T::RefusedByPeer),
+            (E::AlertReceived(A::ProtocolVersion), T::NotTls),
+            (E::PeerSentOversizedRecord, T::NotTls),
+            (E::General("x".into()), T::Unspecified),
         ];
         for (e, want) in cases {
             assert_eq!(cause_of(&e), want, "{e:?}");

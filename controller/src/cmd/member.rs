@@ -7,7 +7,7 @@
 use xce::client::{parse_masters, Client, ClientOption, Config, TlsFiles};
 
 use crate::base::config::ClusterSpec;
-use crate::cmd::status::StatusArgs;
+use crate::cmd::status::{gather, StatusArgs};
 
 /// What `member` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,23 +178,17 @@ const CLIENT_ADDR_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 fn check_client_addr(c: &Client, a: &StatusArgs, id: u32, addr: &str) -> Result<(), String> {
     let cluster = c.hello().map(|i| i.cluster_id).unwrap_or([0; 16]);
     let caller = std::sync::Arc::new(crate::cmd::status::Caller::of(a)?);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
     let t0 = std::time::Instant::now();
-    let answer = loop {
-        let r = rt.block_on(crate::cmd::status::ask(
-            addr.to_string(),
-            a.timeout,
-            caller.clone(),
-        ));
-        let refused = r.as_ref().is_err_and(|e| e.contains("connection refused"));
-        if !refused || t0.elapsed() >= CLIENT_ADDR_WAIT {
-            break r;
+    let answer = crate::cmd::status::block_on(async {
+        loop {
+            let r = crate::cmd::status::ask(addr.to_string(), a.timeout, caller.clone()).await;
+            let refused = r.as_ref().is_err_and(|e| e.contains("connection refused"));
+            if !refused || t0.elapsed() >= CLIENT_ADDR_WAIT {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    })?;
     judge_client_addr(id, addr, cluster, answer)
 }
 
@@ -229,24 +223,15 @@ fn judge_client_addr(
 /// primary it could not reach). One line per member: id, client address, role (primary,
 /// voter, learner), reachable or not, and its lag behind the primary.
 fn list(a: &StatusArgs) -> i32 {
-    let caller = match crate::cmd::status::Caller::of(a) {
-        Ok(c) => std::sync::Arc::new(c),
+    let caller = crate::cmd::status::Caller::of(a).map(std::sync::Arc::new);
+    let gathered = caller.and_then(|c| crate::cmd::status::block_on(gather(a, c, false)));
+    let view = match gathered {
+        Ok((view, _)) => view,
         Err(e) => {
             eprintln!("xce-controller member: {e}");
             return 1;
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("xce-controller member: runtime: {e}");
-            return 1;
-        }
-    };
-    let (view, _) = rt.block_on(crate::cmd::status::gather(a, caller, false));
     let head = view.primary.and_then(|(p, _)| {
         view.nodes
             .iter()

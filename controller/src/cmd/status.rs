@@ -41,8 +41,17 @@ pub struct StatusArgs {
 /// Who `status` asks as: TLS and a token, or neither.
 #[derive(Default)]
 pub struct Caller {
-    tls: Option<tokio_rustls::TlsConnector>,
-    token: String,
+    pub tls: Option<tokio_rustls::TlsConnector>,
+    pub token: String,
+}
+
+/// Runs `work` to its end on a runtime of this thread (the tools' one way into async code).
+pub fn block_on<F: std::future::Future>(work: F) -> Result<F::Output, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    Ok(rt.block_on(work))
 }
 
 impl Caller {
@@ -964,39 +973,28 @@ pub fn render_json(view: &View, check: Option<&Result<ControllerInfo, String>>) 
 
 /// Runs the command: prints the table (or `--json`); the exit status is the [`Health`].
 pub fn status(args: StatusArgs) -> i32 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("status: runtime: {e}");
+    let caller = match Caller::of(&args) {
+        Ok(c) => Arc::new(c),
+        Err(why) => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"health": Health::CannotTell.word(),
+                           "exit": Health::CannotTell as i32, "notes": [why]})
+                );
+            } else {
+                println!("cannot tell: {why}");
+            }
             return Health::CannotTell as i32;
         }
     };
-    let caller = Arc::new(Caller {
-        tls: match &args.tls {
-            None => None,
-            Some((ca, identity)) => match client_connector(ca, identity.as_ref()) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    let why = format!("TLS files: {e}");
-                    if args.json {
-                        println!(
-                            "{}",
-                            json!({"health": Health::CannotTell.word(),
-                                   "exit": Health::CannotTell as i32, "notes": [why]})
-                        );
-                    } else {
-                        println!("cannot tell: {why}");
-                    }
-                    return Health::CannotTell as i32;
-                }
-            },
-        },
-        token: args.token.clone(),
-    });
-    let (view, check) = rt.block_on(gather(&args, caller, true));
+    let (view, check) = match block_on(gather(&args, caller, true)) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("status: {e}");
+            return Health::CannotTell as i32;
+        }
+    };
     if args.json {
         print!("{}", render_json(&view, check.as_ref()));
     } else {

@@ -785,21 +785,25 @@ impl ClusterArgs {
 mod tests {
     use super::*;
 
+    /// Command-line words as a parser takes them, from one line (no word has a space).
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
     /// Issue 36: an option no command has is named unknown, not "missing value"; a known one
     /// at the end without its value is; sizes take K, M, G, T.
     #[test]
     fn unknown_options_and_sizes() {
-        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            flag_pairs(&v(&["--check"]), &["--json"]),
+            flag_pairs(&words("--check"), &["--json"]),
             Err("unknown option --check".into())
         );
         assert_eq!(
-            flag_pairs(&v(&["--masters"]), &["--json"]),
+            flag_pairs(&words("--masters"), &["--json"]),
             Err("--masters: missing value".into())
         );
         assert_eq!(
-            flag_pairs(&v(&["--quota-bytes"]), &[]),
+            flag_pairs(&words("--quota-bytes"), &[]),
             Err("--quota-bytes: missing value".into())
         );
         assert_eq!(size("--q", "8G"), Ok(8 << 30));
@@ -821,18 +825,10 @@ mod tests {
 
     #[test]
     fn parses_run() {
-        let args: Vec<String> = [
-            "--id",
-            "2",
-            "--cluster",
-            "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4",
-            "--data",
-            "/tmp/x",
-            "--heartbeat-ms=20",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let two = "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4";
+        let args = words(&format!(
+            "--id 2 --cluster {two} --data /tmp/x --heartbeat-ms=20"
+        ));
         let r = RunArgs::parse(&args).unwrap();
         assert_eq!(r.id, 2);
         assert_eq!(r.opts.heartbeat_ms, 20);
@@ -872,18 +868,7 @@ mod tests {
         assert!(e.contains("node 3 is") && e.contains("127.0.0.1:9"), "{e}");
         let e = check_stored_membership(3, &stored, &moved).unwrap_err();
         assert!(e.contains("this node (id 3)"), "{e}");
-        let args: Vec<String> = [
-            "--id",
-            "4",
-            "--cluster",
-            "4=127.0.0.1:7/127.0.0.1:8",
-            "--data",
-            "/tmp/x",
-            "--join",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = words("--id 4 --cluster 4=127.0.0.1:7/127.0.0.1:8 --data /tmp/x --join");
         assert!(RunArgs::parse(&args).unwrap().join);
         assert!(!RunArgs::parse(&args[..6]).unwrap().join);
     }
@@ -893,45 +878,34 @@ mod tests {
     /// options are read; names only where they are bound.
     #[test]
     fn refuses_plaintext_off_loopback() {
-        let run = |cluster: &str, extra: &[&str]| {
-            let mut a: Vec<String> = ["--id", "1", "--cluster", cluster, "--data", "/tmp/x"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            a.extend(extra.iter().map(|s| s.to_string()));
-            RunArgs::parse(&a)
+        let run = |cluster: &str, extra: &str| {
+            RunArgs::parse(&words(&format!(
+                "--id 1 --cluster {cluster} --data /tmp/x {extra}"
+            )))
         };
         let off = "1=10.1.2.3:9991/10.1.2.3:10991";
-        let e = run(off, &[]).unwrap_err();
+        let e = run(off, "").unwrap_err();
         assert!(e.contains("--insecure"), "{e}");
-        let tls = ["--tls-cert", "c", "--tls-key", "k"];
-        let e = run(off, &tls).unwrap_err();
+        let tls = "--tls-cert c --tls-key k";
+        let e = run(off, tls).unwrap_err();
         assert!(e.contains("checks no caller"), "{e}");
-        let e = run(off, &[&tls[..], &["--token-key", "t"]].concat()).unwrap_err();
+        let e = run(off, &format!("{tls} --token-key t")).unwrap_err();
         assert!(e.contains("raft address"), "{e}");
-        let secured = [&tls[..], &["--tls-client-ca", "ca", "--tls-peer-ca", "ca"]].concat();
+        let secured = format!("{tls} --tls-client-ca ca --tls-peer-ca ca");
         assert!(run(off, &secured).is_ok());
-        assert!(run(off, &["--insecure"]).unwrap().opts.insecure);
-        let e = run(
-            off,
-            &[&secured[..], &["--metrics", "0.0.0.0:9100"]].concat(),
-        )
-        .unwrap_err();
+        assert!(run(off, "--insecure").unwrap().opts.insecure);
+        let e = run(off, &format!("{secured} --metrics 0.0.0.0:9100")).unwrap_err();
         assert!(e.contains("metrics address 0.0.0.0:9100"), "{e}");
-        let public = [
-            &secured[..],
-            &["--metrics", "0.0.0.0:9100", "--metrics-public"],
-        ]
-        .concat();
+        let public = format!("{secured} --metrics 0.0.0.0:9100 --metrics-public");
         assert!(run(off, &public).unwrap().opts.metrics_public);
         assert!(
-            run("1=127.0.0.1:1/127.0.0.1:2", &[]).is_ok(),
+            run("1=127.0.0.1:1/127.0.0.1:2", "").is_ok(),
             "loopback stays easy"
         );
-        assert!(run("1=[::1]:1/[::ffff:127.0.0.1]:2", &[]).is_ok());
+        assert!(run("1=[::1]:1/[::ffff:127.0.0.1]:2", "").is_ok());
         // A name is not trusted for what it says: judged once bound (cmd/run.rs).
-        assert!(run("1=evil.localhost:1/localhost:2", &[]).is_ok());
-        assert!(run("1=ctl1.example.org:1/ctl1.example.org:2", &[]).is_ok());
+        assert!(run("1=evil.localhost:1/localhost:2", "").is_ok());
+        assert!(run("1=ctl1.example.org:1/ctl1.example.org:2", "").is_ok());
     }
 
     /// The loopback rule on the address bound, for every port and option (issue 27).
@@ -1016,11 +990,13 @@ raft = "ctrl2.example:10991"
 "#,
         )
         .unwrap();
-        let args: Vec<String> = ["--config", f.to_str().unwrap(), "--heartbeat-ms", "60"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let r = RunArgs::parse(&args).unwrap();
+        let config = |rest: &str| {
+            [
+                vec!["--config".into(), f.display().to_string()],
+                words(rest),
+            ]
+        };
+        let r = RunArgs::parse(&config("--heartbeat-ms 60").concat()).unwrap();
         assert_eq!(r.id, 2);
         assert_eq!(r.data, PathBuf::from("/var/lib/xce"));
         assert_eq!(r.opts.heartbeat_ms, 60, "the flag overrides the file");
@@ -1029,15 +1005,7 @@ raft = "ctrl2.example:10991"
         assert_eq!(r.opts.tls_key, Some(PathBuf::from("/etc/xce/k.pem")));
         assert_eq!(r.spec.nodes[&1].raft, "ctrl1.example:10991");
         // The command line's --cluster replaces the file's members.
-        let args: Vec<String> = [
-            "--config",
-            f.to_str().unwrap(),
-            "--cluster",
-            "2=127.0.0.1:1/127.0.0.1:2",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = config("--cluster 2=127.0.0.1:1/127.0.0.1:2").concat();
         assert_eq!(RunArgs::parse(&args).unwrap().spec.nodes.len(), 1);
         std::fs::write(&f, "id = 1\n[[member]]\nid = 1\nclient = \"a:1\"\n").unwrap();
         let e = RunArgs::parse(&args[..2]).unwrap_err();

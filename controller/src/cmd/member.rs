@@ -232,13 +232,6 @@ fn list(a: &StatusArgs) -> i32 {
             return 1;
         }
     };
-    let head = view.primary.and_then(|(p, _)| {
-        view.nodes
-            .iter()
-            .find(|n| n.member && n.id == p)
-            .and_then(|n| n.info.as_ref())
-            .map(|i| i.last_log_index)
-    });
     let members: Vec<_> = view.nodes.iter().filter(|n| n.member).collect();
     if members.is_empty() {
         eprintln!(
@@ -254,12 +247,7 @@ fn list(a: &StatusArgs) -> i32 {
             _ => "voter",
         };
         let (reach, lag) = match &n.info {
-            Some(i) => (
-                "reachable".to_string(),
-                head.map_or("-".into(), |h| {
-                    h.saturating_sub(i.applied_index).to_string()
-                }),
-            ),
+            Some(i) => ("reachable".to_string(), view.lag(i)),
             None => (
                 format!("unreachable ({})", n.error.as_deref().unwrap_or("-")),
                 "-".to_string(),

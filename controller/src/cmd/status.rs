@@ -313,7 +313,7 @@ impl Health {
 
 /// One node of the member set (or an address that named none): the names it was reached
 /// under, its answer (the first), what is wrong.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Node {
     /// The member's id (0: an address that answered nothing and is no member's).
     pub id: u32,
@@ -338,6 +338,22 @@ pub struct View {
     pub health: Health,
     /// One line each: why the verdict is not healthy, and anything flagged.
     pub notes: Vec<String>,
+}
+
+impl View {
+    /// How far `i` is behind the primary: the entries of the primary's log it has yet to
+    /// apply (`-` without a primary that answered).
+    pub fn lag(&self, i: &ControllerInfo) -> String {
+        let primary = self.primary.and_then(|(id, _)| {
+            self.nodes
+                .iter()
+                .find(|n| n.member && n.id == id)
+                .and_then(|n| n.info.as_ref())
+        });
+        primary.map_or("-".into(), |p| {
+            p.last_log_index.saturating_sub(i.applied_index).to_string()
+        })
+    }
 }
 
 fn is_tls(e: &str) -> bool {
@@ -444,10 +460,9 @@ fn member_nodes(
         .map(|m| Node {
             id: m.id,
             addrs: vec![join_addr(&m.host, m.port)],
-            info: None,
-            error: None,
             voter: m.role != ControllerRole::Initializing,
             member: true,
+            ..Node::default()
         })
         .collect()
 }
@@ -494,11 +509,7 @@ fn place_answer(nodes: &mut Vec<Node>, addr: &str, i: &ControllerInfo, cluster: 
         None => {
             nodes.push(Node {
                 id: i.id,
-                addrs: vec![],
-                info: None,
-                error: None,
-                voter: false,
-                member: false,
+                ..Node::default()
             });
             nodes.last_mut().expect("pushed")
         }
@@ -544,12 +555,9 @@ fn place_silence(
             }
         }
         None => nodes.push(Node {
-            id: 0,
             addrs: vec![addr.to_string()],
-            info: None,
             error: Some(e.to_string()),
-            voter: false,
-            member: false,
+            ..Node::default()
         }),
     }
 }
@@ -733,32 +741,9 @@ fn ms_text(ms: u64) -> String {
 /// check, alarms). `check`: the primary's answer to a consistency check, if one was asked.
 pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> String {
     let mut out = String::new();
-    let head_index = view.primary.and_then(|(id, _)| {
-        view.nodes
-            .iter()
-            .find(|n| n.member && n.id == id)
-            .and_then(|n| n.info.as_ref())
-            .map(|i| i.last_log_index)
-    });
-    out.push_str(&format!(
-        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {:>6} {:>6} \
-         VERSION\n",
-        "MASTER",
-        "ID",
-        "ROLE",
-        "TERM",
-        "LEADER",
-        "LOG",
-        "COMMIT",
-        "APPLIED",
-        "LAG",
-        "LAST-CONTACT",
-        "UPTIME",
-        "DB",
-        "FREE"
-    ));
+    out.push_str(HEAD);
     for n in &view.nodes {
-        out.push_str(&row_text(n, head_index));
+        out.push_str(&row_text(n, view));
     }
     let members = view.nodes.iter().filter(|n| n.member).count();
     let up = view
@@ -789,14 +774,18 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
     out
 }
 
-/// One node's row of the table (`head_index`: the primary's last log index, for the lag).
-fn row_text(n: &Node, head_index: Option<u64>) -> String {
+/// The table's head: the columns of [`row_text`], aligned as it aligns them.
+const HEAD: &str = concat!(
+    "MASTER                    ID ROLE           TERM LEADER        LOG     COMMIT",
+    "    APPLIED      LAG LAST-CONTACT  UPTIME     DB   FREE VERSION\n"
+);
+
+/// One node's row of `view`'s table.
+fn row_text(n: &Node, view: &View) -> String {
     let addr = n.addrs.join(",");
     match &n.info {
         Some(i) => {
-            let lag = head_index.map_or("-".to_string(), |h| {
-                h.saturating_sub(i.applied_index).to_string()
-            });
+            let lag = view.lag(i);
             let contact = match i.last_contact_ms {
                 ms if ms < 0 => "-".to_string(),
                 ms => format!("{ms} ms"),
@@ -1162,6 +1151,19 @@ mod tests {
         }
     }
 
+    /// Node `id` answering at its member address (port 9000 + id), as [`node`] says.
+    fn up(id: u32, c: [u8; 16], term: u64, leader: u32) -> Row {
+        row(
+            &format!("127.0.0.1:{}", 9000 + id),
+            Ok(node(id, c, term, leader)),
+        )
+    }
+
+    /// Node `id`'s member address refusing connections.
+    fn down(id: u32) -> Row {
+        row(&format!("127.0.0.1:{}", 9000 + id), Err("connect: refused"))
+    }
+
     /// Judges each case: its verdict, the members that answer, and words that agree with the
     /// counts (issue 36).
     fn check_verdicts(cases: Vec<(&str, Vec<Row>, Health, usize)>) {
@@ -1187,16 +1189,11 @@ mod tests {
     /// Verdicts where a primary serves: healthy or degraded.
     #[test]
     fn verdicts_with_a_primary() {
-        let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
         check_verdicts(vec![
             // (what, rows, verdict, members answering)
             (
                 "one standby asked, everyone answers",
-                vec![
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 1))),
-                ],
+                vec![up(2, A, 5, 1), up(1, A, 5, 1), up(3, A, 5, 1)],
                 Health::Healthy,
                 3,
             ),
@@ -1204,40 +1201,28 @@ mod tests {
                 "one node under two names counts once",
                 vec![
                     row("localhost:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 1))),
+                    up(1, A, 5, 1),
+                    up(2, A, 5, 1),
+                    up(3, A, 5, 1),
                 ],
                 Health::Healthy,
                 3,
             ),
             (
                 "a member down",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9003", down()),
-                ],
+                vec![up(1, A, 5, 1), up(2, A, 5, 1), down(3)],
                 Health::Degraded,
                 2,
             ),
             (
                 "a standby following no one",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 0))),
-                ],
+                vec![up(1, A, 5, 1), up(2, A, 5, 1), up(3, A, 5, 0)],
                 Health::Degraded,
                 3,
             ),
             (
                 "an old primary of a lower term",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 4, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 2))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 2))),
-                ],
+                vec![up(1, A, 4, 1), up(2, A, 5, 2), up(3, A, 5, 2)],
                 Health::Degraded,
                 3,
             ),
@@ -1248,53 +1233,34 @@ mod tests {
     /// a primary clients cannot reach.
     #[test]
     fn verdicts_without_one() {
-        let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
         check_verdicts(vec![
             // (what, rows, verdict, members answering)
             (
                 "two clusters' primaries",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9101", Ok(node(1, B, 5, 1))),
-                ],
+                vec![up(1, A, 5, 1), row("127.0.0.1:9101", Ok(node(1, B, 5, 1)))],
                 Health::CannotTell,
                 1,
             ),
             (
                 "no primary",
-                vec![
-                    row("127.0.0.1:9001", down()),
-                    row("127.0.0.1:9002", Ok(node(2, A, 6, 0))),
-                    row("127.0.0.1:9003", down()),
-                ],
+                vec![down(1), up(2, A, 6, 0), down(3)],
                 Health::NoQuorum,
                 1,
             ),
             (
                 "nothing answers",
-                vec![row("127.0.0.1:9001", down()), row("127.0.0.1:9002", down())],
+                vec![down(1), down(2)],
                 Health::CannotTell,
                 0,
             ),
             (
                 "a quorum follows a primary clients cannot reach",
-                vec![
-                    row("127.0.0.1:9001", down()),
-                    row("127.0.0.1:9002", Ok(node(2, A, 6, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 6, 1))),
-                ],
+                vec![down(1), up(2, A, 6, 1), up(3, A, 6, 1)],
                 Health::NoQuorum,
                 2,
             ),
         ]);
-        let v = judge(
-            &[
-                row("127.0.0.1:9001", down()),
-                row("127.0.0.1:9002", Ok(node(2, A, 6, 1))),
-                row("127.0.0.1:9003", Ok(node(3, A, 6, 1))),
-            ],
-            &[],
-        );
+        let v = judge(&[down(1), up(2, A, 6, 1), up(3, A, 6, 1)], &[]);
         let text = render(&v, None);
         assert!(
             text.contains("2 of 3 members answer (a quorum) and 2 of them follow node 1"),
@@ -1313,7 +1279,7 @@ mod tests {
     fn an_unanswered_name_matches_the_member_it_resolves_to() {
         let one: std::net::SocketAddr = "127.0.0.1:9003".parse().unwrap();
         let rows = vec![
-            row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+            up(1, A, 5, 1),
             row("localhost:9003", Err("connect: refused")),
         ];
         let resolved = vec![

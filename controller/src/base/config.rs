@@ -498,15 +498,18 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Options and their values, in their order.
+pub type Flags = Vec<(String, String)>;
+
 /// Splits `--flag value` pairs.
-fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
+fn pairs(args: &[String]) -> Result<Flags, String> {
     // The options without a value.
     flag_pairs(args, &["--insecure", "--join", "--metrics-public"])
 }
 
 /// Command-line flags as (flag, value) pairs: `--flag value` or `--flag=value`; a flag of
 /// `switches` takes no value and reads as "true". Every command's parser starts here.
-pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Vec<(String, String)>, String> {
+pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Flags, String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(f) = it.next() {
@@ -529,6 +532,29 @@ pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Vec<(String, Str
         out.push((f.clone(), v.clone()));
     }
     Ok(out)
+}
+
+/// Takes the options `flags` (each with a value: `--flag V` or `--flag=V`) out of `args`: the
+/// other words in their order, and the options taken in theirs.
+pub fn take_flags(args: &[String], flags: &[&str]) -> Result<(Vec<String>, Flags), String> {
+    let (mut rest, mut taken) = (Vec::new(), Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        if !flags.contains(&flag) {
+            rest.push(a.clone());
+            continue;
+        }
+        let v = match inline {
+            Some(v) => v,
+            None => it.next().ok_or(format!("{flag}: missing value"))?.clone(),
+        };
+        taken.push((flag.to_string(), v));
+    }
+    Ok((rest, taken))
 }
 
 /// The options other than the node knobs that some command takes a value for.
@@ -572,7 +598,7 @@ struct FileMember {
 /// key is a flag (`heartbeat_ms = 30` is `--heartbeat-ms 30`), a table prefixes its keys
 /// (`[tls] client_ca = "ca.pem"` is `--tls-client-ca ca.pem`), and `[[member]]` entries
 /// (`id`, `client`, `raft`) make `--cluster`.
-pub fn file_flags(path: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+pub fn file_flags(path: &std::path::Path) -> Result<Flags, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
     let table: toml::Table = text

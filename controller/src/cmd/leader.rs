@@ -27,26 +27,11 @@ impl LeaderArgs {
             Some(other) => return Err(format!("unknown leader command {other:?}")),
             None => return Err("missing leader command (transfer)".into()),
         }
+        let (rest, taken) = crate::base::config::take_flags(&args[1..], &["--to"])?;
         let mut to = None;
-        let mut rest = Vec::new();
-        let mut it = args[1..].iter();
-        while let Some(a) = it.next() {
-            let v = if a == "--to" {
-                Some(it.next().ok_or("--to: missing value")?.clone())
-            } else {
-                a.strip_prefix("--to=").map(String::from)
-            };
-            match v {
-                Some(v) => {
-                    to = Some(
-                        v.parse::<u32>()
-                            .ok()
-                            .filter(|&n| n > 0)
-                            .ok_or_else(|| format!("--to: bad node id {v:?}"))?,
-                    )
-                }
-                None => rest.push(a.clone()),
-            }
+        for (_, v) in taken {
+            let id = v.parse::<u32>().ok().filter(|&n| n > 0);
+            to = Some(id.ok_or_else(|| format!("--to: bad node id {v:?}"))?);
         }
         let conn = StatusArgs::parse(&rest)?;
         if conn.json {

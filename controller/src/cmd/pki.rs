@@ -19,6 +19,7 @@ use rcgen::{
 };
 
 use crate::base::auth;
+use crate::base::config::take_flags;
 use crate::base::ids::NodeId;
 
 /// Days a CA is valid.
@@ -300,23 +301,10 @@ pub fn local(dir: &Path, n: u16, signing: &Signing) -> Result<(), PkiError> {
 
 /// Splits `--ca-key FILE`, `--ca-cert FILE` and `--valid N[s|m|h|d]` off `args`.
 fn signing_of(args: &[String]) -> Result<(Vec<String>, Signing), String> {
-    let mut rest = Vec::new();
+    let (rest, taken) = take_flags(args, &["--ca-key", "--ca-cert", "--valid"])?;
     let mut s = Signing::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        if !matches!(flag, "--ca-key" | "--ca-cert" | "--valid") {
-            rest.push(a.clone());
-            continue;
-        }
-        let v = match inline {
-            Some(v) => v,
-            None => it.next().ok_or(format!("{flag}: missing value"))?.clone(),
-        };
-        match flag {
+    for (flag, v) in taken {
+        match flag.as_str() {
             "--ca-key" => s.ca_key = Some(PathBuf::from(v)),
             "--ca-cert" => s.ca_cert = Some(PathBuf::from(v)),
             _ => s.valid = Some(duration_of(&v)?),

@@ -266,11 +266,7 @@ fn node_ctx(
         auth: p.auth,
         ready: ready.clone(),
         tenure: Default::default(),
-        forwarder: forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            p.identity.clone(),
-        ),
+        forwarder: links.forwarder(),
         identity: p.identity,
         digests: p.digests,
         findings: Findings::new(),
@@ -379,6 +375,12 @@ impl Links {
             max_rpc: frame::max_rpc_bytes(limits.max_message_bytes),
             identity: Identity::detached(crate::base::cluster_id::Belonging::Pending),
         })
+    }
+
+    /// Requests to the members over these links (C16's forwarding, C15's pre-votes, C12's
+    /// questions), stamped with this node's cluster (C20).
+    fn forwarder(&self) -> forward::Forwarder {
+        forward::Forwarder::new(self.peer_tls.clone(), self.max_rpc, self.identity.clone())
     }
 }
 
@@ -708,11 +710,7 @@ fn start_elections(
         early,
         timing,
         guard,
-        forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            links.identity.clone(),
-        ),
+        links.forwarder(),
         log_reader.clone(),
     );
     amnesia.sync_elect(&elect, &raft.metrics().borrow().vote);
@@ -729,14 +727,9 @@ fn start_elections(
             .iter()
             .map(|(id, n)| (*id, n.raft.clone()))
             .collect();
-        let asker = forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            links.identity.clone(),
-        );
         tokio::spawn(crate::raft::standing::gather(
             amnesia.clone(),
-            Arc::new(asker),
+            Arc::new(links.forwarder()),
             addrs,
         ));
     }

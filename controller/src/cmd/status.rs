@@ -148,7 +148,12 @@ pub async fn ask(
         exclude_host: String::new(),
         exclude_port: 0,
     };
-    match request(addr, op, timeout, &caller).await? {
+    request(addr, op, timeout, &caller).await.and_then(info_of)
+}
+
+/// The controller info a reply carries.
+fn info_of(d: ReplyData) -> Result<ControllerInfo, String> {
+    match d {
         ReplyData::CtrlInfo(i) => Ok(i),
         _ => Err("an answer without controller info".into()),
     }
@@ -999,20 +1004,20 @@ pub(crate) async fn gather(
     caller: Arc<Caller>,
     consistency: bool,
 ) -> (View, Option<Result<ControllerInfo, String>>) {
-    let asks = args
-        .masters
-        .iter()
-        .map(|a| ask(a.clone(), args.timeout, caller.clone()));
-    let answers = futures_join(asks.collect()).await;
-    let mut rows = args
-        .masters
-        .iter()
-        .zip(answers)
-        .map(|(a, info)| Row {
-            addr: a.clone(),
-            info,
-        })
-        .collect::<Vec<_>>();
+    // Every address of `addrs` at once, each bounded by the timeout.
+    let ask_all = |addrs: Vec<String>| {
+        let asks = addrs
+            .iter()
+            .map(|a| ask(a.clone(), args.timeout, caller.clone()));
+        let answers = futures_join(asks.collect());
+        async move {
+            let answers = answers.await;
+            let rows = addrs.into_iter().zip(answers);
+            rows.map(|(addr, info)| Row { addr, info })
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut rows = ask_all(args.masters.clone()).await;
     // The members no answer came from yet (by id), asked at their own addresses.
     let view = judge(&rows, &[]);
     let missing: Vec<String> = view
@@ -1022,19 +1027,7 @@ pub(crate) async fn gather(
         .flat_map(|n| n.addrs.first().cloned())
         .filter(|a| !rows.iter().any(|r| &r.addr == a))
         .collect();
-    let answers = futures_join(
-        missing
-            .iter()
-            .map(|a| ask(a.clone(), args.timeout, caller.clone()))
-            .collect(),
-    )
-    .await;
-    rows.extend(
-        missing
-            .into_iter()
-            .zip(answers)
-            .map(|(addr, info)| Row { addr, info }),
-    );
+    rows.extend(ask_all(missing).await);
     let resolved = resolve_silent(&rows, &view).await;
     let view = judge(&rows, &resolved);
     let mut check = None;
@@ -1051,13 +1044,8 @@ pub(crate) async fn gather(
             .cloned();
         if let Some(at) = at {
             // C19: the primary compares its members' state digests now.
-            check = Some(
-                match request(at, Op::ConsistencyCheck, args.timeout, &caller).await {
-                    Ok(ReplyData::CtrlInfo(i)) => Ok(i),
-                    Ok(_) => Err("an answer without controller info".to_string()),
-                    Err(e) => Err(e),
-                },
-            );
+            let asked = request(at, Op::ConsistencyCheck, args.timeout, &caller).await;
+            check = Some(asked.and_then(info_of));
         }
     }
     (view, check)

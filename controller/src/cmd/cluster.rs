@@ -30,13 +30,8 @@ struct NodeProc {
 }
 
 pub fn cluster(args: ClusterArgs) -> i32 {
-    match crate::cmd::status::block_on(run_cluster(args)).and_then(|r| r) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cluster: {e}");
-            1
-        }
-    }
+    let res = crate::cmd::status::block_on(run_cluster(args)).and_then(|r| r);
+    crate::cmd::member::exit_status("cluster", res)
 }
 
 async fn run_cluster(args: ClusterArgs) -> Result<(), String> {

@@ -61,20 +61,9 @@ fn reason(status: i32, to: Option<u32>) -> String {
 
 /// Runs the command.
 pub fn leader(a: LeaderArgs) -> i32 {
-    let fail = |e: String| {
-        eprintln!("xce-controller leader transfer: {e}");
-        1
-    };
-    let c = match crate::cmd::member::client(&a.conn, "xce-controller leader") {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let code = transfer(&c, a.to).map_or_else(fail, |line| {
-        println!("{line}");
-        0
-    });
-    c.close();
-    code
+    let work = |c: &xce::client::Client| transfer(c, a.to).map(|line| println!("{line}"));
+    let says = "xce-controller leader transfer";
+    crate::cmd::member::with_client(&a.conn, "xce-controller leader", says, work)
 }
 
 fn transfer(c: &xce::client::Client, to: Option<u32>) -> Result<String, String> {

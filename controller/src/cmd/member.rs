@@ -104,43 +104,52 @@ pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
 
 /// Runs the command: 0 on success, 1 on a failure (printed).
 pub fn member(a: MemberArgs) -> i32 {
+    let says = "xce-controller member";
     if a.action == Action::List {
-        return list(&a.conn);
+        return exit_status(says, list(&a.conn));
     }
-    let c = match client(&a.conn, "xce-controller member") {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("xce-controller member: {e}");
-            return 1;
-        }
-    };
-    let res = match &a.action {
+    with_client(&a.conn, says, says, |c| match &a.action {
         Action::Add { id, client, raft } => {
             // Issue 36: the client address first, as a client would dial it; the primary then
             // asks the raft address who it is. Either refuses with its reason.
-            match check_client_addr(&c, &a.conn, *id, client) {
-                Err(why) => Err(why),
-                Ok(()) => c
-                    .member_add(*id, client, raft)
-                    .map(|()| println!("added node {id} ({client}/{raft}) as a voter"))
-                    .map_err(|e| refusal(&c, &a.action, e)),
-            }
+            check_client_addr(c, &a.conn, *id, client)?;
+            c.member_add(*id, client, raft)
+                .map(|()| println!("added node {id} ({client}/{raft}) as a voter"))
+                .map_err(|e| refusal(c, &a.action, e))
         }
         Action::Remove { id } => c
             .member_remove(*id)
             .map(|()| println!("removed node {id}"))
-            .map_err(|e| refusal(&c, &a.action, e)),
+            .map_err(|e| refusal(c, &a.action, e)),
         Action::List => Ok(()),
-    };
-    let code = match res {
-        Ok(()) => 0,
-        Err(why) => {
-            eprintln!("xce-controller member: {why}");
+    })
+}
+
+/// Runs `work` with a [`client`] named `name`, then closes it: exit status 0, or 1 with the
+/// failure printed as `SAYS: why`.
+pub(crate) fn with_client(
+    a: &StatusArgs,
+    name: &str,
+    says: &str,
+    work: impl FnOnce(&Client) -> Result<(), String>,
+) -> i32 {
+    let res = client(a, name).and_then(|c| {
+        let res = work(&c);
+        c.close();
+        res
+    });
+    exit_status(says, res)
+}
+
+/// A tool's exit status: 0, or 1 with the failure printed as `SAYS: why`.
+pub(crate) fn exit_status(says: &str, res: Result<(), String>) -> i32 {
+    res.map_or_else(
+        |why| {
+            eprintln!("{says}: {why}");
             1
-        }
-    };
-    c.close();
-    code
+        },
+        |()| 0,
+    )
 }
 
 /// A refusal in one line: the primary's reason when it gave one, the status with its name,
@@ -222,23 +231,12 @@ fn judge_client_addr(
 /// members it holds — so a standby alone answers at once (through the library it waited for a
 /// primary it could not reach). One line per member: id, client address, role (primary,
 /// voter, learner), reachable or not, and its lag behind the primary.
-fn list(a: &StatusArgs) -> i32 {
-    let caller = crate::cmd::status::Caller::of(a).map(std::sync::Arc::new);
-    let gathered = caller.and_then(|c| crate::cmd::status::block_on(gather(a, c, false)));
-    let view = match gathered {
-        Ok((view, _)) => view,
-        Err(e) => {
-            eprintln!("xce-controller member: {e}");
-            return 1;
-        }
-    };
+fn list(a: &StatusArgs) -> Result<(), String> {
+    let caller = crate::cmd::status::Caller::of(a).map(std::sync::Arc::new)?;
+    let (view, _) = crate::cmd::status::block_on(gather(a, caller, false))?;
     let members: Vec<_> = view.nodes.iter().filter(|n| n.member).collect();
     if members.is_empty() {
-        eprintln!(
-            "xce-controller member: no member answered: {}",
-            view.notes.join("; ")
-        );
-        return 1;
+        return Err(format!("no member answered: {}", view.notes.join("; ")));
     }
     for n in members {
         let role = match (&n.info, view.primary) {
@@ -255,5 +253,5 @@ fn list(a: &StatusArgs) -> i32 {
         };
         println!("{} {} {role} {reach} lag {lag}", n.id, n.addrs[0]);
     }
-    0
+    Ok(())
 }

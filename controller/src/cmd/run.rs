@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::base::auth::Auth;
 use crate::base::cluster_id::{ClusterTag, Identity};
-use crate::base::config::{NodeOpts, RunArgs};
+use crate::base::config::{exposure, resolve, NodeOpts, Port, RunArgs};
 use crate::base::fault::{self, EXIT_STORAGE_FAULT};
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::base::tls;
@@ -580,46 +580,45 @@ struct Listeners {
 }
 
 async fn bind(args: &RunArgs) -> Result<Listeners, RunError> {
-    use crate::base::config::{exposure, resolve, Port};
     let id = args.id;
     let me = args.spec.nodes[&id].clone();
     // Names in --cluster: ours must resolve (bounded) to bind; a peer's that does not yet is
     // only reported (the raft port resolves it again on every connect, bounded too).
     crate::base::config::warn_unresolved_peers(id, &args.spec).await;
-    // C13 amended (issue 27): the loopback rule judges each address as bound — a name leads
-    // wherever the resolver says (a hosts file, a DNS search domain), `localhost` included.
-    let judged = |port: Port, name: &str, l: TcpListener| -> Result<TcpListener, String> {
-        let at = l.local_addr().map_err(|e| format!("{name}: {e}"))?;
-        exposure(port, name, at.ip(), &args.opts)?;
-        Ok(l)
-    };
-    let bound = |addr: &str| {
-        let addr = addr.to_string();
-        move |source| RunError::Bind { addr, source }
-    };
-    let client_l = TcpListener::bind(&resolve(&me.client).await?[..])
-        .await
-        .map_err(bound(&me.client))?;
-    let client_l = judged(Port::Client, &me.client, client_l)?;
-    let raft_l = TcpListener::bind(&resolve(&me.raft).await?[..])
-        .await
-        .map_err(bound(&me.raft))?;
-    let raft_l = judged(Port::Raft, &me.raft, raft_l)?;
-    let metrics_l = match &args.opts.metrics {
-        Some(a) => {
-            let l = TcpListener::bind(&resolve(a).await?[..])
-                .await
-                .map_err(bound(&format!("metrics {a}")))?;
-            Some(judged(Port::Metrics, a, l)?)
-        }
+    let o = &args.opts;
+    let client = listen(Port::Client, &me.client, me.client.clone(), o).await?;
+    let raft = listen(Port::Raft, &me.raft, me.raft.clone(), o).await?;
+    let metrics = match &o.metrics {
+        Some(a) => Some(listen(Port::Metrics, a, format!("metrics {a}"), o).await?),
         None => None,
     };
     Ok(Listeners {
         me,
-        client: client_l,
-        raft: raft_l,
-        metrics: metrics_l,
+        client,
+        raft,
+        metrics,
     })
+}
+
+/// Listens on `addr` (`shown` so in a failure to bind) if the loopback rule lets `port` serve
+/// where it is bound.
+async fn listen(
+    port: Port,
+    addr: &str,
+    shown: String,
+    o: &NodeOpts,
+) -> Result<TcpListener, RunError> {
+    let l = TcpListener::bind(&resolve(addr).await?[..])
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: shown,
+            source,
+        })?;
+    // C13 amended (issue 27): the loopback rule judges each address as bound — a name leads
+    // wherever the resolver says (a hosts file, a DNS search domain), `localhost` included.
+    let at = l.local_addr().map_err(|e| format!("{addr}: {e}"))?;
+    exposure(port, addr, at.ip(), o)?;
+    Ok(l)
 }
 
 async fn start_raft(

@@ -144,13 +144,7 @@ pub fn snapshot(a: SnapshotArgs) -> i32 {
         } => restore(&file, &data, id, &spec, &restore_id),
         SnapshotArgs::Show { file } => show(&file),
     };
-    match res {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("xce-controller snapshot: {e}");
-            1
-        }
-    }
+    crate::cmd::member::exit_status("xce-controller snapshot", res)
 }
 
 /// The bytes asked for per chunk.

@@ -421,7 +421,8 @@ pub fn exposure(
     }
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+/// A number given to `flag`.
+pub fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse().map_err(|_| format!("{flag}: bad number {v:?}"))
 }
 
@@ -738,14 +739,11 @@ impl RunArgs {
         // The loopback rule at once for IP literals; a host name is judged by the address it is
         // bound to, when the node binds it (cmd/run.rs).
         let me = &spec.nodes[&id];
-        let ports = [
-            (Port::Client, Some(&me.client)),
-            (Port::Raft, Some(&me.raft)),
-        ];
-        let metrics = (Port::Metrics, opts.metrics.as_ref());
-        for (port, addr) in ports.into_iter().chain([metrics]) {
-            if let Some(ip) = addr.and_then(|a| ip_literal(a)) {
-                exposure(port, addr.map_or("", |a| a), ip, &opts)?;
+        let metrics = opts.metrics.iter().map(|m| (Port::Metrics, m));
+        let ports = [(Port::Client, &me.client), (Port::Raft, &me.raft)];
+        for (port, addr) in ports.into_iter().chain(metrics) {
+            if let Some(ip) = ip_literal(addr) {
+                exposure(port, addr, ip, &opts)?;
             }
         }
         Ok(RunArgs {

@@ -450,11 +450,8 @@ mod tests {
         );
         let der = |p: &Path| {
             let pem = read(p).unwrap();
-            let first = rustls_pemfile::certs(&mut pem.as_bytes())
-                .next()
-                .unwrap()
-                .unwrap();
-            first
+            let first = rustls_pemfile::certs(&mut pem.as_bytes()).next();
+            first.unwrap().unwrap()
         };
         let leaf = der(&out.path().join("admin.pem"));
         let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();

@@ -19,7 +19,9 @@ use tokio::net::TcpStream;
 use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
 
 use crate::base::cause::Cause;
+use crate::base::config;
 use crate::base::tls::client_connector;
+use crate::sm::digest::hex;
 
 /// Default bound on asking one master (connect + answer).
 pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
@@ -82,7 +84,7 @@ impl StatusArgs {
         );
         let mut token = std::env::var("XCE_AUTH_TOKEN").unwrap_or_default();
         let mut json = false;
-        for (k, v) in crate::base::config::flag_pairs(args, &["--json"])? {
+        for (k, v) in config::flag_pairs(args, &["--json"])? {
             match k.as_str() {
                 "--json" => json = true,
                 "--masters" => {
@@ -93,17 +95,11 @@ impl StatusArgs {
                         .map(String::from)
                         .collect();
                     for a in &list {
-                        crate::base::config::check_addr(a)
-                            .map_err(|e| format!("--masters {a:?}: {e}"))?;
+                        config::check_addr(a).map_err(|e| format!("--masters {a:?}: {e}"))?;
                     }
                     masters = Some(list);
                 }
-                "--timeout-ms" => {
-                    timeout = Duration::from_millis(
-                        v.parse()
-                            .map_err(|_| format!("--timeout-ms: bad number {v:?}"))?,
-                    )
-                }
+                "--timeout-ms" => timeout = Duration::from_millis(config::num(&k, &v)?),
                 "--ca" => ca = Some(v.into()),
                 "--cert" => cert = Some(v.into()),
                 "--key" => key = Some(v.into()),
@@ -187,7 +183,7 @@ async fn request(
     caller: &Caller,
 ) -> Result<ReplyData, String> {
     let work = async {
-        let target = crate::base::config::resolve(&addr)
+        let target = config::resolve(&addr)
             .await
             .map_err(|e| format!("{}", Cause::Dns(e)))?;
         // Issue 36: the cause named (nothing listening, unreachable, a timeout).
@@ -197,7 +193,7 @@ async fn request(
         let mut s: Box<dyn crate::raft::frame::PeerIo> = match &caller.tls {
             None => Box::new(tcp),
             Some(c) => {
-                let (host, _) = crate::base::config::split_addr(&addr).ok_or("want HOST:PORT")?;
+                let (host, _) = config::split_addr(&addr).ok_or("want HOST:PORT")?;
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| format!("{host}: {e}"))?;
                 Box::new(c.connect(name, tcp).await.map_err(|e| tls_error(&e))?)
@@ -275,10 +271,6 @@ fn role(r: ControllerRole) -> &'static str {
         ControllerRole::Candidate => "candidate",
         ControllerRole::Initializing => "initializing",
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// `HOST:PORT`, an IPv6 host in brackets (`[::1]:9991`).
@@ -1069,7 +1061,7 @@ async fn resolve_silent(rows: &[Row], view: &View) -> Vec<(String, Vec<std::net:
     names.dedup();
     let mut resolved = Vec::new();
     for n in names {
-        let r = crate::base::config::resolve(&n).await.unwrap_or_default();
+        let r = config::resolve(&n).await.unwrap_or_default();
         resolved.push((n, r));
     }
     resolved
@@ -1095,39 +1087,26 @@ mod tests {
     const A: [u8; 16] = [1; 16];
     const B: [u8; 16] = [2; 16];
 
-    fn entry(id: u32, port: u16, r: ControllerRole) -> wire::ControllerEntry {
-        wire::ControllerEntry {
-            id,
-            host: "127.0.0.1".into(),
-            port,
-            role: r,
-        }
-    }
-
     /// Node `id` of cluster `c` in `term` following `leader`, holding members 1..=3 (ports
     /// 9001..) led by `leader`.
     fn node(id: u32, c: [u8; 16], term: u64, leader: u32) -> ControllerInfo {
-        let role = if id == leader {
-            ControllerRole::Primary
-        } else {
-            ControllerRole::Standby
+        let role = |m: u32| match m == leader {
+            true => ControllerRole::Primary,
+            false => ControllerRole::Standby,
+        };
+        let entry = |m: u32| wire::ControllerEntry {
+            id: m,
+            host: "127.0.0.1".into(),
+            port: 9000 + m as u16,
+            role: role(m),
         };
         ControllerInfo {
             id,
-            role,
+            role: role(id),
             term,
             primary_id: leader,
             cluster_id: c,
-            members: (1..=3)
-                .map(|m| {
-                    let r = if m == leader {
-                        ControllerRole::Primary
-                    } else {
-                        ControllerRole::Standby
-                    };
-                    entry(m, 9000 + m as u16, r)
-                })
-                .collect(),
+            members: (1..=3).map(entry).collect(),
             ..Default::default()
         }
     }

@@ -64,10 +64,6 @@ options of node, identity and local:
   --valid N[s|m|h|d]            validity of the certificate (default 825d): short-lived
                                 certificates are how one is revoked (docs/security.md)";
 
-fn days(n: i64) -> (time::OffsetDateTime, time::OffsetDateTime) {
-    valid_for(time::Duration::days(n))
-}
-
 /// From a day ago (clocks that lag) until `d` from now.
 fn valid_for(d: time::Duration) -> (time::OffsetDateTime, time::OffsetDateTime) {
     let now = time::OffsetDateTime::now_utc();
@@ -166,7 +162,7 @@ pub fn init(dir: &Path) -> Result<(), PkiError> {
     params
         .distinguished_name
         .push(DnType::CommonName, format!("xce cluster CA {stamp}"));
-    (params.not_before, params.not_after) = days(CA_DAYS);
+    (params.not_before, params.not_after) = valid_for(time::Duration::days(CA_DAYS));
     let key = KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     write_new(&dir.join("ca.key"), &key.serialize_pem(), true)?;
@@ -248,10 +244,8 @@ fn leaf(
             .extended_key_usages
             .push(ExtendedKeyUsagePurpose::ServerAuth);
     }
-    (params.not_before, params.not_after) = match signing.valid {
-        Some(d) => valid_for(d),
-        None => days(LEAF_DAYS),
-    };
+    let valid = signing.valid.unwrap_or(time::Duration::days(LEAF_DAYS));
+    (params.not_before, params.not_after) = valid_for(valid);
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &ca)?;
     write_new(&dir.join(format!("{file}.key")), &key.serialize_pem(), true)?;

@@ -237,17 +237,13 @@ impl Quorum {
 /// The `run` flags of node `i` of a `cluster --tls DIR`.
 fn tls_flags(dir: &std::path::Path, i: u16) -> Vec<std::ffi::OsString> {
     let node = crate::base::tls::node_name(i as crate::base::ids::NodeId);
-    let f = |name: String| dir.join(name).into_os_string();
-    vec![
-        "--tls-cert".into(),
-        f(format!("{node}.pem")),
-        "--tls-key".into(),
-        f(format!("{node}.key")),
-        "--tls-client-ca".into(),
-        f("ca.pem".into()),
-        "--tls-peer-ca".into(),
-        f("ca.pem".into()),
-        "--token-key".into(),
-        f("token.key".into()),
-    ]
+    let files = [
+        ("--tls-cert", format!("{node}.pem")),
+        ("--tls-key", format!("{node}.key")),
+        ("--tls-client-ca", "ca.pem".into()),
+        ("--tls-peer-ca", "ca.pem".into()),
+        ("--token-key", "token.key".into()),
+    ];
+    let flag_and_file = |(flag, name): (&str, String)| [flag.into(), dir.join(name).into()];
+    files.into_iter().flat_map(flag_and_file).collect()
 }

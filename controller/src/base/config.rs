@@ -363,11 +363,6 @@ pub fn ip_literal(addr: &str) -> Option<std::net::IpAddr> {
     addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
 }
 
-/// Whether `ip` is a loopback address (an IPv4-mapped IPv6 loopback included).
-pub fn is_loopback_ip(ip: std::net::IpAddr) -> bool {
-    ip.to_canonical().is_loopback()
-}
-
 /// The node's listening ports, for [`exposure`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Port {
@@ -390,7 +385,8 @@ pub fn exposure(
     bound: std::net::IpAddr,
     o: &NodeOpts,
 ) -> Result<(), String> {
-    if o.insecure || is_loopback_ip(bound) {
+    // Loopback: an IPv4-mapped IPv6 loopback address too.
+    if o.insecure || bound.to_canonical().is_loopback() {
         return Ok(());
     }
     let at = if ip_literal(name) == Some(bound) {

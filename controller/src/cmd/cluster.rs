@@ -30,8 +30,8 @@ struct NodeProc {
 }
 
 pub fn cluster(args: ClusterArgs) -> i32 {
-    let res = crate::cmd::status::block_on(run_cluster(args)).and_then(|r| r);
-    crate::cmd::member::exit_status("cluster", res)
+    let res = crate::cmd::block_on(run_cluster(args)).and_then(|r| r);
+    crate::cmd::exit_status("cluster", res)
 }
 
 async fn run_cluster(args: ClusterArgs) -> Result<(), String> {

@@ -106,7 +106,7 @@ pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
 pub fn member(a: MemberArgs) -> i32 {
     let says = "xce-controller member";
     if a.action == Action::List {
-        return exit_status(says, list(&a.conn));
+        return crate::cmd::exit_status(says, list(&a.conn));
     }
     with_client(&a.conn, says, says, |c| match &a.action {
         Action::Add { id, client, raft } => {
@@ -138,18 +138,7 @@ pub(crate) fn with_client(
         c.close();
         res
     });
-    exit_status(says, res)
-}
-
-/// A tool's exit status: 0, or 1 with the failure printed as `SAYS: why`.
-pub(crate) fn exit_status(says: &str, res: Result<(), String>) -> i32 {
-    res.map_or_else(
-        |why| {
-            eprintln!("{says}: {why}");
-            1
-        },
-        |()| 0,
-    )
+    crate::cmd::exit_status(says, res)
 }
 
 /// A refusal in one line: the primary's reason when it gave one, the status with its name,
@@ -188,7 +177,7 @@ fn check_client_addr(c: &Client, a: &StatusArgs, id: u32, addr: &str) -> Result<
     let cluster = c.hello().map(|i| i.cluster_id).unwrap_or([0; 16]);
     let caller = std::sync::Arc::new(crate::cmd::status::Caller::of(a)?);
     let t0 = std::time::Instant::now();
-    let answer = crate::cmd::status::block_on(async {
+    let answer = crate::cmd::block_on(async {
         loop {
             let r = crate::cmd::status::ask(addr.to_string(), a.timeout, caller.clone()).await;
             let refused = r.as_ref().is_err_and(|e| e.contains("connection refused"));
@@ -233,7 +222,7 @@ fn judge_client_addr(
 /// voter, learner), reachable or not, and its lag behind the primary.
 fn list(a: &StatusArgs) -> Result<(), String> {
     let caller = crate::cmd::status::Caller::of(a).map(std::sync::Arc::new)?;
-    let (view, _) = crate::cmd::status::block_on(gather(a, caller, false))?;
+    let (view, _) = crate::cmd::block_on(gather(a, caller, false))?;
     let members: Vec<_> = view.nodes.iter().filter(|n| n.member).collect();
     if members.is_empty() {
         return Err(format!("no member answered: {}", view.notes.join("; ")));

@@ -354,16 +354,8 @@ pub fn main(args: &[String]) -> i32 {
             return 2;
         }
     };
-    match res {
-        Ok(out) => {
-            println!("{out}");
-            0
-        }
-        Err(e) => {
-            eprintln!("xce-controller pki: {e}");
-            1
-        }
-    }
+    let said = res.map(|out| println!("{out}"));
+    crate::cmd::exit_status("xce-controller pki", said)
 }
 
 fn token(dir: &Path, name: &str, days: i64) -> Result<String, PkiError> {

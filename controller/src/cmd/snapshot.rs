@@ -144,7 +144,7 @@ pub fn snapshot(a: SnapshotArgs) -> i32 {
         } => restore(&file, &data, id, &spec, &restore_id),
         SnapshotArgs::Show { file } => show(&file),
     };
-    crate::cmd::member::exit_status("xce-controller snapshot", res)
+    crate::cmd::exit_status("xce-controller snapshot", res)
 }
 
 /// The bytes asked for per chunk.

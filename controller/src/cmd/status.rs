@@ -47,15 +47,6 @@ pub struct Caller {
     pub token: String,
 }
 
-/// Runs `work` to its end on a runtime of this thread (the tools' one way into async code).
-pub fn block_on<F: std::future::Future>(work: F) -> Result<F::Output, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
-    Ok(rt.block_on(work))
-}
-
 impl Caller {
     /// The caller `a` describes (its TLS files read now).
     pub fn of(a: &StatusArgs) -> Result<Caller, String> {
@@ -974,7 +965,7 @@ pub fn status(args: StatusArgs) -> i32 {
             return Health::CannotTell as i32;
         }
     };
-    let (view, check) = match block_on(gather(&args, caller, true)) {
+    let (view, check) = match crate::cmd::block_on(gather(&args, caller, true)) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("status: {e}");

@@ -100,7 +100,8 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     failed.map_or(Ok(()), Err)
 }
 
-/// C13: with `--tls DIR`, the certificates made (or reused) there and the admin asks.
+/// C13: with `--tls DIR`, the certificates made (or reused) there, and the admin identity
+/// the launcher asks its nodes as.
 fn caller_of(args: &ClusterArgs) -> Result<Caller, String> {
     let Some(dir) = &args.tls else {
         return Ok(Caller::default());
@@ -134,12 +135,7 @@ fn spawn_node(
         .arg(args.data.join(format!("node-{i}")))
         .args(["--metrics", &metrics])
         .args(&args.node_flags)
-        .args(
-            args.tls
-                .as_ref()
-                .map(|dir| tls_flags(dir, i))
-                .unwrap_or_default(),
-        )
+        .args(args.tls.iter().flat_map(|dir| tls_flags(dir, i)))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()

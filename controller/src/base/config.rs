@@ -105,6 +105,12 @@ impl ClusterSpec {
     }
 }
 
+/// Members as `--cluster` takes them: `ID=CLIENT/RAFT,...`.
+pub fn spec_text(members: &BTreeMap<NodeId, CtrlNode>) -> String {
+    let each: Vec<String> = members.iter().map(|(i, n)| format!("{i}={n}")).collect();
+    each.join(",")
+}
+
 /// `HOST:PORT` with HOST an IP address (IPv6 in brackets) or a host name, PORT 1..65535.
 /// Names are resolved when used (bounded: [`RESOLVE_TIMEOUT`] at start, the connect timeout
 /// on the raft port; clients resolve the names they are told themselves).
@@ -192,12 +198,6 @@ pub fn check_stored_membership(
     if stored.is_empty() || stored == &spec.nodes {
         return Ok(None);
     }
-    let show = |m: &BTreeMap<NodeId, CtrlNode>| {
-        m.iter()
-            .map(|(i, n)| format!("{i}={n}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     let moved: Vec<String> = spec
         .nodes
         .iter()
@@ -216,8 +216,8 @@ pub fn check_stored_membership(
              Restart with the stored addresses (addresses cannot change in place), or change the \
              membership online (docs/operations.md).",
             moved.join("; "),
-            show(stored),
-            show(&spec.nodes)
+            spec_text(stored),
+            spec_text(&spec.nodes)
         ));
     }
     let why = if stored.contains_key(&id) {
@@ -228,8 +228,8 @@ pub fn check_stored_membership(
     Ok(Some(format!(
         "the membership stored in the data directory differs from --cluster ({why}): \
          the stored one is used.\n  stored:    {}\n  --cluster: {}",
-        show(stored),
-        show(&spec.nodes)
+        spec_text(stored),
+        spec_text(&spec.nodes)
     )))
 }
 

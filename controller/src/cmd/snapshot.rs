@@ -394,11 +394,7 @@ fn restore(
         h.index,
         state.job_count(),
         h.cluster.as_deref().unwrap_or("(none)"),
-        spec.nodes
-            .iter()
-            .map(|(i, n)| format!("{i}={n}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        crate::base::config::spec_text(&spec.nodes)
     );
     Ok(())
 }

@@ -784,30 +784,21 @@ fn row_text(n: &Node, view: &View) -> String {
             } else if !n.voter {
                 r = "learner".into();
             }
+            let leader = match i.primary_id {
+                0 => "-".to_string(),
+                x => x.to_string(),
+            };
+            let up = ms_text(i.uptime_ms);
+            let (db, free) = (size_text(i.db_size_bytes), size_text(i.disk_free_bytes));
+            let version = if i.version.is_empty() {
+                "-"
+            } else {
+                &i.version
+            };
             format!(
-                "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} \
-                 {:>6} {:>6} {}\n",
-                addr,
-                i.id,
-                r,
-                i.term,
-                match i.primary_id {
-                    0 => "-".to_string(),
-                    x => x.to_string(),
-                },
-                i.last_log_index,
-                i.committed_index,
-                i.applied_index,
-                lag,
-                contact,
-                ms_text(i.uptime_ms),
-                size_text(i.db_size_bytes),
-                size_text(i.disk_free_bytes),
-                if i.version.is_empty() {
-                    "-"
-                } else {
-                    &i.version
-                }
+                "{addr:<24} {:>3} {r:<12} {:>6} {leader:>6} {:>10} {:>10} {:>10} {lag:>8} \
+                 {contact:>12} {up:>7} {db:>6} {free:>6} {version}\n",
+                i.id, i.term, i.last_log_index, i.committed_index, i.applied_index
             )
         }
         None => {

@@ -873,21 +873,10 @@ fn serve_clients(
         }
     }
     tokio::spawn(client::serve(client_l, ctx, links.client_tls.clone()));
-    eprintln!(
-        "node {id}: serving clients on {}{} (raft {}{})",
-        me.client,
-        if args.opts.tls_cert.is_some() {
-            " with TLS"
-        } else {
-            ""
-        },
-        me.raft,
-        if links.peer_tls.is_some() {
-            " with mutual TLS"
-        } else {
-            ""
-        },
-    );
+    let tls = args.opts.tls_cert.as_ref().map_or("", |_| " with TLS");
+    let mutual = links.peer_tls.as_ref().map_or("", |_| " with mutual TLS");
+    let (client, raft) = (&me.client, &me.raft);
+    eprintln!("node {id}: serving clients on {client}{tls} (raft {raft}{mutual})");
     Ok(())
 }
 

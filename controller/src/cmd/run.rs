@@ -1011,14 +1011,8 @@ async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
                 .is_none();
         if last != Some(now) && !unconfirmed {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
-            let ms = crate::base::clock::now_ms();
-            eprintln!(
-                "node {id}: role={} term={} leader={leader} at={}.{:03}",
-                role_name(now.0),
-                now.1,
-                ms / 1000,
-                ms % 1000
-            );
+            let (role, term, at) = (role_name(now.0), now.1, at_now());
+            eprintln!("node {id}: role={role} term={term} leader={leader} {at}");
             last = Some(now);
         }
         let stopped = if unconfirmed {
@@ -1056,26 +1050,24 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
         crate::base::failpoints::crash_point(crate::base::failpoints::TASK_TICK);
         let now = ctx.leader_cut_off();
         if now != was {
-            let ms = crate::base::clock::now_ms();
+            let (id, at) = (ctx.id, at_now());
             if now {
+                let window = ctx.cut_off_window().as_millis();
                 crate::log_warn!(
-                    "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
-                    ctx.id,
-                    ctx.cut_off_window().as_millis(),
-                    ms / 1000,
-                    ms % 1000
+                    "node {id}: no answer from a quorum for {window} ms: not serving as primary {at}"
                 );
             } else {
-                eprintln!(
-                    "node {}: a quorum answers again (or another leader took over) at={}.{:03}",
-                    ctx.id,
-                    ms / 1000,
-                    ms % 1000
-                );
+                eprintln!("node {id}: a quorum answers again (or another leader took over) {at}");
             }
             was = now;
         }
     }
+}
+
+/// `at=SECONDS.MILLIS` of the wall clock, as the role lines end (C8).
+fn at_now() -> String {
+    let ms = crate::base::clock::now_ms();
+    format!("at={}.{:03}", ms / 1000, ms % 1000)
 }
 
 /// The port of `HOST:PORT` (None: 0 or unparsable).

@@ -69,16 +69,8 @@ impl ClusterSpec {
             for a in [client, raft] {
                 check_addr(a).map_err(|e| format!("bad address {a:?} in {part:?}: {e}"))?;
             }
-            if nodes
-                .insert(
-                    id,
-                    CtrlNode {
-                        client: client.to_string(),
-                        raft: raft.to_string(),
-                    },
-                )
-                .is_some()
-            {
+            let (client, raft) = (client.to_string(), raft.to_string());
+            if nodes.insert(id, CtrlNode { client, raft }).is_some() {
                 return Err(format!("node {id} listed twice"));
             }
         }
@@ -90,18 +82,11 @@ impl ClusterSpec {
 
     /// The spec string of a loopback cluster as `cluster` starts it.
     pub fn loopback(n: u16, base_port: u16) -> String {
-        (0..n)
-            .map(|i| {
-                let c = base_port + i;
-                format!(
-                    "{}=127.0.0.1:{}/127.0.0.1:{}",
-                    i + 1,
-                    c,
-                    c + RAFT_PORT_OFFSET
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(",")
+        let member = |i: u16| {
+            let c = base_port + i;
+            format!("{}=127.0.0.1:{c}/127.0.0.1:{}", i + 1, c + RAFT_PORT_OFFSET)
+        };
+        (0..n).map(member).collect::<Vec<_>>().join(",")
     }
 }
 

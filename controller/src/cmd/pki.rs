@@ -378,17 +378,8 @@ mod tests {
         for bad in ["", "0s", "-1d", "8x", "s", "1.5h"] {
             assert!(duration_of(bad).is_err(), "{bad:?}");
         }
-        let args: Vec<String> = [
-            "node",
-            "out",
-            "1",
-            "h",
-            "--ca-key=/ca/ca.key",
-            "--valid",
-            "8s",
-        ]
-        .map(String::from)
-        .to_vec();
+        let line = "node out 1 h --ca-key=/ca/ca.key --valid 8s";
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
         let (rest, s) = signing_of(&args).unwrap();
         assert_eq!(rest, ["node", "out", "1", "h"]);
         assert_eq!(s.ca_key, Some(PathBuf::from("/ca/ca.key")));

@@ -43,16 +43,10 @@ impl MemberArgs {
                 if parsed.nodes.len() != 1 {
                     return Err(format!("member add: one ID=CLIENT/RAFT, not {spec:?}"));
                 }
-                let (&id, n) = parsed.nodes.iter().next().expect("one node");
+                let (id, n) = parsed.nodes.into_iter().next().expect("one node");
                 let id = u32::try_from(id).map_err(|_| format!("member add: bad id {id}"))?;
-                (
-                    Action::Add {
-                        id,
-                        client: n.client.clone(),
-                        raft: n.raft.clone(),
-                    },
-                    &args[2..],
-                )
+                let (client, raft) = (n.client, n.raft);
+                (Action::Add { id, client, raft }, &args[2..])
             }
             Some("remove") => {
                 let v = args.get(1).ok_or("member remove: missing ID")?;

@@ -848,6 +848,8 @@ mod tests {
         let stored =
             spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6,4=127.0.0.1:7/127.0.0.1:8")
                 .nodes;
+        // Node `id` restarting with `--cluster cluster` over the `stored` membership.
+        let check = |id, cluster: &str| check_stored_membership(id, &stored, &spec(cluster));
         assert_eq!(
             check_stored_membership(2, &BTreeMap::new(), &spec(a)),
             Ok(None)
@@ -856,22 +858,18 @@ mod tests {
             check_stored_membership(2, &spec(a).nodes, &spec(a)),
             Ok(None)
         );
-        let note = check_stored_membership(2, &stored, &spec(a))
-            .unwrap()
-            .unwrap();
+        let note = check(2, a).unwrap().unwrap();
         assert!(note.contains("added or removed online"), "{note}");
         // A joined node whose --cluster names only itself.
-        assert!(check_stored_membership(4, &stored, &spec("4=127.0.0.1:7/127.0.0.1:8")).is_ok());
+        assert!(check(4, "4=127.0.0.1:7/127.0.0.1:8").is_ok());
         // A removed node.
-        let note = check_stored_membership(1, &stored, &spec(a))
-            .unwrap()
-            .unwrap();
+        let note = check(1, a).unwrap().unwrap();
         assert!(note.contains("removed"), "{note}");
         // Node 3 moved in --cluster: refused, whoever restarts.
-        let moved = spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6");
-        let e = check_stored_membership(2, &stored, &moved).unwrap_err();
+        let moved = "2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6";
+        let e = check(2, moved).unwrap_err();
         assert!(e.contains("node 3 is") && e.contains("127.0.0.1:9"), "{e}");
-        let e = check_stored_membership(3, &stored, &moved).unwrap_err();
+        let e = check(3, moved).unwrap_err();
         assert!(e.contains("this node (id 3)"), "{e}");
         let args = words("--id 4 --cluster 4=127.0.0.1:7/127.0.0.1:8 --data /tmp/x --join");
         assert!(RunArgs::parse(&args).unwrap().join);

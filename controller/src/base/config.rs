@@ -69,16 +69,8 @@ impl ClusterSpec {
             for a in [client, raft] {
                 check_addr(a).map_err(|e| format!("bad address {a:?} in {part:?}: {e}"))?;
             }
-            if nodes
-                .insert(
-                    id,
-                    CtrlNode {
-                        client: client.to_string(),
-                        raft: raft.to_string(),
-                    },
-                )
-                .is_some()
-            {
+            let (client, raft) = (client.to_string(), raft.to_string());
+            if nodes.insert(id, CtrlNode { client, raft }).is_some() {
                 return Err(format!("node {id} listed twice"));
             }
         }
@@ -90,19 +82,18 @@ impl ClusterSpec {
 
     /// The spec string of a loopback cluster as `cluster` starts it.
     pub fn loopback(n: u16, base_port: u16) -> String {
-        (0..n)
-            .map(|i| {
-                let c = base_port + i;
-                format!(
-                    "{}=127.0.0.1:{}/127.0.0.1:{}",
-                    i + 1,
-                    c,
-                    c + RAFT_PORT_OFFSET
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(",")
+        let member = |i: u16| {
+            let c = base_port + i;
+            format!("{}=127.0.0.1:{c}/127.0.0.1:{}", i + 1, c + RAFT_PORT_OFFSET)
+        };
+        (0..n).map(member).collect::<Vec<_>>().join(",")
     }
+}
+
+/// Members as `--cluster` takes them: `ID=CLIENT/RAFT,...`.
+pub fn spec_text(members: &BTreeMap<NodeId, CtrlNode>) -> String {
+    let each: Vec<String> = members.iter().map(|(i, n)| format!("{i}={n}")).collect();
+    each.join(",")
 }
 
 /// `HOST:PORT` with HOST an IP address (IPv6 in brackets) or a host name, PORT 1..65535.
@@ -192,12 +183,6 @@ pub fn check_stored_membership(
     if stored.is_empty() || stored == &spec.nodes {
         return Ok(None);
     }
-    let show = |m: &BTreeMap<NodeId, CtrlNode>| {
-        m.iter()
-            .map(|(i, n)| format!("{i}={n}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     let moved: Vec<String> = spec
         .nodes
         .iter()
@@ -216,8 +201,8 @@ pub fn check_stored_membership(
              Restart with the stored addresses (addresses cannot change in place), or change the \
              membership online (docs/operations.md).",
             moved.join("; "),
-            show(stored),
-            show(&spec.nodes)
+            spec_text(stored),
+            spec_text(&spec.nodes)
         ));
     }
     let why = if stored.contains_key(&id) {
@@ -228,8 +213,8 @@ pub fn check_stored_membership(
     Ok(Some(format!(
         "the membership stored in the data directory differs from --cluster ({why}): \
          the stored one is used.\n  stored:    {}\n  --cluster: {}",
-        show(stored),
-        show(&spec.nodes)
+        spec_text(stored),
+        spec_text(&spec.nodes)
     )))
 }
 
@@ -363,11 +348,6 @@ pub fn ip_literal(addr: &str) -> Option<std::net::IpAddr> {
     addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
 }
 
-/// Whether `ip` is a loopback address (an IPv4-mapped IPv6 loopback included).
-pub fn is_loopback_ip(ip: std::net::IpAddr) -> bool {
-    ip.to_canonical().is_loopback()
-}
-
 /// The node's listening ports, for [`exposure`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Port {
@@ -390,7 +370,8 @@ pub fn exposure(
     bound: std::net::IpAddr,
     o: &NodeOpts,
 ) -> Result<(), String> {
-    if o.insecure || is_loopback_ip(bound) {
+    // Loopback: an IPv4-mapped IPv6 loopback address too.
+    if o.insecure || bound.to_canonical().is_loopback() {
         return Ok(());
     }
     let at = if ip_literal(name) == Some(bound) {
@@ -421,7 +402,8 @@ pub fn exposure(
     }
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+/// A number given to `flag`.
+pub fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse().map_err(|_| format!("{flag}: bad number {v:?}"))
 }
 
@@ -498,15 +480,18 @@ fn node_flag(o: &mut NodeOpts, flag: &str, v: &str) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Options and their values, in their order.
+pub type Flags = Vec<(String, String)>;
+
 /// Splits `--flag value` pairs.
-fn pairs(args: &[String]) -> Result<Vec<(String, String)>, String> {
+fn pairs(args: &[String]) -> Result<Flags, String> {
     // The options without a value.
     flag_pairs(args, &["--insecure", "--join", "--metrics-public"])
 }
 
 /// Command-line flags as (flag, value) pairs: `--flag value` or `--flag=value`; a flag of
 /// `switches` takes no value and reads as "true". Every command's parser starts here.
-pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Vec<(String, String)>, String> {
+pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Flags, String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(f) = it.next() {
@@ -529,6 +514,29 @@ pub fn flag_pairs(args: &[String], switches: &[&str]) -> Result<Vec<(String, Str
         out.push((f.clone(), v.clone()));
     }
     Ok(out)
+}
+
+/// Takes the options `flags` (each with a value: `--flag V` or `--flag=V`) out of `args`: the
+/// other words in their order, and the options taken in theirs.
+pub fn take_flags(args: &[String], flags: &[&str]) -> Result<(Vec<String>, Flags), String> {
+    let (mut rest, mut taken) = (Vec::new(), Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        if !flags.contains(&flag) {
+            rest.push(a.clone());
+            continue;
+        }
+        let v = match inline {
+            Some(v) => v,
+            None => it.next().ok_or(format!("{flag}: missing value"))?.clone(),
+        };
+        taken.push((flag.to_string(), v));
+    }
+    Ok((rest, taken))
 }
 
 /// The options other than the node knobs that some command takes a value for.
@@ -572,7 +580,7 @@ struct FileMember {
 /// key is a flag (`heartbeat_ms = 30` is `--heartbeat-ms 30`), a table prefixes its keys
 /// (`[tls] client_ca = "ca.pem"` is `--tls-client-ca ca.pem`), and `[[member]]` entries
 /// (`id`, `client`, `raft`) make `--cluster`.
-pub fn file_flags(path: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+pub fn file_flags(path: &std::path::Path) -> Result<Flags, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
     let table: toml::Table = text
@@ -712,14 +720,11 @@ impl RunArgs {
         // The loopback rule at once for IP literals; a host name is judged by the address it is
         // bound to, when the node binds it (cmd/run.rs).
         let me = &spec.nodes[&id];
-        let ports = [
-            (Port::Client, Some(&me.client)),
-            (Port::Raft, Some(&me.raft)),
-        ];
-        let metrics = (Port::Metrics, opts.metrics.as_ref());
-        for (port, addr) in ports.into_iter().chain([metrics]) {
-            if let Some(ip) = addr.and_then(|a| ip_literal(a)) {
-                exposure(port, addr.map_or("", |a| a), ip, &opts)?;
+        let metrics = opts.metrics.iter().map(|m| (Port::Metrics, m));
+        let ports = [(Port::Client, &me.client), (Port::Raft, &me.raft)];
+        for (port, addr) in ports.into_iter().chain(metrics) {
+            if let Some(ip) = ip_literal(addr) {
+                exposure(port, addr, ip, &opts)?;
             }
         }
         Ok(RunArgs {
@@ -785,21 +790,25 @@ impl ClusterArgs {
 mod tests {
     use super::*;
 
+    /// Command-line words as a parser takes them, from one line (no word has a space).
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
     /// Issue 36: an option no command has is named unknown, not "missing value"; a known one
     /// at the end without its value is; sizes take K, M, G, T.
     #[test]
     fn unknown_options_and_sizes() {
-        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            flag_pairs(&v(&["--check"]), &["--json"]),
+            flag_pairs(&words("--check"), &["--json"]),
             Err("unknown option --check".into())
         );
         assert_eq!(
-            flag_pairs(&v(&["--masters"]), &["--json"]),
+            flag_pairs(&words("--masters"), &["--json"]),
             Err("--masters: missing value".into())
         );
         assert_eq!(
-            flag_pairs(&v(&["--quota-bytes"]), &[]),
+            flag_pairs(&words("--quota-bytes"), &[]),
             Err("--quota-bytes: missing value".into())
         );
         assert_eq!(size("--q", "8G"), Ok(8 << 30));
@@ -821,18 +830,10 @@ mod tests {
 
     #[test]
     fn parses_run() {
-        let args: Vec<String> = [
-            "--id",
-            "2",
-            "--cluster",
-            "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4",
-            "--data",
-            "/tmp/x",
-            "--heartbeat-ms=20",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let two = "1=127.0.0.1:1/127.0.0.1:2,2=127.0.0.1:3/127.0.0.1:4";
+        let args = words(&format!(
+            "--id 2 --cluster {two} --data /tmp/x --heartbeat-ms=20"
+        ));
         let r = RunArgs::parse(&args).unwrap();
         assert_eq!(r.id, 2);
         assert_eq!(r.opts.heartbeat_ms, 20);
@@ -847,6 +848,8 @@ mod tests {
         let stored =
             spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:5/127.0.0.1:6,4=127.0.0.1:7/127.0.0.1:8")
                 .nodes;
+        // Node `id` restarting with `--cluster cluster` over the `stored` membership.
+        let check = |id, cluster: &str| check_stored_membership(id, &stored, &spec(cluster));
         assert_eq!(
             check_stored_membership(2, &BTreeMap::new(), &spec(a)),
             Ok(None)
@@ -855,35 +858,20 @@ mod tests {
             check_stored_membership(2, &spec(a).nodes, &spec(a)),
             Ok(None)
         );
-        let note = check_stored_membership(2, &stored, &spec(a))
-            .unwrap()
-            .unwrap();
+        let note = check(2, a).unwrap().unwrap();
         assert!(note.contains("added or removed online"), "{note}");
         // A joined node whose --cluster names only itself.
-        assert!(check_stored_membership(4, &stored, &spec("4=127.0.0.1:7/127.0.0.1:8")).is_ok());
+        assert!(check(4, "4=127.0.0.1:7/127.0.0.1:8").is_ok());
         // A removed node.
-        let note = check_stored_membership(1, &stored, &spec(a))
-            .unwrap()
-            .unwrap();
+        let note = check(1, a).unwrap().unwrap();
         assert!(note.contains("removed"), "{note}");
         // Node 3 moved in --cluster: refused, whoever restarts.
-        let moved = spec("2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6");
-        let e = check_stored_membership(2, &stored, &moved).unwrap_err();
+        let moved = "2=127.0.0.1:3/127.0.0.1:4,3=127.0.0.1:9/127.0.0.1:6";
+        let e = check(2, moved).unwrap_err();
         assert!(e.contains("node 3 is") && e.contains("127.0.0.1:9"), "{e}");
-        let e = check_stored_membership(3, &stored, &moved).unwrap_err();
+        let e = check(3, moved).unwrap_err();
         assert!(e.contains("this node (id 3)"), "{e}");
-        let args: Vec<String> = [
-            "--id",
-            "4",
-            "--cluster",
-            "4=127.0.0.1:7/127.0.0.1:8",
-            "--data",
-            "/tmp/x",
-            "--join",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = words("--id 4 --cluster 4=127.0.0.1:7/127.0.0.1:8 --data /tmp/x --join");
         assert!(RunArgs::parse(&args).unwrap().join);
         assert!(!RunArgs::parse(&args[..6]).unwrap().join);
     }
@@ -893,45 +881,34 @@ mod tests {
     /// options are read; names only where they are bound.
     #[test]
     fn refuses_plaintext_off_loopback() {
-        let run = |cluster: &str, extra: &[&str]| {
-            let mut a: Vec<String> = ["--id", "1", "--cluster", cluster, "--data", "/tmp/x"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            a.extend(extra.iter().map(|s| s.to_string()));
-            RunArgs::parse(&a)
+        let run = |cluster: &str, extra: &str| {
+            RunArgs::parse(&words(&format!(
+                "--id 1 --cluster {cluster} --data /tmp/x {extra}"
+            )))
         };
         let off = "1=10.1.2.3:9991/10.1.2.3:10991";
-        let e = run(off, &[]).unwrap_err();
+        let e = run(off, "").unwrap_err();
         assert!(e.contains("--insecure"), "{e}");
-        let tls = ["--tls-cert", "c", "--tls-key", "k"];
-        let e = run(off, &tls).unwrap_err();
+        let tls = "--tls-cert c --tls-key k";
+        let e = run(off, tls).unwrap_err();
         assert!(e.contains("checks no caller"), "{e}");
-        let e = run(off, &[&tls[..], &["--token-key", "t"]].concat()).unwrap_err();
+        let e = run(off, &format!("{tls} --token-key t")).unwrap_err();
         assert!(e.contains("raft address"), "{e}");
-        let secured = [&tls[..], &["--tls-client-ca", "ca", "--tls-peer-ca", "ca"]].concat();
+        let secured = format!("{tls} --tls-client-ca ca --tls-peer-ca ca");
         assert!(run(off, &secured).is_ok());
-        assert!(run(off, &["--insecure"]).unwrap().opts.insecure);
-        let e = run(
-            off,
-            &[&secured[..], &["--metrics", "0.0.0.0:9100"]].concat(),
-        )
-        .unwrap_err();
+        assert!(run(off, "--insecure").unwrap().opts.insecure);
+        let e = run(off, &format!("{secured} --metrics 0.0.0.0:9100")).unwrap_err();
         assert!(e.contains("metrics address 0.0.0.0:9100"), "{e}");
-        let public = [
-            &secured[..],
-            &["--metrics", "0.0.0.0:9100", "--metrics-public"],
-        ]
-        .concat();
+        let public = format!("{secured} --metrics 0.0.0.0:9100 --metrics-public");
         assert!(run(off, &public).unwrap().opts.metrics_public);
         assert!(
-            run("1=127.0.0.1:1/127.0.0.1:2", &[]).is_ok(),
+            run("1=127.0.0.1:1/127.0.0.1:2", "").is_ok(),
             "loopback stays easy"
         );
-        assert!(run("1=[::1]:1/[::ffff:127.0.0.1]:2", &[]).is_ok());
+        assert!(run("1=[::1]:1/[::ffff:127.0.0.1]:2", "").is_ok());
         // A name is not trusted for what it says: judged once bound (cmd/run.rs).
-        assert!(run("1=evil.localhost:1/localhost:2", &[]).is_ok());
-        assert!(run("1=ctl1.example.org:1/ctl1.example.org:2", &[]).is_ok());
+        assert!(run("1=evil.localhost:1/localhost:2", "").is_ok());
+        assert!(run("1=ctl1.example.org:1/ctl1.example.org:2", "").is_ok());
     }
 
     /// The loopback rule on the address bound, for every port and option (issue 27).
@@ -1016,11 +993,13 @@ raft = "ctrl2.example:10991"
 "#,
         )
         .unwrap();
-        let args: Vec<String> = ["--config", f.to_str().unwrap(), "--heartbeat-ms", "60"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let r = RunArgs::parse(&args).unwrap();
+        let config = |rest: &str| {
+            [
+                vec!["--config".into(), f.display().to_string()],
+                words(rest),
+            ]
+        };
+        let r = RunArgs::parse(&config("--heartbeat-ms 60").concat()).unwrap();
         assert_eq!(r.id, 2);
         assert_eq!(r.data, PathBuf::from("/var/lib/xce"));
         assert_eq!(r.opts.heartbeat_ms, 60, "the flag overrides the file");
@@ -1029,15 +1008,7 @@ raft = "ctrl2.example:10991"
         assert_eq!(r.opts.tls_key, Some(PathBuf::from("/etc/xce/k.pem")));
         assert_eq!(r.spec.nodes[&1].raft, "ctrl1.example:10991");
         // The command line's --cluster replaces the file's members.
-        let args: Vec<String> = [
-            "--config",
-            f.to_str().unwrap(),
-            "--cluster",
-            "2=127.0.0.1:1/127.0.0.1:2",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = config("--cluster 2=127.0.0.1:1/127.0.0.1:2").concat();
         assert_eq!(RunArgs::parse(&args).unwrap().spec.nodes.len(), 1);
         std::fs::write(&f, "id = 1\n[[member]]\nid = 1\nclient = \"a:1\"\n").unwrap();
         let e = RunArgs::parse(&args[..2]).unwrap_err();

@@ -4,14 +4,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
-use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
+use xce_proto::wire::ControllerRole;
 
 use crate::base::config::{ClusterArgs, ClusterSpec};
+use crate::base::tls::client_connector;
+use crate::cmd::status::{ask, Caller};
 
 /// How often the nodes are asked who is primary.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -29,23 +30,8 @@ struct NodeProc {
 }
 
 pub fn cluster(args: ClusterArgs) -> i32 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cluster: runtime: {e}");
-            return 1;
-        }
-    };
-    match rt.block_on(run_cluster(args)) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cluster: {e}");
-            1
-        }
-    }
+    let res = crate::cmd::block_on(run_cluster(args)).and_then(|r| r);
+    crate::cmd::exit_status("cluster", res)
 }
 
 async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
@@ -56,17 +42,11 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let spec = ClusterSpec::loopback(args.nodes, args.base_port);
     // C13: every link with mutual TLS, certificates made (or reused) in the --tls directory.
-    let tls = tls_of(&args)?;
+    let caller = Arc::new(caller_of(&args)?);
 
     let mut nodes = Vec::new();
     for i in 1..=args.nodes {
-        nodes.push(spawn_node(
-            &args,
-            &exe,
-            &spec,
-            tls.as_ref().map(|t| &t.0),
-            i,
-        )?);
+        nodes.push(spawn_node(&args, &exe, &spec, i)?);
     }
     let _ = std::io::stdout().flush();
 
@@ -94,7 +74,8 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         }
         let mut best: Option<(u32, u64)> = None;
         for n in nodes.iter().filter(|n| n.alive) {
-            if let Some(info) = probe(&n.client, tls.as_ref().map(|t| &t.1)).await {
+            // Asks the node `waitPrimary{0}`: its role and term, without waiting.
+            if let Ok(info) = ask(n.client.clone(), POLL_TIMEOUT, caller.clone()).await {
                 if info.role == ControllerRole::Primary && best.is_none_or(|(_, t)| info.term > t) {
                     best = Some((info.id, info.term));
                 }
@@ -119,21 +100,18 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     failed.map_or(Ok(()), Err)
 }
 
-/// C13: with `--tls DIR`, the certificates made (or reused) there and the admin's connector.
-fn tls_of(args: &ClusterArgs) -> Result<Option<(PathBuf, tokio_rustls::TlsConnector)>, String> {
-    Ok(match &args.tls {
-        None => None,
-        Some(dir) => {
-            crate::cmd::pki::local(dir, args.nodes, &Default::default())?;
-            println!("certificates in {}: ca.pem, admin, scheduler, worker-host1, user-alice, user-bob (.pem/.key), token.key", dir.display());
-            Some((
-                dir.clone(),
-                crate::base::tls::client_connector(
-                    &dir.join("ca.pem"),
-                    Some(&(dir.join("admin.pem"), dir.join("admin.key"))),
-                )?,
-            ))
-        }
+/// C13: with `--tls DIR`, the certificates made (or reused) there, and the admin identity
+/// the launcher asks its nodes as.
+fn caller_of(args: &ClusterArgs) -> Result<Caller, String> {
+    let Some(dir) = &args.tls else {
+        return Ok(Caller::default());
+    };
+    crate::cmd::pki::local(dir, args.nodes, &Default::default())?;
+    println!("certificates in {}: ca.pem, admin, scheduler, worker-host1, user-alice, user-bob (.pem/.key), token.key", dir.display());
+    let admin = (dir.join("admin.pem"), dir.join("admin.key"));
+    Ok(Caller {
+        tls: Some(client_connector(&dir.join("ca.pem"), Some(&admin))?),
+        token: String::new(),
     })
 }
 
@@ -143,7 +121,6 @@ fn spawn_node(
     args: &ClusterArgs,
     exe: &std::path::Path,
     spec: &str,
-    tls: Option<&PathBuf>,
     i: u16,
 ) -> Result<NodeProc, String> {
     let client = format!("127.0.0.1:{}", args.base_port + i - 1);
@@ -158,7 +135,7 @@ fn spawn_node(
         .arg(args.data.join(format!("node-{i}")))
         .args(["--metrics", &metrics])
         .args(&args.node_flags)
-        .args(tls.map(|dir| tls_flags(dir, i)).unwrap_or_default())
+        .args(args.tls.iter().flat_map(|dir| tls_flags(dir, i)))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -256,72 +233,13 @@ impl Quorum {
 /// The `run` flags of node `i` of a `cluster --tls DIR`.
 fn tls_flags(dir: &std::path::Path, i: u16) -> Vec<std::ffi::OsString> {
     let node = crate::base::tls::node_name(i as crate::base::ids::NodeId);
-    let f = |name: String| dir.join(name).into_os_string();
-    vec![
-        "--tls-cert".into(),
-        f(format!("{node}.pem")),
-        "--tls-key".into(),
-        f(format!("{node}.key")),
-        "--tls-client-ca".into(),
-        f("ca.pem".into()),
-        "--tls-peer-ca".into(),
-        f("ca.pem".into()),
-        "--token-key".into(),
-        f("token.key".into()),
-    ]
-}
-
-/// Asks one node `waitPrimary{0}`: its role and term, without waiting.
-async fn probe(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Option<ControllerInfo> {
-    let work = async {
-        let tcp = TcpStream::connect(addr).await.ok()?;
-        let mut s: Box<dyn crate::raft::frame::PeerIo> = match tls {
-            None => Box::new(tcp),
-            Some(c) => {
-                let ip = addr.parse::<std::net::SocketAddr>().ok()?.ip();
-                let name = rustls::pki_types::ServerName::IpAddress(ip.into());
-                Box::new(c.connect(name, tcp).await.ok()?)
-            }
-        };
-        let req = Request {
-            seq: 1,
-            client_id: [0; 16],
-            request_id: 0,
-            no_reply: false,
-            op: Op::WaitPrimary {
-                timeout_ms: 0,
-                exclude_host: String::new(),
-                exclude_port: 0,
-            },
-            auth_token: String::new(),
-            forward_within_ms: 0,
-        };
-        let mut out = Vec::new();
-        wire::encode_request(&req, &mut out);
-        s.write_all(&out).await.ok()?;
-        let limits = wire::Limits::default();
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Ok(Some(n)) = wire::frame_len(&buf, &limits) {
-                if n <= buf.len() {
-                    let rep = wire::decode_reply(&buf[..n], &limits).ok()?;
-                    let _ = s.shutdown().await;
-                    return match rep.data {
-                        ReplyData::CtrlInfo(i) => Some(i),
-                        _ => None,
-                    };
-                }
-            }
-            let k = s.read(&mut chunk).await.ok()?;
-            if k == 0 {
-                return None;
-            }
-            buf.extend_from_slice(&chunk[..k]);
-        }
-    };
-    tokio::time::timeout(POLL_TIMEOUT, work)
-        .await
-        .ok()
-        .flatten()
+    let files = [
+        ("--tls-cert", format!("{node}.pem")),
+        ("--tls-key", format!("{node}.key")),
+        ("--tls-client-ca", "ca.pem".into()),
+        ("--tls-peer-ca", "ca.pem".into()),
+        ("--token-key", "token.key".into()),
+    ];
+    let flag_and_file = |(flag, name): (&str, String)| [flag.into(), dir.join(name).into()];
+    files.into_iter().flat_map(flag_and_file).collect()
 }

@@ -27,26 +27,11 @@ impl LeaderArgs {
             Some(other) => return Err(format!("unknown leader command {other:?}")),
             None => return Err("missing leader command (transfer)".into()),
         }
+        let (rest, taken) = crate::base::config::take_flags(&args[1..], &["--to"])?;
         let mut to = None;
-        let mut rest = Vec::new();
-        let mut it = args[1..].iter();
-        while let Some(a) = it.next() {
-            let v = if a == "--to" {
-                Some(it.next().ok_or("--to: missing value")?.clone())
-            } else {
-                a.strip_prefix("--to=").map(String::from)
-            };
-            match v {
-                Some(v) => {
-                    to = Some(
-                        v.parse::<u32>()
-                            .ok()
-                            .filter(|&n| n > 0)
-                            .ok_or_else(|| format!("--to: bad node id {v:?}"))?,
-                    )
-                }
-                None => rest.push(a.clone()),
-            }
+        for (_, v) in taken {
+            let id = v.parse::<u32>().ok().filter(|&n| n > 0);
+            to = Some(id.ok_or_else(|| format!("--to: bad node id {v:?}"))?);
         }
         let conn = StatusArgs::parse(&rest)?;
         if conn.json {
@@ -76,20 +61,9 @@ fn reason(status: i32, to: Option<u32>) -> String {
 
 /// Runs the command.
 pub fn leader(a: LeaderArgs) -> i32 {
-    let fail = |e: String| {
-        eprintln!("xce-controller leader transfer: {e}");
-        1
-    };
-    let c = match crate::cmd::member::client(&a.conn, "xce-controller leader") {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let code = transfer(&c, a.to).map_or_else(fail, |line| {
-        println!("{line}");
-        0
-    });
-    c.close();
-    code
+    let work = |c: &xce::client::Client| transfer(c, a.to).map(|line| println!("{line}"));
+    let says = "xce-controller leader transfer";
+    crate::cmd::member::with_client(&a.conn, "xce-controller leader", says, work)
 }
 
 fn transfer(c: &xce::client::Client, to: Option<u32>) -> Result<String, String> {

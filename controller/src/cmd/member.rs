@@ -7,7 +7,7 @@
 use xce::client::{parse_masters, Client, ClientOption, Config, TlsFiles};
 
 use crate::base::config::ClusterSpec;
-use crate::cmd::status::StatusArgs;
+use crate::cmd::status::{gather, StatusArgs};
 
 /// What `member` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,16 +43,10 @@ impl MemberArgs {
                 if parsed.nodes.len() != 1 {
                     return Err(format!("member add: one ID=CLIENT/RAFT, not {spec:?}"));
                 }
-                let (&id, n) = parsed.nodes.iter().next().expect("one node");
+                let (id, n) = parsed.nodes.into_iter().next().expect("one node");
                 let id = u32::try_from(id).map_err(|_| format!("member add: bad id {id}"))?;
-                (
-                    Action::Add {
-                        id,
-                        client: n.client.clone(),
-                        raft: n.raft.clone(),
-                    },
-                    &args[2..],
-                )
+                let (client, raft) = (n.client, n.raft);
+                (Action::Add { id, client, raft }, &args[2..])
             }
             Some("remove") => {
                 let v = args.get(1).ok_or("member remove: missing ID")?;
@@ -104,43 +98,41 @@ pub(crate) fn client(a: &StatusArgs, name: &str) -> Result<Client, String> {
 
 /// Runs the command: 0 on success, 1 on a failure (printed).
 pub fn member(a: MemberArgs) -> i32 {
+    let says = "xce-controller member";
     if a.action == Action::List {
-        return list(&a.conn);
+        return crate::cmd::exit_status(says, list(&a.conn));
     }
-    let c = match client(&a.conn, "xce-controller member") {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("xce-controller member: {e}");
-            return 1;
-        }
-    };
-    let res = match &a.action {
+    with_client(&a.conn, says, says, |c| match &a.action {
         Action::Add { id, client, raft } => {
             // Issue 36: the client address first, as a client would dial it; the primary then
             // asks the raft address who it is. Either refuses with its reason.
-            match check_client_addr(&c, &a.conn, *id, client) {
-                Err(why) => Err(why),
-                Ok(()) => c
-                    .member_add(*id, client, raft)
-                    .map(|()| println!("added node {id} ({client}/{raft}) as a voter"))
-                    .map_err(|e| refusal(&c, &a.action, e)),
-            }
+            check_client_addr(c, &a.conn, *id, client)?;
+            c.member_add(*id, client, raft)
+                .map(|()| println!("added node {id} ({client}/{raft}) as a voter"))
+                .map_err(|e| refusal(c, &a.action, e))
         }
         Action::Remove { id } => c
             .member_remove(*id)
             .map(|()| println!("removed node {id}"))
-            .map_err(|e| refusal(&c, &a.action, e)),
+            .map_err(|e| refusal(c, &a.action, e)),
         Action::List => Ok(()),
-    };
-    let code = match res {
-        Ok(()) => 0,
-        Err(why) => {
-            eprintln!("xce-controller member: {why}");
-            1
-        }
-    };
-    c.close();
-    code
+    })
+}
+
+/// Runs `work` with a [`client`] named `name`, then closes it: exit status 0, or 1 with the
+/// failure printed as `SAYS: why`.
+pub(crate) fn with_client(
+    a: &StatusArgs,
+    name: &str,
+    says: &str,
+    work: impl FnOnce(&Client) -> Result<(), String>,
+) -> i32 {
+    let res = client(a, name).and_then(|c| {
+        let res = work(&c);
+        c.close();
+        res
+    });
+    crate::cmd::exit_status(says, res)
 }
 
 /// A refusal in one line: the primary's reason when it gave one, the status with its name,
@@ -178,23 +170,17 @@ const CLIENT_ADDR_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 fn check_client_addr(c: &Client, a: &StatusArgs, id: u32, addr: &str) -> Result<(), String> {
     let cluster = c.hello().map(|i| i.cluster_id).unwrap_or([0; 16]);
     let caller = std::sync::Arc::new(crate::cmd::status::Caller::of(a)?);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
     let t0 = std::time::Instant::now();
-    let answer = loop {
-        let r = rt.block_on(crate::cmd::status::ask(
-            addr.to_string(),
-            a.timeout,
-            caller.clone(),
-        ));
-        let refused = r.as_ref().is_err_and(|e| e.contains("connection refused"));
-        if !refused || t0.elapsed() >= CLIENT_ADDR_WAIT {
-            break r;
+    let answer = crate::cmd::block_on(async {
+        loop {
+            let r = crate::cmd::status::ask(addr.to_string(), a.timeout, caller.clone()).await;
+            let refused = r.as_ref().is_err_and(|e| e.contains("connection refused"));
+            if !refused || t0.elapsed() >= CLIENT_ADDR_WAIT {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    })?;
     judge_client_addr(id, addr, cluster, answer)
 }
 
@@ -228,39 +214,12 @@ fn judge_client_addr(
 /// members it holds — so a standby alone answers at once (through the library it waited for a
 /// primary it could not reach). One line per member: id, client address, role (primary,
 /// voter, learner), reachable or not, and its lag behind the primary.
-fn list(a: &StatusArgs) -> i32 {
-    let caller = match crate::cmd::status::Caller::of(a) {
-        Ok(c) => std::sync::Arc::new(c),
-        Err(e) => {
-            eprintln!("xce-controller member: {e}");
-            return 1;
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("xce-controller member: runtime: {e}");
-            return 1;
-        }
-    };
-    let (view, _) = rt.block_on(crate::cmd::status::gather(a, caller, false));
-    let head = view.primary.and_then(|(p, _)| {
-        view.nodes
-            .iter()
-            .find(|n| n.member && n.id == p)
-            .and_then(|n| n.info.as_ref())
-            .map(|i| i.last_log_index)
-    });
+fn list(a: &StatusArgs) -> Result<(), String> {
+    let caller = crate::cmd::status::Caller::of(a).map(std::sync::Arc::new)?;
+    let (view, _) = crate::cmd::block_on(gather(a, caller, false))?;
     let members: Vec<_> = view.nodes.iter().filter(|n| n.member).collect();
     if members.is_empty() {
-        eprintln!(
-            "xce-controller member: no member answered: {}",
-            view.notes.join("; ")
-        );
-        return 1;
+        return Err(format!("no member answered: {}", view.notes.join("; ")));
     }
     for n in members {
         let role = match (&n.info, view.primary) {
@@ -269,12 +228,7 @@ fn list(a: &StatusArgs) -> i32 {
             _ => "voter",
         };
         let (reach, lag) = match &n.info {
-            Some(i) => (
-                "reachable".to_string(),
-                head.map_or("-".into(), |h| {
-                    h.saturating_sub(i.applied_index).to_string()
-                }),
-            ),
+            Some(i) => ("reachable".to_string(), view.lag(i)),
             None => (
                 format!("unreachable ({})", n.error.as_deref().unwrap_or("-")),
                 "-".to_string(),
@@ -282,5 +236,5 @@ fn list(a: &StatusArgs) -> i32 {
         };
         println!("{} {} {role} {reach} lag {lag}", n.id, n.addrs[0]);
     }
-    0
+    Ok(())
 }

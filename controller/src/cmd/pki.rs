@@ -19,6 +19,7 @@ use rcgen::{
 };
 
 use crate::base::auth;
+use crate::base::config::take_flags;
 use crate::base::ids::NodeId;
 
 /// Days a CA is valid.
@@ -62,10 +63,6 @@ options of node, identity and local:
   --ca-cert FILE                the CA certificate of --ca-key (default: ca.pem beside it)
   --valid N[s|m|h|d]            validity of the certificate (default 825d): short-lived
                                 certificates are how one is revoked (docs/security.md)";
-
-fn days(n: i64) -> (time::OffsetDateTime, time::OffsetDateTime) {
-    valid_for(time::Duration::days(n))
-}
 
 /// From a day ago (clocks that lag) until `d` from now.
 fn valid_for(d: time::Duration) -> (time::OffsetDateTime, time::OffsetDateTime) {
@@ -165,7 +162,7 @@ pub fn init(dir: &Path) -> Result<(), PkiError> {
     params
         .distinguished_name
         .push(DnType::CommonName, format!("xce cluster CA {stamp}"));
-    (params.not_before, params.not_after) = days(CA_DAYS);
+    (params.not_before, params.not_after) = valid_for(time::Duration::days(CA_DAYS));
     let key = KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     write_new(&dir.join("ca.key"), &key.serialize_pem(), true)?;
@@ -247,10 +244,8 @@ fn leaf(
             .extended_key_usages
             .push(ExtendedKeyUsagePurpose::ServerAuth);
     }
-    (params.not_before, params.not_after) = match signing.valid {
-        Some(d) => valid_for(d),
-        None => days(LEAF_DAYS),
-    };
+    let valid = signing.valid.unwrap_or(time::Duration::days(LEAF_DAYS));
+    (params.not_before, params.not_after) = valid_for(valid);
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &ca)?;
     write_new(&dir.join(format!("{file}.key")), &key.serialize_pem(), true)?;
@@ -300,23 +295,10 @@ pub fn local(dir: &Path, n: u16, signing: &Signing) -> Result<(), PkiError> {
 
 /// Splits `--ca-key FILE`, `--ca-cert FILE` and `--valid N[s|m|h|d]` off `args`.
 fn signing_of(args: &[String]) -> Result<(Vec<String>, Signing), String> {
-    let mut rest = Vec::new();
+    let (rest, taken) = take_flags(args, &["--ca-key", "--ca-cert", "--valid"])?;
     let mut s = Signing::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        if !matches!(flag, "--ca-key" | "--ca-cert" | "--valid") {
-            rest.push(a.clone());
-            continue;
-        }
-        let v = match inline {
-            Some(v) => v,
-            None => it.next().ok_or(format!("{flag}: missing value"))?.clone(),
-        };
-        match flag {
+    for (flag, v) in taken {
+        match flag.as_str() {
             "--ca-key" => s.ca_key = Some(PathBuf::from(v)),
             "--ca-cert" => s.ca_cert = Some(PathBuf::from(v)),
             _ => s.valid = Some(duration_of(&v)?),
@@ -372,16 +354,8 @@ pub fn main(args: &[String]) -> i32 {
             return 2;
         }
     };
-    match res {
-        Ok(out) => {
-            println!("{out}");
-            0
-        }
-        Err(e) => {
-            eprintln!("xce-controller pki: {e}");
-            1
-        }
-    }
+    let said = res.map(|out| println!("{out}"));
+    crate::cmd::exit_status("xce-controller pki", said)
 }
 
 fn token(dir: &Path, name: &str, days: i64) -> Result<String, PkiError> {
@@ -404,17 +378,8 @@ mod tests {
         for bad in ["", "0s", "-1d", "8x", "s", "1.5h"] {
             assert!(duration_of(bad).is_err(), "{bad:?}");
         }
-        let args: Vec<String> = [
-            "node",
-            "out",
-            "1",
-            "h",
-            "--ca-key=/ca/ca.key",
-            "--valid",
-            "8s",
-        ]
-        .map(String::from)
-        .to_vec();
+        let line = "node out 1 h --ca-key=/ca/ca.key --valid 8s";
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
         let (rest, s) = signing_of(&args).unwrap();
         assert_eq!(rest, ["node", "out", "1", "h"]);
         assert_eq!(s.ca_key, Some(PathBuf::from("/ca/ca.key")));
@@ -462,11 +427,8 @@ mod tests {
         );
         let der = |p: &Path| {
             let pem = read(p).unwrap();
-            let first = rustls_pemfile::certs(&mut pem.as_bytes())
-                .next()
-                .unwrap()
-                .unwrap();
-            first
+            let first = rustls_pemfile::certs(&mut pem.as_bytes()).next();
+            first.unwrap().unwrap()
         };
         let leaf = der(&out.path().join("admin.pem"));
         let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();

@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::base::auth::Auth;
 use crate::base::cluster_id::{ClusterTag, Identity};
-use crate::base::config::{NodeOpts, RunArgs};
+use crate::base::config::{exposure, resolve, NodeOpts, Port, RunArgs};
 use crate::base::fault::{self, EXIT_STORAGE_FAULT};
 use crate::base::ids::{CtrlNode, NodeId};
 use crate::base::tls;
@@ -266,11 +266,7 @@ fn node_ctx(
         auth: p.auth,
         ready: ready.clone(),
         tenure: Default::default(),
-        forwarder: forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            p.identity.clone(),
-        ),
+        forwarder: links.forwarder(),
         identity: p.identity,
         digests: p.digests,
         findings: Findings::new(),
@@ -379,6 +375,12 @@ impl Links {
             max_rpc: frame::max_rpc_bytes(limits.max_message_bytes),
             identity: Identity::detached(crate::base::cluster_id::Belonging::Pending),
         })
+    }
+
+    /// Requests to the members over these links (C16's forwarding, C15's pre-votes, C12's
+    /// questions), stamped with this node's cluster (C20).
+    fn forwarder(&self) -> forward::Forwarder {
+        forward::Forwarder::new(self.peer_tls.clone(), self.max_rpc, self.identity.clone())
     }
 }
 
@@ -578,46 +580,45 @@ struct Listeners {
 }
 
 async fn bind(args: &RunArgs) -> Result<Listeners, RunError> {
-    use crate::base::config::{exposure, resolve, Port};
     let id = args.id;
     let me = args.spec.nodes[&id].clone();
     // Names in --cluster: ours must resolve (bounded) to bind; a peer's that does not yet is
     // only reported (the raft port resolves it again on every connect, bounded too).
     crate::base::config::warn_unresolved_peers(id, &args.spec).await;
-    // C13 amended (issue 27): the loopback rule judges each address as bound — a name leads
-    // wherever the resolver says (a hosts file, a DNS search domain), `localhost` included.
-    let judged = |port: Port, name: &str, l: TcpListener| -> Result<TcpListener, String> {
-        let at = l.local_addr().map_err(|e| format!("{name}: {e}"))?;
-        exposure(port, name, at.ip(), &args.opts)?;
-        Ok(l)
-    };
-    let bound = |addr: &str| {
-        let addr = addr.to_string();
-        move |source| RunError::Bind { addr, source }
-    };
-    let client_l = TcpListener::bind(&resolve(&me.client).await?[..])
-        .await
-        .map_err(bound(&me.client))?;
-    let client_l = judged(Port::Client, &me.client, client_l)?;
-    let raft_l = TcpListener::bind(&resolve(&me.raft).await?[..])
-        .await
-        .map_err(bound(&me.raft))?;
-    let raft_l = judged(Port::Raft, &me.raft, raft_l)?;
-    let metrics_l = match &args.opts.metrics {
-        Some(a) => {
-            let l = TcpListener::bind(&resolve(a).await?[..])
-                .await
-                .map_err(bound(&format!("metrics {a}")))?;
-            Some(judged(Port::Metrics, a, l)?)
-        }
+    let o = &args.opts;
+    let client = listen(Port::Client, &me.client, me.client.clone(), o).await?;
+    let raft = listen(Port::Raft, &me.raft, me.raft.clone(), o).await?;
+    let metrics = match &o.metrics {
+        Some(a) => Some(listen(Port::Metrics, a, format!("metrics {a}"), o).await?),
         None => None,
     };
     Ok(Listeners {
         me,
-        client: client_l,
-        raft: raft_l,
-        metrics: metrics_l,
+        client,
+        raft,
+        metrics,
     })
+}
+
+/// Listens on `addr` (`shown` so in a failure to bind) if the loopback rule lets `port` serve
+/// where it is bound.
+async fn listen(
+    port: Port,
+    addr: &str,
+    shown: String,
+    o: &NodeOpts,
+) -> Result<TcpListener, RunError> {
+    let l = TcpListener::bind(&resolve(addr).await?[..])
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: shown,
+            source,
+        })?;
+    // C13 amended (issue 27): the loopback rule judges each address as bound — a name leads
+    // wherever the resolver says (a hosts file, a DNS search domain), `localhost` included.
+    let at = l.local_addr().map_err(|e| format!("{addr}: {e}"))?;
+    exposure(port, addr, at.ip(), o)?;
+    Ok(l)
 }
 
 async fn start_raft(
@@ -708,11 +709,7 @@ fn start_elections(
         early,
         timing,
         guard,
-        forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            links.identity.clone(),
-        ),
+        links.forwarder(),
         log_reader.clone(),
     );
     amnesia.sync_elect(&elect, &raft.metrics().borrow().vote);
@@ -729,14 +726,9 @@ fn start_elections(
             .iter()
             .map(|(id, n)| (*id, n.raft.clone()))
             .collect();
-        let asker = forward::Forwarder::new(
-            links.peer_tls.clone(),
-            links.max_rpc,
-            links.identity.clone(),
-        );
         tokio::spawn(crate::raft::standing::gather(
             amnesia.clone(),
-            Arc::new(asker),
+            Arc::new(links.forwarder()),
             addrs,
         ));
     }
@@ -881,21 +873,10 @@ fn serve_clients(
         }
     }
     tokio::spawn(client::serve(client_l, ctx, links.client_tls.clone()));
-    eprintln!(
-        "node {id}: serving clients on {}{} (raft {}{})",
-        me.client,
-        if args.opts.tls_cert.is_some() {
-            " with TLS"
-        } else {
-            ""
-        },
-        me.raft,
-        if links.peer_tls.is_some() {
-            " with mutual TLS"
-        } else {
-            ""
-        },
-    );
+    let tls = args.opts.tls_cert.as_ref().map_or("", |_| " with TLS");
+    let mutual = links.peer_tls.as_ref().map_or("", |_| " with mutual TLS");
+    let (client, raft) = (&me.client, &me.raft);
+    eprintln!("node {id}: serving clients on {client}{tls} (raft {raft}{mutual})");
     Ok(())
 }
 
@@ -1030,14 +1011,8 @@ async fn log_roles(raft: Raft, id: NodeId, data: std::path::PathBuf) {
                 .is_none();
         if last != Some(now) && !unconfirmed {
             let leader = now.2.map_or_else(|| "none".to_string(), |l| l.to_string());
-            let ms = crate::base::clock::now_ms();
-            eprintln!(
-                "node {id}: role={} term={} leader={leader} at={}.{:03}",
-                role_name(now.0),
-                now.1,
-                ms / 1000,
-                ms % 1000
-            );
+            let (role, term, at) = (role_name(now.0), now.1, at_now());
+            eprintln!("node {id}: role={role} term={term} leader={leader} {at}");
             last = Some(now);
         }
         let stopped = if unconfirmed {
@@ -1075,26 +1050,24 @@ async fn log_cut_off(ctx: Arc<Ctx>) {
         crate::base::failpoints::crash_point(crate::base::failpoints::TASK_TICK);
         let now = ctx.leader_cut_off();
         if now != was {
-            let ms = crate::base::clock::now_ms();
+            let (id, at) = (ctx.id, at_now());
             if now {
+                let window = ctx.cut_off_window().as_millis();
                 crate::log_warn!(
-                    "node {}: no answer from a quorum for {} ms: not serving as primary at={}.{:03}",
-                    ctx.id,
-                    ctx.cut_off_window().as_millis(),
-                    ms / 1000,
-                    ms % 1000
+                    "node {id}: no answer from a quorum for {window} ms: not serving as primary {at}"
                 );
             } else {
-                eprintln!(
-                    "node {}: a quorum answers again (or another leader took over) at={}.{:03}",
-                    ctx.id,
-                    ms / 1000,
-                    ms % 1000
-                );
+                eprintln!("node {id}: a quorum answers again (or another leader took over) {at}");
             }
             was = now;
         }
     }
+}
+
+/// `at=SECONDS.MILLIS` of the wall clock, as the role lines end (C8).
+fn at_now() -> String {
+    let ms = crate::base::clock::now_ms();
+    format!("at={}.{:03}", ms / 1000, ms % 1000)
 }
 
 /// The port of `HOST:PORT` (None: 0 or unparsable).

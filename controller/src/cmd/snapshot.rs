@@ -144,13 +144,7 @@ pub fn snapshot(a: SnapshotArgs) -> i32 {
         } => restore(&file, &data, id, &spec, &restore_id),
         SnapshotArgs::Show { file } => show(&file),
     };
-    match res {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("xce-controller snapshot: {e}");
-            1
-        }
-    }
+    crate::cmd::exit_status("xce-controller snapshot", res)
 }
 
 /// The bytes asked for per chunk.
@@ -400,11 +394,7 @@ fn restore(
         h.index,
         state.job_count(),
         h.cluster.as_deref().unwrap_or("(none)"),
-        spec.nodes
-            .iter()
-            .map(|(i, n)| format!("{i}={n}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        crate::base::config::spec_text(&spec.nodes)
     );
     Ok(())
 }

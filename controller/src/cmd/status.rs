@@ -19,7 +19,9 @@ use tokio::net::TcpStream;
 use xce_proto::wire::{self, ControllerInfo, ControllerRole, Op, ReplyData, Request};
 
 use crate::base::cause::Cause;
+use crate::base::config;
 use crate::base::tls::client_connector;
+use crate::sm::digest::hex;
 
 /// Default bound on asking one master (connect + answer).
 pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
@@ -41,8 +43,8 @@ pub struct StatusArgs {
 /// Who `status` asks as: TLS and a token, or neither.
 #[derive(Default)]
 pub struct Caller {
-    tls: Option<tokio_rustls::TlsConnector>,
-    token: String,
+    pub tls: Option<tokio_rustls::TlsConnector>,
+    pub token: String,
 }
 
 impl Caller {
@@ -73,7 +75,7 @@ impl StatusArgs {
         );
         let mut token = std::env::var("XCE_AUTH_TOKEN").unwrap_or_default();
         let mut json = false;
-        for (k, v) in crate::base::config::flag_pairs(args, &["--json"])? {
+        for (k, v) in config::flag_pairs(args, &["--json"])? {
             match k.as_str() {
                 "--json" => json = true,
                 "--masters" => {
@@ -84,17 +86,11 @@ impl StatusArgs {
                         .map(String::from)
                         .collect();
                     for a in &list {
-                        crate::base::config::check_addr(a)
-                            .map_err(|e| format!("--masters {a:?}: {e}"))?;
+                        config::check_addr(a).map_err(|e| format!("--masters {a:?}: {e}"))?;
                     }
                     masters = Some(list);
                 }
-                "--timeout-ms" => {
-                    timeout = Duration::from_millis(
-                        v.parse()
-                            .map_err(|_| format!("--timeout-ms: bad number {v:?}"))?,
-                    )
-                }
+                "--timeout-ms" => timeout = Duration::from_millis(config::num(&k, &v)?),
                 "--ca" => ca = Some(v.into()),
                 "--cert" => cert = Some(v.into()),
                 "--key" => key = Some(v.into()),
@@ -139,7 +135,12 @@ pub async fn ask(
         exclude_host: String::new(),
         exclude_port: 0,
     };
-    match request(addr, op, timeout, &caller).await? {
+    request(addr, op, timeout, &caller).await.and_then(info_of)
+}
+
+/// The controller info a reply carries.
+fn info_of(d: ReplyData) -> Result<ControllerInfo, String> {
+    match d {
         ReplyData::CtrlInfo(i) => Ok(i),
         _ => Err("an answer without controller info".into()),
     }
@@ -173,7 +174,7 @@ async fn request(
     caller: &Caller,
 ) -> Result<ReplyData, String> {
     let work = async {
-        let target = crate::base::config::resolve(&addr)
+        let target = config::resolve(&addr)
             .await
             .map_err(|e| format!("{}", Cause::Dns(e)))?;
         // Issue 36: the cause named (nothing listening, unreachable, a timeout).
@@ -183,7 +184,7 @@ async fn request(
         let mut s: Box<dyn crate::raft::frame::PeerIo> = match &caller.tls {
             None => Box::new(tcp),
             Some(c) => {
-                let (host, _) = crate::base::config::split_addr(&addr).ok_or("want HOST:PORT")?;
+                let (host, _) = config::split_addr(&addr).ok_or("want HOST:PORT")?;
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| format!("{host}: {e}"))?;
                 Box::new(c.connect(name, tcp).await.map_err(|e| tls_error(&e))?)
@@ -263,10 +264,6 @@ fn role(r: ControllerRole) -> &'static str {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// `HOST:PORT`, an IPv6 host in brackets (`[::1]:9991`).
 pub fn join_addr(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -304,7 +301,7 @@ impl Health {
 
 /// One node of the member set (or an address that named none): the names it was reached
 /// under, its answer (the first), what is wrong.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Node {
     /// The member's id (0: an address that answered nothing and is no member's).
     pub id: u32,
@@ -329,6 +326,22 @@ pub struct View {
     pub health: Health,
     /// One line each: why the verdict is not healthy, and anything flagged.
     pub notes: Vec<String>,
+}
+
+impl View {
+    /// How far `i` is behind the primary: the entries of the primary's log it has yet to
+    /// apply (`-` without a primary that answered).
+    pub fn lag(&self, i: &ControllerInfo) -> String {
+        let primary = self.primary.and_then(|(id, _)| {
+            self.nodes
+                .iter()
+                .find(|n| n.member && n.id == id)
+                .and_then(|n| n.info.as_ref())
+        });
+        primary.map_or("-".into(), |p| {
+            p.last_log_index.saturating_sub(i.applied_index).to_string()
+        })
+    }
 }
 
 fn is_tls(e: &str) -> bool {
@@ -435,10 +448,9 @@ fn member_nodes(
         .map(|m| Node {
             id: m.id,
             addrs: vec![join_addr(&m.host, m.port)],
-            info: None,
-            error: None,
             voter: m.role != ControllerRole::Initializing,
             member: true,
+            ..Node::default()
         })
         .collect()
 }
@@ -485,11 +497,7 @@ fn place_answer(nodes: &mut Vec<Node>, addr: &str, i: &ControllerInfo, cluster: 
         None => {
             nodes.push(Node {
                 id: i.id,
-                addrs: vec![],
-                info: None,
-                error: None,
-                voter: false,
-                member: false,
+                ..Node::default()
             });
             nodes.last_mut().expect("pushed")
         }
@@ -535,12 +543,9 @@ fn place_silence(
             }
         }
         None => nodes.push(Node {
-            id: 0,
             addrs: vec![addr.to_string()],
-            info: None,
             error: Some(e.to_string()),
-            voter: false,
-            member: false,
+            ..Node::default()
         }),
     }
 }
@@ -724,32 +729,9 @@ fn ms_text(ms: u64) -> String {
 /// check, alarms). `check`: the primary's answer to a consistency check, if one was asked.
 pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> String {
     let mut out = String::new();
-    let head_index = view.primary.and_then(|(id, _)| {
-        view.nodes
-            .iter()
-            .find(|n| n.member && n.id == id)
-            .and_then(|n| n.info.as_ref())
-            .map(|i| i.last_log_index)
-    });
-    out.push_str(&format!(
-        "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} {:>6} {:>6} \
-         VERSION\n",
-        "MASTER",
-        "ID",
-        "ROLE",
-        "TERM",
-        "LEADER",
-        "LOG",
-        "COMMIT",
-        "APPLIED",
-        "LAG",
-        "LAST-CONTACT",
-        "UPTIME",
-        "DB",
-        "FREE"
-    ));
+    out.push_str(HEAD);
     for n in &view.nodes {
-        out.push_str(&row_text(n, head_index));
+        out.push_str(&row_text(n, view));
     }
     let members = view.nodes.iter().filter(|n| n.member).count();
     let up = view
@@ -780,14 +762,18 @@ pub fn render(view: &View, check: Option<&Result<ControllerInfo, String>>) -> St
     out
 }
 
-/// One node's row of the table (`head_index`: the primary's last log index, for the lag).
-fn row_text(n: &Node, head_index: Option<u64>) -> String {
+/// The table's head: the columns of [`row_text`], aligned as it aligns them.
+const HEAD: &str = concat!(
+    "MASTER                    ID ROLE           TERM LEADER        LOG     COMMIT",
+    "    APPLIED      LAG LAST-CONTACT  UPTIME     DB   FREE VERSION\n"
+);
+
+/// One node's row of `view`'s table.
+fn row_text(n: &Node, view: &View) -> String {
     let addr = n.addrs.join(",");
     match &n.info {
         Some(i) => {
-            let lag = head_index.map_or("-".to_string(), |h| {
-                h.saturating_sub(i.applied_index).to_string()
-            });
+            let lag = view.lag(i);
             let contact = match i.last_contact_ms {
                 ms if ms < 0 => "-".to_string(),
                 ms => format!("{ms} ms"),
@@ -798,30 +784,21 @@ fn row_text(n: &Node, head_index: Option<u64>) -> String {
             } else if !n.voter {
                 r = "learner".into();
             }
+            let leader = match i.primary_id {
+                0 => "-".to_string(),
+                x => x.to_string(),
+            };
+            let up = ms_text(i.uptime_ms);
+            let (db, free) = (size_text(i.db_size_bytes), size_text(i.disk_free_bytes));
+            let version = if i.version.is_empty() {
+                "-"
+            } else {
+                &i.version
+            };
             format!(
-                "{:<24} {:>3} {:<12} {:>6} {:>6} {:>10} {:>10} {:>10} {:>8} {:>12} {:>7} \
-                 {:>6} {:>6} {}\n",
-                addr,
-                i.id,
-                r,
-                i.term,
-                match i.primary_id {
-                    0 => "-".to_string(),
-                    x => x.to_string(),
-                },
-                i.last_log_index,
-                i.committed_index,
-                i.applied_index,
-                lag,
-                contact,
-                ms_text(i.uptime_ms),
-                size_text(i.db_size_bytes),
-                size_text(i.disk_free_bytes),
-                if i.version.is_empty() {
-                    "-"
-                } else {
-                    &i.version
-                }
+                "{addr:<24} {:>3} {r:<12} {:>6} {leader:>6} {:>10} {:>10} {:>10} {lag:>8} \
+                 {contact:>12} {up:>7} {db:>6} {free:>6} {version}\n",
+                i.id, i.term, i.last_log_index, i.committed_index, i.applied_index
             )
         }
         None => {
@@ -964,39 +941,28 @@ pub fn render_json(view: &View, check: Option<&Result<ControllerInfo, String>>) 
 
 /// Runs the command: prints the table (or `--json`); the exit status is the [`Health`].
 pub fn status(args: StatusArgs) -> i32 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("status: runtime: {e}");
+    let caller = match Caller::of(&args) {
+        Ok(c) => Arc::new(c),
+        Err(why) => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"health": Health::CannotTell.word(),
+                           "exit": Health::CannotTell as i32, "notes": [why]})
+                );
+            } else {
+                println!("cannot tell: {why}");
+            }
             return Health::CannotTell as i32;
         }
     };
-    let caller = Arc::new(Caller {
-        tls: match &args.tls {
-            None => None,
-            Some((ca, identity)) => match client_connector(ca, identity.as_ref()) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    let why = format!("TLS files: {e}");
-                    if args.json {
-                        println!(
-                            "{}",
-                            json!({"health": Health::CannotTell.word(),
-                                   "exit": Health::CannotTell as i32, "notes": [why]})
-                        );
-                    } else {
-                        println!("cannot tell: {why}");
-                    }
-                    return Health::CannotTell as i32;
-                }
-            },
-        },
-        token: args.token.clone(),
-    });
-    let (view, check) = rt.block_on(gather(&args, caller, true));
+    let (view, check) = match crate::cmd::block_on(gather(&args, caller, true)) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("status: {e}");
+            return Health::CannotTell as i32;
+        }
+    };
     if args.json {
         print!("{}", render_json(&view, check.as_ref()));
     } else {
@@ -1012,20 +978,20 @@ pub(crate) async fn gather(
     caller: Arc<Caller>,
     consistency: bool,
 ) -> (View, Option<Result<ControllerInfo, String>>) {
-    let asks = args
-        .masters
-        .iter()
-        .map(|a| ask(a.clone(), args.timeout, caller.clone()));
-    let answers = futures_join(asks.collect()).await;
-    let mut rows = args
-        .masters
-        .iter()
-        .zip(answers)
-        .map(|(a, info)| Row {
-            addr: a.clone(),
-            info,
-        })
-        .collect::<Vec<_>>();
+    // Every address of `addrs` at once, each bounded by the timeout.
+    let ask_all = |addrs: Vec<String>| {
+        let asks = addrs
+            .iter()
+            .map(|a| ask(a.clone(), args.timeout, caller.clone()));
+        let answers = futures_join(asks.collect());
+        async move {
+            let answers = answers.await;
+            let rows = addrs.into_iter().zip(answers);
+            rows.map(|(addr, info)| Row { addr, info })
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut rows = ask_all(args.masters.clone()).await;
     // The members no answer came from yet (by id), asked at their own addresses.
     let view = judge(&rows, &[]);
     let missing: Vec<String> = view
@@ -1035,19 +1001,7 @@ pub(crate) async fn gather(
         .flat_map(|n| n.addrs.first().cloned())
         .filter(|a| !rows.iter().any(|r| &r.addr == a))
         .collect();
-    let answers = futures_join(
-        missing
-            .iter()
-            .map(|a| ask(a.clone(), args.timeout, caller.clone()))
-            .collect(),
-    )
-    .await;
-    rows.extend(
-        missing
-            .into_iter()
-            .zip(answers)
-            .map(|(addr, info)| Row { addr, info }),
-    );
+    rows.extend(ask_all(missing).await);
     let resolved = resolve_silent(&rows, &view).await;
     let view = judge(&rows, &resolved);
     let mut check = None;
@@ -1064,13 +1018,8 @@ pub(crate) async fn gather(
             .cloned();
         if let Some(at) = at {
             // C19: the primary compares its members' state digests now.
-            check = Some(
-                match request(at, Op::ConsistencyCheck, args.timeout, &caller).await {
-                    Ok(ReplyData::CtrlInfo(i)) => Ok(i),
-                    Ok(_) => Err("an answer without controller info".to_string()),
-                    Err(e) => Err(e),
-                },
-            );
+            let asked = request(at, Op::ConsistencyCheck, args.timeout, &caller).await;
+            check = Some(asked.and_then(info_of));
         }
     }
     (view, check)
@@ -1094,7 +1043,7 @@ async fn resolve_silent(rows: &[Row], view: &View) -> Vec<(String, Vec<std::net:
     names.dedup();
     let mut resolved = Vec::new();
     for n in names {
-        let r = crate::base::config::resolve(&n).await.unwrap_or_default();
+        let r = config::resolve(&n).await.unwrap_or_default();
         resolved.push((n, r));
     }
     resolved
@@ -1120,39 +1069,26 @@ mod tests {
     const A: [u8; 16] = [1; 16];
     const B: [u8; 16] = [2; 16];
 
-    fn entry(id: u32, port: u16, r: ControllerRole) -> wire::ControllerEntry {
-        wire::ControllerEntry {
-            id,
-            host: "127.0.0.1".into(),
-            port,
-            role: r,
-        }
-    }
-
     /// Node `id` of cluster `c` in `term` following `leader`, holding members 1..=3 (ports
     /// 9001..) led by `leader`.
     fn node(id: u32, c: [u8; 16], term: u64, leader: u32) -> ControllerInfo {
-        let role = if id == leader {
-            ControllerRole::Primary
-        } else {
-            ControllerRole::Standby
+        let role = |m: u32| match m == leader {
+            true => ControllerRole::Primary,
+            false => ControllerRole::Standby,
+        };
+        let entry = |m: u32| wire::ControllerEntry {
+            id: m,
+            host: "127.0.0.1".into(),
+            port: 9000 + m as u16,
+            role: role(m),
         };
         ControllerInfo {
             id,
-            role,
+            role: role(id),
             term,
             primary_id: leader,
             cluster_id: c,
-            members: (1..=3)
-                .map(|m| {
-                    let r = if m == leader {
-                        ControllerRole::Primary
-                    } else {
-                        ControllerRole::Standby
-                    };
-                    entry(m, 9000 + m as u16, r)
-                })
-                .collect(),
+            members: (1..=3).map(entry).collect(),
             ..Default::default()
         }
     }
@@ -1162,6 +1098,19 @@ mod tests {
             addr: addr.into(),
             info: info.map_err(String::from),
         }
+    }
+
+    /// Node `id` answering at its member address (port 9000 + id), as [`node`] says.
+    fn up(id: u32, c: [u8; 16], term: u64, leader: u32) -> Row {
+        row(
+            &format!("127.0.0.1:{}", 9000 + id),
+            Ok(node(id, c, term, leader)),
+        )
+    }
+
+    /// Node `id`'s member address refusing connections.
+    fn down(id: u32) -> Row {
+        row(&format!("127.0.0.1:{}", 9000 + id), Err("connect: refused"))
     }
 
     /// Judges each case: its verdict, the members that answer, and words that agree with the
@@ -1189,16 +1138,11 @@ mod tests {
     /// Verdicts where a primary serves: healthy or degraded.
     #[test]
     fn verdicts_with_a_primary() {
-        let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
         check_verdicts(vec![
             // (what, rows, verdict, members answering)
             (
                 "one standby asked, everyone answers",
-                vec![
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 1))),
-                ],
+                vec![up(2, A, 5, 1), up(1, A, 5, 1), up(3, A, 5, 1)],
                 Health::Healthy,
                 3,
             ),
@@ -1206,40 +1150,28 @@ mod tests {
                 "one node under two names counts once",
                 vec![
                     row("localhost:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 1))),
+                    up(1, A, 5, 1),
+                    up(2, A, 5, 1),
+                    up(3, A, 5, 1),
                 ],
                 Health::Healthy,
                 3,
             ),
             (
                 "a member down",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9003", down()),
-                ],
+                vec![up(1, A, 5, 1), up(2, A, 5, 1), down(3)],
                 Health::Degraded,
                 2,
             ),
             (
                 "a standby following no one",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 0))),
-                ],
+                vec![up(1, A, 5, 1), up(2, A, 5, 1), up(3, A, 5, 0)],
                 Health::Degraded,
                 3,
             ),
             (
                 "an old primary of a lower term",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 4, 1))),
-                    row("127.0.0.1:9002", Ok(node(2, A, 5, 2))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 5, 2))),
-                ],
+                vec![up(1, A, 4, 1), up(2, A, 5, 2), up(3, A, 5, 2)],
                 Health::Degraded,
                 3,
             ),
@@ -1250,53 +1182,34 @@ mod tests {
     /// a primary clients cannot reach.
     #[test]
     fn verdicts_without_one() {
-        let down = || -> Result<ControllerInfo, &str> { Err("connect: refused") };
         check_verdicts(vec![
             // (what, rows, verdict, members answering)
             (
                 "two clusters' primaries",
-                vec![
-                    row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
-                    row("127.0.0.1:9101", Ok(node(1, B, 5, 1))),
-                ],
+                vec![up(1, A, 5, 1), row("127.0.0.1:9101", Ok(node(1, B, 5, 1)))],
                 Health::CannotTell,
                 1,
             ),
             (
                 "no primary",
-                vec![
-                    row("127.0.0.1:9001", down()),
-                    row("127.0.0.1:9002", Ok(node(2, A, 6, 0))),
-                    row("127.0.0.1:9003", down()),
-                ],
+                vec![down(1), up(2, A, 6, 0), down(3)],
                 Health::NoQuorum,
                 1,
             ),
             (
                 "nothing answers",
-                vec![row("127.0.0.1:9001", down()), row("127.0.0.1:9002", down())],
+                vec![down(1), down(2)],
                 Health::CannotTell,
                 0,
             ),
             (
                 "a quorum follows a primary clients cannot reach",
-                vec![
-                    row("127.0.0.1:9001", down()),
-                    row("127.0.0.1:9002", Ok(node(2, A, 6, 1))),
-                    row("127.0.0.1:9003", Ok(node(3, A, 6, 1))),
-                ],
+                vec![down(1), up(2, A, 6, 1), up(3, A, 6, 1)],
                 Health::NoQuorum,
                 2,
             ),
         ]);
-        let v = judge(
-            &[
-                row("127.0.0.1:9001", down()),
-                row("127.0.0.1:9002", Ok(node(2, A, 6, 1))),
-                row("127.0.0.1:9003", Ok(node(3, A, 6, 1))),
-            ],
-            &[],
-        );
+        let v = judge(&[down(1), up(2, A, 6, 1), up(3, A, 6, 1)], &[]);
         let text = render(&v, None);
         assert!(
             text.contains("2 of 3 members answer (a quorum) and 2 of them follow node 1"),
@@ -1315,7 +1228,7 @@ mod tests {
     fn an_unanswered_name_matches_the_member_it_resolves_to() {
         let one: std::net::SocketAddr = "127.0.0.1:9003".parse().unwrap();
         let rows = vec![
-            row("127.0.0.1:9001", Ok(node(1, A, 5, 1))),
+            up(1, A, 5, 1),
             row("localhost:9003", Err("connect: refused")),
         ];
         let resolved = vec![

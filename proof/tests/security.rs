@@ -87,7 +87,6 @@ fn tls_cluster(tag: &str, nodes: usize, tokens: bool) -> Tls {
         nodes,
         ClusterOpts {
             extra_args: tls_flags(&path, tokens),
-            log_dir: Some(dir.0.join("logs")),
             ..Default::default()
         },
     )
@@ -109,42 +108,31 @@ impl Tls {
         }
     }
 
+    /// A library configuration over the cluster: TLS with `tls` (`None`: plaintext), `token`.
+    fn config(&self, tls: Option<TlsFiles>, token: Option<&str>) -> Config {
+        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
+        cfg.tls = tls;
+        cfg.auth_token = token.map(str::to_string);
+        cfg
+    }
+
     /// A library client with identity `who` (a certificate; `None`: anonymous).
     fn client(&self, who: Option<&str>) -> Client {
-        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
-        cfg.tls = Some(self.files(who));
-        cfg.auth_token = Some(String::new());
-        Client::start(cfg).unwrap_or_else(|e| panic!("start as {who:?}: {e}"))
+        Client::start(self.config(Some(self.files(who)), Some("")))
+            .unwrap_or_else(|e| panic!("start as {who:?}: {e}"))
     }
 
     /// A library client without a certificate, carrying `token`.
     fn token_client(&self, token: &str) -> Client {
-        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
-        cfg.tls = Some(self.files(None));
-        cfg.auth_token = Some(token.to_string());
-        Client::start(cfg).unwrap()
+        Client::start(self.config(Some(self.files(None)), Some(token))).unwrap()
     }
 
-    /// Whether the nodes' logs have (or get within 5 s) a line containing `pat`: a node's
-    /// stderr reaches its log through a stamping thread, after the reply may have.
-    fn logged(&self, pat: &str) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.logs().contains(pat) {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
-    }
-
-    fn logs(&self) -> String {
-        (1..=self.cluster.nodes.len())
-            .map(|i| {
-                std::fs::read_to_string(self._dir.0.join(format!("logs/node-{i}.log")))
-                    .unwrap_or_default()
-            })
-            .collect()
+    /// Waits (5 s) for a line containing `pat` in the nodes' logs: a node's stderr reaches its
+    /// log through a stamping thread, after the reply may have.
+    fn wait_logged(&self, pat: &str) {
+        let has = || self.cluster.all_logs().contains(pat);
+        let what = format!("a node log line with {pat:?}");
+        self.cluster.wait_until(&what, Duration::from_secs(5), has);
     }
 }
 
@@ -335,8 +323,9 @@ fn s15_ops_by_identity() {
         failures.join("\n")
     );
     eprintln!("{cases} cases of ops x identities as expected");
+    t.wait_logged("refused queuectrl");
     assert!(
-        t.logged("refused queuectrl") && t.logs().contains("for user-alice"),
+        t.cluster.all_logs().contains("for user-alice"),
         "refusals are logged with who and what"
     );
 }
@@ -413,7 +402,7 @@ fn s15_bindings() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(admin.jobinfo(bob2).unwrap().state, JobState::Run);
-    assert!(t.logged("refused notify"));
+    t.wait_logged("refused notify");
     // Heartbeats: for its own host they count, for another host they are dropped.
     let beat = |h: &str| {
         admin
@@ -475,7 +464,7 @@ fn s15_tokens() {
             "{what}: E_XCE_AUTH retried"
         );
     }
-    assert!(t.logged("a bad token"));
+    t.wait_logged("a bad token");
     // Anonymous (no certificate, no token): hello yes, anything else no.
     let anon = t.client(None);
     anon.hello().unwrap();
@@ -490,7 +479,7 @@ fn certificate_problems_are_terminal() {
     let t = tls_cluster("terminal", 1, false);
     // Plaintext to the TLS port.
     let start = Instant::now();
-    let e = match Client::start(Config::new(parse_masters(&t.cluster.masters()).unwrap())) {
+    let e = match Client::start(t.config(None, None)) {
         Err(e) => e,
         // start only connects: the first exchange meets the TLS port.
         Ok(c) => c.hello().unwrap_err(),
@@ -504,9 +493,7 @@ fn certificate_problems_are_terminal() {
     );
     // No client certificate where one is required: the controller refuses the handshake.
     let start = Instant::now();
-    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-    cfg.tls = Some(t.files(None));
-    let e = match Client::start(cfg) {
+    let e = match Client::start(t.config(Some(t.files(None)), None)) {
         Err(e) => e,
         // TLS 1.3: the client may learn of the refusal only at its first read.
         Ok(c) => c.hello().unwrap_err(),
@@ -619,7 +606,7 @@ fn secured_cluster_fails_over_stop_and_kill() {
         acked.len(),
         primary(&admin)
     );
-    let logs = t.logs();
+    let logs = t.cluster.all_logs();
     assert!(
         !logs.contains("storage write error") && !logs.contains("panicked"),
         "node logs show a failure"
@@ -749,12 +736,7 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
     // A certificate holder: a new context, and its calls.
     let start = Instant::now();
     let mut served = 0;
-    match Client::start({
-        let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-        cfg.tls = Some(t.files(Some("user-alice")));
-        cfg.auth_token = Some(String::new());
-        cfg
-    }) {
+    match Client::start(t.config(Some(t.files(Some("user-alice"))), Some(""))) {
         Err(e) => eprintln!("the certificate holder's start: {e}"),
         Ok(alice) => {
             eprintln!("the certificate holder started in {:?}", start.elapsed());
@@ -776,17 +758,14 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
     let took = start.elapsed();
     // A token holder too.
     let bob_token = pki(&["token", t.path.to_str().unwrap(), "user-bob"]);
-    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-    cfg.tls = Some(t.files(None));
-    cfg.auth_token = Some(bob_token);
-    let bob_ok = Client::start(cfg)
+    let bob_ok = Client::start(t.config(Some(t.files(None)), Some(&bob_token)))
         .and_then(|b| b.jobsubmit(spec("bob")))
         .is_ok();
     stop.store(true, Ordering::Relaxed);
     for k in keepers.into_iter().chain(anonymous) {
         k.join().unwrap();
     }
-    let logs = t.logs();
+    let logs = t.cluster.all_logs();
     let count = |pat: &str| logs.lines().filter(|l| l.contains(pat)).count();
     eprintln!(
         "flood: {} strangers' connections opened ({} idle sockets held at the end), {} \
@@ -836,14 +815,12 @@ fn s15_an_expired_certificate_is_refused_to_a_context_made_before() {
     short_lived(&t.path, &out, "admin", &format!("{secs}s"));
     assert!(!out.join("ca.key").exists(), "the CA key stays where it is");
     let born = Instant::now();
-    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-    cfg.tls = Some(TlsFiles {
+    let short = TlsFiles {
         ca_file: out.join("ca.pem"),
         cert_file: Some(out.join("admin.pem")),
         key_file: Some(out.join("admin.key")),
-    });
-    cfg.auth_token = Some(String::new());
-    let c = Client::start(cfg).unwrap();
+    };
+    let c = Client::start(t.config(Some(short), Some(""))).unwrap();
     assert_eq!(
         c.queuectrl("no-such-queue", QueueAction::Close),
         Err(Error::Errno(libc::ENOENT)),
@@ -868,5 +845,5 @@ fn s15_an_expired_certificate_is_refused_to_a_context_made_before() {
         std::thread::sleep(Duration::from_secs(1));
     }
     eprintln!("an {secs}-second admin certificate after its expiry: {seen:?}");
-    assert!(t.logged("certificate expired"));
+    t.wait_logged("certificate expired");
 }

@@ -363,6 +363,20 @@ pub fn reply(seq: u64, data: ReplyData) -> Reply {
     }
 }
 
+/// A request as one frame.
+pub fn enc_req(r: &Request) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_request(r, &mut out);
+    out
+}
+
+/// A reply as one frame.
+pub fn enc_rep(r: &Reply) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_reply(r, &mut out);
+    out
+}
+
 // ---------------------------------------------------------------------------------------
 // Strategies
 

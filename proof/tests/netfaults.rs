@@ -200,14 +200,10 @@ fn namespaces_are_cleaned_up_after_a_panic_and_after_a_killed_run() {
             .lines()
             .any(|l| l.starts_with(prefix))
     };
-    let tag = std::thread::spawn(|| {
+    let tag = std::thread::spawn(move || {
         let c = NetCluster::start(3, &[], None).expect("cluster");
         let tag = format!("{}-", c.tag());
-        assert!(std::process::Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains(&tag))
-            .unwrap_or(false));
+        assert!(listed(&tag));
         std::panic::panic_any(tag);
     })
     .join()
@@ -257,14 +253,13 @@ static REFUSED: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::n
 fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use xce::client::log;
-    use xce::client::{parse_masters, Client, Config};
+    use xce::client::{log, Client};
     use xce_proof::harness::netns::Fault;
     use xce_proto::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
 
-    if skip().is_some() {
+    let Some((cluster, p)) = settled() else {
         return;
-    }
+    };
     log::set_level(log::Level::Warn);
     log::set_sink(Some(Arc::new(|_, line: &str| {
         if line.contains("refused by the primary") {
@@ -272,10 +267,6 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
         }
     })));
     const JOBS: usize = 100;
-    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
-    let p = cluster
-        .wait_settled(Duration::from_secs(20))
-        .expect("a primary that every node follows");
     let masters = cluster.masters();
     let join = |role, host: &str| Join {
         role,
@@ -284,33 +275,22 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
         mem_mb: 1 << 20,
         attrs: vec![],
     };
-    let start = |m: &str, name: &str| {
-        let mut cfg = Config::new(parse_masters(m).unwrap());
-        cfg.client_name = name.into();
-        Client::start(cfg).expect("start")
-    };
     // RUN jobs on host nf-w, dispatched by a scheduler context.
     let ids: Vec<u64> = {
         let (m, j) = (masters.clone(), join(SessionRole::Scheduler, "sched"));
         let wj = join(SessionRole::Worker, "nf-w");
         netns::in_ns(&cluster.client_ns, move || {
             // The host exists once its worker joined.
-            start(&m, "nf-register").join(wj).unwrap();
-            let s = start(&m, "nf-sched");
+            client(&m, "nf-register").join(wj).unwrap();
+            let s = client(&m, "nf-sched");
             s.join(j).unwrap();
             (0..JOBS)
                 .map(|i| {
-                    let id = s
-                        .jobsubmit(JobSpec {
-                            job_id: 0,
-                            name: format!("nf-{i}"),
-                            user: "nf".into(),
-                            queue: String::new(),
-                            command: "true".into(),
-                            ncpus: 1,
-                            mem_mb: 1,
-                        })
-                        .unwrap();
+                    let spec = JobSpec {
+                        job_id: 0,
+                        ..spec("nf", &format!("nf-{i}"))
+                    };
+                    let id = s.jobsubmit(spec).unwrap();
                     s.jobdispatch(id, "nf-w").unwrap();
                     id
                 })
@@ -330,7 +310,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
         let j = join(SessionRole::Worker, "nf-w");
         std::thread::spawn(move || {
             netns::in_ns(&ns, move || {
-                let w = start(&m, "nf-worker");
+                let w = client(&m, "nf-worker");
                 let jj = j.clone();
                 w.set_reconnect_handler(Some(Arc::new(move |c: &Client| {
                     match c.join(jj.clone()) {
@@ -388,7 +368,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     // Counted at the primary.
     let m = masters.clone();
     let (states, heartbeat) = netns::in_ns(&cluster.client_ns, move || {
-        let a = start(&m, "nf-check");
+        let a = client(&m, "nf-check");
         let states: Vec<(JobState, i32)> = ids
             .iter()
             .map(|&id| {

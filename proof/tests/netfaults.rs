@@ -9,17 +9,16 @@
 //! take less than 500 ms (the silent new primary's connect given up at the race stagger) must
 //! not be taken.
 
+mod common;
+
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::{finish, join_as, long, unix_ms};
 use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
 use xce_proof::bench::plan::Plan;
 use xce_proof::harness::netns::{self, NetCluster};
-
-fn long() -> bool {
-    std::env::var_os("XCE_LONG").is_some_and(|v| v != "0")
-}
 
 /// Why this test cannot run here, printed; `None`: it can. As root (the README's test command
 /// runs as root) or with `XCE_REQUIRE_NETNS` set, not being able to run is a failure: a test
@@ -255,7 +254,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     use std::sync::Arc;
     use xce::client::{log, Client};
     use xce_proof::harness::netns::Fault;
-    use xce_proto::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
+    use xce_proto::wire::{JobSpec, JobState, SessionRole};
 
     let Some((cluster, p)) = settled() else {
         return;
@@ -268,17 +267,10 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     })));
     const JOBS: usize = 100;
     let masters = cluster.masters();
-    let join = |role, host: &str| Join {
-        role,
-        host: host.into(),
-        ncpus: 1024,
-        mem_mb: 1 << 20,
-        attrs: vec![],
-    };
     // RUN jobs on host nf-w, dispatched by a scheduler context.
     let ids: Vec<u64> = {
-        let (m, j) = (masters.clone(), join(SessionRole::Scheduler, "sched"));
-        let wj = join(SessionRole::Worker, "nf-w");
+        let (m, j) = (masters.clone(), join_as(SessionRole::Scheduler, "sched"));
+        let wj = join_as(SessionRole::Worker, "nf-w");
         netns::in_ns(&cluster.client_ns, move || {
             // The host exists once its worker joined.
             client(&m, "nf-register").join(wj).unwrap();
@@ -307,7 +299,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
             ids.clone(),
             sent.clone(),
         );
-        let j = join(SessionRole::Worker, "nf-w");
+        let j = join_as(SessionRole::Worker, "nf-w");
         std::thread::spawn(move || {
             netns::in_ns(&ns, move || {
                 let w = client(&m, "nf-worker");
@@ -321,16 +313,8 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
                 w.join(j).unwrap();
                 let mut last_heartbeat = 0i64;
                 for (k, &id) in ids.iter().enumerate() {
-                    w.notify(Notify {
-                        kind: NotifyKind::JobFinish,
-                        job_id: id,
-                        exit_code: k as i32,
-                    })
-                    .expect("notify accepted");
-                    last_heartbeat = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap()
-                        .as_millis() as i64;
+                    finish(&w, id, k as i32);
+                    last_heartbeat = unix_ms();
                     w.heartbeat("nf-w").expect("heartbeat accepted");
                     sent.fetch_add(1, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(50));

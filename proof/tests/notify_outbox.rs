@@ -18,7 +18,7 @@ use xce::client::ClientOption;
 use xce::client::Event;
 use xce::client::{parse_masters, Client, Config};
 use xce_proof::Cluster;
-use xce_proto::wire::{JobState, Join, Notify, NotifyKind, SessionRole};
+use xce_proto::wire::{JobState, SessionRole};
 
 /// Lines the library logged, per test (filtered by the worker's name).
 static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -36,23 +36,6 @@ fn lines_of(name: &str) -> Vec<String> {
         .filter(|l| l.contains(name))
         .cloned()
         .collect()
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-fn join_as(role: SessionRole, host: &str) -> Join {
-    Join {
-        role,
-        host: host.into(),
-        ncpus: 1024,
-        mem_mb: 1 << 20,
-        attrs: vec![],
-    }
 }
 
 /// A worker context: short reply timeout, a reconnect hook that re-joins, failovers counted
@@ -98,15 +81,6 @@ fn running_jobs(c: &Cluster, host: &str, n: usize) -> (Client, Vec<u64>) {
         assert_eq!(adm.jobinfo(id).unwrap().state, JobState::Run);
     }
     (adm, ids)
-}
-
-fn finish(w: &Client, id: u64, exit_code: i32) {
-    w.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: id,
-        exit_code,
-    })
-    .expect("notify accepted");
 }
 
 /// Every job DONE with the exit code its notify carried; nothing refused by a primary (a

@@ -10,46 +10,19 @@
 //! extended — deadlines, budgets, memory, the loopback rule, data files — is
 //! `controller/tests/it/hostile_clients.rs`.)
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{pki, tls_flags};
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::{Error, TlsCause};
-use xce_proof::{controller_bin, Cluster, ClusterOpts};
+use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{
     roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Join, Notify,
     NotifyKind, Op, QueueAction, ResVal, SessionRole, Usage,
 };
-
-fn pki(args: &[&str]) -> String {
-    let out = Command::new(controller_bin())
-        .arg("pki")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "pki {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// Node flags of a `cluster --tls DIR` cluster.
-fn tls_flags(dir: &Path, tokens: bool) -> Vec<String> {
-    let f = |n: &str| dir.join(n).display().to_string();
-    let mut v = vec![
-        "--tls-cert".into(),
-        f("xce-node-{id}.pem"),
-        "--tls-key".into(),
-        f("xce-node-{id}.key"),
-        "--tls-client-ca".into(),
-        f("ca.pem"),
-        "--tls-peer-ca".into(),
-        f("ca.pem"),
-    ];
-    if tokens {
-        v.extend(["--token-key".into(), f("token.key")]);
-    }
-    v
-}
 
 struct Tls {
     _dir: tempdir::Dir,

@@ -2,12 +2,13 @@
 //! given budgets, and job bookkeeping.
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::time::Duration;
 
 use xce::client::RetryConfig;
 use xce::client::{parse_masters, Client, Config};
 use xce_proof::{Cluster, ClusterOpts};
-use xce_proto::wire::{JobFilter, JobSpec};
+use xce_proto::wire::{JobFilter, JobSpec, Join, Notify, NotifyKind, SessionRole};
 
 /// How long any scenario waits for an election before failing (generous: 2 loaded cores).
 pub const ELECTION_WAIT: Duration = Duration::from_secs(15);
@@ -86,4 +87,63 @@ pub fn all_job_ids(cl: &Client) -> Vec<u64> {
         .into_iter()
         .map(|j| j.job_id)
         .collect()
+}
+
+/// `xce-controller pki ARGS…`, which must succeed: what it printed, trimmed.
+pub fn pki(args: &[&str]) -> String {
+    let out = std::process::Command::new(xce_proof::controller_bin())
+        .arg("pki")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "pki {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Node flags of a `cluster --tls DIR` cluster (`DIR` made by `pki local`).
+pub fn tls_flags(dir: &Path, tokens: bool) -> Vec<String> {
+    let f = |n: &str| dir.join(n).display().to_string();
+    let mut v = vec![
+        "--tls-cert".into(),
+        f("xce-node-{id}.pem"),
+        "--tls-key".into(),
+        f("xce-node-{id}.key"),
+        "--tls-client-ca".into(),
+        f("ca.pem"),
+        "--tls-peer-ca".into(),
+        f("ca.pem"),
+    ];
+    if tokens {
+        v.extend(["--token-key".into(), f("token.key")]);
+    }
+    v
+}
+
+/// A worker's (or scheduler's) session on `host`.
+pub fn join_as(role: SessionRole, host: &str) -> Join {
+    Join {
+        role,
+        host: host.into(),
+        ncpus: 1024,
+        mem_mb: 1 << 20,
+        attrs: vec![],
+    }
+}
+
+/// The job finished with `exit_code` (a worker's notification, accepted into the outbox).
+pub fn finish(w: &Client, id: u64, exit_code: i32) {
+    w.notify(Notify {
+        kind: NotifyKind::JobFinish,
+        job_id: id,
+        exit_code,
+    })
+    .expect("notify accepted");
+}
+
+/// Now, in ms since the epoch (the clock a heartbeat's `last_heartbeat` is in).
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

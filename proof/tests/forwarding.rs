@@ -20,8 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
+use xce::client::Options;
 use xce::client::{parse_masters, Client, Config};
-use xce::client::{Endpoint, Options};
 
 /// What a relay does to its traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,10 +185,6 @@ impl Drop for Relay {
             let _ = t.join();
         }
     }
-}
-
-fn ep(a: SocketAddr) -> Endpoint {
-    Endpoint::new(a.ip().to_string(), a.port())
 }
 
 /// A cluster of 3, a relay per node, and a client over the relays (the primary's first).

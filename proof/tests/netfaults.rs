@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{finish, join_as, long, unix_ms};
+use common::{finish, join_as, long, rejoin_on_reconnect, unix_ms};
 use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
 use xce_proof::bench::plan::Plan;
 use xce_proof::harness::netns::{self, NetCluster};
@@ -252,7 +252,7 @@ static REFUSED: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::n
 fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use xce::client::{log, Client};
+    use xce::client::log;
     use xce_proof::harness::netns::Fault;
     use xce_proto::wire::{JobSpec, JobState, SessionRole};
 
@@ -303,13 +303,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
         std::thread::spawn(move || {
             netns::in_ns(&ns, move || {
                 let w = client(&m, "nf-worker");
-                let jj = j.clone();
-                w.set_reconnect_handler(Some(Arc::new(move |c: &Client| {
-                    match c.join(jj.clone()) {
-                        Ok(_) => 0,
-                        Err(e) => e.status(),
-                    }
-                })));
+                rejoin_on_reconnect(&w, j.clone());
                 w.join(j).unwrap();
                 let mut last_heartbeat = 0i64;
                 for (k, &id) in ids.iter().enumerate() {

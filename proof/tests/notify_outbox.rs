@@ -45,16 +45,8 @@ fn worker(c: &Cluster, name: &str, host: &str) -> (Client, Arc<AtomicU64>, Arc<A
     cfg.client_name = name.into();
     let w = Client::start(cfg).expect("worker start");
     w.set_option(ClientOption::ReplyTimeoutMs(1000)).unwrap();
-    let hooks = Arc::new(AtomicU64::new(0));
+    let hooks = rejoin_on_reconnect(&w, join_as(SessionRole::Worker, host));
     let finished = Arc::new(AtomicU64::new(0));
-    let (h, j) = (hooks.clone(), join_as(SessionRole::Worker, host));
-    w.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        h.fetch_add(1, Ordering::SeqCst);
-        match cl.join(j.clone()) {
-            Ok(_) => 0,
-            Err(e) => e.status(),
-        }
-    })));
     let f = finished.clone();
     w.set_event_handler(Some(Arc::new(move |e: &Event| {
         if matches!(e, Event::FailoverFinished { .. }) {

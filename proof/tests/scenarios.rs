@@ -258,19 +258,14 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
     assert_ne!(new_primary, primary);
 
     c.resume(primary);
-    let deadline = Instant::now() + ELECTION_WAIT;
-    loop {
-        let role =
-            xce_proof::harness::cluster::probe(c.node(primary).client, Duration::from_millis(500));
-        if matches!(role, Ok(None)) {
-            break; // answers with a non-primary status: a standby again
-        }
-        assert!(
-            Instant::now() < deadline,
-            "old primary did not step down: {role:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Answers with a non-primary status: a standby again.
+    c.wait_until("the old primary to step down", ELECTION_WAIT, || {
+        let probe = xce_proof::harness::cluster::probe;
+        matches!(
+            probe(c.node(primary).client, Duration::from_millis(500)),
+            Ok(None)
+        )
+    });
     let ids: Vec<u64> = all_job_ids(&cl);
     assert!(ids.contains(&before) && ids.contains(&during), "{ids:?}");
     // A client given only the old primary is never served stale state: the old primary
@@ -288,10 +283,7 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
             );
             assert_ne!(
                 only_old.stats().current_master,
-                Some(xce::client::Endpoint::new(
-                    c.node(primary).client.ip().to_string(),
-                    c.node(primary).client.port()
-                )),
+                Some(ep(c.node(primary).client)),
                 "answered by the old primary itself"
             );
         }
@@ -350,27 +342,11 @@ fn s5_whole_cluster_down_then_back() {
 /// could not succeed otherwise), and the new primary lists the daemon.
 #[test]
 fn s6_reconnect_handler_rejoins_before_resend() {
-    use xce_proto::wire::{Join, ResVal, SessionRole};
+    use xce_proto::wire::{ResVal, SessionRole};
     let (mut c, primary) = cluster(3);
     let cl = client(&c);
-    let join = Join {
-        role: SessionRole::Worker,
-        host: "daemon-1".into(),
-        ncpus: 4,
-        mem_mb: 8192,
-        attrs: vec![],
-    };
-    let hook_runs = Arc::new(AtomicU64::new(0));
-    let (runs, j) = (hook_runs.clone(), join.clone());
-    cl.set_reconnect_handler(Some(std::sync::Arc::new(
-        move |cl: &xce::client::Client| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            match cl.join(j.clone()) {
-                Ok(_) => 0,
-                Err(e) => e.status(),
-            }
-        },
-    )));
+    let join = join_as(SessionRole::Worker, "daemon-1");
+    let hook_runs = rejoin_on_reconnect(&cl, join.clone());
     cl.join(join).expect("first join");
     let load = |v: &str| {
         vec![ResVal {

@@ -2,11 +2,14 @@
 //! given budgets, and job bookkeeping.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use xce::client::RetryConfig;
-use xce::client::{parse_masters, Client, Config};
+use xce::client::{parse_masters, Client, Config, Endpoint};
 use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{JobFilter, JobSpec, Join, Notify, NotifyKind, SessionRole};
 
@@ -146,4 +149,24 @@ pub fn unix_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// `cl` joins as `j` again after each reconnect, before the interrupted call is re-sent (a
+/// daemon's reconnect handler, F17); how many times it ran.
+pub fn rejoin_on_reconnect(cl: &Client, j: Join) -> Arc<AtomicU64> {
+    let runs = Arc::new(AtomicU64::new(0));
+    let r = runs.clone();
+    cl.set_reconnect_handler(Some(Arc::new(move |c: &Client| {
+        r.fetch_add(1, Ordering::SeqCst);
+        match c.join(j.clone()) {
+            Ok(_) => 0,
+            Err(e) => e.status(),
+        }
+    })));
+    runs
+}
+
+/// The library's endpoint for a socket address.
+pub fn ep(a: SocketAddr) -> Endpoint {
+    Endpoint::new(a.ip().to_string(), a.port())
 }

@@ -18,11 +18,14 @@
 //! Every property is checked and all that fail are reported together. Needs root and `ip`:
 //! where namespaces cannot be made this test FAILS — it never passes by skipping.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{wait_all_vote, SLOW_TIMING};
 use xce::client::{new_job_id, Client};
 use xce_proof::harness::netns::{self, NetCluster};
 use xce_proof::nemesis::checks::{self, Verdict};
@@ -30,16 +33,6 @@ use xce_proof::nemesis::sequence::{self, Moment};
 use xce_proof::nemesis::{clients, fault};
 use xce_proto::wire::{JobFilter, JobSpec};
 
-/// Slower than the defaults, so that a debug build on a busy machine holds its leases (the
-/// sequence does not depend on timing: its cuts are waited for, not slept through).
-const TIMING: [&str; 6] = [
-    "--heartbeat-ms",
-    "50",
-    "--election-min-ms",
-    "300",
-    "--election-max-ms",
-    "600",
-];
 /// Bound on each wait for an event (a primary elected, every node caught up, an ack).
 const BOUND: Duration = Duration::from_secs(20);
 /// How long W2 and the listing after it may take while the old primary is back: a correct
@@ -104,28 +97,6 @@ impl Lib {
     }
 }
 
-/// Every node votes (it logged that it caught up: a node that started blank votes only then,
-/// C12), so the cluster can lose any one node.
-fn wait_all_vote(c: &NetCluster) {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let log = c.log_lines(&["votes and campaigns again (C12)"]);
-        if c.nodes
-            .iter()
-            .all(|n| log.contains(&format!("node {}: ", n.id)))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not every node caught up within {} s:\n{}",
-            BOUND.as_secs(),
-            c.log_lines(&["role=", "C12"])
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The acknowledged writes a listing lacks.
 fn missing(listed: &BTreeSet<u64>, acked: &[(&str, u64)]) -> Vec<String> {
     acked
@@ -175,12 +146,12 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
         xce::client::log::set_level(xce::client::log::Level::Error);
     }
     let t0 = Instant::now();
-    let mut args: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = SLOW_TIMING.iter().map(|s| s.to_string()).collect();
     args.extend(fault::controller_args());
     let logs = log_dir();
     let mut c = NetCluster::start(3, &args, Some(logs.clone())).expect("namespaces/cluster");
     let p = c.wait_settled(BOUND).expect("a settled primary");
-    wait_all_vote(&c);
+    wait_all_vote(&c, BOUND, || c.log_lines(&["role=", "C12"]));
     let lib = Lib::new(&c);
     let (j0, r) = lib.write("J0", BOUND);
     r.unwrap_or_else(|e| panic!("J0 not acknowledged by a healthy cluster: {e}"));

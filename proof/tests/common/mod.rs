@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use xce::client::RetryConfig;
 use xce::client::{parse_masters, Client, Config, Endpoint};
+use xce_proof::harness::netns::NetCluster;
 use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{JobFilter, JobSpec, Join, Notify, NotifyKind, SessionRole};
 
@@ -169,4 +170,39 @@ pub fn rejoin_on_reconnect(cl: &Client, j: Join) -> Arc<AtomicU64> {
 /// The library's endpoint for a socket address.
 pub fn ep(a: SocketAddr) -> Endpoint {
     Endpoint::new(a.ip().to_string(), a.port())
+}
+
+/// Slower timing than the defaults (lease 600 ms, election timeout 300–600 ms), so that a
+/// debug build on a loaded machine does not miss a lease by accident: the namespaced tests'
+/// properties hold for any timing, and their faults are waited for, not slept through.
+pub const SLOW_TIMING: [&str; 6] = [
+    "--heartbeat-ms",
+    "50",
+    "--election-min-ms",
+    "300",
+    "--election-max-ms",
+    "600",
+];
+
+/// Waits (at most `bound`) until every node of `c` logged that it votes (a node that started
+/// blank votes only once it has caught up with the leader, C12), so that the cluster can lose
+/// any one node; `why` is what the nodes logged, for the failure.
+pub fn wait_all_vote(c: &NetCluster, bound: Duration, why: impl Fn() -> String) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let log = c.log_lines(&["votes and campaigns again (C12)"]);
+        if c.nodes
+            .iter()
+            .all(|n| log.contains(&format!("node {}: ", n.id)))
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < bound,
+            "not every node caught up within {} s:\n{}",
+            bound.as_secs(),
+            why()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -64,35 +64,44 @@ const CRATES: &[Crate] = &[
 
 #[test]
 fn every_crate_keeps_its_module_order() {
-    let mut problems = Vec::new();
-    for c in CRATES {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(c.dir);
-        let files = read_sources(&dir);
-        assert!(
-            files.contains_key(Path::new(c.root)),
-            "{}: no {}",
-            c.dir,
-            c.root
-        );
-        let mut found = check(c.dir, c.root, &files);
-        for known in c.known_circles {
-            let named = format!("files import each other in a circle: {known}\n");
-            let before = found.len();
-            found.retain(|p| !p.starts_with(&named));
-            if found.len() == before {
-                problems.push(format!(
-                    "{}: the known circle {known} is gone: take it out of CRATES",
-                    c.dir
-                ));
-            }
-        }
-        problems.extend(found);
-    }
+    // A thread per crate: syn parses the workspace in a debug build.
+    let problems: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = CRATES
+            .iter()
+            .map(|c| s.spawn(|| crate_problems(c)))
+            .collect();
+        runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
+    });
     assert!(
         problems.is_empty(),
         "the module order is broken:\n{}",
         problems.join("\n")
     );
+}
+
+/// The problems of crate `c`, its known circles aside (and each of them that is gone).
+fn crate_problems(c: &Crate) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(c.dir);
+    let files = read_sources(&dir);
+    assert!(
+        files.contains_key(Path::new(c.root)),
+        "{}: no {}",
+        c.dir,
+        c.root
+    );
+    let mut found = check(c.dir, c.root, &files);
+    for known in c.known_circles {
+        let named = format!("files import each other in a circle: {known}\n");
+        let before = found.len();
+        found.retain(|p| !p.starts_with(&named));
+        if found.len() == before {
+            found.push(format!(
+                "{}: the known circle {known} is gone: take it out of CRATES",
+                c.dir
+            ));
+        }
+    }
+    found
 }
 
 /// The layers of `src/` that may hold `unsafe` (ARCHITECTURE.md: the C surface, and the

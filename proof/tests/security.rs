@@ -25,51 +25,22 @@ use xce_proto::wire::{
 };
 
 struct Tls {
-    _dir: tempdir::Dir,
+    /// The `pki local` directory (in the cluster's, removed with it).
     path: PathBuf,
     cluster: Cluster,
 }
 
-mod tempdir {
-    /// A directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    pub fn new(tag: &str) -> Dir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "xce-sec-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-}
-
-fn tls_cluster(tag: &str, nodes: usize, tokens: bool) -> Tls {
-    let dir = tempdir::new(tag);
-    let path = dir.0.join("pki");
+fn tls_cluster(nodes: usize, tokens: bool) -> Tls {
+    let mut cluster = Cluster::prepare(nodes, ClusterOpts::default()).expect("cluster");
+    let path = cluster.data_dir().join("pki");
     pki(&["local", path.to_str().unwrap(), &nodes.to_string()]);
     pki(&["identity", path.to_str().unwrap(), "worker-host2"]);
-    let cluster = Cluster::start(
-        nodes,
-        ClusterOpts {
-            extra_args: tls_flags(&path, tokens),
-            ..Default::default()
-        },
-    )
-    .expect("cluster");
-    assert!(cluster.wait_listening(Duration::from_secs(20)));
-    Tls {
-        _dir: dir,
-        path,
-        cluster,
+    cluster.opts.extra_args = tls_flags(&path, tokens);
+    for id in 1..=nodes as u32 {
+        cluster.start_node(id);
     }
+    assert!(cluster.wait_listening(Duration::from_secs(20)));
+    Tls { path, cluster }
 }
 
 impl Tls {
@@ -228,7 +199,7 @@ fn sample(op: &str, t: &Tls, w: &World) -> Op {
 /// table is checked against it.
 #[test]
 fn s15_ops_by_identity() {
-    let t = tls_cluster("table", 3, true);
+    let t = tls_cluster(3, true);
     let w = world(&t);
     let a = "admin";
     let s = "scheduler";
@@ -307,7 +278,7 @@ fn s15_ops_by_identity() {
 /// queues or hosts. The refused ops leave the state as it was.
 #[test]
 fn s15_bindings() {
-    let t = tls_cluster("bind", 3, true);
+    let t = tls_cluster(3, true);
     let w = world(&t);
     let admin = t.client(Some("admin"));
     let alice = t.client(Some("user-alice"));
@@ -411,7 +382,7 @@ fn s15_bindings() {
 /// like a certificate; a forged or expired one is E_XCE_AUTH, terminal.
 #[test]
 fn s15_tokens() {
-    let t = tls_cluster("tokens", 1, true);
+    let t = tls_cluster(1, true);
     let dir = t.path.to_str().unwrap();
     let bob_token = pki(&["token", dir, "user-bob"]);
     let bob = t.token_client(&bob_token);
@@ -449,7 +420,7 @@ fn s15_tokens() {
 /// with the default retry budget (≈ 50 s), not retried for all of it.
 #[test]
 fn certificate_problems_are_terminal() {
-    let t = tls_cluster("terminal", 1, false);
+    let t = tls_cluster(1, false);
     // Plaintext to the TLS port.
     let start = Instant::now();
     let e = match Client::start(t.config(None, None)) {
@@ -490,7 +461,7 @@ fn secured_cluster_fails_over_stop_and_kill() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
-    let mut t = tls_cluster("failover", 3, false);
+    let mut t = tls_cluster(3, false);
     let admin = t.client(Some("admin"));
     let primary = |c: &Client| -> u32 {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -600,7 +571,7 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    let t = tls_cluster("flood", 3, true);
+    let t = tls_cluster(3, true);
     let admin = t.client(Some("admin"));
     admin.hello().unwrap();
     let addrs: Vec<SocketAddr> = t.cluster.nodes.iter().map(|n| n.client).collect();
@@ -782,7 +753,7 @@ fn short_lived(ca: &Path, out: &Path, name: &str, valid: &str) {
 /// kept connection, and resumptions after it, stayed admin for as long as the node ran).
 #[test]
 fn s15_an_expired_certificate_is_refused_to_a_context_made_before() {
-    let t = tls_cluster("expiry", 1, false);
+    let t = tls_cluster(1, false);
     let secs = 8;
     let out = t.path.join("short");
     short_lived(&t.path, &out, "admin", &format!("{secs}s"));

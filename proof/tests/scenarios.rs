@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -172,25 +171,23 @@ fn s2_writes_survive_failover_exactly_once() {
         acked.extend(t.join().expect("workload thread"));
     }
     let checker = client(&c);
-    let mut counts: HashMap<u64, u32> = HashMap::new();
+    let mut listed = Vec::new();
     for w in 0..writers {
         let filter = JobFilter {
             user: format!("s2-w{w}"),
             ..Default::default()
         };
-        for j in checker.joblist(filter).expect("final joblist") {
-            *counts.entry(j.job_id).or_default() += 1;
-        }
+        let jobs = checker.joblist(filter).expect("final joblist");
+        listed.extend(jobs.iter().map(|j| j.job_id));
     }
-    let lost: Vec<_> = acked.iter().filter(|id| !counts.contains_key(id)).collect();
-    let dups: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    let (lost, dups) = lost_and_twice(&acked, &listed);
     eprintln!(
-        "S2: {trials} kills, {} ok calls, {} failed, {} acknowledged writes, {} jobs stored, \
+        "S2: {trials} kills, {} ok calls, {} failed, {} acknowledged writes, {} jobs listed, \
          longest call {} ms",
         tally.ok.load(Ordering::Relaxed),
         tally.failed.load(Ordering::Relaxed),
         acked.len(),
-        counts.len(),
+        listed.len(),
         tally.max_call_ms.load(Ordering::Relaxed)
     );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");

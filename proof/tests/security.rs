@@ -15,7 +15,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{pki, tls_flags};
+use common::{lost_and_twice, pki, tls_flags};
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
@@ -530,20 +530,13 @@ fn secured_cluster_fails_over_stop_and_kill() {
     let failed = failed.lock().unwrap().clone();
     assert!(failed.is_empty(), "calls failed: {failed:?}");
     let acked = acked.lock().unwrap().clone();
-    let listed = admin
-        .joblist_all(JobFilter::default())
-        .expect("joblist_all");
-    let mut count = std::collections::HashMap::<u64, usize>::new();
-    for j in &listed {
-        *count.entry(j.job_id).or_default() += 1;
-    }
-    let bad: Vec<_> = acked
-        .iter()
-        .filter(|(id, _)| count.get(id) != Some(&1))
-        .collect();
+    let listed = admin.joblist_all(JobFilter::default()).expect("all");
+    let listed: Vec<u64> = listed.iter().map(|j| j.job_id).collect();
+    let ids: Vec<u64> = acked.iter().map(|a| a.0).collect();
+    let (lost, twice) = lost_and_twice(&ids, &listed);
     assert!(
-        bad.is_empty(),
-        "acknowledged jobs missing or twice: {bad:?}"
+        lost.is_empty() && twice.is_empty(),
+        "acknowledged jobs missing {lost:?}, listed twice {twice:?}"
     );
     eprintln!(
         "{} acknowledged writes, primaries {p1} → {p2} → {}",

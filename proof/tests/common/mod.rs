@@ -206,3 +206,15 @@ pub fn wait_all_vote(c: &NetCluster, bound: Duration, why: impl Fn() -> String) 
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// What a final listing says of the acknowledged writes: those it lacks, and the ids it lists
+/// more than once.
+pub fn lost_and_twice(acked: &[u64], listed: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let mut count: std::collections::BTreeMap<u64, usize> = Default::default();
+    for &id in listed {
+        *count.entry(id).or_default() += 1;
+    }
+    let lost = acked.iter().copied().filter(|id| !count.contains_key(id));
+    let twice = count.iter().filter(|(_, &n)| n > 1).map(|(&id, _)| id);
+    (lost.collect(), twice.collect())
+}

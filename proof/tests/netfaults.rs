@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{finish, join_as, long, rejoin_on_reconnect, unix_ms};
+use common::{ep, finish, join_as, long, rejoin_on_reconnect, unix_ms};
 use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
 use xce_proof::bench::plan::Plan;
 use xce_proof::harness::netns::{self, NetCluster};
@@ -566,7 +566,6 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
 /// whichever the probe asked, the calls after the first are served by the new primary itself.
 #[test]
 fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
-    use xce::client::Endpoint;
     use xce_proof::harness::netns::Fault;
     use xce_proto::wire::JobFilter;
 
@@ -595,8 +594,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
         .wait_primary(Some(p), Duration::from_secs(20))
         .expect("a new primary");
     cluster.fault(Fault::Blackhole(p), false).unwrap();
-    let addr = cluster.node(n).client;
-    let primary = Endpoint::new(addr.ip().to_string(), addr.port());
+    let primary = ep(cluster.node(n).client);
     eprintln!(
         "F28 (netns): primary {p} blackholed, {n} took over; first call after it served via \
          {after_first:?}, the next ones via {now:?}"

@@ -168,32 +168,8 @@ fn check(dir: &str, root: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String
     let mut problems = Vec::new();
     let model = Model::new(dir, root, files, &mut problems);
 
-    // The chain names every top-level module, each once, and nothing else.
-    let top: BTreeSet<&str> = model
-        .files
-        .iter()
-        .filter_map(|f| f.module.first().map(String::as_str))
-        .collect();
+    problems.extend(chain_problems(&format!("{dir}/{root}"), &order, &model));
     let chain = order.join(" → ");
-    for m in &top {
-        if !order.iter().any(|l| l == m) {
-            problems.push(format!(
-                "{dir}/{root}: the top-level module `{m}` is not in the declared order ({chain})"
-            ));
-        }
-    }
-    for (i, l) in order.iter().enumerate() {
-        if !top.contains(l.as_str()) {
-            problems.push(format!(
-                "{dir}/{root}: the declared order names `{l}`, which is not a top-level module"
-            ));
-        }
-        if order[..i].contains(l) {
-            problems.push(format!(
-                "{dir}/{root}: the declared order names `{l}` twice"
-            ));
-        }
-    }
     let rank = |m: &str| order.iter().position(|l| l == m);
 
     // Rule 1: no file names a later layer, nor an item of the root.
@@ -244,7 +220,47 @@ fn check(dir: &str, root: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String
         }
     }
 
-    // Rule 2: no circle of files, a module's file and its own submodules' files aside.
+    problems.extend(circle_problems(dir, &model, edges));
+    problems
+}
+
+/// The chain names every top-level module, each once, and nothing else (`root`: where it is).
+fn chain_problems(root: &str, order: &[String], model: &Model) -> Vec<String> {
+    let mut problems = Vec::new();
+    let top: BTreeSet<&str> = model
+        .files
+        .iter()
+        .filter_map(|f| f.module.first().map(String::as_str))
+        .collect();
+    let chain = order.join(" → ");
+    for m in &top {
+        if !order.iter().any(|l| l == m) {
+            problems.push(format!(
+                "{root}: the top-level module `{m}` is not in the declared order ({chain})"
+            ));
+        }
+    }
+    for (i, l) in order.iter().enumerate() {
+        if !top.contains(l.as_str()) {
+            problems.push(format!(
+                "{root}: the declared order names `{l}`, which is not a top-level module"
+            ));
+        }
+        if order[..i].contains(l) {
+            problems.push(format!("{root}: the declared order names `{l}` twice"));
+        }
+    }
+    problems
+}
+
+/// Rule 2: no circle of files, a module's file and its own submodules' files aside; `edges`
+/// are the imports between files (the first line and path of each).
+fn circle_problems(
+    dir: &str,
+    model: &Model,
+    mut edges: BTreeMap<(usize, usize), (usize, String)>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     edges.retain(|&(a, b), _| {
         let (ma, mb) = (&model.files[a].module, &model.files[b].module);
         a != b && !ma.starts_with(mb) && !mb.starts_with(ma)

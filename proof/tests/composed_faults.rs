@@ -25,13 +25,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{wait_all_vote, SLOW_TIMING};
-use xce::client::{new_job_id, Client};
+use common::{user_spec, wait_all_vote, SLOW_TIMING};
+use xce::client::Client;
 use xce_proof::harness::netns::{self, NetCluster};
 use xce_proof::nemesis::checks::{self, Verdict};
 use xce_proof::nemesis::sequence::{self, Moment};
 use xce_proof::nemesis::{clients, fault};
-use xce_proto::wire::{JobFilter, JobSpec};
+use xce_proto::wire::JobFilter;
 
 /// Bound on each wait for an event (a primary elected, every node caught up, an ack).
 const BOUND: Duration = Duration::from_secs(20);
@@ -45,18 +45,6 @@ const SERVE_BOUND: Duration = Duration::from_secs(30);
 const SETTLE_BOUND: Duration = Duration::from_secs(25);
 /// [`SERVE_BOUND`] for a cluster that did not settle (asked all the same, more briefly).
 const UNSETTLED_SERVE_BOUND: Duration = Duration::from_secs(5);
-
-fn job(id: u64, name: &str) -> JobSpec {
-    JobSpec {
-        job_id: id,
-        name: name.into(),
-        user: "issue35".into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
-    }
-}
 
 /// The library in the cluster's client namespace: every call runs on a thread that is there.
 struct Lib {
@@ -78,9 +66,9 @@ impl Lib {
 
     /// `jobsubmit` of a fresh id, given up at `deadline`: the id, and whether it was acknowledged.
     fn write(&self, name: &str, deadline: Duration) -> (u64, Result<(), String>) {
-        let id = new_job_id();
+        let spec = user_spec("issue35", name);
+        let id = spec.job_id;
         let h = self.client.call_handle(Some(deadline));
-        let spec = job(id, name);
         let r = netns::in_ns(&self.ns, move || h.jobsubmit(spec).map(drop))
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()));

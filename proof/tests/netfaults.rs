@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{ep, finish, join_as, long, rejoin_on_reconnect, unix_ms};
+use common::{ep, finish, join_as, long, rejoin_on_reconnect, unix_ms, user_spec};
 use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
 use xce_proof::bench::plan::Plan;
 use xce_proof::harness::netns::{self, NetCluster};
@@ -62,19 +62,6 @@ fn settled() -> Option<(NetCluster, u32)> {
         .wait_settled(Duration::from_secs(20))
         .expect("a primary that every node follows");
     Some((cluster, p))
-}
-
-/// A small job of `user`, named `name`, with a fresh id.
-fn spec(user: &str, name: &str) -> xce_proto::wire::JobSpec {
-    xce_proto::wire::JobSpec {
-        job_id: xce::client::new_job_id(),
-        name: name.into(),
-        user: user.into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
-    }
 }
 
 /// A context named `name` on `masters` (default options).
@@ -280,7 +267,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
                 .map(|i| {
                     let spec = JobSpec {
                         job_id: 0,
-                        ..spec("nf", &format!("nf-{i}"))
+                        ..user_spec("nf", &format!("nf-{i}"))
                     };
                     let id = s.jobsubmit(spec).unwrap();
                     s.jobdispatch(id, "nf-w").unwrap();
@@ -399,7 +386,7 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("f28", name);
+    let spec = |name: &str| user_spec("f28", name);
     let start = |m: &str, forward: bool| {
         let mut cfg = Config::new(parse_masters(m).unwrap());
         cfg.client_name = "f28".into();
@@ -514,7 +501,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("silent", name);
+    let spec = |name: &str| user_spec("silent", name);
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "silent-new");
         let mut ids = Vec::new();
@@ -572,7 +559,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("direct", name);
+    let spec = |name: &str| user_spec("direct", name);
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "direct");
         let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
@@ -619,7 +606,7 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("kept", name);
+    let spec = |name: &str| user_spec("kept", name);
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "kept");
         let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];

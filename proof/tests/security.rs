@@ -15,7 +15,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{lost_and_twice, pki, tls_flags};
+use common::{lost_and_twice, pki, tls_flags, user_spec};
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
@@ -81,14 +81,7 @@ impl Tls {
 }
 
 fn spec(user: &str) -> JobSpec {
-    JobSpec {
-        job_id: xce::client::new_job_id(),
-        name: "s15".into(),
-        user: user.into(),
-        command: "true".into(),
-        ncpus: 1,
-        ..Default::default()
-    }
+    user_spec(user, "s15")
 }
 
 fn join(role: SessionRole, host: &str) -> Op {

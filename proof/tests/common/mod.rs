@@ -84,6 +84,19 @@ pub fn spec(name: &str) -> JobSpec {
     }
 }
 
+/// A small job (`true`, one CPU, 1 MiB) of `user`, named `name`, with a fresh id.
+pub fn user_spec(user: &str, name: &str) -> JobSpec {
+    JobSpec {
+        job_id: xce::client::new_job_id(),
+        name: name.into(),
+        user: user.into(),
+        queue: String::new(),
+        command: "true".into(),
+        ncpus: 1,
+        mem_mb: 1,
+    }
+}
+
 /// Every job id the cluster lists, with duplicates kept (so a test can count them).
 pub fn all_job_ids(cl: &Client) -> Vec<u64> {
     cl.joblist(JobFilter::default())

@@ -15,13 +15,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{lost_and_twice, pki, tls_flags, user_spec};
+use common::{join_as, lost_and_twice, pki, tls_flags, user_spec};
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{
-    roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Join, Notify,
-    NotifyKind, Op, QueueAction, ResVal, SessionRole, Usage,
+    roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Notify, NotifyKind,
+    Op, QueueAction, ResVal, SessionRole, Usage,
 };
 
 struct Tls {
@@ -85,13 +85,7 @@ fn spec(user: &str) -> JobSpec {
 }
 
 fn join(role: SessionRole, host: &str) -> Op {
-    Op::Join(Join {
-        role,
-        host: host.into(),
-        ncpus: 4,
-        mem_mb: 1024,
-        attrs: Vec::new(),
-    })
+    Op::Join(join_as(role, host))
 }
 
 /// The world every case starts from: jobs of alice and bob, one running on host1 and one on

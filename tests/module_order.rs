@@ -1,10 +1,11 @@
 //! The module order cannot drift back (issue 28).
 //!
-//! For each crate of [`CRATES`], every `.rs` file under its source folder is read and the
-//! crate's own paths it names are collected: `use` lines, and paths in code that start with
-//! `crate::`, `$crate::`, `super::`, `self::`, a module declared in scope or a name a `use`
-//! brought in. Comments (doc comments too) and string literals are not code. Each path is
-//! resolved, through `use` and `pub use`, to the file that defines what it names. Two rules:
+//! For each crate of [`CRATES`], every `.rs` file under its source folder is parsed (`syn`) and
+//! the crate's own paths it names are collected: `use` trees, and paths in code (macro bodies
+//! too) that start with `crate::`, `$crate::`, `super::`, `self::`, a module declared in scope
+//! or a name a `use` brought in; `r#name` is `name`. Comments (doc comments too) and literals
+//! are not code. Each path is resolved, through `use`, `pub use` and `#[macro_export]`, to the
+//! file that defines what it names. Three rules:
 //!
 //! 1. **Layers.** The crate root's inner doc comment declares the order once, in a paragraph
 //!    that begins with `Layers` (or `Folders`) and chains the top-level modules in backticks:
@@ -18,11 +19,14 @@
 //!    reach its shared items with `super::`, it names them to re-export or call them. Those
 //!    edges, between a module's file and the files of its own submodules, are not counted;
 //!    every other pair is.
+//! 3. **Methods.** A method call names no path, so an inherent `impl` of a type stays out of the
+//!    layers after the type's own: there the type's layer would call later code unseen.
 //!
 //! A crate is added with one line in [`CRATES`] once its root declares its order.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use syn::visit::Visit;
 
 /// A checked crate: its source folder (from the repository root) and its root file there,
 /// whose inner doc comment declares the layers.
@@ -60,35 +64,44 @@ const CRATES: &[Crate] = &[
 
 #[test]
 fn every_crate_keeps_its_module_order() {
-    let mut problems = Vec::new();
-    for c in CRATES {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(c.dir);
-        let files = read_sources(&dir);
-        assert!(
-            files.contains_key(Path::new(c.root)),
-            "{}: no {}",
-            c.dir,
-            c.root
-        );
-        let mut found = check(c.dir, c.root, &files);
-        for known in c.known_circles {
-            let named = format!("files import each other in a circle: {known}\n");
-            let before = found.len();
-            found.retain(|p| !p.starts_with(&named));
-            if found.len() == before {
-                problems.push(format!(
-                    "{}: the known circle {known} is gone: take it out of CRATES",
-                    c.dir
-                ));
-            }
-        }
-        problems.extend(found);
-    }
+    // A thread per crate: syn parses the workspace in a debug build.
+    let problems: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = CRATES
+            .iter()
+            .map(|c| s.spawn(|| crate_problems(c)))
+            .collect();
+        runs.into_iter().flat_map(|r| r.join().unwrap()).collect()
+    });
     assert!(
         problems.is_empty(),
         "the module order is broken:\n{}",
         problems.join("\n")
     );
+}
+
+/// The problems of crate `c`, its known circles aside (and each of them that is gone).
+fn crate_problems(c: &Crate) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(c.dir);
+    let files = read_sources(&dir);
+    assert!(
+        files.contains_key(Path::new(c.root)),
+        "{}: no {}",
+        c.dir,
+        c.root
+    );
+    let mut found = check(c.dir, c.root, &files);
+    for known in c.known_circles {
+        let named = format!("files import each other in a circle: {known}\n");
+        let before = found.len();
+        found.retain(|p| !p.starts_with(&named));
+        if found.len() == before {
+            found.push(format!(
+                "{}: the known circle {known} is gone: take it out of CRATES",
+                c.dir
+            ));
+        }
+    }
+    found
 }
 
 /// The layers of `src/` that may hold `unsafe` (ARCHITECTURE.md: the C surface, and the
@@ -152,35 +165,11 @@ fn check(dir: &str, root: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String
         Ok(o) => o,
         Err(e) => return vec![format!("{dir}/{root}: {e}")],
     };
-    let model = Model::new(root, files);
     let mut problems = Vec::new();
+    let model = Model::new(dir, root, files, &mut problems);
 
-    // The chain names every top-level module, each once, and nothing else.
-    let top: BTreeSet<&str> = model
-        .files
-        .iter()
-        .filter_map(|f| f.module.first().map(String::as_str))
-        .collect();
+    problems.extend(chain_problems(&format!("{dir}/{root}"), &order, &model));
     let chain = order.join(" → ");
-    for m in &top {
-        if !order.iter().any(|l| l == m) {
-            problems.push(format!(
-                "{dir}/{root}: the top-level module `{m}` is not in the declared order ({chain})"
-            ));
-        }
-    }
-    for (i, l) in order.iter().enumerate() {
-        if !top.contains(l.as_str()) {
-            problems.push(format!(
-                "{dir}/{root}: the declared order names `{l}`, which is not a top-level module"
-            ));
-        }
-        if order[..i].contains(l) {
-            problems.push(format!(
-                "{dir}/{root}: the declared order names `{l}` twice"
-            ));
-        }
-    }
     let rank = |m: &str| order.iter().position(|l| l == m);
 
     // Rule 1: no file names a later layer, nor an item of the root.
@@ -188,6 +177,22 @@ fn check(dir: &str, root: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String
     for r in model.references() {
         let from = &model.files[r.file];
         let shown = format!("{}:{}", from.shown(dir), r.line);
+        if r.impl_of {
+            // An inherent `impl` of an earlier layer's type, in a later layer, gives the earlier
+            // layer methods to call that no path names.
+            let of = model.files[r.target].module.first();
+            if let (Some(own), Some(of)) = (from.module.first(), of) {
+                if rank(of).zip(rank(own)).is_some_and(|(of, own)| of < own) {
+                    problems.push(format!(
+                        "{shown}: `impl {}` in layer `{own}` adds methods to a type of layer \
+                         `{of}`, which comes before it ({chain}): its code calls them unseen; \
+                         move the impl into `{of}`",
+                        r.written
+                    ));
+                }
+            }
+            continue;
+        }
         edges
             .entry((r.file, r.target))
             .or_insert((r.line, r.written.clone()));
@@ -215,7 +220,47 @@ fn check(dir: &str, root: &str, files: &BTreeMap<PathBuf, String>) -> Vec<String
         }
     }
 
-    // Rule 2: no circle of files, a module's file and its own submodules' files aside.
+    problems.extend(circle_problems(dir, &model, edges));
+    problems
+}
+
+/// The chain names every top-level module, each once, and nothing else (`root`: where it is).
+fn chain_problems(root: &str, order: &[String], model: &Model) -> Vec<String> {
+    let mut problems = Vec::new();
+    let top: BTreeSet<&str> = model
+        .files
+        .iter()
+        .filter_map(|f| f.module.first().map(String::as_str))
+        .collect();
+    let chain = order.join(" → ");
+    for m in &top {
+        if !order.iter().any(|l| l == m) {
+            problems.push(format!(
+                "{root}: the top-level module `{m}` is not in the declared order ({chain})"
+            ));
+        }
+    }
+    for (i, l) in order.iter().enumerate() {
+        if !top.contains(l.as_str()) {
+            problems.push(format!(
+                "{root}: the declared order names `{l}`, which is not a top-level module"
+            ));
+        }
+        if order[..i].contains(l) {
+            problems.push(format!("{root}: the declared order names `{l}` twice"));
+        }
+    }
+    problems
+}
+
+/// Rule 2: no circle of files, a module's file and its own submodules' files aside; `edges`
+/// are the imports between files (the first line and path of each).
+fn circle_problems(
+    dir: &str,
+    model: &Model,
+    mut edges: BTreeMap<(usize, usize), (usize, String)>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     edges.retain(|&(a, b), _| {
         let (ma, mb) = (&model.files[a].module, &model.files[b].module);
         a != b && !ma.starts_with(mb) && !mb.starts_with(ma)
@@ -290,203 +335,36 @@ fn declared_layers(root: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// Strongly connected sets of more than one node (Tarjan).
+/// Sets of more than one node that reach each other (strongly connected), each sorted.
 fn circles(n: usize, edges: impl Iterator<Item = (usize, usize)>) -> Vec<Vec<usize>> {
     let mut adj = vec![Vec::new(); n];
     for (a, b) in edges {
         adj[a].push(b);
     }
-    struct T<'a> {
-        adj: &'a [Vec<usize>],
-        index: Vec<Option<usize>>,
-        low: Vec<usize>,
-        on: Vec<bool>,
-        stack: Vec<usize>,
-        next: usize,
-        out: Vec<Vec<usize>>,
-    }
-    fn visit(t: &mut T<'_>, v: usize) {
-        t.index[v] = Some(t.next);
-        t.low[v] = t.next;
-        t.next += 1;
-        t.stack.push(v);
-        t.on[v] = true;
-        for &w in &t.adj[v] {
-            match t.index[w] {
-                None => {
-                    visit(t, w);
-                    t.low[v] = t.low[v].min(t.low[w]);
-                }
-                Some(iw) if t.on[w] => t.low[v] = t.low[v].min(iw),
-                Some(_) => {}
-            }
-        }
-        if Some(t.low[v]) == t.index[v] {
-            let mut scc = Vec::new();
-            loop {
-                let w = t.stack.pop().unwrap();
-                t.on[w] = false;
-                scc.push(w);
-                if w == v {
-                    break;
-                }
-            }
-            if scc.len() > 1 {
-                scc.sort();
-                t.out.push(scc);
-            }
-        }
-    }
-    let mut t = T {
-        adj: &adj,
-        index: vec![None; n],
-        low: vec![0; n],
-        on: vec![false; n],
-        stack: Vec::new(),
-        next: 0,
-        out: Vec::new(),
-    };
-    for v in 0..n {
-        if t.index[v].is_none() {
-            visit(&mut t, v);
-        }
-    }
-    t.out.sort();
-    t.out
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tokens: the code of a file without comments and literals.
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Tok {
-    Ident(String),
-    /// `::`
-    Sep,
-    Punct(char),
-}
-
-#[derive(Debug, Clone)]
-struct Token {
-    tok: Tok,
-    line: usize,
-}
-
-/// The tokens of `src` that matter here: identifiers, `::` and punctuation, with their lines.
-/// Comments (doc comments included), string, byte and char literals, lifetimes and numbers are
-/// dropped; `$crate` reads as `crate`.
-fn tokenize(src: &str) -> Vec<Token> {
-    let c: Vec<char> = src.chars().collect();
-    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
-    let ident_start = |ch: char| ch == '_' || ch.is_alphabetic();
-    let ident = |ch: char| ch == '_' || ch.is_alphanumeric();
-    let mut out = Vec::new();
-    let (mut i, mut line) = (0, 1);
-    while i < c.len() {
-        let ch = c[i];
-        let start = i;
-        if ch == '/' && at(i + 1) == '/' {
-            while i < c.len() && c[i] != '\n' {
-                i += 1;
-            }
-        } else if ch == '/' && at(i + 1) == '*' {
-            let mut depth = 0;
-            while i < c.len() {
-                if c[i] == '/' && at(i + 1) == '*' {
-                    depth += 1;
-                    i += 2;
-                } else if c[i] == '*' && at(i + 1) == '/' {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
+    let reach: Vec<Vec<bool>> = (0..n)
+        .map(|v| {
+            let (mut seen, mut stack) = (vec![false; n], vec![v]);
+            while let Some(x) = stack.pop() {
+                for &w in &adj[x] {
+                    if !std::mem::replace(&mut seen[w], true) {
+                        stack.push(w);
                     }
-                } else {
-                    i += 1;
                 }
             }
-        } else if let Some(end) = string_literal(&c, i) {
-            i = end;
-        } else if ch == '\'' {
-            if at(i + 1) == '\\' {
-                // '\n', '\'', '\u{..}'
-                i += 3;
-                while i < c.len() && c[i] != '\'' {
-                    i += 1;
-                }
-                i += 1;
-            } else if at(i + 2) == '\'' {
-                i += 3;
-            } else {
-                // a lifetime or a label
-                i += 1;
-                while i < c.len() && ident(c[i]) {
-                    i += 1;
-                }
-            }
-        } else if ch == '$' && ident_start(at(i + 1)) {
-            i += 1;
-        } else if ident_start(ch) {
-            while i < c.len() && ident(c[i]) {
-                i += 1;
-            }
-            out.push(Token {
-                tok: Tok::Ident(c[start..i].iter().collect()),
-                line,
-            });
-        } else if ch.is_ascii_digit() {
-            while i < c.len() && ident(c[i]) {
-                i += 1;
-            }
-        } else if ch == ':' && at(i + 1) == ':' {
-            out.push(Token {
-                tok: Tok::Sep,
-                line,
-            });
-            i += 2;
-        } else {
-            if !ch.is_whitespace() {
-                out.push(Token {
-                    tok: Tok::Punct(ch),
-                    line,
-                });
-            }
-            i += 1;
-        }
-        line += c[start..i].iter().filter(|&&x| x == '\n').count();
-    }
+            seen
+        })
+        .collect();
+    let mut out: Vec<Vec<usize>> = (0..n)
+        .map(|v| {
+            (0..n)
+                .filter(|&w| w == v || reach[v][w] && reach[w][v])
+                .collect()
+        })
+        .filter(|s: &Vec<usize>| s.len() > 1)
+        .collect();
+    out.sort();
+    out.dedup();
     out
-}
-
-/// The end of the string literal (`"…"`, `b"…"`, `c"…"`, `r#"…"#`, `br"…"`) starting at `i`.
-fn string_literal(c: &[char], i: usize) -> Option<usize> {
-    let mut j = i;
-    if matches!(c.get(j), Some('b' | 'c')) {
-        j += 1;
-    }
-    let raw = c.get(j) == Some(&'r');
-    if raw {
-        j += 1;
-    }
-    let mut hashes = 0;
-    while raw && c.get(j) == Some(&'#') {
-        hashes += 1;
-        j += 1;
-    }
-    if c.get(j) != Some(&'"') {
-        return None;
-    }
-    j += 1;
-    while j < c.len() {
-        if !raw && c[j] == '\\' {
-            j += 2;
-        } else if c[j] == '"' && (j + 1..j + 1 + hashes).all(|k| c.get(k) == Some(&'#')) {
-            return Some(j + 1 + hashes);
-        } else {
-            j += 1;
-        }
-    }
-    Some(c.len())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -520,6 +398,9 @@ enum Kind {
     Use(String),
     /// A glob `use` (`…::*`).
     Glob,
+    /// The type of an inherent `impl` block (`impl Ctx { … }`): its methods are called as
+    /// `ctx.method()`, a call no path names.
+    Impl,
 }
 
 /// A path resolved.
@@ -531,6 +412,7 @@ struct Reference {
     hops: Vec<Vec<String>>,
     /// The file that defines what it names.
     target: usize,
+    impl_of: bool,
 }
 
 #[derive(Default)]
@@ -540,6 +422,8 @@ struct Model {
     modules: BTreeMap<Vec<String>, usize>,
     /// Names each module defines (items at its top level).
     items: BTreeMap<Vec<String>, BTreeSet<String>>,
+    /// `#[macro_export]` macros, named `crate::name` wherever they are defined → that module.
+    exported: BTreeMap<String, Vec<String>>,
     /// Names each module's `use`s bring in → the absolute path they stand for.
     imports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
     /// Each module's glob imports (`use x::*`) → the absolute paths of `x`.
@@ -547,8 +431,23 @@ struct Model {
     written: Vec<Written>,
 }
 
+/// An identifier as a name: `r#type` is `type`.
+fn name(i: &syn::Ident) -> String {
+    syn::ext::IdentExt::unraw(i).to_string()
+}
+
+fn line(s: proc_macro2::Span) -> usize {
+    s.start().line
+}
+
 impl Model {
-    fn new(root: &str, files: &BTreeMap<PathBuf, String>) -> Model {
+    /// The model of the crate; a file that does not parse is a problem.
+    fn new(
+        dir: &str,
+        root: &str,
+        files: &BTreeMap<PathBuf, String>,
+        problems: &mut Vec<String>,
+    ) -> Model {
         let mut m = Model::default();
         for path in files.keys() {
             let mut module: Vec<String> = path
@@ -565,9 +464,23 @@ impl Model {
                 module,
             });
         }
-        let parsed: Vec<Vec<Token>> = files.values().map(|t| tokenize(t)).collect();
-        for (f, toks) in parsed.iter().enumerate() {
-            m.scan(f, toks);
+        for (f, (path, text)) in files.iter().enumerate() {
+            match syn::parse_file(text) {
+                Ok(ast) => syn::visit::visit_file(
+                    &mut Scan {
+                        scope: m.files[f].module.clone(),
+                        m: &mut m,
+                        file: f,
+                        blocks: 0,
+                    },
+                    &ast,
+                ),
+                Err(e) => problems.push(format!(
+                    "{dir}/{}:{}: not Rust: {e}",
+                    path.display(),
+                    line(e.span())
+                )),
+            }
         }
         // `use`s name each other (`use super::client; … use client::Event;`): resolve in order.
         for k in 0..m.written.len() {
@@ -577,7 +490,7 @@ impl Model {
             };
             let scope = w.scope.clone();
             match &w.kind {
-                Kind::Path => {}
+                Kind::Path | Kind::Impl => {}
                 Kind::Use(name) => {
                     let name = name.clone();
                     m.imports.entry(scope).or_default().insert(name, abs);
@@ -586,147 +499,6 @@ impl Model {
             }
         }
         m
-    }
-
-    /// Collects the modules, items, `use`s and paths of file `f`.
-    fn scan(&mut self, f: usize, toks: &[Token]) {
-        let ident = |k: usize| match toks.get(k).map(|t| &t.tok) {
-            Some(Tok::Ident(s)) => Some(s.as_str()),
-            _ => None,
-        };
-        let punct = |k: usize, p: char| toks.get(k).is_some_and(|t| t.tok == Tok::Punct(p));
-        let sep = |k: usize| toks.get(k).is_some_and(|t| t.tok == Tok::Sep);
-        // (module, the brace depth of its body)
-        let mut scopes = vec![(self.files[f].module.clone(), 0usize)];
-        let mut depth = 0;
-        let mut k = 0;
-        while k < toks.len() {
-            let (scope, body) = scopes.last().cloned().unwrap();
-            match &toks[k].tok {
-                Tok::Punct('{') => depth += 1,
-                Tok::Punct('}') => {
-                    depth -= 1;
-                    if depth < body {
-                        scopes.pop();
-                    }
-                }
-                Tok::Ident(w) if w == "use" && !punct(k + 1, '<') => {
-                    k = self.use_tree(f, &scope, toks, k + 1, Vec::new());
-                    continue;
-                }
-                Tok::Ident(w) if depth == body => {
-                    let item = match w.as_str() {
-                        "fn" | "struct" | "enum" | "union" | "trait" | "type" | "const"
-                        | "static" | "mod" => ident(k + 1),
-                        "macro_rules" if punct(k + 1, '!') => ident(k + 2),
-                        _ => None,
-                    };
-                    if let Some(name) = item {
-                        self.items
-                            .entry(scope.clone())
-                            .or_default()
-                            .insert(name.to_string());
-                        if w == "mod" && punct(k + 2, '{') {
-                            let mut inner = scope.clone();
-                            inner.push(name.to_string());
-                            self.modules.insert(inner.clone(), f);
-                            scopes.push((inner, depth + 1));
-                        }
-                    }
-                }
-                _ => {}
-            }
-            // A path in code: `first::second…`, not the tail of a longer one or a field.
-            if ident(k).is_some() && sep(k + 1) && ident(k + 2).is_some() {
-                let mid = k > 0 && (sep(k - 1) || punct(k - 1, '.'));
-                if !mid {
-                    let line = toks[k].line;
-                    let mut segs = vec![ident(k).unwrap().to_string()];
-                    while sep(k + 1) && ident(k + 2).is_some() {
-                        segs.push(ident(k + 2).unwrap().to_string());
-                        k += 2;
-                    }
-                    self.written.push(Written {
-                        file: f,
-                        scope,
-                        segs,
-                        line,
-                        kind: Kind::Path,
-                    });
-                }
-            }
-            k += 1;
-        }
-    }
-
-    /// Parses the use tree at `k` under `prefix`; returns the index after it.
-    fn use_tree(
-        &mut self,
-        f: usize,
-        scope: &[String],
-        toks: &[Token],
-        mut k: usize,
-        mut prefix: Vec<String>,
-    ) -> usize {
-        while k < toks.len() {
-            let line = toks[k].line;
-            match &toks[k].tok {
-                Tok::Sep => k += 1,
-                Tok::Ident(s) => {
-                    prefix.push(s.clone());
-                    k += 1;
-                    if toks.get(k).is_some_and(|t| t.tok == Tok::Sep) {
-                        continue;
-                    }
-                    let mut name = prefix.last().unwrap().clone();
-                    if toks
-                        .get(k)
-                        .is_some_and(|t| t.tok == Tok::Ident("as".into()))
-                    {
-                        if let Some(Tok::Ident(a)) = toks.get(k + 1).map(|t| &t.tok) {
-                            name = a.clone();
-                        }
-                        k += 2;
-                    }
-                    if prefix.last().is_some_and(|s| s == "self") {
-                        prefix.pop();
-                        if name == "self" {
-                            name = prefix.last().cloned().unwrap_or_default();
-                        }
-                    }
-                    self.written.push(Written {
-                        file: f,
-                        scope: scope.to_vec(),
-                        segs: prefix,
-                        line,
-                        kind: Kind::Use(name),
-                    });
-                    return skip_semicolon(toks, k);
-                }
-                Tok::Punct('*') => {
-                    self.written.push(Written {
-                        file: f,
-                        scope: scope.to_vec(),
-                        segs: prefix,
-                        line,
-                        kind: Kind::Glob,
-                    });
-                    return skip_semicolon(toks, k + 1);
-                }
-                Tok::Punct('{') => {
-                    k += 1;
-                    while k < toks.len() && toks[k].tok != Tok::Punct('}') {
-                        k = self.use_tree(f, scope, toks, k, prefix.clone());
-                        if toks.get(k).is_some_and(|t| t.tok == Tok::Punct(',')) {
-                            k += 1;
-                        }
-                    }
-                    return skip_semicolon(toks, k + 1);
-                }
-                _ => return k,
-            }
-        }
-        k
     }
 
     /// The absolute module path `segs`, written in module `scope`, stands for; `None` when it
@@ -795,6 +567,8 @@ impl Model {
                 break;
             }
             let via = self.imports.get(module).and_then(|i| i.get(name)).cloned();
+            let exported = module.is_empty().then(|| self.exported.get(name)).flatten();
+            let via = via.or_else(|| Some([exported?.clone(), vec![name.clone()]].concat()));
             let via = via.or_else(|| {
                 self.globs.get(module)?.iter().find_map(|g| {
                     let has = self.defined_in(g, name)
@@ -836,17 +610,163 @@ impl Model {
                 written,
                 hops,
                 target: file,
+                impl_of: matches!(w.kind, Kind::Impl),
             });
         }
         out
     }
 }
 
-fn skip_semicolon(toks: &[Token], k: usize) -> usize {
-    if toks.get(k).is_some_and(|t| t.tok == Tok::Punct(';')) {
-        k + 1
-    } else {
-        k
+/// Collects the modules, items, `use`s and paths of one file. Comments are not in the syntax
+/// tree, doc comments and literals hold no paths, and macro bodies are scanned token by token.
+struct Scan<'m> {
+    m: &'m mut Model,
+    file: usize,
+    /// The module being read.
+    scope: Vec<String>,
+    /// How many blocks deep: items in a function body are not the module's.
+    blocks: usize,
+}
+
+impl Scan<'_> {
+    fn push(&mut self, segs: Vec<String>, line: usize, kind: Kind) {
+        self.m.written.push(Written {
+            file: self.file,
+            scope: self.scope.clone(),
+            segs,
+            line,
+            kind,
+        });
+    }
+
+    fn use_tree(&mut self, tree: &syn::UseTree, mut prefix: Vec<String>) {
+        let (ident, rename) = match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(name(&p.ident));
+                return self.use_tree(&p.tree, prefix);
+            }
+            syn::UseTree::Group(g) => {
+                return g
+                    .items
+                    .iter()
+                    .for_each(|t| self.use_tree(t, prefix.clone()));
+            }
+            syn::UseTree::Glob(g) => return self.push(prefix, line(g.star_token.span), Kind::Glob),
+            syn::UseTree::Name(n) => (&n.ident, None),
+            syn::UseTree::Rename(r) => (&r.ident, Some(name(&r.rename))),
+        };
+        // `use a::b::{self}` brings in `b`.
+        if ident != "self" {
+            prefix.push(name(ident));
+        }
+        let brought = rename
+            .or_else(|| prefix.last().cloned())
+            .unwrap_or_default();
+        self.push(prefix, line(ident.span()), Kind::Use(brought));
+    }
+
+    /// The paths `first::second…` in the tokens of a macro (`$crate` reads as `crate`).
+    fn tokens(&mut self, ts: proc_macro2::TokenStream) {
+        use proc_macro2::{Spacing, TokenTree as T};
+        let toks: Vec<T> = ts.into_iter().collect();
+        let sep = |k: usize| match (toks.get(k), toks.get(k + 1)) {
+            (Some(T::Punct(a)), Some(T::Punct(b))) => {
+                a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':'
+            }
+            _ => false,
+        };
+        let ident = |k: usize| match toks.get(k) {
+            Some(T::Ident(i)) => Some(i),
+            _ => None,
+        };
+        let mut k = 0;
+        while k < toks.len() {
+            if let T::Group(g) = &toks[k] {
+                self.tokens(g.stream());
+            }
+            let after_sep = k >= 2 && sep(k - 2);
+            let dot = k > 0 && matches!(&toks[k - 1], T::Punct(p) if p.as_char() == '.');
+            if let (Some(first), false, false) = (ident(k), after_sep, dot) {
+                let mut segs = vec![name(first)];
+                while sep(k + 1) && ident(k + 3).is_some() {
+                    segs.push(name(ident(k + 3).unwrap()));
+                    k += 3;
+                }
+                if segs.len() > 1 {
+                    self.push(segs, line(first.span()), Kind::Path);
+                }
+            }
+            k += 1;
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Scan<'_> {
+    fn visit_item(&mut self, i: &'ast syn::Item) {
+        let ident = match i {
+            syn::Item::Fn(x) => Some(&x.sig.ident),
+            syn::Item::Struct(x) => Some(&x.ident),
+            syn::Item::Enum(x) => Some(&x.ident),
+            syn::Item::Union(x) => Some(&x.ident),
+            syn::Item::Trait(x) => Some(&x.ident),
+            syn::Item::TraitAlias(x) => Some(&x.ident),
+            syn::Item::Type(x) => Some(&x.ident),
+            syn::Item::Const(x) => Some(&x.ident),
+            syn::Item::Static(x) => Some(&x.ident),
+            syn::Item::Mod(x) => Some(&x.ident),
+            syn::Item::Macro(x) => x.ident.as_ref(),
+            _ => None,
+        };
+        if let (Some(ident), 0) = (ident, self.blocks) {
+            let scope = self.scope.clone();
+            if let syn::Item::Macro(x) = i {
+                if x.attrs.iter().any(|a| a.path().is_ident("macro_export")) {
+                    self.m.exported.insert(name(ident), scope.clone());
+                }
+            }
+            self.m.items.entry(scope).or_default().insert(name(ident));
+        }
+        match i {
+            syn::Item::Mod(x) if x.content.is_some() && self.blocks == 0 => {
+                self.scope.push(name(&x.ident));
+                self.m.modules.insert(self.scope.clone(), self.file);
+                syn::visit::visit_item(self, i);
+                self.scope.pop();
+            }
+            syn::Item::Use(u) if u.leading_colon.is_none() => self.use_tree(&u.tree, Vec::new()),
+            syn::Item::Impl(x) if x.trait_.is_none() => {
+                if let syn::Type::Path(t) = &*x.self_ty {
+                    let segs = t.path.segments.iter().map(|s| name(&s.ident)).collect();
+                    self.push(segs, line(x.impl_token.span), Kind::Impl);
+                }
+                syn::visit::visit_item(self, i);
+            }
+            _ => syn::visit::visit_item(self, i),
+        }
+    }
+
+    fn visit_block(&mut self, b: &'ast syn::Block) {
+        self.blocks += 1;
+        syn::visit::visit_block(self, b);
+        self.blocks -= 1;
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        if p.leading_colon.is_none() && p.segments.len() > 1 {
+            let segs = p.segments.iter().map(|s| name(&s.ident)).collect();
+            self.push(segs, line(p.segments[0].ident.span()), Kind::Path);
+        }
+        syn::visit::visit_path(self, p);
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        syn::visit::visit_macro(self, m);
+        self.tokens(m.tokens.clone());
+    }
+
+    fn visit_meta_list(&mut self, m: &'ast syn::MetaList) {
+        syn::visit::visit_meta_list(self, m);
+        self.tokens(m.tokens.clone());
     }
 }
 
@@ -1050,6 +970,62 @@ fn comments_and_strings_are_not_imports() {
         ("top.rs", "pub struct T;\n"),
     ]);
     assert!(p.is_empty(), "{p:#?}");
+}
+
+#[test]
+fn macros_raw_identifiers_and_methods_are_seen() {
+    // A path in a macro's body, and an exported macro named through the root.
+    let p = problems_of(&[
+        ("lib.rs", ROOT),
+        (
+            "low.rs",
+            "fn f() {\n    assert!(crate::top::h());\n    crate::m!();\n}\n",
+        ),
+        ("mid.rs", ""),
+        (
+            "top.rs",
+            "pub fn h() -> bool { true }\n#[macro_export]\nmacro_rules! m { () => {} }\n",
+        ),
+    ]);
+    assert_eq!(p.len(), 2, "{p:#?}");
+    assert!(
+        p[0].contains("src/low.rs:2:") && p[0].contains("`crate::top::h`"),
+        "{p:#?}"
+    );
+    assert!(
+        p[1].contains("src/low.rs:3:") && p[1].contains("names `top::m` in layer `top`"),
+        "{p:#?}"
+    );
+    // A raw identifier names the module it spells.
+    let p = problems_of(&[
+        ("lib.rs", ROOT),
+        ("low.rs", "use crate::r#top::T;\n"),
+        ("mid.rs", ""),
+        ("top.rs", "pub struct T;\n"),
+    ]);
+    assert_one(&p, &["src/low.rs:1:", "`crate::top::T`", "layer `top`"]);
+    // Methods added to an earlier layer's type: `low` could call `top` without a path.
+    let p = problems_of(&[
+        ("lib.rs", ROOT),
+        ("low.rs", "pub struct Ctx;\n"),
+        (
+            "mid.rs",
+            "impl crate::low::Ctx {\n    pub fn m(&self) {}\n}\n",
+        ),
+        (
+            "top.rs",
+            "use crate::low::Ctx;\n\nimpl Ctx {}\nimpl Clone for Ctx {}\n",
+        ),
+    ]);
+    assert_eq!(p.len(), 2, "{p:#?}");
+    assert!(
+        p[0].contains("src/mid.rs:1: `impl crate::low::Ctx` in layer `mid`"),
+        "{p:#?}"
+    );
+    assert!(
+        p[1].contains("src/top.rs:3:") && p[1].contains("move the impl into `low`"),
+        "{p:#?}"
+    );
 }
 
 #[test]

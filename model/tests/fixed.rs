@@ -46,18 +46,20 @@ fn passes(case: Case) {
     }
 }
 
+/// The fixed rules from `start`, one append in flight, no fault unless the case adds one.
 fn base(start: Start) -> Options {
     let mut o = Options::fixed();
     o.start = start;
+    o.bounds.max_crashes = 0;
+    o.bounds.max_wipes = 0;
+    o.bounds.max_dups = 0;
+    o.bounds.max_appends = 1;
     o
 }
 
 /// A running cluster; one disk loss; every order of the network (loss, reordering).
 fn disk_loss() -> Case {
     let mut o = base(Start::Running);
-    o.bounds.max_crashes = 0;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     o.bounds.max_wipes = 1;
     if !long() {
         o.bounds.max_log = 3;
@@ -73,9 +75,6 @@ fn disk_loss() -> Case {
 fn crash() -> Case {
     let mut o = base(Start::Running);
     o.bounds.max_crashes = 1;
-    o.bounds.max_wipes = 0;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     if !long() {
         o.bounds.max_log = 3;
     }
@@ -93,9 +92,7 @@ fn behind() -> Case {
     o.bounds.max_term = 3;
     o.bounds.max_wipes = 1;
     o.bounds.max_log = 5;
-    o.bounds.max_crashes = 0;
     o.bounds.max_dups = u8::from(long());
-    o.bounds.max_appends = 1;
     o.bounds.partial_appends = true;
     Case {
         name: "write acknowledged with a node that then loses its disk",
@@ -108,10 +105,6 @@ fn behind() -> Case {
 fn brand_new() -> Case {
     let mut o = base(Start::BrandNew);
     o.bounds.max_term = 1;
-    o.bounds.max_wipes = 0;
-    o.bounds.max_crashes = 0;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     if long() {
         o.bounds.max_term = 2;
     }
@@ -129,10 +122,7 @@ fn brand_new_disk_loss() -> Case {
     o.bounds.max_term = 1;
     o.bounds.max_log = 2;
     o.bounds.max_writes = 0;
-    o.bounds.max_crashes = 0;
     o.bounds.max_wipes = 1;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     Case {
         name: "brand-new cluster with a disk loss",
         o,
@@ -146,8 +136,6 @@ fn crash_and_disk_loss() -> Case {
     o.bounds.max_log = 3;
     o.bounds.max_crashes = 1;
     o.bounds.max_wipes = 1;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     Case {
         name: "running cluster, crash and disk loss",
         o,
@@ -160,10 +148,7 @@ fn crash_and_disk_loss() -> Case {
 fn mixed_timings() -> Case {
     let mut o = base(Start::Running);
     o.timings[0] = SLOW;
-    o.bounds.max_crashes = 0;
-    o.bounds.max_wipes = 0;
     o.bounds.max_dups = u8::from(long());
-    o.bounds.max_appends = 1;
     Case {
         name: "nodes of different timings",
         o,
@@ -175,10 +160,6 @@ fn mixed_timings() -> Case {
 fn handover() -> Case {
     let mut o = base(Start::Running);
     o.bounds.max_handovers = 1;
-    o.bounds.max_crashes = 0;
-    o.bounds.max_wipes = 0;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     if long() {
         o.bounds.max_log = 5;
     } else {
@@ -200,10 +181,6 @@ fn member_added() -> Case {
     o.bounds.max_term = 1;
     o.bounds.max_log = 5;
     o.bounds.max_writes = 0;
-    o.bounds.max_crashes = 0;
-    o.bounds.max_wipes = 0;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     Case {
         name: "a voter added",
         o,
@@ -217,10 +194,6 @@ fn member_removed() -> Case {
     o.bounds.max_changes = 1;
     o.bounds.max_log = 5;
     o.bounds.max_writes = u8::from(long());
-    o.bounds.max_crashes = 0;
-    o.bounds.max_wipes = 0;
-    o.bounds.max_dups = 0;
-    o.bounds.max_appends = 1;
     Case {
         name: "a voter removed",
         o,

@@ -18,28 +18,21 @@
 //! Every property is checked and all that fail are reported together. Needs root and `ip`:
 //! where namespaces cannot be made this test FAILS — it never passes by skipping.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use xce::client::{new_job_id, Client};
+use common::{user_spec, wait_all_vote, SLOW_TIMING};
+use xce::client::Client;
 use xce_proof::harness::netns::{self, NetCluster};
 use xce_proof::nemesis::checks::{self, Verdict};
 use xce_proof::nemesis::sequence::{self, Moment};
 use xce_proof::nemesis::{clients, fault};
-use xce_proto::wire::{JobFilter, JobSpec};
+use xce_proto::wire::JobFilter;
 
-/// Slower than the defaults, so that a debug build on a busy machine holds its leases (the
-/// sequence does not depend on timing: its cuts are waited for, not slept through).
-const TIMING: [&str; 6] = [
-    "--heartbeat-ms",
-    "50",
-    "--election-min-ms",
-    "300",
-    "--election-max-ms",
-    "600",
-];
 /// Bound on each wait for an event (a primary elected, every node caught up, an ack).
 const BOUND: Duration = Duration::from_secs(20);
 /// How long W2 and the listing after it may take while the old primary is back: a correct
@@ -52,18 +45,6 @@ const SERVE_BOUND: Duration = Duration::from_secs(30);
 const SETTLE_BOUND: Duration = Duration::from_secs(25);
 /// [`SERVE_BOUND`] for a cluster that did not settle (asked all the same, more briefly).
 const UNSETTLED_SERVE_BOUND: Duration = Duration::from_secs(5);
-
-fn job(id: u64, name: &str) -> JobSpec {
-    JobSpec {
-        job_id: id,
-        name: name.into(),
-        user: "issue35".into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
-    }
-}
 
 /// The library in the cluster's client namespace: every call runs on a thread that is there.
 struct Lib {
@@ -85,9 +66,9 @@ impl Lib {
 
     /// `jobsubmit` of a fresh id, given up at `deadline`: the id, and whether it was acknowledged.
     fn write(&self, name: &str, deadline: Duration) -> (u64, Result<(), String>) {
-        let id = new_job_id();
+        let spec = user_spec("issue35", name);
+        let id = spec.job_id;
         let h = self.client.call_handle(Some(deadline));
-        let spec = job(id, name);
         let r = netns::in_ns(&self.ns, move || h.jobsubmit(spec).map(drop))
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()));
@@ -101,28 +82,6 @@ impl Lib {
             .map_err(|e| e.to_string())?
             .map(|jobs| jobs.into_iter().map(|j| j.job_id).collect())
             .map_err(|e| e.to_string())
-    }
-}
-
-/// Every node votes (it logged that it caught up: a node that started blank votes only then,
-/// C12), so the cluster can lose any one node.
-fn wait_all_vote(c: &NetCluster) {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let log = c.log_lines(&["votes and campaigns again (C12)"]);
-        if c.nodes
-            .iter()
-            .all(|n| log.contains(&format!("node {}: ", n.id)))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not every node caught up within {} s:\n{}",
-            BOUND.as_secs(),
-            c.log_lines(&["role=", "C12"])
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -175,12 +134,12 @@ fn a_deposed_primary_and_a_blank_node_lose_no_acknowledged_write() {
         xce::client::log::set_level(xce::client::log::Level::Error);
     }
     let t0 = Instant::now();
-    let mut args: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = SLOW_TIMING.iter().map(|s| s.to_string()).collect();
     args.extend(fault::controller_args());
     let logs = log_dir();
     let mut c = NetCluster::start(3, &args, Some(logs.clone())).expect("namespaces/cluster");
     let p = c.wait_settled(BOUND).expect("a settled primary");
-    wait_all_vote(&c);
+    wait_all_vote(&c, BOUND, || c.log_lines(&["role=", "C12"]));
     let lib = Lib::new(&c);
     let (j0, r) = lib.write("J0", BOUND);
     r.unwrap_or_else(|e| panic!("J0 not acknowledged by a healthy cluster: {e}"));

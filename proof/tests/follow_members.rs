@@ -13,10 +13,6 @@ use xce::client::Endpoint;
 use xce_proof::harness::cluster::raw_call;
 use xce_proto::wire::{Hello, Op, ReplyData, PROTOCOL_VERSION};
 
-fn ep(a: std::net::SocketAddr) -> Endpoint {
-    Endpoint::new(a.ip().to_string(), a.port())
-}
-
 /// The members of a `hello` or `waitPrimary` answer of node `id` (None: not a CtrlInfo).
 fn members_of(c: &xce_proof::Cluster, id: u32, op: Op) -> Option<Vec<Endpoint>> {
     let r = raw_call(c.node(id).client, op, Duration::from_secs(5)).expect("raw call");

@@ -14,26 +14,26 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
+use parking_lot::Mutex;
+use xce::client::Options;
 use xce::client::{parse_masters, Client, Config};
-use xce::client::{Endpoint, Options};
 
 /// What a relay does to its traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 enum Mode {
-    Pass = 0,
+    Pass,
     /// Every byte dropped, both ways; connections stay open.
-    Silent = 1,
+    Silent,
     /// Requests reach the controller; its answers are dropped.
-    RepliesLost = 2,
+    RepliesLost,
     /// Every connection reset (open ones at their next byte, new ones at once).
-    Reset = 3,
+    Reset,
 }
 
 impl Mode {
@@ -50,21 +50,12 @@ impl Mode {
 /// A TCP relay on loopback to one controller's client port.
 struct Relay {
     addr: SocketAddr,
-    mode: Arc<AtomicU8>,
+    mode: Arc<Mutex<Mode>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 const TICK: Duration = Duration::from_millis(20);
-
-fn mode_of(m: &AtomicU8) -> Mode {
-    match m.load(Ordering::SeqCst) {
-        1 => Mode::Silent,
-        2 => Mode::RepliesLost,
-        3 => Mode::Reset,
-        _ => Mode::Pass,
-    }
-}
 
 fn reset(s: &TcpStream) {
     // SO_LINGER 0: close sends RST.
@@ -91,13 +82,13 @@ fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     up: bool,
-    mode: Arc<AtomicU8>,
+    mode: Arc<Mutex<Mode>>,
     stop: Arc<AtomicBool>,
 ) {
     let _ = from.set_read_timeout(Some(TICK));
     let mut buf = vec![0u8; 64 << 10];
     while !stop.load(Ordering::SeqCst) {
-        let m = mode_of(&mode);
+        let m = *mode.lock();
         if m == Mode::Reset {
             reset(&from);
             reset(&to);
@@ -109,7 +100,7 @@ fn pump(
                 return;
             }
             Ok(n) => {
-                let drop_it = match mode_of(&mode) {
+                let drop_it = match *mode.lock() {
                     Mode::Pass => false,
                     Mode::Silent | Mode::Reset => true,
                     Mode::RepliesLost => !up,
@@ -132,7 +123,7 @@ impl Relay {
         let l = TcpListener::bind("127.0.0.1:0").expect("relay bind");
         l.set_nonblocking(true).unwrap();
         let addr = l.local_addr().unwrap();
-        let mode = Arc::new(AtomicU8::new(Mode::Pass as u8));
+        let mode = Arc::new(Mutex::new(Mode::Pass));
         let stop = Arc::new(AtomicBool::new(false));
         let (m, st) = (mode.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -148,7 +139,7 @@ impl Relay {
                 };
                 let _ = c.set_nonblocking(false);
                 let _ = c.set_nodelay(true);
-                match mode_of(&m) {
+                match *m.lock() {
                     Mode::Silent => held.push(c),
                     Mode::Reset => reset(&c),
                     Mode::Pass | Mode::RepliesLost => {
@@ -174,7 +165,7 @@ impl Relay {
     }
 
     fn set(&self, m: Mode) {
-        self.mode.store(m as u8, Ordering::SeqCst);
+        *self.mode.lock() = m;
     }
 }
 
@@ -185,10 +176,6 @@ impl Drop for Relay {
             let _ = t.join();
         }
     }
-}
-
-fn ep(a: SocketAddr) -> Endpoint {
-    Endpoint::new(a.ip().to_string(), a.port())
 }
 
 /// A cluster of 3, a relay per node, and a client over the relays (the primary's first).

@@ -20,11 +20,6 @@ fn client_over(masters: Vec<Endpoint>, retries: u32) -> Client {
     Client::start_with(Config::new(masters), fast_options(), fast_retry(retries)).expect("start")
 }
 
-enum Kind {
-    TooBig,
-    Other,
-}
-
 /// One hostile first answer on master A, a good master B behind it: the call fails over to B
 /// (or, for wrong seqs, waits them out on A), and the same context keeps working.
 #[test]
@@ -55,11 +50,7 @@ fn s9_hostile_answers_fail_over_and_leave_the_context_usable() {
         ("close without a reply", Step::Close),
     ];
     for (what, step) in cases {
-        let step_kind = if matches!(step, Step::Oversized) {
-            Kind::TooBig
-        } else {
-            Kind::Other
-        };
+        let too_big = matches!(step, Step::Oversized);
         // The first answer (to `start`'s connect, no request) is none; the op meets the step.
         let a = FakeController::start(vec![step]);
         let b = FakeController::start(vec![]);
@@ -68,7 +59,7 @@ fn s9_hostile_answers_fail_over_and_leave_the_context_usable() {
         let r = cl.joblist(JobFilter::default());
         let took = t.elapsed();
         assert!(took < CALL_BOUND, "{what}: took {took:?}");
-        if matches!(step_kind, Kind::TooBig) {
+        if too_big {
             // A frame larger than the client's limit would be as large from any master: its own
             // clear error at once, no failover (the listing then asks for pages, which this
             // fake answers with nonsense: a protocol error). Never EINVAL.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xce::Error;
-use xce_proof::{Cluster, ClusterOpts};
+use xce_proof::Cluster;
 use xce_proto::wire::JobFilter;
 
 /// Small pages, as a C caller asking `xcecli_joblist_open(…, 16384, …)`.
@@ -108,36 +108,23 @@ fn run_listers(c: &Cluster, listers: usize, want: usize, bound: Duration) -> Run
 }
 
 /// Lines the nodes logged containing `what`.
-fn lines_with(dir: &std::path::Path, what: &str) -> usize {
-    (1..=3)
-        .map(|i| {
-            std::fs::read_to_string(dir.join(format!("node-{i}.log")))
-                .map_or(0, |s| s.lines().filter(|l| l.contains(what)).count())
-        })
-        .sum()
+fn lines_with(c: &Cluster, what: &str) -> usize {
+    c.all_logs().lines().filter(|l| l.contains(what)).count()
 }
 
 #[test]
 fn concurrent_paged_listings_all_complete() {
     let listers = if long() { 256 } else { 64 };
     let jobs = 4000;
-    let log_dir = std::env::temp_dir().join(format!("xce-listers-{}", std::process::id()));
-    let (c, _) = cluster_with(
-        3,
-        ClusterOpts {
-            extra_args: Vec::new(),
-            log_dir: Some(log_dir.clone()),
-            ..Default::default()
-        },
-    );
+    let (c, _) = cluster(3);
     fill(&c, jobs);
-    let before = lines_with(&log_dir, "listing");
-    let elections = lines_with(&log_dir, "role=primary");
+    let before = lines_with(&c, "listing");
+    let elections = lines_with(&c, "role=primary");
     let run = run_listers(&c, listers, jobs, Duration::from_secs(120));
     // Lines about listings: at most one a second per node, none per listing or per page.
-    let lines = lines_with(&log_dir, "listing") - before;
+    let lines = lines_with(&c, "listing") - before;
     let allowed = 3 * (run.wall.as_secs() as usize + 2);
-    let failover = lines_with(&log_dir, "role=primary") != elections;
+    let failover = lines_with(&c, "role=primary") != elections;
     eprintln!(
         "{listers} listers of {jobs} jobs in pages of {PAGE_BYTES} bytes: all done in {:?} (fastest {:?}, slowest {:?}), {} ESTALE, {} unfinished, {lines} log lines about listings",
         run.wall, run.fastest, run.slowest, run.estale, run.unfinished
@@ -155,8 +142,6 @@ fn concurrent_paged_listings_all_complete() {
         lines <= allowed,
         "{lines} log lines about listings (at most {allowed})"
     );
-    drop(c);
-    let _ = std::fs::remove_dir_all(&log_dir);
 }
 
 /// Measurement: `XCE_LISTERS` (default 8,64,256) concurrent listers of `XCE_LIST_JOBS`

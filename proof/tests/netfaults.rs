@@ -9,17 +9,16 @@
 //! take less than 500 ms (the silent new primary's connect given up at the race stagger) must
 //! not be taken.
 
+mod common;
+
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::{ep, finish, join_as, long, rejoin_on_reconnect, unix_ms, user_spec};
 use xce_proof::bench::p9_netfaults::{self, describe, Scenario};
 use xce_proof::bench::plan::Plan;
 use xce_proof::harness::netns::{self, NetCluster};
-
-fn long() -> bool {
-    std::env::var_os("XCE_LONG").is_some_and(|v| v != "0")
-}
 
 /// Why this test cannot run here, printed; `None`: it can. As root (the README's test command
 /// runs as root) or with `XCE_REQUIRE_NETNS` set, not being able to run is a failure: a test
@@ -63,19 +62,6 @@ fn settled() -> Option<(NetCluster, u32)> {
         .wait_settled(Duration::from_secs(20))
         .expect("a primary that every node follows");
     Some((cluster, p))
-}
-
-/// A small job of `user`, named `name`, with a fresh id.
-fn spec(user: &str, name: &str) -> xce_proto::wire::JobSpec {
-    xce_proto::wire::JobSpec {
-        job_id: xce::client::new_job_id(),
-        name: name.into(),
-        user: user.into(),
-        queue: String::new(),
-        command: "true".into(),
-        ncpus: 1,
-        mem_mb: 1,
-    }
 }
 
 /// A context named `name` on `masters` (default options).
@@ -200,14 +186,10 @@ fn namespaces_are_cleaned_up_after_a_panic_and_after_a_killed_run() {
             .lines()
             .any(|l| l.starts_with(prefix))
     };
-    let tag = std::thread::spawn(|| {
+    let tag = std::thread::spawn(move || {
         let c = NetCluster::start(3, &[], None).expect("cluster");
         let tag = format!("{}-", c.tag());
-        assert!(std::process::Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains(&tag))
-            .unwrap_or(false));
+        assert!(listed(&tag));
         std::panic::panic_any(tag);
     })
     .join()
@@ -258,13 +240,12 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use xce::client::log;
-    use xce::client::{parse_masters, Client, Config};
     use xce_proof::harness::netns::Fault;
-    use xce_proto::wire::{JobSpec, JobState, Join, Notify, NotifyKind, SessionRole};
+    use xce_proto::wire::{JobSpec, JobState, SessionRole};
 
-    if skip().is_some() {
+    let Some((cluster, p)) = settled() else {
         return;
-    }
+    };
     log::set_level(log::Level::Warn);
     log::set_sink(Some(Arc::new(|_, line: &str| {
         if line.contains("refused by the primary") {
@@ -272,45 +253,23 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
         }
     })));
     const JOBS: usize = 100;
-    let cluster = NetCluster::start(3, &[], None).expect("namespaces/cluster");
-    let p = cluster
-        .wait_settled(Duration::from_secs(20))
-        .expect("a primary that every node follows");
     let masters = cluster.masters();
-    let join = |role, host: &str| Join {
-        role,
-        host: host.into(),
-        ncpus: 1024,
-        mem_mb: 1 << 20,
-        attrs: vec![],
-    };
-    let start = |m: &str, name: &str| {
-        let mut cfg = Config::new(parse_masters(m).unwrap());
-        cfg.client_name = name.into();
-        Client::start(cfg).expect("start")
-    };
     // RUN jobs on host nf-w, dispatched by a scheduler context.
     let ids: Vec<u64> = {
-        let (m, j) = (masters.clone(), join(SessionRole::Scheduler, "sched"));
-        let wj = join(SessionRole::Worker, "nf-w");
+        let (m, j) = (masters.clone(), join_as(SessionRole::Scheduler, "sched"));
+        let wj = join_as(SessionRole::Worker, "nf-w");
         netns::in_ns(&cluster.client_ns, move || {
             // The host exists once its worker joined.
-            start(&m, "nf-register").join(wj).unwrap();
-            let s = start(&m, "nf-sched");
+            client(&m, "nf-register").join(wj).unwrap();
+            let s = client(&m, "nf-sched");
             s.join(j).unwrap();
             (0..JOBS)
                 .map(|i| {
-                    let id = s
-                        .jobsubmit(JobSpec {
-                            job_id: 0,
-                            name: format!("nf-{i}"),
-                            user: "nf".into(),
-                            queue: String::new(),
-                            command: "true".into(),
-                            ncpus: 1,
-                            mem_mb: 1,
-                        })
-                        .unwrap();
+                    let spec = JobSpec {
+                        job_id: 0,
+                        ..user_spec("nf", &format!("nf-{i}"))
+                    };
+                    let id = s.jobsubmit(spec).unwrap();
                     s.jobdispatch(id, "nf-w").unwrap();
                     id
                 })
@@ -327,30 +286,16 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
             ids.clone(),
             sent.clone(),
         );
-        let j = join(SessionRole::Worker, "nf-w");
+        let j = join_as(SessionRole::Worker, "nf-w");
         std::thread::spawn(move || {
             netns::in_ns(&ns, move || {
-                let w = start(&m, "nf-worker");
-                let jj = j.clone();
-                w.set_reconnect_handler(Some(Arc::new(move |c: &Client| {
-                    match c.join(jj.clone()) {
-                        Ok(_) => 0,
-                        Err(e) => e.status(),
-                    }
-                })));
+                let w = client(&m, "nf-worker");
+                rejoin_on_reconnect(&w, j.clone());
                 w.join(j).unwrap();
                 let mut last_heartbeat = 0i64;
                 for (k, &id) in ids.iter().enumerate() {
-                    w.notify(Notify {
-                        kind: NotifyKind::JobFinish,
-                        job_id: id,
-                        exit_code: k as i32,
-                    })
-                    .expect("notify accepted");
-                    last_heartbeat = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap()
-                        .as_millis() as i64;
+                    finish(&w, id, k as i32);
+                    last_heartbeat = unix_ms();
                     w.heartbeat("nf-w").expect("heartbeat accepted");
                     sent.fetch_add(1, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(50));
@@ -388,7 +333,7 @@ fn s11_notifies_and_heartbeats_through_partitions_arrive_exactly_once() {
     // Counted at the primary.
     let m = masters.clone();
     let (states, heartbeat) = netns::in_ns(&cluster.client_ns, move || {
-        let a = start(&m, "nf-check");
+        let a = client(&m, "nf-check");
         let states: Vec<(JobState, i32)> = ids
             .iter()
             .map(|&id| {
@@ -441,7 +386,7 @@ fn s11_forwarding_serves_a_client_cut_from_the_primary() {
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("f28", name);
+    let spec = |name: &str| user_spec("f28", name);
     let start = |m: &str, forward: bool| {
         let mut cfg = Config::new(parse_masters(m).unwrap());
         cfg.client_name = "f28".into();
@@ -556,7 +501,7 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("silent", name);
+    let spec = |name: &str| user_spec("silent", name);
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "silent-new");
         let mut ids = Vec::new();
@@ -608,14 +553,13 @@ fn s11_a_silent_new_primary_is_reached_through_a_standby_at_once() {
 /// whichever the probe asked, the calls after the first are served by the new primary itself.
 #[test]
 fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
-    use xce::client::Endpoint;
     use xce_proof::harness::netns::Fault;
     use xce_proto::wire::JobFilter;
 
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("direct", name);
+    let spec = |name: &str| user_spec("direct", name);
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "direct");
         let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];
@@ -637,8 +581,7 @@ fn s11_a_reachable_new_primary_is_used_directly_after_the_first_call() {
         .wait_primary(Some(p), Duration::from_secs(20))
         .expect("a new primary");
     cluster.fault(Fault::Blackhole(p), false).unwrap();
-    let addr = cluster.node(n).client;
-    let primary = Endpoint::new(addr.ip().to_string(), addr.port());
+    let primary = ep(cluster.node(n).client);
     eprintln!(
         "F28 (netns): primary {p} blackholed, {n} took over; first call after it served via \
          {after_first:?}, the next ones via {now:?}"
@@ -663,7 +606,7 @@ fn s11_a_kept_connection_to_a_primary_gone_silent_is_served_through_a_standby_at
     let Some((cluster, p)) = settled() else {
         return;
     };
-    let spec = |name: &str| spec("kept", name);
+    let spec = |name: &str| user_spec("kept", name);
     let (go_tx, client) = client_thread(&cluster, move |m, ready_tx, go_rx| {
         let cl = client(m, "kept");
         let mut ids = vec![cl.jobsubmit(spec("before")).expect("before the fault")];

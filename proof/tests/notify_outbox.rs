@@ -18,7 +18,7 @@ use xce::client::ClientOption;
 use xce::client::Event;
 use xce::client::{parse_masters, Client, Config};
 use xce_proof::Cluster;
-use xce_proto::wire::{JobState, Join, Notify, NotifyKind, SessionRole};
+use xce_proto::wire::{JobState, SessionRole};
 
 /// Lines the library logged, per test (filtered by the worker's name).
 static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -38,23 +38,6 @@ fn lines_of(name: &str) -> Vec<String> {
         .collect()
 }
 
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-fn join_as(role: SessionRole, host: &str) -> Join {
-    Join {
-        role,
-        host: host.into(),
-        ncpus: 1024,
-        mem_mb: 1 << 20,
-        attrs: vec![],
-    }
-}
-
 /// A worker context: short reply timeout, a reconnect hook that re-joins, failovers counted
 /// through the event handler.
 fn worker(c: &Cluster, name: &str, host: &str) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>) {
@@ -62,16 +45,8 @@ fn worker(c: &Cluster, name: &str, host: &str) -> (Client, Arc<AtomicU64>, Arc<A
     cfg.client_name = name.into();
     let w = Client::start(cfg).expect("worker start");
     w.set_option(ClientOption::ReplyTimeoutMs(1000)).unwrap();
-    let hooks = Arc::new(AtomicU64::new(0));
+    let hooks = rejoin_on_reconnect(&w, join_as(SessionRole::Worker, host));
     let finished = Arc::new(AtomicU64::new(0));
-    let (h, j) = (hooks.clone(), join_as(SessionRole::Worker, host));
-    w.set_reconnect_handler(Some(Arc::new(move |cl: &Client| {
-        h.fetch_add(1, Ordering::SeqCst);
-        match cl.join(j.clone()) {
-            Ok(_) => 0,
-            Err(e) => e.status(),
-        }
-    })));
     let f = finished.clone();
     w.set_event_handler(Some(Arc::new(move |e: &Event| {
         if matches!(e, Event::FailoverFinished { .. }) {
@@ -98,15 +73,6 @@ fn running_jobs(c: &Cluster, host: &str, n: usize) -> (Client, Vec<u64>) {
         assert_eq!(adm.jobinfo(id).unwrap().state, JobState::Run);
     }
     (adm, ids)
-}
-
-fn finish(w: &Client, id: u64, exit_code: i32) {
-    w.notify(Notify {
-        kind: NotifyKind::JobFinish,
-        job_id: id,
-        exit_code,
-    })
-    .expect("notify accepted");
 }
 
 /// Every job DONE with the exit code its notify carried; nothing refused by a primary (a

@@ -10,23 +10,16 @@
 //! namespaces cannot be made (not root, no `ip`) — but a failure as root or with
 //! `XCE_REQUIRE_NETNS` set, as S11.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::{wait_all_vote, SLOW_TIMING};
 use xce_proof::harness::netns::{self, Fault, NetCluster};
 use xce_proto::wire::{ControllerInfo, ControllerRole};
 
-/// Slower than the defaults (a debug build on a loaded machine must not miss a lease by
-/// accident; the property holds for any timing): lease 600 ms, election timeout 300–600 ms.
-const TIMING: [&str; 6] = [
-    "--heartbeat-ms",
-    "50",
-    "--election-min-ms",
-    "300",
-    "--election-max-ms",
-    "600",
-];
 /// How long a node stays cut off: several election timeouts.
 const CUT_FOR: Duration = Duration::from_secs(4);
 /// After the heal: time for a rejoining node to catch up, or to disrupt.
@@ -87,19 +80,11 @@ fn log_dir(name: &str) -> PathBuf {
 
 /// A 3-node cluster with a settled primary: (cluster, primary, term).
 fn settled(name: &str) -> (NetCluster, u32, u64) {
-    let timing: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
+    let timing: Vec<String> = SLOW_TIMING.iter().map(|s| s.to_string()).collect();
     let c = NetCluster::start(3, &timing, Some(log_dir(name))).expect("namespaces/cluster");
     let p = c.wait_primary(None, BOUND).expect("a primary");
-    // Every node started blank, so each one votes (C12) only once it has caught up with the
-    // leader; an election among the others needs both.
-    let t0 = Instant::now();
-    while !c.nodes.iter().all(|n| {
-        c.log_lines(&["votes and campaigns again (C12)"])
-            .contains(&format!("node {}: ", n.id))
-    }) {
-        assert!(t0.elapsed() < BOUND, "not all caught up:\n{}", history(&c));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Every node started blank: an election among the others needs both to vote.
+    wait_all_vote(&c, BOUND, || history(&c));
     std::thread::sleep(Duration::from_secs(1));
     let now = infos(&c);
     assert_eq!(primaries(&now), vec![p], "settled: {now:?}");

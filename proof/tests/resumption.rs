@@ -11,12 +11,14 @@
 //! `XCE_CONTROLLER=/path/to/older/release/xce-controller cargo test --release -p xce-proof
 //! --test resumption -- --ignored --nocapture`.
 
-use std::process::Command;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{pki, tls_flags};
 use xce::testing::{Connection, WakeState};
-use xce_proof::{controller_bin, Cluster, ClusterOpts};
+use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{Limits, Op, Request};
 
 /// utime + stime of a process, in clock ticks.
@@ -32,30 +34,12 @@ fn what_resumption_saves_a_reconnect() {
     let dir = std::env::temp_dir().join(format!("xce-resumption-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let pki = dir.join("pki");
-    let st = Command::new(controller_bin())
-        .args(["pki", "local"])
-        .arg(&pki)
-        .arg("1")
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{st:?}");
-    let f = |n: &str| pki.join(n).display().to_string();
-    let flags = [
-        "--tls-cert",
-        &f("xce-node-{id}.pem"),
-        "--tls-key",
-        &f("xce-node-{id}.key"),
-        "--tls-client-ca",
-        &f("ca.pem"),
-        "--tls-peer-ca",
-        &f("ca.pem"),
-    ]
-    .map(String::from);
+    let pki_dir = dir.join("pki");
+    pki(&["local", pki_dir.to_str().unwrap(), "1"]);
     let c = Cluster::start(
         1,
         ClusterOpts {
-            extra_args: flags.to_vec(),
+            extra_args: tls_flags(&pki_dir, false),
             ..Default::default()
         },
     )
@@ -65,9 +49,9 @@ fn what_resumption_saves_a_reconnect() {
     let pid = c.node(1).pid().unwrap();
     let port = c.node(1).client.port();
     let on = xce::testing::client_config(
-        &pki.join("ca.pem"),
-        Some(&pki.join("admin.pem")),
-        Some(&pki.join("admin.key")),
+        &pki_dir.join("ca.pem"),
+        Some(&pki_dir.join("admin.pem")),
+        Some(&pki_dir.join("admin.key")),
     )
     .unwrap();
     let mut off = (*on).clone();

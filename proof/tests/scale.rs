@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with, cluster_with, long};
+use common::{client, client_with, cluster, cluster_with, long};
 use xce_proof::bench::load::c_joblist_ids;
 use xce_proof::bench::p12_job_table;
 use xce_proof::{Cluster, ClusterOpts};
@@ -64,14 +64,10 @@ fn log_dir(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("xce-scale-test-{tag}-{}", std::process::id()))
 }
 
-fn log_of(dir: &std::path::Path, id: u32) -> String {
-    std::fs::read_to_string(dir.join(format!("node-{id}.log"))).unwrap_or_default()
-}
-
 /// Listings pinned so far by each node (from its log), by node id - 1.
-fn pins(dir: &std::path::Path) -> Vec<usize> {
+fn pins(c: &Cluster) -> Vec<usize> {
     (1..=3)
-        .map(|id| log_of(dir, id).matches("pinned").count())
+        .map(|id| c.log(id).matches("pinned").count())
         .collect()
 }
 
@@ -79,16 +75,7 @@ fn pins(dir: &std::path::Path) -> Vec<usize> {
 fn a_table_over_16_mib_lists_whole_through_a_primary_kill() {
     // Small pages (256 KiB) make the listing many round trips long, so the kill lands inside it.
     std::env::set_var(xce::client::ENV_PAGE_BYTES, "262144");
-    let logs = log_dir("list");
-    let _ = std::fs::remove_dir_all(&logs);
-    let (mut c, _) = cluster_with(
-        3,
-        ClusterOpts {
-            extra_args: vec![],
-            log_dir: Some(logs.clone()),
-            ..Default::default()
-        },
-    );
+    let (mut c, _) = cluster(3);
     let n = if long() { 80_000 } else { 16_000 };
     let acked = load(&c, n);
     assert_eq!(acked.len() as u64, n);
@@ -110,7 +97,7 @@ fn a_table_over_16_mib_lists_whole_through_a_primary_kill() {
     let mut proven = false;
     for trial in 0..5u32 {
         let p = c.wait_primary(common::ELECTION_WAIT).expect("primary");
-        let pins_before = pins(&logs);
+        let pins_before = pins(&c);
         let masters = c.masters();
         let t0 = Instant::now();
         let lister = std::thread::spawn(move || {
@@ -132,25 +119,19 @@ fn a_table_over_16_mib_lists_whole_through_a_primary_kill() {
             // The call outlived the kill and failed over: the new primary served the listing
             // from a snapshot of its own.
             // (Its log line may reach the file a little after the reply: waited for.)
-            let until = Instant::now() + Duration::from_secs(5);
-            let restarted_on_new = loop {
-                let now = pins(&logs);
-                let seen = (1..=3u32)
+            let what = "a listing pinned on the new primary";
+            c.wait_until(what, Duration::from_secs(5), || {
+                let now = pins(&c);
+                (1..=3u32)
                     .filter(|&id| id != p)
-                    .any(|id| now[id as usize - 1] > pins_before[id as usize - 1]);
-                if seen || Instant::now() >= until {
-                    break seen;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            assert!(restarted_on_new, "no listing pinned on the new primary");
+                    .any(|id| now[id as usize - 1] > pins_before[id as usize - 1])
+            });
             proven = true;
             break;
         }
         std::thread::sleep(Duration::from_secs(2));
     }
     assert!(proven, "the kill never landed inside a listing in 5 trials");
-    let _ = std::fs::remove_dir_all(&logs);
 }
 
 #[test]
@@ -205,15 +186,12 @@ fn a_reply_too_large_for_a_frame_is_toobig_at_once_without_failover() {
 
 #[test]
 fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
-    let logs = log_dir("catchup");
-    let _ = std::fs::remove_dir_all(&logs);
     let (mut c, p) = cluster_with(
         3,
         ClusterOpts {
             // Purge the log down to 1000 entries behind a snapshot (the default keeps 20000,
             // more than this test writes), so that the empty standby needs the snapshot.
             extra_args: vec!["--log-keep".into(), "1000".into()],
-            log_dir: Some(logs.clone()),
             ..Default::default()
         },
     );
@@ -231,44 +209,27 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
     // The node's log file goes on across restarts: only lines written after this one count
     // (an earlier "votes and campaigns again" let the primary be killed before the restarted
     // node had caught up — then it rightly refused every vote, C12, and no primary came).
-    let mark = log_of(&logs, s).len();
-    let since = |logs: &std::path::Path| log_of(logs, s).get(mark..).unwrap_or("").to_string();
+    let mark = c.log(s).len();
+    let since = |c: &Cluster| c.log(s).get(mark..).unwrap_or("").to_string();
     std::fs::remove_dir_all(c.data(s)).expect("wipe");
     c.restart(s).expect("restart");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !since(&logs).contains("installed snapshot") {
-        assert!(
-            !log_of(&logs, s).contains("raft stopped"),
-            "the empty standby stopped:\n{}",
-            log_of(&logs, s)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no snapshot installed:\n{}",
-            log_of(&logs, s)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    c.wait_until("a snapshot installed", Duration::from_secs(60), || {
+        let stopped = c.log(s).contains("raft stopped");
+        assert!(!stopped, "the empty standby stopped:\n{}", c.log(s));
+        since(&c).contains("installed snapshot")
+    });
     // C12: a node that lost its data votes again only once it has caught up to the leader's
-    // commit index (the snapshot and the log after it).
-    while !since(&logs).contains("votes and campaigns again") {
-        assert!(
-            Instant::now() < deadline,
-            "never caught up:\n{}",
-            log_of(&logs, s)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // commit index (the snapshot and the log after it). Both within the one minute.
+    let left = deadline.saturating_duration_since(Instant::now());
+    c.wait_until("the standby caught up", left, || {
+        since(&c).contains("votes and campaigns again")
+    });
     // It holds everything: make it serve by killing the primary.
     std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        !log_of(&logs, s).contains("raft stopped"),
-        "{}",
-        log_of(&logs, s)
-    );
+    assert!(!c.log(s).contains("raft stopped"), "{}", c.log(s));
     c.kill(p);
-    let q = c.expect_new_primary(p, common::ELECTION_WAIT);
-    let _ = q;
+    c.expect_new_primary(p, common::ELECTION_WAIT);
     let ids: BTreeSet<u64> = cl
         .joblist(JobFilter::default())
         .expect("joblist")
@@ -276,7 +237,6 @@ fn a_standby_on_an_empty_data_directory_catches_up_from_a_snapshot() {
         .map(|j| j.job_id)
         .collect();
     assert_eq!(ids, acked);
-    let _ = std::fs::remove_dir_all(&logs);
 }
 
 /// The table sizes P12's test runs: 10^4 jobs, and 10^6 with `XCE_SCALE_FULL=1`.

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -172,25 +171,23 @@ fn s2_writes_survive_failover_exactly_once() {
         acked.extend(t.join().expect("workload thread"));
     }
     let checker = client(&c);
-    let mut counts: HashMap<u64, u32> = HashMap::new();
+    let mut listed = Vec::new();
     for w in 0..writers {
         let filter = JobFilter {
             user: format!("s2-w{w}"),
             ..Default::default()
         };
-        for j in checker.joblist(filter).expect("final joblist") {
-            *counts.entry(j.job_id).or_default() += 1;
-        }
+        let jobs = checker.joblist(filter).expect("final joblist");
+        listed.extend(jobs.iter().map(|j| j.job_id));
     }
-    let lost: Vec<_> = acked.iter().filter(|id| !counts.contains_key(id)).collect();
-    let dups: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    let (lost, dups) = lost_and_twice(&acked, &listed);
     eprintln!(
-        "S2: {trials} kills, {} ok calls, {} failed, {} acknowledged writes, {} jobs stored, \
+        "S2: {trials} kills, {} ok calls, {} failed, {} acknowledged writes, {} jobs listed, \
          longest call {} ms",
         tally.ok.load(Ordering::Relaxed),
         tally.failed.load(Ordering::Relaxed),
         acked.len(),
-        counts.len(),
+        listed.len(),
         tally.max_call_ms.load(Ordering::Relaxed)
     );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
@@ -258,19 +255,14 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
     assert_ne!(new_primary, primary);
 
     c.resume(primary);
-    let deadline = Instant::now() + ELECTION_WAIT;
-    loop {
-        let role =
-            xce_proof::harness::cluster::probe(c.node(primary).client, Duration::from_millis(500));
-        if matches!(role, Ok(None)) {
-            break; // answers with a non-primary status: a standby again
-        }
-        assert!(
-            Instant::now() < deadline,
-            "old primary did not step down: {role:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Answers with a non-primary status: a standby again.
+    c.wait_until("the old primary to step down", ELECTION_WAIT, || {
+        let probe = xce_proof::harness::cluster::probe;
+        matches!(
+            probe(c.node(primary).client, Duration::from_millis(500)),
+            Ok(None)
+        )
+    });
     let ids: Vec<u64> = all_job_ids(&cl);
     assert!(ids.contains(&before) && ids.contains(&during), "{ids:?}");
     // A client given only the old primary is never served stale state: the old primary
@@ -288,10 +280,7 @@ fn s4_hung_primary_is_detected_and_rejoins_as_standby() {
             );
             assert_ne!(
                 only_old.stats().current_master,
-                Some(xce::client::Endpoint::new(
-                    c.node(primary).client.ip().to_string(),
-                    c.node(primary).client.port()
-                )),
+                Some(ep(c.node(primary).client)),
                 "answered by the old primary itself"
             );
         }
@@ -350,27 +339,11 @@ fn s5_whole_cluster_down_then_back() {
 /// could not succeed otherwise), and the new primary lists the daemon.
 #[test]
 fn s6_reconnect_handler_rejoins_before_resend() {
-    use xce_proto::wire::{Join, ResVal, SessionRole};
+    use xce_proto::wire::{ResVal, SessionRole};
     let (mut c, primary) = cluster(3);
     let cl = client(&c);
-    let join = Join {
-        role: SessionRole::Worker,
-        host: "daemon-1".into(),
-        ncpus: 4,
-        mem_mb: 8192,
-        attrs: vec![],
-    };
-    let hook_runs = Arc::new(AtomicU64::new(0));
-    let (runs, j) = (hook_runs.clone(), join.clone());
-    cl.set_reconnect_handler(Some(std::sync::Arc::new(
-        move |cl: &xce::client::Client| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            match cl.join(j.clone()) {
-                Ok(_) => 0,
-                Err(e) => e.status(),
-            }
-        },
-    )));
+    let join = join_as(SessionRole::Worker, "daemon-1");
+    let hook_runs = rejoin_on_reconnect(&cl, join.clone());
     cl.join(join).expect("first join");
     let load = |v: &str| {
         vec![ResVal {

@@ -10,94 +10,37 @@
 //! extended — deadlines, budgets, memory, the loopback rule, data files — is
 //! `controller/tests/it/hostile_clients.rs`.)
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{join_as, lost_and_twice, pki, tls_flags, user_spec};
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::{Error, TlsCause};
-use xce_proof::{controller_bin, Cluster, ClusterOpts};
+use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{
-    roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Join, Notify,
-    NotifyKind, Op, QueueAction, ResVal, SessionRole, Usage,
+    roles, HostAction, JobAction, JobFilter, JobListPage, JobSpec, JobState, Notify, NotifyKind,
+    Op, QueueAction, ResVal, SessionRole, Usage,
 };
 
-fn pki(args: &[&str]) -> String {
-    let out = Command::new(controller_bin())
-        .arg("pki")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "pki {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// Node flags of a `cluster --tls DIR` cluster.
-fn tls_flags(dir: &Path, tokens: bool) -> Vec<String> {
-    let f = |n: &str| dir.join(n).display().to_string();
-    let mut v = vec![
-        "--tls-cert".into(),
-        f("xce-node-{id}.pem"),
-        "--tls-key".into(),
-        f("xce-node-{id}.key"),
-        "--tls-client-ca".into(),
-        f("ca.pem"),
-        "--tls-peer-ca".into(),
-        f("ca.pem"),
-    ];
-    if tokens {
-        v.extend(["--token-key".into(), f("token.key")]);
-    }
-    v
-}
-
 struct Tls {
-    _dir: tempdir::Dir,
+    /// The `pki local` directory (in the cluster's, removed with it).
     path: PathBuf,
     cluster: Cluster,
 }
 
-mod tempdir {
-    /// A directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    pub fn new(tag: &str) -> Dir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "xce-sec-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-}
-
-fn tls_cluster(tag: &str, nodes: usize, tokens: bool) -> Tls {
-    let dir = tempdir::new(tag);
-    let path = dir.0.join("pki");
+fn tls_cluster(nodes: usize, tokens: bool) -> Tls {
+    let mut cluster = Cluster::prepare(nodes, ClusterOpts::default()).expect("cluster");
+    let path = cluster.data_dir().join("pki");
     pki(&["local", path.to_str().unwrap(), &nodes.to_string()]);
     pki(&["identity", path.to_str().unwrap(), "worker-host2"]);
-    let cluster = Cluster::start(
-        nodes,
-        ClusterOpts {
-            extra_args: tls_flags(&path, tokens),
-            log_dir: Some(dir.0.join("logs")),
-            ..Default::default()
-        },
-    )
-    .expect("cluster");
-    assert!(cluster.wait_listening(Duration::from_secs(20)));
-    Tls {
-        _dir: dir,
-        path,
-        cluster,
+    cluster.opts.extra_args = tls_flags(&path, tokens);
+    for id in 1..=nodes as u32 {
+        cluster.start_node(id);
     }
+    assert!(cluster.wait_listening(Duration::from_secs(20)));
+    Tls { path, cluster }
 }
 
 impl Tls {
@@ -109,64 +52,40 @@ impl Tls {
         }
     }
 
+    /// A library configuration over the cluster: TLS with `tls` (`None`: plaintext), `token`.
+    fn config(&self, tls: Option<TlsFiles>, token: Option<&str>) -> Config {
+        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
+        cfg.tls = tls;
+        cfg.auth_token = token.map(str::to_string);
+        cfg
+    }
+
     /// A library client with identity `who` (a certificate; `None`: anonymous).
     fn client(&self, who: Option<&str>) -> Client {
-        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
-        cfg.tls = Some(self.files(who));
-        cfg.auth_token = Some(String::new());
-        Client::start(cfg).unwrap_or_else(|e| panic!("start as {who:?}: {e}"))
+        Client::start(self.config(Some(self.files(who)), Some("")))
+            .unwrap_or_else(|e| panic!("start as {who:?}: {e}"))
     }
 
     /// A library client without a certificate, carrying `token`.
     fn token_client(&self, token: &str) -> Client {
-        let mut cfg = Config::new(parse_masters(&self.cluster.masters()).unwrap());
-        cfg.tls = Some(self.files(None));
-        cfg.auth_token = Some(token.to_string());
-        Client::start(cfg).unwrap()
+        Client::start(self.config(Some(self.files(None)), Some(token))).unwrap()
     }
 
-    /// Whether the nodes' logs have (or get within 5 s) a line containing `pat`: a node's
-    /// stderr reaches its log through a stamping thread, after the reply may have.
-    fn logged(&self, pat: &str) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !self.logs().contains(pat) {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
-    }
-
-    fn logs(&self) -> String {
-        (1..=self.cluster.nodes.len())
-            .map(|i| {
-                std::fs::read_to_string(self._dir.0.join(format!("logs/node-{i}.log")))
-                    .unwrap_or_default()
-            })
-            .collect()
+    /// Waits (5 s) for a line containing `pat` in the nodes' logs: a node's stderr reaches its
+    /// log through a stamping thread, after the reply may have.
+    fn wait_logged(&self, pat: &str) {
+        let has = || self.cluster.all_logs().contains(pat);
+        let what = format!("a node log line with {pat:?}");
+        self.cluster.wait_until(&what, Duration::from_secs(5), has);
     }
 }
 
 fn spec(user: &str) -> JobSpec {
-    JobSpec {
-        job_id: xce::client::new_job_id(),
-        name: "s15".into(),
-        user: user.into(),
-        command: "true".into(),
-        ncpus: 1,
-        ..Default::default()
-    }
+    user_spec(user, "s15")
 }
 
 fn join(role: SessionRole, host: &str) -> Op {
-    Op::Join(Join {
-        role,
-        host: host.into(),
-        ncpus: 4,
-        mem_mb: 1024,
-        attrs: Vec::new(),
-    })
+    Op::Join(join_as(role, host))
 }
 
 /// The world every case starts from: jobs of alice and bob, one running on host1 and one on
@@ -267,7 +186,7 @@ fn sample(op: &str, t: &Tls, w: &World) -> Op {
 /// table is checked against it.
 #[test]
 fn s15_ops_by_identity() {
-    let t = tls_cluster("table", 3, true);
+    let t = tls_cluster(3, true);
     let w = world(&t);
     let a = "admin";
     let s = "scheduler";
@@ -335,8 +254,9 @@ fn s15_ops_by_identity() {
         failures.join("\n")
     );
     eprintln!("{cases} cases of ops x identities as expected");
+    t.wait_logged("refused queuectrl");
     assert!(
-        t.logged("refused queuectrl") && t.logs().contains("for user-alice"),
+        t.cluster.all_logs().contains("for user-alice"),
         "refusals are logged with who and what"
     );
 }
@@ -345,7 +265,7 @@ fn s15_ops_by_identity() {
 /// queues or hosts. The refused ops leave the state as it was.
 #[test]
 fn s15_bindings() {
-    let t = tls_cluster("bind", 3, true);
+    let t = tls_cluster(3, true);
     let w = world(&t);
     let admin = t.client(Some("admin"));
     let alice = t.client(Some("user-alice"));
@@ -413,7 +333,7 @@ fn s15_bindings() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(admin.jobinfo(bob2).unwrap().state, JobState::Run);
-    assert!(t.logged("refused notify"));
+    t.wait_logged("refused notify");
     // Heartbeats: for its own host they count, for another host they are dropped.
     let beat = |h: &str| {
         admin
@@ -449,7 +369,7 @@ fn s15_bindings() {
 /// like a certificate; a forged or expired one is E_XCE_AUTH, terminal.
 #[test]
 fn s15_tokens() {
-    let t = tls_cluster("tokens", 1, true);
+    let t = tls_cluster(1, true);
     let dir = t.path.to_str().unwrap();
     let bob_token = pki(&["token", dir, "user-bob"]);
     let bob = t.token_client(&bob_token);
@@ -475,7 +395,7 @@ fn s15_tokens() {
             "{what}: E_XCE_AUTH retried"
         );
     }
-    assert!(t.logged("a bad token"));
+    t.wait_logged("a bad token");
     // Anonymous (no certificate, no token): hello yes, anything else no.
     let anon = t.client(None);
     anon.hello().unwrap();
@@ -487,10 +407,10 @@ fn s15_tokens() {
 /// with the default retry budget (≈ 50 s), not retried for all of it.
 #[test]
 fn certificate_problems_are_terminal() {
-    let t = tls_cluster("terminal", 1, false);
+    let t = tls_cluster(1, false);
     // Plaintext to the TLS port.
     let start = Instant::now();
-    let e = match Client::start(Config::new(parse_masters(&t.cluster.masters()).unwrap())) {
+    let e = match Client::start(t.config(None, None)) {
         Err(e) => e,
         // start only connects: the first exchange meets the TLS port.
         Ok(c) => c.hello().unwrap_err(),
@@ -504,9 +424,7 @@ fn certificate_problems_are_terminal() {
     );
     // No client certificate where one is required: the controller refuses the handshake.
     let start = Instant::now();
-    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-    cfg.tls = Some(t.files(None));
-    let e = match Client::start(cfg) {
+    let e = match Client::start(t.config(Some(t.files(None)), None)) {
         Err(e) => e,
         // TLS 1.3: the client may learn of the refusal only at its first read.
         Ok(c) => c.hello().unwrap_err(),
@@ -530,7 +448,7 @@ fn secured_cluster_fails_over_stop_and_kill() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
-    let mut t = tls_cluster("failover", 3, false);
+    let mut t = tls_cluster(3, false);
     let admin = t.client(Some("admin"));
     let primary = |c: &Client| -> u32 {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -599,27 +517,20 @@ fn secured_cluster_fails_over_stop_and_kill() {
     let failed = failed.lock().unwrap().clone();
     assert!(failed.is_empty(), "calls failed: {failed:?}");
     let acked = acked.lock().unwrap().clone();
-    let listed = admin
-        .joblist_all(JobFilter::default())
-        .expect("joblist_all");
-    let mut count = std::collections::HashMap::<u64, usize>::new();
-    for j in &listed {
-        *count.entry(j.job_id).or_default() += 1;
-    }
-    let bad: Vec<_> = acked
-        .iter()
-        .filter(|(id, _)| count.get(id) != Some(&1))
-        .collect();
+    let listed = admin.joblist_all(JobFilter::default()).expect("all");
+    let listed: Vec<u64> = listed.iter().map(|j| j.job_id).collect();
+    let ids: Vec<u64> = acked.iter().map(|a| a.0).collect();
+    let (lost, twice) = lost_and_twice(&ids, &listed);
     assert!(
-        bad.is_empty(),
-        "acknowledged jobs missing or twice: {bad:?}"
+        lost.is_empty() && twice.is_empty(),
+        "acknowledged jobs missing {lost:?}, listed twice {twice:?}"
     );
     eprintln!(
         "{} acknowledged writes, primaries {p1} → {p2} → {}",
         acked.len(),
         primary(&admin)
     );
-    let logs = t.logs();
+    let logs = t.cluster.all_logs();
     assert!(
         !logs.contains("storage write error") && !logs.contains("panicked"),
         "node logs show a failure"
@@ -640,7 +551,7 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    let t = tls_cluster("flood", 3, true);
+    let t = tls_cluster(3, true);
     let admin = t.client(Some("admin"));
     admin.hello().unwrap();
     let addrs: Vec<SocketAddr> = t.cluster.nodes.iter().map(|n| n.client).collect();
@@ -749,12 +660,7 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
     // A certificate holder: a new context, and its calls.
     let start = Instant::now();
     let mut served = 0;
-    match Client::start({
-        let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-        cfg.tls = Some(t.files(Some("user-alice")));
-        cfg.auth_token = Some(String::new());
-        cfg
-    }) {
+    match Client::start(t.config(Some(t.files(Some("user-alice"))), Some(""))) {
         Err(e) => eprintln!("the certificate holder's start: {e}"),
         Ok(alice) => {
             eprintln!("the certificate holder started in {:?}", start.elapsed());
@@ -776,17 +682,14 @@ fn s15_a_flood_of_strangers_on_every_node_does_not_stop_a_certificate_holder() {
     let took = start.elapsed();
     // A token holder too.
     let bob_token = pki(&["token", t.path.to_str().unwrap(), "user-bob"]);
-    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-    cfg.tls = Some(t.files(None));
-    cfg.auth_token = Some(bob_token);
-    let bob_ok = Client::start(cfg)
+    let bob_ok = Client::start(t.config(Some(t.files(None)), Some(&bob_token)))
         .and_then(|b| b.jobsubmit(spec("bob")))
         .is_ok();
     stop.store(true, Ordering::Relaxed);
     for k in keepers.into_iter().chain(anonymous) {
         k.join().unwrap();
     }
-    let logs = t.logs();
+    let logs = t.cluster.all_logs();
     let count = |pat: &str| logs.lines().filter(|l| l.contains(pat)).count();
     eprintln!(
         "flood: {} strangers' connections opened ({} idle sockets held at the end), {} \
@@ -830,20 +733,18 @@ fn short_lived(ca: &Path, out: &Path, name: &str, valid: &str) {
 /// kept connection, and resumptions after it, stayed admin for as long as the node ran).
 #[test]
 fn s15_an_expired_certificate_is_refused_to_a_context_made_before() {
-    let t = tls_cluster("expiry", 1, false);
+    let t = tls_cluster(1, false);
     let secs = 8;
     let out = t.path.join("short");
     short_lived(&t.path, &out, "admin", &format!("{secs}s"));
     assert!(!out.join("ca.key").exists(), "the CA key stays where it is");
     let born = Instant::now();
-    let mut cfg = Config::new(parse_masters(&t.cluster.masters()).unwrap());
-    cfg.tls = Some(TlsFiles {
+    let short = TlsFiles {
         ca_file: out.join("ca.pem"),
         cert_file: Some(out.join("admin.pem")),
         key_file: Some(out.join("admin.key")),
-    });
-    cfg.auth_token = Some(String::new());
-    let c = Client::start(cfg).unwrap();
+    };
+    let c = Client::start(t.config(Some(short), Some(""))).unwrap();
     assert_eq!(
         c.queuectrl("no-such-queue", QueueAction::Close),
         Err(Error::Errno(libc::ENOENT)),
@@ -868,5 +769,5 @@ fn s15_an_expired_certificate_is_refused_to_a_context_made_before() {
         std::thread::sleep(Duration::from_secs(1));
     }
     eprintln!("an {secs}-second admin certificate after its expiry: {seen:?}");
-    assert!(t.logged("certificate expired"));
+    t.wait_logged("certificate expired");
 }

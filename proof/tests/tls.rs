@@ -2,17 +2,20 @@
 //! `--tls-cert/--tls-key`, certificates made at test time); a client trusting the wrong CA gets
 //! `E_XCE_TLS` and never falls back to plaintext.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use xce::client::RetryConfig;
+use common::{all_job_ids, short_budget, spec};
 use xce::client::{parse_masters, Client, Config, TlsFiles};
 use xce::{Error, TlsCause};
 use xce_proof::{Cluster, ClusterOpts};
-use xce_proto::wire::{JobFilter, JobSpec};
+use xce_proto::wire::JobFilter;
 use xce_testkit::fake::TestPki;
 
-fn tls_client(c: &Cluster, ca: std::path::PathBuf) -> Result<Client, Error> {
-    let mut cfg = Config::new(parse_masters(&c.masters()).unwrap());
+/// A client of `masters` over TLS, trusting `ca`.
+fn tls_client(masters: &str, ca: std::path::PathBuf) -> Result<Client, Error> {
+    let mut cfg = Config::new(parse_masters(masters).unwrap());
     cfg.tls = Some(TlsFiles {
         ca_file: ca,
         cert_file: None,
@@ -49,41 +52,21 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
         "controllers did not start"
     );
     // The plaintext probe cannot see roles here: a TLS client's first success finds the primary.
-    let patient = tls_client(&c, pki.ca_file()).expect("TLS client");
-    let spec = |n: &str| JobSpec {
-        job_id: xce::client::new_job_id(),
-        name: n.into(),
-        user: "tls".into(),
-        command: "true".into(),
-        ncpus: 1,
-        ..Default::default()
-    };
+    let patient = tls_client(&c.masters(), pki.ca_file()).expect("TLS client");
     let ids: Vec<u64> = (0..3)
         .map(|i| patient.jobsubmit(spec(&format!("s10-{i}"))).unwrap())
         .collect();
     let primary = node_of(&c, &patient);
     // F29 over TLS: a client given only the primary learns the other two from it, on its
     // verified connection.
-    let mut only = Config::new(parse_masters(&c.node(primary).client.to_string()).unwrap());
-    only.tls = Some(TlsFiles {
-        ca_file: pki.ca_file(),
-        cert_file: None,
-        key_file: None,
-    });
-    let one = Client::start(only).expect("TLS client of the primary alone");
+    let only = c.node(primary).client.to_string();
+    let one = tls_client(&only, pki.ca_file()).expect("TLS client of the primary alone");
     one.hello().expect("hello over TLS");
     assert_eq!(one.masters().len(), 3, "{:?}", one.masters());
     drop(one);
-    let hasty = tls_client(&c, pki.ca_file()).unwrap();
+    let hasty = tls_client(&c.masters(), pki.ca_file()).unwrap();
     hasty.hello().unwrap();
-    hasty
-        .set_retry_config(Some(RetryConfig {
-            max_retries: 2,
-            initial_retry_ms: 10,
-            max_retry_ms: 20,
-            backoff_multiplier: 2.0,
-        }))
-        .unwrap();
+    hasty.set_retry_config(Some(short_budget())).unwrap();
 
     c.kill(primary);
     assert_eq!(
@@ -91,12 +74,7 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
         Some(Error::NotReady)
     );
     let t = Instant::now();
-    let mut listed: Vec<u64> = patient
-        .joblist(JobFilter::default())
-        .unwrap()
-        .iter()
-        .map(|j| j.job_id)
-        .collect();
+    let mut listed = all_job_ids(&patient);
     eprintln!("S10: TLS client recovered {:?} after the kill", t.elapsed());
     listed.sort_unstable();
     let mut want = ids.clone();
@@ -107,7 +85,7 @@ fn s10_failover_over_tls_and_wrong_ca_is_refused() {
     // A client that trusts another CA: E_XCE_TLS, nothing sent in clear.
     let other = TestPki::new("s10-other");
     let t = Instant::now();
-    let r = tls_client(&c, other.ca_file());
+    let r = tls_client(&c.masters(), other.ca_file());
     assert_eq!(
         r.err(),
         Some(Error::Tls(TlsCause::UnknownCa)),

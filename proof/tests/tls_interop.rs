@@ -25,7 +25,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -307,20 +307,36 @@ fn connect(port: u16, cfg: &Arc<rustls::ClientConfig>, ws: &WakeState) -> Connec
     .expect("TLS connection to openssl s_server")
 }
 
-/// One request from the library and s_server's reply: the request arrives as sent, the
-/// reply as written.
-fn round_trip(c: &mut Connection, s: &mut Openssl, ws: &WakeState, seq: u64) {
+/// One request from the library, arrived at s_server as sent, and s_server's reply written
+/// after `between` (commands to s_server) ran.
+fn ask(c: &mut Connection, s: &mut Openssl, ws: &WakeState, seq: u64, between: fn(&mut Openssl)) {
     c.send(&request(seq, ""), Instant::now() + WAIT, &ws.waker_now())
         .unwrap_or_else(|e| panic!("send {seq}: {e}\n{}", s.report()));
     let sent = encoded_request(seq);
     s.wait_out(&format!("request {seq} never reached s_server"), |b| {
         contains(b, &sent)
     });
+    between(s);
     s.input(&encoded_reply(seq));
+}
+
+/// [`ask`], and the reply arrives as written.
+fn round_trip_with(
+    c: &mut Connection,
+    s: &mut Openssl,
+    ws: &WakeState,
+    seq: u64,
+    between: fn(&mut Openssl),
+) {
+    ask(c, s, ws, seq, between);
     let r = c
         .recv(seq, Instant::now() + WAIT, &ws.waker_now())
         .unwrap_or_else(|e| panic!("reply {seq}: {e}\n{}", s.report()));
     assert_eq!(r, reply(seq));
+}
+
+fn round_trip(c: &mut Connection, s: &mut Openssl, ws: &WakeState, seq: u64) {
+    round_trip_with(c, s, ws, seq, |_| {});
 }
 
 /// The library against `openssl s_server`: data both ways, tickets, key updates from both
@@ -338,32 +354,18 @@ fn library_client_against_openssl_s_server() {
 
     // The server updates its keys and asks for ours (`K`): the library follows and answers
     // with a KeyUpdate of its own; both directions go on under the new keys.
-    c.send(&request(2, ""), Instant::now() + WAIT, &ws.waker_now())
-        .unwrap();
-    let sent = encoded_request(2);
-    s.wait_out("request 2", |b| contains(b, &sent));
-    s.input(b"K\n");
-    s.wait_traced(">>>", "KeyUpdate", 1);
-    s.input(&encoded_reply(2));
-    assert_eq!(
-        c.recv(2, Instant::now() + WAIT, &ws.waker_now()).unwrap(),
-        reply(2)
-    );
+    round_trip_with(&mut c, &mut s, &ws, 2, |s| {
+        s.input(b"K\n");
+        s.wait_traced(">>>", "KeyUpdate", 1);
+    });
     round_trip(&mut c, &mut s, &ws, 3);
     assert_eq!(s.traced("<<<", "KeyUpdate"), 1, "{}", s.report());
 
     // An update the server does not ask us to follow (`k`): no answer.
-    c.send(&request(4, ""), Instant::now() + WAIT, &ws.waker_now())
-        .unwrap();
-    let sent = encoded_request(4);
-    s.wait_out("request 4", |b| contains(b, &sent));
-    s.input(b"k\n");
-    s.wait_traced(">>>", "KeyUpdate", 2);
-    s.input(&encoded_reply(4));
-    assert_eq!(
-        c.recv(4, Instant::now() + WAIT, &ws.waker_now()).unwrap(),
-        reply(4)
-    );
+    round_trip_with(&mut c, &mut s, &ws, 4, |s| {
+        s.input(b"k\n");
+        s.wait_traced(">>>", "KeyUpdate", 2);
+    });
     // Request 5 reaches the server after anything the library sent before it.
     round_trip(&mut c, &mut s, &ws, 5);
     assert_eq!(s.traced("<<<", "KeyUpdate"), 1, "{}", s.report());
@@ -590,15 +592,7 @@ fn library_client_truncated_record_from_openssl() {
         let seq = 10 * i as u64;
         round_trip(&mut c, &mut s, &ws, seq + 1);
         relay.set(TO_CLIENT, Mode::Cut(cut));
-        c.send(
-            &request(seq + 2, ""),
-            Instant::now() + WAIT,
-            &ws.waker_now(),
-        )
-        .unwrap();
-        let sent = encoded_request(seq + 2);
-        s.wait_out("request", |b| contains(b, &sent));
-        s.input(&encoded_reply(seq + 2));
+        ask(&mut c, &mut s, &ws, seq + 2, |_| {});
         let r = c.recv(seq + 2, Instant::now() + WAIT, &ws.waker_now());
         assert!(
             relay.cut_at(TO_CLIENT).is_some(),
@@ -616,7 +610,7 @@ fn library_client_truncated_record_from_openssl() {
 
 /// One single-node controller with TLS on its client port (the PKI's server identity) and
 /// `extra` flags, serving.
-fn controller(pki: &TestPki, logs: &Path, extra: &[&str]) -> Cluster {
+fn controller(pki: &TestPki, extra: &[&str]) -> Cluster {
     let mut args: Vec<String> = vec![
         "--tls-cert".into(),
         pki.server_cert().display().to_string(),
@@ -628,7 +622,6 @@ fn controller(pki: &TestPki, logs: &Path, extra: &[&str]) -> Cluster {
         1,
         ClusterOpts {
             extra_args: args,
-            log_dir: Some(logs.to_path_buf()),
             ..Default::default()
         },
     )
@@ -657,14 +650,10 @@ fn controller(pki: &TestPki, logs: &Path, extra: &[&str]) -> Cluster {
         assert!(
             Instant::now() < deadline,
             "the controller never served: {ok:?}\n{}",
-            log(logs)
+            c.log(1)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn log(logs: &Path) -> String {
-    std::fs::read_to_string(logs.join("node-1.log")).unwrap_or_default()
 }
 
 /// `openssl s_client` to `port` trusting the PKI's CA, TLS 1.3 only, quiet (stdout is the
@@ -724,8 +713,7 @@ fn hello_via(c: &mut Openssl, seq: u64, replies: &mut usize) -> Reply {
 #[test]
 fn controller_client_port_against_openssl_s_client() {
     let pki = TestPki::new("interop-ctl");
-    let logs = pki.dir.join("logs");
-    let ctl = controller(&pki, &logs, &[]);
+    let ctl = controller(&pki, &[]);
     let port = ctl.node(1).client.port();
     let mut c = s_client(&pki, "ctl", port, &[]);
     let mut replies = 0;
@@ -765,7 +753,7 @@ fn controller_client_port_against_openssl_s_client() {
     r.close_stdin();
     assert!(r.wait_exit().success(), "{}", r.report());
 
-    let l = log(&logs);
+    let l = ctl.log(1);
     assert!(!l.contains("panicked"), "{l}");
     assert!(
         !l.contains("read failed") && !l.contains("handshake failed"),
@@ -778,8 +766,7 @@ fn controller_client_port_against_openssl_s_client() {
 #[test]
 fn controller_closes_with_close_notify() {
     let pki = TestPki::new("interop-idle");
-    let logs = pki.dir.join("logs");
-    let ctl = controller(&pki, &logs, &["--idle-timeout-ms", "500"]);
+    let ctl = controller(&pki, &["--idle-timeout-ms", "500"]);
     let mut c = s_client(&pki, "idle", ctl.node(1).client.port(), &[]);
     let mut replies = 0;
     hello_via(&mut c, 1, &mut replies);
@@ -797,8 +784,7 @@ fn controller_closes_with_close_notify() {
 #[test]
 fn controller_truncated_record_from_openssl() {
     let pki = TestPki::new("interop-ctl-cut");
-    let logs = pki.dir.join("logs");
-    let ctl = controller(&pki, &logs, &[]);
+    let ctl = controller(&pki, &[]);
     for cut in [1usize, 4, 5, 5 + 10] {
         let relay = Relay::start(ctl.node(1).client);
         let mut c = s_client(&pki, &format!("ctl-cut-{cut}"), relay.addr.port(), &[]);
@@ -811,7 +797,7 @@ fn controller_truncated_record_from_openssl() {
         let closed = closed.unwrap_or_else(|| {
             panic!(
                 "cut after {cut} bytes: the controller kept the connection open\n{}",
-                log(&logs)
+                ctl.log(1)
             )
         });
         eprintln!(
@@ -821,10 +807,10 @@ fn controller_truncated_record_from_openssl() {
         drop(c);
     }
     // Still serving, nothing panicked.
-    assert!(ctl.nodes[0].is_running(), "{}", log(&logs));
+    assert!(ctl.nodes[0].is_running(), "{}", ctl.log(1));
     let mut c = s_client(&pki, "ctl-after", ctl.node(1).client.port(), &[]);
     let mut replies = 0;
     hello_via(&mut c, 1, &mut replies);
-    let l = log(&logs);
+    let l = ctl.log(1);
     assert!(!l.contains("panicked"), "{l}");
 }

@@ -561,26 +561,18 @@ mod tests {
         let (mut to_s, mut to_c) = (Vec::new(), Vec::new());
         let (mut c_ready, mut s_ready) = (false, false);
         for _ in 0..200 {
-            if !c_ready {
-                loop {
-                    let (r, b) = step!(c, to_c, to_s);
-                    if r {
-                        c_ready = true;
-                    }
-                    if r || b {
-                        break;
-                    }
+            while !c_ready {
+                let (r, blocked) = step!(c, to_c, to_s);
+                c_ready = r;
+                if blocked {
+                    break;
                 }
             }
-            if !s_ready {
-                loop {
-                    let (r, b) = step!(s, to_s, to_c);
-                    if r {
-                        s_ready = true;
-                    }
-                    if r || b {
-                        break;
-                    }
+            while !s_ready {
+                let (r, blocked) = step!(s, to_s, to_c);
+                s_ready = r;
+                if blocked {
+                    break;
                 }
             }
             if c_ready && s_ready {
@@ -596,6 +588,11 @@ mod tests {
             Records::new(ss, sk).unwrap(),
             to_c,
         )
+    }
+
+    /// `r.open(wire)`, its plaintext and answers dropped.
+    fn open<K: Kernel>(r: &mut Records<K>, wire: &mut [u8]) -> Result<Opened, Error> {
+        r.open(wire, &mut Vec::new(), &mut Vec::new())
     }
 
     /// Feeds `wire` to `r` in pieces of `piece` bytes, as reads would: what was decrypted,
@@ -644,9 +641,7 @@ mod tests {
         c.seal(b"request", &mut wire).unwrap();
         let last = wire.len() - 1;
         wire[last] ^= 1;
-        let e = s
-            .open(&mut wire, &mut Vec::new(), &mut Vec::new())
-            .unwrap_err();
+        let e = open(&mut s, &mut wire).unwrap_err();
         assert_eq!(e, Error::DecryptError);
         assert_eq!(Server::alert_for(&e), AlertDescription::BadRecordMac);
         // A record sealed for another position does not decrypt either (sequence numbers).
@@ -654,7 +649,7 @@ mod tests {
         let (mut one, mut two) = (Vec::new(), Vec::new());
         c.seal(b"one", &mut one).unwrap();
         c.seal(b"two", &mut two).unwrap();
-        let e = s.open(&mut two, &mut Vec::new(), &mut Vec::new());
+        let e = open(&mut s, &mut two);
         assert_eq!(e.unwrap_err(), Error::DecryptError);
         // The alert the server sends decrypts at the client as that alert (after the
         // session tickets that came first).
@@ -662,7 +657,7 @@ mod tests {
         feed(&mut c2, &tickets, 1 << 20);
         let mut a2 = Vec::new();
         s2.alert(AlertDescription::BadRecordMac, &mut a2).unwrap();
-        let e = c2.open(&mut a2, &mut Vec::new(), &mut Vec::new());
+        let e = open(&mut c2, &mut a2);
         assert_eq!(
             e.unwrap_err(),
             Error::AlertReceived(AlertDescription::BadRecordMac)
@@ -674,14 +669,13 @@ mod tests {
         let (_, mut s, _) = pair();
         let mut long = vec![0x17, 3, 3, 0x41, 0x01]; // 16,641 > 2^14 + 256
         assert_eq!(
-            s.open(&mut long, &mut Vec::new(), &mut Vec::new())
-                .unwrap_err(),
+            open(&mut s, &mut long).unwrap_err(),
             Error::PeerSentOversizedRecord
         );
         let (_, mut s, _) = pair();
         let mut plain_alert = vec![0x15, 3, 3, 0, 2, 2, 40];
         assert!(matches!(
-            s.open(&mut plain_alert, &mut Vec::new(), &mut Vec::new()),
+            open(&mut s, &mut plain_alert),
             Err(Error::InappropriateMessage { .. })
         ));
         // An incomplete header or body waits.
@@ -689,7 +683,7 @@ mod tests {
         let mut wire = Vec::new();
         c.seal(b"x", &mut wire).unwrap();
         for cut in [0, 3, 5, wire.len() - 1] {
-            let o = s.open(&mut wire[..cut], &mut Vec::new(), &mut Vec::new());
+            let o = open(&mut s, &mut wire[..cut]);
             assert_eq!(o.unwrap(), Opened::default(), "cut {cut}");
         }
     }
@@ -749,7 +743,7 @@ mod tests {
         assert!(feed(&mut s, &wire, 1 << 20).0.is_empty());
         let mut wire = Vec::new();
         c.update_tx(false, &mut wire).unwrap();
-        let e = s.open(&mut wire, &mut Vec::new(), &mut Vec::new());
+        let e = open(&mut s, &mut wire);
         assert_eq!(
             e.unwrap_err(),
             Error::PeerMisbehaved(rustls::PeerMisbehaved::TooManyKeyUpdateRequests)
@@ -767,7 +761,7 @@ mod tests {
         assert_eq!(feed(&mut s, &wire, 9).0, b"still here");
         let mut wire = Vec::new();
         c.alert(AlertDescription::UserCanceled, &mut wire).unwrap();
-        assert!(s.open(&mut wire, &mut Vec::new(), &mut Vec::new()).is_err());
+        assert!(open(&mut s, &mut wire).is_err());
     }
 
     #[test]
@@ -777,13 +771,13 @@ mod tests {
         let mut rec = Vec::new();
         let msg = [u8::from(HandshakeType::KeyUpdate), 0, 0, 1, 0, 0xaa];
         c.seal_one(ContentType::Handshake, &msg, &mut rec).unwrap();
-        assert!(s.open(&mut rec, &mut Vec::new(), &mut Vec::new()).is_err());
+        assert!(open(&mut s, &mut rec).is_err());
         // A session ticket sent to a server: refused.
         let (mut c, mut s, _) = pair();
         let mut rec = Vec::new();
         let msg = [u8::from(HandshakeType::NewSessionTicket), 0, 0, 0];
         c.seal_one(ContentType::Handshake, &msg, &mut rec).unwrap();
-        assert!(s.open(&mut rec, &mut Vec::new(), &mut Vec::new()).is_err());
+        assert!(open(&mut s, &mut rec).is_err());
         // A handshake message split across records is reassembled (here: refused as a
         // ticket, once whole); data between its parts is refused.
         let (mut c, mut s, _) = pair();
@@ -795,6 +789,6 @@ mod tests {
         )
         .unwrap();
         c.seal(b"data", &mut wire).unwrap();
-        assert!(s.open(&mut wire, &mut Vec::new(), &mut Vec::new()).is_err());
+        assert!(open(&mut s, &mut wire).is_err());
     }
 }

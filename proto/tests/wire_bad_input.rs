@@ -12,18 +12,6 @@ use xce_proto::Error;
 
 const L: Limits = Limits::with_max_message_bytes(DEFAULT_MAX_MESSAGE_BYTES);
 
-fn enc_req(r: &Request) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_request(r, &mut out);
-    out
-}
-
-fn enc_rep(r: &Reply) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_reply(r, &mut out);
-    out
-}
-
 fn table(sizes: &[u32]) -> Vec<u8> {
     let mut v = (sizes.len() as u32).wrapping_sub(1).to_le_bytes().to_vec();
     for s in sizes {

@@ -66,54 +66,14 @@ fn req(seq: u64, request_id: u64, no_reply: bool, op: Op) -> Request {
     }
 }
 
-/// What the script's `write-requests` builds, written out independently of it.
+/// What the script's `write-requests` builds, written out independently of it (its first three
+/// are the samples of `common`, `op_index` order: JobSubmit, Join, Notify).
 fn expected_requests() -> Vec<Request> {
+    let sample = |i| sample_ops().swap_remove(i);
     vec![
-        req(
-            11,
-            7,
-            false,
-            Op::JobSubmit(JobSpec {
-                job_id: 0xdead_beef_0000_0001,
-                name: "train".into(),
-                user: "carol".into(),
-                queue: "gpu".into(),
-                command: "python train.py --epochs 3".into(),
-                ncpus: 16,
-                mem_mb: 65_536,
-            }),
-        ),
-        req(
-            12,
-            8,
-            false,
-            Op::Join(Join {
-                role: SessionRole::ApiServer,
-                host: "node001".into(),
-                ncpus: 64,
-                mem_mb: 256_000,
-                attrs: vec![
-                    KeyValue {
-                        key: "arch".into(),
-                        value: "x86_64".into(),
-                    },
-                    KeyValue {
-                        key: "gpu".into(),
-                        value: "".into(),
-                    },
-                ],
-            }),
-        ),
-        req(
-            13,
-            0,
-            true,
-            Op::Notify(Notify {
-                kind: NotifyKind::JobChkpt,
-                job_id: 47,
-                exit_code: -1,
-            }),
-        ),
+        req(11, 7, false, sample(4)),
+        req(12, 8, false, sample(1)),
+        req(13, 0, true, sample(18)),
         req(
             14,
             0,

@@ -7,18 +7,6 @@ use common::*;
 use proptest::prelude::*;
 use xce_proto::wire::*;
 
-fn enc_req(r: &Request) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_request(r, &mut out);
-    out
-}
-
-fn enc_rep(r: &Reply) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_reply(r, &mut out);
-    out
-}
-
 /// The encoder sizes its first segment from an upper-bound estimate: a message that spills
 /// into a second segment means the estimate is wrong (still valid, but slower).
 fn assert_single_segment(frame: &[u8]) {

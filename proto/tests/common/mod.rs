@@ -363,6 +363,20 @@ pub fn reply(seq: u64, data: ReplyData) -> Reply {
     }
 }
 
+/// A request as one frame.
+pub fn enc_req(r: &Request) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_request(r, &mut out);
+    out
+}
+
+/// A reply as one frame.
+pub fn enc_rep(r: &Reply) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_reply(r, &mut out);
+    out
+}
+
 // ---------------------------------------------------------------------------------------
 // Strategies
 
@@ -371,22 +385,50 @@ pub fn text() -> impl Strategy<Value = String> {
     vec(any::<char>(), 0..12).prop_map(String::from_iter)
 }
 
+/// Strategies nested in pairs: proptest's tuples stop at 12, some records have 21 fields.
+macro_rules! nest {
+    ($s:expr) => { $s };
+    ($s:expr, $($rest:expr),+) => { ($s, nest!($($rest),+)) };
+}
+
+/// The pattern that takes apart what `nest!` draws.
+macro_rules! unnest {
+    ($f:ident) => { $f };
+    ($f:ident, $($rest:ident),+) => { ($f, unnest!($($rest),+)) };
+}
+
+/// A strategy for the struct (or struct variant) `$ty`, each field drawn from its strategy.
+macro_rules! record {
+    ($($ty:ident)::+ { $($f:ident: $s:expr),+ $(,)? }) => {
+        nest!($($s),+).prop_map(|unnest!($($f),+)| $($ty)::+ { $($f),+ })
+    };
+}
+
 fn kvs() -> impl Strategy<Value = Vec<KeyValue>> {
     vec(
-        (text(), text()).prop_map(|(key, value)| KeyValue { key, value }),
+        record!(KeyValue {
+            key: text(),
+            value: text()
+        }),
         0..4,
     )
 }
 
 fn resvals() -> impl Strategy<Value = Vec<ResVal>> {
     vec(
-        (text(), text()).prop_map(|(name, value)| ResVal { name, value }),
+        record!(ResVal {
+            name: text(),
+            value: text()
+        }),
         0..4,
     )
 }
 
 fn usage() -> impl Strategy<Value = Usage> {
-    (any::<u64>(), any::<u64>()).prop_map(|(cpu_ms, mem_kb)| Usage { cpu_ms, mem_kb })
+    record!(Usage {
+        cpu_ms: any::<u64>(),
+        mem_kb: any::<u64>()
+    })
 }
 
 // Each enum: one of its values, any (`select` of every variant).
@@ -397,14 +439,8 @@ fn session_role() -> impl Strategy<Value = SessionRole> {
 }
 
 fn job_action() -> impl Strategy<Value = JobAction> {
-    select(
-        &[
-            JobAction::Kill,
-            JobAction::Suspend,
-            JobAction::Resume,
-            JobAction::Requeue,
-        ][..],
-    )
+    use JobAction::*;
+    select(&[Kill, Suspend, Resume, Requeue][..])
 }
 
 fn queue_action() -> impl Strategy<Value = QueueAction> {
@@ -435,52 +471,42 @@ fn controller_role() -> impl Strategy<Value = ControllerRole> {
     select(&[Primary, Standby, Candidate, Initializing][..])
 }
 
+fn job_filter() -> impl Strategy<Value = JobFilter> {
+    record!(JobFilter {
+        user: text(),
+        queue: text(),
+        state_mask: any::<u32>(),
+        limit: any::<u32>()
+    })
+}
+
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (text(), any::<u32>()).prop_map(|(client_name, protocol_version)| Op::Hello(Hello {
-            client_name,
-            protocol_version
-        })),
-        (session_role(), text(), any::<u32>(), any::<u64>(), kvs()).prop_map(
-            |(role, host, ncpus, mem_mb, attrs)| Op::Join(Join {
-                role,
-                host,
-                ncpus,
-                mem_mb,
-                attrs
-            })
-        ),
-        (text(), text(), any::<u32>(), any::<u32>()).prop_map(
-            |(user, queue, state_mask, limit)| {
-                Op::JobList(JobFilter {
-                    user,
-                    queue,
-                    state_mask,
-                    limit,
-                })
-            }
-        ),
+        record!(Hello {
+            client_name: text(),
+            protocol_version: any::<u32>()
+        })
+        .prop_map(Op::Hello),
+        record!(Join {
+            role: session_role(),
+            host: text(),
+            ncpus: any::<u32>(),
+            mem_mb: any::<u64>(),
+            attrs: kvs()
+        })
+        .prop_map(Op::Join),
+        job_filter().prop_map(Op::JobList),
         any::<u64>().prop_map(|job_id| Op::JobInfo { job_id }),
-        (
-            any::<u64>(),
-            text(),
-            text(),
-            text(),
-            text(),
-            any::<u32>(),
-            any::<u64>()
-        )
-            .prop_map(
-                |(job_id, name, user, queue, command, ncpus, mem_mb)| Op::JobSubmit(JobSpec {
-                    job_id,
-                    name,
-                    user,
-                    queue,
-                    command,
-                    ncpus,
-                    mem_mb
-                })
-            ),
+        record!(JobSpec {
+            job_id: any::<u64>(),
+            name: text(),
+            user: text(),
+            queue: text(),
+            command: text(),
+            ncpus: any::<u32>(),
+            mem_mb: any::<u64>()
+        })
+        .prop_map(Op::JobSubmit),
         (any::<u64>(), text()).prop_map(|(job_id, host)| Op::JobDispatch { job_id, host }),
         (any::<u64>(), job_action()).prop_map(|(job_id, action)| Op::JobCtrl { job_id, action }),
         (text(), queue_action()).prop_map(|(queue, action)| Op::QueueCtrl { queue, action }),
@@ -494,260 +520,141 @@ pub fn op() -> impl Strategy<Value = Op> {
         (text(), text()).prop_map(|(host, command)| Op::RunTask { host, command }),
         (any::<u64>(), text()).prop_map(|(job_id, reason)| Op::SetPendReason { job_id, reason }),
         any::<u64>().prop_map(|job_id| Op::ClearReason { job_id }),
-        (notify_kind(), any::<u64>(), any::<i32>()).prop_map(|(kind, job_id, exit_code)| {
-            Op::Notify(Notify {
-                kind,
-                job_id,
-                exit_code,
-            })
-        }),
+        record!(Notify {
+            kind: notify_kind(),
+            job_id: any::<u64>(),
+            exit_code: any::<i32>()
+        })
+        .prop_map(Op::Notify),
         text().prop_map(|host| Op::Heartbeat { host }),
         Just(Op::Nop),
-        (any::<u32>(), ".{0,16}", any::<u16>()).prop_map(
-            |(timeout_ms, exclude_host, exclude_port)| {
-                Op::WaitPrimary {
-                    timeout_ms,
-                    exclude_host,
-                    exclude_port,
-                }
-            }
-        ),
-        (
-            (text(), text(), any::<u32>(), any::<u32>()),
-            any::<u64>(),
-            any::<u64>(),
-            any::<u32>()
-        )
-            .prop_map(
-                |((user, queue, state_mask, limit), cursor, after, max_bytes)| {
-                    Op::JobListPage(JobListPage {
-                        filter: JobFilter {
-                            user,
-                            queue,
-                            state_mask,
-                            limit,
-                        },
-                        cursor,
-                        after,
-                        max_bytes,
-                    })
-                }
-            ),
-        Just(Op::ConsistencyCheck),
-        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(cursor, offset, max_bytes)| {
-            Op::SnapshotSave(SnapshotSave {
-                cursor,
-                offset,
-                max_bytes,
-            })
+        record!(Op::WaitPrimary {
+            timeout_ms: any::<u32>(),
+            exclude_host: ".{0,16}",
+            exclude_port: any::<u16>()
         }),
+        record!(JobListPage {
+            filter: job_filter(),
+            cursor: any::<u64>(),
+            after: any::<u64>(),
+            max_bytes: any::<u32>()
+        })
+        .prop_map(Op::JobListPage),
+        Just(Op::ConsistencyCheck),
+        record!(SnapshotSave {
+            cursor: any::<u64>(),
+            offset: any::<u64>(),
+            max_bytes: any::<u32>()
+        })
+        .prop_map(Op::SnapshotSave),
         (any::<u32>(), any::<u32>()).prop_map(|(to, from)| Op::LeaderTransfer { to, from }),
     ]
 }
 
 pub fn request_strategy() -> impl Strategy<Value = Request> {
-    (
-        any::<u64>(),
-        any::<[u8; 16]>(),
-        any::<u64>(),
-        any::<bool>(),
-        op(),
-    )
-        .prop_map(|(seq, client_id, request_id, no_reply, op)| Request {
-            seq,
-            client_id,
-            request_id,
-            no_reply,
-            op,
-            auth_token: String::new(),
-            forward_within_ms: 0,
-        })
+    record!(Request {
+        seq: any::<u64>(),
+        client_id: any::<[u8; 16]>(),
+        request_id: any::<u64>(),
+        no_reply: any::<bool>(),
+        op: op(),
+        auth_token: Just(String::new()),
+        forward_within_ms: Just(0)
+    })
 }
 
 pub fn job() -> impl Strategy<Value = Job> {
-    (
-        (
-            any::<u64>(),
-            text(),
-            text(),
-            text(),
-            text(),
-            any::<u32>(),
-            any::<u64>(),
-        ),
-        (
-            job_state(),
-            text(),
-            text(),
-            any::<i64>(),
-            any::<i64>(),
-            any::<i64>(),
-            any::<i32>(),
-        ),
-        usage(),
-    )
-        .prop_map(
-            |(
-                (job_id, name, user, queue, command, ncpus, mem_mb),
-                (state, pend_reason, exec_host, submit_time, start_time, end_time, exit_code),
-                usage,
-            )| Job {
-                job_id,
-                name,
-                user,
-                queue,
-                command,
-                ncpus,
-                mem_mb,
-                state,
-                pend_reason,
-                exec_host,
-                submit_time,
-                start_time,
-                end_time,
-                exit_code,
-                usage,
-            },
-        )
+    record!(Job {
+        job_id: any::<u64>(),
+        name: text(),
+        user: text(),
+        queue: text(),
+        command: text(),
+        ncpus: any::<u32>(),
+        mem_mb: any::<u64>(),
+        state: job_state(),
+        pend_reason: text(),
+        exec_host: text(),
+        submit_time: any::<i64>(),
+        start_time: any::<i64>(),
+        end_time: any::<i64>(),
+        exit_code: any::<i32>(),
+        usage: usage()
+    })
 }
 
 fn host() -> impl Strategy<Value = Host> {
-    (
-        text(),
-        host_state(),
-        any::<u32>(),
-        any::<u64>(),
-        kvs(),
-        any::<u32>(),
-        any::<i64>(),
-    )
-        .prop_map(
-            |(name, state, ncpus, mem_mb, attrs, njobs, last_heartbeat)| Host {
-                name,
-                state,
-                ncpus,
-                mem_mb,
-                attrs,
-                njobs,
-                last_heartbeat,
-            },
-        )
+    record!(Host {
+        name: text(),
+        state: host_state(),
+        ncpus: any::<u32>(),
+        mem_mb: any::<u64>(),
+        attrs: kvs(),
+        njobs: any::<u32>(),
+        last_heartbeat: any::<i64>()
+    })
 }
 
 fn controller_entry() -> impl Strategy<Value = ControllerEntry> {
-    (any::<u32>(), text(), any::<u16>(), controller_role()).prop_map(|(id, host, port, role)| {
-        ControllerEntry {
-            id,
-            host,
-            port,
-            role,
-        }
+    record!(ControllerEntry {
+        id: any::<u32>(),
+        host: text(),
+        port: any::<u16>(),
+        role: controller_role()
     })
 }
 
 fn cluster_conf() -> impl Strategy<Value = ClusterConf> {
-    let entry = controller_entry();
-    let queue = (text(), any::<bool>(), any::<bool>(), any::<i32>()).prop_map(
-        |(name, open, active, priority)| Queue {
-            name,
-            open,
-            active,
-            priority,
-        },
-    );
-    (
-        text(),
-        vec(entry, 0..4),
-        any::<u32>(),
-        any::<u64>(),
-        vec(queue, 0..4),
-    )
-        .prop_map(
-            |(cluster_name, controllers, primary_id, term, queues)| ClusterConf {
-                cluster_name,
-                controllers,
-                primary_id,
-                term,
-                queues,
-            },
-        )
+    let queue = record!(Queue {
+        name: text(),
+        open: any::<bool>(),
+        active: any::<bool>(),
+        priority: any::<i32>()
+    });
+    record!(ClusterConf {
+        cluster_name: text(),
+        controllers: vec(controller_entry(), 0..4),
+        primary_id: any::<u32>(),
+        term: any::<u64>(),
+        queues: vec(queue, 0..4)
+    })
+}
+
+fn controller_info() -> impl Strategy<Value = ControllerInfo> {
+    record!(ControllerInfo {
+        id: any::<u32>(),
+        role: controller_role(),
+        term: any::<u64>(),
+        primary_id: any::<u32>(),
+        primary_host: text(),
+        primary_port: any::<u16>(),
+        version: text(),
+        protocol_version: any::<u32>(),
+        waiters: any::<u32>(),
+        last_log_index: any::<u64>(),
+        committed_index: any::<u64>(),
+        applied_index: any::<u64>(),
+        last_contact_ms: any::<i64>(),
+        members: vec(controller_entry(), 0..4),
+        cluster_id: any::<[u8; 16]>(),
+        alarms: vec(text(), 0..3),
+        checked_index: any::<u64>(),
+        uptime_ms: any::<u64>(),
+        db_size_bytes: any::<u64>(),
+        disk_free_bytes: any::<u64>(),
+        quota_bytes: any::<u64>()
+    })
 }
 
 pub fn reply_data() -> impl Strategy<Value = ReplyData> {
-    let info = (
-        any::<u32>(),
-        controller_role(),
-        any::<u64>(),
-        any::<u32>(),
-        text(),
-        any::<u16>(),
-        text(),
-        any::<u32>(),
-        any::<u32>(),
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>()),
-        proptest::collection::vec(controller_entry(), 0..4),
-        (
-            any::<[u8; 16]>(),
-            vec(text(), 0..3),
-            any::<u64>(),
-            any::<u64>(),
-            (any::<u64>(), any::<u64>(), any::<u64>()),
-        ),
-    )
-        .prop_map(
-            |(
-                id,
-                role,
-                term,
-                primary_id,
-                primary_host,
-                primary_port,
-                version,
-                protocol_version,
-                waiters,
-                (last_log_index, committed_index, applied_index, last_contact_ms),
-                members,
-                (
-                    cluster_id,
-                    alarms,
-                    checked_index,
-                    uptime_ms,
-                    (db_size_bytes, disk_free_bytes, quota_bytes),
-                ),
-            )| {
-                ControllerInfo {
-                    id,
-                    role,
-                    term,
-                    primary_id,
-                    primary_host,
-                    primary_port,
-                    version,
-                    protocol_version,
-                    waiters,
-                    last_log_index,
-                    committed_index,
-                    applied_index,
-                    last_contact_ms,
-                    members,
-                    cluster_id,
-                    alarms,
-                    checked_index,
-                    uptime_ms,
-                    db_size_bytes,
-                    disk_free_bytes,
-                    quota_bytes,
-                }
-            },
-        );
-    let resource = (text(), text(), text()).prop_map(|(name, kind, description)| Resource {
-        name,
-        kind,
-        description,
+    let resource = record!(Resource {
+        name: text(),
+        kind: text(),
+        description: text()
     });
     prop_oneof![
         Just(ReplyData::None),
-        info.prop_map(ReplyData::CtrlInfo),
+        controller_info().prop_map(ReplyData::CtrlInfo),
         vec(job(), 0..5).prop_map(ReplyData::Jobs),
         job().prop_map(ReplyData::Job),
         any::<u64>().prop_map(ReplyData::JobId),
@@ -757,66 +664,37 @@ pub fn reply_data() -> impl Strategy<Value = ReplyData> {
         cluster_conf().prop_map(ReplyData::ClusterConf),
         any::<u64>().prop_map(ReplyData::TaskId),
         any::<u64>().prop_map(ReplyData::SessionId),
-        (vec(job(), 0..4), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
-            |(jobs, cursor, more, total)| ReplyData::JobPage(JobPage {
-                jobs,
-                cursor,
-                more,
-                total
-            })
-        ),
-        (
-            (any::<u64>(), any::<u64>(), vec(any::<u8>(), 0..64)),
-            (any::<u64>(), any::<u64>(), any::<u64>()),
-            (
-                vec(any::<u8>(), 0..33),
-                any::<[u8; 16]>(),
-                any::<u32>(),
-                any::<u32>()
-            ),
-        )
-            .prop_map(
-                |(
-                    (cursor, offset, data),
-                    (total_bytes, index, term),
-                    (digest, cluster_id, agreeing, voters),
-                )| {
-                    ReplyData::SnapshotChunk(SnapshotChunk {
-                        cursor,
-                        offset,
-                        data,
-                        total_bytes,
-                        index,
-                        term,
-                        digest,
-                        cluster_id,
-                        agreeing,
-                        voters,
-                    })
-                }
-            ),
+        record!(JobPage {
+            jobs: vec(job(), 0..4),
+            cursor: any::<u64>(),
+            more: any::<bool>(),
+            total: any::<u64>()
+        })
+        .prop_map(ReplyData::JobPage),
+        record!(SnapshotChunk {
+            cursor: any::<u64>(),
+            offset: any::<u64>(),
+            data: vec(any::<u8>(), 0..64),
+            total_bytes: any::<u64>(),
+            index: any::<u64>(),
+            term: any::<u64>(),
+            digest: vec(any::<u8>(), 0..33),
+            cluster_id: any::<[u8; 16]>(),
+            agreeing: any::<u32>(),
+            voters: any::<u32>()
+        })
+        .prop_map(ReplyData::SnapshotChunk),
     ]
 }
 
 pub fn reply_strategy() -> impl Strategy<Value = Reply> {
-    (
-        any::<u64>(),
-        any::<i32>(),
-        text(),
-        any::<u16>(),
-        reply_data(),
-        any::<u64>(),
-        text(),
-    )
-        .prop_map(
-            |(seq, status, redirect_host, redirect_port, data, members_version, detail)| Reply {
-                seq,
-                status,
-                redirect_host,
-                redirect_port,
-                data,
-                members_version,
-                detail,
-            },
-        )
+    record!(Reply {
+        seq: any::<u64>(),
+        status: any::<i32>(),
+        redirect_host: text(),
+        redirect_port: any::<u16>(),
+        data: reply_data(),
+        members_version: any::<u64>(),
+        detail: text()
+    })
 }

@@ -185,7 +185,7 @@ fn check_client_addr(c: &Client, a: &StatusArgs, id: u32, addr: &str) -> Result<
 }
 
 /// Whether the answer at a new node's client address is node `id`'s, of `cluster` or of none
-/// yet: `Err` names what is wrong. Pure: a table test below.
+/// yet: `Err` names what is wrong. Pure: a table test below (`tests`).
 fn judge_client_addr(
     id: u32,
     addr: &str,
@@ -237,4 +237,54 @@ fn list(a: &StatusArgs) -> Result<(), String> {
         println!("{} {} {role} {reach} lag {lag}", n.id, n.addrs[0]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::judge_client_addr;
+    use xce_proto::wire::ControllerInfo;
+
+    #[test]
+    fn a_new_nodes_client_address_is_judged_by_its_answer() {
+        let (ours, theirs, none) = ([1; 16], [2; 16], [0; 16]);
+        let node = |id, cluster_id| {
+            Ok(ControllerInfo {
+                id,
+                cluster_id,
+                ..Default::default()
+            })
+        };
+        // (answer, the cluster we belong to, refused because of)
+        type Answer = Result<ControllerInfo, String>;
+        let rows: [(Answer, [u8; 16], Option<&str>); 7] = [
+            (node(4, ours), ours, None),
+            (node(4, none), ours, None),   // blank: it joins
+            (node(4, theirs), none, None), // we do not know ours (an older controller)
+            (node(4, theirs), ours, Some("belongs to another cluster")),
+            (node(5, ours), ours, Some("answers as node 5, not node 4")),
+            (
+                Err("connection refused".into()),
+                ours,
+                Some("connection refused"),
+            ),
+            (node(5, none), none, Some("answers as node 5")),
+        ];
+        for (answer, cluster, refused) in rows {
+            let got = judge_client_addr(4, "h:1", cluster, answer.clone());
+            match refused {
+                None => assert_eq!(got, Ok(()), "{answer:?}"),
+                Some(why) => {
+                    let e = got.expect_err(why);
+                    assert!(
+                        e.starts_with("refused: node 4's client address h:1: "),
+                        "{e}"
+                    );
+                    assert!(
+                        e.contains(why) && e.ends_with("; nothing was changed"),
+                        "{e}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -579,8 +579,9 @@ struct FileMember {
 /// command line mean exactly the same and flags given after it override it: every top-level
 /// key is a flag (`heartbeat_ms = 30` is `--heartbeat-ms 30`), a table prefixes its keys
 /// (`[tls] client_ca = "ca.pem"` is `--tls-client-ca ca.pem`), and `[[member]]` entries
-/// (`id`, `client`, `raft`) make `--cluster`.
-pub fn file_flags(path: &std::path::Path) -> Result<Flags, String> {
+/// (`id`, `client`, `raft`) make `--cluster`. Also the text read, so that an error's line
+/// number is found in the same text the flags came from (the file is read once).
+fn file_flags(path: &std::path::Path) -> Result<(Flags, String), String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
     let table: toml::Table = text
@@ -622,7 +623,7 @@ pub fn file_flags(path: &std::path::Path) -> Result<Flags, String> {
             (key, v) => out.push((flag_of(key), scalar(key, v)?)),
         }
     }
-    Ok(out)
+    Ok((out, text))
 }
 
 /// The key a flag stands for in a config file (`--heartbeat-ms` → `heartbeat_ms`).
@@ -675,11 +676,10 @@ impl RunArgs {
         let mut file: Option<String> = None;
         for (f, v) in &cli {
             if f == "--config" {
-                let from_file = file_flags(std::path::Path::new(v))?;
+                let (from_file, text) = file_flags(std::path::Path::new(v))?;
                 if let Some((f, _)) = from_file.iter().find(|(f, _)| f == "--config") {
                     return Err(format!("{v}: {f} inside a config file"));
                 }
-                let text = std::fs::read_to_string(v).unwrap_or_default();
                 for (f, _) in &from_file {
                     origin.push(Some(where_in(v, &text, f)));
                 }

@@ -732,14 +732,7 @@ impl Cluster {
     /// `None` when the node does not answer.
     pub fn metric(&self, id: u32, name: &str) -> Option<f64> {
         let (_, body) = try_http(&self.metrics_addr(id), "GET", "/metrics", "").ok()?;
-        Some(
-            body.lines()
-                .find_map(|l| {
-                    let (n, v) = l.rsplit_once(' ')?;
-                    (n == name).then(|| v.parse().unwrap())
-                })
-                .unwrap_or(0.0),
-        )
+        Some(sample_of(&body, name).unwrap_or(0.0))
     }
 
     /// One line per node for a failed test's message: running (and the role it answers), exited
@@ -819,4 +812,12 @@ pub fn settle(
         })?;
     }
     Some(p)
+}
+
+/// The value of the sample named exactly `name` (with its labels, if any) in a metrics text.
+pub fn sample_of(body: &str, name: &str) -> Option<f64> {
+    body.lines().find_map(|l| {
+        let (n, v) = l.rsplit_once(' ')?;
+        (n == name).then(|| v.parse().unwrap())
+    })
 }

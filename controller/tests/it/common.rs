@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use xce_proto::wire::{ControllerRole, Op, ReplyData};
-pub use xce_testkit::cluster::{Cluster, ClusterOpts, STARTUP};
+pub use xce_testkit::cluster::{sample_of, Cluster, ClusterOpts, STARTUP};
 pub use xce_testkit::ports::free_ports;
 pub use xce_testkit::wire::*;
 

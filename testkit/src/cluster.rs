@@ -264,7 +264,7 @@ impl Cluster {
     }
 
     /// C17: starts node `id` outside the first membership, with `--cluster cluster` and only
-    /// `flags` (e.g. `--join`); `client` is its client address.
+    /// `flags` (e.g. `--join`; `{id}` in one is the node's id); `client` is its client address.
     pub fn start_extra_node(&mut self, id: u32, client: &str, cluster: &str, flags: &[&str]) {
         let raft = cluster
             .split(',')
@@ -298,17 +298,14 @@ impl Cluster {
     fn spawn(&mut self, id: u32) -> io::Result<()> {
         let i = self.index(id);
         let (cluster, flags) = match &self.nodes[i].own {
-            Some((cluster, flags)) => (cluster.clone(), flags.clone()),
-            None => (
-                self.spec(),
-                // `{id}` in an extra argument is this node's id (per-node certificate files).
-                self.opts
-                    .extra_args
-                    .iter()
-                    .map(|a| a.replace("{id}", &id.to_string()))
-                    .collect(),
-            ),
+            Some((cluster, flags)) => (cluster.clone(), flags),
+            None => (self.spec(), &self.opts.extra_args),
         };
+        // `{id}` in an argument is this node's id (per-node certificate files).
+        let flags: Vec<String> = flags
+            .iter()
+            .map(|a| a.replace("{id}", &id.to_string()))
+            .collect();
         let log = self.log_path(id);
         std::fs::create_dir_all(log.parent().expect("a log directory"))?;
         let stderr = std::fs::OpenOptions::new()

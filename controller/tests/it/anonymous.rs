@@ -19,12 +19,7 @@ fn now_op() -> Op {
 
 #[test]
 fn a_stranger_learns_where_the_primary_is_and_nothing_more() {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
-    let flags = tls_flags(certs.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let p = wait_tls_primary(&ctrl, certs.path(), "admin");
+    let (certs, ctrl, p) = tls_cluster(3, 3, &[]);
     let s = (1..=3).find(|&i| i != p).unwrap();
     for id in [p, s] {
         let addr = &ctrl.addr(id);
@@ -40,7 +35,7 @@ fn a_stranger_learns_where_the_primary_is_and_nothing_more() {
             };
             // Where the primary is: said.
             assert_eq!((i.id, i.term), (id, known.term), "{op:?}: {i:?}");
-            assert_eq!(i.primary_id, p as u32, "{op:?}: {i:?}");
+            assert_eq!(i.primary_id, p, "{op:?}: {i:?}");
             assert!(
                 i.primary_port != 0 && !i.version.is_empty(),
                 "{op:?}: {i:?}"

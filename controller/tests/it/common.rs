@@ -155,6 +155,34 @@ pub fn deposed_reads_are_fresh(
     unreachable!()
 }
 
+/// A node outside the first membership (C17) on free ports: its client address, its raft
+/// address and its `--cluster` entry `ID=CLIENT/RAFT`.
+pub fn new_member(id: u32) -> (String, String, String) {
+    let p = free_ports(2);
+    let (c, r) = (format!("127.0.0.1:{}", p[0]), format!("127.0.0.1:{}", p[1]));
+    let spec = format!("{id}={c}/{r}");
+    (c, r, spec)
+}
+
+/// `xce-controller ARGS` run to its end (within 100 s): its exit code, its stdout and stderr
+/// together, how long it took.
+pub fn cli(args: &[&str]) -> (Option<i32>, String, Duration) {
+    let t0 = Instant::now();
+    let (code, out, err) = run_cli(args, Duration::from_secs(100));
+    (code, out + &err, t0.elapsed())
+}
+
+/// A job for the library's `jobsubmit`: alice's `true` on one CPU, named `name`.
+pub fn alice_job(name: &str) -> xce_proto::wire::JobSpec {
+    xce_proto::wire::JobSpec {
+        name: name.into(),
+        user: "alice".into(),
+        command: "true".into(),
+        ncpus: 1,
+        ..Default::default()
+    }
+}
+
 pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
@@ -317,6 +345,31 @@ pub mod raft_wire {
             entries: Vec::new(),
         })
     }
+}
+
+/// Slow elections: no spurious term change on a loaded machine while a test attacks or
+/// forwards.
+pub const CALM: [&str; 6] = [
+    "--heartbeat-ms",
+    "100",
+    "--election-min-ms",
+    "1500",
+    "--election-max-ms",
+    "3000",
+];
+
+/// A cluster of `n` nodes whose every link has mutual TLS, with extra `run` flags: the
+/// certificates (`make_pki` for `pki` nodes, in a directory of its own), the cluster, its
+/// primary (asked as admin).
+pub fn tls_cluster(n: u32, pki: u32, extra: &[&str]) -> (tempfile::TempDir, Cluster, u32) {
+    let certs = tempfile::tempdir().unwrap();
+    make_pki(certs.path(), pki);
+    let mut flags = tls_flags(certs.path());
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = cluster(n, &flags);
+    let p = wait_tls_primary(&ctrl, certs.path(), "admin");
+    (certs, ctrl, p)
 }
 
 /// The primary of a TLS cluster, asked as `identity` (certificates in `dir`).

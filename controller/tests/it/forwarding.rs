@@ -6,26 +6,8 @@ use crate::common::*;
 use xce_proto::error::{E_XCE_AUTH, E_XCE_STANDBY};
 use xce_proto::wire::{self, JobAction, Op, QueueAction, Reply, ReplyData};
 
-const CALM: [&str; 6] = [
-    "--heartbeat-ms",
-    "100",
-    "--election-min-ms",
-    "1500",
-    "--election-max-ms",
-    "3000",
-];
-
-fn tls_cluster(dir: &std::path::Path) -> (Cluster, u32) {
-    make_pki(dir, 3);
-    let mut flags = tls_flags(dir);
-    flags.extend(CALM.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    // Not waited for: every node's cluster id (C20). A standby refused for want of it forwards
-    // once it has it (`a_standby_forwards_once_it_has_the_cluster_id`).
-    let p = wait_tls_primary(&ctrl, dir, "admin");
-    (ctrl, p)
-}
+// `tls_cluster` does not wait for every node's cluster id (C20): a standby refused for want
+// of it forwards once it has it (`a_standby_forwards_once_it_has_the_cluster_id`).
 
 /// `op` with the forwarding mark, on `c`.
 fn forwarded(c: &mut WireClient, op: Op) -> Reply {
@@ -64,9 +46,8 @@ fn count(admin: &mut WireClient, id: u64) -> usize {
 
 #[test]
 fn a_standby_forwards_as_the_caller_and_never_with_more_rights() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, p) = tls_cluster(3, 3, &CALM);
     let dir = certs.path();
-    let (ctrl, p) = tls_cluster(dir);
     let s = if p == 1 { 2 } else { 1 };
     let mut admin = tls_client(&ctrl.addr(p), dir, Some("admin"));
     let mut alice = tls_client(&ctrl.addr(s), dir, Some("user-alice"));
@@ -147,9 +128,8 @@ fn a_standby_forwards_as_the_caller_and_never_with_more_rights() {
 
 #[test]
 fn only_a_member_may_assert_an_identity_on_the_raft_port() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, p) = tls_cluster(3, 3, &CALM);
     let dir = certs.path();
-    let (ctrl, p) = tls_cluster(dir);
     let other = if p == 3 { 2 } else { 3 };
     let mut admin = tls_client(&ctrl.addr(p), dir, Some("admin"));
     let praft = ctrl.raft_addr(p);

@@ -32,19 +32,6 @@ const ANONYMOUS_LIFETIME: Duration = Duration::from_secs(10);
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_UNAUTHENTICATED: usize = 64;
 
-/// A one-node TLS cluster (certificates, tokens, mutual TLS) with extra flags; its primary
-/// elected.
-fn tls_node(extra: &[&str]) -> (Cluster, tempfile::TempDir) {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
-    let mut flags = tls_flags(certs.path());
-    flags.extend(extra.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(1, &flags);
-    wait_tls_primary(&ctrl, certs.path(), "admin");
-    (ctrl, certs)
-}
-
 fn pem_certs(p: &Path) -> Vec<CertificateDer<'static>> {
     rustls_pemfile::certs(&mut std::io::BufReader::new(
         std::fs::File::open(p).unwrap(),
@@ -151,7 +138,7 @@ fn closes_within(c: &mut WireClient, limit: Duration) -> Option<Duration> {
 /// at most their own budget of descriptors, and the node logs them once a second with a count.
 #[test]
 fn s15_strangers_never_take_an_authenticated_callers_slot() {
-    let (ctrl, certs) = tls_node(&["--max-connections", "8"]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &["--max-connections", "8"]);
     let dir = certs.path();
     let addr = ctrl.addr(1).clone();
     let pid = ctrl.pid(1);
@@ -211,7 +198,7 @@ fn s15_strangers_never_take_an_authenticated_callers_slot() {
 /// C9 amended: a TLS handshake must finish within a short deadline from the accept.
 #[test]
 fn s15_a_handshake_has_a_deadline() {
-    let (ctrl, _certs) = tls_node(&[]);
+    let (_certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let connected = Instant::now();
     let silent = TcpStream::connect(ctrl.addr(1)).unwrap();
     let mut silent = WireClient::over(Box::new(silent.try_clone().unwrap()), silent);
@@ -241,7 +228,7 @@ fn s15_a_handshake_has_a_deadline() {
 /// every half second); a token caller's connection does.
 #[test]
 fn s15_anonymous_connections_do_not_live_for_ever() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let dir = certs.path();
     let addr = &ctrl.addr(1);
     let bob = token(dir, "user-bob");
@@ -274,7 +261,7 @@ fn s15_anonymous_connections_do_not_live_for_ever() {
 /// 30 s, so such a connection lived as long as the bytes kept coming.
 #[test]
 fn s15_a_frame_has_a_deadline_from_its_first_byte() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let mut c = tls_client(&ctrl.addr(1), certs.path(), Some("admin"));
     c.ok(Op::Nop);
     // One segment of 1,000 words.
@@ -310,7 +297,7 @@ fn s15_a_frame_has_a_deadline_from_its_first_byte() {
 /// the node almost nothing (before: +60 MiB resident, the bytes as they arrived).
 #[test]
 fn s15_an_anonymous_connection_buffers_little() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let pid = ctrl.pid(1);
     let before = peak_kb(pid);
     let words: u32 = (15 << 20) / 8;
@@ -401,7 +388,7 @@ fn close_no_queue(c: &mut WireClient) -> Result<i32, xce::Error> {
 /// 5 and 7 s after expiry were admin).
 #[test]
 fn s15_no_identity_outlives_its_certificate() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let addr = &ctrl.addr(1);
     let secs = 8;
     let cert = short_lived(certs.path(), "admin", secs);
@@ -452,7 +439,7 @@ fn s15_no_identity_outlives_its_certificate() {
 /// the client port nor a member's certificate on the raft port (before: admin, and a member).
 #[test]
 fn s15_an_intermediate_under_a_path_length_0_ca_is_refused() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let dir = certs.path();
     let ca_key =
         rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap()).unwrap();
@@ -514,13 +501,8 @@ fn s15_an_intermediate_under_a_path_length_0_ca_is_refused() {
 /// logs with the member that forwarded them.
 #[test]
 fn s15_a_client_id_is_bound_to_its_identity() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, p) = tls_cluster(3, 3, &[]);
     let dir = certs.path();
-    make_pki(dir, 3);
-    let flags = tls_flags(dir);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let p = wait_tls_primary(&ctrl, dir, "admin");
     let standby = if p == 1 { 2 } else { 1 };
     let paddr = &ctrl.addr(p);
     let mut alice = tls_client(paddr, dir, Some("user-alice"));

@@ -13,16 +13,6 @@ use std::time::Duration;
 use crate::common::*;
 use xce_proto::wire::{JobFilter, Op, ReplyData};
 
-/// Slow elections: no spurious term change on a loaded machine during the attacks.
-const CALM: [&str; 6] = [
-    "--heartbeat-ms",
-    "100",
-    "--election-min-ms",
-    "1500",
-    "--election-max-ms",
-    "3000",
-];
-
 /// What a hostile peer must not change: every node's term and the primary it names, the
 /// members, the jobs.
 #[derive(Debug, PartialEq)]
@@ -94,17 +84,11 @@ fn plain(addr: &str) -> TcpStream {
 /// Every hostile case against node `x` of a TLS cluster, then the checks.
 #[test]
 fn s15_strangers_on_a_tls_raft_port_change_nothing() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, primary) = tls_cluster(3, 3, &CALM);
     let other_ca = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
     make_pki(other_ca.path(), 3);
     let dir = certs.path();
-    let mut flags = tls_flags(dir);
-    flags.extend(CALM.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
     let admin = |addr: &str| tls_client(addr, dir, Some("admin"));
-    let primary = wait_tls_primary(&ctrl, dir, "admin");
     let id = ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     let job_id = rand_u64() >> 1;
     admin(&ctrl.addr(primary)).ok(submit(job_id, "alice", ""));
@@ -338,14 +322,8 @@ fn a_cluster_mid_rotation_trusts_both_cas() {
 /// the start — its certificate names no member any more, so a vote it sends is not answered.
 #[test]
 fn a_removed_member_is_no_peer_any_more() {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
+    let (certs, ctrl, primary) = tls_cluster(3, 3, &CALM);
     let dir = certs.path();
-    let mut flags = tls_flags(dir);
-    flags.extend(CALM.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let primary = wait_tls_primary(&ctrl, dir, "admin");
     let gone = [1u32, 2, 3].into_iter().find(|&i| i != primary).unwrap();
     let mut admin = tls_client(&ctrl.addr(primary), dir, Some("admin"));
     assert_eq!(

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use xce::client::{parse_masters, Client, Config};
-use xce_proto::wire::JobSpec;
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -37,14 +36,7 @@ fn leader_transfer_under_load_moves_leadership_with_no_client_error() {
         std::thread::spawn(move || {
             let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                let spec = JobSpec {
-                    name: "transfer".into(),
-                    user: "alice".into(),
-                    command: "true".into(),
-                    ncpus: 1,
-                    ..Default::default()
-                };
-                match c.jobsubmit(spec) {
+                match c.jobsubmit(alice_job("transfer")) {
                     Ok(_) => *acked.lock().unwrap() += 1,
                     Err(e) => errors
                         .lock()

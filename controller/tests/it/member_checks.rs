@@ -85,14 +85,9 @@ fn member_add_to_a_wrong_address_fails_fast_and_changes_nothing() {
 /// was "No route to host (status 113)" after 4.9 s.)
 #[test]
 fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, mut ctrl, _) = tls_cluster(3, 5, &[]);
     let foreign = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 5);
     make_pki(foreign.path(), 5);
-    let flags = tls_flags(certs.path());
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut ctrl = cluster(3, &flag_refs);
-    wait_tls_primary(&ctrl, certs.path(), "admin");
     let f = |n: &str| certs.path().join(n).display().to_string();
     let masters = ctrl.masters();
     let id_args = [
@@ -111,20 +106,17 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
     let ports = free_ports(6);
     let addr = |k: usize| format!("127.0.0.1:{}", ports[k]);
     // Node 4: blank, this cluster's certificates. Node 5: blank, another CA's.
-    let node_flags = |dir: &std::path::Path, id: u32| -> Vec<String> {
+    let node_flags = |dir: &std::path::Path| -> Vec<String> {
         let mut v = tls_flags(dir);
-        for a in v.iter_mut() {
-            *a = a.replace("{id}", &id.to_string());
-        }
         v.push("--join".into());
         v
     };
-    let n4 = node_flags(certs.path(), 4);
+    let n4 = node_flags(certs.path());
     let n4: Vec<&str> = n4.iter().map(String::as_str).collect();
     // With mutual TLS a --join node admits the members its --cluster names.
     let spec4 = format!("{},4={}/{}", ctrl.spec(), addr(0), addr(1));
     ctrl.start_extra_node(4, &addr(0), &spec4, &n4);
-    let n5 = node_flags(foreign.path(), 5);
+    let n5 = node_flags(foreign.path());
     let n5: Vec<&str> = n5.iter().map(String::as_str).collect();
     ctrl.start_extra_node(5, &addr(2), &format!("5={}/{}", addr(2), addr(3)), &n5);
     ctrl.wait_until("nodes 4 and 5 listen", STARTUP, || {

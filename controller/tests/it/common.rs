@@ -155,6 +155,19 @@ pub fn deposed_reads_are_fresh(
     unreachable!()
 }
 
+/// The ids of the jobs `joblist` with filter `f` answers on `c`, in its order.
+pub fn job_ids(c: &mut WireClient, f: xce_proto::wire::JobFilter) -> Vec<u64> {
+    match c.ok(Op::JobList(f)) {
+        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
+        other => panic!("joblist: {other:?}"),
+    }
+}
+
+/// Every job id node `id` lists, in order (it must serve).
+pub fn listed_on(ctrl: &Cluster, id: u32) -> Vec<u64> {
+    job_ids(&mut ctrl.client(id), Default::default())
+}
+
 /// A node outside the first membership (C17) on free ports: its client address, its raft
 /// address and its `--cluster` entry `ID=CLIENT/RAFT`.
 pub fn new_member(id: u32) -> (String, String, String) {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::*;
-use xce_proto::wire::{Op, ReplyData};
+use xce_proto::wire::Op;
 
 /// Snapshots every 100 writes (and half a snapshot of log), little kept behind them.
 const FLAGS: &[&str] = &[
@@ -32,10 +32,7 @@ fn wide(id: u64) -> Op {
 fn listed(ctrl: &Cluster, p: u32) -> BTreeSet<u64> {
     let mut c = ctrl.client(p);
     c.set_timeout(Duration::from_secs(30));
-    match c.ok(Op::JobList(Default::default())) {
-        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    }
+    job_ids(&mut c, Default::default()).into_iter().collect()
 }
 
 /// Writes `ids` one at a time through primary `p`; every one must be acknowledged.

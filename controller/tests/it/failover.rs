@@ -105,10 +105,7 @@ fn standbys_redirect_failover_rejoin_and_exactly_once() {
         task,
         "re-sent runtask returns the same task id"
     );
-    match c2.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => assert_eq!(j.len(), 1),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(job_ids(&mut c2, JobFilter::default()).len(), 1);
 
     // The killed node restarts from its data dir and rejoins as a standby of q.
     ctrl.start_node(p);
@@ -219,11 +216,7 @@ fn restarted_node_catches_up_from_a_snapshot() {
     let p = ctrl.expect_primary(STARTUP);
     ctrl.kill(p);
     let q = ctrl.expect_primary_among(&others(&[1, 2, 3], p), STARTUP);
-    let mut c = ctrl.client(q);
-    match c.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => assert_eq!(j.len() as u64, written),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(listed_on(&ctrl, q).len() as u64, written);
     // The old primary restarts from its own snapshot + log and rejoins as a standby of the
     // primary there is then.
     ctrl.start_node(p);

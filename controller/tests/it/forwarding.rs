@@ -38,10 +38,8 @@ fn normal_open(admin: &mut WireClient) -> bool {
 }
 
 fn count(admin: &mut WireClient, id: u64) -> usize {
-    match admin.ok(Op::JobList(Default::default())) {
-        ReplyData::Jobs(j) => j.iter().filter(|j| j.job_id == id).count(),
-        other => panic!("joblist: {other:?}"),
-    }
+    let ids = job_ids(admin, Default::default());
+    ids.into_iter().filter(|&j| j == id).count()
 }
 
 #[test]

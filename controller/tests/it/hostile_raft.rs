@@ -40,10 +40,7 @@ fn seen(ctrl: &Cluster, connect: &dyn Fn(&str) -> WireClient, primary: u32) -> S
             .collect(),
         other => panic!("clusterconf: {other:?}"),
     };
-    let jobs = match p.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => j.iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    };
+    let jobs = job_ids(&mut p, JobFilter::default());
     Seen {
         terms,
         members,

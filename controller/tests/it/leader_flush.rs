@@ -58,12 +58,12 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
 
 /// Primary `p` lists jobs 1 and 2, each once (`when`: after what).
 fn lists_both(ctrl: &Cluster, p: u32, when: &str) {
-    let mut c = ctrl.client(p);
-    let listed: Vec<u64> = match c.ok(xce_proto::wire::Op::JobList(Default::default())) {
-        xce_proto::wire::ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    };
-    assert_eq!(listed, [1, 2], "primary {p} {when}\n{}", ctrl.all_logs());
+    assert_eq!(
+        listed_on(ctrl, p),
+        [1, 2],
+        "primary {p} {when}\n{}",
+        ctrl.all_logs()
+    );
 }
 
 /// C19 (issue 25, defect 1): a restarted primary never reuses an index its followers hold.

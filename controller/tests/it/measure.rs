@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use xce_proto::error::E_XCE_STANDBY;
-use xce_proto::wire::{JobFilter, Op};
+use xce_proto::wire::Op;
 
 fn xce_now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -107,11 +107,7 @@ fn failover_kill9() {
     );
     // Every acknowledged write is still there.
     let p = ctrl.expect_settled(STARTUP);
-    let mut c = ctrl.client(p);
-    match c.ok(Op::JobList(JobFilter::default())) {
-        xce_proto::wire::ReplyData::Jobs(j) => assert_eq!(j.len() as u64, job_id - 1),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(listed_on(&ctrl, p).len() as u64, job_id - 1);
 }
 
 /// Busy processes, killed on drop.

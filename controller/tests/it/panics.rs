@@ -97,13 +97,7 @@ fn a_panic_anywhere_ends_the_node_and_the_cluster_fails_over() {
         ctrl.wait_until("the node's restart", STARTUP, || ctrl.starts(p) > starts);
     }
     let p = ctrl.expect_settled(STARTUP);
-    let listed = match ctrl
-        .client(p)
-        .ok(xce_proto::wire::Op::JobList(Default::default()))
-    {
-        xce_proto::wire::ReplyData::Jobs(j) => j.len(),
-        other => panic!("joblist: {other:?}"),
-    };
+    let listed = listed_on(&ctrl, p).len();
     assert!(
         listed >= 3,
         "the writes after each failover are there: {listed}"

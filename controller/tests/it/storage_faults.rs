@@ -11,25 +11,16 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce_proto::wire::{Op, ReplyData};
+use xce_proto::wire::Op;
 
 /// The exit status of a node stopped by a storage fault (`base/fault.rs`).
 const EXIT_STORAGE_FAULT: i32 = 74;
 /// Bound from the fault to the node's exit.
 const EXIT_BOUND: Duration = Duration::from_secs(10);
 
-/// The job ids a primary lists, in order.
-fn listed(ctrl: &Cluster, p: u32) -> Vec<u64> {
-    let mut c = ctrl.client(p);
-    match c.ok(Op::JobList(Default::default())) {
-        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    }
-}
-
 /// Every job in `acked` is listed by primary `p` exactly once.
 fn all_listed_once(ctrl: &Cluster, p: u32, acked: &[u64]) {
-    let list = listed(ctrl, p);
+    let list = listed_on(ctrl, p);
     for id in acked {
         let n = list.iter().filter(|&&j| j == *id).count();
         assert_eq!(

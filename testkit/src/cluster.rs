@@ -254,6 +254,19 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("starting node {id}: {e}"));
     }
 
+    /// Starts every node (see [`Cluster::start_node`]).
+    pub fn start_all(&mut self) {
+        for id in self.ids() {
+            self.start_node(id);
+        }
+    }
+
+    /// Nodes started from now on run with the failpoints `FAILPOINTS=actions` (until
+    /// `opts.env` is cleared; the binary must have failpoints, controller/Cargo.toml).
+    pub fn failpoints_at_start(&mut self, actions: &str) {
+        self.opts.env.push(("FAILPOINTS".into(), actions.into()));
+    }
+
     /// Starts node `id` with the first membership's command line again, no longer its own
     /// from [`Cluster::start_extra_node`]: a node added back that lost its disk, started with
     /// its first flags.

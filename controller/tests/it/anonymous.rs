@@ -7,15 +7,7 @@
 //! address, role, version, indexes and lag).
 
 use crate::common::*;
-use xce_proto::wire::{Op, ReplyData};
-
-fn now_op() -> Op {
-    Op::WaitPrimary {
-        timeout_ms: 0,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }
-}
+use xce_proto::wire::ReplyData;
 
 #[test]
 fn a_stranger_learns_where_the_primary_is_and_nothing_more() {
@@ -24,11 +16,11 @@ fn a_stranger_learns_where_the_primary_is_and_nothing_more() {
     for id in [p, s] {
         let addr = &ctrl.addr(id);
         let mut admin = tls_client(addr, certs.path(), Some("admin"));
-        let known = info(&admin.call(now_op()));
+        let known = info(&admin.call(immediate_wait()));
         assert_eq!(known.members.len(), 3, "admin: {known:?}");
         assert!(known.last_log_index > 0 && known.uptime_ms > 0, "{known:?}");
         let mut stranger = tls_client(addr, certs.path(), None);
-        for op in [now_op(), hello()] {
+        for op in [immediate_wait(), hello()] {
             let r = stranger.call(op.clone());
             let ReplyData::CtrlInfo(i) = r.data else {
                 panic!("{op:?}: {r:?}")

@@ -61,9 +61,7 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
 /// node's id), all started.
 pub fn cluster(n: u32, extra: &[&str]) -> Cluster {
     let mut c = prepared(n, extra);
-    for id in 1..=n {
-        c.start_node(id);
-    }
+    c.start_all();
     c
 }
 
@@ -153,6 +151,20 @@ pub fn deposed_reads_are_fresh(
         }
     }
     unreachable!()
+}
+
+/// `ids` but `not`.
+pub fn others(ids: &[u32], not: u32) -> Vec<u32> {
+    ids.iter().copied().filter(|&i| i != not).collect()
+}
+
+/// `waitPrimary` waiting up to `timeout_ms`, nothing excluded.
+pub fn wait_primary_op(timeout_ms: u32) -> Op {
+    Op::WaitPrimary {
+        timeout_ms,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    }
 }
 
 /// The ids of the jobs `joblist` with filter `f` answers on `c`, in its order.

@@ -61,12 +61,8 @@ fn purges(ctrl: &Cluster, id: u32) -> usize {
 #[test]
 fn a_slow_purge_holds_no_node_back() {
     let mut ctrl = prepared(3, FLAGS);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "log-purge=sleep(3000)".into()));
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.failpoints_at_start("log-purge=sleep(3000)");
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let campaigns = |ctrl: &Cluster| -> usize {
         (1..=3)
@@ -97,12 +93,8 @@ fn a_slow_purge_holds_no_node_back() {
 #[test]
 fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
     let mut ctrl = prepared(3, FLAGS);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "log-purge=pause".into()));
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.failpoints_at_start("log-purge=pause");
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let acked = write_all(&ctrl, p, 1..=800);
     for id in 1..=3 {
@@ -218,9 +210,7 @@ fn since_start(ctrl: &Cluster, f: u32) -> String {
 /// (`purge`).
 fn start_held_in_install(ctrl: &mut Cluster, f: u32, purge: bool) {
     let starts = ctrl.starts(f);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
+    ctrl.failpoints_at_start("snapshot-save=pause");
     ctrl.start_node(f);
     ctrl.opts.env.clear();
     ctrl.wait_until("the install held", STARTUP, || {
@@ -232,10 +222,7 @@ fn start_held_in_install(ctrl: &mut Cluster, f: u32, purge: bool) {
 }
 
 fn torn_install(after: After) {
-    let mut ctrl = prepared(3, FLAGS);
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    let mut ctrl = cluster(3, FLAGS);
     let p = ctrl.expect_settled(STARTUP);
     let f = ctrl.ids().into_iter().find(|&id| id != p).unwrap();
     let g = ctrl
@@ -276,9 +263,7 @@ fn torn_install(after: After) {
             ctrl.start_node(f);
         }
         After::SlowInstall => {
-            ctrl.opts
-                .env
-                .push(("FAILPOINTS".into(), "snapshot-save=sleep(1500)".into()));
+            ctrl.failpoints_at_start("snapshot-save=sleep(1500)");
             ctrl.start_node(f);
             ctrl.opts.env.clear();
         }

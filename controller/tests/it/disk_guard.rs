@@ -31,9 +31,7 @@ fn past_the_quota_new_work_is_refused_before_the_disk_fills_and_a_full_disk_stop
     let disks: Vec<Tmpfs> = (1..=3)
         .map(|i| Tmpfs::mount(&ctrl.data_dir().join(format!("data-{i}")), "64m"))
         .collect();
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let masters = ctrl.masters();
     let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();

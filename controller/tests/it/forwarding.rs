@@ -253,12 +253,8 @@ fn forwarded_bulk_does_not_claim_the_raft_priority() {
 fn a_standby_forwards_once_it_has_the_cluster_id() {
     const ADOPT: &str = "cluster-adopt";
     let mut ctrl = prepared(3, &["--metrics", "127.0.0.1:0"]);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), format!("{ADOPT}=pause")));
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.failpoints_at_start(&format!("{ADOPT}=pause"));
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let s = (1..=3).find(|&i| i != p).unwrap();
     for n in (1..=3).filter(|&n| n != s) {

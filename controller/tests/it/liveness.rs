@@ -13,18 +13,6 @@ use xce_proto::wire::{ControllerRole, JobFilter, Op, ReplyData};
 /// Generous bound for anything that takes "about an election timeout" on a loaded machine.
 const BOUND: Duration = Duration::from_secs(10);
 
-fn others(ids: &[u32], not: u32) -> Vec<u32> {
-    ids.iter().copied().filter(|&i| i != not).collect()
-}
-
-fn wait_primary_op(timeout_ms: u32) -> Op {
-    Op::WaitPrimary {
-        timeout_ms,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }
-}
-
 /// C10: SIGSTOP both followers of a 3-node cluster. Within about an election timeout the
 /// leader stops naming itself: `hello` and every op answer NOMASTER without a hint, its info
 /// names no primary, `waitPrimary` does not return it, and a write already waiting for its

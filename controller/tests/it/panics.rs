@@ -115,10 +115,7 @@ fn a_panic_is_reported_in_the_logs_format_and_place() {
             .iter()
             .map(|s| s.to_string()),
     );
-    ctrl.opts.env.push((
-        "FAILPOINTS".into(),
-        "task-tick=panic(a tick that panics)".into(),
-    ));
+    ctrl.failpoints_at_start("task-tick=panic(a tick that panics)");
     let t0 = Instant::now();
     ctrl.start_node(node);
     let st = ctrl.wait_exit(node, EXIT_BOUND + STARTUP);

@@ -175,9 +175,7 @@ fn s19_restore_keeps_every_write_acknowledged_before_the_save_and_refuses_old_da
     assert_eq!(code, Some(0), "{out}");
     assert_ne!(after(&out, "new cluster "), ids[0]);
 
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.start_all();
     let q = ctrl.expect_settled(STARTUP);
     let got = listed_on(&ctrl, q);
     let got_set: BTreeSet<u64> = got.iter().copied().collect();

@@ -69,11 +69,7 @@ fn hello_conf_and_wait_primary(ctrl: &Cluster, c: &mut WireClient) {
         }
         other => panic!("{other:?}"),
     }
-    let wp = info(&c.call(Op::WaitPrimary {
-        timeout_ms: 1000,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }));
+    let wp = info(&c.call(wait_primary_op(1000)));
     assert_eq!(wp.primary_id, 1);
     assert_eq!(
         wp.waiters, 1,

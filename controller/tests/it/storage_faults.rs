@@ -75,9 +75,7 @@ fn a_primary_whose_disk_fills_exits_and_nothing_acknowledged_is_lost() {
         ],
     );
     let small = Tmpfs::mount(&ctrl.data_dir().join("data-1"), "16m");
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.start_all();
     // Node 1 (the small disk) must lead: a killed primary's successor is the lowest id that
     // campaigns first (C15's rank), so a few rounds make it node 1.
     let mut p = ctrl.expect_settled(STARTUP);
@@ -174,9 +172,7 @@ fn a_node_that_cannot_save_its_cluster_id_exits() {
     let mut ctrl = prepared(3, &[]);
     ctrl.start_node(1);
     ctrl.start_node(2);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "cluster-save=return(EIO)".into()));
+    ctrl.failpoints_at_start("cluster-save=return(EIO)");
     ctrl.start_node(3);
     exits_for_its_storage(&mut ctrl, 3, "cluster_id");
     let p = ctrl.expect_primary_among(&[1, 2], STARTUP);

@@ -197,6 +197,12 @@ pub fn cli(args: &[&str]) -> (Option<i32>, String, Duration) {
     (code, out + &err, t0.elapsed())
 }
 
+/// A library context (`xce::client`) for the master list `masters`.
+pub fn lib_client(masters: &str) -> xce::client::Client {
+    use xce::client::{parse_masters, Client, Config};
+    Client::start(Config::new(parse_masters(masters).unwrap())).unwrap()
+}
+
 /// A job for the library's `jobsubmit`: alice's `true` on one CPU, named `name`.
 pub fn alice_job(name: &str) -> xce_proto::wire::JobSpec {
     xce_proto::wire::JobSpec {

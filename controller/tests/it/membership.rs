@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
-use xce::client::{parse_masters, Client, Config};
+use xce::client::Client;
 use xce_proto::wire::{JobFilter, Op};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(100);
@@ -64,7 +64,7 @@ fn s16_replace_a_dead_machine_under_load() {
     .map(|(w, (who, masters))| {
         let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
         std::thread::spawn(move || {
-            let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+            let c = lib_client(&masters);
             while !stop.load(Ordering::Relaxed) {
                 match c.jobsubmit(alice_job("s16")) {
                     Ok(id) => acked[w].lock().unwrap().push(id),
@@ -178,7 +178,7 @@ fn s16_replace_a_dead_machine_under_load() {
     );
 
     // Every acknowledged write exactly once.
-    let reader = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+    let reader = lib_client(&masters);
     let jobs = reader.joblist_all(JobFilter::default()).unwrap();
     reader.close();
     let mut count = BTreeMap::<u64, u32>::new();
@@ -406,6 +406,25 @@ fn a_resent_removal_is_answered_once() {
     );
 }
 
+/// History: `writers` library contexts at once, each submitting `each` jobs (many Raft
+/// entries); every write must succeed (`what` names it).
+fn history(masters: &str, writers: usize, each: usize, what: &'static str) {
+    let threads: Vec<_> = (0..writers)
+        .map(|_| {
+            let c = lib_client(masters);
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    c.jobsubmit(alice_job("history")).expect(what);
+                }
+                c.close();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 /// A write through `c` that must succeed (its job id).
 fn must_write(ctrl: &Cluster, c: &Client, what: &str) -> u64 {
     c.jobsubmit(alice_job("f29")).unwrap_or_else(|e| {
@@ -430,7 +449,7 @@ fn old_list_follows_every_replacement() {
     let mut ctrl = cluster(3, &[]);
     let p = ctrl.expect_settled(STARTUP);
     let original = ctrl.masters();
-    let c = Client::start(Config::new(parse_masters(&original).unwrap())).unwrap();
+    let c = lib_client(&original);
     must_write(&ctrl, &c, "first write");
     // The standbys first, the primary last.
     let mut olds: Vec<u32> = [1u32, 2, 3].into_iter().filter(|&i| i != p).collect();
@@ -485,21 +504,7 @@ fn a_new_voter_holds_the_log_before_it_counts() {
     let p = ctrl.expect_settled(STARTUP);
     let masters = ctrl.masters();
     // History: writes from a few contexts at once (many Raft entries).
-    let writers: Vec<_> = (0..4)
-        .map(|_| {
-            let masters = masters.clone();
-            std::thread::spawn(move || {
-                let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
-                for _ in 0..300 {
-                    c.jobsubmit(alice_job("history")).unwrap();
-                }
-                c.close();
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    history(&masters, 4, 300, "a write of the history");
     let (c4, _, spec4) = new_member(4);
     ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
     ctrl.wait_until("node 4 serves clients", Duration::from_secs(10), || {
@@ -510,7 +515,7 @@ fn a_new_voter_holds_the_log_before_it_counts() {
     ctrl.kill(p);
     let others: Vec<u32> = [1u32, 2, 3, 4].into_iter().filter(|&i| i != p).collect();
     let q = ctrl.expect_primary_among(&others, Duration::from_secs(10));
-    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    let c = lib_client(&every);
     must_write(&ctrl, &c, &format!("after the kill, node {q} primary"));
     c.close();
 }
@@ -529,29 +534,13 @@ fn a_machine_replaced_with_the_same_id_is_added_not_sent_away() {
     let p = ctrl.expect_settled(STARTUP);
     let s = if p == 1 { 2 } else { 1 };
     let every = ctrl.masters();
-    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    let c = lib_client(&every);
     must_write(&ctrl, &c, "a write before the removal");
     member(&ctrl, &every, &["remove", &s.to_string()]);
     ctrl.kill(s);
     // History after the removal, more than one append carries: the new node's log passes
     // through the removal as its effective membership before it reaches its addition.
-    let writers: Vec<_> = (0..8)
-        .map(|_| {
-            let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
-            std::thread::spawn({
-                move || {
-                    for _ in 0..250 {
-                        c.jobsubmit(alice_job("history"))
-                            .expect("a write after the removal");
-                    }
-                    c.close();
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    history(&every, 8, 250, "a write after the removal");
     std::fs::remove_dir_all(ctrl.data_dir().join(format!("data-{s}"))).unwrap();
     let spec = ctrl
         .spec()

@@ -9,7 +9,6 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce::client::{parse_masters, Client, Config};
 use xce_proto::wire::JobFilter;
 
 /// Generous for a busy machine; the stall this test is about lasted about 60 s.
@@ -51,7 +50,7 @@ fn every_tool_with_the_old_list_reaches_a_new_primary_first_time() {
         &["snapshot", "save", file, "--masters", &old],
     );
     let t0 = Instant::now();
-    let c = Client::start(Config::new(parse_masters(&old).unwrap())).unwrap();
+    let c = lib_client(&old);
     let jobs = c.joblist_all(JobFilter::default());
     let took = t0.elapsed();
     eprintln!(

@@ -153,6 +153,30 @@ pub fn deposed_reads_are_fresh(
     unreachable!()
 }
 
+/// C1 across restart orders: for each order every node is killed, then started in that
+/// order; the primary that settles, and the one elected once it is killed too, must pass
+/// `check(ctrl, primary, when)`.
+pub fn across_restart_orders(
+    ctrl: &mut Cluster,
+    orders: &[&[u32]],
+    check: impl Fn(&Cluster, u32, &str),
+) {
+    for order in orders {
+        for id in ctrl.running() {
+            ctrl.kill(id);
+        }
+        for &id in *order {
+            ctrl.start_node(id);
+        }
+        let q = ctrl.expect_settled(STARTUP);
+        check(ctrl, q, &format!("after restarting {order:?}"));
+        ctrl.kill(q);
+        let s = ctrl.expect_primary(STARTUP);
+        check(ctrl, s, &format!("after primary {q} was killed"));
+        ctrl.start_node(q);
+    }
+}
+
 /// `ids` but `not`.
 pub fn others(ids: &[u32], not: u32) -> Vec<u32> {
     ids.iter().copied().filter(|&i| i != not).collect()

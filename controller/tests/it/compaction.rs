@@ -129,21 +129,9 @@ fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
             ctrl.all_logs()
         );
     }
-    let orders: [&[u32]; 2] = [&[3, 2, 1], &[2, 3, 1]];
-    for order in orders {
-        for id in ctrl.running() {
-            ctrl.kill(id);
-        }
-        for &id in order {
-            ctrl.start_node(id);
-        }
-        let q = ctrl.expect_settled(STARTUP);
-        assert_eq!(listed(&ctrl, q), want, "after restarting {order:?}");
-        ctrl.kill(q);
-        let s = ctrl.expect_primary(STARTUP);
-        assert_eq!(listed(&ctrl, s), want, "after primary {q} was killed");
-        ctrl.start_node(q);
-    }
+    across_restart_orders(&mut ctrl, &[&[3, 2, 1], &[2, 3, 1]], |ctrl, q, when| {
+        assert_eq!(listed(ctrl, q), want, "{when}");
+    });
 }
 
 /// A standby that crashes while it installs the primary's snapshot — its log already purged up

@@ -5,19 +5,13 @@
 //! re-send, and a learner left behind). `member list` asked of one standby answers at once
 //! (before: 53 s, then "cluster not ready"), with reachability and lag per member.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 
-const CLI_TIMEOUT: Duration = Duration::from_secs(100);
-
+/// `member ARGS --masters MASTERS`: exit code, output, how long it took.
 fn member(masters: &str, args: &[&str]) -> (Option<i32>, String, Duration) {
-    let mut all = vec!["member"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--masters", masters]);
-    let t0 = Instant::now();
-    let (code, out, err) = run_cli(&all, CLI_TIMEOUT);
-    (code, out + &err, t0.elapsed())
+    cli(&[&["member"], args, &["--masters", masters]].concat())
 }
 
 /// The member lines of `member list`: (id, the rest).
@@ -98,11 +92,7 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
         "--key",
         &f("admin.key"),
     ];
-    let add = |spec: &str| {
-        let mut a = vec!["add", spec];
-        a.extend_from_slice(&id_args);
-        member(&masters, &a)
-    };
+    let as_admin = |args: &[&str]| member(&masters, &[args, &id_args].concat());
     let ports = free_ports(6);
     let addr = |k: usize| format!("127.0.0.1:{}", ports[k]);
     // Node 4: blank, this cluster's certificates. Node 5: blank, another CA's.
@@ -140,7 +130,7 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
         ),
     ];
     for (what, spec, says) in cases {
-        let (code, out, took) = add(&spec);
+        let (code, out, took) = as_admin(&["add", &spec]);
         eprintln!("{what}: exit {code:?} in {took:?}: {out}");
         assert_eq!(code, Some(1), "{what}: {out}");
         assert!(took < Duration::from_secs(5), "{what}: {took:?}");
@@ -149,22 +139,11 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
         assert_eq!(out.trim().lines().count(), 1, "{what}: one line: {out}");
     }
     // Nothing changed; and the right spec works.
-    let (code, out, _) = member(
-        &masters,
-        &[
-            "list",
-            "--ca",
-            &f("ca.pem"),
-            "--cert",
-            &f("admin.pem"),
-            "--key",
-            &f("admin.key"),
-        ],
-    );
+    let (code, out, _) = as_admin(&["list"]);
     assert_eq!(code, Some(0), "{out}");
     let ids: Vec<u32> = listed(&out).into_iter().map(|(id, _)| id).collect();
     assert_eq!(ids, vec![1, 2, 3], "{out}");
-    let (code, out, _) = add(&format!("4={}/{}", addr(0), addr(1)));
+    let (code, out, _) = as_admin(&["add", &format!("4={}/{}", addr(0), addr(1))]);
     assert_eq!(code, Some(0), "{out}\n{}", ctrl.all_logs());
 }
 

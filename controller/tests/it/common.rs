@@ -478,14 +478,17 @@ pub fn tls_flags(dir: &Path) -> Vec<String> {
 
 /// Resident and virtual memory of a process (kB), from /proc.
 pub fn mem_kb(pid: i32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let field = |name| status_kb(pid, name).unwrap_or(0);
     (field("VmRSS:"), field("VmSize:"))
+}
+
+/// The field `name` (e.g. `VmHWM:`, the peak resident memory) of a process's
+/// `/proc/PID/status`, in kB.
+pub fn status_kb(pid: i32, name: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// Every established TCP connection on this host: its local and peer addresses and its

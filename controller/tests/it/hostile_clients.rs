@@ -102,15 +102,6 @@ fn fds(pid: i32) -> usize {
         .count()
 }
 
-/// Peak resident memory of a process (kB).
-fn peak_kb(pid: i32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// How long until the server closes `c` (EOF, reset, an alert), up to `limit`; `None` if it
 /// is still open then. Data that arrives meanwhile is read and ignored.
 fn closes_within(c: &mut WireClient, limit: Duration) -> Option<Duration> {
@@ -299,7 +290,7 @@ fn s15_a_frame_has_a_deadline_from_its_first_byte() {
 fn s15_an_anonymous_connection_buffers_little() {
     let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let pid = ctrl.pid(1);
-    let before = peak_kb(pid);
+    let before = status_kb(pid, "VmHWM:").unwrap();
     let words: u32 = (15 << 20) / 8;
     let senders: Vec<_> = (0..4)
         .map(|_| {
@@ -328,7 +319,7 @@ fn s15_an_anonymous_connection_buffers_little() {
         .collect();
     let sent: Vec<usize> = senders.into_iter().map(|t| t.join().unwrap()).collect();
     std::thread::sleep(Duration::from_millis(500));
-    let after = peak_kb(pid);
+    let after = status_kb(pid, "VmHWM:").unwrap();
     eprintln!(
         "4 anonymous 15 MiB frames: sent {:?} KiB; node peak RSS {before} -> {after} kB",
         sent.iter().map(|s| s >> 10).collect::<Vec<_>>()
@@ -342,6 +333,13 @@ fn s15_an_anonymous_connection_buffers_little() {
     tls_client(&ctrl.addr(1), certs.path(), Some("admin")).ok(Op::ResList);
 }
 
+/// The CA in `dir` (its `ca.pem` and `ca.key`), to sign with.
+fn ca_in(dir: &Path) -> rcgen::Issuer<'static, rcgen::KeyPair> {
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
+    let key = rcgen::KeyPair::from_pem(&read("ca.key")).unwrap();
+    rcgen::Issuer::from_ca_cert_pem(&read("ca.pem"), key).unwrap()
+}
+
 /// A certificate for `name` signed by the CA in `dir` (its `ca.pem` and `ca.key`), valid
 /// from a minute ago for `secs` seconds: (chain, key).
 fn short_lived(
@@ -349,13 +347,7 @@ fn short_lived(
     name: &str,
     secs: i64,
 ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
-    let ca_key =
-        rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap()).unwrap();
-    let ca = rcgen::Issuer::from_ca_cert_pem(
-        &std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
-        ca_key,
-    )
-    .unwrap();
+    let ca = ca_in(dir);
     let mut p = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
     p.distinguished_name.push(rcgen::DnType::CommonName, name);
     p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
@@ -441,13 +433,7 @@ fn s15_no_identity_outlives_its_certificate() {
 fn s15_an_intermediate_under_a_path_length_0_ca_is_refused() {
     let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let dir = certs.path();
-    let ca_key =
-        rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap()).unwrap();
-    let ca = rcgen::Issuer::from_ca_cert_pem(
-        &std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
-        ca_key,
-    )
-    .unwrap();
+    let ca = ca_in(dir);
     let mut ip = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ip.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     ip.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];

@@ -189,6 +189,12 @@ impl Cluster {
         )
     }
 
+    /// Node `id`'s `ID=client/raft`, as `--cluster` and `member add` take it.
+    pub fn spec_of(&self, id: u32) -> String {
+        let n = self.node(id);
+        format!("{id}={}/{}", n.client, n.raft)
+    }
+
     /// `host:port,host:port,…` as the library's master list.
     pub fn masters(&self) -> String {
         master_list(self.nodes.iter().map(|n| n.client))

@@ -542,12 +542,7 @@ fn a_machine_replaced_with_the_same_id_is_added_not_sent_away() {
     // through the removal as its effective membership before it reaches its addition.
     history(&every, 8, 250, "a write after the removal");
     std::fs::remove_dir_all(ctrl.data_dir().join(format!("data-{s}"))).unwrap();
-    let spec = ctrl
-        .spec()
-        .split(',')
-        .find(|m| m.starts_with(&format!("{s}=")))
-        .unwrap()
-        .to_string();
+    let spec = ctrl.spec_of(s);
     let client = ctrl.addr(s).clone();
     ctrl.start_extra_node(s, &client, &spec, &["--join"]);
     member(&ctrl, &every, &["add", &spec]);
@@ -585,12 +580,7 @@ fn a_node_added_back_that_loses_its_disk_again_is_not_sent_away() {
     let removal = ctrl.metric(p, "xce_raft_last_log_index").expect("metrics") as u64;
     ctrl.kill(s);
     std::fs::remove_dir_all(ctrl.data(s)).unwrap();
-    let spec = ctrl
-        .spec()
-        .split(',')
-        .find(|m| m.starts_with(&format!("{s}=")))
-        .unwrap()
-        .to_string();
+    let spec = ctrl.spec_of(s);
     let client = ctrl.addr(s);
     ctrl.start_extra_node(s, &client, &spec, &["--join", "--metrics", "127.0.0.1:0"]);
     member(&ctrl, &every, &["add", &spec]);

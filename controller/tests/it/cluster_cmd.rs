@@ -132,43 +132,20 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
 }
 
 /// Runs the launcher to its end (bounded): (exit code, stdout, stderr). In its own process
-/// group, killed whole (with any node it started) if it does not end in time.
+/// group, killed whole (with any node it started, as it did before the fix) when it ends.
 fn launch_fails(args: &[&str]) -> (Option<i32>, String, String) {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
-    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(BIN)
-        .arg("cluster")
+    let mut cmd = Command::new(BIN);
+    cmd.arg("cluster")
         .args(args)
         .arg("--data")
-        .arg(dir.path().join("data"))
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if Instant::now() > deadline {
-            // SAFETY: kill(2) on the process group of the launcher this test started.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!(
-                "launcher still running with {args:?}:\n{}\n{}",
-                read(&out_path),
-                read(&err_path)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // Nodes it may have started (old behaviour) go with it.
-    // SAFETY: as above; harmless if the group is gone.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-    (code, read(&out_path), read(&err_path))
+        .arg(dir.path().join("data"));
+    let (code, out, err) = run_bounded(&mut cmd, Duration::from_secs(10));
+    assert!(
+        code.is_some(),
+        "launcher still running with {args:?}:\n{out}\n{err}"
+    );
+    (code, out, err)
 }
 
 #[test]

@@ -29,13 +29,21 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
     args: &[S],
     timeout: Duration,
 ) -> (Option<i32>, String, String) {
+    run_bounded(Command::new(bin()).args(args), timeout)
+}
+
+/// Runs `cmd` to its end in a process group of its own, bounded by `timeout` (then killed:
+/// exit code `None`); whatever it started is killed with the group when it ends. Its exit
+/// code, stdout and stderr.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> (Option<i32>, String, String) {
+    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(bin())
-        .args(args)
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + timeout;
@@ -50,6 +58,9 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // SAFETY: kill(2) on the process group of the child this function started; harmless if
+    // the group is gone.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     (
         code,
         std::fs::read_to_string(out).unwrap_or_default(),

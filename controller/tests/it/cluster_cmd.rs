@@ -305,12 +305,7 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
         let mut c = Command::new(BIN);
         c.args(["status", "--masters", &masters]);
         if tls {
-            c.arg("--ca")
-                .arg(certs.join("ca.pem"))
-                .arg("--cert")
-                .arg(certs.join("user-bob.pem"))
-                .arg("--key")
-                .arg(certs.join("user-bob.key"));
+            c.args(identity_args(&certs, "user-bob"));
         }
         c.env_remove("XCE_TLS_CA_FILE").output().unwrap()
     };

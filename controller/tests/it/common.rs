@@ -487,6 +487,20 @@ pub fn tls_flags(dir: &Path) -> Vec<String> {
     ]
 }
 
+/// The admin tools' flags for identity `who` with certificates in `dir`: `--ca`, `--cert`,
+/// `--key`.
+pub fn identity_args(dir: &Path, who: &str) -> Vec<String> {
+    let f = |n: String| dir.join(n).display().to_string();
+    vec![
+        "--ca".into(),
+        f("ca.pem".into()),
+        "--cert".into(),
+        f(format!("{who}.pem")),
+        "--key".into(),
+        f(format!("{who}.key")),
+    ]
+}
+
 /// Resident and virtual memory of a process (kB), from /proc.
 pub fn mem_kb(pid: i32) -> (u64, u64) {
     let field = |name| status_kb(pid, name).unwrap_or(0);

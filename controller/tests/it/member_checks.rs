@@ -82,16 +82,9 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
     let (certs, mut ctrl, _) = tls_cluster(3, 5, &[]);
     let foreign = tempfile::tempdir().unwrap();
     make_pki(foreign.path(), 5);
-    let f = |n: &str| certs.path().join(n).display().to_string();
     let masters = ctrl.masters();
-    let id_args = [
-        "--ca",
-        &f("ca.pem"),
-        "--cert",
-        &f("admin.pem"),
-        "--key",
-        &f("admin.key"),
-    ];
+    let id_args = identity_args(certs.path(), "admin");
+    let id_args: Vec<&str> = id_args.iter().map(String::as_str).collect();
     let as_admin = |args: &[&str]| member(&masters, &[args, &id_args].concat());
     let ports = free_ports(6);
     let addr = |k: usize| format!("127.0.0.1:{}", ports[k]);

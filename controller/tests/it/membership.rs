@@ -330,14 +330,6 @@ fn a_called_off_self_removal_serves_again() {
 fn tls_admin_only_and_join_over_mutual_tls() {
     let (pki, mut ctrl, p) = tls_cluster(3, 4, &[]);
     let masters = ctrl.masters();
-    let f = |n: &str| pki.path().join(n).display().to_string();
-    let (ca, admin_pem, admin_key, alice_pem, alice_key) = (
-        f("ca.pem"),
-        f("admin.pem"),
-        f("admin.key"),
-        f("user-alice.pem"),
-        f("user-alice.key"),
-    );
 
     let mut alice = tls_client(&ctrl.addr(p), pki.path(), Some("user-alice"));
     let r = alice.call(Op::MemberRemove { id: 2 });
@@ -349,26 +341,21 @@ fn tls_admin_only_and_join_over_mutual_tls() {
     let node_refs: Vec<&str> = node_flags.iter().map(String::as_str).collect();
     ctrl.start_extra_node(4, &c4, &format!("{},{spec4}", ctrl.spec()), &node_refs);
 
-    let as_who = |pem: &str, key: &str, args: &[&str]| {
-        let mut all = vec!["member"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&[
-            "--masters",
-            &masters,
-            "--ca",
-            &ca,
-            "--cert",
-            pem,
-            "--key",
-            key,
-        ]);
+    let as_who = |who: &str, args: &[&str]| {
+        let mut all: Vec<String> = ["member"]
+            .iter()
+            .chain(args)
+            .map(|a| a.to_string())
+            .collect();
+        all.extend(["--masters".to_string(), masters.clone()]);
+        all.extend(identity_args(pki.path(), who));
         run_cli(&all, CLI_TIMEOUT)
     };
-    let (code, out, err) = as_who(&alice_pem, &alice_key, &["add", &spec4]);
+    let (code, out, err) = as_who("user-alice", &["add", &spec4]);
     assert_eq!(code, Some(1), "{out}{err}");
-    let (code, out, err) = as_who(&admin_pem, &admin_key, &["add", &spec4]);
+    let (code, out, err) = as_who("admin", &["add", &spec4]);
     assert_eq!(code, Some(0), "{out}{err}\n{}", ctrl.all_logs());
-    let (code, out, err) = as_who(&alice_pem, &alice_key, &["list"]);
+    let (code, out, err) = as_who("user-alice", &["list"]);
     assert_eq!(code, Some(0), "{out}{err}");
     let mut ids = listed(&out);
     ids.sort_unstable();

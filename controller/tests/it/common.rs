@@ -188,6 +188,24 @@ pub fn across_restart_orders(
     }
 }
 
+/// A submit of job `id` whose command makes its entry about `bytes` long.
+pub fn big_job(id: u64, bytes: usize) -> Op {
+    let mut op = submit(id, "u", "");
+    if let Op::JobSubmit(spec) = &mut op {
+        spec.command = "x".repeat(bytes);
+    }
+    op
+}
+
+/// Waits (up to `bound`) for node `id` to exit by itself, with status `code`: its log.
+pub fn exits_with(ctrl: &mut Cluster, id: u32, code: i32, bound: Duration) -> String {
+    let st = ctrl.wait_exit(id, bound);
+    let log = ctrl.log(id);
+    let st = st.unwrap_or_else(|| panic!("node {id} still runs after {bound:?}\n{log}"));
+    assert_eq!(st.code(), Some(code), "node {id}'s exit\n{log}");
+    log
+}
+
 /// `ids` but `not`.
 pub fn others(ids: &[u32], not: u32) -> Vec<u32> {
     ids.iter().copied().filter(|&i| i != not).collect()

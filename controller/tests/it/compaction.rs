@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::*;
-use xce_proto::wire::Op;
 
 /// Snapshots every 100 writes (and half a snapshot of log), little kept behind them.
 const FLAGS: &[&str] = &[
@@ -19,15 +18,6 @@ const FLAGS: &[&str] = &[
     "--log-keep",
     "20",
 ];
-
-/// A job whose entry is about 2 KB, so a few hundred writes fill and free log segments.
-fn wide(id: u64) -> Op {
-    let mut op = submit(id, "u", "");
-    if let Op::JobSubmit(spec) = &mut op {
-        spec.command = format!("/opt/run {}", "x".repeat(2000));
-    }
-    op
-}
 
 fn listed(ctrl: &Cluster, p: u32) -> BTreeSet<u64> {
     let mut c = ctrl.client(p);
@@ -40,7 +30,8 @@ fn write_all(ctrl: &Cluster, p: u32, ids: impl Iterator<Item = u64>) -> Vec<u64>
     let mut c = ctrl.client(p);
     c.set_timeout(Duration::from_secs(10));
     ids.inspect(|&id| {
-        let r = c.call(wide(id));
+        // An entry of about 2 KB, so a few hundred writes fill and free log segments.
+        let r = c.call(big_job(id, 2000));
         assert_eq!(r.status, 0, "job {id}: {r:?}\n{}", ctrl.all_logs());
     })
     .collect()

@@ -21,13 +21,8 @@ const EXIT_BOUND: Duration = Duration::from_secs(10);
 /// Waits for node `id` to exit by itself after the panic `tag`: status 70, the panic logged
 /// once with its thread and place. The time from `t0` to the exit seen.
 fn ends_for_its_panic(ctrl: &mut Cluster, id: u32, tag: &str, t0: Instant) -> Duration {
-    let st = ctrl.wait_exit(id, EXIT_BOUND);
+    let log = exits_with(ctrl, id, EXIT_SOFTWARE, EXIT_BOUND);
     let took = t0.elapsed();
-    let log = ctrl.log(id);
-    let st = st.unwrap_or_else(|| {
-        panic!("node {id} still runs {EXIT_BOUND:?} after it panicked ({tag})\n{log}")
-    });
-    assert_eq!(st.code(), Some(EXIT_SOFTWARE), "node {id}'s exit\n{log}");
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains(tag) && l.contains("panic on thread"))

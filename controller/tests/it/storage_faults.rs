@@ -11,7 +11,6 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce_proto::wire::Op;
 
 /// The exit status of a node stopped by a storage fault (`base/fault.rs`).
 const EXIT_STORAGE_FAULT: i32 = 74;
@@ -32,27 +31,9 @@ fn all_listed_once(ctrl: &Cluster, p: u32, acked: &[u64]) {
     }
 }
 
-/// A job whose command makes its entry about `bytes` long.
-fn big_job(id: u64, bytes: usize) -> Op {
-    let mut op = submit(id, "u", "");
-    if let Op::JobSubmit(spec) = &mut op {
-        spec.command = "x".repeat(bytes);
-    }
-    op
-}
-
 /// Waits for node `id` to exit by itself; asserts status 74 and the log line naming `what`.
 fn exits_for_its_storage(ctrl: &mut Cluster, id: u32, what: &str) {
-    let st = ctrl.wait_exit(id, EXIT_BOUND);
-    let log = ctrl.log(id);
-    let st = st.unwrap_or_else(|| {
-        panic!("node {id} still runs {EXIT_BOUND:?} after its storage failed\n{log}")
-    });
-    assert_eq!(
-        st.code(),
-        Some(EXIT_STORAGE_FAULT),
-        "node {id}'s exit\n{log}"
-    );
+    let log = exits_with(ctrl, id, EXIT_STORAGE_FAULT, EXIT_BOUND);
     assert!(
         log.contains("storage fault: ") && log.contains(what),
         "node {id} did not say why ({what})\n{log}"

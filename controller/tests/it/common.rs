@@ -206,6 +206,11 @@ pub fn exits_with(ctrl: &mut Cluster, id: u32, code: i32, bound: Duration) -> St
     log
 }
 
+/// The term node `id` answers `hello` with.
+pub fn term_of(ctrl: &Cluster, id: u32) -> u64 {
+    info(&ctrl.client(id).call(hello())).term
+}
+
 /// `ids` but `not`.
 pub fn others(ids: &[u32], not: u32) -> Vec<u32> {
     ids.iter().copied().filter(|&i| i != not).collect()
@@ -280,6 +285,7 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
 /// without entries does not depend on the entry type).
 pub mod raft_wire {
     use std::io::{Read, Write};
+    use std::time::Duration;
 
     use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
     use serde::{Deserialize, Serialize};
@@ -388,6 +394,14 @@ pub mod raft_wire {
         let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
         s.read_exact(&mut body)?;
         postcard::from_bytes(&body).map_err(std::io::Error::other)
+    }
+
+    /// [`call`] on a new plaintext connection to `addr`.
+    pub fn call_at(addr: &str, req: &RpcRequest, id: [u8; 16]) -> std::io::Result<RpcReply> {
+        let addr = addr.parse().unwrap();
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        call(&mut s, req, id)
     }
 
     /// A vote request from `candidate` in `term` with a log far ahead of anyone's.

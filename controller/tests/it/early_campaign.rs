@@ -101,7 +101,7 @@ fn settled_slow(extra: &[&str]) -> (Cluster, u32, [u8; 16], u64) {
     let ctrl = cluster(3, &flags);
     let p = ctrl.expect_settled(STARTUP);
     let id = ctrl.cluster_id();
-    let term = info(&ctrl.client(p).call(hello())).term;
+    let term = term_of(&ctrl, p);
     (ctrl, p, id, term)
 }
 
@@ -239,11 +239,10 @@ fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
         ctrl.fail_clear(s, "elect-campaign");
     }
     // Each standby either calls its campaign off or raises the term: wait for one of the two.
-    let term_of = |id: u32| info(&ctrl.client(id).call(hello())).term;
     ctrl.wait_until("each decided campaign ends", STARTUP, || {
         decided
             .iter()
-            .all(|&i| since(i).contains("called off") || term_of(standbys[i]) > term)
+            .all(|&i| since(i).contains("called off") || term_of(&ctrl, standbys[i]) > term)
     });
     unchanged(&ctrl, term, p, CALLED_OFF);
 }
@@ -281,9 +280,8 @@ fn an_append_accepted_while_a_decided_campaign_waits_calls_it_off() {
         ctrl.metric(a, empty).is_some_and(|n| n > before)
     });
     ctrl.fail_clear(a, "elect-decided");
-    let term_of = |id: u32| info(&ctrl.client(id).call(hello())).term;
     ctrl.wait_until("a's decided campaign ends", STARTUP, || {
-        since(0).contains("called off") || term_of(a) > term
+        since(0).contains("called off") || term_of(&ctrl, a) > term
     });
     unchanged(&ctrl, term, p, CALLED_OFF);
     ctrl.fail_clear(b, "elect-decided");

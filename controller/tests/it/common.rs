@@ -447,14 +447,19 @@ pub mod raft_wire {
 
 /// Slow elections: no spurious term change on a loaded machine while a test attacks or
 /// forwards.
-pub const CALM: [&str; 6] = [
-    "--heartbeat-ms",
-    "100",
-    "--election-min-ms",
-    "1500",
-    "--election-max-ms",
-    "3000",
-];
+pub const CALM: [&str; 6] = timing("100", "1500", "3000");
+
+/// `run` flags for a heartbeat every `hb` ms and an election timeout of `min`–`max` ms.
+pub const fn timing<'a>(hb: &'a str, min: &'a str, max: &'a str) -> [&'a str; 6] {
+    [
+        "--heartbeat-ms",
+        hb,
+        "--election-min-ms",
+        min,
+        "--election-max-ms",
+        max,
+    ]
+}
 
 /// A cluster of `n` nodes whose every link has mutual TLS, with extra `run` flags: the
 /// certificates (`make_pki` for `pki` nodes, in a directory of its own), the cluster, its

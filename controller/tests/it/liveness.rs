@@ -23,17 +23,7 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     // A 300 ms cut-off window (election-max) rather than the default 120 ms: the write below
     // must reach the leader before it knows it is cut off, and a loaded machine delayed it by
     // more than 120 ms (it was then refused NOMASTER, correctly, but not what is tested here).
-    let ctrl = cluster(
-        3,
-        &[
-            "--heartbeat-ms",
-            "30",
-            "--election-min-ms",
-            "150",
-            "--election-max-ms",
-            "300",
-        ],
-    );
+    let ctrl = cluster(3, &timing("30", "150", "300"));
     let p = ctrl.expect_settled(STARTUP);
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
@@ -197,15 +187,7 @@ fn vote_right_after_restart(
 fn restarted_node_refuses_votes_during_the_lease() {
     // Slow timing so that the windows are wide on a loaded machine: the guard is
     // election-max (3 s) after boot; a lone node campaigns >= 5 s after its last append.
-    let args = [
-        "--heartbeat-ms",
-        "100",
-        "--election-min-ms",
-        "2000",
-        "--election-max-ms",
-        "3000",
-    ];
-    let mut ctrl = cluster(3, &args);
+    let mut ctrl = cluster(3, &timing("100", "2000", "3000"));
     let p = ctrl.expect_settled(STARTUP * 2);
     let id = ctrl.cluster_id();
     let term = term_of(&ctrl, p);

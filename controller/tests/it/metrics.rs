@@ -272,19 +272,12 @@ fn a_write_costs_each_standby_one_append() {
     const WRITES: u64 = 300;
     const HEARTBEAT_MS: u64 = 250;
     let hb = HEARTBEAT_MS.to_string();
-    let ctrl = cluster(
-        3,
-        &[
-            "--metrics",
-            "127.0.0.1:0",
-            "--heartbeat-ms",
-            &hb,
-            "--election-min-ms",
-            "1500",
-            "--election-max-ms",
-            "3000",
-        ],
-    );
+    let flags = [
+        &timing(&hb, "1500", "3000")[..],
+        &["--metrics", "127.0.0.1:0"],
+    ]
+    .concat();
+    let ctrl = cluster(3, &flags);
     let p = ctrl.expect_settled(STARTUP);
     let standbys: Vec<String> = (1..=3)
         .filter(|&id| id != p)

@@ -26,17 +26,7 @@ fn pre_vote(addr: &str, id: [u8; 16], term: u64, candidate: u64, last: Option<(u
 fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // Slower than the defaults: a loaded machine must not make a standby miss its leader's
     // lease by accident (lease 600 ms).
-    let mut ctrl = cluster(
-        3,
-        &[
-            "--heartbeat-ms",
-            "50",
-            "--election-min-ms",
-            "300",
-            "--election-max-ms",
-            "600",
-        ],
-    );
+    let mut ctrl = cluster(3, &timing("50", "300", "600"));
     let p = ctrl.expect_settled(STARTUP);
     let id = ctrl.cluster_id();
     let t = term_of(&ctrl, p);

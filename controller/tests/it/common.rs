@@ -475,6 +475,20 @@ pub fn tls_cluster(n: u32, pki: u32, extra: &[&str]) -> (tempfile::TempDir, Clus
     (certs, ctrl, p)
 }
 
+/// A TLS stream (`tls_stream`) to node `to`'s raft port as a peer would open it, trusting
+/// `dir/ca.pem` and presenting `dir/WHO.pem` (`None`: no certificate).
+pub fn as_peer(
+    ctrl: &Cluster,
+    to: u32,
+    dir: &Path,
+    who: Option<&str>,
+) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
+    let files = who.map(|w| (dir.join(format!("{w}.pem")), dir.join(format!("{w}.key"))));
+    let id = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let (addr, name) = (ctrl.raft_addr(to), format!("xce-node-{to}"));
+    tls_stream(&addr, &dir.join("ca.pem"), id, &name)
+}
+
 /// The primary of a TLS cluster, asked as `identity` (certificates in `dir`).
 pub fn wait_tls_primary(ctrl: &Cluster, dir: &Path, identity: &str) -> u32 {
     let deadline = Instant::now() + STARTUP;

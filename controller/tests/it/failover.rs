@@ -139,15 +139,8 @@ fn deposed_primary_never_answers_stale_reads() {
 /// a snapshot after the first 40 writes, and purged its log behind it: the node that is down
 /// can then catch up only from a snapshot. How many jobs were written.
 fn write_past_snapshots(ctrl: &Cluster, up: &[u32]) -> u64 {
-    let masters = up
-        .iter()
-        .map(|i| ctrl.addr(*i))
-        .collect::<Vec<_>>()
-        .join(",");
-    let c = xce::client::Client::start(xce::client::Config::new(
-        xce::client::parse_masters(&masters).unwrap(),
-    ))
-    .unwrap();
+    let masters: Vec<String> = up.iter().map(|&i| ctrl.addr(i)).collect();
+    let c = lib_client(&masters.join(","));
     let write = |id: u64| {
         let Op::JobSubmit(spec) = submit(id, "u", "") else {
             unreachable!()

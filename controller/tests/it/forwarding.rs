@@ -130,8 +130,6 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
     let dir = certs.path();
     let other = if p == 3 { 2 } else { 3 };
     let mut admin = tls_client(&ctrl.addr(p), dir, Some("admin"));
-    let praft = ctrl.raft_addr(p);
-    let pname = format!("xce-node-{p}");
     let mut c = WireClient::connect(&ctrl.addr(p));
     let close = c.request(close_queue());
 
@@ -143,14 +141,7 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
         Some("worker-host1"),
         None,
     ] {
-        let id = who.map(|n| (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key"))));
-        let s = tls_stream(
-            &praft,
-            &dir.join("ca.pem"),
-            id.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
-            &pname,
-        );
-        if let Ok(mut s) = s {
+        if let Ok(mut s) = as_peer(&ctrl, p, dir, who) {
             assert!(
                 raft_wire::call(
                     &mut s,
@@ -168,16 +159,8 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
     );
 
     // A member is trusted with the identity it asserts, and only with that identity.
-    let mut member = tls_stream(
-        &praft,
-        &dir.join("ca.pem"),
-        Some((
-            &dir.join(format!("xce-node-{other}.pem")),
-            &dir.join(format!("xce-node-{other}.key")),
-        )),
-        &pname,
-    )
-    .expect("a member's handshake");
+    let mut member =
+        as_peer(&ctrl, p, dir, Some(&format!("xce-node-{other}"))).expect("a member's handshake");
     let id = ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     let mut ask = |who: &str, req: &wire::Request| -> Vec<u8> {
         match raft_wire::call(&mut member, &raft_wire::forward(who, req), id) {

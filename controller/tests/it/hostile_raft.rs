@@ -95,7 +95,6 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     let term = before.terms[0].1;
     let x = if primary == 1 { 2 } else { 1 };
     let xaddr = ctrl.raft_addr(x);
-    let x_name = format!("xce-node-{x}");
     let (rss0, vm0) = mem_kb(ctrl.pid(x));
 
     // 1. Plaintext: a forged vote and a forged append, as raw frames.
@@ -123,9 +122,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
             raft_wire::vote(term + 100, 3),
             raft_wire::append(term + 100, 3),
         ] {
-            let files = who.map(|w| (ca.join(format!("{w}.pem")), ca.join(format!("{w}.key"))));
-            let id = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-            if let Ok(mut s) = tls_stream(&xaddr, &ca.join("ca.pem"), id, &x_name) {
+            if let Ok(mut s) = as_peer(&ctrl, x, ca, who) {
                 let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
                 let _ = s.flush();
                 assert!(closed(&mut s), "{who:?} of {ca:?} as a peer was answered");
@@ -154,16 +151,8 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let me = 3; // a member other than x (x is 1 or 2)
-    let mut member = tls_stream(
-        &xaddr,
-        &dir.join("ca.pem"),
-        Some((
-            &dir.join(format!("xce-node-{me}.pem")),
-            &dir.join(format!("xce-node-{me}.key")),
-        )),
-        &x_name,
-    )
-    .expect("a member's handshake during the crowd");
+    let mut member = as_peer(&ctrl, x, dir, Some(&format!("xce-node-{me}")))
+        .expect("a member's handshake during the crowd");
     // An old vote (term 0): harmless, and answered (refused) by a node that admitted us.
     match raft_wire::call(&mut member, &raft_wire::vote(0, me), id) {
         Ok(raft_wire::RpcReply::Vote(Ok(r))) => assert!(!r.vote_granted),
@@ -314,16 +303,7 @@ fn a_removed_member_is_no_peer_any_more() {
         .find(|&i| i != primary && i != gone)
         .unwrap();
     let term = seen(&ctrl, &|a: &str| tls_client(a, dir, Some("admin")), primary).terms[0].1;
-    let (c, k) = (
-        dir.join(format!("xce-node-{gone}.pem")),
-        dir.join(format!("xce-node-{gone}.key")),
-    );
-    match tls_stream(
-        &ctrl.raft_addr(x),
-        &dir.join("ca.pem"),
-        Some((&c, &k)),
-        &format!("xce-node-{x}"),
-    ) {
+    match as_peer(&ctrl, x, dir, Some(&format!("xce-node-{gone}"))) {
         Err(_) => {}
         Ok(mut s) => {
             let _ = s.write_all(&raft_wire::frame(

@@ -681,6 +681,16 @@ impl Cluster {
         std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
     }
 
+    /// Node `id`'s log from byte `from` on (a length of it taken earlier).
+    pub fn log_since(&self, id: u32, from: usize) -> String {
+        self.log(id).get(from..).unwrap_or_default().to_string()
+    }
+
+    /// Whether node `id`'s log from byte `from` on contains `pat` (now: no waiting).
+    pub fn logged_since(&self, id: u32, from: usize, pat: &str) -> bool {
+        self.log_since(id, from).contains(pat)
+    }
+
     /// Whether node `id`'s log has (or gets within 5 s) a line containing `pat`. A node's
     /// stderr reaches its log through a stamping thread (`base/logstamp.rs`), so a line written
     /// before a reply may land in the file just after the client has the reply.

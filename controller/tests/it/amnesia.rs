@@ -64,9 +64,7 @@ fn l_back_f_caught_up(c: &mut Cluster, l: u32, f: u32, f_log_from: usize, w: u64
         !got.is_empty()
     });
     c.wait_until("F caught up", Duration::from_secs(30), || {
-        c.log(f)
-            .get(f_log_from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        c.logged_since(f, f_log_from, "votes and campaigns again")
     });
 }
 
@@ -113,9 +111,7 @@ fn s17_write_survives_follower_disk_loss_and_leader_death() {
     // Without L no node may serve a table that lacks W (ENOENT): unavailable is the safe answer.
     never_without(&c, &[f, n], w, "an acknowledged write was lost");
     assert!(
-        c.log(f)
-            .get(f_log_from..)
-            .is_some_and(|l| l.contains("refusing vote")),
+        c.logged_since(f, f_log_from, "refusing vote"),
         "F never refused a vote\n{}",
         c.all_logs()
     );
@@ -239,7 +235,7 @@ fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
         w,
         "F counted its own old entry as caught up and helped elect N",
     );
-    let since = c.log(f).get(f_log_from..).unwrap_or_default().to_string();
+    let since = c.log_since(f, f_log_from);
     assert!(
         !since.contains("votes and campaigns again"),
         "F counted itself caught up without W\n{}",
@@ -270,20 +266,12 @@ fn a_node_caught_up_after_losing_its_disk_campaigns_again() {
     let from = c.log(f).len();
     c.start_node(f);
     c.wait_until("F follows L, not caught up", STARTUP, || {
-        c.log(f)
-            .get(from..)
-            .is_some_and(|l| l.contains("role=standby term="))
+        c.logged_since(f, from, "role=standby term=")
     });
-    assert!(!c
-        .log(f)
-        .get(from..)
-        .unwrap_or_default()
-        .contains("votes and campaigns again"));
+    assert!(!c.logged_since(f, from, "votes and campaigns again"));
     c.fail_clear(l, "repl-max-index");
     c.wait_until("F caught up", STARTUP, || {
-        c.log(f)
-            .get(from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        c.logged_since(f, from, "votes and campaigns again")
     });
     // N falls behind; F holds what N lacks, so only F can win once L is gone.
     c.fail_set(l, "repl-drop", &format!("return({n})"));

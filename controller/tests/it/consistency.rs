@@ -97,9 +97,7 @@ fn repair(ctrl: &mut Cluster, v: u32) {
     std::fs::remove_dir_all(&vdir).unwrap();
     ctrl.start_node(v);
     ctrl.wait_until(&format!("node {v} caught up"), STARTUP * 2, || {
-        ctrl.log(v)
-            .get(from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        ctrl.logged_since(v, from, "votes and campaigns again")
     });
 }
 

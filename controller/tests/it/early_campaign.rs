@@ -137,12 +137,7 @@ const CALLED_OFF: &str = ": a campaign decided before the primary's append went 
 /// What node `nodes[i]` logged since now, by `i`.
 fn log_since<'a>(ctrl: &'a Cluster, nodes: &'a [u32]) -> impl Fn(usize) -> String + 'a {
     let from: Vec<usize> = nodes.iter().map(|&s| ctrl.log(s).len()).collect();
-    move |i| {
-        ctrl.log(nodes[i])
-            .get(from[i]..)
-            .unwrap_or_default()
-            .to_string()
-    }
+    move |i| ctrl.log_since(nodes[i], from[i])
 }
 
 /// A connection that carried the live primary's appends closes (here: a forged append of its

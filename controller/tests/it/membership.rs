@@ -602,8 +602,6 @@ fn a_node_added_back_that_loses_its_disk_again_is_not_sent_away() {
     );
     ctrl.fail_clear(p, "repl-max-index");
     ctrl.wait_until("the node caught up once more", STARTUP, || {
-        ctrl.log(s)
-            .get(from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        ctrl.logged_since(s, from, "votes and campaigns again")
     });
 }

@@ -222,21 +222,13 @@ fn two_clusters_behind_one_list_are_flagged() {
 
 #[test]
 fn tls_failures_are_named_not_no_quorum() {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 1);
+    let (certs, ctrl, _) = tls_cluster(1, 1, &[]);
     let other = tempfile::tempdir().unwrap();
     make_pki(other.path(), 1);
-    let flags = tls_flags(certs.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(1, &flags);
     let addr = ctrl.addr(1).clone();
-    let f = |d: &std::path::Path, n: &str| d.join(n).display().to_string();
-    let (ca, cert, key) = (
-        f(certs.path(), "ca.pem"),
-        f(certs.path(), "admin.pem"),
-        f(certs.path(), "admin.key"),
-    );
-    let id = ["--ca", &ca, "--cert", &cert, "--key", &key];
+    let admin_of = |d| identity_args(d, "admin");
+    let id = admin_of(certs.path());
+    let id: Vec<&str> = id.iter().map(String::as_str).collect();
     let out = until_exit_with(&addr, &id, 0, STARTUP);
     assert!(out.contains("health: healthy"), "{out}");
 
@@ -253,12 +245,8 @@ fn tls_failures_are_named_not_no_quorum() {
     );
 
     // Another cluster's CA (and identity): the node's certificate is not signed by it.
-    let (oca, ocert, okey) = (
-        f(other.path(), "ca.pem"),
-        f(other.path(), "admin.pem"),
-        f(other.path(), "admin.key"),
-    );
-    let (code, out) = status(&addr, &["--ca", &oca, "--cert", &ocert, "--key", &okey]);
+    let id = admin_of(other.path());
+    let (code, out) = status(&addr, &id.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains("not signed by the CA given"), "{out}");
     assert!(!out.contains("NO QUORUM"), "{out}");

@@ -36,6 +36,15 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
 /// exit code `None`); whatever it started is killed with the group when it ends. Its exit
 /// code, stdout and stderr.
 pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> (Option<i32>, String, String) {
+    run_until(cmd, timeout, |_| false)
+}
+
+/// [`run_bounded`], also ended (exit code `None`) once its stderr so far satisfies `stop`.
+pub fn run_until(
+    cmd: &mut Command,
+    timeout: Duration,
+    stop: impl Fn(&str) -> bool,
+) -> (Option<i32>, String, String) {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
@@ -51,7 +60,7 @@ pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> (Option<i32>, String
         if let Some(s) = child.try_wait().unwrap() {
             break s.code();
         }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || stop(&std::fs::read_to_string(&err).unwrap_or_default()) {
             let _ = child.kill();
             let _ = child.wait();
             break None;

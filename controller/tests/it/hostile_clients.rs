@@ -18,7 +18,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -557,55 +557,31 @@ fn run_with_hosts(dir: &Path, hosts: &str, args: &[&str]) -> (Option<i32>, Strin
     let n = rand_u64();
     let h = dir.join(format!("hosts-{n}"));
     std::fs::write(&h, hosts).unwrap();
-    let err = dir.join(format!("stderr-{n}"));
     let script = format!(
         "set -e; ip link set lo up; ip addr add 192.0.2.2/24 dev lo; \
          mount --bind {} /etc/hosts; exec \"$@\"",
         h.display()
     );
-    let mut child = Command::new("unshare")
-        .args([
-            "--net",
-            "--mount",
-            "--fork",
-            "--kill-child",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
-        .arg("sh")
-        .arg(bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("unshare (util-linux)");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if std::fs::read_to_string(&err)
-            .unwrap_or_default()
-            .contains("serving clients")
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "neither refused nor serving in 20 s:\n{}",
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--net",
+        "--mount",
+        "--fork",
+        "--kill-child",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(&script)
+    .arg("sh")
+    .arg(bin())
+    .args(args);
+    let serving = |err: &str| err.contains("serving clients");
+    let (code, _, text) = run_until(&mut cmd, Duration::from_secs(20), serving);
+    assert!(
+        code.is_some() || serving(&text),
+        "neither refused nor serving in 20 s:\n{text}"
+    );
     assert!(
         !text.contains("Operation not permitted") && !text.contains("unshare failed"),
         "namespaces are needed here (root): {text}"

@@ -318,15 +318,9 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     assert_eq!(without.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&without.stdout).contains("the port speaks TLS"));
     // The CA alone and a token as the identity (a caller without a certificate).
-    let token = Command::new(BIN)
-        .args(["pki", "token"])
-        .arg(&certs)
-        .args(["user-bob", "1"])
-        .output()
-        .unwrap();
-    let token = String::from_utf8(token.stdout).unwrap();
+    let token = token(&certs, &["user-bob", "1"]);
     let by_token = Command::new(BIN)
-        .args(["status", "--masters", &masters, "--token", token.trim()])
+        .args(["status", "--masters", &masters, "--token", &token])
         .arg("--ca")
         .arg(certs.join("ca.pem"))
         .env_remove("XCE_TLS_CA_FILE")

@@ -530,6 +530,18 @@ pub fn make_pki(dir: &Path, n: u32) {
     assert!(st.success(), "pki local {}", dir.display());
 }
 
+/// `xce-controller pki token DIR ARGS` (an identity, a validity): the token.
+pub fn token(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(["pki", "token"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 /// `run` flags of a cluster whose every link has mutual TLS, with certificates in `dir`.
 pub fn tls_flags(dir: &Path) -> Vec<String> {
     let f = |n: &str| dir.join(n).display().to_string();

@@ -18,18 +18,10 @@ const ELECTION_MIN_MS: u64 = 1000;
 const ELECTION_MAX_MS: u64 = 1200;
 
 fn slow(early: &str) -> Vec<String> {
-    [
-        "--heartbeat-ms",
-        &HEARTBEAT_MS.to_string(),
-        "--election-min-ms",
-        &ELECTION_MIN_MS.to_string(),
-        "--election-max-ms",
-        &ELECTION_MAX_MS.to_string(),
-        "--early-campaign",
-        early,
-    ]
-    .map(String::from)
-    .to_vec()
+    let [hb, min, max] = [HEARTBEAT_MS, ELECTION_MIN_MS, ELECTION_MAX_MS].map(|n| n.to_string());
+    let mut flags = timing(&hb, &min, &max).map(String::from).to_vec();
+    flags.extend(["--early-campaign".into(), early.into()]);
+    flags
 }
 
 /// kill -9 of the settled primary of a 3-node cluster started with `flags`; the time from the

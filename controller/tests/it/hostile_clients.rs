@@ -84,17 +84,6 @@ fn with_token(c: &mut WireClient, op: Op, token: &str) -> wire::Request {
     r
 }
 
-fn token(dir: &Path, who: &str) -> String {
-    let out = Command::new(bin())
-        .args(["pki", "token"])
-        .arg(dir)
-        .arg(who)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// Open descriptors of a process.
 fn fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -147,7 +136,7 @@ fn s15_strangers_never_take_an_authenticated_callers_slot() {
     // Authenticated callers are served meanwhile: a certificate, and a token.
     let mut admin = tls_client(&addr, dir, Some("admin"));
     admin.ok(Op::ResList);
-    let bob = token(dir, "user-bob");
+    let bob = token(dir, &["user-bob"]);
     let mut t = try_tls_client(&addr, dir, None).expect("token caller's handshake");
     let req = with_token(&mut t, Op::ResList, &bob);
     assert_eq!(t.try_send_recv(&req).unwrap().status, 0, "token caller");
@@ -222,7 +211,7 @@ fn s15_anonymous_connections_do_not_live_for_ever() {
     let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let dir = certs.path();
     let addr = &ctrl.addr(1);
-    let bob = token(dir, "user-bob");
+    let bob = token(dir, &["user-bob"]);
     let mut anon = try_tls_client(addr, dir, None).unwrap();
     let mut tok = try_tls_client(addr, dir, None).unwrap();
     let start = Instant::now();

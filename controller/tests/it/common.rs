@@ -425,30 +425,19 @@ pub mod raft_wire {
         ))
     }
 
-    /// An append (no entries, no commit index) from a committed leader `leader` of `term`:
-    /// what that leader's heartbeat carries when the follower's log matches nothing yet.
-    pub fn append_of(term: u64, leader: u64) -> RpcRequest {
-        use openraft::Vote;
-        let mut v = Vote::new(term, leader);
-        v.commit();
-        RpcRequest::Append(AppendEntriesRequest {
-            vote: v,
-            prev_log_id: None,
-            leader_commit: None,
-            entries: Vec::new(),
-        })
-    }
-
-    /// An append (no entries) from a committed leader `leader` of `term`, committing up to
-    /// index 1,000,000: a follower that took it would adopt the term and the leader.
-    pub fn append(term: u64, leader: u64) -> RpcRequest {
+    /// An append (no entries) from a committed leader `leader` of `term`. With `commit`, one
+    /// committing up to index 1,000,000: a follower that took it would adopt the term and the
+    /// leader; without, no commit index: what that leader's heartbeat carries when the
+    /// follower's log matches nothing yet.
+    pub fn append(term: u64, leader: u64, commit: bool) -> RpcRequest {
         use openraft::{CommittedLeaderId, LogId, Vote};
         let mut v = Vote::new(term, leader);
         v.commit();
         RpcRequest::Append(AppendEntriesRequest {
             vote: v,
             prev_log_id: None,
-            leader_commit: Some(LogId::new(CommittedLeaderId::new(term, leader), 1_000_000)),
+            leader_commit: commit
+                .then(|| LogId::new(CommittedLeaderId::new(term, leader), 1_000_000)),
             entries: Vec::new(),
         })
     }

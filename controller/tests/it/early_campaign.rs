@@ -102,7 +102,7 @@ fn settled_slow(extra: &[&str]) -> (Cluster, u32, [u8; 16], u64) {
 fn forged_append(ctrl: &Cluster, node: u32, p: u32, term: u64, id: [u8; 16]) -> TcpStream {
     let mut s = TcpStream::connect(ctrl.raft_addr(node)).unwrap();
     s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p.into()), id).unwrap();
+    let reply = raft_wire::call(&mut s, &raft_wire::append(term, p.into(), false), id).unwrap();
     assert!(
         matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
         "node {node} did not take the append: {reply:?}"

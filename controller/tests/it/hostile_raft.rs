@@ -100,7 +100,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     // 1. Plaintext: a forged vote and a forged append, as raw frames.
     for req in [
         raft_wire::vote(term + 100, 3),
-        raft_wire::append(term + 100, 3),
+        raft_wire::append(term + 100, 3, true),
     ] {
         let mut s = plain(&xaddr);
         let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
@@ -120,7 +120,7 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     for (ca, who) in peers {
         for req in [
             raft_wire::vote(term + 100, 3),
-            raft_wire::append(term + 100, 3),
+            raft_wire::append(term + 100, 3, true),
         ] {
             if let Ok(mut s) = as_peer(&ctrl, x, ca, who) {
                 let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));

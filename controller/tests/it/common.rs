@@ -489,9 +489,9 @@ pub fn as_peer(
 
 /// The primary of a TLS cluster, asked as `identity` (certificates in `dir`).
 pub fn wait_tls_primary(ctrl: &Cluster, dir: &Path, identity: &str) -> u32 {
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        let p = ctrl.ids().into_iter().find_map(|id| {
+    let mut p = None;
+    ctrl.wait_until("a primary, asked over TLS", STARTUP, || {
+        p = ctrl.ids().into_iter().find_map(|id| {
             let mut c = try_tls_client(&ctrl.addr(id), dir, Some(identity)).ok()?;
             let r = c.try_call(hello()).ok()?;
             match r.data {
@@ -499,12 +499,9 @@ pub fn wait_tls_primary(ctrl: &Cluster, dir: &Path, identity: &str) -> u32 {
                 _ => None,
             }
         });
-        if let Some(p) = p {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "no primary\n{}", ctrl.all_logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        p.is_some()
+    });
+    p.unwrap()
 }
 
 /// `xce-controller pki local DIR N`: a CA, N node certificates, the local identities.

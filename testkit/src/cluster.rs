@@ -189,6 +189,12 @@ impl Cluster {
         )
     }
 
+    /// Node `id`'s `ID=client/raft`, as `--cluster` and `member add` take it.
+    pub fn spec_of(&self, id: u32) -> String {
+        let n = self.node(id);
+        format!("{id}={}/{}", n.client, n.raft)
+    }
+
     /// `host:port,host:port,…` as the library's master list.
     pub fn masters(&self) -> String {
         master_list(self.nodes.iter().map(|n| n.client))
@@ -254,6 +260,19 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("starting node {id}: {e}"));
     }
 
+    /// Starts every node (see [`Cluster::start_node`]).
+    pub fn start_all(&mut self) {
+        for id in self.ids() {
+            self.start_node(id);
+        }
+    }
+
+    /// Nodes started from now on run with the failpoints `FAILPOINTS=actions` (until
+    /// `opts.env` is cleared; the binary must have failpoints, controller/Cargo.toml).
+    pub fn failpoints_at_start(&mut self, actions: &str) {
+        self.opts.env.push(("FAILPOINTS".into(), actions.into()));
+    }
+
     /// Starts node `id` with the first membership's command line again, no longer its own
     /// from [`Cluster::start_extra_node`]: a node added back that lost its disk, started with
     /// its first flags.
@@ -264,7 +283,7 @@ impl Cluster {
     }
 
     /// C17: starts node `id` outside the first membership, with `--cluster cluster` and only
-    /// `flags` (e.g. `--join`); `client` is its client address.
+    /// `flags` (e.g. `--join`; `{id}` in one is the node's id); `client` is its client address.
     pub fn start_extra_node(&mut self, id: u32, client: &str, cluster: &str, flags: &[&str]) {
         let raft = cluster
             .split(',')
@@ -298,17 +317,14 @@ impl Cluster {
     fn spawn(&mut self, id: u32) -> io::Result<()> {
         let i = self.index(id);
         let (cluster, flags) = match &self.nodes[i].own {
-            Some((cluster, flags)) => (cluster.clone(), flags.clone()),
-            None => (
-                self.spec(),
-                // `{id}` in an extra argument is this node's id (per-node certificate files).
-                self.opts
-                    .extra_args
-                    .iter()
-                    .map(|a| a.replace("{id}", &id.to_string()))
-                    .collect(),
-            ),
+            Some((cluster, flags)) => (cluster.clone(), flags),
+            None => (self.spec(), &self.opts.extra_args),
         };
+        // `{id}` in an argument is this node's id (per-node certificate files).
+        let flags: Vec<String> = flags
+            .iter()
+            .map(|a| a.replace("{id}", &id.to_string()))
+            .collect();
         let log = self.log_path(id);
         std::fs::create_dir_all(log.parent().expect("a log directory"))?;
         let stderr = std::fs::OpenOptions::new()
@@ -665,6 +681,16 @@ impl Cluster {
         std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
     }
 
+    /// Node `id`'s log from byte `from` on (a length of it taken earlier).
+    pub fn log_since(&self, id: u32, from: usize) -> String {
+        self.log(id).get(from..).unwrap_or_default().to_string()
+    }
+
+    /// Whether node `id`'s log from byte `from` on contains `pat` (now: no waiting).
+    pub fn logged_since(&self, id: u32, from: usize, pat: &str) -> bool {
+        self.log_since(id, from).contains(pat)
+    }
+
     /// Whether node `id`'s log has (or gets within 5 s) a line containing `pat`. A node's
     /// stderr reaches its log through a stamping thread (`base/logstamp.rs`), so a line written
     /// before a reply may land in the file just after the client has the reply.
@@ -732,14 +758,7 @@ impl Cluster {
     /// `None` when the node does not answer.
     pub fn metric(&self, id: u32, name: &str) -> Option<f64> {
         let (_, body) = try_http(&self.metrics_addr(id), "GET", "/metrics", "").ok()?;
-        Some(
-            body.lines()
-                .find_map(|l| {
-                    let (n, v) = l.rsplit_once(' ')?;
-                    (n == name).then(|| v.parse().unwrap())
-                })
-                .unwrap_or(0.0),
-        )
+        Some(sample_of(&body, name).unwrap_or(0.0))
     }
 
     /// One line per node for a failed test's message: running (and the role it answers), exited
@@ -819,4 +838,12 @@ pub fn settle(
         })?;
     }
     Some(p)
+}
+
+/// The value of the sample named exactly `name` (with its labels, if any) in a metrics text.
+pub fn sample_of(body: &str, name: &str) -> Option<f64> {
+    body.lines().find_map(|l| {
+        let (n, v) = l.rsplit_once(' ')?;
+        (n == name).then(|| v.parse().unwrap())
+    })
 }

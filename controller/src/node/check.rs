@@ -677,73 +677,46 @@ mod tests {
             n_log,
             ..
         } = table();
-        // The same ids, different states (a corrupted state): nothing can tell.
-        assert!(matches!(
-            settle(
-                &d(&[(1, a), (2, a), (3, b)]),
-                &ids(vec![
-                    (1, Some(p_log.clone())),
-                    (2, Some(p_log.clone())),
-                    (3, Some(p_log.clone()))
-                ]),
-                10,
-                true
-            ),
-            Verdict::Corrupt { .. }
-        ));
-        // Ids gone behind a snapshot on one member.
-        assert!(matches!(
-            settle(
-                &d(&[(1, a), (2, a), (3, b)]),
-                &ids(vec![
-                    (1, Some(p_log.clone())),
-                    (2, Some(p_log.clone())),
-                    (3, None)
-                ]),
-                10,
-                true
-            ),
-            Verdict::Corrupt { .. }
-        ));
-        // A member that gave no ids at all counts as not knowing them.
-        assert!(matches!(
-            settle(
-                &d(&[(1, a), (3, b)]),
-                &ids(vec![(1, Some(p_log.clone()))]),
-                10,
-                true
-            ),
-            Verdict::Corrupt { .. }
-        ));
-        // Different already at the oldest index all still know, not anchored by an agreed
-        // check: the first difference may be older.
         let other_start = vec![id(3, 2, 10), id(4, 1, 11), id(4, 1, 12)];
-        assert!(matches!(
-            settle(
-                &d(&[(1, a), (2, b)]),
-                &ids(vec![
-                    (1, Some(p_log.clone())),
-                    (2, Some(other_start.clone()))
-                ]),
-                10,
-                false
+        let p = || Some(p_log.clone());
+        let n = || Some(n_log.clone());
+        let corrupt = [
+            (
+                "the same ids, different states (a corrupted state): nothing can tell",
+                d(&[(1, a), (2, a), (3, b)]),
+                ids(vec![(1, p()), (2, p()), (3, p())]),
+                true,
             ),
-            Verdict::Corrupt { .. }
-        ));
-        // The history's holders disagree among themselves: which is right cannot be told.
-        assert!(matches!(
-            settle(
-                &d(&[(1, a), (2, c), (3, b)]),
-                &ids(vec![
-                    (1, Some(n_log.clone())),
-                    (2, Some(n_log.clone())),
-                    (3, Some(p_log))
-                ]),
-                10,
-                true
+            (
+                "ids gone behind a snapshot on one member",
+                d(&[(1, a), (2, a), (3, b)]),
+                ids(vec![(1, p()), (2, p()), (3, None)]),
+                true,
             ),
-            Verdict::Corrupt { .. }
-        ));
+            (
+                "a member that gave no ids at all counts as not knowing them",
+                d(&[(1, a), (3, b)]),
+                ids(vec![(1, p())]),
+                true,
+            ),
+            (
+                "different already at the oldest index all still know, not anchored by an \
+                 agreed check: the first difference may be older",
+                d(&[(1, a), (2, b)]),
+                ids(vec![(1, p()), (2, Some(other_start))]),
+                false,
+            ),
+            (
+                "the history's holders disagree among themselves: which is right cannot be told",
+                d(&[(1, a), (2, c), (3, b)]),
+                ids(vec![(1, n()), (2, n()), (3, p())]),
+                true,
+            ),
+        ];
+        for (what, digests, ids, anchored) in corrupt {
+            let v = settle(&digests, &ids, 10, anchored);
+            assert!(matches!(v, Verdict::Corrupt { .. }), "{what}: {v:?}");
+        }
     }
 
     #[test]

@@ -82,51 +82,31 @@ mod tests {
                 submit(i, &format!("u{}", i % 7)),
             ));
         }
-        v.push(p(
-            9,
-            0,
-            3000,
+        let admin = [
             Cmd::JobDispatch {
                 job_id: 7,
                 host: "h1".into(),
             },
-        ));
-        v.push(p(
-            9,
-            0,
-            3001,
             Cmd::JobCtrl {
                 job_id: 8,
                 action: JobAction::Kill,
             },
-        ));
-        v.push(p(
-            9,
-            0,
-            3002,
             Cmd::QueueCtrl {
                 queue: "normal".into(),
                 action: QueueAction::Inactivate,
             },
-        ));
-        v.push(p(
-            9,
-            0,
-            3003,
             Cmd::RunTask {
                 host: "h1".into(),
                 command: "uptime".into(),
             },
-        ));
-        v.push(p(
-            9,
-            0,
-            3004,
             Cmd::UpdateResvals {
                 host: "h1".into(),
                 resvals: vec![("load".into(), "0.5".into())],
             },
-        ));
+        ];
+        for (t, cmd) in (3000..).zip(admin) {
+            v.push(p(9, 0, t, cmd));
+        }
         v.push(p(
             0,
             0,

@@ -1350,6 +1350,18 @@ mod tests {
         }
     }
 
+    /// Request `req` of client number `client` at leader time `ms`.
+    fn from(client: u32, req: u64, ms: i64, cmd: Cmd) -> Proposal {
+        let mut id = [0u8; 16];
+        id[..4].copy_from_slice(&client.to_be_bytes());
+        Proposal {
+            client_id: id,
+            request_id: req,
+            now_ms: ms,
+            cmd,
+        }
+    }
+
     fn spec(id: u64) -> SubmitSpec {
         SubmitSpec {
             job_id: id,
@@ -1453,16 +1465,7 @@ mod tests {
     #[test]
     fn slow_resend_within_retention_applies_once() {
         let mut s = State::default();
-        let at = |client: u32, req: u64, cmd: Cmd| {
-            let mut id = [0u8; 16];
-            id[..4].copy_from_slice(&client.to_be_bytes());
-            Proposal {
-                client_id: id,
-                request_id: req,
-                now_ms: 1_000_000,
-                cmd,
-            }
-        };
+        let at = |client, req, cmd| from(client, req, 1_000_000, cmd);
         let first = s.apply(&at(1, 1, Cmd::JobSubmit(spec(42))));
         assert_eq!(first, Outcome::data(OutData::JobId(42)));
         // 10,000 other clients write meanwhile.
@@ -1496,16 +1499,7 @@ mod tests {
     #[test]
     fn a_clock_step_forgets_no_window() {
         let mut s = State::default();
-        let at = |client: u32, req: u64, ms: i64, cmd: Cmd| {
-            let mut id = [0u8; 16];
-            id[..4].copy_from_slice(&client.to_be_bytes());
-            Proposal {
-                client_id: id,
-                request_id: req,
-                now_ms: ms,
-                cmd,
-            }
-        };
+        let at = from;
         let t0 = 1_000_000;
         let first = s.apply(&at(1, 1, t0, Cmd::JobSubmit(spec(42))));
         assert_eq!(first, Outcome::data(OutData::JobId(42)));

@@ -12,10 +12,6 @@ use crate::common::*;
 /// The ceiling the tests run with: well above election-max, short enough for a test.
 const CEILING_MS: u64 = 2000;
 
-fn others(ids: &[u32], not: u32) -> Vec<u32> {
-    ids.iter().copied().filter(|&i| i != not).collect()
-}
-
 fn adaptive_cluster() -> Cluster {
     cluster(
         3,

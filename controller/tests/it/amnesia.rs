@@ -27,6 +27,47 @@ fn ask(c: &Cluster, ids: &[u32], job: u64) -> Vec<(u32, i32)> {
     out
 }
 
+/// For 6 s while L is down, no node of `ids` answers `jobinfo(w)` as primary with ENOENT
+/// (`why`: what such an answer would mean); unavailable is the safe answer.
+fn never_without(c: &Cluster, ids: &[u32], w: u64, why: &str) {
+    let t0 = Instant::now();
+    let mut served = 0;
+    while t0.elapsed() < Duration::from_secs(6) {
+        for (id, status) in ask(c, ids, w) {
+            assert_eq!(
+                status,
+                0,
+                "node {id} answered jobinfo(W) with ENOENT: {why}\n{}",
+                c.all_logs()
+            );
+            served += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("while L was down: {served} answers from a primary (all with W)");
+}
+
+/// L is started again: a primary answers `jobinfo(w)`, never ENOENT, and F (its log read
+/// from `f_log_from`) catches up.
+fn l_back_f_caught_up(c: &mut Cluster, l: u32, f: u32, f_log_from: usize, w: u64) {
+    c.start_node(l);
+    c.wait_until("jobinfo(W) from a primary", Duration::from_secs(30), || {
+        let got = ask(c, &[1, 2, 3], w);
+        for &(id, s) in &got {
+            assert_eq!(
+                s,
+                0,
+                "node {id}: W lost after L came back\n{}",
+                c.all_logs()
+            );
+        }
+        !got.is_empty()
+    });
+    c.wait_until("F caught up", Duration::from_secs(30), || {
+        c.logged_since(f, f_log_from, "votes and campaigns again")
+    });
+}
+
 fn is_primary(c: &Cluster, id: u32) -> bool {
     WireClient::try_connect(&c.addr(id), Duration::from_millis(300)).is_some_and(|mut cl| {
         cl.set_timeout(Duration::from_secs(2));
@@ -68,48 +109,15 @@ fn s17_write_survives_follower_disk_loss_and_leader_death() {
     c.start_node(n);
 
     // Without L no node may serve a table that lacks W (ENOENT): unavailable is the safe answer.
-    let t0 = Instant::now();
-    let mut served = 0;
-    while t0.elapsed() < Duration::from_secs(6) {
-        for (id, status) in ask(&c, &[f, n], w) {
-            assert_eq!(
-                status,
-                0,
-                "node {id} answered jobinfo(W) with ENOENT: an acknowledged write was lost\n{}",
-                c.all_logs()
-            );
-            served += 1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    eprintln!("while L was down: {served} answers from a primary (all with W)");
+    never_without(&c, &[f, n], w, "an acknowledged write was lost");
     assert!(
-        c.log(f)
-            .get(f_log_from..)
-            .is_some_and(|l| l.contains("refusing vote")),
+        c.logged_since(f, f_log_from, "refusing vote"),
         "F never refused a vote\n{}",
         c.all_logs()
     );
 
     // L is back: a primary is elected and W is there.
-    c.start_node(l);
-    c.wait_until("jobinfo(W) from a primary", Duration::from_secs(30), || {
-        let got = ask(&c, &[1, 2, 3], w);
-        for &(id, s) in &got {
-            assert_eq!(
-                s,
-                0,
-                "node {id}: W lost after L came back\n{}",
-                c.all_logs()
-            );
-        }
-        !got.is_empty()
-    });
-    c.wait_until("F caught up", Duration::from_secs(30), || {
-        c.log(f)
-            .get(f_log_from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
-    });
+    l_back_f_caught_up(&mut c, l, f, f_log_from, w);
     assert!(
         !c.data_dir().join(format!("data-{f}/catching-up")).exists(),
         "marker still there"
@@ -221,23 +229,13 @@ fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
 
     // L dies before F has W; N has no W.
     c.kill(l);
-    let t0 = Instant::now();
-    let mut served = 0;
-    while t0.elapsed() < Duration::from_secs(6) {
-        for (id, status) in ask(&c, &[f, n], w) {
-            assert_eq!(
-                status,
-                0,
-                "node {id} answered jobinfo(W) with ENOENT: F counted its own old entry as \
-                 caught up and helped elect N\n{}",
-                c.all_logs()
-            );
-            served += 1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    eprintln!("while L was down: {served} answers from a primary (all with W)");
-    let since = c.log(f).get(f_log_from..).unwrap_or_default().to_string();
+    never_without(
+        &c,
+        &[f, n],
+        w,
+        "F counted its own old entry as caught up and helped elect N",
+    );
+    let since = c.log_since(f, f_log_from);
     assert!(
         !since.contains("votes and campaigns again"),
         "F counted itself caught up without W\n{}",
@@ -245,19 +243,7 @@ fn an_old_entry_of_its_own_replicated_back_is_not_caught_up() {
     );
 
     // L is back (without the failpoint): W is there, and F catches up for real.
-    c.start_node(l);
-    c.wait_until("jobinfo(W) from a primary", Duration::from_secs(30), || {
-        let got = ask(&c, &[1, 2, 3], w);
-        for &(id, s) in &got {
-            assert_eq!(s, 0, "node {id}: W lost\n{}", c.all_logs());
-        }
-        !got.is_empty()
-    });
-    c.wait_until("F caught up", Duration::from_secs(30), || {
-        c.log(f)
-            .get(f_log_from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
-    });
+    l_back_f_caught_up(&mut c, l, f, f_log_from, w);
 }
 
 /// C12 (found by the nemesis, S20): a node caught up after losing its disk campaigns again.
@@ -280,20 +266,12 @@ fn a_node_caught_up_after_losing_its_disk_campaigns_again() {
     let from = c.log(f).len();
     c.start_node(f);
     c.wait_until("F follows L, not caught up", STARTUP, || {
-        c.log(f)
-            .get(from..)
-            .is_some_and(|l| l.contains("role=standby term="))
+        c.logged_since(f, from, "role=standby term=")
     });
-    assert!(!c
-        .log(f)
-        .get(from..)
-        .unwrap_or_default()
-        .contains("votes and campaigns again"));
+    assert!(!c.logged_since(f, from, "votes and campaigns again"));
     c.fail_clear(l, "repl-max-index");
     c.wait_until("F caught up", STARTUP, || {
-        c.log(f)
-            .get(from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        c.logged_since(f, from, "votes and campaigns again")
     });
     // N falls behind; F holds what N lacks, so only F can win once L is gone.
     c.fail_set(l, "repl-drop", &format!("return({n})"));

@@ -7,40 +7,27 @@
 //! address, role, version, indexes and lag).
 
 use crate::common::*;
-use xce_proto::wire::{Op, ReplyData};
-
-fn now_op() -> Op {
-    Op::WaitPrimary {
-        timeout_ms: 0,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }
-}
+use xce_proto::wire::ReplyData;
 
 #[test]
 fn a_stranger_learns_where_the_primary_is_and_nothing_more() {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
-    let flags = tls_flags(certs.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let p = wait_tls_primary(&ctrl, certs.path(), "admin");
+    let (certs, ctrl, p) = tls_cluster(3, 3, &[]);
     let s = (1..=3).find(|&i| i != p).unwrap();
     for id in [p, s] {
         let addr = &ctrl.addr(id);
         let mut admin = tls_client(addr, certs.path(), Some("admin"));
-        let known = info(&admin.call(now_op()));
+        let known = info(&admin.call(immediate_wait()));
         assert_eq!(known.members.len(), 3, "admin: {known:?}");
         assert!(known.last_log_index > 0 && known.uptime_ms > 0, "{known:?}");
         let mut stranger = tls_client(addr, certs.path(), None);
-        for op in [now_op(), hello()] {
+        for op in [immediate_wait(), hello()] {
             let r = stranger.call(op.clone());
             let ReplyData::CtrlInfo(i) = r.data else {
                 panic!("{op:?}: {r:?}")
             };
             // Where the primary is: said.
             assert_eq!((i.id, i.term), (id, known.term), "{op:?}: {i:?}");
-            assert_eq!(i.primary_id, p as u32, "{op:?}: {i:?}");
+            assert_eq!(i.primary_id, p, "{op:?}: {i:?}");
             assert!(
                 i.primary_port != 0 && !i.version.is_empty(),
                 "{op:?}: {i:?}"

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,58 @@ use xce_proto::wire::Op;
 
 /// The launcher, killed (with its nodes' process group left to its own SIGTERM handling) on drop.
 struct Launcher(Child, Vec<i32>);
+
+impl Launcher {
+    /// `xce-controller cluster ARGS --data DATA`, its stdout read line by line on a thread.
+    fn start(args: &[&str], data: &Path, stderr: Stdio) -> (Launcher, mpsc::Receiver<String>) {
+        let mut child = Command::new(BIN)
+            .arg("cluster")
+            .args(args)
+            .arg("--data")
+            .arg(data)
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let rx = lines_of(&mut child);
+        (Launcher(child, Vec::new()), rx)
+    }
+
+    /// Reads its lines up to `primary N`: the `node` lines (their pids killed on drop) and N.
+    fn until_primary(&mut self, rx: &mpsc::Receiver<String>) -> (Vec<String>, u16) {
+        let deadline = Instant::now() + STARTUP;
+        let mut nodes = Vec::new();
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("cluster output");
+            if let Some(rest) = line.strip_prefix("node ") {
+                let Some(pid) = rest.split("pid=").nth(1) else {
+                    panic!("a node did not start: {line}");
+                };
+                self.1.push(pid.parse().unwrap());
+                nodes.push(line);
+            } else if let Some(rest) = line.strip_prefix("primary ") {
+                let p = rest.split_whitespace().next().unwrap().parse().unwrap();
+                return (nodes, p);
+            }
+        }
+    }
+
+    /// SIGTERM, then its end within 15 s: its exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        // SAFETY: SIGTERM to the launcher we spawned.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = self.0.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "launcher did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
 
 impl Drop for Launcher {
     fn drop(&mut self) {
@@ -24,7 +77,6 @@ impl Drop for Launcher {
     }
 }
 
-/// A base port with `n` free client ports and their raft ports (+1000).
 /// A base port P whose client (P+i), raft (P+i+1000) and metrics (P+i+2000) ports are free
 /// now, all below the kernel's ephemeral range (32768 up, where other tests' outgoing
 /// connections and port-0 listeners take theirs: a base up to 40000 with its metrics ports
@@ -53,65 +105,24 @@ fn alive(pid: i32) -> bool {
 fn cluster_starts_reports_primary_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let base = free_base(3);
-    let mut child = Command::new(BIN)
-        .args([
-            "cluster",
-            "--nodes",
-            "3",
-            "--base-port",
-            &base.to_string(),
-            "--data",
-        ])
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let rx = lines_of(&mut child);
-    let mut launcher = Launcher(child, Vec::new());
-
-    let deadline = Instant::now() + STARTUP;
-    let mut pids = Vec::new();
-    let primary = loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("cluster output");
-        if let Some(rest) = line.strip_prefix("node ") {
-            let Some(pid) = rest.split("pid=").nth(1) else {
-                panic!("a node did not start: {line}");
-            };
-            let pid: i32 = pid.parse().unwrap();
-            assert!(
-                rest.contains(&format!("client=127.0.0.1:{}", base + pids.len() as u16)),
-                "{line}"
-            );
-            pids.push(pid);
-            launcher.1.push(pid);
-        } else if let Some(rest) = line.strip_prefix("primary ") {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap();
-        }
-    };
+    let args = ["--nodes", "3", "--base-port", &base.to_string()];
+    let (mut launcher, rx) = Launcher::start(&args, dir.path(), Stdio::null());
+    let (nodes, primary) = launcher.until_primary(&rx);
+    for (i, line) in nodes.iter().enumerate() {
+        assert!(
+            line.contains(&format!("client=127.0.0.1:{}", base + i as u16)),
+            "{line}"
+        );
+    }
+    let pids = launcher.1.clone();
     assert_eq!(pids.len(), 3);
     for i in 1..=3 {
         assert!(dir.path().join(format!("node-{i}.pid")).exists());
     }
     // The reported primary really is it.
-    let mut c = WireClient::connect(&format!("127.0.0.1:{}", base + primary as u16 - 1));
+    let mut c = WireClient::connect(&format!("127.0.0.1:{}", base + primary - 1));
     assert_eq!(c.call(hello()).status, 0);
-
-    // SAFETY: SIGTERM to the launcher we spawned.
-    unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
-    let stop_deadline = Instant::now() + Duration::from_secs(15);
-    while launcher.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < stop_deadline, "launcher did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(launcher.0.try_wait().unwrap().unwrap().success());
+    assert!(launcher.stop().success());
     for &pid in &pids {
         assert!(!alive(pid), "node pid {pid} still running");
     }
@@ -121,43 +132,20 @@ fn cluster_starts_reports_primary_and_stops_on_sigterm() {
 }
 
 /// Runs the launcher to its end (bounded): (exit code, stdout, stderr). In its own process
-/// group, killed whole (with any node it started) if it does not end in time.
+/// group, killed whole (with any node it started, as it did before the fix) when it ends.
 fn launch_fails(args: &[&str]) -> (Option<i32>, String, String) {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
-    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(BIN)
-        .arg("cluster")
+    let mut cmd = Command::new(BIN);
+    cmd.arg("cluster")
         .args(args)
         .arg("--data")
-        .arg(dir.path().join("data"))
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if Instant::now() > deadline {
-            // SAFETY: kill(2) on the process group of the launcher this test started.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!(
-                "launcher still running with {args:?}:\n{}\n{}",
-                read(&out_path),
-                read(&err_path)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // Nodes it may have started (old behaviour) go with it.
-    // SAFETY: as above; harmless if the group is gone.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-    (code, read(&out_path), read(&err_path))
+        .arg(dir.path().join("data"));
+    let (code, out, err) = run_bounded(&mut cmd, Duration::from_secs(10));
+    assert!(
+        code.is_some(),
+        "launcher still running with {args:?}:\n{out}\n{err}"
+    );
+    (code, out, err)
 }
 
 #[test]
@@ -205,35 +193,13 @@ fn wait_line(rx: &mpsc::Receiver<String>, what: &str, timeout: Duration) -> Stri
     }
 }
 
-fn http_get(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 #[test]
 fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost() {
     let dir = tempfile::tempdir().unwrap();
-    let base = loop {
-        let b = free_base(3);
-        if (0..3).all(|i| TcpListener::bind(("127.0.0.1", b + i + 2000)).is_ok()) {
-            break b;
-        }
-    };
+    let base = free_base(3);
     let log = std::fs::File::create(dir.path().join("stderr")).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["cluster", "--base-port", &base.to_string(), "--data"])
-        .arg(dir.path().join("data"))
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let rx = lines_of(&mut child);
-    let mut launcher = Launcher(child, Vec::new());
+    let args = ["--base-port", &base.to_string()];
+    let (mut launcher, rx) = Launcher::start(&args, &dir.path().join("data"), log.into());
     let mut pids = Vec::new();
     for i in 1..=3u16 {
         let l = wait_line(&rx, &format!("node {i} "), STARTUP);
@@ -245,11 +211,9 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
         launcher.1.push(pid);
     }
     wait_line(&rx, "primary ", STARTUP);
-    let m = http_get(&format!("127.0.0.1:{}", base + 2000));
-    assert!(
-        m.starts_with("HTTP/1.1 200 OK") && m.contains("xce_raft_term"),
-        "{m}"
-    );
+    let (status, m) = http(&format!("127.0.0.1:{}", base + 2000), "GET", "/metrics", "");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{m}");
+    assert!(m.contains("xce_raft_term"), "{m}");
 
     // Two of three gone: the launcher says so.
     for &pid in &pids[..2] {
@@ -259,13 +223,7 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
     let l = wait_line(&rx, "quorum lost", Duration::from_secs(10));
     assert!(l.contains("1 of 3"), "{l}");
 
-    // SAFETY: SIGTERM to the launcher we spawned.
-    unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while launcher.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "launcher did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    launcher.stop();
     // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`.
     let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     let node_lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("cluster:")).collect();
@@ -294,35 +252,14 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("pki");
     let base = free_base(3);
-    let mut child = Command::new(BIN)
-        .args(["cluster", "--base-port", &base.to_string(), "--tls"])
-        .arg(&certs)
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let rx = lines_of(&mut child);
-    let mut launcher = Launcher(child, Vec::new());
-    let deadline = Instant::now() + STARTUP;
-    let primary = loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("cluster output");
-        if let Some(rest) = line.strip_prefix("node ") {
-            launcher
-                .1
-                .push(rest.split("pid=").nth(1).unwrap().parse().unwrap());
-        } else if let Some(rest) = line.strip_prefix("primary ") {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse::<u16>()
-                .unwrap();
-        }
-    };
+    let args = [
+        "--base-port",
+        &base.to_string(),
+        "--tls",
+        certs.to_str().unwrap(),
+    ];
+    let (mut launcher, rx) = Launcher::start(&args, &dir.path().join("data"), Stdio::null());
+    let (_, primary) = launcher.until_primary(&rx);
     for f in [
         "ca.pem",
         "admin.pem",
@@ -368,12 +305,7 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
         let mut c = Command::new(BIN);
         c.args(["status", "--masters", &masters]);
         if tls {
-            c.arg("--ca")
-                .arg(certs.join("ca.pem"))
-                .arg("--cert")
-                .arg(certs.join("user-bob.pem"))
-                .arg("--key")
-                .arg(certs.join("user-bob.key"));
+            c.args(identity_args(&certs, "user-bob"));
         }
         c.env_remove("XCE_TLS_CA_FILE").output().unwrap()
     };
@@ -386,15 +318,9 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
     assert_eq!(without.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&without.stdout).contains("the port speaks TLS"));
     // The CA alone and a token as the identity (a caller without a certificate).
-    let token = Command::new(BIN)
-        .args(["pki", "token"])
-        .arg(&certs)
-        .args(["user-bob", "1"])
-        .output()
-        .unwrap();
-    let token = String::from_utf8(token.stdout).unwrap();
+    let token = token(&certs, &["user-bob", "1"]);
     let by_token = Command::new(BIN)
-        .args(["status", "--masters", &masters, "--token", token.trim()])
+        .args(["status", "--masters", &masters, "--token", &token])
         .arg("--ca")
         .arg(certs.join("ca.pem"))
         .env_remove("XCE_TLS_CA_FILE")
@@ -407,9 +333,7 @@ fn cluster_with_tls_makes_identities_and_checks_them() {
         "{text}{}",
         String::from_utf8_lossy(&by_token.stderr)
     );
-    // SAFETY: SIGTERM to the launcher we spawned.
-    unsafe { libc::kill(launcher.0.id() as i32, libc::SIGTERM) };
-    let _ = launcher.0.wait();
+    launcher.stop();
 }
 
 /// `xce-controller pki`: files are never overwritten, a name must say a role, a node

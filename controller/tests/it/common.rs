@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use xce_proto::wire::{ControllerRole, Op, ReplyData};
-pub use xce_testkit::cluster::{Cluster, ClusterOpts, STARTUP};
+pub use xce_testkit::cluster::{sample_of, Cluster, ClusterOpts, STARTUP};
 pub use xce_testkit::ports::free_ports;
 pub use xce_testkit::wire::*;
 
@@ -29,13 +29,30 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
     args: &[S],
     timeout: Duration,
 ) -> (Option<i32>, String, String) {
+    run_bounded(Command::new(bin()).args(args), timeout)
+}
+
+/// Runs `cmd` to its end in a process group of its own, bounded by `timeout` (then killed:
+/// exit code `None`); whatever it started is killed with the group when it ends. Its exit
+/// code, stdout and stderr.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> (Option<i32>, String, String) {
+    run_until(cmd, timeout, |_| false)
+}
+
+/// [`run_bounded`], also ended (exit code `None`) once its stderr so far satisfies `stop`.
+pub fn run_until(
+    cmd: &mut Command,
+    timeout: Duration,
+    stop: impl Fn(&str) -> bool,
+) -> (Option<i32>, String, String) {
+    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(bin())
-        .args(args)
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + timeout;
@@ -43,13 +60,16 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
         if let Some(s) = child.try_wait().unwrap() {
             break s.code();
         }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || stop(&std::fs::read_to_string(&err).unwrap_or_default()) {
             let _ = child.kill();
             let _ = child.wait();
             break None;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // SAFETY: kill(2) on the process group of the child this function started; harmless if
+    // the group is gone.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     (
         code,
         std::fs::read_to_string(out).unwrap_or_default(),
@@ -61,9 +81,7 @@ pub fn run_cli<S: AsRef<std::ffi::OsStr>>(
 /// node's id), all started.
 pub fn cluster(n: u32, extra: &[&str]) -> Cluster {
     let mut c = prepared(n, extra);
-    for id in 1..=n {
-        c.start_node(id);
-    }
+    c.start_all();
     c
 }
 
@@ -155,6 +173,114 @@ pub fn deposed_reads_are_fresh(
     unreachable!()
 }
 
+/// C1 across restart orders: for each order every node is killed, then started in that
+/// order; the primary that settles, and the one elected once it is killed too, must pass
+/// `check(ctrl, primary, when)`.
+pub fn across_restart_orders(
+    ctrl: &mut Cluster,
+    orders: &[&[u32]],
+    check: impl Fn(&Cluster, u32, &str),
+) {
+    for order in orders {
+        for id in ctrl.running() {
+            ctrl.kill(id);
+        }
+        for &id in *order {
+            ctrl.start_node(id);
+        }
+        let q = ctrl.expect_settled(STARTUP);
+        check(ctrl, q, &format!("after restarting {order:?}"));
+        ctrl.kill(q);
+        let s = ctrl.expect_primary(STARTUP);
+        check(ctrl, s, &format!("after primary {q} was killed"));
+        ctrl.start_node(q);
+    }
+}
+
+/// A submit of job `id` whose command makes its entry about `bytes` long.
+pub fn big_job(id: u64, bytes: usize) -> Op {
+    let mut op = submit(id, "u", "");
+    if let Op::JobSubmit(spec) = &mut op {
+        spec.command = "x".repeat(bytes);
+    }
+    op
+}
+
+/// Waits (up to `bound`) for node `id` to exit by itself, with status `code`: its log.
+pub fn exits_with(ctrl: &mut Cluster, id: u32, code: i32, bound: Duration) -> String {
+    let st = ctrl.wait_exit(id, bound);
+    let log = ctrl.log(id);
+    let st = st.unwrap_or_else(|| panic!("node {id} still runs after {bound:?}\n{log}"));
+    assert_eq!(st.code(), Some(code), "node {id}'s exit\n{log}");
+    log
+}
+
+/// The term node `id` answers `hello` with.
+pub fn term_of(ctrl: &Cluster, id: u32) -> u64 {
+    info(&ctrl.client(id).call(hello())).term
+}
+
+/// `ids` but `not`.
+pub fn others(ids: &[u32], not: u32) -> Vec<u32> {
+    ids.iter().copied().filter(|&i| i != not).collect()
+}
+
+/// `waitPrimary` waiting up to `timeout_ms`, nothing excluded.
+pub fn wait_primary_op(timeout_ms: u32) -> Op {
+    Op::WaitPrimary {
+        timeout_ms,
+        exclude_host: String::new(),
+        exclude_port: 0,
+    }
+}
+
+/// The ids of the jobs `joblist` with filter `f` answers on `c`, in its order.
+pub fn job_ids(c: &mut WireClient, f: xce_proto::wire::JobFilter) -> Vec<u64> {
+    match c.ok(Op::JobList(f)) {
+        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
+        other => panic!("joblist: {other:?}"),
+    }
+}
+
+/// Every job id node `id` lists, in order (it must serve).
+pub fn listed_on(ctrl: &Cluster, id: u32) -> Vec<u64> {
+    job_ids(&mut ctrl.client(id), Default::default())
+}
+
+/// A node outside the first membership (C17) on free ports: its client address, its raft
+/// address and its `--cluster` entry `ID=CLIENT/RAFT`.
+pub fn new_member(id: u32) -> (String, String, String) {
+    let p = free_ports(2);
+    let (c, r) = (format!("127.0.0.1:{}", p[0]), format!("127.0.0.1:{}", p[1]));
+    let spec = format!("{id}={c}/{r}");
+    (c, r, spec)
+}
+
+/// `xce-controller ARGS` run to its end (within 100 s): its exit code, its stdout and stderr
+/// together, how long it took.
+pub fn cli(args: &[&str]) -> (Option<i32>, String, Duration) {
+    let t0 = Instant::now();
+    let (code, out, err) = run_cli(args, Duration::from_secs(100));
+    (code, out + &err, t0.elapsed())
+}
+
+/// A library context (`xce::client`) for the master list `masters`.
+pub fn lib_client(masters: &str) -> xce::client::Client {
+    use xce::client::{parse_masters, Client, Config};
+    Client::start(Config::new(parse_masters(masters).unwrap())).unwrap()
+}
+
+/// A job for the library's `jobsubmit`: alice's `true` on one CPU, named `name`.
+pub fn alice_job(name: &str) -> xce_proto::wire::JobSpec {
+    xce_proto::wire::JobSpec {
+        name: name.into(),
+        user: "alice".into(),
+        command: "true".into(),
+        ncpus: 1,
+        ..Default::default()
+    }
+}
+
 pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
@@ -168,6 +294,7 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
 /// without entries does not depend on the entry type).
 pub mod raft_wire {
     use std::io::{Read, Write};
+    use std::time::Duration;
 
     use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
     use serde::{Deserialize, Serialize};
@@ -278,6 +405,14 @@ pub mod raft_wire {
         postcard::from_bytes(&body).map_err(std::io::Error::other)
     }
 
+    /// [`call`] on a new plaintext connection to `addr`.
+    pub fn call_at(addr: &str, req: &RpcRequest, id: [u8; 16]) -> std::io::Result<RpcReply> {
+        let addr = addr.parse().unwrap();
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        call(&mut s, req, id)
+    }
+
     /// A vote request from `candidate` in `term` with a log far ahead of anyone's.
     pub fn vote(term: u64, candidate: u64) -> RpcRequest {
         use openraft::{CommittedLeaderId, LogId, Vote};
@@ -290,40 +425,73 @@ pub mod raft_wire {
         ))
     }
 
-    /// An append (no entries, no commit index) from a committed leader `leader` of `term`:
-    /// what that leader's heartbeat carries when the follower's log matches nothing yet.
-    pub fn append_of(term: u64, leader: u64) -> RpcRequest {
-        use openraft::Vote;
-        let mut v = Vote::new(term, leader);
-        v.commit();
-        RpcRequest::Append(AppendEntriesRequest {
-            vote: v,
-            prev_log_id: None,
-            leader_commit: None,
-            entries: Vec::new(),
-        })
-    }
-
-    /// An append (no entries) from a committed leader `leader` of `term`, committing up to
-    /// index 1,000,000: a follower that took it would adopt the term and the leader.
-    pub fn append(term: u64, leader: u64) -> RpcRequest {
+    /// An append (no entries) from a committed leader `leader` of `term`. With `commit`, one
+    /// committing up to index 1,000,000: a follower that took it would adopt the term and the
+    /// leader; without, no commit index: what that leader's heartbeat carries when the
+    /// follower's log matches nothing yet.
+    pub fn append(term: u64, leader: u64, commit: bool) -> RpcRequest {
         use openraft::{CommittedLeaderId, LogId, Vote};
         let mut v = Vote::new(term, leader);
         v.commit();
         RpcRequest::Append(AppendEntriesRequest {
             vote: v,
             prev_log_id: None,
-            leader_commit: Some(LogId::new(CommittedLeaderId::new(term, leader), 1_000_000)),
+            leader_commit: commit
+                .then(|| LogId::new(CommittedLeaderId::new(term, leader), 1_000_000)),
             entries: Vec::new(),
         })
     }
 }
 
+/// Slow elections: no spurious term change on a loaded machine while a test attacks or
+/// forwards.
+pub const CALM: [&str; 6] = timing("100", "1500", "3000");
+
+/// `run` flags for a heartbeat every `hb` ms and an election timeout of `min`–`max` ms.
+pub const fn timing<'a>(hb: &'a str, min: &'a str, max: &'a str) -> [&'a str; 6] {
+    [
+        "--heartbeat-ms",
+        hb,
+        "--election-min-ms",
+        min,
+        "--election-max-ms",
+        max,
+    ]
+}
+
+/// A cluster of `n` nodes whose every link has mutual TLS, with extra `run` flags: the
+/// certificates (`make_pki` for `pki` nodes, in a directory of its own), the cluster, its
+/// primary (asked as admin).
+pub fn tls_cluster(n: u32, pki: u32, extra: &[&str]) -> (tempfile::TempDir, Cluster, u32) {
+    let certs = tempfile::tempdir().unwrap();
+    make_pki(certs.path(), pki);
+    let mut flags = tls_flags(certs.path());
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ctrl = cluster(n, &flags);
+    let p = wait_tls_primary(&ctrl, certs.path(), "admin");
+    (certs, ctrl, p)
+}
+
+/// A TLS stream (`tls_stream`) to node `to`'s raft port as a peer would open it, trusting
+/// `dir/ca.pem` and presenting `dir/WHO.pem` (`None`: no certificate).
+pub fn as_peer(
+    ctrl: &Cluster,
+    to: u32,
+    dir: &Path,
+    who: Option<&str>,
+) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>> {
+    let files = who.map(|w| (dir.join(format!("{w}.pem")), dir.join(format!("{w}.key"))));
+    let id = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let (addr, name) = (ctrl.raft_addr(to), format!("xce-node-{to}"));
+    tls_stream(&addr, &dir.join("ca.pem"), id, &name)
+}
+
 /// The primary of a TLS cluster, asked as `identity` (certificates in `dir`).
 pub fn wait_tls_primary(ctrl: &Cluster, dir: &Path, identity: &str) -> u32 {
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        let p = ctrl.ids().into_iter().find_map(|id| {
+    let mut p = None;
+    ctrl.wait_until("a primary, asked over TLS", STARTUP, || {
+        p = ctrl.ids().into_iter().find_map(|id| {
             let mut c = try_tls_client(&ctrl.addr(id), dir, Some(identity)).ok()?;
             let r = c.try_call(hello()).ok()?;
             match r.data {
@@ -331,12 +499,9 @@ pub fn wait_tls_primary(ctrl: &Cluster, dir: &Path, identity: &str) -> u32 {
                 _ => None,
             }
         });
-        if let Some(p) = p {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "no primary\n{}", ctrl.all_logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        p.is_some()
+    });
+    p.unwrap()
 }
 
 /// `xce-controller pki local DIR N`: a CA, N node certificates, the local identities.
@@ -349,6 +514,18 @@ pub fn make_pki(dir: &Path, n: u32) {
         .status()
         .unwrap();
     assert!(st.success(), "pki local {}", dir.display());
+}
+
+/// `xce-controller pki token DIR ARGS` (an identity, a validity): the token.
+pub fn token(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(["pki", "token"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// `run` flags of a cluster whose every link has mutual TLS, with certificates in `dir`.
@@ -368,16 +545,33 @@ pub fn tls_flags(dir: &Path) -> Vec<String> {
     ]
 }
 
+/// The admin tools' flags for identity `who` with certificates in `dir`: `--ca`, `--cert`,
+/// `--key`.
+pub fn identity_args(dir: &Path, who: &str) -> Vec<String> {
+    let f = |n: String| dir.join(n).display().to_string();
+    vec![
+        "--ca".into(),
+        f("ca.pem".into()),
+        "--cert".into(),
+        f(format!("{who}.pem")),
+        "--key".into(),
+        f(format!("{who}.key")),
+    ]
+}
+
 /// Resident and virtual memory of a process (kB), from /proc.
 pub fn mem_kb(pid: i32) -> (u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let field = |name| status_kb(pid, name).unwrap_or(0);
     (field("VmRSS:"), field("VmSize:"))
+}
+
+/// The field `name` (e.g. `VmHWM:`, the peak resident memory) of a process's
+/// `/proc/PID/status`, in kB.
+pub fn status_kb(pid: i32, name: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// Every established TCP connection on this host: its local and peer addresses and its

@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::*;
-use xce_proto::wire::{Op, ReplyData};
 
 /// Snapshots every 100 writes (and half a snapshot of log), little kept behind them.
 const FLAGS: &[&str] = &[
@@ -20,22 +19,10 @@ const FLAGS: &[&str] = &[
     "20",
 ];
 
-/// A job whose entry is about 2 KB, so a few hundred writes fill and free log segments.
-fn wide(id: u64) -> Op {
-    let mut op = submit(id, "u", "");
-    if let Op::JobSubmit(spec) = &mut op {
-        spec.command = format!("/opt/run {}", "x".repeat(2000));
-    }
-    op
-}
-
 fn listed(ctrl: &Cluster, p: u32) -> BTreeSet<u64> {
     let mut c = ctrl.client(p);
     c.set_timeout(Duration::from_secs(30));
-    match c.ok(Op::JobList(Default::default())) {
-        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    }
+    job_ids(&mut c, Default::default()).into_iter().collect()
 }
 
 /// Writes `ids` one at a time through primary `p`; every one must be acknowledged.
@@ -43,7 +30,8 @@ fn write_all(ctrl: &Cluster, p: u32, ids: impl Iterator<Item = u64>) -> Vec<u64>
     let mut c = ctrl.client(p);
     c.set_timeout(Duration::from_secs(10));
     ids.inspect(|&id| {
-        let r = c.call(wide(id));
+        // An entry of about 2 KB, so a few hundred writes fill and free log segments.
+        let r = c.call(big_job(id, 2000));
         assert_eq!(r.status, 0, "job {id}: {r:?}\n{}", ctrl.all_logs());
     })
     .collect()
@@ -64,12 +52,8 @@ fn purges(ctrl: &Cluster, id: u32) -> usize {
 #[test]
 fn a_slow_purge_holds_no_node_back() {
     let mut ctrl = prepared(3, FLAGS);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "log-purge=sleep(3000)".into()));
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.failpoints_at_start("log-purge=sleep(3000)");
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let campaigns = |ctrl: &Cluster| -> usize {
         (1..=3)
@@ -100,12 +84,8 @@ fn a_slow_purge_holds_no_node_back() {
 #[test]
 fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
     let mut ctrl = prepared(3, FLAGS);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "log-purge=pause".into()));
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.failpoints_at_start("log-purge=pause");
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let acked = write_all(&ctrl, p, 1..=800);
     for id in 1..=3 {
@@ -140,21 +120,9 @@ fn a_crash_while_purged_segments_are_deleted_loses_nothing() {
             ctrl.all_logs()
         );
     }
-    let orders: [&[u32]; 2] = [&[3, 2, 1], &[2, 3, 1]];
-    for order in orders {
-        for id in ctrl.running() {
-            ctrl.kill(id);
-        }
-        for &id in order {
-            ctrl.start_node(id);
-        }
-        let q = ctrl.expect_settled(STARTUP);
-        assert_eq!(listed(&ctrl, q), want, "after restarting {order:?}");
-        ctrl.kill(q);
-        let s = ctrl.expect_primary(STARTUP);
-        assert_eq!(listed(&ctrl, s), want, "after primary {q} was killed");
-        ctrl.start_node(q);
-    }
+    across_restart_orders(&mut ctrl, &[&[3, 2, 1], &[2, 3, 1]], |ctrl, q, when| {
+        assert_eq!(listed(ctrl, q), want, "{when}");
+    });
 }
 
 /// A standby that crashes while it installs the primary's snapshot — its log already purged up
@@ -221,9 +189,7 @@ fn since_start(ctrl: &Cluster, f: u32) -> String {
 /// (`purge`).
 fn start_held_in_install(ctrl: &mut Cluster, f: u32, purge: bool) {
     let starts = ctrl.starts(f);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
+    ctrl.failpoints_at_start("snapshot-save=pause");
     ctrl.start_node(f);
     ctrl.opts.env.clear();
     ctrl.wait_until("the install held", STARTUP, || {
@@ -235,10 +201,7 @@ fn start_held_in_install(ctrl: &mut Cluster, f: u32, purge: bool) {
 }
 
 fn torn_install(after: After) {
-    let mut ctrl = prepared(3, FLAGS);
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    let mut ctrl = cluster(3, FLAGS);
     let p = ctrl.expect_settled(STARTUP);
     let f = ctrl.ids().into_iter().find(|&id| id != p).unwrap();
     let g = ctrl
@@ -279,9 +242,7 @@ fn torn_install(after: After) {
             ctrl.start_node(f);
         }
         After::SlowInstall => {
-            ctrl.opts
-                .env
-                .push(("FAILPOINTS".into(), "snapshot-save=sleep(1500)".into()));
+            ctrl.failpoints_at_start("snapshot-save=sleep(1500)");
             ctrl.start_node(f);
             ctrl.opts.env.clear();
         }

@@ -7,8 +7,6 @@
 //! never a count), raise the CORRUPT alarm on every member and refuse writes until the node
 //! is repaired (its data directory emptied, caught up again).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -50,42 +48,6 @@ fn hello_of(ctrl: &Cluster, id: u32) -> xce_proto::wire::ControllerInfo {
         Some(ReplyData::CtrlInfo(i)) => i,
         _ => Default::default(),
     }
-}
-
-/// The metrics address node `id` printed last (`metrics on http://ADDR/metrics`).
-fn metrics_addr(ctrl: &Cluster, id: u32) -> String {
-    let mut addr = None;
-    ctrl.wait_until(&format!("node {id}'s metrics address"), STARTUP, || {
-        addr = ctrl
-            .log(id)
-            .rsplit("metrics on http://")
-            .next()
-            .filter(|_| ctrl.log(id).contains("metrics on http://"))
-            .and_then(|r| r.split("/metrics").next())
-            .map(str::to_string);
-        addr.is_some()
-    });
-    addr.unwrap()
-}
-
-/// `GET /metrics`: the body.
-fn scrape(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
-/// The value of the sample named exactly `name` (0 if absent).
-fn sample(body: &str, name: &str) -> f64 {
-    body.lines()
-        .find_map(|l| {
-            let (n, v) = l.rsplit_once(' ')?;
-            (n == name).then(|| v.parse().unwrap())
-        })
-        .unwrap_or(0.0)
 }
 
 /// Submits jobs `from..from + n` through the primary `p`.
@@ -135,9 +97,7 @@ fn repair(ctrl: &mut Cluster, v: u32) {
     std::fs::remove_dir_all(&vdir).unwrap();
     ctrl.start_node(v);
     ctrl.wait_until(&format!("node {v} caught up"), STARTUP * 2, || {
-        ctrl.log(v)
-            .get(from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        ctrl.logged_since(v, from, "votes and campaigns again")
     });
 }
 
@@ -162,11 +122,8 @@ fn a_member_whose_state_differs_raises_the_corrupt_alarm_until_repaired() {
     assert!(healthy.checked_index > 0, "{healthy:?}");
     assert!(healthy.alarms.is_empty(), "{:?}", healthy.alarms);
     fill(&ctrl, p, 2_000, 5);
-    let paddr = metrics_addr(&ctrl, p);
-    assert_eq!(
-        sample(&scrape(&paddr), "xce_state_digest_mismatch_total"),
-        0.0
-    );
+    let mismatches = |ctrl: &Cluster| ctrl.metric(p, "xce_state_digest_mismatch_total");
+    assert_eq!(mismatches(&ctrl), Some(0.0));
 
     ctrl.kill(v);
     corrupt_snapshot(&vdir, 21);
@@ -181,7 +138,7 @@ fn a_member_whose_state_differs_raises_the_corrupt_alarm_until_repaired() {
         "no log line naming the index:\n{}",
         ctrl.log(p)
     );
-    assert!(sample(&scrape(&paddr), "xce_state_digest_mismatch_total") >= 1.0);
+    assert!(mismatches(&ctrl) >= Some(1.0));
     for id in 1..=3u32 {
         assert!(
             !ctrl.data_dir().join(format!("data-{id}/diverged")).exists(),

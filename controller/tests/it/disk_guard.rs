@@ -11,7 +11,6 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce::client::{parse_masters, Client, Config};
 use xce_proto::wire::{JobAction, JobFilter, JobSpec};
 
 /// A job of about `bytes` (its command).
@@ -31,12 +30,10 @@ fn past_the_quota_new_work_is_refused_before_the_disk_fills_and_a_full_disk_stop
     let disks: Vec<Tmpfs> = (1..=3)
         .map(|i| Tmpfs::mount(&ctrl.data_dir().join(format!("data-{i}")), "64m"))
         .collect();
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let masters = ctrl.masters();
-    let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+    let c = lib_client(&masters);
 
     // Submit 256 KiB jobs until refused.
     let t0 = Instant::now();

@@ -18,18 +18,10 @@ const ELECTION_MIN_MS: u64 = 1000;
 const ELECTION_MAX_MS: u64 = 1200;
 
 fn slow(early: &str) -> Vec<String> {
-    [
-        "--heartbeat-ms",
-        &HEARTBEAT_MS.to_string(),
-        "--election-min-ms",
-        &ELECTION_MIN_MS.to_string(),
-        "--election-max-ms",
-        &ELECTION_MAX_MS.to_string(),
-        "--early-campaign",
-        early,
-    ]
-    .map(String::from)
-    .to_vec()
+    let [hb, min, max] = [HEARTBEAT_MS, ELECTION_MIN_MS, ELECTION_MAX_MS].map(|n| n.to_string());
+    let mut flags = timing(&hb, &min, &max).map(String::from).to_vec();
+    flags.extend(["--early-campaign".into(), early.into()]);
+    flags
 }
 
 /// kill -9 of the settled primary of a 3-node cluster started with `flags`; the time from the
@@ -101,7 +93,7 @@ fn settled_slow(extra: &[&str]) -> (Cluster, u32, [u8; 16], u64) {
     let ctrl = cluster(3, &flags);
     let p = ctrl.expect_settled(STARTUP);
     let id = ctrl.cluster_id();
-    let term = info(&ctrl.client(p).call(hello())).term;
+    let term = term_of(&ctrl, p);
     (ctrl, p, id, term)
 }
 
@@ -110,7 +102,7 @@ fn settled_slow(extra: &[&str]) -> (Cluster, u32, [u8; 16], u64) {
 fn forged_append(ctrl: &Cluster, node: u32, p: u32, term: u64, id: [u8; 16]) -> TcpStream {
     let mut s = TcpStream::connect(ctrl.raft_addr(node)).unwrap();
     s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    let reply = raft_wire::call(&mut s, &raft_wire::append_of(term, p.into()), id).unwrap();
+    let reply = raft_wire::call(&mut s, &raft_wire::append(term, p.into(), false), id).unwrap();
     assert!(
         matches!(reply, raft_wire::RpcReply::Append(Ok(_))),
         "node {node} did not take the append: {reply:?}"
@@ -137,12 +129,7 @@ const CALLED_OFF: &str = ": a campaign decided before the primary's append went 
 /// What node `nodes[i]` logged since now, by `i`.
 fn log_since<'a>(ctrl: &'a Cluster, nodes: &'a [u32]) -> impl Fn(usize) -> String + 'a {
     let from: Vec<usize> = nodes.iter().map(|&s| ctrl.log(s).len()).collect();
-    move |i| {
-        ctrl.log(nodes[i])
-            .get(from[i]..)
-            .unwrap_or_default()
-            .to_string()
-    }
+    move |i| ctrl.log_since(nodes[i], from[i])
 }
 
 /// A connection that carried the live primary's appends closes (here: a forged append of its
@@ -239,11 +226,10 @@ fn an_append_accepted_after_the_decision_calls_the_campaign_off() {
         ctrl.fail_clear(s, "elect-campaign");
     }
     // Each standby either calls its campaign off or raises the term: wait for one of the two.
-    let term_of = |id: u32| info(&ctrl.client(id).call(hello())).term;
     ctrl.wait_until("each decided campaign ends", STARTUP, || {
         decided
             .iter()
-            .all(|&i| since(i).contains("called off") || term_of(standbys[i]) > term)
+            .all(|&i| since(i).contains("called off") || term_of(&ctrl, standbys[i]) > term)
     });
     unchanged(&ctrl, term, p, CALLED_OFF);
 }
@@ -281,9 +267,8 @@ fn an_append_accepted_while_a_decided_campaign_waits_calls_it_off() {
         ctrl.metric(a, empty).is_some_and(|n| n > before)
     });
     ctrl.fail_clear(a, "elect-decided");
-    let term_of = |id: u32| info(&ctrl.client(id).call(hello())).term;
     ctrl.wait_until("a's decided campaign ends", STARTUP, || {
-        since(0).contains("called off") || term_of(a) > term
+        since(0).contains("called off") || term_of(&ctrl, a) > term
     });
     unchanged(&ctrl, term, p, CALLED_OFF);
     ctrl.fail_clear(b, "elect-decided");

@@ -12,10 +12,6 @@ use xce_proto::wire::{ControllerRole, JobFilter, JobState, Op, ReplyData, Sessio
 /// commit and a loaded debug build.
 const FAILOVER_BOUND: Duration = Duration::from_secs(5);
 
-fn others(ids: &[u32], not: u32) -> Vec<u32> {
-    ids.iter().copied().filter(|&i| i != not).collect()
-}
-
 #[test]
 fn standbys_redirect_failover_rejoin_and_exactly_once() {
     let mut ctrl = cluster(3, &[]);
@@ -25,37 +21,24 @@ fn standbys_redirect_failover_rejoin_and_exactly_once() {
     // C2: each standby redirects `join` and refuses other ops with the primary's address.
     for s in others(&[1, 2, 3], p) {
         let mut c = ctrl.client(s);
-        let r = c.call(join(SessionRole::Worker, "h1"));
-        assert_eq!(
-            (r.status, hint(&r)),
-            (-E_XCE_REDIRECT, paddr.clone()),
-            "join on standby {s}"
-        );
-        let r = c.call(Op::JobInfo { job_id: 1 });
-        assert_eq!(
-            (r.status, hint(&r)),
-            (-E_XCE_STANDBY, paddr.clone()),
-            "jobinfo on standby {s}"
-        );
-        let r = c.call(submit(1, "u", ""));
-        assert_eq!(
-            (r.status, hint(&r)),
-            (-E_XCE_STANDBY, paddr.clone()),
-            "jobsubmit on standby {s}"
-        );
-        let r = c.call(hello());
-        assert_eq!(
-            (r.status, hint(&r)),
-            (-E_XCE_STANDBY, paddr.clone()),
-            "hello on standby {s}"
-        );
-        assert_eq!(info(&r).role, ControllerRole::Standby);
+        for (op, status) in [
+            (join(SessionRole::Worker, "h1"), -E_XCE_REDIRECT),
+            (Op::JobInfo { job_id: 1 }, -E_XCE_STANDBY),
+            (submit(1, "u", ""), -E_XCE_STANDBY),
+            (hello(), -E_XCE_STANDBY),
+        ] {
+            let r = c.call(op.clone());
+            assert_eq!(
+                (r.status, hint(&r)),
+                (status, paddr.clone()),
+                "{op:?} on standby {s}"
+            );
+            if matches!(op, Op::Hello(_)) {
+                assert_eq!(info(&r).role, ControllerRole::Standby);
+            }
+        }
         // waitPrimary is answered by any node.
-        let r = c.call(Op::WaitPrimary {
-            timeout_ms: 2000,
-            exclude_host: String::new(),
-            exclude_port: 0,
-        });
+        let r = c.call(wait_primary_op(2000));
         assert_eq!(r.status, 0);
         assert_eq!(info(&r).primary_id, p);
     }
@@ -105,10 +88,7 @@ fn standbys_redirect_failover_rejoin_and_exactly_once() {
         task,
         "re-sent runtask returns the same task id"
     );
-    match c2.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => assert_eq!(j.len(), 1),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(job_ids(&mut c2, JobFilter::default()).len(), 1);
 
     // The killed node restarts from its data dir and rejoins as a standby of q.
     ctrl.start_node(p);
@@ -159,15 +139,8 @@ fn deposed_primary_never_answers_stale_reads() {
 /// a snapshot after the first 40 writes, and purged its log behind it: the node that is down
 /// can then catch up only from a snapshot. How many jobs were written.
 fn write_past_snapshots(ctrl: &Cluster, up: &[u32]) -> u64 {
-    let masters = up
-        .iter()
-        .map(|i| ctrl.addr(*i))
-        .collect::<Vec<_>>()
-        .join(",");
-    let c = xce::client::Client::start(xce::client::Config::new(
-        xce::client::parse_masters(&masters).unwrap(),
-    ))
-    .unwrap();
+    let masters: Vec<String> = up.iter().map(|&i| ctrl.addr(i)).collect();
+    let c = lib_client(&masters.join(","));
     let write = |id: u64| {
         let Op::JobSubmit(spec) = submit(id, "u", "") else {
             unreachable!()
@@ -219,11 +192,7 @@ fn restarted_node_catches_up_from_a_snapshot() {
     let p = ctrl.expect_primary(STARTUP);
     ctrl.kill(p);
     let q = ctrl.expect_primary_among(&others(&[1, 2, 3], p), STARTUP);
-    let mut c = ctrl.client(q);
-    match c.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => assert_eq!(j.len() as u64, written),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(listed_on(&ctrl, q).len() as u64, written);
     // The old primary restarts from its own snapshot + log and rejoins as a standby of the
     // primary there is then.
     ctrl.start_node(p);
@@ -247,25 +216,13 @@ fn wait_primary_on_a_standby_skips_a_dead_primary() {
     let p = ctrl.expect_settled(STARTUP);
     let s = others(&[1, 2, 3], p)[0];
     let mut w = ctrl.client(s);
-    assert_eq!(
-        info(&w.call(Op::WaitPrimary {
-            timeout_ms: 0,
-            exclude_host: String::new(),
-            exclude_port: 0
-        }))
-        .primary_id,
-        p
-    );
+    assert_eq!(info(&w.call(immediate_wait())).primary_id, p);
     ctrl.kill(p);
     // Once the primary has been silent for an election timeout (300 ms by default), a standby
     // no longer names it: waitPrimary waits for the new one (F18).
     std::thread::sleep(Duration::from_millis(400));
     let asked = Instant::now();
-    let wi = info(&w.call(Op::WaitPrimary {
-        timeout_ms: 5000,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }));
+    let wi = info(&w.call(wait_primary_op(5000)));
     eprintln!(
         "waitPrimary on {s} after kill of {p}: primary {} after {:?}",
         wi.primary_id,
@@ -283,11 +240,7 @@ fn wait_primary_on_a_standby_skips_a_dead_primary() {
     let mut w = ctrl.client(t);
     std::thread::sleep(Duration::from_millis(400));
     let asked = Instant::now();
-    let wi = info(&w.call(Op::WaitPrimary {
-        timeout_ms: 1000,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }));
+    let wi = info(&w.call(wait_primary_op(1000)));
     assert_eq!(wi.primary_id, 0);
     assert!(asked.elapsed() >= Duration::from_millis(900));
     let r = w.call(Op::ResList);
@@ -320,9 +273,7 @@ fn a_snapshot_goes_as_bulk_beside_the_raft_link() {
     let up = others(&[1, 2, 3], s);
     ctrl.kill(s);
     write_past_snapshots(&ctrl, &up);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "snapshot-save=pause".into()));
+    ctrl.failpoints_at_start("snapshot-save=pause");
     ctrl.start_node(s);
     ctrl.wait_until("the restarted node's install held", STARTUP, || {
         ctrl.logged(s, "failpoint snapshot-save reached")

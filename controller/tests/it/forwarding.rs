@@ -6,26 +6,8 @@ use crate::common::*;
 use xce_proto::error::{E_XCE_AUTH, E_XCE_STANDBY};
 use xce_proto::wire::{self, JobAction, Op, QueueAction, Reply, ReplyData};
 
-const CALM: [&str; 6] = [
-    "--heartbeat-ms",
-    "100",
-    "--election-min-ms",
-    "1500",
-    "--election-max-ms",
-    "3000",
-];
-
-fn tls_cluster(dir: &std::path::Path) -> (Cluster, u32) {
-    make_pki(dir, 3);
-    let mut flags = tls_flags(dir);
-    flags.extend(CALM.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    // Not waited for: every node's cluster id (C20). A standby refused for want of it forwards
-    // once it has it (`a_standby_forwards_once_it_has_the_cluster_id`).
-    let p = wait_tls_primary(&ctrl, dir, "admin");
-    (ctrl, p)
-}
+// `tls_cluster` does not wait for every node's cluster id (C20): a standby refused for want
+// of it forwards once it has it (`a_standby_forwards_once_it_has_the_cluster_id`).
 
 /// `op` with the forwarding mark, on `c`.
 fn forwarded(c: &mut WireClient, op: Op) -> Reply {
@@ -56,17 +38,14 @@ fn normal_open(admin: &mut WireClient) -> bool {
 }
 
 fn count(admin: &mut WireClient, id: u64) -> usize {
-    match admin.ok(Op::JobList(Default::default())) {
-        ReplyData::Jobs(j) => j.iter().filter(|j| j.job_id == id).count(),
-        other => panic!("joblist: {other:?}"),
-    }
+    let ids = job_ids(admin, Default::default());
+    ids.into_iter().filter(|&j| j == id).count()
 }
 
 #[test]
 fn a_standby_forwards_as_the_caller_and_never_with_more_rights() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, p) = tls_cluster(3, 3, &CALM);
     let dir = certs.path();
-    let (ctrl, p) = tls_cluster(dir);
     let s = if p == 1 { 2 } else { 1 };
     let mut admin = tls_client(&ctrl.addr(p), dir, Some("admin"));
     let mut alice = tls_client(&ctrl.addr(s), dir, Some("user-alice"));
@@ -147,13 +126,10 @@ fn a_standby_forwards_as_the_caller_and_never_with_more_rights() {
 
 #[test]
 fn only_a_member_may_assert_an_identity_on_the_raft_port() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, p) = tls_cluster(3, 3, &CALM);
     let dir = certs.path();
-    let (ctrl, p) = tls_cluster(dir);
     let other = if p == 3 { 2 } else { 3 };
     let mut admin = tls_client(&ctrl.addr(p), dir, Some("admin"));
-    let praft = ctrl.raft_addr(p);
-    let pname = format!("xce-node-{p}");
     let mut c = WireClient::connect(&ctrl.addr(p));
     let close = c.request(close_queue());
 
@@ -165,14 +141,7 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
         Some("worker-host1"),
         None,
     ] {
-        let id = who.map(|n| (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key"))));
-        let s = tls_stream(
-            &praft,
-            &dir.join("ca.pem"),
-            id.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
-            &pname,
-        );
-        if let Ok(mut s) = s {
+        if let Ok(mut s) = as_peer(&ctrl, p, dir, who) {
             assert!(
                 raft_wire::call(
                     &mut s,
@@ -190,16 +159,8 @@ fn only_a_member_may_assert_an_identity_on_the_raft_port() {
     );
 
     // A member is trusted with the identity it asserts, and only with that identity.
-    let mut member = tls_stream(
-        &praft,
-        &dir.join("ca.pem"),
-        Some((
-            &dir.join(format!("xce-node-{other}.pem")),
-            &dir.join(format!("xce-node-{other}.key")),
-        )),
-        &pname,
-    )
-    .expect("a member's handshake");
+    let mut member =
+        as_peer(&ctrl, p, dir, Some(&format!("xce-node-{other}"))).expect("a member's handshake");
     let id = ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     let mut ask = |who: &str, req: &wire::Request| -> Vec<u8> {
         match raft_wire::call(&mut member, &raft_wire::forward(who, req), id) {
@@ -275,12 +236,8 @@ fn forwarded_bulk_does_not_claim_the_raft_priority() {
 fn a_standby_forwards_once_it_has_the_cluster_id() {
     const ADOPT: &str = "cluster-adopt";
     let mut ctrl = prepared(3, &["--metrics", "127.0.0.1:0"]);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), format!("{ADOPT}=pause")));
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.failpoints_at_start(&format!("{ADOPT}=pause"));
+    ctrl.start_all();
     let p = ctrl.expect_settled(STARTUP);
     let s = (1..=3).find(|&i| i != p).unwrap();
     for n in (1..=3).filter(|&n| n != s) {

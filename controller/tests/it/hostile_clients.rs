@@ -18,7 +18,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,19 +31,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 const ANONYMOUS_LIFETIME: Duration = Duration::from_secs(10);
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_UNAUTHENTICATED: usize = 64;
-
-/// A one-node TLS cluster (certificates, tokens, mutual TLS) with extra flags; its primary
-/// elected.
-fn tls_node(extra: &[&str]) -> (Cluster, tempfile::TempDir) {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
-    let mut flags = tls_flags(certs.path());
-    flags.extend(extra.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(1, &flags);
-    wait_tls_primary(&ctrl, certs.path(), "admin");
-    (ctrl, certs)
-}
 
 fn pem_certs(p: &Path) -> Vec<CertificateDer<'static>> {
     rustls_pemfile::certs(&mut std::io::BufReader::new(
@@ -97,31 +84,11 @@ fn with_token(c: &mut WireClient, op: Op, token: &str) -> wire::Request {
     r
 }
 
-fn token(dir: &Path, who: &str) -> String {
-    let out = Command::new(bin())
-        .args(["pki", "token"])
-        .arg(dir)
-        .arg(who)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// Open descriptors of a process.
 fn fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count()
-}
-
-/// Peak resident memory of a process (kB).
-fn peak_kb(pid: i32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 /// How long until the server closes `c` (EOF, reset, an alert), up to `limit`; `None` if it
@@ -151,7 +118,7 @@ fn closes_within(c: &mut WireClient, limit: Duration) -> Option<Duration> {
 /// at most their own budget of descriptors, and the node logs them once a second with a count.
 #[test]
 fn s15_strangers_never_take_an_authenticated_callers_slot() {
-    let (ctrl, certs) = tls_node(&["--max-connections", "8"]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &["--max-connections", "8"]);
     let dir = certs.path();
     let addr = ctrl.addr(1).clone();
     let pid = ctrl.pid(1);
@@ -169,7 +136,7 @@ fn s15_strangers_never_take_an_authenticated_callers_slot() {
     // Authenticated callers are served meanwhile: a certificate, and a token.
     let mut admin = tls_client(&addr, dir, Some("admin"));
     admin.ok(Op::ResList);
-    let bob = token(dir, "user-bob");
+    let bob = token(dir, &["user-bob"]);
     let mut t = try_tls_client(&addr, dir, None).expect("token caller's handshake");
     let req = with_token(&mut t, Op::ResList, &bob);
     assert_eq!(t.try_send_recv(&req).unwrap().status, 0, "token caller");
@@ -211,7 +178,7 @@ fn s15_strangers_never_take_an_authenticated_callers_slot() {
 /// C9 amended: a TLS handshake must finish within a short deadline from the accept.
 #[test]
 fn s15_a_handshake_has_a_deadline() {
-    let (ctrl, _certs) = tls_node(&[]);
+    let (_certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let connected = Instant::now();
     let silent = TcpStream::connect(ctrl.addr(1)).unwrap();
     let mut silent = WireClient::over(Box::new(silent.try_clone().unwrap()), silent);
@@ -241,10 +208,10 @@ fn s15_a_handshake_has_a_deadline() {
 /// every half second); a token caller's connection does.
 #[test]
 fn s15_anonymous_connections_do_not_live_for_ever() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let dir = certs.path();
     let addr = &ctrl.addr(1);
-    let bob = token(dir, "user-bob");
+    let bob = token(dir, &["user-bob"]);
     let mut anon = try_tls_client(addr, dir, None).unwrap();
     let mut tok = try_tls_client(addr, dir, None).unwrap();
     let start = Instant::now();
@@ -274,7 +241,7 @@ fn s15_anonymous_connections_do_not_live_for_ever() {
 /// 30 s, so such a connection lived as long as the bytes kept coming.
 #[test]
 fn s15_a_frame_has_a_deadline_from_its_first_byte() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let mut c = tls_client(&ctrl.addr(1), certs.path(), Some("admin"));
     c.ok(Op::Nop);
     // One segment of 1,000 words.
@@ -310,9 +277,9 @@ fn s15_a_frame_has_a_deadline_from_its_first_byte() {
 /// the node almost nothing (before: +60 MiB resident, the bytes as they arrived).
 #[test]
 fn s15_an_anonymous_connection_buffers_little() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let pid = ctrl.pid(1);
-    let before = peak_kb(pid);
+    let before = status_kb(pid, "VmHWM:").unwrap();
     let words: u32 = (15 << 20) / 8;
     let senders: Vec<_> = (0..4)
         .map(|_| {
@@ -341,7 +308,7 @@ fn s15_an_anonymous_connection_buffers_little() {
         .collect();
     let sent: Vec<usize> = senders.into_iter().map(|t| t.join().unwrap()).collect();
     std::thread::sleep(Duration::from_millis(500));
-    let after = peak_kb(pid);
+    let after = status_kb(pid, "VmHWM:").unwrap();
     eprintln!(
         "4 anonymous 15 MiB frames: sent {:?} KiB; node peak RSS {before} -> {after} kB",
         sent.iter().map(|s| s >> 10).collect::<Vec<_>>()
@@ -355,6 +322,13 @@ fn s15_an_anonymous_connection_buffers_little() {
     tls_client(&ctrl.addr(1), certs.path(), Some("admin")).ok(Op::ResList);
 }
 
+/// The CA in `dir` (its `ca.pem` and `ca.key`), to sign with.
+fn ca_in(dir: &Path) -> rcgen::Issuer<'static, rcgen::KeyPair> {
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
+    let key = rcgen::KeyPair::from_pem(&read("ca.key")).unwrap();
+    rcgen::Issuer::from_ca_cert_pem(&read("ca.pem"), key).unwrap()
+}
+
 /// A certificate for `name` signed by the CA in `dir` (its `ca.pem` and `ca.key`), valid
 /// from a minute ago for `secs` seconds: (chain, key).
 fn short_lived(
@@ -362,13 +336,7 @@ fn short_lived(
     name: &str,
     secs: i64,
 ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
-    let ca_key =
-        rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap()).unwrap();
-    let ca = rcgen::Issuer::from_ca_cert_pem(
-        &std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
-        ca_key,
-    )
-    .unwrap();
+    let ca = ca_in(dir);
     let mut p = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
     p.distinguished_name.push(rcgen::DnType::CommonName, name);
     p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
@@ -401,7 +369,7 @@ fn close_no_queue(c: &mut WireClient) -> Result<i32, xce::Error> {
 /// 5 and 7 s after expiry were admin).
 #[test]
 fn s15_no_identity_outlives_its_certificate() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let addr = &ctrl.addr(1);
     let secs = 8;
     let cert = short_lived(certs.path(), "admin", secs);
@@ -452,15 +420,9 @@ fn s15_no_identity_outlives_its_certificate() {
 /// the client port nor a member's certificate on the raft port (before: admin, and a member).
 #[test]
 fn s15_an_intermediate_under_a_path_length_0_ca_is_refused() {
-    let (ctrl, certs) = tls_node(&[]);
+    let (certs, ctrl, _) = tls_cluster(1, 3, &[]);
     let dir = certs.path();
-    let ca_key =
-        rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join("ca.key")).unwrap()).unwrap();
-    let ca = rcgen::Issuer::from_ca_cert_pem(
-        &std::fs::read_to_string(dir.join("ca.pem")).unwrap(),
-        ca_key,
-    )
-    .unwrap();
+    let ca = ca_in(dir);
     let mut ip = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ip.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     ip.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
@@ -514,13 +476,8 @@ fn s15_an_intermediate_under_a_path_length_0_ca_is_refused() {
 /// logs with the member that forwarded them.
 #[test]
 fn s15_a_client_id_is_bound_to_its_identity() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, p) = tls_cluster(3, 3, &[]);
     let dir = certs.path();
-    make_pki(dir, 3);
-    let flags = tls_flags(dir);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let p = wait_tls_primary(&ctrl, dir, "admin");
     let standby = if p == 1 { 2 } else { 1 };
     let paddr = &ctrl.addr(p);
     let mut alice = tls_client(paddr, dir, Some("user-alice"));
@@ -589,55 +546,31 @@ fn run_with_hosts(dir: &Path, hosts: &str, args: &[&str]) -> (Option<i32>, Strin
     let n = rand_u64();
     let h = dir.join(format!("hosts-{n}"));
     std::fs::write(&h, hosts).unwrap();
-    let err = dir.join(format!("stderr-{n}"));
     let script = format!(
         "set -e; ip link set lo up; ip addr add 192.0.2.2/24 dev lo; \
          mount --bind {} /etc/hosts; exec \"$@\"",
         h.display()
     );
-    let mut child = Command::new("unshare")
-        .args([
-            "--net",
-            "--mount",
-            "--fork",
-            "--kill-child",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
-        .arg("sh")
-        .arg(bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("unshare (util-linux)");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if std::fs::read_to_string(&err)
-            .unwrap_or_default()
-            .contains("serving clients")
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "neither refused nor serving in 20 s:\n{}",
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--net",
+        "--mount",
+        "--fork",
+        "--kill-child",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(&script)
+    .arg("sh")
+    .arg(bin())
+    .args(args);
+    let serving = |err: &str| err.contains("serving clients");
+    let (code, _, text) = run_until(&mut cmd, Duration::from_secs(20), serving);
+    assert!(
+        code.is_some() || serving(&text),
+        "neither refused nor serving in 20 s:\n{text}"
+    );
     assert!(
         !text.contains("Operation not permitted") && !text.contains("unshare failed"),
         "namespaces are needed here (root): {text}"

@@ -13,16 +13,6 @@ use std::time::Duration;
 use crate::common::*;
 use xce_proto::wire::{JobFilter, Op, ReplyData};
 
-/// Slow elections: no spurious term change on a loaded machine during the attacks.
-const CALM: [&str; 6] = [
-    "--heartbeat-ms",
-    "100",
-    "--election-min-ms",
-    "1500",
-    "--election-max-ms",
-    "3000",
-];
-
 /// What a hostile peer must not change: every node's term and the primary it names, the
 /// members, the jobs.
 #[derive(Debug, PartialEq)]
@@ -50,10 +40,7 @@ fn seen(ctrl: &Cluster, connect: &dyn Fn(&str) -> WireClient, primary: u32) -> S
             .collect(),
         other => panic!("clusterconf: {other:?}"),
     };
-    let jobs = match p.ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(j) => j.iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    };
+    let jobs = job_ids(&mut p, JobFilter::default());
     Seen {
         terms,
         members,
@@ -94,17 +81,11 @@ fn plain(addr: &str) -> TcpStream {
 /// Every hostile case against node `x` of a TLS cluster, then the checks.
 #[test]
 fn s15_strangers_on_a_tls_raft_port_change_nothing() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, ctrl, primary) = tls_cluster(3, 3, &CALM);
     let other_ca = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
     make_pki(other_ca.path(), 3);
     let dir = certs.path();
-    let mut flags = tls_flags(dir);
-    flags.extend(CALM.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
     let admin = |addr: &str| tls_client(addr, dir, Some("admin"));
-    let primary = wait_tls_primary(&ctrl, dir, "admin");
     let id = ctrl.cluster_id_via(|a| tls_client(a, dir, Some("admin")));
     let job_id = rand_u64() >> 1;
     admin(&ctrl.addr(primary)).ok(submit(job_id, "alice", ""));
@@ -114,61 +95,39 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
     let term = before.terms[0].1;
     let x = if primary == 1 { 2 } else { 1 };
     let xaddr = ctrl.raft_addr(x);
-    let x_name = format!("xce-node-{x}");
     let (rss0, vm0) = mem_kb(ctrl.pid(x));
 
     // 1. Plaintext: a forged vote and a forged append, as raw frames.
     for req in [
         raft_wire::vote(term + 100, 3),
-        raft_wire::append(term + 100, 3),
+        raft_wire::append(term + 100, 3, true),
     ] {
         let mut s = plain(&xaddr);
         let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
         assert!(closed(&mut s), "plaintext frame answered");
     }
-    // 2. Another CA's certificate naming a member: the handshake fails.
+    // 2. Another CA's certificate naming a member (the handshake fails); 3. valid client
+    // identities of this CA used as peers; 4. no client certificate at all: forged votes and
+    // appends, none answered.
     let o = other_ca.path();
-    let r = tls_stream(
-        &xaddr,
-        &o.join("ca.pem"),
-        Some((&o.join("xce-node-3.pem"), &o.join("xce-node-3.key"))),
-        &x_name,
-    );
-    match r {
-        Err(_) => {}
-        Ok(mut s) => {
-            let _ = s.write_all(&raft_wire::frame(
-                &raft_wire::vote(term + 100, 3),
-                raft_wire::NO_ID,
-            ));
-            assert!(closed(&mut s), "wrong-CA peer answered");
-        }
-    }
-    // 3. Valid client identities of this CA used as peers: forged votes and appends.
-    for who in ["user-alice", "admin", "worker-host1"] {
+    let peers = [
+        (o, Some("xce-node-3")),
+        (dir, Some("user-alice")),
+        (dir, Some("admin")),
+        (dir, Some("worker-host1")),
+        (dir, None),
+    ];
+    for (ca, who) in peers {
         for req in [
             raft_wire::vote(term + 100, 3),
-            raft_wire::append(term + 100, 3),
+            raft_wire::append(term + 100, 3, true),
         ] {
-            let c = dir.join(format!("{who}.pem"));
-            let k = dir.join(format!("{who}.key"));
-            match tls_stream(&xaddr, &dir.join("ca.pem"), Some((&c, &k)), &x_name) {
-                Err(_) => {}
-                Ok(mut s) => {
-                    let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
-                    let _ = s.flush();
-                    assert!(closed(&mut s), "{who} as a peer was answered");
-                }
+            if let Ok(mut s) = as_peer(&ctrl, x, ca, who) {
+                let _ = s.write_all(&raft_wire::frame(&req, raft_wire::NO_ID));
+                let _ = s.flush();
+                assert!(closed(&mut s), "{who:?} of {ca:?} as a peer was answered");
             }
         }
-    }
-    // 4. No client certificate at all.
-    if let Ok(mut s) = tls_stream(&xaddr, &dir.join("ca.pem"), None, &x_name) {
-        let _ = s.write_all(&raft_wire::frame(
-            &raft_wire::vote(term + 100, 3),
-            raft_wire::NO_ID,
-        ));
-        assert!(closed(&mut s), "anonymous peer answered");
     }
     // 5. Huge and truncated frames, as bytes on the TLS port.
     for bytes in [
@@ -192,16 +151,8 @@ fn s15_strangers_on_a_tls_raft_port_change_nothing() {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let me = 3; // a member other than x (x is 1 or 2)
-    let mut member = tls_stream(
-        &xaddr,
-        &dir.join("ca.pem"),
-        Some((
-            &dir.join(format!("xce-node-{me}.pem")),
-            &dir.join(format!("xce-node-{me}.key")),
-        )),
-        &x_name,
-    )
-    .expect("a member's handshake during the crowd");
+    let mut member = as_peer(&ctrl, x, dir, Some(&format!("xce-node-{me}")))
+        .expect("a member's handshake during the crowd");
     // An old vote (term 0): harmless, and answered (refused) by a node that admitted us.
     match raft_wire::call(&mut member, &raft_wire::vote(0, me), id) {
         Ok(raft_wire::RpcReply::Vote(Ok(r))) => assert!(!r.vote_granted),
@@ -338,14 +289,8 @@ fn a_cluster_mid_rotation_trusts_both_cas() {
 /// the start — its certificate names no member any more, so a vote it sends is not answered.
 #[test]
 fn a_removed_member_is_no_peer_any_more() {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 3);
+    let (certs, ctrl, primary) = tls_cluster(3, 3, &CALM);
     let dir = certs.path();
-    let mut flags = tls_flags(dir);
-    flags.extend(CALM.iter().map(|s| s.to_string()));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(3, &flags);
-    let primary = wait_tls_primary(&ctrl, dir, "admin");
     let gone = [1u32, 2, 3].into_iter().find(|&i| i != primary).unwrap();
     let mut admin = tls_client(&ctrl.addr(primary), dir, Some("admin"));
     assert_eq!(
@@ -358,16 +303,7 @@ fn a_removed_member_is_no_peer_any_more() {
         .find(|&i| i != primary && i != gone)
         .unwrap();
     let term = seen(&ctrl, &|a: &str| tls_client(a, dir, Some("admin")), primary).terms[0].1;
-    let (c, k) = (
-        dir.join(format!("xce-node-{gone}.pem")),
-        dir.join(format!("xce-node-{gone}.key")),
-    );
-    match tls_stream(
-        &ctrl.raft_addr(x),
-        &dir.join("ca.pem"),
-        Some((&c, &k)),
-        &format!("xce-node-{x}"),
-    ) {
+    match as_peer(&ctrl, x, dir, Some(&format!("xce-node-{gone}"))) {
         Err(_) => {}
         Ok(mut s) => {
             let _ = s.write_all(&raft_wire::frame(

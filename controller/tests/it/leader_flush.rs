@@ -58,12 +58,12 @@ fn a_write_commits_on_two_followers_disks_while_the_primarys_stalls_and_never_on
 
 /// Primary `p` lists jobs 1 and 2, each once (`when`: after what).
 fn lists_both(ctrl: &Cluster, p: u32, when: &str) {
-    let mut c = ctrl.client(p);
-    let listed: Vec<u64> = match c.ok(xce_proto::wire::Op::JobList(Default::default())) {
-        xce_proto::wire::ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    };
-    assert_eq!(listed, [1, 2], "primary {p} {when}\n{}", ctrl.all_logs());
+    assert_eq!(
+        listed_on(ctrl, p),
+        [1, 2],
+        "primary {p} {when}\n{}",
+        ctrl.all_logs()
+    );
 }
 
 /// C19 (issue 25, defect 1): a restarted primary never reuses an index its followers hold.
@@ -106,20 +106,7 @@ fn a_restarted_primary_never_reuses_an_index_its_followers_hold() {
     );
 
     // Each later primary, after every other restart order, lists the same history.
+    // (And after each, the primary killed: its successor lists the same.)
     let orders: [&[u32]; 3] = [&[1, 2, 3], &[3, 2, 1], &[2, 3, 1]];
-    for order in orders {
-        for id in ctrl.running() {
-            ctrl.kill(id);
-        }
-        for &id in order {
-            ctrl.start_node(id);
-        }
-        let q = ctrl.expect_settled(STARTUP);
-        lists_both(&ctrl, q, &format!("after restarting {order:?}"));
-        // The primary killed: its successor lists the same.
-        ctrl.kill(q);
-        let s = ctrl.expect_primary(STARTUP);
-        lists_both(&ctrl, s, &format!("after primary {q} was killed"));
-        ctrl.start_node(q);
-    }
+    across_restart_orders(&mut ctrl, &orders, lists_both);
 }

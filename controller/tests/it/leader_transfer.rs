@@ -9,8 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce::client::{parse_masters, Client, Config};
-use xce_proto::wire::JobSpec;
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -35,16 +33,9 @@ fn leader_transfer_under_load_moves_leadership_with_no_client_error() {
         let (stop, acked, errors, masters) =
             (stop.clone(), acked.clone(), errors.clone(), masters.clone());
         std::thread::spawn(move || {
-            let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+            let c = lib_client(&masters);
             while !stop.load(Ordering::Relaxed) {
-                let spec = JobSpec {
-                    name: "transfer".into(),
-                    user: "alice".into(),
-                    command: "true".into(),
-                    ncpus: 1,
-                    ..Default::default()
-                };
-                match c.jobsubmit(spec) {
+                match c.jobsubmit(alice_job("transfer")) {
                     Ok(_) => *acked.lock().unwrap() += 1,
                     Err(e) => errors
                         .lock()

@@ -3,7 +3,6 @@
 //! quorum answers again; a restarted node refuses votes while a leader's lease may still rest
 //! on it.
 
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -12,18 +11,6 @@ use xce_proto::wire::{ControllerRole, JobFilter, Op, ReplyData};
 
 /// Generous bound for anything that takes "about an election timeout" on a loaded machine.
 const BOUND: Duration = Duration::from_secs(10);
-
-fn others(ids: &[u32], not: u32) -> Vec<u32> {
-    ids.iter().copied().filter(|&i| i != not).collect()
-}
-
-fn wait_primary_op(timeout_ms: u32) -> Op {
-    Op::WaitPrimary {
-        timeout_ms,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }
-}
 
 /// C10: SIGSTOP both followers of a 3-node cluster. Within about an election timeout the
 /// leader stops naming itself: `hello` and every op answer NOMASTER without a hint, its info
@@ -36,17 +23,7 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     // A 300 ms cut-off window (election-max) rather than the default 120 ms: the write below
     // must reach the leader before it knows it is cut off, and a loaded machine delayed it by
     // more than 120 ms (it was then refused NOMASTER, correctly, but not what is tested here).
-    let ctrl = cluster(
-        3,
-        &[
-            "--heartbeat-ms",
-            "30",
-            "--election-min-ms",
-            "150",
-            "--election-max-ms",
-            "300",
-        ],
-    );
+    let ctrl = cluster(3, &timing("30", "150", "300"));
     let p = ctrl.expect_settled(STARTUP);
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
@@ -168,29 +145,6 @@ fn cut_off_leader_stops_presenting_itself_until_a_quorum_answers() {
     eprintln!("after SIGCONT: primary {q} (was {p} at {paddr})");
 }
 
-/// One raw raft RPC (`crate::common::raft_wire`, as the raft port speaks it on a plaintext cluster).
-fn raft_call(
-    addr: &str,
-    req: &raft_wire::RpcRequest,
-    id: [u8; 16],
-) -> std::io::Result<raft_wire::RpcReply> {
-    let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    raft_wire::call(&mut s, req, id)
-}
-
-/// A vote request from `candidate` in `term` with a log far ahead of anyone's.
-fn vote_request(term: u64, candidate: u64) -> raft_wire::RpcRequest {
-    use openraft::{CommittedLeaderId, LogId, Vote};
-    raft_wire::RpcRequest::Vote(openraft::raft::VoteRequest::<u64>::new(
-        Vote::new(term, candidate),
-        Some(LogId::new(
-            CommittedLeaderId::new(term, candidate),
-            1_000_000,
-        )),
-    ))
-}
-
 /// `Some(granted)` from a vote reply.
 fn granted(reply: &raft_wire::RpcReply) -> Option<bool> {
     match reply {
@@ -212,7 +166,7 @@ fn vote_right_after_restart(
     ctrl.start_node(f);
     let booted = Instant::now();
     loop {
-        match raft_call(&faddr, req, id) {
+        match raft_wire::call_at(&faddr, req, id) {
             Ok(r) => return (r, booted.elapsed()),
             Err(_) if booted.elapsed() < BOUND => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => panic!("raft port of node {f}: {e}\n{}", ctrl.all_logs()),
@@ -233,18 +187,10 @@ fn vote_right_after_restart(
 fn restarted_node_refuses_votes_during_the_lease() {
     // Slow timing so that the windows are wide on a loaded machine: the guard is
     // election-max (3 s) after boot; a lone node campaigns >= 5 s after its last append.
-    let args = [
-        "--heartbeat-ms",
-        "100",
-        "--election-min-ms",
-        "2000",
-        "--election-max-ms",
-        "3000",
-    ];
-    let mut ctrl = cluster(3, &args);
+    let mut ctrl = cluster(3, &timing("100", "2000", "3000"));
     let p = ctrl.expect_settled(STARTUP * 2);
     let id = ctrl.cluster_id();
-    let term = info(&ctrl.client(p).call(hello())).term;
+    let term = term_of(&ctrl, p);
     let f = others(&[1, 2, 3], p)[0];
     let g = others(&[1, 2, 3], p)[1];
     // Only the restart itself may stop the vote: no leader keeps appending to f.
@@ -252,7 +198,7 @@ fn restarted_node_refuses_votes_during_the_lease() {
     ctrl.kill(g);
 
     let (reply, after) =
-        vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1, g.into()), id);
+        vote_right_after_restart(&mut ctrl, f, &raft_wire::vote(term + 1, g.into()), id);
     eprintln!("1. committed vote, asked {after:?} after the restart: {reply:?}");
     if after < Duration::from_millis(2500) {
         assert_eq!(granted(&reply), Some(false), "{reply:?}");
@@ -261,10 +207,15 @@ fn restarted_node_refuses_votes_during_the_lease() {
     // Past the guard and the lease, f votes for g and so stores an uncommitted vote. (A lone
     // node no longer campaigns: its pre-vote finds no quorum, C15.)
     std::thread::sleep(Duration::from_millis(3500).saturating_sub(after));
-    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 500, g.into()), id).unwrap();
+    let reply = raft_wire::call_at(
+        &ctrl.raft_addr(f),
+        &raft_wire::vote(term + 500, g.into()),
+        id,
+    )
+    .unwrap();
     assert_eq!(granted(&reply), Some(true), "{reply:?}");
     let (reply, after) =
-        vote_right_after_restart(&mut ctrl, f, &vote_request(term + 1000, g.into()), id);
+        vote_right_after_restart(&mut ctrl, f, &raft_wire::vote(term + 1000, g.into()), id);
     eprintln!("2. uncommitted vote, asked {after:?} after the restart: {reply:?}");
     if after < Duration::from_millis(2500) {
         assert_eq!(granted(&reply), Some(false), "{reply:?}");
@@ -272,7 +223,12 @@ fn restarted_node_refuses_votes_during_the_lease() {
 
     // 3. After the guard (3 s), in a term above any f may have reached campaigning.
     std::thread::sleep(Duration::from_millis(3500).saturating_sub(after));
-    let reply = raft_call(&ctrl.raft_addr(f), &vote_request(term + 2000, g.into()), id).unwrap();
+    let reply = raft_wire::call_at(
+        &ctrl.raft_addr(f),
+        &raft_wire::vote(term + 2000, g.into()),
+        id,
+    )
+    .unwrap();
     eprintln!("3. after the guard: {reply:?}");
     assert_eq!(granted(&reply), Some(true), "{reply:?}");
 }

@@ -23,7 +23,6 @@ mod leader_flush;
 mod leader_transfer;
 mod liveness;
 mod logs;
-mod measure;
 mod member_checks;
 mod membership;
 mod metrics;

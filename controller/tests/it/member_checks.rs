@@ -5,19 +5,13 @@
 //! re-send, and a learner left behind). `member list` asked of one standby answers at once
 //! (before: 53 s, then "cluster not ready"), with reachability and lag per member.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 
-const CLI_TIMEOUT: Duration = Duration::from_secs(100);
-
+/// `member ARGS --masters MASTERS`: exit code, output, how long it took.
 fn member(masters: &str, args: &[&str]) -> (Option<i32>, String, Duration) {
-    let mut all = vec!["member"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--masters", masters]);
-    let t0 = Instant::now();
-    let (code, out, err) = run_cli(&all, CLI_TIMEOUT);
-    (code, out + &err, t0.elapsed())
+    cli(&[&["member"], args, &["--masters", masters]].concat())
 }
 
 /// The member lines of `member list`: (id, the rest).
@@ -85,46 +79,27 @@ fn member_add_to_a_wrong_address_fails_fast_and_changes_nothing() {
 /// was "No route to host (status 113)" after 4.9 s.)
 #[test]
 fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
-    let certs = tempfile::tempdir().unwrap();
+    let (certs, mut ctrl, _) = tls_cluster(3, 5, &[]);
     let foreign = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 5);
     make_pki(foreign.path(), 5);
-    let flags = tls_flags(certs.path());
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut ctrl = cluster(3, &flag_refs);
-    wait_tls_primary(&ctrl, certs.path(), "admin");
-    let f = |n: &str| certs.path().join(n).display().to_string();
     let masters = ctrl.masters();
-    let id_args = [
-        "--ca",
-        &f("ca.pem"),
-        "--cert",
-        &f("admin.pem"),
-        "--key",
-        &f("admin.key"),
-    ];
-    let add = |spec: &str| {
-        let mut a = vec!["add", spec];
-        a.extend_from_slice(&id_args);
-        member(&masters, &a)
-    };
+    let id_args = identity_args(certs.path(), "admin");
+    let id_args: Vec<&str> = id_args.iter().map(String::as_str).collect();
+    let as_admin = |args: &[&str]| member(&masters, &[args, &id_args].concat());
     let ports = free_ports(6);
     let addr = |k: usize| format!("127.0.0.1:{}", ports[k]);
     // Node 4: blank, this cluster's certificates. Node 5: blank, another CA's.
-    let node_flags = |dir: &std::path::Path, id: u32| -> Vec<String> {
+    let node_flags = |dir: &std::path::Path| -> Vec<String> {
         let mut v = tls_flags(dir);
-        for a in v.iter_mut() {
-            *a = a.replace("{id}", &id.to_string());
-        }
         v.push("--join".into());
         v
     };
-    let n4 = node_flags(certs.path(), 4);
+    let n4 = node_flags(certs.path());
     let n4: Vec<&str> = n4.iter().map(String::as_str).collect();
     // With mutual TLS a --join node admits the members its --cluster names.
     let spec4 = format!("{},4={}/{}", ctrl.spec(), addr(0), addr(1));
     ctrl.start_extra_node(4, &addr(0), &spec4, &n4);
-    let n5 = node_flags(foreign.path(), 5);
+    let n5 = node_flags(foreign.path());
     let n5: Vec<&str> = n5.iter().map(String::as_str).collect();
     ctrl.start_extra_node(5, &addr(2), &format!("5={}/{}", addr(2), addr(3)), &n5);
     ctrl.wait_until("nodes 4 and 5 listen", STARTUP, || {
@@ -148,7 +123,7 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
         ),
     ];
     for (what, spec, says) in cases {
-        let (code, out, took) = add(&spec);
+        let (code, out, took) = as_admin(&["add", &spec]);
         eprintln!("{what}: exit {code:?} in {took:?}: {out}");
         assert_eq!(code, Some(1), "{what}: {out}");
         assert!(took < Duration::from_secs(5), "{what}: {took:?}");
@@ -157,22 +132,11 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
         assert_eq!(out.trim().lines().count(), 1, "{what}: one line: {out}");
     }
     // Nothing changed; and the right spec works.
-    let (code, out, _) = member(
-        &masters,
-        &[
-            "list",
-            "--ca",
-            &f("ca.pem"),
-            "--cert",
-            &f("admin.pem"),
-            "--key",
-            &f("admin.key"),
-        ],
-    );
+    let (code, out, _) = as_admin(&["list"]);
     assert_eq!(code, Some(0), "{out}");
     let ids: Vec<u32> = listed(&out).into_iter().map(|(id, _)| id).collect();
     assert_eq!(ids, vec![1, 2, 3], "{out}");
-    let (code, out, _) = add(&format!("4={}/{}", addr(0), addr(1)));
+    let (code, out, _) = as_admin(&["add", &format!("4={}/{}", addr(0), addr(1))]);
     assert_eq!(code, Some(0), "{out}\n{}", ctrl.all_logs());
 }
 

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
-use xce::client::{parse_masters, Client, Config};
-use xce_proto::wire::{JobFilter, JobSpec, Op};
+use xce::client::Client;
+use xce_proto::wire::{JobFilter, Op};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(100);
 
@@ -42,30 +42,15 @@ fn listed(out: &str) -> Vec<u32> {
 fn s16_replace_a_dead_machine_under_load() {
     let mut ctrl = cluster(3, &[]);
     ctrl.expect_settled(STARTUP);
-    let ports = free_ports(4);
-    let new_node = |i: usize| {
-        (
-            format!("127.0.0.1:{}", ports[2 * i]),
-            format!("127.0.0.1:{}", ports[2 * i + 1]),
-        )
-    };
-    let (c4, r4) = new_node(0);
-    let (c5, r5) = new_node(1);
-    let masters = [1u32, 2, 3]
-        .iter()
-        .map(|i| ctrl.addr(*i))
-        .chain([c4.clone(), c5.clone()])
-        .collect::<Vec<_>>()
-        .join(",");
+    let (c4, _, spec4) = new_member(4);
+    let (c5, _, spec5) = new_member(5);
+    // The first three, as an old daemon's list has them.
+    let old_masters = ctrl.masters();
+    let masters = format!("{old_masters},{c4},{c5}");
 
     // Two writers, one context each for the whole run: one given every address it will need,
     // and an old daemon's, given only the first three (F29: it learns the new members from the
     // primary's replies; hints to nodes 4 and 5 are followed only because it learned them).
-    let old_masters = [1u32, 2, 3]
-        .iter()
-        .map(|i| ctrl.addr(*i))
-        .collect::<Vec<_>>()
-        .join(",");
     let stop = Arc::new(AtomicBool::new(false));
     // Per writer: its acknowledged writes.
     let acked = Arc::new([Mutex::new(Vec::<u64>::new()), Mutex::new(Vec::new())]);
@@ -79,16 +64,9 @@ fn s16_replace_a_dead_machine_under_load() {
     .map(|(w, (who, masters))| {
         let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
         std::thread::spawn(move || {
-            let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+            let c = lib_client(&masters);
             while !stop.load(Ordering::Relaxed) {
-                let spec = JobSpec {
-                    name: "s16".into(),
-                    user: "alice".into(),
-                    command: "true".into(),
-                    ncpus: 1,
-                    ..Default::default()
-                };
-                match c.jobsubmit(spec) {
+                match c.jobsubmit(alice_job("s16")) {
                     Ok(id) => acked[w].lock().unwrap().push(id),
                     Err(e) => errors.lock().unwrap().push(format!(
                         "{who}: {e:?} {:?} masters {:?}",
@@ -121,7 +99,6 @@ fn s16_replace_a_dead_machine_under_load() {
     progress(&ctrl, "writes before any change");
 
     // Node 4: started with --join, waits uninitialised; added.
-    let spec4 = format!("4={c4}/{r4}");
     ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
     // Running; a node that initialised a cluster of its own would say so and lead it within
     // an election timeout (300 ms): none in 500 ms after it serves (a negative is only seen
@@ -147,7 +124,6 @@ fn s16_replace_a_dead_machine_under_load() {
     let live: Vec<u32> = [1, 2, 3, 4, 5].into_iter().filter(|&i| i != dead).collect();
 
     // Node 5 is added.
-    let spec5 = format!("5={c5}/{r5}");
     ctrl.start_extra_node(5, &c5, &spec5, &["--join"]);
     member(&ctrl, &masters, &["add", &spec5]);
     progress(&ctrl, "writes after adding node 5");
@@ -202,7 +178,7 @@ fn s16_replace_a_dead_machine_under_load() {
     );
 
     // Every acknowledged write exactly once.
-    let reader = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
+    let reader = lib_client(&masters);
     let jobs = reader.joblist_all(JobFilter::default()).unwrap();
     reader.close();
     let mut count = BTreeMap::<u64, u32>::new();
@@ -352,57 +328,34 @@ fn a_called_off_self_removal_serves_again() {
 /// names the current members) catches up and becomes a voter.
 #[test]
 fn tls_admin_only_and_join_over_mutual_tls() {
-    let pki = tempfile::tempdir().unwrap();
-    make_pki(pki.path(), 4);
-    let flags = tls_flags(pki.path());
-    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut ctrl = cluster(3, &flag_refs);
-    let p = wait_tls_primary(&ctrl, pki.path(), "admin");
+    let (pki, mut ctrl, p) = tls_cluster(3, 4, &[]);
     let masters = ctrl.masters();
-    let f = |n: &str| pki.path().join(n).display().to_string();
-    let (ca, admin_pem, admin_key, alice_pem, alice_key) = (
-        f("ca.pem"),
-        f("admin.pem"),
-        f("admin.key"),
-        f("user-alice.pem"),
-        f("user-alice.key"),
-    );
 
     let mut alice = tls_client(&ctrl.addr(p), pki.path(), Some("user-alice"));
     let r = alice.call(Op::MemberRemove { id: 2 });
     assert_eq!(r.status, -xce_proto::error::E_XCE_AUTH);
 
-    let ports = free_ports(2);
-    let (c4, r4) = (
-        format!("127.0.0.1:{}", ports[0]),
-        format!("127.0.0.1:{}", ports[1]),
-    );
-    let spec4 = format!("4={c4}/{r4}");
-    let mut node_flags: Vec<String> = flags.iter().map(|a| a.replace("{id}", "4")).collect();
+    let (c4, _, spec4) = new_member(4);
+    let mut node_flags = tls_flags(pki.path());
     node_flags.push("--join".into());
     let node_refs: Vec<&str> = node_flags.iter().map(String::as_str).collect();
     ctrl.start_extra_node(4, &c4, &format!("{},{spec4}", ctrl.spec()), &node_refs);
 
-    let as_who = |pem: &str, key: &str, args: &[&str]| {
-        let mut all = vec!["member"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&[
-            "--masters",
-            &masters,
-            "--ca",
-            &ca,
-            "--cert",
-            pem,
-            "--key",
-            key,
-        ]);
+    let as_who = |who: &str, args: &[&str]| {
+        let mut all: Vec<String> = ["member"]
+            .iter()
+            .chain(args)
+            .map(|a| a.to_string())
+            .collect();
+        all.extend(["--masters".to_string(), masters.clone()]);
+        all.extend(identity_args(pki.path(), who));
         run_cli(&all, CLI_TIMEOUT)
     };
-    let (code, out, err) = as_who(&alice_pem, &alice_key, &["add", &spec4]);
+    let (code, out, err) = as_who("user-alice", &["add", &spec4]);
     assert_eq!(code, Some(1), "{out}{err}");
-    let (code, out, err) = as_who(&admin_pem, &admin_key, &["add", &spec4]);
+    let (code, out, err) = as_who("admin", &["add", &spec4]);
     assert_eq!(code, Some(0), "{out}{err}\n{}", ctrl.all_logs());
-    let (code, out, err) = as_who(&alice_pem, &alice_key, &["list"]);
+    let (code, out, err) = as_who("user-alice", &["list"]);
     assert_eq!(code, Some(0), "{out}{err}");
     let mut ids = listed(&out);
     ids.sort_unstable();
@@ -440,16 +393,28 @@ fn a_resent_removal_is_answered_once() {
     );
 }
 
+/// History: `writers` library contexts at once, each submitting `each` jobs (many Raft
+/// entries); every write must succeed (`what` names it).
+fn history(masters: &str, writers: usize, each: usize, what: &'static str) {
+    let threads: Vec<_> = (0..writers)
+        .map(|_| {
+            let c = lib_client(masters);
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    c.jobsubmit(alice_job("history")).expect(what);
+                }
+                c.close();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 /// A write through `c` that must succeed (its job id).
 fn must_write(ctrl: &Cluster, c: &Client, what: &str) -> u64 {
-    let spec = JobSpec {
-        name: "f29".into(),
-        user: "alice".into(),
-        command: "true".into(),
-        ncpus: 1,
-        ..Default::default()
-    };
-    c.jobsubmit(spec).unwrap_or_else(|e| {
+    c.jobsubmit(alice_job("f29")).unwrap_or_else(|e| {
         panic!(
             "{what}: {e:?} ({:?}); masters {:?}\n{}",
             c.last_error(),
@@ -470,24 +435,15 @@ fn must_write(ctrl: &Cluster, c: &Client, what: &str) -> u64 {
 fn old_list_follows_every_replacement() {
     let mut ctrl = cluster(3, &[]);
     let p = ctrl.expect_settled(STARTUP);
-    let original = [1u32, 2, 3]
-        .iter()
-        .map(|i| ctrl.addr(*i))
-        .collect::<Vec<_>>()
-        .join(",");
-    let c = Client::start(Config::new(parse_masters(&original).unwrap())).unwrap();
+    let original = ctrl.masters();
+    let c = lib_client(&original);
     must_write(&ctrl, &c, "first write");
-    let ports = free_ports(6);
     // The standbys first, the primary last.
     let mut olds: Vec<u32> = [1u32, 2, 3].into_iter().filter(|&i| i != p).collect();
     olds.push(p);
     for (k, &old) in olds.iter().enumerate() {
         let new = 4 + k as u32;
-        let (cn, rn) = (
-            format!("127.0.0.1:{}", ports[2 * k]),
-            format!("127.0.0.1:{}", ports[2 * k + 1]),
-        );
-        let spec = format!("{new}={cn}/{rn}");
+        let (cn, _, spec) = new_member(new);
         ctrl.start_extra_node(new, &cn, &spec, &["--join"]);
         ctrl.wait_until(
             "the new node serves clients",
@@ -535,34 +491,8 @@ fn a_new_voter_holds_the_log_before_it_counts() {
     let p = ctrl.expect_settled(STARTUP);
     let masters = ctrl.masters();
     // History: writes from a few contexts at once (many Raft entries).
-    let writers: Vec<_> = (0..4)
-        .map(|_| {
-            let masters = masters.clone();
-            std::thread::spawn(move || {
-                let c = Client::start(Config::new(parse_masters(&masters).unwrap())).unwrap();
-                for _ in 0..300 {
-                    c.jobsubmit(JobSpec {
-                        name: "history".into(),
-                        user: "alice".into(),
-                        command: "true".into(),
-                        ncpus: 1,
-                        ..Default::default()
-                    })
-                    .unwrap();
-                }
-                c.close();
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
-    let ports = free_ports(2);
-    let (c4, r4) = (
-        format!("127.0.0.1:{}", ports[0]),
-        format!("127.0.0.1:{}", ports[1]),
-    );
-    let spec4 = format!("4={c4}/{r4}");
+    history(&masters, 4, 300, "a write of the history");
+    let (c4, _, spec4) = new_member(4);
     ctrl.start_extra_node(4, &c4, &spec4, &["--join"]);
     ctrl.wait_until("node 4 serves clients", Duration::from_secs(10), || {
         ctrl.log(4).contains("serving clients on")
@@ -572,7 +502,7 @@ fn a_new_voter_holds_the_log_before_it_counts() {
     ctrl.kill(p);
     let others: Vec<u32> = [1u32, 2, 3, 4].into_iter().filter(|&i| i != p).collect();
     let q = ctrl.expect_primary_among(&others, Duration::from_secs(10));
-    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    let c = lib_client(&every);
     must_write(&ctrl, &c, &format!("after the kill, node {q} primary"));
     c.close();
 }
@@ -591,42 +521,15 @@ fn a_machine_replaced_with_the_same_id_is_added_not_sent_away() {
     let p = ctrl.expect_settled(STARTUP);
     let s = if p == 1 { 2 } else { 1 };
     let every = ctrl.masters();
-    let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
+    let c = lib_client(&every);
     must_write(&ctrl, &c, "a write before the removal");
     member(&ctrl, &every, &["remove", &s.to_string()]);
     ctrl.kill(s);
     // History after the removal, more than one append carries: the new node's log passes
     // through the removal as its effective membership before it reaches its addition.
-    let writers: Vec<_> = (0..8)
-        .map(|_| {
-            let c = Client::start(Config::new(parse_masters(&every).unwrap())).unwrap();
-            std::thread::spawn({
-                move || {
-                    for _ in 0..250 {
-                        c.jobsubmit(JobSpec {
-                            name: "history".into(),
-                            user: "alice".into(),
-                            command: "true".into(),
-                            ncpus: 1,
-                            ..Default::default()
-                        })
-                        .expect("a write after the removal");
-                    }
-                    c.close();
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
+    history(&every, 8, 250, "a write after the removal");
     std::fs::remove_dir_all(ctrl.data_dir().join(format!("data-{s}"))).unwrap();
-    let spec = ctrl
-        .spec()
-        .split(',')
-        .find(|m| m.starts_with(&format!("{s}=")))
-        .unwrap()
-        .to_string();
+    let spec = ctrl.spec_of(s);
     let client = ctrl.addr(s).clone();
     ctrl.start_extra_node(s, &client, &spec, &["--join"]);
     member(&ctrl, &every, &["add", &spec]);
@@ -664,12 +567,7 @@ fn a_node_added_back_that_loses_its_disk_again_is_not_sent_away() {
     let removal = ctrl.metric(p, "xce_raft_last_log_index").expect("metrics") as u64;
     ctrl.kill(s);
     std::fs::remove_dir_all(ctrl.data(s)).unwrap();
-    let spec = ctrl
-        .spec()
-        .split(',')
-        .find(|m| m.starts_with(&format!("{s}=")))
-        .unwrap()
-        .to_string();
+    let spec = ctrl.spec_of(s);
     let client = ctrl.addr(s);
     ctrl.start_extra_node(s, &client, &spec, &["--join", "--metrics", "127.0.0.1:0"]);
     member(&ctrl, &every, &["add", &spec]);
@@ -704,8 +602,6 @@ fn a_node_added_back_that_loses_its_disk_again_is_not_sent_away() {
     );
     ctrl.fail_clear(p, "repl-max-index");
     ctrl.wait_until("the node caught up once more", STARTUP, || {
-        ctrl.log(s)
-            .get(from..)
-            .is_some_and(|l| l.contains("votes and campaigns again"))
+        ctrl.logged_since(s, from, "votes and campaigns again")
     });
 }

@@ -9,28 +9,6 @@ use crate::common::*;
 
 const FAILOVER_BOUND: Duration = Duration::from_secs(10);
 
-/// The metrics address node `id` printed (`metrics on http://ADDR/metrics`).
-fn metrics_addr(ctrl: &Cluster, id: u32) -> String {
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        let log = ctrl.log(id);
-        if let Some(rest) = log.split("metrics on http://").nth(1) {
-            return rest.split("/metrics").next().unwrap().to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {id} printed no metrics URL:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// One `GET path`: (status line, body).
-fn get(addr: &str, path: &str) -> (String, String) {
-    let (status, _, body) = get_accepting(addr, path, None);
-    (status, body)
-}
-
 /// One `GET path` with an `Accept` header (if any): (status line, head, body).
 fn get_accepting(addr: &str, path: &str, accept: Option<&str>) -> (String, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -53,22 +31,12 @@ const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
 
 /// The value of the sample named exactly `name` (with its labels, if any).
 fn sample(body: &str, name: &str) -> f64 {
-    body.lines()
-        .find_map(|l| {
-            let (n, v) = l.rsplit_once(' ')?;
-            (n == name).then(|| v.parse().unwrap())
-        })
-        .unwrap_or_else(|| panic!("no sample {name} in\n{body}"))
+    sample_of(body, name).unwrap_or_else(|| panic!("no sample {name} in\n{body}"))
 }
 
 /// A counter of a label family: 0 before its first increment (not written until then).
 fn count(body: &str, name: &str) -> f64 {
-    body.lines()
-        .find_map(|l| {
-            let (n, v) = l.rsplit_once(' ')?;
-            (n == name).then(|| v.parse().unwrap())
-        })
-        .unwrap_or(0.0)
+    sample_of(body, name).unwrap_or(0.0)
 }
 
 /// Campaigns after a granted pre-vote and pre-votes granted, summed over `addrs` (C15).
@@ -97,7 +65,7 @@ fn scrape(addr: &str) -> String {
 fn formats_zero_counters_disk_and_peers() {
     let ctrl = cluster(3, &["--metrics", "127.0.0.1:0"]);
     let p = ctrl.expect_settled(STARTUP);
-    let addr = metrics_addr(&ctrl, p);
+    let addr = ctrl.metrics_addr(p);
     for accept in [None, Some("*/*"), Some("text/plain;version=0.0.4")] {
         let (status, head, body) = get_accepting(&addr, "/metrics", accept);
         assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
@@ -142,7 +110,7 @@ fn formats_zero_counters_disk_and_peers() {
     }
     // A standby reports no peers.
     let s = (1..=3).find(|&i| i != p).unwrap();
-    let b = scrape(&metrics_addr(&ctrl, s));
+    let b = scrape(&ctrl.metrics_addr(s));
     assert!(!b.contains("xce_peer_match_index{"), "{b}");
 }
 
@@ -150,7 +118,7 @@ fn formats_zero_counters_disk_and_peers() {
 fn metrics_show_term_and_leader_changes_across_a_failover() {
     let mut ctrl = cluster(3, &["--metrics", "127.0.0.1:0"]);
     let p = ctrl.expect_settled(STARTUP);
-    let addrs: Vec<(u32, String)> = (1..=3).map(|i| (i, metrics_addr(&ctrl, i))).collect();
+    let addrs: Vec<(u32, String)> = (1..=3).map(|i| (i, ctrl.metrics_addr(i))).collect();
 
     // A write, so the write-side series exist on the primary.
     let mut c = ctrl.client(p);
@@ -218,7 +186,10 @@ fn metrics_show_term_and_leader_changes_across_a_failover() {
         );
     }
     // Anything else is 404.
-    assert_eq!(get(&addrs[0].1, "/").0, "HTTP/1.1 404 Not Found");
+    assert_eq!(
+        http(&addrs[0].1, "GET", "/", "").0,
+        "HTTP/1.1 404 Not Found"
+    );
 
     let survivors: Vec<&(u32, String)> = addrs.iter().filter(|(i, _)| *i != p).collect();
     let elections_before = elections(&survivors);
@@ -264,7 +235,7 @@ fn metrics_show_term_and_leader_changes_across_a_failover() {
 fn the_primarys_pending_log_shows_while_its_disk_stalls() {
     let ctrl = cluster(3, &["--metrics", "127.0.0.1:0"]);
     let p = ctrl.expect_settled(STARTUP);
-    let addr = metrics_addr(&ctrl, p);
+    let addr = ctrl.metrics_addr(p);
     let pending = || sample(&scrape(&addr), "xce_log_flush_pending_bytes");
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
@@ -301,23 +272,16 @@ fn a_write_costs_each_standby_one_append() {
     const WRITES: u64 = 300;
     const HEARTBEAT_MS: u64 = 250;
     let hb = HEARTBEAT_MS.to_string();
-    let ctrl = cluster(
-        3,
-        &[
-            "--metrics",
-            "127.0.0.1:0",
-            "--heartbeat-ms",
-            &hb,
-            "--election-min-ms",
-            "1500",
-            "--election-max-ms",
-            "3000",
-        ],
-    );
+    let flags = [
+        &timing(&hb, "1500", "3000")[..],
+        &["--metrics", "127.0.0.1:0"],
+    ]
+    .concat();
+    let ctrl = cluster(3, &flags);
     let p = ctrl.expect_settled(STARTUP);
     let standbys: Vec<String> = (1..=3)
         .filter(|&id| id != p)
-        .map(|id| metrics_addr(&ctrl, id))
+        .map(|id| ctrl.metrics_addr(id))
         .collect();
     let mut c = ctrl.client(p);
     c.ok(submit(1, "u", ""));
@@ -359,7 +323,7 @@ fn a_write_costs_each_standby_one_append() {
 fn build_info_and_health() {
     let mut ctrl = cluster(3, &["--metrics", "127.0.0.1:0"]);
     let p = ctrl.expect_settled(STARTUP);
-    let addrs: Vec<(u32, String)> = (1..=3).map(|i| (i, metrics_addr(&ctrl, i))).collect();
+    let addrs: Vec<(u32, String)> = (1..=3).map(|i| (i, ctrl.metrics_addr(i))).collect();
     for (id, a) in &addrs {
         let body = scrape(a);
         let line = body
@@ -372,35 +336,32 @@ fn build_info_and_health() {
         );
         assert!(line.ends_with(" 1"), "{line}");
         // Every node of a healthy cluster is healthy (a standby once it follows the primary).
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let (status, body) = get(a, "/health");
-            let v: serde_json::Value = serde_json::from_str(body.trim()).expect(&body);
-            if status.contains("200") {
-                assert_eq!(v["status"], "ok", "{body}");
-                assert_eq!(v["leader"].as_u64(), Some(p.into()), "{body}");
-                assert_eq!(v["id"].as_u64(), Some(u64::from(*id)), "{body}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "node {id}: {status} {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let v = health(&ctrl, a, "200");
+        assert_eq!(v["status"], "ok", "{v}");
+        assert_eq!(v["leader"].as_u64(), Some(p.into()), "{v}");
+        assert_eq!(v["id"].as_u64(), Some(u64::from(*id)), "{v}");
     }
     // Two of three gone: the survivor is unavailable (503).
     let survivor = (1..=3).find(|&i| i != p).unwrap();
     for i in (1..=3).filter(|&i| i != survivor) {
         ctrl.kill(i);
     }
-    let a = &addrs[survivor as usize - 1].1;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, body) = get(a, "/health");
-        if status.contains("503") {
-            let v: serde_json::Value = serde_json::from_str(body.trim()).expect(&body);
-            assert_eq!(v["status"], "unavailable", "{body}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "{status} {body}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let v = health(&ctrl, &addrs[survivor as usize - 1].1, "503");
+    assert_eq!(v["status"], "unavailable", "{v}");
+}
+
+/// `/health` at `addr` once its status line says `status` (within 10 s; every body meanwhile
+/// parses): its body.
+fn health(ctrl: &Cluster, addr: &str, status: &str) -> serde_json::Value {
+    let mut v = serde_json::Value::Null;
+    ctrl.wait_until(
+        &format!("{status} from {addr}/health"),
+        Duration::from_secs(10),
+        || {
+            let (line, body) = http(addr, "GET", "/health", "");
+            v = serde_json::from_str(body.trim()).expect(&body);
+            line.contains(status)
+        },
+    );
+    v
 }

@@ -9,18 +9,10 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce::client::{parse_masters, Client, Config};
 use xce_proto::wire::JobFilter;
 
-const CLI_TIMEOUT: Duration = Duration::from_secs(100);
 /// Generous for a busy machine; the stall this test is about lasted about 60 s.
 const FIRST_TIME: Duration = Duration::from_secs(5);
-
-fn cli(args: &[&str]) -> (Option<i32>, String, Duration) {
-    let t0 = Instant::now();
-    let (code, out, err) = run_cli(args, CLI_TIMEOUT);
-    (code, out + &err, t0.elapsed())
-}
 
 /// Runs a tool with the old list; it must succeed within [`FIRST_TIME`].
 fn first_time(ctrl: &Cluster, what: &str, args: &[&str]) -> String {
@@ -36,16 +28,9 @@ fn first_time(ctrl: &Cluster, what: &str, args: &[&str]) -> String {
 fn every_tool_with_the_old_list_reaches_a_new_primary_first_time() {
     let mut ctrl = cluster(3, &[]);
     ctrl.expect_settled(STARTUP);
-    let old = [1u32, 2, 3]
-        .iter()
-        .map(|i| ctrl.addr(*i))
-        .collect::<Vec<_>>()
-        .join(",");
-    let ports = free_ports(4);
-    for (k, id) in [4u32, 5].into_iter().enumerate() {
-        let c = format!("127.0.0.1:{}", ports[2 * k]);
-        let r = format!("127.0.0.1:{}", ports[2 * k + 1]);
-        let spec = format!("{id}={c}/{r}");
+    let old = ctrl.masters();
+    for id in [4u32, 5] {
+        let (c, _, spec) = new_member(id);
         ctrl.start_extra_node(id, &c, &spec, &["--join"]);
         let (code, out, _) = cli(&["member", "add", &spec, "--masters", &old]);
         assert_eq!(code, Some(0), "add {id}: {out}\n{}", ctrl.all_logs());
@@ -65,7 +50,7 @@ fn every_tool_with_the_old_list_reaches_a_new_primary_first_time() {
         &["snapshot", "save", file, "--masters", &old],
     );
     let t0 = Instant::now();
-    let c = Client::start(Config::new(parse_masters(&old).unwrap())).unwrap();
+    let c = lib_client(&old);
     let jobs = c.joblist_all(JobFilter::default());
     let took = t0.elapsed();
     eprintln!(

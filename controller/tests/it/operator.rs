@@ -1,6 +1,7 @@
 //! Found when run as an operator would (issue 19): host names in `--cluster`, a restart with a
 //! changed address, a restarted ex-primary's role line, a node started from a config file.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -40,31 +41,38 @@ fn wait_primary_at(addr: &str, timeout: Duration) {
     }
 }
 
+/// Runs `xce-controller run ARGS` (its stderr in `dir/log`) while `check` runs, then kills it:
+/// its log. A failed `check` fails the test with that log.
+fn while_running(
+    dir: &Path,
+    args: &[&str],
+    check: impl FnOnce() + std::panic::UnwindSafe,
+) -> String {
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .args(args)
+        .stderr(std::fs::File::create(dir.join("log")).unwrap())
+        .spawn()
+        .unwrap();
+    let ok = std::panic::catch_unwind(check);
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+    assert!(ok.is_ok(), "{log}");
+    log
+}
+
 /// A single node whose `--cluster` names `localhost`, not an IP address, starts and serves.
 #[test]
 fn cluster_accepts_host_names() {
     let p = free_ports(2);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            "--id",
-            "1",
-            "--cluster",
-            &format!("1=localhost:{}/localhost:{}", p[0], p[1]),
-            "--data",
-        ])
-        .arg(dir.path().join("d"))
-        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-        .spawn()
-        .unwrap();
-    let started = std::panic::catch_unwind(|| {
+    let spec = format!("1=localhost:{}/localhost:{}", p[0], p[1]);
+    let data = dir.path().join("d").display().to_string();
+    let args = ["--id", "1", "--cluster", &spec, "--data", &data];
+    while_running(dir.path(), &args, || {
         wait_primary_at(&format!("127.0.0.1:{}", p[0]), STARTUP);
     });
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
-    assert!(started.is_ok(), "{log}");
 
     // Not a name, not an address: refused at once, saying which.
     let (code, err) = run_to_exit(
@@ -161,14 +169,10 @@ raft = "127.0.0.1:{r}"
         ),
     );
     // The file's metrics address (port 1, not ours to bind) is overridden on the command line.
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .args(["--metrics", &format!("127.0.0.1:{}", p[2])])
-        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-        .spawn()
-        .unwrap();
-    let ok = std::panic::catch_unwind(|| {
+    let cfg = cfg.display().to_string();
+    let metrics = format!("127.0.0.1:{}", p[2]);
+    let args = ["--config", &cfg, "--metrics", &metrics];
+    let log = while_running(dir.path(), &args, || {
         let addr = format!("127.0.0.1:{}", p[0]);
         wait_primary_at(&addr, STARTUP);
         let mut c = WireClient::connect(&addr);
@@ -177,10 +181,6 @@ raft = "127.0.0.1:{r}"
             other => panic!("{other:?}"),
         }
     });
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
-    assert!(ok.is_ok(), "{log}");
     assert!(
         log.contains(&format!("metrics on http://127.0.0.1:{}/metrics", p[2])),
         "{log}"

@@ -21,13 +21,8 @@ const EXIT_BOUND: Duration = Duration::from_secs(10);
 /// Waits for node `id` to exit by itself after the panic `tag`: status 70, the panic logged
 /// once with its thread and place. The time from `t0` to the exit seen.
 fn ends_for_its_panic(ctrl: &mut Cluster, id: u32, tag: &str, t0: Instant) -> Duration {
-    let st = ctrl.wait_exit(id, EXIT_BOUND);
+    let log = exits_with(ctrl, id, EXIT_SOFTWARE, EXIT_BOUND);
     let took = t0.elapsed();
-    let log = ctrl.log(id);
-    let st = st.unwrap_or_else(|| {
-        panic!("node {id} still runs {EXIT_BOUND:?} after it panicked ({tag})\n{log}")
-    });
-    assert_eq!(st.code(), Some(EXIT_SOFTWARE), "node {id}'s exit\n{log}");
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains(tag) && l.contains("panic on thread"))
@@ -97,13 +92,7 @@ fn a_panic_anywhere_ends_the_node_and_the_cluster_fails_over() {
         ctrl.wait_until("the node's restart", STARTUP, || ctrl.starts(p) > starts);
     }
     let p = ctrl.expect_settled(STARTUP);
-    let listed = match ctrl
-        .client(p)
-        .ok(xce_proto::wire::Op::JobList(Default::default()))
-    {
-        xce_proto::wire::ReplyData::Jobs(j) => j.len(),
-        other => panic!("joblist: {other:?}"),
-    };
+    let listed = listed_on(&ctrl, p).len();
     assert!(
         listed >= 3,
         "the writes after each failover are there: {listed}"
@@ -121,10 +110,7 @@ fn a_panic_is_reported_in_the_logs_format_and_place() {
             .iter()
             .map(|s| s.to_string()),
     );
-    ctrl.opts.env.push((
-        "FAILPOINTS".into(),
-        "task-tick=panic(a tick that panics)".into(),
-    ));
+    ctrl.failpoints_at_start("task-tick=panic(a tick that panics)");
     let t0 = Instant::now();
     ctrl.start_node(node);
     let st = ctrl.wait_exit(node, EXIT_BOUND + STARTUP);

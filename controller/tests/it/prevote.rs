@@ -5,49 +5,31 @@
 //! term: its own pre-vote finds no quorum. (A node cut off by the network, and one coming
 //! back: `proof/tests/prevote.rs`.)
 
-use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::common::*;
 use openraft::{CommittedLeaderId, LogId};
 
 fn pre_vote(addr: &str, id: [u8; 16], term: u64, candidate: u64, last: Option<(u64, u64)>) -> bool {
-    let mut s = TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_millis(500))
-        .expect("raft port");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let req = raft_wire::RpcRequest::PreVote {
         term,
         candidate,
         last_log_id: last.map(|(t, i)| LogId::new(CommittedLeaderId::new(t, candidate), i)),
     };
-    match raft_wire::call(&mut s, &req, id).expect("pre-vote answered") {
+    match raft_wire::call_at(addr, &req, id).expect("pre-vote answered") {
         raft_wire::RpcReply::PreVote(granted) => granted,
         other => panic!("not a pre-vote answer: {other:?}"),
     }
-}
-
-fn term(ctrl: &Cluster, id: u32) -> u64 {
-    info(&ctrl.client(id).call(hello())).term
 }
 
 #[test]
 fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // Slower than the defaults: a loaded machine must not make a standby miss its leader's
     // lease by accident (lease 600 ms).
-    let mut ctrl = cluster(
-        3,
-        &[
-            "--heartbeat-ms",
-            "50",
-            "--election-min-ms",
-            "300",
-            "--election-max-ms",
-            "600",
-        ],
-    );
+    let mut ctrl = cluster(3, &timing("50", "300", "600"));
     let p = ctrl.expect_settled(STARTUP);
     let id = ctrl.cluster_id();
-    let t = term(&ctrl, p);
+    let t = term_of(&ctrl, p);
     let rest: Vec<u32> = (1..=3).filter(|&i| i != p).collect();
     let (f, g) = (rest[0], rest[1]);
     // A log far ahead of anyone's, in a higher term: openraft would grant the vote but for the
@@ -69,7 +51,7 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     // quorum, so its term does not move.
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(
-        term(&ctrl, f),
+        term_of(&ctrl, f),
         t,
         "a node left alone campaigned:\n{}",
         ctrl.log(f)
@@ -88,7 +70,7 @@ fn pre_vote_answers_follow_the_leader_lease_and_the_log() {
     assert_eq!(i.term, t, "a pre-vote changed the term");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
-        term(&ctrl, f),
+        term_of(&ctrl, f),
         t,
         "a node left alone campaigned:\n{}",
         ctrl.log(f)

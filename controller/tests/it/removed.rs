@@ -37,44 +37,14 @@ fn lines_since(ctrl: &Cluster, id: u32, from: usize, pat: &str) -> usize {
 /// seconds naming its removal; the survivors log it a few times at most.
 fn removed_while_dead_then_restarted(tls: Option<&std::path::Path>) {
     let flags: Vec<String> = tls.map(tls_flags).unwrap_or_default();
-    let cli_tls: Vec<String> = tls
-        .map(|d| {
-            let f = |n: &str| d.join(n).display().to_string();
-            vec![
-                "--ca".into(),
-                f("ca.pem"),
-                "--cert".into(),
-                f("admin.pem"),
-                "--key".into(),
-                f("admin.key"),
-            ]
-        })
-        .unwrap_or_default();
+    let cli_tls: Vec<String> = tls.map(|d| identity_args(d, "admin")).unwrap_or_default();
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut ctrl = cluster(3, &flag_refs);
     let masters = ctrl.masters();
     let p = match tls {
         None => ctrl.expect_settled(STARTUP),
-        Some(_) => {
-            // Over TLS the harness's plaintext probes cannot ask: wait for `status` instead.
-            let deadline = Instant::now() + STARTUP;
-            loop {
-                let mut a = vec!["status".to_string(), "--masters".into(), masters.clone()];
-                a.extend(cli_tls.iter().cloned());
-                let (code, out, _) = run_cli(&a, CLI_TIMEOUT);
-                if code == Some(0) {
-                    let id = out
-                        .lines()
-                        .find_map(|l| l.strip_prefix("primary: node "))
-                        .and_then(|r| r.split_whitespace().next())
-                        .and_then(|n| n.parse().ok())
-                        .unwrap();
-                    break id;
-                }
-                assert!(Instant::now() < deadline, "{out}\n{}", ctrl.all_logs());
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
+        // Over TLS the harness's plaintext probes cannot ask: a TLS client (admin) does.
+        Some(d) => wait_tls_primary(&ctrl, d, "admin"),
     };
     let gone = if p == 3 { 2 } else { 3 };
     ctrl.kill(gone);

@@ -11,17 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce_proto::wire::{ControllerRole, JobFilter, Op, ReplyData};
+use xce_proto::wire::ControllerRole;
 
 const CLI: Duration = Duration::from_secs(60);
-
-/// Every job id the node `id` lists (it must serve).
-fn listed(ctrl: &Cluster, id: u32) -> Vec<u64> {
-    match ctrl.client(id).ok(Op::JobList(JobFilter::default())) {
-        ReplyData::Jobs(v) => v.iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    }
-}
 
 /// `xce-controller ARGS`: its stdout, after checking it exited 0.
 fn cli_ok(args: &[&str]) -> String {
@@ -183,11 +175,9 @@ fn s19_restore_keeps_every_write_acknowledged_before_the_save_and_refuses_old_da
     assert_eq!(code, Some(0), "{out}");
     assert_ne!(after(&out, "new cluster "), ids[0]);
 
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.start_all();
     let q = ctrl.expect_settled(STARTUP);
-    let got = listed(&ctrl, q);
+    let got = listed_on(&ctrl, q);
     let got_set: BTreeSet<u64> = got.iter().copied().collect();
     assert_eq!(got.len(), got_set.len(), "a job listed twice");
     let lost: Vec<&u64> = before.difference(&got_set).collect();
@@ -232,7 +222,7 @@ fn s19_restore_keeps_every_write_acknowledged_before_the_save_and_refuses_old_da
     // job acknowledged before the save; node 3 never leads.
     for round in 0..3 {
         let q = ctrl.expect_primary_among(&[1, 2], STARTUP);
-        let got: BTreeSet<u64> = listed(&ctrl, q).into_iter().collect();
+        let got: BTreeSet<u64> = listed_on(&ctrl, q).into_iter().collect();
         assert!(
             got.contains(&1) && got.contains(&2) && before.is_subset(&got),
             "round {round}: primary {q} lost a write"

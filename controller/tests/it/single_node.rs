@@ -18,13 +18,6 @@ fn hosts(c: &mut WireClient) -> Vec<wire::Host> {
     }
 }
 
-fn jobs(c: &mut WireClient, f: JobFilter) -> Vec<u64> {
-    match c.ok(Op::JobList(f)) {
-        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("{other:?}"),
-    }
-}
-
 /// `jobDispatch` of `job_id` to `host`: its status.
 fn dispatch(c: &mut WireClient, job_id: u64, host: &str) -> i32 {
     let host = host.into();
@@ -76,11 +69,7 @@ fn hello_conf_and_wait_primary(ctrl: &Cluster, c: &mut WireClient) {
         }
         other => panic!("{other:?}"),
     }
-    let wp = info(&c.call(Op::WaitPrimary {
-        timeout_ms: 1000,
-        exclude_host: String::new(),
-        exclude_port: 0,
-    }));
+    let wp = info(&c.call(wait_primary_op(1000)));
     assert_eq!(wp.primary_id, 1);
     assert_eq!(
         wp.waiters, 1,
@@ -297,7 +286,7 @@ fn listings_queues_and_hosts(c: &mut WireClient, sched: &mut WireClient) {
         ),
     ];
     for (f, want) in filtered {
-        assert_eq!(jobs(c, f.clone()), want, "{f:?}");
+        assert_eq!(job_ids(c, f.clone()), want, "{f:?}");
     }
 
     let qc = |queue: &str, action| Op::QueueCtrl {

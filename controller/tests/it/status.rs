@@ -32,13 +32,9 @@ fn status_json(masters: &str, more: &[&str]) -> (Option<i32>, serde_json::Value)
     (code, v)
 }
 
-/// Asks until `status` of `masters` exits `want`, within `within`: the last output.
-fn until_exit(masters: &str, want: i32, within: Duration) -> String {
-    until_exit_with(masters, &[], want, within)
-}
-
-/// [`until_exit`] with more `status` flags.
-fn until_exit_with(masters: &str, more: &[&str], want: i32, within: Duration) -> String {
+/// Asks until `status` of `masters` (with `more` flags) exits `want`, within `within`: the last
+/// output.
+fn until_exit(masters: &str, more: &[&str], want: i32, within: Duration) -> String {
     let deadline = Instant::now() + within;
     loop {
         let (code, out) = status(masters, more);
@@ -76,7 +72,7 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
     // Each node alone — standbys too — answers for the whole cluster: healthy, exit 0.
     for id in ctrl.ids() {
         let a = &ctrl.addr(id);
-        let out = until_exit(a, 0, Duration::from_secs(10));
+        let out = until_exit(a, &[], 0, Duration::from_secs(10));
         assert!(out.contains("health: healthy (exit 0)"), "{out}");
         assert!(
             out.contains("3 of 3 members answer"),
@@ -104,20 +100,15 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
     }
 
     // The table: every member's columns, lag 0 once followers applied (wait for it).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let out = loop {
-        let (code, out) = status(&masters, &[]);
+    let mut out = String::new();
+    ctrl.wait_until("lag 0 on every member", Duration::from_secs(10), || {
+        let code;
+        (code, out) = status(&masters, &[]);
         assert_eq!(code, Some(0), "{out}");
-        if ctrl
-            .ids()
+        ctrl.ids()
             .into_iter()
             .all(|id| row(&out, &ctrl.addr(id)).get(8) == Some(&"0"))
-        {
-            break out;
-        }
-        assert!(Instant::now() < deadline, "lag never 0:\n{out}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     for id in ctrl.ids() {
         let r = row(&out, &ctrl.addr(id));
         assert_eq!(r[1], id.to_string(), "{out}");
@@ -144,7 +135,7 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
     // One node under two names (localhost and 127.0.0.1) is one member: 3 of 3, not 4 of 4.
     let port1 = ctrl.addr(1).rsplit_once(':').unwrap().1.to_string();
     let twice = format!("localhost:{port1},127.0.0.1:{port1}");
-    let out = until_exit(&twice, 0, Duration::from_secs(10));
+    let out = until_exit(&twice, &[], 0, Duration::from_secs(10));
     assert!(out.contains("3 of 3 members answer"), "{out}");
     let rows = out.lines().filter(|l| {
         l.split(',')
@@ -160,7 +151,7 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
     let dead = if p == 1 { 2 } else { 1 };
     ctrl.kill(dead);
     for id in [1, 2, 3].into_iter().filter(|&i| i != dead) {
-        let out = until_exit(&ctrl.addr(id), 1, Duration::from_secs(10));
+        let out = until_exit(&ctrl.addr(id), &[], 1, Duration::from_secs(10));
         assert!(out.contains("health: degraded (exit 1)"), "{out}");
         assert!(
             out.contains(&format!(
@@ -178,7 +169,7 @@ fn a_monitor_asking_one_node_at_a_time_sees_healthy_degraded_no_quorum() {
         .find(|&i| i != dead && i != p)
         .unwrap();
     ctrl.kill(p);
-    let out = until_exit(&ctrl.addr(survivor), 2, Duration::from_secs(15));
+    let out = until_exit(&ctrl.addr(survivor), &[], 2, Duration::from_secs(15));
     assert!(out.contains("NO QUORUM"), "{out}");
     assert!(out.contains("1 of 3 members answer"), "{out}");
     assert!(out.contains("health: no quorum (exit 2)"), "{out}");
@@ -227,22 +218,14 @@ fn two_clusters_behind_one_list_are_flagged() {
 
 #[test]
 fn tls_failures_are_named_not_no_quorum() {
-    let certs = tempfile::tempdir().unwrap();
-    make_pki(certs.path(), 1);
+    let (certs, ctrl, _) = tls_cluster(1, 1, &[]);
     let other = tempfile::tempdir().unwrap();
     make_pki(other.path(), 1);
-    let flags = tls_flags(certs.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(1, &flags);
     let addr = ctrl.addr(1).clone();
-    let f = |d: &std::path::Path, n: &str| d.join(n).display().to_string();
-    let (ca, cert, key) = (
-        f(certs.path(), "ca.pem"),
-        f(certs.path(), "admin.pem"),
-        f(certs.path(), "admin.key"),
-    );
-    let id = ["--ca", &ca, "--cert", &cert, "--key", &key];
-    let out = until_exit_with(&addr, &id, 0, STARTUP);
+    let admin_of = |d| identity_args(d, "admin");
+    let id = admin_of(certs.path());
+    let id: Vec<&str> = id.iter().map(String::as_str).collect();
+    let out = until_exit(&addr, &id, 0, STARTUP);
     assert!(out.contains("health: healthy"), "{out}");
 
     // No CA: the port speaks TLS, said so; not NO QUORUM.
@@ -258,12 +241,8 @@ fn tls_failures_are_named_not_no_quorum() {
     );
 
     // Another cluster's CA (and identity): the node's certificate is not signed by it.
-    let (oca, ocert, okey) = (
-        f(other.path(), "ca.pem"),
-        f(other.path(), "admin.pem"),
-        f(other.path(), "admin.key"),
-    );
-    let (code, out) = status(&addr, &["--ca", &oca, "--cert", &ocert, "--key", &okey]);
+    let id = admin_of(other.path());
+    let (code, out) = status(&addr, &id.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains("not signed by the CA given"), "{out}");
     assert!(!out.contains("NO QUORUM"), "{out}");

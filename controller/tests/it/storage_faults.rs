@@ -11,25 +11,15 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use xce_proto::wire::{Op, ReplyData};
 
 /// The exit status of a node stopped by a storage fault (`base/fault.rs`).
 const EXIT_STORAGE_FAULT: i32 = 74;
 /// Bound from the fault to the node's exit.
 const EXIT_BOUND: Duration = Duration::from_secs(10);
 
-/// The job ids a primary lists, in order.
-fn listed(ctrl: &Cluster, p: u32) -> Vec<u64> {
-    let mut c = ctrl.client(p);
-    match c.ok(Op::JobList(Default::default())) {
-        ReplyData::Jobs(j) => j.into_iter().map(|j| j.job_id).collect(),
-        other => panic!("joblist: {other:?}"),
-    }
-}
-
 /// Every job in `acked` is listed by primary `p` exactly once.
 fn all_listed_once(ctrl: &Cluster, p: u32, acked: &[u64]) {
-    let list = listed(ctrl, p);
+    let list = listed_on(ctrl, p);
     for id in acked {
         let n = list.iter().filter(|&&j| j == *id).count();
         assert_eq!(
@@ -41,27 +31,9 @@ fn all_listed_once(ctrl: &Cluster, p: u32, acked: &[u64]) {
     }
 }
 
-/// A job whose command makes its entry about `bytes` long.
-fn big_job(id: u64, bytes: usize) -> Op {
-    let mut op = submit(id, "u", "");
-    if let Op::JobSubmit(spec) = &mut op {
-        spec.command = "x".repeat(bytes);
-    }
-    op
-}
-
 /// Waits for node `id` to exit by itself; asserts status 74 and the log line naming `what`.
 fn exits_for_its_storage(ctrl: &mut Cluster, id: u32, what: &str) {
-    let st = ctrl.wait_exit(id, EXIT_BOUND);
-    let log = ctrl.log(id);
-    let st = st.unwrap_or_else(|| {
-        panic!("node {id} still runs {EXIT_BOUND:?} after its storage failed\n{log}")
-    });
-    assert_eq!(
-        st.code(),
-        Some(EXIT_STORAGE_FAULT),
-        "node {id}'s exit\n{log}"
-    );
+    let log = exits_with(ctrl, id, EXIT_STORAGE_FAULT, EXIT_BOUND);
     assert!(
         log.contains("storage fault: ") && log.contains(what),
         "node {id} did not say why ({what})\n{log}"
@@ -84,9 +56,7 @@ fn a_primary_whose_disk_fills_exits_and_nothing_acknowledged_is_lost() {
         ],
     );
     let small = Tmpfs::mount(&ctrl.data_dir().join("data-1"), "16m");
-    for id in 1..=3 {
-        ctrl.start_node(id);
-    }
+    ctrl.start_all();
     // Node 1 (the small disk) must lead: a killed primary's successor is the lowest id that
     // campaigns first (C15's rank), so a few rounds make it node 1.
     let mut p = ctrl.expect_settled(STARTUP);
@@ -183,9 +153,7 @@ fn a_node_that_cannot_save_its_cluster_id_exits() {
     let mut ctrl = prepared(3, &[]);
     ctrl.start_node(1);
     ctrl.start_node(2);
-    ctrl.opts
-        .env
-        .push(("FAILPOINTS".into(), "cluster-save=return(EIO)".into()));
+    ctrl.failpoints_at_start("cluster-save=return(EIO)");
     ctrl.start_node(3);
     exits_for_its_storage(&mut ctrl, 3, "cluster_id");
     let p = ctrl.expect_primary_among(&[1, 2], STARTUP);

@@ -163,12 +163,7 @@ fn client_certificates_are_verified_when_required() {
 fn records_after_the_handshake() {
     use std::io::{Read, Write};
     use xce_proto::wire::{self, ReplyData};
-    let dir = tempfile::tempdir().unwrap();
-    make_pki(dir.path(), 1);
-    let flags = tls_flags(dir.path());
-    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ctrl = cluster(1, &args);
-    crate::common::wait_tls_primary(&ctrl, dir.path(), "admin");
+    let (dir, ctrl, _) = tls_cluster(1, 1, &[]);
     let addr = ctrl.addr(1).clone();
     let (ca, cert, key) = (
         dir.path().join("ca.pem"),

@@ -9,17 +9,7 @@
 //!
 //! `XCE_TRANSFER_ROUNDS` sets the number of rounds (default 6; the report's 10 of 10 ran 10).
 
-use std::time::{Duration, Instant};
-
 use crate::common::*;
-
-const CLI_TIMEOUT: Duration = Duration::from_secs(100);
-
-fn cli(args: &[&str]) -> (Option<i32>, String, Duration) {
-    let t0 = Instant::now();
-    let (code, out, err) = run_cli(args, CLI_TIMEOUT);
-    (code, out + &err, t0.elapsed())
-}
 
 #[test]
 fn a_transfer_to_a_member_added_a_moment_ago_works_or_says_why() {
@@ -30,13 +20,10 @@ fn a_transfer_to_a_member_added_a_moment_ago_works_or_says_why() {
     let mut ctrl = cluster(3, &[]);
     ctrl.expect_settled(STARTUP);
     let all = |ctrl: &Cluster| ctrl.masters();
-    let ports = free_ports(2 * (rounds + 1));
     let mut members: Vec<u32> = vec![1, 2, 3];
     let add = |ctrl: &mut Cluster, members: &mut Vec<u32>, k: usize| {
         let id = 4 + k as u32;
-        let c = format!("127.0.0.1:{}", ports[2 * k]);
-        let r = format!("127.0.0.1:{}", ports[2 * k + 1]);
-        let spec = format!("{id}={c}/{r}");
+        let (c, _, spec) = new_member(id);
         ctrl.start_extra_node(id, &c, &spec, &["--join"]);
         let (code, out, _) = cli(&["member", "add", &spec, "--masters", &all(ctrl)]);
         assert_eq!(code, Some(0), "add {id}: {out}\n{}", ctrl.all_logs());

@@ -1,5 +1,5 @@
 //! Handles ↔ Rust values, and the small conversions every export needs (C strings, slices,
-//! fixed-size fields, a callback's opaque `arg` as [`UserData`]).
+//! fixed-size fields, `XCE_*` integers ↔ enums, a callback's opaque `arg` as [`UserData`]).
 //!
 //! F20 (amended): a handle C holds (`xcecli_ctx_t`, `xcecli_call_t`) is never a pointer to
 //! memory: it is the value of a generation-checked slot of the process's handle table
@@ -15,6 +15,35 @@ use std::os::raw::{c_char, c_int, c_void};
 use crate::client::Client;
 use crate::process::handles::{HandleTable, Kind, Refused};
 use crate::process::ForkLock;
+
+/// Mappings between `XCE_*` integers and Rust enums, one row per enum. `in f -> T`: a checked
+/// conversion from C (`None` → the export returns -EINVAL); `out g <- T`: the value handed to
+/// C (exhaustive: a new variant needs its constant); `both f, g: T`: the two.
+macro_rules! c_enums {
+    () => {};
+    (in $f:ident -> $t:path { $($c:ident => $v:ident),* } $($rest:tt)*) => {
+        pub(crate) fn $f(v: i32) -> Option<$t> {
+            type E = $t;
+            Some(match v { $($c => E::$v,)* _ => return None })
+        }
+        $crate::ffi::cast::c_enums!($($rest)*);
+    };
+    (out $g:ident <- $t:path { $($v:ident => $c:ident),* } $($rest:tt)*) => {
+        pub(crate) fn $g(v: $t) -> i32 {
+            type E = $t;
+            match v { $(E::$v => $c,)* }
+        }
+        $crate::ffi::cast::c_enums!($($rest)*);
+    };
+    (both $f:ident, $g:ident: $t:path { $($c:ident => $v:ident),* } $($rest:tt)*) => {
+        $crate::ffi::cast::c_enums! {
+            in $f -> $t { $($c => $v),* }
+            out $g <- $t { $($v => $c),* }
+            $($rest)*
+        }
+    };
+}
+pub(crate) use c_enums;
 
 /// A C callback's opaque argument (the reconnect hook's, the event handler's, the log sink's).
 #[derive(Clone, Copy)]

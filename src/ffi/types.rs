@@ -14,6 +14,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
+use super::cast::c_enums;
 use super::panic::ffi_panic_boundary;
 use crate::wire::msg;
 
@@ -90,38 +91,25 @@ pub const XCE_NOTIFY_JOBSTOP: i32 = 3;
 /// `xcecli_notify` kind: job checkpointed.
 pub const XCE_NOTIFY_JOBCHKPT: i32 = 4;
 
-/// The mappings between the `XCE_*` integers and the message enums, one row per enum.
-/// `in`: a checked conversion from C (`None` → the export returns -EINVAL); `out`: the value
-/// handed to C (exhaustive: a new variant needs its constant).
-macro_rules! c_enums {
-    ($(in $f:ident -> $t:ident { $($c:ident => $v:ident),* })*
-     $(out $g:ident <- $u:ident { $($v2:ident => $c2:ident),* })*) => {
-        $(pub(crate) fn $f(v: i32) -> Option<msg::$t> {
-            Some(match v { $($c => msg::$t::$v,)* _ => return None })
-        })*
-        $(fn $g(v: msg::$u) -> i32 {
-            match v { $(msg::$u::$v2 => $c2,)* }
-        })*
-    };
-}
-
 c_enums! {
-    in session_role -> SessionRole { XCE_ROLE_WORKER => Worker, XCE_ROLE_SCHEDULER => Scheduler,
-        XCE_ROLE_APISERVER => ApiServer, XCE_ROLE_CLIENT => Client }
-    in job_action -> JobAction { XCE_JOBCTRL_KILL => Kill, XCE_JOBCTRL_SUSPEND => Suspend,
+    in session_role -> msg::SessionRole { XCE_ROLE_WORKER => Worker,
+        XCE_ROLE_SCHEDULER => Scheduler, XCE_ROLE_APISERVER => ApiServer,
+        XCE_ROLE_CLIENT => Client }
+    in job_action -> msg::JobAction { XCE_JOBCTRL_KILL => Kill, XCE_JOBCTRL_SUSPEND => Suspend,
         XCE_JOBCTRL_RESUME => Resume, XCE_JOBCTRL_REQUEUE => Requeue }
-    in queue_action -> QueueAction { XCE_QUEUE_OPEN => Open, XCE_QUEUE_CLOSE => Close,
+    in queue_action -> msg::QueueAction { XCE_QUEUE_OPEN => Open, XCE_QUEUE_CLOSE => Close,
         XCE_QUEUE_ACTIVATE => Activate, XCE_QUEUE_INACTIVATE => Inactivate }
-    in host_action -> HostAction { XCE_HOSTCTRL_OPEN => Open, XCE_HOSTCTRL_CLOSE => Close }
-    in notify_kind -> NotifyKind { XCE_NOTIFY_JOBSTART => JobStart,
+    in host_action -> msg::HostAction { XCE_HOSTCTRL_OPEN => Open, XCE_HOSTCTRL_CLOSE => Close }
+    in notify_kind -> msg::NotifyKind { XCE_NOTIFY_JOBSTART => JobStart,
         XCE_NOTIFY_JOBFINISH => JobFinish, XCE_NOTIFY_JOBFAIL => JobFail,
         XCE_NOTIFY_JOBSTOP => JobStop, XCE_NOTIFY_JOBCHKPT => JobChkpt }
-    out job_state <- JobState { Pend => XCE_JOB_PEND, Run => XCE_JOB_RUN, Susp => XCE_JOB_SUSP,
-        Done => XCE_JOB_DONE, Exit => XCE_JOB_EXIT }
-    out host_state <- HostState { Ok => XCE_HOST_OK, Closed => XCE_HOST_CLOSED,
+    out job_state <- msg::JobState { Pend => XCE_JOB_PEND, Run => XCE_JOB_RUN,
+        Susp => XCE_JOB_SUSP, Done => XCE_JOB_DONE, Exit => XCE_JOB_EXIT }
+    out host_state <- msg::HostState { Ok => XCE_HOST_OK, Closed => XCE_HOST_CLOSED,
         Unavail => XCE_HOST_UNAVAIL }
-    out ctrl_role <- ControllerRole { Primary => XCE_CTRL_PRIMARY, Standby => XCE_CTRL_STANDBY,
-        Candidate => XCE_CTRL_CANDIDATE, Initializing => XCE_CTRL_INITIALIZING }
+    out ctrl_role <- msg::ControllerRole { Primary => XCE_CTRL_PRIMARY,
+        Standby => XCE_CTRL_STANDBY, Candidate => XCE_CTRL_CANDIDATE,
+        Initializing => XCE_CTRL_INITIALIZING }
 }
 
 /// All job states; a filter mask with other bits set is `-EINVAL`.

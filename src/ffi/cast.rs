@@ -211,47 +211,46 @@ pub(crate) fn set_fixed_str(buf: &mut [c_char], s: &str) -> bool {
     true
 }
 
-/// Returns `-EINVAL` from the enclosing export when a pointer argument is NULL.
-macro_rules! try_ref {
-    ($ptr:expr) => {
-        // SAFETY: a non-NULL pointer C passed in is valid for the call (documented contract).
-        match unsafe { $ptr.as_ref() } {
-            Some(r) => r,
+/// Returns `-EINVAL` from the enclosing export when `$opt` is `None` (a NULL pointer, a
+/// string that is not UTF-8, an unknown `XCE_*` integer…); else its value.
+macro_rules! try_arg {
+    ($opt:expr) => {
+        match $opt {
+            Some(v) => v,
             None => return -::libc::EINVAL,
         }
+    };
+}
+
+/// Returns `-EINVAL` from the enclosing export when a pointer argument is NULL.
+macro_rules! try_ref {
+    // SAFETY: a non-NULL pointer C passed in is valid for the call (documented contract).
+    ($ptr:expr) => {
+        $crate::ffi::cast::try_arg!(unsafe { $ptr.as_ref() })
     };
 }
 
 /// Like `try_ref!` for an out-parameter: `&mut` to the place the result goes.
 macro_rules! try_mut {
+    // SAFETY: a non-NULL out-pointer C passed in is writable for the call.
     ($ptr:expr) => {
-        // SAFETY: a non-NULL out-pointer C passed in is writable for the call.
-        match unsafe { $ptr.as_mut() } {
-            Some(r) => r,
-            None => return -::libc::EINVAL,
-        }
+        $crate::ffi::cast::try_arg!(unsafe { $ptr.as_mut() })
     };
 }
 
 /// Returns `-EINVAL` when a C string is NULL or not UTF-8; else the borrowed `&str`.
 macro_rules! try_str {
+    // SAFETY: a non-NULL string C passed in is NUL-terminated (documented contract).
     ($ptr:expr) => {
-        // SAFETY: a non-NULL string C passed in is NUL-terminated (documented contract).
-        match unsafe { $crate::ffi::cast::str_from_c($ptr) } {
-            Some(s) => s,
-            None => return -::libc::EINVAL,
-        }
+        $crate::ffi::cast::try_arg!(unsafe { $crate::ffi::cast::str_from_c($ptr) })
     };
 }
 
 /// Returns `-EINVAL` for a bad (pointer, count) pair; `(NULL, 0)` is empty.
 macro_rules! try_slice {
+    // SAFETY: a non-NULL array C passed in holds `len` elements (documented contract).
     ($ptr:expr, $len:expr) => {
-        // SAFETY: a non-NULL array C passed in holds `len` elements (documented contract).
-        match unsafe { $crate::ffi::cast::slice_from_c($ptr, $len) } {
-            Some(s) => s,
-            None => return -::libc::EINVAL,
-        }
+        $crate::ffi::cast::try_arg!(unsafe { $crate::ffi::cast::slice_from_c($ptr, $len) })
     };
 }
 
@@ -268,7 +267,7 @@ macro_rules! try_ctx {
     };
 }
 
-pub(crate) use {try_ctx, try_mut, try_ref, try_slice, try_str};
+pub(crate) use {try_arg, try_ctx, try_mut, try_ref, try_slice, try_str};
 
 #[cfg(test)]
 mod tests {

@@ -13,7 +13,7 @@
 
 use std::os::raw::{c_char, c_int};
 
-use super::cast::{try_ctx, try_mut, try_ref, try_slice, try_str};
+use super::cast::{try_arg, try_ctx, try_mut, try_ref, try_slice, try_str};
 use super::panic::ffi_panic_boundary;
 use super::types::*;
 use super::xcecli_ctx_t;
@@ -25,16 +25,6 @@ fn done(r: Result<(), crate::Error>) -> c_int {
         Ok(()) => 0,
         Err(e) => e.status(),
     }
-}
-
-/// Returns -EINVAL from the export when a checked conversion failed.
-macro_rules! try_arg {
-    ($opt:expr) => {
-        match $opt {
-            Some(v) => v,
-            None => return -::libc::EINVAL,
-        }
-    };
 }
 
 /// Returns the negative status from the export when the op failed.

@@ -278,10 +278,8 @@ pub extern "C" fn xcecli_jobsubmit(
 ) -> c_int {
     ffi_panic_boundary! { "xcecli_jobsubmit",
         let c = try_ctx!(ctx);
-        let mut spec = try_arg!(spec_from_c(try_ref!(spec)));
-        if spec.job_id == 0 {
-            spec.job_id = super::client::new_job_id();
-        }
+        let spec = try_arg!(spec_from_c(try_ref!(spec)));
+        // A jobid of 0 gets a generated one in Client::jobsubmit.
         let id = try_op!(c.jobsubmit(spec));
         // SAFETY: jobid_out is NULL or writable (documented).
         if let Some(out) = unsafe { jobid_out.as_mut() } {

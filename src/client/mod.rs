@@ -121,9 +121,7 @@ impl Config {
     pub fn new(masters: Vec<Endpoint>) -> Config {
         Config {
             masters,
-            tls: None,
-            client_name: String::new(),
-            auth_token: None,
+            ..Config::default()
         }
     }
 

@@ -114,40 +114,19 @@ xce_codes! {
         "the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired";
 }
 
+/// `[(libc::EPERM, "EPERM"), …]`: each errno with its name, from the names.
+macro_rules! errno_names {
+    ($($e:ident)*) => {
+        [$((libc::$e, stringify!($e))),*]
+    };
+}
+
 /// The errno names a controller or the library sends or returns, for [`status_name`].
-const ERRNO_NAMES: [(i32, &str); 31] = [
-    (libc::EPERM, "EPERM"),
-    (libc::ENOENT, "ENOENT"),
-    (libc::EINTR, "EINTR"),
-    (libc::EIO, "EIO"),
-    (libc::EBADF, "EBADF"),
-    (libc::EAGAIN, "EAGAIN"),
-    (libc::ENOMEM, "ENOMEM"),
-    (libc::EACCES, "EACCES"),
-    (libc::EBUSY, "EBUSY"),
-    (libc::EEXIST, "EEXIST"),
-    (libc::EINVAL, "EINVAL"),
-    (libc::ENOSPC, "ENOSPC"),
-    (libc::EPIPE, "EPIPE"),
-    (libc::ERANGE, "ERANGE"),
-    (libc::ENOSYS, "ENOSYS"),
-    (libc::ESTALE, "ESTALE"),
-    (libc::EPROTO, "EPROTO"),
-    (libc::EMSGSIZE, "EMSGSIZE"),
-    (libc::EADDRINUSE, "EADDRINUSE"),
-    (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
-    (libc::ENETUNREACH, "ENETUNREACH"),
-    (libc::ECONNABORTED, "ECONNABORTED"),
-    (libc::ECONNRESET, "ECONNRESET"),
-    (libc::ENOTCONN, "ENOTCONN"),
-    (libc::ETIMEDOUT, "ETIMEDOUT"),
-    (libc::ECONNREFUSED, "ECONNREFUSED"),
-    (libc::EHOSTDOWN, "EHOSTDOWN"),
-    (libc::EHOSTUNREACH, "EHOSTUNREACH"),
-    (libc::EALREADY, "EALREADY"),
-    (libc::ECANCELED, "ECANCELED"),
-    (libc::EOVERFLOW, "EOVERFLOW"),
-];
+const ERRNO_NAMES: [(i32, &str); 31] = errno_names! {
+    EPERM ENOENT EINTR EIO EBADF EAGAIN ENOMEM EACCES EBUSY EEXIST EINVAL ENOSPC EPIPE ERANGE
+    ENOSYS ESTALE EPROTO EMSGSIZE EADDRINUSE EADDRNOTAVAIL ENETUNREACH ECONNABORTED ECONNRESET
+    ENOTCONN ETIMEDOUT ECONNREFUSED EHOSTDOWN EHOSTUNREACH EALREADY ECANCELED EOVERFLOW
+};
 
 /// The name of a status or code, either sign: `E_XCE_AUTH` for -2007, `EINVAL` for -22, `E22`
 /// for an errno without a name here. What a tool prints beside every number it shows.

@@ -5,111 +5,128 @@
 
 use std::sync::OnceLock;
 
-/// Standby; the primary's address is attached.
-pub const E_XCE_REDIRECT: i32 = 2001;
-/// Standby; no primary known.
-pub const E_XCE_NOMASTER: i32 = 2002;
-/// Initialising or electing; also the client's "cluster not ready".
-pub const E_XCE_NOT_READY: i32 = 2003;
-/// Primary-only op sent to a standby (address attached when known).
-pub const E_XCE_STANDBY: i32 = 2004;
-/// Job id already exists.
-pub const E_XCE_DUP_JOB: i32 = 2005;
-/// Malformed, oversized or unexpected message; version mismatch.
-pub const E_XCE_PROTO: i32 = 2006;
-/// Authentication failed, or the op needs a joined session.
-pub const E_XCE_AUTH: i32 = 2007;
-/// TLS handshake or certificate verification failed.
-pub const E_XCE_TLS: i32 = 2008;
-/// A library bug caught at the C boundary (a panic).
-pub const E_XCE_INTERNAL: i32 = 2009;
-/// The context is stopped (or being stopped): the call was not made (F20).
-pub const E_XCE_CLOSED: i32 = 2010;
-/// A controller's host name could not be resolved (F23). Client-side only: never on the wire.
-pub const E_XCE_LOOKUP: i32 = 2011;
+/// Declares every `E_XCE_*` code once, as a row `CONST = code => Variant, text;`: its
+/// constant, its [`Error`] variant (a row `Variant(Field = default)` is a variant with a
+/// field, made with `default` from a bare code) and its text. From the rows come the
+/// constants, [`XCE_CODES`], the `E_XCE_*` variants of [`Error`], [`Error::code`],
+/// [`Error::from_code`] and the texts of [`strerror`]: a new code is a new row, and the
+/// compiler keeps the mappings exhaustive.
+macro_rules! xce_codes {
+    ($( $(#[$doc:meta])* $name:ident = $code:literal
+        => $variant:ident $(($field:ty = $default:expr))?, $text:expr; )*) => {
+        $( $(#[$doc])* pub const $name: i32 = $code; )*
 
-/// A reply too large for one frame that the controller cannot split (e.g. one job bigger
-/// than the frame limit), or a listing too large for the old unpaged op. Deterministic: the
-/// same on every master, so never a reason to fail over.
-pub const E_XCE_TOOBIG: i32 = 2012;
+        /// Every `E_XCE_*` code with its name, for tables and tests.
+        pub const XCE_CODES: [(i32, &str); 17] = [$(($name, stringify!($name))),*];
 
-/// A controller placed the write in its log but could not confirm it (commit timeout,
-/// leadership lost): the outcome is unknown (F19 amended). The library re-sends it with the
-/// same request id; when the budget ends first, the call fails with `maybe_applied = 1`.
-pub const E_XCE_UNKNOWN: i32 = 2013;
-/// The context's outbox of job notifications and heartbeats is full (F12 amended): the
-/// notification was not accepted. Client-side only.
-pub const E_XCE_OUTBOX_FULL: i32 = 2014;
+        /// A failed status, typed. `Errno` holds a positive Linux errno value.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Error {
+            $( #[doc = concat!("[`", stringify!($name), "`]")] $variant $(($field))?, )*
+            /// A Linux errno value (positive).
+            Errno(i32),
+        }
 
-/// A stop was requested on the context (`xcecli_request_stop`, F27, e.g. from a signal
-/// handler): the call was ended, or not made. Client-side only: never on the wire.
-pub const E_XCE_STOP_REQUESTED: i32 = 2015;
+        impl Error {
+            /// The positive code: an errno value or an `E_XCE_*` value.
+            pub fn code(self) -> i32 {
+                match self {
+                    // A handshake that outlived the connect timeout is a timeout like any
+                    // other (F8: a hung controller is a transport failure); only its text
+                    // says it was TLS.
+                    Error::Tls(TlsCause::HandshakeTimeout) => libc::ETIMEDOUT,
+                    $( Error::$variant { .. } => $name, )*
+                    Error::Errno(e) => e,
+                }
+            }
 
-/// C24: the primary refused new work because its data directory passed its quota (or its
-/// disk's free space its floor): the NOSPACE alarm is raised. Reads, kills, notifications and
-/// heartbeats go on; an operator frees space or raises the quota. The same on every master,
-/// so never a reason to fail over (terminal for the call).
-pub const E_XCE_NOSPACE: i32 = 2016;
-/// C19: the cluster's CORRUPT alarm is raised — its members' states differ where no log id can
-/// tell which is the history — and it refuses writes until an operator repairs it (reads go
-/// on). The same on every master: terminal for the call, never a reason to fail over.
-pub const E_XCE_CORRUPT: i32 = 2017;
+            /// The error a code stands for, taking either sign. `0` (success) has none.
+            pub fn from_code(code: i32) -> Option<Error> {
+                let c = code.checked_abs().unwrap_or(i32::MAX);
+                Some(match c {
+                    0 => return None,
+                    $( $name => Error::$variant $(($default))?, )*
+                    e => Error::Errno(e),
+                })
+            }
+        }
 
-/// Every `E_XCE_*` code with its name, for tables and tests.
-pub const XCE_CODES: [(i32, &str); 17] = [
-    (E_XCE_REDIRECT, "E_XCE_REDIRECT"),
-    (E_XCE_NOMASTER, "E_XCE_NOMASTER"),
-    (E_XCE_NOT_READY, "E_XCE_NOT_READY"),
-    (E_XCE_STANDBY, "E_XCE_STANDBY"),
-    (E_XCE_DUP_JOB, "E_XCE_DUP_JOB"),
-    (E_XCE_PROTO, "E_XCE_PROTO"),
-    (E_XCE_AUTH, "E_XCE_AUTH"),
-    (E_XCE_TLS, "E_XCE_TLS"),
-    (E_XCE_INTERNAL, "E_XCE_INTERNAL"),
-    (E_XCE_CLOSED, "E_XCE_CLOSED"),
-    (E_XCE_LOOKUP, "E_XCE_LOOKUP"),
-    (E_XCE_TOOBIG, "E_XCE_TOOBIG"),
-    (E_XCE_UNKNOWN, "E_XCE_UNKNOWN"),
-    (E_XCE_OUTBOX_FULL, "E_XCE_OUTBOX_FULL"),
-    (E_XCE_STOP_REQUESTED, "E_XCE_STOP_REQUESTED"),
-    (E_XCE_NOSPACE, "E_XCE_NOSPACE"),
-    (E_XCE_CORRUPT, "E_XCE_CORRUPT"),
-];
+        /// The text of an `E_XCE_*` code; `None` for any other.
+        fn xce_text(c: i32) -> Option<&'static str> {
+            match c {
+                $( $name => Some($text), )*
+                _ => None,
+            }
+        }
+    };
+}
+
+xce_codes! {
+    /// Standby; the primary's address is attached.
+    E_XCE_REDIRECT = 2001 => Redirect, "standby: primary is elsewhere";
+    /// Standby; no primary known.
+    E_XCE_NOMASTER = 2002 => NoMaster, "standby: no primary known";
+    /// Initialising or electing; also the client's "cluster not ready".
+    E_XCE_NOT_READY = 2003 => NotReady, "cluster not ready";
+    /// Primary-only op sent to a standby (address attached when known).
+    E_XCE_STANDBY = 2004 => Standby, "standby: operation needs the primary";
+    /// Job id already exists.
+    E_XCE_DUP_JOB = 2005 => DupJob, "job id already exists";
+    /// Malformed, oversized or unexpected message; version mismatch.
+    E_XCE_PROTO = 2006 => Proto, "protocol error: malformed, oversized or unexpected message";
+    /// Authentication failed, or the op needs a joined session.
+    E_XCE_AUTH = 2007 => Auth, "not authorised: authentication failed or no joined session";
+    /// TLS handshake or certificate verification failed. [`Error::Tls`] carries what went
+    /// wrong; its text names the cause (last error, log lines).
+    E_XCE_TLS = 2008 => Tls(TlsCause = TlsCause::Unspecified), TlsCause::Unspecified.text();
+    /// A library bug caught at the C boundary (a panic).
+    E_XCE_INTERNAL = 2009 => Internal, "internal library error";
+    /// The context is stopped (or being stopped): the call was not made (F20).
+    E_XCE_CLOSED = 2010 => Closed, "context is stopped";
+    /// A controller's host name could not be resolved (F23): getaddrinfo failed for a master's
+    /// or a hint's name (its own cause is in `transport::resolve::LookupFailure`); a lookup that
+    /// runs out of time is `ETIMEDOUT`. Client-side only: never on the wire.
+    E_XCE_LOOKUP = 2011 => Lookup, "name lookup failed";
+    /// A reply too large for one frame that the controller cannot split (e.g. one job bigger
+    /// than the frame limit), or a listing too large for the old unpaged op. Deterministic: the
+    /// same on every master, so never a reason to fail over.
+    E_XCE_TOOBIG = 2012 => TooBig, "reply too large";
+    /// A controller placed the write in its log but could not confirm it (commit timeout,
+    /// leadership lost): the outcome is unknown (F19 amended). The library re-sends it with the
+    /// same request id; when the budget ends first, the call fails with `maybe_applied = 1`.
+    E_XCE_UNKNOWN = 2013 => Unknown, "outcome unknown: placed in the log, not confirmed";
+    /// The context's outbox of job notifications and heartbeats is full (F12 amended): the
+    /// notification was not accepted. Client-side only.
+    E_XCE_OUTBOX_FULL = 2014 => OutboxFull, "notification outbox full";
+    /// A stop was requested on the context (`xcecli_request_stop`, F27, e.g. from a signal
+    /// handler): the call was ended, or not made. Client-side only: never on the wire.
+    E_XCE_STOP_REQUESTED = 2015 => StopRequested, "stop requested";
+    /// C24: the primary refused new work because its data directory passed its quota (or its
+    /// disk's free space its floor): the NOSPACE alarm is raised. Reads, kills, notifications and
+    /// heartbeats go on; an operator frees space or raises the quota. The same on every master,
+    /// so never a reason to fail over (terminal for the call).
+    E_XCE_NOSPACE = 2016 => NoSpace,
+        "no space: the controller's storage quota is reached (new work refused)";
+    /// C19: the cluster's CORRUPT alarm is raised — its members' states differ where no log id can
+    /// tell which is the history — and it refuses writes until an operator repairs it (reads go
+    /// on). The same on every master: terminal for the call, never a reason to fail over.
+    E_XCE_CORRUPT = 2017 => Corrupt,
+        "the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired";
+}
+
+/// `[(libc::EPERM, "EPERM"), …]`: each errno with its name, from the names.
+macro_rules! errno_names {
+    ($($e:ident)*) => {
+        [$((libc::$e, stringify!($e))),*]
+    };
+}
 
 /// The errno names a controller or the library sends or returns, for [`status_name`].
-const ERRNO_NAMES: [(i32, &str); 31] = [
-    (libc::EPERM, "EPERM"),
-    (libc::ENOENT, "ENOENT"),
-    (libc::EINTR, "EINTR"),
-    (libc::EIO, "EIO"),
-    (libc::EBADF, "EBADF"),
-    (libc::EAGAIN, "EAGAIN"),
-    (libc::ENOMEM, "ENOMEM"),
-    (libc::EACCES, "EACCES"),
-    (libc::EBUSY, "EBUSY"),
-    (libc::EEXIST, "EEXIST"),
-    (libc::EINVAL, "EINVAL"),
-    (libc::ENOSPC, "ENOSPC"),
-    (libc::EPIPE, "EPIPE"),
-    (libc::ERANGE, "ERANGE"),
-    (libc::ENOSYS, "ENOSYS"),
-    (libc::ESTALE, "ESTALE"),
-    (libc::EPROTO, "EPROTO"),
-    (libc::EMSGSIZE, "EMSGSIZE"),
-    (libc::EADDRINUSE, "EADDRINUSE"),
-    (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
-    (libc::ENETUNREACH, "ENETUNREACH"),
-    (libc::ECONNABORTED, "ECONNABORTED"),
-    (libc::ECONNRESET, "ECONNRESET"),
-    (libc::ENOTCONN, "ENOTCONN"),
-    (libc::ETIMEDOUT, "ETIMEDOUT"),
-    (libc::ECONNREFUSED, "ECONNREFUSED"),
-    (libc::EHOSTDOWN, "EHOSTDOWN"),
-    (libc::EHOSTUNREACH, "EHOSTUNREACH"),
-    (libc::EALREADY, "EALREADY"),
-    (libc::ECANCELED, "ECANCELED"),
-    (libc::EOVERFLOW, "EOVERFLOW"),
-];
+const ERRNO_NAMES: [(i32, &str); 31] = errno_names! {
+    EPERM ENOENT EINTR EIO EBADF EAGAIN ENOMEM EACCES EBUSY EEXIST EINVAL ENOSPC EPIPE ERANGE
+    ENOSYS ESTALE EPROTO EMSGSIZE EADDRINUSE EADDRNOTAVAIL ENETUNREACH ECONNABORTED ECONNRESET
+    ENOTCONN ETIMEDOUT ECONNREFUSED EHOSTDOWN EHOSTUNREACH EALREADY ECANCELED EOVERFLOW
+};
 
 /// The name of a status or code, either sign: `E_XCE_AUTH` for -2007, `EINVAL` for -22, `E22`
 /// for an errno without a name here. What a tool prints beside every number it shows.
@@ -226,81 +243,7 @@ impl std::fmt::Display for TlsCause {
     }
 }
 
-/// A failed status, typed. `Errno` holds a positive Linux errno value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum Error {
-    #[error("standby: primary is elsewhere")]
-    Redirect,
-    #[error("standby: no primary known")]
-    NoMaster,
-    #[error("cluster not ready")]
-    NotReady,
-    #[error("standby: operation needs the primary")]
-    Standby,
-    #[error("job id already exists")]
-    DupJob,
-    #[error("protocol error: malformed, oversized or unexpected message")]
-    Proto,
-    #[error("not authorised: authentication failed or no joined session")]
-    Auth,
-    /// `E_XCE_TLS`, with what went wrong; its text names the cause (last error, log lines).
-    #[error("{0}")]
-    Tls(TlsCause),
-    #[error("internal library error")]
-    Internal,
-    #[error("context is stopped")]
-    Closed,
-    /// F23: getaddrinfo failed for a master's or a hint's name (its own cause is in
-    /// `transport::resolve::LookupFailure`). A lookup that runs out of time is `ETIMEDOUT`.
-    #[error("name lookup failed")]
-    Lookup,
-    #[error("reply too large")]
-    TooBig,
-    #[error("outcome unknown: placed in the log, not confirmed")]
-    Unknown,
-    #[error("notification outbox full")]
-    OutboxFull,
-    /// F27: the context's "stop requested" state is set.
-    #[error("stop requested")]
-    StopRequested,
-    /// C24: the cluster's storage quota is reached; new work is refused.
-    #[error("no space: the controller's storage quota is reached (new work refused)")]
-    NoSpace,
-    /// C19: the CORRUPT alarm is raised; writes are refused until the repair.
-    #[error("the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired")]
-    Corrupt,
-    #[error("{}", errno_text(*.0))]
-    Errno(i32),
-}
-
 impl Error {
-    /// The positive code: an errno value or an `E_XCE_*` value.
-    pub fn code(self) -> i32 {
-        match self {
-            Error::Redirect => E_XCE_REDIRECT,
-            Error::NoMaster => E_XCE_NOMASTER,
-            Error::NotReady => E_XCE_NOT_READY,
-            Error::Standby => E_XCE_STANDBY,
-            Error::DupJob => E_XCE_DUP_JOB,
-            Error::Proto => E_XCE_PROTO,
-            Error::Auth => E_XCE_AUTH,
-            // A handshake that outlived the connect timeout is a timeout like any other (F8: a
-            // hung controller is a transport failure); only its text says it was TLS.
-            Error::Tls(TlsCause::HandshakeTimeout) => libc::ETIMEDOUT,
-            Error::Tls(_) => E_XCE_TLS,
-            Error::Internal => E_XCE_INTERNAL,
-            Error::Closed => E_XCE_CLOSED,
-            Error::Lookup => E_XCE_LOOKUP,
-            Error::TooBig => E_XCE_TOOBIG,
-            Error::Unknown => E_XCE_UNKNOWN,
-            Error::OutboxFull => E_XCE_OUTBOX_FULL,
-            Error::StopRequested => E_XCE_STOP_REQUESTED,
-            Error::NoSpace => E_XCE_NOSPACE,
-            Error::Corrupt => E_XCE_CORRUPT,
-            Error::Errno(e) => e,
-        }
-    }
-
     /// F13, F20: whether this error ends a call because its caller asked — woken (`EINTR`),
     /// cancelled through its call handle (`ECANCELED`), its context stopped (`E_XCE_CLOSED`) —
     /// rather than describing a peer. Such an error is never retried, never blamed on a master.
@@ -317,32 +260,6 @@ impl Error {
     /// The negative status as sent on the wire and returned through the C API.
     pub fn status(self) -> i32 {
         -self.code()
-    }
-
-    /// The error a code stands for, taking either sign. `0` (success) has none.
-    pub fn from_code(code: i32) -> Option<Error> {
-        let c = code.checked_abs().unwrap_or(i32::MAX);
-        Some(match c {
-            0 => return None,
-            E_XCE_REDIRECT => Error::Redirect,
-            E_XCE_NOMASTER => Error::NoMaster,
-            E_XCE_NOT_READY => Error::NotReady,
-            E_XCE_STANDBY => Error::Standby,
-            E_XCE_DUP_JOB => Error::DupJob,
-            E_XCE_PROTO => Error::Proto,
-            E_XCE_AUTH => Error::Auth,
-            E_XCE_TLS => Error::Tls(TlsCause::Unspecified),
-            E_XCE_INTERNAL => Error::Internal,
-            E_XCE_CLOSED => Error::Closed,
-            E_XCE_LOOKUP => Error::Lookup,
-            E_XCE_TOOBIG => Error::TooBig,
-            E_XCE_UNKNOWN => Error::Unknown,
-            E_XCE_OUTBOX_FULL => Error::OutboxFull,
-            E_XCE_STOP_REQUESTED => Error::StopRequested,
-            E_XCE_NOSPACE => Error::NoSpace,
-            E_XCE_CORRUPT => Error::Corrupt,
-            e => Error::Errno(e),
-        })
     }
 
     /// A status from the wire: `>= 0` is success, `< 0` an error.
@@ -382,32 +299,25 @@ impl From<std::io::Error> for Error {
     }
 }
 
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match *self {
+            Error::Tls(cause) => cause.text(),
+            Error::Errno(e) => errno_text(e),
+            e => strerror(e.code()),
+        })
+    }
+}
+
+impl std::error::Error for Error {}
+
 /// Text of any status or code, either sign, as a static string: `E_XCE_*` texts for ours,
 /// the C library's text for errno values (`E_XCE_NOT_READY` → "cluster not ready").
 pub fn strerror(code: i32) -> &'static str {
     let c = code.checked_abs().unwrap_or(i32::MAX);
     match c {
         0 => "success",
-        E_XCE_REDIRECT => "standby: primary is elsewhere",
-        E_XCE_NOMASTER => "standby: no primary known",
-        E_XCE_NOT_READY => "cluster not ready",
-        E_XCE_STANDBY => "standby: operation needs the primary",
-        E_XCE_DUP_JOB => "job id already exists",
-        E_XCE_PROTO => "protocol error: malformed, oversized or unexpected message",
-        E_XCE_AUTH => "not authorised: authentication failed or no joined session",
-        E_XCE_TLS => "TLS handshake or certificate verification failed",
-        E_XCE_INTERNAL => "internal library error",
-        E_XCE_CLOSED => "context is stopped",
-        E_XCE_LOOKUP => "name lookup failed",
-        E_XCE_TOOBIG => "reply too large",
-        E_XCE_UNKNOWN => "outcome unknown: placed in the log, not confirmed",
-        E_XCE_OUTBOX_FULL => "notification outbox full",
-        E_XCE_STOP_REQUESTED => "stop requested",
-        E_XCE_NOSPACE => "no space: the controller's storage quota is reached (new work refused)",
-        E_XCE_CORRUPT => {
-            "the cluster's replicas disagree (CORRUPT alarm): writes refused until repaired"
-        }
-        e => errno_text(e),
+        c => xce_text(c).unwrap_or_else(|| errno_text(c)),
     }
 }
 

@@ -121,9 +121,7 @@ impl Config {
     pub fn new(masters: Vec<Endpoint>) -> Config {
         Config {
             masters,
-            tls: None,
-            client_name: String::new(),
-            auth_token: None,
+            ..Config::default()
         }
     }
 
@@ -702,10 +700,7 @@ impl Client {
     /// applied reports `maybe_applied = 1`); a stop, a close or a cancellation keeps its own
     /// error.
     fn woken_instead(&self, e: Error, woken: Error) -> Error {
-        if matches!(
-            e,
-            Error::Closed | Error::StopRequested | Error::Errno(libc::EINTR | libc::ECANCELED)
-        ) {
+        if e.stops_the_call() {
             return e;
         }
         if let Some(mut r) = self.ctx.observer.last_error() {

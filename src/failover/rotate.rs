@@ -75,6 +75,23 @@ pub enum HintRefusal {
 /// Resolves a host and port to addresses (the system resolver, or a table in tests).
 pub type Resolve<'a> = &'a dyn Fn(&str, u16) -> Vec<SocketAddr>;
 
+/// The endpoint of `list` that `host:port` names: same name (any case) and port, else the
+/// first that shares a resolved address with it (none when `host` does not resolve).
+fn position_of(list: &[Endpoint], host: &str, port: u16, resolve: Resolve<'_>) -> Option<usize> {
+    if let Some(i) = list
+        .iter()
+        .position(|m| m.port == port && m.host.eq_ignore_ascii_case(host))
+    {
+        return Some(i);
+    }
+    let wanted = resolve(host, port);
+    if wanted.is_empty() {
+        return None;
+    }
+    list.iter()
+        .position(|m| resolve(&m.host, m.port).iter().any(|a| wanted.contains(a)))
+}
+
 /// Most masters a context learns from its primaries on top of the configured ones (F29).
 ///
 /// Why a bound at all: a learned master joins every rotation, every connect race and every
@@ -149,19 +166,7 @@ impl Rotator {
     /// Whether a member list reported by a master names `host:port` (same name and port, or a
     /// shared resolved address).
     fn is_vouched(&self, host: &str, port: u16, resolve: Resolve<'_>) -> bool {
-        if self
-            .vouched
-            .iter()
-            .any(|m| m.port == port && m.host.eq_ignore_ascii_case(host))
-        {
-            return true;
-        }
-        let wanted = resolve(host, port);
-        !wanted.is_empty()
-            && self
-                .vouched
-                .iter()
-                .any(|m| resolve(&m.host, m.port).iter().any(|a| wanted.contains(a)))
+        position_of(&self.vouched, host, port, resolve).is_some()
     }
 
     /// Every master in rotation: the configured ones, then the learned ones (F29).
@@ -225,20 +230,7 @@ impl Rotator {
 
     /// The configured master a host names: same name and port, else a shared resolved address.
     pub fn find_master(&self, host: &str, port: u16, resolve: Resolve<'_>) -> Option<usize> {
-        if let Some(i) = self
-            .masters
-            .iter()
-            .position(|m| m.port == port && m.host.eq_ignore_ascii_case(host))
-        {
-            return Some(i);
-        }
-        let wanted = resolve(host, port);
-        if wanted.is_empty() {
-            return None;
-        }
-        self.masters
-            .iter()
-            .position(|m| resolve(&m.host, m.port).iter().any(|a| wanted.contains(a)))
+        position_of(&self.masters, host, port, resolve)
     }
 
     /// Offers the redirect hint of the last reply (F5). `tried` holds one bit per configured

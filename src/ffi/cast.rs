@@ -1,5 +1,5 @@
 //! Handles ↔ Rust values, and the small conversions every export needs (C strings, slices,
-//! fixed-size fields, a callback's opaque `arg` as [`UserData`]).
+//! fixed-size fields, `XCE_*` integers ↔ enums, a callback's opaque `arg` as [`UserData`]).
 //!
 //! F20 (amended): a handle C holds (`xcecli_ctx_t`, `xcecli_call_t`) is never a pointer to
 //! memory: it is the value of a generation-checked slot of the process's handle table
@@ -15,6 +15,35 @@ use std::os::raw::{c_char, c_int, c_void};
 use crate::client::Client;
 use crate::process::handles::{HandleTable, Kind, Refused};
 use crate::process::ForkLock;
+
+/// Mappings between `XCE_*` integers and Rust enums, one row per enum. `in f -> T`: a checked
+/// conversion from C (`None` → the export returns -EINVAL); `out g <- T`: the value handed to
+/// C (exhaustive: a new variant needs its constant); `both f, g: T`: the two.
+macro_rules! c_enums {
+    () => {};
+    (in $f:ident -> $t:path { $($c:ident => $v:ident),* } $($rest:tt)*) => {
+        pub(crate) fn $f(v: i32) -> Option<$t> {
+            type E = $t;
+            Some(match v { $($c => E::$v,)* _ => return None })
+        }
+        $crate::ffi::cast::c_enums!($($rest)*);
+    };
+    (out $g:ident <- $t:path { $($v:ident => $c:ident),* } $($rest:tt)*) => {
+        pub(crate) fn $g(v: $t) -> i32 {
+            type E = $t;
+            match v { $(E::$v => $c,)* }
+        }
+        $crate::ffi::cast::c_enums!($($rest)*);
+    };
+    (both $f:ident, $g:ident: $t:path { $($c:ident => $v:ident),* } $($rest:tt)*) => {
+        $crate::ffi::cast::c_enums! {
+            in $f -> $t { $($c => $v),* }
+            out $g <- $t { $($v => $c),* }
+            $($rest)*
+        }
+    };
+}
+pub(crate) use c_enums;
 
 /// A C callback's opaque argument (the reconnect hook's, the event handler's, the log sink's).
 #[derive(Clone, Copy)]
@@ -182,47 +211,46 @@ pub(crate) fn set_fixed_str(buf: &mut [c_char], s: &str) -> bool {
     true
 }
 
-/// Returns `-EINVAL` from the enclosing export when a pointer argument is NULL.
-macro_rules! try_ref {
-    ($ptr:expr) => {
-        // SAFETY: a non-NULL pointer C passed in is valid for the call (documented contract).
-        match unsafe { $ptr.as_ref() } {
-            Some(r) => r,
+/// Returns `-EINVAL` from the enclosing export when `$opt` is `None` (a NULL pointer, a
+/// string that is not UTF-8, an unknown `XCE_*` integer…); else its value.
+macro_rules! try_arg {
+    ($opt:expr) => {
+        match $opt {
+            Some(v) => v,
             None => return -::libc::EINVAL,
         }
+    };
+}
+
+/// Returns `-EINVAL` from the enclosing export when a pointer argument is NULL.
+macro_rules! try_ref {
+    // SAFETY: a non-NULL pointer C passed in is valid for the call (documented contract).
+    ($ptr:expr) => {
+        $crate::ffi::cast::try_arg!(unsafe { $ptr.as_ref() })
     };
 }
 
 /// Like `try_ref!` for an out-parameter: `&mut` to the place the result goes.
 macro_rules! try_mut {
+    // SAFETY: a non-NULL out-pointer C passed in is writable for the call.
     ($ptr:expr) => {
-        // SAFETY: a non-NULL out-pointer C passed in is writable for the call.
-        match unsafe { $ptr.as_mut() } {
-            Some(r) => r,
-            None => return -::libc::EINVAL,
-        }
+        $crate::ffi::cast::try_arg!(unsafe { $ptr.as_mut() })
     };
 }
 
 /// Returns `-EINVAL` when a C string is NULL or not UTF-8; else the borrowed `&str`.
 macro_rules! try_str {
+    // SAFETY: a non-NULL string C passed in is NUL-terminated (documented contract).
     ($ptr:expr) => {
-        // SAFETY: a non-NULL string C passed in is NUL-terminated (documented contract).
-        match unsafe { $crate::ffi::cast::str_from_c($ptr) } {
-            Some(s) => s,
-            None => return -::libc::EINVAL,
-        }
+        $crate::ffi::cast::try_arg!(unsafe { $crate::ffi::cast::str_from_c($ptr) })
     };
 }
 
 /// Returns `-EINVAL` for a bad (pointer, count) pair; `(NULL, 0)` is empty.
 macro_rules! try_slice {
+    // SAFETY: a non-NULL array C passed in holds `len` elements (documented contract).
     ($ptr:expr, $len:expr) => {
-        // SAFETY: a non-NULL array C passed in holds `len` elements (documented contract).
-        match unsafe { $crate::ffi::cast::slice_from_c($ptr, $len) } {
-            Some(s) => s,
-            None => return -::libc::EINVAL,
-        }
+        $crate::ffi::cast::try_arg!(unsafe { $crate::ffi::cast::slice_from_c($ptr, $len) })
     };
 }
 
@@ -239,7 +267,7 @@ macro_rules! try_ctx {
     };
 }
 
-pub(crate) use {try_ctx, try_mut, try_ref, try_slice, try_str};
+pub(crate) use {try_arg, try_ctx, try_mut, try_ref, try_slice, try_str};
 
 #[cfg(test)]
 mod tests {

@@ -390,6 +390,11 @@ pub(crate) fn option_from_c(opt: c_int, value: i64) -> Option<client::ClientOpti
             .contains(&value)
             .then_some(value as u32)
     };
+    let on = match value {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    };
     Some(match opt {
         XCE_OPT_CONNECT_TIMEOUT_MS => O::ConnectTimeoutMs(ms(1)?),
         XCE_OPT_REPLY_TIMEOUT_MS => O::ReplyTimeoutMs(ms(1)?),
@@ -399,26 +404,10 @@ pub(crate) fn option_from_c(opt: c_int, value: i64) -> Option<client::ClientOpti
             XCE_REDIRECT_ANY => O::RedirectAnyHost(true),
             _ => return None,
         },
-        XCE_OPT_WAIT_PRIMARY => match value {
-            0 => O::WaitPrimary(false),
-            1 => O::WaitPrimary(true),
-            _ => return None,
-        },
-        XCE_OPT_SUSPICION => match value {
-            0 => O::Suspicion(false),
-            1 => O::Suspicion(true),
-            _ => return None,
-        },
-        XCE_OPT_LEARN_MASTERS => match value {
-            0 => O::LearnMasters(false),
-            1 => O::LearnMasters(true),
-            _ => return None,
-        },
-        XCE_OPT_FORWARD => match value {
-            0 => O::Forward(false),
-            1 => O::Forward(true),
-            _ => return None,
-        },
+        XCE_OPT_WAIT_PRIMARY => O::WaitPrimary(on?),
+        XCE_OPT_SUSPICION => O::Suspicion(on?),
+        XCE_OPT_LEARN_MASTERS => O::LearnMasters(on?),
+        XCE_OPT_FORWARD => O::Forward(on?),
         _ => return None,
     })
 }

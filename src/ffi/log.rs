@@ -20,27 +20,9 @@ pub const XCE_LOG_INFO: c_int = 3;
 /// Log level: debug.
 pub const XCE_LOG_DEBUG: c_int = 4;
 
-fn level_from_c(v: c_int) -> Option<sink::Level> {
-    use sink::Level::*;
-    Some(match v {
-        XCE_LOG_OFF => Off,
-        XCE_LOG_ERROR => Error,
-        XCE_LOG_WARN => Warn,
-        XCE_LOG_INFO => Info,
-        XCE_LOG_DEBUG => Debug,
-        _ => return None,
-    })
-}
-
-fn level_to_c(l: sink::Level) -> c_int {
-    use sink::Level::*;
-    match l {
-        Off => XCE_LOG_OFF,
-        Error => XCE_LOG_ERROR,
-        Warn => XCE_LOG_WARN,
-        Info => XCE_LOG_INFO,
-        Debug => XCE_LOG_DEBUG,
-    }
+super::cast::c_enums! {
+    both level_from_c, level_to_c: sink::Level { XCE_LOG_OFF => Off, XCE_LOG_ERROR => Error,
+        XCE_LOG_WARN => Warn, XCE_LOG_INFO => Info, XCE_LOG_DEBUG => Debug }
 }
 
 /// Receives one log line: `level` is `XCE_LOG_*`, `msg` a NUL-terminated line without a

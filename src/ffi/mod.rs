@@ -98,26 +98,17 @@ pub const E_XCE_NOSPACE: c_int = 2016;
 /// The same on every controller: never retried.
 pub const E_XCE_CORRUPT: c_int = 2017;
 
-const _: () = {
-    use crate::error as e;
-    assert!(E_XCE_REDIRECT == e::E_XCE_REDIRECT);
-    assert!(E_XCE_NOMASTER == e::E_XCE_NOMASTER);
-    assert!(E_XCE_NOT_READY == e::E_XCE_NOT_READY);
-    assert!(E_XCE_STANDBY == e::E_XCE_STANDBY);
-    assert!(E_XCE_DUP_JOB == e::E_XCE_DUP_JOB);
-    assert!(E_XCE_PROTO == e::E_XCE_PROTO);
-    assert!(E_XCE_AUTH == e::E_XCE_AUTH);
-    assert!(E_XCE_TLS == e::E_XCE_TLS);
-    assert!(E_XCE_INTERNAL == e::E_XCE_INTERNAL);
-    assert!(E_XCE_CLOSED == e::E_XCE_CLOSED);
-    assert!(E_XCE_LOOKUP == e::E_XCE_LOOKUP);
-    assert!(E_XCE_TOOBIG == e::E_XCE_TOOBIG);
-    assert!(E_XCE_UNKNOWN == e::E_XCE_UNKNOWN);
-    assert!(E_XCE_OUTBOX_FULL == e::E_XCE_OUTBOX_FULL);
-    assert!(E_XCE_STOP_REQUESTED == e::E_XCE_STOP_REQUESTED);
-    assert!(E_XCE_NOSPACE == e::E_XCE_NOSPACE);
-    assert!(E_XCE_CORRUPT == e::E_XCE_CORRUPT);
-};
+/// Asserts at compile time that each name has here the value it has in `crate::error`.
+macro_rules! same_as_error {
+    ($($n:ident)*) => {
+        const _: () = { $(assert!($n == crate::error::$n);)* };
+    };
+}
+same_as_error! {
+    E_XCE_REDIRECT E_XCE_NOMASTER E_XCE_NOT_READY E_XCE_STANDBY E_XCE_DUP_JOB E_XCE_PROTO
+    E_XCE_AUTH E_XCE_TLS E_XCE_INTERNAL E_XCE_CLOSED E_XCE_LOOKUP E_XCE_TOOBIG E_XCE_UNKNOWN
+    E_XCE_OUTBOX_FULL E_XCE_STOP_REQUESTED E_XCE_NOSPACE E_XCE_CORRUPT
+}
 
 /// The context: one connection to the cluster with its failover state. Opaque to C, and
 /// never memory: see `xcecli_ctx_t`.

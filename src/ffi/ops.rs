@@ -13,7 +13,7 @@
 
 use std::os::raw::{c_char, c_int};
 
-use super::cast::{try_ctx, try_mut, try_ref, try_slice, try_str};
+use super::cast::{try_arg, try_ctx, try_mut, try_ref, try_slice, try_str};
 use super::panic::ffi_panic_boundary;
 use super::types::*;
 use super::xcecli_ctx_t;
@@ -25,16 +25,6 @@ fn done(r: Result<(), crate::Error>) -> c_int {
         Ok(()) => 0,
         Err(e) => e.status(),
     }
-}
-
-/// Returns -EINVAL from the export when a checked conversion failed.
-macro_rules! try_arg {
-    ($opt:expr) => {
-        match $opt {
-            Some(v) => v,
-            None => return -::libc::EINVAL,
-        }
-    };
 }
 
 /// Returns the negative status from the export when the op failed.
@@ -288,10 +278,8 @@ pub extern "C" fn xcecli_jobsubmit(
 ) -> c_int {
     ffi_panic_boundary! { "xcecli_jobsubmit",
         let c = try_ctx!(ctx);
-        let mut spec = try_arg!(spec_from_c(try_ref!(spec)));
-        if spec.job_id == 0 {
-            spec.job_id = super::client::new_job_id();
-        }
+        let spec = try_arg!(spec_from_c(try_ref!(spec)));
+        // A jobid of 0 gets a generated one in Client::jobsubmit.
         let id = try_op!(c.jobsubmit(spec));
         // SAFETY: jobid_out is NULL or writable (documented).
         if let Some(out) = unsafe { jobid_out.as_mut() } {

@@ -14,6 +14,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
+use super::cast::c_enums;
 use super::panic::ffi_panic_boundary;
 use crate::wire::msg;
 
@@ -90,90 +91,29 @@ pub const XCE_NOTIFY_JOBSTOP: i32 = 3;
 /// `xcecli_notify` kind: job checkpointed.
 pub const XCE_NOTIFY_JOBCHKPT: i32 = 4;
 
-// Checked conversions from C integers. `None` → the export returns -EINVAL.
-
-pub(crate) fn session_role(v: i32) -> Option<msg::SessionRole> {
-    use msg::SessionRole::*;
-    Some(match v {
-        XCE_ROLE_WORKER => Worker,
-        XCE_ROLE_SCHEDULER => Scheduler,
-        XCE_ROLE_APISERVER => ApiServer,
-        XCE_ROLE_CLIENT => Client,
-        _ => return None,
-    })
-}
-
-pub(crate) fn job_action(v: i32) -> Option<msg::JobAction> {
-    use msg::JobAction::*;
-    Some(match v {
-        XCE_JOBCTRL_KILL => Kill,
-        XCE_JOBCTRL_SUSPEND => Suspend,
-        XCE_JOBCTRL_RESUME => Resume,
-        XCE_JOBCTRL_REQUEUE => Requeue,
-        _ => return None,
-    })
-}
-
-pub(crate) fn queue_action(v: i32) -> Option<msg::QueueAction> {
-    use msg::QueueAction::*;
-    Some(match v {
-        XCE_QUEUE_OPEN => Open,
-        XCE_QUEUE_CLOSE => Close,
-        XCE_QUEUE_ACTIVATE => Activate,
-        XCE_QUEUE_INACTIVATE => Inactivate,
-        _ => return None,
-    })
-}
-
-pub(crate) fn host_action(v: i32) -> Option<msg::HostAction> {
-    match v {
-        XCE_HOSTCTRL_OPEN => Some(msg::HostAction::Open),
-        XCE_HOSTCTRL_CLOSE => Some(msg::HostAction::Close),
-        _ => None,
-    }
-}
-
-pub(crate) fn notify_kind(v: i32) -> Option<msg::NotifyKind> {
-    use msg::NotifyKind::*;
-    Some(match v {
-        XCE_NOTIFY_JOBSTART => JobStart,
-        XCE_NOTIFY_JOBFINISH => JobFinish,
-        XCE_NOTIFY_JOBFAIL => JobFail,
-        XCE_NOTIFY_JOBSTOP => JobStop,
-        XCE_NOTIFY_JOBCHKPT => JobChkpt,
-        _ => return None,
-    })
+c_enums! {
+    in session_role -> msg::SessionRole { XCE_ROLE_WORKER => Worker,
+        XCE_ROLE_SCHEDULER => Scheduler, XCE_ROLE_APISERVER => ApiServer,
+        XCE_ROLE_CLIENT => Client }
+    in job_action -> msg::JobAction { XCE_JOBCTRL_KILL => Kill, XCE_JOBCTRL_SUSPEND => Suspend,
+        XCE_JOBCTRL_RESUME => Resume, XCE_JOBCTRL_REQUEUE => Requeue }
+    in queue_action -> msg::QueueAction { XCE_QUEUE_OPEN => Open, XCE_QUEUE_CLOSE => Close,
+        XCE_QUEUE_ACTIVATE => Activate, XCE_QUEUE_INACTIVATE => Inactivate }
+    in host_action -> msg::HostAction { XCE_HOSTCTRL_OPEN => Open, XCE_HOSTCTRL_CLOSE => Close }
+    in notify_kind -> msg::NotifyKind { XCE_NOTIFY_JOBSTART => JobStart,
+        XCE_NOTIFY_JOBFINISH => JobFinish, XCE_NOTIFY_JOBFAIL => JobFail,
+        XCE_NOTIFY_JOBSTOP => JobStop, XCE_NOTIFY_JOBCHKPT => JobChkpt }
+    out job_state <- msg::JobState { Pend => XCE_JOB_PEND, Run => XCE_JOB_RUN,
+        Susp => XCE_JOB_SUSP, Done => XCE_JOB_DONE, Exit => XCE_JOB_EXIT }
+    out host_state <- msg::HostState { Ok => XCE_HOST_OK, Closed => XCE_HOST_CLOSED,
+        Unavail => XCE_HOST_UNAVAIL }
+    out ctrl_role <- msg::ControllerRole { Primary => XCE_CTRL_PRIMARY,
+        Standby => XCE_CTRL_STANDBY, Candidate => XCE_CTRL_CANDIDATE,
+        Initializing => XCE_CTRL_INITIALIZING }
 }
 
 /// All job states; a filter mask with other bits set is `-EINVAL`.
 pub(crate) const JOB_STATE_MASK_ALL: u32 = (1 << (XCE_JOB_EXIT + 1)) - 1;
-
-fn job_state(s: msg::JobState) -> i32 {
-    match s {
-        msg::JobState::Pend => XCE_JOB_PEND,
-        msg::JobState::Run => XCE_JOB_RUN,
-        msg::JobState::Susp => XCE_JOB_SUSP,
-        msg::JobState::Done => XCE_JOB_DONE,
-        msg::JobState::Exit => XCE_JOB_EXIT,
-    }
-}
-
-fn host_state(s: msg::HostState) -> i32 {
-    match s {
-        msg::HostState::Ok => XCE_HOST_OK,
-        msg::HostState::Closed => XCE_HOST_CLOSED,
-        msg::HostState::Unavail => XCE_HOST_UNAVAIL,
-    }
-}
-
-fn ctrl_role(r: msg::ControllerRole) -> i32 {
-    match r {
-        msg::ControllerRole::Primary => XCE_CTRL_PRIMARY,
-        msg::ControllerRole::Standby => XCE_CTRL_STANDBY,
-        msg::ControllerRole::Candidate => XCE_CTRL_CANDIDATE,
-        msg::ControllerRole::Initializing => XCE_CTRL_INITIALIZING,
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Memory handed to C (F22): one block per returned object.

@@ -306,13 +306,8 @@ impl Reply {
     /// A successful reply with data.
     pub fn ok(seq: u64, data: ReplyData) -> Reply {
         Reply {
-            seq,
-            status: 0,
-            redirect_host: String::new(),
-            redirect_port: 0,
             data,
-            members_version: 0,
-            detail: String::new(),
+            ..Reply::status(seq, 0)
         }
     }
 

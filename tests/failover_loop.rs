@@ -491,14 +491,29 @@ fn fifty_threads_share_one_client_across_a_failover() {
 
 #[test]
 fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
-    let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
+    // Served once, so the next call's failure starts a failover (F17): its event comes on the
+    // call's thread after the reply was read and before the backoff wait, the call's next
+    // wait (wait_primary off), which a wake from then on ends (F13).
+    let mut script = vec![Step::Ok];
+    script.extend(vec![Step::Status(-E_XCE_NOT_READY); 10]);
+    let a = FakeController::start(script);
     let retry = retry(5, 5000, 5000, 2.0);
     let c = Arc::new(client(&eps(&[&a]), fast_options(), retry));
     assert!(!c.try_wakeup(), "no call in progress");
+    c.hello().unwrap();
+    let (failing, failed) = std::sync::mpsc::channel();
+    let failing = Mutex::new(failing);
+    c.set_event_handler(Some(Arc::new(move |e: &Event| {
+        if matches!(e, Event::FailoverStarted { .. }) {
+            let _ = failing.lock().send(());
+        }
+    })));
     let waker = {
         let c = c.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
+            failed
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the call failed and goes to its backoff wait");
             assert!(c.try_wakeup(), "a call is in progress");
             Instant::now()
         })
@@ -509,6 +524,8 @@ fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
     let latency = returned.saturating_duration_since(woke);
     println!("wakeup → EINTR latency: {latency:?}");
     assert_eq!(r, Err(Error::Errno(libc::EINTR)));
+    // The backoff (2.5-5 s) was cut short: no second attempt.
+    assert_eq!(a.ops(), vec!["hello", "hello"]);
     assert!(latency < Duration::from_millis(100), "{latency:?}");
 }
 
@@ -521,14 +538,17 @@ fn wakeup_ends_a_reply_wait_and_the_client_recovers() {
     };
     let c = Arc::new(client(&eps(&[&a]), opts, fast_retry(5)));
     let c2 = c.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        c2.wakeup();
-    });
+    let t = std::thread::spawn(move || c2.hello().map(drop));
+    // The request arrived: the call is in progress, in its reply wait (a wake with no call in
+    // progress is not kept, F27).
+    assert!(
+        a.wait_requests(1, Duration::from_secs(5)),
+        "the call is in its reply wait"
+    );
     let t0 = Instant::now();
-    assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
-    assert!(t0.elapsed() < Duration::from_secs(2));
-    t.join().unwrap();
+    assert!(c.wakeup(), "a call is in progress");
+    assert_eq!(t.join().unwrap(), Err(Error::Errno(libc::EINTR)));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     c.hello().unwrap();
 }
 

@@ -708,8 +708,7 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
     c.heartbeat("w1").unwrap();
     assert!(a.wait_requests(1, Duration::from_secs(2)));
-    drop(a);
-    std::thread::sleep(Duration::from_millis(20));
+    a.shut_down();
     c.notify(finish(3)).unwrap();
     // One `hello` first: is b the primary? (F12: a standby would only refuse the notify.)
     // The notify waits for b's acknowledgement in the outbox (F12 amended): reply-bearing,
@@ -730,8 +729,7 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
         "nop is still sent once and forgotten"
     );
     // Nobody anywhere: the send result is the error, at once.
-    drop(b);
-    std::thread::sleep(Duration::from_millis(20));
+    b.shut_down();
     let t = Instant::now();
     assert!(c.nop().is_err());
     assert!(t.elapsed() < Duration::from_millis(500));
@@ -752,8 +750,7 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
     );
     let joins = counted_hook(&c, |cl| rejoin(cl, SessionRole::Worker));
     c.heartbeat("w").unwrap();
-    drop(old);
-    std::thread::sleep(Duration::from_millis(20));
+    old.shut_down();
     c.notify(finish(3)).unwrap();
     c.flush(Duration::from_secs(2)).unwrap();
     // The heartbeat the old primary may not have acknowledged is sent again (F12 amended).

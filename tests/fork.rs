@@ -73,10 +73,9 @@ fn fork_while_held(hold: Hold, child: impl FnOnce() -> bool) -> Option<i32> {
         hold(Box::new(move || {
             held_tx.send(()).unwrap();
             let end = Instant::now() + CHILD_LIMIT;
-            while !(forking2.load(SeqCst) && in_futex_wait(forker))
-                && !forked2.load(SeqCst)
-                && Instant::now() < end
-            {
+            // The forking thread waits for this lock in the fork handler.
+            let forker_waits = || forking2.load(SeqCst) && in_futex_wait(forker);
+            while !forker_waits() && !forked2.load(SeqCst) && Instant::now() < end {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }))
@@ -119,14 +118,11 @@ fn pipe() -> (std::fs::File, std::fs::File) {
 }
 
 fn resolver_lock_held_at_fork() {
-    let r = fork_while_held(
-        |f| hold_system_lock_while(f),
-        || {
-            let ws = WakeState::new();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            resolve("localhost", 7, deadline, &ws.waker_now()).is_ok()
-        },
-    );
+    let r = fork_while_held(hold_system_lock_while::<Box<dyn FnOnce()>>, || {
+        let ws = WakeState::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        resolve("localhost", 7, deadline, &ws.waker_now()).is_ok()
+    });
     passed(
         r,
         "the child's first lookup did not return within its deadline (None: hung)",
@@ -135,17 +131,14 @@ fn resolver_lock_held_at_fork() {
 
 fn pool_and_handle_table_held_at_fork() {
     // The wake-pipe pool's lock: the child's first wait borrows from the pool.
-    let r = fork_while_held(
-        |f| xce::testing::hold_lock_while(f),
-        || {
-            let ws = WakeState::new();
-            ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
-        },
-    );
+    let r = fork_while_held(xce::testing::hold_lock_while::<Box<dyn FnOnce()>>, || {
+        let ws = WakeState::new();
+        ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
+    });
     passed(r, "the child's first wait (None: hung on the pool's lock)");
     // The handle table's lock: every export looks its handle up there.
     let r = fork_while_held(
-        |f| xce::testing::hold_handle_table_while(f),
+        xce::testing::hold_handle_table_while::<Box<dyn FnOnce()>>,
         || {
             let mut stats = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
             let bogus = 1usize as xce::ffi::xcecli_ctx_t;

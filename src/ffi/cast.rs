@@ -39,7 +39,7 @@ static HANDLES: ForkLock<HandleTable<Client>> = ForkLock::new(HandleTable::new()
 /// Runs `f` on the calling thread while it holds the handle table's lock (tests: a fork while
 /// another thread holds it, F26; `f` says when it has it and decides when to let go).
 #[doc(hidden)]
-pub fn hold_handle_table_while(f: impl FnOnce()) {
+pub fn hold_handle_table_while<F: FnOnce()>(f: F) {
     let _table = HANDLES.lock();
     f();
 }

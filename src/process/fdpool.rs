@@ -78,7 +78,7 @@ pub fn give_back(p: WakePipe) {
 /// Runs `f` on the calling thread while it holds the pool's lock (tests: a fork while another
 /// thread holds it, F26; `f` says when it has it and decides when to let go).
 #[doc(hidden)]
-pub fn hold_lock_while(f: impl FnOnce()) {
+pub fn hold_lock_while<F: FnOnce()>(f: F) {
     let _pool = POOL.lock();
     f();
 }

@@ -589,7 +589,7 @@ pub fn system() -> &'static Arc<Resolver> {
 /// Runs `f` on the calling thread while it holds the process's resolver lock (tests: a fork
 /// while another thread holds it, F26; `f` says when it has it and decides when to let go).
 #[doc(hidden)]
-pub fn hold_system_lock_while(f: impl FnOnce()) {
+pub fn hold_system_lock_while<F: FnOnce()>(f: F) {
     let _st = system().lock();
     f();
 }

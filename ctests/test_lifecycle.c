@@ -6,12 +6,14 @@
  * No controller needed: silent listeners accept connections and never answer.
  * Usage: test_lifecycle NAME | all */
 #define _XOPEN_SOURCE 700
+#define _DEFAULT_SOURCE /* syscall(2), SYS_gettid */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -52,6 +54,48 @@ static int rig_start(struct rig *r, long reply_ms) {
     return 0;
 }
 
+/* The system call thread `tid` of this process is blocked in (the first field of
+ * /proc/self/task/TID/syscall), -1 when it runs or cannot be read. */
+static long blocked_in(int tid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    long nr = -1;
+    if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+    fclose(f);
+    return nr;
+}
+
+/* Bytes that reached the silent server on `port` and lie unread in its accepted socket
+ * (rx_queue in /proc/net/tcp): a request arrived there. */
+static long unread_at(uint16_t port) {
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL) return 0;
+    char line[512];
+    long total = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned lport, rport, st;
+        unsigned long tx, rx;
+        if (sscanf(line, " %*d: %*x:%x %*x:%x %x %lx:%lx", &lport, &rport, &st, &tx, &rx) == 5 &&
+            lport == port && st == 1)
+            total += (long)rx;
+    }
+    fclose(f);
+    return total;
+}
+
+/* Waits (at most 30 s) until a request reached one of the rig's masters: the call that owns
+ * the context is in its reply wait. */
+static int wait_request_arrived(const struct rig *r) {
+    double deadline = now_s() + 30;
+    while (unread_at(r->a.port) + unread_at(r->b.port) == 0) {
+        if (now_s() > deadline) return -1;
+        sleep_ms(1);
+    }
+    return 0;
+}
+
 static void rig_stop_servers(struct rig *r) {
     silent_server_stop(&r->a);
     silent_server_stop(&r->b);
@@ -62,6 +106,7 @@ static void rig_stop_servers(struct rig *r) {
 struct caller {
     pthread_t thread;
     xcecli_ctx_t ctx;
+    atomic_int tid;
     atomic_int started;
     int rc;
     double ended;
@@ -70,6 +115,7 @@ struct caller {
 static void *caller_main(void *p) {
     struct caller *c = (struct caller *)p;
     xce_controller_info_t *info = NULL;
+    atomic_store(&c->tid, (int)syscall(SYS_gettid));
     atomic_store(&c->started, 1);
     c->rc = xcecli_hello(c->ctx, &info);
     c->ended = now_s();
@@ -77,15 +123,34 @@ static void *caller_main(void *p) {
     return NULL;
 }
 
-static void callers_start(struct caller *cs, int n, xcecli_ctx_t ctx) {
+/* Waits (at most 30 s) until `want` of the n started callers are parked in a futex wait —
+ * queued at the context's gate (F11), the only wait of a call before it owns the context —,
+ * seen three times in a row 10 ms apart (a lock taken on the way in is held for microseconds). */
+static int wait_parked(struct caller **cs, int n, int want) {
+    double deadline = now_s() + 30;
+    for (int seen = 0; seen < 3;) {
+        if (now_s() > deadline) return -1;
+        int parked = 0;
+        for (int i = 0; i < n; i++)
+            parked += atomic_load(&cs[i]->started) && blocked_in(atomic_load(&cs[i]->tid)) == SYS_futex;
+        seen = parked >= want ? seen + 1 : 0;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
+/* Starts n callers on the rig's context and returns once all are inside: one waiting for a
+ * reply (its request arrived), the others queued behind it — events, not a pause. */
+static void callers_start(struct caller *cs, int n, struct rig *r) {
+    struct caller *ps[8];
     for (int i = 0; i < n; i++) {
         memset(&cs[i], 0, sizeof cs[i]);
-        cs[i].ctx = ctx;
+        cs[i].ctx = r->ctx;
+        ps[i] = &cs[i];
         pthread_create(&cs[i].thread, NULL, caller_main, &cs[i]);
     }
-    for (int i = 0; i < n; i++)
-        while (!atomic_load(&cs[i].started)) sleep_ms(1);
-    sleep_ms(200); /* all inside: one waiting for a reply, the others queued */
+    CHECK_EQ(wait_request_arrived(r), 0);
+    CHECK_EQ(wait_parked(ps, n, n - 1), 0);
 }
 
 /* ---- stop while calling --------------------------------------------------------------- */
@@ -121,7 +186,7 @@ static void test_stop_while_calling(void) {
     struct rig r;
     if (rig_start(&r, 10000) != 0) return;
     struct caller cs[4];
-    callers_start(cs, 4, r.ctx);
+    callers_start(cs, 4, &r);
     CHECK(sockets_to(r.a.port, r.b.port) >= 1); /* the first call waits on its connection */
     double t0 = now_s();
     xcecli_stop(r.ctx);
@@ -142,6 +207,7 @@ struct hammer {
     pthread_t thread;
     xcecli_ctx_t ctx;
     atomic_int closed_seen;
+    atomic_int calls;
     int other_errors;
 };
 
@@ -154,6 +220,7 @@ static void *hammer_main(void *p) {
         if (rc != 0) h->other_errors++;
         rc = xcecli_hello(h->ctx, &info);
         if (rc == 0) xce_free_controller_info(info);
+        atomic_fetch_add(&h->calls, 1);
         if (rc == -E_XCE_CLOSED) {
             atomic_store(&h->closed_seen, 1);
             return NULL;
@@ -175,7 +242,11 @@ static void test_calls_racing_stop(void) {
         hs[i].ctx = r.ctx;
         pthread_create(&hs[i].thread, NULL, hammer_main, &hs[i]);
     }
-    sleep_ms(200);
+    /* Every thread is in its loop of calls (each made one) when the stop comes. */
+    double deadline = now_s() + 30;
+    for (int i = 0; i < 4; i++)
+        while (atomic_load(&hs[i].calls) == 0 && now_s() < deadline) sleep_ms(1);
+    for (int i = 0; i < 4; i++) CHECK(atomic_load(&hs[i].calls) > 0);
     xcecli_stop(r.ctx);
     for (int i = 0; i < 4; i++) {
         pthread_join(hs[i].thread, NULL);
@@ -421,7 +492,7 @@ static void test_wakeup_ends_every_blocked_call(void) {
     struct rig r;
     if (rig_start(&r, 10000) != 0) return;
     struct caller cs[4];
-    callers_start(cs, 4, r.ctx);
+    callers_start(cs, 4, &r);
     double t0 = now_s();
     CHECK_EQ(xcecli_wakeup(r.ctx), 0);
     for (int i = 0; i < 4; i++) {
@@ -452,12 +523,13 @@ static void test_call_handles_cancel_one_call(void) {
     memset(&c3, 0, sizeof c3);
     c1.ctx = xcecli_call_ctx(h1); /* blocked in the reply wait (first in) */
     pthread_create(&c1.thread, NULL, caller_main, &c1);
-    sleep_ms(100);
+    CHECK_EQ(wait_request_arrived(&r), 0);
     c2.ctx = xcecli_call_ctx(h2); /* queued behind it */
     pthread_create(&c2.thread, NULL, caller_main, &c2);
     c3.ctx = r.ctx; /* queued too, on the context's own handle */
     pthread_create(&c3.thread, NULL, caller_main, &c3);
-    sleep_ms(200);
+    struct caller *queued[2] = {&c2, &c3};
+    CHECK_EQ(wait_parked(queued, 2, 2), 0);
     double t0 = now_s();
     CHECK_EQ(xcecli_call_cancel(h2), 0); /* the queued one */
     pthread_join(c2.thread, NULL);

@@ -2,7 +2,8 @@
  * `xce-controller cluster` is killed with SIGKILL. Half the threads submit jobs (ids from
  * xce_new_jobid), half list jobs (xcecli_joblist_filter, freed with xce_free_jobs), a fixed
  * number of calls each with a short sleep between them; the main thread kills the primary
- * shortly after they start.
+ * once a quarter of the calls are done, and each thread's last call waits for the kill (so
+ * calls meet the failover by construction, whatever the scheduler does).
  * Also prints the ctx's events (F17) to explain the counters.
  * Checks: every call succeeds (>= 0; never -EINVAL), nothing hangs (a SIGALRM watchdog bounds
  * the run), each listing holds every job acknowledged before it started (reads are
@@ -11,6 +12,7 @@
  * Usage: test_threads PATH-TO-xce-controller (exit 77 = skipped when it is not there). */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <sys/stat.h>
 
@@ -20,7 +22,6 @@
 #define NTHREADS 16
 #define NCALLS 12           /* per thread */
 #define PAUSE_MS 20         /* between two calls of a thread */
-#define KILL_AFTER_MS 100   /* after the threads are released */
 #define STARTUP_BUDGET_S 120
 #ifndef RUN_BUDGET_S
 #define RUN_BUDGET_S 60     /* threads + final checks, from the moment they start */
@@ -51,6 +52,9 @@ static uint64_t g_acked[MAX_ACKED];
 static int g_nacked;
 
 static pthread_barrier_t g_go;
+/* Calls finished, all threads; whether the primary was killed. */
+static atomic_int g_done;
+static atomic_int g_killed;
 
 /* Events of the ctx (F17), kept to explain the stats in the output. The callback runs with the
  * ctx's lock held, on the thread of the call that caused it. */
@@ -206,10 +210,13 @@ static void *worker_main(void *p) {
     pthread_barrier_wait(&g_go);
     for (int call = 0; call < NCALLS; call++) {
         if (call) sleep_ms(PAUSE_MS);
+        /* The last call comes after the kill (the SIGALRM watchdog bounds the wait). */
+        while (call == NCALLS - 1 && !atomic_load(&g_killed)) sleep_ms(1);
         if (w->submitter)
             do_submit(w, call);
         else
             do_list(w, call);
+        atomic_fetch_add(&g_done, 1);
     }
     return NULL;
 }
@@ -271,11 +278,14 @@ int main(int argc, char **argv) {
     }
     pthread_barrier_wait(&g_go);
     double t_start = now_s();
-    sleep_ms(KILL_AFTER_MS);
+    /* Traffic is flowing: a quarter of the calls are done (the watchdog bounds the wait). */
+    while (atomic_load(&g_done) < NTHREADS * NCALLS / 4) sleep_ms(1);
     int victim = g_cluster.primary;
-    printf("kill -9 primary node %d (pid %d) %.0f ms after the threads started\n", victim,
-           g_cluster.node_pid[victim], (now_s() - t_start) * 1e3);
+    printf("kill -9 primary node %d (pid %d) %.0f ms after the threads started, %d calls "
+           "done\n",
+           victim, g_cluster.node_pid[victim], (now_s() - t_start) * 1e3, atomic_load(&g_done));
     CHECK_EQ(kill(g_cluster.node_pid[victim], SIGKILL), 0);
+    atomic_store(&g_killed, 1);
     double t_kill = now_s();
     for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
     double t_done = now_s();

@@ -8,10 +8,10 @@
 
 pub use crate::failover::options::ENV_VARS;
 pub use crate::failover::suspicion::SUSPICION_FLOOR;
-pub use crate::ffi::cast::hold_handle_table_for;
+pub use crate::ffi::cast::hold_handle_table_while;
 pub use crate::process::fdident::{current_pid, identity_syscalls, outside_call, CallProcess};
-pub use crate::process::fdpool::hold_lock_for;
+pub use crate::process::fdpool::hold_lock_while;
 pub use crate::process::fork_generation;
-pub use crate::transport::resolve::{hold_system_lock_for, resolve};
+pub use crate::transport::resolve::{hold_system_lock_while, resolve};
 pub use crate::transport::tls::client_config;
 pub use crate::transport::{Connection, LookupFailure, ResolveError, WakeState};

@@ -210,5 +210,4 @@ fn a_forked_child_gets_its_own_connection() {
         2,
         "the grandchild reconnected on its own"
     );
-    std::thread::sleep(Duration::from_millis(10));
 }

@@ -491,14 +491,29 @@ fn fifty_threads_share_one_client_across_a_failover() {
 
 #[test]
 fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
-    let a = FakeController::start(vec![Step::Status(-E_XCE_NOT_READY); 10]);
+    // Served once, so the next call's failure starts a failover (F17): its event comes on the
+    // call's thread after the reply was read and before the backoff wait, the call's next
+    // wait (wait_primary off), which a wake from then on ends (F13).
+    let mut script = vec![Step::Ok];
+    script.extend(vec![Step::Status(-E_XCE_NOT_READY); 10]);
+    let a = FakeController::start(script);
     let retry = retry(5, 5000, 5000, 2.0);
     let c = Arc::new(client(&eps(&[&a]), fast_options(), retry));
     assert!(!c.try_wakeup(), "no call in progress");
+    c.hello().unwrap();
+    let (failing, failed) = std::sync::mpsc::channel();
+    let failing = Mutex::new(failing);
+    c.set_event_handler(Some(Arc::new(move |e: &Event| {
+        if matches!(e, Event::FailoverStarted { .. }) {
+            let _ = failing.lock().send(());
+        }
+    })));
     let waker = {
         let c = c.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
+            failed
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the call failed and goes to its backoff wait");
             assert!(c.try_wakeup(), "a call is in progress");
             Instant::now()
         })
@@ -509,6 +524,8 @@ fn wakeup_ends_a_backoff_wait_with_eintr_promptly() {
     let latency = returned.saturating_duration_since(woke);
     println!("wakeup → EINTR latency: {latency:?}");
     assert_eq!(r, Err(Error::Errno(libc::EINTR)));
+    // The backoff (2.5-5 s) was cut short: no second attempt.
+    assert_eq!(a.ops(), vec!["hello", "hello"]);
     assert!(latency < Duration::from_millis(100), "{latency:?}");
 }
 
@@ -521,14 +538,17 @@ fn wakeup_ends_a_reply_wait_and_the_client_recovers() {
     };
     let c = Arc::new(client(&eps(&[&a]), opts, fast_retry(5)));
     let c2 = c.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        c2.wakeup();
-    });
+    let t = std::thread::spawn(move || c2.hello().map(drop));
+    // The request arrived: the call is in progress, in its reply wait (a wake with no call in
+    // progress is not kept, F27).
+    assert!(
+        a.wait_requests(1, Duration::from_secs(5)),
+        "the call is in its reply wait"
+    );
     let t0 = Instant::now();
-    assert_eq!(c.hello(), Err(Error::Errno(libc::EINTR)));
-    assert!(t0.elapsed() < Duration::from_secs(2));
-    t.join().unwrap();
+    assert!(c.wakeup(), "a call is in progress");
+    assert_eq!(t.join().unwrap(), Err(Error::Errno(libc::EINTR)));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     c.hello().unwrap();
 }
 
@@ -688,8 +708,7 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
     let c = client(&eps(&[&a, &b]), fast_options(), fast_retry(5));
     c.heartbeat("w1").unwrap();
     assert!(a.wait_requests(1, Duration::from_secs(2)));
-    drop(a);
-    std::thread::sleep(Duration::from_millis(20));
+    a.shut_down();
     c.notify(finish(3)).unwrap();
     // One `hello` first: is b the primary? (F12: a standby would only refuse the notify.)
     // The notify waits for b's acknowledgement in the outbox (F12 amended): reply-bearing,
@@ -710,8 +729,7 @@ fn fire_and_forget_reconnects_once_when_the_connection_is_dead() {
         "nop is still sent once and forgotten"
     );
     // Nobody anywhere: the send result is the error, at once.
-    drop(b);
-    std::thread::sleep(Duration::from_millis(20));
+    b.shut_down();
     let t = Instant::now();
     assert!(c.nop().is_err());
     assert!(t.elapsed() < Duration::from_millis(500));
@@ -732,8 +750,7 @@ fn fire_and_forget_after_a_failover_reaches_the_primary() {
     );
     let joins = counted_hook(&c, |cl| rejoin(cl, SessionRole::Worker));
     c.heartbeat("w").unwrap();
-    drop(old);
-    std::thread::sleep(Duration::from_millis(20));
+    old.shut_down();
     c.notify(finish(3)).unwrap();
     c.flush(Duration::from_secs(2)).unwrap();
     // The heartbeat the old primary may not have acknowledged is sent again (F12 amended).

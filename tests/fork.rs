@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use xce::client::log;
 use xce::client::{new_job_id, Client, Config};
 use xce::testing::WakeState;
-use xce::testing::{hold_system_lock_for, resolve};
+use xce::testing::{hold_system_lock_while, resolve};
 use xce_proto::wire::{JobAction, Op};
 use xce_testkit::fake::*;
 
@@ -38,6 +38,11 @@ const CHILD_LIMIT: Duration = Duration::from_secs(20);
 /// Forks; the child runs `child` and leaves with its result (0: passed). Returns the child's
 /// exit code, or `None` when it had to be killed after `CHILD_LIMIT`.
 fn fork_and_wait(child: impl FnOnce() -> bool) -> Option<i32> {
+    reap(fork_child(child))
+}
+
+/// Forks; the child runs `child` and leaves with its result (0: passed). The child's pid.
+fn fork_child(child: impl FnOnce() -> bool) -> libc::pid_t {
     // SAFETY: fork(2); the child runs `child` and leaves with _exit (no destructor, no atexit).
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
@@ -46,7 +51,51 @@ fn fork_and_wait(child: impl FnOnce() -> bool) -> Option<i32> {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
-    reap(pid)
+    pid
+}
+
+/// A hook of `xce::testing` that runs a function while it holds one of the library's locks.
+type Hold = fn(Box<dyn FnOnce()>);
+
+/// [`fork_and_wait`] while another thread holds a library lock (`hold`), by construction, not
+/// by a sleep: the holder says when it has the lock, and this thread forks only then. The fork
+/// handler (F26) waits for the lock in its `prepare`; the holder lets go once this thread,
+/// having said it forks, is seen blocked in a futex wait (`/proc/self/task/<tid>/syscall`) —
+/// or once the fork returned (no handler waited: the child got the lock held, and hangs).
+fn fork_while_held(hold: Hold, child: impl FnOnce() -> bool) -> Option<i32> {
+    // SAFETY: gettid(2) takes no arguments and cannot fail.
+    let forker = unsafe { libc::gettid() };
+    let forking = Arc::new(AtomicBool::new(false));
+    let forked = Arc::new(AtomicBool::new(false));
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (forking2, forked2) = (forking.clone(), forked.clone());
+    let holder = std::thread::spawn(move || {
+        hold(Box::new(move || {
+            held_tx.send(()).unwrap();
+            let end = Instant::now() + CHILD_LIMIT;
+            // The forking thread waits for this lock in the fork handler.
+            let forker_waits = || forking2.load(SeqCst) && in_futex_wait(forker);
+            while !forker_waits() && !forked2.load(SeqCst) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }))
+    });
+    held_rx
+        .recv_timeout(CHILD_LIMIT)
+        .expect("the holder has the lock");
+    forking.store(true, SeqCst);
+    let pid = fork_child(child);
+    forked.store(true, SeqCst);
+    let r = reap(pid);
+    holder.join().unwrap();
+    r
+}
+
+/// Whether thread `tid` of this process is blocked in futex(2) (a lock's wait).
+fn in_futex_wait(tid: libc::pid_t) -> bool {
+    let path = format!("/proc/self/task/{tid}/syscall");
+    let call = std::fs::read_to_string(path).unwrap_or_default();
+    call.split_whitespace().next() == Some(&libc::SYS_futex.to_string())
 }
 
 /// Asserts that a child of [`fork_and_wait`] passed.
@@ -69,14 +118,11 @@ fn pipe() -> (std::fs::File, std::fs::File) {
 }
 
 fn resolver_lock_held_at_fork() {
-    let holder = std::thread::spawn(|| hold_system_lock_for(Duration::from_millis(500)));
-    std::thread::sleep(Duration::from_millis(100)); // the holder has the lock now
-    let r = fork_and_wait(|| {
+    let r = fork_while_held(hold_system_lock_while::<Box<dyn FnOnce()>>, || {
         let ws = WakeState::new();
         let deadline = Instant::now() + Duration::from_secs(5);
         resolve("localhost", 7, deadline, &ws.waker_now()).is_ok()
     });
-    holder.join().unwrap();
     passed(
         r,
         "the child's first lookup did not return within its deadline (None: hung)",
@@ -85,24 +131,20 @@ fn resolver_lock_held_at_fork() {
 
 fn pool_and_handle_table_held_at_fork() {
     // The wake-pipe pool's lock: the child's first wait borrows from the pool.
-    let holder = std::thread::spawn(|| xce::testing::hold_lock_for(Duration::from_millis(400)));
-    std::thread::sleep(Duration::from_millis(100));
-    let r = fork_and_wait(|| {
+    let r = fork_while_held(xce::testing::hold_lock_while::<Box<dyn FnOnce()>>, || {
         let ws = WakeState::new();
         ws.waker_now().sleep(Duration::from_millis(1)).is_ok()
     });
-    holder.join().unwrap();
     passed(r, "the child's first wait (None: hung on the pool's lock)");
     // The handle table's lock: every export looks its handle up there.
-    let holder =
-        std::thread::spawn(|| xce::testing::hold_handle_table_for(Duration::from_millis(400)));
-    std::thread::sleep(Duration::from_millis(100));
-    let r = fork_and_wait(|| {
-        let mut stats = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
-        let bogus = 1usize as xce::ffi::xcecli_ctx_t;
-        xce::ffi::hooks::xcecli_get_stats(bogus, stats.as_mut_ptr()) == -libc::EINVAL
-    });
-    holder.join().unwrap();
+    let r = fork_while_held(
+        xce::testing::hold_handle_table_while::<Box<dyn FnOnce()>>,
+        || {
+            let mut stats = std::mem::MaybeUninit::<xce::ffi::hooks::xce_stats_t>::zeroed();
+            let bogus = 1usize as xce::ffi::xcecli_ctx_t;
+            xce::ffi::hooks::xcecli_get_stats(bogus, stats.as_mut_ptr()) == -libc::EINVAL
+        },
+    );
     passed(
         r,
         "the child's first export (None: hung on the handle table)",

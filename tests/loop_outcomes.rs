@@ -151,8 +151,7 @@ fn a_reconnect_on_the_fire_and_forget_path_is_a_counted_failover() {
     let c = Client::start_with(cfg, fast_options(), fast_retry(3)).expect("start");
     let events = common::recorded_events(&c);
     c.hello().expect("served by the first primary");
-    drop(old);
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    old.shut_down();
     c.heartbeat("w").expect("heartbeat");
     assert!(new.wait_requests(2, std::time::Duration::from_secs(2)));
     let st = c.stats();

@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use xce::client::{Client, Config};
-use xce::client::{Endpoint, Options};
+use xce::client::{Endpoint, Event, Options};
 use xce::Error;
 use xce_testkit::fake::*;
 
@@ -353,10 +353,22 @@ fn a_wake_ends_a_hung_master_lookup() {
         let opts = options(Duration::from_secs(60), None);
         let (c, _b) = client_failing_over_to("w.gate.test", opts, 3);
         let c = Arc::new(c);
+        // The call leaves the stopped numeric master for the named one (its Rotation event,
+        // on the call's thread); its next wait is the lookup's, which a wake from then on ends
+        // (F13). The prefetch's lookup thread is there before the call: no sign of the call.
+        let (rotated, to_named) = std::sync::mpsc::channel();
+        let rotated = parking_lot::Mutex::new(rotated);
+        c.set_event_handler(Some(Arc::new(move |e: &Event| {
+            if matches!(e, Event::Rotation { to, .. } if to.host == "w.gate.test") {
+                let _ = rotated.lock().send(());
+            }
+        })));
         let c2 = c.clone();
         let waker = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            c2.wakeup();
+            to_named
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the call goes to the named master");
+            assert!(c2.wakeup(), "a call is in progress");
         });
         let (r, took) = common::timed(|| c.hello());
         waker.join().unwrap();

@@ -3,21 +3,30 @@ package xce
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// silentServer accepts connections and never answers: every call on a client connected to
-// it blocks until its reply timeout, its deadline, its cancellation or Close.
-func silentServer(t *testing.T) string {
+// silentServer accepts connections, reads what they send and never answers: every call on a
+// client connected to it blocks until its reply timeout, its deadline, its cancellation or
+// Close. Each read that got bytes is reported on the channel (never blocking): a request
+// reached the server, so the call that sent it is in its reply wait — an event a test waits
+// for instead of sleeping.
+func silentServer(t *testing.T) (string, <-chan struct{}) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	arrived := make(chan struct{}, 1024)
 	var mu sync.Mutex
 	var conns []net.Conn
 	go func() {
@@ -29,6 +38,21 @@ func silentServer(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						select {
+						case arrived <- struct{}{}:
+						default:
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
 		}
 	}()
 	t.Cleanup(func() {
@@ -39,12 +63,19 @@ func silentServer(t *testing.T) string {
 		}
 		mu.Unlock()
 	})
-	return l.Addr().String()
+	return l.Addr().String(), arrived
 }
 
 // A client on a silent server whose calls would block for 20 s on their own.
 func blockedClient(t *testing.T) *Client {
-	c, err := Start(bg, Config{Masters: silentServer(t), ClientName: "go-ctx"})
+	c, _ := blockedClientSeen(t)
+	return c
+}
+
+// blockedClient, with the server's report of each request that reached it.
+func blockedClientSeen(t *testing.T) (*Client, <-chan struct{}) {
+	addr, arrived := silentServer(t)
+	c, err := Start(bg, Config{Masters: addr, ClientName: "go-ctx"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +86,62 @@ func blockedClient(t *testing.T) *Client {
 	if err := c.SetRetry(&RetryConfig{MaxRetries: 0, InitialRetryMs: 50, MaxRetryMs: 50, BackoffMultiplier: 1}); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, arrived
+}
+
+// inFlight waits (at most 10 s) until a request reaches the silent server: a call is in its
+// reply wait.
+func inFlight(t *testing.T, arrived <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached the server within 10 s")
+	}
+}
+
+// onItsThread runs f on a goroutine locked to its OS thread; that thread's id.
+func onItsThread(f func()) int {
+	tid := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- syscall.Gettid()
+		f()
+	}()
+	return <-tid
+}
+
+// waitParked waits until every thread of tids is parked in a futex wait: a call queued at
+// the context's gate (F11), the only wait of a call before it owns the context.
+func waitParked(t *testing.T, tids ...int) {
+	t.Helper()
+	waitParkedN(t, len(tids), tids...)
+}
+
+// waitParkedN waits (at most 10 s) until `want` of the threads tids are parked in a futex
+// wait (/proc/self/task/TID/syscall), seen three times in a row 10 ms apart (a lock taken on
+// the way in is held for microseconds).
+func waitParkedN(t *testing.T, want int, tids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for seen := 0; seen < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the calls not queued within 10 s", want)
+		}
+		parked := 0
+		for _, tid := range tids {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
+			if f := strings.Fields(string(b)); len(f) > 0 && f[0] == strconv.Itoa(syscall.SYS_FUTEX) {
+				parked++
+			}
+		}
+		if parked >= want {
+			seen++
+		} else {
+			seen = 0
+		}
+	}
 }
 
 func needPerCallHandles(t *testing.T) {
@@ -136,7 +222,7 @@ func TestDeadlineBeyondADay(t *testing.T) {
 // with no call in progress is not kept (F27).
 func TestRequestStop(t *testing.T) {
 	needPerCallHandles(t)
-	c := blockedClient(t)
+	c, arrived := blockedClientSeen(t)
 	if err := c.Wakeup(); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +231,7 @@ func TestRequestStop(t *testing.T) {
 		_, err := c.JobList(bg, JobFilter{})
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	inFlight(t, arrived) // the call is in progress: a stop before it would end it at once too
 	if err := c.RequestStop(); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +256,7 @@ func TestRequestStop(t *testing.T) {
 // behind it on the same client, keeps running until its own deadline.
 func TestCancelOneCallOnly(t *testing.T) {
 	needPerCallHandles(t)
-	c := blockedClient(t)
+	c, arrived := blockedClientSeen(t)
 	actx, acancel := context.WithCancel(bg)
 	bctx, bcancel := context.WithTimeout(bg, 1500*time.Millisecond)
 	defer bcancel()
@@ -183,12 +269,12 @@ func TestCancelOneCallOnly(t *testing.T) {
 		_, err := c.JobList(actx, JobFilter{})
 		ares <- result{err, time.Now()}
 	}()
-	time.Sleep(100 * time.Millisecond) // A is in flight
-	go func() {
+	inFlight(t, arrived) // A is in its reply wait
+	bThread := onItsThread(func() {
 		_, err := c.WorkerList(bctx)
 		bres <- result{err, time.Now()}
-	}()
-	time.Sleep(100 * time.Millisecond) // B is queued behind A
+	})
+	waitParked(t, bThread) // B is queued behind A
 	cancelled := time.Now()
 	acancel()
 	var a result
@@ -215,21 +301,25 @@ func TestCancelOneCallOnly(t *testing.T) {
 // Close ends the call in flight and the queued ones (ErrClosed), and later calls fail at once.
 func TestCloseEndsCalls(t *testing.T) {
 	needPerCallHandles(t)
-	c := blockedClient(t)
+	c, arrived := blockedClientSeen(t)
 	const n = 4
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	var ends [n]time.Time
+	var tids [n]int
 	for i := 0; i < n; i++ {
 		wg.Add(1)
-		go func(i int) {
+		i := i
+		tids[i] = onItsThread(func() {
 			defer wg.Done()
 			_, err := c.JobList(bg, JobFilter{})
 			ends[i] = time.Now()
 			errs <- err
-		}(i)
+		})
 	}
-	time.Sleep(200 * time.Millisecond) // one in flight, three queued
+	inFlight(t, arrived) // one in its reply wait
+	// The three others queued behind it (the one in its reply wait is in poll(2), not parked).
+	waitParkedN(t, n-1, tids[:]...)
 	t0 := time.Now()
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
@@ -266,7 +356,7 @@ func TestCloseEndsCalls(t *testing.T) {
 // cancel() to the cancelled call's return, with a queued call on the same client.
 func TestCancelLatencyTable(t *testing.T) {
 	needPerCallHandles(t)
-	c := blockedClient(t)
+	c, arrived := blockedClientSeen(t)
 	var lat []time.Duration
 	for i := 0; i < 50; i++ {
 		ctx, cancel := context.WithCancel(bg)
@@ -275,12 +365,13 @@ func TestCancelLatencyTable(t *testing.T) {
 			c.Hello(ctx)
 			done <- time.Now()
 		}()
-		time.Sleep(5 * time.Millisecond)
+		inFlight(t, arrived) // the call is in its reply wait: the cancel ends that wait
 		t0 := time.Now()
 		cancel()
 		select {
 		case end := <-done:
 			lat = append(lat, end.Sub(t0))
+
 		case <-time.After(5 * time.Second):
 			t.Fatalf("call %d not ended 5 s after its cancel", i)
 		}

@@ -65,12 +65,12 @@ static HANDLES: ForkLock<HandleTable<Client>> = ForkLock::new(HandleTable::new()
     super::signal::readers_gone_after_fork()
 });
 
-/// Holds the handle table's lock for `d` on the calling thread (tests: a fork while another
-/// thread holds it, F26).
+/// Runs `f` on the calling thread while it holds the handle table's lock (tests: a fork while
+/// another thread holds it, F26; `f` says when it has it and decides when to let go).
 #[doc(hidden)]
-pub fn hold_handle_table_for(d: std::time::Duration) {
+pub fn hold_handle_table_while<F: FnOnce()>(f: F) {
     let _table = HANDLES.lock();
-    std::thread::sleep(d);
+    f();
 }
 
 /// The status for a refused handle.

@@ -75,10 +75,10 @@ pub fn give_back(p: WakePipe) {
     }
 }
 
-/// Holds the pool's lock for `d` on the calling thread (tests: a fork while another thread
-/// holds it, F26).
+/// Runs `f` on the calling thread while it holds the pool's lock (tests: a fork while another
+/// thread holds it, F26; `f` says when it has it and decides when to let go).
 #[doc(hidden)]
-pub fn hold_lock_for(d: std::time::Duration) {
+pub fn hold_lock_while<F: FnOnce()>(f: F) {
     let _pool = POOL.lock();
-    std::thread::sleep(d);
+    f();
 }

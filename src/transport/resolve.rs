@@ -586,12 +586,12 @@ pub fn system() -> &'static Arc<Resolver> {
     r
 }
 
-/// Holds the process's resolver lock for `d` on the calling thread (tests: a fork while another
-/// thread holds it, F26).
+/// Runs `f` on the calling thread while it holds the process's resolver lock (tests: a fork
+/// while another thread holds it, F26; `f` says when it has it and decides when to let go).
 #[doc(hidden)]
-pub fn hold_system_lock_for(d: Duration) {
+pub fn hold_system_lock_while<F: FnOnce()>(f: F) {
     let _st = system().lock();
-    std::thread::sleep(d);
+    f();
 }
 
 /// [`Resolver::resolve`] on the process's resolver.

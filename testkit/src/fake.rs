@@ -192,6 +192,45 @@ impl FakeController {
         }
         false
     }
+
+    /// Drops the fake, then waits until every client connected to it has seen its connection
+    /// closed (the client's end left ESTABLISHED: the fake's FIN arrived), at most 5 s. A test
+    /// that drops a controller and then calls means "the connection is dead", not "a close is
+    /// on its way": it waits for that, never sleeps for it.
+    pub fn shut_down(self) {
+        let port = self.port;
+        let clients: Vec<u16> = self
+            .shared
+            .sockets
+            .lock()
+            .iter()
+            .filter_map(|s| Some(s.peer_addr().ok()?.port()))
+            .collect();
+        drop(self);
+        let end = Instant::now() + Duration::from_secs(5);
+        while let Some(c) = clients.iter().find(|&&c| established(c, port)) {
+            assert!(
+                Instant::now() < end,
+                "the client's connection 127.0.0.1:{c} → :{port} is still open 5 s after the fake closed it"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Whether the IPv4 TCP connection from local port `from` to port `to` is ESTABLISHED
+/// (`/proc/net/tcp`: ports in hex, state 01).
+fn established(from: u16, to: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |addr: &str| {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && port(f[1]) == Some(from) && port(f[2]) == Some(to) && f[3] == "01"
+    })
 }
 
 impl Drop for FakeController {

@@ -76,7 +76,9 @@ masters=$(sed -n 's/^node [0-9]* client=\([^ ]*\) .*/\1/p' "$tmp/cluster.out" | 
 
 LD_LIBRARY_PATH="$prefix/lib" XCE_LOG=off "$app" --masters "$masters" --duration 6s --expect-failover >"$tmp/app.out" 2>&1 &
 app_pid=$!
-sleep 2
+# The kill must meet a client that was served (F17: finding a primary is no failover).
+for _ in $(seq 300); do grep -q '^outside: joined' "$tmp/app.out" && break; sleep 0.1; done
+grep -q '^outside: joined' "$tmp/app.out" || { echo "FAIL: the outside program did not join"; cat "$tmp/app.out"; exit 1; }
 primary=$(sed -n 's/^primary \([0-9]*\) .*/\1/p' "$tmp/cluster.out" | tail -1)
 pid=$(sed -n "s/^node $primary client=[^ ]* pid=\([0-9]*\)/\1/p" "$tmp/cluster.out")
 echo "kill -9 primary node $primary (pid $pid)"

@@ -45,6 +45,8 @@ func main() {
 		fmt.Println("join:", err)
 		os.Exit(1)
 	}
+	// Served once: a kill from now on is a failover (F17). The check waits for this line.
+	fmt.Println("outside: joined")
 
 	calls, errs := 0, 0
 	for end := time.Now().Add(*duration); time.Now().Before(end); {

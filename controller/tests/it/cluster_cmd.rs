@@ -210,22 +210,32 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
         pids.push(pid);
         launcher.1.push(pid);
     }
-    wait_line(&rx, "primary ", STARTUP);
+    let l = wait_line(&rx, "primary ", STARTUP);
+    let primary: usize = l.split_whitespace().nth(1).unwrap().parse().unwrap();
     let (status, m) = http(&format!("127.0.0.1:{}", base + 2000), "GET", "/metrics", "");
     assert_eq!(status, "HTTP/1.1 200 OK", "{m}");
     assert!(m.contains("xce_raft_term"), "{m}");
 
-    // Two of three gone: the launcher says so.
-    for &pid in &pids[..2] {
+    // Two of three gone: the launcher says so. The two standbys, so that the primary that
+    // is left writes a warning (C10: its quorum is gone) — a line with a level, every time.
+    for (_, &pid) in pids.iter().enumerate().filter(|&(i, _)| i + 1 != primary) {
         // SAFETY: kill(2) on node processes the launcher started for this test.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     let l = wait_line(&rx, "quorum lost", Duration::from_secs(10));
     assert!(l.contains("1 of 3"), "{l}");
+    let stderr = dir.path().join("stderr");
+    let cut_off = format!("WARN node {primary}: no answer from a quorum");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&stderr).unwrap().contains(&cut_off) {
+        assert!(Instant::now() < deadline, "no {cut_off:?} line");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     launcher.stop();
-    // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`.
-    let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`, a level other than info before
+    // the label (`… WARN node N: …`, as the logs' format says).
+    let err = std::fs::read_to_string(&stderr).unwrap();
     let node_lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("cluster:")).collect();
     assert!(node_lines.len() >= 6, "{err}");
     for l in node_lines {
@@ -234,6 +244,10 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
             stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
             "unstamped line: {l}"
         );
+        let rest = ["ERROR ", "WARN ", "DEBUG "]
+            .iter()
+            .find_map(|lvl| rest.strip_prefix(lvl))
+            .unwrap_or(rest);
         assert!(
             ["node 1: ", "node 2: ", "node 3: "]
                 .iter()

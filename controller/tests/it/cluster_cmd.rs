@@ -405,8 +405,8 @@ fn pki_makes_what_it_says_and_refuses_the_rest() {
 /// standby names its primary only while appends reach it within the minimum election timeout
 /// (60 ms by default), and on a busy machine one comes late now and then: asked at that
 /// moment, an immediate answer said "follows no one" of a healthy member, and the verdict was
-/// degraded (exit 1; `cluster_with_tls_makes_identities_and_checks_them` failed so: 4 of 300
-/// `status` runs against the launcher's cluster at load 12 on 2 cores). Here the late appends
+/// degraded (exit 1; `cluster_with_tls_makes_identities_and_checks_them` failed so: 7 of 3,200
+/// `status` runs against the launcher's cluster at load 12–14 on 2 cores; 0 of 2,900 after). Here the late appends
 /// are held: the primary drops its appends to standby `s` (failpoint `repl-drop`) until `status`
 /// is waiting on `s` (its count of `waitPrimary` waiters shows it), then they flow again.
 #[test]

@@ -1,6 +1,7 @@
 //! `xce-controller status --masters LIST` (C18, amended by issue 26): the cluster at a glance,
 //! and a health check a monitor can use. Every master is asked an immediate `waitPrimary` (any
-//! node answers it for itself, whatever its role): its role, term, the primary it follows,
+//! node answers it for itself, whatever its role; one that names no primary is asked again,
+//! waiting for it to follow one: [`follow_later`]): its role, term, the primary it follows,
 //! its progress (log, commit and applied index, last contact), version, uptime, alarms and
 //! the membership it holds. The member set comes from the members (the primary's, else the
 //! most recent a node holds), every member the list left out is asked too, and answers are
@@ -124,18 +125,52 @@ pub struct Row {
     pub info: Result<ControllerInfo, String>,
 }
 
-/// Asks one master an immediate `waitPrimary`, bounded by `timeout`.
+/// Asks one master an immediate `waitPrimary` (its answer carries its progress), bounded by
+/// `timeout`; if it follows no primary, once more, waiting for it to (see [`follow_later`]).
 pub async fn ask(
     addr: String,
     timeout: Duration,
     caller: Arc<Caller>,
 ) -> Result<ControllerInfo, String> {
-    let op = Op::WaitPrimary {
-        timeout_ms: 0,
+    let started = tokio::time::Instant::now();
+    let mut info = request(addr.clone(), wait_primary(Duration::ZERO), timeout, &caller)
+        .await
+        .and_then(info_of)?;
+    if info.primary_id == 0 {
+        let left = timeout.saturating_sub(started.elapsed());
+        follow_later(&mut info, addr, left, &caller).await;
+    }
+    Ok(info)
+}
+
+/// `waitPrimary` waiting up to `wait`, nothing excluded.
+fn wait_primary(wait: Duration) -> Op {
+    Op::WaitPrimary {
+        timeout_ms: wait.as_millis().min(u32::MAX as u128) as u32,
         exclude_host: String::new(),
         exclude_port: 0,
-    };
-    request(addr, op, timeout, &caller).await.and_then(info_of)
+    }
+}
+
+/// C18: a standby names its primary only while appends reach it within the minimum election
+/// timeout (C16's vouching, 60 ms by default), and on a busy machine one comes late now and
+/// then: asked at that moment, a healthy member "followed no one" and the verdict was
+/// degraded. So a node that named no primary is asked again, waiting up to half of `left` (1 s
+/// by default) for it to follow one; its answer then gives the row its primary, role and term
+/// (the progress stays the first answer's: only an immediate answer carries it). A node that
+/// still follows no one keeps its first answer, at the cost of that wait (nodes are asked at
+/// once).
+async fn follow_later(info: &mut ControllerInfo, addr: String, left: Duration, caller: &Caller) {
+    let later = request(addr, wait_primary(left / 2), left, caller).await;
+    if let Ok(later) = later.and_then(info_of) {
+        if later.primary_id != 0 && later.id == info.id {
+            info.primary_id = later.primary_id;
+            info.primary_host = later.primary_host;
+            info.primary_port = later.primary_port;
+            info.role = later.role;
+            info.term = later.term;
+        }
+    }
 }
 
 /// The controller info a reply carries.

@@ -210,22 +210,32 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
         pids.push(pid);
         launcher.1.push(pid);
     }
-    wait_line(&rx, "primary ", STARTUP);
+    let l = wait_line(&rx, "primary ", STARTUP);
+    let primary: usize = l.split_whitespace().nth(1).unwrap().parse().unwrap();
     let (status, m) = http(&format!("127.0.0.1:{}", base + 2000), "GET", "/metrics", "");
     assert_eq!(status, "HTTP/1.1 200 OK", "{m}");
     assert!(m.contains("xce_raft_term"), "{m}");
 
-    // Two of three gone: the launcher says so.
-    for &pid in &pids[..2] {
+    // Two of three gone: the launcher says so. The two standbys, so that the primary that
+    // is left writes a warning (C10: its quorum is gone) — a line with a level, every time.
+    for (_, &pid) in pids.iter().enumerate().filter(|&(i, _)| i + 1 != primary) {
         // SAFETY: kill(2) on node processes the launcher started for this test.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     let l = wait_line(&rx, "quorum lost", Duration::from_secs(10));
     assert!(l.contains("1 of 3"), "{l}");
+    let stderr = dir.path().join("stderr");
+    let cut_off = format!("WARN node {primary}: no answer from a quorum");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&stderr).unwrap().contains(&cut_off) {
+        assert!(Instant::now() < deadline, "no {cut_off:?} line");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     launcher.stop();
-    // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`.
-    let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    // Every node line: `YYYY-MM-DDTHH:MM:SS.mmmZ node N: …`, a level other than info before
+    // the label (`… WARN node N: …`, as the logs' format says).
+    let err = std::fs::read_to_string(&stderr).unwrap();
     let node_lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("cluster:")).collect();
     assert!(node_lines.len() >= 6, "{err}");
     for l in node_lines {
@@ -234,6 +244,10 @@ fn cluster_prints_metrics_urls_labels_stamped_lines_and_says_when_quorum_is_lost
             stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
             "unstamped line: {l}"
         );
+        let rest = ["ERROR ", "WARN ", "DEBUG "]
+            .iter()
+            .find_map(|lvl| rest.strip_prefix(lvl))
+            .unwrap_or(rest);
         assert!(
             ["node 1: ", "node 2: ", "node 3: "]
                 .iter()
@@ -385,4 +399,43 @@ fn pki_makes_what_it_says_and_refuses_the_rest() {
     let tok = String::from_utf8(t.stdout).unwrap();
     assert!(tok.starts_with("xce1:user-carol:"), "{tok}");
     assert_eq!(pki(&["frobnicate", d]).status.code(), Some(2));
+}
+
+/// C18: `status` waits, within its timeout, for a member to name the primary it follows. A
+/// standby names its primary only while appends reach it within the minimum election timeout
+/// (60 ms by default), and on a busy machine one comes late now and then: asked at that
+/// moment, an immediate answer said "follows no one" of a healthy member, and the verdict was
+/// degraded (exit 1; `cluster_with_tls_makes_identities_and_checks_them` failed so: 7 of 3,200
+/// `status` runs against the launcher's cluster at load 12–14 on 2 cores; 0 of 2,900 after). Here the late appends
+/// are held: the primary drops its appends to standby `s` (failpoint `repl-drop`) until `status`
+/// is waiting on `s` (its count of `waitPrimary` waiters shows it), then they flow again.
+#[test]
+fn status_waits_for_a_standby_whose_appends_come_late() {
+    let ctrl = cluster(3, &["--metrics", "127.0.0.1:0"]);
+    let p = ctrl.expect_settled(STARTUP);
+    let s = (1..=3).find(|&i| i != p).unwrap();
+    let addr = ctrl.addr(s).parse().unwrap();
+    let ask = || xce_testkit::wire::immediate_wait_primary(addr, Duration::from_secs(2));
+    ctrl.fail_set(p, "repl-drop", &format!("return({s})"));
+    ctrl.wait_until("the starved standby follows no one", STARTUP, || {
+        ask().is_ok_and(|i| i.primary_id == 0)
+    });
+    let masters = (1..=3).map(|i| ctrl.addr(i)).collect::<Vec<_>>().join(",");
+    let asked = std::thread::spawn(move || {
+        let mut c = Command::new(BIN);
+        c.args(["status", "--masters", &masters, "--timeout-ms", "30000"]);
+        run_bounded(&mut c, Duration::from_secs(40))
+    });
+    // `status` and this question: two waiters at once on `s`.
+    ctrl.wait_until("status waiting on the standby", STARTUP, || {
+        asked.is_finished() || ask().is_ok_and(|i| i.waiters >= 2)
+    });
+    if asked.is_finished() {
+        let (code, out, _) = asked.join().unwrap();
+        panic!("status answered while node {s} followed no one ({code:?}):\n{out}");
+    }
+    ctrl.fail_clear(p, "repl-drop");
+    let (code, out, err) = asked.join().unwrap();
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("3 of 3 members answer"), "{out}");
 }

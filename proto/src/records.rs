@@ -31,9 +31,10 @@
 //! these, all in the repository):
 //! - what it saves, measured side by side in one run (`xce-records`, whose code is at
 //!   `git show e3211f0:proof/src/bench/records.rs`; proof/BENCH.md: P1's 104-byte request
-//!   and 272-byte reply, alternating batches): about 0.5 µs per round trip, both ends together — 0.35–0.55 µs of CPU in memory (records.rs 0.8–1.0
-//!   µs, the unbuffered API 1.1–1.5 µs, faster in every round of 40), 0.43–0.68 µs over TCP
-//!   loopback (9.8 against 10.5 µs at the median on one CPU; faster in 25–39 rounds of 40).
+//!   and 272-byte reply, alternating batches): about 0.5 µs per round trip, both ends
+//!   together — 0.35–0.55 µs of CPU in memory (records.rs 0.8–1.0 µs, the unbuffered API
+//!   1.1–1.5 µs, faster in every round of 40), 0.43–0.68 µs over TCP loopback (9.8 against
+//!   10.5 µs at the median on one CPU; faster in 25–39 rounds of 40).
 //!   That is about a third of what TLS costs a round trip at all (plain TCP is 1.1 µs faster
 //!   than records.rs); P15 allows TLS 10% of a 14–15 µs `hello`, and it takes about 5% with
 //!   this layer (proof/BENCH.md). rustls 0.23's unbuffered API still copies each record's

@@ -40,6 +40,26 @@ pub fn master_list(clients: impl Iterator<Item = SocketAddr>) -> String {
     clients.map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// `run` flags of a node of a cluster whose certificates `pki local` made in `dir` (each
+/// node's own pair, one CA for clients and peers), with the token key when `tokens`.
+pub fn tls_flags(dir: &Path, tokens: bool) -> Vec<String> {
+    let f = |n: &str| dir.join(n).display().to_string();
+    let mut v = vec![
+        "--tls-cert".into(),
+        f("xce-node-{id}.pem"),
+        "--tls-key".into(),
+        f("xce-node-{id}.key"),
+        "--tls-client-ca".into(),
+        f("ca.pem"),
+        "--tls-peer-ca".into(),
+        f("ca.pem"),
+    ];
+    if tokens {
+        v.extend(["--token-key".into(), f("token.key")]);
+    }
+    v
+}
+
 /// The `xce-controller` binary: `$XCE_CONTROLLER` (e.g. an older build, to show a test
 /// failing before a fix), else next to the running executable's target directory
 /// (`target/<profile>/xce-controller`), preferring the same profile.

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use xce_proto::wire::{ControllerRole, Op, ReplyData};
-pub use xce_testkit::cluster::{sample_of, Cluster, ClusterOpts, STARTUP};
+pub use xce_testkit::cluster::{sample_of, tls_flags, Cluster, ClusterOpts, STARTUP};
 pub use xce_testkit::ports::free_ports;
 pub use xce_testkit::wire::*;
 
@@ -465,7 +465,7 @@ pub const fn timing<'a>(hb: &'a str, min: &'a str, max: &'a str) -> [&'a str; 6]
 pub fn tls_cluster(n: u32, pki: u32, extra: &[&str]) -> (tempfile::TempDir, Cluster, u32) {
     let certs = tempfile::tempdir().unwrap();
     make_pki(certs.path(), pki);
-    let mut flags = tls_flags(certs.path());
+    let mut flags = tls_flags(certs.path(), true);
     flags.extend(extra.iter().map(|s| s.to_string()));
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let ctrl = cluster(n, &flags);
@@ -526,23 +526,6 @@ pub fn token(dir: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// `run` flags of a cluster whose every link has mutual TLS, with certificates in `dir`.
-pub fn tls_flags(dir: &Path) -> Vec<String> {
-    let f = |n: &str| dir.join(n).display().to_string();
-    vec![
-        "--tls-cert".into(),
-        f("xce-node-{id}.pem"),
-        "--tls-key".into(),
-        f("xce-node-{id}.key"),
-        "--tls-client-ca".into(),
-        f("ca.pem"),
-        "--tls-peer-ca".into(),
-        f("ca.pem"),
-        "--token-key".into(),
-        f("token.key"),
-    ]
 }
 
 /// The admin tools' flags for identity `who` with certificates in `dir`: `--ca`, `--cert`,

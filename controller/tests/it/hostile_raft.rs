@@ -269,7 +269,7 @@ fn a_cluster_mid_rotation_trusts_both_cas() {
     ]
     .concat();
     std::fs::write(m.join("ca.pem"), bundle).unwrap();
-    let flags = tls_flags(m);
+    let flags = tls_flags(m, true);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut ctrl = cluster(3, &flags);
     let p = wait_tls_primary(&ctrl, m, "admin");

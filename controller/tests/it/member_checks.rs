@@ -90,7 +90,7 @@ fn member_add_names_a_wrong_client_port_a_foreign_ca_and_a_wrong_id() {
     let addr = |k: usize| format!("127.0.0.1:{}", ports[k]);
     // Node 4: blank, this cluster's certificates. Node 5: blank, another CA's.
     let node_flags = |dir: &std::path::Path| -> Vec<String> {
-        let mut v = tls_flags(dir);
+        let mut v = tls_flags(dir, true);
         v.push("--join".into());
         v
     };

@@ -336,7 +336,7 @@ fn tls_admin_only_and_join_over_mutual_tls() {
     assert_eq!(r.status, -xce_proto::error::E_XCE_AUTH);
 
     let (c4, _, spec4) = new_member(4);
-    let mut node_flags = tls_flags(pki.path());
+    let mut node_flags = tls_flags(pki.path(), true);
     node_flags.push("--join".into());
     let node_refs: Vec<&str> = node_flags.iter().map(String::as_str).collect();
     ctrl.start_extra_node(4, &c4, &format!("{},{spec4}", ctrl.spec()), &node_refs);

@@ -36,7 +36,7 @@ fn lines_since(ctrl: &Cluster, id: u32, from: usize, pat: &str) -> usize {
 /// A dead member is removed, then started again with its old data: it exits 78 within
 /// seconds naming its removal; the survivors log it a few times at most.
 fn removed_while_dead_then_restarted(tls: Option<&std::path::Path>) {
-    let flags: Vec<String> = tls.map(tls_flags).unwrap_or_default();
+    let flags: Vec<String> = tls.map(|d| tls_flags(d, true)).unwrap_or_default();
     let cli_tls: Vec<String> = tls.map(|d| identity_args(d, "admin")).unwrap_or_default();
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut ctrl = cluster(3, &flag_refs);

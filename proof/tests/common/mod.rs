@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +12,8 @@ use xce::client::{parse_masters, Client, Config, Endpoint};
 use xce_proof::harness::netns::NetCluster;
 use xce_proof::{Cluster, ClusterOpts};
 use xce_proto::wire::{JobFilter, JobSpec, Join, Notify, NotifyKind, SessionRole};
+#[allow(unused_imports)] // each test binary uses a different subset
+pub use xce_testkit::cluster::tls_flags;
 
 /// How long any scenario waits for an election before failing (generous: 2 loaded cores).
 pub const ELECTION_WAIT: Duration = Duration::from_secs(15);
@@ -115,25 +116,6 @@ pub fn pki(args: &[&str]) -> String {
         .unwrap();
     assert!(out.status.success(), "pki {args:?}: {out:?}");
     String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// Node flags of a `cluster --tls DIR` cluster (`DIR` made by `pki local`).
-pub fn tls_flags(dir: &Path, tokens: bool) -> Vec<String> {
-    let f = |n: &str| dir.join(n).display().to_string();
-    let mut v = vec![
-        "--tls-cert".into(),
-        f("xce-node-{id}.pem"),
-        "--tls-key".into(),
-        f("xce-node-{id}.key"),
-        "--tls-client-ca".into(),
-        f("ca.pem"),
-        "--tls-peer-ca".into(),
-        f("ca.pem"),
-    ];
-    if tokens {
-        v.extend(["--token-key".into(), f("token.key")]);
-    }
-    v
 }
 
 /// A worker's (or scheduler's) session on `host`.
